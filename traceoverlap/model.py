@@ -1,0 +1,271 @@
+"""The Timeline: one columnar table of activities that every reader produces.
+
+Readers (Kineto JSON, Nsight Systems SQLite) turn their input into a :class:`Timeline`; everything
+downstream (classification, steps, metrics, collectives, reporters) reads only this type.
+
+The event table is a pandas DataFrame, one row per trace event that the analysis may need, with
+these columns (all times are integer nanoseconds; absolute unix time when the trace lets us align
+clocks, see :attr:`TraceInfo.clock`):
+
+==============  ==========  ===============================================================
+column          dtype       meaning
+==============  ==========  ===============================================================
+rank            int32       distributed rank the event belongs to
+pid             int64       OS process that ran / launched it (joins GPU work to launches)
+device          int32       GPU index for GPU activity, -1 for host (CPU) events
+stream          int64       GPU stream for GPU activity, -1 for host events
+tid             int64       host thread id for host events, -1 for GPU activity
+lane            category    display lane: ``"stream 7"`` / ``"thread 1234 (pt_gloo_runloop)"``
+thread_name     category    host thread name when known, else ``""``
+category        category    source category, one of :data:`CATEGORIES`
+name            category    event name (kernel short name, op name, range text)
+start_ns        int64       start, ns
+end_ns          int64       end, ns (``end_ns >= start_ns``)
+correlation     int64       launch <-> GPU activity correlation id, -1 when none
+coll_name       category    collective name (``allreduce``...) when the trace says, else ``""``
+coll_bytes      int64       message size in bytes when known, else -1
+process_group   category    process group name/id when known, else ``""``
+seq             int64       per-process-group sequence number when known, else -1
+group_size      int32       collective group size when known, else -1
+==============  ==========  ===============================================================
+
+:func:`traceoverlap.classify.classify` adds the ``kind`` column (one of :data:`KINDS`).
+No per-event Python objects: build the table from numpy arrays with :func:`make_events`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+#: Source categories a reader maps its events to.
+#:  - kernel / memcpy / memset: GPU activities
+#:  - sync: GPU synchronisation records (Kineto ``cuda_sync``): never activity
+#:  - runtime / driver: host-side CUDA API calls (launches carry ``correlation``)
+#:  - cpu_op: host operators (``aten::mm``...)
+#:  - annotation: host ranges (``ProfilerStep#3``, ``record_function``, NVTX ranges, ``gloo:*``)
+#:  - gpu_annotation: ranges projected on GPU lanes by the profiler (display only)
+#:  - other: anything else kept for display (python functions...)
+CATEGORIES: tuple[str, ...] = (
+    "kernel",
+    "memcpy",
+    "memset",
+    "sync",
+    "runtime",
+    "driver",
+    "cpu_op",
+    "annotation",
+    "gpu_annotation",
+    "other",
+)
+GPU_ACTIVITY_CATEGORIES: tuple[str, ...] = ("kernel", "memcpy", "memset")
+LAUNCH_CATEGORIES: tuple[str, ...] = ("runtime", "driver")
+
+#: Kinds the metrics use. ``none`` = not an activity (launches, ranges, sync records...).
+KINDS: tuple[str, ...] = ("compute", "comm", "memory", "none")
+
+_INT_COLUMNS: dict[str, str] = {
+    "rank": "int32",
+    "pid": "int64",
+    "device": "int32",
+    "stream": "int64",
+    "tid": "int64",
+    "start_ns": "int64",
+    "end_ns": "int64",
+    "correlation": "int64",
+    "coll_bytes": "int64",
+    "seq": "int64",
+    "group_size": "int32",
+}
+_INT_DEFAULTS: dict[str, int] = {
+    "rank": 0,
+    "pid": 0,
+    "device": -1,
+    "stream": -1,
+    "tid": -1,
+    "correlation": -1,
+    "coll_bytes": -1,
+    "seq": -1,
+    "group_size": -1,
+}
+_STR_COLUMNS: tuple[str, ...] = (
+    "lane",
+    "thread_name",
+    "category",
+    "name",
+    "coll_name",
+    "process_group",
+)
+#: Column order of the event table.
+COLUMNS: tuple[str, ...] = (
+    "rank",
+    "pid",
+    "device",
+    "stream",
+    "tid",
+    "lane",
+    "thread_name",
+    "category",
+    "name",
+    "start_ns",
+    "end_ns",
+    "correlation",
+    "coll_name",
+    "coll_bytes",
+    "process_group",
+    "seq",
+    "group_size",
+)
+
+
+def make_events(n: int, columns: Mapping[str, Any]) -> pd.DataFrame:
+    """Build an event table of ``n`` rows from column arrays (or scalars broadcast to ``n``).
+
+    Missing optional columns get their defaults (-1 / ``""``); ``start_ns``, ``end_ns``,
+    ``category`` and ``name`` are required. String columns become categoricals.
+    """
+    for req in ("start_ns", "end_ns", "category", "name"):
+        if req not in columns:
+            raise ValueError(f"make_events: missing required column {req!r}")
+    data: dict[str, Any] = {}
+    for col in COLUMNS:
+        if col in _INT_COLUMNS:
+            value = columns.get(col, _INT_DEFAULTS.get(col, 0))
+            arr = np.asarray(value, dtype=_INT_COLUMNS[col])
+            data[col] = np.broadcast_to(arr, (n,)).copy() if arr.ndim == 0 else arr
+        else:
+            value = columns.get(col, "")
+            if isinstance(value, pd.Categorical):
+                data[col] = value
+            elif isinstance(value, str):
+                data[col] = pd.Categorical.from_codes(np.zeros(n, dtype=np.int8), [value])
+            else:
+                data[col] = pd.Categorical(np.asarray(value, dtype=object))
+    for col, arr in data.items():
+        if len(arr) != n:
+            raise ValueError(f"make_events: column {col!r} has {len(arr)} rows, expected {n}")
+    return pd.DataFrame(data, columns=list(COLUMNS))
+
+
+def empty_events() -> pd.DataFrame:
+    """An event table with no rows and the right dtypes."""
+    return make_events(
+        0,
+        {
+            "start_ns": np.zeros(0, np.int64),
+            "end_ns": np.zeros(0, np.int64),
+            "category": np.zeros(0, object),
+            "name": np.zeros(0, object),
+        },
+    )
+
+
+@dataclass(frozen=True)
+class TraceInfo:
+    """What one input said about itself (one per rank; an nsys export may give several).
+
+    ``rank_source`` says where ``rank`` came from: ``distributedInfo``, ``filename``, ``nvtx``,
+    ``environment``, ``process-order`` (nsys: processes ordered by device then pid) or
+    ``default`` (nothing said; assumed 0). ``clock`` is ``unix`` when ``start_ns`` values are
+    absolute unix-epoch nanoseconds (comparable across ranks), ``relative`` otherwise.
+    ``notes`` are caveats for the report (one sentence each).
+    """
+
+    path: str
+    format: str  # "kineto" | "nsys"
+    rank: int
+    world_size: int | None = None
+    backend: str | None = None
+    rank_source: str = "default"
+    device_kind: str = "cpu"  # "gpu" when the trace has GPU activity, else "cpu"
+    devices: tuple[str, ...] = ()
+    format_version: str | None = None
+    clock: str = "relative"
+    pid: int | None = None
+    device: int | None = None
+    process_groups: tuple[Mapping[str, Any], ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def with_notes(self, *notes: str) -> TraceInfo:
+        return replace(self, notes=self.notes + tuple(notes))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "backend": self.backend,
+            "format": self.format,
+            "format_version": self.format_version,
+            "device_kind": self.device_kind,
+            "devices": list(self.devices),
+            "rank_source": self.rank_source,
+            "clock": self.clock,
+            "pid": self.pid,
+            "device": self.device,
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """All events of one or more ranks, plus what each input said about itself.
+
+    ``events`` follows the column contract in this module's docstring; ``traces`` has one
+    :class:`TraceInfo` per rank (sorted by rank). A Timeline is immutable by convention:
+    operations return new Timelines.
+    """
+
+    events: pd.DataFrame
+    traces: tuple[TraceInfo, ...] = field(default_factory=tuple)
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted({t.rank for t in self.traces})
+
+    def trace_for(self, rank: int) -> TraceInfo | None:
+        for t in self.traces:
+            if t.rank == rank:
+                return t
+        return None
+
+    def has_gpu(self, rank: int | None = None) -> bool:
+        ev = self.events
+        if rank is not None:
+            ev = ev[ev["rank"] == rank]
+        return bool(ev["category"].isin(GPU_ACTIVITY_CATEGORIES).any())
+
+    def select_ranks(self, ranks: Sequence[int]) -> Timeline:
+        keep = set(ranks)
+        ev = self.events[self.events["rank"].isin(keep)].reset_index(drop=True)
+        return Timeline(ev, tuple(t for t in self.traces if t.rank in keep))
+
+    def __len__(self) -> int:
+        return len(self.events)
+
+
+def concat_timelines(timelines: Sequence[Timeline]) -> Timeline:
+    """Stack several timelines (e.g. one per rank file) into one, categoricals unified."""
+    if not timelines:
+        return Timeline(empty_events(), ())
+    if len(timelines) == 1:
+        return timelines[0]
+    frames = [t.events for t in timelines]
+    cat_cols = [c for c in frames[0].columns if isinstance(frames[0][c].dtype, pd.CategoricalDtype)]
+    cats = {
+        c: pd.api.types.union_categoricals([f[c] for f in frames], ignore_order=True).categories
+        for c in cat_cols
+    }
+    fixed = []
+    for f in frames:
+        g = f.copy()
+        for c in cat_cols:
+            g[c] = g[c].cat.set_categories(cats[c])
+        fixed.append(g)
+    ev = pd.concat(fixed, ignore_index=True)
+    traces = tuple(sorted((t for tl in timelines for t in tl.traces), key=lambda t: t.rank))
+    return Timeline(ev, traces)
