@@ -108,7 +108,9 @@ def clip(starts: npt.ArrayLike, ends: npt.ArrayLike, lo: int, hi: int) -> Interv
 # intervals from different groups can never touch.
 
 
-def _packing(groups: IntArray, starts: IntArray, ends: IntArray, n_groups: int) -> tuple[IntArray, int]:
+def _packing(
+    groups: IntArray, starts: IntArray, ends: IntArray, n_groups: int
+) -> tuple[IntArray, int]:
     """Per-group origin and a slot width so that ``g * span + (t - origin[g])`` keeps groups apart."""
     origin = np.full(n_groups, _I64_MAX, dtype=np.int64)
     np.minimum.at(origin, groups, starts)

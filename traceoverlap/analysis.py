@@ -1,0 +1,191 @@
+"""The library entry points: :func:`load` a trace (or a run) and :func:`analyze` it.
+
+    >>> import traceoverlap
+    >>> result = traceoverlap.analyze("fixtures/workloads/bucketed")
+    >>> result.steps[["rank", "step", "overlap_ratio", "exposed_comm_ns"]]
+
+Flow: file -> reader -> Timeline -> classify -> steps -> metrics (-> reporters, in the CLI).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .classify import Rules, classify
+from .errors import TraceFormatError, UsageError
+from .metrics import Thresholds, compute_step_metrics, step_sets, summarize
+from .model import Timeline, concat_timelines
+from .steps import StepTable, assign_steps
+
+TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep")
+
+PathLike = str | Path
+
+
+def _is_trace_name(p: Path) -> bool:
+    name = p.name.lower()
+    return any(name.endswith(s) for s in TRACE_SUFFIXES)
+
+
+def expand_paths(paths: PathLike | Sequence[PathLike]) -> list[Path]:
+    """Files to read: each file as given; each folder's trace files (sorted, not recursive)."""
+    items = [paths] if isinstance(paths, str | Path) else list(paths)
+    if not items:
+        raise UsageError("no input: give a trace file, several files, or a folder of rank traces")
+    out: list[Path] = []
+    for item in items:
+        p = Path(item)
+        if p.is_dir():
+            found = sorted(q for q in p.iterdir() if q.is_file() and _is_trace_name(q))
+            if not found:
+                raise TraceFormatError(
+                    p, "folder holds no trace files", f"expected {', '.join(TRACE_SUFFIXES)} files"
+                )
+            out.extend(found)
+        elif p.exists():
+            out.append(p)
+        else:
+            raise TraceFormatError(p, "no such file or folder", "check the path")
+    return out
+
+
+def _read_one(path: Path) -> Timeline:
+    from .readers import read_trace
+
+    return read_trace(path)
+
+
+def load(
+    paths: PathLike | Sequence[PathLike], rules: Rules | None = None, jobs: int | None = None
+) -> Timeline:
+    """Read one trace, several, or a folder of rank traces into one classified Timeline."""
+    files = expand_paths(paths)
+    timelines = [_read_one(f) for f in files]
+    timeline = _merge_ranks(timelines)
+    return classify(timeline, rules)
+
+
+def _merge_ranks(timelines: Sequence[Timeline]) -> Timeline:
+    """Concatenate per-file timelines; a rank claimed by two files keeps the first, with a note."""
+    seen: dict[int, str] = {}
+    kept: list[Timeline] = []
+    dropped_notes: list[str] = []
+    for tl in timelines:
+        clash = [t for t in tl.traces if t.rank in seen]
+        if clash:
+            for t in clash:
+                dropped_notes.append(
+                    f"rank {t.rank} appears twice ({seen[t.rank]} and {t.path}); kept the first"
+                )
+            keep = [t.rank for t in tl.traces if t.rank not in seen]
+            if not keep:
+                continue
+            tl = tl.select_ranks(keep)
+        for t in tl.traces:
+            seen[t.rank] = t.path
+        kept.append(tl)
+    merged = concat_timelines(kept)
+    if dropped_notes and merged.traces:
+        first = merged.traces[0].with_notes(*dropped_notes)
+        merged = Timeline(merged.events, (first,) + merged.traces[1:])
+    return merged
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """Everything one analysis produced. Reporters only format this.
+
+    ``steps``: one row per (rank, step), columns in :data:`traceoverlap.metrics.STEP_COLUMNS`.
+    ``summary``: ``{"run": {...}, "ranks": {rank: {...}}}`` (see :func:`metrics.summarize`).
+    ``notes``: caveats a reader of the report must know (rank guessed, launches missing...).
+    """
+
+    timeline: Timeline
+    step_table: StepTable
+    steps: pd.DataFrame
+    summary: dict[str, Any]
+    notes: tuple[str, ...]
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    rules: Rules = field(default_factory=Rules)
+    step_regex: str | None = None
+    collectives: Any = None
+
+    @property
+    def windows(self) -> pd.DataFrame:
+        return self.step_table.windows
+
+    @property
+    def unassigned(self) -> dict[int, int]:
+        """rank -> GPU activities whose launch was not found (not placed in any step)."""
+        return dict(self.step_table.no_launch)
+
+    def step_sets(self, rank: int, step: Any) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """Disjoint interval sets (compute, comm, memory, busy, overlap, exposed) of one step."""
+        w = self.windows
+        row = w[(w["rank"] == rank) & (w["step"].astype(str) == str(step))]
+        if row.empty:
+            raise UsageError(f"no step {step} on rank {rank}")
+        return step_sets(self.timeline, self.step_table, int(row["step_index"].iloc[0]))
+
+
+def analyze(
+    source: PathLike | Sequence[PathLike] | Timeline,
+    *,
+    step_regex: str | None = None,
+    steps: tuple[int, int] | str | None = None,
+    ranks: Iterable[int] | None = None,
+    rules: Rules | None = None,
+    comm_patterns: Iterable[str] = (),
+    thresholds: Thresholds | None = None,
+    jobs: int | None = None,
+) -> Analysis:
+    """Analyze a trace, several rank traces, a folder, or a Timeline; see :class:`Analysis`."""
+    from .steps import parse_step_range
+
+    rules = (rules or Rules()).with_comm_patterns(comm_patterns)
+    if isinstance(source, Timeline):
+        timeline = classify(source, rules)
+    else:
+        timeline = load(source, rules=rules, jobs=jobs)
+    if ranks is not None:
+        wanted = sorted(set(ranks))
+        missing = [r for r in wanted if r not in timeline.ranks]
+        if missing:
+            raise UsageError(
+                f"--rank {missing}: not in the input (ranks present: {timeline.ranks})"
+            )
+        timeline = timeline.select_ranks(wanted)
+    step_range = parse_step_range(steps) if isinstance(steps, str) else steps
+    table = assign_steps(timeline, step_regex=step_regex, step_range=step_range)
+    th = thresholds or Thresholds()
+    df = compute_step_metrics(timeline, table, th)
+    notes = _notes(timeline, table)
+    if df.empty:
+        raise UsageError(
+            "no steps to analyze"
+            + (f" in --steps {steps}" if steps else "")
+            + (": " + "; ".join(notes) if notes else "")
+        )
+    summary = {
+        "run": summarize(df),
+        "ranks": {int(r): summarize(g) for r, g in df.groupby("rank", sort=True)},
+    }
+    return Analysis(timeline, table, df, summary, notes, th, rules, step_regex)
+
+
+def _notes(timeline: Timeline, table: StepTable) -> tuple[str, ...]:
+    notes: list[str] = []
+    for t in timeline.traces:
+        notes.extend(f"rank {t.rank}: {n}" if not n.startswith("rank ") else n for n in t.notes)
+    notes.extend(table.notes)
+    for rank, n in sorted(table.no_launch.items()):
+        notes.append(
+            f"rank {rank}: {n} GPU activities have no launch record in the trace and are in no step"
+        )
+    return tuple(dict.fromkeys(notes))
