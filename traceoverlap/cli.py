@@ -60,3 +60,195 @@ def main(debug: bool) -> None:
 
 
 # Commands are registered below, one section per command.
+
+
+# --- shared options -------------------------------------------------------------------------
+
+
+def analysis_options(func: F) -> F:
+    """Options every analysing command shares (analyze, report, compare)."""
+    options = [
+        click.option(
+            "--steps",
+            "steps",
+            metavar="N[-M]",
+            help="Only these step numbers, e.g. 3-7 (ProfilerStep numbers, or ordinals for --step-regex).",
+        ),
+        click.option(
+            "--rank",
+            "ranks",
+            type=int,
+            multiple=True,
+            metavar="R",
+            help="Only this rank (repeatable).",
+        ),
+        click.option(
+            "--step-regex",
+            metavar="REGEX",
+            help="Step marker regex (default '^ProfilerStep#(\\d+)$'); e.g. '^train_step' for "
+            "record_function/NVTX ranges.",
+        ),
+        click.option(
+            "--comm-pattern",
+            "comm_patterns",
+            multiple=True,
+            metavar="REGEX",
+            help="Extra names that count as communication (repeatable), e.g. 'AllGatherKernel'.",
+        ),
+        click.option(
+            "--config",
+            type=click.Path(dir_okay=False),
+            help="TOML file with [classify] comm_patterns, [steps] step_regex, [thresholds] exposed_ratio, "
+            "idle_ratio.",
+        ),
+        click.option(
+            "--exposed-threshold",
+            type=click.FloatRange(0, 1),
+            help="Share of the step exposed comm must reach for 'exposed-communication' (default 0.10).",
+        ),
+        click.option(
+            "--idle-threshold",
+            type=click.FloatRange(0, 1),
+            help="Share of the step idle time must reach for 'idle-bound' (default 0.20).",
+        ),
+        click.option(
+            "-j",
+            "--jobs",
+            type=click.IntRange(1, None),
+            help="Parse rank traces in N processes (default: min(ranks, cores)).",
+        ),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def run_analysis(paths: tuple[str, ...], **opts: Any) -> Any:
+    """Build the library call from CLI options (config file first, explicit options win)."""
+    from .analysis import analyze
+    from .classify import load_config
+    from .metrics import Thresholds
+
+    cfg: dict[str, Any] = load_config(opts["config"]) if opts.get("config") else {}
+    th_cfg = cfg.get("thresholds", {})
+    thresholds = Thresholds(
+        exposed_ratio=_pick(opts.get("exposed_threshold"), th_cfg.get("exposed_ratio"), 0.10),
+        idle_ratio=_pick(opts.get("idle_threshold"), th_cfg.get("idle_ratio"), 0.20),
+    )
+    comm_patterns = list(cfg.get("classify", {}).get("comm_patterns", [])) + list(
+        opts.get("comm_patterns") or ()
+    )
+    return analyze(
+        list(paths),
+        step_regex=opts.get("step_regex") or cfg.get("steps", {}).get("step_regex"),
+        steps=opts.get("steps"),
+        ranks=opts.get("ranks") or None,
+        comm_patterns=comm_patterns,
+        thresholds=thresholds,
+        jobs=opts.get("jobs"),
+    )
+
+
+def _pick(*values: Any) -> Any:
+    return next(v for v in values if v is not None)
+
+
+def _write_output(text: str, output: str | None) -> None:
+    if output:
+        with open(output, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    else:
+        click.echo(text, nl=False)
+
+
+# --- analyze --------------------------------------------------------------------------------
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option(
+    "-f",
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json", "csv", "markdown"]),
+    default="table",
+    show_default=True,
+    help="Output format. json has a stable schema (README 'JSON schema').",
+)
+@click.option(
+    "-o", "--output", type=click.Path(dir_okay=False), help="Write to FILE instead of stdout."
+)
+@click.option(
+    "--html", "html_path", type=click.Path(dir_okay=False), help="Also write the HTML report."
+)
+@click.option(
+    "--fail-if",
+    "fail_if",
+    multiple=True,
+    metavar="COND",
+    help="Exit 3 when COND holds for the run, e.g. 'exposed_comm_ratio>0.2' (README 'CI gate').",
+)
+@analysis_options
+@handle_errors
+def analyze(
+    paths: tuple[str, ...],
+    fmt: str,
+    output: str | None,
+    html_path: str | None,
+    fail_if: tuple[str, ...],
+    **opts: Any,
+) -> None:
+    """Per-rank, per-step overlap of communication and computation.
+
+    PATHS: a Kineto trace (.json / .json.gz), an Nsight Systems export (.sqlite, or .nsys-rep
+    with nsys installed), several of them, or a folder of rank traces.
+
+    \b
+    For every (rank, step): step time, compute, communication, how much of the
+    communication was hidden behind compute (overlap ratio), how much was exposed,
+    idle time, the ideal step time and the bottleneck with its reason.
+
+    \b
+    Examples:
+      traceoverlap analyze rank0.json.gz
+      traceoverlap analyze runs/bucketed/ --format json -o result.json
+      traceoverlap analyze trace.json --steps 3-7 --rank 0
+      traceoverlap analyze trace.json --step-regex '^train_step'
+      traceoverlap analyze runs/x/ --fail-if 'exposed_comm_ratio>0.2'
+    """
+    from .gate import failed_conditions, parse_conditions
+
+    conditions = parse_conditions(fail_if)  # validate before the (possibly long) analysis
+    result = run_analysis(paths, **opts)
+    if fmt == "json":
+        from .reporters.json import render as render_json
+
+        text = render_json(result)
+    elif fmt == "csv":
+        from .reporters.csv import render as render_csv
+
+        text = render_csv(result)
+    elif fmt == "markdown":
+        from .reporters.markdown import render as render_md
+
+        text = render_md(result)
+    else:
+        import shutil
+
+        from .reporters.text import render as render_text
+
+        tty = output is None and sys.stdout.isatty()
+        text = render_text(
+            result, color=tty, width=shutil.get_terminal_size((80, 24)).columns if tty else 80
+        )
+    _write_output(text, output)
+    if html_path:
+        from .reporters.html import write_report
+
+        write_report(result, html_path)
+        click.echo(f"wrote {html_path}", err=True)
+    failed = failed_conditions(conditions, result.summary["run"])
+    if failed:
+        from .errors import GateFailed
+
+        raise GateFailed("--fail-if met: " + "; ".join(failed))
