@@ -1,0 +1,110 @@
+"""Build small Timelines by hand for tests (answers are derived in each test's comments)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from traceoverlap.model import Timeline, TraceInfo, make_events
+
+MS = 1_000_000
+
+
+def gpu_timeline(
+    kernels: Sequence[tuple[str, int, int, int]],
+    steps: Sequence[tuple[str, int, int]] = (),
+    launch_at: Sequence[int] | None = None,
+    rank: int = 0,
+    memcpy: Sequence[tuple[int, int, int]] = (),
+) -> Timeline:
+    """kernels: (name, stream, start_ns, end_ns); steps: (marker name, start_ns, end_ns) host ranges.
+
+    Each kernel/memcpy gets a cudaLaunchKernel row with its own correlation id, launched at
+    ``launch_at[i]`` (default: inside the first step marker, or at 0).
+    """
+    rows: list[dict[str, object]] = []
+    for name, s, e in steps:
+        rows.append(
+            dict(category="annotation", name=name, start_ns=s, end_ns=e, tid=1, lane="thread 1")
+        )
+    acts = [(n, st, s, e, "kernel") for n, st, s, e in kernels] + [
+        ("Memcpy DtoD", st, s, e, "memcpy") for st, s, e in memcpy
+    ]
+    default_launch = steps[0][1] if steps else 0
+    for i, (name, stream, s, e, cat) in enumerate(acts):
+        corr = i + 1
+        t = launch_at[i] if launch_at is not None else default_launch
+        rows.append(
+            dict(
+                category="runtime",
+                name="cudaLaunchKernel",
+                start_ns=t,
+                end_ns=t + 1,
+                correlation=corr,
+                tid=1,
+                lane="thread 1",
+            )
+        )
+        rows.append(
+            dict(
+                category=cat,
+                name=name,
+                start_ns=s,
+                end_ns=e,
+                correlation=corr,
+                stream=stream,
+                device=0,
+                lane=f"stream {stream}",
+            )
+        )
+    return _timeline(rows, rank, "gpu")
+
+
+def cpu_timeline(events: Sequence[tuple[str, str, str, int, int]], rank: int = 0) -> Timeline:
+    """events: (category, name, thread_name, start_ns, end_ns) host events (gloo-style CPU run)."""
+    rows = []
+    for cat, name, thread, s, e in events:
+        tid = 2 if thread else 1
+        rows.append(
+            dict(
+                category=cat,
+                name=name,
+                thread_name=thread,
+                start_ns=s,
+                end_ns=e,
+                tid=tid,
+                lane=f"thread {tid}",
+            )
+        )
+    return _timeline(rows, rank, "cpu")
+
+
+def _timeline(rows: list[dict[str, object]], rank: int, device_kind: str) -> Timeline:
+    defaults = {
+        "correlation": -1,
+        "stream": -1,
+        "device": -1,
+        "tid": -1,
+        "lane": "",
+        "thread_name": "",
+    }
+    cols = {
+        k: [r.get(k, defaults.get(k)) for r in rows]
+        for k in (
+            "category",
+            "name",
+            "start_ns",
+            "end_ns",
+            "correlation",
+            "stream",
+            "device",
+            "tid",
+            "lane",
+            "thread_name",
+        )
+    }
+    cols["rank"] = [rank] * len(rows)  # type: ignore[list-item]
+    ev = make_events(len(rows), cols)
+    info = TraceInfo(
+        path=f"hand-built-rank{rank}", format="kineto", rank=rank, device_kind=device_kind
+    )
+    return Timeline(ev, (info,))

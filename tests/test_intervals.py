@@ -1,0 +1,83 @@
+"""Interval algebra: hand cases and properties (hypothesis)."""
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from traceoverlap import intervals as iv
+
+
+def test_union_merges_overlapping_and_touching():
+    # [0,5) [3,8) overlap -> [0,8); [8,10) touches -> [0,10); [12,13) apart; empty [20,20) vanishes
+    s, e = iv.union([3, 0, 8, 12, 20], [8, 5, 10, 13, 20])
+    assert s.tolist() == [0, 12] and e.tolist() == [10, 13]
+    assert iv.measure([3, 0, 8, 12], [8, 5, 10, 13]) == 11
+
+
+def test_intersect_and_subtract_by_hand():
+    a = iv.union([0, 10], [6, 20])  # [0,6) [10,20)
+    b = iv.union([4, 12, 18], [11, 14, 30])  # [4,11) [12,14) [18,30)
+    s, e = iv.intersect(a, b)
+    # [4,6) [10,11) [12,14) [18,20)
+    assert list(zip(s.tolist(), e.tolist())) == [(4, 6), (10, 11), (12, 14), (18, 20)]
+    s, e = iv.subtract(a, b)
+    # a minus b: [0,4) [11,12) [14,18)
+    assert list(zip(s.tolist(), e.tolist())) == [(0, 4), (11, 12), (14, 18)]
+
+
+def test_grouped_ops_keep_groups_apart():
+    # group 0: [0,10) ; group 1: [0,10) -- same times, must not merge across groups
+    g, s, e = iv.grouped_union([0, 1, 1], [0, 0, 5], [10, 4, 10])
+    assert g.tolist() == [0, 1, 1] and s.tolist() == [0, 0, 5] and e.tolist() == [10, 4, 10]
+    a = iv.grouped_union([0, 1], [0, 0], [10, 10])
+    b = iv.grouped_union([1], [5], [20])
+    gi, si, ei = iv.grouped_intersect(a, b, 2)
+    assert gi.tolist() == [1] and si.tolist() == [5] and ei.tolist() == [10]
+    gs, ss, es = iv.grouped_subtract(a, b, 2)
+    assert list(zip(gs.tolist(), ss.tolist(), es.tolist())) == [(0, 0, 10), (1, 0, 5)]
+
+
+intervals_st = st.lists(
+    st.tuples(st.integers(-1000, 1000), st.integers(0, 300)).map(lambda t: (t[0], t[0] + t[1])),
+    max_size=30,
+)
+
+
+def _arr(xs):
+    return np.array([x[0] for x in xs], np.int64), np.array([x[1] for x in xs], np.int64)
+
+
+def _brute_cover(xs):
+    return {t for s, e in xs for t in range(s, e)}
+
+
+@settings(max_examples=200, deadline=None)
+@given(intervals_st, intervals_st)
+def test_properties(xs, ys):
+    a = iv.union(*_arr(xs))
+    b = iv.union(*_arr(ys))
+    # union is idempotent and matches a brute-force cover
+    a2 = iv.union(*a)
+    assert a2[0].tolist() == a[0].tolist() and a2[1].tolist() == a[1].tolist()
+    assert iv.measure(*a) == len(_brute_cover(xs))
+    inter = iv.intersect(a, b)
+    overlap = int((inter[1] - inter[0]).sum())
+    assert overlap == len(_brute_cover(xs) & _brute_cover(ys))
+    # overlap <= min(compute, comm); exposed + overlap = comm
+    comm, comp = iv.measure(*a), iv.measure(*b)
+    assert overlap <= min(comm, comp)
+    exp = iv.subtract(a, b)
+    assert int((exp[1] - exp[0]).sum()) + overlap == comm
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 3), st.integers(0, 500), st.integers(0, 100)), max_size=40)
+)
+def test_grouped_measure_matches_per_group(rows):
+    g = np.array([r[0] for r in rows], np.int64)
+    s = np.array([r[1] for r in rows], np.int64)
+    e = s + np.array([r[2] for r in rows], np.int64)
+    got = iv.grouped_measure(g, s, e, 4)
+    for k in range(4):
+        assert got[k] == iv.measure(s[g == k], e[g == k])

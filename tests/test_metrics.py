@@ -1,0 +1,248 @@
+"""Per-step metrics on hand-built timelines; every expected number is derived in a comment."""
+
+import pytest
+from builders import MS, cpu_timeline, gpu_timeline
+
+from traceoverlap import Thresholds, analyze
+
+NCCL = "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)"
+
+
+def _row(result, step=None):
+    df = result.steps
+    if step is not None:
+        df = df[df["step"] == step]
+    assert len(df) == 1
+    return df.iloc[0]
+
+
+def test_exercise_1_bucketed_backward():
+    # metrics.md exercise: 10 layers x 5 ms backward (stream 7), buckets of two layers; bucket b's
+    # 6 ms all-reduce (stream 20) starts when its 2nd layer ends (10, 20, 30, 40, 50 ms), no queueing
+    # since 6 ms < 10 ms. Backward ends at 50, last all-reduce [50, 56).
+    # step = 56; compute = 50; comm = 5 x 6 = 30; overlap = 4 x 6 = 24 (the first four buckets lie
+    # under compute), exposed = 6, ratio = 24/30 = 0.8, idle = 56 - |B| = 56 - 56 = 0,
+    # ideal = 56 - 6 + max(0, 30 - 50) = 50, speedup = 56/50 = 1.12; exposed 6/56 = 10.7 % >= 10 %
+    # -> exposed-communication. Sequential would be 50 + 30 = 80.
+    kernels = [(f"bwd{i}", 7, i * 5 * MS, (i + 1) * 5 * MS) for i in range(10)]
+    kernels += [(NCCL, 20, (2 * b + 2) * 5 * MS, (2 * b + 2) * 5 * MS + 6 * MS) for b in range(5)]
+    r = _row(analyze(gpu_timeline(kernels, steps=[("ProfilerStep#7", 0, MS)])))
+    assert r["step"] == 7
+    assert (r.step_ns, r.compute_ns, r.comm_ns, r.overlap_ns, r.exposed_comm_ns) == (
+        56 * MS,
+        50 * MS,
+        30 * MS,
+        24 * MS,
+        6 * MS,
+    )
+    assert r.overlap_ratio == pytest.approx(0.80)
+    assert (r.idle_ns, r.ideal_ns, r.memory_ns) == (0, 50 * MS, 0)
+    assert r.potential_speedup == pytest.approx(1.12)
+    assert r.bottleneck == "exposed-communication"
+    assert "6.00 ms" in r.reason and "10.7%" in r.reason
+
+
+def test_exercise_1_sequential_is_80ms():
+    # same work, all-reduces after backward back to back: [50,56) ... [74,80): step 80, overlap 0,
+    # exposed 30 = 37.5 % of step -> exposed-communication; ideal = 80 - 30 + 0 = 50.
+    kernels = [(f"bwd{i}", 7, i * 5 * MS, (i + 1) * 5 * MS) for i in range(10)]
+    kernels += [(NCCL, 20, 50 * MS + b * 6 * MS, 56 * MS + b * 6 * MS) for b in range(5)]
+    r = _row(analyze(gpu_timeline(kernels, steps=[("ProfilerStep#1", 0, MS)])))
+    assert (r.step_ns, r.overlap_ns, r.exposed_comm_ns, r.ideal_ns) == (
+        80 * MS,
+        0,
+        30 * MS,
+        50 * MS,
+    )
+    assert r.overlap_ratio == 0.0
+
+
+def test_exercise_2_communication_bound():
+    # compute [0,80), comm [20,140): step 140, compute 80, comm 120, overlap [20,80) = 60,
+    # ratio 60/120 = 0.5, exposed 60, idle 0, ideal = 140 - 60 + max(0, 120 - 80) = 120,
+    # comm 120 > compute 80 -> communication-bound.
+    kernels = [("gemm", 7, 0, 80 * MS), (NCCL, 20, 20 * MS, 140 * MS)]
+    r = _row(analyze(gpu_timeline(kernels, steps=[("ProfilerStep#2", 0, MS)])))
+    assert (r.step_ns, r.compute_ns, r.comm_ns, r.overlap_ns, r.exposed_comm_ns, r.ideal_ns) == (
+        140 * MS,
+        80 * MS,
+        120 * MS,
+        60 * MS,
+        60 * MS,
+        120 * MS,
+    )
+    assert r.overlap_ratio == pytest.approx(0.5)
+    assert r.bottleneck == "communication-bound"
+    assert r.potential_speedup == pytest.approx(140 / 120)
+
+
+def test_no_comm_gives_null_ratio_and_idle_bound():
+    # kernels [0,10) and [30,40) ms: step 40, compute 20, busy 20, idle 20 = 50 % >= 20 % -> idle-bound;
+    # no comm -> overlap_ratio None (not 0, not NaN); exposed 0; ideal 40; speedup 1.0
+    r = _row(
+        analyze(
+            gpu_timeline(
+                [("a", 7, 0, 10 * MS), ("b", 7, 30 * MS, 40 * MS)], steps=[("ProfilerStep#0", 0, 1)]
+            )
+        )
+    )
+    assert r.overlap_ratio is None
+    assert (r.idle_ns, r.exposed_comm_ns, r.ideal_ns) == (20 * MS, 0, 40 * MS)
+    assert r.bottleneck == "idle-bound"
+    assert r.potential_speedup == pytest.approx(1.0)
+
+
+def test_memory_counts_as_busy_not_compute():
+    # gemm [0,10), memcpy [10,14), nccl [12,15): step 15, compute 10, memory 4, comm 3,
+    # overlap with compute 0 -> exposed 3 (20 % of step) ; busy = [0,15) -> idle 0.
+    # comm 3 <= compute 10, exposed 20 % >= 10 % -> exposed-communication
+    r = _row(
+        analyze(
+            gpu_timeline(
+                [("gemm", 7, 0, 10 * MS), (NCCL, 20, 12 * MS, 15 * MS)],
+                steps=[("ProfilerStep#0", 0, 1)],
+                memcpy=[(7, 10 * MS, 14 * MS)],
+            )
+        )
+    )
+    assert (r.step_ns, r.compute_ns, r.memory_ns, r.comm_ns, r.exposed_comm_ns, r.idle_ns) == (
+        15 * MS,
+        10 * MS,
+        4 * MS,
+        3 * MS,
+        3 * MS,
+        0,
+    )
+    assert r.bottleneck == "exposed-communication"
+
+
+def test_thresholds_override():
+    # same as above but exposed threshold 0.25: exposed 20 % < 25 %, idle 0 -> compute-bound
+    tl = gpu_timeline(
+        [("gemm", 7, 0, 10 * MS), (NCCL, 20, 12 * MS, 15 * MS)],
+        steps=[("ProfilerStep#0", 0, 1)],
+        memcpy=[(7, 10 * MS, 14 * MS)],
+    )
+    r = _row(analyze(tl, thresholds=Thresholds(exposed_ratio=0.25)))
+    assert r.bottleneck == "compute-bound"
+
+
+def test_gpu_work_goes_to_the_step_of_its_launch():
+    # markers step 1 [0,10) and step 2 [10,20) (host time). Kernel A launched at 5 runs [30,40);
+    # kernel B launched at 15 runs [38,50): A belongs to step 1, B to step 2 even though they overlap
+    # in GPU time. Kernel C launched at 25 (no marker) is outside every step.
+    tl = gpu_timeline(
+        [("A", 7, 30, 40), ("B", 7, 38, 50), ("C", 7, 60, 70)],
+        steps=[("ProfilerStep#1", 0, 10), ("ProfilerStep#2", 10, 20)],
+        launch_at=[5, 15, 25],
+    )
+    res = analyze(tl)
+    s1, s2 = _row(res, 1), _row(res, 2)
+    assert (s1.step_ns, s1.compute_ns) == (10, 10)  # window [30,40)
+    assert (s2.step_ns, s2.compute_ns) == (12, 12)  # window [38,50)
+    assert res.step_table.outside == {0: 1}
+
+
+def test_gpu_activity_without_launch_is_counted_and_noted():
+    tl = gpu_timeline([("A", 7, 0, 10), ("B", 7, 10, 20)], steps=[("ProfilerStep#1", 0, 100)])
+    ev = tl.events.copy()
+    # break B's launch: its runtime row now has another correlation id
+    runtime_b = ev.index[(ev["category"] == "runtime") & (ev["correlation"] == 2)][0]
+    ev.loc[runtime_b, "correlation"] = 99
+    from traceoverlap.model import Timeline
+
+    res = analyze(Timeline(ev, tl.traces))
+    assert res.unassigned == {0: 1}
+    assert any("1 GPU activities have no launch record" in n for n in res.notes)
+    assert _row(res).compute_ns == 10
+
+
+def test_no_markers_gives_one_window_all():
+    # kernels [5,10) and [20,30): window [5,30) = 25, compute 15, idle 10
+    res = analyze(gpu_timeline([("A", 7, 5, 10), ("B", 7, 20, 30)]))
+    r = _row(res)
+    assert r.step == "all" and (r.step_ns, r.compute_ns, r.idle_ns) == (25, 15, 10)
+    assert any("one window 'all'" in n for n in res.notes)
+
+
+def test_cpu_timeline_gloo_clipped_to_step():
+    # CPU run: step marker [100, 200). Main-thread cpu_ops: aten::mm [90,150) (clipped to [100,150)),
+    # aten::add nested [120,130) (inside mm: union unchanged), c10d::allreduce_ [150,155) (excluded:
+    # launches comm). gloo thread: gloo:all_reduce [140,180) (comm), a cpu_op on the gloo thread
+    # [160,170) (never compute). compute = [100,150) = 50, comm = [140,180) = 40, overlap [140,150) = 10,
+    # exposed 30, busy = [100,180) = 80, idle = 100 - 80 = 20, ideal = 100 - 30 + 0 = 70.
+    # comm 40 <= compute 50; exposed 30 % >= 10 % -> exposed-communication.
+    tl = cpu_timeline(
+        [
+            ("annotation", "ProfilerStep#3", "", 100, 200),
+            ("cpu_op", "aten::mm", "", 90, 150),
+            ("cpu_op", "aten::add", "", 120, 130),
+            ("cpu_op", "c10d::allreduce_", "", 150, 155),
+            ("annotation", "gloo:all_reduce", "pt_gloo_runloop", 140, 180),
+            ("cpu_op", "aten::copy_", "pt_gloo_runloop", 160, 170),
+        ]
+    )
+    r = _row(analyze(tl))
+    assert r.step == 3
+    assert (
+        r.step_ns,
+        r.compute_ns,
+        r.comm_ns,
+        r.overlap_ns,
+        r.exposed_comm_ns,
+        r.idle_ns,
+        r.ideal_ns,
+    ) == (
+        100,
+        50,
+        40,
+        10,
+        30,
+        20,
+        70,
+    )
+    assert r.bottleneck == "exposed-communication"
+
+
+def test_step_regex_and_range_filter():
+    # user ranges "train_step" (no number): labelled by ordinal 0, 1, 2; --steps 1-2 keeps two
+    tl = cpu_timeline(
+        [("annotation", "train_step", "", i * 100, i * 100 + 50) for i in range(3)]
+        + [("cpu_op", "aten::mm", "", i * 100, i * 100 + 10) for i in range(3)]
+    )
+    res = analyze(tl, step_regex="^train_step", steps="1-2")
+    assert res.steps["step"].tolist() == [1, 2]
+    assert res.steps["compute_ns"].tolist() == [10, 10]
+    # each step: window 50, compute 10, idle 40 (80 %) -> idle-bound
+    assert set(res.steps["bottleneck"]) == {"idle-bound"}
+
+
+def test_user_comm_pattern():
+    # a custom all-gather kernel without "nccl" in its name becomes comm with --comm-pattern
+    tl = gpu_timeline(
+        [("gemm", 7, 0, 10), ("myAllGatherKernel", 9, 5, 15)], steps=[("ProfilerStep#0", 0, 1)]
+    )
+    assert _row(analyze(tl)).comm_ns == 0
+    r = _row(analyze(tl, comm_patterns=["AllGather"]))
+    # comm [5,15) = 10, overlap [5,10) = 5
+    assert (r.comm_ns, r.overlap_ns) == (10, 5)
+
+
+def test_summary_median_and_worst_step():
+    # steps with exposed comm 0, 4, 2 (ms): worst = step 2 (4 ms); median step time of 10, 14, 12 = 12
+    kernels, steps, launch = [], [], []
+    for i, exp in enumerate([0, 4, 2]):
+        base = i * 100 * MS
+        steps.append((f"ProfilerStep#{i + 1}", base, base + MS))
+        kernels += [
+            ("gemm", 7, base, base + 10 * MS),
+            (NCCL, 20, base + 10 * MS - 0, base + 10 * MS + exp * MS),
+        ]
+        launch += [base, base]
+    res = analyze(gpu_timeline(kernels, steps=steps, launch_at=launch))
+    run = res.summary["run"]
+    assert run["worst_step"]["step"] == 2 and run["worst_step"]["exposed_comm_ns"] == 4 * MS
+    assert run["metrics"]["step_ns"]["median"] == 12 * MS
+    # aggregate overlap ratio: total overlap 0 / total comm 6 ms = 0.0 ; step 1 has no comm -> None
+    assert run["overlap_ratio"] == 0.0
+    assert res.steps["overlap_ratio"].tolist()[0] is None
