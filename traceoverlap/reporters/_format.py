@@ -63,13 +63,13 @@ def summary_lines(analysis: Analysis) -> list[str]:
     n_ranks = len(analysis.summary["ranks"])
     lines = [
         f"{run['n_steps']} steps on {n_ranks} rank{'s' if n_ranks != 1 else ''} (medians over steps):",
-        f"  step {ms(med('step_ns'))} ms = compute {ms(med('compute_ns'))} + comm "
-        f"{ms(med('comm_ns'))} - overlap {ms(med('overlap_ns'))} + memory/idle",
-        f"  exposed comm {ms(med('exposed_comm_ns'))} ms per step "
-        f"({pct(run.get('exposed_comm_ratio'))} of all step time); overlap ratio "
-        f"{pct(run.get('overlap_ratio'))} of comm hidden",
-        f"  idle {ms(med('idle_ns'))} ms; ideal step {ms(med('ideal_ns'))} ms -> potential speedup "
-        f"{speedup(run.get('potential_speedup'))}",
+        f"  step {ms(med('step_ns'))} ms: compute {ms(med('compute_ns'))}, comm {ms(med('comm_ns'))} "
+        f"of which {ms(med('exposed_comm_ns'))} exposed, memory {ms(med('memory_ns'))}, "
+        f"idle {ms(med('idle_ns'))}",
+        f"  overlap ratio {pct(run.get('overlap_ratio'))} (share of all comm hidden behind compute); "
+        f"exposed comm = {pct(run.get('exposed_comm_ratio'))} of step time",
+        f"  ideal step {ms(med('ideal_ns'))} ms -> potential speedup "
+        f"{speedup(run.get('potential_speedup'))} if every hideable ns of comm were hidden",
     ]
     counts = run.get("bottlenecks", {})
     dom = run.get("dominant_bottleneck")
@@ -78,7 +78,7 @@ def summary_lines(analysis: Analysis) -> list[str]:
     worst = run.get("worst_step")
     if worst and worst.get("exposed_comm_ns", 0) > 0:
         lines.append(
-            f"  most exposed: rank {worst['rank']} step {worst['step']}: {worst['bottleneck']}: "
-            f"{worst['reason']}"
+            f"  most exposed: rank {worst['rank']} step {worst['step']} "
+            f"({ms(worst['exposed_comm_ns'])} ms exposed): {worst['bottleneck']}: {worst['reason']}"
         )
     return lines

@@ -26,7 +26,14 @@ _STYLE = {
 
 
 def build_table(analysis: Analysis) -> Table:
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), header_style="bold")
+    table = Table(
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        show_edge=False,
+        padding=(0, 1),
+        collapse_padding=True,
+        header_style="bold",
+    )
     for col, just in (
         ("rank", "right"),
         ("step", "right"),
