@@ -1,0 +1,781 @@
+"""Reader for PyTorch profiler (Kineto) Chrome-trace JSON: ``.json`` and ``.json.gz``, one rank per file.
+
+Speed and memory are the point: a rank trace is often hundreds of MB. The bytes are decoded once
+by msgspec into small typed structs that name only the fields the analysis needs (unknown fields
+are skipped by the C decoder without building Python objects), then turned into numpy columns and
+categoricals batch by batch, so no per-event Python object outlives the reader and the peak holds
+the raw bytes plus one batch of structs.
+
+Times become exact integer nanoseconds: ``ts``/``dur`` are float microseconds with three decimals
+(relative to ``baseTimeNanoseconds``) or, in older traces, integer absolute epoch microseconds.
+See :func:`us_to_ns` for why the conversion is exact.
+
+Robustness is handled on the failure path only, so that well-formed traces pay nothing: bare
+``N/A`` / ``NaN`` words are replaced by ``null``, invalid UTF-8 is replaced, and values of an
+unexpected type send the file through a lenient decoder.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+import zlib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+import pandas as pd
+
+from ..errors import TraceFormatError
+from ..model import Timeline, TraceInfo, make_events
+
+__all__ = ["read_kineto", "us_to_ns", "rank_from_filename", "DTYPE_BYTES"]
+
+#: Kineto ``cat`` -> :data:`traceoverlap.model.CATEGORIES`. Anything else is dropped.
+CATEGORY_MAP: dict[str, str] = {
+    "kernel": "kernel",
+    "gpu_memcpy": "memcpy",
+    "gpu_memset": "memset",
+    "cuda_sync": "sync",
+    "cuda_runtime": "runtime",
+    "cuda_driver": "driver",
+    "cpu_op": "cpu_op",
+    "user_annotation": "annotation",
+    "gpu_user_annotation": "gpu_annotation",
+}
+#: Categories whose Kineto ``pid`` is the GPU and ``tid`` the stream.
+_GPU_SIDE = frozenset({"kernel", "memcpy", "memset", "sync", "gpu_annotation"})
+_GPU_ACTIVITY = frozenset({"kernel", "memcpy", "memset"})
+#: Categories that take a correlation id from an ac2g flow when ``args.correlation`` is absent.
+_FLOW_TARGETS = frozenset({"kernel", "memcpy", "memset", "sync", "runtime", "driver"})
+_FLOW_CATS = frozenset({"ac2g", "async_cpu_to_gpu"})
+
+#: Bytes per element of the ``dtype`` names PyTorch writes in collective args (c10 ScalarType).
+DTYPE_BYTES: dict[str, int] = {
+    "Float": 4,
+    "Half": 2,
+    "BFloat16": 2,
+    "Double": 8,
+    "Long": 8,
+    "Int": 4,
+    "Short": 2,
+    "Byte": 1,
+    "Char": 1,
+    "Bool": 1,
+    "ComplexHalf": 4,
+    "ComplexFloat": 8,
+    "ComplexDouble": 16,
+    "Float8_e4m3fn": 1,
+    "Float8_e5m2": 1,
+    "Float8_e4m3fnuz": 1,
+    "Float8_e5m2fnuz": 1,
+    "UInt16": 2,
+    "UInt32": 4,
+    "UInt64": 8,
+    "QInt8": 1,
+    "QUInt8": 1,
+    "QInt32": 4,
+}
+
+# Above this, a ts without baseTimeNanoseconds can only be absolute epoch microseconds
+# (1e15 us = 2001-09-09); relative traces start near 0 or at a monotonic clock (days, not decades).
+_EPOCH_US_THRESHOLD = 1e15
+_BATCH = 65536
+_INT64_MAX = 2**63 - 1
+_INT64_MIN = -(2**63)
+
+
+# --------------------------------------------------------------------------------------------
+# Decoding: typed structs naming only what we need.
+
+
+class _Args(msgspec.Struct, gc=False):
+    device: int | str | None = None
+    stream: int | str | None = None
+    correlation: int | str | None = None
+    name: str | None = None  # "M" metadata: thread / process name
+    coll_name: str | None = msgspec.field(default=None, name="Collective name")
+    in_nelems: int | None = msgspec.field(default=None, name="In msg nelems")
+    out_nelems: int | None = msgspec.field(default=None, name="Out msg nelems")
+    dtype: str | None = None
+    group_size: int | None = msgspec.field(default=None, name="Group size")
+    pg_name: str | None = msgspec.field(default=None, name="Process Group Name")
+    seq: int | None = msgspec.field(default=None, name="Seq")
+    seq_lower: int | None = msgspec.field(default=None, name="seq")
+
+
+class _Event(msgspec.Struct, gc=False):
+    ph: str = ""
+    cat: str = ""
+    name: str = ""
+    pid: int | str | None = None
+    tid: int | str | None = None
+    ts: float | None = None
+    dur: float | None = None
+    id: int | str | None = None
+    args: _Args | None = None
+
+
+# The lenient twins: any JSON value anywhere, for traces whose values have unexpected types
+# (a string ts, a huge int in a field we read...). Slower, only used when the typed decode fails.
+class _LooseArgs(msgspec.Struct, gc=False):
+    device: Any = None
+    stream: Any = None
+    correlation: Any = None
+    name: Any = None
+    coll_name: Any = msgspec.field(default=None, name="Collective name")
+    in_nelems: Any = msgspec.field(default=None, name="In msg nelems")
+    out_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
+    dtype: Any = None
+    group_size: Any = msgspec.field(default=None, name="Group size")
+    pg_name: Any = msgspec.field(default=None, name="Process Group Name")
+    seq: Any = msgspec.field(default=None, name="Seq")
+    seq_lower: Any = msgspec.field(default=None, name="seq")
+
+
+class _LooseEvent(msgspec.Struct, gc=False):
+    ph: Any = ""
+    cat: Any = ""
+    name: Any = ""
+    pid: Any = None
+    tid: Any = None
+    ts: Any = None
+    dur: Any = None
+    id: Any = None
+    args: _LooseArgs | None = None
+
+
+class _Head(msgspec.Struct):
+    """Top level: the events stay raw byte slices until decoded in batches."""
+
+    traceEvents: list[msgspec.Raw] | None = None
+    schemaVersion: Any = None
+    deviceProperties: Any = None
+    distributedInfo: Any = None
+    baseTimeNanoseconds: Any = None
+
+
+_HEAD = msgspec.json.Decoder(_Head)
+_RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
+_EVENTS = msgspec.json.Decoder(list[_Event])
+_LOOSE_EVENTS = msgspec.json.Decoder(list[_LooseEvent])
+
+_LEADING_WS = re.compile(rb"\s*")
+_BAREWORD = re.compile(rb"(?<=[\[:,])(\s*)(?:N/A|-?NaN|-?Infinity|-?nan|-?inf)(?=\s*[,\]}])")
+
+
+# --------------------------------------------------------------------------------------------
+# Public helpers
+
+
+def us_to_ns(us: np.ndarray) -> np.ndarray:
+    """Float microseconds -> exact integer nanoseconds (int64).
+
+    ``round(us * 1000)`` in float64 is not exact for Kineto's ``ts`` (~4.5e12 us: the product
+    ~4.5e15 has an ulp of 0.5-1 ns). Splitting off the integer part first is: ``floor`` and the
+    subtraction are exact, the fraction times 1000 is tiny, and the integer part is multiplied in
+    int64. The result is the decimal ns value written in the file whenever the parse error of
+    ``us`` is below 0.5 ns, i.e. for ``us < 2**43`` (with three decimals) and for any integer
+    ``us < 2**53`` (older absolute epoch-microsecond traces).
+    """
+    us = np.asarray(us, dtype=np.float64)
+    ip = np.floor(us)
+    frac = us - ip
+    return ip.astype(np.int64) * 1000 + np.rint(frac * 1000.0).astype(np.int64)
+
+
+_RANK_IN_NAME = re.compile(r"(?:^|[^a-z0-9])rank[-_]?(\d+)(?![0-9])", re.IGNORECASE)
+
+
+def rank_from_filename(path: str | Path) -> int | None:
+    """The rank written in a file name (``rank-3``, ``rank3``, ``_rank3``, ``rank_3``), else None."""
+    m = _RANK_IN_NAME.search(Path(path).name)
+    return int(m.group(1)) if m else None
+
+
+# --------------------------------------------------------------------------------------------
+# Reading bytes
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise TraceFormatError(path, "file not found", "check the path") from None
+    except IsADirectoryError:
+        raise TraceFormatError(
+            path,
+            "is a directory, not a trace file",
+            "pass the folder to `analyze`, which expands it",
+        ) from None
+    except OSError as exc:
+        raise TraceFormatError(path, f"cannot read the file: {exc.strerror or exc}") from None
+    if data[:2] == b"\x1f\x8b":
+        try:
+            data = gzip.decompress(data)
+        except EOFError:
+            raise TraceFormatError(
+                path,
+                "gzip stream ends early (truncated): the rank may have crashed or been killed mid-write",
+                "re-collect the trace, or use another rank's file",
+            ) from None
+        except (OSError, zlib.error) as exc:
+            raise TraceFormatError(
+                path, f"corrupt gzip data ({exc})", "re-copy or re-collect the trace file"
+            ) from None
+    if data.startswith(b"\xef\xbb\xbf"):  # UTF-8 BOM (Windows editors): not valid JSON
+        data = data[3:]
+    if not data or data.isspace():
+        raise TraceFormatError(
+            path,
+            "file is empty",
+            "the profiler may not have finished writing it; re-collect the trace",
+        )
+    return data
+
+
+def _first_byte(data: bytes) -> bytes:
+    """First non-whitespace byte, without copying the (large) buffer."""
+    m = _LEADING_WS.match(data)
+    end = m.end() if m else 0
+    return data[end : end + 1]
+
+
+def _decode_error(path: Path, data: bytes, exc: Exception) -> TraceFormatError:
+    msg = str(exc)
+    if "truncated" in msg:
+        return TraceFormatError(
+            path,
+            "JSON ends early (truncated): the rank may have crashed or been killed mid-write",
+            "re-collect the trace, or analyze the other ranks without this file",
+        )
+    head = _first_byte(data)
+    if head not in (b"{", b"["):
+        return TraceFormatError(
+            path,
+            "not JSON (expected a Kineto / Chrome trace starting with '{')",
+            "pass a PyTorch profiler .json / .json.gz trace or an nsys .sqlite export",
+        )
+    return TraceFormatError(
+        path, f"invalid JSON ({msg})", "the file is damaged; re-collect or re-export the trace"
+    )
+
+
+def _decode_head(path: Path, data: bytes) -> tuple[_Head, bytes]:
+    """Decode the top level, repairing bare words / invalid UTF-8 only if the first try fails."""
+    repaired = False
+    while True:
+        try:
+            if _first_byte(data) == b"[":  # Chrome "JSON array format": just the events
+                return _Head(traceEvents=_RAW_LIST.decode(data)), data
+            return _HEAD.decode(data), data
+        except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+            if repaired:
+                raise _decode_error(path, data, exc) from None
+            repaired = True
+            fixed = _BAREWORD.sub(rb"\1null", data)
+            try:
+                fixed.decode("utf-8")
+            except UnicodeDecodeError:
+                fixed = fixed.decode("utf-8", errors="replace").encode("utf-8")
+            if fixed == data:
+                raise _decode_error(path, data, exc) from None
+            data = fixed
+
+
+def _decode_batch(path: Path, raws: Sequence[msgspec.Raw]) -> list[Any]:
+    buf = b"[" + b",".join(raws) + b"]"
+    try:
+        return _EVENTS.decode(buf)
+    except UnicodeDecodeError:
+        buf = buf.decode("utf-8", errors="replace").encode("utf-8")
+    except msgspec.ValidationError:
+        pass
+    try:
+        return _LOOSE_EVENTS.decode(buf)
+    except msgspec.ValidationError as exc:
+        raise TraceFormatError(
+            path, f"unexpected trace event layout ({exc})", "is this a Chrome trace?"
+        ) from None
+
+
+# --------------------------------------------------------------------------------------------
+# Value conversion (fast path: np.array on a homogeneous list; slow path only on odd values)
+
+
+def _to_int(v: Any, default: int) -> int:
+    if type(v) is int:
+        return v if _INT64_MIN <= v <= _INT64_MAX else default
+    if isinstance(v, float) and v == v and abs(v) < 9.2e18:
+        return int(v)
+    if isinstance(v, str):
+        m = re.search(r"-?\d+", v)
+        if m:
+            return _to_int(int(m.group(0)), default)
+    return default
+
+
+def _int_array(values: list[Any], default: int) -> np.ndarray:
+    try:
+        return np.array(values, dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):
+        return np.array([_to_int(v, default) for v in values], dtype=np.int64)
+
+
+def _to_float(v: Any) -> float:
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return float(v)
+    if isinstance(v, str):
+        try:
+            return float(v)
+        except ValueError:
+            return float("nan")
+    return float("nan")
+
+
+def _float_array(values: list[Any]) -> np.ndarray:
+    try:
+        return np.array(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        return np.array([_to_float(v) for v in values], dtype=np.float64)
+
+
+def _str_list(values: list[Any]) -> list[str]:
+    return [v if type(v) is str else ("" if v is None else str(v)) for v in values]
+
+
+# --------------------------------------------------------------------------------------------
+# Batch -> columns
+
+
+class _Columns:
+    """Accumulates numpy column chunks for kept events, flows and metadata."""
+
+    def __init__(self) -> None:
+        self.cat: list[np.ndarray] = []
+        self.name: list[list[str]] = []
+        self.ts: list[np.ndarray] = []
+        self.dur: list[np.ndarray] = []
+        self.pid_raw: list[list[Any]] = []
+        self.tid_raw: list[list[Any]] = []
+        self.device: list[np.ndarray] = []
+        self.stream: list[np.ndarray] = []
+        self.corr: list[np.ndarray] = []
+        self.coll: list[tuple[np.ndarray, list[Any]]] = []  # (row offsets in chunk, args)
+        self.offset = 0
+        self.flows: list[tuple[str, Any, Any, Any, Any]] = []  # (ph, id, pid, tid, ts)
+        self.meta: list[tuple[str, Any, Any, Any]] = []  # (name, pid, tid, args.name)
+
+    def add(self, events: list[Any]) -> None:
+        cat_code = _CAT_CODE
+        kept = [e for e in events if e.ph == "X" and e.cat in cat_code]
+        for e in events:
+            ph = e.ph
+            if ph == "M":
+                if e.args is not None and e.name in ("thread_name", "process_name"):
+                    self.meta.append((e.name, e.pid, e.tid, getattr(e.args, "name", None)))
+            elif (ph == "s" or ph == "f") and e.cat in _FLOW_CATS:
+                self.flows.append((ph, e.id, e.pid, e.tid, e.ts))
+        if not kept:
+            return
+        n = len(kept)
+        self.cat.append(np.array([cat_code.get(e.cat, 0) for e in kept], dtype=np.int8))
+        self.name.append(_str_list([e.name for e in kept]))
+        self.ts.append(_float_array([e.ts for e in kept]))
+        self.dur.append(_float_array([0.0 if e.dur is None else e.dur for e in kept]))
+        self.pid_raw.append([e.pid for e in kept])
+        self.tid_raw.append([e.tid for e in kept])
+        args = [e.args for e in kept]
+        # Most events have no device/stream/correlation: compare against None once per value.
+        self.device.append(
+            _int_array([-1 if a is None or a.device is None else a.device for a in args], -1)
+        )
+        self.stream.append(
+            _int_array([-1 if a is None or a.stream is None else a.stream for a in args], -1)
+        )
+        self.corr.append(
+            _int_array(
+                [-1 if a is None or a.correlation is None else a.correlation for a in args], -1
+            )
+        )
+        coll_rows = [i for i, a in enumerate(args) if a is not None and a.coll_name is not None]
+        if coll_rows:
+            self.coll.append(
+                (np.array(coll_rows, dtype=np.int64) + self.offset, [args[i] for i in coll_rows])
+            )
+        self.offset += n
+
+
+_CAT_NAMES: tuple[str, ...] = tuple(dict.fromkeys(CATEGORY_MAP.values()))
+_CAT_CODE: dict[str, int] = {k: _CAT_NAMES.index(v) for k, v in CATEGORY_MAP.items()}
+
+
+def _categorical(values: list[str]) -> pd.Categorical:
+    codes, uniques = pd.factorize(np.array(values, dtype=object))
+    return _from_codes(codes.astype(np.int32), categories=uniques)
+
+
+def _from_codes(codes: np.ndarray, categories: Any) -> pd.Categorical:
+    # Same category dtype as make_events (pandas infers it), so timelines concatenate.
+    return pd.Categorical.from_codes(codes, categories=pd.Index(list(categories)))
+
+
+def _concat_str(chunks: list[list[str]]) -> list[str]:
+    if len(chunks) == 1:
+        return chunks[0]
+    out: list[str] = []
+    for c in chunks:
+        out.extend(c)
+    return out
+
+
+def _mode(values: np.ndarray) -> int | None:
+    if len(values) == 0:
+        return None
+    uniq, counts = np.unique(values, return_counts=True)
+    return int(uniq[np.argmax(counts)])
+
+
+_THREAD_LABEL = re.compile(r"^thread\s+\d+\s+\((.*)\)\s*$")
+
+
+def _thread_name(label: str) -> str:
+    """Kineto labels threads ``thread 1234 (pt_main_thread)``; the name is the part in brackets."""
+    m = _THREAD_LABEL.match(label)
+    return m.group(1) if m else label.strip()
+
+
+# --------------------------------------------------------------------------------------------
+# The reader
+
+
+def read_kineto(path: str | Path) -> Timeline:
+    """Read one PyTorch profiler (Kineto) Chrome-trace JSON file (``.json`` / ``.json.gz``).
+
+    One file is one rank. Returns a :class:`Timeline` whose events follow the column contract of
+    :mod:`traceoverlap.model` (integer ns; unix-epoch ns when the trace has
+    ``baseTimeNanoseconds`` or absolute epoch-µs timestamps, see ``TraceInfo.clock``).
+    Raises :class:`TraceFormatError` naming the file for anything that is not a readable trace.
+    """
+    p = Path(path)
+    data = _read_bytes(p)
+    head, data = _decode_head(p, data)
+    raws = head.traceEvents
+    if raws is None:
+        raise TraceFormatError(
+            p,
+            "JSON without a `traceEvents` list: not a Chrome / Kineto trace",
+            "pass the file written by torch.profiler (export_chrome_trace / tensorboard_trace_handler)",
+        )
+    cols = _Columns()
+    for i in range(0, len(raws), _BATCH):
+        cols.add(_decode_batch(p, raws[i : i + _BATCH]))
+    del raws, head.traceEvents, data
+    return _build(p, head, cols)
+
+
+def _build(p: Path, head: _Head, cols: _Columns) -> Timeline:
+    n = cols.offset
+    if n == 0:
+        raise TraceFormatError(
+            p,
+            "no events this tool reads (no kernel, memcpy, memset, CUDA runtime, cpu_op or "
+            "user_annotation events)",
+            "profile with activities=[CPU, CUDA] (CPU alone for gloo runs) and record at least one step",
+        )
+    cat = np.concatenate(cols.cat)
+    cols.cat = []
+    ts = np.concatenate(cols.ts)
+    dur = np.concatenate(cols.dur)
+    cols.ts = cols.dur = []
+    device = np.concatenate(cols.device)
+    stream = np.concatenate(cols.stream)
+    corr = np.concatenate(cols.corr)
+    cols.device = cols.stream = cols.corr = []
+    notes: list[str] = []
+
+    bad_ts = ~np.isfinite(ts)
+    if bad_ts.any():
+        notes.append(f"{int(bad_ts.sum())} events without a usable timestamp were dropped.")
+    dur = np.where(np.isfinite(dur), dur, 0.0)
+    base = head.baseTimeNanoseconds
+    base_ns = _to_int(base, 0) if base is not None else None
+    ts_ok = ts[~bad_ts]
+    if base_ns is not None:
+        clock = "unix"
+    elif len(ts_ok) and float(np.median(ts_ok)) > _EPOCH_US_THRESHOLD:
+        clock = "unix"
+    else:
+        clock = "relative"
+    start = us_to_ns(np.where(bad_ts, 0.0, ts))
+    neg = dur < 0
+    if neg.any():
+        notes.append(f"{int(neg.sum())} events with a negative duration were given duration 0.")
+        dur = np.where(neg, 0.0, dur)
+    end = start + us_to_ns(dur)
+    if base_ns:
+        start += base_ns
+        end += base_ns
+
+    gpu_side = np.isin(cat, [_CAT_NAMES.index(c) for c in _GPU_SIDE])
+    pid_raw = _int_array(_concat_flat(cols.pid_raw), -1)
+    tid_list = _concat_flat(cols.tid_raw)
+    cols.pid_raw = cols.tid_raw = []
+    tid_raw = _int_array(tid_list, -1)
+
+    # Old traces: correlation from ac2g / async_cpu_to_gpu flows, matched on the raw (pid, tid).
+    flow_note = _apply_flows(cols.flows, cat, corr, pid_raw, tid_raw, start, end, base_ns or 0)
+    if flow_note:
+        notes.append(flow_note)
+
+    # Host pid of the rank: GPU events carry the device as pid in Kineto; give them the process
+    # that launched them so (pid, correlation) joins kernels to launches.
+    launch = np.isin(cat, [_CAT_NAMES.index("runtime"), _CAT_NAMES.index("driver")])
+    host_pid = _mode(pid_raw[launch & (pid_raw >= 0)])
+    if host_pid is None:
+        host_pid = _mode(pid_raw[~gpu_side & (pid_raw >= 0)])
+    if host_pid is None:
+        host_pid = 0
+    device = np.where(gpu_side & (device < 0), pid_raw, device)
+    stream = np.where(gpu_side & (stream < 0), tid_raw, stream)
+    pid = np.where(gpu_side, host_pid, pid_raw)
+    tid = np.where(gpu_side, -1, tid_raw)
+    device = np.where(gpu_side, device, -1)
+    stream = np.where(gpu_side, stream, -1)
+
+    # Thread names from "M" metadata (last one wins: Kineto renames a thread when it changes role).
+    tnames: dict[tuple[int, int], str] = {}
+    for kind, mpid, mtid, mname in cols.meta:
+        if kind == "thread_name" and isinstance(mname, str):
+            tnames[(_to_int(mpid, -1), _to_int(mtid, -1))] = _thread_name(mname)
+    lane, thread_name = _lanes(gpu_side, pid, tid, device, stream, tnames)
+
+    coll_bytes = np.full(n, -1, dtype=np.int64)
+    seq = np.full(n, -1, dtype=np.int64)
+    group_size = np.full(n, -1, dtype=np.int64)
+    coll_codes = np.zeros(n, dtype=np.int32)
+    pg_codes = np.zeros(n, dtype=np.int32)
+    coll_cats: dict[str, int] = {"": 0}
+    pg_cats: dict[str, int] = {"": 0}
+    for rows, args in cols.coll:
+        for r, a in zip(rows.tolist(), args, strict=True):
+            cname = str(a.coll_name)
+            coll_codes[r] = coll_cats.setdefault(cname, len(coll_cats))
+            if a.pg_name is not None:
+                pg_codes[r] = pg_cats.setdefault(str(a.pg_name), len(pg_cats))
+            nel = max(_to_int(a.in_nelems, -1), _to_int(a.out_nelems, -1))
+            size = DTYPE_BYTES.get(str(a.dtype), -1)
+            coll_bytes[r] = nel * size if nel >= 0 and size > 0 else -1
+            s = a.seq if a.seq is not None else a.seq_lower
+            seq[r] = _to_int(s, -1) if s is not None else -1
+            group_size[r] = _to_int(a.group_size, -1) if a.group_size is not None else -1
+    cols.coll = []
+
+    names = _categorical(_concat_str(cols.name))
+    cols.name = []
+    keep = ~bad_ts
+    category = _from_codes(cat.astype(np.int32), categories=list(_CAT_NAMES))
+
+    info = _trace_info(p, head, cat, device, host_pid, clock, notes)
+    columns: dict[str, Any] = {
+        "rank": info.rank,
+        "pid": pid,
+        "device": device,
+        "stream": stream,
+        "tid": tid,
+        "lane": lane,
+        "thread_name": thread_name,
+        "category": category,
+        "name": names,
+        "start_ns": start,
+        "end_ns": end,
+        "correlation": corr,
+        "coll_name": _from_codes(coll_codes, categories=list(coll_cats)),
+        "coll_bytes": coll_bytes,
+        "process_group": _from_codes(pg_codes, categories=list(pg_cats)),
+        "seq": seq,
+        "group_size": group_size,
+    }
+    events = make_events(n, columns)
+    if not keep.all():
+        events = events[keep].reset_index(drop=True)
+    return Timeline(events, (info,))
+
+
+def _concat_flat(chunks: list[list[Any]]) -> list[Any]:
+    out: list[Any] = []
+    for c in chunks:
+        out.extend(c)
+    return out
+
+
+def _lanes(
+    gpu_side: np.ndarray,
+    pid: np.ndarray,
+    tid: np.ndarray,
+    device: np.ndarray,
+    stream: np.ndarray,
+    tnames: dict[tuple[int, int], str],
+) -> tuple[pd.Categorical, pd.Categorical]:
+    """Lane and thread-name categoricals, built per distinct (pid, tid) / (device, stream)."""
+    n = len(pid)
+    several_devices = len(np.unique(device[gpu_side])) > 1
+    lane_codes = np.zeros(n, dtype=np.int64)
+    tname_codes = np.zeros(n, dtype=np.int64)
+    lane_labels: list[str] = []
+    tname_labels: list[str] = [""]
+    host = ~gpu_side
+    if host.any():
+        keys = np.stack([pid[host], tid[host]], axis=1)
+        uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+        tn_idx = []
+        for kp, kt in uniq.tolist():
+            tn = tnames.get((kp, kt), "")
+            lane_labels.append(f"thread {kt}" + (f" ({tn})" if tn else ""))
+            if tn not in tname_labels:
+                tname_labels.append(tn)
+            tn_idx.append(tname_labels.index(tn))
+        lane_codes[host] = inv.reshape(-1)
+        tname_codes[host] = np.array(tn_idx, dtype=np.int64)[inv.reshape(-1)]
+    if gpu_side.any():
+        keys = np.stack([device[gpu_side], stream[gpu_side]], axis=1)
+        uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+        first = len(lane_labels)
+        for kd, ks in uniq.tolist():
+            lane_labels.append((f"gpu {kd} " if several_devices else "") + f"stream {ks}")
+        lane_codes[gpu_side] = inv.reshape(-1) + first
+    # Two host processes may share a tid label: merge identical labels into one category.
+    label_codes, label_uniques = pd.factorize(np.array(lane_labels, dtype=object))
+    lane = _from_codes(label_codes[lane_codes].astype(np.int32), categories=label_uniques)
+    tname = _from_codes(tname_codes.astype(np.int32), categories=tname_labels)
+    return lane, tname
+
+
+def _apply_flows(
+    flows: list[tuple[str, Any, Any, Any, Any]],
+    cat: np.ndarray,
+    corr: np.ndarray,
+    pid_raw: np.ndarray,
+    tid_raw: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    base_ns: int,
+) -> str | None:
+    """Fill missing correlation ids (in place) from ac2g / async_cpu_to_gpu flow events.
+
+    A flow's ``s`` end sits on the launch, its ``f`` end on the GPU activity; both carry the same
+    ``id``. Each end binds to the X event on the same (pid, tid) that starts at the flow's ts, else
+    to the one that encloses it (the latest-starting one). Returns a note, or None if unused.
+    """
+    targets = np.isin(cat, [_CAT_NAMES.index(c) for c in _FLOW_TARGETS]) & (corr < 0)
+    if not flows or not targets.any():
+        return None
+    fpid = _int_array([f[2] for f in flows], -1)
+    ftid = _int_array([f[3] for f in flows], -1)
+    fts = _float_array([f[4] for f in flows])
+    ok = np.isfinite(fts)
+    fns = us_to_ns(np.where(ok, fts, 0.0)) + base_ns
+    fid_raw = [f[1] for f in flows]
+    fid = _int_array(fid_raw, -1)
+    if (fid < 0).any():  # string ids ("0x1a"...): any consistent integer will do
+        codes, _ = pd.factorize(np.array([str(v) for v in fid_raw], dtype=object))
+        fid = np.where(fid < 0, codes.astype(np.int64) + 2**62, fid)
+    tidx = np.flatnonzero(targets)
+    bound = 0
+    for kp, kt in set(zip(fpid[ok].tolist(), ftid[ok].tolist(), strict=True)):
+        cand = tidx[(pid_raw[tidx] == kp) & (tid_raw[tidx] == kt)]
+        if len(cand) == 0:
+            continue
+        cand = cand[np.argsort(start[cand], kind="stable")]
+        cs = start[cand]
+        sel = np.flatnonzero(ok & (fpid == kp) & (ftid == kt))
+        pos = np.searchsorted(cs, fns[sel], side="right") - 1
+        good = pos >= 0
+        posg = np.where(good, pos, 0)
+        hit = cand[posg]
+        good &= end[hit] >= fns[sel]
+        corr[hit[good]] = fid[sel[good]]
+        bound += int(good.sum())
+    if bound == 0:
+        return None
+    return f"Correlation ids of {bound} launches/GPU activities were taken from ac2g flow events."
+
+
+def _trace_info(
+    p: Path,
+    head: _Head,
+    cat: np.ndarray,
+    device: np.ndarray,
+    host_pid: int,
+    clock: str,
+    notes: list[str],
+) -> TraceInfo:
+    dist = head.distributedInfo if isinstance(head.distributedInfo, dict) else None
+    rank: int | None = None
+    world: int | None = None
+    backend: str | None = None
+    groups: tuple[dict[str, Any], ...] = ()
+    if dist is not None:
+        r = dist.get("rank")
+        rank = _to_int(r, -1) if r is not None else None
+        if rank is not None and rank < 0:
+            rank = None
+        w = dist.get("world_size")
+        world = _to_int(w, -1) if w is not None else None
+        if world is not None and world < 1:
+            world = None
+        b = dist.get("backend")
+        backend = str(b) if b is not None else None
+        pgs = dist.get("pg_config")
+        if isinstance(pgs, list):
+            groups = tuple(g for g in pgs if isinstance(g, dict))
+    if rank is not None:
+        source = "distributedInfo"
+    else:
+        rank = rank_from_filename(p)
+        if rank is not None:
+            source = "filename"
+            notes.insert(
+                0, f"Rank {rank} taken from the file name (the trace has no distributedInfo)."
+            )
+        else:
+            rank, source = 0, "default"
+            notes.insert(
+                0,
+                "The trace and its file name say no rank: assumed rank 0 (name files rank<N>.json).",
+            )
+    gpu_rows = np.isin(cat, [_CAT_NAMES.index(c) for c in _GPU_ACTIVITY])
+    device_kind = "gpu" if gpu_rows.any() else "cpu"
+    used = sorted(set(np.unique(device[gpu_rows]).tolist())) if gpu_rows.any() else []
+    devices: list[str] = []
+    props = head.deviceProperties if isinstance(head.deviceProperties, list) else []
+    for d in props:
+        if not isinstance(d, dict):
+            continue
+        did = _to_int(d.get("id"), -1)
+        if used and did not in used:
+            continue
+        name = str(d.get("name", f"device {did}"))
+        mem = d.get("totalGlobalMem")
+        if isinstance(mem, (int, float)) and mem > 0:
+            name += f" ({mem / 1e9:.1f} GB)"
+        devices.append(name)
+    version = head.schemaVersion
+    return TraceInfo(
+        path=str(p),
+        format="kineto",
+        rank=rank,
+        world_size=world,
+        backend=backend,
+        rank_source=source,
+        device_kind=device_kind,
+        devices=tuple(devices),
+        format_version=None if version is None else str(version),
+        clock=clock,
+        pid=host_pid,
+        device=used[0] if used else None,
+        process_groups=groups,
+        notes=tuple(notes),
+    )
