@@ -1,0 +1,960 @@
+"""Nsight Systems reader: ``nsys export --type sqlite`` files (and ``.nsys-rep`` through ``nsys``).
+
+What it reads (tables and columns are discovered from ``sqlite_master`` / ``PRAGMA table_info``,
+never assumed; see ``docs/formats.md``):
+
+- ``CUPTI_ACTIVITY_KIND_KERNEL`` -> category ``kernel``, name = ``shortName`` (what classification
+  matches on); ``CUPTI_ACTIVITY_KIND_MEMCPY`` / ``_MEMSET`` -> ``memcpy`` / ``memset``. GPU rows get
+  ``pid`` from ``globalPid``, ``device`` = ``deviceId``, ``stream`` = ``streamId``, lane
+  ``"stream {streamId}"``.
+- ``CUPTI_ACTIVITY_KIND_RUNTIME`` -> ``runtime`` (eventClass 0) or ``driver`` (eventClass 1), with
+  ``correlation`` = ``correlationId``: every row, whatever the API name (NCCL launches with
+  ``cuLaunchKernelEx``), because correlation ids, not names, tie launches to GPU work.
+- ``NVTX_EVENTS`` push/pop and start/end ranges with an end -> ``annotation``, name =
+  ``COALESCE(text, StringIds.value)``; step markers are among these.
+- Host rows get ``pid``/``tid`` from ``globalTid`` (bits 24-47 / 0-23), thread names from
+  ``ThreadNames``.
+
+One export may hold several processes: GPU work is grouped by (pid, device) and each group is a
+rank. Host rows of a process belong to every rank of that process. Ranks come from the export when
+it records them (a ``RANK`` environment variable per process, or one ``rank N`` NVTX text per
+process), else from ordering the groups by device then pid (``rank_source="process-order"``).
+
+Times are integer nanoseconds as the export stores them, shifted to unix-epoch nanoseconds when
+``TARGET_INFO_SESSION_START_TIME`` says when the capture started (``TraceInfo.clock == "unix"``).
+Rows that start or end before the capture start (negative timestamps) are dropped.
+
+Columns are read with SQL straight into numpy arrays, a bounded chunk of rows at a time: no
+per-row Python objects are kept, and peak memory stays below the export's size.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from ..errors import TraceFormatError
+from ..model import CATEGORIES, Timeline, TraceInfo, make_events
+
+__all__ = ["read_nsys", "read_nsys_rep", "SQLITE_MAGIC"]
+
+I64 = npt.NDArray[np.int64]
+
+#: First 16 bytes of every SQLite 3 database file.
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+_KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
+_MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
+_MEMSET = "CUPTI_ACTIVITY_KIND_MEMSET"
+_RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
+_NVTX = "NVTX_EVENTS"
+_STRINGS = "StringIds"
+
+_CAPTURE_HINT = "re-run `nsys profile --trace=cuda,nvtx ...` (or `-t cuda,nvtx`) and export again"
+_EXPORT_HINT = (
+    "export the report with `nsys export --type sqlite --output report.sqlite report.nsys-rep`"
+)
+
+# Rows are fetched this many at a time, so that the text SQLite hands back stays small.
+_CHUNK_ROWS = 1 << 20
+
+# NVTX event types (ENUM_NSYS_EVENT_TYPE) used when the export does not carry the enum table.
+_NVTX_RANGE_TYPES_DEFAULT = (59, 60)
+_NVTX_RANGE_TYPE_NAMES = ("NvtxPushPopRange", "NvtxStartEndRange")
+_NVTX_ANY_TEXT_TYPES_DEFAULT = (34, 59, 60)
+_NVTX_ANY_TEXT_TYPE_NAMES = ("NvtxMark", "NvtxPushPopRange", "NvtxStartEndRange")
+
+# Labels of CUPTI memcpy kinds, used when the export has no ENUM_CUDA_MEMCPY_OPER table.
+_MEMCPY_LABELS = {
+    1: "Host-to-Device",
+    2: "Device-to-Host",
+    8: "Device-to-Device",
+    9: "Host-to-Host",
+    10: "Peer-to-Peer",
+}
+
+_RANK_TEXT = re.compile(r"^\s*\[?\s*rank\s*[:=#_ ]?\s*(\d+)\s*\]?\s*$", re.IGNORECASE)
+
+_CAT_CODE = {c: i for i, c in enumerate(CATEGORIES)}
+
+
+# ---------------------------------------------------------------------------------------------
+# public entry points
+
+
+def read_nsys(path: str | os.PathLike[str]) -> Timeline:
+    """Read an Nsight Systems SQLite export into a :class:`Timeline` (one rank per (pid, GPU)).
+
+    All times are integer nanoseconds (unix epoch when the export records the session start).
+    Raises :class:`TraceFormatError` for anything that is not a usable nsys export.
+    """
+    p = Path(path)
+    _check_sqlite_file(p)
+    try:
+        con = sqlite3.connect(f"{p.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
+    except sqlite3.Error as exc:  # pragma: no cover - unopenable after the header check
+        raise TraceFormatError(p, f"cannot open the SQLite file: {exc}", _EXPORT_HINT) from exc
+    try:
+        return _Reader(p, con).read()
+    except sqlite3.DatabaseError as exc:
+        raise TraceFormatError(
+            p, f"the SQLite file is damaged or incomplete ({exc})", _EXPORT_HINT
+        ) from exc
+    finally:
+        con.close()
+
+
+def read_nsys_rep(path: str | os.PathLike[str]) -> Timeline:
+    """Read an ``.nsys-rep`` report by exporting it to SQLite with ``nsys`` (which must be on PATH).
+
+    The export is cached next to the report (``report.sqlite``) when that folder is writable, else
+    in the temp folder, and reused while it is newer than the report.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise TraceFormatError(p, "no such file", "check the path")
+    nsys = shutil.which("nsys")
+    if nsys is None:
+        raise TraceFormatError(
+            p,
+            "reading an .nsys-rep needs Nsight Systems (`nsys` is not on PATH)",
+            "install Nsight Systems, or run `nsys export --type sqlite "
+            f"--output {p.with_suffix('.sqlite').name} {p.name}` where it is installed "
+            "and pass the .sqlite file",
+        )
+    cache = _export_cache_path(p)
+    if not (cache.is_file() and cache.stat().st_mtime >= p.stat().st_mtime):
+        _run_nsys_export(nsys, p, cache)
+    return read_nsys(cache)
+
+
+# ---------------------------------------------------------------------------------------------
+# .nsys-rep export
+
+
+def _export_cache_path(report: Path) -> Path:
+    beside = report.with_suffix(".sqlite")
+    if os.access(report.parent, os.W_OK) or beside.is_file():
+        if beside.is_file() or not beside.exists():
+            return beside
+    digest = hashlib.sha1(str(report.resolve()).encode()).hexdigest()[:16]
+    folder = Path(tempfile.gettempdir()) / "traceoverlap-nsys"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / f"{report.stem}-{digest}.sqlite"
+
+
+def _run_nsys_export(nsys: str, report: Path, cache: Path) -> None:
+    cmd = [
+        nsys,
+        "export",
+        "--type",
+        "sqlite",
+        "--force-overwrite",
+        "true",
+        "--output",
+        str(cache),
+        str(report),
+    ]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    except OSError as exc:
+        raise TraceFormatError(report, f"could not run `nsys export`: {exc}", _EXPORT_HINT) from exc
+    if proc.returncode != 0 or not cache.is_file():
+        lines = (proc.stderr or proc.stdout or "").strip().splitlines()
+        last = lines[-1] if lines else f"exit status {proc.returncode}"
+        raise TraceFormatError(report, f"`nsys export --type sqlite` failed: {last}", _EXPORT_HINT)
+
+
+# ---------------------------------------------------------------------------------------------
+# low-level SQLite helpers
+
+
+def _check_sqlite_file(p: Path) -> None:
+    if not p.exists():
+        raise TraceFormatError(p, "no such file", "check the path")
+    if not p.is_file():
+        raise TraceFormatError(p, "not a file", "pass an `nsys export --type sqlite` file")
+    with p.open("rb") as fh:
+        head = fh.read(len(SQLITE_MAGIC))
+    if head != SQLITE_MAGIC:
+        raise TraceFormatError(
+            p, "not an SQLite file", f"pass an Nsight Systems SQLite export ({_EXPORT_HINT})"
+        )
+
+
+def _q(name: str) -> str:
+    """Quote an SQL identifier (table and column names come from the file itself)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _rowid_chunks(con: sqlite3.Connection, table: str) -> list[tuple[int, int]]:
+    """Half-open rowid ranges ``(lo, hi]`` of at most ``_CHUNK_ROWS`` rows each, covering the table.
+
+    Exports have no indexes but every table has a rowid b-tree, so these ranges are cheap to find
+    and make each chunk's query a bounded range scan.
+    """
+    t = _q(table)
+    (hi,) = con.execute(f"SELECT max(rowid) FROM {t}").fetchone()
+    if hi is None:
+        return []
+    (lo,) = con.execute(f"SELECT min(rowid) FROM {t}").fetchone()
+    chunks: list[tuple[int, int]] = []
+    prev = int(lo) - 1
+    while prev < hi:
+        row = con.execute(
+            f"SELECT rowid FROM {t} WHERE rowid > ? ORDER BY rowid LIMIT 1 OFFSET ?",
+            (prev, _CHUNK_ROWS - 1),
+        ).fetchone()
+        upper = int(row[0]) if row is not None else int(hi)
+        chunks.append((prev, upper))
+        prev = upper
+    return chunks
+
+
+def _read_ints(
+    con: sqlite3.Connection, table: str, exprs: Sequence[str], where: str = ""
+) -> list[I64]:
+    """Integer SQL expressions over ``table`` (rows passing ``where``) as int64 arrays, rowid order.
+
+    Each expression must not yield NULL (wrap nullable columns in ``COALESCE``). SQLite renders a
+    chunk of one column as a comma-separated string that numpy parses in one call: several times
+    faster than building a Python tuple per row, and nothing per row survives the chunk.
+    """
+    t = _q(table)
+    cond = f" AND ({where})" if where else ""
+    parts: list[list[I64]] = [[] for _ in exprs]
+    for lo, hi in _rowid_chunks(con, table):
+        lengths = set()
+        for j, expr in enumerate(exprs):
+            (text,) = con.execute(
+                f"SELECT group_concat(v) FROM (SELECT CAST(({expr}) AS INTEGER) AS v FROM {t} "
+                f"WHERE rowid > ? AND rowid <= ?{cond} ORDER BY rowid)",
+                (lo, hi),
+            ).fetchone()
+            arr = (
+                np.fromstring(text, dtype=np.int64, sep=",")
+                if text
+                else np.zeros(0, dtype=np.int64)
+            )
+            lengths.add(arr.size)
+            parts[j].append(arr)
+        if len(lengths) > 1:
+            raise sqlite3.DatabaseError(f"columns of {table} could not be read consistently")
+    return [np.concatenate(p) if p else np.zeros(0, dtype=np.int64) for p in parts]
+
+
+def _fetch_object_column(
+    con: sqlite3.Connection, table: str, key_expr: str, value_expr: str, where: str
+) -> tuple[I64, npt.NDArray[np.object_]]:
+    """``(keys, values)`` for the rows passing ``where``: for the few text columns we need."""
+    keys: list[I64] = []
+    vals: list[npt.NDArray[np.object_]] = []
+    cur = con.execute(f"SELECT {key_expr}, {value_expr} FROM {_q(table)} WHERE {where}")
+    while True:
+        rows = cur.fetchmany(1 << 16)
+        if not rows:
+            break
+        k, v = zip(*rows, strict=True)
+        keys.append(np.asarray(k, dtype=np.int64))
+        arr = np.empty(len(v), dtype=object)
+        arr[:] = v
+        vals.append(arr)
+    if not keys:
+        return np.zeros(0, np.int64), np.zeros(0, dtype=object)
+    return np.concatenate(keys), np.concatenate(vals)
+
+
+# ---------------------------------------------------------------------------------------------
+# string columns built as categorical codes
+
+
+class _Strings:
+    """Accumulates categorical codes for one string column built from several sources.
+
+    Each ``add_*`` call returns global codes for its rows; :meth:`categorical` turns any selection
+    of such codes into a ``pd.Categorical`` with unique categories.
+    """
+
+    def __init__(self) -> None:
+        self._cats: list[npt.NDArray[np.object_]] = []
+        self._n = 0
+
+    def _add(self, codes: npt.NDArray[np.intp], categories: npt.NDArray[np.object_]) -> I64:
+        out = codes.astype(np.int64) + self._n
+        self._cats.append(categories)
+        self._n += len(categories)
+        return out
+
+    def add_const(self, value: str, n: int) -> I64:
+        cats = np.empty(1, dtype=object)
+        cats[0] = value
+        return self._add(np.zeros(n, dtype=np.intp), cats)
+
+    def add_values(self, values: npt.NDArray[np.object_]) -> I64:
+        codes, uniques = pd.factorize(values)
+        return self._add(codes, np.asarray(uniques, dtype=object))
+
+    def add_indexed(self, index: I64, table: npt.NDArray[np.object_]) -> I64:
+        """Rows whose string is ``table[index]`` (a small lookup table, e.g. lane names)."""
+        uniq, inv = np.unique(index, return_inverse=True)
+        return self._add(inv.reshape(-1), table[uniq])
+
+    def categorical(self, codes: I64) -> pd.Categorical:
+        cats = np.concatenate(self._cats) if self._cats else np.zeros(0, dtype=object)
+        remap, uniques = pd.factorize(cats)
+        final = remap[codes] if codes.size else np.zeros(0, dtype=np.int64)
+        cat = pd.Categorical.from_codes(final, categories=pd.Index(uniques, dtype=object))
+        return cat.remove_unused_categories()
+
+
+class _StringIds:
+    """The export's ``StringIds`` table: id -> text, looked up vectorised."""
+
+    def __init__(self, con: sqlite3.Connection, table: str | None) -> None:
+        if table is None:
+            self.ids: I64 = np.zeros(0, dtype=np.int64)
+            self.values: npt.NDArray[np.object_] = np.zeros(0, dtype=object)
+            return
+        ids, values = _fetch_object_column(con, table, "id", "value", "1")
+        order = np.argsort(ids, kind="stable")
+        self.ids = ids[order]
+        self.values = values[order]
+
+    def lookup(self, ids: I64, missing: str = "") -> npt.NDArray[np.object_]:
+        """Strings for ``ids`` (few distinct ids expected: call on uniques)."""
+        out = np.empty(ids.size, dtype=object)
+        out[:] = missing
+        if self.ids.size and ids.size:
+            pos = np.clip(np.searchsorted(self.ids, ids), 0, self.ids.size - 1)
+            hit = self.ids[pos] == ids
+            out[hit] = self.values[pos[hit]]
+        return out
+
+    def add_to(self, strings: _Strings, ids: I64, missing: str = "") -> I64:
+        uniq, inv = np.unique(ids, return_inverse=True)
+        return strings._add(inv.reshape(-1), self.lookup(uniq, missing))
+
+
+# ---------------------------------------------------------------------------------------------
+# the reader
+
+
+@dataclass
+class _Rows:
+    """A block of events as numpy columns; string columns hold :class:`_Strings` codes."""
+
+    start: I64
+    end: I64
+    pid: I64
+    device: I64
+    stream: I64
+    tid: I64
+    correlation: I64
+    category: I64
+    name: I64
+    lane: I64
+    thread_name: I64
+
+    def take(self, idx: npt.NDArray[np.intp]) -> _Rows:
+        return _Rows(**{k: v[idx] for k, v in self.__dict__.items()})
+
+    @staticmethod
+    def concat(blocks: Sequence[_Rows]) -> _Rows:
+        return _Rows(
+            **{k: np.concatenate([getattr(b, k) for b in blocks]) for k in _Rows.__annotations__}
+        )
+
+    def __len__(self) -> int:
+        return int(self.start.size)
+
+
+def _pid_of(global_id: I64) -> I64:
+    return (global_id >> 24) & 0xFFFFFF
+
+
+def _tid_of(global_id: I64) -> I64:
+    return global_id & 0xFFFFFF
+
+
+class _Reader:
+    def __init__(self, path: Path, con: sqlite3.Connection) -> None:
+        self.path = path
+        self.con = con
+        self.notes: list[str] = []
+        self.tables = {
+            name: name
+            for (name,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        }
+        self._columns: dict[str, set[str]] = {}
+        self.names = _Strings()
+        self.lanes = _Strings()
+        self.thread_names = _Strings()
+
+    # -- schema discovery -------------------------------------------------------------------
+
+    def table(self, name: str) -> str | None:
+        """The table's name as stored (case-insensitive match), or None when absent."""
+        if name in self.tables:
+            return name
+        low = name.lower()
+        for t in self.tables:
+            if t.lower() == low:
+                return t
+        return None
+
+    def columns(self, table: str) -> set[str]:
+        if table not in self._columns:
+            rows = self.con.execute(f"PRAGMA table_info({_q(table)})").fetchall()
+            self._columns[table] = {r[1] for r in rows}
+        return self._columns[table]
+
+    def require(self, table: str, cols: Sequence[str]) -> None:
+        missing = [c for c in cols if c not in self.columns(table)]
+        if missing:
+            raise TraceFormatError(
+                self.path,
+                f"table {table} lacks column(s) {', '.join(missing)}: "
+                "not an nsys SQLite export schema this reader knows",
+                _EXPORT_HINT + " with a recent Nsight Systems",
+            )
+
+    def col_or(self, table: str, col: str, default: str = "-1") -> str:
+        """SQL for a column that may be NULL or absent: NULL/absent -> ``default``."""
+        if col in self.columns(table):
+            return f"COALESCE({_q(col)}, {default})"
+        return default
+
+    # -- top level --------------------------------------------------------------------------
+
+    def read(self) -> Timeline:
+        kernel = self.table(_KERNEL)
+        strings = self.table(_STRINGS)
+        is_nsys = (
+            strings is not None
+            or self.table("META_DATA_EXPORT") is not None
+            or any(t.upper().startswith("CUPTI_ACTIVITY_KIND_") for t in self.tables)
+            or self.table(_NVTX) is not None
+        )
+        if not is_nsys:
+            raise TraceFormatError(
+                self.path,
+                "an SQLite file but not an Nsight Systems export "
+                "(no StringIds, META_DATA_EXPORT or CUPTI_ACTIVITY_KIND_* tables)",
+                _EXPORT_HINT,
+            )
+        if kernel is None:
+            raise TraceFormatError(
+                self.path,
+                "the export has no CUDA kernel table (CUPTI_ACTIVITY_KIND_KERNEL): "
+                "the capture did not trace CUDA",
+                _CAPTURE_HINT,
+            )
+        if strings is None:
+            raise TraceFormatError(
+                self.path,
+                "the export has no StringIds table, so kernel and range names cannot be resolved",
+                _EXPORT_HINT,
+            )
+        self.strings = _StringIds(self.con, strings)
+        version = self.format_version()
+        offset, clock = self.clock_offset()
+
+        gpu = self.read_gpu()
+        if len(gpu) == 0:
+            raise TraceFormatError(
+                self.path,
+                "the export has no GPU activity (its kernel, memcpy and memset tables are empty)",
+                "profile a range in which the program runs CUDA work, with " + _CAPTURE_HINT,
+            )
+        host = self.read_host()
+
+        groups, rank_of_group, rank_source, world_size = self.assign_ranks(gpu, host)
+        blocks: list[_Rows] = []
+        rank_cols: list[npt.NDArray[np.int32]] = []
+        group_key = gpu.pid * (1 << 32) + gpu.device
+        for (pid, device), group_rank in zip(groups, rank_of_group, strict=True):
+            g_idx = np.flatnonzero(group_key == pid * (1 << 32) + device)
+            h_idx = np.flatnonzero(host.pid == pid)
+            blocks.append(gpu.take(g_idx))
+            blocks.append(host.take(h_idx))
+            rank_cols.append(np.full(g_idx.size + h_idx.size, group_rank, dtype=np.int32))
+        rows = _Rows.concat(blocks)
+        rank = np.concatenate(rank_cols)
+        order = np.lexsort((rows.start, rank))
+        rows = rows.take(order)
+        rank = rank[order]
+
+        category = pd.Categorical.from_codes(rows.category, categories=pd.Index(CATEGORIES))
+        events = make_events(
+            len(rows),
+            {
+                "rank": rank,
+                "pid": rows.pid,
+                "device": rows.device,
+                "stream": rows.stream,
+                "tid": rows.tid,
+                "lane": self.lanes.categorical(rows.lane),
+                "thread_name": self.thread_names.categorical(rows.thread_name),
+                "category": category.remove_unused_categories(),
+                "name": self.names.categorical(rows.name),
+                "start_ns": rows.start + offset,
+                "end_ns": rows.end + offset,
+                "correlation": rows.correlation,
+            },
+        )
+        traces = self.trace_infos(groups, rank_of_group, rank_source, world_size, version, clock)
+        return Timeline(events, traces)
+
+    # -- metadata ---------------------------------------------------------------------------
+
+    def format_version(self) -> str | None:
+        meta = self.table("META_DATA_EXPORT")
+        if meta is None or not {"name", "value"} <= self.columns(meta):
+            self.notes.append("The export has no META_DATA_EXPORT table: schema version unknown.")
+            return None
+        row = self.con.execute(
+            f"SELECT value FROM {_q(meta)} WHERE name = 'EXPORT_SCHEMA_VERSION' LIMIT 1"
+        ).fetchone()
+        return None if row is None or row[0] is None else str(row[0])
+
+    def clock_offset(self) -> tuple[int, str]:
+        """Nanoseconds to add to export timestamps to get unix-epoch time, and the clock name.
+
+        ``utcEpochNs`` is the UTC time at capture start and ``systemClockNs`` the export's own
+        timestamp of that same instant (``ANALYSIS_DETAILS.startTime`` says it too), so
+        ``unix = t - systemClockNs + utcEpochNs``.
+        """
+        sess = self.table("TARGET_INFO_SESSION_START_TIME")
+        utc: int | None = None
+        base: int | None = None
+        if sess is not None and "utcEpochNs" in self.columns(sess):
+            has_sys = "systemClockNs" in self.columns(sess)
+            sel = "utcEpochNs, " + ("systemClockNs" if has_sys else "NULL")
+            row = self.con.execute(f"SELECT {sel} FROM {_q(sess)} LIMIT 1").fetchone()
+            if row is not None and row[0] is not None:
+                utc = int(row[0])
+                base = None if row[1] is None else int(row[1])
+        if utc is None:
+            self.notes.append(
+                "The export does not record when the capture started "
+                "(TARGET_INFO_SESSION_START_TIME): times are relative to the capture."
+            )
+            return 0, "relative"
+        details = self.table("ANALYSIS_DETAILS")
+        if base is None and details is not None and "startTime" in self.columns(details):
+            row = self.con.execute(f"SELECT startTime FROM {_q(details)} LIMIT 1").fetchone()
+            if row is not None and row[0] is not None:
+                base = int(row[0])
+        return utc - (base or 0), "unix"
+
+    def enum_ids(self, table: str, names: Sequence[str], default: Sequence[int]) -> list[int]:
+        """Ids of enum entries by name (the export's own enum table), else the known defaults."""
+        t = self.table(table)
+        if t is None or not {"id", "name"} <= self.columns(t):
+            return list(default)
+        marks = ",".join("?" for _ in names)
+        rows = self.con.execute(
+            f"SELECT id FROM {_q(t)} WHERE name IN ({marks})", tuple(names)
+        ).fetchall()
+        return sorted(int(r[0]) for r in rows) if rows else list(default)
+
+    # -- GPU activity -----------------------------------------------------------------------
+
+    def read_gpu(self) -> _Rows:
+        blocks: list[_Rows] = []
+        dropped = 0
+        for table_name, category in ((_KERNEL, "kernel"), (_MEMCPY, "memcpy"), (_MEMSET, "memset")):
+            t = self.table(table_name)
+            if t is None:
+                continue
+            self.require(t, ("start", "end", "deviceId", "streamId"))
+            name_col: str | None
+            if category == "kernel":
+                name_col = next(
+                    (
+                        c
+                        for c in ("shortName", "demangledName", "mangledName")
+                        if c in self.columns(t)
+                    ),
+                    None,
+                )
+                if name_col is None:
+                    self.require(t, ("shortName",))
+            else:
+                name_col = "copyKind" if category == "memcpy" else None
+            exprs = [
+                "start",
+                "end",
+                "deviceId",
+                "streamId",
+                self.col_or(t, "correlationId"),
+                self.col_or(t, "globalPid", "0"),
+                self.col_or(t, name_col) if name_col else "0",
+            ]
+            (n_bad,) = self.con.execute(
+                f"SELECT count(*) FROM {_q(t)} WHERE start < 0 OR end < start"
+            ).fetchone()
+            dropped += int(n_bad)
+            start, end, dev, stream, corr, gpid, name_id = _read_ints(
+                self.con, t, exprs, "start >= 0 AND end >= start"
+            )
+            n = start.size
+            if category == "kernel":
+                names = self.strings.add_to(self.names, name_id, missing="<unnamed kernel>")
+            elif category == "memcpy":
+                labels = self.memcpy_labels()
+                uniq, inv = np.unique(name_id, return_inverse=True)
+                cats = np.empty(uniq.size, dtype=object)
+                cats[:] = [f"Memcpy {labels.get(int(k), f'kind {int(k)}')}" for k in uniq]
+                names = self.names._add(inv.reshape(-1), cats)
+            else:
+                names = self.names.add_const("Memset", n)
+            blocks.append(
+                _Rows(
+                    start=start,
+                    end=end,
+                    pid=_pid_of(gpid),
+                    device=dev,
+                    stream=stream,
+                    tid=np.full(n, -1, dtype=np.int64),
+                    correlation=corr,
+                    category=np.full(n, _CAT_CODE[category], dtype=np.int64),
+                    name=names,
+                    lane=np.zeros(n, dtype=np.int64),  # filled below
+                    thread_name=self.thread_names.add_const("", n),
+                )
+            )
+        if not blocks:
+            return self._empty_rows()
+        rows = _Rows.concat(blocks)
+        uniq, inv = np.unique(rows.stream, return_inverse=True)
+        lane_names = np.empty(uniq.size, dtype=object)
+        lane_names[:] = [f"stream {int(s)}" for s in uniq]
+        rows.lane = self.lanes._add(inv.reshape(-1), lane_names)
+        if dropped:
+            self.notes.append(
+                f"Dropped {dropped} GPU activities with negative timestamps "
+                "(before the capture start) or an end before their start."
+            )
+        return rows
+
+    def memcpy_labels(self) -> dict[int, str]:
+        t = self.table("ENUM_CUDA_MEMCPY_OPER")
+        if t is None or not {"id", "label"} <= self.columns(t):
+            return dict(_MEMCPY_LABELS)
+        rows = self.con.execute(f"SELECT id, label FROM {_q(t)}").fetchall()
+        return {int(i): str(lab) for i, lab in rows if i is not None and lab is not None}
+
+    def _empty_rows(self) -> _Rows:
+        z = np.zeros(0, dtype=np.int64)
+        return _Rows(z, z, z, z, z, z, z, z, z, z, z)
+
+    # -- host rows: CUDA API calls and NVTX ranges ------------------------------------------
+
+    def read_host(self) -> _Rows:
+        blocks: list[_Rows] = []
+        gtids: list[I64] = []
+        dropped = 0
+        rt = self.table(_RUNTIME)
+        if rt is not None:
+            self.require(rt, ("start", "end", "globalTid"))
+            (n_bad,) = self.con.execute(
+                f"SELECT count(*) FROM {_q(rt)} WHERE start < 0 OR end < start"
+            ).fetchone()
+            dropped += int(n_bad)
+            start, end, gtid, corr, cls, name_id = _read_ints(
+                self.con,
+                rt,
+                [
+                    "start",
+                    "end",
+                    self.col_or(rt, "globalTid", "0"),
+                    self.col_or(rt, "correlationId"),
+                    self.col_or(rt, "eventClass", "0"),
+                    self.col_or(rt, "nameId"),
+                ],
+                "start >= 0 AND end >= start",
+            )
+            driver_classes = self.enum_ids(
+                "ENUM_NSYS_EVENT_CLASS", ("TRACE_PROCESS_EVENT_CUDA_DRIVER",), (1,)
+            )
+            category = np.where(
+                np.isin(cls, driver_classes), _CAT_CODE["driver"], _CAT_CODE["runtime"]
+            ).astype(np.int64)
+            blocks.append(
+                self._host_block(
+                    start,
+                    end,
+                    gtid,
+                    corr,
+                    category,
+                    self.strings.add_to(self.names, name_id, missing="<CUDA API>"),
+                )
+            )
+            gtids.append(gtid)
+        nv = self.table(_NVTX)
+        if nv is not None:
+            self.require(nv, ("start", "end", "eventType"))
+            types = self.enum_ids(
+                "ENUM_NSYS_EVENT_TYPE", _NVTX_RANGE_TYPE_NAMES, _NVTX_RANGE_TYPES_DEFAULT
+            )
+            type_list = ",".join(str(int(x)) for x in types)
+            base = f"eventType IN ({type_list}) AND end IS NOT NULL"
+            (n_bad,) = self.con.execute(
+                f"SELECT count(*) FROM {_q(nv)} WHERE {base} AND (start < 0 OR end < start)"
+            ).fetchone()
+            dropped += int(n_bad)
+            where = f"{base} AND start >= 0 AND end >= start"
+            rowid, start, end, gtid, text_id = _read_ints(
+                self.con,
+                nv,
+                [
+                    "rowid",
+                    "start",
+                    "end",
+                    self.col_or(nv, "globalTid", "0"),
+                    self.col_or(nv, "textId"),
+                ],
+                where,
+            )
+            names = self._nvtx_names(nv, where, rowid, text_id)
+            n = start.size
+            blocks.append(
+                self._host_block(
+                    start,
+                    end,
+                    gtid,
+                    np.full(n, -1, dtype=np.int64),
+                    np.full(n, _CAT_CODE["annotation"], dtype=np.int64),
+                    names,
+                )
+            )
+            gtids.append(gtid)
+        if dropped:
+            self.notes.append(
+                f"Dropped {dropped} CUDA API calls / NVTX ranges with negative timestamps "
+                "(before the capture start) or an end before their start."
+            )
+        if not blocks:
+            return self._empty_rows()
+        rows = _Rows.concat(blocks)
+        gtid_all = np.concatenate(gtids)
+        self._host_lanes(rows, gtid_all)
+        return rows
+
+    def _nvtx_names(self, nv: str, where: str, rowid: I64, text_id: I64) -> I64:
+        """``COALESCE(text, StringIds.value)`` per row, as name codes."""
+        names = self.strings.add_to(self.names, text_id, missing="")
+        if "text" in self.columns(nv) and rowid.size:
+            keys, texts = _fetch_object_column(
+                self.con, nv, "rowid", "text", f"{where} AND text IS NOT NULL"
+            )
+            if keys.size:
+                pos = np.searchsorted(rowid, keys)
+                pos = np.clip(pos, 0, rowid.size - 1)
+                hit = rowid[pos] == keys
+                names[pos[hit]] = self.names.add_values(texts[hit])
+        return names
+
+    def _host_block(
+        self, start: I64, end: I64, gtid: I64, corr: I64, category: I64, names: I64
+    ) -> _Rows:
+        n = start.size
+        z = np.zeros(n, dtype=np.int64)
+        return _Rows(
+            start=start,
+            end=end,
+            pid=_pid_of(gtid),
+            device=np.full(n, -1, dtype=np.int64),
+            stream=np.full(n, -1, dtype=np.int64),
+            tid=_tid_of(gtid),
+            correlation=corr,
+            category=category,
+            name=names,
+            lane=z,
+            thread_name=z,
+        )
+
+    def _host_lanes(self, rows: _Rows, gtid: I64) -> None:
+        """Lane ``"thread {tid}"`` / ``"thread {tid} ({name})"`` and thread_name per host row."""
+        uniq, inv = np.unique(gtid, return_inverse=True)
+        inv = inv.reshape(-1)
+        tn = self.thread_name_table(uniq)
+        lanes = np.empty(uniq.size, dtype=object)
+        lanes[:] = [
+            f"thread {int(g) & 0xFFFFFF}" + (f" ({name})" if name else "")
+            for g, name in zip(uniq, tn, strict=True)
+        ]
+        rows.lane = self.lanes._add(inv, lanes)
+        rows.thread_name = self.thread_names._add(inv, tn)
+
+    def thread_name_table(self, gtids: I64) -> npt.NDArray[np.object_]:
+        out = np.empty(gtids.size, dtype=object)
+        out[:] = ""
+        t = self.table("ThreadNames")
+        if t is None or not {"nameId", "globalTid"} <= self.columns(t) or gtids.size == 0:
+            return out
+        gt, name_id = _read_ints(self.con, t, ["COALESCE(globalTid, -1)", "nameId"])
+        # several names for one thread: the last one recorded wins
+        order = np.argsort(gt, kind="stable")
+        gt, name_id = gt[order], name_id[order]
+        last = np.r_[gt[1:] != gt[:-1], True] if gt.size else np.zeros(0, dtype=bool)
+        gt, name_id = gt[last], name_id[last]
+        if gt.size == 0:
+            return out
+        pos = np.clip(np.searchsorted(gt, gtids), 0, gt.size - 1)
+        hit = gt[pos] == gtids
+        out[hit] = self.strings.lookup(name_id[pos[hit]])
+        return out
+
+    def process_names(self) -> dict[int, str]:
+        t = self.table("PROCESSES")
+        if t is None or not {"pid", "name"} <= self.columns(t):
+            return {}
+        rows = self.con.execute(f"SELECT pid, name FROM {_q(t)}").fetchall()
+        return {int(p): str(n) for p, n in rows if p is not None and n is not None}
+
+    # -- ranks ------------------------------------------------------------------------------
+
+    def assign_ranks(
+        self, gpu: _Rows, host: _Rows
+    ) -> tuple[list[tuple[int, int]], list[int], str, int | None]:
+        """(pid, device) groups ordered by device then pid, their ranks, and where ranks came from."""
+        pairs = np.unique(np.stack([gpu.device, gpu.pid], axis=1), axis=0)
+        groups = [(int(p), int(d)) for d, p in pairs]
+        pids = sorted({p for p, _ in groups})
+        one_device_each = len(pids) == len(groups)
+
+        env_ranks, world = self.ranks_from_environment(pids)
+        if one_device_each and env_ranks is not None:
+            return groups, [env_ranks[p] for p, _ in groups], "environment", world
+        nvtx_ranks = self.ranks_from_nvtx(pids) if one_device_each else None
+        if nvtx_ranks is not None:
+            return groups, [nvtx_ranks[p] for p, _ in groups], "nvtx", None
+        return groups, list(range(len(groups))), "process-order", None
+
+    def ranks_from_environment(self, pids: list[int]) -> tuple[dict[int, int] | None, int | None]:
+        """``RANK`` per process from an environment table keyed by process, when the export has one."""
+        for t in self.tables:
+            if "ENV" not in t.upper():
+                continue
+            cols = self.columns(t)
+            key = next((c for c in ("pid", "globalPid", "processId") if c in cols), None)
+            if key is None or not {"name", "value"} <= cols:
+                continue
+            rows = self.con.execute(
+                f"SELECT {_q(key)}, name, value FROM {_q(t)} WHERE name IN ('RANK', 'WORLD_SIZE')"
+            ).fetchall()
+            ranks: dict[int, set[int]] = {}
+            worlds: set[int] = set()
+            for k, name, value in rows:
+                try:
+                    v = int(str(value).strip())
+                    pid = int(k) if key != "globalPid" else (int(k) >> 24) & 0xFFFFFF
+                except (TypeError, ValueError):
+                    continue
+                if name == "RANK":
+                    ranks.setdefault(pid, set()).add(v)
+                else:
+                    worlds.add(v)
+            found = {p: next(iter(r)) for p, r in ranks.items() if len(r) == 1}
+            if all(p in found for p in pids) and len({found[p] for p in pids}) == len(pids):
+                return {p: found[p] for p in pids}, (worlds.pop() if len(worlds) == 1 else None)
+        return None, None
+
+    def ranks_from_nvtx(self, pids: list[int]) -> dict[int, int] | None:
+        """One ``rank N`` NVTX text (mark or range) per process, when the program emitted one."""
+        nv = self.table(_NVTX)
+        if nv is None or "globalTid" not in self.columns(nv):
+            return None
+        types = self.enum_ids(
+            "ENUM_NSYS_EVENT_TYPE", _NVTX_ANY_TEXT_TYPE_NAMES, _NVTX_ANY_TEXT_TYPES_DEFAULT
+        )
+        type_list = ",".join(str(int(x)) for x in types)
+        text = "text" if "text" in self.columns(nv) else "NULL"
+        text_id = "textId" if "textId" in self.columns(nv) else "NULL"
+        # The few distinct texts are matched in Python: the rank pattern is not expressible in SQL.
+        rows = self.con.execute(
+            f"SELECT DISTINCT (e.globalTid >> 24) & 16777215, COALESCE(e.{text}, s.value) "
+            f"FROM {_q(nv)} e LEFT JOIN {_q(self.table(_STRINGS) or _STRINGS)} s "
+            f"ON s.id = e.{text_id} WHERE e.eventType IN ({type_list}) "
+            f"AND COALESCE(e.{text}, s.value) LIKE '%rank%'"
+        ).fetchall()
+        ranks: dict[int, set[int]] = {}
+        for pid, value in rows:
+            m = _RANK_TEXT.match(str(value)) if value is not None else None
+            if m and pid is not None:
+                ranks.setdefault(int(pid), set()).add(int(m.group(1)))
+        found = {p: next(iter(r)) for p, r in ranks.items() if len(r) == 1}
+        if all(p in found for p in pids) and len({found[p] for p in pids}) == len(pids):
+            return {p: found[p] for p in pids}
+        return None
+
+    # -- per-rank descriptions --------------------------------------------------------------
+
+    def gpu_names(self) -> dict[int, str]:
+        """CUDA device id -> GPU name, from TARGET_INFO_CUDA_DEVICE / TARGET_INFO_GPU if present."""
+        out: dict[int, str] = {}
+        for table_name in ("TARGET_INFO_GPU", "TARGET_INFO_CUDA_DEVICE"):
+            t = self.table(table_name)
+            if t is None:
+                continue
+            cols = self.columns(t)
+            id_col = next((c for c in ("cudaId", "cuDevice", "deviceId", "id") if c in cols), None)
+            if id_col is None or "name" not in cols:
+                continue
+            for i, name in self.con.execute(f"SELECT {_q(id_col)}, name FROM {_q(t)}").fetchall():
+                if i is not None and name:
+                    out.setdefault(int(i), str(name))
+        return out
+
+    def trace_infos(
+        self,
+        groups: list[tuple[int, int]],
+        ranks: list[int],
+        rank_source: str,
+        world_size: int | None,
+        version: str | None,
+        clock: str,
+    ) -> tuple[TraceInfo, ...]:
+        gpu_names = self.gpu_names()
+        procs = self.process_names()
+        infos = []
+        for (pid, device), rank in zip(groups, ranks, strict=True):
+            notes = list(self.notes)
+            proc = f"process {pid}" + (f" ({procs[pid]})" if pid in procs else "")
+            if rank_source == "process-order":
+                notes.append(
+                    f"Rank {rank} is {proc} on GPU {device}: the export does not record ranks, "
+                    "so processes were numbered by GPU, then pid."
+                )
+            name = gpu_names.get(device)
+            infos.append(
+                TraceInfo(
+                    path=str(self.path),
+                    format="nsys",
+                    rank=rank,
+                    world_size=world_size,
+                    rank_source=rank_source,
+                    device_kind="gpu",
+                    devices=(name,) if name else (),
+                    format_version=version,
+                    clock=clock,
+                    pid=pid,
+                    device=device,
+                    notes=tuple(notes),
+                )
+            )
+        return tuple(sorted(infos, key=lambda t: t.rank))
