@@ -1,0 +1,193 @@
+"""Collectives matched across ranks: wait vs transfer, exposure, stragglers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from traceoverlap import analyze
+from traceoverlap.collectives import collective_kind, match_collectives
+from traceoverlap.model import Timeline, TraceInfo, concat_timelines, make_events
+
+MS = 1_000_000
+
+
+def _cpu_rank(
+    rank: int, marker: tuple[int, int], compute: list, comm: list, clock: str = "unix"
+) -> Timeline:
+    """One CPU (gloo) rank: a ProfilerStep#1 marker, cpu_op compute, gloo:all_reduce work items."""
+    rows = [("annotation", "ProfilerStep#1", 1, "python", *marker)]
+    rows += [("cpu_op", "aten::mm", 1, "python", s, e) for s, e in compute]
+    rows += [("annotation", "gloo:all_reduce", 2, "pt_gloo_runloop", s, e) for s, e in comm]
+    cat, name, tid, tname, start, end = (list(x) for x in zip(*rows, strict=True))
+    ev = make_events(
+        len(rows),
+        {
+            "rank": rank,
+            "category": cat,
+            "name": name,
+            "tid": tid,
+            "thread_name": tname,
+            "start_ns": np.array(start) * MS,
+            "end_ns": np.array(end) * MS,
+        },
+    )
+    return Timeline(
+        ev, (TraceInfo(path=f"rank{rank}.json", format="kineto", rank=rank, clock=clock),)
+    )
+
+
+def _two_cpu_ranks(clock: str = "unix") -> Timeline:
+    # rank 0 arrives early at both all-reduces; rank 1 computes longer and arrives last
+    r0 = _cpu_rank(0, (0, 100), [(0, 40), (75, 90)], [(20, 60), (70, 80)], clock)
+    r1 = _cpu_rank(1, (0, 110), [(0, 45), (80, 95)], [(45, 60), (72, 80)], clock)
+    return concat_timelines([r0, r1])
+
+
+def test_hand_built_two_ranks() -> None:
+    """Derivation (ms):
+    all-reduce #1: rank 0 [20,60) 40, rank 1 [45,60) 15 -> transfer 15; wait r0 25, r1 0; last rank 1
+    all-reduce #2: rank 0 [70,80) 10, rank 1 [72,80) 8   -> transfer 8;  wait r0 2,  r1 0; last rank 1
+    exposure, rank 0: compute [0,40)+[75,90): #1 [20,60) minus compute = [40,60) 20; #2 [70,75) 5
+    exposure, rank 1: compute [0,45)+[80,95): #1 [45,60) 15; #2 [72,80) 8
+    rank 0 step: exposed E = [40,60)+[70,75) = 25; waiting W = [20,45)+[70,72);
+      E ∩ W = [40,45)+[70,72) = 7 -> exposed_wait 7, exposed_transfer 18
+    rank 1 step: waits 0 -> exposed_wait 0, exposed_transfer 23 (= its exposed 15 + 8)
+    stragglers: rank 1 last twice, others waited 25 + 2 = 27 ms for it
+    step skew: rank 1's window 110 vs rank 0's 100 -> slowest rank 1, skew 10
+    """
+    a = analyze(_two_cpu_ranks())
+    c = match_collectives(a)
+    inst = c.instances
+    assert inst["name"].tolist() == ["all_reduce", "all_reduce"]
+    assert inst["transfer_ns"].tolist() == [15 * MS, 8 * MS]
+    assert inst["wait_ns"].tolist() == [25 * MS, 2 * MS]
+    assert inst["last_rank"].tolist() == [1, 1]
+    pr = c.per_rank.set_index(["instance", "rank"])
+    assert pr.loc[(0, 0), "wait_ns"] == 25 * MS and pr.loc[(0, 1), "wait_ns"] == 0
+    assert pr.loc[(0, 0), "exposed_ns"] == 20 * MS and pr.loc[(1, 0), "exposed_ns"] == 5 * MS
+    assert pr.loc[(0, 1), "exposed_ns"] == 15 * MS and pr.loc[(1, 1), "exposed_ns"] == 8 * MS
+    # wait + transfer == duration on every rank
+    inst_t = inst.set_index("instance")["transfer_ns"]
+    assert (
+        c.per_rank["wait_ns"] + inst_t.reindex(c.per_rank["instance"]).to_numpy()
+        == c.per_rank["dur_ns"]
+    ).all()
+
+    assert c.top_straggler == 1
+    s = c.stragglers.set_index("rank")
+    assert s.loc[1, "last_count"] == 2 and s.loc[1, "waited_for_ns"] == 27 * MS
+    assert s.loc[0, "last_count"] == 0 and s.loc[0, "wait_ns"] == 27 * MS
+    sk = c.step_skew.iloc[0]
+    assert (sk["slowest_rank"], sk["skew_ns"]) == (1, 10 * MS)
+
+    from traceoverlap.collectives import add_wait_transfer
+
+    steps = add_wait_transfer(a.steps, a.windows, c).set_index("rank")
+    assert (
+        steps.loc[0, "exposed_wait_ns"] == 7 * MS and steps.loc[0, "exposed_transfer_ns"] == 18 * MS
+    )
+    assert steps.loc[1, "exposed_wait_ns"] == 0 and steps.loc[1, "exposed_transfer_ns"] == 23 * MS
+    assert (
+        steps["exposed_wait_ns"] + steps["exposed_transfer_ns"] == steps["exposed_comm_ns"]
+    ).all()
+
+
+def test_unaligned_clocks_skip_arrival_order() -> None:
+    # durations still give wait/transfer (15 and 8 ms as above); who came last needs one clock
+    c = match_collectives(analyze(_two_cpu_ranks(clock="relative")))
+    assert c.instances["transfer_ns"].tolist() == [15 * MS, 8 * MS]
+    assert c.instances["last_rank"].tolist() == [None, None]
+    assert c.top_straggler is None
+    assert any("could not be aligned" in n for n in c.notes)
+
+
+def test_mismatched_counts_match_the_prefix() -> None:
+    # rank 1 lost its second all-reduce: only the first (present on both) is matched
+    r0 = _cpu_rank(0, (0, 100), [(0, 40)], [(20, 60), (70, 80)])
+    r1 = _cpu_rank(1, (0, 100), [(0, 45)], [(45, 60)])
+    c = match_collectives(analyze(concat_timelines([r0, r1])))
+    assert len(c.instances) == 1
+    note = next(n for n in c.notes if "counts differ" in n)
+    assert "rank 0: 2" in note and "rank 1: 1" in note
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [
+        ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)", "AllReduce"),
+        ("ncclDevKernel_AllReduce_Sum_f32_RING_LL", "AllReduce"),
+        ("ncclDevKernel_SendRecv", "SendRecv"),
+        ("ncclSymkDevKernel_AllGather_LL", "AllGather"),
+        ("gloo:all_reduce", "all_reduce"),
+        ("my_custom_comm", "my_custom_comm"),
+    ],
+)
+def test_collective_kind(name: str, kind: str) -> None:
+    assert collective_kind(name) == kind
+
+
+def _gpu_rank(rank: int, comm_stream: int, kernels: list, with_meta: bool) -> Timeline:
+    """One GPU rank: a ProfilerStep#1 host range [0,100), one launch per kernel (correlation i+1)."""
+    n = len(kernels)
+    cats = ["annotation"] + ["runtime"] * n + ["kernel"] * n
+    names = ["ProfilerStep#1"] + ["cudaLaunchKernel"] * n + [k[0] for k in kernels]
+    start = [0] + [1 + i for i in range(n)] + [k[1] for k in kernels]
+    end = [100] + [2 + i for i in range(n)] + [k[2] for k in kernels]
+    corr = [-1] + list(range(1, n + 1)) * 2
+    is_nccl = [k[0].startswith("nccl") for k in kernels]
+    stream = [-1] * (n + 1) + [comm_stream if c else 7 for c in is_nccl]
+    meta = with_meta and True
+    ev = make_events(
+        len(cats),
+        {
+            "rank": rank,
+            "pid": 100 + rank,
+            "category": cats,
+            "name": names,
+            "start_ns": np.array(start) * MS,
+            "end_ns": np.array(end) * MS,
+            "correlation": corr,
+            "stream": stream,
+            "device": [-1] * (n + 1) + [0] * n,
+            "process_group": [""] * (n + 1) + [("0" if c and meta else "") for c in is_nccl],
+            "seq": [-1] * (n + 1) + [(0 if c and meta else -1) for c in is_nccl],
+            "coll_name": [""] * (n + 1) + [("allreduce" if c and meta else "") for c in is_nccl],
+        },
+    )
+    info = TraceInfo(
+        path=f"rank{rank}.json", format="kineto", rank=rank, clock="unix", device_kind="gpu"
+    )
+    return Timeline(ev, (info,))
+
+
+@pytest.mark.parametrize("with_meta", [True, False])
+def test_gpu_nccl_kernels_matched(with_meta: bool) -> None:
+    """Matched by (process group "0", seq 0) with metadata, else by NCCL stream order (the comm
+    stream is 13 on rank 0 and 20 on rank 1: stream ids differ, their order of use does not).
+    Derivation (ms): rank 0 AllReduce [30,70) 40, rank 1 [55,70) 15 -> transfer 15, wait r0 25,
+    last rank 1. Rank 0: compute [10,50)+[70,80); exposed [50,70) 20; wait [30,55) ∩ exposed =
+    [50,55) 5 -> exposed_wait 5, transfer 15. Rank 1: compute [10,60)+[70,85); exposed [60,70) 10,
+    no wait -> exposed_wait 0, transfer 10.
+    """
+    k = "ncclKernel_AllReduce_RING_LL_Sum_float"
+    r0 = _gpu_rank(0, 13, [("gemm", 10, 50), (k, 30, 70), ("gemm", 70, 80)], with_meta)
+    r1 = _gpu_rank(1, 20, [("gemm", 10, 60), (k, 55, 70), ("gemm", 70, 85)], with_meta)
+    a = analyze(concat_timelines([r0, r1]))
+    c = match_collectives(a)
+    assert len(c.instances) == 1
+    row = c.instances.iloc[0]
+    assert row["name"] == ("allreduce" if with_meta else "AllReduce")
+    assert row["seq"] == (0 if with_meta else None)
+    assert row["process_group"] == ("0" if with_meta else None)
+    assert (row["transfer_ns"], row["wait_ns"], row["last_rank"]) == (15 * MS, 25 * MS, 1)
+    pr = c.per_rank.set_index("rank")
+    assert pr.loc[0, "exposed_ns"] == 20 * MS and pr.loc[1, "exposed_ns"] == 10 * MS
+    from traceoverlap.collectives import add_wait_transfer
+
+    steps = add_wait_transfer(a.steps, a.windows, c).set_index("rank")
+    assert steps.loc[0, ["exposed_wait_ns", "exposed_transfer_ns"]].tolist() == [5 * MS, 15 * MS]
+    assert steps.loc[1, ["exposed_wait_ns", "exposed_transfer_ns"]].tolist() == [0, 10 * MS]
+    assert (
+        steps["exposed_wait_ns"] + steps["exposed_transfer_ns"] == steps["exposed_comm_ns"]
+    ).all()
