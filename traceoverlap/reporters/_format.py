@@ -62,14 +62,13 @@ def summary_lines(analysis: Analysis) -> list[str]:
 
     n_ranks = len(analysis.summary["ranks"])
     lines = [
-        f"{run['n_steps']} steps on {n_ranks} rank{'s' if n_ranks != 1 else ''} (medians over steps):",
+        f"{run['n_steps']} step{'s' if run['n_steps'] != 1 else ''} on {n_ranks} rank"
+        f"{'s' if n_ranks != 1 else ''} (medians over steps):",
         f"  step {ms(med('step_ns'))} ms: compute {ms(med('compute_ns'))}, comm {ms(med('comm_ns'))} "
-        f"of which {ms(med('exposed_comm_ns'))} exposed, memory {ms(med('memory_ns'))}, "
-        f"idle {ms(med('idle_ns'))}",
-        f"  overlap ratio {pct(run.get('overlap_ratio'))} (share of all comm hidden behind compute); "
-        f"exposed comm = {pct(run.get('exposed_comm_ratio'))} of step time",
-        f"  ideal step {ms(med('ideal_ns'))} ms -> potential speedup "
-        f"{speedup(run.get('potential_speedup'))} if every hideable ns of comm were hidden",
+        f"({ms(med('exposed_comm_ns'))} exposed), memory {ms(med('memory_ns'))}, idle {ms(med('idle_ns'))}",
+        f"  overlap ratio {pct(run.get('overlap_ratio'))} of comm hidden; exposed comm "
+        f"{pct(run.get('exposed_comm_ratio'))} of step time",
+        f"  ideal step {ms(med('ideal_ns'))} ms -> potential speedup {speedup(run.get('potential_speedup'))}",
     ]
     counts = run.get("bottlenecks", {})
     dom = run.get("dominant_bottleneck")

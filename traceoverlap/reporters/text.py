@@ -6,6 +6,7 @@ Fits an 80-column terminal; colours only when writing to a terminal (rich decide
 from __future__ import annotations
 
 import io
+import textwrap
 from typing import TYPE_CHECKING
 
 from rich import box
@@ -62,6 +63,10 @@ def build_table(analysis: Analysis) -> Table:
     return table
 
 
+def _wrap(line: str, width: int, indent: str) -> str:
+    return textwrap.fill(line, width=width, subsequent_indent=indent, break_on_hyphens=False)
+
+
 def render(analysis: Analysis, *, color: bool = False, width: int = 80) -> str:
     buf = io.StringIO()
     console = Console(
@@ -85,13 +90,14 @@ def render(analysis: Analysis, *, color: bool = False, width: int = 80) -> str:
         "bottleneck: compute / exposed-comm / comm-bound / idle-bound (README)", style="dim"
     )
     console.print()
+    wrap = max(width, 80)
     for line in summary_lines(analysis):
-        console.print(line, soft_wrap=True, markup=False)
+        console.print(_wrap(line, wrap, "    "), soft_wrap=True, markup=False)
     if analysis.notes:
         console.print()
         console.print("Notes:", style="bold")
         for note in analysis.notes:
-            console.print(f"  - {note}", soft_wrap=True, markup=False)
+            console.print(_wrap(f"  - {note}", wrap, "    "), soft_wrap=True, markup=False)
     extra = getattr(analysis.collectives, "render_text", None)
     if callable(extra):
         console.print()
