@@ -1,0 +1,143 @@
+"""``python -m traceoverlap_workloads``: a profiled data-parallel training run, one trace per rank.
+
+Examples::
+
+    python -m traceoverlap_workloads --strategy bucketed --world-size 2 --out runs/bucketed
+    python -m traceoverlap_workloads --strategy naive --world-size 2 --slow-rank 1 --slow-ms 20 --out runs/slow
+    torchrun --nproc-per-node 8 -m traceoverlap_workloads --strategy ddp --preset large --out runs/ddp
+
+``traceoverlap profile`` runs this and then analyzes the traces.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+STRATEGIES = ("naive", "flat", "overlap", "bucketed", "ddp")
+PRESET_NAMES = ("tiny", "small", "medium", "large", "xl")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m traceoverlap_workloads",
+        description=(
+            "Reference data-parallel training with NVTX + torch.profiler ranges for every step and "
+            "phase (forward, backward, grad_sync, optimizer). Writes OUT/rank{r}.json.gz."
+        ),
+        epilog=__doc__.split("Examples::", 1)[1].split("``traceoverlap", 1)[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--strategy",
+        choices=STRATEGIES,
+        default="bucketed",
+        help="gradient synchronisation: naive | flat (after backward, no overlap) | "
+        "overlap | bucketed | ddp (during backward)",
+    )
+    p.add_argument("--model", choices=("gpt", "mlp"), default="gpt")
+    p.add_argument(
+        "--preset",
+        choices=PRESET_NAMES,
+        default="tiny",
+        help="model size (see traceoverlap_workloads.models); tiny runs in seconds on CPU",
+    )
+    p.add_argument(
+        "--world-size",
+        type=int,
+        default=2,
+        help="ranks to spawn here (ignored under torchrun, which sets WORLD_SIZE)",
+    )
+    p.add_argument("--out", default="runs/workload", help="folder for rank{r}.json.gz")
+    p.add_argument("--steps", type=int, default=5, help="profiled (active) iterations")
+    p.add_argument(
+        "--warmup", type=int, default=2, help="profiler warmup iterations (run, not recorded)"
+    )
+    p.add_argument("--wait", type=int, default=1, help="iterations before profiler warmup")
+    p.add_argument(
+        "--bucket-mb",
+        type=float,
+        default=None,
+        help="bucket size in MiB for bucketed/ddp (default 25 on GPU, 0.1 on CPU)",
+    )
+    p.add_argument(
+        "--batch-size", type=int, default=None, help="per-rank batch (default: preset's)"
+    )
+    p.add_argument("--seq-len", type=int, default=None, help="tokens per sample (gpt)")
+    p.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16", "float16"),
+        default="float32",
+        help="autocast dtype for forward (float32: no autocast)",
+    )
+    p.add_argument("--optimizer", choices=("adamw", "sgd"), default="adamw")
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--backend",
+        choices=("gloo", "nccl"),
+        default=None,
+        help="default: nccl when CUDA is available, else gloo",
+    )
+    p.add_argument("--slow-rank", type=int, default=-1, help="rank that sleeps before backward")
+    p.add_argument("--slow-ms", type=float, default=0.0, help="how long --slow-rank sleeps (ms)")
+    p.add_argument(
+        "--profiler",
+        choices=("torch", "none"),
+        default="torch",
+        help="none: no torch.profiler (under nsys, which owns CUPTI)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=600.0,
+        help="seconds before a stuck collective or the whole run is abandoned",
+    )
+    p.add_argument(
+        "--save-params",
+        action="store_true",
+        help="also save final parameters as OUT/params_rank{r}.pt (tests)",
+    )
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    if args.steps < 1 or args.warmup < 0 or args.wait < 0:
+        print(
+            "traceoverlap-workloads: --steps must be >= 1, --warmup and --wait >= 0",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        print(
+            "traceoverlap-workloads: PyTorch is not installed: pip install torch "
+            "(the CPU wheel is enough for gloo runs) and nvtx",
+            file=sys.stderr,
+        )
+        return 2
+
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        from .train import run_rank
+
+        run_rank(
+            args,
+            int(os.environ["RANK"]),
+            int(os.environ["WORLD_SIZE"]),
+            int(os.environ.get("LOCAL_RANK", os.environ["RANK"])),
+        )
+        return 0
+    if args.world_size < 1:
+        print("traceoverlap-workloads: --world-size must be >= 1", file=sys.stderr)
+        return 2
+    from .launch import spawn
+
+    return spawn(argv, args.world_size, args.timeout)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

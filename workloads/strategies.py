@@ -1,0 +1,178 @@
+"""The ladder of data-parallel gradient synchronisation, from no overlap to DDP.
+
+Every strategy averages gradients over the process group (all-reduce SUM, then divide by the world
+size: gloo has no AVG), so all five give the same parameters as single-process training on the
+concatenated batch. What differs is *when* communication runs relative to backward:
+
+- ``naive``: after backward, one blocking all-reduce per parameter (no overlap, many small messages).
+- ``flat``: after backward, every gradient flattened into one buffer, one all-reduce (no overlap,
+  one large message).
+- ``overlap``: one async all-reduce per parameter, launched by ``register_post_accumulate_grad_hook``
+  as soon as that gradient is final, waited for before the optimizer (overlap, many small messages).
+- ``bucketed``: gradients grouped in reverse parameter order into buckets of ``bucket_bytes``; a
+  bucket's async all-reduce starts when its last gradient is ready, buckets strictly in order
+  (overlap, few medium messages: what DDP does).
+- ``ddp``: ``torch.nn.parallel.DistributedDataParallel(bucket_cap_mb=...)``.
+
+Launches run under ``span`` ranges (``allreduce_launch#i bytes=N`` / ``bucket_launch#i bytes=N``) so a
+trace shows which message started when.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from .instrument import span
+
+STRATEGIES = ("naive", "flat", "overlap", "bucketed", "ddp")
+
+
+class GradSync:
+    """Base: ``prepare`` once (may wrap the model), ``sync`` in the ``grad_sync`` phase of each step."""
+
+    def __init__(self, world_size: int) -> None:
+        self.world_size = world_size
+
+    def prepare(self, model: nn.Module) -> nn.Module:
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        return model
+
+    def sync(self) -> None:
+        raise NotImplementedError
+
+
+class Naive(GradSync):
+    def sync(self) -> None:
+        for i, p in enumerate(self.params):
+            assert p.grad is not None
+            with span(f"allreduce_launch#{i} bytes={p.grad.numel() * p.grad.element_size()}"):
+                dist.all_reduce(p.grad)
+            p.grad.div_(self.world_size)
+
+
+class Flat(GradSync):
+    def sync(self) -> None:
+        grads = [p.grad for p in self.params if p.grad is not None]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        with span(f"bucket_launch#0 bytes={flat.numel() * flat.element_size()}"):
+            dist.all_reduce(flat)
+        flat.div_(self.world_size)
+        offset = 0
+        for g in grads:
+            n = g.numel()
+            g.copy_(flat[offset : offset + n].view_as(g))
+            offset += n
+
+
+class Overlap(GradSync):
+    def prepare(self, model: nn.Module) -> nn.Module:
+        super().prepare(model)
+        self.pending: list[tuple[dist.Work, torch.Tensor]] = []
+        for i, p in enumerate(self.params):
+            p.register_post_accumulate_grad_hook(self._hook(i))
+        return model
+
+    def _hook(self, i: int):  # noqa: ANN202 - a closure over the parameter index
+        def launch(p: torch.Tensor) -> None:
+            assert p.grad is not None
+            with span(f"allreduce_launch#{i} bytes={p.grad.numel() * p.grad.element_size()}"):
+                work = dist.all_reduce(p.grad, async_op=True)
+            self.pending.append((work, p.grad))
+
+        return launch
+
+    def sync(self) -> None:
+        for work, grad in self.pending:
+            work.wait()
+            grad.div_(self.world_size)
+        self.pending = []
+
+
+class Bucketed(GradSync):
+    def __init__(self, world_size: int, bucket_bytes: int) -> None:
+        super().__init__(world_size)
+        self.bucket_bytes = bucket_bytes
+
+    def prepare(self, model: nn.Module) -> nn.Module:
+        super().prepare(model)
+        # Reverse parameter order approximates the order backward produces gradients in.
+        self.buckets: list[list[nn.Parameter]] = [[]]
+        size = 0
+        for p in reversed(self.params):
+            nbytes = p.numel() * p.element_size()
+            if self.buckets[-1] and size + nbytes > self.bucket_bytes:
+                self.buckets.append([])
+                size = 0
+            self.buckets[-1].append(p)
+            size += nbytes
+        self.bucket_of = {id(p): b for b, ps in enumerate(self.buckets) for p in ps}
+        for p in self.params:
+            p.register_post_accumulate_grad_hook(self._ready)
+        self._reset()
+        return model
+
+    def _reset(self) -> None:
+        self.missing = [len(ps) for ps in self.buckets]
+        self.next_launch = 0
+        self.pending: list[tuple[dist.Work, torch.Tensor, int]] = []
+
+    def _ready(self, p: torch.Tensor) -> None:
+        self.missing[self.bucket_of[id(p)]] -= 1
+        # Launch in bucket order only: every rank must issue the same collectives in the same order.
+        while self.next_launch < len(self.buckets) and self.missing[self.next_launch] == 0:
+            b = self.next_launch
+            grads = [q.grad for q in self.buckets[b]]
+            flat = torch.cat([g.reshape(-1) for g in grads if g is not None])
+            with span(f"bucket_launch#{b} bytes={flat.numel() * flat.element_size()}"):
+                work = dist.all_reduce(flat, async_op=True)
+            self.pending.append((work, flat, b))
+            self.next_launch += 1
+
+    def sync(self) -> None:
+        if self.next_launch != len(self.buckets):
+            raise RuntimeError("bucketed: some gradients never became ready (unused parameters?)")
+        for work, flat, b in self.pending:
+            work.wait()
+            flat.div_(self.world_size)
+            offset = 0
+            for q in self.buckets[b]:
+                assert q.grad is not None
+                n = q.grad.numel()
+                q.grad.copy_(flat[offset : offset + n].view_as(q.grad))
+                offset += n
+        self._reset()
+
+
+class DDP(GradSync):
+    def __init__(self, world_size: int, bucket_bytes: int, device_ids: list[int] | None) -> None:
+        super().__init__(world_size)
+        self.bucket_bytes = bucket_bytes
+        self.device_ids = device_ids
+
+    def prepare(self, model: nn.Module) -> nn.Module:
+        super().prepare(model)
+        return nn.parallel.DistributedDataParallel(
+            model, device_ids=self.device_ids, bucket_cap_mb=self.bucket_bytes / 2**20
+        )
+
+    def sync(self) -> None:
+        # DDP's reducer launched and waited for every bucket inside backward; nothing left to do.
+        return None
+
+
+def make_strategy(
+    name: str, world_size: int, bucket_bytes: int, device_ids: list[int] | None = None
+) -> GradSync:
+    if name == "naive":
+        return Naive(world_size)
+    if name == "flat":
+        return Flat(world_size)
+    if name == "overlap":
+        return Overlap(world_size)
+    if name == "bucketed":
+        return Bucketed(world_size, bucket_bytes)
+    if name == "ddp":
+        return DDP(world_size, bucket_bytes, device_ids)
+    raise ValueError(f"unknown strategy {name!r} (one of {', '.join(STRATEGIES)})")

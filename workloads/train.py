@@ -1,0 +1,201 @@
+"""One rank of a profiled data-parallel training run.
+
+Each iteration ``i`` runs inside ``ProfilerStep#i`` (made by ``torch.profiler``'s ``prof.step()``; an
+NVTX range of the same name for Nsight) and its phases ``forward``, ``backward``, ``grad_sync`` and
+``optimizer`` are ranges in both systems. The profiler schedule is ``wait`` then ``warmup`` then
+``steps`` active iterations; the active ones are written to ``OUT/rank{r}.json.gz`` and, on a GPU, are
+bracketed by cudaProfilerStart/Stop so ``nsys --capture-range=cudaProfilerApi`` captures the same ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from .instrument import nvtx_only, span
+from .models import PRESETS, build_model, describe, make_batch
+from .strategies import make_strategy
+
+DTYPES = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def default_bucket_mb(device: torch.device) -> float:
+    # The tiny CPU models hold well under 1 MiB of gradients: 25 MiB would make one bucket and hide
+    # nothing, so on CPU the default is small enough that several buckets exist.
+    return 25.0 if device.type == "cuda" else 0.1
+
+
+def build_optimizer(
+    name: str, params: list[torch.nn.Parameter], lr: float
+) -> torch.optim.Optimizer:
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=0.9)
+    return torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
+
+
+def run_rank(args: argparse.Namespace, rank: int, world_size: int, local_rank: int) -> None:
+    """Train ``args.wait + args.warmup + args.steps`` iterations as ``rank`` and write its trace."""
+    backend = args.backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    if backend == "nccl":
+        if not torch.cuda.is_available():
+            raise SystemExit(
+                "traceoverlap-workloads: --backend nccl needs CUDA; use --backend gloo"
+            )
+        if world_size > torch.cuda.device_count() and "LOCAL_WORLD_SIZE" not in os.environ:
+            raise SystemExit(
+                f"traceoverlap-workloads: {world_size} ranks but {torch.cuda.device_count()} GPU(s): "
+                "NCCL needs one GPU per rank (lower --world-size, or --backend gloo)"
+            )
+        device = torch.device("cuda", local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+        if "OMP_NUM_THREADS" not in os.environ:
+            # Ranks sharing a CPU each default to every core: oversubscribed, steps get 10x slower
+            # and noisy. Split the cores between the local ranks, as torchrun does.
+            local = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // local))
+
+    dist.init_process_group(
+        backend,
+        rank=rank,
+        world_size=world_size,
+        timeout=timedelta(seconds=args.timeout),
+        device_id=device if backend == "nccl" else None,
+    )
+    try:
+        _train(args, rank, world_size, device)
+    finally:
+        dist.destroy_process_group()
+
+
+def _train(args: argparse.Namespace, rank: int, world_size: int, device: torch.device) -> None:
+    preset = PRESETS[args.preset]
+    seq_len = args.seq_len or preset.seq_len
+    batch = args.batch_size or preset.batch_size
+    bucket_mb = args.bucket_mb if args.bucket_mb is not None else default_bucket_mb(device)
+
+    torch.manual_seed(args.seed)
+    model = build_model(args.model, preset, seq_len).to(device)
+    strategy = make_strategy(
+        args.strategy,
+        world_size,
+        int(bucket_mb * 2**20),
+        device_ids=[device.index] if device.type == "cuda" else None,
+    )
+    model = strategy.prepare(model)
+    opt = build_optimizer(args.optimizer, list(model.parameters()), args.lr)
+    autocast_dtype = DTYPES[args.dtype]
+    if rank == 0:
+        print(
+            f"traceoverlap-workloads: {args.strategy} on {world_size} rank(s), "
+            f"{dist.get_backend()} on {device.type}; "
+            f"{describe(args.model, preset, model)}; batch {batch}/rank"
+            + (f", seq {seq_len}" if args.model == "gpt" else "")
+            + (f", buckets of {bucket_mb:g} MiB" if args.strategy in ("bucketed", "ddp") else ""),
+            file=sys.stderr,
+            flush=True,
+        )
+
+    total = args.wait + args.warmup + args.steps
+    first_active = args.wait + args.warmup
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    trace_path = out / f"rank{rank}.json.gz"
+
+    def write_trace(prof: torch.profiler.profile) -> None:
+        prof.export_chrome_trace(str(trace_path))
+
+    profiler: torch.profiler.profile | None = None
+    if args.profiler == "torch":
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if device.type == "cuda":
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        profiler = torch.profiler.profile(
+            activities=activities,
+            schedule=torch.profiler.schedule(
+                wait=args.wait, warmup=args.warmup, active=args.steps, repeat=1
+            ),
+            on_trace_ready=write_trace,
+        )
+        profiler.start()
+
+    step_ms: list[float] = []
+    for i in range(total):
+        if device.type == "cuda" and i == first_active:
+            torch.cuda.synchronize()
+            torch.cuda.cudart().cudaProfilerStart()
+        t0 = time.perf_counter()
+        with nvtx_only(f"ProfilerStep#{i}"):
+            x, y = make_batch(args.model, preset, seq_len, batch * world_size, i, args.seed)
+            x = x[rank * batch : (rank + 1) * batch].to(device, non_blocking=True)
+            y = y[rank * batch : (rank + 1) * batch].to(device, non_blocking=True)
+            with span("forward"):
+                with torch.autocast(
+                    device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None
+                ):
+                    loss = model(x, y)
+            if rank == args.slow_rank and args.slow_ms > 0:
+                with span("straggler_sleep", color="red"):
+                    if device.type == "cuda":
+                        torch.cuda.synchronize()
+                    time.sleep(args.slow_ms / 1000)
+            with span("backward"):
+                loss.backward()
+            with span("grad_sync"):
+                strategy.sync()
+            with span("optimizer"):
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+        step_ms.append((time.perf_counter() - t0) * 1e3)
+        if device.type == "cuda" and i == total - 1:
+            torch.cuda.cudart().cudaProfilerStop()
+        if profiler is not None:
+            profiler.step()
+    if profiler is not None:
+        profiler.stop()
+
+    # All ranks finish their trace before any leaves: a parent reading the folder sees them all.
+    dist.barrier()
+    active = step_ms[first_active:]
+    if rank == 0:
+        where = f"; traces in {out}" if profiler is not None else ""
+        print(
+            f"traceoverlap-workloads: median step {statistics.median(active):.1f} ms over "
+            f"{len(active)} active steps (rank 0, wall clock){where}",
+            file=sys.stderr,
+            flush=True,
+        )
+    if args.save_params:
+        state = {n: p.detach().cpu() for n, p in _unwrapped(model).named_parameters()}
+        torch.save(state, out / f"params_rank{rank}.pt")
+
+
+def _unwrapped(model: torch.nn.Module) -> torch.nn.Module:
+    return model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
+
+
+def run_reference(args: argparse.Namespace, world_size: int) -> dict[str, torch.Tensor]:
+    """Single-process training on the concatenated batch: what every strategy must reproduce."""
+    preset = PRESETS[args.preset]
+    seq_len = args.seq_len or preset.seq_len
+    batch = args.batch_size or preset.batch_size
+    torch.manual_seed(args.seed)
+    model = build_model(args.model, preset, seq_len)
+    opt = build_optimizer(args.optimizer, list(model.parameters()), args.lr)
+    for i in range(args.wait + args.warmup + args.steps):
+        x, y = make_batch(args.model, preset, seq_len, batch * world_size, i, args.seed)
+        model(x, y).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return {n: p.detach() for n, p in model.named_parameters()}
