@@ -176,7 +176,21 @@ def analyze(
         "run": summarize(df),
         "ranks": {int(r): summarize(g) for r, g in df.groupby("rank", sort=True)},
     }
-    return Analysis(timeline, table, df, summary, notes, th, rules, step_regex)
+    result = Analysis(timeline, table, df, summary, notes, th, rules, step_regex)
+    # --- collectives across ranks (issue 6): only a run of two or more ranks has any to match
+    if len(timeline.ranks) >= 2:
+        from dataclasses import replace as _replace
+
+        from .collectives import add_wait_transfer, match_collectives
+
+        coll = match_collectives(result)
+        result = _replace(
+            result,
+            steps=add_wait_transfer(df, table.windows, coll),
+            notes=tuple(dict.fromkeys(notes + coll.notes)),
+            collectives=coll,
+        )
+    return result
 
 
 def _notes(timeline: Timeline, table: StepTable) -> tuple[str, ...]:

@@ -134,8 +134,10 @@ class Collectives:
     notes: tuple[str, ...]
     aligned: bool
 
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON shape: ``{"collectives": [...], "stragglers": {...}}`` (plain Python types)."""
+    def to_json(self) -> dict[str, Any]:
+        """The JSON shape (plain Python types), merged into the top level of the JSON report:
+        ``{"collectives": [...], "stragglers": {"clock_aligned", "ranks": [...], "steps": [...]}}``.
+        Notes go to the analysis notes, not here."""
         per: dict[int, dict[str, dict[str, int]]] = {}
         for inst, rank, s, d, w, e in zip(
             self.per_rank["instance"].tolist(),
@@ -171,6 +173,7 @@ class Collectives:
         return {
             "collectives": colls,
             "stragglers": {
+                "clock_aligned": self.aligned,
                 "ranks": [
                     {k: (_opt_float(v) if k == "last_ratio" else int(v)) for k, v in r.items()}
                     for r in _records(self.stragglers)
@@ -180,9 +183,13 @@ class Collectives:
                     for r in _records(self.step_skew)
                 ],
             },
-            "clock_aligned": self.aligned,
-            "notes": list(self.notes),
         }
+
+    def render_text(self) -> str:
+        """The straggler section of the text report (formatting lives in the reporters)."""
+        from .reporters.collectives_text import render_stragglers
+
+        return render_stragglers(self)
 
     @property
     def top_straggler(self) -> int | None:
