@@ -85,6 +85,8 @@ _MEMCPY_LABELS = {
     10: "Peer-to-Peer",
 }
 
+# Same spelling as the Kineto reader accepts: rank-3, rank3, _rank3, rank_3.
+_RANK_IN_NAME = re.compile(r"(?:^|[^a-z0-9])rank[-_]?(\d+)(?![0-9])", re.IGNORECASE)
 _RANK_TEXT = re.compile(r"^\s*\[?\s*rank\s*[:=#_ ]?\s*(\d+)\s*\]?\s*$", re.IGNORECASE)
 
 _CAT_CODE = {c: i for i, c in enumerate(CATEGORIES)}
@@ -100,20 +102,7 @@ def read_nsys(path: str | os.PathLike[str]) -> Timeline:
     All times are integer nanoseconds (unix epoch when the export records the session start).
     Raises :class:`TraceFormatError` for anything that is not a usable nsys export.
     """
-    p = Path(path)
-    _check_sqlite_file(p)
-    try:
-        con = sqlite3.connect(f"{p.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
-    except sqlite3.Error as exc:  # pragma: no cover - unopenable after the header check
-        raise TraceFormatError(p, f"cannot open the SQLite file: {exc}", _EXPORT_HINT) from exc
-    try:
-        return _Reader(p, con).read()
-    except sqlite3.DatabaseError as exc:
-        raise TraceFormatError(
-            p, f"the SQLite file is damaged or incomplete ({exc})", _EXPORT_HINT
-        ) from exc
-    finally:
-        con.close()
+    return _read_export(Path(path), Path(path))
 
 
 def read_nsys_rep(path: str | os.PathLike[str]) -> Timeline:
@@ -137,7 +126,24 @@ def read_nsys_rep(path: str | os.PathLike[str]) -> Timeline:
     cache = _export_cache_path(p)
     if not (cache.is_file() and cache.stat().st_mtime >= p.stat().st_mtime):
         _run_nsys_export(nsys, p, cache)
-    return read_nsys(cache)
+    return _read_export(cache, p)
+
+
+def _read_export(export: Path, shown: Path) -> Timeline:
+    """Read the SQLite file ``export``; errors and TraceInfo name ``shown`` (the user's file)."""
+    _check_sqlite_file(export, shown)
+    try:
+        con = sqlite3.connect(f"{export.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
+    except sqlite3.Error as exc:  # pragma: no cover - unopenable after the header check
+        raise TraceFormatError(shown, f"cannot open the SQLite file: {exc}", _EXPORT_HINT) from exc
+    try:
+        return _Reader(shown, con).read()
+    except sqlite3.DatabaseError as exc:
+        raise TraceFormatError(
+            shown, f"the SQLite file is damaged or incomplete ({exc})", _EXPORT_HINT
+        ) from exc
+    finally:
+        con.close()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -181,16 +187,16 @@ def _run_nsys_export(nsys: str, report: Path, cache: Path) -> None:
 # low-level SQLite helpers
 
 
-def _check_sqlite_file(p: Path) -> None:
+def _check_sqlite_file(p: Path, shown: Path) -> None:
     if not p.exists():
-        raise TraceFormatError(p, "no such file", "check the path")
+        raise TraceFormatError(shown, "no such file", "check the path")
     if not p.is_file():
-        raise TraceFormatError(p, "not a file", "pass an `nsys export --type sqlite` file")
+        raise TraceFormatError(shown, "not a file", "pass an `nsys export --type sqlite` file")
     with p.open("rb") as fh:
         head = fh.read(len(SQLITE_MAGIC))
     if head != SQLITE_MAGIC:
         raise TraceFormatError(
-            p, "not an SQLite file", f"pass an Nsight Systems SQLite export ({_EXPORT_HINT})"
+            shown, "not an SQLite file", f"pass an Nsight Systems SQLite export ({_EXPORT_HINT})"
         )
 
 
@@ -843,6 +849,10 @@ class _Reader:
         nvtx_ranks = self.ranks_from_nvtx(pids) if one_device_each else None
         if nvtx_ranks is not None:
             return groups, [nvtx_ranks[p] for p, _ in groups], "nvtx", None
+        m = _RANK_IN_NAME.search(self.path.name)
+        if m is not None and len(groups) == 1:
+            # one export per rank, named after it (rank3.sqlite): common with torchrun + nsys
+            return groups, [int(m.group(1))], "filename", None
         return groups, list(range(len(groups))), "process-order", None
 
     def ranks_from_environment(self, pids: list[int]) -> tuple[dict[int, int] | None, int | None]:
@@ -935,6 +945,10 @@ class _Reader:
         for (pid, device), rank in zip(groups, ranks, strict=True):
             notes = list(self.notes)
             proc = f"process {pid}" + (f" ({procs[pid]})" if pid in procs else "")
+            if rank_source == "filename":
+                notes.append(
+                    f"Rank {rank} taken from the file name (the export does not record ranks)."
+                )
             if rank_source == "process-order":
                 notes.append(
                     f"Rank {rank} is {proc} on GPU {device}: the export does not record ranks, "

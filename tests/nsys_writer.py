@@ -1,0 +1,262 @@
+"""Write small Nsight Systems-shaped SQLite exports for tests.
+
+Only the subset of the ``nsys export --type sqlite`` schema that the reader uses, with the real
+table and column names (checked against an Nsight Systems 2026.2 export, schema 3.25.0):
+StringIds, META_DATA_EXPORT, TARGET_INFO_SESSION_START_TIME, ANALYSIS_DETAILS, PROCESSES,
+ThreadNames, CUPTI_ACTIVITY_KIND_KERNEL / _MEMCPY / _MEMSET / _RUNTIME, NVTX_EVENTS.
+
+``globalPid`` / ``globalTid`` are serialised like nsys does: a hardware id above bit 48, the pid
+in bits 24-47, the tid in bits 0-23. Correlation ids are counted per process, so two processes
+reuse the same ids (as real exports do).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MS = 1_000_000
+
+_SCHEMA: dict[str, str] = {
+    "StringIds": "id INTEGER NOT NULL PRIMARY KEY, value TEXT NOT NULL",
+    "META_DATA_EXPORT": "name TEXT NOT NULL, value TEXT",
+    "TARGET_INFO_SESSION_START_TIME": (
+        "utcEpochNs INTEGER, utcTime TEXT, localTime TEXT, systemClockNs INTEGER"
+    ),
+    "ANALYSIS_DETAILS": "globalVid INTEGER, duration INTEGER, startTime INTEGER, stopTime INTEGER",
+    "PROCESSES": "globalPid INTEGER, pid INTEGER, name TEXT",
+    "ThreadNames": "nameId INTEGER NOT NULL, priority INTEGER, globalTid INTEGER",
+    "CUPTI_ACTIVITY_KIND_KERNEL": (
+        "start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL, "
+        "contextId INTEGER NOT NULL, streamId INTEGER NOT NULL, correlationId INTEGER, "
+        "globalPid INTEGER, demangledName INTEGER NOT NULL, shortName INTEGER NOT NULL, "
+        "mangledName INTEGER, gridX INTEGER NOT NULL DEFAULT 1"
+    ),
+    "CUPTI_ACTIVITY_KIND_MEMCPY": (
+        "start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL, "
+        "contextId INTEGER NOT NULL, streamId INTEGER NOT NULL, correlationId INTEGER, "
+        "globalPid INTEGER, bytes INTEGER NOT NULL, copyKind INTEGER NOT NULL"
+    ),
+    "CUPTI_ACTIVITY_KIND_MEMSET": (
+        "start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL, "
+        "contextId INTEGER NOT NULL, streamId INTEGER NOT NULL, correlationId INTEGER, "
+        "globalPid INTEGER, value INTEGER NOT NULL, bytes INTEGER NOT NULL"
+    ),
+    "CUPTI_ACTIVITY_KIND_RUNTIME": (
+        "start INTEGER NOT NULL, end INTEGER NOT NULL, eventClass INTEGER NOT NULL, "
+        "globalTid INTEGER, correlationId INTEGER, nameId INTEGER NOT NULL, "
+        "returnValue INTEGER NOT NULL DEFAULT 0"
+    ),
+    "NVTX_EVENTS": (
+        "start INTEGER NOT NULL, end INTEGER, eventType INTEGER NOT NULL, rangeId INTEGER, "
+        "category INTEGER, color INTEGER, text TEXT, globalTid INTEGER, endGlobalTid INTEGER, "
+        "textId INTEGER, domainId INTEGER"
+    ),
+}
+
+#: NVTX event types (ENUM_NSYS_EVENT_TYPE): mark, push/pop range, start/end range, domain create.
+NVTX_MARK, NVTX_PUSH_POP, NVTX_START_END, NVTX_DOMAIN = 34, 59, 60, 75
+
+
+def global_pid(pid: int, hw: int = 1) -> int:
+    return (hw << 48) | (pid << 24)
+
+
+def global_tid(pid: int, tid: int, hw: int = 1) -> int:
+    return global_pid(pid, hw) | tid
+
+
+@dataclass
+class NsysExport:
+    """Rows of a small export; :meth:`write` turns them into an SQLite file.
+
+    ``session_start_utc_ns``: when set, TARGET_INFO_SESSION_START_TIME says the capture started at
+    that unix time, at export timestamp ``system_clock_ns``.
+    """
+
+    schema_version: str = "3.25.0"
+    session_start_utc_ns: int | None = None
+    system_clock_ns: int = 0
+    rows: dict[str, list[tuple[object, ...]]] = field(default_factory=dict)
+    _strings: dict[str, int] = field(default_factory=dict)
+    _corr: dict[int, int] = field(default_factory=dict)
+
+    def _add(self, table: str, row: tuple[object, ...]) -> None:
+        self.rows.setdefault(table, []).append(row)
+
+    def string(self, value: str) -> int:
+        """Id of ``value`` in StringIds (registered once)."""
+        if value not in self._strings:
+            self._strings[value] = len(self._strings) + 1
+        return self._strings[value]
+
+    def process(self, pid: int, name: str = "python3") -> None:
+        self._add("PROCESSES", (global_pid(pid), pid, name))
+
+    def thread(self, pid: int, tid: int, name: str) -> None:
+        self._add("ThreadNames", (self.string(name), 20, global_tid(pid, tid)))
+
+    def next_correlation(self, pid: int) -> int:
+        self._corr[pid] = self._corr.get(pid, 100) + 1
+        return self._corr[pid]
+
+    def runtime(
+        self,
+        pid: int,
+        start: int,
+        end: int,
+        name: str = "cudaLaunchKernel_v7000",
+        correlation: int | None = None,
+        tid: int | None = None,
+        event_class: int = 0,
+    ) -> None:
+        """A CUDA API call (eventClass 0 runtime, 1 driver) on thread ``tid`` (default: main)."""
+        self._add(
+            "CUPTI_ACTIVITY_KIND_RUNTIME",
+            (
+                start,
+                end,
+                event_class,
+                global_tid(pid, pid if tid is None else tid),
+                correlation,
+                self.string(name),
+                0,
+            ),
+        )
+
+    def _launch(
+        self, pid: int, launch: int | None, api: str, event_class: int, tid: int | None
+    ) -> int:
+        corr = self.next_correlation(pid)
+        if launch is not None:
+            self.runtime(pid, launch, launch + 2_000, api, corr, tid, event_class)
+        return corr
+
+    def kernel(
+        self,
+        pid: int,
+        device: int,
+        stream: int,
+        start: int,
+        end: int,
+        name: str,
+        launch: int | None = None,
+        api: str = "cudaLaunchKernel_v7000",
+        event_class: int = 0,
+        tid: int | None = None,
+        demangled: str | None = None,
+    ) -> int:
+        """A kernel; ``launch``: host time of its launch call (None: no launch row). -> correlation."""
+        corr = self._launch(pid, launch, api, event_class, tid)
+        self._add(
+            "CUPTI_ACTIVITY_KIND_KERNEL",
+            (
+                start,
+                end,
+                device,
+                1,
+                stream,
+                corr,
+                global_pid(pid),
+                self.string(demangled or f"{name}(float*, int)"),
+                self.string(name),
+                None,
+                1,
+            ),
+        )
+        return corr
+
+    def memcpy(
+        self,
+        pid: int,
+        device: int,
+        stream: int,
+        start: int,
+        end: int,
+        launch: int | None = None,
+        copy_kind: int = 1,
+        nbytes: int = 4096,
+    ) -> int:
+        corr = self._launch(pid, launch, "cudaMemcpyAsync_v3020", 0, None)
+        self._add(
+            "CUPTI_ACTIVITY_KIND_MEMCPY",
+            (start, end, device, 1, stream, corr, global_pid(pid), nbytes, copy_kind),
+        )
+        return corr
+
+    def memset(
+        self, pid: int, device: int, stream: int, start: int, end: int, launch: int | None = None
+    ) -> int:
+        corr = self._launch(pid, launch, "cudaMemsetAsync_v3020", 0, None)
+        self._add(
+            "CUPTI_ACTIVITY_KIND_MEMSET",
+            (start, end, device, 1, stream, corr, global_pid(pid), 0, 4096),
+        )
+        return corr
+
+    def nvtx(
+        self,
+        pid: int,
+        start: int,
+        end: int | None,
+        text: str,
+        registered: bool = True,
+        tid: int | None = None,
+        event_type: int = NVTX_PUSH_POP,
+        domain: int = 0,
+    ) -> None:
+        """An NVTX range (or mark, with ``end=None``); registered strings go through textId."""
+        gtid = global_tid(pid, pid if tid is None else tid)
+        self._add(
+            "NVTX_EVENTS",
+            (
+                start,
+                end,
+                event_type,
+                None,
+                None,
+                None,
+                None if registered else text,
+                gtid,
+                gtid if event_type == NVTX_START_END else None,
+                self.string(text) if registered else None,
+                domain,
+            ),
+        )
+
+    def write(self, path: str | Path, omit: Iterable[str] = ()) -> Path:
+        """Write the export to ``path`` (replacing it); tables in ``omit`` are left out."""
+        p = Path(path)
+        if p.exists():
+            p.unlink()
+        skip = set(omit)
+        meta = [
+            ("EXPORT_PRODUCT_NAME", "NVIDIA Nsight Systems"),
+            ("EXPORT_SCHEMA_VERSION", self.schema_version),
+        ]
+        con = sqlite3.connect(p)
+        try:
+            for table, cols in _SCHEMA.items():
+                if table in skip:
+                    continue
+                con.execute(f"CREATE TABLE {table} ({cols})")
+            fixed: dict[str, list[tuple[object, ...]]] = {
+                "StringIds": [(i, s) for s, i in self._strings.items()],
+                "META_DATA_EXPORT": meta,
+            }
+            if self.session_start_utc_ns is not None:
+                fixed["TARGET_INFO_SESSION_START_TIME"] = [
+                    (self.session_start_utc_ns, "", "", self.system_clock_ns)
+                ]
+                fixed["ANALYSIS_DETAILS"] = [(1 << 48, 10**12, self.system_clock_ns, 10**12)]
+            for table, rows in {**self.rows, **fixed}.items():
+                if table in skip or not rows:
+                    continue
+                marks = ",".join("?" for _ in rows[0])
+                con.executemany(f"INSERT INTO {table} VALUES ({marks})", rows)
+            con.commit()
+        finally:
+            con.close()
+        return p
