@@ -252,3 +252,67 @@ def analyze(
         from .errors import GateFailed
 
         raise GateFailed("--fail-if met: " + "; ".join(failed))
+
+
+# --- compare (issue 6) ----------------------------------------------------------------------
+
+
+@main.command()
+@click.argument("baseline", type=click.Path())
+@click.argument("candidate", type=click.Path())
+@click.option(
+    "-f",
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json", "markdown"]),
+    default="table",
+    show_default=True,
+    help="Output format. json has a top-level step_speedup.",
+)
+@click.option(
+    "-o", "--output", type=click.Path(dir_okay=False), help="Write to FILE instead of stdout."
+)
+@click.option(
+    "--top",
+    type=click.IntRange(0, None),
+    default=10,
+    show_default=True,
+    help="How many collectives whose exposure changed most to list.",
+)
+@analysis_options
+@handle_errors
+def compare(
+    baseline: str, candidate: str, fmt: str, output: str | None, top: int, **opts: Any
+) -> None:
+    """What an optimisation changed: BASELINE vs CANDIDATE (each a trace file or a folder of
+    rank traces), median per step side by side.
+
+    \b
+    Step time, compute, communication, overlap ratio, exposed communication and idle
+    (and exposed wait vs transfer for multi-rank runs); deltas; step_speedup = baseline
+    median step / candidate median step; whether the bottleneck changed; the collectives
+    whose exposure changed most. The same options (--steps, --rank, ...) apply to both.
+
+    \b
+    Examples:
+      traceoverlap compare runs/naive runs/bucketed
+      traceoverlap compare before.json.gz after.json.gz --format json
+    """
+    from .compare import compare as compare_runs
+    from .reporters import compare as rep
+
+    base = run_analysis((baseline,), **opts)
+    cand = run_analysis((candidate,), **opts)
+    cmp = compare_runs(base, cand, baseline_label=baseline, candidate_label=candidate, top=top)
+    if fmt == "json":
+        text = rep.render_json(cmp)
+    elif fmt == "markdown":
+        text = rep.render_markdown(cmp)
+    else:
+        import shutil
+
+        tty = output is None and sys.stdout.isatty()
+        text = rep.render_table(
+            cmp, color=tty, width=shutil.get_terminal_size((80, 24)).columns if tty else 80
+        )
+    _write_output(text, output)

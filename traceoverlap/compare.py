@@ -1,0 +1,222 @@
+"""What an optimisation changed: a baseline run and a candidate run, side by side.
+
+Medians are taken over every (rank, step) row of a run (the run summary's medians), so runs with a
+different number of ranks or steps still compare. All times are integer nanoseconds in, float
+nanoseconds out for medians (a median of two rows may fall between them).
+
+  - ``metrics``: one row per metric (step, compute, comm, overlap ratio, exposed comm, idle, and the
+    exposed wait / transfer split when both runs have it): baseline median, candidate median,
+    ``delta`` = candidate - baseline, ``change_ratio`` = delta / baseline (None when baseline is 0).
+  - ``step_speedup`` = baseline median step / candidate median step (> 1: the candidate is faster).
+  - the dominant bottleneck of each run and whether it changed.
+  - ``collectives``: collectives whose exposure changed most. A collective is identified across
+    runs by its kind and its position among the collectives of that kind within a step
+    (``all_reduce #3``), since the instances themselves differ between runs; its exposure is the
+    median over (rank, step) of that collective's exposed ns (0 where a run does not have it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .analysis import Analysis
+from .collectives import Collectives, match_collectives
+
+#: (step column, label) in report order.
+COMPARED_METRICS: tuple[tuple[str, str], ...] = (
+    ("step_ns", "step"),
+    ("compute_ns", "compute"),
+    ("comm_ns", "comm"),
+    ("overlap_ratio", "overlap ratio"),
+    ("exposed_comm_ns", "exposed comm"),
+    ("idle_ns", "idle"),
+    ("exposed_wait_ns", "exposed wait"),
+    ("exposed_transfer_ns", "exposed transfer"),
+)
+
+METRIC_COLUMNS = ("metric", "label", "baseline", "candidate", "delta", "change_ratio")
+COLLECTIVE_COLUMNS = (
+    "collective",
+    "name",
+    "position",
+    "baseline_exposed_ns",
+    "candidate_exposed_ns",
+    "delta_ns",
+    "baseline_count",
+    "candidate_count",
+)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Baseline vs candidate (see the module docstring). ``top`` collectives are kept."""
+
+    baseline: Analysis
+    candidate: Analysis
+    baseline_label: str
+    candidate_label: str
+    metrics: pd.DataFrame
+    step_speedup: float | None
+    baseline_bottleneck: str | None
+    candidate_bottleneck: str | None
+    collectives: pd.DataFrame
+    notes: tuple[str, ...]
+    baseline_bottlenecks: dict[str, int]
+    candidate_bottlenecks: dict[str, int]
+
+    @property
+    def main_change(self) -> str | None:
+        """The time metric (other than the step itself) whose median moved most, in words."""
+        m = self.metrics[
+            self.metrics["metric"].isin(("compute_ns", "comm_ns", "exposed_comm_ns", "idle_ns"))
+        ]
+        m = m[m["delta"].notna()]
+        if m.empty:
+            return None
+        row = m.iloc[int(np.argmax(m["delta"].abs().to_numpy()))]
+        d = float(row["delta"])
+        word = "fell" if d < 0 else "rose"
+        rel = row["change_ratio"]
+        rel_txt = f" ({100 * float(rel):+.0f}%)" if rel is not None and not pd.isna(rel) else ""
+        return f"{row['label']} {word} by {abs(d) / 1e6:.2f} ms per step{rel_txt}"
+
+    @property
+    def bottleneck_changed(self) -> bool:
+        return self.baseline_bottleneck != self.candidate_bottleneck
+
+    def metric(self, name: str) -> dict[str, Any]:
+        row = self.metrics[self.metrics["metric"] == name]
+        if row.empty:
+            raise KeyError(name)
+        return {str(k): v for k, v in row.iloc[0].to_dict().items()}
+
+    def headline(self) -> str:
+        """One sentence: the speedup and what moved most (plain text)."""
+        step = self.metric("step_ns")
+        parts = []
+        if self.step_speedup is not None:
+            parts.append(
+                f"step_speedup {self.step_speedup:.2f}x (median step "
+                f"{step['baseline'] / 1e6:.2f} -> {step['candidate'] / 1e6:.2f} ms)"
+            )
+        ov = self.metric("overlap_ratio")
+        if ov["baseline"] is not None and ov["candidate"] is not None:
+            parts.append(f"overlap {100 * ov['baseline']:.1f}% -> {100 * ov['candidate']:.1f}%")
+        change = self.main_change
+        if change:
+            parts.append(change)
+        if self.bottleneck_changed:
+            parts.append(f"bottleneck {self.baseline_bottleneck} -> {self.candidate_bottleneck}")
+        else:
+            parts.append(f"bottleneck unchanged ({self.baseline_bottleneck})")
+        return "; ".join(parts)
+
+
+def _median(steps: pd.DataFrame, col: str) -> float | None:
+    if col not in steps.columns:
+        return None
+    v = pd.to_numeric(steps[col], errors="coerce").dropna()
+    return float(v.median()) if len(v) else None
+
+
+def _collective_profile(analysis: Analysis) -> pd.DataFrame:
+    """Per (kind, position within the step): median exposed ns over (rank, step), and count."""
+    coll = analysis.collectives
+    if not isinstance(coll, Collectives):
+        coll = match_collectives(analysis)
+    pr = coll.per_rank
+    if pr.empty:
+        return pd.DataFrame(columns=["name", "position", "exposed_ns", "count"])
+    names = coll.instances.set_index("instance")["name"]
+    df = pr.assign(name=names.reindex(pr["instance"]).to_numpy())
+    df = df.sort_values(["rank", "step_index", "start_ns"], kind="stable")
+    df["position"] = df.groupby(["rank", "step_index", "name"]).cumcount() + 1
+    g = df.groupby(["name", "position"], sort=True)
+    return pd.DataFrame(
+        {
+            "exposed_ns": g["exposed_ns"].median(),
+            "count": g["exposed_ns"].size(),
+        }
+    ).reset_index()
+
+
+def compare(
+    baseline: Analysis,
+    candidate: Analysis,
+    *,
+    baseline_label: str = "baseline",
+    candidate_label: str = "candidate",
+    top: int = 10,
+) -> Comparison:
+    """Compare two analysed runs (see the module docstring)."""
+    rows = []
+    for col, label in COMPARED_METRICS:
+        b, c = _median(baseline.steps, col), _median(candidate.steps, col)
+        if (b is None and c is None) or (
+            col.startswith("exposed_") and col != "exposed_comm_ns" and (b is None or c is None)
+        ):
+            continue  # the wait/transfer split only compares when both runs have it
+        delta = None if b is None or c is None else c - b
+        rows.append(
+            {
+                "metric": col,
+                "label": label,
+                "baseline": b,
+                "candidate": c,
+                "delta": delta,
+                "change_ratio": (delta / b) if (delta is not None and b) else None,
+            }
+        )
+    metrics = pd.DataFrame(rows, columns=list(METRIC_COLUMNS))
+    b_step, c_step = _median(baseline.steps, "step_ns"), _median(candidate.steps, "step_ns")
+    speedup = b_step / c_step if b_step is not None and c_step else None
+
+    bp, cp = _collective_profile(baseline), _collective_profile(candidate)
+    both = bp.merge(cp, on=["name", "position"], how="outer", suffixes=("_b", "_c"))
+    both = both.fillna({"exposed_ns_b": 0.0, "exposed_ns_c": 0.0, "count_b": 0, "count_c": 0})
+    both["delta"] = both["exposed_ns_c"] - both["exposed_ns_b"]
+    both["abs"] = both["delta"].abs()
+    both = both.sort_values(["abs", "name", "position"], ascending=[False, True, True])
+    both = both[both["abs"] > 0].head(top)
+    collectives = pd.DataFrame(
+        {
+            "collective": [
+                f"{n} #{p}" for n, p in zip(both["name"], both["position"], strict=True)
+            ],
+            "name": both["name"].astype(str).to_numpy(),
+            "position": both["position"].to_numpy().astype(np.int64),
+            "baseline_exposed_ns": both["exposed_ns_b"].to_numpy().astype(float),
+            "candidate_exposed_ns": both["exposed_ns_c"].to_numpy().astype(float),
+            "delta_ns": both["delta"].to_numpy().astype(float),
+            "baseline_count": both["count_b"].to_numpy().astype(np.int64),
+            "candidate_count": both["count_c"].to_numpy().astype(np.int64),
+        },
+        columns=list(COLLECTIVE_COLUMNS),
+    )
+    notes = [f"{baseline_label}: {n}" for n in baseline.notes]
+    notes += [f"{candidate_label}: {n}" for n in candidate.notes]
+    b_ranks, c_ranks = baseline.timeline.ranks, candidate.timeline.ranks
+    if len(b_ranks) != len(c_ranks):
+        notes.insert(
+            0,
+            f"the runs have different rank counts ({len(b_ranks)} vs {len(c_ranks)}): "
+            "medians are over every (rank, step) of each run",
+        )
+    return Comparison(
+        baseline=baseline,
+        candidate=candidate,
+        baseline_label=baseline_label,
+        candidate_label=candidate_label,
+        metrics=metrics,
+        step_speedup=speedup,
+        baseline_bottleneck=baseline.summary["run"].get("dominant_bottleneck"),
+        candidate_bottleneck=candidate.summary["run"].get("dominant_bottleneck"),
+        collectives=collectives,
+        notes=tuple(notes),
+        baseline_bottlenecks=dict(baseline.summary["run"].get("bottlenecks", {})),
+        candidate_bottlenecks=dict(candidate.summary["run"].get("bottlenecks", {})),
+    )

@@ -1,0 +1,209 @@
+"""``traceoverlap compare`` output: table (terminal), JSON and Markdown. Formatting only.
+
+JSON (``schema_version`` 1): ``step_speedup`` (baseline median step / candidate median step),
+``headline``, ``main_change``, ``baseline`` / ``candidate`` (label, ranks, steps, bottleneck
+counts), ``metrics`` (one object per metric: baseline and candidate medians, ``delta`` =
+candidate - baseline, ``change_ratio`` = delta / baseline; times in ns, ratios 0-1),
+``bottleneck`` (baseline, candidate, changed), ``collectives`` (exposure changed most), ``notes``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import TYPE_CHECKING, Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from .. import __version__
+from ._format import ms
+from .json import clean
+
+if TYPE_CHECKING:
+    from ..analysis import Analysis
+    from ..compare import Comparison
+
+SCHEMA_VERSION = 1
+
+
+def _is_ratio(metric: str) -> bool:
+    return metric.endswith("_ratio")
+
+
+def _value(metric: str, v: Any) -> str:
+    if v is None or v != v:  # None or NaN
+        return "-"
+    return f"{100 * float(v):.1f}%" if _is_ratio(metric) else ms(v)
+
+
+def _delta(metric: str, v: Any) -> str:
+    if v is None or v != v:
+        return "-"
+    if _is_ratio(metric):
+        return f"{100 * float(v):+.1f} pp"
+    return f"{float(v) / 1e6:+.2f}"
+
+
+def _change(v: Any) -> str:
+    return "-" if v is None or v != v else f"{100 * float(v):+.0f}%"
+
+
+def _run_info(a: Analysis, label: str, bottlenecks: dict[str, int]) -> dict[str, Any]:
+    run = a.summary["run"]
+    return {
+        "label": label,
+        "paths": [t.path for t in a.timeline.traces],
+        "ranks": a.timeline.ranks,
+        "n_steps": run.get("n_steps"),
+        "dominant_bottleneck": run.get("dominant_bottleneck"),
+        "bottlenecks": bottlenecks,
+    }
+
+
+def to_dict(cmp: Comparison) -> dict[str, Any]:
+    return clean(
+        {
+            "schema_version": SCHEMA_VERSION,
+            "tool": {"name": "traceoverlap", "version": __version__},
+            "step_speedup": cmp.step_speedup,
+            "headline": cmp.headline(),
+            "main_change": cmp.main_change,
+            "baseline": _run_info(cmp.baseline, cmp.baseline_label, cmp.baseline_bottlenecks),
+            "candidate": _run_info(cmp.candidate, cmp.candidate_label, cmp.candidate_bottlenecks),
+            "metrics": [{str(k): v for k, v in r.items()} for r in cmp.metrics.to_dict("records")],
+            "bottleneck": {
+                "baseline": cmp.baseline_bottleneck,
+                "candidate": cmp.candidate_bottleneck,
+                "changed": cmp.bottleneck_changed,
+            },
+            "collectives": [
+                {str(k): v for k, v in r.items()} for r in cmp.collectives.to_dict("records")
+            ],
+            "notes": list(cmp.notes),
+        }
+    )
+
+
+def render_json(cmp: Comparison) -> str:
+    return json.dumps(to_dict(cmp), indent=2, allow_nan=False) + "\n"
+
+
+def _bottleneck_text(counts: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in counts.items()) or "-"
+
+
+def render_table(cmp: Comparison, *, color: bool = False, width: int = 80) -> str:
+    buf = io.StringIO()
+    console = Console(
+        file=buf,
+        width=max(width, 80),
+        force_terminal=color,
+        no_color=not color,
+        color_system="auto" if color else None,
+        highlight=False,
+        emoji=False,
+    )
+    console.print(f"baseline:  {cmp.baseline_label}", markup=False, soft_wrap=True)
+    console.print(f"candidate: {cmp.candidate_label}", markup=False, soft_wrap=True)
+    console.print()
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, header_style="bold")
+    for col, just in (
+        ("median per step", "left"),
+        ("baseline", "right"),
+        ("candidate", "right"),
+        ("delta", "right"),
+        ("change", "right"),
+    ):
+        table.add_column(col, justify=just, no_wrap=True)  # type: ignore[arg-type]
+    for r in cmp.metrics.to_dict("records"):
+        metric = str(r["metric"])
+        table.add_row(
+            str(r["label"]) + ("" if _is_ratio(metric) else " ms"),
+            _value(metric, r["baseline"]),
+            _value(metric, r["candidate"]),
+            _delta(metric, r["delta"]),
+            "-" if _is_ratio(metric) else _change(r["change_ratio"]),
+        )
+    console.print(table)
+    sp = cmp.step_speedup
+    console.print(f"step_speedup: {sp:.2f}x" if sp is not None else "step_speedup: -", markup=False)
+    if cmp.main_change:
+        console.print(f"main change: {cmp.main_change}", markup=False, soft_wrap=True)
+    verdict = (
+        f"changed: {cmp.baseline_bottleneck} -> {cmp.candidate_bottleneck}"
+        if cmp.bottleneck_changed
+        else f"unchanged: {cmp.baseline_bottleneck}"
+    )
+    console.print(
+        f"bottleneck {verdict} "
+        f"(steps: {_bottleneck_text(cmp.baseline_bottlenecks)} -> "
+        f"{_bottleneck_text(cmp.candidate_bottlenecks)})",
+        markup=False,
+        soft_wrap=True,
+    )
+    if not cmp.collectives.empty:
+        console.print()
+        console.print("Collectives whose exposure changed most (median exposed ms per step):")
+        ct = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, header_style="bold")
+        for col in ("collective", "baseline", "candidate", "delta"):
+            ct.add_column(col, justify="left" if col == "collective" else "right", no_wrap=True)
+        for r in cmp.collectives.to_dict("records"):
+            ct.add_row(
+                str(r["collective"]),
+                ms(r["baseline_exposed_ns"]) if r["baseline_count"] else "absent",
+                ms(r["candidate_exposed_ns"]) if r["candidate_count"] else "absent",
+                f"{float(r['delta_ns']) / 1e6:+.2f}",
+            )
+        console.print(ct)
+    if cmp.notes:
+        console.print()
+        console.print("Notes:", style="bold")
+        for n in cmp.notes:
+            console.print(f"  - {n}", markup=False, soft_wrap=True)
+    return buf.getvalue()
+
+
+def render_markdown(cmp: Comparison) -> str:
+    lines = [
+        "# traceoverlap compare",
+        "",
+        f"- baseline: `{cmp.baseline_label}`",
+        f"- candidate: `{cmp.candidate_label}`",
+        f"- **{cmp.headline()}**",
+        "",
+        "| median per step | baseline | candidate | delta | change |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for r in cmp.metrics.to_dict("records"):
+        metric = str(r["metric"])
+        lines.append(
+            f"| {r['label']}{'' if _is_ratio(metric) else ' (ms)'} | "
+            f"{_value(metric, r['baseline'])} | {_value(metric, r['candidate'])} | "
+            f"{_delta(metric, r['delta'])} | "
+            f"{'-' if _is_ratio(metric) else _change(r['change_ratio'])} |"
+        )
+    lines += [
+        "",
+        f"Bottleneck: {cmp.baseline_bottleneck} -> {cmp.candidate_bottleneck} "
+        f"({'changed' if cmp.bottleneck_changed else 'unchanged'}).",
+    ]
+    if not cmp.collectives.empty:
+        lines += [
+            "",
+            "## Collectives whose exposure changed most",
+            "",
+            "| collective | baseline exposed (ms) | candidate exposed (ms) | delta (ms) |",
+            "|---|---:|---:|---:|",
+        ]
+        for r in cmp.collectives.to_dict("records"):
+            lines.append(
+                f"| {r['collective']} | "
+                f"{ms(r['baseline_exposed_ns']) if r['baseline_count'] else 'absent'} | "
+                f"{ms(r['candidate_exposed_ns']) if r['candidate_count'] else 'absent'} | "
+                f"{float(r['delta_ns']) / 1e6:+.2f} |"
+            )
+    if cmp.notes:
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in cmp.notes]
+    return "\n".join(lines) + "\n"
