@@ -28,6 +28,11 @@ _SCHEMA: dict[str, str] = {
     "ANALYSIS_DETAILS": "globalVid INTEGER, duration INTEGER, startTime INTEGER, stopTime INTEGER",
     "PROCESSES": "globalPid INTEGER, pid INTEGER, name TEXT",
     "ThreadNames": "nameId INTEGER NOT NULL, priority INTEGER, globalTid INTEGER",
+    "TARGET_INFO_GPU": "id INTEGER, name TEXT, busLocation TEXT, totalMemory INTEGER",
+    "TARGET_INFO_CUDA_DEVICE": (
+        "gpuId INTEGER, cudaId INTEGER NOT NULL, pid INTEGER NOT NULL, uuid TEXT, "
+        "numMultiprocessors INTEGER"
+    ),
     "CUPTI_ACTIVITY_KIND_KERNEL": (
         "start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL, "
         "contextId INTEGER NOT NULL, streamId INTEGER NOT NULL, correlationId INTEGER, "
@@ -97,6 +102,14 @@ class NsysExport:
 
     def thread(self, pid: int, tid: int, name: str) -> None:
         self._add("ThreadNames", (self.string(name), 20, global_tid(pid, tid)))
+
+    def gpu(self, gpu_id: int, name: str) -> None:
+        """A GPU of the machine (TARGET_INFO_GPU)."""
+        self._add("TARGET_INFO_GPU", (gpu_id, name, f"0000:{gpu_id:02x}:00.0", 80 << 30))
+
+    def cuda_device(self, pid: int, cuda_id: int, gpu_id: int) -> None:
+        """Process ``pid`` sees GPU ``gpu_id`` as CUDA device ``cuda_id`` (TARGET_INFO_CUDA_DEVICE)."""
+        self._add("TARGET_INFO_CUDA_DEVICE", (gpu_id, cuda_id, pid, f"GPU-{gpu_id}", 132))
 
     def next_correlation(self, pid: int) -> int:
         self._corr[pid] = self._corr.get(pid, 100) + 1

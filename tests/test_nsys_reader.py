@@ -259,6 +259,23 @@ def test_several_processes_are_ranks_ordered_by_device_then_pid(tmp_path: Path) 
     ]
 
 
+def test_gpu_names_follow_each_process_device_mapping(tmp_path: Path) -> None:
+    # CUDA_VISIBLE_DEVICES: pids 20 and 10 both launch on their CUDA device 0, which is GPU 1
+    # (an H100) for pid 20 and GPU 0 (an A100) for pid 10. Same device -> ordered by pid.
+    x = NsysExport()
+    x.gpu(0, "NVIDIA A100-SXM4-80GB")
+    x.gpu(1, "NVIDIA H100 80GB HBM3")
+    x.cuda_device(20, 0, 1)
+    x.cuda_device(10, 0, 0)
+    x.kernel(20, 0, 7, 100, 200, "k", launch=50)
+    x.kernel(10, 0, 7, 100, 200, "k", launch=50)
+    tl = read_nsys(x.write(tmp_path / "gpus.sqlite"))
+    assert [(t.rank, t.pid, t.device, t.devices) for t in tl.traces] == [
+        (0, 10, 0, ("NVIDIA A100-SXM4-80GB",)),
+        (1, 20, 0, ("NVIDIA H100 80GB HBM3",)),
+    ]
+
+
 def test_one_process_two_gpus_gets_two_ranks_sharing_host_rows(tmp_path: Path) -> None:
     # pid 7 drives GPUs 0 and 1: two ranks (device order), each with the process's host rows
     # (launches and the step marker), so each rank's kernels find their launch.

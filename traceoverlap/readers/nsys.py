@@ -914,20 +914,32 @@ class _Reader:
 
     # -- per-rank descriptions --------------------------------------------------------------
 
-    def gpu_names(self) -> dict[int, str]:
-        """CUDA device id -> GPU name, from TARGET_INFO_CUDA_DEVICE / TARGET_INFO_GPU if present."""
-        out: dict[int, str] = {}
-        for table_name in ("TARGET_INFO_GPU", "TARGET_INFO_CUDA_DEVICE"):
-            t = self.table(table_name)
-            if t is None:
-                continue
-            cols = self.columns(t)
-            id_col = next((c for c in ("cudaId", "cuDevice", "deviceId", "id") if c in cols), None)
-            if id_col is None or "name" not in cols:
-                continue
-            for i, name in self.con.execute(f"SELECT {_q(id_col)}, name FROM {_q(t)}").fetchall():
-                if i is not None and name:
-                    out.setdefault(int(i), str(name))
+    def gpu_names(self) -> dict[tuple[int, int], str]:
+        """(pid, CUDA device ordinal) -> GPU name, when the export describes its GPUs.
+
+        ``TARGET_INFO_CUDA_DEVICE`` maps each process's CUDA ordinal (``cudaId``, what kernels
+        carry as ``deviceId``) to a GPU (``gpuId``): under ``CUDA_VISIBLE_DEVICES`` two processes'
+        device 0 can be different GPUs. ``TARGET_INFO_GPU`` names the GPUs (``id``, ``name``).
+        """
+        gpu = self.table("TARGET_INFO_GPU")
+        if gpu is None or not {"id", "name"} <= self.columns(gpu):
+            return {}
+        names = {
+            int(i): str(n)
+            for i, n in self.con.execute(f"SELECT id, name FROM {_q(gpu)}").fetchall()
+            if i is not None and n
+        }
+        out: dict[tuple[int, int], str] = {}
+        cuda = self.table("TARGET_INFO_CUDA_DEVICE")
+        if cuda is not None and {"gpuId", "cudaId", "pid"} <= self.columns(cuda):
+            rows = self.con.execute(f"SELECT pid, cudaId, gpuId FROM {_q(cuda)}").fetchall()
+            for pid, cuda_id, gpu_id in rows:
+                if None not in (pid, cuda_id, gpu_id) and int(gpu_id) in names:
+                    out[(int(pid), int(cuda_id))] = names[int(gpu_id)]
+        if not out and len(set(names.values())) == 1:
+            # one GPU model in the machine: every device is that model
+            only = next(iter(names.values()))
+            out = {(-1, -1): only}
         return out
 
     def trace_infos(
@@ -954,7 +966,7 @@ class _Reader:
                     f"Rank {rank} is {proc} on GPU {device}: the export does not record ranks, "
                     "so processes were numbered by GPU, then pid."
                 )
-            name = gpu_names.get(device)
+            name = gpu_names.get((pid, device), gpu_names.get((-1, -1)))
             infos.append(
                 TraceInfo(
                     path=str(self.path),
