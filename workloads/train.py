@@ -72,6 +72,11 @@ def run_rank(args: argparse.Namespace, rank: int, world_size: int, local_rank: i
         device_id=device if backend == "nccl" else None,
     )
     try:
+        if os.environ.get("TRACEOVERLAP_WORKLOADS_FAIL_RANK") == str(rank):
+            # For tests of the launcher: this rank dies after joining, the others must not hang.
+            raise RuntimeError(
+                f"rank {rank}: failing on purpose (TRACEOVERLAP_WORKLOADS_FAIL_RANK)"
+            )
         _train(args, rank, world_size, device)
     finally:
         dist.destroy_process_group()
