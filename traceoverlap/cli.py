@@ -316,3 +316,63 @@ def compare(
             cmp, color=tty, width=shutil.get_terminal_size((80, 24)).columns if tty else 80
         )
     _write_output(text, output)
+
+
+# --- report (issue 5) -----------------------------------------------------------------------
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False),
+    default="report.html",
+    show_default=True,
+    help="The HTML file to write.",
+)
+@click.option(
+    "--timeline-step",
+    metavar="N",
+    help="Step drawn as a timeline (its ProfilerStep number; default: the median step).",
+)
+@click.option(
+    "--timeline-rank",
+    type=int,
+    metavar="R",
+    help="Rank whose step is drawn as a timeline (default: the lowest rank).",
+)
+@click.option(
+    "--plotlyjs",
+    type=click.Choice(["embed", "cdn"]),
+    default="embed",
+    show_default=True,
+    help="embed: plotly.js inside the file (works offline, ~5 MB); cdn: small file, needs the network.",
+)
+@analysis_options
+@handle_errors
+def report(
+    paths: tuple[str, ...],
+    output: str,
+    timeline_step: str | None,
+    timeline_rank: int | None,
+    plotlyjs: str,
+    **opts: Any,
+) -> None:
+    """Write an offline HTML report: summary, per-step bars, one step's timeline.
+
+    PATHS: trace files or folders, as for `analyze`.
+
+    \b
+    Examples:
+      traceoverlap report rank0.json.gz -o report.html
+      traceoverlap report runs/bucketed/ --timeline-step 5 --timeline-rank 1
+      traceoverlap report trace.json --plotlyjs cdn -o small.html
+    """
+    from .reporters.html import write_report
+
+    result = run_analysis(paths, **opts)
+    path = write_report(
+        result, output, timeline_step=timeline_step, timeline_rank=timeline_rank, plotlyjs=plotlyjs
+    )
+    click.echo(f"wrote {path}", err=True)
