@@ -78,8 +78,9 @@ def render(analysis: Analysis, *, color: bool = False, width: int = 80) -> str:
         highlight=False,
         emoji=False,
     )
+    wrap = max(width, 80)
     for line in describe_inputs(analysis):
-        console.print(line, soft_wrap=True, markup=False)
+        console.print(_wrap(line, wrap, "    "), soft_wrap=True, markup=False)
     console.print()
     console.print(build_table(analysis))
     console.print(
@@ -90,7 +91,6 @@ def render(analysis: Analysis, *, color: bool = False, width: int = 80) -> str:
         "bottleneck: compute / exposed-comm / comm-bound / idle-bound (README)", style="dim"
     )
     console.print()
-    wrap = max(width, 80)
     for line in summary_lines(analysis):
         console.print(_wrap(line, wrap, "    "), soft_wrap=True, markup=False)
     if analysis.notes:
