@@ -65,9 +65,15 @@ def load(
     paths: PathLike | Sequence[PathLike], rules: Rules | None = None, jobs: int | None = None
 ) -> Timeline:
     """Read one trace, several, or a folder of rank traces into one classified Timeline."""
+    from .loading import rank_notes, read_files
+
     files = expand_paths(paths)
-    timelines = [_read_one(f) for f in files]
+    timelines = read_files(files, jobs)  # parallel processes for several files (issue 6)
     timeline = _merge_ranks(timelines)
+    missing = rank_notes(timeline)
+    if missing and timeline.traces:
+        first = timeline.traces[0].with_notes(*missing)
+        timeline = Timeline(timeline.events, (first,) + timeline.traces[1:])
     return classify(timeline, rules)
 
 
