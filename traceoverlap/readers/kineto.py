@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import TraceFormatError
-from ..model import Timeline, TraceInfo, make_events
+from ..model import CATEGORIES, Timeline, TraceInfo, make_events
 
 __all__ = ["read_kineto", "us_to_ns", "rank_from_filename", "DTYPE_BYTES"]
 
@@ -45,6 +45,12 @@ CATEGORY_MAP: dict[str, str] = {
     "cpu_op": "cpu_op",
     "user_annotation": "annotation",
     "gpu_user_annotation": "gpu_annotation",
+    # PyTorch 1.8-1.9 traces used capitalised names (and put ProfilerStep#N under "Operator").
+    "Operator": "cpu_op",
+    "Kernel": "kernel",
+    "Memcpy": "memcpy",
+    "Memset": "memset",
+    "Runtime": "runtime",
 }
 #: Categories whose Kineto ``pid`` is the GPU and ``tid`` the stream.
 _GPU_SIDE = frozenset({"kernel", "memcpy", "memset", "sync", "gpu_annotation"})
@@ -449,7 +455,8 @@ class _Columns:
         self.offset += n
 
 
-_CAT_NAMES: tuple[str, ...] = tuple(dict.fromkeys(CATEGORY_MAP.values()))
+_CAT_NAMES: tuple[str, ...] = CATEGORIES
+_STEP_MARKER = re.compile(r"^ProfilerStep#\d+$")
 _CAT_CODE: dict[str, int] = {k: _CAT_NAMES.index(v) for k, v in CATEGORY_MAP.items()}
 
 
@@ -614,6 +621,11 @@ def _build(p: Path, head: _Head, cols: _Columns) -> Timeline:
 
     names = _merge_names(cols.name_codes, cols.name_uniques)
     cols.name_codes = cols.name_uniques = []
+    # Older traces record ProfilerStep#N as an operator; it is the profiler's step range.
+    step_codes = [i for i, v in enumerate(names.categories) if _STEP_MARKER.match(str(v))]
+    if step_codes:
+        is_step = np.isin(names.codes, step_codes) & (cat == _CAT_NAMES.index("cpu_op"))
+        cat[is_step] = _CAT_NAMES.index("annotation")
     keep = ~bad_ts
     category = _from_codes(cat.astype(np.int32), categories=list(_CAT_NAMES))
 
