@@ -1,0 +1,114 @@
+"""compare: baseline vs candidate medians, step_speedup, bottleneck change, collectives."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from traceoverlap import analyze
+from traceoverlap.cli import main
+from traceoverlap.compare import compare
+from traceoverlap.model import Timeline, TraceInfo, make_events
+
+MS = 1_000_000
+WORKLOADS = Path(__file__).resolve().parents[1] / "fixtures" / "workloads"
+
+
+def _run(step_end: int, compute: tuple[int, int], comm: tuple[int, int]) -> Timeline:
+    """One CPU rank, one ProfilerStep#1 [0, step_end) ms, one compute op, one gloo all-reduce."""
+    ev = make_events(
+        3,
+        {
+            "category": ["annotation", "cpu_op", "annotation"],
+            "name": ["ProfilerStep#1", "aten::mm", "gloo:all_reduce"],
+            "tid": [1, 1, 2],
+            "thread_name": ["python", "python", "pt_gloo_runloop"],
+            "start_ns": np.array([0, compute[0], comm[0]]) * MS,
+            "end_ns": np.array([step_end, compute[1], comm[1]]) * MS,
+        },
+    )
+    return Timeline(ev, (TraceInfo(path="r0.json", format="kineto", rank=0, clock="unix"),))
+
+
+def test_hand_built_compare() -> None:
+    """Derivation (ms):
+    baseline: step [0,100), compute [0,60), all-reduce [60,100): comm 40, overlap 0, exposed 40
+      (40% of the step, comm <= compute) -> exposed-communication
+    candidate: step [0,64), compute [0,60), all-reduce [24,64): comm 40, overlap [24,60) 36,
+      exposed 4 (6.25% < 10%), idle 0 -> compute-bound
+    step_speedup = 100 / 64 = 1.5625; exposed comm 40 -> 4 (delta -36, -90%) is the largest move
+    among compute / comm / exposed / idle; overlap ratio 0 -> 36/40 = 0.9
+    collective "all_reduce #1": exposed 40 -> 4, delta -36
+    """
+    base = analyze(_run(100, (0, 60), (60, 100)))
+    cand = analyze(_run(64, (0, 60), (24, 64)))
+    c = compare(base, cand)
+    assert c.step_speedup == pytest.approx(100 / 64)
+    m = c.metrics.set_index("metric")
+    assert m.loc["step_ns", "delta"] == -36 * MS
+    assert m.loc["exposed_comm_ns", "delta"] == -36 * MS
+    assert m.loc["exposed_comm_ns", "change_ratio"] == pytest.approx(-0.9)
+    assert m.loc["compute_ns", "delta"] == 0 and m.loc["comm_ns", "delta"] == 0
+    assert m.loc["overlap_ratio", "candidate"] == pytest.approx(0.9)
+    assert "exposed_wait_ns" not in m.index  # single-rank runs have no wait/transfer split
+    assert (c.baseline_bottleneck, c.candidate_bottleneck) == (
+        "exposed-communication",
+        "compute-bound",
+    )
+    assert c.bottleneck_changed
+    assert c.main_change == "exposed comm fell by 36.00 ms per step (-90%)"
+    row = c.collectives.iloc[0]
+    assert row["collective"] == "all_reduce #1"
+    assert (row["baseline_exposed_ns"], row["candidate_exposed_ns"]) == (40 * MS, 4 * MS)
+    assert row["delta_ns"] == -36 * MS
+
+
+def _fixture(name: str) -> Path:
+    p = WORKLOADS / name
+    if not (p / "rank0.json.gz").exists():
+        pytest.skip(f"fixture {p} absent")
+    return p
+
+
+def test_naive_vs_bucketed_fixtures() -> None:
+    # the bucketed run overlaps its all-reduces with backward: it is faster per step, and what
+    # moved most is exposed communication going down (timings vary; the direction does not)
+    c = compare(analyze(_fixture("naive")), analyze(_fixture("bucketed")))
+    assert c.step_speedup is not None and c.step_speedup > 1
+    m = c.metrics.set_index("metric")
+    assert m.loc["exposed_comm_ns", "delta"] < 0
+    assert m.loc["overlap_ratio", "candidate"] > m.loc["overlap_ratio", "baseline"]
+    assert c.main_change is not None and c.main_change.startswith("exposed comm fell")
+    assert "step_speedup" in c.headline()
+    assert not c.collectives.empty
+
+
+def test_cli_compare_formats(tmp_path: Path) -> None:
+    naive, bucketed = str(_fixture("naive")), str(_fixture("bucketed"))
+    runner = CliRunner()
+    res = runner.invoke(main, ["compare", naive, bucketed, "--format", "json"])
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.output)
+    assert d["step_speedup"] > 1
+    assert d["baseline"]["ranks"] == [0, 1] and d["bottleneck"]["baseline"]
+    assert {"metric", "baseline", "candidate", "delta", "change_ratio"} <= set(d["metrics"][0])
+
+    res = runner.invoke(main, ["compare", naive, bucketed])
+    assert res.exit_code == 0, res.output
+    assert "step_speedup:" in res.output and "main change: exposed comm fell" in res.output
+
+    out = tmp_path / "cmp.md"
+    res = runner.invoke(main, ["compare", naive, bucketed, "-f", "markdown", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    text = out.read_text()
+    assert text.startswith("# traceoverlap compare") and "| step (ms) |" in text
+
+
+def test_cli_compare_missing_input_is_one_line(tmp_path: Path) -> None:
+    res = CliRunner().invoke(main, ["compare", str(tmp_path / "nope"), str(_fixture("naive"))])
+    assert res.exit_code == 2
+    assert "no such file or folder" in res.output and "Traceback" not in res.output
