@@ -126,3 +126,61 @@ def ddp_rank(rank: int, allreduce_ms: int = 6, steps: int = 2, memcpy_ms: int = 
 def ddp_run(n_ranks: int = 2, steps: int = 2) -> Timeline:
     """``n_ranks`` ranks; rank r's all-reduces take 6 + r ms (rank 1 exposes more)."""
     return concat_timelines([ddp_rank(r, 6 + r, steps) for r in range(n_ranks)])
+
+
+def dense_rank(n_kernels: int = 100_000, comm_every: int = 1000) -> Timeline:
+    """One step of ``n_kernels`` compute kernels of 2 µs with 1 µs gaps on stream 7 (kernel i at
+    3i µs), and a 50 µs all-reduce on stream 40 starting with every ``comm_every``-th kernel.
+    Every activity has a launch 1 µs before it inside the ProfilerStep#1 marker."""
+    us = 1_000
+    t0 = 10**12
+    i = np.arange(n_kernels, dtype=np.int64)
+    ks = t0 + 3 * us * i
+    ke = ks + 2 * us
+    c = i[::comm_every]
+    cs = t0 + 3 * us * c
+    ce = cs + 50 * us
+    n_act = n_kernels + c.size
+    starts = np.concatenate((ks, cs))
+    ends = np.concatenate((ke, ce))
+    corr = np.arange(1, n_act + 1, dtype=np.int64)
+    marker_end = int(ends.max()) + us
+    n = 2 * n_act + 1
+    kernel_names = np.array(
+        ["void dense_kernel<float>(float*, int)"] * n_kernels
+        + ["ncclDevKernel_AllReduce_Sum_f32_RING_LL"] * c.size,
+        dtype=object,
+    )
+    return Timeline(
+        make_events(
+            n,
+            {
+                "rank": 0,
+                "pid": 7,
+                "device": np.concatenate((np.zeros(n_act, np.int64), np.full(n_act + 1, -1))),
+                "stream": np.concatenate(
+                    (np.full(n_kernels, 7), np.full(c.size, 40), np.full(n_act + 1, -1))
+                ),
+                "tid": np.concatenate((np.full(n_act, -1), np.full(n_act + 1, 11))),
+                "lane": np.concatenate(
+                    (
+                        np.array(["stream 7"] * n_kernels + ["stream 40"] * c.size, dtype=object),
+                        np.array(["thread 11"] * (n_act + 1), dtype=object),
+                    )
+                ),
+                "category": np.array(
+                    ["kernel"] * n_act + ["runtime"] * n_act + ["annotation"], dtype=object
+                ),
+                "name": np.concatenate(
+                    (
+                        kernel_names,
+                        np.array(["cudaLaunchKernel"] * n_act + ["ProfilerStep#1"], dtype=object),
+                    )
+                ),
+                "start_ns": np.concatenate((starts, starts - us, [t0 - 2 * us])),
+                "end_ns": np.concatenate((ends, starts - us + 500, [marker_end])),
+                "correlation": np.concatenate((corr, corr, [-1])),
+            },
+        ),
+        (TraceInfo(path="dense.json", format="kineto", rank=0, device_kind="gpu", clock="unix"),),
+    )

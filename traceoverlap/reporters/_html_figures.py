@@ -50,6 +50,8 @@ DETAIL_BUDGET = 6000
 SPAN_CAP = 1500
 #: Phase ranges drawn at most (labels beyond this would be unreadable anyway).
 PHASE_CAP = 200
+#: Hover points above which the invisible hover markers are drawn with WebGL (scattergl).
+WEBGL_POINTS = 3000
 #: Longest kernel name shown in a hover box.
 NAME_CHARS = 90
 
@@ -245,13 +247,66 @@ def coarsen(starts: IntArray, ends: IntArray, cap: int) -> tuple[IntArray, IntAr
     if s.size <= cap:
         return s, e, 0
     gaps = s[1:] - e[:-1]
-    # keep the (cap - 1) widest gaps as breaks; ties at the threshold are closed, so <= cap spans
-    threshold = np.partition(gaps, gaps.size - (cap - 1))[gaps.size - (cap - 1)]
+    # close every gap up to the cap-th widest: at most cap - 1 wider gaps remain as breaks
+    # (ties at the threshold are closed too, so there are never more than cap spans)
+    threshold = np.partition(gaps, gaps.size - cap)[gaps.size - cap]
     breaks = np.flatnonzero(gaps > threshold)
     keep_s = np.concatenate(([0], breaks + 1))
     keep_e = np.concatenate((breaks, [s.size - 1]))
     closed = gaps[gaps <= threshold]
     return s[keep_s], e[keep_e], int(closed.max()) if closed.size else 0
+
+
+def covered_length(
+    starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64], cover: tuple[IntArray, IntArray]
+) -> IntArray:
+    """Length of each ``[start, end)`` covered by a disjoint sorted set ``cover``, in ns.
+
+    Used to attribute the metrics' exposed set to the collectives under it, and to say how busy
+    a merged span is. F(t), the covered length before t, comes from a prefix sum, and the
+    answer is F(end) - F(start): vectorised, no loop over intervals.
+    """
+    cs, ce = cover
+    if cs.size == 0:
+        return np.zeros(starts.size, np.int64)
+    lengths = ce - cs
+    before = np.concatenate(([0], np.cumsum(lengths)))
+
+    def upto(t: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        j = np.searchsorted(cs, t, side="right")  # cover intervals starting at or before t
+        prev = np.maximum(j - 1, 0)
+        inside = np.where(j > 0, np.clip(t - cs[prev], 0, lengths[prev]), 0)
+        return np.where(j > 0, before[prev], 0) + inside
+
+    return (upto(np.asarray(ends, np.int64)) - upto(np.asarray(starts, np.int64))).astype(np.int64)
+
+
+def merged_hover(
+    starts: IntArray,
+    ends: IntArray,
+    span_s: IntArray,
+    span_e: IntArray,
+    lane: str,
+    kind: str,
+    origin: int,
+    unit: str,
+) -> list[str]:
+    """Hover text of merged spans: how many activities each holds and how busy it really is.
+
+    ``starts`` must be sorted; the spans come from :func:`coarsen` of these intervals.
+    """
+    count = np.searchsorted(starts, span_e, side="left") - np.searchsorted(
+        starts, span_s, side="left"
+    )
+    busy = covered_length(span_s, span_e, iv.union(starts, ends))
+    label = html.escape(lane)
+    return [
+        f"<b>{label}</b> · {kind}, merged span<br>{n:,} {unit}, busy {fmt_ns(b)} of "
+        f"{fmt_ns(e - s)} from +{fmt_ns(s - origin)}"
+        for n, b, s, e in zip(
+            count.tolist(), busy.tolist(), span_s.tolist(), span_e.tolist(), strict=True
+        )
+    ]
 
 
 @dataclass
@@ -289,10 +344,17 @@ def timeline_figure(
     """The one-step timeline.
 
     Rows from the top: phases (if any), the derived bands (exposed comm, overlapped), then one
-    row per lane. Bars are thick line segments in one WebGL trace per (row, kind); hover comes
-    from an invisible marker per bar at its middle, so a 100 000-kernel lane stays one trace.
+    row per lane. The bars of one (row, kind) are one filled path of NaN-separated rectangles;
+    hover comes from an invisible marker per bar at its middle (WebGL when there are many), so a
+    dense lane stays two traces however many kernels it has.
     Exposed spans are also shaded faintly across all rows so the eye can follow them down.
     """
+    n_hover = sum(
+        row.intervals[k][0].size for row in list(lanes) + list(bands) for k in row.intervals
+    )
+    # WebGL only when the SVG alternative would be heavy: software-rendered or disabled WebGL
+    # (headless browsers, remote desktops) then only matters for large steps
+    marker_trace: Any = go.Scattergl if n_hover > WEBGL_POINTS else go.Scatter
     rows: list[str] = []
     if phases is not None:
         rows.append("phases")
@@ -392,12 +454,12 @@ def timeline_figure(
         texts = row.hover.get(kind)
         if texts is None:
             texts = [
-                f"<b>{html.escape(row.label)}</b> · {legend_name} (merged span)<br>"
+                f"<b>{html.escape(row.label)}</b> · {legend_name}<br>"
                 f"{fmt_ns(int(b - a))} from {fmt_ns(int(a - origin))}"
                 for a, b in zip(s.tolist(), e.tolist(), strict=True)
             ]
         fig.add_trace(
-            go.Scattergl(
+            marker_trace(
                 x=(((s + e) / 2 - origin) / 1e6).round(6),
                 y=np.full(s.size, y, dtype=float),
                 mode="markers",
@@ -484,7 +546,7 @@ def display_name(name: str) -> str:
         elif c == "(":
             depth -= 1
             if depth == 0:
-                return name[:i] if i > 0 else name
+                return name[:i].rstrip() if i > 0 else name
     return name
 
 

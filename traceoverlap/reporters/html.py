@@ -405,29 +405,6 @@ def _lane_order(lanes: pd.DataFrame) -> list[str]:
     return g.sort_values(["gpu", "stream", "tid", "lane"], kind="stable")["lane"].tolist()
 
 
-def _exposed_part(
-    starts: np.ndarray, ends: np.ndarray, exposed: tuple[np.ndarray, np.ndarray]
-) -> np.ndarray:
-    """Length of each [start, end) covered by the step's exposed set (disjoint, sorted), in ns.
-
-    A display attribution of the metrics' exposed set to the collectives under it: F(t), the
-    exposed length before t, from a prefix sum, and part = F(end) - F(start).
-    """
-    es, ee = exposed
-    if es.size == 0:
-        return np.zeros(starts.size, np.int64)
-    lengths = ee - es
-    before = np.concatenate(([0], np.cumsum(lengths)))
-
-    def covered(t: np.ndarray) -> np.ndarray:
-        j = np.searchsorted(es, t, side="right")  # exposed intervals starting at or before t
-        prev = np.maximum(j - 1, 0)
-        inside = np.where(j > 0, np.clip(t - es[prev], 0, lengths[prev]), 0)
-        return before[np.maximum(j - 1, 0)] * (j > 0) + inside
-
-    return (covered(ends) - covered(starts)).astype(np.int64)
-
-
 def _phases(
     analysis: Analysis, rank: int, gpu: bool, lo: int, hi: int
 ) -> tuple[np.ndarray, np.ndarray, list[str]] | None:
@@ -448,7 +425,7 @@ def _phases(
     # dropped (nested ranges such as DDP.forward inside "## forward ##" would hide each other)
     cand = cand.sort_values(["start_ns", "end_ns"], ascending=[True, False], kind="stable")
     keep_rows = []
-    last_end = lo
+    last_end = np.iinfo(np.int64).min
     for i, (a, b) in enumerate(
         zip(cand["start_ns"].tolist(), cand["end_ns"].tolist(), strict=True)
     ):
@@ -526,11 +503,13 @@ def _timeline_section(
             else:
                 ms, me, gap = figs.coarsen(s, e, figs.SPAN_CAP)
                 fl.intervals[kind] = (ms, me)
-                fl.hover[kind] = None
+                fl.hover[kind] = figs.merged_hover(
+                    s, e, ms, me, lane, figs.KIND_LABELS[kind], lo, unit
+                )
                 how = f"closing gaps up to {fmt_ns(gap)}" if gap else "their union"
                 page.merged.append(
                     f"rank {rank} step {step}, {lane}, {figs.KIND_LABELS[kind]}: "
-                    f"{len(k):,} {unit} drawn as {ms.size:,} merged spans ({how})"
+                    f"{len(k):,} {unit} drawn as {ms.size:,} merged span{'s' if ms.size != 1 else ''} ({how})"
                 )
         lanes.append(fl)
 
@@ -556,7 +535,7 @@ def _timeline_section(
     ].iloc[0]
     why = "as asked" if explicit else "the median step by step time"
     comm = rows[rows["kind"] == "comm"].copy()
-    comm["exposed_ns"] = _exposed_part(
+    comm["exposed_ns"] = figs.covered_length(
         comm["start_ns"].to_numpy(np.int64), comm["end_ns"].to_numpy(np.int64), sets["exposed"]
     )
     text = (
