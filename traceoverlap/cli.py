@@ -376,3 +376,203 @@ def report(
         result, output, timeline_step=timeline_step, timeline_rank=timeline_rank, plotlyjs=plotlyjs
     )
     click.echo(f"wrote {path}", err=True)
+
+
+# --- profile and demo (issue 3) -------------------------------------------------------------
+
+
+def _echo_analysis(result: Any) -> None:
+    import shutil
+
+    from .reporters.text import render as render_text
+
+    tty = sys.stdout.isatty()
+    click.echo(
+        render_text(
+            result, color=tty, width=shutil.get_terminal_size((80, 24)).columns if tty else 80
+        ),
+        nl=False,
+    )
+
+
+@main.command()
+@click.option(
+    "--strategy",
+    type=click.Choice(["naive", "flat", "overlap", "bucketed", "ddp"]),
+    default="bucketed",
+    show_default=True,
+    help="Gradient sync: naive (per-parameter, after backward), flat (one buffer, after backward), "
+    "overlap (per-parameter async, during backward), bucketed (async buckets), ddp.",
+)
+@click.option(
+    "--model",
+    type=click.Choice(["gpt", "mlp"]),
+    default="gpt",
+    show_default=True,
+    help="GPT-style language model or MLP.",
+)
+@click.option(
+    "--preset",
+    type=click.Choice(["tiny", "small", "medium", "large", "xl"]),
+    default="tiny",
+    show_default=True,
+    help="Model size: tiny runs in seconds on a CPU; small..xl are for GPUs.",
+)
+@click.option(
+    "-n",
+    "--world-size",
+    type=click.IntRange(1, None),
+    default=2,
+    show_default=True,
+    help="Ranks to start on this machine.",
+)
+@click.option(
+    "-o",
+    "--out",
+    type=click.Path(file_okay=False),
+    help="Folder for the traces (default: runs/<strategy>).",
+)
+@click.option(
+    "--steps",
+    type=click.IntRange(1, None),
+    default=5,
+    show_default=True,
+    help="Profiled training steps.",
+)
+@click.option(
+    "--warmup",
+    type=click.IntRange(0, None),
+    default=2,
+    show_default=True,
+    help="Steps run before profiling starts.",
+)
+@click.option(
+    "--bucket-mb",
+    type=click.FloatRange(0, None, min_open=True),
+    help="Bucket size (MiB) for bucketed / ddp (default 25 on GPU, 0.1 on CPU).",
+)
+@click.option(
+    "--batch-size", type=click.IntRange(1, None), help="Per-rank batch (default: preset's)."
+)
+@click.option("--seq-len", type=click.IntRange(1, None), help="Tokens per sample for gpt.")
+@click.option(
+    "--dtype",
+    type=click.Choice(["float32", "bfloat16", "float16"]),
+    default="float32",
+    show_default=True,
+    help="Autocast dtype for the forward pass.",
+)
+@click.option(
+    "--backend",
+    type=click.Choice(["gloo", "nccl"]),
+    help="Process-group backend (default: nccl with CUDA, else gloo).",
+)
+@click.option("--slow-rank", type=int, metavar="R", help="Make rank R a straggler ...")
+@click.option(
+    "--slow-ms",
+    type=click.FloatRange(0, None),
+    default=0.0,
+    metavar="MS",
+    help="... sleeping MS ms before each backward.",
+)
+@click.option(
+    "--nsys",
+    is_flag=True,
+    help="Trace with Nsight Systems (nsys on PATH) instead of the PyTorch profiler.",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(1, None),
+    default=600.0,
+    show_default=True,
+    help="Seconds before a stuck rank or collective aborts the run.",
+)
+@handle_errors
+def profile(out: str | None, nsys: bool, timeout: float, **opts: Any) -> None:
+    """Run a reference data-parallel training workload, trace every rank, and analyze it.
+
+    Needs PyTorch (pip install 'traceoverlap[workloads]'). Ranks use gloo on CPU, NCCL on
+    GPUs. Each step and phase (forward, backward, grad_sync, optimizer) is an NVTX range
+    and a PyTorch profiler range; traces land in OUT/rank{r}.json.gz (with --nsys:
+    OUT/report.nsys-rep and OUT/report.sqlite). The analysis table is printed at the end.
+
+    \b
+    Examples:
+      traceoverlap profile --strategy bucketed --world-size 2 --out runs/bucketed
+      traceoverlap profile --strategy naive                # no overlap: compare with bucketed
+      traceoverlap profile --strategy ddp --preset medium  # on a GPU node (NCCL)
+      traceoverlap profile --strategy bucketed --slow-rank 1 --slow-ms 20
+      traceoverlap profile --strategy ddp --preset large --nsys --out runs/ddp-nsys
+    To run under torchrun yourself:
+      torchrun --nproc-per-node 8 -m traceoverlap_workloads --strategy ddp --out runs/ddp
+    """
+    from pathlib import Path
+
+    from .analysis import analyze
+    from .profile import ProfileOptions, run_profile
+
+    options = ProfileOptions(timeout_s=timeout, **opts)
+    folder = Path(out or f"runs/{options.strategy}")
+    traces = run_profile(options, folder, nsys=nsys)
+    _echo_analysis(analyze([str(t) for t in traces]))
+    click.echo(f"\ntraces: {folder}/  (next: traceoverlap report {folder} -o report.html)")
+
+
+@main.command()
+@click.option(
+    "-o",
+    "--out",
+    type=click.Path(file_okay=False),
+    default="traceoverlap-demo",
+    show_default=True,
+    help="Folder for the two runs' traces (and HTML reports).",
+)
+@handle_errors
+def demo(out: str) -> None:
+    """Profile two strategies on this CPU and show what overlap buys (about a minute).
+
+    Runs the tiny GPT on 2 ranks with gloo, once with `naive` gradient sync (after
+    backward: nothing hidden) and once `bucketed` (async buckets during backward),
+    analyzes both, prints both tables and the comparison, and writes an HTML report
+    per run. Needs PyTorch (pip install 'traceoverlap[workloads]').
+
+    \b
+    Examples:
+      traceoverlap demo
+      traceoverlap demo --out /tmp/demo
+    Then:
+      traceoverlap analyze traceoverlap-demo/bucketed
+      traceoverlap compare traceoverlap-demo/naive traceoverlap-demo/bucketed
+    """
+    from pathlib import Path
+
+    from .analysis import analyze
+    from .profile import ProfileOptions, run_profile
+
+    root = Path(out)
+    results = {}
+    for strategy in ("naive", "bucketed"):
+        click.echo(f"== {strategy}: profiling 2 ranks on CPU (gloo) ...", err=True)
+        options = ProfileOptions(strategy=strategy, backend="gloo", world_size=2, preset="tiny")
+        traces = run_profile(options, root / strategy)
+        results[strategy] = analyze([str(t) for t in traces])
+        click.echo(f"\n== {strategy} ({root / strategy})")
+        _echo_analysis(results[strategy])
+
+    from .compare import compare as compare_runs
+    from .reporters import compare as rep
+
+    click.echo("\n== naive -> bucketed")
+    cmp = compare_runs(
+        results["naive"], results["bucketed"], baseline_label="naive", candidate_label="bucketed"
+    )
+    click.echo(rep.render_table(cmp, color=sys.stdout.isatty()), nl=False)
+
+    from .reporters.html import write_report
+
+    for strategy, result in results.items():
+        write_report(result, root / strategy / "report.html")
+    click.echo(
+        f"\ntraces: {root / 'naive'}/rank*.json.gz and {root / 'bucketed'}/rank*.json.gz; "
+        f"reports: {root / 'naive' / 'report.html'}, {root / 'bucketed' / 'report.html'}"
+    )

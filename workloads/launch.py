@@ -12,7 +12,13 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
+from typing import IO
+
+# Kineto prints these on every profiler start/stop (not switchable by KINETO_LOG_LEVEL); they
+# bury the lines a user needs, so spawned ranks' stderr is forwarded without them.
+NOISE_PREFIXES = (b"USDT:",)
 
 
 def free_port() -> int:
@@ -30,6 +36,7 @@ def spawn(argv: list[str], world_size: int, timeout_s: float) -> int:
     """
     port = free_port()
     procs: list[subprocess.Popen[bytes]] = []
+    forwarders: list[threading.Thread] = []
     for rank in range(world_size):
         env = dict(
             os.environ,
@@ -40,9 +47,13 @@ def spawn(argv: list[str], world_size: int, timeout_s: float) -> int:
             MASTER_PORT=str(port),
             TRACEOVERLAP_SPAWNED="1",
         )
-        procs.append(
-            subprocess.Popen([sys.executable, "-m", "traceoverlap_workloads", *argv], env=env)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "traceoverlap_workloads", *argv], env=env, stderr=subprocess.PIPE
         )
+        assert proc.stderr is not None
+        forwarders.append(threading.Thread(target=_forward, args=(proc.stderr,), daemon=True))
+        forwarders[-1].start()
+        procs.append(proc)
     deadline = time.monotonic() + timeout_s
     try:
         while True:
@@ -51,6 +62,8 @@ def spawn(argv: list[str], world_size: int, timeout_s: float) -> int:
             if failed:
                 rank, code = failed[0]
                 _kill(procs)
+                for t in forwarders:
+                    t.join(timeout=5)
                 print(
                     f"traceoverlap-workloads: rank {rank} failed (exit {code}); stopped the other "
                     "ranks (its error is above)",
@@ -58,6 +71,8 @@ def spawn(argv: list[str], world_size: int, timeout_s: float) -> int:
                 )
                 return code or 1
             if all(c == 0 for c in codes):
+                for t in forwarders:
+                    t.join(timeout=5)
                 return 0
             if time.monotonic() > deadline:
                 _kill(procs)
@@ -71,6 +86,15 @@ def spawn(argv: list[str], world_size: int, timeout_s: float) -> int:
     except KeyboardInterrupt:
         _kill(procs)
         raise
+
+
+def _forward(stream: IO[bytes]) -> None:
+    for line in iter(stream.readline, b""):
+        # Kineto sometimes writes two records without a newline between them.
+        for part in line.replace(b"USDT:", b"\nUSDT:").splitlines(keepends=True):
+            if part.strip() and not part.startswith(NOISE_PREFIXES):
+                sys.stderr.buffer.write(part if part.endswith(b"\n") else part + b"\n")
+                sys.stderr.buffer.flush()
 
 
 def _kill(procs: list[subprocess.Popen[bytes]]) -> None:
