@@ -310,3 +310,27 @@ def test_parallel_read_reports_bad_file(tmp_path: Path) -> None:
     bad.write_text("{not json")
     with pytest.raises(TraceFormatError, match="rank1.json"):
         read_files([tmp_path / "rank0.json.gz", bad], jobs=2)
+
+
+REAL = Path(__file__).resolve().parents[1].parent / "shared" / "real-traces"
+
+
+def test_real_nsys_two_gpus_sendrecv_matched() -> None:
+    # a real 2-GPU FSDP Nsight export: 33 ncclDevKernel_SendRecv kernels per rank, one NCCL stream
+    # each (stream 7 on GPU 0, stream 15 on GPU 1), no process group or seq in the export, so
+    # they match by order on the rank's NCCL stream. Every instance has both ranks; the rank that
+    # started last never waits (its duration is the shortest: it arrives when the peer is ready)
+    path = REAL / "nsys" / "fsdp_2gpu_h100.sqlite"
+    if not path.exists():
+        pytest.skip(f"real traces absent ({path})")
+    a = analyze(path)
+    c = a.collectives
+    assert c is not None and c.aligned
+    assert len(c.instances) == 33 and set(c.instances["name"]) == {"SendRecv"}
+    assert c.per_rank.groupby("rank").size().tolist() == [33, 33]
+    pr = c.per_rank.merge(c.instances[["instance", "last_rank", "transfer_ns"]], on="instance")
+    assert (pr["wait_ns"] + pr["transfer_ns"] == pr["dur_ns"]).all()
+    last = pr[pr["rank"] == pr["last_rank"].astype(int)]
+    assert (last["wait_ns"] == 0).all()
+    s = a.steps
+    assert (s["exposed_wait_ns"] + s["exposed_transfer_ns"] == s["exposed_comm_ns"]).all()
