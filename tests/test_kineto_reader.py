@@ -506,3 +506,31 @@ def test_real_a100_trace() -> None:
     exp_end = sorted(base + int(e["ts"] * 1000) + int(e["dur"] * 1000) for e in raw_k)
     assert sorted(kern["start_ns"].tolist()) == exp_start
     assert sorted(kern["end_ns"].tolist()) == exp_end
+
+
+def test_chunked_decode_cuts_only_between_events(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import traceoverlap.readers.kineto as kineto
+
+    # 300 kernels written one per line as Kineto does; every 7th has a nested args list of
+    # objects laid out as "},\n{" too, a boundary look-alike inside an event.
+    lines = []
+    for i in range(300):
+        args: dict[str, Any] = {"stream": 7, "correlation": i}
+        ev = json.dumps(_x("kernel", f"k{i}", 0, 7, float(i), 0.5, **args))
+        if i % 7 == 3:
+            ev = ev[:-2] + ', "shapes": [{"a": 1},\n {"b": 2}]}}'
+        lines.append(ev)
+    text = '{"traceEvents": [\n' + ",\n".join(lines) + "\n]}"
+    p = tmp_path / "t.json"
+    p.write_text(text)
+    # Tiny chunks: many cuts, some landing on the look-alike (their chunk fails to decode and
+    # the rest goes through per-event slices). Either way: the same 300 rows, in file order.
+    monkeypatch.setattr(kineto, "_CHUNK_BYTES", 500)
+    ev = read_kineto(p).events
+    assert ev["name"].astype(str).tolist() == [f"k{i}" for i in range(300)]
+    assert ev["correlation"].tolist() == list(range(300))
+    # ts i µs -> i * 1000 ns; dur 0.5 µs -> 500 ns.
+    assert ev["start_ns"].tolist() == [i * 1000 for i in range(300)]
+    assert (ev["end_ns"] - ev["start_ns"]).eq(500).all()

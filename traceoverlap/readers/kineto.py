@@ -21,7 +21,7 @@ import gzip
 import math
 import re
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -89,7 +89,6 @@ DTYPE_BYTES: dict[str, int] = {
 # Above this, a ts without baseTimeNanoseconds can only be absolute epoch microseconds
 # (1e15 us = 2001-09-09); relative traces start near 0 or at a monotonic clock (days, not decades).
 _EPOCH_US_THRESHOLD = 1e15
-_BATCH = 65536
 _INT64_MAX = 2**63 - 1
 _INT64_MIN = -(2**63)
 
@@ -162,9 +161,10 @@ _LOOSE_EMPTY = _LooseArgs()
 
 
 class _Head(msgspec.Struct):
-    """Top level: the events stay raw byte slices until decoded in batches."""
+    """Top level. The events stay one raw byte span (msgspec validates and skips it without
+    building objects); they are decoded afterwards in chunks, see :func:`_event_batches`."""
 
-    traceEvents: list[msgspec.Raw] | None = None
+    traceEvents: msgspec.Raw = msgspec.Raw(b"")
     schemaVersion: Any = None
     deviceProperties: Any = None
     distributedInfo: Any = None
@@ -172,9 +172,18 @@ class _Head(msgspec.Struct):
 
 
 _HEAD = msgspec.json.Decoder(_Head)
+_RAW = msgspec.json.Decoder(msgspec.Raw)
 _RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
 _EVENTS = msgspec.json.Decoder(list[_Event])
 _LOOSE_EVENTS = msgspec.json.Decoder(list[_LooseEvent])
+
+#: Bytes of JSON decoded at once: bounds the live structs to one chunk's worth (~40k events).
+_CHUNK_BYTES = 8 << 20
+# A boundary between two events written one per line (Kineto's layout): "}" "," newline "{".
+# A raw newline cannot occur inside a JSON string, so a match is structural; one at the wrong
+# depth (inside an event) leaves a chunk with unbalanced brackets, which fails to decode and
+# sends the rest of the array to the per-event path, so a wrong guess costs time, never data.
+_EVENT_SPLIT = re.compile(rb"\}[ \t\r]*,[ \t\r]*\n[ \t\r\n]*\{")
 
 _LEADING_WS = re.compile(rb"\s*")
 _BAREWORD = re.compile(rb"(?<=[\[:,])(\s*)(?:N/A|-?NaN|-?Infinity|-?nan|-?inf)(?=\s*[,\]}])")
@@ -283,7 +292,7 @@ def _decode_head(path: Path, data: bytes) -> tuple[_Head, bytes]:
     while True:
         try:
             if _first_byte(data) == b"[":  # Chrome "JSON array format": just the events
-                return _Head(traceEvents=_RAW_LIST.decode(data)), data
+                return _Head(traceEvents=_RAW.decode(data)), data
             return _HEAD.decode(data), data
         except (msgspec.DecodeError, UnicodeDecodeError) as exc:
             if repaired:
@@ -299,9 +308,48 @@ def _decode_head(path: Path, data: bytes) -> tuple[_Head, bytes]:
             data = fixed
 
 
-def _decode_batch(path: Path, raws: Sequence[msgspec.Raw]) -> tuple[list[Any], bool]:
-    """Typed-decode one batch of raw events; returns (events, whether the lenient twin was used)."""
-    buf = b"[" + b",".join(raws) + b"]"
+def _event_batches(
+    path: Path, data: bytes, events: msgspec.Raw
+) -> Iterator[tuple[list[Any], bool]]:
+    """Decode the ``traceEvents`` array chunk by chunk: yields (events, lenient?) per chunk.
+
+    Chunks are cut at event boundaries found by :data:`_EVENT_SPLIT`, so no per-event raw
+    object is made; traces not written one event per line fall back to per-event raw slices.
+    """
+    span = memoryview(events)
+    # Where the span lies in ``data`` (msgspec's Raw references the input buffer, no copy).
+    off = np.frombuffer(span, np.uint8).ctypes.data - np.frombuffer(data, np.uint8).ctypes.data
+    if not (0 <= off and off + len(span) <= len(data)):
+        data, off = bytes(span), 0
+    view = memoryview(data)
+    pos, end = off + 1, off + len(span) - 1  # inside the brackets
+    while pos < end:
+        m = _EVENT_SPLIT.search(data, pos + _CHUNK_BYTES, end) if pos + _CHUNK_BYTES < end else None
+        stop = m.start() + 1 if m else end
+        try:
+            yield _decode_chunk(path, b"".join((b"[", view[pos:stop], b"]")))
+        except msgspec.DecodeError:
+            break  # a boundary inside an event: per-event slices for the rest
+        if m is None:
+            return
+        pos = m.end() - 1
+    if pos >= end:
+        return
+    try:
+        raws = _RAW_LIST.decode(b"".join((b"[", view[pos:end], b"]")))
+    except msgspec.DecodeError as exc:
+        raise _decode_error(path, data, exc) from None
+    step = 32768
+    for i in range(0, len(raws), step):
+        yield _decode_chunk(path, b"[" + b",".join(raws[i : i + step]) + b"]")
+
+
+def _decode_chunk(path: Path, buf: bytes) -> tuple[list[Any], bool]:
+    """Typed-decode a JSON array of events; returns (events, whether the lenient twin was used).
+
+    Raises ``msgspec.DecodeError`` if ``buf`` is not valid JSON (the caller's chunking guessed
+    wrong), :class:`TraceFormatError` if the events are not Chrome-trace events.
+    """
     try:
         return _EVENTS.decode(buf), False
     except UnicodeDecodeError:
@@ -509,17 +557,17 @@ def read_kineto(path: str | Path) -> Timeline:
     p = Path(path)
     data = _read_bytes(p)
     head, data = _decode_head(p, data)
-    raws = head.traceEvents
-    if raws is None:
+    if bytes(memoryview(head.traceEvents)[:1]) != b"[":  # a Raw spans exactly its value
         raise TraceFormatError(
             p,
             "JSON without a `traceEvents` list: not a Chrome / Kineto trace",
             "pass the file written by torch.profiler (export_chrome_trace / tensorboard_trace_handler)",
         )
     cols = _Columns()
-    for i in range(0, len(raws), _BATCH):
-        cols.add(*_decode_batch(p, raws[i : i + _BATCH]))
-    del raws, head.traceEvents, data
+    for events, loose in _event_batches(p, data, head.traceEvents):
+        cols.add(events, loose)
+        del events
+    del head.traceEvents, data
     return _build(p, head, cols)
 
 
