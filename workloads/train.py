@@ -137,7 +137,7 @@ def _train(args: argparse.Namespace, rank: int, world_size: int, device: torch.d
     for i in range(total):
         if device.type == "cuda" and i == first_active:
             torch.cuda.synchronize()
-            torch.cuda.cudart().cudaProfilerStart()
+            torch.cuda.profiler.start()
         t0 = time.perf_counter()
         with nvtx_only(f"ProfilerStep#{i}"):
             x, y = make_batch(args.model, preset, seq_len, batch * world_size, i, args.seed)
@@ -164,7 +164,7 @@ def _train(args: argparse.Namespace, rank: int, world_size: int, device: torch.d
                 torch.cuda.synchronize()
         step_ms.append((time.perf_counter() - t0) * 1e3)
         if device.type == "cuda" and i == total - 1:
-            torch.cuda.cudart().cudaProfilerStop()
+            torch.cuda.profiler.stop()
         if profiler is not None:
             profiler.step()
     if profiler is not None:
