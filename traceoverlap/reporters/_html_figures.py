@@ -36,7 +36,7 @@ COLORS: dict[str, str] = {
 KIND_LABELS: dict[str, str] = {
     "compute": "compute",
     "comm": "communication",
-    "memory": "memory (memcpy / memset)",
+    "memory": "memory",
 }
 FONT = dict(
     family="system-ui, -apple-system, 'Segoe UI', Roboto, 'Helvetica Neue', Arial, sans-serif",
@@ -140,10 +140,10 @@ def step_bars(steps: pd.DataFrame, several_ranks: bool) -> go.Figure:
         (col, name, color)
         for col, name, color in (
             ("compute_only_ns", "compute only", COLORS["compute"]),
-            ("overlap_ns", "overlapped (comm hidden by compute)", COLORS["overlap"]),
-            ("exposed_comm_ns", "exposed communication", COLORS["exposed"]),
-            ("exposed_transfer_ns", "exposed comm: transfer", COLORS["exposed"]),
-            ("exposed_wait_ns", "exposed comm: waiting for a peer", COLORS["wait"]),
+            ("overlap_ns", "overlapped", COLORS["overlap"]),
+            ("exposed_comm_ns", "exposed comm", COLORS["exposed"]),
+            ("exposed_transfer_ns", "exposed: transfer", COLORS["exposed"]),
+            ("exposed_wait_ns", "exposed: waiting for a peer", COLORS["wait"]),
             ("memory_only_ns", "memory only", COLORS["memory"]),
             ("idle_ns", "idle", "#C8C8C8"),
         )
@@ -400,9 +400,9 @@ def timeline_figure(
                 fillcolor="rgba(120,120,120,0.16)",
                 line=dict(width=1, color="#8a8a8a"),
                 hoverinfo="skip",
-                name="phase ranges",
+                name="phases",
                 legendgroup="phase",
-                legendrank=_LEGEND_RANK["phase ranges"],
+                legendrank=_LEGEND_RANK["phases"],
             )
         )
         mid = ((ps + pe) / 2 - origin) / 1e6
@@ -443,7 +443,9 @@ def timeline_figure(
                 mode="lines",
                 fill="toself",
                 fillcolor=color,
-                line=dict(width=0, color=color),
+                # a 1 px outline keeps sub-pixel spans (a 20 µs exposed tail in a 300 ms step)
+                # visible; hover gives the exact duration
+                line=dict(width=1, color=color),
                 hoverinfo="skip",
                 name=legend_name,
                 legendgroup=legend_name,
@@ -515,15 +517,15 @@ def timeline_figure(
 _LEGEND_RANK = {
     "compute": 1,
     "communication": 2,
-    "memory (memcpy / memset)": 3,
-    "overlapped (comm hidden by compute)": 4,
-    "exposed communication": 5,
-    "phase ranges": 6,
+    "memory": 3,
+    "overlapped": 4,
+    "exposed comm": 5,
+    "phases": 6,
 }
 
 _BAND_LEGEND = {
-    "exposed": "exposed communication",
-    "overlap": "overlapped (comm hidden by compute)",
+    "exposed": "exposed comm",
+    "overlap": "overlapped",
 }
 
 

@@ -195,7 +195,7 @@ def _pick_step(
 
 def _join(xs: list[Any], limit: int = 20) -> str:
     s = ", ".join(str(x) for x in xs[:limit])
-    return s + (f", … ({len(xs)} in all)" if len(xs) > limit else "")
+    return s + (f", … {len(xs) - limit} more" if len(xs) > limit else "")
 
 
 # --- header and cards ---------------------------------------------------------------------
@@ -239,7 +239,7 @@ def _header(analysis: Analysis, ranks: list[int]) -> str:
     if labels == ["all"]:
         step_words += " (no step markers: each rank's whole capture is one window)"
     else:
-        step_words += f" (steps {_e(_join(labels))})"
+        step_words += f" ({_e(_step_list(labels))})"
     regex = analysis.step_regex or "^ProfilerStep#(\\d+)$"
     return (
         "<header>"
@@ -253,6 +253,14 @@ def _header(analysis: Analysis, ranks: list[int]) -> str:
         + notes
         + "</header>"
     )
+
+
+def _step_list(labels: list[str]) -> str:
+    """``steps 4–54`` for a contiguous numbered run, else ``steps 2, 5, 9`` (shortened)."""
+    nums = [int(x) for x in labels if x.isdigit()]
+    if len(nums) == len(labels) and len(nums) > 2 and nums == list(range(nums[0], nums[-1] + 1)):
+        return f"steps {nums[0]}–{nums[-1]}"
+    return "steps " + _join(labels)
 
 
 def _stat(summary: dict[str, Any], metric: str, stat: str = "median") -> Any:

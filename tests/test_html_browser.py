@@ -1,0 +1,112 @@
+"""The HTML report in a real browser: headless Chromium, no network, every plot drawn, no JS error.
+
+Screenshots land in ``tests/output/`` (gitignored) for a human to look at. Skipped, with the
+reason, when no Chromium is installed (``.ci/run`` installs Debian's ``chromium``).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from _html_data import ddp_run, dense_rank
+
+from traceoverlap import analyze
+from traceoverlap.reporters.html import write_report
+
+REPO = Path(__file__).resolve().parents[1]
+OUTPUT = REPO / "tests" / "output"
+REAL = REPO.parent / "shared" / "real-traces" / "kineto" / "a100_nccl_allreduce_rank0.json.gz"
+FIXTURE = REPO / "fixtures" / "workloads" / "bucketed_slow"
+
+CHROMIUM = next(
+    (p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None
+)
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None, reason="no chromium in PATH (apt-get install chromium)"
+)
+
+# Console lines that report a JavaScript problem. Chromium logs every console message at INFO
+# level, so the level cannot tell an error from a warning: match what errors say instead.
+JS_ERROR = re.compile(r"CONSOLE.*(Uncaught|Error\b|Error:|is not defined|Failed to load)")
+
+
+def chromium(url: str, tmp: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    cmd = [
+        str(CHROMIUM),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--hide-scrollbars",
+        f"--user-data-dir={tmp}",
+        "--virtual-time-budget=10000",
+        "--enable-logging=stderr",
+        "--v=0",
+        *extra,
+        url,
+    ]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=180, check=False)
+
+
+def check_in_browser(html: Path, tmp_path: Path, shot: str, height: int) -> str:
+    """Load the report; assert every plot rendered and no JS error; save a screenshot."""
+    page = html.read_text(encoding="utf-8")
+    expected = int(re.search(r'data-plots="(\d+)"', page).group(1))
+    assert expected == len(re.findall(r'class="plot"', page))
+    res = chromium(html.as_uri(), tmp_path / "profile-dom", "--dump-dom")
+    dom = res.stdout
+    assert dom, res.stderr[-2000:]
+    # plotly wraps each drawn plot in a div.plot-container
+    assert dom.count('class="plot-container plotly"') == expected, res.stderr[-2000:]
+    errors = [line for line in res.stderr.splitlines() if JS_ERROR.search(line)]
+    assert not errors, "\n".join(errors)
+    OUTPUT.mkdir(exist_ok=True)
+    png = OUTPUT / shot
+    png.unlink(missing_ok=True)
+    res = chromium(
+        html.as_uri(),
+        tmp_path / "profile-shot",
+        f"--window-size=1400,{height}",
+        f"--screenshot={png}",
+    )
+    assert png.exists() and png.stat().st_size > 10_000, res.stderr[-2000:]
+    return dom
+
+
+def test_error_detector_sees_a_js_error(tmp_path):
+    # guard against a check that can never fail: a page that throws must be caught
+    bad = tmp_path / "bad.html"
+    bad.write_text("<html><body><script>undefined_function();</script></body></html>")
+    res = chromium(bad.as_uri(), tmp_path / "p", "--dump-dom")
+    assert any(JS_ERROR.search(line) for line in res.stderr.splitlines())
+
+
+def test_two_rank_report_renders(tmp_path):
+    out = write_report(analyze(ddp_run(2, steps=3)), tmp_path / "two_ranks.html")
+    dom = check_in_browser(out, tmp_path, "report_two_ranks.png", 3400)
+    assert "Timeline of step 2 on rank 0" in dom
+
+
+def test_dense_report_renders(tmp_path):
+    out = write_report(analyze(dense_rank(100_000)), tmp_path / "dense.html")
+    check_in_browser(out, tmp_path, "report_dense.png", 1900)
+
+
+@pytest.mark.skipif(not FIXTURE.exists(), reason="fixtures/workloads not generated")
+def test_cpu_workload_report_renders(tmp_path):
+    out = write_report(analyze(FIXTURE), tmp_path / "bucketed_slow.html")
+    check_in_browser(out, tmp_path, "report_bucketed_slow.png", 3600)
+
+
+@pytest.mark.skipif(not REAL.exists(), reason="shared real traces not present")
+def test_real_gpu_trace_report_renders(tmp_path):
+    out = write_report(analyze(REAL), tmp_path / "a100.html")
+    dom = check_in_browser(out, tmp_path, "report_a100.png", 2500)
+    assert "Timeline of step 4 on rank 0" in dom
