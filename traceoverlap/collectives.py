@@ -527,7 +527,10 @@ def _instance_table(m: pd.DataFrame, aligned: bool) -> pd.DataFrame:
             "seq": [int(s) if s >= 0 else None for s in first["seq"].tolist()],
             "bytes": [int(b) if b >= 0 else None for b in g["bytes"].max().tolist()],
             "n_ranks": g["rank"].size().to_numpy().astype(np.int64),
-            "ranks": [tuple(int(r) for r in rs) for rs in g["rank"].apply(list).tolist()],
+            "ranks": [
+                tuple(x.tolist())
+                for x in np.split(m["rank"].to_numpy(), np.cumsum(g["rank"].size().to_numpy())[:-1])
+            ],
             "step": first["step"].to_numpy(dtype=object),
             "start_ns": g["start_ns"].min().to_numpy().astype(np.int64),
             "transfer_ns": first["transfer_ns"].to_numpy().astype(np.int64),
