@@ -344,7 +344,7 @@ def _match(rows: pd.DataFrame, loaded_ranks: list[int]) -> tuple[pd.DataFrame, l
     # one note per (group, kind) whose counts differ across its ranks
     counts = span.groupby(["group_key", "kind_key", "rank"], sort=True).size()
     for gk, per in counts.groupby(level=[0, 1], sort=True):
-        g, _k = str(gk[0]), str(gk[1])  # type: ignore[index]
+        g, _k = str(gk[0]), str(gk[1])
         vals = per.droplevel([0, 1])
         if vals.nunique() > 1 or len(vals) != expected[g]:
             lab = span.loc[(span["group_key"] == g) & (span["kind_key"] == _k), "label"].iloc[0]
