@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from traceoverlap import analyze
@@ -334,3 +335,20 @@ def test_real_nsys_two_gpus_sendrecv_matched() -> None:
     assert (last["wait_ns"] == 0).all()
     s = a.steps
     assert (s["exposed_wait_ns"] + s["exposed_transfer_ns"] == s["exposed_comm_ns"]).all()
+
+
+def test_named_group_on_one_rank_is_not_matched() -> None:
+    # process group "7" (with seq numbers) only on rank 0: nothing to pair it with; the group
+    # "0" all-reduce present on both ranks is still matched (one instance)
+    k = "ncclKernel_AllReduce_RING_LL_Sum_float"
+    r0 = _gpu_rank(0, 13, [("gemm", 10, 50), (k, 30, 70), ("gemm", 70, 80)], True)
+    r1 = _gpu_rank(1, 20, [("gemm", 10, 60), (k, 55, 70), ("gemm", 70, 85)], True)
+    ev = r0.events.copy()
+    extra = ev.iloc[[-2]].copy()  # a second NCCL kernel on rank 0, in another group
+    extra["process_group"] = extra["process_group"].cat.add_categories(["7"])
+    extra.loc[:, "process_group"] = "7"
+    ev["process_group"] = ev["process_group"].cat.add_categories(["7"])
+    r0 = Timeline(pd.concat([ev, extra], ignore_index=True), r0.traces)
+    c = match_collectives(analyze(concat_timelines([r0, r1])))
+    assert len(c.instances) == 1 and c.instances["process_group"].tolist() == ["0"]
+    assert any("group '7' appear only on rank 0" in n for n in c.notes)

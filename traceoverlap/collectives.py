@@ -364,6 +364,13 @@ def _match(rows: pd.DataFrame, loaded_ranks: list[int]) -> tuple[pd.DataFrame, l
         single = {g for g, n in expected.items() if n == 1}
         if single:
             complete &= ~span["group_key"].isin(single).to_numpy()
+        for g in sorted(str(x) for x in single):
+            if g and not g.startswith("\x00"):  # unnamed groups were noted above
+                only = int(group_ranks[g][0])
+                notes.append(
+                    f"collectives of {_describe_group(g)} appear only on rank {only}: "
+                    "nothing to match them with (is a rank trace missing?)"
+                )
     matched = span[complete].copy()
     inst = matched.groupby(keys, sort=False).ngroup()
     matched["instance_key"] = inst.to_numpy()
@@ -597,26 +604,32 @@ def step_skew(steps: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=list(SKEW_COLUMNS))
     df = steps[["rank", "step", "step_ns"]].copy()
     df["key"] = df["step"].astype(str)
-    rows = []
-    for _key, g in df.groupby("key", sort=False):
-        if g["rank"].nunique() < 2:
-            continue
-        g = g.sort_values("rank", kind="stable")
-        rk = g["rank"].to_numpy().astype(np.int64)
-        ns = g["step_ns"].to_numpy().astype(np.int64)
-        hi, lo = int(np.argmax(ns)), int(np.argmin(ns))  # ties: the lowest rank
-        rows.append(
-            {
-                "step": g["step"].iloc[0],
-                "n_ranks": int(np.unique(rk).size),
-                "slowest_rank": int(rk[hi]),
-                "fastest_rank": int(rk[lo]),
-                "max_step_ns": int(ns[hi]),
-                "min_step_ns": int(ns[lo]),
-                "skew_ns": int(ns[hi] - ns[lo]),
-            }
-        )
-    return pd.DataFrame(rows, columns=list(SKEW_COLUMNS))
+    df["step_ns"] = df["step_ns"].astype(np.int64)
+    n_ranks = df.groupby("key", sort=False)["rank"].nunique()
+    df = df[df["key"].map(n_ranks).to_numpy() >= 2]
+    if df.empty:
+        return pd.DataFrame(columns=list(SKEW_COLUMNS))
+    # first row per step after sorting: the slowest (or fastest) rank, ties to the lowest rank
+    hi = df.sort_values(["key", "step_ns", "rank"], ascending=[True, False, True], kind="stable")
+    lo = df.sort_values(["key", "step_ns", "rank"], ascending=[True, True, True], kind="stable")
+    hi = hi.drop_duplicates("key").set_index("key")
+    lo = lo.drop_duplicates("key").set_index("key")
+    order = df.drop_duplicates("key")  # steps in their order of appearance
+    keys = order["key"].to_numpy()
+    max_ns = hi["step_ns"].reindex(keys).to_numpy().astype(np.int64)
+    min_ns = lo["step_ns"].reindex(keys).to_numpy().astype(np.int64)
+    return pd.DataFrame(
+        {
+            "step": order["step"].to_numpy(dtype=object),
+            "n_ranks": n_ranks.reindex(keys).to_numpy().astype(np.int64),
+            "slowest_rank": hi["rank"].reindex(keys).to_numpy().astype(np.int64),
+            "fastest_rank": lo["rank"].reindex(keys).to_numpy().astype(np.int64),
+            "max_step_ns": max_ns,
+            "min_step_ns": min_ns,
+            "skew_ns": max_ns - min_ns,
+        },
+        columns=list(SKEW_COLUMNS),
+    )
 
 
 def _step_split(
