@@ -40,6 +40,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -51,6 +52,7 @@ from ..model import CATEGORIES, Timeline, TraceInfo, make_events
 __all__ = ["read_nsys", "read_nsys_rep", "SQLITE_MAGIC"]
 
 I64 = npt.NDArray[np.int64]
+I32 = npt.NDArray[np.int32]
 
 #: First 16 bytes of every SQLite 3 database file.
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -234,30 +236,28 @@ def _read_ints(
 ) -> list[I64]:
     """Integer SQL expressions over ``table`` (rows passing ``where``) as int64 arrays, rowid order.
 
-    Each expression must not yield NULL (wrap nullable columns in ``COALESCE``). SQLite renders a
-    chunk of one column as a comma-separated string that numpy parses in one call: several times
-    faster than building a Python tuple per row, and nothing per row survives the chunk.
+    Each expression must not yield NULL (wrap nullable columns in ``COALESCE``). One scan per chunk
+    renders every column as a comma-separated string (one ``group_concat`` each: the aggregates
+    see the same rows in the same order, so the columns stay aligned) that numpy parses in one
+    call: several times faster than a Python tuple per row, and nothing per row outlives a chunk.
     """
     t = _q(table)
     cond = f" AND ({where})" if where else ""
+    sel = ", ".join(f"group_concat(CAST(({e}) AS INTEGER))" for e in exprs)
     parts: list[list[I64]] = [[] for _ in exprs]
     for lo, hi in _rowid_chunks(con, table):
-        lengths = set()
-        for j, expr in enumerate(exprs):
-            (text,) = con.execute(
-                f"SELECT group_concat(v) FROM (SELECT CAST(({expr}) AS INTEGER) AS v FROM {t} "
-                f"WHERE rowid > ? AND rowid <= ?{cond} ORDER BY rowid)",
-                (lo, hi),
-            ).fetchone()
-            arr = (
-                np.fromstring(text, dtype=np.int64, sep=",")
-                if text
-                else np.zeros(0, dtype=np.int64)
-            )
-            lengths.add(arr.size)
+        texts = con.execute(
+            f"SELECT {sel} FROM {t} WHERE rowid > ? AND rowid <= ?{cond}", (lo, hi)
+        ).fetchone()
+        arrays = [
+            np.fromstring(x, dtype=np.int64, sep=",") if x else np.zeros(0, dtype=np.int64)
+            for x in texts
+        ]
+        if len({a.size for a in arrays}) > 1:
+            raise sqlite3.DatabaseError(f"non-integer values in integer columns of {table}")
+        for j, arr in enumerate(arrays):
             parts[j].append(arr)
-        if len(lengths) > 1:
-            raise sqlite3.DatabaseError(f"columns of {table} could not be read consistently")
+        del texts
     return [np.concatenate(p) if p else np.zeros(0, dtype=np.int64) for p in parts]
 
 
@@ -287,70 +287,80 @@ def _fetch_object_column(
 
 
 class _Strings:
-    """Accumulates categorical codes for one string column built from several sources.
+    """Categorical codes for one string column built from several sources.
 
-    Each ``add_*`` call returns global codes for its rows; :meth:`categorical` turns any selection
-    of such codes into a ``pd.Categorical`` with unique categories.
+    Each ``add_*`` call returns global int32 codes for its rows; :meth:`categorical` turns any
+    selection of such codes into a ``pd.Categorical`` with unique categories. Hash-based
+    (``pd.factorize``) or binary-search lookups only: never a sort of the rows.
     """
 
     def __init__(self) -> None:
         self._cats: list[npt.NDArray[np.object_]] = []
         self._n = 0
+        self._pool_offset: int | None = None
 
-    def _add(self, codes: npt.NDArray[np.intp], categories: npt.NDArray[np.object_]) -> I64:
-        out = codes.astype(np.int64) + self._n
+    def _block(self, categories: npt.NDArray[np.object_]) -> int:
+        off = self._n
         self._cats.append(categories)
         self._n += len(categories)
-        return out
+        return off
 
-    def add_const(self, value: str, n: int) -> I64:
+    def add_const(self, value: str, n: int) -> I32:
         cats = np.empty(1, dtype=object)
         cats[0] = value
-        return self._add(np.zeros(n, dtype=np.intp), cats)
+        return np.full(n, self._block(cats), dtype=np.int32)
 
-    def add_values(self, values: npt.NDArray[np.object_]) -> I64:
+    def add_codes(self, codes: npt.NDArray[np.integer], categories: npt.NDArray[np.object_]) -> I32:
+        """Rows whose string is ``categories[codes]`` (codes of a small lookup table)."""
+        return (codes + self._block(categories)).astype(np.int32)
+
+    def add_values(self, values: npt.NDArray[np.object_]) -> I32:
         codes, uniques = pd.factorize(values)
-        return self._add(codes, np.asarray(uniques, dtype=object))
+        return self.add_codes(codes, np.asarray(uniques, dtype=object))
 
-    def add_indexed(self, index: I64, table: npt.NDArray[np.object_]) -> I64:
-        """Rows whose string is ``table[index]`` (a small lookup table, e.g. lane names)."""
-        uniq, inv = np.unique(index, return_inverse=True)
-        return self._add(inv.reshape(-1), table[uniq])
+    def add_string_ids(self, pool: _StringIds, ids: I64, missing: str) -> I32:
+        """Rows named by StringIds ids; ids absent from the table get ``missing``."""
+        if self._pool_offset is None:
+            self._pool_offset = self._block(pool.values)
+        out = np.full(ids.size, self.add_const(missing, 1)[0], dtype=np.int32)
+        if pool.ids.size and ids.size:
+            pos = np.minimum(np.searchsorted(pool.ids, ids), pool.ids.size - 1)
+            hit = pool.ids[pos] == ids
+            out[hit] = pos[hit] + self._pool_offset
+        return out
 
-    def categorical(self, codes: I64) -> pd.Categorical:
+    def categorical(self, codes: I32) -> pd.Categorical:
         cats = np.concatenate(self._cats) if self._cats else np.zeros(0, dtype=object)
         remap, uniques = pd.factorize(cats)
-        final = remap[codes] if codes.size else np.zeros(0, dtype=np.int64)
-        cat = pd.Categorical.from_codes(final, categories=pd.Index(uniques, dtype=object))
-        return cat.remove_unused_categories()
+        # keep only the categories in use (most of StringIds names nothing we kept), densely
+        present = np.bincount(codes, minlength=len(cats)).astype(bool)
+        used = np.zeros(len(uniques), dtype=bool)
+        used[remap[present]] = True
+        lut = (np.cumsum(used, dtype=np.int32) - 1)[remap]
+        categories = pd.Index(np.asarray(uniques, dtype=object)[used], dtype=object)
+        return pd.Categorical.from_codes(lut[codes], categories=categories)
 
 
 class _StringIds:
-    """The export's ``StringIds`` table: id -> text, looked up vectorised."""
+    """The export's ``StringIds`` table, sorted by id for vectorised lookups."""
 
-    def __init__(self, con: sqlite3.Connection, table: str | None) -> None:
-        if table is None:
-            self.ids: I64 = np.zeros(0, dtype=np.int64)
-            self.values: npt.NDArray[np.object_] = np.zeros(0, dtype=object)
-            return
-        ids, values = _fetch_object_column(con, table, "id", "value", "1")
+    def __init__(self, con: sqlite3.Connection, table: str) -> None:
+        ids, values = _fetch_object_column(
+            con, table, "id", "COALESCE(value, '')", "id IS NOT NULL"
+        )
         order = np.argsort(ids, kind="stable")
-        self.ids = ids[order]
-        self.values = values[order]
+        self.ids: I64 = ids[order]
+        self.values: npt.NDArray[np.object_] = values[order]
 
     def lookup(self, ids: I64, missing: str = "") -> npt.NDArray[np.object_]:
-        """Strings for ``ids`` (few distinct ids expected: call on uniques)."""
+        """Strings for ``ids`` (a few ids: thread names, ...)."""
         out = np.empty(ids.size, dtype=object)
         out[:] = missing
         if self.ids.size and ids.size:
-            pos = np.clip(np.searchsorted(self.ids, ids), 0, self.ids.size - 1)
+            pos = np.minimum(np.searchsorted(self.ids, ids), self.ids.size - 1)
             hit = self.ids[pos] == ids
             out[hit] = self.values[pos[hit]]
         return out
-
-    def add_to(self, strings: _Strings, ids: I64, missing: str = "") -> I64:
-        uniq, inv = np.unique(ids, return_inverse=True)
-        return strings._add(inv.reshape(-1), self.lookup(uniq, missing))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -364,23 +374,35 @@ class _Rows:
     start: I64
     end: I64
     pid: I64
-    device: I64
+    device: I32
     stream: I64
     tid: I64
     correlation: I64
-    category: I64
-    name: I64
-    lane: I64
-    thread_name: I64
+    category: I32
+    name: I32
+    lane: I32
+    thread_name: I32
 
     def take(self, idx: npt.NDArray[np.intp]) -> _Rows:
         return _Rows(**{k: v[idx] for k, v in self.__dict__.items()})
 
     @staticmethod
     def concat(blocks: Sequence[_Rows]) -> _Rows:
-        return _Rows(
-            **{k: np.concatenate([getattr(b, k) for b in blocks]) for k in _Rows.__annotations__}
-        )
+        """Stack blocks column by column, emptying the blocks' columns as it goes, so that the
+        peak holds one extra column rather than a second copy of everything."""
+        if len(blocks) == 1:
+            return blocks[0]
+        out: dict[str, npt.NDArray[Any]] = {}
+        for k in _Rows.__annotations__:
+            out[k] = np.concatenate([getattr(b, k) for b in blocks])
+            for b in blocks:
+                setattr(b, k, np.empty(0, dtype=getattr(b, k).dtype))  # a [:0] view would pin it
+        return _Rows(**out)
+
+    @staticmethod
+    def empty() -> _Rows:
+        z, z32 = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32)
+        return _Rows(z, z, z, z32, z, z, z, z32, z32, z32, z32)
 
     def __len__(self) -> int:
         return int(self.start.size)
@@ -399,10 +421,10 @@ class _Reader:
         self.path = path
         self.con = con
         self.notes: list[str] = []
-        self.tables = {
-            name: name
+        self.tables = [
+            str(name)
             for (name,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-        }
+        ]
         self._columns: dict[str, set[str]] = {}
         self.names = _Strings()
         self.lanes = _Strings()
@@ -415,10 +437,7 @@ class _Reader:
         if name in self.tables:
             return name
         low = name.lower()
-        for t in self.tables:
-            if t.lower() == low:
-                return t
-        return None
+        return next((t for t in self.tables if t.lower() == low), None)
 
     def columns(self, table: str) -> set[str]:
         if table not in self._columns:
@@ -441,6 +460,16 @@ class _Reader:
         if col in self.columns(table):
             return f"COALESCE({_q(col)}, {default})"
         return default
+
+    @staticmethod
+    def valid(cols: list[I64]) -> tuple[list[I64], int]:
+        """Drop rows (``cols[start_at]``...) that start before the capture (negative timestamps)
+        or end before they start; filtering here rather than in SQL spares a counting scan."""
+        start, end = cols[0], cols[1]
+        ok = (start >= 0) & (end >= start)
+        if ok.all():
+            return cols, 0
+        return [c[ok] for c in cols], int(ok.size - ok.sum())
 
     # -- top level --------------------------------------------------------------------------
 
@@ -484,25 +513,14 @@ class _Reader:
                 "the export has no GPU activity (its kernel, memcpy and memset tables are empty)",
                 "profile a range in which the program runs CUDA work, with " + _CAPTURE_HINT,
             )
-        host = self.read_host()
-
-        groups, rank_of_group, rank_source, world_size = self.assign_ranks(gpu, host)
-        blocks: list[_Rows] = []
-        rank_cols: list[npt.NDArray[np.int32]] = []
-        group_key = gpu.pid * (1 << 32) + gpu.device
-        for (pid, device), group_rank in zip(groups, rank_of_group, strict=True):
-            g_idx = np.flatnonzero(group_key == pid * (1 << 32) + device)
-            h_idx = np.flatnonzero(host.pid == pid)
-            blocks.append(gpu.take(g_idx))
-            blocks.append(host.take(h_idx))
-            rank_cols.append(np.full(g_idx.size + h_idx.size, group_rank, dtype=np.int32))
-        rows = _Rows.concat(blocks)
-        rank = np.concatenate(rank_cols)
-        order = np.lexsort((rows.start, rank))
-        rows = rows.take(order)
-        rank = rank[order]
+        groups, ranks, rank_source, world_size = self.assign_ranks(gpu)
+        rows, rank = self.place(gpu, self.read_host(), groups, ranks)
+        del gpu
 
         category = pd.Categorical.from_codes(rows.category, categories=pd.Index(CATEGORIES))
+        if offset:
+            rows.start += offset
+            rows.end += offset
         events = make_events(
             len(rows),
             {
@@ -515,13 +533,42 @@ class _Reader:
                 "thread_name": self.thread_names.categorical(rows.thread_name),
                 "category": category.remove_unused_categories(),
                 "name": self.names.categorical(rows.name),
-                "start_ns": rows.start + offset,
-                "end_ns": rows.end + offset,
+                "start_ns": rows.start,
+                "end_ns": rows.end,
                 "correlation": rows.correlation,
             },
         )
-        traces = self.trace_infos(groups, rank_of_group, rank_source, world_size, version, clock)
+        traces = self.trace_infos(groups, ranks, rank_source, world_size, version, clock)
         return Timeline(events, traces)
+
+    def place(
+        self, gpu: _Rows, host: _Rows, groups: list[tuple[int, int]], ranks: list[int]
+    ) -> tuple[_Rows, I32]:
+        """All rows with their rank: GPU rows by (pid, device); host rows by pid, copied to every
+        rank of a process that drives several GPUs; host rows of processes without GPU work go."""
+        keys = np.array([(p << 32) | d for p, d in groups], dtype=np.int64)
+        order = np.argsort(keys)
+        gkey = (gpu.pid << 32) | gpu.device.astype(np.int64)
+        gpu_rank = np.asarray(ranks, dtype=np.int32)[order][np.searchsorted(keys[order], gkey)]
+
+        by_pid: dict[int, list[int]] = {}
+        for (pid, _), r in zip(groups, ranks, strict=True):
+            by_pid.setdefault(pid, []).append(r)
+        pids = np.array(sorted(by_pid), dtype=np.int64)
+        first = np.array([by_pid[int(p)][0] for p in pids], dtype=np.int32)
+        pos = np.minimum(np.searchsorted(pids, host.pid), max(pids.size - 1, 0))
+        mine = pids[pos] == host.pid
+        if not mine.all():
+            host = host.take(np.flatnonzero(mine))
+            pos = pos[mine]
+        blocks, rank_parts = [gpu, host], [gpu_rank, first[pos]]
+        for pid, rs in by_pid.items():
+            if len(rs) > 1:
+                idx = np.flatnonzero(host.pid == pid)
+                for r in rs[1:]:
+                    blocks.append(host.take(idx))
+                    rank_parts.append(np.full(idx.size, r, dtype=np.int32))
+        return _Rows.concat(blocks), np.concatenate(rank_parts)
 
     # -- metadata ---------------------------------------------------------------------------
 
@@ -586,8 +633,9 @@ class _Reader:
             if t is None:
                 continue
             self.require(t, ("start", "end", "deviceId", "streamId"))
-            name_col: str | None
+            name_col: str | None = None
             if category == "kernel":
+                # shortName is what classification matches (demangled names carry templates)
                 name_col = next(
                     (
                         c
@@ -598,63 +646,62 @@ class _Reader:
                 )
                 if name_col is None:
                     self.require(t, ("shortName",))
-            else:
-                name_col = "copyKind" if category == "memcpy" else None
-            exprs = [
-                "start",
-                "end",
-                "deviceId",
-                "streamId",
-                self.col_or(t, "correlationId"),
-                self.col_or(t, "globalPid", "0"),
-                self.col_or(t, name_col) if name_col else "0",
-            ]
-            (n_bad,) = self.con.execute(
-                f"SELECT count(*) FROM {_q(t)} WHERE start < 0 OR end < start"
-            ).fetchone()
-            dropped += int(n_bad)
-            start, end, dev, stream, corr, gpid, name_id = _read_ints(
-                self.con, t, exprs, "start >= 0 AND end >= start"
+            elif category == "memcpy":
+                name_col = "copyKind"
+            cols, n_bad = self.valid(
+                _read_ints(
+                    self.con,
+                    t,
+                    [
+                        "start",
+                        "end",
+                        "deviceId",
+                        "streamId",
+                        self.col_or(t, "correlationId"),
+                        self.col_or(t, "globalPid", "0"),
+                        self.col_or(t, name_col) if name_col else "0",
+                    ],
+                )
             )
+            dropped += n_bad
+            start, end, dev, stream, corr, gpid, name_id = cols
+            del cols
             n = start.size
             if category == "kernel":
-                names = self.strings.add_to(self.names, name_id, missing="<unnamed kernel>")
+                names = self.names.add_string_ids(self.strings, name_id, "<unnamed kernel>")
             elif category == "memcpy":
                 labels = self.memcpy_labels()
-                uniq, inv = np.unique(name_id, return_inverse=True)
-                cats = np.empty(uniq.size, dtype=object)
-                cats[:] = [f"Memcpy {labels.get(int(k), f'kind {int(k)}')}" for k in uniq]
-                names = self.names._add(inv.reshape(-1), cats)
+                codes, kinds = pd.factorize(name_id)
+                cats = np.empty(len(kinds), dtype=object)
+                cats[:] = [f"Memcpy {labels.get(int(k), f'kind {int(k)}')}" for k in kinds]
+                names = self.names.add_codes(codes, cats)
             else:
                 names = self.names.add_const("Memset", n)
+            del name_id
+            codes, streams = pd.factorize(stream)
+            lane_names = np.empty(len(streams), dtype=object)
+            lane_names[:] = [f"stream {int(s)}" for s in streams]
             blocks.append(
                 _Rows(
                     start=start,
                     end=end,
                     pid=_pid_of(gpid),
-                    device=dev,
+                    device=dev.astype(np.int32),
                     stream=stream,
                     tid=np.full(n, -1, dtype=np.int64),
                     correlation=corr,
-                    category=np.full(n, _CAT_CODE[category], dtype=np.int64),
+                    category=np.full(n, _CAT_CODE[category], dtype=np.int32),
                     name=names,
-                    lane=np.zeros(n, dtype=np.int64),  # filled below
+                    lane=self.lanes.add_codes(codes, lane_names),
                     thread_name=self.thread_names.add_const("", n),
                 )
             )
-        if not blocks:
-            return self._empty_rows()
-        rows = _Rows.concat(blocks)
-        uniq, inv = np.unique(rows.stream, return_inverse=True)
-        lane_names = np.empty(uniq.size, dtype=object)
-        lane_names[:] = [f"stream {int(s)}" for s in uniq]
-        rows.lane = self.lanes._add(inv.reshape(-1), lane_names)
         if dropped:
             self.notes.append(
                 f"Dropped {dropped} GPU activities with negative timestamps "
                 "(before the capture start) or an end before their start."
             )
-        return rows
+        return _Rows.concat(blocks) if blocks else _Rows.empty()
 
     def memcpy_labels(self) -> dict[int, str]:
         t = self.table("ENUM_CUDA_MEMCPY_OPER")
@@ -663,79 +710,65 @@ class _Reader:
         rows = self.con.execute(f"SELECT id, label FROM {_q(t)}").fetchall()
         return {int(i): str(lab) for i, lab in rows if i is not None and lab is not None}
 
-    def _empty_rows(self) -> _Rows:
-        z = np.zeros(0, dtype=np.int64)
-        return _Rows(z, z, z, z, z, z, z, z, z, z, z)
-
     # -- host rows: CUDA API calls and NVTX ranges ------------------------------------------
 
     def read_host(self) -> _Rows:
         blocks: list[_Rows] = []
-        gtids: list[I64] = []
         dropped = 0
         rt = self.table(_RUNTIME)
         if rt is not None:
             self.require(rt, ("start", "end", "globalTid"))
-            (n_bad,) = self.con.execute(
-                f"SELECT count(*) FROM {_q(rt)} WHERE start < 0 OR end < start"
-            ).fetchone()
-            dropped += int(n_bad)
-            start, end, gtid, corr, cls, name_id = _read_ints(
-                self.con,
-                rt,
-                [
-                    "start",
-                    "end",
-                    self.col_or(rt, "globalTid", "0"),
-                    self.col_or(rt, "correlationId"),
-                    self.col_or(rt, "eventClass", "0"),
-                    self.col_or(rt, "nameId"),
-                ],
-                "start >= 0 AND end >= start",
+            cols, n_bad = self.valid(
+                _read_ints(
+                    self.con,
+                    rt,
+                    [
+                        "start",
+                        "end",
+                        self.col_or(rt, "globalTid", "0"),
+                        self.col_or(rt, "correlationId"),
+                        self.col_or(rt, "eventClass", "0"),
+                        self.col_or(rt, "nameId"),
+                    ],
+                )
             )
-            driver_classes = self.enum_ids(
+            dropped += n_bad
+            start, end, gtid, corr, cls, name_id = cols
+            del cols
+            # every API row is kept (launches are found by correlation, never by API name)
+            driver = self.enum_ids(
                 "ENUM_NSYS_EVENT_CLASS", ("TRACE_PROCESS_EVENT_CUDA_DRIVER",), (1,)
             )
             category = np.where(
-                np.isin(cls, driver_classes), _CAT_CODE["driver"], _CAT_CODE["runtime"]
-            ).astype(np.int64)
-            blocks.append(
-                self._host_block(
-                    start,
-                    end,
-                    gtid,
-                    corr,
-                    category,
-                    self.strings.add_to(self.names, name_id, missing="<CUDA API>"),
-                )
-            )
-            gtids.append(gtid)
+                np.isin(cls, driver), _CAT_CODE["driver"], _CAT_CODE["runtime"]
+            ).astype(np.int32)
+            names = self.names.add_string_ids(self.strings, name_id, "<CUDA API>")
+            blocks.append(self._host_block(start, end, gtid, corr, category, names))
         nv = self.table(_NVTX)
         if nv is not None:
             self.require(nv, ("start", "end", "eventType"))
             types = self.enum_ids(
                 "ENUM_NSYS_EVENT_TYPE", _NVTX_RANGE_TYPE_NAMES, _NVTX_RANGE_TYPES_DEFAULT
             )
-            type_list = ",".join(str(int(x)) for x in types)
-            base = f"eventType IN ({type_list}) AND end IS NOT NULL"
-            (n_bad,) = self.con.execute(
-                f"SELECT count(*) FROM {_q(nv)} WHERE {base} AND (start < 0 OR end < start)"
-            ).fetchone()
-            dropped += int(n_bad)
-            where = f"{base} AND start >= 0 AND end >= start"
-            rowid, start, end, gtid, text_id = _read_ints(
-                self.con,
-                nv,
-                [
-                    "rowid",
-                    "start",
-                    "end",
-                    self.col_or(nv, "globalTid", "0"),
-                    self.col_or(nv, "textId"),
-                ],
-                where,
+            ranges = f"eventType IN ({','.join(str(int(x)) for x in types)}) AND end IS NOT NULL"
+            cols, n_bad = self.valid(
+                _read_ints(
+                    self.con,
+                    nv,
+                    [
+                        "start",
+                        "end",
+                        "rowid",
+                        self.col_or(nv, "globalTid", "0"),
+                        self.col_or(nv, "textId"),
+                    ],
+                    ranges,
+                )
             )
-            names = self._nvtx_names(nv, where, rowid, text_id)
+            dropped += n_bad
+            start, end, rowid, gtid, text_id = cols
+            del cols
+            names = self._nvtx_names(nv, ranges, rowid, text_id)
             n = start.size
             blocks.append(
                 self._host_block(
@@ -743,84 +776,75 @@ class _Reader:
                     end,
                     gtid,
                     np.full(n, -1, dtype=np.int64),
-                    np.full(n, _CAT_CODE["annotation"], dtype=np.int64),
+                    np.full(n, _CAT_CODE["annotation"], dtype=np.int32),
                     names,
                 )
             )
-            gtids.append(gtid)
         if dropped:
             self.notes.append(
                 f"Dropped {dropped} CUDA API calls / NVTX ranges with negative timestamps "
                 "(before the capture start) or an end before their start."
             )
-        if not blocks:
-            return self._empty_rows()
-        rows = _Rows.concat(blocks)
-        gtid_all = np.concatenate(gtids)
-        self._host_lanes(rows, gtid_all)
-        return rows
+        return _Rows.concat(blocks) if blocks else _Rows.empty()
 
-    def _nvtx_names(self, nv: str, where: str, rowid: I64, text_id: I64) -> I64:
+    def _nvtx_names(self, nv: str, where: str, rowid: I64, text_id: I64) -> I32:
         """``COALESCE(text, StringIds.value)`` per row, as name codes."""
-        names = self.strings.add_to(self.names, text_id, missing="")
+        names = self.names.add_string_ids(self.strings, text_id, "")
         if "text" in self.columns(nv) and rowid.size:
             keys, texts = _fetch_object_column(
                 self.con, nv, "rowid", "text", f"{where} AND text IS NOT NULL"
             )
             if keys.size:
-                pos = np.searchsorted(rowid, keys)
-                pos = np.clip(pos, 0, rowid.size - 1)
+                pos = np.minimum(np.searchsorted(rowid, keys), rowid.size - 1)
                 hit = rowid[pos] == keys
                 names[pos[hit]] = self.names.add_values(texts[hit])
         return names
 
     def _host_block(
-        self, start: I64, end: I64, gtid: I64, corr: I64, category: I64, names: I64
+        self, start: I64, end: I64, gtid: I64, corr: I64, category: I32, names: I32
     ) -> _Rows:
+        """Host rows; lane ``"thread {tid} ({name})"`` and thread_name from ThreadNames."""
         n = start.size
-        z = np.zeros(n, dtype=np.int64)
+        codes, threads = pd.factorize(gtid)
+        threads = np.asarray(threads, dtype=np.int64)
+        thread_names = self.thread_name_table(threads)
+        lanes = np.empty(threads.size, dtype=object)
+        lanes[:] = [
+            f"thread {int(g) & 0xFFFFFF}" + (f" ({name})" if name else "")
+            for g, name in zip(threads, thread_names, strict=True)
+        ]
         return _Rows(
             start=start,
             end=end,
             pid=_pid_of(gtid),
-            device=np.full(n, -1, dtype=np.int64),
+            device=np.full(n, -1, dtype=np.int32),
             stream=np.full(n, -1, dtype=np.int64),
             tid=_tid_of(gtid),
             correlation=corr,
             category=category,
             name=names,
-            lane=z,
-            thread_name=z,
+            lane=self.lanes.add_codes(codes, lanes),
+            thread_name=self.thread_names.add_codes(codes, thread_names),
         )
 
-    def _host_lanes(self, rows: _Rows, gtid: I64) -> None:
-        """Lane ``"thread {tid}"`` / ``"thread {tid} ({name})"`` and thread_name per host row."""
-        uniq, inv = np.unique(gtid, return_inverse=True)
-        inv = inv.reshape(-1)
-        tn = self.thread_name_table(uniq)
-        lanes = np.empty(uniq.size, dtype=object)
-        lanes[:] = [
-            f"thread {int(g) & 0xFFFFFF}" + (f" ({name})" if name else "")
-            for g, name in zip(uniq, tn, strict=True)
-        ]
-        rows.lane = self.lanes._add(inv, lanes)
-        rows.thread_name = self.thread_names._add(inv, tn)
-
     def thread_name_table(self, gtids: I64) -> npt.NDArray[np.object_]:
+        """Name of each thread in ``gtids`` (globalTid values), ``""`` when unnamed."""
         out = np.empty(gtids.size, dtype=object)
         out[:] = ""
         t = self.table("ThreadNames")
         if t is None or not {"nameId", "globalTid"} <= self.columns(t) or gtids.size == 0:
             return out
-        gt, name_id = _read_ints(self.con, t, ["COALESCE(globalTid, -1)", "nameId"])
-        # several names for one thread: the last one recorded wins
-        order = np.argsort(gt, kind="stable")
-        gt, name_id = gt[order], name_id[order]
-        last = np.r_[gt[1:] != gt[:-1], True] if gt.size else np.zeros(0, dtype=bool)
-        gt, name_id = gt[last], name_id[last]
+        if not hasattr(self, "_thread_names"):
+            gt, name_id = _read_ints(self.con, t, ["COALESCE(globalTid, -1)", "nameId"])
+            # a thread renamed later has several rows: the last one recorded wins
+            order = np.argsort(gt, kind="stable")
+            gt, name_id = gt[order], name_id[order]
+            last = np.r_[gt[1:] != gt[:-1], True] if gt.size else np.zeros(0, dtype=bool)
+            self._thread_names = (gt[last], name_id[last])
+        gt, name_id = self._thread_names
         if gt.size == 0:
             return out
-        pos = np.clip(np.searchsorted(gt, gtids), 0, gt.size - 1)
+        pos = np.minimum(np.searchsorted(gt, gtids), gt.size - 1)
         hit = gt[pos] == gtids
         out[hit] = self.strings.lookup(name_id[pos[hit]])
         return out
@@ -834,12 +858,10 @@ class _Reader:
 
     # -- ranks ------------------------------------------------------------------------------
 
-    def assign_ranks(
-        self, gpu: _Rows, host: _Rows
-    ) -> tuple[list[tuple[int, int]], list[int], str, int | None]:
+    def assign_ranks(self, gpu: _Rows) -> tuple[list[tuple[int, int]], list[int], str, int | None]:
         """(pid, device) groups ordered by device then pid, their ranks, and where ranks came from."""
-        pairs = np.unique(np.stack([gpu.device, gpu.pid], axis=1), axis=0)
-        groups = [(int(p), int(d)) for d, p in pairs]
+        keys = pd.unique((gpu.device.astype(np.int64) << 32) | gpu.pid)
+        groups = [(int(k) & 0xFFFFFFFF, int(k) >> 32) for k in np.sort(keys)]
         pids = sorted({p for p, _ in groups})
         one_device_each = len(pids) == len(groups)
 
