@@ -112,3 +112,14 @@ def test_cli_compare_missing_input_is_one_line(tmp_path: Path) -> None:
     res = CliRunner().invoke(main, ["compare", str(tmp_path / "nope"), str(_fixture("naive"))])
     assert res.exit_code == 2
     assert "no such file or folder" in res.output and "Traceback" not in res.output
+
+
+def test_cli_compare_html_side_by_side(tmp_path: Path) -> None:
+    # the comparison on top, then each run's own report in its own frame
+    naive, bucketed = str(_fixture("naive")), str(_fixture("bucketed"))
+    out = tmp_path / "cmp.html"
+    res = CliRunner().invoke(main, ["compare", naive, bucketed, "--html", str(out)])
+    assert res.exit_code == 0, res.output
+    page = out.read_text(encoding="utf-8")
+    assert "step_speedup" in page and page.count("<iframe") == 2
+    assert "Communication overlap report" in page  # the runs' own reports, escaped in srcdoc

@@ -279,10 +279,22 @@ def analyze(
     show_default=True,
     help="How many collectives whose exposure changed most to list.",
 )
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(dir_okay=False),
+    help="Also write a side-by-side HTML report (the comparison, then both runs' reports).",
+)
 @analysis_options
 @handle_errors
 def compare(
-    baseline: str, candidate: str, fmt: str, output: str | None, top: int, **opts: Any
+    baseline: str,
+    candidate: str,
+    fmt: str,
+    output: str | None,
+    top: int,
+    html_path: str | None,
+    **opts: Any,
 ) -> None:
     """What an optimisation changed: BASELINE vs CANDIDATE (each a trace file or a folder of
     rank traces), median per step side by side.
@@ -297,6 +309,7 @@ def compare(
     Examples:
       traceoverlap compare runs/naive runs/bucketed
       traceoverlap compare before.json.gz after.json.gz --format json
+      traceoverlap compare runs/naive runs/bucketed --html compare.html
     """
     from .compare import compare as compare_runs
     from .reporters import compare as rep
@@ -316,6 +329,11 @@ def compare(
             cmp, color=tty, width=shutil.get_terminal_size((80, 24)).columns if tty else 80
         )
     _write_output(text, output)
+    if html_path:
+        from .reporters.compare_html import write_report
+
+        write_report(cmp, html_path)
+        click.echo(f"wrote {html_path}", err=True)
 
 
 # --- report (issue 5) -----------------------------------------------------------------------
