@@ -18,6 +18,8 @@ from .model import Timeline
 
 #: Show a progress bar (stderr, terminals only) when the inputs add up to more than this.
 PROGRESS_MIN_BYTES = 256 * 1024 * 1024
+#: Without an explicit ``jobs``, parse in parallel only when the inputs add up to more than this.
+PARALLEL_MIN_BYTES = 16 * 1024 * 1024
 
 
 def _read(path: Path) -> Timeline:
@@ -44,23 +46,29 @@ def default_jobs(n_files: int) -> int:
     return max(1, min(n_files, cores))
 
 
-def _want_progress(files: Sequence[Path]) -> bool:
-    if not sys.stderr.isatty():
-        return False
+def _total_bytes(files: Sequence[Path]) -> int:
     total = 0
     for f in files:
         try:
             total += f.stat().st_size
         except OSError:
             pass
-    return total >= PROGRESS_MIN_BYTES
+    return total
+
+
+def _want_progress(files: Sequence[Path]) -> bool:
+    return sys.stderr.isatty() and _total_bytes(files) >= PROGRESS_MIN_BYTES
 
 
 def read_files(files: Sequence[Path], jobs: int | None = None) -> list[Timeline]:
-    """Read every file into a Timeline, in input order; ``jobs`` processes (default
-    :func:`default_jobs`; 1 = in this process). The first unreadable file raises its error."""
+    """Read every file into a Timeline, in input order, in ``jobs`` processes (1 = in this
+    process; default :func:`default_jobs` when the inputs exceed :data:`PARALLEL_MIN_BYTES`, else
+    1). The first unreadable file raises its error."""
     n = len(files)
-    jobs = default_jobs(n) if jobs is None else max(1, min(jobs, n))
+    if jobs is None:
+        # starting processes costs more than it saves on small traces
+        jobs = default_jobs(n) if _total_bytes(files) >= PARALLEL_MIN_BYTES else 1
+    jobs = max(1, min(jobs, n))
     progress = _want_progress(files)
     if jobs == 1 and not progress:
         return [_read(f) for f in files]
