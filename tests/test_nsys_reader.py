@@ -505,6 +505,22 @@ def test_nsys_rep_without_nsys_says_how_to_export(
     assert "nsys export --type sqlite" in msg
 
 
+def test_nsys_rep_with_fresh_export_beside_needs_no_nsys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rep = tmp_path / "report.nsys-rep"
+    rep.write_bytes(b"\x00binary report")
+    old = time.time() - 100
+    os.utime(rep, (old, old))
+    x = NsysExport()
+    x.kernel(5, 0, 7, 100, 200, "k", launch=50)
+    x.write(tmp_path / "report.sqlite")  # what `nsys export` writes by default, newer than rep
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    tl = read_trace(rep)
+    assert tl.traces[0].path == str(rep)
+    assert tl.events[tl.events["category"] == "kernel"]["name"].tolist() == ["k"]
+
+
 def test_nsys_rep_exported_once_and_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # A stand-in `nsys` that "exports" by copying a prepared SQLite file to --output and counts
     # its calls: the second read must reuse the cache (newer than the report).

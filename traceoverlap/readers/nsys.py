@@ -111,22 +111,22 @@ def read_nsys_rep(path: str | os.PathLike[str]) -> Timeline:
     """Read an ``.nsys-rep`` report by exporting it to SQLite with ``nsys`` (which must be on PATH).
 
     The export is cached next to the report (``report.sqlite``) when that folder is writable, else
-    in the temp folder, and reused while it is newer than the report.
+    in the temp folder, and reused while it is newer than the report (then ``nsys`` is not needed).
     """
     p = Path(path)
     if not p.is_file():
         raise TraceFormatError(p, "no such file", "check the path")
-    nsys = shutil.which("nsys")
-    if nsys is None:
-        raise TraceFormatError(
-            p,
-            "reading an .nsys-rep needs Nsight Systems (`nsys` is not on PATH)",
-            "install Nsight Systems, or run `nsys export --type sqlite "
-            f"--output {p.with_suffix('.sqlite').name} {p.name}` where it is installed "
-            "and pass the .sqlite file",
-        )
     cache = _export_cache_path(p)
-    if not (cache.is_file() and cache.stat().st_mtime >= p.stat().st_mtime):
+    if not _fresh(cache, p):
+        nsys = shutil.which("nsys")
+        if nsys is None:
+            raise TraceFormatError(
+                p,
+                "reading an .nsys-rep needs Nsight Systems (`nsys` is not on PATH)",
+                "install Nsight Systems, or run `nsys export --type sqlite "
+                f"--output {p.with_suffix('.sqlite').name} {p.name}` where it is installed "
+                "and pass the .sqlite file",
+            )
         _run_nsys_export(nsys, p, cache)
     return _read_export(cache, p)
 
@@ -152,11 +152,18 @@ def _read_export(export: Path, shown: Path) -> Timeline:
 # .nsys-rep export
 
 
+def _fresh(export: Path, report: Path) -> bool:
+    return export.is_file() and export.stat().st_mtime >= report.stat().st_mtime
+
+
 def _export_cache_path(report: Path) -> Path:
+    """Where the SQLite export of ``report`` lives: beside it (``report.sqlite``, what ``nsys
+    export`` writes by default) when that exists or the folder is writable, else the temp folder."""
     beside = report.with_suffix(".sqlite")
-    if os.access(report.parent, os.W_OK) or beside.is_file():
-        if beside.is_file() or not beside.exists():
-            return beside
+    if _fresh(beside, report):
+        return beside
+    if os.access(report.parent, os.W_OK) and (beside.is_file() or not beside.exists()):
+        return beside
     digest = hashlib.sha1(str(report.resolve()).encode()).hexdigest()[:16]
     folder = Path(tempfile.gettempdir()) / "traceoverlap-nsys"
     folder.mkdir(parents=True, exist_ok=True)
@@ -915,18 +922,22 @@ class _Reader:
             "ENUM_NSYS_EVENT_TYPE", _NVTX_ANY_TEXT_TYPE_NAMES, _NVTX_ANY_TEXT_TYPES_DEFAULT
         )
         type_list = ",".join(str(int(x)) for x in types)
-        text = "text" if "text" in self.columns(nv) else "NULL"
-        text_id = "textId" if "textId" in self.columns(nv) else "NULL"
-        # The few distinct texts are matched in Python: the rank pattern is not expressible in SQL.
+        cols = self.columns(nv)
+        text = "e.text" if "text" in cols else "NULL"
+        strings = self.table(_STRINGS)
+        if "textId" in cols and strings is not None:
+            value = f"COALESCE({text}, s.value)"
+            join = f"LEFT JOIN {_q(strings)} s ON s.id = e.textId"
+        else:
+            value, join = text, ""
+        # The few distinct candidates are matched in Python: the rank pattern is not SQL.
         rows = self.con.execute(
-            f"SELECT DISTINCT (e.globalTid >> 24) & 16777215, COALESCE(e.{text}, s.value) "
-            f"FROM {_q(nv)} e LEFT JOIN {_q(self.table(_STRINGS) or _STRINGS)} s "
-            f"ON s.id = e.{text_id} WHERE e.eventType IN ({type_list}) "
-            f"AND COALESCE(e.{text}, s.value) LIKE '%rank%'"
+            f"SELECT DISTINCT (e.globalTid >> 24) & 16777215, {value} FROM {_q(nv)} e {join} "
+            f"WHERE e.eventType IN ({type_list}) AND {value} LIKE '%rank%'"
         ).fetchall()
         ranks: dict[int, set[int]] = {}
-        for pid, value in rows:
-            m = _RANK_TEXT.match(str(value)) if value is not None else None
+        for pid, found_text in rows:
+            m = _RANK_TEXT.match(str(found_text)) if found_text is not None else None
             if m and pid is not None:
                 ranks.setdefault(int(pid), set()).add(int(m.group(1)))
         found = {p: next(iter(r)) for p, r in ranks.items() if len(r) == 1}
