@@ -103,7 +103,7 @@ _INT64_MIN = -(2**63)
 # hundreds of thousands of them (measured: ~3x faster decode). Ints default to -1 ("none") so the
 # common path builds numpy arrays without per-value None checks; a null or a string where an int
 # is expected fails validation and sends the batch to the lenient decoder below.
-class _Args(msgspec.Struct, gc=False):
+class _Args(msgspec.Struct, gc=False, frozen=True):
     device: int = -1
     stream: int = -1
     correlation: int = -1
@@ -118,6 +118,9 @@ class _Args(msgspec.Struct, gc=False):
     seq_lower: int | None = msgspec.field(default=None, name="seq")
 
 
+_NO_ARGS = _Args()
+
+
 class _Event(msgspec.Struct, gc=False):
     ph: str = ""
     cat: str = ""
@@ -127,7 +130,18 @@ class _Event(msgspec.Struct, gc=False):
     ts: float = math.nan
     dur: float = 0.0
     id: int | str | None = None
-    args: _Args = msgspec.field(default_factory=_Args)
+    args: _Args = _NO_ARGS  # shared, frozen: events without args (flows...) allocate nothing
+
+
+class _FlowEvent(msgspec.Struct, gc=False):
+    """Only what binds a flow end to an event; decoded in a second pass, when needed."""
+
+    ph: str = ""
+    cat: str = ""
+    pid: int | str = -1
+    tid: int | str = -1
+    ts: float = math.nan
+    id: int | str | None = None
 
 
 # The lenient twins: any JSON value anywhere, for traces whose values have unexpected types
@@ -177,6 +191,7 @@ _HEAD = msgspec.json.Decoder(_Head)
 _RAW = msgspec.json.Decoder(msgspec.Raw)
 _RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
 _EVENTS = msgspec.json.Decoder(list[_Event])
+_FLOWS = msgspec.json.Decoder(list[_FlowEvent])
 _LOOSE_EVENTS = msgspec.json.Decoder(list[_LooseEvent])
 
 #: Bytes of JSON decoded at once: bounds the live structs to one chunk's worth (~40k events).
@@ -321,7 +336,10 @@ def _decode_head(path: Path, data: bytes | mmap.mmap) -> tuple[_Head, bytes | mm
 
 
 def _event_batches(
-    path: Path, data: bytes | mmap.mmap, events: msgspec.Raw
+    path: Path,
+    data: bytes | mmap.mmap,
+    events: msgspec.Raw,
+    typed: msgspec.json.Decoder = _EVENTS,
 ) -> Iterator[tuple[list[Any], bool]]:
     """Decode the ``traceEvents`` array chunk by chunk: yields (events, lenient?) per chunk.
 
@@ -339,7 +357,7 @@ def _event_batches(
         m = _EVENT_SPLIT.search(data, pos + _CHUNK_BYTES, end) if pos + _CHUNK_BYTES < end else None
         stop = m.start() + 1 if m else end
         try:
-            yield _decode_chunk(path, b"".join((b"[", view[pos:stop], b"]")))
+            yield _decode_chunk(path, b"".join((b"[", view[pos:stop], b"]")), typed)
         except msgspec.DecodeError:
             break  # a boundary inside an event: per-event slices for the rest
         if m is None:
@@ -353,21 +371,23 @@ def _event_batches(
         raise _decode_error(path, data, exc) from None
     step = 32768
     for i in range(0, len(raws), step):
-        yield _decode_chunk(path, b"[" + b",".join(raws[i : i + step]) + b"]")
+        yield _decode_chunk(path, b"[" + b",".join(raws[i : i + step]) + b"]", typed)
 
 
-def _decode_chunk(path: Path, buf: bytes) -> tuple[list[Any], bool]:
+def _decode_chunk(
+    path: Path, buf: bytes, typed: msgspec.json.Decoder = _EVENTS
+) -> tuple[list[Any], bool]:
     """Typed-decode a JSON array of events; returns (events, whether the lenient twin was used).
 
     Raises ``msgspec.DecodeError`` if ``buf`` is not valid JSON (the caller's chunking guessed
     wrong), :class:`TraceFormatError` if the events are not Chrome-trace events.
     """
     try:
-        return _EVENTS.decode(buf), False
+        return typed.decode(buf), False
     except UnicodeDecodeError:
         buf = buf.decode("utf-8", errors="replace").encode("utf-8")
         try:
-            return _EVENTS.decode(buf), False
+            return typed.decode(buf), False
         except msgspec.ValidationError:
             pass
     except msgspec.ValidationError:
@@ -468,13 +488,8 @@ class _Columns:
         self.flows: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         self.meta: list[tuple[str, Any, Any, Any]] = []  # (name, pid, tid, args.name)
 
-    def add(self, events: list[Any], loose: bool) -> None:
-        cat_code = _CAT_CODE
-        kept = [e for e in events if e.cat in cat_code and e.ph == "X"]
+    def add_flows(self, events: list[Any]) -> None:
         flows = [e for e in events if e.cat in _FLOW_CATS and (e.ph == "s" or e.ph == "f")]
-        for e in events:
-            if e.ph == "M" and e.name in ("thread_name", "process_name") and e.args is not None:
-                self.meta.append((e.name, e.pid, e.tid, e.args.name))
         if flows:
             self.flows.append(
                 (
@@ -485,6 +500,21 @@ class _Columns:
                     _float_array([e.ts for e in flows]),
                 )
             )
+
+    def lacks_correlation(self) -> bool:
+        """Whether a launch or GPU row has no ``args.correlation`` (then flows may supply it)."""
+        codes = [_CAT_NAMES.index(c) for c in _FLOW_TARGETS]
+        return any(
+            bool((np.isin(c, codes) & (k < 0)).any())
+            for c, k in zip(self.cat, self.corr, strict=True)
+        )
+
+    def add(self, events: list[Any], loose: bool) -> None:
+        cat_code = _CAT_CODE
+        kept = [e for e in events if e.cat in cat_code and e.ph == "X"]
+        for e in events:
+            if e.ph == "M" and e.name in ("thread_name", "process_name") and e.args is not None:
+                self.meta.append((e.name, e.pid, e.tid, e.args.name))
         if not kept:
             return
         n = len(kept)
@@ -579,6 +609,12 @@ def read_kineto(path: str | Path) -> Timeline:
     for events, loose in _event_batches(p, data, head.traceEvents):
         cols.add(events, loose)
         del events
+    if cols.lacks_correlation():
+        # Older traces link launches to GPU work only through flow events: a second, light
+        # pass reads them. Newer traces (args.correlation everywhere) never pay for it.
+        for events, _ in _event_batches(p, data, head.traceEvents, _FLOWS):
+            cols.add_flows(events)
+            del events
     del head.traceEvents
     if isinstance(data, mmap.mmap):
         try:
