@@ -314,6 +314,49 @@ def test_rank_from_nvtx_text_and_file_name(tmp_path: Path) -> None:
     assert [(t.rank, t.rank_source) for t in tl.traces] == [(3, "filename")]
 
 
+def test_minimal_older_schema(tmp_path: Path) -> None:
+    # Fewer tables and columns than a 2026 export: no META_DATA_EXPORT, no enum / process / thread
+    # tables, NVTX with inline text only (no textId), a session start without systemClockNs (the
+    # capture start is then ANALYSIS_DETAILS.startTime = 1000). Columns are found, not assumed.
+    # Kernel [5000, 9000) launched at 2000 inside "train_step" [1500, 3000): one step of 4000 ns.
+    p = tmp_path / "old.sqlite"
+    con = sqlite3.connect(p)
+    gpid = (1 << 48) | (77 << 24)
+    con.executescript(
+        """
+        CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL);
+        INSERT INTO StringIds VALUES (1, 'sgemm'), (2, 'cudaLaunchKernel_v7000');
+        CREATE TABLE TARGET_INFO_SESSION_START_TIME (utcEpochNs INTEGER);
+        INSERT INTO TARGET_INFO_SESSION_START_TIME VALUES (1600000000000000000);
+        CREATE TABLE ANALYSIS_DETAILS (globalVid INTEGER, duration INTEGER, startTime INTEGER,
+                                       stopTime INTEGER);
+        INSERT INTO ANALYSIS_DETAILS VALUES (0, 100000, 1000, 101000);
+        CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, end INTEGER, deviceId INTEGER,
+            streamId INTEGER, correlationId INTEGER, globalPid INTEGER, shortName INTEGER);
+        CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER, end INTEGER, eventClass INTEGER,
+            globalTid INTEGER, correlationId INTEGER, nameId INTEGER);
+        CREATE TABLE NVTX_EVENTS (start INTEGER, end INTEGER, eventType INTEGER, text TEXT,
+            globalTid INTEGER);
+        """
+    )
+    con.execute(
+        "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (5000, 9000, 0, 7, 11, ?, 1)", (gpid,)
+    )
+    con.execute(
+        "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (2000, 2100, 0, ?, 11, 2)", (gpid | 77,)
+    )
+    con.execute("INSERT INTO NVTX_EVENTS VALUES (1500, 3000, 59, 'train_step', ?)", (gpid | 77,))
+    con.commit()
+    con.close()
+    tl = read_nsys(p)
+    info = tl.traces[0]
+    assert (info.pid, info.device, info.format_version, info.clock) == (77, 0, None, "unix")
+    k = tl.events[tl.events["category"] == "kernel"].iloc[0]
+    assert (k["name"], k.start_ns) == ("sgemm", 1600000000000000000 + 5000 - 1000)
+    r = _row(analyze(p, step_regex="^train_step$").steps, 0)
+    assert (r.step_ns, r.compute_ns) == (4000, 4000)
+
+
 def test_registry_dispatches_sqlite(tmp_path: Path) -> None:
     x = NsysExport()
     x.kernel(5, 0, 7, 100, 200, "k", launch=50)

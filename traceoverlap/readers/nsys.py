@@ -462,6 +462,15 @@ class _Reader:
                 _EXPORT_HINT + " with a recent Nsight Systems",
             )
 
+    def usable(self, table: str, cols: Sequence[str]) -> bool:
+        """An optional table (launches, NVTX) lacking columns is skipped with a note, not fatal."""
+        missing = [c for c in cols if c not in self.columns(table)]
+        if missing:
+            self.notes.append(
+                f"Table {table} lacks column(s) {', '.join(missing)} and was not read."
+            )
+        return not missing
+
     def col_or(self, table: str, col: str, default: str = "-1") -> str:
         """SQL for a column that may be NULL or absent: NULL/absent -> ``default``."""
         if col in self.columns(table):
@@ -723,8 +732,7 @@ class _Reader:
         blocks: list[_Rows] = []
         dropped = 0
         rt = self.table(_RUNTIME)
-        if rt is not None:
-            self.require(rt, ("start", "end", "globalTid"))
+        if rt is not None and self.usable(rt, ("start", "end", "globalTid", "correlationId")):
             cols, n_bad = self.valid(
                 _read_ints(
                     self.con,
@@ -752,8 +760,7 @@ class _Reader:
             names = self.names.add_string_ids(self.strings, name_id, "<CUDA API>")
             blocks.append(self._host_block(start, end, gtid, corr, category, names))
         nv = self.table(_NVTX)
-        if nv is not None:
-            self.require(nv, ("start", "end", "eventType"))
+        if nv is not None and self.usable(nv, ("start", "end", "eventType", "globalTid")):
             types = self.enum_ids(
                 "ENUM_NSYS_EVENT_TYPE", _NVTX_RANGE_TYPE_NAMES, _NVTX_RANGE_TYPES_DEFAULT
             )
