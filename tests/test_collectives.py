@@ -352,3 +352,14 @@ def test_named_group_on_one_rank_is_not_matched() -> None:
     c = match_collectives(analyze(concat_timelines([r0, r1])))
     assert len(c.instances) == 1 and c.instances["process_group"].tolist() == ["0"]
     assert any("group '7' appear only on rank 0" in n for n in c.notes)
+
+
+def test_tied_latest_start_names_no_last_rank() -> None:
+    # both ranks start the all-reduce at 20 ms: no one arrived last, so no straggler;
+    # durations 40 and 30 -> transfer 30, rank 0 wait 10 (durations still split)
+    r0 = _cpu_rank(0, (0, 100), [(0, 20)], [(20, 60)])
+    r1 = _cpu_rank(1, (0, 100), [(0, 20)], [(20, 50)])
+    c = match_collectives(analyze(concat_timelines([r0, r1])))
+    assert c.instances["last_rank"].tolist() == [None]
+    assert c.instances["transfer_ns"].tolist() == [30 * MS]
+    assert c.top_straggler is None

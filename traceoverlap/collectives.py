@@ -22,9 +22,10 @@ Per matched instance (all times integer ns):
   - ``transfer_ns`` = the shortest duration across ranks: the part that is real data movement once
     everyone has arrived; each rank's ``wait_ns`` = its duration - ``transfer_ns``.
     Both use durations only, so they hold even when clocks cannot be aligned.
-  - ``last_rank``: the rank that started last (the one the others waited for). This compares start
-    times across ranks, so it needs every rank on the unix clock (Kineto ``baseTimeNanoseconds`` or
-    absolute µs, nsys session start); otherwise it is None and a note says so.
+  - ``last_rank``: the rank that started last (the one the others waited for; None when several
+    share the latest start). This compares start times across ranks, so it needs every rank on the
+    unix clock (Kineto ``baseTimeNanoseconds`` or absolute µs, nsys session start); otherwise it
+    is None and a note says so.
   - each rank's ``exposed_ns``: the part of the instance (clipped to its step window) that the
     rank's compute union in that step does not cover.
 
@@ -548,11 +549,15 @@ def _instance_table(m: pd.DataFrame, aligned: bool) -> pd.DataFrame:
         columns=list(INSTANCE_COLUMNS),
     )
     if aligned:
-        # the latest start; ties go to the lowest rank (rows are sorted by rank)
         idx = g["start_ns"].idxmax()
         last = m.loc[idx.to_numpy(), "rank"].to_numpy()
-        multi = out["n_ranks"].to_numpy() >= 2  # nobody waits for anyone in a 1-rank instance
-        out["last_rank"] = [int(r) if ok else None for r, ok in zip(last, multi, strict=True)]
+        latest = m["start_ns"].to_numpy()[idx.to_numpy()]
+        latest_of = pd.Series(latest, index=first.index).reindex(m["instance"]).to_numpy()
+        n_latest = (m["start_ns"].to_numpy() == latest_of).astype(np.int64)
+        n_latest = np.bincount(m["instance"].to_numpy(), weights=n_latest, minlength=len(first))
+        # nobody waits in a 1-rank instance; a latest start shared by several ranks names no one
+        ok = (out["n_ranks"].to_numpy() >= 2) & (n_latest == 1)
+        out["last_rank"] = [int(r) if k else None for r, k in zip(last, ok, strict=True)]
     out["last_rank"] = out["last_rank"].astype(object)
     return out
 
