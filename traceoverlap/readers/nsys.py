@@ -562,9 +562,9 @@ class _Reader:
     ) -> tuple[_Rows, I32]:
         """All rows with their rank: GPU rows by (pid, device); host rows by pid, copied to every
         rank of a process that drives several GPUs; host rows of processes without GPU work go."""
-        keys = np.array([(p << 32) | d for p, d in groups], dtype=np.int64)
+        keys = np.array([(p << 32) | (d & 0xFFFFFFFF) for p, d in groups], dtype=np.int64)
         order = np.argsort(keys)
-        gkey = (gpu.pid << 32) | gpu.device.astype(np.int64)
+        gkey = (gpu.pid << 32) | (gpu.device.astype(np.int64) & 0xFFFFFFFF)
         gpu_rank = np.asarray(ranks, dtype=np.int32)[order][np.searchsorted(keys[order], gkey)]
 
         by_pid: dict[int, list[int]] = {}
@@ -669,10 +669,10 @@ class _Reader:
                     self.con,
                     t,
                     [
-                        "start",
-                        "end",
-                        "deviceId",
-                        "streamId",
+                        self.col_or(t, "start"),
+                        self.col_or(t, "end"),
+                        self.col_or(t, "deviceId"),
+                        self.col_or(t, "streamId"),
                         self.col_or(t, "correlationId"),
                         self.col_or(t, "globalPid", "0"),
                         self.col_or(t, name_col) if name_col else "0",
@@ -738,8 +738,8 @@ class _Reader:
                     self.con,
                     rt,
                     [
-                        "start",
-                        "end",
+                        self.col_or(rt, "start"),
+                        self.col_or(rt, "end"),
                         self.col_or(rt, "globalTid", "0"),
                         self.col_or(rt, "correlationId"),
                         self.col_or(rt, "eventClass", "0"),
@@ -770,7 +770,7 @@ class _Reader:
                     self.con,
                     nv,
                     [
-                        "start",
+                        self.col_or(nv, "start"),
                         "end",
                         "rowid",
                         self.col_or(nv, "globalTid", "0"),
