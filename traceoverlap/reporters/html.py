@@ -255,6 +255,11 @@ def _header(analysis: Analysis, ranks: list[int]) -> str:
     )
 
 
+def _step_name(step: Any) -> str:
+    """``step 5``, or ``the whole capture`` for the single window of an unmarked trace (HTML)."""
+    return "the whole capture" if str(step) == "all" else f"step {_e(step)}"
+
+
 def _step_list(labels: list[str]) -> str:
     """``steps 4–54`` for a contiguous numbered run, else ``steps 2, 5, 9`` (shortened)."""
     nums = [int(x) for x in labels if x.isdigit()]
@@ -373,7 +378,14 @@ def _bars_section(page: _Page, steps: pd.DataFrame, several: bool) -> str:
         + (" of one rank" if several else "")
         + ", split into parts that add up to the step: compute with no communication under it, "
         "communication hidden behind compute (overlapped), communication nothing hid (exposed), "
-        "memory copies with neither, and idle time when the device did nothing.</p>"
+        "memory copies with neither, and idle time when the device did nothing."
+        + (
+            " With several ranks, exposed communication is split into time spent waiting for a "
+            "later rank to arrive and the transfer itself."
+            if "exposed_wait_ns" in steps.columns
+            else ""
+        )
+        + "</p>"
         + page.plot("tov-plot-steps", figs.step_bars(ordered, several))
         + "</section>"
     )
@@ -546,18 +558,25 @@ def _timeline_section(
     comm["exposed_ns"] = figs.covered_length(
         comm["start_ns"].to_numpy(np.int64), comm["end_ns"].to_numpy(np.int64), sets["exposed"]
     )
+    name = _step_name(step)
+    choose = (
+        ""
+        if str(step) == "all"
+        else f"{why}; choose another with <code>--timeline-step N</code> / "
+    )
     text = (
-        f"<section id='timeline'><h2>Timeline of step {_e(step)} on rank {rank}</h2>"
-        f"<p class='explain'>Step {_e(step)} ({why}; choose another with <code>--timeline-step N</code>"
-        f" / <code>--timeline-rank R</code>): {fmt_ns(srow['step_ns'])} window, "
+        f"<section id='timeline'><h2>Timeline of {name} on rank {rank}</h2>"
+        f"<p class='explain'>{name[0].upper() + name[1:]} ({choose}"
+        f"<code>--timeline-rank R</code>): {fmt_ns(srow['step_ns'])} window, "
         f"compute {fmt_ns(srow['compute_ns'])}, communication {fmt_ns(srow['comm_ns'])} of which "
         f"{fmt_ns(srow['overlap_ns'])} overlapped and "
         f"<b class='exposed-text'>{fmt_ns(srow['exposed_comm_ns'])} exposed</b>; "
         f"idle {fmt_ns(srow['idle_ns'])}. Bottleneck: <b>{_e(srow['bottleneck'])}</b> ({_e(srow['reason'])}).</p>"
-        "<p class='explain'>One row per GPU stream or host thread. The <b>exposed comm</b> and "
-        "<b>overlapped</b> rows are the step's exposed and hidden communication; exposed spans are "
-        "also shaded across every row. Hover a bar for its name, duration and collective; drag to "
-        "zoom, double-click to reset.</p>" + page.plot("tov-plot-timeline", fig) + "</section>"
+        "<p class='explain'>One row per GPU stream or host thread: compute in blue, communication "
+        "in orange, memory copies in grey. The <b>exposed comm</b> and <b>overlapped</b> rows are "
+        "the step's exposed and hidden communication; exposed spans are also shaded across every "
+        "row. Hover a bar for its name, duration and collective; drag to zoom, double-click to "
+        "reset.</p>" + page.plot("tov-plot-timeline", fig) + "</section>"
     )
     return _Detail(text, rank, step, idx, lo, comm)
 
@@ -625,7 +644,7 @@ def _top_rows(analysis: Analysis, detail: _Detail) -> tuple[pd.DataFrame, str]:
 
 def _collectives_table(analysis: Analysis, detail: _Detail) -> str:
     head = (
-        f"<section id='collectives'><h2>Top exposed collectives in step {_e(detail.step)} "
+        f"<section id='collectives'><h2>Top exposed collectives in {_step_name(detail.step)} "
         f"(rank {detail.rank})</h2>"
     )
     rows, what = _top_rows(analysis, detail)
@@ -811,7 +830,7 @@ def _next_steps(analysis: Analysis, detail: _Detail) -> str:
         if int(worst["end_ns"]) == int(comm["end_ns"].max()):
             items.insert(
                 0,
-                f"<li><b>The last collective of step {_e(detail.step)} is the most exposed</b> "
+                f"<li><b>The last collective of {_step_name(detail.step)} is the most exposed</b> "
                 f"({fmt_ns(int(worst['exposed_ns']))} of {fmt_ns(int(worst['end_ns'] - worst['start_ns']))}): "
                 "the classic late last bucket. Nothing is left to compute when it starts; a smaller "
                 "final bucket, or an earlier start of the bucket's all-reduce, shortens the tail.</li>",
