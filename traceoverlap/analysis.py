@@ -107,6 +107,8 @@ def _merge_ranks(timelines: Sequence[Timeline]) -> Timeline:
 class Analysis:
     """Everything one analysis produced. Reporters only format this.
 
+    ``timeline``: the classified Timeline; its events also carry ``kind`` and ``step_index``
+    (the row of ``windows`` each event belongs to, -1 for none).
     ``steps``: one row per (rank, step), columns in :data:`traceoverlap.metrics.STEP_COLUMNS`.
     ``summary``: ``{"run": {...}, "ranks": {rank: {...}}}`` (see :func:`metrics.summarize`).
     ``notes``: caveats a reader of the report must know (rank guessed, launches missing...).
@@ -169,6 +171,9 @@ def analyze(
         timeline = timeline.select_ranks(wanted)
     step_range = parse_step_range(steps) if isinstance(steps, str) else steps
     table = assign_steps(timeline, step_regex=step_regex, step_range=step_range)
+    # the event table was built by classify() for this call alone: adding the column in place
+    # avoids copying a large table just to tag rows with their step
+    timeline.events["step_index"] = table.event_step
     th = thresholds or Thresholds()
     df = compute_step_metrics(timeline, table, th)
     notes = _notes(timeline, table)
