@@ -534,3 +534,50 @@ def test_chunked_decode_cuts_only_between_events(
     # ts i µs -> i * 1000 ns; dur 0.5 µs -> 500 ns.
     assert ev["start_ns"].tolist() == [i * 1000 for i in range(300)]
     assert (ev["end_ns"] - ev["start_ns"]).eq(500).all()
+
+
+@pytest.mark.parametrize("decoy", [False, True])
+def test_one_pass_layout_path_equals_general_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, decoy: bool
+) -> None:
+    import traceoverlap.readers.kineto as kineto
+
+    # Kineto's layout: header, one event per line, then more fields after the array
+    # (baseTimeNanoseconds comes last in real traces). The decoy puts a nested "traceEvents"
+    # key first: the one-pass path must notice it is not the top-level one and step aside.
+    head = '{"schemaVersion": 1,\n'
+    if decoy:
+        head += ' "meta": {"traceEvents": [{"ph": "X"}]},\n'
+    events = [
+        json.dumps(_x("kernel", f"k{i}", 0, 7, 1000.0 + i, 0.25, stream=7, correlation=i))
+        for i in range(200)
+    ]
+    tail = (
+        '\n  ],\n  "distributedInfo": {"backend": "nccl", "rank": 2, "world_size": 8},\n'
+        '  "baseTimeNanoseconds": 1000000000000000000\n}\n'
+    )
+    p = tmp_path / "t.json"
+    p.write_text(head + '  "traceEvents": [\n  ' + ",\n  ".join(events) + tail)
+    monkeypatch.setattr(kineto, "_CHUNK_BYTES", 1000)
+    calls: list[bool] = []
+    one_pass = kineto._read_kineto_layout
+
+    def spy(*a: Any) -> Any:
+        out = one_pass(*a)
+        calls.append(out is not None)
+        return out
+
+    monkeypatch.setattr(kineto, "_read_kineto_layout", spy)
+    fast = read_kineto(p)
+    assert calls == [not decoy]
+    monkeypatch.setattr(kineto, "_read_kineto_layout", lambda *a: None)
+    slow = read_kineto(p)
+    for tl in (fast, slow):
+        ev = tl.events
+        # ts 1000 + i µs after a base of 1e18 ns: 1e18 + (1000 + i) * 1000 ns; dur 250 ns.
+        assert ev["start_ns"].tolist() == [10**18 + (1000 + i) * 1000 for i in range(200)]
+        assert (ev["end_ns"] - ev["start_ns"]).eq(250).all()
+        assert ev["correlation"].tolist() == list(range(200))
+        (info,) = tl.traces
+        assert (info.rank, info.world_size, info.clock) == (2, 8, "unix")
+    assert fast.traces == slow.traces

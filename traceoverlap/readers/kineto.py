@@ -335,24 +335,34 @@ def _decode_head(path: Path, data: bytes | mmap.mmap) -> tuple[_Head, bytes | mm
             data = fixed
 
 
+def _address(buf: Any) -> int:
+    return int(np.frombuffer(buf, np.uint8).ctypes.data) if len(buf) else 0
+
+
+def _span(data: bytes | mmap.mmap, raw: msgspec.Raw) -> tuple[bytes | mmap.mmap, int, int]:
+    """(buffer, start, end) of ``raw`` inside ``data`` (msgspec's Raw references its input;
+    a copy only if it does not lie in ``data``)."""
+    view = memoryview(raw)
+    off = _address(view) - _address(data)
+    if 0 <= off and off + len(view) <= len(data):
+        return data, off, off + len(view)
+    return bytes(view), 0, len(view)
+
+
 def _event_batches(
     path: Path,
     data: bytes | mmap.mmap,
-    events: msgspec.Raw,
+    start: int,
+    end: int,
     typed: msgspec.json.Decoder = _EVENTS,
 ) -> Iterator[tuple[list[Any], bool]]:
-    """Decode the ``traceEvents`` array chunk by chunk: yields (events, lenient?) per chunk.
+    """Decode the events array ``data[start:end]`` chunk by chunk: (events, lenient?) per chunk.
 
     Chunks are cut at event boundaries found by :data:`_EVENT_SPLIT`, so no per-event raw
     object is made; traces not written one event per line fall back to per-event raw slices.
     """
-    span = memoryview(events)
-    # Where the span lies in ``data`` (msgspec's Raw references the input buffer, no copy).
-    off = np.frombuffer(span, np.uint8).ctypes.data - np.frombuffer(data, np.uint8).ctypes.data
-    if not (0 <= off and off + len(span) <= len(data)):
-        data, off = bytes(span), 0
     view = memoryview(data)
-    pos, end = off + 1, off + len(span) - 1  # inside the brackets
+    pos, end = start + 1, end - 1  # inside the brackets
     while pos < end:
         m = _EVENT_SPLIT.search(data, pos + _CHUNK_BYTES, end) if pos + _CHUNK_BYTES < end else None
         stop = m.start() + 1 if m else end
@@ -372,6 +382,64 @@ def _event_batches(
     step = 32768
     for i in range(0, len(raws), step):
         yield _decode_chunk(path, b"[" + b",".join(raws[i : i + step]) + b"]", typed)
+
+
+_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_TAIL_PREFIX = b'{"traceEvents": ['
+
+
+def _read_kineto_layout(
+    path: Path, data: bytes | mmap.mmap, cols: _Columns
+) -> tuple[_Head, int, int] | None:
+    """One pass for files laid out as Kineto writes them; None (and nothing trusted) otherwise.
+
+    The general path first validates the whole document to find ``traceEvents`` (~0.1 s per
+    150 MB), then decodes the events. Here the header before ``"traceEvents"`` is decoded on its
+    own (closing it with ``[]}`` only parses if the key is at the top level), the events are
+    decoded chunk by chunk as they are cut, and the rest of the file (the last events, the
+    array's end and the fields after it, such as ``baseTimeNanoseconds``) is decoded as the
+    object ``{"traceEvents": [<rest>``. Every byte is still validated, once. Any surprise
+    returns None; the caller then starts over on the general path, which explains errors.
+    Returns (head, start, end) with the events array at ``data[start:end]``.
+    """
+    i = data.find(b'"traceEvents"')
+    m = _EVENTS_KEY.match(data, i) if i >= 0 else None
+    if m is None:
+        return None
+    view = memoryview(data)
+    try:
+        head = _HEAD.decode(b"".join((view[:i], b'"traceEvents": []}')))
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
+        return None
+    start = m.end() - 1
+    pos, size = start + 1, len(data)
+    while pos + _CHUNK_BYTES < size:
+        cut = _EVENT_SPLIT.search(data, pos + _CHUNK_BYTES)
+        if cut is None:
+            break
+        try:
+            events, loose = _decode_chunk(path, b"".join((b"[", view[pos : cut.start() + 1], b"]")))
+        except msgspec.DecodeError:
+            return None
+        cols.add(events, loose)
+        del events
+        pos = cut.end() - 1
+    if size - pos > 2 * _CHUNK_BYTES:  # not one event per line: leave it to the general path
+        return None
+    rest = b"".join((_TAIL_PREFIX, view[pos:]))
+    try:
+        tail = _HEAD.decode(rest)
+        events, loose = _decode_chunk(path, bytes(memoryview(tail.traceEvents)))
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
+        return None
+    cols.add(events, loose)
+    del events
+    for name in ("schemaVersion", "deviceProperties", "distributedInfo", "baseTimeNanoseconds"):
+        if getattr(head, name) is None:
+            setattr(head, name, getattr(tail, name))
+    tail_events = memoryview(tail.traceEvents)
+    end = pos + (_address(tail_events) - _address(rest) - len(_TAIL_PREFIX)) + len(tail_events)
+    return head, start, end
 
 
 def _decode_chunk(
@@ -598,24 +666,31 @@ def read_kineto(path: str | Path) -> Timeline:
     """
     p = Path(path)
     data = _read_bytes(p)
-    head, data = _decode_head(p, data)
-    if bytes(memoryview(head.traceEvents)[:1]) != b"[":  # a Raw spans exactly its value
-        raise TraceFormatError(
-            p,
-            "JSON without a `traceEvents` list: not a Chrome / Kineto trace",
-            "pass the file written by torch.profiler (export_chrome_trace / tensorboard_trace_handler)",
-        )
     cols = _Columns()
-    for events, loose in _event_batches(p, data, head.traceEvents):
-        cols.add(events, loose)
-        del events
+    fast = _read_kineto_layout(p, data, cols) if _first_byte(data) == b"{" else None
+    if fast is not None:
+        head, start, end = fast
+    else:
+        cols = _Columns()
+        head, data = _decode_head(p, data)
+        if bytes(memoryview(head.traceEvents)[:1]) != b"[":  # a Raw spans exactly its value
+            raise TraceFormatError(
+                p,
+                "JSON without a `traceEvents` list: not a Chrome / Kineto trace",
+                "pass the file written by torch.profiler (export_chrome_trace / "
+                "tensorboard_trace_handler)",
+            )
+        data, start, end = _span(data, head.traceEvents)
+        for events, loose in _event_batches(p, data, start, end):
+            cols.add(events, loose)
+            del events
+    head.traceEvents = msgspec.Raw(b"")
     if cols.lacks_correlation():
         # Older traces link launches to GPU work only through flow events: a second, light
         # pass reads them. Newer traces (args.correlation everywhere) never pay for it.
-        for events, _ in _event_batches(p, data, head.traceEvents, _FLOWS):
+        for events, _ in _event_batches(p, data, start, end, _FLOWS):
             cols.add_flows(events)
             del events
-    del head.traceEvents
     if isinstance(data, mmap.mmap):
         try:
             data.close()
