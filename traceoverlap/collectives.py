@@ -246,8 +246,8 @@ def _kind_labels(names: pd.Series, coll_names: pd.Series) -> npt.NDArray[np.obje
     cats = names.cat.categories
     parsed = np.array([collective_kind(str(c)) for c in cats] + [""], dtype=object)
     label = parsed[names.cat.codes.to_numpy()]  # code -1 picks the trailing ""
-    given = coll_names.astype(object).to_numpy()
-    has = np.array([isinstance(g, str) and g != "" for g in given], dtype=bool)
+    given = coll_names.astype(object).fillna("").astype(str).to_numpy(dtype=object)
+    has = given != ""
     label[has] = given[has]
     return label
 
@@ -268,8 +268,7 @@ def _comm_rows(timeline: Timeline) -> pd.DataFrame:
     sel = np.flatnonzero((ev["kind"] == "comm").to_numpy())
     c = ev.iloc[sel]
     label = _kind_labels(c["name"], c["coll_name"])
-    pg = c["process_group"].astype(object).to_numpy()
-    pg = np.array(["" if not isinstance(p, str) else p for p in pg], dtype=object)
+    pg = c["process_group"].astype(object).fillna("").astype(str).to_numpy(dtype=object)
     df = pd.DataFrame(
         {
             "row": sel.astype(np.int64),
@@ -296,8 +295,9 @@ def _comm_rows(timeline: Timeline) -> pd.DataFrame:
         key = pd.Series(
             ordinal.to_numpy(), index=pd.MultiIndex.from_frame(first[["rank", "stream"]])
         )
-        ords = key.reindex(pd.MultiIndex.from_frame(sub)).to_numpy()
-        group_key.loc[no_pg] = np.array([f"\x00stream#{o}" for o in ords], dtype=object)
+        ords = key.reindex(pd.MultiIndex.from_frame(sub)).to_numpy().astype(np.int64)
+        names = np.array([f"\x00stream#{o}" for o in range(int(ords.max()) + 1)], dtype=object)
+        group_key.loc[no_pg] = names[ords]
     df["group_key"] = group_key
     df["use_seq"] = (df["seq"] >= 0) & (df["pg"] != "")
     df["ordinal"] = np.where(
