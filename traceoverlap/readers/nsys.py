@@ -18,14 +18,17 @@ never assumed; see ``docs/formats.md``):
 One export may hold several processes: GPU work is grouped by (pid, device) and each group is a
 rank. Host rows of a process belong to every rank of that process. Ranks come from the export when
 it records them (a ``RANK`` environment variable per process, or one ``rank N`` NVTX text per
-process), else from ordering the groups by device then pid (``rank_source="process-order"``).
+process), else from the file name for a one-process export (``rank3.sqlite``), else from ordering
+the groups by device then pid (``rank_source="process-order"``, said in the notes).
 
 Times are integer nanoseconds as the export stores them, shifted to unix-epoch nanoseconds when
 ``TARGET_INFO_SESSION_START_TIME`` says when the capture started (``TraceInfo.clock == "unix"``).
 Rows that start or end before the capture start (negative timestamps) are dropped.
 
-Columns are read with SQL straight into numpy arrays, a bounded chunk of rows at a time: no
-per-row Python objects are kept, and peak memory stays below the export's size.
+Columns are read with SQL straight into numpy arrays, a bounded chunk of rows at a time (one scan
+per chunk, each column rendered by SQLite as one comma-separated string that numpy parses): no
+per-row Python object outlives its chunk except NVTX texts, which become categories. Measured on a
+10 M-row, 0.5 GB synthetic export: about 20 s on one core, peak RSS about twice the Timeline.
 """
 
 from __future__ import annotations
