@@ -363,3 +363,12 @@ def test_tied_latest_start_names_no_last_rank() -> None:
     assert c.instances["last_rank"].tolist() == [None]
     assert c.instances["transfer_ns"].tolist() == [30 * MS]
     assert c.top_straggler is None
+
+
+def test_text_report_names_the_straggler() -> None:
+    from traceoverlap.reporters.text import render
+
+    text = render(analyze(_fixture("bucketed_slow")))
+    assert "Across ranks: " in text and "straggler: rank 1 " in text
+    section = text[text.index("Across ranks: ") :].splitlines()
+    assert all(len(line) <= 80 for line in section)

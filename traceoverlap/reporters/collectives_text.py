@@ -5,6 +5,7 @@ Formatting only; the numbers come from :class:`traceoverlap.collectives.Collecti
 
 from __future__ import annotations
 
+import textwrap
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -43,6 +44,12 @@ def straggler_lines(coll: Collectives) -> list[str]:
                 f"    rank {r['rank']}: last in {r['last_count']} of {n} ({pct(r['last_ratio'])}), "
                 f"others waited {ms(r['waited_for_ns'])} ms"
             )
+        top = coll.top_straggler
+        if top is not None and wait:
+            waited = int(coll.stragglers.iloc[0]["waited_for_ns"])
+            lines.append(
+                f"  straggler: rank {top} ({pct(waited / wait)} of all waiting was for it)"
+            )
     else:
         lines.append("  arrival order not shown: rank clocks could not be aligned")
     skew = coll.step_skew
@@ -60,5 +67,18 @@ def straggler_lines(coll: Collectives) -> list[str]:
     return lines
 
 
-def render_stragglers(coll: Collectives) -> str:
-    return "\n".join(straggler_lines(coll))
+def render_stragglers(coll: Collectives, width: int = 80) -> str:
+    """The lines wrapped to ``width`` columns, continuation lines indented two more spaces."""
+    out = []
+    for line in straggler_lines(coll):
+        indent = " " * (len(line) - len(line.lstrip(" ")))
+        out.append(
+            textwrap.fill(
+                line.strip(),
+                width=width,
+                initial_indent=indent,
+                subsequent_indent=indent + "  ",
+                break_on_hyphens=False,
+            )
+        )
+    return "\n".join(out)
