@@ -16,7 +16,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from nsys_writer import MS, NVTX_MARK, NVTX_START_END, NsysExport  # noqa: E402
+from nsys_writer import MS, NVTX_MARK, NVTX_START_END, NsysExport, global_tid  # noqa: E402
 
 from traceoverlap import analyze  # noqa: E402
 from traceoverlap.errors import TraceFormatError  # noqa: E402
@@ -306,6 +306,20 @@ def test_rank_from_nvtx_text_and_file_name(tmp_path: Path) -> None:
     assert [(t.rank, t.pid, t.rank_source) for t in tl.traces] == [
         (0, 200, "nvtx"),
         (1, 100, "nvtx"),
+    ]
+    # MPI_RANKS (nsys --trace=mpi) maps threads to MPI ranks: pid 100 -> 0, pid 200 -> 1
+    con = sqlite3.connect(tmp_path / "ranks.sqlite")
+    con.execute("CREATE TABLE MPI_RANKS (globalTid INTEGER NOT NULL, rank INTEGER NOT NULL)")
+    con.executemany(
+        "INSERT INTO MPI_RANKS VALUES (?, ?)",
+        [(global_tid(100, 100), 0), (global_tid(200, 201), 1)],
+    )
+    con.commit()
+    con.close()
+    tl = read_nsys(tmp_path / "ranks.sqlite")
+    assert [(t.rank, t.pid, t.rank_source) for t in tl.traces] == [
+        (0, 100, "environment"),
+        (1, 200, "environment"),
     ]
     # one export per rank, named after it
     y = NsysExport()

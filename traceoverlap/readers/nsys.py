@@ -895,7 +895,21 @@ class _Reader:
         return groups, list(range(len(groups))), "process-order", None
 
     def ranks_from_environment(self, pids: list[int]) -> tuple[dict[int, int] | None, int | None]:
-        """``RANK`` per process from an environment table keyed by process, when the export has one."""
+        """Rank per process from the launch environment, when the export has it: ``MPI_RANKS``
+        (globalTid -> MPI rank, written when nsys traces MPI), else a ``RANK`` variable in an
+        environment table keyed by process."""
+        mpi = self.table("MPI_RANKS")
+        if mpi is not None and {"globalTid", "rank"} <= self.columns(mpi):
+            rows = self.con.execute(
+                f"SELECT DISTINCT (globalTid >> 24) & 16777215, rank FROM {_q(mpi)} "
+                "WHERE globalTid IS NOT NULL AND rank IS NOT NULL"
+            ).fetchall()
+            by_pid: dict[int, set[int]] = {}
+            for pid, rank in rows:
+                by_pid.setdefault(int(pid), set()).add(int(rank))
+            one = {p: next(iter(r)) for p, r in by_pid.items() if len(r) == 1}
+            if all(p in one for p in pids) and len({one[p] for p in pids}) == len(pids):
+                return {p: one[p] for p in pids}, None
         for t in self.tables:
             if "ENV" not in t.upper():
                 continue
