@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from traceoverlap import analyze
 from traceoverlap.collectives import collective_kind, match_collectives
@@ -372,3 +374,34 @@ def test_text_report_names_the_straggler() -> None:
     assert "Across ranks: " in text and "straggler: rank 1 " in text
     section = text[text.index("Across ranks: ") :].splitlines()
     assert all(len(line) <= 80 for line in section)
+
+
+# --- properties on random 2-rank CPU runs ------------------------------------------------------
+
+
+_iv = st.tuples(st.integers(0, 95), st.integers(1, 30)).map(lambda t: (t[0], min(100, t[0] + t[1])))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    comp0=st.lists(_iv, max_size=4),
+    comp1=st.lists(_iv, max_size=4),
+    comm0=st.lists(_iv, min_size=1, max_size=4),
+    comm1=st.lists(_iv, min_size=1, max_size=4),
+)
+def test_split_properties(comp0: list, comp1: list, comm0: list, comm1: list) -> None:
+    # whatever the layout (overlapping comm on one rank, unequal counts): wait + transfer is each
+    # rank's duration, exposure never exceeds the duration, and per (rank, step) the exposed
+    # wait and transfer add up exactly to the metrics' exposed communication
+    r0 = _cpu_rank(0, (0, 100), comp0, comm0)
+    r1 = _cpu_rank(1, (0, 100), comp1, comm1)
+    a = analyze(concat_timelines([r0, r1]))
+    c = a.collectives
+    assert c is not None
+    assert len(c.instances) == min(len(comm0), len(comm1))
+    t = c.instances.set_index("instance")["transfer_ns"].reindex(c.per_rank["instance"])
+    assert (c.per_rank["wait_ns"].to_numpy() + t.to_numpy() == c.per_rank["dur_ns"]).all()
+    assert (c.per_rank["exposed_ns"] <= c.per_rank["dur_ns"]).all()
+    s = a.steps
+    assert (s["exposed_wait_ns"] + s["exposed_transfer_ns"] == s["exposed_comm_ns"]).all()
+    assert (s["exposed_wait_ns"] >= 0).all() and (s["exposed_transfer_ns"] >= 0).all()
