@@ -767,14 +767,17 @@ class _Reader:
             types = self.enum_ids(
                 "ENUM_NSYS_EVENT_TYPE", _NVTX_RANGE_TYPE_NAMES, _NVTX_RANGE_TYPES_DEFAULT
             )
-            ranges = f"eventType IN ({','.join(str(int(x)) for x in types)}) AND end IS NOT NULL"
+            # "end" is an SQL keyword: quoted wherever it is written by hand
+            ranges = (
+                f'"eventType" IN ({",".join(str(int(x)) for x in types)}) AND "end" IS NOT NULL'
+            )
             cols, n_bad = self.valid(
                 _read_ints(
                     self.con,
                     nv,
                     [
                         self.col_or(nv, "start"),
-                        "end",
+                        self.col_or(nv, "end"),
                         "rowid",
                         self.col_or(nv, "globalTid", "0"),
                         self.col_or(nv, "textId"),
