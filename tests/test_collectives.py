@@ -275,11 +275,11 @@ def test_mismatched_folder_says_which_ranks_differ(tmp_path: Path) -> None:
 
 
 def test_missing_rank_folder_is_noted(tmp_path: Path) -> None:
-    # only rank 1 of a world of 2: analysed alone, with a note naming rank 0 as missing
+    # only rank 1 of a world of 2: analysed alone, with a note that says so
     shutil.copy(_fixture("bucketed") / "rank1.json.gz", tmp_path / "rank1.json.gz")
     a = analyze(tmp_path)
     assert a.timeline.ranks == [1]
-    assert any("missing from the input: ranks 0 " in n for n in a.notes)
+    assert any("rank 1 is the only rank given of a world of 2" in n for n in a.notes)
     assert a.collectives is None  # nothing to match against
 
 
@@ -405,3 +405,24 @@ def test_split_properties(comp0: list, comp1: list, comm0: list, comm1: list) ->
     s = a.steps
     assert (s["exposed_wait_ns"] + s["exposed_transfer_ns"] == s["exposed_comm_ns"]).all()
     assert (s["exposed_wait_ns"] >= 0).all() and (s["exposed_transfer_ns"] >= 0).all()
+
+
+def test_rank_notes_name_the_missing_ranks() -> None:
+    # 3 of a world of 4 given: rank 2 is named; ranks beyond the world are flagged
+    from traceoverlap.loading import rank_notes
+
+    def tl(ranks: list[int], world: int) -> Timeline:
+        infos = tuple(
+            TraceInfo(path=f"r{r}", format="kineto", rank=r, world_size=world) for r in ranks
+        )
+        return Timeline(_cpu_rank(0, (0, 1), [], []).events, infos)
+
+    notes = rank_notes(tl([0, 1, 3], 4))
+    assert notes == [
+        "rank traces missing from the input: rank 2 (world size 4, 3 rank traces given); "
+        "the others are analysed and collectives matched across them"
+    ]
+    assert rank_notes(tl([0, 1], 2)) == []
+    assert any(
+        "outside the declared world size 2: ranks [5]" in n for n in rank_notes(tl([0, 1, 5], 2))
+    )

@@ -74,7 +74,7 @@ class Comparison:
         m = self.metrics[
             self.metrics["metric"].isin(("compute_ns", "comm_ns", "exposed_comm_ns", "idle_ns"))
         ]
-        m = m[m["delta"].notna()]
+        m = m[m["delta"].notna() & (m["delta"] != 0)]
         if m.empty:
             return None
         row = m.iloc[int(np.argmax(m["delta"].abs().to_numpy()))]

@@ -115,12 +115,17 @@ def rank_notes(timeline: Timeline) -> list[str]:
     if sizes:
         world = max(sizes)
         missing = sorted(set(range(world)) - present)
-        if missing:
+        if missing and len(present) == 1:
+            notes.append(
+                f"rank {min(present)} is the only rank given of a world of {world}: per-rank "
+                "numbers only, no collectives matched across ranks"
+            )
+        elif missing:
             shown = ", ".join(str(r) for r in missing[:20]) + (" ..." if len(missing) > 20 else "")
             notes.append(
-                f"rank traces missing from the input: ranks {shown} (world size {world}, "
-                f"{len(present)} rank trace{'s' if len(present) != 1 else ''} given); "
-                "the rest are analysed and collectives are matched across the ranks present"
+                f"rank traces missing from the input: rank{'s' if len(missing) > 1 else ''} "
+                f"{shown} (world size {world}, {len(present)} rank traces given); the others "
+                "are analysed and collectives matched across them"
             )
         extra = sorted(r for r in present if r >= world)
         if extra:
