@@ -371,6 +371,45 @@ def test_minimal_older_schema(tmp_path: Path) -> None:
     assert (r.step_ns, r.compute_ns) == (4000, 4000)
 
 
+def test_bare_synthetic_export_without_ids_or_event_types(tmp_path: Path) -> None:
+    # The smallest export a script might write: no globalPid on kernels, no eventType / globalTid
+    # on NVTX, no eventClass on launches. One process made the CUDA calls (pid 55), so the
+    # kernels and ranges are its own. Exercise 2 under ProfilerStep#3 [0, 1 ms): launches at
+    # 0.1 and 0.2 ms; compute [2, 82) ms, comm [22, 142) ms -> step 140, overlap 60, exposed 60.
+    p = tmp_path / "bare.sqlite"
+    con = sqlite3.connect(p)
+    con.executescript(
+        """
+        CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT);
+        INSERT INTO StringIds VALUES (1, 'gemm'), (2, 'ncclDevKernel_AllReduce_Sum_f32_RING_LL'),
+                                     (3, 'cudaLaunchKernel'), (4, 'ProfilerStep#3');
+        CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, end INTEGER, deviceId INTEGER,
+            streamId INTEGER, correlationId INTEGER, shortName INTEGER);
+        CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER, end INTEGER, globalTid INTEGER,
+            correlationId INTEGER, nameId INTEGER);
+        CREATE TABLE NVTX_EVENTS (start INTEGER, end INTEGER, textId INTEGER, text TEXT);
+        """
+    )
+    gtid = global_tid(55, 55)
+    con.executemany(
+        "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, 0, ?, ?, ?)",
+        [(2 * MS, 82 * MS, 7, 1, 1), (22 * MS, 142 * MS, 20, 2, 2)],
+    )
+    con.executemany(
+        "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, ?, ?, 3)",
+        [(100_000, 110_000, gtid, 1), (200_000, 210_000, gtid, 2)],
+    )
+    con.execute("INSERT INTO NVTX_EVENTS VALUES (0, ?, 4, NULL)", (MS,))
+    con.execute("INSERT INTO NVTX_EVENTS VALUES (5, NULL, NULL, 'a mark')")
+    con.commit()
+    con.close()
+    tl = read_nsys(p)
+    assert [(t.pid, t.device) for t in tl.traces] == [(55, 0)]
+    assert set(tl.events["pid"]) == {55}
+    r = _row(analyze(p).steps, 3)
+    assert (r.step_ns, r.overlap_ns, r.exposed_comm_ns) == (140 * MS, 60 * MS, 60 * MS)
+
+
 def test_registry_dispatches_sqlite(tmp_path: Path) -> None:
     x = NsysExport()
     x.kernel(5, 0, 7, 100, 200, "k", launch=50)

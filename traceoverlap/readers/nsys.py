@@ -533,7 +533,9 @@ class _Reader:
                 "profile a range in which the program runs CUDA work, with " + _CAPTURE_HINT,
             )
         groups, ranks, rank_source, world_size = self.assign_ranks(gpu)
-        rows, rank = self.place(gpu, self.read_host(), groups, ranks)
+        host = self.read_host(sorted({p for p, _ in groups}))
+        rows, rank = self.place(gpu, host, groups, ranks)
+        del host
         del gpu
 
         category = pd.Categorical.from_codes(rows.category, categories=pd.Index(CATEGORIES))
@@ -677,7 +679,9 @@ class _Reader:
                         self.col_or(t, "deviceId"),
                         self.col_or(t, "streamId"),
                         self.col_or(t, "correlationId"),
-                        self.col_or(t, "globalPid", "0"),
+                        self.col_or(t, "globalPid", "0")
+                        if "globalPid" in self.columns(t)
+                        else self.sole_host_global_pid(t),
                         self.col_or(t, name_col) if name_col else "0",
                     ],
                 )
@@ -722,6 +726,23 @@ class _Reader:
             )
         return _Rows.concat(blocks) if blocks else _Rows.empty()
 
+    def sole_host_global_pid(self, table: str) -> str:
+        """For a GPU table without globalPid: the one process that made CUDA calls, if only one."""
+        rt = self.table(_RUNTIME)
+        pids: list[int] = []
+        if rt is not None and "globalTid" in self.columns(rt):
+            pids = [
+                int(r[0])
+                for r in self.con.execute(
+                    f'SELECT DISTINCT ("globalTid" >> 24) & 16777215 FROM {_q(rt)} '
+                    'WHERE "globalTid" IS NOT NULL LIMIT 2'
+                ).fetchall()
+            ]
+        if len(pids) == 1:
+            return str(pids[0] << 24)
+        self.notes.append(f"Table {table} has no globalPid: its GPU work was given pid 0.")
+        return "0"
+
     def memcpy_labels(self) -> dict[int, str]:
         t = self.table("ENUM_CUDA_MEMCPY_OPER")
         if t is None or not {"id", "label"} <= self.columns(t):
@@ -731,11 +752,31 @@ class _Reader:
 
     # -- host rows: CUDA API calls and NVTX ranges ------------------------------------------
 
-    def read_host(self) -> _Rows:
+    def thread_expr(self, table: str, gpu_pids: Sequence[int]) -> str | None:
+        """SQL for a host table's globalTid; without the column, the rows belong to the only GPU
+        process when there is one (a minimal export), else the table cannot be placed (None)."""
+        if "globalTid" in self.columns(table):
+            return 'COALESCE("globalTid", 0)'
+        if len(gpu_pids) == 1:
+            self.notes.append(
+                f"Table {table} has no globalTid: its rows were given to process {gpu_pids[0]}, "
+                "the only one with GPU work."
+            )
+            return str(int(gpu_pids[0]) << 24)
+        self.notes.append(
+            f"Table {table} has no globalTid and the export holds several GPU processes: "
+            "it was not read."
+        )
+        return None
+
+    def read_host(self, gpu_pids: Sequence[int]) -> _Rows:
         blocks: list[_Rows] = []
         dropped = 0
         rt = self.table(_RUNTIME)
-        if rt is not None and self.usable(rt, ("start", "end", "globalTid", "correlationId")):
+        rt_thread = None
+        if rt is not None and self.usable(rt, ("start", "end", "correlationId")):
+            rt_thread = self.thread_expr(rt, gpu_pids)
+        if rt is not None and rt_thread is not None:
             cols, n_bad = self.valid(
                 _read_ints(
                     self.con,
@@ -743,7 +784,7 @@ class _Reader:
                     [
                         self.col_or(rt, "start"),
                         self.col_or(rt, "end"),
-                        self.col_or(rt, "globalTid", "0"),
+                        rt_thread,
                         self.col_or(rt, "correlationId"),
                         self.col_or(rt, "eventClass", "0"),
                         self.col_or(rt, "nameId"),
@@ -763,14 +804,17 @@ class _Reader:
             names = self.names.add_string_ids(self.strings, name_id, "<CUDA API>")
             blocks.append(self._host_block(start, end, gtid, corr, category, names))
         nv = self.table(_NVTX)
-        if nv is not None and self.usable(nv, ("start", "end", "eventType", "globalTid")):
-            types = self.enum_ids(
-                "ENUM_NSYS_EVENT_TYPE", _NVTX_RANGE_TYPE_NAMES, _NVTX_RANGE_TYPES_DEFAULT
-            )
-            # "end" is an SQL keyword: quoted wherever it is written by hand
-            ranges = (
-                f'"eventType" IN ({",".join(str(int(x)) for x in types)}) AND "end" IS NOT NULL'
-            )
+        nv_thread = None
+        if nv is not None and self.usable(nv, ("start", "end")):
+            nv_thread = self.thread_expr(nv, gpu_pids)
+        if nv is not None and nv_thread is not None:
+            # "end" is an SQL keyword: quoted wherever it is written by hand. Marks have no end.
+            ranges = '"end" IS NOT NULL'
+            if "eventType" in self.columns(nv):
+                types = self.enum_ids(
+                    "ENUM_NSYS_EVENT_TYPE", _NVTX_RANGE_TYPE_NAMES, _NVTX_RANGE_TYPES_DEFAULT
+                )
+                ranges += f' AND "eventType" IN ({",".join(str(int(x)) for x in types)})'
             cols, n_bad = self.valid(
                 _read_ints(
                     self.con,
@@ -779,7 +823,7 @@ class _Reader:
                         self.col_or(nv, "start"),
                         self.col_or(nv, "end"),
                         "rowid",
-                        self.col_or(nv, "globalTid", "0"),
+                        nv_thread,
                         self.col_or(nv, "textId"),
                     ],
                     ranges,
