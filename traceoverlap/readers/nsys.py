@@ -1063,12 +1063,12 @@ class _Reader:
             proc = f"process {pid}" + (f" ({procs[pid]})" if pid in procs else "")
             if rank_source == "filename":
                 notes.append(
-                    f"Rank {rank} taken from the file name (the export does not record ranks)."
+                    f"The rank ({rank}) was taken from the file name: the export does not record it."
                 )
             if rank_source == "process-order":
                 notes.append(
-                    f"Rank {rank} is {proc} on GPU {device}: the export does not record ranks, "
-                    "so processes were numbered by GPU, then pid."
+                    f"{proc[0].upper()}{proc[1:]} on GPU {device} was numbered rank {rank}: the "
+                    "export does not record ranks, so processes are numbered by GPU, then pid."
                 )
             name = gpu_names.get((pid, device), gpu_names.get((-1, -1)))
             infos.append(
