@@ -22,6 +22,7 @@ from traceoverlap import analyze  # noqa: E402
 from traceoverlap.errors import TraceFormatError  # noqa: E402
 from traceoverlap.readers import read_trace  # noqa: E402
 from traceoverlap.readers.nsys import read_nsys, read_nsys_rep  # noqa: E402
+from traceoverlap.reporters.json import step_records  # noqa: E402
 
 REAL = (
     Path(__file__).resolve().parents[1].parent
@@ -453,6 +454,9 @@ def test_metrics_exercises_from_nvtx_steps(tmp_path: Path) -> None:
     assert r.bottleneck == "communication-bound"
     # windows start at the first kernel of each step (T0 + 1 ms, T0 + 60 ms; relative clock)
     assert df["start_ns"].tolist() == [T0 + 1 * MS, T0 + 60 * MS]
+    # JSON step rows of nsys inputs say which process and GPU the rank was
+    recs = step_records(res)
+    assert [(r["step"], r["pid"], r["device"]) for r in recs] == [(1, 300, 0), (2, 300, 0)]
 
 
 def test_custom_step_regex_with_unregistered_text(tmp_path: Path) -> None:
