@@ -164,6 +164,7 @@ def test_columns_names_lanes_and_unix_clock(tmp_path: Path) -> None:
     )
     assert info.format_version == "3.25.0" and info.device_kind == "gpu"
     assert info.rank_source == "process-order"
+    assert info.backend is None  # no NCCL kernel ran
 
     k = ev[ev["category"] == "kernel"].iloc[0]
     assert k["name"] == "gemm_kernel"  # shortName: what classification matches
@@ -750,6 +751,7 @@ def test_real_fsdp_export() -> None:
         (1, 145, 1, "process-order"),
     ]
     assert all(i.format_version == "3.25.0" and i.clock == "unix" for i in tl.traces)
+    assert all(i.backend == "nccl" for i in tl.traces)  # both ran ncclDevKernel_SendRecv
     res = analyze(REAL)
     assert res.steps["step"].tolist() == ["all", "all"]
 

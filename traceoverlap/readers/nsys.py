@@ -41,7 +41,7 @@ import sqlite3
 import subprocess
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -418,6 +418,16 @@ class _Rows:
         return int(self.start.size)
 
 
+def _ranks_running_nccl(events: pd.DataFrame) -> set[int]:
+    """Ranks that ran NCCL kernels: the export's only word on the communication backend."""
+    names = events["name"].cat
+    is_nccl = np.asarray(names.categories.str.contains("nccl", case=False, regex=False), bool)
+    codes = names.codes.to_numpy()
+    hit = (events["category"] == "kernel").to_numpy() & (codes >= 0)
+    hit[hit] = is_nccl[codes[hit]]
+    return {int(r) for r in np.unique(events["rank"].to_numpy()[hit])}
+
+
 def _pid_of(global_id: I64) -> I64:
     return (global_id >> 24) & 0xFFFFFF
 
@@ -560,6 +570,8 @@ class _Reader:
             },
         )
         traces = self.trace_infos(groups, ranks, rank_source, world_size, version, clock)
+        nccl = _ranks_running_nccl(events)
+        traces = tuple(replace(t, backend="nccl") if t.rank in nccl else t for t in traces)
         return Timeline(events, traces)
 
     def place(
