@@ -326,15 +326,22 @@ def test_pytorch_18_layout(tmp_path: Path) -> None:
     assert (info.rank, info.rank_source) == (0, "default") and info.notes
 
 
+def _tname(pid: int, tid: int, name: str) -> dict[str, Any]:
+    return {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}}
+
+
 def test_cpu_only_gloo_trace(tmp_path: Path) -> None:
     ev = [
-        {
-            "ph": "M",
-            "name": "thread_name",
-            "pid": 9,
-            "tid": 11,
-            "args": {"name": "thread 11 (pt_gloo_runloop)"},
-        },
+        # As in our gloo workload traces: the gloo worker is named twice, its own name first,
+        # then the name it inherited from the main thread ("python"). The own name wins.
+        _tname(9, 11, "thread 11 (pt_gloo_runloop)"),
+        _tname(9, 9, "thread 9 (python)"),
+        _tname(9, 11, "thread 11 (python)"),
+        # The real A100 trace's order for an autograd worker: inherited name first.
+        _tname(9, 12, "thread 12 (python)"),
+        _tname(9, 12, "thread 12 (pt_autograd_0)"),
+        _x("cpu_op", "autograd::engine::evaluate_function", 9, 12, 2.0, 3.0),
+        _x("cpu_op", "aten::add", 9, 9, 2.0, 3.0),
         _x("user_annotation", "ProfilerStep#0", 9, 10, 0.0, 100.0),
         _x("cpu_op", "aten::mm", 9, 10, 1.0, 50.0),
         _x("user_annotation", "gloo:all_reduce", 9, 11, 10.0, 80.0),
@@ -345,6 +352,8 @@ def test_cpu_only_gloo_trace(tmp_path: Path) -> None:
     g = _row(tl.events, "gloo:all_reduce")
     assert g["lane"] == "thread 11 (pt_gloo_runloop)" and g["thread_name"] == "pt_gloo_runloop"
     assert g["device"] == -1 and g["stream"] == -1 and g["pid"] == 9
+    assert _row(tl.events, "autograd::engine::evaluate_function")["thread_name"] == "pt_autograd_0"
+    assert _row(tl.events, "aten::add")["lane"] == "thread 9 (python)"
     # 80 µs = 80000 ns from 10 µs = 10000 ns.
     assert (g["start_ns"], g["end_ns"]) == (10_000, 90_000)
 

@@ -768,11 +768,7 @@ def _build(p: Path, head: _Head, cols: _Columns) -> Timeline:
     device = np.where(gpu_side, device, -1)
     stream = np.where(gpu_side, stream, -1)
 
-    # Thread names from "M" metadata (last one wins: Kineto renames a thread when it changes role).
-    tnames: dict[tuple[int, int], str] = {}
-    for kind, mpid, mtid, mname in cols.meta:
-        if kind == "thread_name" and isinstance(mname, str):
-            tnames[(_to_int(mpid, -1), _to_int(mtid, -1))] = _thread_name(mname)
+    tnames = _thread_names(cols.meta)
     lane, thread_name = _lanes(gpu_side, pid, tid, device, stream, tnames)
 
     coll_bytes = np.full(n, -1, dtype=np.int64)
@@ -830,6 +826,27 @@ def _build(p: Path, head: _Head, cols: _Columns) -> Timeline:
     if not keep.all():
         events = events[keep].reset_index(drop=True)
     return Timeline(events, (info,))
+
+
+def _thread_names(meta: list[tuple[str, Any, Any, Any]]) -> dict[tuple[int, int], str]:
+    """(pid, tid) -> thread name from ``thread_name`` metadata.
+
+    Kineto may record several names for one thread (the name it had when first seen and after a
+    rename), in either order: a gloo worker appears as both ``python`` and ``pt_gloo_runloop``,
+    an autograd worker as ``pt_main_thread`` then ``pt_autograd_0``. Linux threads inherit their
+    creator's name, so the meaningful one is the name that differs from the main thread's
+    (tid == pid); the last such wins.
+    """
+    seen: dict[tuple[int, int], list[str]] = {}
+    for kind, mpid, mtid, mname in meta:
+        if kind == "thread_name" and isinstance(mname, str):
+            seen.setdefault((_to_int(mpid, -1), _to_int(mtid, -1)), []).append(_thread_name(mname))
+    out: dict[tuple[int, int], str] = {}
+    for (mpid, mtid), names in seen.items():
+        inherited = set(seen.get((mpid, mpid), ())) if mtid != mpid else set()
+        own = [n for n in names if n not in inherited]
+        out[(mpid, mtid)] = own[-1] if own else names[-1]
+    return out
 
 
 def _factorize_pairs(a: np.ndarray, b: np.ndarray) -> tuple[list[tuple[int, int]], np.ndarray]:
