@@ -590,3 +590,14 @@ def test_one_pass_layout_path_equals_general_path(
         (info,) = tl.traces
         assert (info.rank, info.world_size, info.clock) == (2, 8, "unix")
     assert fast.traces == slow.traces
+
+
+def test_multi_member_gzip(tmp_path: Path) -> None:
+    # `cat a.gz b.gz` is a valid gzip file whose content is the concatenation: the trace text
+    # split in two members (plus zero padding, which gzip tools tolerate) reads as one trace.
+    text = json.dumps({"traceEvents": [_x("cpu_op", "aten::mm", 1, 1, 2.0, 3.0)]}).encode()
+    p = tmp_path / "rank5.json.gz"
+    p.write_bytes(gzip.compress(text[:20]) + gzip.compress(text[20:]) + b"\x00" * 8)
+    ev = read_kineto(p).events
+    # ts 2 µs -> 2000 ns, dur 3 µs -> end 5000 ns.
+    assert ev["start_ns"].tolist() == [2_000] and ev["end_ns"].tolist() == [5_000]
