@@ -393,10 +393,20 @@ def test_bare_na_invalid_utf8_and_huge_ints(tmp_path: Path) -> None:
 def test_huge_int_in_a_field_we_read_goes_through_the_lenient_path(tmp_path: Path) -> None:
     ev = [_x("kernel", "k", 0, 7, 1.0, 1.0, stream=7, correlation=10**30)]
     ev.append(_x("cuda_runtime", "cudaLaunchKernel", 5, 5, 0.5, 0.25, correlation="12"))
+    # Odd shapes in the same batch: a list as category, null args, a numeric name, a string ts.
+    ev.append({"ph": "X", "cat": ["x"], "name": "odd", "pid": 5, "tid": 5, "ts": 1, "dur": 1})
+    ev.append(
+        {"ph": "X", "cat": "cpu_op", "name": 7, "pid": 5, "tid": 5, "ts": "2.5", "args": None}
+    )
     tl = read_kineto(_write(tmp_path, {"traceEvents": ev}))
     # 10**30 overflows even uint64 -> -1; the string "12" is still the integer 12.
     assert _row(tl.events, "k")["correlation"] == -1
     assert _row(tl.events, "cudaLaunchKernel")["correlation"] == 12
+    # The list-category event is dropped; the op named 7 keeps its name as text, ts "2.5" µs
+    # -> 2500 ns, no dur -> 0.
+    assert "odd" not in set(tl.events["name"].astype(str))
+    op = _row(tl.events, "7")
+    assert (op["start_ns"], op["end_ns"], op["correlation"]) == (2_500, 2_500, -1)
 
 
 def test_us_to_ns_is_exact() -> None:

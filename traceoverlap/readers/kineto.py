@@ -560,6 +560,17 @@ def _str_list(values: list[Any]) -> list[str]:
 # Batch -> columns
 
 
+def _normalise_loose(events: list[Any]) -> None:
+    """Leniently decoded events may hold any JSON value anywhere: make ph / cat / args usable."""
+    for e in events:
+        if type(e.ph) is not str:
+            e.ph = str(e.ph)
+        if type(e.cat) is not str:
+            e.cat = str(e.cat)
+        if not isinstance(e.args, _LooseArgs):
+            e.args = _LOOSE_EMPTY
+
+
 class _Columns:
     """Accumulates compact per-batch column chunks (numpy arrays, name codes) of kept events.
 
@@ -585,7 +596,9 @@ class _Columns:
         self.flows: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         self.meta: list[tuple[str, Any, Any, Any]] = []  # (name, pid, tid, args.name)
 
-    def add_flows(self, events: list[Any]) -> None:
+    def add_flows(self, events: list[Any], loose: bool) -> None:
+        if loose:
+            _normalise_loose(events)
         flows = [e for e in events if e.cat in _FLOW_CATS and (e.ph == "s" or e.ph == "f")]
         if flows:
             self.flows.append(
@@ -608,6 +621,8 @@ class _Columns:
 
     def add(self, events: list[Any], loose: bool) -> None:
         cat_code = _CAT_CODE
+        if loose:
+            _normalise_loose(events)
         kept = [e for e in events if e.cat in cat_code and e.ph == "X"]
         for e in events:
             if e.ph == "M" and e.name in ("thread_name", "process_name") and e.args is not None:
@@ -629,8 +644,6 @@ class _Columns:
         self.tid.append(_int_array([e.tid for e in kept], -1))
         args = [e.args for e in kept]
         del kept
-        if loose:
-            args = [_LOOSE_EMPTY if a is None else a for a in args]
         self.device.append(_int_array([a.device for a in args], -1))
         self.stream.append(_int_array([a.stream for a in args], -1))
         self.corr.append(_int_array([a.correlation for a in args], -1))
@@ -717,8 +730,8 @@ def read_kineto(path: str | Path) -> Timeline:
     if cols.lacks_correlation():
         # Older traces link launches to GPU work only through flow events: a second, light
         # pass reads them. Newer traces (args.correlation everywhere) never pay for it.
-        for events, _ in _event_batches(p, data, start, end, _FLOWS):
-            cols.add_flows(events)
+        for events, loose in _event_batches(p, data, start, end, _FLOWS):
+            cols.add_flows(events, loose)
             del events
     if isinstance(data, mmap.mmap):
         try:
