@@ -55,16 +55,18 @@ def chromium(url: str, tmp: Path, *extra: str) -> subprocess.CompletedProcess[st
     return subprocess.run(cmd, capture_output=True, text=True, timeout=180, check=False)
 
 
-def check_in_browser(html: Path, tmp_path: Path, shot: str, height: int) -> str:
+def check_in_browser(html: Path, tmp_path: Path, shot: str, height: int, *flags: str) -> str:
     """Load the report; assert every plot rendered and no JS error; save a screenshot."""
     page = html.read_text(encoding="utf-8")
     expected = int(re.search(r'data-plots="(\d+)"', page).group(1))
     assert expected == len(re.findall(r'class="plot"', page))
-    res = chromium(html.as_uri(), tmp_path / "profile-dom", "--dump-dom")
+    res = chromium(html.as_uri(), tmp_path / "profile-dom", "--dump-dom", *flags)
     dom = res.stdout
     assert dom, res.stderr[-2000:]
     # plotly wraps each drawn plot in a div.plot-container
     assert dom.count('class="plot-container plotly"') == expected, res.stderr[-2000:]
+    # plotly's notice in place of a WebGL plot (the same words are inside plotly.js: skip scripts)
+    assert "WebGL is not supported" not in re.sub(r"(?s)<script.*?</script>", "", dom)
     errors = [line for line in res.stderr.splitlines() if JS_ERROR.search(line)]
     assert not errors, "\n".join(errors)
     OUTPUT.mkdir(exist_ok=True)
@@ -97,6 +99,17 @@ def test_two_rank_report_renders(tmp_path):
 def test_dense_report_renders(tmp_path):
     out = write_report(analyze(dense_rank(100_000)), tmp_path / "dense.html")
     check_in_browser(out, tmp_path, "report_dense.png", 1900)
+
+
+@pytest.mark.parametrize("webgl", [True, False], ids=["webgl", "no-webgl"])
+def test_large_step_with_webgl_hover_renders_with_and_without_webgl(tmp_path, webgl):
+    # 5 000 kernels + 100 all-reduces: more hover points than WEBGL_POINTS, so the hover markers
+    # are WebGL traces; a browser without WebGL must still draw the timeline (as SVG)
+    out = write_report(analyze(dense_rank(5_000, comm_every=50)), tmp_path / "gl.html")
+    assert '"type":"scattergl"' in out.read_text(encoding="utf-8")
+    flags = () if webgl else ("--disable-webgl",)
+    shot = f"report_webgl_{'on' if webgl else 'off'}.png"
+    check_in_browser(out, tmp_path, shot, 1900, *flags)
 
 
 @pytest.mark.skipif(not FIXTURE.exists(), reason="fixtures/workloads not generated")

@@ -28,8 +28,8 @@ FIXTURE = REPO / "fixtures" / "workloads" / "bucketed"
 
 
 def plot_spec(page: str, plot_id: str) -> tuple[list[dict], dict]:
-    """The (data, layout) passed to Plotly.newPlot for one plot of the page."""
-    head = f'Plotly.newPlot("{plot_id}", '
+    """The (data, layout) the page passes to plotly for one plot."""
+    head = f'tovPlot("{plot_id}", '
     i = page.index(head) + len(head)
     dec = json.JSONDecoder()
     data, j = dec.raw_decode(page, i)

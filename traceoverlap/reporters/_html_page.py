@@ -48,6 +48,32 @@ ul.advice li { margin-bottom: 8px; }
 footer { color: var(--muted); font-size: 13px; text-align: center; }
 """
 
+#: Draws one plot. WebGL traces become SVG ones where WebGL is unavailable (headless or remote
+#: browsers, GPU blocklists): plotly would otherwise replace the whole plot with a notice.
+LOADER = """
+var TOV_WEBGL = (function () {
+  try {
+    var c = document.createElement("canvas");
+    var gl = window.WebGLRenderingContext && (c.getContext("webgl") || c.getContext("experimental-webgl"));
+    if (!gl) { return false; }
+    var lose = gl.getExtension("WEBGL_lose_context");
+    if (lose) { lose.loseContext(); }  // browsers cap live contexts: give this probe's back
+    return true;
+  } catch (e) { return false; }
+})();
+function tovPlot(id, data, layout, config) {
+  if (!TOV_WEBGL) {
+    data.forEach(function (t) { if (t.type === "scattergl") { t.type = "scatter"; } });
+  }
+  if (typeof Plotly === "undefined") {
+    document.getElementById(id).textContent =
+      "This chart needs plotly.js, which did not load (a report written with --plotlyjs cdn needs the network).";
+    return;
+  }
+  Plotly.newPlot(id, data, layout, config);
+}
+"""
+
 PAGE = """<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -57,6 +83,7 @@ PAGE = """<!DOCTYPE html>
 <title>{title}</title>
 <style>{css}</style>
 {plotlyjs}
+<script type="text/javascript">{loader}</script>
 </head>
 <body>
 <main data-plots="{n_plots}">

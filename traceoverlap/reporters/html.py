@@ -30,7 +30,7 @@ from ..errors import UsageError
 from ..metrics import activity_rows, step_sets
 from . import _html_figures as figs
 from ._html_figures import fmt_bytes, fmt_ns
-from ._html_page import CSS, PAGE
+from ._html_page import CSS, LOADER, PAGE
 
 if TYPE_CHECKING:
     from ..analysis import Analysis
@@ -89,6 +89,7 @@ def render(
         title=html.escape(title),
         css=CSS,
         plotlyjs=script,
+        loader=LOADER,
         body="\n".join(s for s in page.sections if s),
         version=html.escape(__version__),
         n_plots=len(page.plot_ids),
@@ -135,7 +136,7 @@ class _Page:
         layout = _js_json(spec.get("layout", {}))
         return (
             f'<div id="{plot_id}" class="plot"></div>\n'
-            f'<script type="text/javascript">Plotly.newPlot("{plot_id}", {data}, {layout}, '
+            f'<script type="text/javascript">tovPlot("{plot_id}", {data}, {layout}, '
             f"{_js_json(config)});</script>"
         )
 
