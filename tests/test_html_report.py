@@ -218,7 +218,7 @@ def test_dense_step_is_merged_and_stays_small():
     assert len(page) < 1_500_000
     data, _ = plot_spec(page, "tov-plot-timeline")
     drawn = sum(len(arr(t["x"])) // 6 for t in data if t.get("fill") == "toself")
-    assert drawn <= 4 * figs.SPAN_CAP  # bands + lanes, each capped
+    assert drawn <= 2 * figs.SPAN_CAP + 2 * figs.BAND_CAP  # two lanes, two bands, each capped
 
 
 def test_covered_length_and_coarsen_by_hand():

@@ -46,8 +46,10 @@ FONT = dict(
 
 #: Per-event bars (with their own hover) across the whole timeline; beyond it lanes are merged.
 DETAIL_BUDGET = 6000
-#: Most spans one (lane, kind) or band may draw after merging.
+#: Most spans one (lane, kind) may draw after merging.
 SPAN_CAP = 1500
+#: Most spans the exposed / overlapped bands may draw: they are what the reader came for.
+BAND_CAP = 4000
 #: Phase ranges drawn at most (labels beyond this would be unreadable anyway).
 PHASE_CAP = 200
 #: Hover points above which the invisible hover markers are drawn with WebGL (scattergl).

@@ -537,7 +537,7 @@ def _timeline_section(
     bands = []
     for key, label in (("exposed", "exposed comm"), ("overlap", "overlapped")):
         s, e = sets[key]
-        ms, me, gap = figs.coarsen(s, e, figs.SPAN_CAP)
+        ms, me, gap = figs.coarsen(s, e, figs.BAND_CAP)
         if gap:
             page.merged.append(
                 f"rank {rank} step {step}, {label} band: {s.size:,} spans drawn as {ms.size:,} "
@@ -704,6 +704,12 @@ def _across_ranks(analysis: Analysis) -> str:
     if coll is None or not hasattr(coll, "stragglers"):
         return ""
     inst, per = coll.instances, coll.per_rank
+    if inst.empty:
+        return (
+            "<section id='stragglers'><h2>Across ranks</h2><p class='explain'>No collective could "
+            "be matched across the ranks, so waiting and transfer are not split (see the caveats "
+            "above).</p></section>"
+        )
     parts = [
         "<section id='stragglers'><h2>Across ranks: waiting vs transfer, stragglers</h2>",
         f"<p class='explain'>{len(inst):,} collectives matched on {len(coll.stragglers)} ranks. "
