@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from _html_data import ddp_run, dense_rank
+from _html_data import ddp_rank, ddp_run, dense_rank
 
 from traceoverlap import analyze
 from traceoverlap.reporters.html import write_report
@@ -123,3 +123,32 @@ def test_real_gpu_trace_report_renders(tmp_path):
     out = write_report(analyze(REAL), tmp_path / "a100.html")
     dom = check_in_browser(out, tmp_path, "report_a100.png", 2500)
     assert "Timeline of step 4 on rank 0" in dom
+
+
+HOVER_PROBE = """<script>
+setTimeout(function () {
+  var gd = document.getElementById("tov-plot-timeline");
+  var n = gd.data.findIndex(function (t) { return t.mode === "markers" && t.name === "communication"; });
+  Plotly.Fx.hover(gd, [{curveNumber: n, pointNumber: 4}]);
+  var layer = gd.querySelector(".hoverlayer");
+  document.body.setAttribute("data-hover", layer ? layer.textContent : "none");
+}, 300);
+</script>"""
+
+
+def test_timeline_hover_shows_name_duration_and_collective(tmp_path):
+    # Hover the 5th all-reduce of step 2 (the exposed last bucket: 50-56 ms, 5 x 4 MiB, 2 ranks)
+    # through plotly's own hover API, and read the hover box back from the page.
+    page = write_report(analyze(ddp_rank(0, 6, steps=3)), tmp_path / "r.html", timeline_step=2)
+    probe = tmp_path / "probe.html"
+    probe.write_text(
+        page.read_text(encoding="utf-8").replace("</body>", HOVER_PROBE + "</body>"),
+        encoding="utf-8",
+    )
+    res = chromium(probe.as_uri(), tmp_path / "p", "--dump-dom")
+    hover = re.search(r'data-hover="([^"]*)"', res.stdout)
+    assert hover, res.stderr[-2000:]
+    text = hover.group(1)
+    assert text.startswith("ncclKernel_AllReduce_RING_LL_Sum_float")
+    for part in ("stream 40", "6.00 ms at +50.00 ms", "allreduce", "20.0 MiB", "2 ranks"):
+        assert part in text
