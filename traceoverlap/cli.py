@@ -115,7 +115,8 @@ def analysis_options(func: F) -> F:
             "-j",
             "--jobs",
             type=click.IntRange(1, None),
-            help="Parse rank traces in N processes (default: min(ranks, cores)).",
+            help="Parse rank traces in N processes (default: min(ranks, cores) once the inputs pass 16 MB; "
+            "1 for small inputs, where process start-up costs more than it saves).",
         ),
     ]
     for option in reversed(options):
