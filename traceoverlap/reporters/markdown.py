@@ -25,6 +25,9 @@ def render(analysis: Analysis) -> str:
             f"{SHORT_BOTTLENECK.get(r.bottleneck, r.bottleneck)} |"
         )
     out += ["", "```"] + summary_lines(analysis) + ["```"]
+    extra = getattr(analysis.collectives, "render_text", None)
+    if callable(extra):
+        out += ["", "**Across ranks**", "", "```", extra().rstrip("\n"), "```"]
     if analysis.notes:
         out += ["", "**Notes**", ""] + [f"- {n}" for n in analysis.notes]
     return "\n".join(out) + "\n"
