@@ -102,4 +102,5 @@ def render(analysis: Analysis, *, color: bool = False, width: int = 80) -> str:
     if callable(extra):
         console.print()
         console.print(extra(), soft_wrap=True, markup=False)
-    return buf.getvalue()
+    # rich pads the last column to its width: trailing blanks only get in the way of diffs and pastes
+    return "\n".join(line.rstrip() for line in buf.getvalue().split("\n"))
