@@ -10,7 +10,7 @@ Flow: file -> reader -> Timeline -> classify -> steps -> metrics (-> reporters, 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,13 @@ def expand_paths(paths: PathLike | Sequence[PathLike]) -> list[Path]:
         p = Path(item)
         if p.is_dir():
             found = sorted(q for q in p.iterdir() if q.is_file() and _is_trace_name(q))
+            # x.nsys-rep next to its own export x.sqlite is the same run: read the export only
+            exported = {q.name[: -len(".sqlite")] for q in found if q.name.endswith(".sqlite")}
+            found = [
+                q
+                for q in found
+                if not (q.name.endswith(".nsys-rep") and q.name[: -len(".nsys-rep")] in exported)
+            ]
             if not found:
                 raise TraceFormatError(
                     p, "folder holds no trace files", f"expected {', '.join(TRACE_SUFFIXES)} files"
@@ -77,12 +84,54 @@ def load(
     return classify(timeline, rules)
 
 
+#: Where a rank number was only guessed (no metadata said it): such ranks may be renumbered.
+GUESSED_RANK_SOURCES = frozenset({"default", "process-order"})
+
+
+def _renumber(tl: Timeline, mapping: dict[int, int]) -> Timeline:
+    ev = tl.events.copy()
+    old = ev["rank"].to_numpy()
+    new = old.copy()
+    for a, b in mapping.items():
+        new[old == a] = b
+    ev["rank"] = new.astype(old.dtype)
+    traces = tuple(
+        replace(
+            t,
+            rank=mapping[t.rank],
+            notes=t.notes
+            + (
+                f"no rank recorded in {t.path}; numbered rank {mapping[t.rank]} in file order "
+                f"(rank {t.rank} was already taken)",
+            ),
+        )
+        if t.rank in mapping
+        else t
+        for t in tl.traces
+    )
+    return Timeline(ev, traces)
+
+
 def _merge_ranks(timelines: Sequence[Timeline]) -> Timeline:
-    """Concatenate per-file timelines; a rank claimed by two files keeps the first, with a note."""
+    """Concatenate per-file timelines (in file order).
+
+    A rank claimed twice: when the later claim was only guessed (no rank in the file's metadata),
+    it gets the next free rank number, with a note; when both files say so, the first is kept and
+    the duplicate is named in a note.
+    """
     seen: dict[int, str] = {}
     kept: list[Timeline] = []
     dropped_notes: list[str] = []
     for tl in timelines:
+        taken = set(seen) | {t.rank for t in tl.traces}
+        mapping: dict[int, int] = {}
+        for t in tl.traces:
+            if t.rank in seen and t.rank_source in GUESSED_RANK_SOURCES:
+                free = next(r for r in range(len(taken) + 1) if r not in taken)
+                mapping[t.rank] = free
+                taken.add(free)
+        if mapping:
+            tl = _renumber(tl, mapping)
         clash = [t for t in tl.traces if t.rank in seen]
         if clash:
             for t in clash:

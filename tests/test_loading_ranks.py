@@ -1,0 +1,48 @@
+"""Folders whose files do not say their rank, and folders holding a report next to its export."""
+
+import json
+from pathlib import Path
+
+from test_cli_analyze import write_trace
+
+from traceoverlap import analyze
+from traceoverlap.analysis import expand_paths
+
+
+def _strip_rank(path: Path) -> Path:
+    doc = json.loads(path.read_text())
+    del doc["distributedInfo"]
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_guessed_ranks_are_numbered_in_file_order(tmp_path):
+    # a.json and b.json carry no distributedInfo and no rank in their names: both default to
+    # rank 0; the second is renumbered 1 (file order) with a note instead of being dropped
+    _strip_rank(write_trace(tmp_path / "a.json"))
+    _strip_rank(write_trace(tmp_path / "b.json", comm_ms=5))
+    res = analyze(tmp_path)
+    assert [(t.rank, Path(t.path).name) for t in res.timeline.traces] == [
+        (0, "a.json"),
+        (1, "b.json"),
+    ]
+    # rank 1 is b.json: comm 5 ms
+    assert res.steps.set_index("rank")["comm_ns"].to_dict() == {0: 3_000_000, 1: 5_000_000}
+    assert any("numbered rank 1 in file order" in n for n in res.notes)
+
+
+def test_declared_duplicate_rank_keeps_the_first(tmp_path):
+    # both files say rank 0 in distributedInfo: that is a real clash, not a guess
+    write_trace(tmp_path / "a.json")
+    write_trace(tmp_path / "b.json", comm_ms=5)
+    res = analyze(tmp_path)
+    assert [t.rank for t in res.timeline.traces] == [0]
+    assert res.steps["comm_ns"].tolist() == [3_000_000]
+    assert any("appears twice" in n for n in res.notes)
+
+
+def test_report_next_to_its_export_is_read_once(tmp_path):
+    (tmp_path / "run.nsys-rep").write_bytes(b"binary report")
+    (tmp_path / "run.sqlite").write_bytes(b"")
+    (tmp_path / "other.nsys-rep").write_bytes(b"binary report")
+    assert [p.name for p in expand_paths(tmp_path)] == ["other.nsys-rep", "run.sqlite"]
