@@ -10,6 +10,8 @@ carries a group id, and groups never interact.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import numpy.typing as npt
 
@@ -148,33 +150,16 @@ def grouped_measure(groups: IntArray, starts: IntArray, ends: IntArray, n_groups
     return np.bincount(ug, weights=(ue - us), minlength=n_groups).astype(np.int64)
 
 
-def grouped_intersect(
-    a: tuple[IntArray, IntArray, IntArray],
-    b: tuple[IntArray, IntArray, IntArray],
-    n_groups: int,
-) -> tuple[IntArray, IntArray, IntArray]:
-    """Intersection, group by group, of two grouped *disjoint* sets (as from grouped_union)."""
-    ag, a_s, a_e = (_as_i64(x) for x in a)
-    bg, b_s, b_e = (_as_i64(x) for x in b)
-    if ag.size == 0 or bg.size == 0:
-        z = np.zeros(0, np.int64)
-        return z, z.copy(), z.copy()
-    allg = np.concatenate((ag, bg))
-    origin, span = _packing(allg, np.concatenate((a_s, b_s)), np.concatenate((a_e, b_e)), n_groups)
-    abase = ag * span - origin[ag]
-    bbase = bg * span - origin[bg]
-    s, e = intersect((a_s + abase, a_e + abase), (b_s + bbase, b_e + bbase))
-    g = s // span
-    base = g * span - origin[g]
-    return g, s - base, e - base
+GroupedIntervals = tuple[IntArray, IntArray, IntArray]
 
 
-def grouped_subtract(
-    a: tuple[IntArray, IntArray, IntArray],
-    b: tuple[IntArray, IntArray, IntArray],
+def _grouped_binary(
+    op: Callable[[Intervals, Intervals], Intervals],
+    a: GroupedIntervals,
+    b: GroupedIntervals,
     n_groups: int,
-) -> tuple[IntArray, IntArray, IntArray]:
-    """``a`` minus ``b``, group by group, for grouped *disjoint* sets."""
+) -> GroupedIntervals:
+    """Apply a set operation group by group: pack both sets on one axis, operate, unpack."""
     ag, a_s, a_e = (_as_i64(x) for x in a)
     bg, b_s, b_e = (_as_i64(x) for x in b)
     if ag.size == 0:
@@ -184,7 +169,17 @@ def grouped_subtract(
     origin, span = _packing(allg, np.concatenate((a_s, b_s)), np.concatenate((a_e, b_e)), n_groups)
     abase = ag * span - origin[ag]
     bbase = bg * span - origin[bg]
-    s, e = subtract((a_s + abase, a_e + abase), (b_s + bbase, b_e + bbase))
+    s, e = op((a_s + abase, a_e + abase), (b_s + bbase, b_e + bbase))
     g = s // span
     base = g * span - origin[g]
     return g, s - base, e - base
+
+
+def grouped_intersect(a: GroupedIntervals, b: GroupedIntervals, n_groups: int) -> GroupedIntervals:
+    """Intersection, group by group, of two grouped *disjoint* sets (as from grouped_union)."""
+    return _grouped_binary(intersect, a, b, n_groups)
+
+
+def grouped_subtract(a: GroupedIntervals, b: GroupedIntervals, n_groups: int) -> GroupedIntervals:
+    """``a`` minus ``b``, group by group, for grouped *disjoint* sets."""
+    return _grouped_binary(subtract, a, b, n_groups)

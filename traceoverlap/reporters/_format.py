@@ -2,10 +2,26 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
+
+from rich.console import Console
 
 if TYPE_CHECKING:
     from ..analysis import Analysis
+
+
+def make_console(file: IO[str], *, color: bool, width: int) -> Console:
+    """A rich console for a text report: colour only when asked (a terminal), at least 80 wide."""
+    return Console(
+        file=file,
+        width=max(width, 80),
+        force_terminal=color,
+        no_color=not color,
+        color_system="auto" if color else None,
+        highlight=False,
+        emoji=False,
+    )
+
 
 SHORT_BOTTLENECK = {
     "communication-bound": "comm-bound",

@@ -14,11 +14,10 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from rich import box
-from rich.console import Console
 from rich.table import Table
 
 from .. import __version__
-from ._format import ms
+from ._format import make_console, ms
 from .json import clean
 
 if TYPE_CHECKING:
@@ -96,15 +95,7 @@ def _bottleneck_text(counts: dict[str, int]) -> str:
 
 def render_table(cmp: Comparison, *, color: bool = False, width: int = 80) -> str:
     buf = io.StringIO()
-    console = Console(
-        file=buf,
-        width=max(width, 80),
-        force_terminal=color,
-        no_color=not color,
-        color_system="auto" if color else None,
-        highlight=False,
-        emoji=False,
-    )
+    console = make_console(buf, color=color, width=width)
     console.print(f"baseline:  {cmp.baseline_label}", markup=False, soft_wrap=True)
     console.print(f"candidate: {cmp.candidate_label}", markup=False, soft_wrap=True)
     console.print()

@@ -11,33 +11,15 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from .. import __version__
+from ..metrics import STEP_COLUMNS
 
 if TYPE_CHECKING:
     from ..analysis import Analysis
 
 SCHEMA_VERSION = 1
 
-#: Step-row fields, in output order.
-STEP_FIELDS = (
-    "rank",
-    "step",
-    "step_ns",
-    "compute_ns",
-    "comm_ns",
-    "memory_ns",
-    "overlap_ns",
-    "exposed_comm_ns",
-    "idle_ns",
-    "overlap_ratio",
-    "ideal_ns",
-    "potential_speedup",
-    "exposed_comm_ratio",
-    "idle_ratio",
-    "bottleneck",
-    "reason",
-    "start_ns",
-    "end_ns",
-)
+#: Step-row fields, in output order: the metrics layer's columns.
+STEP_FIELDS = STEP_COLUMNS
 #: Optional step-row fields added when present (cross-rank split; nsys placement).
 OPTIONAL_STEP_FIELDS = ("exposed_wait_ns", "exposed_transfer_ns", "pid", "device")
 

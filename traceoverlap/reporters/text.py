@@ -10,10 +10,9 @@ import textwrap
 from typing import TYPE_CHECKING
 
 from rich import box
-from rich.console import Console
 from rich.table import Table
 
-from ._format import SHORT_BOTTLENECK, describe_inputs, ms, pct, summary_lines
+from ._format import SHORT_BOTTLENECK, describe_inputs, make_console, ms, pct, summary_lines
 
 if TYPE_CHECKING:
     from ..analysis import Analysis
@@ -69,15 +68,7 @@ def _wrap(line: str, width: int, indent: str) -> str:
 
 def render(analysis: Analysis, *, color: bool = False, width: int = 80) -> str:
     buf = io.StringIO()
-    console = Console(
-        file=buf,
-        width=max(width, 80),
-        force_terminal=color,
-        no_color=not color,
-        color_system="auto" if color else None,
-        highlight=False,
-        emoji=False,
-    )
+    console = make_console(buf, color=color, width=width)
     wrap = max(width, 80)
     for line in describe_inputs(analysis):
         console.print(_wrap(line, wrap, "    "), soft_wrap=True, markup=False)
