@@ -130,7 +130,11 @@ def main(argv: list[str] | None = None) -> int:
             int(os.environ["WORLD_SIZE"]),
             int(os.environ.get("LOCAL_RANK", os.environ["RANK"])),
         )
-        return 0
+        # All output is written and every rank passed the final barrier: leave without running
+        # the process group's C++ teardown, which can abort after a successful run (train.py).
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     if args.world_size < 1:
         print("traceoverlap-workloads: --world-size must be >= 1", file=sys.stderr)
         return 2

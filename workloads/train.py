@@ -78,8 +78,15 @@ def run_rank(args: argparse.Namespace, rank: int, world_size: int, local_rank: i
                 f"rank {rank}: failing on purpose (TRACEOVERLAP_WORKLOADS_FAIL_RANK)"
             )
         _train(args, rank, world_size, device)
-    finally:
+        # Every rank has written all it writes (trace, parameters) before any leaves.
+        dist.barrier()
+    except BaseException:
         dist.destroy_process_group()
+        raise
+    # On success the caller ends the process with os._exit (see __main__): gloo's C++ teardown
+    # (destroy_process_group, or interpreter finalisation with worker threads still holding work)
+    # occasionally aborts with "terminate called without an active exception" on a loaded
+    # machine (seen here; cf. pytorch/pytorch#179291), turning a finished run into a failed rank.
 
 
 def _train(args: argparse.Namespace, rank: int, world_size: int, device: torch.device) -> None:
