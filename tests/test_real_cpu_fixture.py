@@ -13,29 +13,13 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from reference_algebra import length, union
+from reference_algebra import overlap as ab_overlap
 
 from traceoverlap import analyze
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "workloads"
 EXCLUDED = re.compile(r"^(c10d::|record_param_comms$|nccl:|gloo:)")
-
-
-def _union(iv):
-    out = []
-    for s, e in sorted(iv):
-        if out and s <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], e)
-        else:
-            out.append([s, e])
-    return out
-
-
-def _length(iv):
-    return sum(e - s for s, e in iv)
-
-
-def _overlap(a, b):
-    return sum(max(0, min(e1, e2) - max(s1, s2)) for s1, e1 in a for s2, e2 in b)
 
 
 def derive(path):
@@ -69,15 +53,15 @@ def derive(path):
                 and not EXCLUDED.search(e["name"])
             ):
                 comp.append((s, t))
-        c, m = _union(comp), _union(comm)
-        ov = _overlap(c, m)
+        c, m = union(comp), union(comm)
+        ov = ab_overlap(c, m)
         out[int(st["name"].split("#")[1])] = {
             "step_ns": e0 - s0,
-            "compute_ns": _length(c),
-            "comm_ns": _length(m),
+            "compute_ns": length(c),
+            "comm_ns": length(m),
             "overlap_ns": ov,
-            "exposed_comm_ns": _length(m) - ov,
-            "idle_ns": (e0 - s0) - _length(_union(comp + comm)),
+            "exposed_comm_ns": length(m) - ov,
+            "idle_ns": (e0 - s0) - length(union(comp + comm)),
         }
     return out
 

@@ -11,6 +11,8 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from reference_algebra import length, union
+from reference_algebra import overlap as ab_overlap
 
 from traceoverlap import analyze
 
@@ -18,34 +20,6 @@ REAL = Path(__file__).resolve().parents[1].parent / "shared" / "real-traces" / "
 TRACE = REAL / "a100_nccl_allreduce_rank0.json.gz"
 
 pytestmark = pytest.mark.skipif(not TRACE.exists(), reason=f"real traces not present ({TRACE})")
-
-
-def _union(iv):
-    out = []
-    for s, e in sorted(iv):
-        if out and s <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], e)
-        else:
-            out.append([s, e])
-    return out
-
-
-def _length(iv):
-    return sum(e - s for s, e in iv)
-
-
-def _intersection(a, b):
-    i = j = 0
-    out = []
-    while i < len(a) and j < len(b):
-        s, e = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
-        if s < e:
-            out.append([s, e])
-        if a[i][1] < b[j][1]:
-            i += 1
-        else:
-            j += 1
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -83,18 +57,18 @@ def independent():
                 comm.append(iv)
             else:
                 comp.append(iv)
-        c, m = _union(comp), _union(comm)
+        c, m = union(comp), union(comm)
         allv = comp + comm + mem
         step = max(x[1] for x in allv) - min(x[0] for x in allv)
-        overlap = _length(_intersection(c, m))
+        overlap = ab_overlap(c, m)
         out[int(name.split("#")[1])] = {
             "step_ns": step,
-            "compute_ns": _length(c),
-            "comm_ns": _length(m),
-            "memory_ns": _length(_union(mem)),
+            "compute_ns": length(c),
+            "comm_ns": length(m),
+            "memory_ns": length(union(mem)),
             "overlap_ns": overlap,
-            "exposed_comm_ns": _length(m) - overlap,
-            "idle_ns": step - _length(_union(allv)),
+            "exposed_comm_ns": length(m) - overlap,
+            "idle_ns": step - length(union(allv)),
         }
     return out
 
