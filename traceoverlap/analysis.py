@@ -62,12 +62,6 @@ def expand_paths(paths: PathLike | Sequence[PathLike]) -> list[Path]:
     return out
 
 
-def _read_one(path: Path) -> Timeline:
-    from .readers import read_trace
-
-    return read_trace(path)
-
-
 def load(
     paths: PathLike | Sequence[PathLike], rules: Rules | None = None, jobs: int | None = None
 ) -> Timeline:

@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import UsageError
-from .model import GPU_ACTIVITY_CATEGORIES, Timeline
+from .model import Timeline
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -97,10 +97,7 @@ def classify(timeline: Timeline, rules: Rules | None = None) -> Timeline:
         cat = ev["category"].to_numpy(dtype=object)
         is_kernel = cat == "kernel"
         is_mem = (cat == "memcpy") | (cat == "memset")
-        is_gpu_act = np.isin(cat, GPU_ACTIVITY_CATEGORIES)
-        ranks = ev["rank"].to_numpy()
-        gpu_ranks = np.unique(ranks[is_gpu_act])
-        on_gpu_rank = np.isin(ranks, gpu_ranks)
+        on_gpu_rank = np.isin(ev["rank"].to_numpy(), timeline.gpu_ranks())
 
         gpu_comm = _name_mask(ev, "name", rules.gpu_comm + rules.extra_comm)
         kind[on_gpu_rank & is_kernel] = 0

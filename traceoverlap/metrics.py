@@ -112,9 +112,7 @@ def activity_rows(
     win = steps.windows
     if only is not None:
         win = win[win["step_index"].isin(only)]
-    gpu_ranks = set(
-        np.unique(rank[ev["category"].isin(("kernel", "memcpy", "memset")).to_numpy()]).tolist()
-    )
+    gpu_ranks = set(timeline.gpu_ranks().tolist())
 
     parts: list[tuple[Any, ...]] = []
     gpu_win = win[win["rank"].isin(gpu_ranks) | (win["step"].astype(str) == "all")]

@@ -234,11 +234,12 @@ class Timeline:
                 return t
         return None
 
-    def has_gpu(self, rank: int | None = None) -> bool:
+    def gpu_ranks(self) -> np.ndarray:
+        """Ranks with at least one GPU activity: these follow the GPU rules, the rest the CPU rules."""
         ev = self.events
-        if rank is not None:
-            ev = ev[ev["rank"] == rank]
-        return bool(ev["category"].isin(GPU_ACTIVITY_CATEGORIES).any())
+        return np.unique(
+            ev["rank"].to_numpy()[ev["category"].isin(GPU_ACTIVITY_CATEGORIES).to_numpy()]
+        )
 
     def select_ranks(self, ranks: Sequence[int]) -> Timeline:
         keep = set(ranks)
