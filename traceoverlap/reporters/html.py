@@ -28,6 +28,7 @@ import plotly.io as pio
 from .. import __version__
 from ..errors import UsageError
 from ..metrics import activity_rows, step_sets
+from ..model import GPU_ACTIVITY_CATEGORIES
 from . import _html_figures as figs
 from ._html_figures import fmt_bytes, fmt_ns
 from ._html_page import CSS, LOADER, PAGE
@@ -491,9 +492,7 @@ def _timeline_section(
     rows["lane"] = rows["lane"].astype(str)
     sets = step_sets(timeline, table, idx)
     gpu = bool(
-        np.isin(
-            ev["category"].to_numpy()[acts.event_row[sel]], ["kernel", "memcpy", "memset"]
-        ).any()
+        np.isin(ev["category"].to_numpy()[acts.event_row[sel]], GPU_ACTIVITY_CATEGORIES).any()
     )
 
     # which (lane, kind) pairs get one bar per activity: the smallest first, within the budget
