@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from conftest import REAL_TRACES
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -315,7 +316,7 @@ def test_parallel_read_reports_bad_file(tmp_path: Path) -> None:
         read_files([tmp_path / "rank0.json.gz", bad], jobs=2)
 
 
-REAL = Path(__file__).resolve().parents[1].parent / "shared" / "real-traces"
+REAL = REAL_TRACES
 
 
 def test_real_nsys_two_gpus_sendrecv_matched() -> None:

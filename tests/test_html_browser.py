@@ -11,6 +11,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from conftest import REAL_TRACES
 import pytest
 from _html_data import ddp_rank, ddp_run, dense_rank
 
@@ -19,15 +20,16 @@ from traceoverlap.reporters.html import write_report
 
 REPO = Path(__file__).resolve().parents[1]
 OUTPUT = REPO / "tests" / "output"
-REAL = REPO.parent / "shared" / "real-traces" / "kineto" / "a100_nccl_allreduce_rank0.json.gz"
+REAL = REAL_TRACES / "kineto" / "a100_nccl_allreduce_rank0.json.gz"
 FIXTURE = REPO / "fixtures" / "workloads" / "bucketed_slow"
 
 CHROMIUM = next(
     (p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None
 )
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None, reason="no chromium in PATH (apt-get install chromium)"
-)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(CHROMIUM is None, reason="no chromium in PATH (apt-get install chromium)"),
+]
 
 # Console lines that report a JavaScript problem. Chromium logs every console message at INFO
 # level, so the level cannot tell an error from a warning: match what errors say instead.

@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+from conftest import REAL_TRACES
 import pytest
 from _html_data import MS, ddp_rank, ddp_run, dense_rank
 from click.testing import CliRunner
@@ -23,7 +24,7 @@ from traceoverlap.reporters import _html_figures as figs
 from traceoverlap.reporters.html import render, write_report
 
 REPO = Path(__file__).resolve().parents[1]
-REAL = REPO.parent / "shared" / "real-traces" / "kineto" / "a100_nccl_allreduce_rank0.json.gz"
+REAL = REAL_TRACES / "kineto" / "a100_nccl_allreduce_rank0.json.gz"
 FIXTURE = REPO / "fixtures" / "workloads" / "bucketed"
 
 

@@ -10,18 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from conftest import REAL_TRACES
 import pytest
 
 from traceoverlap.errors import TraceFormatError
 from traceoverlap.readers.kineto import rank_from_filename, read_kineto, us_to_ns
 
-REAL = (
-    Path(__file__).resolve().parents[1].parent
-    / "shared"
-    / "real-traces"
-    / "kineto"
-    / "a100_nccl_allreduce_rank0.json.gz"
-)
+REAL = REAL_TRACES / "kineto" / "a100_nccl_allreduce_rank0.json.gz"
 
 BASE = 1_711_964_646_000_000_000  # baseTimeNanoseconds of the real trace, reused here
 

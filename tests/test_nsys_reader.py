@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from conftest import REAL_TRACES
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -24,13 +25,7 @@ from traceoverlap.readers import read_trace  # noqa: E402
 from traceoverlap.readers.nsys import read_nsys, read_nsys_rep  # noqa: E402
 from traceoverlap.reporters.json import step_records  # noqa: E402
 
-REAL = (
-    Path(__file__).resolve().parents[1].parent
-    / "shared"
-    / "real-traces"
-    / "nsys"
-    / "fsdp_2gpu_h100.sqlite"
-)
+REAL = REAL_TRACES / "nsys" / "fsdp_2gpu_h100.sqlite"
 
 NCCL_AR = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
 METRICS = [

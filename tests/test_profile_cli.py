@@ -136,6 +136,7 @@ def test_profile_help_teaches_with_examples() -> None:
     assert demo.exit_code == 0 and "naive" in demo.output and "bucketed" in demo.output
 
 
+@pytest.mark.slow
 def test_profile_runs_two_cpu_ranks_and_prints_the_analysis(tmp_path: Path) -> None:
     pytest.importorskip("torch", reason="profiling runs a PyTorch workload")
     out = tmp_path / "flat"
@@ -149,6 +150,7 @@ def test_profile_runs_two_cpu_ranks_and_prints_the_analysis(tmp_path: Path) -> N
     assert f"traces: {out}" in result.output
 
 
+@pytest.mark.slow
 def test_demo_profiles_both_strategies_and_writes_reports(tmp_path: Path) -> None:
     pytest.importorskip("torch", reason="the demo runs a PyTorch workload")
     out = tmp_path / "demo"

@@ -10,13 +10,14 @@ import json
 from decimal import Decimal
 from pathlib import Path
 
+from conftest import REAL_TRACES
 import pytest
 from reference_algebra import length, union
 from reference_algebra import overlap as ab_overlap
 
 from traceoverlap import analyze
 
-REAL = Path(__file__).resolve().parents[1].parent / "shared" / "real-traces" / "kineto"
+REAL = REAL_TRACES / "kineto"
 TRACE = REAL / "a100_nccl_allreduce_rank0.json.gz"
 
 pytestmark = pytest.mark.skipif(not TRACE.exists(), reason=f"real traces not present ({TRACE})")
