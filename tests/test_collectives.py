@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from conftest import REAL_TRACES
 import pytest
+from conftest import REAL_TRACES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

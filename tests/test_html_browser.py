@@ -11,9 +11,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from conftest import REAL_TRACES
 import pytest
 from _html_data import ddp_rank, ddp_run, dense_rank
+from conftest import REAL_TRACES
 
 from traceoverlap import analyze
 from traceoverlap.reporters.html import write_report

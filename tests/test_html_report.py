@@ -12,10 +12,10 @@ import re
 from pathlib import Path
 
 import numpy as np
-from conftest import REAL_TRACES
 import pytest
 from _html_data import MS, ddp_rank, ddp_run, dense_rank
 from click.testing import CliRunner
+from conftest import REAL_TRACES
 
 from traceoverlap import analyze
 from traceoverlap.cli import main

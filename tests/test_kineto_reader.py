@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from conftest import REAL_TRACES
 import pytest
+from conftest import REAL_TRACES
 
 from traceoverlap.errors import TraceFormatError
 from traceoverlap.readers.kineto import rank_from_filename, read_kineto, us_to_ns

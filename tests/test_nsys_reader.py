@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-from conftest import REAL_TRACES
 import pytest
+from conftest import REAL_TRACES
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 

@@ -8,10 +8,9 @@ and unions intervals with a plain sort-and-sweep: nothing from traceoverlap's al
 import gzip
 import json
 from decimal import Decimal
-from pathlib import Path
 
-from conftest import REAL_TRACES
 import pytest
+from conftest import REAL_TRACES
 from reference_algebra import length, union
 from reference_algebra import overlap as ab_overlap
 
