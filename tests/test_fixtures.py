@@ -19,7 +19,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from traceoverlap.analysis import Analysis, analyze
+from traceoverlap import load
+from traceoverlap.analysis import analyze
+from traceoverlap.results import Analysis
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "workloads"
 STRATEGIES = ("naive", "flat", "overlap", "bucketed", "ddp")
@@ -32,9 +34,15 @@ def analyses() -> dict[str, Analysis]:
     return {name: analyze(FIXTURES / name) for name in (*STRATEGIES, "bucketed_slow")}
 
 
-def _per_step(a: Analysis) -> pd.DataFrame:
+@pytest.fixture(scope="module")
+def events() -> dict[str, pd.DataFrame]:
+    """Every fixture's classified events (the analysis itself keeps none in memory)."""
+    return {name: load(FIXTURES / name).events for name in (*STRATEGIES, "bucketed_slow")}
+
+
+def _per_step(a: Analysis, ev: pd.DataFrame) -> pd.DataFrame:
     """One row per (rank, step): backward range end, first comm start, comm count (ns)."""
-    ev = a.timeline.events
+    assert a.windows is not None
     rows = []
     for w in a.windows.itertuples(index=False):
         inside = (
@@ -73,17 +81,21 @@ def test_every_fixture_has_two_ranks_three_steps_and_gloo_comm(
     [("naive", N_PARAMS), ("overlap", N_PARAMS), ("flat", 1)],
 )
 def test_collective_count_per_step_follows_the_strategy(
-    strategy: str, collectives_per_step: int, analyses: dict[str, Analysis]
+    strategy: str,
+    collectives_per_step: int,
+    analyses: dict[str, Analysis],
+    events: dict[str, pd.DataFrame],
 ) -> None:
-    assert (_per_step(analyses[strategy])["n_comm"] == collectives_per_step).all()
+    per_step = _per_step(analyses[strategy], events[strategy])
+    assert (per_step["n_comm"] == collectives_per_step).all()
 
 
 @pytest.mark.parametrize("strategy", ["naive", "flat"])
 def test_sync_after_backward_starts_comm_after_backward_and_hides_nothing(
-    strategy: str, analyses: dict[str, Analysis]
+    strategy: str, analyses: dict[str, Analysis], events: dict[str, pd.DataFrame]
 ) -> None:
     a = analyses[strategy]
-    per_step = _per_step(a)
+    per_step = _per_step(a, events[strategy])
     assert (per_step["first_comm_ns"] >= per_step["backward_end_ns"]).all()
     assert (a.steps["overlap_ns"] == 0).all()
     assert (a.steps["exposed_comm_ns"] == a.steps["comm_ns"]).all()
@@ -91,19 +103,19 @@ def test_sync_after_backward_starts_comm_after_backward_and_hides_nothing(
 
 @pytest.mark.parametrize("strategy", ["overlap", "bucketed", "ddp"])
 def test_hooks_start_comm_during_backward_and_hide_some(
-    strategy: str, analyses: dict[str, Analysis]
+    strategy: str, analyses: dict[str, Analysis], events: dict[str, pd.DataFrame]
 ) -> None:
     a = analyses[strategy]
-    per_step = _per_step(a)
+    per_step = _per_step(a, events[strategy])
     assert (per_step["first_comm_ns"] < per_step["backward_end_ns"]).all()
     assert (a.steps["overlap_ns"] > 0).all()
     assert (a.steps["overlap_ratio"] > 0).all()
 
 
-def test_bucketed_launches_several_buckets_in_order(analyses: dict[str, Analysis]) -> None:
+def test_bucketed_launches_several_buckets_in_order(events: dict[str, pd.DataFrame]) -> None:
     # The tiny GPT holds ~0.8 MiB of fp32 gradients and the CPU bucket cap is 0.1 MiB, so there must
     # be several buckets, launched in index order 0, 1, 2, ... within each step.
-    ev = analyses["bucketed"].timeline.events
+    ev = events["bucketed"]
     launches = ev[ev["name"].astype(str).str.startswith("bucket_launch#")].sort_values("start_ns")
     idx = launches["name"].astype(str).str.extract(r"#(\d+) bytes=(\d+)").astype(int)
     assert idx[0].max() >= 2
@@ -117,8 +129,8 @@ def test_bucketed_launches_several_buckets_in_order(analyses: dict[str, Analysis
     assert (idx[1] > 0).all()
 
 
-def test_straggler_fixture_marks_the_sleep_on_rank_1_only(analyses: dict[str, Analysis]) -> None:
-    ev = analyses["bucketed_slow"].timeline.events
+def test_straggler_fixture_marks_the_sleep_on_rank_1_only(events: dict[str, pd.DataFrame]) -> None:
+    ev = events["bucketed_slow"]
     sleeps = ev[ev["name"] == "straggler_sleep"]
     assert set(sleeps["rank"]) == {1}
     assert len(sleeps) == N_STEPS
