@@ -41,6 +41,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -164,17 +165,22 @@ def _norm_kind(label: str) -> str:
 # --- map side: one unit's instances ------------------------------------------------------------
 
 
-def _enclosing_collective(
-    ev: pd.DataFrame, launch_rows: I64, comm_rows: I64
-) -> npt.NDArray[np.object_]:
-    """For comm kernels without a collective name: the ``nccl:<collective>`` host range around
-    their launch (same thread), e.g. ``nccl:all_to_all`` around a SendRecv kernel that
-    implements an all-to-all. Empty string when none."""
-    out = np.full(comm_rows.size, "", dtype=object)
+def _per_category(col: pd.Series, fn: Any) -> npt.NDArray[np.object_]:
+    """``fn`` of every category of a categorical column (and "" for missing), evaluated once per
+    distinct value: index the result with ``codes`` (-1 picks the trailing "")."""
+    cats = col.cat.categories
+    return np.array([fn(str(c)) for c in cats] + [""], dtype=object)
+
+
+def _enclosing_collective(ev: pd.DataFrame, launch_rows: I64) -> npt.NDArray[np.object_]:
+    """For each launch row (-1: none): the collective named by the ``nccl:<collective>`` host
+    range around it on the same thread (``nccl:all_to_all`` around a SendRecv kernel that
+    implements an all-to-all), "" when none."""
+    out = np.full(launch_rows.size, "", dtype=object)
     names = ev["name"]
-    cats = names.cat.categories
-    per_cat = np.array([_NCCL_RANGE.match(str(c)) is not None for c in cats] + [False], dtype=bool)
-    is_range = per_cat[names.cat.codes.to_numpy()] & (ev["category"] == "annotation").to_numpy()
+    coll_of = _per_category(names, lambda c: m.group(1) if (m := _NCCL_RANGE.match(c)) else "")
+    codes = names.cat.codes.to_numpy()
+    is_range = (coll_of[codes] != "") & (ev["category"] == "annotation").to_numpy()
     ridx = np.flatnonzero(is_range)
     ok = launch_rows >= 0
     if ridx.size == 0 or not ok.any():
@@ -182,8 +188,8 @@ def _enclosing_collective(
     start = ev["start_ns"].to_numpy()
     end = ev["end_ns"].to_numpy()
     tid = ev["tid"].to_numpy()
-    lr = launch_rows[ok]
     where = np.flatnonzero(ok)
+    lr = launch_rows[where]
     for t in np.unique(tid[lr]).tolist():
         mine = ridx[tid[ridx] == t]
         if mine.size == 0:
@@ -193,9 +199,16 @@ def _enclosing_collective(
         ts = start[launch_rows[q]]
         k = np.searchsorted(start[mine], ts, side="right") - 1
         inside = (k >= 0) & (ts < end[mine[np.maximum(k, 0)]])
-        hit = mine[k[inside]]
-        out[q[inside]] = [_NCCL_RANGE.match(str(names.iat[i])).group(1) for i in hit]  # type: ignore[union-attr]
+        out[q[inside]] = coll_of[codes[mine[k[inside]]]]
     return out
+
+
+def _group_sizes_first(keys: I64) -> tuple[I64, I64]:
+    """For keys sorted ascending: start index of each run and the run id of every element."""
+    new = np.ones(keys.size, dtype=bool)
+    new[1:] = keys[1:] != keys[:-1]
+    starts = np.flatnonzero(new)
+    return starts, np.cumsum(new) - 1
 
 
 def unit_instances(
@@ -207,131 +220,131 @@ def unit_instances(
 ) -> tuple[pd.DataFrame, GroupedIntervals, I64]:
     """The collective instances of one unit (:data:`LOCAL_COLUMNS`), their pieces (the union of
     each instance's activities per window, as a grouped set whose group is
-    ``local * n_windows + window``) and, per piece, its local instance id."""
+    ``local * n_windows + window``) and, per piece, its local instance id.
+
+    Columnar throughout: names are parsed once per distinct name, groups are found by sorting."""
     ev = unit.events
-    n_win = len(steps)
+    n_win = max(len(steps), 1)
     rows = np.flatnonzero(kind == Kind.COMM)
-    empty = pd.DataFrame(columns=list(LOCAL_COLUMNS))
     z = np.zeros(0, np.int64)
     if rows.size == 0:
-        return empty, (z, z.copy(), z.copy()), z.copy()
+        return pd.DataFrame(columns=list(LOCAL_COLUMNS)), (z, z.copy(), z.copy()), z.copy()
     start = ev["start_ns"].to_numpy()
     end = ev["end_ns"].to_numpy()
-    rows = rows[np.lexsort((rows, start[rows]))]
-    name = ev["name"].to_numpy()[rows].astype(str)
-    given = ev["coll_name"].to_numpy()[rows].astype(str)
-    given = np.where(given == "nan", "", given)
+    rows = rows[np.lexsort((rows, start[rows]))]  # by start, then trace order
+    n = rows.size
+
+    name_codes = ev["name"].cat.codes.to_numpy()[rows]
+    parsed = _per_category(ev["name"], collective_kind)[name_codes]
+    given = _per_category(ev["coll_name"], lambda c: c)[ev["coll_name"].cat.codes.to_numpy()[rows]]
     if steps.gpu:
-        lr = launch_row[rows]
-        around = _enclosing_collective(ev, lr, rows)
+        around = _enclosing_collective(ev, launch_row[rows])
         given = np.where(given == "", around, given)
-    parsed = np.array([collective_kind(s) for s in name], dtype=object)
-    label = np.where(given != "", given, parsed).astype(object)
-    pg = ev["process_group"].to_numpy()[rows].astype(str)
-    pg = np.where(pg == "nan", "", pg)
+    label = np.where(given != "", given, parsed)
+    label_code, label_uniq = pd.factorize(label)
+    kind_uniq = np.array([_norm_kind(str(x)) for x in label_uniq], dtype=object)
+    kind_code, _ = pd.factorize(kind_uniq[label_code])
+    pg = _per_category(ev["process_group"], lambda c: c)[
+        ev["process_group"].cat.codes.to_numpy()[rows]
+    ]
     seq = ev["seq"].to_numpy()[rows].astype(np.int64)
     stream = ev["stream"].to_numpy()[rows].astype(np.int64)
-    lane = ev["lane"].to_numpy()[rows].astype(str)
-    df = pd.DataFrame(
-        {
-            "row": rows,
-            "start_ns": start[rows],
-            "end_ns": end[rows],
-            "label": label,
-            "kind_key": [_norm_kind(str(x)) for x in label],
-            "process_group": pg,
-            "seq": seq,
-            "bytes": ev["coll_bytes"].to_numpy()[rows].astype(np.int64),
-            "stream": stream,
-            "lane": lane,
-            "kernel": name,
-        }
-    )
-    group_key = df["process_group"].copy()
+
+    group_key = pg.copy()
     if steps.gpu:
-        no_pg = (df["process_group"] == "").to_numpy()
+        no_pg = pg == ""
         if no_pg.any():
             # the NCCL stream stands in for the group: numbered by first use on this unit
             first = pd.unique(stream[no_pg])
-            ordinal = {int(s): i for i, s in enumerate(first.tolist())}
-            group_key.loc[no_pg] = [f"\x00stream#{ordinal[int(s)]}" for s in stream[no_pg]]
-    df["group_key"] = group_key
-    use_seq = (df["seq"] >= 0) & (df["process_group"] != "")
-    df["ordinal"] = np.where(
-        use_seq, -1, df.groupby(["group_key", "kind_key"], sort=False).cumcount()
-    ).astype(np.int64)
-    df.loc[~use_seq, "seq"] = -1
-    keys = ["group_key", "kind_key", "seq", "ordinal"]
-    df["local"] = df.groupby(keys, sort=False).ngroup().astype(np.int64)
-    g = df.groupby("local", sort=True)
-    inst = g.agg(
-        group_key=("group_key", "first"),
-        kind_key=("kind_key", "first"),
-        seq=("seq", "first"),
-        ordinal=("ordinal", "first"),
-        label=("label", "first"),
-        kernel=("kernel", "first"),
-        process_group=("process_group", "first"),
-        bytes=("bytes", "max"),
-        lane=("lane", "first"),
-        start_ns=("start_ns", "min"),
-        end_ns=("end_ns", "max"),
-        first_row=("row", "first"),
-    ).reset_index()
-    inst["label"] = inst["label"].astype(str)
-    inst["family"] = [family_of(s) for s in inst["label"]]
+            ordinal_of = {int(x): i for i, x in enumerate(first.tolist())}
+            names = np.array([f"\x00stream#{i}" for i in range(len(first))], dtype=object)
+            group_key[no_pg] = names[[ordinal_of[int(x)] for x in stream[no_pg].tolist()]]
+    group_code, _ = pd.factorize(group_key)
+    pair = group_code.astype(np.int64) * (int(kind_code.max()) + 1) + kind_code
+    use_seq = (seq >= 0) & (pg != "")
+    # ordinal: the n-th activity of its (group, kind) on this unit, in start order
+    order = np.argsort(pair, kind="stable")
+    run_start, run_id = _group_sizes_first(pair[order])
+    ordinal = np.empty(n, dtype=np.int64)
+    ordinal[order] = np.arange(n) - run_start[run_id]
+    ordinal = np.where(use_seq, -1, ordinal)
+    seq = np.where(use_seq, seq, -1)
+    # local instance: (group, kind, seq, ordinal); first row = earliest start
+    pos = np.arange(n)
+    order = np.lexsort((pos, ordinal, seq, pair))
+    new = np.ones(n, dtype=bool)
+    new[1:] = (
+        (pair[order][1:] != pair[order][:-1])
+        | (seq[order][1:] != seq[order][:-1])
+        | (ordinal[order][1:] != ordinal[order][:-1])
+    )
+    firsts = np.flatnonzero(new)
+    local = np.empty(n, dtype=np.int64)
+    local[order] = np.cumsum(new) - 1
+    head = order[firsts]  # the first (earliest) activity of every instance
+    k = firsts.size
+    first_row = rows[head]
+    lane_all = ev["lane"].to_numpy()
+    inst = pd.DataFrame(
+        {
+            "local": np.arange(k, dtype=np.int64),
+            "group_key": group_key[head],
+            "kind_key": kind_uniq[label_code[head]],
+            "seq": seq[head],
+            "ordinal": ordinal[head],
+            "label": label[head].astype(str),
+            "kernel": _per_category(ev["name"], lambda c: c)[name_codes[head]].astype(str),
+            "family": [family_of(str(x)) for x in label[head]],
+            "process_group": pg[head],
+            "bytes": np.maximum.reduceat(ev["coll_bytes"].to_numpy()[rows][order], firsts),
+            "lane": lane_all[first_row].astype(str),
+            "start_ns": np.minimum.reduceat(start[rows][order], firsts),
+            "end_ns": np.maximum.reduceat(end[rows][order], firsts),
+        }
+    )
     inst["p2p"] = inst["family"] == "SendRecv"
 
     # pieces: each instance's activities per window, unioned
     comm = acts.kind == Kind.COMM
     local_of_row = np.full(len(ev), -1, dtype=np.int64)
-    local_of_row[df["row"].to_numpy()] = df["local"].to_numpy()
+    local_of_row[rows] = local
     p_local = local_of_row[acts.event_row[comm]]
     p_win = acts.group[comm]
     ok = p_local >= 0
     pieces = iv.grouped_union(
-        p_local[ok] * max(n_win, 1) + p_win[ok],
-        acts.start_ns[comm][ok],
-        acts.end_ns[comm][ok],
+        p_local[ok] * n_win + p_win[ok], acts.start_ns[comm][ok], acts.end_ns[comm][ok]
     )
-    piece_local = pieces[0] // max(n_win, 1)
+    piece_local = pieces[0] // n_win
     # the instance's step: the window of its first piece (-1: outside every analysed step)
-    window = np.full(len(inst), -1, dtype=np.int64)
+    window = np.full(k, -1, dtype=np.int64)
     if piece_local.size:
-        firsts = np.unique(piece_local, return_index=True)[1]
-        window[piece_local[firsts]] = pieces[0][firsts] % max(n_win, 1)
+        firsts_p = np.unique(piece_local, return_index=True)[1]
+        window[piece_local[firsts_p]] = pieces[0][firsts_p] % n_win
     inst["window"] = window
 
     # same_stream: the instance's lane also ran compute in that window
     comp = acts.kind == Kind.COMPUTE
-    lane_codes = ev["lane"].cat.codes.to_numpy()
-    busy = set(
-        zip(acts.group[comp].tolist(), lane_codes[acts.event_row[comp]].tolist(), strict=True)
+    lane_codes = ev["lane"].cat.codes.to_numpy().astype(np.int64)
+    n_lanes = int(lane_codes.max()) + 2 if lane_codes.size else 1
+    busy = np.unique(acts.group[comp] * n_lanes + lane_codes[acts.event_row[comp]] + 1)
+    inst["same_stream"] = (window >= 0) & np.isin(
+        window * n_lanes + lane_codes[first_row] + 1, busy
     )
-    first_lane = lane_codes[inst["first_row"].to_numpy()]
-    inst["same_stream"] = [
-        (int(w), int(c)) in busy for w, c in zip(window.tolist(), first_lane.tolist(), strict=True)
-    ]
 
     # queued_ns: start - max(end of its launch call, end of the previous comm on its lane)
-    queued = np.full(len(inst), -1, dtype=np.int64)
+    queued = np.full(k, -1, dtype=np.int64)
     if steps.gpu:
-        fr = inst["first_row"].to_numpy()
-        lrow = launch_row[fr]
+        by_stream = np.lexsort((pos, start[rows], stream))
+        prev_end = np.full(n, NO_LAUNCH, dtype=np.int64)
+        same = stream[by_stream][1:] == stream[by_stream][:-1]
+        prev_end[by_stream[1:][same]] = end[rows][by_stream[:-1][same]]
+        lrow = launch_row[first_row]
         launched = lrow >= 0
         lend = np.where(launched, end[np.maximum(lrow, 0)], NO_LAUNCH)
-        # previous comm activity on the same stream, by start
-        s_sorted = df.sort_values(["stream", "start_ns", "row"], kind="stable")
-        prev_end = s_sorted.groupby("stream")["end_ns"].shift(1)
-        prev_of_row = pd.Series(prev_end.to_numpy(), index=s_sorted["row"].to_numpy())
-        pe = prev_of_row.reindex(fr).to_numpy()
-        pe = np.where(np.isnan(pe), NO_LAUNCH, pe).astype(np.int64)
-        ready = np.maximum(lend, pe)
-        q = start[fr] - ready
-        queued = np.where(launched, np.maximum(q, 0), -1).astype(np.int64)
+        ready = np.maximum(lend, prev_end[head])
+        queued = np.where(launched, np.maximum(start[first_row] - ready, 0), -1).astype(np.int64)
     inst["queued_ns"] = queued
-    inst = inst[list(LOCAL_COLUMNS)]
-    return inst, pieces, piece_local
+    return inst[list(LOCAL_COLUMNS)], pieces, piece_local
 
 
 # --- reduce side: matching across units ---------------------------------------------------------

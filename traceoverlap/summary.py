@@ -10,11 +10,18 @@ from .metrics import NS_METRICS, RATIO_METRICS
 from .results import RunSummary, Stats, StepRef, Summary
 
 
+def _as_float(values: pd.Series) -> np.ndarray:
+    """A metric column as floats, None -> NaN (ratio columns hold None where undefined)."""
+    if values.dtype != object:
+        return values.to_numpy(dtype=np.float64)
+    return np.array([np.nan if v is None else float(v) for v in values.tolist()], dtype=float)
+
+
 def _stats(values: pd.Series) -> Stats:
-    v = pd.to_numeric(values, errors="coerce").dropna().astype(float)
-    if v.empty:
+    a = _as_float(values)
+    a = a[~np.isnan(a)]
+    if a.size == 0:
         return Stats()
-    a = v.to_numpy()
     return Stats(
         mean=float(a.mean()),
         median=float(np.median(a)),
