@@ -128,6 +128,8 @@ def analyze(
             raise UsageError(f"ranks {missing}: not in the input (ranks present: {present})")
         units = [u for u in units if u.trace.rank in set(options.ranks)]
     units.sort(key=lambda u: (u.trace.rank, -1 if u.trace.device is None else u.trace.device))
+    if options.step_regex is not None and units and not any(u.markers_found for u in units):
+        raise UsageError(_regex_matched_nothing(units, options.step_regex, names))
     result, sets = _reduce(units, options, skipped, names)
     if detail is not None and result.detail is None and units:
         result = _second_pass_detail(result, units, options, rules, request, sets, in_memory)
@@ -159,37 +161,47 @@ def _merge(results: Sequence[FileResult]) -> list[UnitResult]:
     units: list[UnitResult] = []
     owner: dict[int, str] = {}
     for res in results:
-        file_units = list(res.units)
-        taken = set(owner)
-        mapping: dict[int, int] = {}
-        for u in file_units:
-            r = u.trace.rank
-            if r in owner and r not in mapping and u.trace.rank_source in GUESSED_RANK_SOURCES:
-                free = next(x for x in range(len(taken) + len(file_units) + 1) if x not in taken)
-                mapping[r] = free
-                taken.add(free)
+        file_units = _renumber_guessed(list(res.units), set(owner))
         for u in file_units:
             t = u.trace
-            if t.rank in mapping:
-                new = mapping[t.rank]
-                t = replace(
-                    t,
-                    rank=new,
-                    notes=t.notes
-                    + (
-                        f"no rank recorded in {t.path}; numbered rank {new} in file order "
-                        f"(rank {u.trace.rank} was already taken)",
-                    ),
-                )
-                u = replace(u, trace=t)
             if t.rank in owner and owner[t.rank] != t.path:
                 raise UsageError(
                     f"rank {t.rank} appears in two traces ({owner[t.rank]} and {t.path}): they "
                     "cannot be one run; analyse them separately"
                 )
-            units.append(u)
-        for u in units[len(units) - len(file_units) :]:
+        for u in file_units:
             owner[u.trace.rank] = u.trace.path
+        units.extend(file_units)
+    _check_world_sizes(units)
+    _check_clocks(units)
+    return units
+
+
+def _renumber_guessed(file_units: list[UnitResult], taken: set[int]) -> list[UnitResult]:
+    """Units whose rank was only guessed and is taken get the next free rank, with a note."""
+    taken = set(taken)
+    mapping: dict[int, int] = {}
+    for u in file_units:
+        r = u.trace.rank
+        if r in taken and r not in mapping and u.trace.rank_source in GUESSED_RANK_SOURCES:
+            free = next(x for x in range(len(taken) + len(file_units) + 1) if x not in taken)
+            mapping[r] = free
+            taken.add(free)
+    out = []
+    for u in file_units:
+        t = u.trace
+        if t.rank in mapping:
+            new = mapping[t.rank]
+            note = (
+                f"no rank recorded in {t.path}; numbered rank {new} in file order "
+                f"(rank {t.rank} was already taken)"
+            )
+            u = replace(u, trace=replace(t, rank=new, notes=t.notes + (note,)))
+        out.append(u)
+    return out
+
+
+def _check_world_sizes(units: Sequence[UnitResult]) -> None:
     sizes: dict[int, str] = {}
     for u in units:
         if u.trace.world_size:
@@ -200,8 +212,6 @@ def _merge(results: Sequence[FileResult]) -> list[UnitResult]:
             f"the traces disagree on the world size ({shown}): they cannot be one run; analyse "
             "them separately"
         )
-    _check_clocks(units)
-    return units
 
 
 def _check_clocks(units: Sequence[UnitResult]) -> None:
@@ -505,6 +515,19 @@ def _second_pass_detail(
         return result
     offset = sum(x.n_windows for x in units[:idx])
     return replace(result, detail=_finish_detail(found, offset, sets))
+
+
+def _regex_matched_nothing(units: Sequence[UnitResult], regex: str, names: list[str]) -> str:
+    counts: dict[str, int] = {}
+    for u in units:
+        for name, n in u.range_names:
+            counts[name] = counts.get(name, 0) + n
+    where = names[0] if len(names) == 1 else f"{len(names)} inputs"
+    top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:6]
+    found = "; ".join(f"{n!r} x{c}" for n, c in top) or "none"
+    return (
+        f"step regex {regex!r} matches no range in {where}; the most frequent ranges are: {found}"
+    )
 
 
 def _no_steps_message(

@@ -461,10 +461,11 @@ def _echo_analysis(result: Any) -> None:
 )
 @click.option(
     "--preset",
-    type=click.Choice(["tiny", "small", "medium", "large", "xl"]),
+    type=click.Choice(["tiny", "small", "medium", "large", "xl", "comm-heavy"]),
     default="tiny",
     show_default=True,
-    help="Model size: tiny runs in seconds on a CPU; small..xl are for GPUs.",
+    help="Model size: tiny runs in seconds on a CPU; small..xl are for GPUs; comm-heavy: many "
+    "small gradients, batch 1 (with naive: communication exceeds compute).",
 )
 @click.option(
     "-n",
@@ -524,6 +525,15 @@ def _echo_analysis(result: Any) -> None:
     help="... sleeping MS ms before each backward.",
 )
 @click.option(
+    "--host-delay-ms",
+    type=click.FloatRange(0, None),
+    default=0.0,
+    metavar="MS",
+    help="Every rank sleeps MS ms on the host after launching the step's all-reduces, before "
+    "waiting for them and the optimizer (overlap/bucketed: communication in flight meets no "
+    "compute; then the device idles).",
+)
+@click.option(
     "--nsys",
     is_flag=True,
     help="Trace with Nsight Systems (nsys on PATH) instead of the PyTorch profiler.",
@@ -550,6 +560,8 @@ def profile(out: str | None, nsys: bool, timeout: float, **opts: Any) -> None:
       traceoverlap profile --strategy naive                # no overlap: compare with bucketed
       traceoverlap profile --strategy ddp --preset medium  # on a GPU node (NCCL)
       traceoverlap profile --strategy bucketed --slow-rank 1 --slow-ms 20
+      traceoverlap profile --strategy bucketed --host-delay-ms 60
+      traceoverlap profile --strategy naive --model mlp --preset comm-heavy
       traceoverlap profile --strategy ddp --preset large --nsys --out runs/ddp-nsys
     To run under torchrun yourself:
       torchrun --nproc-per-node 8 -m traceoverlap_workloads --strategy ddp --out runs/ddp

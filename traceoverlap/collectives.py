@@ -521,99 +521,132 @@ def match_collectives(
     ``window``); ``pieces``: (instance row, window, start, end) of every instance piece (union of
     its activities per window); ``exposed``: the local cause sets ``tail``, ``dependency``,
     ``host`` per global window. Returns the collectives, the final cause sets (with ``wait``),
-    and the per-(instance, unit) table used by the findings.
+    and the exposed ns per (window, collective family, cause) used by the findings.
     """
     units = list(range(len(traces)))
     unit_label = {u: _unit_name(traces, u) for u in units}
-    unit_rank = np.array([t.rank for t in traces], dtype=np.int64)
     notes: list[str] = []
     key, match_notes = _match(inst, units, unit_label)
     notes.extend(match_notes)
     inst = inst.assign(key=key, dur_ns=(inst["end_ns"] - inst["start_ns"]).astype(np.int64))
-
-    # only instances that every member ran inside an analysed step are matched
-    in_step = inst["window"].to_numpy() >= 0
-    matched = inst["key"].to_numpy() >= 0
-    if matched.any():
-        all_in = pd.Series(in_step[matched]).groupby(inst["key"].to_numpy()[matched]).all()
-        ok_keys = set(all_in.index[all_in.to_numpy()].tolist())
-        out_keys = int((~all_in).sum())
-        if out_keys:
-            notes.append(
-                f"{out_keys} matched collective instance(s) fall outside the analysed steps on "
-                "some rank and are not reported"
-            )
-        keep = np.array([k in ok_keys for k in inst["key"].tolist()], dtype=bool)
-        inst.loc[matched & ~keep, "key"] = -1
-    m = inst[inst["key"] >= 0]
-
-    # clocks: offsets from end times, then consistency of every match
+    _keep_matches_inside_steps(inst, notes)
     unix = bool(traces) and all(t.clock == "unix" for t in traces)
-    clock: str | None = None
-    n_inconsistent = 0
-    off: dict[int, int] = {}
-    if not m.empty:
-        keys_m = m["key"].to_numpy()
+    m, n_inconsistent, clock = _align_clocks(inst, unix, notes)
 
-        def consistent_with(offsets: dict[int, int]) -> npt.NDArray[np.bool_]:
-            o = m["unit"].map(offsets).fillna(0).to_numpy(np.int64)
-            a_s = pd.Series(m["start_ns"].to_numpy(np.int64) - o)
-            a_e = pd.Series(m["end_ns"].to_numpy(np.int64) - o)
-            latest = a_s.groupby(keys_m).transform("max").to_numpy()
-            first_end = a_e.groupby(keys_m).transform("min").to_numpy()
-            return np.asarray(latest < first_end + TOLERANCE_NS)
+    # wait / transfer per matched (instance, unit)
+    m["transfer_ns"] = m.groupby("key")["dur_ns"].transform("min").astype(np.int64)
+    m["wait_ns"] = (m["dur_ns"] - m["transfer_ns"]).astype(np.int64)
+    inst["wait_ns"] = (
+        pd.Series(m["wait_ns"].to_numpy(), index=m.index)
+        .reindex(inst.index)
+        .fillna(0)
+        .to_numpy(np.int64)
+    )
+    sets = _cause_sets(inst, pieces, exposed, n_windows)
+    _instance_causes(inst, pieces, sets, n_windows)
 
-        estimated = _offsets(m, np.ones(len(m), dtype=bool))
+    family_causes = _family_causes(inst, pieces, sets, n_windows)
+    instances, per_rank = _tables(inst, m, traces, window_labels, clock)
+    unit_rank = np.array([t.rank for t in traces], dtype=np.int64)
+    coll = Collectives(
+        instances=instances,
+        per_rank=per_rank,
+        stragglers=_straggler_table(per_rank, instances, unit_rank, clock is not None),
+        step_skew=step_skew(steps),
+        notes=tuple(notes),
+        clock=clock,
+        n_matched=int(m["key"].nunique()) if len(m) else 0,
+        n_inconsistent=n_inconsistent,
+        ranks_given=len({t.rank for t in traces}),
+        world_size=max((t.world_size or 0 for t in traces), default=0) or None,
+    )
+    return coll, sets, family_causes
+
+
+def _keep_matches_inside_steps(inst: pd.DataFrame, notes: list[str]) -> None:
+    """Unmatch (key -1, in place) the instances some member ran outside every analysed step."""
+    matched = inst["key"].to_numpy() >= 0
+    if not matched.any():
+        return
+    in_step = inst["window"].to_numpy() >= 0
+    all_in = pd.Series(in_step[matched]).groupby(inst["key"].to_numpy()[matched]).all()
+    out_keys = int((~all_in).sum())
+    if out_keys:
+        notes.append(
+            f"{out_keys} matched collective instance(s) fall outside the analysed steps on "
+            "some rank and are not reported"
+        )
+        bad = set(all_in.index[~all_in.to_numpy()].tolist())
+        inst.loc[inst["key"].isin(bad).to_numpy(), "key"] = -1
+
+
+def _align_clocks(
+    inst: pd.DataFrame, unix: bool, notes: list[str]
+) -> tuple[pd.DataFrame, int, str | None]:
+    """The consistent matched rows (with ``aligned_start``), the number of inconsistent matched
+    instances (unmatched in ``inst``, in place), and how clocks were aligned (see the module
+    docstring)."""
+    m = inst[inst["key"] >= 0].copy()
+    if m.empty:
+        m["aligned_start"] = np.zeros(0, np.int64)
+        return m, 0, None
+    keys_m = m["key"].to_numpy()
+
+    def consistent_with(offsets: dict[int, int]) -> npt.NDArray[np.bool_]:
+        o = m["unit"].map(offsets).fillna(0).to_numpy(np.int64)
+        latest = pd.Series(m["start_ns"].to_numpy(np.int64) - o).groupby(keys_m).transform("max")
+        first_end = pd.Series(m["end_ns"].to_numpy(np.int64) - o).groupby(keys_m).transform("min")
+        return np.asarray(latest.to_numpy() < first_end.to_numpy() + TOLERANCE_NS)
+
+    estimated = _offsets(m, np.ones(len(m), dtype=bool))
+    ok_est = consistent_with(estimated)
+    if ok_est.any() and not ok_est.all():  # re-estimate from the consistent matches only
+        estimated = _offsets(m, ok_est)
         ok_est = consistent_with(estimated)
-        if ok_est.any() and not ok_est.all():  # re-estimate from the consistent matches only
-            estimated = _offsets(m, ok_est)
-            ok_est = consistent_with(estimated)
-        candidates = [(ok_est, estimated)]
-        if unix:
-            # ranks that all claim unix time: offsets far beyond clock sync mean the matching,
-            # not the clocks, is off; and on noisy end times (gloo on CPU) zero may fit better
-            if any(abs(v) > MAX_UNIX_SKEW_NS for v in estimated.values()):
-                notes.append(
-                    "clock offsets estimated from collective end times exceed "
-                    f"{MAX_UNIX_SKEW_NS / 1e6:.0f} ms although every rank claims unix time: not "
-                    "applied (the matched instances, not the clocks, look off)"
-                )
-                candidates = []
-            zeros = {u: 0 for u in estimated}
-            candidates.insert(0, (consistent_with(zeros), zeros))
-        ok, off = max(candidates, key=lambda c: int(c[0].sum()))
-        bad_keys = set(keys_m[~ok].tolist())
-        n_inconsistent = len(bad_keys)
-        if n_inconsistent:
+    candidates = [(ok_est, estimated)]
+    if unix:
+        # ranks that all claim unix time: offsets far beyond clock sync mean the matching, not
+        # the clocks, is off; and on noisy end times (gloo on CPU) zero may fit better
+        if any(abs(v) > MAX_UNIX_SKEW_NS for v in estimated.values()):
             notes.append(
-                f"{n_inconsistent} of {m['key'].nunique()} matched collective instances are not "
-                "consistent in time (after aligning the rank clocks, their spans on the ranks "
-                "never overlap): they are not used for waiting or stragglers"
+                "clock offsets estimated from collective end times exceed "
+                f"{MAX_UNIX_SKEW_NS / 1e6:.0f} ms although every rank claims unix time: not "
+                "applied (the matched instances, not the clocks, look off)"
             )
-        m = m[~m["key"].isin(bad_keys).to_numpy()].copy()
-        o = m["unit"].map(off).fillna(0).to_numpy(np.int64)
-        m["aligned_start"] = m["start_ns"].to_numpy(np.int64) - o
-        inst.loc[inst["key"].isin(bad_keys), "key"] = -1
-        if len(m):
-            clock = "unix" if unix and all(v == 0 for v in off.values()) else "estimated"
+            candidates = []
+        zeros = {u: 0 for u in estimated}
+        candidates.insert(0, (consistent_with(zeros), zeros))
+    ok, off = max(candidates, key=lambda c: int(c[0].sum()))
+    bad_keys = set(keys_m[~ok].tolist())
+    if bad_keys:
+        notes.append(
+            f"{len(bad_keys)} of {m['key'].nunique()} matched collective instances are not "
+            "consistent in time (after aligning the rank clocks, their spans on the ranks never "
+            "overlap): they are not used for waiting or stragglers"
+        )
+        inst.loc[inst["key"].isin(bad_keys).to_numpy(), "key"] = -1
+    m = m[ok].copy()
+    m["aligned_start"] = m["start_ns"].to_numpy(np.int64) - m["unit"].map(off).fillna(0).to_numpy(
+        np.int64
+    )
+    clock = None
+    if len(m):
+        clock = "unix" if unix and all(v == 0 for v in off.values()) else "estimated"
+    return m, len(bad_keys), clock
 
-    # wait / transfer
-    m = m.copy()
-    if not m.empty:
-        m["transfer_ns"] = m.groupby("key")["dur_ns"].transform("min").astype(np.int64)
-        m["wait_ns"] = (m["dur_ns"] - m["transfer_ns"]).astype(np.int64)
-    else:
-        m["transfer_ns"] = np.zeros(0, np.int64)
-        m["wait_ns"] = np.zeros(0, np.int64)
-    wait_of = pd.Series(m["wait_ns"].to_numpy(), index=m.index)
-    inst["wait_ns"] = wait_of.reindex(inst.index).fillna(0).to_numpy(np.int64)
 
-    # the wait part of every piece: [start, start + wait) of its instance, clipped to the piece
+def _cause_sets(
+    inst: pd.DataFrame,
+    pieces: tuple[I64, I64, I64, I64],
+    exposed: dict[str, GroupedIntervals],
+    n_windows: int,
+) -> CauseSets:
+    """Waiting carved out of the local causes: the wait part of every piece is
+    ``[start, start + wait)`` of its instance on that unit, clipped to the piece."""
     p_inst, p_win, p_s, p_e = pieces
     w_start = inst["start_ns"].to_numpy(np.int64)[p_inst]
     w_end = w_start + inst["wait_ns"].to_numpy(np.int64)[p_inst]
-    ws, we = np.maximum(p_s, w_start), np.minimum(p_e, w_end)
-    wait_set = iv.grouped_union(p_win, ws, we, n_windows)
+    wait_set = iv.grouped_union(p_win, np.maximum(p_s, w_start), np.minimum(p_e, w_end), n_windows)
     parts = list(exposed.values())
     total_exposed = iv.grouped_union(
         np.concatenate([x[0] for x in parts]),
@@ -621,40 +654,26 @@ def match_collectives(
         np.concatenate([x[2] for x in parts]),
         n_windows,
     )
-    sets = CauseSets(
+    return CauseSets(
         wait=iv.grouped_intersect(total_exposed, wait_set, n_windows),
         tail=iv.grouped_subtract(exposed["tail"], wait_set, n_windows),
         dependency=iv.grouped_subtract(exposed["dependency"], wait_set, n_windows),
         host=iv.grouped_subtract(exposed["host"], wait_set, n_windows),
     )
 
-    # per (instance, unit): exposed ns by cause, summed over its pieces
-    per_cause = {}
+
+def _instance_causes(
+    inst: pd.DataFrame, pieces: tuple[I64, I64, I64, I64], sets: CauseSets, n_windows: int
+) -> None:
+    """Per (instance, unit), in place: exposed ns by cause, summed over its pieces."""
+    p_inst, p_win, p_s, p_e = pieces
+    total = np.zeros(len(inst), dtype=np.int64)
     for cause, s in sets.by_name().items():
         cov = iv.grouped_covered(s, p_win, p_s, p_e, n_windows)
-        per_cause[cause] = np.bincount(p_inst, weights=cov, minlength=len(inst)).astype(np.int64)
-    for cause in CAUSES:
-        inst[f"exposed_{cause}_ns"] = per_cause[cause]
-    inst["exposed_ns"] = sum(per_cause[c] for c in CAUSES)
-
-    family_causes = _family_causes(inst, pieces, sets, n_windows)
-    instances, per_rank = _tables(inst, m, traces, window_labels, clock)
-    stragglers = _straggler_table(per_rank, instances, unit_rank, clock is not None)
-    skew = step_skew(steps)
-    world = max((t.world_size or 0 for t in traces), default=0) or None
-    coll = Collectives(
-        instances=instances,
-        per_rank=per_rank,
-        stragglers=stragglers,
-        step_skew=skew,
-        notes=tuple(notes),
-        clock=clock,
-        n_matched=int(m["key"].nunique()) if len(m) else 0,
-        n_inconsistent=n_inconsistent,
-        ranks_given=len({t.rank for t in traces}),
-        world_size=world,
-    )
-    return coll, sets, family_causes
+        ns = np.bincount(p_inst, weights=cov, minlength=len(inst)).astype(np.int64)
+        inst[f"exposed_{cause}_ns"] = ns
+        total += ns
+    inst["exposed_ns"] = total
 
 
 FAMILY_ORDER = ("AllReduce", "AllGather/ReduceScatter", "SendRecv", "AllToAll", "Other")

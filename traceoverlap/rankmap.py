@@ -68,6 +68,8 @@ class UnitResult:
     markers_found: int
     notes: tuple[str, ...]
     detail: StepDetail | None = None
+    #: when no step marker matched: the most frequent host range names (name, count)
+    range_names: tuple[tuple[str, int], ...] = ()
 
     @property
     def n_windows(self) -> int:
@@ -206,6 +208,10 @@ def _detail(
         gpu=steps.gpu,
         activities=acts,
         lanes=_lane_order(acts),
+        compute=pick(sets.compute),
+        comm=pick(sets.comm),
+        memory=pick(sets.memory),
+        busy=pick(sets.busy),
         overlap=pick(sets.overlap),
         exposed=pick(sets.exposed),
         exposed_by_cause={},
@@ -267,6 +273,11 @@ def analyze_unit(
             chosen = "asked"
         if w >= 0:
             det = _detail(unit, kind, steps, acts, sets, w, options, chosen)
+    ranges: tuple[tuple[str, int], ...] = ()
+    if steps.markers_found == 0:
+        ann = ev["name"][(ev["category"] == "annotation").to_numpy()].astype(str)
+        top = ann.value_counts().head(8)
+        ranges = tuple((str(k), int(v)) for k, v in top.items())
     return UnitResult(
         trace=info,
         labels=steps.labels,
@@ -282,6 +293,7 @@ def analyze_unit(
         markers_found=steps.markers_found,
         notes=tuple(notes),
         detail=det,
+        range_names=ranges,
     )
 
 

@@ -137,8 +137,9 @@ class StepDetail:
     ``lane``, ``stream``, ``tid``, ``kind`` (compute / comm / memory), ``name``, ``start_ns``,
     ``end_ns`` and the collective metadata (``coll_name``, ``coll_bytes``, ``process_group``,
     ``seq``, ``group_size``). ``lanes``: lane names in drawing order (GPU streams by number,
-    then host threads). ``overlap`` / ``exposed``: the step's overlapped and exposed spans;
-    ``exposed_by_cause``: the exposed spans per cause (wait, tail, dependency, host).
+    then host threads). ``compute`` / ``comm`` / ``memory`` / ``busy``: the unions C, M, Y and
+    C ∪ M ∪ Y of the step; ``overlap`` / ``exposed``: C ∩ M and M − C; ``exposed_by_cause``: the
+    exposed spans per cause (wait, tail, dependency, host). All spans are (starts, ends), ns.
     ``phases``: (start, end, name) of the phase ranges (forward, backward, grad_sync,
     optimizer...), non-overlapping, earliest first.
     """
@@ -152,6 +153,10 @@ class StepDetail:
     gpu: bool
     activities: pd.DataFrame
     lanes: tuple[str, ...]
+    compute: Spans
+    comm: Spans
+    memory: Spans
+    busy: Spans
     overlap: Spans
     exposed: Spans
     exposed_by_cause: Mapping[str, Spans]
