@@ -80,6 +80,7 @@ LOCAL_COLUMNS = (
     "window",
     "same_stream",
     "queued_ns",
+    "behind_comm_ns",
 )
 
 PER_RANK_COLUMNS = (
@@ -104,6 +105,7 @@ PER_RANK_COLUMNS = (
     "exposed_host_ns",
     "same_stream",
     "queued_ns",
+    "behind_comm_ns",
     "matched",
 )
 INSTANCE_COLUMNS = (
@@ -331,8 +333,10 @@ def unit_instances(
         window * n_lanes + lane_codes[first_row] + 1, busy
     )
 
-    # queued_ns: start - max(end of its launch call, end of the previous comm on its lane)
+    # queued_ns: start - max(end of its launch call, end of the previous comm on its lane);
+    # behind_comm_ns: min(start, end of that previous comm) - end of the launch call, >= 0
     queued = np.full(k, -1, dtype=np.int64)
+    behind = np.full(k, -1, dtype=np.int64)
     if steps.gpu:
         by_stream = np.lexsort((pos, start[rows], stream))
         prev_end = np.full(n, NO_LAUNCH, dtype=np.int64)
@@ -343,7 +347,15 @@ def unit_instances(
         lend = np.where(launched, end[np.maximum(lrow, 0)], NO_LAUNCH)
         ready = np.maximum(lend, prev_end[head])
         queued = np.where(launched, np.maximum(start[first_row] - ready, 0), -1).astype(np.int64)
+        pe = prev_end[head]
+        held = np.where(
+            (pe == NO_LAUNCH) | ~launched,
+            0,
+            np.minimum(start[first_row], pe) - np.where(launched, lend, 0),
+        )
+        behind = np.where(launched, np.maximum(held, 0), -1).astype(np.int64)
     inst["queued_ns"] = queued
+    inst["behind_comm_ns"] = behind
     return inst[list(LOCAL_COLUMNS)], pieces, piece_local
 
 
@@ -772,6 +784,7 @@ def _tables(
             **{f"exposed_{c}_ns": inst[f"exposed_{c}_ns"].to_numpy(np.int64) for c in CAUSES},
             "same_stream": inst["same_stream"].astype(bool).to_numpy(),
             "queued_ns": inst["queued_ns"].to_numpy(np.int64),
+            "behind_comm_ns": inst["behind_comm_ns"].to_numpy(np.int64),
             "matched": inst["matched"].to_numpy(bool),
         },
         columns=list(PER_RANK_COLUMNS),

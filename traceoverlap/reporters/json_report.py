@@ -75,6 +75,7 @@ def collectives_dict(coll: Collectives) -> dict[str, Any]:
         "exposed_host_ns",
         "same_stream",
         "queued_ns",
+        "behind_comm_ns",
         "lane",
     )
     several = coll.per_rank.groupby("rank")["unit"].nunique() if len(coll.per_rank) else None
@@ -83,8 +84,9 @@ def collectives_dict(coll: Collectives) -> dict[str, Any]:
         if several is not None and int(several.get(r["rank"], 1)) > 1:
             key = f"{r['rank']}:{r['device']}"
         row = {f: r[f] for f in fields}
-        if row["queued_ns"] is not None and row["queued_ns"] < 0:
-            row["queued_ns"] = None
+        for f in ("queued_ns", "behind_comm_ns"):
+            if row[f] is not None and row[f] < 0:
+                row[f] = None  # no launch record (CPU work, or a kernel whose launch was cut)
         per.setdefault(int(r["instance"]), {})[key] = row
     colls = []
     for r in records(
