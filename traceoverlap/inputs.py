@@ -17,6 +17,7 @@ A progress bar goes to stderr on a terminal for inputs over :data:`PROGRESS_MIN_
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
 import sys
@@ -142,10 +143,11 @@ def _dask_map(
                 threads_per_worker=1,
                 processes=True,
                 dashboard_address=None,
+                silence_logs=logging.ERROR,
             )
             client = Client(cluster)
         else:
-            client = Client(scheduler, timeout="30s")
+            client = Client(scheduler, timeout="15s")
     except OSError as exc:
         raise UsageError(
             f"--scheduler {scheduler}: cannot connect to the Dask cluster ({exc})"
