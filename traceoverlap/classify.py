@@ -165,7 +165,7 @@ def comm_call_mask(unit: Timeline, rules: Rules | None = None) -> npt.NDArray[np
     host = (cat == "cpu_op").to_numpy() | (cat == "annotation").to_numpy()
     calls = name_mask(ev["name"], rules.cpu_comm_calls)
     comm_thread = name_mask(ev["thread_name"], rules.cpu_comm_threads)
-    return host & calls & ~comm_thread
+    return np.asarray(host & calls & ~comm_thread, dtype=bool)
 
 
 def classify(timeline: Timeline, rules: Rules | None = None) -> Timeline:

@@ -138,16 +138,16 @@ def _dask_map(
     cluster = None
     try:
         if scheduler == "local":
-            cluster = LocalCluster(
+            cluster = LocalCluster(  # type: ignore[no-untyped-call]
                 n_workers=jobs or default_jobs(len(names)),
                 threads_per_worker=1,
                 processes=True,
                 dashboard_address=None,
                 silence_logs=logging.ERROR,
             )
-            client = Client(cluster)
+            client = Client(cluster)  # type: ignore[no-untyped-call]
         else:
-            client = Client(scheduler, timeout="15s")
+            client = Client(scheduler, timeout="15s")  # type: ignore[no-untyped-call]
     except OSError as exc:
         raise UsageError(
             f"--scheduler {scheduler}: cannot connect to the Dask cluster ({exc})"
@@ -157,9 +157,9 @@ def _dask_map(
         # results in input order; each is a small per-rank summary
         for fut in futures:
             yield fut.result()
-            fut.release()
+            fut.release()  # type: ignore[no-untyped-call]
     finally:
-        client.close()
+        client.close()  # type: ignore[no-untyped-call]
         if cluster is not None:
             cluster.close()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from .diagnosis import BOTTLENECKS
@@ -10,10 +11,10 @@ from .metrics import NS_METRICS, RATIO_METRICS
 from .results import RunSummary, Stats, StepRef, Summary
 
 
-def _as_float(values: pd.Series) -> np.ndarray:
+def _as_float(values: pd.Series) -> npt.NDArray[np.float64]:
     """A metric column as floats, None -> NaN (ratio columns hold None where undefined)."""
     if values.dtype != object:
-        return values.to_numpy(dtype=np.float64)
+        return np.asarray(values.to_numpy(dtype=np.float64), dtype=np.float64)
     return np.array([np.nan if v is None else float(v) for v in values.tolist()], dtype=float)
 
 
