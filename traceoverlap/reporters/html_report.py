@@ -27,9 +27,9 @@ import plotly.io as pio
 from .. import fmt
 from .._version import __version__
 from ..errors import UsageError
-from . import _html_figures as figs
 from ..fmt import duration as fmt_ns
 from ..fmt import size as fmt_bytes
+from . import _html_figures as figs
 from ._html_page import CSS, LOADER, PAGE
 
 if TYPE_CHECKING:
