@@ -313,9 +313,13 @@ def unit_instances(
     p_local = local_of_row[acts.event_row[comm]]
     p_win = acts.group[comm]
     ok = p_local >= 0
-    pieces = iv.grouped_union(
-        p_local[ok] * n_win + p_win[ok], acts.start_ns[comm][ok], acts.end_ns[comm][ok]
+    # one group per (instance, window) pair that occurs: dense ids, so the grouped algebra never
+    # allocates instances x windows slots
+    pair_key, dense = np.unique(p_local[ok] * n_win + p_win[ok], return_inverse=True)
+    dg, ds, de = iv.grouped_union(
+        dense, acts.start_ns[comm][ok], acts.end_ns[comm][ok], pair_key.size
     )
+    pieces = (pair_key[dg], ds, de)
     piece_local = pieces[0] // n_win
     # the instance's step: the window of its first piece (-1: outside every analysed step)
     window = np.full(k, -1, dtype=np.int64)
