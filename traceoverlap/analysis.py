@@ -535,13 +535,15 @@ def _no_steps_message(
 ) -> str:
     where = names[0] if len(names) == 1 else f"{len(names)} inputs ({names[0]}, ...)"
     if options.steps is not None:
-        found = []
-        for u in units:
-            if u.markers_found:
-                found.append(f"rank {u.trace.rank}: markers found but none in --steps")
+        found = [
+            f"rank {u.trace.rank}: {describe_steps(list(u.labels_found))}"
+            for u in units
+            if u.labels_found
+        ]
+        shown = "; ".join(dict.fromkeys(found[:4])) or "no step markers at all"
         return (
-            f"no steps to analyze in {where}: --steps {options.steps.text} matches none of the "
-            f"steps in the trace" + (f" ({'; '.join(found[:4])})" if found else "")
+            f"no steps to analyze in {where}: steps {options.steps.text} matches none of the "
+            f"steps in the trace (steps found: {shown})"
         )
     why = "; ".join(dict.fromkeys(n for u in units for n in u.notes)) or "no activity found"
     return f"no steps to analyze in {where}: {why}"

@@ -70,6 +70,8 @@ class UnitResult:
     detail: StepDetail | None = None
     #: when no step marker matched: the most frequent host range names (name, count)
     range_names: tuple[tuple[str, int], ...] = ()
+    #: every step marker's label before the step selection
+    labels_found: tuple[StepLabel, ...] = ()
 
     @property
     def n_windows(self) -> int:
@@ -294,6 +296,7 @@ def analyze_unit(
         notes=tuple(notes),
         detail=det,
         range_names=ranges,
+        labels_found=steps.labels_found if n == 0 else (),
     )
 
 

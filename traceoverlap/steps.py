@@ -67,6 +67,8 @@ class UnitSteps:
     outside: int
     markers_found: int
     notes: tuple[str, ...]
+    #: every marker's label, before ``--steps`` selected some (for "no steps" messages)
+    labels_found: tuple[StepLabel, ...] = ()
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -287,6 +289,7 @@ def assign_steps(
             0,
             markers_found,
             tuple(notes) + _overlap_note(ms_all[kept], me_all[kept]),
+            tuple(labels),
         )
 
     # innermost containing marker of each launch: markers sorted by (start, end desc, order desc)
@@ -338,6 +341,7 @@ def assign_steps(
         outside,
         markers_found,
         tuple(notes) + _overlap_note(ms_all, me_all),
+        tuple(labels),
     )
 
 
