@@ -21,6 +21,7 @@ import math
 import os
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -32,8 +33,8 @@ from traceoverlap.errors import TraceoverlapError
 
 FUZZ_EXAMPLES = int(os.environ.get("TRACEOVERLAP_FUZZ_EXAMPLES", "0"))
 
-#: Generator features switched off in the must-pass property test, each with the defect it hits
-#: (reproduced below). Remove a line when the fix lands; the "everything" test then needs none.
+#: Generator features switched off in the must-pass property test, each with the reproducer of
+#: the defect it hits (REPRO below). Remove a line when its fix lands.
 KNOWN_GAPS: dict[str, tuple[str, str]] = {
     # feature: (its reproducer in REPRO, the defect)
     "empty_markers_multi_rank": ("empty-marker-multi-rank", "step collision (issue 11)"),
@@ -103,13 +104,15 @@ def _norm_device(v: Any) -> int:
 
 
 def _same(a: Any, b: Any) -> bool:
+    """Tool value a equals oracle value b: None only for None, ns as integers (never floats),
+    ratios to 1e-9, labels as text."""
     if a is None or b is None:
         return a is None and b is None
-    if isinstance(b, float) or isinstance(a, float):
-        return math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=0.0)
-    if isinstance(b, int) and not isinstance(b, bool):
-        return int(a) == b
-    return str(a) == str(b)
+    if isinstance(b, bool) or isinstance(b, str):
+        return str(a) == str(b)
+    if isinstance(b, int):
+        return isinstance(a, int | np.integer) and int(a) == b
+    return math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=0.0)
 
 
 def _columns(df: pd.DataFrame, n_ranks: int) -> list[str]:

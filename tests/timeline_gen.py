@@ -51,16 +51,31 @@ FEATURES = frozenset(
 T = 2000  # the true-time range of a rank's events, ns
 UNIX_BASE = 1_700_000_000_000_000_000
 
-COMPUTE_KERNELS = ("volta_sgemm_128x64_nn", "vectorized_elementwise_kernel", "reduce_kernel")
+# compute, including names that only look like communication (rccl/hccl count only at the start)
+COMPUTE_KERNELS = (
+    "volta_sgemm_128x64_nn",
+    "vectorized_elementwise_kernel",
+    "reduce_kernel",
+    "fused_rccl_lookalike",
+    "my_hccl_prep",
+)
 COMM_KERNELS = (
     "ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)",
     "ncclDevKernel_AllGather_RING_LL",
     "ncclDevKernel_SendRecv",
     "rcclReduceScatter",
     "HCCL_AllReduce",
+    "void at::NCCLKERNEL_Wrapper",
 )
 GLOO_ITEMS = ("gloo:all_reduce", "gloo:broadcast", "gloo:all_gather")
-CPU_COMPUTE_OPS = ("aten::mm", "aten::add_", "aten::linear", "aten::wait_tensor")
+# compute ops (aten::wait_tensor is compute though it "waits"; the exclusion list is anchored)
+CPU_COMPUTE_OPS = (
+    "aten::mm",
+    "aten::add_",
+    "aten::linear",
+    "aten::wait_tensor",
+    "record_param_comms_v2",
+)
 CPU_COMM_CALLS = (
     ("cpu_op", "c10d::allreduce_"),
     ("cpu_op", "record_param_comms"),
@@ -332,7 +347,7 @@ def _gpu_rank(
                     dev,
                     "kernel",
                     COMM_KERNELS[inst.name_index],
-                    draw(st.sampled_from([21, 22])),
+                    draw(st.sampled_from([21, 22, 7])),  # 7: on the compute stream
                     start,
                     inst.end,
                     launch,
