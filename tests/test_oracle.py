@@ -423,6 +423,53 @@ def _compare_hand(
     return out
 
 
+HAND.update(
+    {
+        # compute [0,100), comm [50,105): lost = 105 - compute_only 50 - overlap 50 = 5 < 10.5
+        # -> compute-bound
+        "compute-bound": (
+            _gpu(
+                0,
+                [("ProfilerStep#1", 0, 1000)],
+                [("sgemm", 7, 0, 100, 0), ("ncclKernel_AllReduce", 13, 50, 105, 0)],
+            ),
+            "gpu",
+            1,
+            {
+                (0, 1): dict(
+                    step_ns=105,
+                    overlap_ns=50,
+                    exposed_comm_ns=5,
+                    exposed_tail_ns=5,
+                    bottleneck="compute-bound",
+                )
+            },
+        ),
+        # compute [0,27), comm [27,30): lost 3 is exactly 10 % of the 30 ns step, and "lost < 10 %"
+        # is false: the largest lost part is exposed transfer 3, |M| 3 <= |C| 27 ->
+        # exposed-communication (a float product 0.1 * 30 = 3.0000000000000004 would say
+        # compute-bound: the threshold is read as the exact decimal 10 %)
+        "verdict-threshold-exact": (
+            _gpu(
+                0,
+                [("ProfilerStep#1", 0, 1000)],
+                [("sgemm", 7, 0, 27, 0), ("ncclKernel_AllReduce", 13, 27, 30, 0)],
+            ),
+            "gpu",
+            1,
+            {
+                (0, 1): dict(
+                    step_ns=30,
+                    compute_only_ns=27,
+                    exposed_comm_ns=3,
+                    bottleneck="exposed-communication",
+                )
+            },
+        ),
+    }
+)
+
+
 @pytest.mark.parametrize("name", list(HAND))
 def test_oracle_on_hand_derivations(name: str) -> None:
     events, _kind, _n, expected = HAND[name]

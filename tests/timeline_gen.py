@@ -179,9 +179,8 @@ def _markers(
                 s = draw(st.sampled_from([a for a, _ in spans]))  # same start as another
             else:
                 s = draw(st.integers(0, T - 1))
-            length = draw(st.integers(0 if zero_ok else 1, T)) if draw(st.booleans()) else 0
-            if length == 0 and not zero_ok:
-                length = draw(st.integers(1, 400))
+            zero = zero_ok and draw(st.integers(0, 3)) == 0  # zero-length: contains nothing
+            length = 0 if zero else draw(st.integers(1, T))
             spans.append((s, min(s + length, T + 500)))
     elif n and draw(st.booleans()):  # back to back, as prof.step() records them
         cuts = sorted(
