@@ -25,7 +25,8 @@ Rules implemented (each is cited where it is used):
   over the unit's activities.
 - Matched collectives: comm activities carrying (process group, seq); an instance is matched when
   every unit that used that process group has exactly one activity with that seq (and there are
-  at least two such units). transfer = min duration, wait part on u = [s_u, s_u + dur_u - transfer).
+  at least two such units; SendRecv only in a group of exactly two: a transfer pairs two ranks).
+  transfer = min duration, wait part on u = [s_u, s_u + dur_u - transfer).
 - Parts (diagnosis §1), causes (§3 + SEMANTICS), verdict (§2 + SEMANTICS), metrics (metrics.md).
 """
 
@@ -215,7 +216,10 @@ class _Window:
 
 
 def _windows(u: _Unit, rx: re.Pattern[str]) -> list[_Window]:
-    markers = [(i, e) for i, e in u.host if e.cat == "annotation" and rx.search(e.name)]
+    # zero-length markers contain nothing and are ignored everywhere (SEMANTICS, docs/metrics.md)
+    markers = [
+        (i, e) for i, e in u.host if e.cat == "annotation" and e.end > e.start and rx.search(e.name)
+    ]
     if not markers:
         if not u.acts:
             return []
@@ -272,6 +276,11 @@ def _wait_parts(units: list[_Unit]) -> dict[tuple[int, int, int], list[tuple[int
         members = group_units[pg]
         if len(members) < 2 or set(per_unit) != members:
             continue
+        # point-to-point transfers are pairs: matched only in a group of exactly two units
+        if len(members) != 2 and any(
+            "sendrecv" in a.ev.name.lower() for v in per_unit.values() for a in v
+        ):
+            continue
         if any(len(v) != 1 for v in per_unit.values()):
             continue
         transfer = min(v[0].end - v[0].start for v in per_unit.values())
@@ -325,7 +334,7 @@ def _step_row(
     C = _mask(n, ws, ((a.start, a.end) for a in comp))
     M = _mask(n, ws, ((a.start, a.end) for a in w.acts if a.kind == "comm"))
     Y = _mask(n, ws, ((a.start, a.end) for a in w.acts if a.kind == "memory"))
-    if own_waits:  # a reading the contract does not take: see ``oracle_steps``
+    if own_waits:  # only the step's own collectives: see ``oracle_steps``
         mine = {a.index for a in w.acts}
         waits = [x for x in waits if x[2] in mine]
     Wt = _mask(n, ws, ((s, e) for s, e, _ in waits))
@@ -398,13 +407,15 @@ def oracle_steps(
     step_regex: str | None = None,
     lost_ratio: float = DEFAULT_LOST_RATIO,
     *,
-    own_waits: bool = False,
+    own_waits: bool = True,
 ) -> list[dict[str, Any]]:
     """One dict per (rank, pid, device, step window), in unit then window-start order.
 
-    ``own_waits`` is a reading the contract does NOT take (a step's exposed wait counting only
-    the wait parts of the step's own instances); it exists so that tests can tell the scenarios
-    where that reading gives other numbers.
+    ``own_waits``: an exposed ns of a step is waiting when it lies in the wait part of a matched
+    instance whose activity is in THIS step (diagnosis.md §3: "the wait part of the matched
+    collective" - the collective that ns belongs to; docs/diagnosis.md states it). False reads
+    it as any matched instance of the unit, which differs only when communication kernels of two
+    steps run at the same time.
     """
     rx = re.compile(step_regex or DEFAULT_STEP_REGEX)
     units = _units(events)

