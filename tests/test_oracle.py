@@ -18,8 +18,8 @@ random single- and multi-rank Timelines and the same events in the oracle's plai
 from __future__ import annotations
 
 import math
-import re
 import os
+import re
 from typing import Any
 
 import numpy as np
