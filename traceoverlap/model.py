@@ -184,6 +184,8 @@ class TraceInfo:
     rank_source: str = "default"
     device_kind: str = "cpu"  # "gpu" when the trace has GPU activity, else "cpu"
     devices: tuple[str, ...] = ()
+    #: the device id of each entry of ``devices`` (same order), when the reader knows it
+    device_ids: tuple[int, ...] = ()
     format_version: str | None = None
     clock: str = "relative"
     pid: int | None = None
