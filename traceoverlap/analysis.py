@@ -55,7 +55,7 @@ def expand_paths(paths: PathLike | Sequence[PathLike]) -> list[Path]:
                     p, "folder holds no trace files", f"expected {', '.join(TRACE_SUFFIXES)} files"
                 )
             out.extend(found)
-        elif p.exists():
+        elif p.exists() or str(item) == "-":  # "-": standard input (readers/__init__.py)
             out.append(p)
         else:
             raise TraceFormatError(p, "no such file or folder", "check the path")

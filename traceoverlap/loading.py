@@ -69,6 +69,8 @@ def read_files(files: Sequence[Path], jobs: int | None = None) -> list[Timeline]
         # starting processes costs more than it saves on small traces
         jobs = default_jobs(n) if _total_bytes(files) >= PARALLEL_MIN_BYTES else 1
     jobs = max(1, min(jobs, n))
+    if any(str(f) == "-" for f in files):
+        jobs = 1  # standard input belongs to this process: a worker would read nothing
     progress = _want_progress(files)
     if jobs == 1 and not progress:
         return [_read(f) for f in files]

@@ -108,7 +108,8 @@ def sniff_bytes(head: bytes, name: str = "") -> str | None:
     if enc is not None:
         # Decode what we have of it (an odd trailing byte is dropped) and look at the text.
         chars = head[: len(head) - len(head) % 4].decode(enc, errors="ignore").lstrip("\ufeff")
-        return "kineto" if chars.lstrip()[:1] in ("{", "[", "") else None
+        if chars.lstrip()[:1] in ("{", "["):
+            return "kineto"
     text = head[len(_UTF8_BOM) :] if head.startswith(_UTF8_BOM) else head
     if text.lstrip(_WS)[:1] in (b"{", b"["):
         return "kineto"

@@ -640,6 +640,21 @@ def _release(data: Any, upto: int, done: int) -> int:
     return done
 
 
+def _last_boundary(data: Any, pos: int, size: int) -> re.Match[bytes] | None:
+    """The last event boundary (``}, {`` across a newline) in ``data[pos:size]``, found from the
+    end: the document's tail holds a few ``}`` (the last event's, its args', the top level's)
+    before the boundary that precedes the last event. None if there is none nearby."""
+    at = size
+    for _ in range(64):
+        at = data.rfind(b"}", pos, at)
+        if at < 0:
+            return None
+        m = _EVENT_SPLIT.match(data, at)
+        if m is not None:
+            return m
+    return None
+
+
 def _read_kineto_layout(path: str, data: Buffer, cols: _Columns) -> tuple[_Head, int, int] | None:
     """One pass for files laid out as Kineto writes them; None (and nothing trusted) otherwise.
 
@@ -666,10 +681,18 @@ def _read_kineto_layout(path: str, data: Buffer, cols: _Columns) -> tuple[_Head,
             return None
         start = m.end() - 1  # the array's "["
         pos, size, released = start, len(data), 0
-        while pos + _CHUNK_BYTES < size:
-            cut = _EVENT_SPLIT.search(data, pos + _CHUNK_BYTES)
+        while True:
+            cut = (
+                _EVENT_SPLIT.search(data, pos + _CHUNK_BYTES) if pos + _CHUNK_BYTES < size else None
+            )
             if cut is None:
-                break
+                # The rest: all its events but the last in one more chunk, so that the tail
+                # decoded below holds a single event (and little else can go wrong there).
+                if size - pos > 2 * _CHUNK_BYTES:  # not one event per line: the general path
+                    return None
+                cut = _last_boundary(data, pos, size)
+                if cut is None:
+                    break
             comma = data.find(b",", cut.start(), cut.end())
             was = data[pos]
             data[pos] = _OPEN
@@ -685,8 +708,6 @@ def _read_kineto_layout(path: str, data: Buffer, cols: _Columns) -> tuple[_Head,
             del chunk
             pos = cut.end() - 2  # whitespace just before the next event's "{"
             released = _release(data, pos, released)
-        if size - pos > 2 * _CHUNK_BYTES:  # not one event per line: leave it to the general path
-            return None
         rest = b"".join((_TAIL_PREFIX, view[pos + 1 :]))
         try:
             tail = _HEAD.decode(rest)
@@ -1533,7 +1554,10 @@ def read_kineto(path: str | Path, data: bytes | bytearray | None = None) -> Time
     anything that is not a readable trace.
     """
     p = label(path)
-    buf: Buffer = read_input(path) if data is None else prepare(bytearray(data), p)
+    if data is None:
+        buf: Buffer = read_input(path)
+    else:
+        buf = prepare(data if isinstance(data, bytearray) else bytearray(data), p)
     try:
         head, cols = _read_events(p, buf)
     finally:
