@@ -296,7 +296,7 @@ class _RawArgsEvent(msgspec.Struct, gc=False):
     ts: Any = math.nan
     dur: Any = math.nan
     id: Any = None
-    args: msgspec.Raw | None = None
+    args: msgspec.Raw = msgspec.Raw(b"null")  # any JSON value
 
 
 class _Head(msgspec.Struct):
@@ -494,12 +494,11 @@ def _decode_loose(path: str, buf: Any) -> _Chunk:
     out: list[Any] = []
     bad = 0
     for e in events:
-        args = _LOOSE_EMPTY
-        if e.args is not None:
-            try:
-                args = _LOOSE_ARGS.decode(e.args) or _LOOSE_EMPTY
-            except (msgspec.ValidationError, msgspec.DecodeError):
-                bad += 1
+        try:
+            args = _LOOSE_ARGS.decode(e.args) or _LOOSE_EMPTY
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            args = _LOOSE_EMPTY
+            bad += 1
         out.append(_LooseEvent(e.ph, e.cat, e.name, e.pid, e.tid, e.ts, e.dur, e.id, args))
     return _Chunk(out, True, bad_args=bad)
 
@@ -758,11 +757,15 @@ def _id_array(values: list[Any]) -> np.ndarray:
         )
 
 
-def _int_array(values: list[Any], default: int) -> np.ndarray:
-    try:
-        return np.array(values, dtype=np.int64)
-    except (TypeError, ValueError, OverflowError):
-        return np.array([_to_int(v, default) for v in values], dtype=np.int64)
+def _int_array(values: list[Any], default: int, loose: bool = False) -> np.ndarray:
+    """int64 column; odd values (strings, floats, out of range) through :func:`_to_int`.
+    ``loose``: values from the lenient decoder, where a JSON ``true`` must not become 1."""
+    if not (loose and any(type(v) is not int for v in values)):
+        try:
+            return np.array(values, dtype=np.int64)
+        except (TypeError, ValueError, OverflowError):
+            pass
+    return np.array([_to_int(v, default) for v in values], dtype=np.int64)
 
 
 def _to_float(v: Any) -> float:
@@ -780,10 +783,14 @@ def _to_float(v: Any) -> float:
 
 
 def _float_array(values: list[Any]) -> np.ndarray:
-    try:
-        return np.array(values, dtype=np.float64)
-    except (TypeError, ValueError, OverflowError):
-        return np.array([_to_float(v) for v in values], dtype=np.float64)
+    """float64 column from leniently decoded values: numbers as they are, numeric strings
+    parsed, anything else (null, true, text, a list...) NaN."""
+    if all(type(v) is float or type(v) is int for v in values):
+        try:
+            return np.array(values, dtype=np.float64)
+        except OverflowError:
+            pass
+    return np.array([_to_float(v) for v in values], dtype=np.float64)
 
 
 def _int_column(items: list[Any], get: attrgetter[Any], n: int, loose: bool) -> np.ndarray:
@@ -793,7 +800,7 @@ def _int_column(items: list[Any], get: attrgetter[Any], n: int, loose: bool) -> 
             return np.fromiter(map(get, items), np.int64, n)
         except (TypeError, ValueError, OverflowError):
             pass
-    return _int_array(list(map(get, items)), -1)
+    return _int_array(list(map(get, items)), -1, loose)
 
 
 def _str_list(values: list[Any]) -> list[str]:
@@ -894,8 +901,8 @@ class _Columns:
                 (
                     np.array([e.ph == "f" for e in flows], dtype=bool),
                     _id_array([e.id for e in flows]),
-                    _int_array([e.pid for e in flows], -1),
-                    _int_array([e.tid for e in flows], -1),
+                    _int_array([e.pid for e in flows], -1, chunk.loose),
+                    _int_array([e.tid for e in flows], -1, chunk.loose),
                     _float_array([e.ts for e in flows]),
                 )
             )
@@ -951,17 +958,17 @@ class _Columns:
         sel = np.flatnonzero(np.isin(model, _NEEDS_CORR))
         if len(sel):
             args = list(map(_GET_ARGS, _pick(kept, sel)))
-            corr[sel] = _int_array([a.correlation for a in args], -1)
+            corr[sel] = _int_array([a.correlation for a in args], -1, loose)
             gpu = np.isin(model[sel], _NEEDS_DEVICE)
             if gpu.any():
                 gargs = _pick(args, np.flatnonzero(gpu))
-                device[sel[gpu]] = _int_array([a.device for a in gargs], -1)
-                stream[sel[gpu]] = _int_array([a.stream for a in gargs], -1)
+                device[sel[gpu]] = _int_array([a.device for a in gargs], -1, loose)
+                stream[sel[gpu]] = _int_array([a.stream for a in gargs], -1, loose)
         rest = np.flatnonzero(~np.isin(model, _NEEDS_CORR) & np.isin(model, _NEEDS_DEVICE))
         if len(rest):  # gpu_user_annotation: on device lanes, no correlation needed
             rargs = list(map(_GET_ARGS, _pick(kept, rest)))
-            device[rest] = _int_array([a.device for a in rargs], -1)
-            stream[rest] = _int_array([a.stream for a in rargs], -1)
+            device[rest] = _int_array([a.device for a in rargs], -1, loose)
+            stream[rest] = _int_array([a.stream for a in rargs], -1, loose)
         self.corr.append(corr)
         self.device.append(device)
         self.stream.append(stream)
