@@ -1044,7 +1044,9 @@ def _base_ns(head: _Head, notes: list[str]) -> tuple[int, bool]:
 
 
 def _count_note(counts: Counter[str]) -> str:
-    return ", ".join(f"{k} ({v})" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]))
+    return ", ".join(
+        f"{k} ({v})" for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    )
 
 
 def _build(p: str, head: _Head, cols: _Columns) -> Timeline:
@@ -1114,7 +1116,7 @@ def _build(p: str, head: _Head, cols: _Columns) -> Timeline:
         by_src = Counter(src_names[c] for c in src[accel].tolist())
         parts = [
             f"{k} ({v} {_AS_WHAT.get(CATEGORY_MAP[k], 'as ' + CATEGORY_MAP[k])})"
-            for k, v in sorted(by_src.items(), key=lambda kv: -kv[1])
+            for k, v in sorted(by_src.items(), key=lambda kv: (-kv[1], kv[0]))
         ]
         notes.append("device work read from Kineto categories " + ", ".join(parts))
     if cols.bad_args:
