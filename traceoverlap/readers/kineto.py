@@ -883,7 +883,12 @@ class _Columns:
         self.device: list[np.ndarray] = []
         self.stream: list[np.ndarray] = []
         self.corr: list[np.ndarray] = []
-        self.coll: list[tuple[np.ndarray, list[Any]]] = []  # (row numbers, their args)
+        # Collective args of the few rows that have them, as arrays (no struct outlives its
+        # chunk: kept ones would pin the allocator's pools and scatter later chunks' objects):
+        # (rows, coll_name codes, bytes, process_group codes, seq, group_size).
+        self.coll: list[tuple[np.ndarray, ...]] = []
+        self.coll_names = _Codes({"": 0})
+        self.pg_names = _Codes({"": 0})
         self.offset = 0
         # Flows: columns (is_finish, id, pid, tid, ts µs), one chunk per batch that has any.
         self.flows: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
@@ -976,12 +981,12 @@ class _Columns:
         if has_coll:
             coll_rows = [i for i, e in enumerate(kept) if e.args.coll_name is not None]
             if coll_rows:
+                args = [kept[i].args for i in coll_rows]
                 self.coll.append(
-                    (
-                        np.array(coll_rows, dtype=np.int64) + self.offset,
-                        [kept[i].args for i in coll_rows],
-                    )
+                    (np.array(coll_rows, dtype=np.int64) + self.offset,)
+                    + _collective_values(args, self.coll_names, self.pg_names)
                 )
+                del args
         self.offset += n
 
 
@@ -1072,8 +1077,7 @@ def _build(p: str, head: _Head, cols: _Columns) -> Timeline:
     name_codes = np.concatenate(cols.name)
     cols.cat = cols.ts = cols.dur = cols.pid = cols.tid = []
     cols.device = cols.stream = cols.corr = cols.name = []
-    coll = _collective_columns(n, cols.coll)
-    cols.coll = []
+    coll = _collective_columns(n, cols)
 
     # Times: exact int64 ns, or the event is dropped (counted) -- never a made-up time.
     base, base_ok = _base_ns(head, notes)
@@ -1096,14 +1100,18 @@ def _build(p: str, head: _Head, cols: _Columns) -> Timeline:
 
     # Device events this tool cannot place: categories with no mapping that lie on a device's
     # pid (or are known to be device-side), and hpu_op events on a device's pid.
-    host_cats = np.isin(cat, [_MODEL_CODE["cpu_op"], _MODEL_CODE["annotation"]])
-    launch = np.isin(cat, [_MODEL_CODE["runtime"], _MODEL_CODE["driver"]])
     hpu = src == cols.src["hpu_op"]
-    host_pids = np.unique(pid_raw[host_cats | (launch & ~hpu)])
-    off_host = ~np.isin(pid_raw, host_pids) if len(host_pids) else np.ones(n, dtype=bool)
-    unmapped_dev = ~known & (off_host | np.isin(src, [cols.src[c] for c in _UNMAPPED_DEVICE_CATS]))
-    hpu_dev = hpu & off_host & bool(len(host_pids))
-    not_analysed = unmapped_dev | hpu_dev
+    hpu_dev = np.zeros(n, dtype=bool)
+    not_analysed = hpu_dev
+    if not known.all() or hpu.any():
+        host_cats = np.isin(cat, [_MODEL_CODE["cpu_op"], _MODEL_CODE["annotation"]])
+        launch = np.isin(cat, [_MODEL_CODE["runtime"], _MODEL_CODE["driver"]])
+        host_pids = pd.unique(pid_raw[host_cats | (launch & ~hpu)])
+        off_host = ~np.isin(pid_raw, host_pids) if len(host_pids) else np.ones(n, dtype=bool)
+        device_cats = [cols.src.get(c, -1) for c in _UNMAPPED_DEVICE_CATS]
+        unmapped_dev = ~known & (off_host | np.isin(src, device_cats))
+        hpu_dev = hpu & off_host & bool(len(host_pids))
+        not_analysed = unmapped_dev | hpu_dev
     if not_analysed.any():
         by_src = Counter(src_names[c] for c in src[not_analysed].tolist())
         notes.append(
@@ -1231,32 +1239,57 @@ _CollColumns = tuple[
 ]
 
 
-def _collective_columns(n: int, rows: list[tuple[np.ndarray, list[Any]]]) -> _CollColumns:
-    """(coll_name codes, their categories, coll_bytes, process_group codes, their categories,
-    seq, group_size) for ``n`` rows, from the few rows whose args name a collective. Values that
-    do not fit their column (a group size beyond :data:`MAX_WORLD_SIZE`, a byte count beyond
-    int64) are left unknown."""
+def _collective_values(
+    args: list[Any], coll_names: _Codes, pg_names: _Codes
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(coll_name codes, bytes, process_group codes, seq, group_size) of rows whose args name a
+    collective. Values that do not fit their column (a group size beyond
+    :data:`MAX_WORLD_SIZE`, a byte count beyond int64) are left unknown (-1)."""
+    m = len(args)
+    codes = np.zeros(m, dtype=np.int32)
+    pgs = np.zeros(m, dtype=np.int32)
+    nbytes = np.full(m, -1, dtype=np.int64)
+    seq = np.full(m, -1, dtype=np.int64)
+    group = np.full(m, -1, dtype=np.int64)
+    for r, a in enumerate(args):
+        codes[r] = coll_names[str(a.coll_name)]
+        if a.pg_name is not None:
+            pgs[r] = pg_names[str(a.pg_name)]
+        nel = max(_to_int(a.in_nelems, -1), _to_int(a.out_nelems, -1))
+        size = DTYPE_BYTES.get(str(a.dtype), -1)
+        total = nel * size if nel >= 0 and size > 0 else -1
+        nbytes[r] = total if total <= _INT64_MAX else -1
+        s = a.seq if a.seq is not None else a.seq_lower
+        seq[r] = _to_int(s, -1) if s is not None else -1
+        gs = _int_field(a.group_size, 1, MAX_WORLD_SIZE) if a.group_size is not None else None
+        group[r] = -1 if gs is None else gs
+    return codes, nbytes, pgs, seq, group
+
+
+def _collective_columns(n: int, cols: _Columns) -> _CollColumns:
+    """The collective columns for all ``n`` rows, from the per-chunk values of the few rows that
+    have any (see :func:`_collective_values`)."""
+    coll_codes = np.zeros(n, dtype=np.int32)
+    pg_codes = np.zeros(n, dtype=np.int32)
     coll_bytes = np.full(n, -1, dtype=np.int64)
     seq = np.full(n, -1, dtype=np.int64)
     group_size = np.full(n, -1, dtype=np.int64)
-    coll_codes = np.zeros(n, dtype=np.int32)
-    pg_codes = np.zeros(n, dtype=np.int32)
-    coll_cats = _Codes({"": 0})
-    pg_cats = _Codes({"": 0})
-    for idx, args in rows:
-        for r, a in zip(idx.tolist(), args, strict=True):
-            coll_codes[r] = coll_cats[str(a.coll_name)]
-            if a.pg_name is not None:
-                pg_codes[r] = pg_cats[str(a.pg_name)]
-            nel = max(_to_int(a.in_nelems, -1), _to_int(a.out_nelems, -1))
-            size = DTYPE_BYTES.get(str(a.dtype), -1)
-            total = nel * size if nel >= 0 and size > 0 else -1
-            coll_bytes[r] = total if total <= _INT64_MAX else -1
-            s = a.seq if a.seq is not None else a.seq_lower
-            seq[r] = _to_int(s, -1) if s is not None else -1
-            gs = _int_field(a.group_size, 1, MAX_WORLD_SIZE) if a.group_size is not None else None
-            group_size[r] = -1 if gs is None else gs
-    return coll_codes, list(coll_cats), coll_bytes, pg_codes, list(pg_cats), seq, group_size
+    for rows, codes, nbytes, pgs, sq, group in cols.coll:
+        coll_codes[rows] = codes
+        coll_bytes[rows] = nbytes
+        pg_codes[rows] = pgs
+        seq[rows] = sq
+        group_size[rows] = group
+    cols.coll = []
+    return (
+        coll_codes,
+        list(cols.coll_names),
+        coll_bytes,
+        pg_codes,
+        list(cols.pg_names),
+        seq,
+        group_size,
+    )
 
 
 def _thread_names(meta: list[tuple[str, Any, Any, Any]]) -> dict[tuple[int, int], str]:
@@ -1285,8 +1318,19 @@ def _factorize_pairs(a: np.ndarray, b: np.ndarray) -> tuple[list[tuple[int, int]
     much faster than ``np.unique(axis=0)``, which sorts)."""
     ca, ua = pd.factorize(a)
     cb, ub = pd.factorize(b)
-    codes, upair = pd.factorize(ca.astype(np.int64) * max(len(ub), 1) + cb)
-    pairs = [(int(ua[k // max(len(ub), 1)]), int(ub[k % max(len(ub), 1)])) for k in upair.tolist()]
+    nb = max(len(ub), 1)
+    key = ca.astype(np.int64) * nb + cb
+    if len(ua) * nb <= 1 << 20:  # few distinct values (the usual case): a dense table
+        first = np.full(len(ua) * nb, len(key), dtype=np.int64)
+        np.minimum.at(first, key, np.arange(len(key), dtype=np.int64))
+        upair = np.flatnonzero(first < len(key))
+        upair = upair[np.argsort(first[upair], kind="stable")]  # order of appearance
+        lut = np.empty(len(ua) * nb, dtype=np.int64)
+        lut[upair] = np.arange(len(upair), dtype=np.int64)
+        codes = lut[key]
+    else:
+        codes, upair = pd.factorize(key)
+    pairs = [(int(ua[k // nb]), int(ub[k % nb])) for k in upair.tolist()]
     return pairs, codes.astype(np.int64)
 
 
