@@ -920,20 +920,17 @@ class _Columns:
             for c, k in zip(self.cat, self.corr, strict=True)
         )
 
-    def add(self, chunk: _Chunk, has_meta: bool = True, has_coll: bool = True) -> None:
-        """Take the columns of one chunk. ``has_meta`` / ``has_coll``: whether the chunk may
-        hold "M" events / collective args at all (a byte search said so), else skip looking."""
+    def add(self, chunk: _Chunk) -> None:
+        """Take the columns of one chunk."""
         events = chunk.events
         loose = chunk.loose
         self.bad_args += chunk.bad_args
         self.too_deep += chunk.too_deep
         if loose:
             _normalise_loose(events)
-            has_meta = has_coll = True
-        if has_meta:
-            for e in [e for e in events if e.ph == "M"]:
-                if e.name in ("thread_name", "process_name") and e.args is not None:
-                    self.meta.append((e.name, e.pid, e.tid, e.args.name))
+        for e in [e for e in events if e.ph == "M"]:
+            if e.name in ("thread_name", "process_name") and e.args is not None:
+                self.meta.append((e.name, e.pid, e.tid, e.args.name))
         ignored = _IGNORED_CATS
         kept = [e for e in events if e.ph == "X" and e.cat not in ignored]
         n = len(kept)
@@ -978,15 +975,21 @@ class _Columns:
         self.device.append(device)
         self.stream.append(stream)
         self.cat.append(cat)
-        if has_coll:
-            coll_rows = [i for i, e in enumerate(kept) if e.args.coll_name is not None]
-            if coll_rows:
-                args = [kept[i].args for i in coll_rows]
+        # Collective args: PyTorch writes them on record_param_comms ops, and Kineto copies
+        # them onto the kernels (and MTIA hccl:: events) those ops launch; look only there.
+        rpc = self.names.get("record_param_comms", -1)
+        cand = np.flatnonzero((model == _MODEL_CODE["kernel"]) | (self.name[-1] == rpc))
+        if len(cand):
+            cargs = list(map(_GET_ARGS, _pick(kept, cand)))
+            has = [i for i, a in enumerate(cargs) if a.coll_name is not None]
+            if has:
+                args = [cargs[i] for i in has]
                 self.coll.append(
-                    (np.array(coll_rows, dtype=np.int64) + self.offset,)
+                    (cand[has] + self.offset,)
                     + _collective_values(args, self.coll_names, self.pg_names)
                 )
                 del args
+            del cargs
         self.offset += n
 
 
