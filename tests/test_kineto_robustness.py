@@ -326,3 +326,18 @@ def test_invalid_utf8_and_truncation_still_handled(tmp_path: Path) -> None:
     assert tl.events["name"].astype(str).tolist() == ["ok", "bad\ufffd"]
     with pytest.raises(TraceFormatError, match="truncated"):
         read_kineto(_write(tmp_path, raw[: len(raw) // 2], "cut.json"))
+
+
+def test_odd_value_and_invalid_utf8_in_one_chunk(tmp_path: Path) -> None:
+    # Found by fuzzing: a null dur (lenient decoder) and a 0xdd byte (invalid UTF-8) in the same
+    # chunk used to end in a UnicodeDecodeError traceback.
+    events = [
+        _x("cpu_op", "nulldur", 1, 1, 1.0, None),
+        _x("cpu_op", "badXX", 1, 1, 2.0, 1.0),
+        _x("cpu_op", "ok", 1, 1, 3.0, 1.0),
+    ]
+    raw = _lines(events).encode().replace(b"badXX", b"bad\xdd")
+    tl = read_kineto(_write(tmp_path, raw))
+    # nulldur dropped (counted); the invalid byte became U+FFFD.
+    assert tl.events["name"].astype(str).tolist() == ["bad\ufffd", "ok"]
+    assert any(n.startswith("dropped 1 events") for n in tl.traces[0].notes)

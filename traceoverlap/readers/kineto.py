@@ -522,16 +522,17 @@ def _decode_chunk(
 
 def _decode_typed_or_loose(path: str, buf: Any, typed: msgspec.json.Decoder) -> _Chunk:
     try:
+        return _typed_else_loose(path, buf, typed)
+    except UnicodeDecodeError:  # invalid UTF-8 (in a name...): replaced, as Kineto's viewer does
+        fixed = bytes(buf).decode("utf-8", errors="replace").encode("utf-8")
+        return _typed_else_loose(path, fixed, typed)
+
+
+def _typed_else_loose(path: str, buf: Any, typed: msgspec.json.Decoder) -> _Chunk:
+    try:
         return _Chunk(typed.decode(buf), False)
-    except UnicodeDecodeError:
-        buf = bytes(buf).decode("utf-8", errors="replace").encode("utf-8")
-        try:
-            return _Chunk(typed.decode(buf), False)
-        except msgspec.ValidationError:
-            pass
     except msgspec.ValidationError:
-        pass
-    return _decode_loose(path, buf)
+        return _decode_loose(path, buf)
 
 
 def _decode_deep(path: str, buf: Any, typed: msgspec.json.Decoder) -> _Chunk:
