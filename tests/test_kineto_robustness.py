@@ -300,9 +300,7 @@ def test_args_of_the_wrong_type_degrade_that_event_only(tmp_path: Path, args: An
     odd = _row(ev, "odd")
     # 1 µs -> 1000 ns, 5 µs -> end 6000 ns: the event stays, only its args are ignored.
     assert (odd["start_ns"], odd["end_ns"], odd["correlation"]) == (1_000, 6_000, -1)
-    assert any(
-        n.startswith("1 events had args that are not a JSON object") for n in tl.traces[0].notes
-    )
+    assert any(n.startswith("1 events had args that could not be read") for n in tl.traces[0].notes)
 
 
 def test_correlation_ids_beyond_32_bits_survive(tmp_path: Path) -> None:
@@ -341,3 +339,23 @@ def test_odd_value_and_invalid_utf8_in_one_chunk(tmp_path: Path) -> None:
     # nulldur dropped (counted); the invalid byte became U+FFFD.
     assert tl.events["name"].astype(str).tolist() == ["bad\ufffd", "ok"]
     assert any(n.startswith("dropped 1 events") for n in tl.traces[0].notes)
+
+
+def test_numbers_beyond_float_range_drop_only_their_event(tmp_path: Path) -> None:
+    # JSON allows 1e400; no float holds it. The event with it as ts is dropped (counted), the
+    # one with it in args keeps its times and loses its args (counted); the rest is read.
+    events = [
+        _x("cpu_op", "ok", 1, 1, 1.0, 1.0),
+        _x("cpu_op", "huge_ts", 1, 1, 7.0, 1.0),
+        _x("cpu_op", "huge_arg", 1, 1, 2.0, 1.0, correlation=7),
+    ]
+    text = (
+        _lines(events)
+        .replace('"ts": 7.0', '"ts": 1e400')
+        .replace('"correlation": 7', '"correlation": 1e400')
+    )
+    tl = read_kineto(_write(tmp_path, text))
+    assert tl.events["name"].astype(str).tolist() == ["ok", "huge_arg"]
+    notes = tl.traces[0].notes
+    assert any(n.startswith("dropped 1 events") for n in notes)
+    assert any(n.startswith("1 events had args that could not be read") for n in notes)

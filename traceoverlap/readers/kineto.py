@@ -285,18 +285,20 @@ class _LooseEvent(msgspec.Struct, gc=False):
 
 
 class _RawArgsEvent(msgspec.Struct, gc=False):
-    """The last resort for a chunk where some event's ``args`` is not an object (a string...):
-    args kept raw and decoded one by one, the bad ones dropped and counted."""
+    """The last resort for a chunk where some event has a value even the lenient decoder cannot
+    take (``args`` that is not an object, a number beyond float range such as ``1e400``): every
+    field kept raw and decoded on its own; what cannot be read becomes "missing" (an event
+    without a usable ts / dur is then dropped and counted, bad args are ignored and counted)."""
 
-    ph: Any = ""
-    cat: Any = ""
-    name: Any = ""
-    pid: Any = -1
-    tid: Any = -1
-    ts: Any = math.nan
-    dur: Any = math.nan
-    id: Any = None
-    args: msgspec.Raw = msgspec.Raw(b"null")  # any JSON value
+    ph: msgspec.Raw = msgspec.Raw(b'""')
+    cat: msgspec.Raw = msgspec.Raw(b'""')
+    name: msgspec.Raw = msgspec.Raw(b'""')
+    pid: msgspec.Raw = msgspec.Raw(b"-1")
+    tid: msgspec.Raw = msgspec.Raw(b"-1")
+    ts: msgspec.Raw = msgspec.Raw(b"null")
+    dur: msgspec.Raw = msgspec.Raw(b"null")
+    id: msgspec.Raw = msgspec.Raw(b"null")
+    args: msgspec.Raw = msgspec.Raw(b"null")
 
 
 class _Head(msgspec.Struct):
@@ -499,8 +501,23 @@ def _decode_loose(path: str, buf: Any) -> _Chunk:
         except (msgspec.ValidationError, msgspec.DecodeError):
             args = _LOOSE_EMPTY
             bad += 1
-        out.append(_LooseEvent(e.ph, e.cat, e.name, e.pid, e.tid, e.ts, e.dur, e.id, args))
+        f = _any_or_none
+        out.append(
+            _LooseEvent(
+                f(e.ph), f(e.cat), f(e.name), f(e.pid), f(e.tid), f(e.ts), f(e.dur), f(e.id), args
+            )
+        )
     return _Chunk(out, True, bad_args=bad)
+
+
+_ANY = msgspec.json.Decoder()
+
+
+def _any_or_none(raw: msgspec.Raw) -> Any:
+    try:
+        return _ANY.decode(raw)
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+        return None
 
 
 def _decode_chunk(
@@ -1133,7 +1150,8 @@ def _build(p: str, head: _Head, cols: _Columns) -> Timeline:
         notes.append("device work read from Kineto categories " + ", ".join(parts))
     if cols.bad_args:
         notes.append(
-            f"{cols.bad_args} events had args that are not a JSON object; their args were ignored"
+            f"{cols.bad_args} events had args that could not be read (not a JSON object, or a "
+            "number beyond float range); their args were ignored"
         )
     if cols.too_deep:
         notes.append(
