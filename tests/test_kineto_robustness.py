@@ -359,3 +359,19 @@ def test_numbers_beyond_float_range_drop_only_their_event(tmp_path: Path) -> Non
     notes = tl.traces[0].notes
     assert any(n.startswith("dropped 1 events") for n in notes)
     assert any(n.startswith("1 events had args that could not be read") for n in notes)
+
+
+def test_unreadable_metadata_costs_only_that_field(tmp_path: Path) -> None:
+    # 1e400 is valid JSON but no float: the base time and distributedInfo are unusable (notes),
+    # the events are read, the clock is relative, the rank comes from the file name.
+    ev = '{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 2, "dur": 3}'
+    text = (
+        '{"distributedInfo": {"rank": 1e400}, "traceEvents": [' + ev + "], "
+        '"baseTimeNanoseconds": 1e400}'
+    )
+    tl = read_kineto(_write(tmp_path, text, "rank6.json"))
+    (info,) = tl.traces
+    assert (info.rank, info.rank_source, info.clock) == (6, "filename", "relative")
+    assert any(n.startswith("baseTimeNanoseconds (unreadable") for n in info.notes)
+    assert any(n.startswith("distributedInfo (unreadable") for n in info.notes)
+    assert tl.events["start_ns"].tolist() == [2_000]

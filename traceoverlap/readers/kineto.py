@@ -303,16 +303,45 @@ class _RawArgsEvent(msgspec.Struct, gc=False):
 
 class _Head(msgspec.Struct):
     """Top level. The events stay one raw byte span (msgspec validates and skips it without
-    building objects); they are decoded afterwards in chunks, see :func:`_event_batches`."""
+    building objects); they are decoded afterwards in chunks, see :func:`_event_batches`. The
+    metadata fields stay raw too (empty when absent), decoded one by one by :class:`_Meta`, so
+    that one unreadable value (a number beyond float range...) costs only that field."""
 
     traceEvents: msgspec.Raw = msgspec.Raw(b"")
-    schemaVersion: Any = None
-    deviceProperties: Any = None
-    distributedInfo: Any = None
-    baseTimeNanoseconds: Any = None
+    schemaVersion: msgspec.Raw = msgspec.Raw(b"")
+    deviceProperties: msgspec.Raw = msgspec.Raw(b"")
+    distributedInfo: msgspec.Raw = msgspec.Raw(b"")
+    baseTimeNanoseconds: msgspec.Raw = msgspec.Raw(b"")
+
+
+_META_FIELDS = ("schemaVersion", "deviceProperties", "distributedInfo", "baseTimeNanoseconds")
+_UNREADABLE = object()  # a metadata value present but not decodable
+
+
+class _Meta:
+    """The top-level metadata, decoded: None when absent, :data:`_UNREADABLE` when present but
+    not decodable (its raw bytes must not outlive the input buffer)."""
+
+    def __init__(self, head: _Head) -> None:
+        values: dict[str, Any] = {}
+        for name in _META_FIELDS:
+            raw = getattr(head, name)
+            if not len(raw):
+                values[name] = None
+                continue
+            try:
+                values[name] = _ANY.decode(raw)
+            except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+                values[name] = _UNREADABLE
+            setattr(head, name, msgspec.Raw(b""))
+        self.schemaVersion: Any = values["schemaVersion"]
+        self.deviceProperties: Any = values["deviceProperties"]
+        self.distributedInfo: Any = values["distributedInfo"]
+        self.baseTimeNanoseconds: Any = values["baseTimeNanoseconds"]
 
 
 _HEAD = msgspec.json.Decoder(_Head)
+_ANY = msgspec.json.Decoder()
 _RAW = msgspec.json.Decoder(msgspec.Raw)
 _RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
 _EVENTS = msgspec.json.Decoder(list[_Event])
@@ -508,9 +537,6 @@ def _decode_loose(path: str, buf: Any) -> _Chunk:
             )
         )
     return _Chunk(out, True, bad_args=bad)
-
-
-_ANY = msgspec.json.Decoder()
 
 
 def _any_or_none(raw: msgspec.Raw) -> Any:
@@ -733,9 +759,9 @@ def _read_kineto_layout(path: str, data: Buffer, cols: _Columns) -> tuple[_Head,
             return None
         cols.add(chunk)
         del chunk
-        for name in ("schemaVersion", "deviceProperties", "distributedInfo", "baseTimeNanoseconds"):
-            if getattr(head, name) is None:
-                setattr(head, name, getattr(tail, name))
+        for name in _META_FIELDS:
+            if not len(getattr(head, name)):
+                setattr(head, name, msgspec.Raw(bytes(getattr(tail, name))))
         tail_events = memoryview(tail.traceEvents)
         skip = _address(tail_events) - _address(rest) - len(_TAIL_PREFIX)
         end = pos + 1 + skip + len(tail_events)
@@ -1033,6 +1059,8 @@ def _from_codes(codes: np.ndarray, categories: Any) -> pd.Categorical:
 
 
 def _short(v: Any) -> str:
+    if v is _UNREADABLE:
+        return "(unreadable: a number beyond float range?)"
     r = repr(v)
     return r if len(r) <= 40 else r[:37] + "..."
 
@@ -1051,7 +1079,7 @@ def _int_field(v: Any, lo: int, hi: int) -> int | None:
     return None
 
 
-def _base_ns(head: _Head, notes: list[str]) -> tuple[int, bool]:
+def _base_ns(head: _Meta, notes: list[str]) -> tuple[int, bool]:
     """(baseTimeNanoseconds, whether it is usable). Absent or 0: (0, False), silently (the
     timestamps may be absolute); present but not an integer in [1, 2**63 - 1]: (0, False) and a
     note, since the clock can then not be trusted to be unix time."""
@@ -1075,7 +1103,7 @@ def _count_note(counts: Counter[str]) -> str:
     )
 
 
-def _build(p: str, head: _Head, cols: _Columns) -> Timeline:
+def _build(p: str, head: _Meta, cols: _Columns) -> Timeline:
     n = cols.offset
     if n == 0:
         raise TraceFormatError(
@@ -1518,7 +1546,7 @@ def _collective_args_from_launching_op(
 
 def _trace_info(
     p: str,
-    head: _Head,
+    head: _Meta,
     cat: np.ndarray,
     device: np.ndarray,
     host_pid: int,
@@ -1526,6 +1554,8 @@ def _trace_info(
     notes: list[str],
 ) -> TraceInfo:
     dist = head.distributedInfo if isinstance(head.distributedInfo, dict) else None
+    if head.distributedInfo is not None and dist is None:
+        notes.append(f"distributedInfo {_short(head.distributedInfo)} is not an object; ignored")
     rank: int | None = None
     world: int | None = None
     backend: str | None = None
@@ -1645,7 +1675,7 @@ def read_kineto(path: str | Path, data: bytes | bytearray | None = None) -> Time
     return _build(p, head, cols)
 
 
-def _read_events(p: str, data: Buffer) -> tuple[_Head, _Columns]:
+def _read_events(p: str, data: Buffer) -> tuple[_Meta, _Columns]:
     cols = _Columns()
     fast = _read_kineto_layout(p, data, cols) if _first_byte(data) == b"{" else None
     src: Any = data
@@ -1673,4 +1703,4 @@ def _read_events(p: str, data: Buffer) -> tuple[_Head, _Columns]:
         for chunk in _event_batches(p, src, start, end, _FLOWS):
             cols.add_flows(chunk)
             del chunk
-    return head, cols
+    return _Meta(head), cols
