@@ -375,3 +375,13 @@ def test_unreadable_metadata_costs_only_that_field(tmp_path: Path) -> None:
     assert any(n.startswith("baseTimeNanoseconds (unreadable") for n in info.notes)
     assert any(n.startswith("distributedInfo (unreadable") for n in info.notes)
     assert tl.events["start_ns"].tolist() == [2_000]
+
+
+def test_invalid_utf8_in_the_metadata(tmp_path: Path) -> None:
+    # Found by fuzzing: an invalid byte in a top-level field (kept raw, then decoded alone)
+    # was a UnicodeDecodeError traceback. It is replaced like anywhere else.
+    ev = '{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 2, "dur": 3}'
+    text = '{"distributedInfo": {"rank": 2, "backend": "ncXX"}, "traceEvents": [' + ev + "]}"
+    tl = read_kineto(_write(tmp_path, text.encode().replace(b"XX", b"\xf6")))
+    (info,) = tl.traces
+    assert (info.rank, info.backend) == (2, "nc\ufffd")

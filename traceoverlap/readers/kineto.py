@@ -329,10 +329,8 @@ class _Meta:
             if not len(raw):
                 values[name] = None
                 continue
-            try:
-                values[name] = _ANY.decode(raw)
-            except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
-                values[name] = _UNREADABLE
+            value = _any_or_none(raw, _UNREADABLE)
+            values[name] = value
             setattr(head, name, msgspec.Raw(b""))
         self.schemaVersion: Any = values["schemaVersion"]
         self.deviceProperties: Any = values["deviceProperties"]
@@ -539,11 +537,17 @@ def _decode_loose(path: str, buf: Any) -> _Chunk:
     return _Chunk(out, True, bad_args=bad)
 
 
-def _any_or_none(raw: msgspec.Raw) -> Any:
+def _any_or_none(raw: msgspec.Raw, default: Any = None) -> Any:
+    """One raw JSON value decoded (invalid UTF-8 replaced), else ``default``."""
     try:
         return _ANY.decode(raw)
+    except UnicodeDecodeError:
+        try:
+            return _ANY.decode(bytes(raw).decode("utf-8", errors="replace").encode("utf-8"))
+        except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+            return default
     except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
-        return None
+        return default
 
 
 def _decode_chunk(
