@@ -385,3 +385,18 @@ def test_invalid_utf8_in_the_metadata(tmp_path: Path) -> None:
     tl = read_kineto(_write(tmp_path, text.encode().replace(b"XX", b"\xf6")))
     (info,) = tl.traces
     assert (info.rank, info.backend) == (2, "nc\ufffd")
+
+
+def test_flow_ids_of_odd_types(tmp_path: Path) -> None:
+    # Found by fuzzing: a flow id that is a list made a 2-D id array (traceback). Ids of any
+    # type still bind their two ends: here ["a"] links the launch to the kernel (no
+    # args.correlation anywhere, as in older traces).
+    events: list[dict[str, Any]] = [
+        _x("cuda_runtime", "cudaLaunchKernel", 5, 5, 1.0, 2.0),
+        _x("kernel", "k", 0, 7, 10.0, 1.0),
+        {"ph": "s", "cat": "ac2g", "name": "ac2g", "id": ["a"], "pid": 5, "tid": 5, "ts": 1.0},
+        {"ph": "f", "cat": "ac2g", "name": "ac2g", "id": ["a"], "pid": 0, "tid": 7, "ts": 10.0},
+    ]
+    ev = read_kineto(_write(tmp_path, _lines(events))).events
+    launch, kernel = _row(ev, "cudaLaunchKernel"), _row(ev, "k")
+    assert launch["correlation"] == kernel["correlation"] >= 2**62  # a hashed, non-int id

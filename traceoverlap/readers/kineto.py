@@ -793,16 +793,18 @@ def _to_int(v: Any, default: int) -> int:
 
 def _id_array(values: list[Any]) -> np.ndarray:
     """Flow ids: ints as they are; other ids (strings...) hashed to a consistent int >= 2**62."""
-    try:
-        return np.array(values, dtype=np.int64)
-    except (TypeError, ValueError, OverflowError):
-        return np.array(
-            [
-                v if type(v) is int and 0 <= v < 2**62 else (hash(str(v)) % 2**61) + 2**62
-                for v in values
-            ],
-            dtype=np.int64,
-        )
+    if all(type(v) is int for v in values):
+        try:
+            return np.array(values, dtype=np.int64)
+        except OverflowError:
+            pass
+    return np.array(
+        [
+            v if type(v) is int and 0 <= v < 2**62 else (hash(str(v)) % 2**61) + 2**62
+            for v in values
+        ],
+        dtype=np.int64,
+    )
 
 
 def _int_array(values: list[Any], default: int, loose: bool = False) -> np.ndarray:
