@@ -890,6 +890,9 @@ _GET_DUR = attrgetter("dur")
 _GET_PID = attrgetter("pid")
 _GET_TID = attrgetter("tid")
 _GET_ARGS = attrgetter("args")
+_GET_CORR = attrgetter("args.correlation")
+_GET_DEVICE = attrgetter("args.device")
+_GET_STREAM = attrgetter("args.stream")
 
 
 def _model_lut(src: _Codes) -> np.ndarray:
@@ -1009,18 +1012,19 @@ class _Columns:
         stream = np.full(n, -1, dtype=np.int64)
         sel = np.flatnonzero(np.isin(model, _NEEDS_CORR))
         if len(sel):
-            args = list(map(_GET_ARGS, _pick(kept, sel)))
-            corr[sel] = _int_array([a.correlation for a in args], -1, loose)
+            picked = _pick(kept, sel)
+            corr[sel] = _int_column(picked, _GET_CORR, len(sel), loose)
             gpu = np.isin(model[sel], _NEEDS_DEVICE)
             if gpu.any():
-                gargs = _pick(args, np.flatnonzero(gpu))
-                device[sel[gpu]] = _int_array([a.device for a in gargs], -1, loose)
-                stream[sel[gpu]] = _int_array([a.stream for a in gargs], -1, loose)
+                g = _pick(picked, np.flatnonzero(gpu))
+                device[sel[gpu]] = _int_column(g, _GET_DEVICE, len(g), loose)
+                stream[sel[gpu]] = _int_column(g, _GET_STREAM, len(g), loose)
+            del picked
         rest = np.flatnonzero(~np.isin(model, _NEEDS_CORR) & np.isin(model, _NEEDS_DEVICE))
         if len(rest):  # gpu_user_annotation: on device lanes, no correlation needed
-            rargs = list(map(_GET_ARGS, _pick(kept, rest)))
-            device[rest] = _int_array([a.device for a in rargs], -1, loose)
-            stream[rest] = _int_array([a.stream for a in rargs], -1, loose)
+            r = _pick(kept, rest)
+            device[rest] = _int_column(r, _GET_DEVICE, len(r), loose)
+            stream[rest] = _int_column(r, _GET_STREAM, len(r), loose)
         self.corr.append(corr)
         self.device.append(device)
         self.stream.append(stream)
