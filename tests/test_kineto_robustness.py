@@ -146,16 +146,21 @@ def test_a_chunk_with_odd_values_keeps_its_good_events(
 
 
 @pytest.mark.parametrize("base", [2**64, [1, 2], "1711964646000000000", -5, True, 1.5e300])
-def test_unusable_base_time_means_a_relative_clock_and_a_note(tmp_path: Path, base: Any) -> None:
-    events = [_x("cpu_op", "aten::mm", 1, 1, 2.0, 3.0)]
+@pytest.mark.parametrize("ts", [2.0, 1_650_000_000_000_000.0])
+def test_unusable_base_time_means_a_relative_clock_and_a_note(
+    tmp_path: Path, base: Any, ts: float
+) -> None:
+    # Even when the timestamps look like absolute epoch µs (> 1e15, the second case): the
+    # trace claims they are relative to a base we cannot read.
+    events = [_x("cpu_op", "aten::mm", 1, 1, ts, 3.0)]
     tl = read_kineto(
         _write(tmp_path, json.dumps({"traceEvents": events, "baseTimeNanoseconds": base}))
     )
     (info,) = tl.traces
     assert info.clock == "relative"
     assert any(n.startswith("baseTimeNanoseconds") and "not a usable time" in n for n in info.notes)
-    # The base is not added: ts 2 µs -> 2000 ns.
-    assert tl.events["start_ns"].tolist() == [2_000]
+    # The base is not added: ts µs -> ts * 1000 ns.
+    assert tl.events["start_ns"].tolist() == [int(ts) * 1000]
 
 
 def test_usable_base_time(tmp_path: Path) -> None:

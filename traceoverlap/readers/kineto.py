@@ -1215,10 +1215,11 @@ def _build(p: str, head: _Meta, cols: _Columns) -> Timeline:
 
     if base_ok:
         clock = "unix"
-    elif head.baseTimeNanoseconds is None or base == 0:
+    elif head.baseTimeNanoseconds is None or head.baseTimeNanoseconds == 0:
+        # No base: absolute epoch-µs timestamps (older traces) are unix time by themselves.
         clock = "unix" if float(np.median(ts)) > _EPOCH_US_THRESHOLD else "relative"
     else:
-        clock = "relative"
+        clock = "relative"  # a base was given but is unusable (said in a note)
     del ts
 
     gpu_side = np.isin(cat, [_MODEL_CODE[c] for c in _GPU_SIDE])
