@@ -405,3 +405,93 @@ def test_flow_ids_of_odd_types(tmp_path: Path) -> None:
     ev = read_kineto(_write(tmp_path, _lines(events))).events
     launch, kernel = _row(ev, "cudaLaunchKernel"), _row(ev, "k")
     assert launch["correlation"] == kernel["correlation"] >= 2**62  # a hashed, non-int id
+
+
+# ---------------------------------------------------------------------------------------------
+# gzip read as a stream: the decompressed document is never whole in memory
+
+
+def _kineto_doc(n: int) -> str:
+    events = [
+        _x("cuda_runtime", "cudaLaunchKernel", 10, 10, float(2 * i), 0.5, correlation=i)
+        for i in range(n)
+    ] + [
+        _x("kernel", f"k{i % 7}", 0, 7, float(2 * i + 1), 0.25, device=0, stream=7, correlation=i)
+        for i in range(n)
+    ]
+    return _lines(events, schemaVersion=1, distributedInfo={"rank": 1, "world_size": 2}).replace(
+        "\n}\n", ',\n  "baseTimeNanoseconds": 1000000000000000000\n}\n'
+    )
+
+
+def test_gzip_stream_equals_plain_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Small chunks and pieces: many cuts, pieces ending anywhere. Same table as the plain file.
+    monkeypatch.setattr(kineto, "_CHUNK_BYTES", 3000)
+    monkeypatch.setattr(_input, "PIECE_BYTES", 777)
+    text = _kineto_doc(500)
+    plain = read_kineto(_write(tmp_path, text, "rank1.json"))
+    packed = read_kineto(_write(tmp_path, gzip.compress(text.encode()), "rank1.json.gz"))
+    assert packed.events.drop(columns=[]).equals(plain.events)
+    assert packed.traces[0].notes == plain.traces[0].notes
+    assert (packed.traces[0].rank, packed.traces[0].clock) == (1, "unix")
+    # kernel i at (2i + 1) µs after the base 1e18 ns; 0.25 µs long.
+    k = packed.events[packed.events["category"] == "kernel"]
+    assert k["start_ns"].tolist() == [10**18 + (2 * i + 1) * 1000 for i in range(500)]
+
+
+def test_gzip_stream_holds_a_chunk_not_the_document(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(kineto, "_CHUNK_BYTES", 64 << 10)
+    monkeypatch.setattr(_input, "PIECE_BYTES", 64 << 10)
+    # 5,000 ops with 1 KB of args each (shapes the reader skips, as in real traces): ~5.5 MB
+    # of JSON for ~0.3 MB of columns.
+    pad = list(range(250))
+    events = [_x("cpu_op", f"op{i % 9}", 1, 1, float(i), 0.5, dims=pad) for i in range(5000)]
+    text = _lines(events).encode()
+    p = _write(tmp_path, gzip.compress(text), "rank1.json.gz")
+    calls: list[int] = []
+    monkeypatch.setattr(_input, "gunzip", lambda *a: calls.append(1) or bytearray())
+    layout = kineto._read_gzip_layout
+    peaks: list[int] = []
+
+    def measured(*a: Any) -> Any:
+        tracemalloc.start()
+        try:
+            return layout(*a)
+        finally:
+            peaks.append(tracemalloc.get_traced_memory()[1])
+            tracemalloc.stop()
+
+    monkeypatch.setattr(kineto, "_read_gzip_layout", measured)
+    tl = read_kineto(p)
+    assert calls == []  # the streaming path did it all: no whole-file decompression
+    assert len(tl.events) == 5000
+    # While streaming: a 64 KB chunk and its structs, a 64 KB piece, the compressed file, the
+    # columns; never the whole 6 MB document (the whole-file path holds it all at once).
+    assert peaks[0] < len(text) / 4
+
+
+def test_truncated_gzip_stream_fails_cleanly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(kineto, "_CHUNK_BYTES", 3000)
+    gz = gzip.compress(_kineto_doc(500).encode())
+    with pytest.raises(TraceFormatError, match="truncated gzip"):
+        read_kineto(_write(tmp_path, gz[: len(gz) - 200], "rank1.json.gz"))
+
+
+def test_gzip_old_trace_with_flows_falls_back_to_the_whole_document(tmp_path: Path) -> None:
+    # No args.correlation: flows carry the link, which needs a second pass over the events.
+    events: list[dict[str, Any]] = [
+        _x("cuda_runtime", "cudaLaunchKernel", 5, 5, 1.0, 2.0),
+        _x("kernel", "k", 0, 7, 10.0, 1.0),
+        {"ph": "s", "cat": "ac2g", "name": "ac2g", "id": 9, "pid": 5, "tid": 5, "ts": 1.0},
+        {"ph": "f", "cat": "ac2g", "name": "ac2g", "id": 9, "pid": 0, "tid": 7, "ts": 10.0},
+    ]
+    tl = read_kineto(_write(tmp_path, gzip.compress(_lines(events).encode()), "r.json.gz"))
+    assert (
+        _row(tl.events, "k")["correlation"]
+        == _row(tl.events, "cudaLaunchKernel")["correlation"]
+        == 9
+    )

@@ -23,6 +23,7 @@ import os
 import select
 import stat
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import TraceFormatError
@@ -35,6 +36,9 @@ __all__ = [
     "is_stream",
     "label",
     "read_input",
+    "read_raw",
+    "is_gzip",
+    "gunzip_pieces",
     "prepare",
     "sniff_bytes",
 ]
@@ -191,6 +195,48 @@ def read_stream(path: str | Path) -> bytearray:
 # gzip
 
 
+def _truncated(shown: str) -> TraceFormatError:
+    return TraceFormatError(
+        shown,
+        "truncated gzip: the compressed stream ends before its end marker (the rank may have "
+        "crashed or been killed mid-write)",
+        "re-collect the trace, or analyze the other ranks without this file",
+    )
+
+
+#: Largest piece :func:`gunzip_pieces` yields: bounds the memory of streaming readers.
+PIECE_BYTES = 4 << 20
+
+
+def gunzip_pieces(raw: bytes | bytearray, shown: str) -> Iterator[bytes]:
+    """Decompress (possibly multi-member) gzip piece by piece (each at most
+    :data:`PIECE_BYTES`); raises :class:`TraceFormatError` if the data is truncated or corrupt
+    (after yielding what could be decompressed)."""
+    src = memoryview(raw)
+    step = 1 << 20
+    try:
+        while len(src):
+            d = zlib.decompressobj(wbits=31)
+            fed = 0
+            while not d.eof:
+                if d.unconsumed_tail:
+                    piece = d.decompress(d.unconsumed_tail, PIECE_BYTES)
+                elif fed < len(src):
+                    piece = d.decompress(src[fed : fed + step], PIECE_BYTES)
+                    fed += step
+                else:
+                    raise _truncated(shown)
+                if piece:
+                    yield piece
+            # The next member (if any) starts in what this one did not consume.
+            rest = d.unused_data + bytes(src[fed:]) if fed < len(src) else d.unused_data
+            src = memoryview(rest.lstrip(b"\x00"))  # members may be followed by zero padding
+    except zlib.error as exc:
+        raise TraceFormatError(
+            shown, f"corrupt gzip data ({exc})", "re-copy or re-collect the trace file"
+        ) from None
+
+
 def gunzip(raw: bytes | bytearray, shown: str) -> bytearray:
     """Decompress (possibly multi-member) gzip into one buffer.
 
@@ -201,31 +247,9 @@ def gunzip(raw: bytes | bytearray, shown: str) -> bytearray:
     hint = int.from_bytes(raw[-4:], "little") if len(raw) >= 18 else 0
     out = bytearray(min(hint, GZIP_MAX_RATIO * len(raw)))
     pos = 0
-    src = memoryview(raw)
-    step = 1 << 20
-    try:
-        while len(src):
-            d = zlib.decompressobj(wbits=31)
-            fed = 0
-            while fed < len(src) and not d.eof:
-                chunk = d.decompress(src[fed : fed + step])
-                fed += step
-                out[pos : pos + len(chunk)] = chunk
-                pos += len(chunk)
-            if not d.eof:
-                raise TraceFormatError(
-                    shown,
-                    "truncated gzip: the compressed stream ends before its end marker (the rank "
-                    "may have crashed or been killed mid-write)",
-                    "re-collect the trace, or analyze the other ranks without this file",
-                )
-            # The next member (if any) starts in what this one did not consume.
-            rest = d.unused_data + bytes(src[fed:]) if fed < len(src) else d.unused_data
-            src = memoryview(rest.lstrip(b"\x00"))  # members may be followed by zero padding
-    except zlib.error as exc:
-        raise TraceFormatError(
-            shown, f"corrupt gzip data ({exc})", "re-copy or re-collect the trace file"
-        ) from None
+    for piece in gunzip_pieces(raw, shown):
+        out[pos : pos + len(piece)] = piece
+        pos += len(piece)
     del out[pos:]
     return out
 
@@ -268,9 +292,19 @@ def _all_ws(data: Buffer) -> bool:
 
 def read_input(path: str | Path) -> Buffer:
     """The (decompressed, UTF-8) bytes of a trace file, a pipe or standard input."""
+    return prepare(read_raw(path), label(path))
+
+
+def is_gzip(data: Buffer) -> bool:
+    return data[:2] == _GZIP_MAGIC
+
+
+def read_raw(path: str | Path) -> Buffer:
+    """The bytes of a trace file (memory-mapped; gzip left compressed, in memory), a pipe or
+    standard input, as they are: see :func:`prepare` for the rest."""
     shown = label(path)
     if is_stream(path):
-        return prepare(read_stream(path), shown)
+        return read_stream(path)
     p = Path(path)
     try:
         with open(p, "rb") as f:
@@ -300,4 +334,4 @@ def read_input(path: str | Path) -> Buffer:
         ) from None
     except (OSError, ValueError) as exc:
         raise TraceFormatError(shown, f"cannot read the file: {exc}") from None
-    return prepare(data, shown)
+    return data

@@ -43,7 +43,15 @@ import pandas as pd
 
 from ..errors import TraceFormatError
 from ..model import CATEGORIES, Timeline, TraceInfo, make_events
-from ._input import Buffer, label, prepare, read_input
+from ._input import (
+    Buffer,
+    _unicode_encoding,
+    gunzip_pieces,
+    is_gzip,
+    label,
+    prepare,
+    read_raw,
+)
 
 __all__ = [
     "read_kineto",
@@ -702,77 +710,166 @@ def _last_boundary(data: Any, pos: int, size: int) -> re.Match[bytes] | None:
     return None
 
 
+def _decode_in_place(path: str, data: Any, pos: int, cut: re.Match[bytes]) -> _Chunk:
+    """Decode the events from ``data[pos]`` (``[`` or whitespace) to the boundary ``cut`` without
+    copying them: the comma of the cut becomes ``]`` and ``data[pos]`` becomes ``[`` while the
+    chunk is decoded, then both are restored. Raises ``msgspec.DecodeError`` if the chunk is
+    not a JSON array (a cut inside an event)."""
+    comma = data.find(b",", cut.start(), cut.end())
+    was = data[pos]
+    data[pos] = _OPEN
+    data[comma] = _CLOSE
+    try:
+        return _decode_chunk(path, memoryview(data)[pos : comma + 1])
+    finally:
+        data[pos] = was
+        data[comma] = _COMMA
+
+
+def _decode_tail(
+    path: str, head: _Head, data: Any, pos: int, cols: _Columns
+) -> tuple[int, int] | None:
+    """Decode ``data[pos + 1:]``, the last event(s), the end of the events array and the fields
+    after it, as the object ``{"traceEvents": [<rest>``; fill the header fields it holds. Returns
+    (offset, length) of the events array's end part within ``data``, None if it does not parse."""
+    rest = b"".join((_TAIL_PREFIX, memoryview(data)[pos + 1 :]))
+    try:
+        tail = _HEAD.decode(rest)
+        chunk = _decode_chunk(path, memoryview(tail.traceEvents))
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, RecursionError):
+        return None
+    cols.add(chunk)
+    del chunk
+    for name in _META_FIELDS:
+        if not len(getattr(head, name)):
+            setattr(head, name, msgspec.Raw(bytes(getattr(tail, name))))
+    tail_events = memoryview(tail.traceEvents)
+    skip = _address(tail_events) - _address(rest) - len(_TAIL_PREFIX)
+    length = len(tail_events)
+    tail_events.release()
+    return pos + 1 + skip, length
+
+
+def _decode_header(data: Any, i: int) -> _Head | None:
+    """The top level before ``"traceEvents"`` at ``data[i]``, closed with ``"traceEvents": []}``:
+    None unless that parses, i.e. unless the key is at the top level."""
+    try:
+        return _HEAD.decode(b"".join((memoryview(data)[:i], b'"traceEvents": []}')))
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, RecursionError):
+        return None
+
+
 def _read_kineto_layout(path: str, data: Buffer, cols: _Columns) -> tuple[_Head, int, int] | None:
     """One pass for files laid out as Kineto writes them; None (and nothing trusted) otherwise.
 
     The general path first validates the whole document to find ``traceEvents`` (~0.1 s per
     150 MB), then decodes the events from copies. Here the header before ``"traceEvents"`` is
-    decoded on its own (closing it with ``[]}`` only parses if the key is at the top level), and
-    the events are decoded chunk by chunk straight from the buffer: at each cut ``}, {`` the
-    comma becomes ``]`` and the whitespace before the next ``{`` becomes ``[`` while the chunk
-    is decoded, then both are restored. The rest of the file (the last events, the array's end
-    and the fields after it, such as ``baseTimeNanoseconds``) is decoded as the object
-    ``{"traceEvents": [<rest>``. Every byte is still validated, once. Any surprise returns None;
+    decoded on its own (:func:`_decode_header`), and the events are decoded chunk by chunk
+    straight from the buffer (:func:`_decode_in_place`). The rest of the file (the last event,
+    the array's end and the fields after it, such as ``baseTimeNanoseconds``) is decoded by
+    :func:`_decode_tail`. Every byte is still validated, once. Any surprise returns None;
     the caller then starts over on the general path, which explains errors.
     Returns (head, start, end) with the events array at ``data[start:end]``.
     """
     i = data.find(b'"traceEvents"')
     m = _EVENTS_KEY.match(data, i) if i >= 0 else None
-    if m is None:
+    head = _decode_header(data, i) if m is not None else None
+    if m is None or head is None:
         return None
-    view = memoryview(data)
-    try:
-        try:
-            head = _HEAD.decode(b"".join((view[:i], b'"traceEvents": []}')))
-        except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, RecursionError):
-            return None
-        start = m.end() - 1  # the array's "["
-        pos, size, released = start, len(data), 0
-        while True:
-            cut = (
-                _EVENT_SPLIT.search(data, pos + _CHUNK_BYTES) if pos + _CHUNK_BYTES < size else None
-            )
-            if cut is None:
-                # The rest: all its events but the last in one more chunk, so that the tail
-                # decoded below holds a single event (and little else can go wrong there).
-                if size - pos > 2 * _CHUNK_BYTES:  # not one event per line: the general path
-                    return None
-                cut = _last_boundary(data, pos, size)
-                if cut is None:
-                    break
-            comma = data.find(b",", cut.start(), cut.end())
-            was = data[pos]
-            data[pos] = _OPEN
-            data[comma] = _CLOSE
-            try:
-                chunk = _decode_chunk(path, view[pos : comma + 1])
-            except msgspec.DecodeError:
+    start = m.end() - 1  # the array's "["
+    pos, size, released = start, len(data), 0
+    while True:
+        cut = _EVENT_SPLIT.search(data, pos + _CHUNK_BYTES) if pos + _CHUNK_BYTES < size else None
+        if cut is None:
+            # The rest: all its events but the last in one more chunk, so that the tail
+            # decoded below holds a single event (and little else can go wrong there).
+            if size - pos > 2 * _CHUNK_BYTES:  # not one event per line: the general path
                 return None
-            finally:
-                data[pos] = was
-                data[comma] = _COMMA
-            cols.add(chunk)
-            del chunk
-            pos = cut.end() - 2  # whitespace just before the next event's "{"
-            released = _release(data, pos, released)
-        rest = b"".join((_TAIL_PREFIX, view[pos + 1 :]))
+            cut = _last_boundary(data, pos, size)
+            if cut is None:
+                break
         try:
-            tail = _HEAD.decode(rest)
-            chunk = _decode_chunk(path, memoryview(tail.traceEvents))
-        except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, RecursionError):
+            chunk = _decode_in_place(path, data, pos, cut)
+        except msgspec.DecodeError:
             return None
         cols.add(chunk)
         del chunk
-        for name in _META_FIELDS:
-            if not len(getattr(head, name)):
-                setattr(head, name, msgspec.Raw(bytes(getattr(tail, name))))
-        tail_events = memoryview(tail.traceEvents)
-        skip = _address(tail_events) - _address(rest) - len(_TAIL_PREFIX)
-        end = pos + 1 + skip + len(tail_events)
-        tail_events.release()
-        return head, start, end
-    finally:
-        view.release()
+        pos = cut.end() - 2  # whitespace just before the next event's "{"
+        released = _release(data, pos, released)
+    tail = _decode_tail(path, head, data, pos, cols)
+    if tail is None:
+        return None
+    return head, start, tail[0] + tail[1]
+
+
+#: Read this far into a gzip stream at most looking for ``"traceEvents"`` before giving up.
+_HEADER_MAX = 64 << 20
+
+
+def _read_gzip_layout(path: str, raw: bytearray, cols: _Columns) -> _Head | None:
+    """:func:`_read_kineto_layout` on a gzip file decompressed piece by piece: only the part of
+    the JSON not decoded yet is held (a chunk and a piece), never the whole document, which is
+    often 10x the file. None (nothing trusted) for anything but Kineto's layout in UTF-8; the
+    caller then decompresses the whole file and takes the general path."""
+    pieces = gunzip_pieces(raw, path)
+    buf = bytearray()
+    eof = False
+
+    def more() -> None:
+        nonlocal eof
+        piece = next(pieces, None)
+        if piece is None:
+            eof = True
+        else:
+            buf.extend(piece)
+
+    while len(buf) < 4 and not eof:
+        more()
+    if _unicode_encoding(bytes(buf[:4])) is not None or bytes(buf[:3]) == b"\xef\xbb\xbf":
+        return None
+    while True:  # the header
+        i = buf.find(b'"traceEvents"')
+        m = _EVENTS_KEY.match(buf, i) if i >= 0 else None
+        if m is not None:
+            break
+        if eof or len(buf) > _HEADER_MAX:
+            return None
+        more()
+    head = _decode_header(buf, i)
+    if head is None or _first_byte(buf) != b"{":
+        return None
+    pos = m.end() - 1
+    while True:
+        # A chunk and some slack in which to find the boundary that ends it.
+        while not eof and len(buf) - pos < _CHUNK_BYTES + max(_CHUNK_BYTES // 8, 1 << 16):
+            more()
+        size = len(buf)
+        cut = _EVENT_SPLIT.search(buf, pos + _CHUNK_BYTES) if pos + _CHUNK_BYTES < size else None
+        if cut is None:
+            if not eof:
+                if size - pos > 4 * _CHUNK_BYTES:  # not one event per line
+                    return None
+                more()
+                continue
+            if size - pos > 2 * _CHUNK_BYTES:
+                return None
+            cut = _last_boundary(buf, pos, size)
+            if cut is None:
+                break
+        try:
+            chunk = _decode_in_place(path, buf, pos, cut)
+        except msgspec.DecodeError:
+            return None
+        cols.add(chunk)
+        del chunk
+        pos = cut.end() - 2
+        del buf[:pos]  # cheap: a bytearray drops its front by moving its start
+        pos = 0
+    if _decode_tail(path, head, buf, pos, cols) is None:
+        return None
+    for _ in pieces:  # a truncated stream raises here, like the whole-file path
+        pass
+    return head
 
 
 # --------------------------------------------------------------------------------------------
@@ -1670,12 +1767,17 @@ def read_kineto(path: str | Path, data: bytes | bytearray | None = None) -> Time
     anything that is not a readable trace.
     """
     p = label(path)
-    if data is None:
-        buf: Buffer = read_input(path)
-    else:
-        buf = prepare(data if isinstance(data, bytearray) else bytearray(data), p)
+    raw: Buffer = read_raw(path) if data is None else _as_bytearray(data)
+    if is_gzip(raw):
+        cols = _Columns()
+        head = _read_gzip_layout(p, raw, cols)  # type: ignore[arg-type]
+        if head is not None and not cols.lacks_correlation():
+            return _build(p, _Meta(head), cols)
+        del cols, head  # start over on the whole document (flows need a second pass)
+    buf = prepare(raw, p)
+    del raw
     try:
-        head, cols = _read_events(p, buf)
+        meta, cols = _read_events(p, buf)
     finally:
         if isinstance(buf, mmap.mmap):
             try:
@@ -1683,7 +1785,11 @@ def read_kineto(path: str | Path, data: bytes | bytearray | None = None) -> Time
             except BufferError:  # a view still alive somewhere: the map goes with its last user
                 pass
         del buf
-    return _build(p, head, cols)
+    return _build(p, meta, cols)
+
+
+def _as_bytearray(data: bytes | bytearray) -> bytearray:
+    return data if isinstance(data, bytearray) else bytearray(data)
 
 
 def _read_events(p: str, data: Buffer) -> tuple[_Meta, _Columns]:
