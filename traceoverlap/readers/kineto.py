@@ -7,6 +7,8 @@ are skipped by the C decoder without building Python objects), chunk by chunk, s
 memory map (the chunk's brackets are patched in place, so no chunk is copied); each chunk's
 structs become numpy columns at once and are dropped, and the map's pages are handed back as soon
 as they are read, so the peak holds one chunk of input, one chunk of structs and the columns.
+A ``.json.gz`` is decompressed piece by piece into the same chunked decoding, so the whole
+document (often 10x the file) is never in memory either (see :func:`_read_gzip_layout`).
 
 Times become exact integer nanoseconds: ``ts``/``dur`` are float microseconds with three decimals
 (relative to ``baseTimeNanoseconds``) or, in older traces, integer absolute epoch microseconds.
