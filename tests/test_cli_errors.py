@@ -115,3 +115,17 @@ def test_step_selections(spec: str) -> None:
 def test_step_regex_matching_nothing_lists_the_ranges() -> None:
     line = _one_error_line(run("analyze", str(RUN), "--step-regex", "^train_step"))
     assert "matches no range" in line and "'backward'" in line
+
+
+def test_a_stray_file_in_a_run_folder_is_skipped(tmp_path: Path) -> None:
+    # the tool's own earlier output and a config file next to the rank traces: skipped, noted
+    import shutil
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(RUN, run_dir)
+    res = run("analyze", str(run_dir), "-f", "json", "-o", str(run_dir / "result.json"))
+    assert res.exit_code == 0, res.output
+    (run_dir / "config.json").write_text('{"lr": 0.1}')
+    res = run("analyze", str(run_dir), "-f", "json")
+    assert res.exit_code == 0, res.output
+    assert "skipped" in res.output and "result.json" in res.output

@@ -113,6 +113,14 @@ def run_map(
     names = [str(f) for f in files]
     size = total_bytes(files)
     progress = sys.stderr.isatty() and size >= PROGRESS_MIN_BYTES
+    if "-" in names:
+        # standard input belongs to this process: a worker would read nothing
+        if scheduler:
+            raise UsageError(
+                "standard input (-) can only be read here, not on a Dask cluster: save it to a "
+                "file the workers can read, or drop --scheduler"
+            )
+        jobs = 1
     if scheduler:
         yield from _with_progress(_dask_map(names, task, scheduler, jobs), n, progress)
         return

@@ -188,11 +188,12 @@ class TraceInfo:
     rank_source: str = "default"
     device_kind: str = "cpu"  # "gpu" when the trace has GPU activity, else "cpu"
     devices: tuple[str, ...] = ()
+    #: the device id of each entry of ``devices`` (same order), when the reader knows it
+    device_ids: tuple[int, ...] = ()
     format_version: str | None = None
     clock: str = "relative"
     pid: int | None = None
     device: int | None = None
-    process_groups: tuple[Mapping[str, Any], ...] = ()
     notes: tuple[str, ...] = ()
 
     def with_notes(self, *notes: str) -> TraceInfo:
@@ -279,7 +280,12 @@ def split_units(timeline: Timeline) -> list[Timeline]:
         host = on_rank & ~is_gpu
         for d in devs.tolist():
             keep = host | (on_rank & is_gpu & (device == d))
-            name = info.devices[d] if 0 <= d < len(info.devices) else None
+            ids = list(info.device_ids)
+            name = (
+                info.devices[ids.index(d)]
+                if d in ids and ids.index(d) < len(info.devices)
+                else None
+            )
             units.append(
                 Timeline(
                     ev[keep].reset_index(drop=True),
@@ -288,6 +294,7 @@ def split_units(timeline: Timeline) -> list[Timeline]:
                             info,
                             device=int(d),
                             devices=(name,) if name else info.devices,
+                            device_ids=(int(d),) if name else info.device_ids,
                             notes=info.notes + (note,),
                         ),
                     ),
