@@ -358,6 +358,10 @@ _LOOSE_EVENTS = msgspec.json.Decoder(list[_LooseEvent])
 _RAW_ARGS_EVENTS = msgspec.json.Decoder(list[_RawArgsEvent])
 _LOOSE_ARGS = msgspec.json.Decoder(_LooseArgs | None)
 
+#: A decoder of a JSON array of events: :data:`_EVENTS` (the read) or :data:`_FLOWS` (the flows'
+#: second pass); the chunk holds its structs or, after a fallback, the lenient ones.
+_EventsDecoder = msgspec.json.Decoder[list[Any]]
+
 #: Bytes of JSON decoded at once: bounds the live structs to one chunk's worth (~40k events).
 _CHUNK_BYTES = 8 << 20
 # A boundary between two events written one per line (Kineto's layout): "}" "," newline "{".
@@ -388,7 +392,8 @@ def us_to_ns(us: np.ndarray) -> np.ndarray:
     us = np.asarray(us, dtype=np.float64)
     ip = np.floor(us)
     frac = us - ip
-    return ip.astype(np.int64) * 1000 + np.rint(frac * 1000.0).astype(np.int64)
+    ns: np.ndarray = ip.astype(np.int64) * 1000 + np.rint(frac * 1000.0).astype(np.int64)
+    return ns
 
 
 # floor(us) at or above this cannot overflow when multiplied by 1000:
@@ -561,7 +566,7 @@ def _any_or_none(raw: msgspec.Raw, default: Any = None) -> Any:
 
 
 def _decode_chunk(
-    path: str, buf: Any, typed: msgspec.json.Decoder = _EVENTS, split_deep: bool = True
+    path: str, buf: Any, typed: _EventsDecoder = _EVENTS, split_deep: bool = True
 ) -> _Chunk:
     """Decode a JSON array of events: typed, else lenient.
 
@@ -577,7 +582,7 @@ def _decode_chunk(
         return _decode_deep(path, buf, typed)
 
 
-def _decode_typed_or_loose(path: str, buf: Any, typed: msgspec.json.Decoder) -> _Chunk:
+def _decode_typed_or_loose(path: str, buf: Any, typed: _EventsDecoder) -> _Chunk:
     try:
         return _typed_else_loose(path, buf, typed)
     except UnicodeDecodeError:  # invalid UTF-8 (in a name...): replaced, as Kineto's viewer does
@@ -585,14 +590,14 @@ def _decode_typed_or_loose(path: str, buf: Any, typed: msgspec.json.Decoder) -> 
         return _typed_else_loose(path, fixed, typed)
 
 
-def _typed_else_loose(path: str, buf: Any, typed: msgspec.json.Decoder) -> _Chunk:
+def _typed_else_loose(path: str, buf: Any, typed: _EventsDecoder) -> _Chunk:
     try:
         return _Chunk(typed.decode(buf), False)
     except msgspec.ValidationError:
         return _decode_loose(path, buf)
 
 
-def _decode_deep(path: str, buf: Any, typed: msgspec.json.Decoder) -> _Chunk:
+def _decode_deep(path: str, buf: Any, typed: _EventsDecoder) -> _Chunk:
     """A chunk holding an event nested deeper than the decoder's recursion limit: decode it
     event by event (cut at Kineto's one-event-per-line boundaries), dropping the deep ones."""
     data = bytes(buf)
@@ -645,7 +650,7 @@ def _event_batches(
     data: Any,
     start: int,
     end: int,
-    typed: msgspec.json.Decoder = _EVENTS,
+    typed: _EventsDecoder = _EVENTS,
 ) -> Iterator[_Chunk]:
     """Decode the events array ``data[start:end]`` chunk by chunk (the general path: copies).
 
