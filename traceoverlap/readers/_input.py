@@ -40,6 +40,7 @@ __all__ = [
     "is_gzip",
     "gunzip_pieces",
     "prepare",
+    "is_plain_utf8",
     "sniff_bytes",
 ]
 
@@ -99,6 +100,12 @@ def _unicode_encoding(head: bytes) -> str | None:
         if z[:2] == (False, True) and z[2:] != (True, True):
             return "utf-16-le"
     return None
+
+
+def is_plain_utf8(head: bytes) -> bool:
+    """Whether a JSON text starting with ``head`` (at least its first 4 bytes, when it has them)
+    is UTF-8 without a byte order mark: nothing for :func:`prepare` to do but gunzip it."""
+    return _unicode_encoding(head[:4]) is None and not head.startswith(_UTF8_BOM)
 
 
 def sniff_bytes(head: bytes, name: str = "") -> str | None:

@@ -47,9 +47,9 @@ from ..errors import NotATraceError, TraceFormatError
 from ..model import CATEGORIES, Timeline, TraceInfo, make_events
 from ._input import (
     Buffer,
-    _unicode_encoding,
     gunzip_pieces,
     is_gzip,
+    is_plain_utf8,
     label,
     prepare,
     read_raw,
@@ -766,6 +766,70 @@ def _decode_header(data: Any, i: int) -> _Head | None:
         return None
 
 
+class _WholeBuffer:
+    """The whole document in one buffer, for the one-pass decode: nothing more to read, and the
+    memory map's pages below the decoded chunks are handed back (:func:`_release`)."""
+
+    eof = True
+    dropped = 0
+
+    def __init__(self, data: Buffer) -> None:
+        self.data = data
+        self._released = 0
+
+    def more(self) -> None:
+        pass
+
+    def fill(self, pos: int) -> None:
+        pass
+
+    def done_with(self, pos: int) -> int:
+        self._released = _release(self.data, pos, self._released)
+        return pos
+
+    def finish(self) -> None:
+        pass
+
+
+class _GzipStream:
+    """A gzip document decompressed piece by piece, for the one-pass decode: ``data`` holds only
+    the part not decoded yet (a chunk and a piece), never the whole document, which is often 10x
+    the file."""
+
+    def __init__(self, raw: bytearray, path: str) -> None:
+        self._pieces = gunzip_pieces(raw, path)
+        self.data = bytearray()
+        self.eof = False
+        self.dropped = 0  # bytes of the document dropped from the front of ``data``
+
+    def more(self) -> None:
+        piece = next(self._pieces, None)
+        if piece is None:
+            self.eof = True
+        else:
+            self.data.extend(piece)
+
+    def fill(self, pos: int) -> None:
+        """Read until ``data[pos:]`` holds a chunk and some slack in which to find the boundary
+        that ends it."""
+        want = _CHUNK_BYTES + max(_CHUNK_BYTES // 8, 1 << 16)
+        while not self.eof and len(self.data) - pos < want:
+            self.more()
+
+    def done_with(self, pos: int) -> int:
+        del self.data[:pos]  # cheap: a bytearray drops its front by moving its start
+        self.dropped += pos
+        return 0
+
+    def finish(self) -> None:
+        for _ in self._pieces:  # a truncated stream raises here, like the whole-file path
+            pass
+
+
+#: Read this far into a gzip stream at most looking for ``"traceEvents"`` before giving up.
+_HEADER_MAX = 64 << 20
+
+
 def _read_kineto_layout(path: str, data: Buffer, cols: _Columns) -> tuple[_Head, int, int] | None:
     """One pass for files laid out as Kineto writes them; None (and nothing trusted) otherwise.
 
@@ -778,105 +842,82 @@ def _read_kineto_layout(path: str, data: Buffer, cols: _Columns) -> tuple[_Head,
     the caller then starts over on the general path, which explains errors.
     Returns (head, start, end) with the events array at ``data[start:end]``.
     """
-    i = data.find(b'"traceEvents"')
-    m = _EVENTS_KEY.match(data, i) if i >= 0 else None
-    head = _decode_header(data, i) if m is not None else None
-    if m is None or head is None:
+    return _read_in_place(path, _WholeBuffer(data), cols)
+
+
+def _read_gzip_layout(path: str, raw: bytearray, cols: _Columns) -> _Head | None:
+    """:func:`_read_kineto_layout` on a gzip file decompressed piece by piece (:class:`_GzipStream`).
+    None (nothing trusted) for anything but Kineto's layout in UTF-8; the caller then
+    decompresses the whole file and takes the general path."""
+    src = _GzipStream(raw, path)
+    while len(src.data) < 4 and not src.eof:
+        src.more()
+    if not is_plain_utf8(bytes(src.data[:4])):
         return None
-    start = m.end() - 1  # the array's "["
-    pos, size, released = start, len(data), 0
+    found = _read_in_place(path, src, cols)
+    return None if found is None else found[0]
+
+
+def _read_in_place(
+    path: str, src: _WholeBuffer | _GzipStream, cols: _Columns
+) -> tuple[_Head, int, int] | None:
+    """The header, the events chunk by chunk, then the tail; (head, start, end) with the events
+    array at ``[start, end)`` of the document, None if the layout is not Kineto's."""
+    key = _find_events_key(src)
+    head = _decode_header(src.data, key.start()) if key is not None else None
+    if key is None or head is None:  # no "traceEvents" list, or not at the top level
+        return None
+    start = key.end() - 1  # the array's "["
+    pos = _decode_chunks_in_place(path, src, start, cols)
+    tail = _decode_tail(path, head, src.data, pos, cols) if pos is not None else None
+    if tail is None:
+        return None
+    src.finish()
+    return head, start, src.dropped + tail[0] + tail[1]
+
+
+def _find_events_key(src: _WholeBuffer | _GzipStream) -> re.Match[bytes] | None:
+    """``"traceEvents": [`` at the first occurrence of the key (a stream is read until it shows
+    up, at most :data:`_HEADER_MAX` bytes); None if it is not there or not followed by a list."""
     while True:
+        data = src.data
+        i = data.find(b'"traceEvents"')
+        key = _EVENTS_KEY.match(data, i) if i >= 0 else None
+        if key is not None or src.eof or len(data) > _HEADER_MAX:
+            return key
+        src.more()
+
+
+def _decode_chunks_in_place(
+    path: str, src: _WholeBuffer | _GzipStream, pos: int, cols: _Columns
+) -> int | None:
+    """Decode the events array that opens at ``data[pos]`` into ``cols`` chunk by chunk, in place
+    (:func:`_decode_in_place`), all but the last event. Returns where the rest starts (the last
+    event, the array's end and what follows it), None if the events are not one per line."""
+    while True:
+        src.fill(pos)
+        data, size = src.data, len(src.data)
         cut = _EVENT_SPLIT.search(data, pos + _CHUNK_BYTES) if pos + _CHUNK_BYTES < size else None
+        if cut is None and not src.eof:
+            if size - pos > 4 * _CHUNK_BYTES:  # no boundary in four chunks' worth
+                return None
+            src.more()
+            continue
         if cut is None:
-            # The rest: all its events but the last in one more chunk, so that the tail
-            # decoded below holds a single event (and little else can go wrong there).
-            if size - pos > 2 * _CHUNK_BYTES:  # not one event per line: the general path
+            # The rest: all its events but the last in one more chunk, so that the tail holds a
+            # single event (and little else can go wrong there).
+            if size - pos > 2 * _CHUNK_BYTES:
                 return None
             cut = _last_boundary(data, pos, size)
             if cut is None:
-                break
+                return pos
         try:
             chunk = _decode_in_place(path, data, pos, cut)
         except msgspec.DecodeError:
             return None
         cols.add(chunk)
         del chunk
-        pos = cut.end() - 2  # whitespace just before the next event's "{"
-        released = _release(data, pos, released)
-    tail = _decode_tail(path, head, data, pos, cols)
-    if tail is None:
-        return None
-    return head, start, tail[0] + tail[1]
-
-
-#: Read this far into a gzip stream at most looking for ``"traceEvents"`` before giving up.
-_HEADER_MAX = 64 << 20
-
-
-def _read_gzip_layout(path: str, raw: bytearray, cols: _Columns) -> _Head | None:
-    """:func:`_read_kineto_layout` on a gzip file decompressed piece by piece: only the part of
-    the JSON not decoded yet is held (a chunk and a piece), never the whole document, which is
-    often 10x the file. None (nothing trusted) for anything but Kineto's layout in UTF-8; the
-    caller then decompresses the whole file and takes the general path."""
-    pieces = gunzip_pieces(raw, path)
-    buf = bytearray()
-    eof = False
-
-    def more() -> None:
-        nonlocal eof
-        piece = next(pieces, None)
-        if piece is None:
-            eof = True
-        else:
-            buf.extend(piece)
-
-    while len(buf) < 4 and not eof:
-        more()
-    if _unicode_encoding(bytes(buf[:4])) is not None or bytes(buf[:3]) == b"\xef\xbb\xbf":
-        return None
-    while True:  # the header
-        i = buf.find(b'"traceEvents"')
-        m = _EVENTS_KEY.match(buf, i) if i >= 0 else None
-        if m is not None:
-            break
-        if eof or len(buf) > _HEADER_MAX:
-            return None
-        more()
-    head = _decode_header(buf, i)
-    if head is None or _first_byte(buf) != b"{":
-        return None
-    pos = m.end() - 1
-    while True:
-        # A chunk and some slack in which to find the boundary that ends it.
-        while not eof and len(buf) - pos < _CHUNK_BYTES + max(_CHUNK_BYTES // 8, 1 << 16):
-            more()
-        size = len(buf)
-        cut = _EVENT_SPLIT.search(buf, pos + _CHUNK_BYTES) if pos + _CHUNK_BYTES < size else None
-        if cut is None:
-            if not eof:
-                if size - pos > 4 * _CHUNK_BYTES:  # not one event per line
-                    return None
-                more()
-                continue
-            if size - pos > 2 * _CHUNK_BYTES:
-                return None
-            cut = _last_boundary(buf, pos, size)
-            if cut is None:
-                break
-        try:
-            chunk = _decode_in_place(path, buf, pos, cut)
-        except msgspec.DecodeError:
-            return None
-        cols.add(chunk)
-        del chunk
-        pos = cut.end() - 2
-        del buf[:pos]  # cheap: a bytearray drops its front by moving its start
-        pos = 0
-    if _decode_tail(path, head, buf, pos, cols) is None:
-        return None
-    for _ in pieces:  # a truncated stream raises here, like the whole-file path
-        pass
-    return head
+        pos = src.done_with(cut.end() - 2)  # whitespace just before the next event's "{"
 
 
 # --------------------------------------------------------------------------------------------
