@@ -35,6 +35,7 @@ import mmap
 import re
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass, fields, replace
 from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any
@@ -1048,6 +1049,8 @@ def _model_lut(src: _Codes) -> np.ndarray:
 _KNOWN_LUT = _model_lut(_Codes({c: i for i, c in enumerate(_SRC_CATS)}))
 _NEEDS_CORR = np.array([_MODEL_CODE[c] for c in _FLOW_TARGETS], dtype=np.int8)
 _NEEDS_DEVICE = np.array([_MODEL_CODE[c] for c in _GPU_SIDE], dtype=np.int8)
+_GPU_ACTIVITY_CODES = np.array([_MODEL_CODE[c] for c in _GPU_ACTIVITY], dtype=np.int8)
+_LAUNCH = np.array([_MODEL_CODE["runtime"], _MODEL_CODE["driver"]], dtype=np.int8)
 
 
 def _normalise_loose(events: list[Any]) -> None:
@@ -1121,24 +1124,35 @@ class _Columns:
     def add(self, chunk: _Chunk) -> None:
         """Take the columns of one chunk."""
         events = chunk.events
-        loose = chunk.loose
         self.bad_args += chunk.bad_args
         self.too_deep += chunk.too_deep
-        if loose:
+        if chunk.loose:
             _normalise_loose(events)
+        self._add_metadata(events)
+        kept = [e for e in events if e.ph == "X" and e.cat not in _IGNORED_CATS]
+        if not kept:
+            return
+        cat, name = self._add_rows(kept, chunk.loose)
+        lut = _KNOWN_LUT if len(self.src) == len(_SRC_CATS) else _model_lut(self.src)
+        model = lut[cat]
+        self._add_args(kept, model, chunk.loose)
+        self._add_collectives(kept, model, name)
+        self.offset += len(kept)
+
+    def _add_metadata(self, events: list[Any]) -> None:
         for e in [e for e in events if e.ph == "M"]:
             if e.name in ("thread_name", "process_name") and e.args is not None:
                 self.meta.append((e.name, e.pid, e.tid, e.args.name))
-        ignored = _IGNORED_CATS
-        kept = [e for e in events if e.ph == "X" and e.cat not in ignored]
+
+    def _add_rows(self, kept: list[Any], loose: bool) -> tuple[np.ndarray, np.ndarray]:
+        """Category, name, ts, dur, pid and tid of the kept events; returns the category and
+        name codes."""
         n = len(kept)
-        if not n:
-            return
         cat = np.fromiter(map(self.src.__getitem__, map(_GET_CAT, kept)), np.int16, n)
         names = list(map(_GET_NAME, kept))
         if loose:
             names = _str_list(names)
-        self.name.append(np.fromiter(map(self.names.__getitem__, names), np.int32, n))
+        name = np.fromiter(map(self.names.__getitem__, names), np.int32, n)
         del names
         if loose:
             self.ts.append(_float_array(list(map(_GET_TS, kept))))
@@ -1148,10 +1162,14 @@ class _Columns:
             self.dur.append(np.fromiter(map(_GET_DUR, kept), np.float64, n))
         self.pid.append(_int_column(kept, _GET_PID, n, loose))
         self.tid.append(_int_column(kept, _GET_TID, n, loose))
-        # args: correlation only for launches and device rows, device / stream only for device
-        # rows (the rest keep -1); unknown categories (lut -1) are dropped later, skip them too.
-        lut = _KNOWN_LUT if len(self.src) == len(_SRC_CATS) else _model_lut(self.src)
-        model = lut[cat]
+        self.cat.append(cat)
+        self.name.append(name)
+        return cat, name
+
+    def _add_args(self, kept: list[Any], model: np.ndarray, loose: bool) -> None:
+        """``args.correlation`` of launches and device rows, ``args.device`` / ``args.stream`` of
+        device rows; -1 elsewhere (rows of unknown categories, dropped later, are skipped)."""
+        n = len(kept)
         corr = np.full(n, -1, dtype=np.int64)
         device = np.full(n, -1, dtype=np.int64)
         stream = np.full(n, -1, dtype=np.int64)
@@ -1164,7 +1182,6 @@ class _Columns:
                 g = _pick(picked, np.flatnonzero(gpu))
                 device[sel[gpu]] = _int_column(g, _GET_DEVICE, len(g), loose)
                 stream[sel[gpu]] = _int_column(g, _GET_STREAM, len(g), loose)
-            del picked
         rest = np.flatnonzero(~np.isin(model, _NEEDS_CORR) & np.isin(model, _NEEDS_DEVICE))
         if len(rest):  # gpu_user_annotation: on device lanes, no correlation needed
             r = _pick(kept, rest)
@@ -1173,23 +1190,21 @@ class _Columns:
         self.corr.append(corr)
         self.device.append(device)
         self.stream.append(stream)
-        self.cat.append(cat)
-        # Collective args: PyTorch writes them on record_param_comms ops, and Kineto copies
-        # them onto the kernels (and MTIA hccl:: events) those ops launch; look only there.
+
+    def _add_collectives(self, kept: list[Any], model: np.ndarray, name: np.ndarray) -> None:
+        """The collective args of the kept events that have them. PyTorch writes them on
+        ``record_param_comms`` ops, and Kineto copies them onto the kernels (and MTIA ``hccl::``
+        events) those ops launch: only those rows are looked at."""
         rpc = self.names.get("record_param_comms", -1)
-        cand = np.flatnonzero((model == _MODEL_CODE["kernel"]) | (self.name[-1] == rpc))
-        if len(cand):
-            cargs = list(map(_GET_ARGS, _pick(kept, cand)))
-            has = [i for i, a in enumerate(cargs) if a.coll_name is not None]
-            if has:
-                args = [cargs[i] for i in has]
-                self.coll.append(
-                    (cand[has] + self.offset,)
-                    + _collective_values(args, self.coll_names, self.pg_names)
-                )
-                del args
-            del cargs
-        self.offset += n
+        cand = np.flatnonzero((model == _MODEL_CODE["kernel"]) | (name == rpc))
+        if not len(cand):
+            return
+        cargs = list(map(_GET_ARGS, _pick(kept, cand)))
+        has = [i for i, a in enumerate(cargs) if a.coll_name is not None]
+        if has:
+            args = [cargs[i] for i in has]
+            values = _collective_values(args, self.coll_names, self.pg_names)
+            self.coll.append((cand[has] + self.offset, *values))
 
 
 def _mode(values: np.ndarray) -> int | None:
@@ -1258,9 +1273,83 @@ def _count_note(counts: Counter[str]) -> str:
     )
 
 
+@dataclass(frozen=True)
+class _CollectiveColumns:
+    """Collective metadata, one entry per row: ``name`` / ``process_group`` are codes into
+    ``names`` / ``groups`` (0: none), ``nbytes``, ``seq`` and ``group_size`` are -1 when unknown."""
+
+    name: np.ndarray
+    names: list[str]
+    nbytes: np.ndarray
+    process_group: np.ndarray
+    groups: list[str]
+    seq: np.ndarray
+    group_size: np.ndarray
+
+    def take(self, keep: np.ndarray) -> _CollectiveColumns:
+        return replace(
+            self,
+            name=self.name[keep],
+            nbytes=self.nbytes[keep],
+            process_group=self.process_group[keep],
+            seq=self.seq[keep],
+            group_size=self.group_size[keep],
+        )
+
+    def copy_rows(self, dst: np.ndarray, src: np.ndarray) -> None:
+        """Give rows ``dst`` the metadata of rows ``src`` (in place)."""
+        for column in (self.name, self.nbytes, self.process_group, self.seq, self.group_size):
+            column[dst] = column[src]
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """The rows read (``X`` events of the categories not ignored), one entry per row, as written:
+    GPU-side rows have the device as ``pid`` and the stream as ``tid``."""
+
+    src: np.ndarray  # Kineto category: code into _Columns.src
+    cat: np.ndarray  # model category: code into CATEGORIES, -1 for a category with no mapping
+    name: np.ndarray  # code into _Columns.names
+    ts: np.ndarray  # float µs, NaN when missing or unreadable
+    dur: np.ndarray
+    pid: np.ndarray
+    tid: np.ndarray
+    device: np.ndarray  # args.device, -1: none
+    stream: np.ndarray  # args.stream, -1: none
+    corr: np.ndarray  # args.correlation, -1: none
+    coll: _CollectiveColumns
+
+    @classmethod
+    def take_columns(cls, cols: _Columns) -> _Rows:
+        """The per-chunk columns concatenated (``cols`` lets go of them)."""
+        src = np.concatenate(cols.cat)
+        rows = cls(
+            src=src,
+            cat=_model_lut(cols.src)[src],
+            name=np.concatenate(cols.name),
+            ts=np.concatenate(cols.ts),
+            dur=np.concatenate(cols.dur),
+            pid=np.concatenate(cols.pid),
+            tid=np.concatenate(cols.tid),
+            device=np.concatenate(cols.device),
+            stream=np.concatenate(cols.stream),
+            corr=np.concatenate(cols.corr),
+            coll=_collective_columns(len(src), cols),
+        )
+        cols.cat = cols.ts = cols.dur = cols.pid = cols.tid = []
+        cols.device = cols.stream = cols.corr = cols.name = []
+        return rows
+
+    def take(self, keep: np.ndarray) -> _Rows:
+        arrays = {f.name: getattr(self, f.name)[keep] for f in fields(self) if f.name != "coll"}
+        return _Rows(**arrays, coll=self.coll.take(keep))
+
+
 def _build(p: str, head: _Meta, cols: _Columns) -> Timeline:
-    n = cols.offset
-    if n == 0:
+    """The event table of one rank from the columns read: exact integer ns times, rows that cannot
+    be used dropped (and counted in a note), GPU rows placed on the rank's host process, lanes,
+    and the collective metadata completed."""
+    if cols.offset == 0:
         raise TraceFormatError(
             p,
             "no events this tool reads (no kernel, memcpy, memset, CUDA runtime, cpu_op or "
@@ -1268,32 +1357,83 @@ def _build(p: str, head: _Meta, cols: _Columns) -> Timeline:
             "profile with activities=[CPU, CUDA] (CPU alone for gloo runs) and record at least one step",
         )
     notes: list[str] = []
-    src = np.concatenate(cols.cat)
-    src_names = list(cols.src)
-    cat = _model_lut(cols.src)[src]  # model category code, -1 for a category with no mapping
-    ts = np.concatenate(cols.ts)
-    dur = np.concatenate(cols.dur)
-    pid_raw = np.concatenate(cols.pid)
-    tid_raw = np.concatenate(cols.tid)
-    device = np.concatenate(cols.device)
-    stream = np.concatenate(cols.stream)
-    corr = np.concatenate(cols.corr)
-    name_codes = np.concatenate(cols.name)
-    cols.cat = cols.ts = cols.dur = cols.pid = cols.tid = []
-    cols.device = cols.stream = cols.corr = cols.name = []
-    coll = _collective_columns(n, cols)
-
-    # Times: exact int64 ns, or the event is dropped (counted) -- never a made-up time.
     base, base_ok = _base_ns(head, notes)
-    start, ok = _checked_ns(ts, base)
-    neg = dur < 0  # NaN compares False
-    dur_ns, ok_dur = _checked_ns(np.where(neg, 0.0, dur), 0)
+    rows = _Rows.take_columns(cols)
+    start, end, timed = _times_ns(rows, base, notes)
+    keep = timed & (rows.cat >= 0) & ~_unanalysed_device_rows(rows, cols.src, notes)
+    _note_accelerators(rows, cols.src, keep, notes)
+    _note_decoding(cols, notes)
+    if not keep.all():
+        rows, start, end = rows.take(keep), start[keep], end[keep]
+    if len(start) == 0:
+        raise TraceFormatError(
+            p,
+            "no usable events: every event this tool reads was dropped (see why above)"
+            if not notes
+            else "no usable events: " + "; ".join(notes),
+            "check how the trace was written; re-collect it",
+        )
+    del keep, timed
+    clock = _clock(head, base_ok, rows.ts)
+
+    # Old traces: correlation from ac2g / async_cpu_to_gpu flows, matched on the raw (pid, tid).
+    flow_note = _apply_flows(cols.flows, rows.cat, rows.corr, rows.pid, rows.tid, start, end, base)
+    if flow_note:
+        notes.append(flow_note)
+    gpu_side = np.isin(rows.cat, _NEEDS_DEVICE)
+    host_pid = _host_pid(rows, gpu_side)
+    rows = _on_host_process(rows, gpu_side, host_pid, notes)
+    lane, thread_name = _lanes(
+        gpu_side, rows.pid, rows.tid, rows.device, rows.stream, _thread_names(cols.meta)
+    )
+    filled = _collective_args_from_launching_op(
+        rows.cat, rows.pid, rows.tid, start, end, rows.corr, host_pid, rows.coll
+    )
+    if filled:
+        notes.append(
+            f"collective metadata of {filled} kernels taken from the record_param_comms op "
+            "that launched them"
+        )
+    names = list(cols.names)
+    _steps_as_annotations(rows.cat, rows.name, names)
+
+    info = _trace_info(p, head, rows.cat, rows.device, host_pid, clock, notes)
+    columns: dict[str, Any] = {
+        "rank": info.rank,
+        "pid": rows.pid,
+        "device": rows.device,
+        "stream": rows.stream,
+        "tid": rows.tid,
+        "lane": lane,
+        "thread_name": thread_name,
+        "category": _from_codes(rows.cat.astype(np.int32), categories=list(_CAT_NAMES)),
+        "name": _from_codes(rows.name, categories=names),
+        "start_ns": start,
+        "end_ns": end,
+        "correlation": rows.corr,
+        "coll_name": _from_codes(rows.coll.name, categories=rows.coll.names),
+        "coll_bytes": rows.coll.nbytes,
+        "process_group": _from_codes(rows.coll.process_group, categories=rows.coll.groups),
+        "seq": rows.coll.seq,
+        "group_size": rows.coll.group_size,
+    }
+    return Timeline(make_events(len(start), columns), (info,))
+
+
+def _times_ns(
+    rows: _Rows, base: int, notes: list[str]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(start_ns, end_ns, ok): exact int64 ns, ``ok`` False where ``ts`` / ``dur`` is unusable
+    (the row is then dropped, never given a made-up time); a negative duration becomes 0."""
+    start, ok = _checked_ns(rows.ts, base)
+    neg = rows.dur < 0  # NaN compares False
+    dur_ns, ok_dur = _checked_ns(np.where(neg, 0.0, rows.dur), 0)
     ok &= ok_dur & (dur_ns <= _INT64_MAX - np.maximum(start, 0))
     end = start + np.where(ok, dur_ns, 0)
-    known = cat >= 0
+    known = rows.cat >= 0
     bad_time = ~ok & known
     if bad_time.any():
-        by_cat = Counter(_CAT_NAMES[c] for c in cat[bad_time].tolist())
+        by_cat = Counter(_CAT_NAMES[c] for c in rows.cat[bad_time].tolist())
         notes.append(
             f"dropped {int(bad_time.sum())} events with unusable ts/dur (null, NaN, "
             f"non-numeric or out of range): {_count_note(by_cat)}"
@@ -1301,36 +1441,51 @@ def _build(p: str, head: _Meta, cols: _Columns) -> Timeline:
     neg &= ok & known
     if neg.any():
         notes.append(f"{int(neg.sum())} events with a negative duration were given duration 0.")
+    return start, end, ok
 
-    # Device events this tool cannot place: categories with no mapping that lie on a device's
-    # pid (or are known to be device-side), and hpu_op events on a device's pid.
-    hpu = src == cols.src["hpu_op"]
-    hpu_dev = np.zeros(n, dtype=bool)
-    not_analysed = hpu_dev
-    if not known.all() or hpu.any():
-        host_cats = np.isin(cat, [_MODEL_CODE["cpu_op"], _MODEL_CODE["annotation"]])
-        launch = np.isin(cat, [_MODEL_CODE["runtime"], _MODEL_CODE["driver"]])
-        host_pids = pd.unique(pid_raw[host_cats | (launch & ~hpu)])
-        off_host = ~np.isin(pid_raw, host_pids) if len(host_pids) else np.ones(n, dtype=bool)
-        device_cats = [cols.src.get(c, -1) for c in _UNMAPPED_DEVICE_CATS]
-        unmapped_dev = ~known & (off_host | np.isin(src, device_cats))
-        hpu_dev = hpu & off_host & bool(len(host_pids))
-        not_analysed = unmapped_dev | hpu_dev
+
+def _unanalysed_device_rows(rows: _Rows, src_codes: _Codes, notes: list[str]) -> np.ndarray:
+    """Device rows this tool cannot place (counted in a note): categories with no mapping that lie
+    on a device's pid (or are known to be device-side), and ``hpu_op`` rows on a device's pid."""
+    hpu = rows.src == src_codes["hpu_op"]
+    known = rows.cat >= 0
+    if known.all() and not hpu.any():
+        return np.zeros(len(rows.cat), dtype=bool)
+    host_cats = np.isin(rows.cat, [_MODEL_CODE["cpu_op"], _MODEL_CODE["annotation"]])
+    launch = np.isin(rows.cat, _LAUNCH)
+    host_pids = pd.unique(rows.pid[host_cats | (launch & ~hpu)])
+    if len(host_pids):
+        off_host = ~np.isin(rows.pid, host_pids)
+    else:
+        off_host = np.ones(len(rows.pid), dtype=bool)
+    device_cats = [src_codes.get(c, -1) for c in _UNMAPPED_DEVICE_CATS]
+    unmapped = ~known & (off_host | np.isin(rows.src, device_cats))
+    not_analysed: np.ndarray = unmapped | (hpu & off_host & bool(len(host_pids)))
     if not_analysed.any():
-        by_src = Counter(src_names[c] for c in src[not_analysed].tolist())
+        src_names = list(src_codes)
+        by_src = Counter(src_names[c] for c in rows.src[not_analysed].tolist())
         notes.append(
             f"{int(not_analysed.sum())} device events in categories {_count_note(by_src)} were "
             "not analysed (Kineto does not define them as kernels, copies or launches)"
         )
-    keep = ok & known & ~hpu_dev
-    accel = keep & np.isin(src, [cols.src[c] for c in _ACCELERATOR_CATS])
+    return not_analysed
+
+
+def _note_accelerators(rows: _Rows, src_codes: _Codes, keep: np.ndarray, notes: list[str]) -> None:
+    """Say how the kept events of accelerators other than CUDA / ROCm were read."""
+    accel = keep & np.isin(rows.src, [src_codes[c] for c in _ACCELERATOR_CATS])
     if accel.any():
-        by_src = Counter(src_names[c] for c in src[accel].tolist())
+        src_names = list(src_codes)
+        by_src = Counter(src_names[c] for c in rows.src[accel].tolist())
         parts = [
             f"{k} ({v} {_AS_WHAT.get(CATEGORY_MAP[k], 'as ' + CATEGORY_MAP[k])})"
             for k, v in sorted(by_src.items(), key=lambda kv: (-kv[1], kv[0]))
         ]
         notes.append("device work read from Kineto categories " + ", ".join(parts))
+
+
+def _note_decoding(cols: _Columns, notes: list[str]) -> None:
+    """Say what the decoder had to give up: unreadable args, events nested too deeply."""
     if cols.bad_args:
         notes.append(
             f"{cols.bad_args} events had args that could not be read (not a JSON object, or a "
@@ -1341,108 +1496,55 @@ def _build(p: str, head: _Meta, cols: _Columns) -> Timeline:
             f"dropped {cols.too_deep} events nested too deeply for the JSON decoder (over ~1000 "
             "levels)"
         )
-    if not keep.all():
-        cat, src, ts, start, end = cat[keep], src[keep], ts[keep], start[keep], end[keep]
-        pid_raw, tid_raw, device, stream = pid_raw[keep], tid_raw[keep], device[keep], stream[keep]
-        corr, name_codes = corr[keep], name_codes[keep]
-        cc, ccats, cb, pc, pcats, sq, gs = coll
-        coll = (cc[keep], ccats, cb[keep], pc[keep], pcats, sq[keep], gs[keep])
-        n = int(keep.sum())
-    if n == 0:
-        raise TraceFormatError(
-            p,
-            "no usable events: every event this tool reads was dropped (see why above)"
-            if not notes
-            else "no usable events: " + "; ".join(notes),
-            "check how the trace was written; re-collect it",
-        )
-    del keep, ok, known
 
+
+def _clock(head: _Meta, base_ok: bool, ts: np.ndarray) -> str:
+    """``"unix"`` when the times are unix-epoch ns, else ``"relative"``."""
     if base_ok:
-        clock = "unix"
-    elif head.baseTimeNanoseconds is None or head.baseTimeNanoseconds == 0:
+        return "unix"
+    if head.baseTimeNanoseconds is None or head.baseTimeNanoseconds == 0:
         # No base: absolute epoch-µs timestamps (older traces) are unix time by themselves.
-        clock = "unix" if float(np.median(ts)) > _EPOCH_US_THRESHOLD else "relative"
-    else:
-        clock = "relative"  # a base was given but is unusable (said in a note)
-    del ts
+        return "unix" if float(np.median(ts)) > _EPOCH_US_THRESHOLD else "relative"
+    return "relative"  # a base was given but is unusable (said in a note)
 
-    gpu_side = np.isin(cat, [_MODEL_CODE[c] for c in _GPU_SIDE])
-    # Old traces: correlation from ac2g / async_cpu_to_gpu flows, matched on the raw (pid, tid).
-    flow_note = _apply_flows(cols.flows, cat, corr, pid_raw, tid_raw, start, end, base)
-    if flow_note:
-        notes.append(flow_note)
 
-    # Host pid of the rank: GPU events carry the device as pid in Kineto; give them the process
-    # that launched them so (pid, correlation) joins kernels to launches.
-    launch = np.isin(cat, [_MODEL_CODE["runtime"], _MODEL_CODE["driver"]])
-    host_pid = _mode(pid_raw[launch & (pid_raw >= 0)])
+def _host_pid(rows: _Rows, gpu_side: np.ndarray) -> int:
+    """The rank's host process: the pid of most launches, else of most host rows, else 0."""
+    pid = rows.pid
+    host_pid = _mode(pid[np.isin(rows.cat, _LAUNCH) & (pid >= 0)])
     if host_pid is None:
-        host_pid = _mode(pid_raw[~gpu_side & (pid_raw >= 0)])
-    if host_pid is None:
-        host_pid = 0
-    device = np.where(gpu_side & (device < 0), pid_raw, device)
-    stream = np.where(gpu_side & (stream < 0), tid_raw, stream)
+        host_pid = _mode(pid[~gpu_side & (pid >= 0)])
+    return 0 if host_pid is None else host_pid
+
+
+def _on_host_process(rows: _Rows, gpu_side: np.ndarray, host_pid: int, notes: list[str]) -> _Rows:
+    """GPU-side rows moved onto the process that launched them, so that (pid, correlation) joins
+    kernels to launches: Kineto gives them the device as pid and the stream as tid, used when
+    ``args`` has no device / stream. Host rows get device and stream -1."""
+    device = np.where(gpu_side & (rows.device < 0), rows.pid, rows.device)
+    stream = np.where(gpu_side & (rows.stream < 0), rows.tid, rows.stream)
     bad_dev = gpu_side & (device > _INT32_MAX)
     if bad_dev.any():
         notes.append(
             f"{int(bad_dev.sum())} device events have a device id beyond int32; given device -1"
         )
         device = np.where(bad_dev, -1, device)
-    pid = np.where(gpu_side, host_pid, pid_raw)
-    tid = np.where(gpu_side, -1, tid_raw)
-    device = np.where(gpu_side, device, -1)
-    stream = np.where(gpu_side, stream, -1)
-    del pid_raw, tid_raw
-
-    tnames = _thread_names(cols.meta)
-    lane, thread_name = _lanes(gpu_side, pid, tid, device, stream, tnames)
-
-    coll_codes, coll_cats, coll_bytes, pg_codes, pg_cats, seq, group_size = coll
-    filled = _collective_args_from_launching_op(
-        cat, pid, tid, start, end, corr, host_pid, coll_codes, coll_bytes, pg_codes, seq, group_size
+    return replace(
+        rows,
+        pid=np.where(gpu_side, host_pid, rows.pid),
+        tid=np.where(gpu_side, -1, rows.tid),
+        device=np.where(gpu_side, device, -1),
+        stream=np.where(gpu_side, stream, -1),
     )
-    if filled:
-        notes.append(
-            f"collective metadata of {filled} kernels taken from the record_param_comms op "
-            "that launched them"
-        )
 
-    categories = list(cols.names)
-    # Older traces record ProfilerStep#N as an operator; it is the profiler's step range.
-    step_codes = [i for i, v in enumerate(categories) if _STEP_MARKER.match(v)]
+
+def _steps_as_annotations(cat: np.ndarray, name: np.ndarray, names: list[str]) -> None:
+    """Older traces record ``ProfilerStep#N`` as an operator; it is the profiler's step range:
+    recategorised as an annotation (in place)."""
+    step_codes = [i for i, v in enumerate(names) if _STEP_MARKER.match(v)]
     if step_codes:
-        is_step = np.isin(name_codes, step_codes) & (cat == _MODEL_CODE["cpu_op"])
+        is_step = np.isin(name, step_codes) & (cat == _MODEL_CODE["cpu_op"])
         cat[is_step] = _MODEL_CODE["annotation"]
-    names = _from_codes(name_codes, categories=categories)
-    category = _from_codes(cat.astype(np.int32), categories=list(_CAT_NAMES))
-
-    info = _trace_info(p, head, cat, device, host_pid, clock, notes)
-    columns: dict[str, Any] = {
-        "rank": info.rank,
-        "pid": pid,
-        "device": device,
-        "stream": stream,
-        "tid": tid,
-        "lane": lane,
-        "thread_name": thread_name,
-        "category": category,
-        "name": names,
-        "start_ns": start,
-        "end_ns": end,
-        "correlation": corr,
-        "coll_name": _from_codes(coll_codes, categories=coll_cats),
-        "coll_bytes": coll_bytes,
-        "process_group": _from_codes(pg_codes, categories=pg_cats),
-        "seq": seq,
-        "group_size": group_size,
-    }
-    return Timeline(make_events(n, columns), (info,))
-
-
-_CollColumns = tuple[
-    np.ndarray, list[str], np.ndarray, np.ndarray, list[str], np.ndarray, np.ndarray
-]
 
 
 def _collective_values(
@@ -1472,30 +1574,26 @@ def _collective_values(
     return codes, nbytes, pgs, seq, group
 
 
-def _collective_columns(n: int, cols: _Columns) -> _CollColumns:
+def _collective_columns(n: int, cols: _Columns) -> _CollectiveColumns:
     """The collective columns for all ``n`` rows, from the per-chunk values of the few rows that
-    have any (see :func:`_collective_values`)."""
-    coll_codes = np.zeros(n, dtype=np.int32)
-    pg_codes = np.zeros(n, dtype=np.int32)
-    coll_bytes = np.full(n, -1, dtype=np.int64)
-    seq = np.full(n, -1, dtype=np.int64)
-    group_size = np.full(n, -1, dtype=np.int64)
-    for rows, codes, nbytes, pgs, sq, group in cols.coll:
-        coll_codes[rows] = codes
-        coll_bytes[rows] = nbytes
-        pg_codes[rows] = pgs
-        seq[rows] = sq
-        group_size[rows] = group
-    cols.coll = []
-    return (
-        coll_codes,
-        list(cols.coll_names),
-        coll_bytes,
-        pg_codes,
-        list(cols.pg_names),
-        seq,
-        group_size,
+    have any (see :func:`_collective_values`); ``cols`` lets go of them."""
+    coll = _CollectiveColumns(
+        name=np.zeros(n, dtype=np.int32),
+        names=list(cols.coll_names),
+        nbytes=np.full(n, -1, dtype=np.int64),
+        process_group=np.zeros(n, dtype=np.int32),
+        groups=list(cols.pg_names),
+        seq=np.full(n, -1, dtype=np.int64),
+        group_size=np.full(n, -1, dtype=np.int64),
     )
+    for rows, codes, nbytes, pgs, seq, group in cols.coll:
+        coll.name[rows] = codes
+        coll.nbytes[rows] = nbytes
+        coll.process_group[rows] = pgs
+        coll.seq[rows] = seq
+        coll.group_size[rows] = group
+    cols.coll = []
+    return coll
 
 
 def _thread_names(meta: list[tuple[str, Any, Any, Any]]) -> dict[tuple[int, int], str]:
@@ -1636,11 +1734,7 @@ def _collective_args_from_launching_op(
     end: np.ndarray,
     corr: np.ndarray,
     host_pid: int,
-    coll_codes: np.ndarray,
-    coll_bytes: np.ndarray,
-    pg_codes: np.ndarray,
-    seq: np.ndarray,
-    group_size: np.ndarray,
+    coll: _CollectiveColumns,
 ) -> int:
     """Give kernels without collective metadata that of the ``record_param_comms`` op that
     launched them (in place); returns how many kernels got it.
@@ -1652,52 +1746,56 @@ def _collective_args_from_launching_op(
     on its thread that starts before it is found by binary search and kept if it also ends after
     it; when ops nest, up to :data:`_NEST_DEPTH` enclosing ones are tried.
     """
-    kern = np.flatnonzero((cat == _MODEL_CODE["kernel"]) & (coll_codes == 0) & (corr >= 0))
-    ops = np.flatnonzero((cat == _MODEL_CODE["cpu_op"]) & (coll_codes > 0) & (pid == host_pid))
+    kern = np.flatnonzero((cat == _MODEL_CODE["kernel"]) & (coll.name == 0) & (corr >= 0))
+    ops = np.flatnonzero((cat == _MODEL_CODE["cpu_op"]) & (coll.name > 0) & (pid == host_pid))
     if len(kern) == 0 or len(ops) == 0:
         return 0
-    launch = np.flatnonzero(
-        np.isin(cat, [_MODEL_CODE["runtime"], _MODEL_CODE["driver"]])
-        & (corr >= 0)
-        & (pid == host_pid)
-    )
+    kern, launch = _launches(kern, cat, pid, corr, host_pid)
+    filled = 0
+    for t in np.unique(tid[launch]).tolist():
+        on_t = tid[launch] == t
+        ops_t = ops[tid[ops] == t]
+        if len(ops_t) == 0:
+            continue
+        found = _enclosing(ops_t, start, end, launch[on_t])
+        ok = found >= 0
+        coll.copy_rows(kern[on_t][ok], found[ok])
+        filled += int(ok.sum())
+    return filled
+
+
+def _launches(
+    kern: np.ndarray, cat: np.ndarray, pid: np.ndarray, corr: np.ndarray, host_pid: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(kernels, their launches): the kernels of ``kern`` whose launch (a runtime / driver row of
+    the host process with the same correlation) is there, and that launch's row for each."""
+    launch = np.flatnonzero(np.isin(cat, _LAUNCH) & (corr >= 0) & (pid == host_pid))
     if len(launch) == 0:
-        return 0
+        return kern[:0], launch
     order = np.argsort(corr[launch], kind="stable")
     lcorr = corr[launch][order]
     at = np.minimum(np.searchsorted(lcorr, corr[kern]), len(lcorr) - 1)
     has = lcorr[at] == corr[kern]
-    kern, lrow = kern[has], launch[order][at[has]]
-    if len(kern) == 0:
-        return 0
-    filled = 0
-    for t in np.unique(tid[lrow]).tolist():
-        on = lrow[tid[lrow] == t]
-        kon = kern[tid[lrow] == t]
-        o = ops[tid[ops] == t]
-        if len(o) == 0:
-            continue
-        o = o[np.argsort(start[o], kind="stable")]
-        ostart, oend = start[o], end[o]
-        pos = np.searchsorted(ostart, start[on], side="right") - 1
-        found = np.full(len(on), -1, dtype=np.int64)
-        for _ in range(_NEST_DEPTH):
-            look = (found < 0) & (pos >= 0)
-            if not look.any():
-                break
-            p = np.where(look, pos, 0)
-            inside = look & (oend[p] >= end[on])
-            found[inside] = o[p[inside]]
-            pos = np.where(look & ~inside, pos - 1, -1)
-        ok = found >= 0
-        dst, srcs = kon[ok], found[ok]
-        coll_codes[dst] = coll_codes[srcs]
-        coll_bytes[dst] = coll_bytes[srcs]
-        pg_codes[dst] = pg_codes[srcs]
-        seq[dst] = seq[srcs]
-        group_size[dst] = group_size[srcs]
-        filled += int(ok.sum())
-    return filled
+    return kern[has], launch[order][at[has]]
+
+
+def _enclosing(ops: np.ndarray, start: np.ndarray, end: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """For each of ``rows``, the latest-starting op of ``ops`` (rows on one thread) that starts
+    before it and ends after it, among the :data:`_NEST_DEPTH` latest that start before it; -1
+    where there is none."""
+    ops = ops[np.argsort(start[ops], kind="stable")]
+    ostart, oend = start[ops], end[ops]
+    pos = np.searchsorted(ostart, start[rows], side="right") - 1
+    found = np.full(len(rows), -1, dtype=np.int64)
+    for _ in range(_NEST_DEPTH):
+        look = (found < 0) & (pos >= 0)
+        if not look.any():
+            break
+        p = np.where(look, pos, 0)
+        inside = look & (oend[p] >= end[rows])
+        found[inside] = ops[p[inside]]
+        pos = np.where(look & ~inside, pos - 1, -1)
+    return found
 
 
 def _trace_info(
@@ -1709,49 +1807,11 @@ def _trace_info(
     clock: str,
     notes: list[str],
 ) -> TraceInfo:
-    dist = head.distributedInfo if isinstance(head.distributedInfo, dict) else None
-    if head.distributedInfo is not None and dist is None:
-        notes.append(f"distributedInfo {_short(head.distributedInfo)} is not an object; ignored")
-    rank: int | None = None
-    world: int | None = None
-    backend: str | None = None
-    if dist is not None:
-        r = dist.get("rank")
-        if r is not None:
-            rank = _int_field(r, 0, MAX_WORLD_SIZE - 1)
-            if rank is None:
-                notes.append(
-                    f"distributedInfo.rank {_short(r)} is not a usable rank (an integer from 0 "
-                    f"to {MAX_WORLD_SIZE - 1} is expected); ignored"
-                )
-        w = dist.get("world_size")
-        if w is not None:
-            world = _int_field(w, 1, MAX_WORLD_SIZE)
-            if world is None:
-                notes.append(
-                    f"distributedInfo.world_size {_short(w)} is not a usable world size (an "
-                    f"integer from 1 to {MAX_WORLD_SIZE} is expected); ignored"
-                )
-        b = dist.get("backend")
-        backend = str(b) if b is not None else None
-    if rank is not None:
-        source = "distributedInfo"
-    else:
-        rank = rank_from_filename(p)
-        if rank is not None and rank >= MAX_WORLD_SIZE:
-            rank = None
-        if rank is not None:
-            source = "filename"
-            notes.insert(
-                0, f"Rank {rank} taken from the file name (the trace has no distributedInfo)."
-            )
-        else:
-            rank, source = 0, "default"
-            notes.insert(
-                0,
-                "The trace and its file name say no rank: assumed rank 0 (name files rank<N>.json).",
-            )
-    gpu_rows = np.isin(cat, [_MODEL_CODE[c] for c in _GPU_ACTIVITY])
+    rank, world, backend = _distributed_info(head.distributedInfo, notes)
+    source = "distributedInfo"
+    if rank is None:
+        rank, source = _rank_without_distributed_info(p, notes)
+    gpu_rows = np.isin(cat, _GPU_ACTIVITY_CODES)
     device_kind = "gpu" if gpu_rows.any() else "cpu"
     used = sorted(set(np.unique(device[gpu_rows]).tolist())) if gpu_rows.any() else []
     names = _device_names(head.deviceProperties)
@@ -1773,6 +1833,47 @@ def _trace_info(
         device=used[0] if used else None,
         notes=tuple(notes),
     )
+
+
+def _distributed_info(dist: Any, notes: list[str]) -> tuple[int | None, int | None, str | None]:
+    """(rank, world size, backend) from ``distributedInfo``; a value that is not usable is
+    ignored, with a note."""
+    if dist is None:
+        return None, None, None
+    if not isinstance(dist, dict):
+        notes.append(f"distributedInfo {_short(dist)} is not an object; ignored")
+        return None, None, None
+    rank = _distributed_int(dist, "rank", "rank", 0, MAX_WORLD_SIZE - 1, notes)
+    world = _distributed_int(dist, "world_size", "world size", 1, MAX_WORLD_SIZE, notes)
+    b = dist.get("backend")
+    return rank, world, (str(b) if b is not None else None)
+
+
+def _distributed_int(
+    dist: dict[str, Any], key: str, what: str, lo: int, hi: int, notes: list[str]
+) -> int | None:
+    v = dist.get(key)
+    if v is None:
+        return None
+    out = _int_field(v, lo, hi)
+    if out is None:
+        notes.append(
+            f"distributedInfo.{key} {_short(v)} is not a usable {what} (an integer from {lo} "
+            f"to {hi} is expected); ignored"
+        )
+    return out
+
+
+def _rank_without_distributed_info(p: str, notes: list[str]) -> tuple[int, str]:
+    """(rank, rank source) from the file name, else 0; said in the first note."""
+    rank = rank_from_filename(p)
+    if rank is not None and rank < MAX_WORLD_SIZE:
+        notes.insert(0, f"Rank {rank} taken from the file name (the trace has no distributedInfo).")
+        return rank, "filename"
+    notes.insert(
+        0, "The trace and its file name say no rank: assumed rank 0 (name files rank<N>.json)."
+    )
+    return 0, "default"
 
 
 def _device_names(props: Any) -> dict[int, str]:
