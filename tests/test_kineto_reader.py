@@ -538,7 +538,7 @@ def test_real_a100_trace() -> None:
 def test_chunked_decode_cuts_only_between_events(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import traceoverlap.readers.kineto as kineto
+    from traceoverlap.readers.kineto import _document
 
     # 300 kernels written one per line as Kineto does; every 7th has a nested args list of
     # objects laid out as "},\n{" too, a boundary look-alike inside an event.
@@ -554,7 +554,7 @@ def test_chunked_decode_cuts_only_between_events(
     p.write_text(text)
     # Tiny chunks: many cuts, some landing on the look-alike (their chunk fails to decode and
     # the rest goes through per-event slices). Either way: the same 300 rows, in file order.
-    monkeypatch.setattr(kineto, "_CHUNK_BYTES", 500)
+    monkeypatch.setattr(_document, "CHUNK_BYTES", 500)
     ev = read_kineto(p).events
     assert ev["name"].astype(str).tolist() == [f"k{i}" for i in range(300)]
     assert ev["correlation"].tolist() == list(range(300))
@@ -567,7 +567,7 @@ def test_chunked_decode_cuts_only_between_events(
 def test_one_pass_layout_path_equals_general_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, decoy: bool
 ) -> None:
-    import traceoverlap.readers.kineto as kineto
+    from traceoverlap.readers.kineto import _document
 
     # Kineto's layout: header, one event per line, then more fields after the array
     # (baseTimeNanoseconds comes last in real traces). The decoy puts a nested "traceEvents"
@@ -585,19 +585,19 @@ def test_one_pass_layout_path_equals_general_path(
     )
     p = tmp_path / "t.json"
     p.write_text(head + '  "traceEvents": [\n  ' + ",\n  ".join(events) + tail)
-    monkeypatch.setattr(kineto, "_CHUNK_BYTES", 1000)
+    monkeypatch.setattr(_document, "CHUNK_BYTES", 1000)
     calls: list[bool] = []
-    one_pass = kineto._read_kineto_layout
+    one_pass = _document.read_kineto_layout
 
     def spy(*a: Any) -> Any:
         out = one_pass(*a)
         calls.append(out is not None)
         return out
 
-    monkeypatch.setattr(kineto, "_read_kineto_layout", spy)
+    monkeypatch.setattr(_document, "read_kineto_layout", spy)
     fast = read_kineto(p)
     assert calls == [not decoy]
-    monkeypatch.setattr(kineto, "_read_kineto_layout", lambda *a: None)
+    monkeypatch.setattr(_document, "read_kineto_layout", lambda *a: None)
     slow = read_kineto(p)
     for tl in (fast, slow):
         ev = tl.events

@@ -15,8 +15,8 @@ import pytest
 
 import traceoverlap
 from traceoverlap.errors import TraceFormatError
-from traceoverlap.readers import _input, kineto
-from traceoverlap.readers.kineto import MAX_WORLD_SIZE, read_kineto
+from traceoverlap.readers import _input
+from traceoverlap.readers.kineto import MAX_WORLD_SIZE, _document, read_kineto
 
 INT64_MAX = 2**63 - 1
 
@@ -127,7 +127,7 @@ def test_a_chunk_with_odd_values_keeps_its_good_events(
 ) -> None:
     # 200 kernels one per line in small chunks; every 10th has dur null (that chunk goes
     # through the lenient decoder): the other 180 are read exactly, 20 dropped and counted.
-    monkeypatch.setattr(kineto, "_CHUNK_BYTES", 2000)
+    monkeypatch.setattr(_document, "CHUNK_BYTES", 2000)
     events = [
         _x("kernel", f"k{i}", 0, 7, float(i), None if i % 10 == 0 else 0.5, correlation=i)
         for i in range(200)
@@ -426,7 +426,7 @@ def _kineto_doc(n: int) -> str:
 
 def test_gzip_stream_equals_plain_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Small chunks and pieces: many cuts, pieces ending anywhere. Same table as the plain file.
-    monkeypatch.setattr(kineto, "_CHUNK_BYTES", 3000)
+    monkeypatch.setattr(_document, "CHUNK_BYTES", 3000)
     monkeypatch.setattr(_input, "PIECE_BYTES", 777)
     text = _kineto_doc(500)
     plain = read_kineto(_write(tmp_path, text, "rank1.json"))
@@ -442,7 +442,7 @@ def test_gzip_stream_equals_plain_file(tmp_path: Path, monkeypatch: pytest.Monke
 def test_gzip_stream_holds_a_chunk_not_the_document(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(kineto, "_CHUNK_BYTES", 64 << 10)
+    monkeypatch.setattr(_document, "CHUNK_BYTES", 64 << 10)
     monkeypatch.setattr(_input, "PIECE_BYTES", 64 << 10)
     # 5,000 ops with 1 KB of args each (shapes the reader skips, as in real traces): ~5.5 MB
     # of JSON for ~0.3 MB of columns.
@@ -452,7 +452,7 @@ def test_gzip_stream_holds_a_chunk_not_the_document(
     p = _write(tmp_path, gzip.compress(text), "rank1.json.gz")
     calls: list[int] = []
     monkeypatch.setattr(_input, "gunzip", lambda *a: calls.append(1) or bytearray())
-    layout = kineto._read_gzip_layout
+    layout = _document.read_gzip_layout
     peaks: list[int] = []
 
     def measured(*a: Any) -> Any:
@@ -463,7 +463,7 @@ def test_gzip_stream_holds_a_chunk_not_the_document(
             peaks.append(tracemalloc.get_traced_memory()[1])
             tracemalloc.stop()
 
-    monkeypatch.setattr(kineto, "_read_gzip_layout", measured)
+    monkeypatch.setattr(_document, "read_gzip_layout", measured)
     tl = read_kineto(p)
     assert calls == []  # the streaming path did it all: no whole-file decompression
     assert len(tl.events) == 5000
@@ -475,7 +475,7 @@ def test_gzip_stream_holds_a_chunk_not_the_document(
 def test_truncated_gzip_stream_fails_cleanly(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(kineto, "_CHUNK_BYTES", 3000)
+    monkeypatch.setattr(_document, "CHUNK_BYTES", 3000)
     gz = gzip.compress(_kineto_doc(500).encode())
     with pytest.raises(TraceFormatError, match="truncated gzip"):
         read_kineto(_write(tmp_path, gz[: len(gz) - 200], "rank1.json.gz"))

@@ -215,7 +215,7 @@ def _truncated(shown: str) -> TraceFormatError:
 PIECE_BYTES = 4 << 20
 
 
-def gunzip_pieces(raw: bytes | bytearray, shown: str) -> Iterator[bytes]:
+def gunzip_pieces(raw: bytes | Buffer, shown: str) -> Iterator[bytes]:
     """Decompress (possibly multi-member) gzip piece by piece (each at most
     :data:`PIECE_BYTES`); raises :class:`TraceFormatError` if the data is truncated or corrupt
     (after yielding what could be decompressed)."""
@@ -244,7 +244,7 @@ def gunzip_pieces(raw: bytes | bytearray, shown: str) -> Iterator[bytes]:
         ) from None
 
 
-def gunzip(raw: bytes | bytearray, shown: str) -> bytearray:
+def gunzip(raw: bytes | Buffer, shown: str) -> bytearray:
     """Decompress (possibly multi-member) gzip into one buffer.
 
     ``gzip.decompress`` grows its output as it goes and peaks at about twice the result; here
@@ -276,7 +276,7 @@ def _empty(shown: str) -> TraceFormatError:
 def prepare(data: Buffer, shown: str) -> Buffer:
     """Gunzip, re-encode UTF-16/32 as UTF-8, blank a UTF-8 byte order mark; refuse emptiness."""
     if data[:2] == _GZIP_MAGIC:
-        data = gunzip(data, shown)  # type: ignore[arg-type]
+        data = gunzip(data, shown)
     head = bytes(data[:4])
     enc = _unicode_encoding(head)
     if enc is not None:

@@ -1,0 +1,396 @@
+"""The columns read -> the :class:`~traceoverlap.model.Timeline` of one rank.
+
+Times become exact integer ns; a row whose time is unusable, or that is device work this tool
+cannot place, is dropped and counted in a note; GPU rows are put on the rank's host process (so
+that (pid, correlation) joins kernels to launches), lanes are named, and the collective metadata
+is completed from the launching ops.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ...errors import TraceFormatError
+from ...model import CATEGORIES, Timeline, make_events
+from ._categories import (
+    ACCELERATOR_CATS,
+    AS_WHAT,
+    CATEGORY_MAP,
+    GPU_SIDE_CODES,
+    LAUNCH_CODES,
+    MODEL_CODE,
+    UNMAPPED_DEVICE_CATS,
+    model_lut,
+)
+from ._columns import Codes, CollectiveColumns, Columns, collective_columns
+from ._joins import collective_args_from_launching_op, fill_correlation_from_flows
+from ._metadata import Meta, base_ns, trace_info
+from ._values import INT32_MAX, INT64_MAX, checked_ns, to_int
+
+# Above this, a ts without baseTimeNanoseconds can only be absolute epoch microseconds
+# (1e15 us = 2001-09-09); relative traces start near 0 or at a monotonic clock (days, not decades).
+_EPOCH_US_THRESHOLD = 1e15
+_STEP_MARKER = re.compile(r"^ProfilerStep#\d+$")
+_THREAD_LABEL = re.compile(r"^thread\s+\d+\s+\((.*)\)\s*$")
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """The rows read (``X`` events of the categories not ignored), one entry per row, as written:
+    GPU-side rows have the device as ``pid`` and the stream as ``tid``."""
+
+    src: np.ndarray  # Kineto category: code into Columns.src
+    cat: np.ndarray  # model category: code into CATEGORIES, -1 for a category with no mapping
+    name: np.ndarray  # code into Columns.names
+    ts: np.ndarray  # float µs, NaN when missing or unreadable
+    dur: np.ndarray
+    pid: np.ndarray
+    tid: np.ndarray
+    device: np.ndarray  # args.device, -1: none
+    stream: np.ndarray  # args.stream, -1: none
+    corr: np.ndarray  # args.correlation, -1: none
+    coll: CollectiveColumns
+
+    @classmethod
+    def take_columns(cls, cols: Columns) -> _Rows:
+        """The per-chunk columns concatenated (``cols`` lets go of them)."""
+        src = np.concatenate(cols.cat)
+        rows = cls(
+            src=src,
+            cat=model_lut(cols.src)[src],
+            name=np.concatenate(cols.name),
+            ts=np.concatenate(cols.ts),
+            dur=np.concatenate(cols.dur),
+            pid=np.concatenate(cols.pid),
+            tid=np.concatenate(cols.tid),
+            device=np.concatenate(cols.device),
+            stream=np.concatenate(cols.stream),
+            corr=np.concatenate(cols.corr),
+            coll=collective_columns(len(src), cols),
+        )
+        cols.cat = cols.ts = cols.dur = cols.pid = cols.tid = []
+        cols.device = cols.stream = cols.corr = cols.name = []
+        return rows
+
+    def take(self, keep: np.ndarray) -> _Rows:
+        """The rows where ``keep`` is True."""
+        arrays = {f.name: getattr(self, f.name)[keep] for f in fields(self) if f.name != "coll"}
+        return _Rows(**arrays, coll=self.coll.take(keep))
+
+
+def build_timeline(p: str, head: Meta, cols: Columns) -> Timeline:
+    """The event table of one rank from the columns read: exact integer ns times, rows that cannot
+    be used dropped (and counted in a note), GPU rows placed on the rank's host process, lanes,
+    and the collective metadata completed."""
+    if cols.offset == 0:
+        raise TraceFormatError(
+            p,
+            "no events this tool reads (no kernel, memcpy, memset, CUDA runtime, cpu_op or "
+            "user_annotation events)",
+            "profile with activities=[CPU, CUDA] (CPU alone for gloo runs) and record at least one step",
+        )
+    notes: list[str] = []
+    base, base_ok = base_ns(head, notes)
+    rows = _Rows.take_columns(cols)
+    start, end, timed = _times_ns(rows, base, notes)
+    keep = timed & (rows.cat >= 0) & ~_unanalysed_device_rows(rows, cols.src, notes)
+    _note_accelerators(rows, cols.src, keep, notes)
+    _note_decoding(cols, notes)
+    if not keep.all():
+        rows, start, end = rows.take(keep), start[keep], end[keep]
+    if len(start) == 0:
+        raise TraceFormatError(
+            p,
+            "no usable events: every event this tool reads was dropped (see why above)"
+            if not notes
+            else "no usable events: " + "; ".join(notes),
+            "check how the trace was written; re-collect it",
+        )
+    del keep, timed
+    clock = _clock(head, base_ok, rows.ts)
+
+    # Old traces: correlation from ac2g / async_cpu_to_gpu flows, matched on the raw (pid, tid).
+    flow_note = fill_correlation_from_flows(
+        cols.flows, rows.cat, rows.corr, rows.pid, rows.tid, start, end, base
+    )
+    if flow_note:
+        notes.append(flow_note)
+    gpu_side = np.isin(rows.cat, GPU_SIDE_CODES)
+    host_pid = _host_pid(rows, gpu_side)
+    rows = _on_host_process(rows, gpu_side, host_pid, notes)
+    lane, thread_name = _lanes(
+        gpu_side, rows.pid, rows.tid, rows.device, rows.stream, _thread_names(cols.meta)
+    )
+    filled = collective_args_from_launching_op(
+        rows.cat, rows.pid, rows.tid, start, end, rows.corr, host_pid, rows.coll
+    )
+    if filled:
+        notes.append(
+            f"collective metadata of {filled} kernels taken from the record_param_comms op "
+            "that launched them"
+        )
+    names = list(cols.names)
+    _steps_as_annotations(rows.cat, rows.name, names)
+
+    info = trace_info(p, head, rows.cat, rows.device, host_pid, clock, notes)
+    columns: dict[str, Any] = {
+        "rank": info.rank,
+        "pid": rows.pid,
+        "device": rows.device,
+        "stream": rows.stream,
+        "tid": rows.tid,
+        "lane": lane,
+        "thread_name": thread_name,
+        "category": _from_codes(rows.cat.astype(np.int32), categories=list(CATEGORIES)),
+        "name": _from_codes(rows.name, categories=names),
+        "start_ns": start,
+        "end_ns": end,
+        "correlation": rows.corr,
+        "coll_name": _from_codes(rows.coll.name, categories=rows.coll.names),
+        "coll_bytes": rows.coll.nbytes,
+        "process_group": _from_codes(rows.coll.process_group, categories=rows.coll.groups),
+        "seq": rows.coll.seq,
+        "group_size": rows.coll.group_size,
+    }
+    return Timeline(make_events(len(start), columns), (info,))
+
+
+def _times_ns(
+    rows: _Rows, base: int, notes: list[str]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(start_ns, end_ns, ok): exact int64 ns, ``ok`` False where ``ts`` / ``dur`` is unusable
+    (the row is then dropped, never given a made-up time); a negative duration becomes 0."""
+    start, ok = checked_ns(rows.ts, base)
+    neg = rows.dur < 0  # NaN compares False
+    dur_ns, ok_dur = checked_ns(np.where(neg, 0.0, rows.dur), 0)
+    ok &= ok_dur & (dur_ns <= INT64_MAX - np.maximum(start, 0))
+    end = start + np.where(ok, dur_ns, 0)
+    known = rows.cat >= 0
+    bad_time = ~ok & known
+    if bad_time.any():
+        by_cat = Counter(CATEGORIES[c] for c in rows.cat[bad_time].tolist())
+        notes.append(
+            f"dropped {int(bad_time.sum())} events with unusable ts/dur (null, NaN, "
+            f"non-numeric or out of range): {_count_note(by_cat)}"
+        )
+    neg &= ok & known
+    if neg.any():
+        notes.append(f"{int(neg.sum())} events with a negative duration were given duration 0.")
+    return start, end, ok
+
+
+def _unanalysed_device_rows(rows: _Rows, src_codes: Codes, notes: list[str]) -> np.ndarray:
+    """Device rows this tool cannot place (counted in a note): categories with no mapping that lie
+    on a device's pid (or are known to be device-side), and ``hpu_op`` rows on a device's pid."""
+    hpu = rows.src == src_codes["hpu_op"]
+    known = rows.cat >= 0
+    if known.all() and not hpu.any():
+        return np.zeros(len(rows.cat), dtype=bool)
+    host_cats = np.isin(rows.cat, [MODEL_CODE["cpu_op"], MODEL_CODE["annotation"]])
+    launch = np.isin(rows.cat, LAUNCH_CODES)
+    host_pids = pd.unique(rows.pid[host_cats | (launch & ~hpu)])
+    if len(host_pids):
+        off_host = ~np.isin(rows.pid, host_pids)
+    else:
+        off_host = np.ones(len(rows.pid), dtype=bool)
+    device_cats = [src_codes.get(c, -1) for c in UNMAPPED_DEVICE_CATS]
+    unmapped = ~known & (off_host | np.isin(rows.src, device_cats))
+    not_analysed: np.ndarray = unmapped | (hpu & off_host & bool(len(host_pids)))
+    if not_analysed.any():
+        src_names = list(src_codes)
+        by_src = Counter(src_names[c] for c in rows.src[not_analysed].tolist())
+        notes.append(
+            f"{int(not_analysed.sum())} device events in categories {_count_note(by_src)} were "
+            "not analysed (Kineto does not define them as kernels, copies or launches)"
+        )
+    return not_analysed
+
+
+def _note_accelerators(rows: _Rows, src_codes: Codes, keep: np.ndarray, notes: list[str]) -> None:
+    """Say how the kept events of accelerators other than CUDA / ROCm were read."""
+    accel = keep & np.isin(rows.src, [src_codes[c] for c in ACCELERATOR_CATS])
+    if accel.any():
+        src_names = list(src_codes)
+        by_src = Counter(src_names[c] for c in rows.src[accel].tolist())
+        parts = [
+            f"{k} ({v} {AS_WHAT.get(CATEGORY_MAP[k], 'as ' + CATEGORY_MAP[k])})"
+            for k, v in sorted(by_src.items(), key=lambda kv: (-kv[1], kv[0]))
+        ]
+        notes.append("device work read from Kineto categories " + ", ".join(parts))
+
+
+def _note_decoding(cols: Columns, notes: list[str]) -> None:
+    """Say what the decoder had to give up: unreadable args, events nested too deeply."""
+    if cols.bad_args:
+        notes.append(
+            f"{cols.bad_args} events had args that could not be read (not a JSON object, or a "
+            "number beyond float range); their args were ignored"
+        )
+    if cols.too_deep:
+        notes.append(
+            f"dropped {cols.too_deep} events nested too deeply for the JSON decoder (over ~1000 "
+            "levels)"
+        )
+
+
+def _clock(head: Meta, base_ok: bool, ts: np.ndarray) -> str:
+    """``"unix"`` when the times are unix-epoch ns, else ``"relative"``."""
+    if base_ok:
+        return "unix"
+    if head.baseTimeNanoseconds is None or head.baseTimeNanoseconds == 0:
+        # No base: absolute epoch-µs timestamps (older traces) are unix time by themselves.
+        return "unix" if float(np.median(ts)) > _EPOCH_US_THRESHOLD else "relative"
+    return "relative"  # a base was given but is unusable (said in a note)
+
+
+def _host_pid(rows: _Rows, gpu_side: np.ndarray) -> int:
+    """The rank's host process: the pid of most launches, else of most host rows, else 0."""
+    pid = rows.pid
+    host_pid = _mode(pid[np.isin(rows.cat, LAUNCH_CODES) & (pid >= 0)])
+    if host_pid is None:
+        host_pid = _mode(pid[~gpu_side & (pid >= 0)])
+    return 0 if host_pid is None else host_pid
+
+
+def _on_host_process(rows: _Rows, gpu_side: np.ndarray, host_pid: int, notes: list[str]) -> _Rows:
+    """GPU-side rows moved onto the process that launched them, so that (pid, correlation) joins
+    kernels to launches: Kineto gives them the device as pid and the stream as tid, used when
+    ``args`` has no device / stream. Host rows get device and stream -1."""
+    device = np.where(gpu_side & (rows.device < 0), rows.pid, rows.device)
+    stream = np.where(gpu_side & (rows.stream < 0), rows.tid, rows.stream)
+    bad_dev = gpu_side & (device > INT32_MAX)
+    if bad_dev.any():
+        notes.append(
+            f"{int(bad_dev.sum())} device events have a device id beyond int32; given device -1"
+        )
+        device = np.where(bad_dev, -1, device)
+    return replace(
+        rows,
+        pid=np.where(gpu_side, host_pid, rows.pid),
+        tid=np.where(gpu_side, -1, rows.tid),
+        device=np.where(gpu_side, device, -1),
+        stream=np.where(gpu_side, stream, -1),
+    )
+
+
+def _steps_as_annotations(cat: np.ndarray, name: np.ndarray, names: list[str]) -> None:
+    """Older traces record ``ProfilerStep#N`` as an operator; it is the profiler's step range:
+    recategorised as an annotation (in place)."""
+    step_codes = [i for i, v in enumerate(names) if _STEP_MARKER.match(v)]
+    if step_codes:
+        is_step = np.isin(name, step_codes) & (cat == MODEL_CODE["cpu_op"])
+        cat[is_step] = MODEL_CODE["annotation"]
+
+
+def _lanes(
+    gpu_side: np.ndarray,
+    pid: np.ndarray,
+    tid: np.ndarray,
+    device: np.ndarray,
+    stream: np.ndarray,
+    tnames: dict[tuple[int, int], str],
+) -> tuple[pd.Categorical, pd.Categorical]:
+    """Lane and thread-name categoricals, built per distinct (pid, tid) / (device, stream)."""
+    n = len(pid)
+    several_devices = len(pd.unique(device[gpu_side])) > 1
+    lane_codes = np.zeros(n, dtype=np.int64)
+    tname_codes = np.zeros(n, dtype=np.int64)
+    lane_labels: list[str] = []
+    tname_labels: list[str] = [""]
+    host = ~gpu_side
+    if host.any():
+        uniq, inv = _factorize_pairs(pid[host], tid[host])
+        tn_idx = []
+        for kp, kt in uniq:
+            tn = tnames.get((kp, kt), "")
+            lane_labels.append(f"thread {kt}" + (f" ({tn})" if tn else ""))
+            if tn not in tname_labels:
+                tname_labels.append(tn)
+            tn_idx.append(tname_labels.index(tn))
+        lane_codes[host] = inv
+        tname_codes[host] = np.array(tn_idx, dtype=np.int64)[inv]
+    if gpu_side.any():
+        uniq, inv = _factorize_pairs(device[gpu_side], stream[gpu_side])
+        first = len(lane_labels)
+        for kd, ks in uniq:
+            lane_labels.append((f"gpu {kd} " if several_devices else "") + f"stream {ks}")
+        lane_codes[gpu_side] = inv + first
+    # Two host processes may share a tid label: merge identical labels into one category.
+    label_codes, label_uniques = pd.factorize(np.array(lane_labels, dtype=object))
+    lane = _from_codes(label_codes[lane_codes].astype(np.int32), categories=label_uniques)
+    tname = _from_codes(tname_codes.astype(np.int32), categories=tname_labels)
+    return lane, tname
+
+
+def _factorize_pairs(a: np.ndarray, b: np.ndarray) -> tuple[list[tuple[int, int]], np.ndarray]:
+    """Distinct (a, b) pairs (in order of appearance) and each row's pair number (hash-based:
+    much faster than ``np.unique(axis=0)``, which sorts)."""
+    ca, ua = pd.factorize(a)
+    cb, ub = pd.factorize(b)
+    nb = max(len(ub), 1)
+    key = ca.astype(np.int64) * nb + cb
+    if len(ua) * nb <= 1 << 20:  # few distinct values (the usual case): a dense table
+        first = np.full(len(ua) * nb, len(key), dtype=np.int64)
+        np.minimum.at(first, key, np.arange(len(key), dtype=np.int64))
+        upair = np.flatnonzero(first < len(key))
+        upair = upair[np.argsort(first[upair], kind="stable")]  # order of appearance
+        lut = np.empty(len(ua) * nb, dtype=np.int64)
+        lut[upair] = np.arange(len(upair), dtype=np.int64)
+        codes = lut[key]
+    else:
+        codes, upair = pd.factorize(key)
+    pairs = [(int(ua[k // nb]), int(ub[k % nb])) for k in upair.tolist()]
+    return pairs, codes.astype(np.int64)
+
+
+def _thread_names(meta: list[tuple[str, Any, Any, Any]]) -> dict[tuple[int, int], str]:
+    """(pid, tid) -> thread name from ``thread_name`` metadata.
+
+    Kineto may record several names for one thread (the name it had when first seen and after a
+    rename), in either order: a gloo worker appears as both ``python`` and ``pt_gloo_runloop``,
+    an autograd worker as ``pt_main_thread`` then ``pt_autograd_0``. Linux threads inherit their
+    creator's name, so the meaningful one is the name that differs from the main thread's
+    (tid == pid); the last such wins.
+    """
+    seen: dict[tuple[int, int], list[str]] = {}
+    for kind, mpid, mtid, mname in meta:
+        if kind == "thread_name" and isinstance(mname, str):
+            seen.setdefault((to_int(mpid, -1), to_int(mtid, -1)), []).append(_thread_name(mname))
+    out: dict[tuple[int, int], str] = {}
+    for (mpid, mtid), names in seen.items():
+        inherited = set(seen.get((mpid, mpid), ())) if mtid != mpid else set()
+        own = [n for n in names if n not in inherited]
+        out[(mpid, mtid)] = own[-1] if own else names[-1]
+    return out
+
+
+def _thread_name(label: str) -> str:
+    """Kineto labels threads ``thread 1234 (pt_main_thread)``; the name is the part in brackets."""
+    m = _THREAD_LABEL.match(label)
+    return m.group(1) if m else label.strip()
+
+
+def _from_codes(codes: np.ndarray, categories: Any) -> pd.Categorical:
+    # Same category dtype as make_events (pandas infers it), so timelines concatenate.
+    return pd.Categorical.from_codes(codes, categories=pd.Index(list(categories)))
+
+
+def _mode(values: np.ndarray) -> int | None:
+    """The most common value (the smallest of a tie), None when there is none."""
+    if len(values) == 0:
+        return None
+    uniq, counts = np.unique(values, return_counts=True)
+    return int(uniq[np.argmax(counts)])
+
+
+def _count_note(counts: Counter[str]) -> str:
+    """``name (count)``, the most frequent first."""
+    return ", ".join(
+        f"{k} ({v})" for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    )
