@@ -375,7 +375,8 @@ def _reduce(
         df,
         _finding_rows(coll, df, traces),
         family_causes,
-        straggler=None if top is None else _among(str(top), coll),
+        straggler=top,
+        straggler_text=None if top is None else _among(str(top), coll),
     )
     notes = _notes(units, coll, skipped)
     windows = pd.DataFrame(
