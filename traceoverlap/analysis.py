@@ -28,7 +28,7 @@ from .collectives import CauseSets, Collectives, match_collectives
 from .diagnosis import CAUSES, findings, verdict
 from .errors import TraceFormatError, UsageError
 from .inputs import expand_paths, from_folder, run_map
-from .metrics import ratio
+from .metrics import MEASURED, ratio
 from .model import Timeline, TraceInfo, concat_timelines
 from .options import AnalysisOptions, StepSelection, Thresholds, build_options, describe_steps
 from .rankmap import DetailRequest, FileResult, UnitResult, map_file, map_timeline
@@ -327,20 +327,7 @@ def _reduce(
             "device": pd.array([traces[u].device for u in unit_of], dtype=object),
             "pid": pd.array([traces[u].pid for u in unit_of], dtype=object),
             "step": pd.array(labels, dtype=object),
-            **{
-                k: base[k]
-                for k in (
-                    "step_ns",
-                    "compute_ns",
-                    "comm_ns",
-                    "memory_ns",
-                    "overlap_ns",
-                    "exposed_comm_ns",
-                    "idle_ns",
-                    "compute_only_ns",
-                    "memory_only_ns",
-                )
-            },
+            **{k: base[k] for k in MEASURED},
             "exposed_wait_ns": cause_ns["wait"],
             "exposed_transfer_ns": exposed_ns - cause_ns["wait"],
             **{f"exposed_{c}_ns": cause_ns[c] for c in CAUSES[1:]},
