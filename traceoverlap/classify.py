@@ -12,6 +12,11 @@ CPU-only ranks (e.g. gloo on CPU):
   - comm: events named ``gloo:*`` (the work of gloo's ``pt_gloo_runloop`` threads)
   - compute: ``cpu_op`` events on other threads, except the ops that launch or wait for
     communication (``c10d::*``, ``record_param_comms``, ``nccl:*``, ``gloo:*``)
+  - a rank with no ``cpu_op`` at all (a capture of NVTX ranges only: a CPU run under Nsight
+    Systems): compute is the phases the program marks (``forward``, ``backward``,
+    ``optimizer``: :attr:`Rules.cpu_compute_ranges`), comm the ``gloo:*`` ranges it marks around
+    its collectives. When a CPU Nsight Systems rank has none, its notes say that the capture
+    shows no communication (rather than none happening).
 
 Users extend the rules with ``--comm-pattern REGEX`` or a TOML config (see :func:`load_config`).
 Patterns are Python regexes matched with ``re.search``; they are evaluated once per distinct
@@ -31,7 +36,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import UsageError
-from .model import Timeline
+from .model import Timeline, TraceInfo
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -55,6 +60,9 @@ class Rules:
     cpu_comm_threads: tuple[str, ...] = (r"pt_gloo_runloop",)
     # user patterns added with --comm-pattern: comm on both GPU and CPU ranks
     extra_comm: tuple[str, ...] = field(default=())
+    # host ranges that are compute on CPU ranks without any cpu_op (NVTX-only captures: a CPU
+    # run under Nsight Systems has no PyTorch profiler ops): the phases the program marks
+    cpu_compute_ranges: tuple[str, ...] = (r"^(forward|backward|optimizer)$",)
 
     def with_comm_patterns(self, patterns: Iterable[str]) -> Rules:
         pats = tuple(patterns)
@@ -111,10 +119,33 @@ def classify(timeline: Timeline, rules: Rules | None = None) -> Timeline:
             excluded = _name_mask(ev, "name", rules.cpu_compute_exclude + rules.extra_comm)
             comm_thread = _name_mask(ev, "thread_name", rules.cpu_comm_threads)
             kind[cpu & (cat == "cpu_op") & ~excluded & ~comm_thread] = 0
+            rank = ev["rank"].to_numpy()
+            no_ops = cpu & ~np.isin(rank, np.unique(rank[cat == "cpu_op"]))
+            if no_ops.any() and rules.cpu_compute_ranges:
+                phase = _name_mask(ev, "name", rules.cpu_compute_ranges)
+                kind[no_ops & (cat == "annotation") & phase] = 0
             kind[cpu & host_cat & cpu_comm] = 1
     events = ev.copy()
     events["kind"] = pd.Categorical.from_codes(kind, ["compute", "comm", "memory", "none"])
-    return Timeline(events, timeline.traces)
+    return Timeline(events, _note_unseen_comm(timeline, kind))
+
+
+def _note_unseen_comm(timeline: Timeline, kind: np.ndarray) -> tuple[TraceInfo, ...]:
+    """A CPU rank read from Nsight Systems with no communication activity says why: nsys does
+    not see gloo's work, so zero communication there means "not visible", not "none"."""
+    blind = [t for t in timeline.traces if t.format == "nsys" and t.device_kind == "cpu"]
+    if not blind:
+        return timeline.traces
+    with_comm = set(np.unique(timeline.events["rank"].to_numpy()[kind == 1]).tolist())
+    note = (
+        "this capture has no communication activity the tool can see (CPU run under nsys: "
+        "without the PyTorch profiler there are no gloo:* work items, and the program marked no "
+        "collective as an NVTX range named gloo:<collective>, as the reference workloads do); "
+        "its communication numbers are not measured, not zero"
+    )
+    return tuple(
+        t.with_notes(note) if t in blind and t.rank not in with_comm else t for t in timeline.traces
+    )
 
 
 def load_config(path: str | Path) -> dict[str, Any]:

@@ -15,7 +15,8 @@ concatenated batch. What differs is *when* communication runs relative to backwa
 - ``ddp``: ``torch.nn.parallel.DistributedDataParallel(bucket_cap_mb=...)``.
 
 Launches run under ``span`` ranges (``allreduce_launch#i bytes=N`` / ``bucket_launch#i bytes=N``) so a
-trace shows which message started when.
+trace shows which message started when. Under Nsight Systems each collective is also an NVTX range from
+issue to completion (``gloo:all_reduce``, see ``instrument``): a CPU run's only record of communication.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from .instrument import span
+from . import instrument
+from .instrument import comm, comm_begin, comm_end_when_done, span
 
 STRATEGIES = ("naive", "flat", "overlap", "bucketed", "ddp")
 
@@ -48,7 +50,8 @@ class Naive(GradSync):
         for i, p in enumerate(self.params):
             assert p.grad is not None
             with span(f"allreduce_launch#{i} bytes={p.grad.numel() * p.grad.element_size()}"):
-                dist.all_reduce(p.grad)
+                with comm("all_reduce"):
+                    dist.all_reduce(p.grad)
             p.grad.div_(self.world_size)
 
 
@@ -57,7 +60,8 @@ class Flat(GradSync):
         grads = [p.grad for p in self.params if p.grad is not None]
         flat = torch.cat([g.reshape(-1) for g in grads])
         with span(f"bucket_launch#0 bytes={flat.numel() * flat.element_size()}"):
-            dist.all_reduce(flat)
+            with comm("all_reduce"):
+                dist.all_reduce(flat)
         flat.div_(self.world_size)
         offset = 0
         for g in grads:
@@ -78,7 +82,9 @@ class Overlap(GradSync):
         def launch(p: torch.Tensor) -> None:
             assert p.grad is not None
             with span(f"allreduce_launch#{i} bytes={p.grad.numel() * p.grad.element_size()}"):
+                handle = comm_begin("all_reduce")
                 work = dist.all_reduce(p.grad, async_op=True)
+                comm_end_when_done(work, handle)
             self.pending.append((work, p.grad))
 
         return launch
@@ -126,7 +132,9 @@ class Bucketed(GradSync):
             grads = [q.grad for q in self.buckets[b]]
             flat = torch.cat([g.reshape(-1) for g in grads if g is not None])
             with span(f"bucket_launch#{b} bytes={flat.numel() * flat.element_size()}"):
+                handle = comm_begin("all_reduce")
                 work = dist.all_reduce(flat, async_op=True)
+                comm_end_when_done(work, handle)
             self.pending.append((work, flat, b))
             self.next_launch += 1
 
@@ -153,13 +161,31 @@ class DDP(GradSync):
 
     def prepare(self, model: nn.Module) -> nn.Module:
         super().prepare(model)
-        return nn.parallel.DistributedDataParallel(
+        ddp = nn.parallel.DistributedDataParallel(
             model, device_ids=self.device_ids, bucket_cap_mb=self.bucket_bytes / 2**20
         )
+        if instrument.ACTIVE:
+            # Under Nsight Systems only: DDP's own all-reduce, wrapped to mark each bucket's
+            # collective from issue to completion (the PyTorch profiler needs no such hook).
+            ddp.register_comm_hook(state=None, hook=_traced_allreduce)
+        return ddp
 
     def sync(self) -> None:
         # DDP's reducer launched and waited for every bucket inside backward; nothing left to do.
         return None
+
+
+def _traced_allreduce(state: object, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    handle = comm_begin("all_reduce")
+    fut = default_hooks.allreduce_hook(None, bucket)  # type: ignore[arg-type]
+
+    def done(f: torch.futures.Future[torch.Tensor]) -> torch.Tensor:
+        instrument.comm_end(handle)
+        return f.value()
+
+    return fut.then(done)
 
 
 def make_strategy(

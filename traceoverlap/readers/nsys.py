@@ -242,7 +242,7 @@ def _export_cache_path(report: Path) -> Path:
     return folder / f"{report.stem}-{digest}.sqlite"
 
 
-def nsys_export_command(nsys: str, report: Path, sqlite: Path) -> list[str]:
+def _export_command(nsys: str, report: Path, sqlite: Path) -> list[str]:
     """``nsys export`` of ``report`` (an .nsys-rep) to the SQLite file ``sqlite``."""
     return [
         nsys,
@@ -260,7 +260,7 @@ def nsys_export_command(nsys: str, report: Path, sqlite: Path) -> list[str]:
 def _run_nsys_export(nsys: str, report: Path, cache: Path) -> None:
     # written to a temporary name and renamed: an interrupted export never looks fresh
     partial = cache.with_name(f".{cache.name}.partial")
-    cmd = nsys_export_command(nsys, report, partial)
+    cmd = _export_command(nsys, report, partial)
     try:
         proc = subprocess.run(
             cmd,
@@ -676,15 +676,8 @@ class _Reader:
             host = nvtx.ranges
             device_kind = "cpu"
             self.notes.append(
-                "CPU capture: the export has no CUDA activity "
-                + (
-                    "(an empty CUPTI_ACTIVITY_KIND_KERNEL table)"
-                    if self.table(_KERNEL)
-                    else "(no CUPTI_ACTIVITY_KIND_KERNEL table)"
-                )
-                + ", so each process's NVTX ranges are its timeline; if the program used a GPU, "
-                + _CAPTURE_HINT
-                + "."
+                "CPU capture (no CUDA activity in the export): each process's NVTX ranges are its "
+                "timeline (if the program did use a GPU, trace it: `nsys profile -t cuda,nvtx`)."
             )
         del nvtx
         rows, rank = self.place(gpu, host, groups, ranks)

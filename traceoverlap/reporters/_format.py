@@ -63,7 +63,7 @@ def describe_inputs(analysis: Analysis) -> list[str]:
             dev = f"GPU {t.devices[0]}"
         bits.append(dev)
         if t.pid is not None and t.format == "nsys":
-            bits.append(f"pid {t.pid} device {t.device}")
+            bits.append(f"pid {t.pid}" + (f" device {t.device}" if t.device is not None else ""))
         lines.append(f"{t.path}: " + " · ".join(bits))
     return lines
 
