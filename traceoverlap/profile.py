@@ -380,7 +380,24 @@ def run_profile(opts: ProfileOptions, out: Path, *, nsys: bool = False) -> list[
         if not qdstrm.is_file():
             raise _no_capture_error(out, device)
         _import_qdstrm(nsys_exe, qdstrm)
-    _run(nsys_export_command(rep, sqlite, nsys_exe), "nsys export")
-    if not sqlite.is_file():
-        raise TraceoverlapError(f"nsys export wrote no {sqlite}; its own output is printed above")
+    _export(nsys_exe, rep, sqlite)
     return [sqlite]
+
+
+def _export(nsys: str, rep: Path, sqlite: Path) -> None:
+    """``nsys export`` to SQLite; its progress bar is shown only when it fails."""
+    try:
+        proc = subprocess.run(
+            nsys_export_command(rep, sqlite, nsys),
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=3600,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise TraceoverlapError(f"could not run nsys export: {exc}") from None
+    if proc.returncode != 0 or not sqlite.is_file():
+        lines = [ln.strip() for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()]
+        last = lines[-1][-300:] if lines else f"exit status {proc.returncode}"
+        raise TraceoverlapError(f"nsys export of {rep} to SQLite failed: {last}")
