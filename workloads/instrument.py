@@ -10,12 +10,13 @@ the capture has no ranges at all. When a tool is injected (``NVTX_INJECTION64_PA
 ``nsys`` sets) but ``nvtx`` says the domain is disabled, a real domain handle is used anyway: the
 core NVTX calls (push/pop, start/end, mark) are what every Nsight Systems records.
 
-Communication is marked for Nsight Systems on every backend: :func:`comm_begin` opens an NVTX
-start/end range named ``{backend}:{collective}`` (``gloo:all_reduce``) when a collective is
-issued, and :func:`comm_end_when_done` closes it when the collective completes (its future's
-callback, on the thread that completes it). Under nsys a CPU (gloo) run has no other record of
-its communication: these ranges are it. They are NVTX-only (the PyTorch profiler already records
-gloo's own work items) and cost nothing when no tool is attached.
+Communication is marked for Nsight Systems on gloo runs: :func:`comm_begin` opens an NVTX
+start/end range named ``gloo:{collective}`` (``gloo:all_reduce``) when a collective is issued, and
+:func:`comm_end_when_done` closes it when the collective completes (its future's callback, on the
+thread that completes it). Under nsys a CPU (gloo) run has no other record of its communication:
+these ranges are it. They are NVTX-only (the PyTorch profiler already records gloo's own work
+items), and nothing is done without a tool attached or on NCCL runs (their kernels are the
+communication).
 """
 
 from __future__ import annotations
@@ -93,13 +94,21 @@ def nvtx_only(name: str, color: str = "green") -> Iterator[None]:
         yield
 
 
-def comm_begin(collective: str) -> int | None:
-    """Open the NVTX range of a collective being issued (``{backend}:{collective}``)."""
+def marks_comm() -> bool:
+    """Whether collectives are marked: under Nsight Systems on CPU (gloo) runs, whose capture has
+    no other record of communication (on GPUs the NCCL kernels are the communication)."""
     if not ACTIVE:
-        return None
+        return False
     import torch.distributed as dist
 
-    return int(_DOMAIN.start_range(_attributes(f"{dist.get_backend()}:{collective}", "orange")))
+    return dist.is_initialized() and dist.get_backend() == "gloo"
+
+
+def comm_begin(collective: str) -> int | None:
+    """Open the NVTX range of a collective being issued (``gloo:{collective}``)."""
+    if not marks_comm():
+        return None
+    return int(_DOMAIN.start_range(_attributes(f"gloo:{collective}", "orange")))
 
 
 def comm_end(handle: int | None) -> None:

@@ -15,8 +15,8 @@ concatenated batch. What differs is *when* communication runs relative to backwa
 - ``ddp``: ``torch.nn.parallel.DistributedDataParallel(bucket_cap_mb=...)``.
 
 Launches run under ``span`` ranges (``allreduce_launch#i bytes=N`` / ``bucket_launch#i bytes=N``) so a
-trace shows which message started when. Under Nsight Systems each collective is also an NVTX range from
-issue to completion (``gloo:all_reduce``, see ``instrument``): a CPU run's only record of communication.
+trace shows which message started when. Under Nsight Systems on gloo each collective is also an NVTX range
+from issue to completion (``gloo:all_reduce``, see ``instrument``): a CPU run's only record of communication.
 """
 
 from __future__ import annotations
@@ -164,9 +164,9 @@ class DDP(GradSync):
         ddp = nn.parallel.DistributedDataParallel(
             model, device_ids=self.device_ids, bucket_cap_mb=self.bucket_bytes / 2**20
         )
-        if instrument.ACTIVE:
-            # Under Nsight Systems only: DDP's own all-reduce, wrapped to mark each bucket's
-            # collective from issue to completion (the PyTorch profiler needs no such hook).
+        if instrument.marks_comm():
+            # Under Nsight Systems on gloo only: DDP's own all-reduce, wrapped to mark each
+            # bucket's collective from issue to completion (nothing else records it there).
             ddp.register_comm_hook(state=None, hook=_traced_allreduce)
         return ddp
 

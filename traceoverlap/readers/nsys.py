@@ -326,6 +326,15 @@ def _tid_of(global_id: I64) -> I64:
     return global_id & 0xFFFFFF
 
 
+def _categorical(codes: I32, categories: pd.Index) -> pd.Categorical:
+    """``pd.Categorical.from_codes`` for categories unique by construction: pandas' own check
+    hashes every category again (1.7 s for the 1.6 M distinct NVTX texts of a 540 MB export)."""
+    fast = getattr(pd.CategoricalDtype, "_from_fastpath", None)
+    if fast is None:  # pragma: no cover - a pandas without the fast path
+        return pd.Categorical.from_codes(codes, categories=categories)
+    return pd.Categorical.from_codes(codes, dtype=fast(categories, False), validate=False)
+
+
 def _index(values: Obj) -> pd.Index:
     """Categories with the dtype :func:`traceoverlap.model.make_events` gives (str on pandas 3),
     so that timelines of every reader concatenate."""
@@ -418,7 +427,7 @@ class _Strings:
             new = known < 0
             lut[pos[in_use]] = np.where(new, np.cumsum(new) - 1 + categories.size, known)
             categories = np.concatenate([categories, vals[new]])
-        return pd.Categorical.from_codes(lut[codes].astype(np.int32), categories=_index(categories))
+        return _categorical(lut[codes].astype(np.int32), _index(categories))
 
 
 class _StringIds:
@@ -616,8 +625,7 @@ class _Reader:
                 self.notes.append(
                     f"{other} {table}.{name} values are not integers and were read as {default}."
                 )
-            values = values.copy()
-            values[bad] = default
+            values[bad] = default  # in place: the scan's arrays are ours, read once
         return values
 
     def valid_times(self, cols: Columns, table: str, what: str) -> npt.NDArray[np.bool_]:
