@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
+import subprocess
 import sys
 from pathlib import Path
 
@@ -96,6 +97,29 @@ def test_a_file_being_written_is_a_clear_error_not_a_half_read(tmp_path: Path) -
         writer.execute("ROLLBACK")
         writer.close()
     assert _step(path).step_ns == 8 * MS  # and once the writer is gone, the committed file reads
+
+
+def test_a_writer_that_died_mid_write_is_a_clear_error(tmp_path: Path) -> None:
+    # A writer process exits in the middle of a transaction that spilled pages into the file:
+    # the file is half-written and a hot -journal beside it holds the original pages. A
+    # read-only reader cannot roll it back: one clear error, not the half-written rows.
+    path = _one_step(tmp_path)
+    code = (
+        "import os, sqlite3, sys\n"
+        "con = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+        "con.execute('PRAGMA cache_size = 1')\n"
+        "con.execute('BEGIN')\n"
+        f"con.executemany('INSERT INTO {KERNEL} (start, end, deviceId, contextId, streamId, "
+        "correlationId, globalPid, demangledName, shortName) VALUES (?, ?, 0, 1, 7, -1, 1, 1, 1)',"
+        " [(i, i + 1) for i in range(20000)])\n"
+        "os._exit(0)\n"
+    )
+    subprocess.run([sys.executable, "-c", code, str(path)], check=True)
+    assert Path(f"{path}-journal").stat().st_size > 0
+    with pytest.raises(TraceFormatError) as err:
+        read_nsys(path)
+    msg = str(err.value)
+    assert str(path) in msg and "unfinished write" in msg and "-journal" in msg
 
 
 # ---------------------------------------------------------------------------------------------
