@@ -92,13 +92,14 @@ def test_json_schema(tmp_path):
     res = run("analyze", str(write_trace(tmp_path / "t.json")), "--format", "json")
     assert res.exit_code == 0, res.output
     doc = json.loads(res.output)
-    assert doc["schema_version"] == 1
+    assert doc["schema_version"] == 2
     assert {"path", "rank", "world_size", "backend", "format", "device_kind"} <= set(
         doc["traces"][0]
     )
     (step,) = doc["steps"]
     # step = [0, 11) ms = 11 ms; compute 10; comm 3; overlap [8,10) = 2; exposed 1; idle 0;
-    # ideal = 11 - 1 + 0 = 10; comm 3 <= compute 10, exposed 1/11 = 9.1 % < 10 %, idle 0 -> compute-bound
+    # ideal = 11 - 1 + 0 = 10; compute only [0,8) = 8, so the device did not compute for
+    # 11 - 8 - 2 = 1 ms = 9.1 % < 10 % of the step -> compute-bound
     assert step["step"] == 1
     assert (step["step_ns"], step["compute_ns"], step["comm_ns"], step["overlap_ns"]) == (
         11_000_000,
@@ -121,7 +122,7 @@ def test_csv_and_markdown_and_output_file(tmp_path):
     out = tmp_path / "o.csv"
     assert run("analyze", trace, "-f", "csv", "-o", str(out)).exit_code == 0
     lines = out.read_text().splitlines()
-    assert lines[0].startswith("rank,step,step_ns") and len(lines) == 2
+    assert lines[0].startswith("rank,device,pid,step,step_ns") and len(lines) == 2
     md = run("analyze", trace, "-f", "markdown")
     assert md.exit_code == 0 and "| rank | step |" in md.output
 
@@ -144,8 +145,8 @@ def test_option_errors_are_one_line(tmp_path):
         (["--steps", "7-3"], "range is empty"),
         (["--steps", "50-60"], "no steps to analyze"),
         (["--rank", "5"], "not in the input"),
-        (["--step-regex", "("], "not a valid regex"),
-        (["--comm-pattern", "[x"], "invalid regex"),
+        (["--step-regex", "("], "is not a valid regex"),
+        (["--comm-pattern", "[x"], "is not a valid regex"),
     ):
         res = run("analyze", trace, *args)
         assert res.exit_code == 2, (args, res.output)
@@ -155,10 +156,15 @@ def test_option_errors_are_one_line(tmp_path):
 def test_config_file(tmp_path):
     trace = str(write_trace(tmp_path / "t.json"))
     cfg = tmp_path / "c.toml"
-    # raising the exposed threshold to 0 makes the 1 ms exposed step 'exposed-communication'
-    cfg.write_text("[thresholds]\nexposed_ratio = 0.0\n")
+    # lowering the compute-bound threshold to 0 makes the step's 1 ms of exposed communication
+    # (its only time not computing) decide: 'exposed-communication'
+    cfg.write_text("[thresholds]\nlost_ratio = 0.0\n")
     doc = json.loads(run("analyze", trace, "-f", "json", "--config", str(cfg)).output)
     assert doc["steps"][0]["bottleneck"] == "exposed-communication"
+    # the schema-1 keys are gone: the error names the new one
+    cfg.write_text("[thresholds]\nexposed_ratio = 0.1\n")
+    res = run("analyze", trace, "--config", str(cfg))
+    assert res.exit_code == 2 and "thresholds.lost_ratio" in res.output
     cfg.write_text("[nonsense]\nx = 1\n")
     res = run("analyze", trace, "--config", str(cfg))
     assert res.exit_code == 2 and "unknown section" in res.output

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from traceoverlap import analyze
-from traceoverlap.collectives import collective_kind, match_collectives
+from traceoverlap.collectives import Collectives, collective_kind
 from traceoverlap.model import Timeline, TraceInfo, concat_timelines, make_events
 
 MS = 1_000_000
@@ -44,6 +44,16 @@ def _cpu_rank(
     )
 
 
+def _coll(a: object) -> Collectives:
+    c = a.collectives  # type: ignore[attr-defined]
+    assert c is not None
+    return c
+
+
+def _matched(c: Collectives) -> pd.DataFrame:
+    return c.instances[c.instances["matched"].astype(bool)].reset_index(drop=True)
+
+
 def _two_cpu_ranks(clock: str = "unix") -> Timeline:
     # rank 0 arrives early at both all-reduces; rank 1 computes longer and arrives last
     r0 = _cpu_rank(0, (0, 100), [(0, 40), (75, 90)], [(20, 60), (70, 80)], clock)
@@ -64,7 +74,7 @@ def test_hand_built_two_ranks() -> None:
     step skew: rank 1's window 110 vs rank 0's 100 -> slowest rank 1, skew 10
     """
     a = analyze(_two_cpu_ranks())
-    c = match_collectives(a)
+    c = _coll(a)
     inst = c.instances
     assert inst["name"].tolist() == ["all_reduce", "all_reduce"]
     assert inst["transfer_ns"].tolist() == [15 * MS, 8 * MS]
@@ -88,9 +98,7 @@ def test_hand_built_two_ranks() -> None:
     sk = c.step_skew.iloc[0]
     assert (sk["slowest_rank"], sk["skew_ns"]) == (1, 10 * MS)
 
-    from traceoverlap.collectives import add_wait_transfer
-
-    steps = add_wait_transfer(a.steps, a.windows, c).set_index("rank")
+    steps = a.steps.set_index("rank")
     assert (
         steps.loc[0, "exposed_wait_ns"] == 7 * MS and steps.loc[0, "exposed_transfer_ns"] == 18 * MS
     )
@@ -100,21 +108,29 @@ def test_hand_built_two_ranks() -> None:
     ).all()
 
 
-def test_unaligned_clocks_skip_arrival_order() -> None:
-    # durations still give wait/transfer (15 and 8 ms as above); who came last needs one clock
-    c = match_collectives(analyze(_two_cpu_ranks(clock="relative")))
+def test_relative_clocks_are_aligned_on_collective_end_times() -> None:
+    # rank 1's clock starts 1 s later (relative clocks, no unix time): every time on rank 1 is
+    # shifted by +1000 ms. Collectives end together, so the offset is the median end difference
+    # (1000 ms); after removing it the arrival order is the one of the unix case: rank 1 last.
+    r0 = _cpu_rank(0, (0, 100), [(0, 40), (75, 90)], [(20, 60), (70, 80)], "relative")
+    r1 = _cpu_rank(
+        1, (1000, 1110), [(1000, 1045), (1080, 1095)], [(1045, 1060), (1072, 1080)], "relative"
+    )
+    c = _coll(analyze(concat_timelines([r0, r1])))
+    assert c.clock == "estimated"
     assert c.instances["transfer_ns"].tolist() == [15 * MS, 8 * MS]
-    assert c.instances["last_rank"].tolist() == [None, None]
-    assert c.top_straggler is None
-    assert any("could not be aligned" in n for n in c.notes)
+    assert c.instances["last_rank"].tolist() == [1, 1]
+    assert c.top_straggler == 1
 
 
 def test_mismatched_counts_match_the_prefix() -> None:
     # rank 1 lost its second all-reduce: only the first (present on both) is matched
     r0 = _cpu_rank(0, (0, 100), [(0, 40)], [(20, 60), (70, 80)])
     r1 = _cpu_rank(1, (0, 100), [(0, 45)], [(45, 60)])
-    c = match_collectives(analyze(concat_timelines([r0, r1])))
-    assert len(c.instances) == 1
+    c = _coll(analyze(concat_timelines([r0, r1])))
+    assert len(_matched(c)) == 1
+    # rank 0's second all-reduce stays an (unmatched) instance of rank 0 alone
+    assert c.instances["matched"].tolist() == [True, False]
     note = next(n for n in c.notes if "counts differ" in n)
     assert "rank 0: 2" in note and "rank 1: 1" in note
 
@@ -181,7 +197,7 @@ def test_gpu_nccl_kernels_matched(with_meta: bool) -> None:
     r0 = _gpu_rank(0, 13, [("gemm", 10, 50), (k, 30, 70), ("gemm", 70, 80)], with_meta)
     r1 = _gpu_rank(1, 20, [("gemm", 10, 60), (k, 55, 70), ("gemm", 70, 85)], with_meta)
     a = analyze(concat_timelines([r0, r1]))
-    c = match_collectives(a)
+    c = _coll(a)
     assert len(c.instances) == 1
     row = c.instances.iloc[0]
     assert row["name"] == ("allreduce" if with_meta else "AllReduce")
@@ -190,9 +206,7 @@ def test_gpu_nccl_kernels_matched(with_meta: bool) -> None:
     assert (row["transfer_ns"], row["wait_ns"], row["last_rank"]) == (15 * MS, 25 * MS, 1)
     pr = c.per_rank.set_index("rank")
     assert pr.loc[0, "exposed_ns"] == 20 * MS and pr.loc[1, "exposed_ns"] == 10 * MS
-    from traceoverlap.collectives import add_wait_transfer
-
-    steps = add_wait_transfer(a.steps, a.windows, c).set_index("rank")
+    steps = a.steps.set_index("rank")
     assert steps.loc[0, ["exposed_wait_ns", "exposed_transfer_ns"]].tolist() == [5 * MS, 15 * MS]
     assert steps.loc[1, ["exposed_wait_ns", "exposed_transfer_ns"]].tolist() == [0, 10 * MS]
     assert (
@@ -219,10 +233,10 @@ def test_fixture_collectives_consistent(strategy: str) -> None:
     # structure only (timings vary run to run): every matched instance has both ranks, the same
     # number of instances per rank, wait + transfer = duration, exposed wait + transfer = exposed
     a = analyze(_fixture(strategy))
-    c = a.collectives
-    assert c is not None and len(c.instances) > 0
-    assert (c.instances["n_ranks"] == 2).all()
-    per_rank = c.per_rank.groupby("rank").size()
+    c = _coll(a)
+    assert len(_matched(c)) > 0 and c.n_inconsistent == 0
+    assert (_matched(c)["n_ranks"] == 2).all()
+    per_rank = c.per_rank[c.per_rank["matched"]].groupby("rank").size()
     assert per_rank.index.tolist() == [0, 1] and per_rank.nunique() == 1
     transfer = c.instances.set_index("instance")["transfer_ns"].reindex(c.per_rank["instance"])
     assert (c.per_rank["wait_ns"].to_numpy() + transfer.to_numpy() == c.per_rank["dur_ns"]).all()
@@ -231,7 +245,7 @@ def test_fixture_collectives_consistent(strategy: str) -> None:
     s = a.steps
     assert (s["exposed_wait_ns"] + s["exposed_transfer_ns"] == s["exposed_comm_ns"]).all()
     assert (s["exposed_wait_ns"] >= 0).all() and (s["exposed_transfer_ns"] >= 0).all()
-    assert c.aligned and set(c.instances["last_rank"]) <= {0, 1}
+    assert c.aligned and set(_matched(c)["last_rank"]) <= {0, 1, None}
 
 
 def test_slow_rank_is_the_straggler() -> None:
@@ -250,14 +264,22 @@ def test_slow_rank_is_the_straggler() -> None:
 def test_fixture_json_has_collectives_and_stragglers() -> None:
     import json
 
-    from traceoverlap.reporters.json import render
+    from traceoverlap.reporters.json_report import render
 
     d = json.loads(render(analyze(_fixture("bucketed_slow"))))
     first = d["collectives"][0]
     assert set(first) >= {"name", "process_group", "seq", "bytes", "ranks", "transfer_ns"}
-    assert set(first) >= {"wait_ns", "last_rank", "per_rank"}
+    assert set(first) >= {"wait_ns", "last_rank", "per_rank", "matched", "family"}
     assert first["ranks"] == [0, 1] and set(first["per_rank"]) == {"0", "1"}
-    assert set(first["per_rank"]["0"]) == {"start_ns", "dur_ns", "wait_ns", "exposed_ns"}
+    assert set(first["per_rank"]["0"]) >= {"start_ns", "dur_ns", "wait_ns", "exposed_ns"}
+    assert set(first["per_rank"]["0"]) >= {
+        "exposed_wait_ns",
+        "exposed_tail_ns",
+        "exposed_dependency_ns",
+        "exposed_host_ns",
+        "same_stream",
+        "queued_ns",
+    }
     assert first["wait_ns"] == sum(v["wait_ns"] for v in first["per_rank"].values())
     assert d["stragglers"]["ranks"][0]["rank"] == 1
     assert {"exposed_wait_ns", "exposed_transfer_ns"} <= set(d["steps"][0])
@@ -271,49 +293,46 @@ def test_mismatched_folder_says_which_ranks_differ(tmp_path: Path) -> None:
     a = analyze(tmp_path)
     note = next(n for n in a.notes if "counts differ" in n)
     assert "rank 0:" in note and "rank 1:" in note and "matched the" in note
-    assert a.collectives is not None
-    assert (a.collectives.instances["n_ranks"] == 2).all()
+    assert (_matched(_coll(a))["n_ranks"] == 2).all()
 
 
 def test_missing_rank_folder_is_noted(tmp_path: Path) -> None:
     # only rank 1 of a world of 2: analysed alone, with a note that says so
     shutil.copy(_fixture("bucketed") / "rank1.json.gz", tmp_path / "rank1.json.gz")
     a = analyze(tmp_path)
-    assert a.timeline.ranks == [1]
+    assert a.ranks == [1]
     assert any("rank 1 is the only rank given of a world of 2" in n for n in a.notes)
-    assert a.collectives is None  # nothing to match against
+    assert _coll(a).n_matched == 0  # nothing to match against
+    assert not a.steps["wait_known"].any()
 
 
-def test_duplicate_rank_folder_is_noted(tmp_path: Path) -> None:
+def test_duplicate_rank_folder_is_refused(tmp_path: Path) -> None:
+    # two files both saying they are rank 1 cannot be one run (diagnosis.md §5): one clear error
+    from traceoverlap.errors import UsageError
+
     for f in ("rank0.json.gz", "rank1.json.gz"):
         shutil.copy(_fixture("bucketed") / f, tmp_path / f)
     shutil.copy(_fixture("bucketed") / "rank1.json.gz", tmp_path / "rank1_copy.json.gz")
-    a = analyze(tmp_path)
-    assert a.timeline.ranks == [0, 1]
-    assert any("rank 1 appears twice" in n for n in a.notes)
+    with pytest.raises(UsageError, match="rank 1 appears in two traces"):
+        analyze(tmp_path)
 
 
-def test_parallel_read_equals_sequential() -> None:
-    from traceoverlap.analysis import expand_paths
-    from traceoverlap.loading import read_files
+def test_parallel_map_equals_sequential() -> None:
+    from traceoverlap.reporters.json_report import render
 
-    files = expand_paths(_fixture("bucketed"))
-    seq = read_files(files, jobs=1)
-    par = read_files(files, jobs=2)
-    assert [t.traces for t in seq] == [t.traces for t in par]
-    for a, b in zip(seq, par, strict=True):
-        assert a.events.equals(b.events)
+    one = render(analyze(_fixture("bucketed"), jobs=1))
+    two = render(analyze(_fixture("bucketed"), jobs=2))
+    assert one == two
 
 
-def test_parallel_read_reports_bad_file(tmp_path: Path) -> None:
+def test_parallel_map_reports_bad_file(tmp_path: Path) -> None:
     from traceoverlap.errors import TraceFormatError
-    from traceoverlap.loading import read_files
 
     shutil.copy(_fixture("bucketed") / "rank0.json.gz", tmp_path / "rank0.json.gz")
     bad = tmp_path / "rank1.json"
     bad.write_text("{not json")
     with pytest.raises(TraceFormatError, match="rank1.json"):
-        read_files([tmp_path / "rank0.json.gz", bad], jobs=2)
+        analyze([tmp_path / "rank0.json.gz", bad], jobs=2)
 
 
 REAL = REAL_TRACES
@@ -328,13 +347,19 @@ def test_real_nsys_two_gpus_sendrecv_matched() -> None:
     if not path.exists():
         pytest.skip(f"real traces absent ({path})")
     a = analyze(path)
-    c = a.collectives
-    assert c is not None and c.aligned
-    assert len(c.instances) == 33 and set(c.instances["name"]) == {"SendRecv"}
-    assert c.per_rank.groupby("rank").size().tolist() == [33, 33]
-    pr = c.per_rank.merge(c.instances[["instance", "last_rank", "transfer_ns"]], on="instance")
+    c = _coll(a)
+    assert c.aligned
+    # most SendRecv kernels run inside NCCL's "nccl:all_to_all" ranges: an all-to-all of the
+    # two ranks; the ones whose launch fell outside the 300 ms cut keep their kernel's name
+    m = _matched(c)
+    assert len(m) == 33 and set(m["name"]) == {"all_to_all", "SendRecv"}
+    assert c.per_rank[c.per_rank["matched"]].groupby("rank").size().tolist() == [33, 33]
+    pr = c.per_rank[c.per_rank["matched"]].merge(
+        m[["instance", "last_rank", "transfer_ns"]], on="instance"
+    )
     assert (pr["wait_ns"] + pr["transfer_ns"] == pr["dur_ns"]).all()
-    last = pr[pr["rank"] == pr["last_rank"].astype(int)]
+    last = pr[pr["last_rank"].notna()]
+    last = last[last["rank"] == last["last_rank"].astype(int)]
     assert (last["wait_ns"] == 0).all()
     s = a.steps
     assert (s["exposed_wait_ns"] + s["exposed_transfer_ns"] == s["exposed_comm_ns"]).all()
@@ -352,8 +377,8 @@ def test_named_group_on_one_rank_is_not_matched() -> None:
     extra.loc[:, "process_group"] = "7"
     ev["process_group"] = ev["process_group"].cat.add_categories(["7"])
     r0 = Timeline(pd.concat([ev, extra], ignore_index=True), r0.traces)
-    c = match_collectives(analyze(concat_timelines([r0, r1])))
-    assert len(c.instances) == 1 and c.instances["process_group"].tolist() == ["0"]
+    c = _coll(analyze(concat_timelines([r0, r1])))
+    assert _matched(c)["process_group"].tolist() == ["0"]
     assert any("group '7' appear only on rank 0" in n for n in c.notes)
 
 
@@ -362,7 +387,7 @@ def test_tied_latest_start_names_no_last_rank() -> None:
     # durations 40 and 30 -> transfer 30, rank 0 wait 10 (durations still split)
     r0 = _cpu_rank(0, (0, 100), [(0, 20)], [(20, 60)])
     r1 = _cpu_rank(1, (0, 100), [(0, 20)], [(20, 50)])
-    c = match_collectives(analyze(concat_timelines([r0, r1])))
+    c = _coll(analyze(concat_timelines([r0, r1])))
     assert c.instances["last_rank"].tolist() == [None]
     assert c.instances["transfer_ns"].tolist() == [30 * MS]
     assert c.top_straggler is None
@@ -397,9 +422,9 @@ def test_split_properties(comp0: list, comp1: list, comm0: list, comm1: list) ->
     r0 = _cpu_rank(0, (0, 100), comp0, comm0)
     r1 = _cpu_rank(1, (0, 100), comp1, comm1)
     a = analyze(concat_timelines([r0, r1]))
-    c = a.collectives
-    assert c is not None
-    assert len(c.instances) == min(len(comm0), len(comm1))
+    c = _coll(a)
+    # matched by order: each pair is used or, when its spans never overlap, counted inconsistent
+    assert c.n_matched + c.n_inconsistent == min(len(comm0), len(comm1))
     t = c.instances.set_index("instance")["transfer_ns"].reindex(c.per_rank["instance"])
     assert (c.per_rank["wait_ns"].to_numpy() + t.to_numpy() == c.per_rank["dur_ns"]).all()
     assert (c.per_rank["exposed_ns"] <= c.per_rank["dur_ns"]).all()
@@ -410,20 +435,21 @@ def test_split_properties(comp0: list, comp1: list, comm0: list, comm1: list) ->
 
 def test_rank_notes_name_the_missing_ranks() -> None:
     # 3 of a world of 4 given: rank 2 is named; ranks beyond the world are flagged
-    from traceoverlap.loading import rank_notes
+    from traceoverlap.analysis import rank_notes
 
-    def tl(ranks: list[int], world: int) -> Timeline:
-        infos = tuple(
-            TraceInfo(path=f"r{r}", format="kineto", rank=r, world_size=world) for r in ranks
-        )
-        return Timeline(_cpu_rank(0, (0, 1), [], []).events, infos)
+    def tl(ranks: list[int], world: int) -> list[TraceInfo]:
+        return [TraceInfo(path=f"r{r}", format="kineto", rank=r, world_size=world) for r in ranks]
 
     notes = rank_notes(tl([0, 1, 3], 4))
     assert notes == [
         "rank traces missing from the input: rank 2 (world size 4, 3 rank traces given); "
-        "the others are analysed and collectives matched across them"
+        "the others are analysed and collectives matched across them: waiting and "
+        "stragglers are among the ranks given"
     ]
     assert rank_notes(tl([0, 1], 2)) == []
     assert any(
         "outside the declared world size 2: ranks [5]" in n for n in rank_notes(tl([0, 1, 5], 2))
     )
+    # a world of 10^8 costs nothing: the missing ranks are counted, 20 named
+    huge = rank_notes(tl([0, 1], 100_000_000))
+    assert "ranks 2, 3, 4" in huge[0] and "..." in huge[0]

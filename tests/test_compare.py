@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -11,8 +12,9 @@ from click.testing import CliRunner
 
 from traceoverlap import analyze
 from traceoverlap.cli import main
-from traceoverlap.compare import compare
+from traceoverlap.comparison import compare
 from traceoverlap.model import Timeline, TraceInfo, make_events
+from traceoverlap.reporters.compare_text import headline, main_change_text
 
 MS = 1_000_000
 WORKLOADS = Path(__file__).resolve().parents[1] / "fixtures" / "workloads"
@@ -39,7 +41,7 @@ def test_hand_built_compare() -> None:
     baseline: step [0,100), compute [0,60), all-reduce [60,100): comm 40, overlap 0, exposed 40
       (40% of the step, comm <= compute) -> exposed-communication
     candidate: step [0,64), compute [0,60), all-reduce [24,64): comm 40, overlap [24,60) 36,
-      exposed 4 (6.25% < 10%), idle 0 -> compute-bound
+      exposed 4; the device computed for all but 4 ms (6.25% < 10%) -> compute-bound
     step_speedup = 100 / 64 = 1.5625; exposed comm 40 -> 4 (delta -36, -90%) is the largest move
     among compute / comm / exposed / idle; overlap ratio 0 -> 36/40 = 0.9
     collective "all_reduce #1": exposed 40 -> 4, delta -36
@@ -60,7 +62,10 @@ def test_hand_built_compare() -> None:
         "compute-bound",
     )
     assert c.bottleneck_changed
-    assert c.main_change == "exposed comm fell by 36.00 ms per step (-90%)"
+    assert c.main_change == "exposed_comm_ns"
+    assert main_change_text(c) == "exposed comm fell by 36.00 ms per step (-90%)"
+    # all of the exposed time was at the end of the step, with nothing computing after it
+    assert m.loc["exposed_tail_ns", "delta"] == -36 * MS
     row = c.collectives.iloc[0]
     assert row["collective"] == "all_reduce #1"
     assert (row["baseline_exposed_ns"], row["candidate_exposed_ns"]) == (40 * MS, 4 * MS)
@@ -82,8 +87,8 @@ def test_naive_vs_bucketed_fixtures() -> None:
     m = c.metrics.set_index("metric")
     assert m.loc["exposed_comm_ns", "delta"] < 0
     assert m.loc["overlap_ratio", "candidate"] > m.loc["overlap_ratio", "baseline"]
-    assert c.main_change is not None and c.main_change.startswith("exposed comm fell")
-    assert "step_speedup" in c.headline()
+    assert c.main_change == "exposed_comm_ns"
+    assert "step_speedup" in headline(c)
     assert not c.collectives.empty
 
 
@@ -115,11 +120,15 @@ def test_cli_compare_missing_input_is_one_line(tmp_path: Path) -> None:
 
 
 def test_cli_compare_html_side_by_side(tmp_path: Path) -> None:
-    # the comparison on top, then each run's own report in its own frame
+    # the comparison on top, then each run's report sections on one page: plotly.js once, and
+    # both runs' per-step bars on the same time scale
     naive, bucketed = str(_fixture("naive")), str(_fixture("bucketed"))
     out = tmp_path / "cmp.html"
     res = CliRunner().invoke(main, ["compare", naive, bucketed, "--html", str(out)])
     assert res.exit_code == 0, res.output
     page = out.read_text(encoding="utf-8")
-    assert "step_speedup" in page and page.count("<iframe") == 2
-    assert "Communication overlap report" in page  # the runs' own reports, escaped in srcdoc
+    assert "step_speedup" in page and "<iframe" not in page
+    assert page.count("Communication overlap report") == 2
+    assert page.count("plotly.js v") == 1  # the library's banner: embedded once
+    ranges = re.findall(r'"yaxis":\{"gridcolor":"#e6e6e6","range":\[0,([0-9.]+)\]', page)
+    assert len(ranges) == 2 and ranges[0] == ranges[1]

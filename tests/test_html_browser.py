@@ -16,7 +16,7 @@ from _html_data import ddp_rank, ddp_run, dense_rank
 from conftest import REAL_TRACES
 
 from traceoverlap import analyze
-from traceoverlap.reporters.html import write_report
+from traceoverlap.reporters.html_report import write_report
 
 REPO = Path(__file__).resolve().parents[1]
 OUTPUT = REPO / "tests" / "output"
@@ -93,22 +93,24 @@ def test_error_detector_sees_a_js_error(tmp_path):
 
 
 def test_two_rank_report_renders(tmp_path):
-    out = write_report(analyze(ddp_run(2, steps=3)), tmp_path / "two_ranks.html")
+    out = write_report(analyze(ddp_run(2, steps=3), detail="auto"), tmp_path / "two_ranks.html")
     dom = check_in_browser(out, tmp_path, "report_two_ranks.png", 3400)
     assert "Timeline of step 2 on rank 0" in dom
 
 
 def test_dense_report_renders(tmp_path):
-    out = write_report(analyze(dense_rank(100_000)), tmp_path / "dense.html")
+    out = write_report(analyze(dense_rank(100_000), detail="auto"), tmp_path / "dense.html")
     check_in_browser(out, tmp_path, "report_dense.png", 1900)
 
 
 @pytest.mark.parametrize("webgl", [True, False], ids=["webgl", "no-webgl"])
-def test_large_step_with_webgl_hover_renders_with_and_without_webgl(tmp_path, webgl):
-    # 5 000 kernels + 100 all-reduces: more hover points than WEBGL_POINTS, so the hover markers
-    # are WebGL traces; a browser without WebGL must still draw the timeline (as SVG)
-    out = write_report(analyze(dense_rank(5_000, comm_every=50)), tmp_path / "gl.html")
-    assert '"type":"scattergl"' in out.read_text(encoding="utf-8")
+def test_large_step_renders_with_and_without_webgl(tmp_path, webgl):
+    # 5 000 kernels + 100 all-reduces, every one its own hoverable bar (SVG): the page must draw
+    # whether the browser has WebGL or not
+    out = write_report(
+        analyze(dense_rank(5_000, comm_every=50), detail="auto"), tmp_path / "gl.html"
+    )
+    assert '"type":"scattergl"' not in out.read_text(encoding="utf-8")
     flags = () if webgl else ("--disable-webgl",)
     shot = f"report_webgl_{'on' if webgl else 'off'}.png"
     check_in_browser(out, tmp_path, shot, 1900, *flags)
@@ -116,13 +118,13 @@ def test_large_step_with_webgl_hover_renders_with_and_without_webgl(tmp_path, we
 
 @pytest.mark.skipif(not FIXTURE.exists(), reason="fixtures/workloads not generated")
 def test_cpu_workload_report_renders(tmp_path):
-    out = write_report(analyze(FIXTURE), tmp_path / "bucketed_slow.html")
+    out = write_report(analyze(FIXTURE, detail="auto"), tmp_path / "bucketed_slow.html")
     check_in_browser(out, tmp_path, "report_bucketed_slow.png", 3600)
 
 
 @pytest.mark.skipif(not REAL.exists(), reason="shared real traces not present")
 def test_real_gpu_trace_report_renders(tmp_path):
-    out = write_report(analyze(REAL), tmp_path / "a100.html")
+    out = write_report(analyze(REAL, detail="auto"), tmp_path / "a100.html")
     dom = check_in_browser(out, tmp_path, "report_a100.png", 2500)
     assert "Timeline of step 4 on rank 0" in dom
 
@@ -130,7 +132,7 @@ def test_real_gpu_trace_report_renders(tmp_path):
 HOVER_PROBE = """<script>
 setTimeout(function () {
   var gd = document.getElementById("tov-plot-timeline");
-  var n = gd.data.findIndex(function (t) { return t.mode === "markers" && t.name === "communication"; });
+  var n = gd.data.findIndex(function (t) { return t.type === "bar" && t.name === "communication"; });
   Plotly.Fx.hover(gd, [{curveNumber: n, pointNumber: 4}]);
   var layer = gd.querySelector(".hoverlayer");
   document.body.setAttribute("data-hover", layer ? layer.textContent : "none");
@@ -141,7 +143,7 @@ setTimeout(function () {
 def test_timeline_hover_shows_name_duration_and_collective(tmp_path):
     # Hover the 5th all-reduce of step 2 (the exposed last bucket: 50-56 ms, 5 x 4 MiB, 2 ranks)
     # through plotly's own hover API, and read the hover box back from the page.
-    page = write_report(analyze(ddp_rank(0, 6, steps=3)), tmp_path / "r.html", timeline_step=2)
+    page = write_report(analyze(ddp_rank(0, 6, steps=3), detail=(0, 2)), tmp_path / "r.html")
     probe = tmp_path / "probe.html"
     probe.write_text(
         page.read_text(encoding="utf-8").replace("</body>", HOVER_PROBE + "</body>"),
@@ -154,3 +156,31 @@ def test_timeline_hover_shows_name_duration_and_collective(tmp_path):
     assert text.startswith("ncclKernel_AllReduce_RING_LL_Sum_float")
     for part in ("stream 40", "6.00 ms at +50.00 ms", "allreduce", "20.0 MiB", "2 ranks"):
         assert part in text
+
+
+EDGE_PROBE = """<script>
+setTimeout(function () {
+  var gd = document.getElementById("tov-plot-timeline");
+  var rows = gd.layout.yaxis.ticktext;
+  // 0.3 ms into the 6 ms bar at 50-56 ms on stream 40: far from the bar's centre
+  Plotly.Fx.hover(gd, {xval: 50.3, yval: rows.indexOf("stream 40")});
+  var layer = gd.querySelector(".hoverlayer");
+  document.body.setAttribute("data-hover", layer ? layer.textContent : "none");
+}, 300);
+</script>"""
+
+
+def test_timeline_hover_near_a_bar_edge_names_that_bar(tmp_path):
+    # hovering anywhere over a bar names that bar: here the last all-reduce of step 2, 0.3 ms
+    # after its start (the hover boxes used to come from markers at the bars' centres only)
+    page = write_report(analyze(ddp_rank(0, 6, steps=3), detail=(0, 2)), tmp_path / "r.html")
+    probe = tmp_path / "edge.html"
+    probe.write_text(
+        page.read_text(encoding="utf-8").replace("</body>", EDGE_PROBE + "</body>"),
+        encoding="utf-8",
+    )
+    res = chromium(probe.as_uri(), tmp_path / "p", "--dump-dom")
+    hover = re.search(r'data-hover="([^"]*)"', res.stdout)
+    assert hover, res.stderr[-2000:]
+    text = hover.group(1)
+    assert text.startswith("ncclKernel_AllReduce_RING_LL_Sum_float") and "at +50.00 ms" in text

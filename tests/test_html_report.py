@@ -18,10 +18,11 @@ from click.testing import CliRunner
 from conftest import REAL_TRACES
 
 from traceoverlap import analyze
+from traceoverlap import intervals as iv
 from traceoverlap.cli import main
 from traceoverlap.errors import UsageError
 from traceoverlap.reporters import _html_figures as figs
-from traceoverlap.reporters.html import render, write_report
+from traceoverlap.reporters.html_report import render, write_report
 
 REPO = Path(__file__).resolve().parents[1]
 REAL = REAL_TRACES / "kineto" / "a100_nccl_allreduce_rank0.json.gz"
@@ -51,20 +52,20 @@ def arr(v: object) -> np.ndarray:
     return np.asarray(v, dtype=float)
 
 
-def rect_spans(trace: dict) -> list[tuple[float, float]]:
-    """(x0, x1) of each NaN-separated closed rectangle of a fill='toself' trace."""
-    x = arr(trace["x"])
-    return [(float(x[k]), float(x[k + 1])) for k in range(0, len(x), 6)]
+def bar_spans(trace: dict) -> list[tuple[float, float]]:
+    """(x0, x1) of each horizontal bar of a timeline bar trace (ms from the window start)."""
+    base, width = arr(trace["base"]), arr(trace["x"])
+    return [(round(float(b), 6), round(float(b + w), 6)) for b, w in zip(base, width)]
 
 
 @pytest.fixture(scope="module")
 def one_rank():
-    return analyze(ddp_rank(0, 6, steps=3))
+    return analyze(ddp_rank(0, 6, steps=3), detail="auto")
 
 
 @pytest.fixture(scope="module")
 def two_ranks():
-    return analyze(ddp_run(2, steps=3))
+    return analyze(ddp_run(2, steps=3), detail="auto")
 
 
 # --- numbers drawn ------------------------------------------------------------------------------
@@ -74,13 +75,15 @@ def test_step_components_add_up_to_the_step(one_rank):
     # Step 2 of the worked example plus a 2 ms memcpy after the last all-reduce: window [0, 58) ms;
     # compute 50 (backward), comm 30 (5 x 6), overlap 24 (first four buckets under backward),
     # exposed 6 (the last bucket, 50-56), memory 2 (56-58) with nothing under it, idle 0.
-    # compute only = 50 - 24 = 26; memory only = 58 - 0 - 50 - 6 = 2.
+    # compute only = 50 - 24 = 26; memory only = 58 - 0 - 50 - 6 = 2. The exposed 6 ms come after
+    # the last backward kernel started (45 ms): nothing was left to compute under them (tail).
     steps = one_rank.steps
     row = steps[steps["step"].astype(str) == "2"]
     parts = figs.step_components(row).iloc[0]
     assert parts["compute_only_ns"] == 26 * MS
     assert parts["overlap_ns"] == 24 * MS
-    assert parts["exposed_comm_ns"] == 6 * MS
+    assert parts["exposed_tail_ns"] == 6 * MS
+    assert parts["exposed_wait_ns"] + parts["exposed_dependency_ns"] + parts["exposed_host_ns"] == 0
     assert parts["memory_only_ns"] == 2 * MS
     assert parts["idle_ns"] == 0
     # and on every step of both runs the parts add up to the step
@@ -92,35 +95,36 @@ def test_step_components_add_up_to_the_step(one_rank):
 def test_exposed_wait_split_in_bars(two_ranks):
     # Rank 1's all-reduces take 7 ms, rank 0's 6 ms: transfer = 6 ms (the shortest), rank 1 waits
     # 1 ms at the start of each. Only the last one (50-57) is exposed on rank 1, so per step its
-    # exposed comm 7 ms splits into 1 ms waiting + 6 ms transfer; rank 0 waits 0.
+    # exposed comm 7 ms splits into 1 ms waiting + 6 ms with nothing left to compute (after the
+    # last backward kernel started at 45); rank 0 waits 0 and its 6 ms are all tail.
     page = render(two_ranks)
     data, _ = plot_spec(page, "tov-plot-steps")
     by_name = {t["name"]: arr(t["y"]) for t in data}
-    assert "exposed comm" not in by_name
     # bars are ordered rank 0 steps 1..3, then rank 1 steps 1..3 (ms)
     assert list(by_name["exposed: waiting for a peer"]) == [0, 0, 0, 1, 1, 1]
-    assert list(by_name["exposed: transfer"]) == [6, 6, 6, 6, 6, 6]
+    assert list(by_name["exposed: nothing left to compute"]) == [6, 6, 6, 6, 6, 6]
+    assert "exposed: host not ready" not in by_name  # no step has any
 
 
 def test_timeline_bands_and_lanes_are_the_step_sets(one_rank):
     # Step 2 window starts at the first kernel (t0). In ms from there: exposed comm = [50, 56);
     # overlapped = [10,16), [20,26), [30,36), [40,46); stream 40 = the five all-reduces;
     # stream 7 compute = ten 5 ms kernels (few enough to draw one by one); memory = [56, 58).
-    page = render(one_rank, timeline_step=2)
+    page = render(analyze(ddp_rank(0, 6, steps=3), detail=(0, 2)))
     data, layout = plot_spec(page, "tov-plot-timeline")
-    fills = [t for t in data if t.get("fill") == "toself" and t.get("showlegend", True) is not None]
+    bars = [t for t in data if t["type"] == "bar"]
     rows = layout["yaxis"]["ticktext"]
     assert rows == ["phases", "exposed comm", "overlapped", "stream 7", "stream 40"]
 
     def spans(name: str, row: str) -> list[tuple[float, float]]:
         y = rows.index(row)
         out = []
-        for t in fills:
-            if t["name"] == name and abs(np.nanmean(arr(t["y"])) - y) < 0.5:
-                out += rect_spans(t)
+        for t in bars:
+            if t["name"] == name and (arr(t["y"]) == y).all():
+                out += bar_spans(t)
         return out
 
-    assert spans("exposed comm", "exposed comm") == [(50.0, 56.0)]
+    assert spans("exposed: nothing left to compute", "exposed comm") == [(50.0, 56.0)]
     assert spans("overlapped", "overlapped") == [
         (10.0, 16.0),
         (20.0, 26.0),
@@ -139,17 +143,17 @@ def test_timeline_bands_and_lanes_are_the_step_sets(one_rank):
 def test_default_timeline_is_the_median_step(one_rank, two_ranks):
     # rank 0 step times: 56, 58, 58 ms (steps 1, 2, 3); sorted stably: 1, 2, 3; lower median = 2
     assert "Timeline of step 2 on rank 0" in render(one_rank)
-    assert "Timeline of step 3 on rank 0" in render(one_rank, timeline_step=3)
-    assert "Timeline of step 1 on rank 1" in render(two_ranks, timeline_step="1", timeline_rank=1)
+    assert "Timeline of step 3 on rank 0" in render(analyze(ddp_rank(0, 6, steps=3), detail=(0, 3)))
+    assert "Timeline of step 1 on rank 1" in render(analyze(ddp_run(2, steps=3), detail=(1, "1")))
     with pytest.raises(UsageError, match="no such step"):
-        render(one_rank, timeline_step=9)
+        analyze(ddp_rank(0, 6, steps=3), detail=(0, 9))
     with pytest.raises(UsageError, match="no such rank"):
-        render(one_rank, timeline_rank=5)
+        analyze(ddp_rank(0, 6, steps=3), detail=(5, None))
 
 
 def test_top_exposed_collectives_single_rank(one_rank):
     # Step 2: only the last all-reduce (50-56 ms, nothing computing) is exposed: 6 ms of 6 ms.
-    page = render(one_rank, timeline_step=2)
+    page = render(analyze(ddp_rank(0, 6, steps=3), detail=(0, 2)))
     section = page[page.index("<section id='collectives'>") :]
     section = section[: section.index("</section>")]
     rows = re.findall(r"<tr>.*?</tr>", section)
@@ -157,9 +161,10 @@ def test_top_exposed_collectives_single_rank(one_rank):
     assert "ncclKernel_AllReduce_RING_LL_Sum_float" in rows[1]
     assert "(ncclDevComm*" not in rows[1].split("title=")[1].split(">", 1)[1]  # args stripped
     assert "20.0 MiB" in rows[1]  # bucket 5 of 4 MiB x 5
-    assert "+50.00 ms" in rows[1] and rows[1].count("6.00 ms") == 2 and "100.0%" in rows[1]
-    assert "last in step" in rows[1]
-    assert "late last bucket" in page
+    assert "+50.00 ms" in rows[1] and rows[1].count("6.00 ms") == 3  # duration, exposed, tail
+    assert "tail 6.00 ms" in rows[1] and "last in step" in rows[1]
+    # and the advice for it: the last gradient all-reduce had nothing left to compute under it
+    assert "AllReduce: 18.00 ms exposed because nothing was left to compute" in page
 
 
 def test_several_ranks_add_heatmap_and_stragglers(two_ranks):
@@ -185,7 +190,7 @@ def test_single_rank_has_no_heatmap(one_rank):
 def test_render_is_deterministic(two_ranks):
     a = render(two_ranks)
     assert a == render(two_ranks)
-    assert a == render(analyze(ddp_run(2, steps=3)))  # a fresh analysis of the same input
+    assert a == render(analyze(ddp_run(2, steps=3), detail="auto"))  # a fresh analysis
     assert '"uid"' not in a
 
 
@@ -206,7 +211,7 @@ def test_no_script_injection_from_names():
     ev["name"] = names.where(~names.str.startswith("void backward"), "</script><b>x</b>").astype(
         "category"
     )
-    page = render(analyze(type(tl)(ev, tl.traces)))
+    page = render(analyze(type(tl)(ev, tl.traces), detail="auto"))
     body = page[page.index("<main") :]
     assert "</script><b>" not in body
 
@@ -214,18 +219,19 @@ def test_no_script_injection_from_names():
 def test_dense_step_is_merged_and_stays_small():
     # 100 000 compute kernels of 2 µs with 1 µs gaps (+100 all-reduces): the union of the compute
     # lane still has 100 000 spans, more than SPAN_CAP, so every 1 µs gap is closed -> 1 span.
-    page = render(analyze(dense_rank(100_000)), plotlyjs="cdn")
+    page = render(analyze(dense_rank(100_000), detail="auto"), plotlyjs="cdn")
     assert "100,000 kernels drawn as 1 merged span (closing gaps up to 1.0 µs)" in page
     assert len(page) < 1_500_000
     data, _ = plot_spec(page, "tov-plot-timeline")
-    drawn = sum(len(arr(t["x"])) // 6 for t in data if t.get("fill") == "toself")
+    drawn = sum(len(arr(t["x"])) for t in data if t["type"] == "bar")
     assert drawn <= 2 * figs.SPAN_CAP + 2 * figs.BAND_CAP  # two lanes, two bands, each capped
 
 
 def test_covered_length_and_coarsen_by_hand():
-    cover = (np.array([0, 20]), np.array([10, 30]))
+    cover = (np.array([0, 0]), np.array([0, 20]), np.array([10, 30]))  # one group: [0,10) [20,30)
     # [5,25) covers 5 of [0,10) and 5 of [20,30); [10,20) falls in the gap; [25,40) gets 5
-    got = figs.covered_length(np.array([5, 10, 0, 25]), np.array([25, 20, 30, 40]), cover)
+    q = np.zeros(4, np.int64)
+    got = iv.grouped_covered(cover, q, np.array([5, 10, 0, 25]), np.array([25, 20, 30, 40]), 1)
     assert got.tolist() == [10, 0, 20, 5]
     # gaps 1, 2, 4 between [0,1) [2,3) [5,6) [10,11); two spans keep only the widest gap (4)
     s, e, closed = figs.coarsen(np.array([0, 2, 5, 10]), np.array([1, 3, 6, 11]), cap=2)
@@ -265,7 +271,7 @@ def test_report_command_and_analyze_html_write_the_same_file(tmp_path):
     assert via_analyze.read_bytes() == (tmp_path / "b.html").read_bytes()
     res = runner.invoke(main, ["report", str(FIXTURE), "-o", str(out), "--timeline-step", "99"])
     assert res.exit_code == 2
-    assert "--timeline-step 99" in res.output and "Traceback" not in res.output
+    assert "timeline step 99" in res.output and "Traceback" not in res.output
 
 
 def test_write_report_returns_the_path(tmp_path, one_rank):
@@ -277,7 +283,7 @@ def test_write_report_returns_the_path(tmp_path, one_rank):
 def test_real_a100_trace():
     # README reference figures, step 4: comm 11 990 µs, overlap 1 830 µs, exposed 10 160 µs.
     # Step times 215.8 (4), 213.5 (5), 218.8 (6) ms: the lower median is step 4.
-    page = render(analyze(REAL), plotlyjs="cdn")
+    page = render(analyze(REAL, detail="auto"), plotlyjs="cdn")
     assert "Timeline of step 4 on rank 0" in page
     assert "10.16 ms exposed" in page
     assert "communication 11.99 ms of which 1.83 ms overlapped" in page

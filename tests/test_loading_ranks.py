@@ -3,10 +3,12 @@
 import json
 from pathlib import Path
 
+import pytest
 from test_cli_analyze import write_trace
 
 from traceoverlap import analyze
-from traceoverlap.analysis import expand_paths
+from traceoverlap.errors import UsageError
+from traceoverlap.inputs import expand_paths
 
 
 def _strip_rank(path: Path) -> Path:
@@ -22,7 +24,7 @@ def test_guessed_ranks_are_numbered_in_file_order(tmp_path):
     _strip_rank(write_trace(tmp_path / "a.json"))
     _strip_rank(write_trace(tmp_path / "b.json", comm_ms=5))
     res = analyze(tmp_path)
-    assert [(t.rank, Path(t.path).name) for t in res.timeline.traces] == [
+    assert [(t.rank, Path(t.path).name) for t in res.traces] == [
         (0, "a.json"),
         (1, "b.json"),
     ]
@@ -31,14 +33,13 @@ def test_guessed_ranks_are_numbered_in_file_order(tmp_path):
     assert any("numbered rank 1 in file order" in n for n in res.notes)
 
 
-def test_declared_duplicate_rank_keeps_the_first(tmp_path):
-    # both files say rank 0 in distributedInfo: that is a real clash, not a guess
+def test_declared_duplicate_rank_is_refused(tmp_path):
+    # both files say rank 0 in distributedInfo: a real clash, not a guess; they cannot be one
+    # run (diagnosis.md §5), so the analysis stops with one line naming both files
     write_trace(tmp_path / "a.json")
     write_trace(tmp_path / "b.json", comm_ms=5)
-    res = analyze(tmp_path)
-    assert [t.rank for t in res.timeline.traces] == [0]
-    assert res.steps["comm_ns"].tolist() == [3_000_000]
-    assert any("appears twice" in n for n in res.notes)
+    with pytest.raises(UsageError, match=r"rank 0 appears in two traces \(.*a.json and .*b.json"):
+        analyze(tmp_path)
 
 
 def test_report_next_to_its_export_is_read_once(tmp_path):

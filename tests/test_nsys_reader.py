@@ -19,11 +19,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from nsys_writer import MS, NVTX_MARK, NVTX_START_END, NsysExport, global_tid  # noqa: E402
 
-from traceoverlap import analyze  # noqa: E402
+from traceoverlap import analyze, load  # noqa: E402
 from traceoverlap.errors import TraceFormatError  # noqa: E402
 from traceoverlap.readers import read_trace  # noqa: E402
 from traceoverlap.readers.nsys import read_nsys, read_nsys_rep  # noqa: E402
-from traceoverlap.reporters.json import step_records  # noqa: E402
+from traceoverlap.reporters.json_report import step_records  # noqa: E402
 
 REAL = REAL_TRACES / "nsys" / "fsdp_2gpu_h100.sqlite"
 
@@ -764,6 +764,7 @@ def test_real_fsdp_export() -> None:
     assert all(i.format_version == "3.25.0" and i.clock == "unix" for i in tl.traces)
     assert all(i.backend == "nccl" for i in tl.traces)  # both ran ncclDevKernel_SendRecv
     res = analyze(REAL)
+    timeline = load(REAL)
     assert res.steps["step"].tolist() == ["all", "all"]
 
     # Independent numbers: plain sqlite3 and the small union above, per process.
@@ -790,7 +791,7 @@ def test_real_fsdp_export() -> None:
         n_sendrecv = sum(1 for *_, n in k if n == "ncclDevKernel_SendRecv")
         assert n_sendrecv > 0
 
-        ev = res.timeline.events
+        ev = timeline.events
         mine = ev[(ev["rank"] == rank) & (ev["name"] == "ncclDevKernel_SendRecv")]
         assert len(mine) == n_sendrecv and set(mine["kind"]) == {"comm"}
         r = res.steps[res.steps["rank"] == rank].iloc[0]

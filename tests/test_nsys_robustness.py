@@ -340,7 +340,7 @@ def test_a_folder_with_a_kineto_trace_and_an_nsys_export_is_one_run(tmp_path: Pa
     shutil.copyfile(WORKLOAD_FIXTURES / "bucketed" / "rank0.json.gz", run / "rank0.json.gz")
     _one_step(run, name="rank1.sqlite")
     res = analyze(run)
-    assert [(t.rank, t.format) for t in res.timeline.traces] == [(0, "kineto"), (1, "nsys")]
+    assert [(t.rank, t.format) for t in res.traces] == [(0, "kineto"), (1, "nsys")]
     assert res.steps[res.steps["rank"] == 0]["step"].tolist() == [2, 3, 4]
     r1 = res.steps[res.steps["rank"] == 1].iloc[0]
     assert (r1.step, r1.step_ns, r1.compute_ns) == (1, 8 * MS, 7 * MS)

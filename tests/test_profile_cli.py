@@ -62,6 +62,17 @@ def test_workload_command_leaves_unset_options_to_the_workload() -> None:
         assert flag not in cmd
 
 
+def test_workload_command_passes_the_planted_causes_through() -> None:
+    cmd = workload_command(
+        ProfileOptions(preset="comm-heavy", host_delay_ms=60.0), Path("o"), python="py"
+    )
+    assert cmd[cmd.index("--preset") + 1] == "comm-heavy"
+    assert cmd[cmd.index("--host-delay-ms") + 1] == "60"
+    assert "--host-delay-ms" not in workload_command(ProfileOptions(), Path("o"), python="py")
+    with pytest.raises(UsageError, match="--host-delay-ms"):
+        ProfileOptions(host_delay_ms=-1.0)
+
+
 def test_nsys_commands_wrap_the_workload_and_export_sqlite() -> None:
     workload = workload_command(ProfileOptions(), Path("out"), profiler="none", python="py")
     cmd = nsys_profile_command(workload, Path("out/report"), nsys="/opt/nsys", device="cuda")

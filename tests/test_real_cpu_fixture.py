@@ -80,7 +80,7 @@ def test_cpu_fixture_matches_independent_derivation(strategy):
         for row in rows.itertuples(index=False):
             got = {k: getattr(row, k) for k in want[row.step]}
             assert got == want[row.step], (strategy, rank, row.step)
-    for t in res.timeline.traces:
+    for t in res.traces:
         assert (t.backend, t.world_size, t.device_kind, t.rank_source) == (
             "gloo",
             2,

@@ -79,7 +79,7 @@ def result():
 
 
 def test_metadata(result):
-    (t,) = result.timeline.traces
+    (t,) = result.traces
     assert (t.rank, t.world_size, t.backend, t.rank_source, t.device_kind) == (
         0,
         2,

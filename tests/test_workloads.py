@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -38,18 +39,22 @@ def _run(args: list[str], tmp_path: Path, **env: str) -> subprocess.CompletedPro
 
 
 @pytest.mark.parametrize(
-    ("strategy", "model"),
+    ("strategy", "model", "extra"),
     [
-        ("naive", "gpt"),
-        ("flat", "gpt"),
-        ("overlap", "gpt"),
-        ("bucketed", "gpt"),
-        ("ddp", "gpt"),
-        ("bucketed", "mlp"),
+        ("naive", "gpt", []),
+        ("flat", "gpt", []),
+        ("overlap", "gpt", []),
+        ("bucketed", "gpt", []),
+        ("ddp", "gpt", []),
+        ("bucketed", "mlp", []),
+        # the planted causes change timing only: a host delay (with its per-step barrier) and
+        # the comm-heavy preset still train to the same parameters
+        ("bucketed", "gpt", ["--host-delay-ms", "5"]),
+        ("naive", "mlp", ["--preset", "comm-heavy"]),
     ],
 )
 def test_strategy_matches_single_process_training(
-    strategy: str, model: str, tmp_path: Path
+    strategy: str, model: str, extra: list[str], tmp_path: Path
 ) -> None:
     args = [
         "--strategy",
@@ -60,6 +65,7 @@ def test_strategy_matches_single_process_training(
         "2",
         "--optimizer",
         "sgd",
+        *extra,
         *STEPS,
     ]
     proc = _run([*args, "--save-params", "--profiler", "none"], tmp_path)
@@ -73,7 +79,8 @@ def test_strategy_matches_single_process_training(
             torch.testing.assert_close(got[name], want, rtol=1e-5, atol=1e-6, msg=name)
     # Guard against a vacuous pass: training must have moved the weights away from their init.
     torch.manual_seed(0)
-    init = dict(build_model(model, PRESETS["tiny"], PRESETS["tiny"].seq_len).named_parameters())
+    preset = PRESETS[build_parser().parse_args(args).preset]
+    init = dict(build_model(model, preset, preset.seq_len).named_parameters())
     assert any(not torch.allclose(init[n], reference[n]) for n in reference)
 
 
@@ -105,6 +112,52 @@ def test_cli_rejects_bad_step_counts() -> None:
     from traceoverlap_workloads.__main__ import main
 
     assert main(["--steps", "0"]) == 2
+    assert main(["--host-delay-ms", "-1"]) == 2
+    assert main(["--slow-ms", "-5"]) == 2
+
+
+@pytest.mark.parametrize(
+    ("strategy", "after", "before"),
+    # where --host-delay-ms sleeps (strategies.py): after the step's all-reduces were launched,
+    # before the host waits for them and launches the optimizer
+    [
+        ("bucketed", "backward", "grad_sync"),  # hooks launched every bucket during backward
+        ("ddp", "backward", "grad_sync"),  # DDP launches and waits inside backward
+        ("naive", "grad_sync", "optimizer"),  # the all-reduce calls are in grad_sync
+    ],
+)
+def test_host_delay_sleeps_between_the_launches_and_the_optimizer(
+    strategy: str, after: str, before: str, tmp_path: Path
+) -> None:
+    from traceoverlap.analysis import load
+
+    proc = _run(
+        [
+            "--strategy",
+            strategy,
+            "--world-size",
+            "2",
+            "--host-delay-ms",
+            "30",
+            *["--wait", "0", "--warmup", "1", "--steps", "1"],
+        ],
+        tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    ev = load(sorted(tmp_path.glob("rank*.json.gz"))).events
+    for rank in (0, 1):
+        delay = _only_range(ev, rank, "host_delay")
+        prev, nxt = _only_range(ev, rank, after), _only_range(ev, rank, before)
+        assert delay[1] - delay[0] >= 30_000_000
+        assert prev[1] <= delay[0] and delay[1] <= nxt[0]
+        # every rank enters backward after the barrier
+        assert _only_range(ev, rank, "step_barrier")[1] <= _only_range(ev, rank, "backward")[0]
+
+
+def _only_range(ev: Any, rank: int, name: str) -> tuple[int, int]:
+    r = ev[(ev["rank"] == rank) & (ev["name"] == name)]
+    assert len(r) == 1, (rank, name, len(r))
+    return int(r["start_ns"].iloc[0]), int(r["end_ns"].iloc[0])
 
 
 def test_reference_oracle_is_deterministic_and_seeded() -> None:

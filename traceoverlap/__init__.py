@@ -6,15 +6,37 @@ Library API (the CLI is a thin layer over it)::
     timeline = traceoverlap.load("rank0.json.gz")        # columnar Timeline
     result = traceoverlap.analyze("runs/bucketed/")      # Analysis
     result.steps                                          # DataFrame, one row per (rank, step)
+
+Names are imported on first use, so ``import traceoverlap`` (and ``traceoverlap --help``) does
+not pay for numpy and pandas.
 """
 
-from .analysis import Analysis, analyze, load
-from .classify import Rules
-from .errors import TraceFormatError, TraceoverlapError
-from .metrics import Thresholds
-from .model import Timeline, TraceInfo
+from __future__ import annotations
 
-__version__ = "0.1.0"
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from ._version import __version__
+
+if TYPE_CHECKING:
+    from .analysis import analyze, load
+    from .classify import Rules
+    from .errors import TraceFormatError, TraceoverlapError
+    from .model import Timeline, TraceInfo
+    from .options import Thresholds
+    from .results import Analysis
+
+_LAZY = {
+    "Analysis": "results",
+    "analyze": "analysis",
+    "load": "analysis",
+    "Rules": "classify",
+    "Thresholds": "options",
+    "Timeline": "model",
+    "TraceInfo": "model",
+    "TraceFormatError": "errors",
+    "TraceoverlapError": "errors",
+}
 
 __all__ = [
     "Analysis",
@@ -28,3 +50,12 @@ __all__ = [
     "load",
     "__version__",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'traceoverlap' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value

@@ -2,258 +2,634 @@
 
     >>> import traceoverlap
     >>> result = traceoverlap.analyze("fixtures/workloads/bucketed")
-    >>> result.steps[["rank", "step", "overlap_ratio", "exposed_comm_ns"]]
+    >>> result.steps[["rank", "step", "overlap_ratio", "exposed_comm_ns", "bottleneck"]]
 
-Flow: file -> reader -> Timeline -> classify -> steps -> metrics (-> reporters, in the CLI).
+Flow: files -> per-rank map (:mod:`traceoverlap.rankmap`: read, classify, steps, metrics, local
+causes, collective instances) -> cross-rank reduce (here: check the files can be one run, match
+collectives across ranks, split waiting from transfer, verdicts, summaries, findings) ->
+:class:`~traceoverlap.results.Analysis` -> reporters. Peak memory is bounded by the largest
+rank file (times the number of parallel jobs), not by the job.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from .classify import Rules, classify
+from . import intervals as iv
+from .classify import Rules
+from .collectives import CauseSets, Collectives, match_collectives
+from .diagnosis import CAUSES, findings, verdict
 from .errors import TraceFormatError, UsageError
-from .metrics import Thresholds, compute_step_metrics, step_sets, summarize
-from .model import Timeline, concat_timelines
-from .steps import StepTable, assign_steps
-
-TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep")
+from .inputs import expand_paths, from_folder, run_map
+from .metrics import ratio
+from .model import Timeline, TraceInfo, concat_timelines
+from .options import AnalysisOptions, StepSelection, Thresholds, build_options, describe_steps
+from .rankmap import DetailRequest, FileResult, UnitResult, map_file, map_timeline
+from .results import STEP_COLUMNS, Analysis, StepDetail
+from .summary import summarize_run
 
 PathLike = str | Path
 
-
-def _is_trace_name(p: Path) -> bool:
-    name = p.name.lower()
-    return any(name.endswith(s) for s in TRACE_SUFFIXES)
-
-
-def expand_paths(paths: PathLike | Sequence[PathLike]) -> list[Path]:
-    """Files to read: each file as given; each folder's trace files (sorted, not recursive)."""
-    items = [paths] if isinstance(paths, str | Path) else list(paths)
-    if not items:
-        raise UsageError("no input: give a trace file, several files, or a folder of rank traces")
-    out: list[Path] = []
-    for item in items:
-        p = Path(item)
-        if p.is_dir():
-            found = sorted(q for q in p.iterdir() if q.is_file() and _is_trace_name(q))
-            # x.nsys-rep next to its own export x.sqlite is the same run: read the export only
-            exported = {q.name[: -len(".sqlite")] for q in found if q.name.endswith(".sqlite")}
-            found = [
-                q
-                for q in found
-                if not (q.name.endswith(".nsys-rep") and q.name[: -len(".nsys-rep")] in exported)
-            ]
-            if not found:
-                raise TraceFormatError(
-                    p, "folder holds no trace files", f"expected {', '.join(TRACE_SUFFIXES)} files"
-                )
-            out.extend(found)
-        elif p.exists():
-            out.append(p)
-        else:
-            raise TraceFormatError(p, "no such file or folder", "check the path")
-    return out
+#: Where a rank number was only guessed (no metadata said it): such ranks may be renumbered.
+GUESSED_RANK_SOURCES = frozenset({"default", "process-order"})
+#: Two unix-clock traces whose captures are further apart than this cannot be one run.
+CLOCK_GAP_NS = 60 * 1_000_000_000
 
 
 def load(
     paths: PathLike | Sequence[PathLike], rules: Rules | None = None, jobs: int | None = None
 ) -> Timeline:
-    """Read one trace, several, or a folder of rank traces into one classified Timeline."""
-    from .loading import rank_notes, read_files
+    """Read one trace, several, or a folder of rank traces into one classified Timeline (all
+    events in memory: for exploring a trace in Python; :func:`analyze` never needs this)."""
+    from .classify import classify
+    from .readers import read_trace
 
     files = expand_paths(paths)
-    timelines = read_files(files, jobs)  # parallel processes for several files (issue 6)
-    timeline = _merge_ranks(timelines)
-    missing = rank_notes(timeline)
-    if missing and timeline.traces:
-        first = timeline.traces[0].with_notes(*missing)
-        timeline = Timeline(timeline.events, (first,) + timeline.traces[1:])
-    return classify(timeline, rules)
-
-
-#: Where a rank number was only guessed (no metadata said it): such ranks may be renumbered.
-GUESSED_RANK_SOURCES = frozenset({"default", "process-order"})
-
-
-def _renumber(tl: Timeline, mapping: dict[int, int]) -> Timeline:
-    ev = tl.events.copy()
-    old = ev["rank"].to_numpy()
-    new = old.copy()
-    for a, b in mapping.items():
-        new[old == a] = b
-    ev["rank"] = new.astype(old.dtype)
-    traces = tuple(
-        replace(
-            t,
-            rank=mapping[t.rank],
-            notes=t.notes
-            + (
-                f"no rank recorded in {t.path}; numbered rank {mapping[t.rank]} in file order "
-                f"(rank {t.rank} was already taken)",
-            ),
-        )
-        if t.rank in mapping
-        else t
-        for t in tl.traces
-    )
-    return Timeline(ev, traces)
-
-
-def _merge_ranks(timelines: Sequence[Timeline]) -> Timeline:
-    """Concatenate per-file timelines (in file order).
-
-    A rank claimed twice: when the later claim was only guessed (no rank in the file's metadata),
-    it gets the next free rank number, with a note; when both files say so, the first is kept and
-    the duplicate is named in a note.
-    """
-    seen: dict[int, str] = {}
-    kept: list[Timeline] = []
-    dropped_notes: list[str] = []
-    for tl in timelines:
-        taken = set(seen) | {t.rank for t in tl.traces}
-        mapping: dict[int, int] = {}
-        for t in tl.traces:
-            if t.rank in seen and t.rank_source in GUESSED_RANK_SOURCES:
-                free = next(r for r in range(len(taken) + 1) if r not in taken)
-                mapping[t.rank] = free
-                taken.add(free)
-        if mapping:
-            tl = _renumber(tl, mapping)
-        clash = [t for t in tl.traces if t.rank in seen]
-        if clash:
-            for t in clash:
-                dropped_notes.append(
-                    f"rank {t.rank} appears twice ({seen[t.rank]} and {t.path}); kept the first"
-                )
-            keep = [t.rank for t in tl.traces if t.rank not in seen]
-            if not keep:
-                continue
-            tl = tl.select_ranks(keep)
-        for t in tl.traces:
-            seen[t.rank] = t.path
-        kept.append(tl)
-    merged = concat_timelines(kept)
-    if dropped_notes and merged.traces:
-        first = merged.traces[0].with_notes(*dropped_notes)
-        merged = Timeline(merged.events, (first,) + merged.traces[1:])
-    return merged
-
-
-@dataclass(frozen=True)
-class Analysis:
-    """Everything one analysis produced. Reporters only format this.
-
-    ``timeline``: the classified Timeline; its events also carry ``kind`` and ``step_index``
-    (the row of ``windows`` each event belongs to, -1 for none).
-    ``steps``: one row per (rank, step), columns in :data:`traceoverlap.metrics.STEP_COLUMNS`.
-    ``summary``: ``{"run": {...}, "ranks": {rank: {...}}}`` (see :func:`metrics.summarize`).
-    ``notes``: caveats a reader of the report must know (rank guessed, launches missing...).
-    """
-
-    timeline: Timeline
-    step_table: StepTable
-    steps: pd.DataFrame
-    summary: dict[str, Any]
-    notes: tuple[str, ...]
-    thresholds: Thresholds = field(default_factory=Thresholds)
-    rules: Rules = field(default_factory=Rules)
-    step_regex: str | None = None
-    collectives: Any = None
-
-    @property
-    def windows(self) -> pd.DataFrame:
-        return self.step_table.windows
-
-    @property
-    def unassigned(self) -> dict[int, int]:
-        """rank -> GPU activities whose launch was not found (not placed in any step)."""
-        return dict(self.step_table.no_launch)
-
-    def step_sets(self, rank: int, step: Any) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-        """Disjoint interval sets (compute, comm, memory, busy, overlap, exposed) of one step."""
-        w = self.windows
-        row = w[(w["rank"] == rank) & (w["step"].astype(str) == str(step))]
-        if row.empty:
-            raise UsageError(f"no step {step} on rank {rank}")
-        return step_sets(self.timeline, self.step_table, int(row["step_index"].iloc[0]))
+    timelines = [read_trace(f) for f in files]
+    return classify(concat_timelines(timelines), rules)
 
 
 def analyze(
     source: PathLike | Sequence[PathLike] | Timeline,
     *,
     step_regex: str | None = None,
-    steps: tuple[int, int] | str | None = None,
+    steps: str | StepSelection | None = None,
     ranks: Iterable[int] | None = None,
     rules: Rules | None = None,
     comm_patterns: Iterable[str] = (),
     thresholds: Thresholds | None = None,
+    config: dict[str, Any] | None = None,
     jobs: int | None = None,
+    scheduler: str | None = None,
+    detail: str | tuple[int | None, Any] | None = None,
 ) -> Analysis:
-    """Analyze a trace, several rank traces, a folder, or a Timeline; see :class:`Analysis`."""
-    from .steps import parse_step_range
+    """Analyze a trace, several rank traces, a folder, or a Timeline; see :class:`Analysis`.
 
-    rules = (rules or Rules()).with_comm_patterns(comm_patterns)
+    ``steps``: ``"3-7"``, ``"3,5"``, ``"1010-"``; ``ranks``: only these ranks; ``comm_patterns``:
+    extra regexes that count as communication; ``config``: a validated config
+    (:func:`traceoverlap.options.load_config`), explicit arguments win. ``jobs``: parallel map
+    processes; ``scheduler``: ``"local"`` or a Dask scheduler address. ``detail``: ``"auto"``
+    (the median step of the lowest rank) or ``(rank, step)``: also build that step's
+    :class:`StepDetail` (the HTML report's timeline).
+    """
+    options = build_options(
+        step_regex=step_regex,
+        steps=steps,
+        ranks=ranks,
+        comm_patterns=comm_patterns,
+        thresholds=thresholds,
+        config=config,
+    )
+    rules = (rules or Rules()).with_comm_patterns(options.comm_patterns)
+    request = _request(detail)
+    skipped: list[str] = []
+    in_memory = isinstance(source, Timeline)
     if isinstance(source, Timeline):
-        timeline = classify(source, rules)
+        if (request is None or request.rank is None) and detail is not None and source.traces:
+            low = min(source.traces, key=lambda t: t.rank)
+            request = DetailRequest(low.rank, None, request.step if request else None)
+        results = [FileResult("<timeline>", map_timeline(source, options, rules, request))]
+        names = ["<timeline>"]
     else:
-        timeline = load(source, rules=rules, jobs=jobs)
-    if ranks is not None:
-        wanted = sorted(set(ranks))
-        missing = [r for r in wanted if r not in timeline.ranks]
+        files = expand_paths(source)
+        listed = from_folder(source)
+        names = [str(f) for f in files]
+        lowest = detail is not None and (request is None or request.rank is None)
+        task = functools.partial(
+            map_file,
+            options=options,
+            rules=rules,
+            detail=request if request is not None and request.rank is not None else None,
+            lowest_unit_detail=lowest and len(files) == 1,
+            lowest_step=request.step if request is not None else None,
+        )
+        results = []
+        for res in run_map(files, task, jobs=jobs, scheduler=scheduler):
+            assert isinstance(res, FileResult)
+            if res.error is not None:
+                path, reason, hint = res.error
+                if res.path in listed and res.not_a_trace:
+                    skipped.append(f"skipped {path}: {reason}")
+                    continue
+                raise TraceFormatError(path, reason, hint)
+            results.append(res)
+    units = _merge(results)
+    if options.ranks is not None:
+        present = sorted({u.trace.rank for u in units})
+        missing = [r for r in options.ranks if r not in present]
         if missing:
-            raise UsageError(
-                f"--rank {missing}: not in the input (ranks present: {timeline.ranks})"
-            )
-        timeline = timeline.select_ranks(wanted)
-    step_range = parse_step_range(steps) if isinstance(steps, str) else steps
-    table = assign_steps(timeline, step_regex=step_regex, step_range=step_range)
-    # the event table was built by classify() for this call alone: adding the column in place
-    # avoids copying a large table just to tag rows with their step
-    timeline.events["step_index"] = table.event_step
-    th = thresholds or Thresholds()
-    df = compute_step_metrics(timeline, table, th)
-    notes = _notes(timeline, table)
-    if df.empty:
-        raise UsageError(
-            "no steps to analyze"
-            + (f" in --steps {steps}" if steps else "")
-            + (": " + "; ".join(notes) if notes else "")
-        )
-    summary = {
-        "run": summarize(df),
-        "ranks": {int(r): summarize(g) for r, g in df.groupby("rank", sort=True)},
-    }
-    result = Analysis(timeline, table, df, summary, notes, th, rules, step_regex)
-    # --- collectives across ranks (issue 6): only a run of two or more ranks has any to match
-    if len(timeline.ranks) >= 2:
-        from dataclasses import replace as _replace
-
-        from .collectives import add_wait_transfer, match_collectives
-
-        coll = match_collectives(result)
-        result = _replace(
-            result,
-            steps=add_wait_transfer(df, table.windows, coll),
-            notes=tuple(dict.fromkeys(notes + coll.notes)),
-            collectives=coll,
-        )
+            raise UsageError(f"ranks {missing}: not in the input (ranks present: {present})")
+        units = [u for u in units if u.trace.rank in set(options.ranks)]
+    units.sort(key=lambda u: (u.trace.rank, -1 if u.trace.device is None else u.trace.device))
+    if options.step_regex is not None and units and not any(u.markers_found for u in units):
+        raise UsageError(_regex_matched_nothing(units, options.step_regex, names))
+    result, sets = _reduce(units, options, skipped, names)
+    if detail is not None and result.detail is None and units:
+        result = _second_pass_detail(result, units, options, rules, request, sets, in_memory)
     return result
 
 
-def _notes(timeline: Timeline, table: StepTable) -> tuple[str, ...]:
-    notes: list[str] = []
-    for t in timeline.traces:
-        notes.extend(f"rank {t.rank}: {n}" if not n.startswith("rank ") else n for n in t.notes)
-    notes.extend(table.notes)
-    for rank, n in sorted(table.no_launch.items()):
-        notes.append(
-            f"rank {rank}: {n} GPU activities have no launch record in the trace and are in no step"
+def _request(detail: str | tuple[int | None, Any] | None) -> DetailRequest | None:
+    """``(rank, step)`` -> a request; rank None: the lowest rank, step None: its median step."""
+    if detail is None or detail == "auto":
+        return None
+    if isinstance(detail, tuple) and len(detail) == 2:
+        rank, step = detail
+        return DetailRequest(
+            None if rank is None else int(rank), None, None if step is None else str(step)
         )
-    return tuple(dict.fromkeys(notes))
+    raise UsageError(f"detail: expected 'auto' or (rank, step), got {detail!r}")
+
+
+# --- one run from several files ------------------------------------------------------------------
+
+
+def _merge(results: Sequence[FileResult]) -> list[UnitResult]:
+    """The units of every file as one run; refuse files that cannot be one run.
+
+    A rank number that was only guessed (no metadata) and is already taken gets the next free
+    number, with a note. Two files that both say they are rank R, traces that disagree on the
+    world size, and unix-clock captures that do not overlap in time are refused.
+    """
+    units: list[UnitResult] = []
+    owner: dict[int, str] = {}
+    for res in results:
+        file_units = _renumber_guessed(list(res.units), set(owner))
+        for u in file_units:
+            t = u.trace
+            if t.rank in owner and owner[t.rank] != t.path:
+                raise UsageError(
+                    f"rank {t.rank} appears in two traces ({owner[t.rank]} and {t.path}): they "
+                    "cannot be one run; analyse them separately"
+                )
+        for u in file_units:
+            owner[u.trace.rank] = u.trace.path
+        units.extend(file_units)
+    _check_world_sizes(units)
+    _check_clocks(units)
+    return units
+
+
+def _renumber_guessed(file_units: list[UnitResult], taken: set[int]) -> list[UnitResult]:
+    """Units whose rank was only guessed and is taken get the next free rank, with a note."""
+    taken = set(taken)
+    mapping: dict[int, int] = {}
+    for u in file_units:
+        r = u.trace.rank
+        if r in taken and r not in mapping and u.trace.rank_source in GUESSED_RANK_SOURCES:
+            free = next(x for x in range(len(taken) + len(file_units) + 1) if x not in taken)
+            mapping[r] = free
+            taken.add(free)
+    out = []
+    for u in file_units:
+        t = u.trace
+        if t.rank in mapping:
+            new = mapping[t.rank]
+            note = (
+                f"no rank recorded in {t.path}; numbered rank {new} in file order "
+                f"(rank {t.rank} was already taken)"
+            )
+            u = replace(u, trace=replace(t, rank=new, notes=t.notes + (note,)))
+        out.append(u)
+    return out
+
+
+def _check_world_sizes(units: Sequence[UnitResult]) -> None:
+    sizes: dict[int, str] = {}
+    for u in units:
+        if u.trace.world_size:
+            sizes.setdefault(u.trace.world_size, u.trace.path)
+    if len(sizes) > 1:
+        shown = ", ".join(f"{w} in {p}" for w, p in sorted(sizes.items()))
+        raise UsageError(
+            f"the traces disagree on the world size ({shown}): they cannot be one run; analyse "
+            "them separately"
+        )
+
+
+def _check_clocks(units: Sequence[UnitResult]) -> None:
+    spans = []
+    for u in units:
+        if u.trace.clock != "unix" or not u.n_windows:
+            continue
+        spans.append((int(u.parts["start_ns"].min()), int(u.parts["end_ns"].max()), u.trace.path))
+    if len(spans) < 2:
+        return
+    spans.sort()
+    reach_end, reach_path = spans[0][1], spans[0][2]
+    for s, e, path in spans[1:]:
+        if s > reach_end + CLOCK_GAP_NS:
+            gap = (s - reach_end) / 1e9
+            raise UsageError(
+                f"{path} starts {gap:.0f} s after {reach_path} ends (both on unix time): traces "
+                "that do not overlap in time cannot be one run; analyse them separately"
+            )
+        if e > reach_end:
+            reach_end, reach_path = e, path
+
+
+# --- the reduce ---------------------------------------------------------------------------------
+
+
+def _reduce(
+    units: list[UnitResult], options: AnalysisOptions, skipped: list[str], names: list[str]
+) -> tuple[Analysis, CauseSets]:
+    traces = tuple(u.trace for u in units)
+    offsets = np.cumsum([0] + [u.n_windows for u in units]).astype(np.int64)
+    n_windows = int(offsets[-1])
+    if n_windows == 0:
+        raise UsageError(_no_steps_message(units, options, names))
+
+    # the step table, window by window
+    cols: dict[str, list[Any]] = {}
+    for u in units:
+        for k, v in u.parts.items():
+            cols.setdefault(k, []).append(v)
+    base = {k: np.concatenate(v).astype(np.int64) for k, v in cols.items()}
+    unit_of = np.repeat(np.arange(len(units)), [u.n_windows for u in units])
+    labels: list[Any] = [lbl for u in units for lbl in u.labels]
+
+    # cross-rank: instances, pieces and local cause sets in global window numbering
+    inst_frames, piece_parts = [], []
+    cause_parts: dict[str, list[tuple[Any, Any, Any]]] = {
+        c: [] for c in ("tail", "dependency", "host")
+    }
+    row0 = 0
+    for i, u in enumerate(units):
+        off = int(offsets[i])
+        nw = max(u.n_windows, 1)
+        df = u.instances.assign(
+            unit=i, window=np.where(u.instances["window"] >= 0, u.instances["window"] + off, -1)
+        )
+        inst_frames.append(df)
+        pg, ps, pe = u.pieces
+        piece_parts.append((u.piece_instance + row0, pg % nw + off, ps, pe))
+        for c in cause_parts:
+            g, s, e = u.causes[c]
+            cause_parts[c].append((g + off, s, e))
+        row0 += len(u.instances)
+    # a unit without instances has an untyped empty frame: concatenated with the others it would
+    # turn their integer columns into objects (pandas 3)
+    typed = [f for f in inst_frames if len(f)] or inst_frames
+    inst = (
+        pd.concat(typed, ignore_index=True) if typed else pd.DataFrame(columns=["unit", "window"])
+    )
+
+    def cat(arrays: list[Any]) -> Any:
+        return np.concatenate(arrays).astype(np.int64) if arrays else np.zeros(0, np.int64)
+
+    pieces = (
+        cat([p[0] for p in piece_parts]),
+        cat([p[1] for p in piece_parts]),
+        cat([p[2] for p in piece_parts]),
+        cat([p[3] for p in piece_parts]),
+    )
+    exposed = {
+        c: (cat([p[0] for p in parts]), cat([p[1] for p in parts]), cat([p[2] for p in parts]))
+        for c, parts in cause_parts.items()
+    }
+    prelim = pd.DataFrame(
+        {
+            "rank": [traces[u].rank for u in unit_of],
+            "step": labels,
+            "step_ns": base["step_ns"],
+        }
+    )
+    coll, sets, family_causes = match_collectives(
+        inst,
+        pieces,
+        exposed,
+        n_windows,
+        traces,
+        labels,
+        prelim,
+    )
+    cause_ns = {c: iv.grouped_length(s, n_windows) for c, s in sets.by_name().items()}
+    multi = len(units) > 1
+    matched_units = set(coll.per_rank.loc[coll.per_rank["matched"].astype(bool), "unit"].tolist())
+    has_comm = np.bincount(unit_of, weights=base["comm_ns"] > 0, minlength=len(units)) > 0
+    wait_known = np.array(
+        [multi and (u in matched_units or not has_comm[u]) for u in range(len(units))]
+    )[unit_of]
+    waited_for = _waited_for(coll, n_windows)
+
+    step = base["step_ns"]
+    exposed_ns = base["exposed_comm_ns"]
+    df = pd.DataFrame(
+        {
+            "rank": np.array([traces[u].rank for u in unit_of], dtype=np.int64),
+            "device": pd.array([traces[u].device for u in unit_of], dtype=object),
+            "pid": pd.array([traces[u].pid for u in unit_of], dtype=object),
+            "step": pd.array(labels, dtype=object),
+            **{
+                k: base[k]
+                for k in (
+                    "step_ns",
+                    "compute_ns",
+                    "comm_ns",
+                    "memory_ns",
+                    "overlap_ns",
+                    "exposed_comm_ns",
+                    "idle_ns",
+                    "compute_only_ns",
+                    "memory_only_ns",
+                )
+            },
+            "exposed_wait_ns": cause_ns["wait"],
+            "exposed_transfer_ns": exposed_ns - cause_ns["wait"],
+            **{f"exposed_{c}_ns": cause_ns[c] for c in CAUSES[1:]},
+            "overlap_ratio": pd.array(ratio(base["overlap_ns"], base["comm_ns"]), dtype=object),
+            "ideal_ns": base["ideal_ns"],
+            "potential_speedup": pd.array(ratio(step, base["ideal_ns"]), dtype=object),
+            "exposed_comm_ratio": pd.array(ratio(exposed_ns, step), dtype=object),
+            "idle_ratio": pd.array(ratio(base["idle_ns"], step), dtype=object),
+            "bottleneck": "",
+            "reason": "",
+            "waited_for_rank": pd.array(waited_for, dtype=object),
+            "wait_known": wait_known.astype(bool),
+            "start_ns": base["start_ns"],
+            "end_ns": base["end_ns"],
+        }
+    )
+    verdicts = [
+        verdict(
+            row,
+            options.thresholds,
+            None if wf is None else _among(str(wf), coll),
+            bool(wk),
+        )
+        for row, wf, wk in zip(df.to_dict("records"), waited_for, wait_known.tolist(), strict=True)
+    ]
+    df["bottleneck"] = [v.bottleneck for v in verdicts]
+    df["reason"] = [v.reason for v in verdicts]
+    df = df[list(STEP_COLUMNS)]
+
+    top = coll.top_straggler
+    fnd = findings(
+        df,
+        _finding_rows(coll, df, traces),
+        family_causes,
+        straggler=top,
+        straggler_text=None if top is None else _among(str(top), coll),
+    )
+    notes = _notes(units, coll, skipped)
+    windows = pd.DataFrame(
+        {
+            "unit": unit_of,
+            "rank": df["rank"].to_numpy(),
+            "device": df["device"].to_numpy(),
+            "step": df["step"].to_numpy(),
+            "window": np.arange(n_windows),
+            "start_ns": base["start_ns"],
+            "end_ns": base["end_ns"],
+            "marker_start_ns": np.concatenate([u.marker_start_ns for u in units]),
+            "marker_end_ns": np.concatenate([u.marker_end_ns for u in units]),
+        }
+    )
+    det = None
+    for i, u in enumerate(units):
+        if u.detail is not None:
+            det = _finish_detail(u.detail, int(offsets[i]), sets)
+            break
+    from .summary import unit_key
+
+    several = {t.rank for t in traces if sum(1 for x in traces if x.rank == t.rank) > 1}
+    analysis = Analysis(
+        traces=traces,
+        steps=df.reset_index(drop=True),
+        summary=summarize_run(df),
+        collectives=coll,
+        findings=fnd,
+        notes=notes,
+        options=options,
+        unassigned={
+            unit_key(u.trace.rank, u.trace.device, u.trace.rank in several): u.no_launch
+            for u in units
+        },
+        detail=det,
+        windows=windows,
+    )
+    return analysis, sets
+
+
+def _among(rank: str, coll: Collectives) -> str:
+    if coll.partial:
+        return f"{rank} (the latest among the {coll.ranks_given} ranks given of {coll.world_size})"
+    return rank
+
+
+def _waited_for(coll: Collectives, n_windows: int) -> list[int | None]:
+    """Per window: the rank whose late arrival cost it the most exposed waiting (None)."""
+    out: list[int | None] = [None] * n_windows
+    pr = coll.per_rank
+    if pr.empty or coll.instances.empty:
+        return out
+    last = coll.instances.set_index("instance")["last_rank"]
+    df = pr[(pr["exposed_wait_ns"] > 0) & pr["matched"].astype(bool)].copy()
+    if df.empty:
+        return out
+    df["last"] = last.reindex(df["instance"]).to_numpy()
+    df = df[df["last"].notna()]
+    df = df[df["last"].astype(np.int64) != df["rank"]]
+    if df.empty:
+        return out
+    tot = df.groupby(["window", "last"])["exposed_wait_ns"].sum().reset_index()
+    tot = tot.sort_values(["window", "exposed_wait_ns", "last"], ascending=[True, False, True])
+    for w, r in tot.drop_duplicates("window")[["window", "last"]].itertuples(index=False):
+        out[int(w)] = int(r)
+    return out
+
+
+def _finding_rows(coll: Collectives, df: pd.DataFrame, traces: Sequence[TraceInfo]) -> pd.DataFrame:
+    pr = coll.per_rank
+    if pr.empty:
+        return pr.assign(display=[], where=[])
+    several = len(traces) > 1
+    pos = pr.groupby(["unit", "window", "name"]).cumcount() + 1
+    return pr.assign(
+        display=[f"{n} #{p}" for n, p in zip(pr["name"], pos, strict=True)],
+        where=[
+            (f"rank {r} step {s}" if several else f"step {s}")
+            for r, s in zip(pr["rank"], pr["step"], strict=True)
+        ],
+    )
+
+
+def _finish_detail(d: StepDetail, offset: int, sets: CauseSets) -> StepDetail:
+    w = d.window + offset
+    by_cause = {}
+    for cause, s in sets.by_name().items():
+        m = s[0] == w
+        by_cause[cause] = (s[1][m], s[2][m])
+    return replace(d, window=w, exposed_by_cause=by_cause)
+
+
+def _second_pass_detail(
+    result: Analysis,
+    units: Sequence[UnitResult],
+    options: AnalysisOptions,
+    rules: Rules,
+    request: DetailRequest | None,
+    sets: CauseSets,
+    in_memory: bool,
+) -> Analysis:
+    """Build the asked step's detail by reading that one rank's file again (runs with several
+    files keep no events in memory). ``request`` None: the lowest rank's median step."""
+    if request is None or request.rank is None:
+        request = DetailRequest(
+            units[0].trace.rank, units[0].trace.device, request.step if request else None
+        )
+    idx = next(
+        (
+            i
+            for i, u in enumerate(units)
+            if u.trace.rank == request.rank
+            and (request.device is None or u.trace.device == request.device)
+        ),
+        None,
+    )
+    if idx is None:
+        raise UsageError(f"timeline rank {request.rank}: no such rank (ranks: {result.ranks})")
+    u = units[idx]
+    if request.step is not None and str(request.step) not in {str(x) for x in u.labels}:
+        raise UsageError(
+            f"timeline step {request.step}: rank {request.rank} has no such step "
+            f"(steps: {describe_steps(list(u.labels))})"
+        )
+    if in_memory:
+        return result  # built in the first pass when it exists
+    res = map_file(
+        u.trace.path, options, rules, DetailRequest(u.trace.rank, u.trace.device, request.step)
+    )
+    if res.error is not None:
+        raise TraceFormatError(*res.error)
+    found = next(
+        (x.detail for x in res.units if x.trace.device == u.trace.device and x.detail), None
+    )
+    if found is None:
+        return result
+    offset = sum(x.n_windows for x in units[:idx])
+    return replace(result, detail=_finish_detail(found, offset, sets))
+
+
+def _regex_matched_nothing(units: Sequence[UnitResult], regex: str, names: list[str]) -> str:
+    counts: dict[str, int] = {}
+    for u in units:
+        for name, n in u.range_names:
+            counts[name] = counts.get(name, 0) + n
+    where = names[0] if len(names) == 1 else f"{len(names)} inputs"
+    top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:6]
+    found = "; ".join(f"{n!r} x{c}" for n, c in top) or "none"
+    return (
+        f"step regex {regex!r} matches no range in {where}; the most frequent ranges are: {found}"
+    )
+
+
+def _no_steps_message(
+    units: Sequence[UnitResult], options: AnalysisOptions, names: list[str]
+) -> str:
+    where = names[0] if len(names) == 1 else f"{len(names)} inputs ({names[0]}, ...)"
+    if options.steps is not None:
+        found = [
+            f"rank {u.trace.rank}: {describe_steps(list(u.labels_found))}"
+            for u in units
+            if u.labels_found
+        ]
+        shown = "; ".join(dict.fromkeys(found[:4])) or "no step markers at all"
+        return (
+            f"no steps to analyze in {where}: steps {options.steps.text} matches none of the "
+            f"steps in the trace (steps found: {shown})"
+        )
+    why = "; ".join(dict.fromkeys(n for u in units for n in u.notes)) or "no activity found"
+    return f"no steps to analyze in {where}: {why}"
+
+
+def rank_notes(traces: Sequence[TraceInfo]) -> list[str]:
+    """Caveats about which ranks the run has: ranks missing from the world the traces declare
+    (counted, never materialised: a world of 10^8 costs nothing), ranks beyond it."""
+    present = sorted({t.rank for t in traces})
+    sizes = {t.world_size for t in traces if t.world_size}
+    notes: list[str] = []
+    if not sizes:
+        return notes
+    world = max(sizes)
+    inside = [r for r in present if 0 <= r < world]
+    n_missing = world - len(inside)
+    if n_missing and len(present) == 1:
+        notes.append(
+            f"rank {present[0]} is the only rank given of a world of {world}: per-rank "
+            "numbers only, no collectives matched across ranks"
+        )
+    elif n_missing:
+        shown: list[int] = []
+        have = set(inside)
+        r = 0
+        while len(shown) < 20 and r < world:
+            if r not in have:
+                shown.append(r)
+            r += 1
+        more = " ..." if n_missing > len(shown) else ""
+        notes.append(
+            f"rank traces missing from the input: rank{'s' if n_missing > 1 else ''} "
+            f"{', '.join(map(str, shown))}{more} (world size {world}, {len(present)} rank traces "
+            "given); the others are analysed and collectives matched across them: waiting and "
+            "stragglers are among the ranks given"
+        )
+    extra = [r for r in present if r >= world]
+    if extra:
+        notes.append(f"rank traces outside the declared world size {world}: ranks {extra}")
+    return notes
+
+
+def _notes(
+    units: Sequence[UnitResult], coll: Collectives, skipped: Sequence[str]
+) -> tuple[str, ...]:
+    """Caveats, each said once: identical notes of several ranks are grouped ("ranks 0-127: ...")."""
+    by_note: dict[str, list[int]] = {}
+    plain: list[str] = list(skipped)
+    for u in units:
+        for n in u.trace.notes + u.notes:
+            if n.startswith("rank "):
+                plain.append(n)
+            else:
+                by_note.setdefault(n, []).append(u.trace.rank)
+    no_launch = {u.trace.rank: u.no_launch for u in units if u.no_launch}
+    if no_launch:
+        total = sum(no_launch.values())
+        per = (
+            ""
+            if len(no_launch) == 1
+            else f" ({min(no_launch.values()):,}-{max(no_launch.values()):,} per rank)"
+        )
+        plain.append(
+            f"{_rank_list(sorted(no_launch))}: {total:,} GPU activities have no launch record in "
+            f"the trace and are in no step{per}"
+        )
+    out = list(dict.fromkeys(plain))
+    out.extend(rank_notes([u.trace for u in units]))
+    for note, ranks in by_note.items():
+        out.append(f"{_rank_list(sorted(set(ranks)))}: {note}")
+    out.extend(coll.notes)
+    return tuple(dict.fromkeys(out))
+
+
+def _rank_list(ranks: list[int]) -> str:
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    runs: list[str] = []
+    start = prev = ranks[0]
+    for r in ranks[1:] + [None]:
+        if r is not None and r == prev + 1:
+            prev = r
+            continue
+        runs.append(f"{start}-{prev}" if prev != start else str(start))
+        if r is not None:
+            start = prev = r
+    return "ranks " + ", ".join(runs)

@@ -1,24 +1,27 @@
 """Name -> kind rules, as data.
 
-The defaults are exactly those of the metrics contract (docs: "Activities and kinds"):
+The defaults follow the metrics contract (docs/metrics.md "Activities and kinds"), extended with
+the communication libraries that do not carry "nccl" in their kernel names
+(:data:`KNOWN_COMM_FAMILIES`).
 
-GPU ranks (the rank has at least one kernel / memcpy / memset):
-  - comm: a kernel whose name contains ``nccl`` or starts with ``rccl`` / ``hccl`` (any case)
+GPU units (the unit has at least one kernel / memcpy / memset):
+  - comm: a kernel whose name contains ``nccl`` or starts with ``rccl`` / ``hccl`` (any case),
+    or matches one of the known communication families, or a user pattern
   - memory: memcpy and memset activities
   - compute: every other kernel
   - everything else (sync records, launches, host ops, ranges): not activity (``none``)
 
-CPU-only ranks (e.g. gloo on CPU):
+CPU units (e.g. gloo on CPU):
   - comm: events named ``gloo:*`` (the work of gloo's ``pt_gloo_runloop`` threads)
   - compute: ``cpu_op`` events on other threads, except the ops that launch or wait for
     communication (``c10d::*``, ``record_param_comms``, ``nccl:*``, ``gloo:*``)
-  - a rank with no ``cpu_op`` at all (a capture of NVTX ranges only: a CPU run under Nsight
-    Systems): compute is the phases the program marks (``forward``, ``backward``,
-    ``optimizer``: :attr:`Rules.cpu_compute_ranges`), comm the ``gloo:*`` ranges it marks around
-    its collectives. When a CPU Nsight Systems rank has none, its notes say that the capture
-    shows no communication (rather than none happening).
+  - a unit with no ``cpu_op`` at all (NVTX ranges only: a CPU run under Nsight Systems): compute
+    is the phases the program marks (``forward``, ``backward``, ``optimizer``:
+    :attr:`Rules.cpu_compute_ranges`), comm the ``gloo:*`` ranges it marks around its
+    collectives; when such an Nsight Systems unit has none, :func:`unseen_comm_note` says the
+    capture cannot show communication (rather than none happening).
 
-Users extend the rules with ``--comm-pattern REGEX`` or a TOML config (see :func:`load_config`).
+Users extend the rules with ``--comm-pattern REGEX`` or a TOML config (:mod:`options`).
 Patterns are Python regexes matched with ``re.search``; they are evaluated once per distinct
 name (the name column is categorical), never per event.
 """
@@ -26,29 +29,72 @@ name (the name column is categorical), never per event.
 from __future__ import annotations
 
 import re
-import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
-from .errors import UsageError
-from .model import Timeline, TraceInfo
+from .model import GPU_ACTIVITY_CATEGORIES, KINDS, Kind, Timeline
+from .options import compile_regex
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+#: Communication kernels that do not carry "nccl" in their names: (family, regex, where the
+#: names come from). Matched case-insensitively anywhere in the kernel name.
+KNOWN_COMM_FAMILIES: tuple[tuple[str, str, str], ...] = (
+    (
+        "NCCL / RCCL / HCCL",
+        r"nccl|^rccl|^hccl",
+        "metrics.md: ncclKernel_*, ncclDevKernel_*, "
+        "ncclSymkDevKernel_*; rccl*/hccl* kernels of AMD RCCL and Habana HCCL",
+    ),
+    (
+        "DeepEP all-to-all",
+        r"deep_ep::|dpsk::ep::",
+        "deepseek-ai/DeepEP: intranode/internode "
+        "dispatch and combine kernels (deep_ep::internode::dispatch, dpsk::ep::...)",
+    ),
+    (
+        "PyTorch symmetric memory",
+        r"multimem_all_reduce|multimem_all_gather|multimem_one_shot|"
+        r"multimem_reduce_scatter|one_shot_all_reduce|two_shot_all_reduce|symmetric_memory::",
+        "pytorch torch/csrc/distributed/c10d/symm_mem/CUDASymmetricMemoryOps.cu "
+        "(multimem_all_reduce_kernel, one_shot_all_reduce_kernel, two_shot_all_reduce_kernel)",
+    ),
+    (
+        "vLLM / SGLang custom all-reduce",
+        r"cross_device_reduce",
+        "vllm csrc/custom_all_reduce.cuh "
+        "(vllm::cross_device_reduce_1stage / _2stage), copied by SGLang",
+    ),
+    (
+        "TensorRT-LLM all-reduce",
+        r"ar_fusion::|allreduce_?fusion|oneShotAllReduce|"
+        r"twoShotAllReduce|twoshot_?allreduce|lamport_?all_?reduce|customAllReduce",
+        "NVIDIA/TensorRT-LLM cpp/tensorrt_llm/kernels/customAllReduceKernels.cu and "
+        "communicationKernels/allReduceFusionKernels.cu",
+    ),
+    ("NVSHMEM", r"nvshmem", "NVIDIA NVSHMEM device collectives and put/get kernels (nvshmemi_*)"),
+    (
+        "MSCCL / MSCCL++",
+        r"msccl",
+        "microsoft/msccl and microsoft/mscclpp kernels (mscclKernel_*, mscclpp::*)",
+    ),
+)
+
+#: Loose shapes of communication names, only used to SUGGEST patterns in a note.
+LOOKS_LIKE_COMM = re.compile(
+    r"(?i)all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|alltoall|broadcast|sendrecv|"
+    r"(^|_|::)(send|recv|dispatch|combine)(_|$|<|\()|p2p|multimem|nvshmem|cross_device|"
+    r"(^|_)comm(_|$)|collective"
+)
 
 
 @dataclass(frozen=True)
 class Rules:
     """Classification rules. Every field is a tuple of regexes (``re.search``, as written)."""
 
-    gpu_comm: tuple[str, ...] = (r"(?i)nccl", r"(?i)^rccl", r"(?i)^hccl")
+    gpu_comm: tuple[str, ...] = tuple(f"(?i){rx}" for _, rx, _ in KNOWN_COMM_FAMILIES)
     cpu_comm: tuple[str, ...] = (r"^gloo:",)
     cpu_compute_exclude: tuple[str, ...] = (
         r"^c10d::",
@@ -56,122 +102,112 @@ class Rules:
         r"^nccl:",
         r"^gloo:",
     )
-    # threads whose ops are communication work, never compute
+    #: threads whose ops are communication work, never compute
     cpu_comm_threads: tuple[str, ...] = (r"pt_gloo_runloop",)
-    # user patterns added with --comm-pattern: comm on both GPU and CPU ranks
+    #: host ranges during which a CPU compute thread is blocked in communication (diagnosis.md §3)
+    cpu_comm_calls: tuple[str, ...] = (
+        r"^c10d::",
+        r"^record_param_comms$",
+        r"^nccl:",
+        r"^gloo:",
+        r"(?i)wait",
+    )
+    #: user patterns added with --comm-pattern: comm on both GPU and CPU units
     extra_comm: tuple[str, ...] = field(default=())
     # host ranges that are compute on CPU ranks without any cpu_op (NVTX-only captures: a CPU
     # run under Nsight Systems has no PyTorch profiler ops): the phases the program marks
     cpu_compute_ranges: tuple[str, ...] = (r"^(forward|backward|optimizer)$",)
 
-    def with_comm_patterns(self, patterns: Iterable[str]) -> Rules:
+    def with_comm_patterns(self, patterns: Sequence[str]) -> Rules:
         pats = tuple(patterns)
         for p in pats:
-            _compile(p, "--comm-pattern")
+            compile_regex(p, "comm patterns")
         return replace(self, extra_comm=self.extra_comm + pats)
 
 
-def _compile(pattern: str, what: str) -> re.Pattern[str]:
-    try:
-        return re.compile(pattern)
-    except re.error as exc:
-        raise UsageError(f"invalid regex {pattern!r} in {what}: {exc}") from None
-
-
-def _any_match(patterns: Sequence[str], names: pd.Index) -> np.ndarray:
-    """Boolean per distinct name: does any pattern match it? (a handful of patterns x distinct names)"""
-    out = np.zeros(len(names), dtype=bool)
-    strs = [str(n) for n in names]
+def name_mask(names: pd.Series, patterns: Sequence[str]) -> npt.NDArray[np.bool_]:
+    """Per row of a categorical column: does any pattern match? (patterns x distinct names)"""
+    cats = names.cat.categories
+    per_name = np.zeros(len(cats), dtype=bool)
+    strs = [str(c) for c in cats]
     for p in patterns:
-        rx = _compile(p, "rules")
-        out |= np.fromiter((rx.search(s) is not None for s in strs), bool, len(strs))
-    return out
-
-
-def _name_mask(events: pd.DataFrame, column: str, patterns: Sequence[str]) -> np.ndarray:
-    cat = events[column].cat
-    per_name = _any_match(patterns, cat.categories)
-    codes = cat.codes.to_numpy()
+        rx = compile_regex(p, "rules")
+        per_name |= np.fromiter((rx.search(s) is not None for s in strs), bool, len(strs))
+    codes = names.cat.codes.to_numpy()
     return np.where(codes >= 0, per_name[np.maximum(codes, 0)], False)
 
 
-def classify(timeline: Timeline, rules: Rules | None = None) -> Timeline:
-    """Return a Timeline whose events carry a ``kind`` column (compute / comm / memory / none)."""
+def kinds(unit: Timeline, rules: Rules | None = None) -> npt.NDArray[np.int8]:
+    """The :class:`~traceoverlap.model.Kind` code of every event of ONE unit (no table copy)."""
     rules = rules or Rules()
-    ev = timeline.events
+    ev = unit.events
     n = len(ev)
-    kind = np.full(n, 3, dtype=np.int8)  # index into KINDS: compute, comm, memory, none
-    if n:
-        cat = ev["category"].to_numpy(dtype=object)
-        is_kernel = cat == "kernel"
-        is_mem = (cat == "memcpy") | (cat == "memset")
-        on_gpu_rank = np.isin(ev["rank"].to_numpy(), timeline.gpu_ranks())
-
-        gpu_comm = _name_mask(ev, "name", rules.gpu_comm + rules.extra_comm)
-        kind[on_gpu_rank & is_kernel] = 0
-        kind[on_gpu_rank & is_kernel & gpu_comm] = 1
-        kind[on_gpu_rank & is_mem] = 2
-
-        cpu = ~on_gpu_rank
-        if cpu.any():
-            host_cat = np.isin(cat, ("cpu_op", "annotation"))
-            cpu_comm = _name_mask(ev, "name", rules.cpu_comm + rules.extra_comm)
-            excluded = _name_mask(ev, "name", rules.cpu_compute_exclude + rules.extra_comm)
-            comm_thread = _name_mask(ev, "thread_name", rules.cpu_comm_threads)
-            kind[cpu & (cat == "cpu_op") & ~excluded & ~comm_thread] = 0
-            rank = ev["rank"].to_numpy()
-            no_ops = cpu & ~np.isin(rank, np.unique(rank[cat == "cpu_op"]))
-            if no_ops.any() and rules.cpu_compute_ranges:
-                phase = _name_mask(ev, "name", rules.cpu_compute_ranges)
-                kind[no_ops & (cat == "annotation") & phase] = 0
-            kind[cpu & host_cat & cpu_comm] = 1
-    events = ev.copy()
-    events["kind"] = pd.Categorical.from_codes(kind, ["compute", "comm", "memory", "none"])
-    return Timeline(events, _note_unseen_comm(timeline, kind))
+    kind = np.full(n, Kind.NONE, dtype=np.int8)
+    if n == 0:
+        return kind
+    cat = ev["category"]
+    is_kernel = (cat == "kernel").to_numpy()
+    is_gpu = cat.isin(GPU_ACTIVITY_CATEGORIES).to_numpy()
+    if is_gpu.any():
+        comm = name_mask(ev["name"], rules.gpu_comm + rules.extra_comm)
+        kind[is_kernel] = Kind.COMPUTE
+        kind[is_kernel & comm] = Kind.COMM
+        kind[is_gpu & ~is_kernel] = Kind.MEMORY
+        return kind
+    is_op = (cat == "cpu_op").to_numpy()
+    host = is_op | (cat == "annotation").to_numpy()
+    comm = name_mask(ev["name"], rules.cpu_comm + rules.extra_comm)
+    excluded = name_mask(ev["name"], rules.cpu_compute_exclude + rules.extra_comm)
+    comm_thread = name_mask(ev["thread_name"], rules.cpu_comm_threads)
+    kind[is_op & ~excluded & ~comm_thread] = Kind.COMPUTE
+    if not is_op.any() and rules.cpu_compute_ranges:
+        # no host ops at all (NVTX ranges only: a CPU run under Nsight Systems): the phases the
+        # program marks are its compute
+        phase = name_mask(ev["name"], rules.cpu_compute_ranges)
+        kind[(cat == "annotation").to_numpy() & phase] = Kind.COMPUTE
+    kind[host & comm] = Kind.COMM
+    return kind
 
 
-def _note_unseen_comm(timeline: Timeline, kind: np.ndarray) -> tuple[TraceInfo, ...]:
-    """A CPU rank read from Nsight Systems with no communication activity says why: nsys does
-    not see gloo's work, so zero communication there means "not visible", not "none"."""
-    blind = [t for t in timeline.traces if t.format == "nsys" and t.device_kind == "cpu"]
-    if not blind:
-        return timeline.traces
-    with_comm = set(np.unique(timeline.events["rank"].to_numpy()[kind == 1]).tolist())
-    note = (
+def unseen_comm_note(unit: Timeline, kind: npt.NDArray[np.int8]) -> str | None:
+    """For a CPU unit read from Nsight Systems with no communication activity: nsys does not see
+    gloo's work, so zero communication there means "not visible", not "none"."""
+    info = unit.traces[0]
+    if info.format != "nsys" or info.device_kind != "cpu" or (kind == Kind.COMM).any():
+        return None
+    return (
         "this capture has no communication activity the tool can see (CPU run under nsys: "
         "without the PyTorch profiler there are no gloo:* work items, and the program marked no "
         "collective as an NVTX range named gloo:<collective>, as the reference workloads do); "
         "its communication numbers are not measured, not zero"
     )
-    return tuple(
-        t.with_notes(note) if t in blind and t.rank not in with_comm else t for t in timeline.traces
-    )
 
 
-def load_config(path: str | Path) -> dict[str, Any]:
-    """Read a TOML config file.
+def comm_call_mask(unit: Timeline, rules: Rules | None = None) -> npt.NDArray[np.bool_]:
+    """CPU units: host events on compute threads during which the thread was blocked in a
+    communication call (diagnosis.md §3, the CPU form of ``dependency``)."""
+    rules = rules or Rules()
+    ev = unit.events
+    cat = ev["category"]
+    host = (cat == "cpu_op").to_numpy() | (cat == "annotation").to_numpy()
+    calls = name_mask(ev["name"], rules.cpu_comm_calls)
+    comm_thread = name_mask(ev["thread_name"], rules.cpu_comm_threads)
+    return np.asarray(host & calls & ~comm_thread, dtype=bool)
 
-    Recognised keys::
 
-        [classify]
-        comm_patterns = ["^MyAllReduce"]      # extra comm patterns (GPU and CPU)
-        [steps]
-        step_regex = "^train_step"
-        [thresholds]
-        exposed_ratio = 0.10                   # exposed-communication threshold (share of step)
-        idle_ratio = 0.20                      # idle-bound threshold (share of step)
-    """
-    p = Path(path)
-    try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UsageError(f"{p}: config file not found") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{p}: not valid TOML ({exc}); see README 'Configuration'") from None
-    known = {"classify", "steps", "thresholds"}
-    unknown = set(data) - known
-    if unknown:
-        raise UsageError(
-            f"{p}: unknown section(s) {sorted(unknown)}; expected {sorted(known)} (see README 'Configuration')"
-        )
-    return data
+def classify(timeline: Timeline, rules: Rules | None = None) -> Timeline:
+    """A Timeline whose events carry a ``kind`` column (compute / comm / memory / none), each
+    rank classified by its own rules (GPU rules when it has GPU activity). For the Python API
+    (:func:`traceoverlap.load`); the analysis itself keeps kinds as an array per unit."""
+    ev = timeline.events
+    kind = np.full(len(ev), Kind.NONE, dtype=np.int8)
+    ranks = np.unique(ev["rank"].to_numpy())
+    if ranks.size == 1:
+        kind[:] = kinds(timeline, rules)
+    else:
+        rank = ev["rank"].to_numpy()
+        for r in ranks.tolist():
+            rows = np.flatnonzero(rank == r)
+            kind[rows] = kinds(Timeline(ev.iloc[rows], timeline.traces), rules)
+    out = ev.assign(kind=pd.Categorical.from_codes(kind, list(KINDS)))
+    return Timeline(out, timeline.traces)

@@ -1,22 +1,29 @@
 """The ``traceoverlap`` command line: a thin click layer over the library.
 
 Only this module imports click. Library errors (:class:`TraceoverlapError`) become one line on
-stderr and the error's exit code here, at the boundary; ``--debug`` shows the traceback instead.
+stderr and the error's exit code here, at the boundary; ``--debug`` (before or after the command
+name) shows the traceback instead. Nothing heavy is imported until a command runs, so ``--help``
+and ``--version`` answer at once.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
 
-from . import __version__
-from .errors import TraceoverlapError
+from ._version import __version__
+from .errors import TraceoverlapError, UsageError
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _debug_wanted(ctx: click.Context) -> bool:
+    return bool(ctx.find_root().params.get("debug")) or bool(ctx.params.get("debug"))
 
 
 def handle_errors(func: F) -> F:
@@ -25,7 +32,8 @@ def handle_errors(func: F) -> F:
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         ctx = click.get_current_context()
-        debug = bool(ctx.find_root().params.get("debug"))
+        kwargs.pop("debug", None)
+        debug = _debug_wanted(ctx)
         try:
             return func(*args, **kwargs)
         except TraceoverlapError as exc:
@@ -36,20 +44,39 @@ def handle_errors(func: F) -> F:
         except KeyboardInterrupt:
             click.echo("traceoverlap: interrupted", err=True)
             sys.exit(130)
+        except BrokenPipeError:
+            # the reader went away (`| head`): not an error of ours; silence the final flush
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            sys.exit(0)
+        except MemoryError:
+            if debug:
+                raise
+            click.echo(
+                "traceoverlap: error: out of memory; analyse fewer ranks at once (--rank) or on "
+                "a Dask cluster (--scheduler)",
+                err=True,
+            )
+            sys.exit(2)
 
     return wrapper  # type: ignore[return-value]
 
 
+debug_option = click.option(
+    "--debug", is_flag=True, help="Show full tracebacks instead of one-line errors."
+)
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="traceoverlap")
-@click.option("--debug", is_flag=True, help="Show full tracebacks instead of one-line errors.")
+@debug_option
 def main(debug: bool) -> None:
     """How much of your distributed-training communication is hidden behind computation,
     how much is exposed, and why.
 
     \b
     Start here:
-      traceoverlap analyze trace.json.gz          per-rank, per-step overlap table
+      traceoverlap analyze trace.json.gz          per-rank, per-step table + what to try
       traceoverlap analyze runs/bucketed/         a folder of rank traces
       traceoverlap analyze report.sqlite          an Nsight Systems SQLite export
       traceoverlap report runs/x -o report.html   offline HTML timeline report
@@ -57,9 +84,6 @@ def main(debug: bool) -> None:
       traceoverlap profile --strategy bucketed --world-size 2 --out runs/bucketed
       traceoverlap demo                           profile + analyze two strategies on CPU
     """
-
-
-# Commands are registered below, one section per command.
 
 
 # --- shared options -------------------------------------------------------------------------
@@ -71,8 +95,9 @@ def analysis_options(func: F) -> F:
         click.option(
             "--steps",
             "steps",
-            metavar="N[-M]",
-            help="Only these step numbers, e.g. 3-7 (ProfilerStep numbers, or ordinals for --step-regex).",
+            metavar="SPEC",
+            help="Only these step numbers: 3-7, 3,5, 1010- (from 1010 on) or -5 "
+            "(ProfilerStep numbers, or ordinals for --step-regex ranges without a number).",
         ),
         click.option(
             "--rank",
@@ -86,80 +111,91 @@ def analysis_options(func: F) -> F:
             "--step-regex",
             metavar="REGEX",
             help="Step marker regex (default '^ProfilerStep#(\\d+)$'); e.g. '^train_step' for "
-            "record_function/NVTX ranges.",
+            "record_function/NVTX ranges. A regex that matches nothing is an error.",
         ),
         click.option(
             "--comm-pattern",
             "comm_patterns",
             multiple=True,
             metavar="REGEX",
-            help="Extra names that count as communication (repeatable), e.g. 'AllGatherKernel'.",
+            help="Extra kernel/op names that count as communication (repeatable), e.g. "
+            "'my_allreduce'. NCCL/RCCL/HCCL, DeepEP, symmetric-memory, vLLM/TRT-LLM custom "
+            "all-reduce, NVSHMEM and MSCCL kernels are known already.",
         ),
         click.option(
             "--config",
             type=click.Path(dir_okay=False),
-            help="TOML file with [classify] comm_patterns, [steps] step_regex, [thresholds] exposed_ratio, "
-            "idle_ratio.",
+            help="TOML file with [classify] comm_patterns, [steps] step_regex, [thresholds] "
+            "lost_ratio (README 'Configuration'); options given here win.",
         ),
         click.option(
-            "--exposed-threshold",
+            "--lost-threshold",
             type=click.FloatRange(0, 1),
-            help="Share of the step exposed comm must reach for 'exposed-communication' (default 0.10).",
-        ),
-        click.option(
-            "--idle-threshold",
-            type=click.FloatRange(0, 1),
-            help="Share of the step idle time must reach for 'idle-bound' (default 0.20).",
+            help="A step is compute-bound when the time the device was not computing is below "
+            "this share of the step (default 0.10).",
         ),
         click.option(
             "-j",
             "--jobs",
             type=click.IntRange(1, None),
-            help="Parse rank traces in N processes (default: min(ranks, cores) once the inputs pass 16 MB; "
-            "1 for small inputs, where process start-up costs more than it saves).",
+            help="Analyse rank files in N processes (default: min(files, cores) once the inputs "
+            "pass 16 MB; 1 for small inputs, where process start-up costs more than it saves).",
         ),
+        click.option(
+            "--scheduler",
+            metavar="ADDRESS",
+            help="Run the per-rank analysis on Dask: 'local' (a LocalCluster here, --jobs "
+            "workers) or a scheduler address such as tcp://host:8786 (workers read the rank "
+            "files themselves; needs pip install 'traceoverlap[dask]').",
+        ),
+        debug_option,
     ]
     for option in reversed(options):
         func = option(func)
     return func
 
 
-def run_analysis(paths: tuple[str, ...], **opts: Any) -> Any:
+def run_analysis(paths: tuple[str, ...], detail: Any = None, **opts: Any) -> Any:
     """Build the library call from CLI options (config file first, explicit options win)."""
     from .analysis import analyze
-    from .classify import load_config
-    from .metrics import Thresholds
+    from .options import Thresholds, load_config
 
-    cfg: dict[str, Any] = load_config(opts["config"]) if opts.get("config") else {}
-    th_cfg = cfg.get("thresholds", {})
-    thresholds = Thresholds(
-        exposed_ratio=_pick(opts.get("exposed_threshold"), th_cfg.get("exposed_ratio"), 0.10),
-        idle_ratio=_pick(opts.get("idle_threshold"), th_cfg.get("idle_ratio"), 0.20),
-    )
-    comm_patterns = list(cfg.get("classify", {}).get("comm_patterns", [])) + list(
-        opts.get("comm_patterns") or ()
-    )
+    cfg = load_config(opts["config"]) if opts.get("config") else None
+    lost = opts.get("lost_threshold")
     return analyze(
         list(paths),
-        step_regex=opts.get("step_regex") or cfg.get("steps", {}).get("step_regex"),
+        step_regex=opts.get("step_regex"),
         steps=opts.get("steps"),
         ranks=opts.get("ranks") or None,
-        comm_patterns=comm_patterns,
-        thresholds=thresholds,
+        comm_patterns=list(opts.get("comm_patterns") or ()),
+        thresholds=Thresholds(lost_ratio=lost) if lost is not None else None,
+        config=cfg,
         jobs=opts.get("jobs"),
+        scheduler=opts.get("scheduler"),
+        detail=detail,
     )
 
 
-def _pick(*values: Any) -> Any:
-    return next(v for v in values if v is not None)
-
-
-def _write_output(text: str, output: str | None) -> None:
-    if output:
+def write_text(text: str, output: str | None) -> None:
+    """``text`` to ``output`` (stdout when None), with a clear error when it cannot be written."""
+    if not output or output == "-":
+        click.echo(text, nl=False)
+        return
+    try:
         with open(output, "w", encoding="utf-8") as fh:
             fh.write(text)
-    else:
-        click.echo(text, nl=False)
+    except OSError as exc:
+        raise UsageError(
+            f"{output}: cannot write the output ({exc.strerror or exc}); check that the folder "
+            "exists and is writable"
+        ) from None
+
+
+def _terminal() -> tuple[bool, int]:
+    import shutil
+
+    tty = sys.stdout.isatty()
+    return tty, shutil.get_terminal_size((80, 24)).columns if tty else 80
 
 
 # --- analyze --------------------------------------------------------------------------------
@@ -187,7 +223,8 @@ def _write_output(text: str, output: str | None) -> None:
     "fail_if",
     multiple=True,
     metavar="COND",
-    help="Exit 3 when COND holds for the run, e.g. 'exposed_comm_ratio>0.2' (README 'CI gate').",
+    help="Exit 3 when COND holds for the run, e.g. 'exposed_comm_ratio>0.2' or "
+    "'exposed_wait_ns>5ms' (README 'CI gate').",
 )
 @analysis_options
 @handle_errors
@@ -199,15 +236,17 @@ def analyze(
     fail_if: tuple[str, ...],
     **opts: Any,
 ) -> None:
-    """Per-rank, per-step overlap of communication and computation.
+    """Per-rank, per-step overlap of communication and computation, and why.
 
     PATHS: a Kineto trace (.json / .json.gz), an Nsight Systems export (.sqlite, or .nsys-rep
     with nsys installed), several of them, or a folder of rank traces.
 
     \b
-    For every (rank, step): step time, compute, communication, how much of the
-    communication was hidden behind compute (overlap ratio), how much was exposed,
-    idle time, the ideal step time and the bottleneck with its reason.
+    For every (rank, step): step time split into compute, exposed communication,
+    memory copies and idle; how much communication was hidden behind compute;
+    why the exposed part was exposed (waiting for a late peer, nothing left to
+    compute, compute waiting for it, host not ready); the verdict with the
+    numbers that decided it; then what to try.
 
     \b
     Examples:
@@ -216,17 +255,19 @@ def analyze(
       traceoverlap analyze trace.json --steps 3-7 --rank 0
       traceoverlap analyze trace.json --step-regex '^train_step'
       traceoverlap analyze runs/x/ --fail-if 'exposed_comm_ratio>0.2'
+      traceoverlap analyze runs/job/ -j 8                        # 8 local processes
+      traceoverlap analyze /shared/job/ --scheduler tcp://head:8786   # a Dask cluster
     """
     from .gate import failed_conditions, parse_conditions
 
     conditions = parse_conditions(fail_if)  # validate before the (possibly long) analysis
-    result = run_analysis(paths, **opts)
+    result = run_analysis(paths, detail="auto" if html_path else None, **opts)
     if fmt == "json":
-        from .reporters.json import render as render_json
+        from .reporters.json_report import render as render_json
 
         text = render_json(result)
     elif fmt == "csv":
-        from .reporters.csv import render as render_csv
+        from .reporters.csv_report import render as render_csv
 
         text = render_csv(result)
     elif fmt == "markdown":
@@ -234,28 +275,24 @@ def analyze(
 
         text = render_md(result)
     else:
-        import shutil
-
         from .reporters.text import render as render_text
 
-        tty = output is None and sys.stdout.isatty()
-        text = render_text(
-            result, color=tty, width=shutil.get_terminal_size((80, 24)).columns if tty else 80
-        )
-    _write_output(text, output)
+        tty, width = _terminal()
+        text = render_text(result, color=tty and output is None, width=width)
+    write_text(text, output)
     if html_path:
-        from .reporters.html import write_report
+        from .reporters.html_report import render as render_html
 
-        write_report(result, html_path)
+        write_text(render_html(result), html_path)
         click.echo(f"wrote {html_path}", err=True)
-    failed = failed_conditions(conditions, result.summary["run"])
+    failed = failed_conditions(conditions, result.summary.run)
     if failed:
         from .errors import GateFailed
 
-        raise GateFailed("--fail-if met: " + "; ".join(failed))
+        raise GateFailed("fail-if met: " + "; ".join(failed))
 
 
-# --- compare (issue 6) ----------------------------------------------------------------------
+# --- compare --------------------------------------------------------------------------------
 
 
 @main.command()
@@ -301,10 +338,10 @@ def compare(
     rank traces), median per step side by side.
 
     \b
-    Step time, compute, communication, overlap ratio, exposed communication and idle
-    (and exposed wait vs transfer for multi-rank runs); deltas; step_speedup = baseline
-    median step / candidate median step; whether the bottleneck changed; the collectives
-    whose exposure changed most. The same options (--steps, --rank, ...) apply to both.
+    Step time, compute, communication, overlap ratio, exposed communication and why
+    it was exposed, memory and idle; deltas; step_speedup = baseline median step /
+    candidate median step; whether the verdict changed; the collectives whose
+    exposure changed most. The same options (--steps, --rank, ...) apply to both.
 
     \b
     Examples:
@@ -312,32 +349,29 @@ def compare(
       traceoverlap compare before.json.gz after.json.gz --format json
       traceoverlap compare runs/naive runs/bucketed --html compare.html
     """
-    from .compare import compare as compare_runs
-    from .reporters import compare as rep
+    from .comparison import compare as compare_runs
+    from .reporters import compare_text as rep
 
-    base = run_analysis((baseline,), **opts)
-    cand = run_analysis((candidate,), **opts)
+    detail = "auto" if html_path else None
+    base = run_analysis((baseline,), detail=detail, **opts)
+    cand = run_analysis((candidate,), detail=detail, **opts)
     cmp = compare_runs(base, cand, baseline_label=baseline, candidate_label=candidate, top=top)
     if fmt == "json":
         text = rep.render_json(cmp)
     elif fmt == "markdown":
         text = rep.render_markdown(cmp)
     else:
-        import shutil
-
-        tty = output is None and sys.stdout.isatty()
-        text = rep.render_table(
-            cmp, color=tty, width=shutil.get_terminal_size((80, 24)).columns if tty else 80
-        )
-    _write_output(text, output)
+        tty, width = _terminal()
+        text = rep.render_table(cmp, color=tty and output is None, width=width)
+    write_text(text, output)
     if html_path:
-        from .reporters.compare_html import write_report
+        from .reporters.compare_html import render as render_compare
 
-        write_report(cmp, html_path)
+        write_text(render_compare(cmp), html_path)
         click.echo(f"wrote {html_path}", err=True)
 
 
-# --- report (issue 5) -----------------------------------------------------------------------
+# --- report ---------------------------------------------------------------------------------
 
 
 @main.command()
@@ -378,7 +412,7 @@ def report(
     plotlyjs: str,
     **opts: Any,
 ) -> None:
-    """Write an offline HTML report: summary, per-step bars, one step's timeline.
+    """Write an offline HTML report: summary, what to try, per-step bars, one step's timeline.
 
     PATHS: trace files or folders, as for `analyze`.
 
@@ -388,30 +422,25 @@ def report(
       traceoverlap report runs/bucketed/ --timeline-step 5 --timeline-rank 1
       traceoverlap report trace.json --plotlyjs cdn -o small.html
     """
-    from .reporters.html import write_report
+    from .reporters.html_report import render as render_html
 
-    result = run_analysis(paths, **opts)
-    path = write_report(
-        result, output, timeline_step=timeline_step, timeline_rank=timeline_rank, plotlyjs=plotlyjs
-    )
-    click.echo(f"wrote {path}", err=True)
+    if timeline_rank is None and timeline_step is None:
+        detail: Any = "auto"
+    else:
+        detail = (timeline_rank, timeline_step)
+    result = run_analysis(paths, detail=detail, **opts)
+    write_text(render_html(result, plotlyjs=plotlyjs), output)
+    click.echo(f"wrote {output}", err=True)
 
 
 # --- profile and demo (issue 3) -------------------------------------------------------------
 
 
 def _echo_analysis(result: Any) -> None:
-    import shutil
-
     from .reporters.text import render as render_text
 
-    tty = sys.stdout.isatty()
-    click.echo(
-        render_text(
-            result, color=tty, width=shutil.get_terminal_size((80, 24)).columns if tty else 80
-        ),
-        nl=False,
-    )
+    tty, width = _terminal()
+    click.echo(render_text(result, color=tty, width=width), nl=False)
 
 
 @main.command()
@@ -432,10 +461,11 @@ def _echo_analysis(result: Any) -> None:
 )
 @click.option(
     "--preset",
-    type=click.Choice(["tiny", "small", "medium", "large", "xl"]),
+    type=click.Choice(["tiny", "small", "medium", "large", "xl", "comm-heavy"]),
     default="tiny",
     show_default=True,
-    help="Model size: tiny runs in seconds on a CPU; small..xl are for GPUs.",
+    help="Model size: tiny runs in seconds on a CPU; small..xl are for GPUs; comm-heavy: many "
+    "small gradients, batch 1 (with naive: communication exceeds compute).",
 )
 @click.option(
     "-n",
@@ -495,6 +525,15 @@ def _echo_analysis(result: Any) -> None:
     help="... sleeping MS ms before each backward.",
 )
 @click.option(
+    "--host-delay-ms",
+    type=click.FloatRange(0, None),
+    default=0.0,
+    metavar="MS",
+    help="Every rank sleeps MS ms on the host after launching the step's all-reduces, before "
+    "waiting for them and the optimizer (overlap/bucketed: communication in flight meets no "
+    "compute; then the device idles).",
+)
+@click.option(
     "--nsys",
     is_flag=True,
     help="Trace with Nsight Systems (nsys on PATH) instead of the PyTorch profiler.",
@@ -521,6 +560,8 @@ def profile(out: str | None, nsys: bool, timeout: float, **opts: Any) -> None:
       traceoverlap profile --strategy naive                # no overlap: compare with bucketed
       traceoverlap profile --strategy ddp --preset medium  # on a GPU node (NCCL)
       traceoverlap profile --strategy bucketed --slow-rank 1 --slow-ms 20
+      traceoverlap profile --strategy bucketed --host-delay-ms 60
+      traceoverlap profile --strategy naive --model mlp --preset comm-heavy
       traceoverlap profile --strategy ddp --preset large --nsys --out runs/ddp-nsys
     To run under torchrun yourself:
       torchrun --nproc-per-node 8 -m traceoverlap_workloads --strategy ddp --out runs/ddp
@@ -574,12 +615,12 @@ def demo(out: str) -> None:
         click.echo(f"== {strategy}: profiling 2 ranks on CPU (gloo) ...", err=True)
         options = ProfileOptions(strategy=strategy, backend="gloo", world_size=2, preset="tiny")
         traces = run_profile(options, root / strategy)
-        results[strategy] = analyze([str(t) for t in traces])
+        results[strategy] = analyze([str(t) for t in traces], detail="auto")
         click.echo(f"\n== {strategy} ({root / strategy})")
         _echo_analysis(results[strategy])
 
-    from .compare import compare as compare_runs
-    from .reporters import compare as rep
+    from .comparison import compare as compare_runs
+    from .reporters import compare_text as rep
 
     click.echo("\n== naive -> bucketed")
     cmp = compare_runs(
@@ -587,10 +628,10 @@ def demo(out: str) -> None:
     )
     click.echo(rep.render_table(cmp, color=sys.stdout.isatty()), nl=False)
 
-    from .reporters.html import write_report
+    from .reporters.html_report import render as render_html
 
     for strategy, result in results.items():
-        write_report(result, root / strategy / "report.html")
+        write_text(render_html(result), str(root / strategy / "report.html"))
     click.echo(
         f"\ntraces: {root / 'naive'}/rank*.json.gz and {root / 'bucketed'}/rank*.json.gz; "
         f"reports: {root / 'naive' / 'report.html'}, {root / 'bucketed' / 'report.html'}"

@@ -1,68 +1,117 @@
-"""One collective matched across ranks: waiting vs transfer, and the stragglers behind the wait.
+"""Collectives: one instance per rank, matched across ranks; waiting vs transfer; stragglers.
 
-Exposed communication on one rank is often another rank's late arrival. This module matches
-every collective *instance* across the ranks of a run and splits its time.
+Exposed communication on one rank is often another rank's late arrival. This module finds every
+collective *instance* of a unit (map side, :func:`unit_instances`) and matches them across the
+units of a run (reduce side, :func:`match_collectives`).
 
-Instances (the ``kind == "comm"`` activities of the classified timeline):
-  - GPU ranks: NCCL kernels; CPU ranks (gloo): the ``gloo:*`` work items.
+Instances of a unit (its ``comm`` activities):
   - When an activity carries a process group and a sequence number (newer Kineto copies
     ``Process Group Name`` and ``Seq`` onto NCCL kernels), the instance is (process group, seq);
-    several kernels of one (rank, group, seq) form one instance spanning [first start, last end].
-  - Otherwise the n-th activity of the same collective kind in the same process group on each
-    rank is one instance. The kind is the trace's collective name when given, else parsed from the
-    activity name (``ncclKernel_AllReduce_RING_LL_Sum_float`` / ``ncclDevKernel_AllReduce_...`` ->
-    ``AllReduce``, ``gloo:all_reduce`` -> ``all_reduce``). On GPU ranks without a process group the
-    NCCL stream stands in for it (NCCL runs one stream per process group and device; streams are
-    numbered per rank in order of first use, since stream ids differ between ranks).
-  - An instance must be present on every rank that runs that process group. When counts differ,
-    a note names the ranks and counts and only the consistent prefix (or the sequence numbers
-    every rank has) is matched.
+    several kernels of one (group, seq) form one instance.
+  - Otherwise the n-th activity of the same collective kind in the same group is one instance.
+    The kind is the trace's collective name when given, else parsed from the activity name
+    (``ncclKernel_AllReduce_RING_LL_Sum_float`` / ``ncclDevKernel_AllReduce_...`` ->
+    ``AllReduce``, ``gloo:all_reduce`` -> ``all_reduce``). On GPU units without a process group
+    the NCCL stream stands in for it (streams numbered per unit in order of first use).
 
-Per matched instance (all times integer ns):
-  - ``transfer_ns`` = the shortest duration across ranks: the part that is real data movement once
-    everyone has arrived; each rank's ``wait_ns`` = its duration - ``transfer_ns``.
-    Both use durations only, so they hold even when clocks cannot be aligned.
-  - ``last_rank``: the rank that started last (the one the others waited for; None when several
-    share the latest start). This compares start times across ranks, so it needs every rank on the
-    unix clock (Kineto ``baseTimeNanoseconds`` or absolute µs, nsys session start); otherwise it
-    is None and a note says so.
-  - each rank's ``exposed_ns``: the part of the instance (clipped to its step window) that the
-    rank's compute union in that step does not cover.
+Matching across units: an instance must be present on every unit that runs its group; when counts
+differ a note names them and only what all have is matched. Point-to-point transfers (SendRecv,
+send, recv) are pairs: they are matched only when their group has exactly two members.
 
-Exposed communication of a (rank, step), split without double counting:
-  a nanosecond of the step's exposed set E (comm union minus compute union, exactly as in
-  :mod:`traceoverlap.metrics`) is *waiting* when it lies in the first ``wait_ns`` of any matched
-  instance on that rank, otherwise *transfer*:
-  ``exposed_wait_ns = |E ∩ W|`` with W = union over instances of [start, start + wait_ns), and
-  ``exposed_transfer_ns = |E| - exposed_wait_ns``, so the two always add up to
-  ``exposed_comm_ns``. Unmatched activities count as transfer.
+Clocks (docs/diagnosis.md §5): every unit's clock offset is estimated from collective END times
+(a collective completes together on every rank), relative to the lowest unit, as the median
+difference over matched instances. A matched instance is *consistent* when, after removing the
+offsets, its intervals on all units share an instant (within :data:`TOLERANCE_NS`); inconsistent
+matches are counted in a note and not used for waiting or stragglers. On unix clocks an offset
+beyond :data:`MAX_UNIX_SKEW_NS` is not believed (the matching, not the clocks, is off) and 0 is
+used.
 
-Stragglers: per rank, how often it arrived last and the total time the other ranks waited in
-the instances where it arrived last (``waited_for_ns``); per step label, the slowest rank and the
-step-time skew (max - min ``step_ns`` across ranks).
+Per consistent instance (integer ns): ``transfer_ns`` = the shortest duration across units;
+each unit's ``wait_ns`` = its duration - transfer; the wait part on a unit is
+``[start, start + wait_ns)``; ``last_rank`` = the unit with the latest aligned start (None on a
+tie). Each unit's exposed time of the instance is split by cause (diagnosis.md §3).
+
+Stragglers: per unit, how often it arrived last and the total time the others waited in the
+instances where it did (``waited_for_ns``). With fewer ranks than the world, these are "among the
+ranks given" and the reports say so.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
 from . import intervals as iv
-from .intervals import _packing
-from .metrics import ActivityRows, activity_rows, grouped_sets
-from .model import Timeline
-from .steps import StepTable
+from .diagnosis import CAUSES, family_of
+from .intervals import GroupedIntervals
+from .metrics import ActivityRows
+from .model import Kind, Timeline, TraceInfo
+from .steps import NO_LAUNCH, UnitSteps
 
 I64 = npt.NDArray[np.int64]
 
+#: Timestamp jitter allowed when checking that a matched instance's spans share an instant.
+TOLERANCE_NS = 10_000
+#: Largest clock offset believed between ranks that both claim unix time.
+MAX_UNIX_SKEW_NS = 10_000_000
+
+#: Columns of a unit's local instance table (map side).
+LOCAL_COLUMNS = (
+    "local",
+    "group_key",
+    "kind_key",
+    "seq",
+    "ordinal",
+    "label",
+    "kernel",
+    "family",
+    "p2p",
+    "process_group",
+    "bytes",
+    "lane",
+    "start_ns",
+    "end_ns",
+    "window",
+    "same_stream",
+    "queued_ns",
+    "behind_comm_ns",
+)
+
+PER_RANK_COLUMNS = (
+    "instance",
+    "unit",
+    "rank",
+    "device",
+    "step",
+    "window",
+    "name",
+    "kernel",
+    "family",
+    "lane",
+    "start_ns",
+    "end_ns",
+    "dur_ns",
+    "wait_ns",
+    "exposed_ns",
+    "exposed_wait_ns",
+    "exposed_tail_ns",
+    "exposed_dependency_ns",
+    "exposed_host_ns",
+    "same_stream",
+    "queued_ns",
+    "behind_comm_ns",
+    "matched",
+)
 INSTANCE_COLUMNS = (
     "instance",
     "name",
+    "family",
     "process_group",
     "seq",
     "bytes",
@@ -74,26 +123,9 @@ INSTANCE_COLUMNS = (
     "wait_ns",
     "last_rank",
     "exposed_ns",
+    "matched",
 )
-PER_RANK_COLUMNS = (
-    "instance",
-    "rank",
-    "step",
-    "step_index",
-    "start_ns",
-    "end_ns",
-    "dur_ns",
-    "wait_ns",
-    "exposed_ns",
-)
-STRAGGLER_COLUMNS = (
-    "rank",
-    "instances",
-    "last_count",
-    "last_ratio",
-    "waited_for_ns",
-    "wait_ns",
-)
+STRAGGLER_COLUMNS = ("rank", "instances", "last_count", "last_ratio", "waited_for_ns", "wait_ns")
 SKEW_COLUMNS = (
     "step",
     "n_ranks",
@@ -105,126 +137,12 @@ SKEW_COLUMNS = (
 )
 
 
-class _AnalysisLike(Protocol):
-    @property
-    def timeline(self) -> Timeline: ...
-    @property
-    def step_table(self) -> StepTable: ...
-    @property
-    def steps(self) -> pd.DataFrame: ...
-
-
-@dataclass(frozen=True)
-class Collectives:
-    """Collective instances of a run, matched across ranks (see the module docstring).
-
-    ``instances``: one row per matched instance (:data:`INSTANCE_COLUMNS`); ``wait_ns`` is the sum
-    over ranks; ``seq``/``bytes``/``process_group``/``last_rank`` are None when unknown.
-    ``per_rank``: one row per (instance, rank) (:data:`PER_RANK_COLUMNS`).
-    ``stragglers``: one row per rank, most waited-for first (:data:`STRAGGLER_COLUMNS`).
-    ``step_skew``: one row per step label present on two or more ranks (:data:`SKEW_COLUMNS`).
-    ``step_split``: per step window (``step_index``): ``exposed_wait_ns``, ``exposed_transfer_ns``.
-    ``aligned``: every rank is on the unix clock, so start times compare across ranks.
-    """
-
-    instances: pd.DataFrame
-    per_rank: pd.DataFrame
-    stragglers: pd.DataFrame
-    step_skew: pd.DataFrame
-    step_split: pd.DataFrame
-    notes: tuple[str, ...]
-    aligned: bool
-
-    def to_json(self) -> dict[str, Any]:
-        """The JSON shape (plain Python types), merged into the top level of the JSON report:
-        ``{"collectives": [...], "stragglers": {"clock_aligned", "ranks": [...], "steps": [...]}}``.
-        Notes go to the analysis notes, not here."""
-        per: dict[int, dict[str, dict[str, int]]] = {}
-        for inst, rank, s, d, w, e in zip(
-            self.per_rank["instance"].tolist(),
-            self.per_rank["rank"].tolist(),
-            self.per_rank["start_ns"].tolist(),
-            self.per_rank["dur_ns"].tolist(),
-            self.per_rank["wait_ns"].tolist(),
-            self.per_rank["exposed_ns"].tolist(),
-            strict=True,
-        ):
-            per.setdefault(inst, {})[str(rank)] = {
-                "start_ns": int(s),
-                "dur_ns": int(d),
-                "wait_ns": int(w),
-                "exposed_ns": int(e),
-            }
-        colls = []
-        for row in self.instances.to_dict("records"):
-            colls.append(
-                {
-                    "name": str(row["name"]),
-                    "process_group": row["process_group"],
-                    "seq": _opt_int(row["seq"]),
-                    "bytes": _opt_int(row["bytes"]),
-                    "step": _plain(row["step"]),
-                    "ranks": [int(r) for r in row["ranks"]],
-                    "transfer_ns": int(row["transfer_ns"]),
-                    "wait_ns": int(row["wait_ns"]),
-                    "last_rank": _opt_int(row["last_rank"]),
-                    "per_rank": per.get(int(row["instance"]), {}),
-                }
-            )
-        return {
-            "collectives": colls,
-            "stragglers": {
-                "clock_aligned": self.aligned,
-                "ranks": [
-                    {k: (_opt_float(v) if k == "last_ratio" else int(v)) for k, v in r.items()}
-                    for r in _records(self.stragglers)
-                ],
-                "steps": [
-                    {k: (_plain(v) if k == "step" else int(v)) for k, v in r.items()}
-                    for r in _records(self.step_skew)
-                ],
-            },
-        }
-
-    def render_text(self) -> str:
-        """The straggler section of the text report (formatting lives in the reporters)."""
-        from .reporters.collectives_text import render_stragglers
-
-        return render_stragglers(self)
-
-    @property
-    def top_straggler(self) -> int | None:
-        """The rank others waited for the longest, or None when no rank was ever last."""
-        s = self.stragglers
-        if s.empty or int(s["last_count"].max()) == 0:
-            return None
-        return int(s["rank"].iloc[0])
-
-
-def _opt_int(v: Any) -> int | None:
-    if v is None or (isinstance(v, float) and np.isnan(v)) or v is pd.NA:
-        return None
-    return int(v)
-
-
-def _opt_float(v: Any) -> float | None:
-    return None if v is None or v is pd.NA else float(v)
-
-
-def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
-    return [{str(k): v for k, v in r.items()} for r in df.to_dict("records")]
-
-
-def _plain(v: Any) -> Any:
-    if isinstance(v, np.integer):
-        return int(v)
-    return v
-
-
 # --- collective kind from a name --------------------------------------------------------------
 
 _NCCL_KERNEL = re.compile(r"(?i)^(?:nccl|rccl|hccl)\w*?Kernel_([A-Za-z]+)")
 _LIB_PREFIX = re.compile(r"(?i)^(?:gloo|nccl|rccl|hccl|mpi|ucc)[:_](\w+)")
+#: ``nccl:all_to_all`` or PyTorch emit_nvtx's ``nccl:all_to_all, op_id = 12``
+_NCCL_RANGE = re.compile(r"nccl:(\w*)")
 
 
 def collective_kind(name: str) -> str:
@@ -241,70 +159,270 @@ def collective_kind(name: str) -> str:
     return name
 
 
-def _kind_labels(names: pd.Series, coll_names: pd.Series) -> npt.NDArray[np.object_]:
-    """Per row: the trace's collective name, else the kind parsed from the name (per category)."""
-    cats = names.cat.categories
-    parsed = np.array([collective_kind(str(c)) for c in cats] + [""], dtype=object)
-    label = parsed[names.cat.codes.to_numpy()]  # code -1 picks the trailing ""
-    given = coll_names.astype(object).fillna("").astype(str).to_numpy(dtype=object)
-    has = given != ""
-    label[has] = given[has]
-    return label
-
-
-def _norm_kind(labels: npt.NDArray[np.object_]) -> npt.NDArray[np.object_]:
+def _norm_kind(label: str) -> str:
     # "allreduce" (Kineto args), "AllReduce" (kernel name) and "all_reduce" (gloo) are one kind
-    uniq, inv = np.unique(labels.astype(str), return_inverse=True)
-    norm = np.array([u.lower().replace("_", "") for u in uniq], dtype=object)
-    return norm[inv]
+    return label.lower().replace("_", "")
 
 
-# --- matching -----------------------------------------------------------------------------------
+# --- map side: one unit's instances ------------------------------------------------------------
 
 
-def _comm_rows(timeline: Timeline) -> pd.DataFrame:
-    """Every comm activity with its matching key (group key, kind key, seq, ordinal)."""
-    ev = timeline.events
-    sel = np.flatnonzero((ev["kind"] == "comm").to_numpy())
-    c = ev.iloc[sel]
-    label = _kind_labels(c["name"], c["coll_name"])
-    pg = c["process_group"].astype(object).fillna("").astype(str).to_numpy(dtype=object)
-    df = pd.DataFrame(
+def _per_category(col: pd.Series, fn: Any) -> npt.NDArray[np.object_]:
+    """``fn`` of every category of a categorical column (and "" for missing), evaluated once per
+    distinct value: index the result with ``codes`` (-1 picks the trailing "")."""
+    cats = col.cat.categories
+    return np.array([fn(str(c)) for c in cats] + [""], dtype=object)
+
+
+def _enclosing_collective(ev: pd.DataFrame, launch_rows: I64) -> npt.NDArray[np.object_]:
+    """For each launch row (-1: none): the collective named by the ``nccl:<collective>`` host
+    range around it on the same thread (``nccl:all_to_all`` around a SendRecv kernel that
+    implements an all-to-all), "" when none."""
+    out = np.full(launch_rows.size, "", dtype=object)
+    names = ev["name"]
+    coll_of = _per_category(names, lambda c: m.group(1) if (m := _NCCL_RANGE.match(c)) else "")
+    codes = names.cat.codes.to_numpy()
+    is_range = (coll_of[codes] != "") & (ev["category"] == "annotation").to_numpy()
+    ridx = np.flatnonzero(is_range)
+    ok = launch_rows >= 0
+    if ridx.size == 0 or not ok.any():
+        return out
+    start = ev["start_ns"].to_numpy()
+    end = ev["end_ns"].to_numpy()
+    tid = ev["tid"].to_numpy()
+    where = np.flatnonzero(ok)
+    lr = launch_rows[where]
+    for t in np.unique(tid[lr]).tolist():
+        mine = ridx[tid[ridx] == t]
+        if mine.size == 0:
+            continue
+        mine = mine[np.argsort(start[mine], kind="stable")]
+        q = where[tid[lr] == t]
+        ts = start[launch_rows[q]]
+        k = np.searchsorted(start[mine], ts, side="right") - 1
+        inside = (k >= 0) & (ts < end[mine[np.maximum(k, 0)]])
+        out[q[inside]] = coll_of[codes[mine[k[inside]]]]
+    return out
+
+
+def _group_sizes_first(keys: I64) -> tuple[I64, I64]:
+    """For keys sorted ascending: start index of each run and the run id of every element."""
+    new = np.ones(keys.size, dtype=bool)
+    new[1:] = keys[1:] != keys[:-1]
+    starts = np.flatnonzero(new)
+    return starts, np.cumsum(new) - 1
+
+
+def unit_instances(
+    unit: Timeline,
+    kind: npt.NDArray[np.int8],
+    steps: UnitSteps,
+    acts: ActivityRows,
+    launch_row: I64,
+) -> tuple[pd.DataFrame, GroupedIntervals, I64]:
+    """The collective instances of one unit (:data:`LOCAL_COLUMNS`), their pieces (the union of
+    each instance's activities per window, as a grouped set whose group is
+    ``local * n_windows + window``) and, per piece, its local instance id.
+
+    Columnar throughout: names are parsed once per distinct name, groups are found by sorting."""
+    ev = unit.events
+    n_win = max(len(steps), 1)
+    rows = np.flatnonzero(kind == Kind.COMM)
+    z = np.zeros(0, np.int64)
+    if rows.size == 0:
+        return pd.DataFrame(columns=list(LOCAL_COLUMNS)), (z, z.copy(), z.copy()), z.copy()
+    start = ev["start_ns"].to_numpy()
+    end = ev["end_ns"].to_numpy()
+    rows = rows[np.lexsort((rows, start[rows]))]  # by start, then trace order
+    n = rows.size
+
+    name_codes = ev["name"].cat.codes.to_numpy()[rows]
+    parsed = _per_category(ev["name"], collective_kind)[name_codes]
+    given = _per_category(ev["coll_name"], lambda c: c)[ev["coll_name"].cat.codes.to_numpy()[rows]]
+    if steps.gpu:
+        around = _enclosing_collective(ev, launch_row[rows])
+        given = np.where(given == "", around, given)
+    label = np.where(given != "", given, parsed)
+    label_code, label_uniq = pd.factorize(label)
+    kind_uniq = np.array([_norm_kind(str(x)) for x in label_uniq], dtype=object)
+    kind_code, _ = pd.factorize(kind_uniq[label_code])
+    pg = _per_category(ev["process_group"], lambda c: c)[
+        ev["process_group"].cat.codes.to_numpy()[rows]
+    ]
+    seq = ev["seq"].to_numpy()[rows].astype(np.int64)
+    stream = ev["stream"].to_numpy()[rows].astype(np.int64)
+
+    group_key = pg.copy()
+    if steps.gpu:
+        no_pg = pg == ""
+        if no_pg.any():
+            # the NCCL stream stands in for the group: numbered by first use on this unit
+            first = pd.unique(stream[no_pg])
+            ordinal_of = {int(x): i for i, x in enumerate(first.tolist())}
+            names = np.array([f"\x00stream#{i}" for i in range(len(first))], dtype=object)
+            group_key[no_pg] = names[[ordinal_of[int(x)] for x in stream[no_pg].tolist()]]
+    group_code, _ = pd.factorize(group_key)
+    pair = group_code.astype(np.int64) * (int(kind_code.max()) + 1) + kind_code
+    use_seq = (seq >= 0) & (pg != "")
+    # ordinal: the n-th activity of its (group, kind) on this unit, in start order
+    order = np.argsort(pair, kind="stable")
+    run_start, run_id = _group_sizes_first(pair[order])
+    ordinal = np.empty(n, dtype=np.int64)
+    ordinal[order] = np.arange(n) - run_start[run_id]
+    ordinal = np.where(use_seq, -1, ordinal)
+    seq = np.where(use_seq, seq, -1)
+    # local instance: (group, kind, seq, ordinal); first row = earliest start
+    pos = np.arange(n)
+    order = np.lexsort((pos, ordinal, seq, pair))
+    new = np.ones(n, dtype=bool)
+    new[1:] = (
+        (pair[order][1:] != pair[order][:-1])
+        | (seq[order][1:] != seq[order][:-1])
+        | (ordinal[order][1:] != ordinal[order][:-1])
+    )
+    firsts = np.flatnonzero(new)
+    local = np.empty(n, dtype=np.int64)
+    local[order] = np.cumsum(new) - 1
+    head = order[firsts]  # the first (earliest) activity of every instance
+    k = firsts.size
+    first_row = rows[head]
+    lane_all = ev["lane"].to_numpy()
+    inst = pd.DataFrame(
         {
-            "row": sel.astype(np.int64),
-            "rank": c["rank"].to_numpy().astype(np.int64),
-            "start_ns": c["start_ns"].to_numpy(),
-            "end_ns": c["end_ns"].to_numpy(),
-            "label": label,
-            "kind_key": _norm_kind(label),
-            "pg": pg,
-            "seq": c["seq"].to_numpy().astype(np.int64),
-            "bytes": c["coll_bytes"].to_numpy().astype(np.int64),
-            "stream": c["stream"].to_numpy().astype(np.int64),
-            "gpu": (c["category"] == "kernel").to_numpy(),
+            "local": np.arange(k, dtype=np.int64),
+            "group_key": group_key[head],
+            "kind_key": kind_uniq[label_code[head]],
+            "seq": seq[head],
+            "ordinal": ordinal[head],
+            "label": label[head].astype(str),
+            "kernel": _per_category(ev["name"], lambda c: c)[name_codes[head]].astype(str),
+            "family": [family_of(str(x)) for x in label[head]],
+            "process_group": pg[head],
+            "bytes": np.maximum.reduceat(ev["coll_bytes"].to_numpy()[rows][order], firsts),
+            "lane": lane_all[first_row].astype(str),
+            "start_ns": np.minimum.reduceat(start[rows][order], firsts),
+            "end_ns": np.maximum.reduceat(end[rows][order], firsts),
         }
     )
-    df = df.sort_values(["rank", "start_ns", "row"], kind="stable").reset_index(drop=True)
-    # GPU activity with no process group: its stream (ordinal by first use on the rank) stands in
-    no_pg = (df["pg"] == "") & df["gpu"]
-    group_key = df["pg"].copy()
-    if no_pg.any():
-        sub = df.loc[no_pg, ["rank", "stream"]]
-        first = sub.drop_duplicates(["rank", "stream"])
-        ordinal = first.groupby("rank").cumcount()
-        key = pd.Series(
-            ordinal.to_numpy(), index=pd.MultiIndex.from_frame(first[["rank", "stream"]])
+    inst["p2p"] = inst["family"] == "SendRecv"
+
+    # pieces: each instance's activities per window, unioned
+    comm = acts.kind == Kind.COMM
+    local_of_row = np.full(len(ev), -1, dtype=np.int64)
+    local_of_row[rows] = local
+    p_local = local_of_row[acts.event_row[comm]]
+    p_win = acts.group[comm]
+    ok = p_local >= 0
+    # one group per (instance, window) pair that occurs: dense ids, so the grouped algebra never
+    # allocates instances x windows slots
+    pair_key, dense = np.unique(p_local[ok] * n_win + p_win[ok], return_inverse=True)
+    dg, ds, de = iv.grouped_union(
+        dense, acts.start_ns[comm][ok], acts.end_ns[comm][ok], pair_key.size
+    )
+    pieces = (pair_key[dg], ds, de)
+    piece_local = pieces[0] // n_win
+    # the instance's step: the window of its first piece (-1: outside every analysed step)
+    window = np.full(k, -1, dtype=np.int64)
+    if piece_local.size:
+        firsts_p = np.unique(piece_local, return_index=True)[1]
+        window[piece_local[firsts_p]] = pieces[0][firsts_p] % n_win
+    inst["window"] = window
+
+    # same_stream: the instance's lane also ran compute in that window
+    comp = acts.kind == Kind.COMPUTE
+    lane_codes = ev["lane"].cat.codes.to_numpy().astype(np.int64)
+    n_lanes = int(lane_codes.max()) + 2 if lane_codes.size else 1
+    busy = np.unique(acts.group[comp] * n_lanes + lane_codes[acts.event_row[comp]] + 1)
+    inst["same_stream"] = (window >= 0) & np.isin(
+        window * n_lanes + lane_codes[first_row] + 1, busy
+    )
+
+    # queued_ns: start - max(end of its launch call, end of the previous comm on its lane);
+    # behind_comm_ns: min(start, end of that previous comm) - end of the launch call, >= 0
+    queued = np.full(k, -1, dtype=np.int64)
+    behind = np.full(k, -1, dtype=np.int64)
+    if steps.gpu:
+        by_stream = np.lexsort((pos, start[rows], stream))
+        prev_end = np.full(n, NO_LAUNCH, dtype=np.int64)
+        same = stream[by_stream][1:] == stream[by_stream][:-1]
+        prev_end[by_stream[1:][same]] = end[rows][by_stream[:-1][same]]
+        lrow = launch_row[first_row]
+        launched = lrow >= 0
+        lend = np.where(launched, end[np.maximum(lrow, 0)], NO_LAUNCH)
+        ready = np.maximum(lend, prev_end[head])
+        queued = np.where(launched, np.maximum(start[first_row] - ready, 0), -1).astype(np.int64)
+        pe = prev_end[head]
+        held = np.where(
+            (pe == NO_LAUNCH) | ~launched,
+            0,
+            np.minimum(start[first_row], pe) - np.where(launched, lend, 0),
         )
-        ords = key.reindex(pd.MultiIndex.from_frame(sub)).to_numpy().astype(np.int64)
-        names = np.array([f"\x00stream#{o}" for o in range(int(ords.max()) + 1)], dtype=object)
-        group_key.loc[no_pg] = names[ords]
-    df["group_key"] = group_key
-    df["use_seq"] = (df["seq"] >= 0) & (df["pg"] != "")
-    df["ordinal"] = np.where(
-        df["use_seq"], -1, df.groupby(["rank", "group_key", "kind_key"]).cumcount()
-    ).astype(np.int64)
-    df.loc[~df["use_seq"], "seq"] = -1
-    return df
+        behind = np.where(launched, np.maximum(held, 0), -1).astype(np.int64)
+    inst["queued_ns"] = queued
+    inst["behind_comm_ns"] = behind
+    return inst[list(LOCAL_COLUMNS)], pieces, piece_local
+
+
+# --- reduce side: matching across units ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Collectives:
+    """Collective instances of a run, matched across ranks (see the module docstring).
+
+    ``instances``: one row per instance (:data:`INSTANCE_COLUMNS`), matched across ranks or, when
+    it could not be, one row per unit's own instance (``matched`` false, ``n_ranks`` 1).
+    ``per_rank``: one row per (instance, unit) (:data:`PER_RANK_COLUMNS`) with the exposed time
+    split by cause. ``stragglers``: one row per unit, most waited-for first. ``step_skew``: one row
+    per step label present on two or more units. ``clock``: ``unix``, ``estimated`` (offsets from
+    collective end times) or None (no arrival order). ``partial``: fewer ranks than the world.
+    """
+
+    instances: pd.DataFrame
+    per_rank: pd.DataFrame
+    stragglers: pd.DataFrame
+    step_skew: pd.DataFrame
+    notes: tuple[str, ...]
+    clock: str | None
+    n_matched: int
+    n_inconsistent: int
+    ranks_given: int
+    world_size: int | None
+
+    @property
+    def aligned(self) -> bool:
+        """Start times compare across ranks (arrival order is known)."""
+        return self.clock is not None
+
+    @property
+    def partial(self) -> bool:
+        return self.world_size is not None and self.ranks_given < self.world_size
+
+    @property
+    def top_straggler(self) -> int | None:
+        """The rank others waited for the longest, or None when no rank was ever last."""
+        s = self.stragglers
+        if s.empty or int(s["last_count"].max()) == 0 or int(s["waited_for_ns"].max()) == 0:
+            return None
+        return int(s["rank"].iloc[0])
+
+
+@dataclass(frozen=True)
+class CauseSets:
+    """Per window (global index): the exposed set split by cause, as grouped disjoint sets."""
+
+    wait: GroupedIntervals
+    tail: GroupedIntervals
+    dependency: GroupedIntervals
+    host: GroupedIntervals
+
+    def by_name(self) -> dict[str, GroupedIntervals]:
+        return {
+            "wait": self.wait,
+            "tail": self.tail,
+            "dependency": self.dependency,
+            "host": self.host,
+        }
 
 
 def _describe_group(g: str) -> str:
@@ -313,275 +431,414 @@ def _describe_group(g: str) -> str:
     return f"group {g!r}" if g else "the default group"
 
 
-def _match(rows: pd.DataFrame, loaded_ranks: list[int]) -> tuple[pd.DataFrame, list[str]]:
-    """Per (instance, rank) spans of the instances present on every rank of their group."""
+def _match(
+    inst: pd.DataFrame, units: Sequence[int], unit_label: dict[int, str]
+) -> tuple[npt.NDArray[np.int64], list[str]]:
+    """Per local instance row: its matched instance key (-1 unmatched), and notes."""
     notes: list[str] = []
     keys = ["group_key", "kind_key", "seq", "ordinal"]
-    span = (
-        rows.groupby(keys + ["rank"], sort=False)
-        .agg(
-            start_ns=("start_ns", "min"),
-            end_ns=("end_ns", "max"),
-            label=("label", "first"),
-            pg=("pg", "first"),
-            bytes=("bytes", "max"),
-        )
-        .reset_index()
-    )
-    group_ranks = rows.groupby("group_key")["rank"].unique()
-    expected = {g: len(r) for g, r in group_ranks.items()}
-    for g, ranks in group_ranks.items():
-        missing = sorted(set(loaded_ranks) - {int(r) for r in ranks})
-        if missing and not str(g).startswith("\x00") and g != "":
-            continue  # a sub-group: ranks outside it rightly have none of its collectives
-        if missing and len(loaded_ranks) > 1:
+    key = np.full(len(inst), -1, dtype=np.int64)
+    if len(units) < 2 or inst.empty:
+        return key, notes
+    members = inst.groupby("group_key")["unit"].unique()
+    expected = {g: len(u) for g, u in members.items()}
+    for g, us in members.items():
+        missing = sorted(set(units) - {int(u) for u in us})
+        named = not str(g).startswith("\x00") and g != ""
+        if missing and not named:
             notes.append(
-                f"collectives of {_describe_group(str(g))} appear on ranks "
-                f"{sorted(int(r) for r in ranks)} but not on {missing}"
+                f"collectives of {_describe_group(str(g))} appear on "
+                f"{_labels(us, unit_label)} but not on {_labels(missing, unit_label)}"
             )
-    n_present = span.groupby(keys, sort=False)["rank"].transform("size")
-    exp = span["group_key"].map(expected)
-    complete = n_present.to_numpy() == exp.to_numpy()
-    # one note per (group, kind) whose counts differ across its ranks
-    counts = span.groupby(["group_key", "kind_key", "rank"], sort=True).size()
-    for gk, per in counts.groupby(level=[0, 1], sort=True):
-        g, _k = str(gk[0]), str(gk[1])
+    ids = inst.groupby(keys, sort=False).ngroup().to_numpy()
+    n_present = pd.Series(ids).map(pd.Series(ids).value_counts()).to_numpy()
+    exp = inst["group_key"].map(expected).to_numpy()
+    complete = (n_present == exp) & (exp >= 2)
+    # point-to-point: a pair, matched only when the group holds exactly two units
+    p2p = inst["p2p"].to_numpy(dtype=bool)
+    if (p2p & (exp > 2)).any():
+        n = int((p2p & (exp > 2)).sum())
+        notes.append(
+            f"{n} point-to-point transfer(s) (SendRecv / send / recv) in groups of more than two "
+            "ranks were not matched: a transfer pairs two ranks and the trace does not say which; "
+            "their exposed time counts as transfer"
+        )
+        complete &= ~(p2p & (exp > 2))
+    counts = inst.groupby(["group_key", "kind_key", "unit"], sort=True).size()
+    for (g, k), per in counts.groupby(level=[0, 1], sort=True):
         vals = per.droplevel([0, 1])
         if vals.nunique() > 1 or len(vals) != expected[g]:
-            lab = span.loc[(span["group_key"] == g) & (span["kind_key"] == _k), "label"].iloc[0]
+            lab = inst.loc[(inst["group_key"] == g) & (inst["kind_key"] == k), "label"].iloc[0]
             desc = ", ".join(
-                f"rank {r}: {n}" for r, n in zip(vals.index.tolist(), vals.tolist(), strict=True)
+                f"{unit_label[int(u)]}: {c}" for u, c in zip(vals.index, vals.tolist(), strict=True)
             )
-            n_ok = int(
-                span.loc[(span["group_key"] == g) & (span["kind_key"] == _k) & complete, keys]
-                .drop_duplicates()
-                .shape[0]
-            )
+            sel = (inst["group_key"] == g).to_numpy() & (inst["kind_key"] == k).to_numpy()
+            n_ok = len(np.unique(ids[sel & complete]))
             notes.append(
-                f"{lab} in {_describe_group(str(g))}: instance counts differ across ranks ({desc}); "
-                f"matched the {n_ok} present on every rank, the rest left unmatched"
+                f"{lab} in {_describe_group(str(g))}: instance counts differ across ranks "
+                f"({desc}); matched the {n_ok} present on every rank, the rest left unmatched"
             )
-    if len(loaded_ranks) > 1:
-        single = {g for g, n in expected.items() if n == 1}
-        if single:
-            complete &= ~span["group_key"].isin(single).to_numpy()
-        for g in sorted(str(x) for x in single):
-            if g and not g.startswith("\x00"):  # unnamed groups were noted above
-                only = int(group_ranks[g][0])
-                notes.append(
-                    f"collectives of {_describe_group(g)} appear only on rank {only}: "
-                    "nothing to match them with (is a rank trace missing?)"
-                )
-    matched = span[complete].copy()
-    inst = matched.groupby(keys, sort=False).ngroup()
-    matched["instance_key"] = inst.to_numpy()
-    return matched, notes
+    single = {g for g, n in expected.items() if n == 1}
+    for g in sorted(str(x) for x in single):
+        if g and not g.startswith("\x00"):
+            only = int(members[g][0])
+            notes.append(
+                f"collectives of {_describe_group(g)} appear only on {unit_label[only]}: "
+                "nothing to match them with (is a rank trace missing?)"
+            )
+    key[complete] = ids[complete]
+    return key, notes
 
 
-# --- exposure helpers ---------------------------------------------------------------------------
+def _labels(units: Sequence[int] | npt.NDArray[np.int64], unit_label: dict[int, str]) -> str:
+    return ", ".join(unit_label[int(u)] for u in sorted(int(x) for x in units))
 
 
-def _covered(c: tuple[I64, I64, I64], q_group: I64, q_start: I64, q_end: I64, n_groups: int) -> I64:
-    """|[q_start, q_end) ∩ C[q_group]| per query, for grouped disjoint sets C (sorted by group)."""
-    cg, cs, ce = c
-    out = np.zeros(q_group.size, dtype=np.int64)
-    if q_group.size == 0 or cg.size == 0:
-        return out
-    allg = np.concatenate((cg, q_group))
-    origin, span = _packing(
-        allg, np.concatenate((cs, q_start)), np.concatenate((ce, q_end)), n_groups
+def _offsets(m: pd.DataFrame, use: npt.NDArray[np.bool_]) -> dict[int, int]:
+    """Clock offset of each unit relative to the lowest unit that shares instances with it,
+    as the median end-time difference over the matched instances in ``use`` (BFS over units)."""
+    sub = m[use]
+    off: dict[int, int] = {}
+    if sub.empty:
+        return off
+    ends = sub.pivot_table(index="key", columns="unit", values="end_ns", aggfunc="max")
+    cols = [int(c) for c in ends.columns]
+    for root in cols:
+        if root in off:
+            continue
+        off[root] = 0
+        frontier = [root]
+        while frontier:
+            a = frontier.pop()
+            for b in cols:
+                if b in off:
+                    continue
+                both = ends[[a, b]].dropna()
+                if both.empty:
+                    continue
+                d = (both[b].to_numpy(np.int64) - both[a].to_numpy(np.int64)).astype(np.float64)
+                off[b] = off[a] + int(np.median(d))
+                frontier.append(b)
+    return off
+
+
+def match_collectives(
+    inst: pd.DataFrame,
+    pieces: tuple[I64, I64, I64, I64],
+    exposed: dict[str, GroupedIntervals],
+    n_windows: int,
+    traces: Sequence[TraceInfo],
+    window_labels: Sequence[object],
+    steps: pd.DataFrame,
+) -> tuple[Collectives, CauseSets, pd.DataFrame]:
+    """Match the units' instances and split every exposed ns by cause, across ranks.
+
+    ``inst``: all units' local instances (:data:`LOCAL_COLUMNS` plus ``unit`` and the global
+    ``window``); ``pieces``: (instance row, window, start, end) of every instance piece (union of
+    its activities per window); ``exposed``: the local cause sets ``tail``, ``dependency``,
+    ``host`` per global window. Returns the collectives, the final cause sets (with ``wait``),
+    and the exposed ns per (window, collective family, cause) used by the findings.
+    """
+    units = list(range(len(traces)))
+    unit_label = {u: _unit_name(traces, u) for u in units}
+    notes: list[str] = []
+    key, match_notes = _match(inst, units, unit_label)
+    notes.extend(match_notes)
+    inst = inst.assign(key=key, dur_ns=(inst["end_ns"] - inst["start_ns"]).astype(np.int64))
+    unix = bool(traces) and all(t.clock == "unix" for t in traces)
+    m, n_inconsistent, clock = _align_clocks(inst, unix, notes)
+
+    # wait / transfer per matched (instance, unit)
+    m["transfer_ns"] = m.groupby("key")["dur_ns"].transform("min").astype(np.int64)
+    m["wait_ns"] = (m["dur_ns"] - m["transfer_ns"]).astype(np.int64)
+    inst["wait_ns"] = (
+        pd.Series(m["wait_ns"].to_numpy(), index=m.index)
+        .reindex(inst.index)
+        .fillna(0)
+        .to_numpy(np.int64)
     )
-    # groups laid end to end on one axis: C becomes one disjoint sorted set
-    ps = cg * span + (cs - origin[cg])
-    pe = cg * span + (ce - origin[cg])
-    cum = np.concatenate(([0], np.cumsum(pe - ps)))
+    sets = _cause_sets(inst, pieces, exposed, n_windows)
+    _instance_causes(inst, pieces, sets, n_windows)
 
-    def before(x: I64) -> I64:
-        k = np.searchsorted(ps, x, side="right") - 1
-        kk = np.maximum(k, 0)
-        part = np.clip(x - ps[kk], 0, pe[kk] - ps[kk])
-        return np.where(k >= 0, cum[kk] + part, 0)
+    family_causes = _family_causes(inst, pieces, sets, n_windows)
+    instances, per_rank = _tables(inst, m, traces, window_labels, clock)
+    unit_rank = np.array([t.rank for t in traces], dtype=np.int64)
+    coll = Collectives(
+        instances=instances,
+        per_rank=per_rank,
+        stragglers=_straggler_table(per_rank, instances, unit_rank, clock is not None),
+        step_skew=step_skew(steps),
+        notes=tuple(notes),
+        clock=clock,
+        n_matched=int(m["key"].nunique()) if len(m) else 0,
+        n_inconsistent=n_inconsistent,
+        ranks_given=len({t.rank for t in traces}),
+        world_size=max((t.world_size or 0 for t in traces), default=0) or None,
+    )
+    return coll, sets, family_causes
 
-    base = q_group * span - origin[q_group]
-    qs = q_start + base
-    qe = np.maximum(q_end, q_start) + base
-    return (before(qe) - before(qs)).astype(np.int64)
+
+def _align_clocks(
+    inst: pd.DataFrame, unix: bool, notes: list[str]
+) -> tuple[pd.DataFrame, int, str | None]:
+    """The consistent matched rows (with ``aligned_start``), the number of inconsistent matched
+    instances (unmatched in ``inst``, in place), and how clocks were aligned (see the module
+    docstring)."""
+    m = inst[inst["key"] >= 0].copy()
+    if m.empty:
+        m["aligned_start"] = np.zeros(0, np.int64)
+        return m, 0, None
+    keys_m = m["key"].to_numpy()
+
+    def consistent_with(offsets: dict[int, int]) -> npt.NDArray[np.bool_]:
+        o = m["unit"].map(offsets).fillna(0).to_numpy(np.int64)
+        latest = pd.Series(m["start_ns"].to_numpy(np.int64) - o).groupby(keys_m).transform("max")
+        first_end = pd.Series(m["end_ns"].to_numpy(np.int64) - o).groupby(keys_m).transform("min")
+        return np.asarray(latest.to_numpy() < first_end.to_numpy() + TOLERANCE_NS)
+
+    estimated = _offsets(m, np.ones(len(m), dtype=bool))
+    ok_est = consistent_with(estimated)
+    if ok_est.any() and not ok_est.all():  # re-estimate from the consistent matches only
+        estimated = _offsets(m, ok_est)
+        ok_est = consistent_with(estimated)
+    candidates = [(ok_est, estimated)]
+    if unix:
+        # ranks that all claim unix time: offsets far beyond clock sync mean the matching, not
+        # the clocks, is off; and on noisy end times (gloo on CPU) zero may fit better
+        if any(abs(v) > MAX_UNIX_SKEW_NS for v in estimated.values()):
+            notes.append(
+                "clock offsets estimated from collective end times exceed "
+                f"{MAX_UNIX_SKEW_NS / 1e6:.0f} ms although every rank claims unix time: not "
+                "applied (the matched instances, not the clocks, look off)"
+            )
+            candidates = []
+        zeros = {u: 0 for u in estimated}
+        candidates.insert(0, (consistent_with(zeros), zeros))
+    ok, off = max(candidates, key=lambda c: int(c[0].sum()))
+    bad_keys = set(keys_m[~ok].tolist())
+    if bad_keys:
+        notes.append(
+            f"{len(bad_keys)} of {m['key'].nunique()} matched collective instances are not "
+            "consistent in time (after aligning the rank clocks, their spans on the ranks never "
+            "overlap): they are not used for waiting or stragglers"
+        )
+        inst.loc[inst["key"].isin(bad_keys).to_numpy(), "key"] = -1
+    m = m[ok].copy()
+    m["aligned_start"] = m["start_ns"].to_numpy(np.int64) - m["unit"].map(off).fillna(0).to_numpy(
+        np.int64
+    )
+    clock = None
+    if len(m):
+        clock = "unix" if unix and all(v == 0 for v in off.values()) else "estimated"
+    return m, len(bad_keys), clock
 
 
-def _pieces(matched: pd.DataFrame, rows: pd.DataFrame, acts: ActivityRows) -> pd.DataFrame:
-    """Per (matched rank instance, step window): the instance's span clipped to the window."""
-    comm = acts.kind == 1
-    piece = pd.DataFrame(
+def _cause_sets(
+    inst: pd.DataFrame,
+    pieces: tuple[I64, I64, I64, I64],
+    exposed: dict[str, GroupedIntervals],
+    n_windows: int,
+) -> CauseSets:
+    """Waiting carved out of the local causes: the wait part of every piece is
+    ``[start, start + wait)`` of its instance on that unit, clipped to the piece."""
+    p_inst, p_win, p_s, p_e = pieces
+    w_start = inst["start_ns"].to_numpy(np.int64)[p_inst]
+    w_end = w_start + inst["wait_ns"].to_numpy(np.int64)[p_inst]
+    wait_set = iv.grouped_union(p_win, np.maximum(p_s, w_start), np.minimum(p_e, w_end), n_windows)
+    parts = list(exposed.values())
+    total_exposed = iv.grouped_union(
+        np.concatenate([x[0] for x in parts]),
+        np.concatenate([x[1] for x in parts]),
+        np.concatenate([x[2] for x in parts]),
+        n_windows,
+    )
+    return CauseSets(
+        wait=iv.grouped_intersect(total_exposed, wait_set, n_windows),
+        tail=iv.grouped_subtract(exposed["tail"], wait_set, n_windows),
+        dependency=iv.grouped_subtract(exposed["dependency"], wait_set, n_windows),
+        host=iv.grouped_subtract(exposed["host"], wait_set, n_windows),
+    )
+
+
+def _instance_causes(
+    inst: pd.DataFrame, pieces: tuple[I64, I64, I64, I64], sets: CauseSets, n_windows: int
+) -> None:
+    """Per (instance, unit), in place: exposed ns by cause, summed over its pieces."""
+    p_inst, p_win, p_s, p_e = pieces
+    total = np.zeros(len(inst), dtype=np.int64)
+    for cause, s in sets.by_name().items():
+        cov = iv.grouped_covered(s, p_win, p_s, p_e, n_windows)
+        ns = np.bincount(p_inst, weights=cov, minlength=len(inst)).astype(np.int64)
+        inst[f"exposed_{cause}_ns"] = ns
+        total += ns
+    inst["exposed_ns"] = total
+
+
+FAMILY_ORDER = ("AllReduce", "AllGather/ReduceScatter", "SendRecv", "AllToAll", "Other")
+
+
+def _family_causes(
+    inst: pd.DataFrame, pieces: tuple[I64, I64, I64, I64], sets: CauseSets, n_windows: int
+) -> pd.DataFrame:
+    """Exposed ns per (window, collective family, cause), each ns counted once per family (the
+    instances of a family are unioned first), plus the part on compute streams (same_stream)."""
+    p_inst, p_win, p_s, p_e = pieces
+    cols = ["window", "family", "exposed_ns", *(f"exposed_{c}_ns" for c in CAUSES)]
+    cols += ["same_stream_ns"]
+    if p_inst.size == 0:
+        return pd.DataFrame(columns=cols)
+    fam_code = {f: i for i, f in enumerate(FAMILY_ORDER)}
+    nf = len(FAMILY_ORDER)
+    fam = np.array([fam_code.get(f, nf - 1) for f in inst["family"]], dtype=np.int64)[p_inst]
+    out: dict[str, I64] = {}
+    for name, mask in (
+        ("all", np.ones(p_inst.size, dtype=bool)),
+        ("same", inst["same_stream"].to_numpy(bool)[p_inst]),
+    ):
+        g, a, b = iv.grouped_union(p_win[mask] * nf + fam[mask], p_s[mask], p_e[mask])
+        w = g // nf
+        for cause, cs in sets.by_name().items():
+            cov = iv.grouped_covered(cs, w, a, b, n_windows)
+            out[f"{name}:{cause}"] = np.bincount(g, weights=cov, minlength=n_windows * nf).astype(
+                np.int64
+            )
+    idx = np.arange(n_windows * nf)
+    df = pd.DataFrame(
         {
-            "row": acts.event_row[comm],
-            "group": acts.group[comm],
-            "ps": acts.start_ns[comm],
-            "pe": acts.end_ns[comm],
+            "window": idx // nf,
+            "family": np.array(FAMILY_ORDER, dtype=object)[idx % nf],
+            **{f"exposed_{c}_ns": out[f"all:{c}"] for c in CAUSES},
+            "same_stream_ns": sum(out[f"same:{c}"] for c in CAUSES),
         }
     )
-    keys = ["group_key", "kind_key", "seq", "ordinal", "rank"]
-    link = rows[["row"] + keys].merge(matched[keys + ["instance_key"]], on=keys, how="inner")
-    piece = piece.merge(link[["row", "instance_key", "rank"]], on="row", how="inner")
-    return (
-        piece.groupby(["instance_key", "rank", "group"], sort=False)
-        .agg(ps=("ps", "min"), pe=("pe", "max"))
-        .reset_index()
-    )
+    df["exposed_ns"] = sum(df[f"exposed_{c}_ns"] for c in CAUSES)
+    return df.loc[df["exposed_ns"] > 0, cols].reset_index(drop=True)
 
 
-# --- the public entry points ---------------------------------------------------------------------
+def _unit_name(traces: Sequence[TraceInfo], u: int) -> str:
+    t = traces[u]
+    same_rank = sum(1 for x in traces if x.rank == t.rank)
+    if same_rank > 1 and t.device is not None:
+        return f"rank {t.rank} (GPU {t.device})"
+    return f"rank {t.rank}"
 
 
-def match_collectives(analysis: _AnalysisLike) -> Collectives:
-    """Match every collective across the ranks of an analysed run (see the module docstring)."""
-    timeline = analysis.timeline
-    table = analysis.step_table
-    win = table.windows
-    n_groups = len(win)
-    ranks = timeline.ranks or sorted(np.unique(timeline.events["rank"]).tolist())
-    aligned = bool(timeline.traces) and all(t.clock == "unix" for t in timeline.traces)
-    notes: list[str] = []
-    if len(ranks) > 1 and not aligned:
-        off = [t.rank for t in timeline.traces if t.clock != "unix"]
-        notes.append(
-            f"clocks of ranks {off} could not be aligned to unix time: arrival order "
-            "(last rank, stragglers by arrival) is not reported; wait and transfer use durations only"
+def _tables(
+    inst: pd.DataFrame,
+    m: pd.DataFrame,
+    traces: Sequence[TraceInfo],
+    window_labels: Sequence[object],
+    clock: str | None,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The instance table (matched instances and each unit's unmatched ones, numbered by first
+    start) and the per-(instance, unit) table."""
+    inst = inst[inst["window"] >= 0].copy()
+    if inst.empty:
+        return pd.DataFrame(columns=list(INSTANCE_COLUMNS)), pd.DataFrame(
+            columns=list(PER_RANK_COLUMNS)
         )
-
-    rows = _comm_rows(timeline)
-    matched, match_notes = _match(rows, ranks)
-    notes.extend(match_notes)
-
-    acts = activity_rows(timeline, table)
-    sets = grouped_sets(acts, n_groups) if n_groups else {}
-    pieces = (
-        _pieces(matched, rows, acts)
-        if n_groups
-        else pd.DataFrame(columns=["instance_key", "rank", "group", "ps", "pe"])
+    labels = np.array(list(window_labels) + ["-"], dtype=object)
+    inst["step"] = labels[inst["window"].to_numpy()]
+    inst["rank"] = [traces[int(u)].rank for u in inst["unit"]]
+    inst["device"] = [traces[int(u)].device for u in inst["unit"]]
+    inst["matched"] = inst["key"] >= 0
+    # one group per matched key, one per unmatched local instance
+    grp = np.where(inst["matched"], inst["key"], -1 - np.arange(len(inst)))
+    inst["_grp"] = grp
+    inst["_first"] = inst.groupby("_grp")["start_ns"].transform("min").to_numpy()
+    order = inst.sort_values(["_first", "_grp", "unit"], kind="stable")["_grp"]
+    number = {g: i for i, g in enumerate(pd.unique(order).tolist())}
+    inst["instance"] = [number[g] for g in grp.tolist()]
+    inst = inst.sort_values(["instance", "unit"], kind="stable").reset_index(drop=True)
+    per_rank = pd.DataFrame(
+        {
+            "instance": inst["instance"].to_numpy().astype(np.int64),
+            "unit": inst["unit"].to_numpy().astype(np.int64),
+            "rank": inst["rank"].to_numpy().astype(np.int64),
+            "device": inst["device"].astype(object).to_numpy(),
+            "step": inst["step"].to_numpy(),
+            "window": inst["window"].to_numpy().astype(np.int64),
+            "name": inst["label"].astype(str).to_numpy(),
+            "kernel": inst["kernel"].astype(str).to_numpy(),
+            "family": inst["family"].to_numpy(),
+            "lane": inst["lane"].astype(str).to_numpy(),
+            "start_ns": inst["start_ns"].to_numpy(np.int64),
+            "end_ns": inst["end_ns"].to_numpy(np.int64),
+            "dur_ns": inst["dur_ns"].to_numpy(np.int64),
+            "wait_ns": inst["wait_ns"].to_numpy(np.int64),
+            "exposed_ns": inst["exposed_ns"].to_numpy(np.int64),
+            **{f"exposed_{c}_ns": inst[f"exposed_{c}_ns"].to_numpy(np.int64) for c in CAUSES},
+            "same_stream": inst["same_stream"].astype(bool).to_numpy(),
+            "queued_ns": inst["queued_ns"].to_numpy(np.int64),
+            "behind_comm_ns": inst["behind_comm_ns"].to_numpy(np.int64),
+            "matched": inst["matched"].to_numpy(bool),
+        },
+        columns=list(PER_RANK_COLUMNS),
     )
-
-    # only instances every rank ran inside an analysed step are reported
-    in_step = pieces.groupby("instance_key")["rank"].nunique()
-    n_ranks_of = matched.groupby("instance_key")["rank"].size()
-    keep_keys = in_step.index[in_step.to_numpy() == n_ranks_of.reindex(in_step.index).to_numpy()]
-    outside = int(n_ranks_of.size - len(keep_keys))
-    if outside:
-        notes.append(
-            f"{outside} matched collective instance(s) fall outside the analysed steps on some "
-            "rank and are not reported"
-        )
-    m = matched[matched["instance_key"].isin(keep_keys)].copy()
-    pieces = pieces[pieces["instance_key"].isin(keep_keys)]
-
-    # per rank instance: duration, wait, step (the window of its first piece)
-    m["dur_ns"] = (m["end_ns"] - m["start_ns"]).astype(np.int64)
-    m["transfer_ns"] = m.groupby("instance_key")["dur_ns"].transform("min").astype(np.int64)
-    m["wait_ns"] = (m["dur_ns"] - m["transfer_ns"]).astype(np.int64)
-    first_piece = (
-        pieces.sort_values(["instance_key", "rank", "ps"])
-        .drop_duplicates(["instance_key", "rank"])
-        .set_index(["instance_key", "rank"])["group"]
-    )
-    m["step_index"] = (
-        first_piece.reindex(pd.MultiIndex.from_frame(m[["instance_key", "rank"]]))
-        .to_numpy()
-        .astype(np.int64)
-    )
-    step_label = win["step"].to_numpy(dtype=object)
-    m["step"] = step_label[m["step_index"].to_numpy()] if len(m) else []
-
-    # exposure of each piece: its span minus the window's compute union
-    if len(pieces) and n_groups:
-        pg_ = pieces["group"].to_numpy().astype(np.int64)
-        ps_ = pieces["ps"].to_numpy().astype(np.int64)
-        pe_ = pieces["pe"].to_numpy().astype(np.int64)
-        cov = _covered(sets["compute"], pg_, ps_, pe_, n_groups)
-        exp_piece = pd.Series((pe_ - ps_) - cov)
-        exp = exp_piece.groupby(
-            [pieces["instance_key"].to_numpy(), pieces["rank"].to_numpy()]
-        ).sum()
-        m["exposed_ns"] = (
-            exp.reindex(pd.MultiIndex.from_frame(m[["instance_key", "rank"]]))
-            .to_numpy()
-            .astype(np.int64)
-        )
-    else:
-        m["exposed_ns"] = np.zeros(len(m), dtype=np.int64)
-
-    # instance numbering: by earliest start (unix clock) or by rank 0's order
-    first_start = m.groupby("instance_key")["start_ns"].min().sort_values(kind="stable")
-    number = pd.Series(np.arange(len(first_start)), index=first_start.index)
-    m["instance"] = number.reindex(m["instance_key"]).to_numpy().astype(np.int64)
-    m = m.sort_values(["instance", "rank"], kind="stable").reset_index(drop=True)
-
-    instances = _instance_table(m, aligned)
-    per_rank = m[list(PER_RANK_COLUMNS)].reset_index(drop=True)
-    stragglers = _straggler_table(m, instances, ranks, aligned)
-    skew = step_skew(analysis.steps)
-    split = _step_split(m, pieces, sets, n_groups)
-    return Collectives(instances, per_rank, stragglers, skew, split, tuple(notes), aligned)
-
-
-def _instance_table(m: pd.DataFrame, aligned: bool) -> pd.DataFrame:
-    if m.empty:
-        return pd.DataFrame(columns=list(INSTANCE_COLUMNS))
-    g = m.groupby("instance", sort=True)
-    first = g.first()
+    g = per_rank.groupby("instance", sort=True)
+    first = g.head(1).set_index("instance")
+    gi = inst.groupby("instance", sort=True)
     out = pd.DataFrame(
         {
             "instance": first.index.to_numpy().astype(np.int64),
-            "name": first["label"].astype(str).to_numpy(),
-            "process_group": [p if p else None for p in first["pg"].tolist()],
-            "seq": [int(s) if s >= 0 else None for s in first["seq"].tolist()],
-            "bytes": [int(b) if b >= 0 else None for b in g["bytes"].max().tolist()],
-            "n_ranks": g["rank"].size().to_numpy().astype(np.int64),
-            "ranks": [
-                tuple(x.tolist())
-                for x in np.split(m["rank"].to_numpy(), np.cumsum(g["rank"].size().to_numpy())[:-1])
-            ],
-            "step": first["step"].to_numpy(dtype=object),
-            "start_ns": g["start_ns"].min().to_numpy().astype(np.int64),
-            "transfer_ns": first["transfer_ns"].to_numpy().astype(np.int64),
-            "wait_ns": g["wait_ns"].sum().to_numpy().astype(np.int64),
+            "name": first["name"].to_numpy(),
+            "family": first["family"].to_numpy(),
+            "process_group": [(p or None) for p in gi["process_group"].first().tolist()],
+            "seq": [(int(s) if s >= 0 else None) for s in gi["seq"].first().tolist()],
+            "bytes": [(int(b) if b >= 0 else None) for b in gi["bytes"].max().tolist()],
+            "n_ranks": g.size().to_numpy().astype(np.int64),
+            "ranks": [tuple(int(r) for r in x) for x in g["rank"].apply(list)],
+            "step": first["step"].to_numpy(),
+            "start_ns": g["start_ns"].min().to_numpy(np.int64),
+            "transfer_ns": g["dur_ns"].min().to_numpy(np.int64),
+            "wait_ns": g["wait_ns"].sum().to_numpy(np.int64),
             "last_rank": [None] * len(first),
-            "exposed_ns": g["exposed_ns"].sum().to_numpy().astype(np.int64),
+            "exposed_ns": g["exposed_ns"].sum().to_numpy(np.int64),
+            "matched": first["matched"].to_numpy(bool),
         },
         columns=list(INSTANCE_COLUMNS),
     )
-    if aligned:
-        idx = g["start_ns"].idxmax()
-        last = m.loc[idx.to_numpy(), "rank"].to_numpy()
-        latest = m["start_ns"].to_numpy()[idx.to_numpy()]
-        latest_of = pd.Series(latest, index=first.index).reindex(m["instance"]).to_numpy()
-        n_latest = (m["start_ns"].to_numpy() == latest_of).astype(np.int64)
-        n_latest = np.bincount(m["instance"].to_numpy(), weights=n_latest, minlength=len(first))
-        # nobody waits in a 1-rank instance; a latest start shared by several ranks names no one
-        ok = (out["n_ranks"].to_numpy() >= 2) & (n_latest == 1)
-        out["last_rank"] = [int(r) if k else None for r, k in zip(last, ok, strict=True)]
+    if clock is not None and len(m):
+        # arrival order: the unit with the latest aligned start, None on a tie
+        key_to_inst = inst.loc[inst["matched"], ["key", "instance"]].drop_duplicates()
+        al = m[["key", "unit", "aligned_start"]].merge(key_to_inst, on="key", how="inner")
+        latest = al.groupby("instance")["aligned_start"].transform("max")
+        at_latest = al[al["aligned_start"].to_numpy() == latest.to_numpy()]
+        ties = at_latest.groupby("instance").size()
+        last = {
+            int(r.instance): traces[int(r.unit)].rank
+            for r in at_latest.itertuples(index=False)
+            if int(ties[r.instance]) == 1
+        }
+        out["last_rank"] = [last.get(int(i)) for i in out["instance"]]
     out["last_rank"] = out["last_rank"].astype(object)
-    return out
+    return out, per_rank
 
 
 def _straggler_table(
-    m: pd.DataFrame, instances: pd.DataFrame, ranks: list[int], aligned: bool
+    per_rank: pd.DataFrame, instances: pd.DataFrame, ranks: I64, aligned: bool
 ) -> pd.DataFrame:
-    rank_arr = np.asarray(ranks, dtype=np.int64)
-    count = m.groupby("rank")["instance"].size().reindex(rank_arr, fill_value=0)
-    own_wait = m.groupby("rank")["wait_ns"].sum().reindex(rank_arr, fill_value=0)
+    rank_arr = np.unique(ranks)
+    pr = per_rank[per_rank["matched"].astype(bool)] if len(per_rank) else per_rank
+    count = pr.groupby("rank")["instance"].size().reindex(rank_arr, fill_value=0)
+    own_wait = pr.groupby("rank")["wait_ns"].sum().reindex(rank_arr, fill_value=0)
     last_count = pd.Series(0, index=rank_arr, dtype=np.int64)
     waited_for = pd.Series(0, index=rank_arr, dtype=np.int64)
-    if not instances.empty:
-        instances = instances[instances["last_rank"].notna().to_numpy()]
-    if aligned and not instances.empty:
-        last = instances["last_rank"].astype(np.int64)
+    inst = instances[instances["last_rank"].notna().to_numpy()] if len(instances) else instances
+    if aligned and len(inst):
+        last = inst["last_rank"].astype(np.int64)
         last_count = last.value_counts().reindex(rank_arr, fill_value=0).astype(np.int64)
-        # the others' wait in instances where this rank came last
-        last_of = pd.Series(last.to_numpy(), index=instances["instance"].to_numpy())
-        li = last_of.reindex(m["instance"]).to_numpy()
-        others = m["wait_ns"].to_numpy()[li != m["rank"].to_numpy()]
-        who = li[li != m["rank"].to_numpy()]
+        last_of = pd.Series(last.to_numpy(), index=inst["instance"].to_numpy())
+        li = last_of.reindex(pr["instance"]).to_numpy()
+        has = ~pd.isna(li)
+        li = np.where(has, li, -1).astype(np.int64)
+        other = has & (li != pr["rank"].to_numpy())
         waited_for = (
-            pd.Series(others).groupby(who).sum().reindex(rank_arr, fill_value=0).astype(np.int64)
+            pd.Series(pr["wait_ns"].to_numpy()[other])
+            .groupby(li[other])
+            .sum()
+            .reindex(rank_arr, fill_value=0)
+            .astype(np.int64)
         )
     out = pd.DataFrame(
         {
@@ -614,12 +871,11 @@ def step_skew(steps: pd.DataFrame) -> pd.DataFrame:
     df = df[df["key"].map(n_ranks).to_numpy() >= 2]
     if df.empty:
         return pd.DataFrame(columns=list(SKEW_COLUMNS))
-    # first row per step after sorting: the slowest (or fastest) rank, ties to the lowest rank
     hi = df.sort_values(["key", "step_ns", "rank"], ascending=[True, False, True], kind="stable")
     lo = df.sort_values(["key", "step_ns", "rank"], ascending=[True, True, True], kind="stable")
     hi = hi.drop_duplicates("key").set_index("key")
     lo = lo.drop_duplicates("key").set_index("key")
-    order = df.drop_duplicates("key")  # steps in their order of appearance
+    order = df.drop_duplicates("key")
     keys = order["key"].to_numpy()
     max_ns = hi["step_ns"].reindex(keys).to_numpy().astype(np.int64)
     min_ns = lo["step_ns"].reindex(keys).to_numpy().astype(np.int64)
@@ -635,49 +891,3 @@ def step_skew(steps: pd.DataFrame) -> pd.DataFrame:
         },
         columns=list(SKEW_COLUMNS),
     )
-
-
-def _step_split(
-    m: pd.DataFrame, pieces: pd.DataFrame, sets: dict[str, Any], n_groups: int
-) -> pd.DataFrame:
-    """exposed_wait_ns / exposed_transfer_ns per step window (see the module docstring)."""
-    idx = np.arange(n_groups, dtype=np.int64)
-    if n_groups == 0:
-        return pd.DataFrame({"step_index": idx, "exposed_wait_ns": idx, "exposed_transfer_ns": idx})
-    eg, es, ee = sets["exposed"]
-    exposed = np.bincount(eg, weights=(ee - es), minlength=n_groups).astype(np.int64)
-    wait_end = pieces.merge(
-        m[["instance_key", "rank", "start_ns", "wait_ns"]], on=["instance_key", "rank"]
-    )
-    ws = np.maximum(wait_end["ps"].to_numpy(), wait_end["start_ns"].to_numpy())
-    we = np.minimum(
-        wait_end["pe"].to_numpy(), (wait_end["start_ns"] + wait_end["wait_ns"]).to_numpy()
-    )
-    w = iv.grouped_union(wait_end["group"].to_numpy().astype(np.int64), ws, we, n_groups)
-    ew = iv.grouped_intersect(sets["exposed"], w, n_groups)
-    wait = np.bincount(ew[0], weights=(ew[2] - ew[1]), minlength=n_groups).astype(np.int64)
-    return pd.DataFrame(
-        {"step_index": idx, "exposed_wait_ns": wait, "exposed_transfer_ns": exposed - wait}
-    )
-
-
-def add_wait_transfer(
-    steps: pd.DataFrame, windows: pd.DataFrame, coll: Collectives
-) -> pd.DataFrame:
-    """``steps`` (one row per window, in window order) with ``exposed_wait_ns`` and
-    ``exposed_transfer_ns`` columns (ns) added; they sum to ``exposed_comm_ns`` on every row."""
-    out = steps.copy()
-    split = coll.step_split.set_index("step_index")
-    key = (
-        windows[["rank", "step", "step_index"]]
-        .assign(step=lambda d: d["step"].astype(str))
-        .set_index(["rank", "step"])["step_index"]
-    )
-    si = key.reindex(
-        pd.MultiIndex.from_arrays([out["rank"].to_numpy(), out["step"].astype(str).to_numpy()])
-    ).to_numpy()
-    out["exposed_wait_ns"] = split["exposed_wait_ns"].reindex(si).to_numpy().astype(np.int64)
-    out["exposed_transfer_ns"] = (
-        split["exposed_transfer_ns"].reindex(si).to_numpy().astype(np.int64)
-    )
-    return out

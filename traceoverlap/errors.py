@@ -40,3 +40,11 @@ class GateFailed(TraceoverlapError):
     """A ``--fail-if`` condition was met: the analysis worked, the run failed the gate."""
 
     exit_code = 3
+
+
+class NotATraceError(TraceFormatError):
+    """A readable file that is not a trace at all (a config file, this tool's own JSON output).
+
+    Named on the command line it is an error like any other; found by listing a folder it is
+    skipped with a note.
+    """

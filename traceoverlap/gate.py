@@ -18,10 +18,10 @@ import operator
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from .errors import UsageError
-from .metrics import NS_METRICS
+from .metrics import NS_METRICS, RATIO_METRICS
+from .results import Summary
 
 _OPS: dict[str, Callable[[float, float], bool]] = {
     ">=": operator.ge,
@@ -30,7 +30,7 @@ _OPS: dict[str, Callable[[float, float], bool]] = {
     ">": operator.gt,
     "<": operator.lt,
 }
-_RATIOS = ("overlap_ratio", "exposed_comm_ratio", "idle_ratio", "potential_speedup")
+_RATIOS = RATIO_METRICS
 _UNITS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
 _RX = re.compile(r"^\s*([a-z_]+)\s*(>=|<=|==|>|<)\s*([0-9.eE+-]+)\s*(ns|us|ms|s)?\s*$")
 
@@ -44,12 +44,9 @@ class Condition:
     value: float
     text: str
 
-    def check(self, summary_run: dict[str, Any]) -> tuple[bool, float | None]:
+    def check(self, run: Summary) -> tuple[bool, float | None]:
         """(met, actual value); a metric that is null (e.g. no comm) never meets the condition."""
-        if self.metric in _RATIOS:
-            actual = summary_run.get(self.metric)
-        else:
-            actual = summary_run.get("metrics", {}).get(self.metric, {}).get("median")
+        actual = run.aggregate(self.metric) if self.metric in _RATIOS else run.median(self.metric)
         if actual is None:
             return False, None
         return _OPS[self.op](float(actual), self.value), float(actual)
@@ -64,30 +61,30 @@ def parse_conditions(specs: Iterable[str]) -> list[Condition]:
             m = _RX.match(part)
             if not m:
                 raise UsageError(
-                    f"--fail-if {part.strip()!r}: expected METRIC OP NUMBER, e.g. 'exposed_comm_ratio>0.2'"
+                    f"fail-if {part.strip()!r}: expected METRIC OP NUMBER, e.g. 'exposed_comm_ratio>0.2'"
                 )
             metric, op, num, unit = m.groups()
             if metric not in GATE_METRICS:
                 raise UsageError(
-                    f"--fail-if {part.strip()!r}: unknown metric {metric!r}; one of {', '.join(GATE_METRICS)}"
+                    f"fail-if {part.strip()!r}: unknown metric {metric!r}; one of {', '.join(GATE_METRICS)}"
                 )
             if unit and metric in _RATIOS:
-                raise UsageError(
-                    f"--fail-if {part.strip()!r}: {metric} is a ratio and takes no unit"
-                )
+                raise UsageError(f"fail-if {part.strip()!r}: {metric} is a ratio and takes no unit")
             try:
                 value = float(num) * _UNITS[unit or "ns"]
+                if value != value or value in (float("inf"), float("-inf")):
+                    raise ValueError(num)
             except ValueError:
-                raise UsageError(f"--fail-if {part.strip()!r}: {num!r} is not a number") from None
+                raise UsageError(f"fail-if {part.strip()!r}: {num!r} is not a number") from None
             out.append(Condition(metric, op, value, part.strip()))
     return out
 
 
-def failed_conditions(conditions: Iterable[Condition], summary_run: dict[str, Any]) -> list[str]:
+def failed_conditions(conditions: Iterable[Condition], run: Summary) -> list[str]:
     """Human-readable lines for every condition that is met (= the gate fails)."""
     lines = []
     for c in conditions:
-        met, actual = c.check(summary_run)
+        met, actual = c.check(run)
         if met:
             shown = f"{actual:.4g}" if actual is not None else "null"
             lines.append(f"{c.text} (actual {c.metric} = {shown})")

@@ -106,51 +106,123 @@ def clip(starts: npt.ArrayLike, ends: npt.ArrayLike, lo: int, hi: int) -> Interv
 # --- grouped operations -------------------------------------------------------------------
 #
 # Many independent interval sets (one per group id) are laid end to end on one axis, each group in
-# its own slot of width `span`, so a single vectorised union/intersection handles all of them and
-# intervals from different groups can never touch.
+# its own slot as wide as the group's own extent, so a single vectorised union/intersection handles
+# all of them and intervals from different groups can never touch. Slots are packed by cumulative
+# width: one far-away timestamp widens only its own group's slot. When the groups together are
+# wider than the int64 axis allows, they are processed in consecutive batches that fit.
+
+GroupedIntervals = tuple[IntArray, IntArray, IntArray]
+_AXIS = 2**62
 
 
-def _packing(
+def _widths(
     groups: IntArray, starts: IntArray, ends: IntArray, n_groups: int
-) -> tuple[IntArray, int]:
-    """Per-group origin and a slot width so that ``g * span + (t - origin[g])`` keeps groups apart."""
+) -> tuple[IntArray, IntArray, npt.NDArray[np.float64]]:
+    """Per group: origin (earliest start), top (latest end) and slot width as floats (an int64
+    subtraction could itself overflow on absurd inputs)."""
     origin = np.full(n_groups, _I64_MAX, dtype=np.int64)
     np.minimum.at(origin, groups, starts)
-    origin[origin == _I64_MAX] = 0
-    if starts.size == 0:
-        return origin, 1
-    span = int((ends - origin[groups]).max()) + 2
-    if span * n_groups >= 2**62:
+    top = np.full(n_groups, _I64_MIN, dtype=np.int64)
+    np.maximum.at(top, groups, ends)
+    used = origin != _I64_MAX
+    origin[~used] = 0
+    top[~used] = 0
+    top = np.maximum(top, origin)  # a group of empty queries still gets a slot of width 1
+    width = np.where(used, top.astype(np.float64) - origin.astype(np.float64), 0.0) + 1.0
+    return origin, top, width
+
+
+def _slots(
+    groups: IntArray, starts: IntArray, ends: IntArray, n_groups: int
+) -> tuple[IntArray, IntArray]:
+    """Per group: origin (its earliest start) and base (where its slot begins on the axis), so
+    that ``t -> base[g] + (t - origin[g])`` keeps groups apart. Raises OverflowError when the
+    slots do not fit on one axis (the callers then split the groups into batches)."""
+    origin, top, width = _widths(groups, starts, ends, n_groups)
+    if float(width.sum()) >= _AXIS:
         raise OverflowError("interval groups too wide to pack on one int64 axis")
-    return origin, span
+    w = top - origin + 1
+    base = np.concatenate(([0], np.cumsum(w)[:-1])).astype(np.int64)
+    return origin, base
+
+
+def _batches(
+    groups: IntArray, starts: IntArray, ends: IntArray, n_groups: int
+) -> list[tuple[int, int]]:
+    """Consecutive group ranges [lo, hi) whose slots fit on one axis."""
+    width = _widths(groups, starts, ends, n_groups)[2]
+    out: list[tuple[int, int]] = []
+    lo, acc = 0, 0.0
+    for g, w in enumerate(width.tolist()):
+        if w >= _AXIS:
+            raise OverflowError(
+                f"one interval group spans {w:.3g} ns, beyond what int64 nanoseconds can hold"
+            )
+        if acc + w >= _AXIS:
+            out.append((lo, g))
+            lo, acc = g, 0.0
+        acc += w
+    out.append((lo, n_groups))
+    return out
+
+
+def _in_batches(
+    op: Callable[..., GroupedIntervals],
+    sets: list[GroupedIntervals],
+    n_groups: int,
+) -> GroupedIntervals:
+    allg = np.concatenate([x[0] for x in sets])
+    alls = np.concatenate([x[1] for x in sets])
+    alle = np.concatenate([x[2] for x in sets])
+    parts = []
+    for lo, hi in _batches(allg, alls, alle, n_groups):
+        sub = []
+        for g, s, e in sets:
+            m = (g >= lo) & (g < hi)
+            sub.append((g[m] - lo, s[m], e[m]))
+        rg, rs, re_ = op(*sub, hi - lo)
+        parts.append((rg + lo, rs, re_))
+    return (
+        np.concatenate([p[0] for p in parts]),
+        np.concatenate([p[1] for p in parts]),
+        np.concatenate([p[2] for p in parts]),
+    )
 
 
 def grouped_union(
     groups: npt.ArrayLike, starts: npt.ArrayLike, ends: npt.ArrayLike, n_groups: int | None = None
-) -> tuple[IntArray, IntArray, IntArray]:
+) -> GroupedIntervals:
     """Union within each group. Returns ``(group, start, end)`` sorted by group then start."""
     g = _as_i64(groups)
     s = _as_i64(starts)
     e = _as_i64(ends)
+    ng = int(g.max()) + 1 if n_groups is None and g.size else (n_groups or 0)
+    keep = e > s  # empty intervals vanish (and must not shape the packing)
+    if not keep.all():
+        g, s, e = g[keep], s[keep], e[keep]
     if g.size == 0:
         z = np.zeros(0, np.int64)
         return z, z.copy(), z.copy()
-    ng = int(g.max()) + 1 if n_groups is None else n_groups
-    origin, span = _packing(g, s, e, ng)
-    base = g * span - origin[g]
-    us, ue = union(s + base, e + base)
-    ug = us // span
-    ubase = ug * span - origin[ug]
-    return ug, us - ubase, ue - ubase
+    try:
+        origin, base = _slots(g, s, e, ng)
+    except OverflowError:
+        return _in_batches(lambda a, n: grouped_union(a[0], a[1], a[2], n), [(g, s, e)], ng)
+    shift = base[g] - origin[g]
+    us, ue = union(s + shift, e + shift)
+    ug = np.searchsorted(base, us, side="right") - 1
+    ushift = base[ug] - origin[ug]
+    return ug.astype(np.int64), us - ushift, ue - ushift
+
+
+def grouped_length(s: GroupedIntervals, n_groups: int) -> IntArray:
+    """Total length of each group of a grouped *disjoint* set, as ``n_groups`` totals."""
+    g, a, b = s
+    return np.bincount(g, weights=(b - a), minlength=n_groups).astype(np.int64)
 
 
 def grouped_measure(groups: IntArray, starts: IntArray, ends: IntArray, n_groups: int) -> IntArray:
     """Length covered within each group, as an array of ``n_groups`` totals (0 where empty)."""
-    ug, us, ue = grouped_union(groups, starts, ends, n_groups)
-    return np.bincount(ug, weights=(ue - us), minlength=n_groups).astype(np.int64)
-
-
-GroupedIntervals = tuple[IntArray, IntArray, IntArray]
+    return grouped_length(grouped_union(groups, starts, ends, n_groups), n_groups)
 
 
 def _grouped_binary(
@@ -166,13 +238,20 @@ def _grouped_binary(
         z = np.zeros(0, np.int64)
         return z, z.copy(), z.copy()
     allg = np.concatenate((ag, bg))
-    origin, span = _packing(allg, np.concatenate((a_s, b_s)), np.concatenate((a_e, b_e)), n_groups)
-    abase = ag * span - origin[ag]
-    bbase = bg * span - origin[bg]
-    s, e = op((a_s + abase, a_e + abase), (b_s + bbase, b_e + bbase))
-    g = s // span
-    base = g * span - origin[g]
-    return g, s - base, e - base
+    try:
+        origin, base = _slots(
+            allg, np.concatenate((a_s, b_s)), np.concatenate((a_e, b_e)), n_groups
+        )
+    except OverflowError:
+        return _in_batches(
+            lambda x, y, n: _grouped_binary(op, x, y, n), [(ag, a_s, a_e), (bg, b_s, b_e)], n_groups
+        )
+    ash = base[ag] - origin[ag]
+    bsh = base[bg] - origin[bg]
+    s, e = op((a_s + ash, a_e + ash), (b_s + bsh, b_e + bsh))
+    g = np.searchsorted(base, s, side="right") - 1
+    sh = base[g] - origin[g]
+    return g.astype(np.int64), s - sh, e - sh
 
 
 def grouped_intersect(a: GroupedIntervals, b: GroupedIntervals, n_groups: int) -> GroupedIntervals:
@@ -183,3 +262,41 @@ def grouped_intersect(a: GroupedIntervals, b: GroupedIntervals, n_groups: int) -
 def grouped_subtract(a: GroupedIntervals, b: GroupedIntervals, n_groups: int) -> GroupedIntervals:
     """``a`` minus ``b``, group by group, for grouped *disjoint* sets."""
     return _grouped_binary(subtract, a, b, n_groups)
+
+
+def grouped_covered(
+    c: GroupedIntervals, q_group: IntArray, q_start: IntArray, q_end: IntArray, n_groups: int
+) -> IntArray:
+    """``|[q_start, q_end) ∩ c[q_group]|`` per query, for a grouped *disjoint* set ``c``: the groups
+    packed on one axis, a prefix sum of lengths and two binary searches per query."""
+    cg, cs, ce = (_as_i64(x) for x in c)
+    qg, qs, qe = _as_i64(q_group), _as_i64(q_start), _as_i64(q_end)
+    out = np.zeros(qg.size, dtype=np.int64)
+    if qg.size == 0 or cg.size == 0:
+        return out
+    qe = np.maximum(qe, qs)
+    allg = np.concatenate((cg, qg))
+    try:
+        origin, base = _slots(allg, np.concatenate((cs, qs)), np.concatenate((ce, qe)), n_groups)
+    except OverflowError:
+        for lo, hi in _batches(allg, np.concatenate((cs, qs)), np.concatenate((ce, qe)), n_groups):
+            cm = (cg >= lo) & (cg < hi)
+            qm = (qg >= lo) & (qg < hi)
+            out[qm] = grouped_covered(
+                (cg[cm] - lo, cs[cm], ce[cm]), qg[qm] - lo, qs[qm], qe[qm], hi - lo
+            )
+        return out
+    shift = base[cg] - origin[cg]
+    ps, pe = cs + shift, ce + shift
+    order = np.argsort(ps, kind="stable")
+    ps, pe = ps[order], pe[order]
+    cum = np.concatenate(([0], np.cumsum(pe - ps)))
+
+    def before(x: IntArray) -> IntArray:
+        k = np.searchsorted(ps, x, side="right") - 1
+        kk = np.maximum(k, 0)
+        part = np.clip(x - ps[kk], 0, pe[kk] - ps[kk])
+        return np.where(k >= 0, cum[kk] + part, 0)
+
+    qshift = base[qg] - origin[qg]
+    return (before(qe + qshift) - before(qs + qshift)).astype(np.int64)

@@ -1,61 +1,40 @@
-"""Per (rank, step) overlap metrics and the bottleneck of each step.
+"""Per (unit, step) interval sets and the numbers of docs/metrics.md and docs/diagnosis.md §1.
 
-With C = union of compute intervals, M = union of comm intervals, B = union of all activities
-(compute, comm, memory) of the step, and |X| the total length of X (docs "Per (rank, step)"):
+With C = union of compute intervals, M = union of comm intervals, Y = union of memcpy/memset, all
+clipped to the step window W, and |X| the total length of X:
 
-  step_ns          window length
-  compute_ns       |C|            comm_ns |M|          memory_ns |union of memory|
-  overlap_ns       |C ∩ M|        (communication hidden behind computation)
-  exposed_comm_ns  |M| - |C ∩ M|  (communication nothing hid)
-  overlap_ratio    overlap / comm; None when comm is 0
-  idle_ns          step - |B|
+  step_ns          |W|
+  compute_ns       |C|            comm_ns |M|          memory_ns |Y|
+  overlap_ns       |C ∩ M|        communication hidden behind computation
+  exposed_comm_ns  |M - C|        communication nothing hid (= |M| - |C ∩ M|)
+  compute_only_ns  |C - M|
+  memory_only_ns   |Y - C - M|
+  idle_ns          |W - (C ∪ M ∪ Y)|
   ideal_ns         step - exposed + max(0, |M| - |C|)
-  potential_speedup step / ideal; None when ideal is 0
-  exposed_comm_ratio exposed / step, idle_ratio idle / step (None when step is 0)
 
-Bottleneck, first match wins:
-  communication-bound    |M| > |C|
-  exposed-communication  exposed >= exposed_ratio x step   (default 10 %)
-  idle-bound             idle >= idle_ratio x step         (default 20 %)
-  compute-bound          otherwise
+compute_only + overlap + exposed + memory_only + idle = step, exactly (the parts are disjoint);
+the exposed part is split further into waiting and transfer across ranks (collectives.py) and
+into causes (diagnosis.py).
+
+Everything is computed for all windows of a unit at once with the grouped (packed) interval
+algebra of :mod:`traceoverlap.intervals`; nothing loops over events in Python.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 
 from . import intervals as iv
-from .model import Timeline
-from .steps import StepTable
+from .intervals import GroupedIntervals
+from .model import Kind
+from .steps import UnitSteps
 
-KIND_CODES = {"compute": 0, "comm": 1, "memory": 2}
+I64 = npt.NDArray[np.int64]
 
-STEP_COLUMNS = (
-    "rank",
-    "step",
-    "step_ns",
-    "compute_ns",
-    "comm_ns",
-    "memory_ns",
-    "overlap_ns",
-    "exposed_comm_ns",
-    "idle_ns",
-    "overlap_ratio",
-    "ideal_ns",
-    "potential_speedup",
-    "exposed_comm_ratio",
-    "idle_ratio",
-    "bottleneck",
-    "reason",
-    "start_ns",
-    "end_ns",
-)
-
+#: Time metrics of a step row, in report order (ns).
 NS_METRICS = (
     "step_ns",
     "compute_ns",
@@ -65,289 +44,157 @@ NS_METRICS = (
     "exposed_comm_ns",
     "idle_ns",
     "ideal_ns",
+    "compute_only_ns",
+    "memory_only_ns",
+    "exposed_wait_ns",
+    "exposed_transfer_ns",
+    "exposed_tail_ns",
+    "exposed_dependency_ns",
+    "exposed_host_ns",
 )
+#: Ratio metrics of a step row (0-1, speedup >= 1), None when the denominator is 0.
 RATIO_METRICS = ("overlap_ratio", "potential_speedup", "exposed_comm_ratio", "idle_ratio")
-
-BOTTLENECKS = ("communication-bound", "exposed-communication", "idle-bound", "compute-bound")
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    """Bottleneck thresholds, as shares of the step (0-1)."""
-
-    exposed_ratio: float = 0.10
-    idle_ratio: float = 0.20
+#: The disjoint parts a step splits into (diagnosis.md §1); they sum to step_ns.
+PARTS = (
+    "compute_only_ns",
+    "overlap_ns",
+    "exposed_wait_ns",
+    "exposed_transfer_ns",
+    "memory_only_ns",
+    "idle_ns",
+)
 
 
 @dataclass(frozen=True)
 class ActivityRows:
-    """Activity intervals per step window: group = step_index, kind code, start/end (ns).
+    """Activity intervals per window: ``group`` = window index, ``kind`` code, start/end (ns)
+    (CPU windows: clipped to the window), and ``event_row``: the row in the unit's event table."""
 
-    ``event_row`` is the row in the timeline's event table each interval came from.
-    """
-
-    group: npt.NDArray[np.int64]
+    group: I64
     kind: npt.NDArray[np.int8]
-    start_ns: npt.NDArray[np.int64]
-    end_ns: npt.NDArray[np.int64]
-    event_row: npt.NDArray[np.int64]
+    start_ns: I64
+    end_ns: I64
+    event_row: I64
+
+    def select(self, mask: npt.NDArray[np.bool_]) -> ActivityRows:
+        return ActivityRows(
+            self.group[mask],
+            self.kind[mask],
+            self.start_ns[mask],
+            self.end_ns[mask],
+            self.event_row[mask],
+        )
 
 
 def activity_rows(
-    timeline: Timeline, steps: StepTable, only: list[int] | None = None
+    start: I64, end: I64, kind: npt.NDArray[np.int8], steps: UnitSteps
 ) -> ActivityRows:
-    """Every activity of every window as (window, kind, start, end), CPU windows clipped.
+    """Every activity of every window of one unit as (window, kind, start, end, row).
 
-    GPU windows take the activities assigned to them (by launch); CPU windows take every
-    activity of the rank that overlaps the marker range, clipped to it.
+    GPU units: the activities assigned to a window (by launch). CPU units (and the ``all``
+    window of any unit): every activity overlapping the window, clipped to it; one activity
+    may fall in several windows when markers overlap.
     """
-    ev = timeline.events
-    kind_all = (
-        ev["kind"].cat.codes.to_numpy().astype(np.int8)
-    )  # compute 0, comm 1, memory 2, none 3
-    is_act = kind_all < 3
-    start = ev["start_ns"].to_numpy()
-    end = ev["end_ns"].to_numpy()
-    rank = ev["rank"].to_numpy()
-    win = steps.windows
-    if only is not None:
-        win = win[win["step_index"].isin(only)]
-    gpu_ranks = set(timeline.gpu_ranks().tolist())
-
-    parts: list[tuple[Any, ...]] = []
-    gpu_win = win[win["rank"].isin(gpu_ranks) | (win["step"].astype(str) == "all")]
-    if len(gpu_win):
-        sel = np.flatnonzero(is_act & np.isin(steps.event_step, gpu_win["step_index"].to_numpy()))
-        parts.append((steps.event_step[sel], kind_all[sel], start[sel], end[sel], sel))
-    cpu_win = win[~win.index.isin(gpu_win.index)]
-    for r, group in cpu_win.groupby("rank", sort=True):
-        cand = np.flatnonzero(is_act & (rank == r))
-        cs, ce = start[cand], end[cand]
-        for w_idx, ws, we in zip(
-            group["step_index"].to_numpy(),
-            group["start_ns"].to_numpy(),
-            group["end_ns"].to_numpy(),
-            strict=True,
-        ):
-            m = (cs < we) & (ce > ws)
-            sel = cand[m]
-            parts.append(
-                (
-                    np.full(sel.size, w_idx, dtype=np.int64),
-                    kind_all[sel],
-                    np.maximum(cs[m], ws),
-                    np.minimum(ce[m], we),
-                    sel,
-                )
-            )
-    if not parts:
+    is_act = kind < Kind.NONE
+    if steps.gpu:
+        sel = np.flatnonzero(is_act & (steps.event_window >= 0))
+        return ActivityRows(
+            steps.event_window[sel], kind[sel], start[sel], end[sel], sel.astype(np.int64)
+        )
+    cand = np.flatnonzero(is_act)
+    ws, we = steps.start_ns, steps.end_ns
+    if cand.size == 0 or ws.size == 0:
         z = np.zeros(0, np.int64)
         return ActivityRows(z, np.zeros(0, np.int8), z, z, z)
+    order = np.argsort(ws, kind="stable")
+    sws, swe = ws[order], we[order]
+    a, b = start[cand], end[cand]
+    # windows j with ws_j < b (a prefix) and we_j > a: from the first whose running max end > a
+    hi = np.searchsorted(sws, b, side="left")
+    lo = np.searchsorted(np.maximum.accumulate(swe), a, side="right")
+    counts = np.maximum(hi - lo, 0)
+    total = int(counts.sum())
+    act = np.repeat(np.arange(cand.size), counts)
+    offs = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
+    j = np.repeat(lo, counts) + offs
+    s = np.maximum(a[act], sws[j])
+    e = np.minimum(b[act], swe[j])
+    ok = e > s
+    rows = cand[act[ok]]
     return ActivityRows(
-        np.concatenate([p[0] for p in parts]).astype(np.int64),
-        np.concatenate([p[1] for p in parts]).astype(np.int8),
-        np.concatenate([p[2] for p in parts]).astype(np.int64),
-        np.concatenate([p[3] for p in parts]).astype(np.int64),
-        np.concatenate([p[4] for p in parts]).astype(np.int64),
+        order[j[ok]].astype(np.int64), kind[rows], s[ok], e[ok], rows.astype(np.int64)
     )
 
 
-GroupedSet = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]
+@dataclass(frozen=True)
+class StepSets:
+    """Grouped disjoint interval sets per window (group = window index)."""
+
+    compute: GroupedIntervals
+    comm: GroupedIntervals
+    memory: GroupedIntervals
+    busy: GroupedIntervals
+    overlap: GroupedIntervals
+    exposed: GroupedIntervals
+    compute_only: GroupedIntervals
+    memory_only: GroupedIntervals
 
 
-def grouped_sets(acts: ActivityRows, n_groups: int) -> dict[str, GroupedSet]:
-    """Grouped disjoint interval sets per window: compute, comm, memory, busy, overlap, exposed."""
-    out: dict[str, GroupedSet] = {}
-    for name, code in KIND_CODES.items():
+def step_sets(acts: ActivityRows, n_windows: int) -> StepSets:
+    """C, M, Y, C ∪ M ∪ Y, C ∩ M, M − C, C − M and Y − C − M for every window at once."""
+
+    def union_of(code: Kind) -> GroupedIntervals:
         m = acts.kind == code
-        out[name] = iv.grouped_union(acts.group[m], acts.start_ns[m], acts.end_ns[m], n_groups)
-    out["busy"] = iv.grouped_union(acts.group, acts.start_ns, acts.end_ns, n_groups)
-    out["overlap"] = iv.grouped_intersect(out["compute"], out["comm"], n_groups)
-    out["exposed"] = iv.grouped_subtract(out["comm"], out["compute"], n_groups)
-    return out
+        return iv.grouped_union(acts.group[m], acts.start_ns[m], acts.end_ns[m], n_windows)
 
-
-def _measure(s: GroupedSet, n_groups: int) -> npt.NDArray[np.int64]:
-    g, a, b = s
-    return np.bincount(g, weights=(b - a), minlength=n_groups).astype(np.int64)
-
-
-def _ms(ns: int | float) -> str:
-    return f"{ns / 1e6:.2f} ms"
-
-
-def _pct(x: float) -> str:
-    return f"{100 * x:.1f}%"
-
-
-def classify_bottleneck(
-    step_ns: int, compute_ns: int, comm_ns: int, exposed_ns: int, idle_ns: int, th: Thresholds
-) -> tuple[str, str]:
-    """The bottleneck class of one step and a one-line reason with the numbers that decided it."""
-    if comm_ns > compute_ns:
-        return (
-            "communication-bound",
-            f"comm {_ms(comm_ns)} > compute {_ms(compute_ns)}: even perfect overlap leaves "
-            f"{_ms(comm_ns - compute_ns)} exposed",
-        )
-    if step_ns > 0 and exposed_ns >= th.exposed_ratio * step_ns:
-        return (
-            "exposed-communication",
-            f"exposed comm {_ms(exposed_ns)} = {_pct(exposed_ns / step_ns)} of the step "
-            f"(>= {_pct(th.exposed_ratio)}) while compute {_ms(compute_ns)} >= comm {_ms(comm_ns)}: "
-            "schedule comm earlier / smaller or reordered buckets",
-        )
-    if step_ns > 0 and idle_ns >= th.idle_ratio * step_ns:
-        return (
-            "idle-bound",
-            f"idle {_ms(idle_ns)} = {_pct(idle_ns / step_ns)} of the step (>= {_pct(th.idle_ratio)}): "
-            "the device waits for the host or a peer",
-        )
-    exp_share = exposed_ns / step_ns if step_ns else 0.0
-    idle_share = idle_ns / step_ns if step_ns else 0.0
-    return (
-        "compute-bound",
-        f"compute {_ms(compute_ns)} >= comm {_ms(comm_ns)}, exposed {_pct(exp_share)} < "
-        f"{_pct(th.exposed_ratio)}, idle {_pct(idle_share)} < {_pct(th.idle_ratio)}",
+    compute, comm, memory = union_of(Kind.COMPUTE), union_of(Kind.COMM), union_of(Kind.MEMORY)
+    busy = iv.grouped_union(acts.group, acts.start_ns, acts.end_ns, n_windows)
+    cm = iv.grouped_union(
+        np.concatenate((compute[0], comm[0])),
+        np.concatenate((compute[1], comm[1])),
+        np.concatenate((compute[2], comm[2])),
+        n_windows,
+    )
+    return StepSets(
+        compute=compute,
+        comm=comm,
+        memory=memory,
+        busy=busy,
+        overlap=iv.grouped_intersect(compute, comm, n_windows),
+        exposed=iv.grouped_subtract(comm, compute, n_windows),
+        compute_only=iv.grouped_subtract(compute, comm, n_windows),
+        memory_only=iv.grouped_subtract(memory, cm, n_windows),
     )
 
 
-def _ratio(num: npt.NDArray[np.int64], den: npt.NDArray[np.int64]) -> list[float | None]:
+def step_parts(sets: StepSets, steps: UnitSteps) -> dict[str, I64]:
+    """The per-window numbers of the module docstring (ns), one array per metric."""
+    n = len(steps)
+
+    def size(s: GroupedIntervals) -> I64:
+        return iv.grouped_length(s, n)
+
+    step = (steps.end_ns - steps.start_ns).astype(np.int64)
+    compute, comm = size(sets.compute), size(sets.comm)
+    overlap = size(sets.overlap)
+    exposed = comm - overlap
+    return {
+        "step_ns": step,
+        "compute_ns": compute,
+        "comm_ns": comm,
+        "memory_ns": size(sets.memory),
+        "overlap_ns": overlap,
+        "exposed_comm_ns": exposed,
+        "idle_ns": step - size(sets.busy),
+        "ideal_ns": step - exposed + np.maximum(0, comm - compute),
+        "compute_only_ns": size(sets.compute_only),
+        "memory_only_ns": size(sets.memory_only),
+    }
+
+
+def ratio(num: npt.ArrayLike, den: npt.ArrayLike) -> list[float | None]:
+    """num / den per row, None (never NaN) where den is 0."""
     return [
         float(a) / float(b) if b > 0 else None
-        for a, b in zip(num.tolist(), den.tolist(), strict=True)
+        for a, b in zip(np.asarray(num).tolist(), np.asarray(den).tolist(), strict=True)
     ]
-
-
-def compute_step_metrics(
-    timeline: Timeline, steps: StepTable, thresholds: Thresholds | None = None
-) -> pd.DataFrame:
-    """One row per step window with the columns of :data:`STEP_COLUMNS` (see module docstring)."""
-    th = thresholds or Thresholds()
-    win = steps.windows
-    n = len(win)
-    if n == 0:
-        return pd.DataFrame(columns=list(STEP_COLUMNS))
-    acts = activity_rows(timeline, steps)
-    sets = grouped_sets(acts, n)
-    compute = _measure(sets["compute"], n)
-    comm = _measure(sets["comm"], n)
-    memory = _measure(sets["memory"], n)
-    busy = _measure(sets["busy"], n)
-    overlap = _measure(sets["overlap"], n)
-    step = (win["end_ns"].to_numpy() - win["start_ns"].to_numpy()).astype(np.int64)
-    exposed = comm - overlap
-    idle = step - busy
-    ideal = step - exposed + np.maximum(0, comm - compute)
-    bottleneck, reason = zip(
-        *(
-            classify_bottleneck(s, c, m, e, i, th)
-            for s, c, m, e, i in zip(
-                step.tolist(),
-                compute.tolist(),
-                comm.tolist(),
-                exposed.tolist(),
-                idle.tolist(),
-                strict=True,
-            )
-        ),
-        strict=True,
-    )
-    df = pd.DataFrame(
-        {
-            "rank": win["rank"].to_numpy(),
-            "step": win["step"].to_numpy(dtype=object),
-            "step_ns": step,
-            "compute_ns": compute,
-            "comm_ns": comm,
-            "memory_ns": memory,
-            "overlap_ns": overlap,
-            "exposed_comm_ns": exposed,
-            "idle_ns": idle,
-            "overlap_ratio": pd.array(_ratio(overlap, comm), dtype=object),
-            "ideal_ns": ideal,
-            "potential_speedup": pd.array(_ratio(step, ideal), dtype=object),
-            "exposed_comm_ratio": pd.array(_ratio(exposed, step), dtype=object),
-            "idle_ratio": pd.array(_ratio(idle, step), dtype=object),
-            "bottleneck": list(bottleneck),
-            "reason": list(reason),
-            "start_ns": win["start_ns"].to_numpy(),
-            "end_ns": win["end_ns"].to_numpy(),
-        },
-        columns=list(STEP_COLUMNS),
-    )
-    return df
-
-
-def step_sets(
-    timeline: Timeline, steps: StepTable, step_index: int
-) -> dict[str, tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]]:
-    """Disjoint interval sets of one step, for drawing: compute, comm, memory, busy, overlap, exposed."""
-    acts = activity_rows(timeline, steps, only=[step_index])
-    m = acts.group == step_index
-    sub = ActivityRows(
-        np.zeros(int(m.sum()), np.int64),
-        acts.kind[m],
-        acts.start_ns[m],
-        acts.end_ns[m],
-        acts.event_row[m],
-    )
-    sets = grouped_sets(sub, 1)
-    return {k: (v[1], v[2]) for k, v in sets.items()}
-
-
-# --- summaries ----------------------------------------------------------------------------
-
-
-def _stats(values: pd.Series) -> dict[str, float | int | None]:
-    v = pd.to_numeric(values, errors="coerce").dropna().astype(float)
-    if v.empty:
-        return {"mean": None, "median": None, "p90": None, "min": None, "max": None}
-    return {
-        "mean": float(v.mean()),
-        "median": float(v.median()),
-        "p90": float(np.percentile(v.to_numpy(), 90)),
-        "min": float(v.min()),
-        "max": float(v.max()),
-    }
-
-
-def summarize(df: pd.DataFrame) -> dict[str, Any]:
-    """Mean / median / p90 / min / max of each metric over steps, totals, aggregate ratios,
-    bottleneck counts, the worst (most exposed) and slowest step."""
-    out: dict[str, Any] = {"n_steps": int(len(df))}
-    if df.empty:
-        return out
-    metrics: dict[str, Any] = {}
-    for col in NS_METRICS + RATIO_METRICS:
-        metrics[col] = _stats(df[col])
-    out["metrics"] = metrics
-    totals = {col: int(df[col].sum()) for col in NS_METRICS}
-    out["totals"] = totals
-    tc, ts = totals["comm_ns"], totals["step_ns"]
-    out["overlap_ratio"] = totals["overlap_ns"] / tc if tc else None
-    out["exposed_comm_ratio"] = totals["exposed_comm_ns"] / ts if ts else None
-    out["idle_ratio"] = totals["idle_ns"] / ts if ts else None
-    out["potential_speedup"] = ts / totals["ideal_ns"] if totals["ideal_ns"] else None
-    counts = df["bottleneck"].value_counts()
-    out["bottlenecks"] = {b: int(counts.get(b, 0)) for b in BOTTLENECKS if counts.get(b, 0)}
-    # ties resolve in BOTTLENECKS order: the more actionable class first
-    out["dominant_bottleneck"] = max(
-        BOTTLENECKS, key=lambda b: (int(counts.get(b, 0)), -BOTTLENECKS.index(b))
-    )
-    worst = df.loc[df["exposed_comm_ns"].astype(np.int64).idxmax()]
-    slowest = df.loc[df["step_ns"].astype(np.int64).idxmax()]
-    out["worst_step"] = {
-        "rank": int(worst["rank"]),
-        "step": worst["step"],
-        "exposed_comm_ns": int(worst["exposed_comm_ns"]),
-        "step_ns": int(worst["step_ns"]),
-        "bottleneck": worst["bottleneck"],
-        "reason": worst["reason"],
-    }
-    out["slowest_step"] = {
-        "rank": int(slowest["rank"]),
-        "step": slowest["step"],
-        "step_ns": int(slowest["step_ns"]),
-    }
-    return out

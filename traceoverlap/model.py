@@ -10,7 +10,7 @@ clocks, see :attr:`TraceInfo.clock`):
 ==============  ==========  ===============================================================
 column          dtype       meaning
 ==============  ==========  ===============================================================
-rank            int32       distributed rank the event belongs to
+rank            int64       distributed rank the event belongs to
 pid             int64       OS process that ran / launched it (joins GPU work to launches)
 device          int32       GPU index for GPU activity, -1 for host (CPU) events
 stream          int64       GPU stream for GPU activity, -1 for host events
@@ -35,6 +35,7 @@ No per-event Python objects: build the table from numpy arrays with :func:`make_
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -66,10 +67,21 @@ GPU_ACTIVITY_CATEGORIES: tuple[str, ...] = ("kernel", "memcpy", "memset")
 LAUNCH_CATEGORIES: tuple[str, ...] = ("runtime", "driver")
 
 #: Kinds the metrics use. ``none`` = not an activity (launches, ranges, sync records...).
+#: A kind is stored as its index in this tuple (the ``kind`` codes of :class:`Kind`).
 KINDS: tuple[str, ...] = ("compute", "comm", "memory", "none")
 
+
+class Kind(enum.IntEnum):
+    """Activity kinds as the int8 codes the analysis stores (``KINDS[code]`` is the name)."""
+
+    COMPUTE = 0
+    COMM = 1
+    MEMORY = 2
+    NONE = 3
+
+
 _INT_COLUMNS: dict[str, str] = {
-    "rank": "int32",
+    "rank": "int64",
     "pid": "int64",
     "device": "int32",
     "stream": "int64",
@@ -92,14 +104,6 @@ _INT_DEFAULTS: dict[str, int] = {
     "seq": -1,
     "group_size": -1,
 }
-_STR_COLUMNS: tuple[str, ...] = (
-    "lane",
-    "thread_name",
-    "category",
-    "name",
-    "coll_name",
-    "process_group",
-)
 #: Column order of the event table.
 COLUMNS: tuple[str, ...] = (
     "rank",
@@ -184,11 +188,12 @@ class TraceInfo:
     rank_source: str = "default"
     device_kind: str = "cpu"  # "gpu" when the trace has GPU activity, else "cpu"
     devices: tuple[str, ...] = ()
+    #: the device id of each entry of ``devices`` (same order), when the reader knows it
+    device_ids: tuple[int, ...] = ()
     format_version: str | None = None
     clock: str = "relative"
     pid: int | None = None
     device: int | None = None
-    process_groups: tuple[Mapping[str, Any], ...] = ()
     notes: tuple[str, ...] = ()
 
     def with_notes(self, *notes: str) -> TraceInfo:
@@ -228,12 +233,6 @@ class Timeline:
     def ranks(self) -> list[int]:
         return sorted({t.rank for t in self.traces})
 
-    def trace_for(self, rank: int) -> TraceInfo | None:
-        for t in self.traces:
-            if t.rank == rank:
-                return t
-        return None
-
     def gpu_ranks(self) -> np.ndarray:
         """Ranks with at least one GPU activity: these follow the GPU rules, the rest the CPU rules."""
         ev = self.events
@@ -250,6 +249,60 @@ class Timeline:
         return len(self.events)
 
 
+def split_units(timeline: Timeline) -> list[Timeline]:
+    """One Timeline per analysis unit: each (process, device) is its own timeline.
+
+    Overlap only means something per device, so a rank whose process drove several GPUs becomes
+    one unit per GPU: that GPU's activities plus every host event of the process (launch calls,
+    step markers and ranges belong to all of its devices), with ``TraceInfo.device`` set and a
+    note. A rank with one device (or none: a CPU rank) is one unit, its events untouched.
+    Units come out in (rank, device) order.
+    """
+    ev = timeline.events
+    rank = ev["rank"].to_numpy()
+    device = ev["device"].to_numpy()
+    is_gpu = ev["category"].isin(GPU_ACTIVITY_CATEGORIES).to_numpy()
+    units: list[Timeline] = []
+    for info in sorted(timeline.traces, key=lambda t: t.rank):
+        on_rank = rank == info.rank
+        devs = np.unique(device[on_rank & is_gpu])
+        single = len(timeline.traces) == 1
+        if devs.size <= 1:
+            dev = int(devs[0]) if devs.size else info.device
+            sub = ev if single else ev[on_rank].reset_index(drop=True)
+            units.append(Timeline(sub, (replace(info, device=dev),)))
+            continue
+        note = (
+            f"process {info.pid if info.pid is not None else '?'} (rank {info.rank}) drove "
+            f"{devs.size} GPUs ({', '.join(str(int(d)) for d in devs)}): each GPU is analysed as "
+            "its own timeline (overlap only means something per device)"
+        )
+        host = on_rank & ~is_gpu
+        for d in devs.tolist():
+            keep = host | (on_rank & is_gpu & (device == d))
+            ids = list(info.device_ids)
+            name = (
+                info.devices[ids.index(d)]
+                if d in ids and ids.index(d) < len(info.devices)
+                else None
+            )
+            units.append(
+                Timeline(
+                    ev[keep].reset_index(drop=True),
+                    (
+                        replace(
+                            info,
+                            device=int(d),
+                            devices=(name,) if name else info.devices,
+                            device_ids=(int(d),) if name else info.device_ids,
+                            notes=info.notes + (note,),
+                        ),
+                    ),
+                )
+            )
+    return units
+
+
 def concat_timelines(timelines: Sequence[Timeline]) -> Timeline:
     """Stack several timelines (e.g. one per rank file) into one, categoricals unified."""
     if not timelines:
@@ -262,12 +315,7 @@ def concat_timelines(timelines: Sequence[Timeline]) -> Timeline:
         c: pd.api.types.union_categoricals([f[c] for f in frames], ignore_order=True).categories
         for c in cat_cols
     }
-    fixed = []
-    for f in frames:
-        g = f.copy()
-        for c in cat_cols:
-            g[c] = g[c].cat.set_categories(cats[c])
-        fixed.append(g)
+    fixed = [f.assign(**{c: f[c].cat.set_categories(cats[c]) for c in cat_cols}) for f in frames]
     ev = pd.concat(fixed, ignore_index=True)
     traces = tuple(sorted((t for tl in timelines for t in tl.traces), key=lambda t: t.rank))
     return Timeline(ev, traces)

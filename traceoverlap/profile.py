@@ -31,7 +31,7 @@ from .errors import TraceoverlapError, UsageError
 
 STRATEGIES = ("naive", "flat", "overlap", "bucketed", "ddp")
 MODELS = ("gpt", "mlp")
-PRESETS = ("tiny", "small", "medium", "large", "xl")
+PRESETS = ("tiny", "small", "medium", "large", "xl", "comm-heavy")
 DTYPES = ("float32", "bfloat16", "float16")
 BACKENDS = ("gloo", "nccl")
 
@@ -47,7 +47,9 @@ class ProfileOptions:
 
     ``steps`` are profiled (active) iterations, ``warmup`` run-but-unrecorded ones before them;
     ``bucket_mb`` is MiB; ``slow_ms`` is milliseconds ``slow_rank`` sleeps before each backward;
-    ``timeout_s`` bounds a stuck collective and the whole run (seconds).
+    ``host_delay_ms`` is milliseconds every rank sleeps on the host after launching the step's
+    all-reduces, before waiting for them and the optimizer; ``timeout_s`` bounds a stuck collective
+    and the whole run (seconds).
     """
 
     strategy: str = "bucketed"
@@ -63,6 +65,7 @@ class ProfileOptions:
     backend: str | None = None
     slow_rank: int | None = None
     slow_ms: float = 0.0
+    host_delay_ms: float = 0.0
     timeout_s: float = 600.0
 
     def __post_init__(self) -> None:
@@ -80,6 +83,8 @@ class ProfileOptions:
             raise UsageError("--world-size and --steps must be >= 1, --warmup >= 0")
         if self.slow_rank is not None and not 0 <= self.slow_rank < self.world_size:
             raise UsageError(f"--slow-rank {self.slow_rank} is not a rank of {self.world_size}")
+        if self.host_delay_ms < 0:
+            raise UsageError(f"--host-delay-ms must be >= 0, not {self.host_delay_ms:g}")
 
 
 def workload_command(
@@ -101,6 +106,8 @@ def workload_command(
             cmd += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
     if opts.slow_rank is not None and opts.slow_ms > 0:
         cmd += ["--slow-rank", str(opts.slow_rank), "--slow-ms", f"{opts.slow_ms:g}"]
+    if opts.host_delay_ms > 0:
+        cmd += ["--host-delay-ms", f"{opts.host_delay_ms:g}"]
     cmd += ["--profiler", profiler, "--out", str(out)]
     return cmd
 

@@ -1,252 +1,387 @@
-"""Step markers, step windows, and which step each activity belongs to.
+"""Step markers, step windows, and which step each activity of one unit belongs to.
 
-Rules (docs "Steps"):
+Rules (docs/metrics.md "Steps", docs/diagnosis.md for the precise edges). Everything here works
+on ONE unit (one process and device, see :func:`traceoverlap.model.split_units`):
+
   - A step marker is a host range (category ``annotation``) whose name matches the step regex
-    (default ``^ProfilerStep#(\\d+)$``; ``--step-regex`` for ranges like ``train_step``).
-    The step's label is the regex's first group when it is a number, else the marker's ordinal.
-  - GPU ranks: a GPU activity (kernel / memcpy / memset) belongs to step N when the runtime/driver
-    call that launched it (same ``pid`` and ``correlation``) starts inside N's marker range
-    (half-open ``[start, end)``). The window is [first start, last end] of the step's activities.
-  - CPU ranks: the window is the marker range itself; activities are clipped to it (metrics.py).
-  - No markers on a rank: one window labelled ``all`` spanning that rank's activities.
+    (default ``^ProfilerStep#(\\d+)$``). Its label is the regex's first group when that is a
+    number; when any marker of the unit lacks one, every marker is labelled by its ordinal
+    (0, 1, ... in start order). A number that repeats keeps ``N`` on its first marker; the later
+    ones are labelled ``"N#2"``, ``"N#3"``... (a note says so). Zero-length markers are ignored.
+  - GPU units: a GPU activity (kernel / memcpy / memset) belongs to the INNERMOST marker
+    containing the start of the runtime/driver call that launched it (same ``pid`` and 64-bit
+    ``correlation``): among markers with ``start <= t < end``, the greatest start, then the
+    smallest end, then the first in the trace. The window is [first start, last end) of the
+    step's activities; a marker that launched nothing gives no step (a note names them).
+  - CPU units: the window is the marker range itself; activities are clipped to it (metrics.py).
+  - No markers on a unit: one window labelled ``all`` spanning the unit's activities, and a note
+    naming the repeating ranges that could be steps.
+
+Cost is linear in events (one sort of the launches, one searchsorted per activity) whatever the
+number of steps.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from typing import Any
+from collections import Counter
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from .errors import UsageError
-from .model import GPU_ACTIVITY_CATEGORIES, LAUNCH_CATEGORIES, Timeline
+from .model import GPU_ACTIVITY_CATEGORIES, LAUNCH_CATEGORIES, Kind, Timeline
+from .options import AnalysisOptions, compile_regex, describe_steps, step_number
 
-DEFAULT_STEP_REGEX = r"^ProfilerStep#(\d+)$"
+I64 = npt.NDArray[np.int64]
+#: Launch start of an activity whose launch is unknown.
+NO_LAUNCH = np.iinfo(np.int64).min
 
-WINDOW_COLUMNS = (
-    "rank",
-    "step",
-    "step_index",
-    "start_ns",
-    "end_ns",
-    "marker_start_ns",
-    "marker_end_ns",
-)
+StepLabel = int | str
 
 
 @dataclass(frozen=True)
-class StepTable:
-    """Step windows and the step of every event.
+class UnitSteps:
+    """The step windows of one unit and the step of each of its GPU activities.
 
-    ``windows``: one row per (rank, step) with ``step`` (int marker number or ``"all"``),
-    ``step_index`` (row number, used as group id everywhere), ``start_ns``/``end_ns`` (the window),
-    and the marker range (``-1`` for ``all`` windows).
-    ``event_step``: per event row of the timeline, the ``step_index`` it belongs to, or -1.
-    ``no_launch``: rank -> GPU activities whose launch row was not found (cannot be placed in a step).
-    ``outside``: rank -> GPU activities whose launch lies outside every step marker.
+    Per window ``w``: ``labels[w]`` (int marker number, ``"N#k"`` for a repeated number, or
+    ``"all"``), ``start_ns``/``end_ns`` (the window), ``marker_start_ns``/``marker_end_ns`` (-1
+    for ``all``). Per event row of the unit's table: ``event_window`` (GPU activities: the window
+    index, -1 for none; host events and CPU units: -1, CPU activities are clipped to windows by
+    the metrics), ``launch_row`` (GPU activities: the row of their launch call, -1 when not
+    found) and ``launch_start_ns`` (its start, :data:`NO_LAUNCH` when not found).
+    ``no_launch``: GPU activities whose launch is not in the trace; ``outside``: launched outside every step marker (both in no step).
     """
 
-    windows: pd.DataFrame
-    event_step: npt.NDArray[np.int64]
-    no_launch: dict[int, int] = field(default_factory=dict)
-    outside: dict[int, int] = field(default_factory=dict)
-    notes: tuple[str, ...] = ()
+    gpu: bool
+    labels: tuple[StepLabel, ...]
+    start_ns: I64
+    end_ns: I64
+    marker_start_ns: I64
+    marker_end_ns: I64
+    event_window: I64
+    launch_row: I64
+    launch_start_ns: I64
+    no_launch: int
+    outside: int
+    markers_found: int
+    notes: tuple[str, ...]
+    #: every marker's label, before ``--steps`` selected some (for "no steps" messages)
+    labels_found: tuple[StepLabel, ...] = ()
+
+    def __len__(self) -> int:
+        return len(self.labels)
 
 
-def parse_step_range(spec: str | None) -> tuple[int, int] | None:
-    """``"3-7"`` -> (3, 7); ``"5"`` -> (5, 5); None -> None."""
-    if spec is None or spec == "":
-        return None
-    m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", spec)
-    if not m:
-        raise UsageError(f"--steps {spec!r}: expected N or N-M (e.g. 3-7)")
-    lo = int(m.group(1))
-    hi = int(m.group(2)) if m.group(2) is not None else lo
-    if hi < lo:
-        raise UsageError(f"--steps {spec!r}: the range is empty ({hi} < {lo})")
-    return lo, hi
+def _name_mask(names: pd.Series, rx: re.Pattern[str]) -> npt.NDArray[np.bool_]:
+    """Per row: does the (categorical) name match ``rx``? Evaluated once per distinct name."""
+    cats = names.cat.categories
+    per_name = np.fromiter((rx.search(str(s)) is not None for s in cats), bool, len(cats))
+    codes = names.cat.codes.to_numpy()
+    return np.where(codes >= 0, per_name[np.maximum(codes, 0)], False)
 
 
-def _labels(names: list[str], rx: re.Pattern[str]) -> list[Any]:
-    labels: list[Any] = []
+def marker_labels(names: list[str], rx: re.Pattern[str]) -> tuple[list[StepLabel], str | None]:
+    """Labels of markers given in start order, and a note when numbers repeat."""
+    numbers: list[int | None] = []
     for name in names:
         m = rx.search(name)
         g = m.group(1) if m is not None and m.groups() else None
-        labels.append(int(g) if g is not None and g.isdigit() else None)
-    if any(lbl is None for lbl in labels) or len(set(labels)) != len(labels):
-        return list(range(len(names)))  # ordinal when the marker carries no unique number
-    return labels
+        numbers.append(int(g) if g is not None and g.isdigit() else None)
+    if any(n is None for n in numbers):
+        return list(range(len(names))), None
+    seen: Counter[int] = Counter()
+    labels: list[StepLabel] = []
+    for n in numbers:
+        assert n is not None
+        seen[n] += 1
+        labels.append(n if seen[n] == 1 else f"{n}#{seen[n]}")
+    repeated = sorted(n for n, c in seen.items() if c > 1)
+    note = None
+    if repeated:
+        shown = ", ".join(f"{n} ({seen[n]}x)" for n in repeated[:5])
+        note = (
+            f"step numbers repeat ({shown}{', ...' if len(repeated) > 5 else ''}): the repeats are "
+            f"labelled N#2, N#3... in start order"
+        )
+    return labels, note
 
 
-def _join_key(pid: npt.NDArray[np.int64], corr: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    # correlation ids repeat across processes: key on (pid, correlation)
-    return (pid.astype(np.int64) << np.int64(32)) ^ (corr.astype(np.int64) & np.int64(0xFFFFFFFF))
+def _enclosing(ms: I64, me: I64) -> I64:
+    """For markers sorted by (start, end descending), the index of the marker with the greatest
+    start that is still open when marker i starts (the next candidate outward), or -1."""
+    n = ms.size
+    enc = np.full(n, -1, dtype=np.int64)
+    if n < 2 or bool((ms[1:] >= me[:-1]).all()):
+        return enc  # no marker overlaps another: the common case, no walk needed
+    stack: list[int] = []
+    ms_l, me_l = ms.tolist(), me.tolist()
+    for i in range(n):
+        while stack and me_l[stack[-1]] <= ms_l[i]:
+            stack.pop()
+        enc[i] = stack[-1] if stack else -1
+        stack.append(i)
+    return enc
+
+
+def innermost_marker(ms: I64, me: I64, enc: I64, t: I64) -> I64:
+    """Per time in ``t``: the innermost marker (index into the sorted markers) containing it, -1
+    for none. ``ms``/``me`` sorted by (start, end descending, trace order descending)."""
+    out = np.full(t.size, -1, dtype=np.int64)
+    if ms.size == 0 or t.size == 0:
+        return out
+    cur = np.searchsorted(ms, t, side="right") - 1
+    idx = np.flatnonzero(cur >= 0)
+    cur = cur[idx]
+    while idx.size:
+        inside = me[cur] > t[idx]
+        out[idx[inside]] = cur[inside]
+        # not inside: walk outward to the next marker that was open when this one started
+        nxt = enc[cur[~inside]]
+        keep = nxt >= 0
+        idx = idx[~inside][keep]
+        cur = nxt[keep]
+    return out
+
+
+def join_launches(ev: pd.DataFrame, gidx: I64) -> I64:
+    """Per GPU activity row in ``gidx``: the row of the runtime/driver call that launched it
+    (joined on pid and the full 64-bit correlation id; the first launch row wins when an id
+    repeats), -1 when the trace has none."""
+    corr = ev["correlation"].to_numpy()
+    pid = ev["pid"].to_numpy()
+    lidx = np.flatnonzero(ev["category"].isin(LAUNCH_CATEGORIES).to_numpy() & (corr >= 0))
+    out = np.full(gidx.size, -1, dtype=np.int64)
+    if lidx.size == 0 or gidx.size == 0:
+        return out
+    gcorr, gpid = corr[gidx], pid[gidx]
+    for p in np.unique(gpid).tolist():
+        mine = np.flatnonzero((gpid == p) & (gcorr >= 0))
+        lp = lidx[pid[lidx] == p]
+        if mine.size == 0 or lp.size == 0:
+            continue
+        order = np.argsort(corr[lp], kind="stable")
+        keys = corr[lp][order]
+        pos = np.minimum(np.searchsorted(keys, gcorr[mine], side="left"), keys.size - 1)
+        hit = keys[pos] == gcorr[mine]
+        out[mine[hit]] = lp[order[pos[hit]]]
+    return out
+
+
+def _no_marker_note(ev: pd.DataFrame, pattern: str, default_regex: bool) -> str:
+    """Say the whole capture is one window, and suggest the repeating ranges that could be steps."""
+    text = f"no step markers matching {pattern!r}; the whole capture is one window 'all'"
+    ann = ev[ev["category"] == "annotation"]
+    if ann.empty:
+        return text
+    names = ann["name"].astype(str)
+    counts = names.value_counts()
+    # a step candidate repeats, and is not a phase of every step (forward/backward...)
+    cands = [(n, int(c)) for n, c in counts.items() if c >= 3 and not _PHASE_LIKE.search(n)]
+    groups: dict[str, int] = {}
+    for name, c in cands:
+        stem = re.split(r"[\[#(:\s\d]", name, maxsplit=1)[0]
+        if len(stem) < 2:
+            continue
+        sep = name[len(stem) : len(stem) + 1]
+        key = stem + (sep if sep and not sep.isdigit() and not sep.isspace() else "")
+        groups[key] = groups.get(key, 0) + c
+    if not groups:
+        return text
+    best = sorted(groups.items(), key=lambda kv: (-kv[1], kv[0]))[:3]
+    hints = ", ".join(f"'{k}...' x{n}: try --step-regex '^{re.escape(k)}'" for k, n in best)
+    return f"{text}; ranges that repeat and could be steps: {hints}"
+
+
+_PHASE_LIKE = re.compile(
+    r"(?i)^(forward|backward|optimizer|grad_sync|zero_grad|## |aten::|autograd|c10d|nccl:|gloo:|"
+    r"record_param_comms|Optimizer\.|DistributedDataParallel)"
+)
 
 
 def assign_steps(
-    timeline: Timeline,
-    step_regex: str | None = None,
-    step_range: tuple[int, int] | None = None,
-) -> StepTable:
-    """Find the step windows of every rank and the step of every event (see module docstring)."""
-    pattern = step_regex or DEFAULT_STEP_REGEX
-    try:
-        rx = re.compile(pattern)
-    except re.error as exc:
-        raise UsageError(f"--step-regex {pattern!r} is not a valid regex: {exc}") from None
-
-    ev = timeline.events
+    unit: Timeline,
+    kind: npt.NDArray[np.int8],
+    options: AnalysisOptions,
+) -> UnitSteps:
+    """Find the step windows of one unit and the step of each of its GPU activities."""
+    pattern = options.step_pattern
+    rx = compile_regex(pattern, "step_regex")
+    ev = unit.events
     n = len(ev)
-    event_step = np.full(n, -1, dtype=np.int64)
-    rows: list[dict[str, Any]] = []
-    no_launch: dict[int, int] = {}
-    outside: dict[int, int] = {}
-    notes: list[str] = []
-
-    rank_arr = ev["rank"].to_numpy()
-    cat_arr = ev["category"].to_numpy(dtype=object)
     start = ev["start_ns"].to_numpy()
     end = ev["end_ns"].to_numpy()
-    kind = ev["kind"].to_numpy(dtype=object) if "kind" in ev.columns else None
+    cat = ev["category"]
+    is_gpu = cat.isin(GPU_ACTIVITY_CATEGORIES).to_numpy()
+    gpu = bool(is_gpu.any())
+    notes: list[str] = []
 
-    name_cats = ev["name"].cat.categories
-    is_marker_name = np.fromiter(
-        (rx.search(str(s)) is not None for s in name_cats), bool, len(name_cats)
+    event_window = np.full(n, -1, dtype=np.int64)
+    launch_row = np.full(n, -1, dtype=np.int64)
+    launch_start = np.full(n, NO_LAUNCH, dtype=np.int64)
+
+    is_marker = (cat == "annotation").to_numpy() & _name_mask(ev["name"], rx)
+    midx = np.flatnonzero(is_marker)
+    zero = midx[end[midx] <= start[midx]]
+    if zero.size:
+        notes.append(f"{zero.size} zero-length step marker(s) ignored")
+        midx = midx[end[midx] > start[midx]]
+    # label order: start, then trace order
+    midx = midx[np.argsort(start[midx], kind="stable")]
+    markers_found = int(midx.size)
+
+    gidx = np.flatnonzero(is_gpu)
+    no_launch = outside = 0
+    if gpu:
+        rows = join_launches(ev, gidx)
+        found = rows >= 0
+        launch_row[gidx] = rows
+        launch_start[gidx[found]] = start[rows[found]]
+        no_launch = int((~found).sum())
+
+    if midx.size == 0:
+        act = gidx if gpu else np.flatnonzero(kind != Kind.NONE)
+        if act.size == 0:
+            return _empty(gpu, event_window, launch_row, launch_start, notes, "no activity")
+        notes.append(_no_marker_note(ev, pattern, options.step_regex is None))
+        if gpu:
+            event_window[act] = 0
+            no_launch = outside = 0  # every activity is in the one window
+        return UnitSteps(
+            gpu,
+            ("all",),
+            np.array([start[act].min()], np.int64),
+            np.array([end[act].max()], np.int64),
+            np.array([-1], np.int64),
+            np.array([-1], np.int64),
+            event_window,
+            launch_row,
+            launch_start,
+            no_launch,
+            outside,
+            0,
+            tuple(notes),
+        )
+
+    names = ev["name"].to_numpy()[midx].astype(str).tolist()
+    labels, repeat_note = marker_labels(names, rx)
+    if repeat_note:
+        notes.append(repeat_note)
+    ms_all, me_all = start[midx], end[midx]
+    keep = np.ones(midx.size, dtype=bool)
+    if options.steps is not None:
+        keep = np.array([options.steps.matches(step_number(lbl)) for lbl in labels], dtype=bool)
+
+    if not gpu:
+        kept = np.flatnonzero(keep)
+        return UnitSteps(
+            gpu,
+            tuple(labels[i] for i in kept),
+            ms_all[kept].astype(np.int64),
+            me_all[kept].astype(np.int64),
+            ms_all[kept].astype(np.int64),
+            me_all[kept].astype(np.int64),
+            event_window,
+            launch_row,
+            launch_start,
+            0,
+            0,
+            markers_found,
+            tuple(notes) + _overlap_note(ms_all[kept], me_all[kept]),
+            tuple(labels),
+        )
+
+    # innermost containing marker of each launch: markers sorted by (start, end desc, order desc)
+    order = np.lexsort((-np.arange(midx.size), -me_all, ms_all))
+    ms, me = ms_all[order], me_all[order]
+    enc = _enclosing(ms, me)
+    ls = launch_start[gidx]
+    has = ls != NO_LAUNCH
+    sorted_hit = np.full(gidx.size, -1, dtype=np.int64)
+    sorted_hit[has] = innermost_marker(ms, me, enc, ls[has])
+    marker = np.where(sorted_hit >= 0, order[np.maximum(sorted_hit, 0)], -1)
+    outside = int((has & (marker < 0)).sum())
+    if outside:
+        notes.append(
+            f"{outside} GPU activities were launched outside every step marker (in no step)"
+        )
+    marker = np.where(marker >= 0, np.where(keep[np.maximum(marker, 0)], marker, -1), -1)
+
+    # window of each marker: [min start, max end) of its activities
+    assigned = marker >= 0
+    m_of = marker[assigned]
+    lo = np.full(midx.size, np.iinfo(np.int64).max, dtype=np.int64)
+    hi = np.full(midx.size, np.iinfo(np.int64).min, dtype=np.int64)
+    np.minimum.at(lo, m_of, start[gidx[assigned]])
+    np.maximum.at(hi, m_of, end[gidx[assigned]])
+    has_work = np.bincount(m_of, minlength=midx.size) > 0
+    empty = np.flatnonzero(keep & ~has_work)
+    if empty.size:
+        shown = describe_steps([labels[i] for i in empty])
+        notes.append(
+            f"step{'s' if empty.size > 1 else ''} {shown} launched no GPU work "
+            f"({empty.size} marker{'s' if empty.size > 1 else ''}); skipped"
+        )
+    kept = np.flatnonzero(keep & has_work)
+    window_of_marker = np.full(midx.size, -1, dtype=np.int64)
+    window_of_marker[kept] = np.arange(kept.size)
+    event_window[gidx[assigned]] = window_of_marker[m_of]
+    return UnitSteps(
+        gpu,
+        tuple(labels[i] for i in kept),
+        lo[kept],
+        hi[kept],
+        ms_all[kept].astype(np.int64),
+        me_all[kept].astype(np.int64),
+        event_window,
+        launch_row,
+        launch_start,
+        no_launch,
+        outside,
+        markers_found,
+        tuple(notes) + _overlap_note(ms_all, me_all),
+        tuple(labels),
     )
-    codes = ev["name"].cat.codes.to_numpy()
-    is_marker = (cat_arr == "annotation") & np.where(
-        codes >= 0, is_marker_name[np.maximum(codes, 0)], False
+
+
+def _overlap_note(ms: I64, me: I64) -> tuple[str, ...]:
+    if ms.size < 2:
+        return ()
+    order = np.argsort(ms, kind="stable")
+    s, e = ms[order], me[order]
+    prior_end = np.maximum.accumulate(e)[:-1]
+    n = int((s[1:] < prior_end).sum())
+    if not n:
+        return ()
+    return (
+        f"{n} step marker(s) start inside an earlier one (nested or overlapping markers): GPU "
+        "work goes to the innermost marker around its launch; a CPU step counts everything "
+        "inside its own range",
     )
-    is_gpu_act = np.isin(cat_arr, GPU_ACTIVITY_CATEGORIES)
-    is_launch = np.isin(cat_arr, LAUNCH_CATEGORIES)
-    if kind is not None:
-        is_activity = kind != "none"
-    else:
-        is_activity = is_gpu_act
 
-    for rank in sorted(np.unique(rank_arr).tolist()):
-        on_rank = rank_arr == rank
-        gpu_rank = bool((on_rank & is_gpu_act).any())
-        midx = np.flatnonzero(on_rank & is_marker)
-        midx = midx[np.argsort(start[midx], kind="stable")]
-        if midx.size == 0:
-            act = np.flatnonzero(on_rank & (is_gpu_act if gpu_rank else is_activity))
-            if act.size == 0:
-                notes.append(f"rank {rank}: no activity found; rank skipped")
-                continue
-            idx = len(rows)
-            rows.append(
-                {
-                    "rank": rank,
-                    "step": "all",
-                    "step_index": idx,
-                    "start_ns": int(start[act].min()),
-                    "end_ns": int(end[act].max()),
-                    "marker_start_ns": -1,
-                    "marker_end_ns": -1,
-                }
-            )
-            event_step[act] = idx
-            notes.append(
-                f"rank {rank}: no step markers matching {pattern!r}; the whole capture is one window 'all'"
-            )
-            continue
 
-        labels = _labels([str(ev["name"].iat[i]) for i in midx], rx)
-        ms, me = start[midx], end[midx]
-        keep_m = np.ones(midx.size, dtype=bool)
-        if step_range is not None:
-            keep_m = np.array(
-                [isinstance(lbl, int) and step_range[0] <= lbl <= step_range[1] for lbl in labels],
-                bool,
-            )
-        base = len(rows)
-        # marker i -> global step_index (or -1 when filtered out)
-        m_index = np.full(midx.size, -1, dtype=np.int64)
-        m_index[keep_m] = base + np.arange(int(keep_m.sum()))
-
-        def marker_of(
-            t: npt.NDArray[np.int64], ms: Any = ms, me: Any = me
-        ) -> npt.NDArray[np.int64]:
-            i = np.searchsorted(ms, t, side="right") - 1
-            ok = (i >= 0) & (t < me[np.maximum(i, 0)])
-            return np.where(ok, i, -1)
-
-        if gpu_rank:
-            lidx = np.flatnonzero(on_rank & is_launch & (ev["correlation"].to_numpy() >= 0))
-            gidx = np.flatnonzero(on_rank & is_gpu_act)
-            corr = ev["correlation"].to_numpy()
-            pid = ev["pid"].to_numpy()
-            lkey = _join_key(pid[lidx], corr[lidx])
-            order = np.argsort(lkey, kind="stable")
-            lkey_sorted = lkey[order]
-            gkey = _join_key(pid[gidx], corr[gidx])
-            found = np.zeros(gidx.size, dtype=bool)
-            launch_rows = np.zeros(gidx.size, dtype=np.int64)
-            if lkey_sorted.size:
-                pos = np.minimum(np.searchsorted(lkey_sorted, gkey), lkey_sorted.size - 1)
-                found = (lkey_sorted[pos] == gkey) & (corr[gidx] >= 0)
-                launch_rows = lidx[order[pos]]
-            mk = np.full(gidx.size, -1, dtype=np.int64)
-            if found.any():
-                mk[found] = marker_of(start[launch_rows[found]])
-            step_of = np.where(mk >= 0, m_index[np.maximum(mk, 0)], -1)
-            event_step[gidx] = step_of
-            missing = int((~found).sum())
-            if missing:
-                no_launch[rank] = missing
-            n_out = int((found & (mk < 0)).sum())
-            if n_out:
-                outside[rank] = n_out
-            for j in np.flatnonzero(keep_m):
-                sel = gidx[step_of == m_index[j]]
-                if sel.size == 0:
-                    notes.append(
-                        f"rank {rank}: step {labels[j]} launched no GPU work; step skipped"
-                    )
-                    continue
-                rows.append(
-                    {
-                        "rank": rank,
-                        "step": labels[j],
-                        "step_index": int(m_index[j]),
-                        "start_ns": int(start[sel].min()),
-                        "end_ns": int(end[sel].max()),
-                        "marker_start_ns": int(ms[j]),
-                        "marker_end_ns": int(me[j]),
-                    }
-                )
-        else:
-            aidx = np.flatnonzero(on_rank & is_activity)
-            mk = marker_of(start[aidx])
-            event_step[aidx] = np.where(mk >= 0, m_index[np.maximum(mk, 0)], -1)
-            for j in np.flatnonzero(keep_m):
-                rows.append(
-                    {
-                        "rank": rank,
-                        "step": labels[j],
-                        "step_index": int(m_index[j]),
-                        "start_ns": int(ms[j]),
-                        "end_ns": int(me[j]),
-                        "marker_start_ns": int(ms[j]),
-                        "marker_end_ns": int(me[j]),
-                    }
-                )
-
-    windows = pd.DataFrame(rows, columns=list(WINDOW_COLUMNS))
-    # step_index must be the row number: renumber densely (skipped steps leave holes)
-    if len(windows):
-        remap = np.full(int(windows["step_index"].max()) + 1, -1, dtype=np.int64)
-        remap[windows["step_index"].to_numpy()] = np.arange(len(windows))
-        valid = event_step >= 0
-        event_step[valid] = remap[event_step[valid]]
-        windows["step_index"] = np.arange(len(windows))
-    else:
-        event_step[:] = -1
-    windows["step"] = windows["step"].astype(object)
-    for col in ("rank", "step_index", "start_ns", "end_ns", "marker_start_ns", "marker_end_ns"):
-        windows[col] = windows[col].astype(np.int64)
-    return StepTable(windows, event_step, no_launch, outside, tuple(notes))
+def _empty(
+    gpu: bool,
+    event_window: I64,
+    launch_row: I64,
+    launch_start: I64,
+    notes: list[str],
+    why: str,
+) -> UnitSteps:
+    z = np.zeros(0, np.int64)
+    return UnitSteps(
+        gpu,
+        (),
+        z,
+        z.copy(),
+        z.copy(),
+        z.copy(),
+        event_window,
+        launch_row,
+        launch_start,
+        0,
+        0,
+        0,
+        tuple(notes) + (f"{why} found; skipped",),
+    )

@@ -4,6 +4,8 @@ Examples::
 
     python -m traceoverlap_workloads --strategy bucketed --world-size 2 --out runs/bucketed
     python -m traceoverlap_workloads --strategy naive --world-size 2 --slow-rank 1 --slow-ms 20 --out runs/slow
+    python -m traceoverlap_workloads --strategy bucketed --host-delay-ms 60 --out runs/host-delay
+    python -m traceoverlap_workloads --strategy naive --model mlp --preset comm-heavy --out runs/comm
     torchrun --nproc-per-node 8 -m traceoverlap_workloads --strategy ddp --preset large --out runs/ddp
 
 ``traceoverlap profile`` runs this and then analyzes the traces.
@@ -16,7 +18,7 @@ import os
 import sys
 
 STRATEGIES = ("naive", "flat", "overlap", "bucketed", "ddp")
-PRESET_NAMES = ("tiny", "small", "medium", "large", "xl")
+PRESET_NAMES = ("tiny", "small", "medium", "large", "xl", "comm-heavy")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,7 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--preset",
         choices=PRESET_NAMES,
         default="tiny",
-        help="model size (see traceoverlap_workloads.models); tiny runs in seconds on CPU",
+        help="model size (see traceoverlap_workloads.models); tiny runs in seconds on CPU; "
+        "comm-heavy: many small gradients and batch 1, so that with naive communication "
+        "exceeds compute",
     )
     p.add_argument(
         "--world-size",
@@ -80,8 +84,27 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="default: nccl when CUDA is available, else gloo",
     )
-    p.add_argument("--slow-rank", type=int, default=-1, help="rank that sleeps before backward")
+    p.add_argument(
+        "--slow-rank",
+        type=int,
+        default=-1,
+        help="rank that sleeps before backward (a straggler: the others wait for it inside "
+        "the all-reduces)",
+    )
     p.add_argument("--slow-ms", type=float, default=0.0, help="how long --slow-rank sleeps (ms)")
+    p.add_argument(
+        "--host-delay-ms",
+        type=float,
+        default=0.0,
+        metavar="MS",
+        help="every rank sleeps MS ms on the host (a host_delay range) after the step's "
+        "all-reduces were launched, before waiting for them and launching the optimizer: "
+        "communication in flight is exposed because the host did not feed the device, then the "
+        "device idles. overlap/bucketed: between backward and grad_sync; ddp: after backward; "
+        "naive/flat: after grad_sync (ddp, naive, flat on gloo: the all-reduces are already done, "
+        "pure idle). Each step then starts with a barrier (a step_barrier range) so that ranks "
+        "stay in step",
+    )
     p.add_argument(
         "--profiler",
         choices=("torch", "none"),
@@ -110,6 +133,9 @@ def main(argv: list[str] | None = None) -> int:
             "traceoverlap-workloads: --steps must be >= 1, --warmup and --wait >= 0",
             file=sys.stderr,
         )
+        return 2
+    if args.slow_ms < 0 or args.host_delay_ms < 0:
+        print("traceoverlap-workloads: --slow-ms and --host-delay-ms must be >= 0", file=sys.stderr)
         return 2
     try:
         import torch  # noqa: F401

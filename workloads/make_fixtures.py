@@ -1,13 +1,21 @@
 """Regenerate ``fixtures/workloads/`` from real CPU (gloo) runs of every strategy.
 
-    python -m traceoverlap_workloads.make_fixtures            # into <repo>/fixtures/workloads
+    python -m traceoverlap_workloads.make_fixtures                  # into <repo>/fixtures/workloads
+    python -m traceoverlap_workloads.make_fixtures --only host_delay  # just some
     python -m traceoverlap_workloads.make_fixtures --out DIR
     python -m traceoverlap_workloads.make_fixtures --nsys     # <repo>/fixtures/nsys (needs nsys)
 
-Each run: tiny GPT, 2 ranks, 1 wait + 1 warmup + 3 active steps, gzipped Kineto traces
-``<strategy>/rank{0,1}.json.gz`` (about 100 KB each). ``bucketed_slow/`` is ``bucketed`` with rank 1
-sleeping 20 ms before each backward (a straggler, for cross-rank analysis). Timings differ from run to
-run; tests on these files assert structure, not durations.
+Each run: 2 ranks, 1 wait + 1 warmup + 3 active steps, gzipped Kineto traces
+``<name>/rank{0,1}.json.gz`` (100-250 KB each). One folder per strategy on the tiny GPT, plus runs
+with a planted cause (see fixtures/workloads/README.md):
+
+- ``bucketed_slow``: bucketed, rank 1 sleeps 20 ms before each backward (a straggler);
+- ``slow_rank``: the same with 40 ms: rank 0 waits for rank 1 inside the all-reduces;
+- ``host_delay``: bucketed, every rank sleeps 60 ms on the host between backward and grad_sync
+  while its bucket all-reduces are in flight (host-caused exposure, then idle);
+- ``comm_heavy``: naive on the ``comm-heavy`` MLP preset: communication exceeds compute.
+
+Timings differ from run to run; tests on these files assert what the planted cause guarantees.
 
 ``--nsys``: ``fixtures/nsys/bucketed_cpu_2rank.sqlite``, the SQLite export that ``traceoverlap profile
 --nsys`` makes of ``bucketed`` on 2 gloo ranks (1 wait + 1 warmup + 2 captured steps).
@@ -25,9 +33,13 @@ from pathlib import Path
 
 from .strategies import STRATEGIES
 
-COMMON = ["--world-size", "2", "--preset", "tiny", "--steps", "3", "--warmup", "1", "--wait", "1"]
-RUNS: dict[str, list[str]] = {s: ["--strategy", s] for s in STRATEGIES}
-RUNS["bucketed_slow"] = ["--strategy", "bucketed", "--slow-rank", "1", "--slow-ms", "20"]
+COMMON = ["--world-size", "2", "--steps", "3", "--warmup", "1", "--wait", "1"]
+TINY = ["--preset", "tiny"]
+RUNS: dict[str, list[str]] = {s: ["--strategy", s, *TINY] for s in STRATEGIES}
+RUNS["bucketed_slow"] = ["--strategy", "bucketed", *TINY, "--slow-rank", "1", "--slow-ms", "20"]
+RUNS["slow_rank"] = ["--strategy", "bucketed", *TINY, "--slow-rank", "1", "--slow-ms", "40"]
+RUNS["host_delay"] = ["--strategy", "bucketed", *TINY, "--host-delay-ms", "60"]
+RUNS["comm_heavy"] = ["--strategy", "naive", "--model", "mlp", "--preset", "comm-heavy"]
 
 
 NSYS_FIXTURE = "bucketed_cpu_2rank.sqlite"

@@ -3,15 +3,30 @@
 Presets (``--preset``), chosen so that ``tiny`` runs in seconds on a laptop CPU and the larger ones keep
 a GPU busy. Parameter counts are approximate (fp32 bytes = 4 x params):
 
-=========  =================================================  ==========================================
-preset     GPT (d_model / layers / heads / vocab, seq len)    MLP (width / layers, input dim)
-=========  =================================================  ==========================================
-tiny       64 / 2 / 2 / 512, seq 64          (~0.2 M params)  128 / 4, in 128          (~0.07 M params)
-small      512 / 8 / 8 / 8192, seq 256       (~34 M)          1024 / 8, in 1024        (~8 M)
-medium     768 / 12 / 12 / 32768, seq 512    (~136 M)         4096 / 8, in 4096        (~134 M)
-large      1024 / 24 / 16 / 32768, seq 1024  (~370 M)         8192 / 8, in 8192        (~537 M)
-xl         1600 / 48 / 25 / 32768, seq 1024  (~1.6 B)         8192 / 16, in 8192       (~1.1 B)
-=========  =================================================  ==========================================
+==========  =================================================  ========================================
+preset      GPT (d_model / layers / heads / vocab, seq len)    MLP (width / layers, input dim)
+==========  =================================================  ========================================
+tiny        64 / 2 / 2 / 512, seq 64          (~0.2 M params)  128 / 4, in 128          (~0.07 M params)
+small       512 / 8 / 8 / 8192, seq 256       (~34 M)          1024 / 8, in 1024        (~8 M)
+medium      768 / 12 / 12 / 32768, seq 512    (~136 M)         4096 / 8, in 4096        (~134 M)
+large       1024 / 24 / 16 / 32768, seq 1024  (~370 M)         8192 / 8, in 8192        (~537 M)
+xl          1600 / 48 / 25 / 32768, seq 1024  (~1.6 B)         8192 / 16, in 8192       (~1.1 B)
+comm-heavy  32 / 4 / 2 / 256, seq 8           (~0.07 M)        160 / 16, in 160         (~0.4 M)
+==========  =================================================  ========================================
+
+Batch per rank: 8 (tiny, small, medium), 4 (large), 2 (xl), 1 (comm-heavy).
+
+``comm-heavy`` is communication-bound by construction: many small gradients (MLP: 34 of them, each
+weight 100 KB, just under the CPU bucket cap of 0.1 MiB so bucketing merges little) and almost no
+compute (one sample per rank). Each all-reduce costs a fixed latency (a gloo round trip between
+threads and processes) that the microseconds of compute per layer cannot match, so with one
+all-reduce per gradient (``naive``) communication exceeds compute several times over (measured on
+this project's loaded 2-core CPU, MLP + ``naive``: comm 3.5-9.4x compute per step, the exposed
+transfer 1.8-3.3x the idle time; with ``bucketed`` or ``overlap`` waiting and compute vary too much
+between ranks to promise it). A wide MLP with a tiny batch (lots of gradient *bytes*) does not get
+there on a CPU: the freshly allocated gradients and the optimizer cost about as much per byte as
+gloo's loopback transfer (width 2048, 2 layers, batch 1, SGD: comm 0.9-1.9x compute; AdamW's step
+alone takes longer than the all-reduce).
 
 Nothing here is random except through the global torch seed the caller sets, so every rank that
 seeds the same way builds identical weights.
@@ -47,6 +62,7 @@ PRESETS: dict[str, Preset] = {
     "medium": Preset(768, 12, 12, 32768, 512, 8, 4096, 8),
     "large": Preset(1024, 24, 16, 32768, 1024, 4, 8192, 8),
     "xl": Preset(1600, 48, 25, 32768, 1024, 2, 8192, 16),
+    "comm-heavy": Preset(32, 4, 2, 256, 8, 1, 160, 16),
 }
 
 MLP_CLASSES = 16

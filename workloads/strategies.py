@@ -15,27 +15,63 @@ concatenated batch. What differs is *when* communication runs relative to backwa
 - ``ddp``: ``torch.nn.parallel.DistributedDataParallel(bucket_cap_mb=...)``.
 
 Launches run under ``span`` ranges (``allreduce_launch#i bytes=N`` / ``bucket_launch#i bytes=N``) so a
-trace shows which message started when. Under Nsight Systems on gloo each collective is also an NVTX range
-from issue to completion (``gloo:all_reduce``, see ``instrument``): a CPU run's only record of communication.
+trace shows which message started when, and every wait for a result under ``allreduce_wait#i`` /
+``bucket_wait#i``: a CPU trace has no operator for ``Work.wait()``, and these ranges are how the
+diagnosis sees that the host was blocked in communication (cause ``dependency``, not ``host``).
+
+``host_delay_s`` (``--host-delay-ms``) plants host-caused exposure: every rank sleeps, in a
+``host_delay`` range, after the step's all-reduces were launched and before the host waits for them
+or launches the optimizer. Communication still in flight then has nothing to hide behind, while the
+host neither waits for it nor has queued the next compute. Where that is (``delay_point``):
+
+- ``overlap`` / ``bucketed``: between ``backward`` (whose hooks launched every all-reduce) and
+  ``grad_sync`` (which waits for them): the all-reduces run during the sleep, on gloo and NCCL.
+- ``ddp``: after ``backward``. DDP waits for its buckets at the end of backward: on gloo that blocks
+  the host until they are done (nothing left in flight: the sleep is pure idle); with NCCL the wait
+  is a stream dependency and the kernels run during the sleep. (A comm hook could sleep inside
+  backward, but on a CPU timeline the sleep would then lie inside an autograd op: compute.)
+- ``naive`` / ``flat``: after ``grad_sync``, before ``optimizer``: the same as ddp, blocking on gloo
+  (pure idle), only enqueued with NCCL.
+
+The sleep never synchronises the device (unlike ``--slow-ms``): the GPU drains what was queued and then
+sits with only communication, or nothing, to run.
+
+Under Nsight Systems on gloo each collective is also an NVTX range from issue to completion
+(``gloo:all_reduce``, see ``instrument``): a CPU run's only record of communication.
 """
 
 from __future__ import annotations
+
+import time
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
 from . import instrument
-from .instrument import comm, comm_begin, comm_end_when_done, span
+from .instrument import comm_begin, comm_end_when_done, span
 
 STRATEGIES = ("naive", "flat", "overlap", "bucketed", "ddp")
 
 
 class GradSync:
-    """Base: ``prepare`` once (may wrap the model), ``sync`` in the ``grad_sync`` phase of each step."""
+    """Base: ``prepare`` once (may wrap the model), ``sync`` in the ``grad_sync`` phase of each step.
 
-    def __init__(self, world_size: int) -> None:
+    The training loop calls ``host_delay`` where ``delay_point`` says: "before_sync" between
+    ``backward`` and ``grad_sync``, "after_sync" between ``grad_sync`` and ``optimizer``.
+    """
+
+    delay_point = "after_sync"
+
+    def __init__(self, world_size: int, host_delay_s: float = 0.0) -> None:
         self.world_size = world_size
+        self.host_delay_s = host_delay_s
+
+    def host_delay(self) -> None:
+        """Sleep ``host_delay_s`` on the host in a ``host_delay`` range (nothing when 0)."""
+        if self.host_delay_s > 0:
+            with span("host_delay", color="red"):
+                time.sleep(self.host_delay_s)
 
     def prepare(self, model: nn.Module) -> nn.Module:
         self.params = [p for p in model.parameters() if p.requires_grad]
@@ -50,8 +86,11 @@ class Naive(GradSync):
         for i, p in enumerate(self.params):
             assert p.grad is not None
             with span(f"allreduce_launch#{i} bytes={p.grad.numel() * p.grad.element_size()}"):
-                with comm("all_reduce"):
-                    dist.all_reduce(p.grad)
+                handle = comm_begin("all_reduce")
+                work = dist.all_reduce(p.grad, async_op=True)
+                comm_end_when_done(work, handle)
+            with span(f"allreduce_wait#{i}"):  # blocking: wait at once
+                work.wait()
             p.grad.div_(self.world_size)
 
 
@@ -60,8 +99,11 @@ class Flat(GradSync):
         grads = [p.grad for p in self.params if p.grad is not None]
         flat = torch.cat([g.reshape(-1) for g in grads])
         with span(f"bucket_launch#0 bytes={flat.numel() * flat.element_size()}"):
-            with comm("all_reduce"):
-                dist.all_reduce(flat)
+            handle = comm_begin("all_reduce")
+            work = dist.all_reduce(flat, async_op=True)
+            comm_end_when_done(work, handle)
+        with span("bucket_wait#0"):  # blocking: wait at once
+            work.wait()
         flat.div_(self.world_size)
         offset = 0
         for g in grads:
@@ -71,9 +113,11 @@ class Flat(GradSync):
 
 
 class Overlap(GradSync):
+    delay_point = "before_sync"
+
     def prepare(self, model: nn.Module) -> nn.Module:
         super().prepare(model)
-        self.pending: list[tuple[dist.Work, torch.Tensor]] = []
+        self.pending: list[tuple[dist.Work, torch.Tensor, int]] = []
         for i, p in enumerate(self.params):
             p.register_post_accumulate_grad_hook(self._hook(i))
         return model
@@ -85,20 +129,23 @@ class Overlap(GradSync):
                 handle = comm_begin("all_reduce")
                 work = dist.all_reduce(p.grad, async_op=True)
                 comm_end_when_done(work, handle)
-            self.pending.append((work, p.grad))
+            self.pending.append((work, p.grad, i))
 
         return launch
 
     def sync(self) -> None:
-        for work, grad in self.pending:
-            work.wait()
+        for work, grad, i in self.pending:
+            with span(f"allreduce_wait#{i}"):
+                work.wait()
             grad.div_(self.world_size)
         self.pending = []
 
 
 class Bucketed(GradSync):
-    def __init__(self, world_size: int, bucket_bytes: int) -> None:
-        super().__init__(world_size)
+    delay_point = "before_sync"
+
+    def __init__(self, world_size: int, bucket_bytes: int, host_delay_s: float = 0.0) -> None:
+        super().__init__(world_size, host_delay_s)
         self.bucket_bytes = bucket_bytes
 
     def prepare(self, model: nn.Module) -> nn.Module:
@@ -142,7 +189,8 @@ class Bucketed(GradSync):
         if self.next_launch != len(self.buckets):
             raise RuntimeError("bucketed: some gradients never became ready (unused parameters?)")
         for work, flat, b in self.pending:
-            work.wait()
+            with span(f"bucket_wait#{b}"):
+                work.wait()
             flat.div_(self.world_size)
             offset = 0
             for q in self.buckets[b]:
@@ -154,8 +202,16 @@ class Bucketed(GradSync):
 
 
 class DDP(GradSync):
-    def __init__(self, world_size: int, bucket_bytes: int, device_ids: list[int] | None) -> None:
-        super().__init__(world_size)
+    delay_point = "before_sync"
+
+    def __init__(
+        self,
+        world_size: int,
+        bucket_bytes: int,
+        device_ids: list[int] | None,
+        host_delay_s: float = 0.0,
+    ) -> None:
+        super().__init__(world_size, host_delay_s)
         self.bucket_bytes = bucket_bytes
         self.device_ids = device_ids
 
@@ -190,16 +246,20 @@ def _traced_allreduce(state, bucket):  # noqa: ANN001, ANN202
 
 
 def make_strategy(
-    name: str, world_size: int, bucket_bytes: int, device_ids: list[int] | None = None
+    name: str,
+    world_size: int,
+    bucket_bytes: int,
+    device_ids: list[int] | None = None,
+    host_delay_s: float = 0.0,
 ) -> GradSync:
     if name == "naive":
-        return Naive(world_size)
+        return Naive(world_size, host_delay_s)
     if name == "flat":
-        return Flat(world_size)
+        return Flat(world_size, host_delay_s)
     if name == "overlap":
-        return Overlap(world_size)
+        return Overlap(world_size, host_delay_s)
     if name == "bucketed":
-        return Bucketed(world_size, bucket_bytes)
+        return Bucketed(world_size, bucket_bytes, host_delay_s)
     if name == "ddp":
-        return DDP(world_size, bucket_bytes, device_ids)
+        return DDP(world_size, bucket_bytes, device_ids, host_delay_s)
     raise ValueError(f"unknown strategy {name!r} (one of {', '.join(STRATEGIES)})")

@@ -2,7 +2,8 @@
 
 Each iteration ``i`` runs inside ``ProfilerStep#i`` (made by ``torch.profiler``'s ``prof.step()``; an
 NVTX range of the same name for Nsight) and its phases ``forward``, ``backward``, ``grad_sync`` and
-``optimizer`` are ranges in both systems. The profiler schedule is ``wait`` then ``warmup`` then
+``optimizer`` are ranges in both systems (plus ``straggler_sleep`` with ``--slow-ms`` and ``host_delay``
+with ``--host-delay-ms``, see strategies.py). The profiler schedule is ``wait`` then ``warmup`` then
 ``steps`` active iterations; the active ones are written to ``OUT/rank{r}.json.gz`` and, on a GPU, are
 bracketed by cudaProfilerStart/Stop so ``nsys --capture-range=cudaProfilerApi`` captures the same ones.
 Under Nsight Systems (``--profiler none``) they are also bracketed by the NVTX range
@@ -108,6 +109,7 @@ def _train(args: argparse.Namespace, rank: int, world_size: int, device: torch.d
         world_size,
         int(bucket_mb * 2**20),
         device_ids=[device.index] if device.type == "cuda" else None,
+        host_delay_s=args.host_delay_ms / 1000,
     )
     model = strategy.prepare(model)
     opt = build_optimizer(args.optimizer, list(model.parameters()), args.lr)
@@ -168,6 +170,14 @@ def _train(args: argparse.Namespace, rank: int, world_size: int, device: torch.d
                     device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None
                 ):
                     loss = model(x, y)
+            if strategy.host_delay_s > 0:
+                # Ranks enter backward together. The delay is where faster ranks would otherwise
+                # wait for slower ones (grad_sync), so without this they drift apart by up to the
+                # delay, and a faster rank's communication during its sleep becomes waiting for a
+                # peer rather than exposure caused by the host. (Before the straggler's sleep: a
+                # straggler still makes the others wait inside the all-reduces.)
+                with span("step_barrier"):
+                    dist.barrier()
             if rank == args.slow_rank and args.slow_ms > 0:
                 with span("straggler_sleep", color="red"):
                     if device.type == "cuda":
@@ -175,8 +185,12 @@ def _train(args: argparse.Namespace, rank: int, world_size: int, device: torch.d
                     time.sleep(args.slow_ms / 1000)
             with span("backward"):
                 loss.backward()
+            if strategy.delay_point == "before_sync":
+                strategy.host_delay()
             with span("grad_sync"):
                 strategy.sync()
+            if strategy.delay_point == "after_sync":
+                strategy.host_delay()
             with span("optimizer"):
                 opt.step()
                 opt.zero_grad(set_to_none=True)

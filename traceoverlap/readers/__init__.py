@@ -3,9 +3,14 @@
 The format is sniffed from the first bytes, not the file extension (rank files are often renamed,
 ``.pt.trace.json`` / ``.json.gz`` / no extension at all):
 
-- gzip magic ``1f 8b`` or JSON (``{`` / ``[``): PyTorch profiler (Kineto) Chrome trace;
+- gzip magic ``1f 8b`` or JSON (``{`` / ``[``, in UTF-8, UTF-16 or UTF-32, with or without a
+  byte order mark): PyTorch profiler (Kineto) Chrome trace;
 - ``SQLite format 3\\0``: an Nsight Systems SQLite export (``nsys export --type sqlite``);
 - an ``.nsys-rep`` file: an Nsight Systems report, exported through ``nsys``.
+
+``-`` (standard input) and pipes (``<(zcat rank0.json.gz)``, a named FIFO) are read to their end
+into memory, and the format is sniffed from those bytes: a pipe can be read only once. Only
+Kineto JSON can come that way (SQLite needs a file).
 
 Readers are imported lazily, so reading one format never pays for the others.
 """
@@ -16,8 +21,9 @@ from pathlib import Path
 
 from ..errors import TraceFormatError
 from ..model import Timeline
+from ._input import STDIN, is_stream, label, read_stream, sniff_bytes
 
-__all__ = ["read_trace", "sniff_format", "SUPPORTED"]
+__all__ = ["read_trace", "sniff_format", "SUPPORTED", "STDIN"]
 
 #: What to tell a user whose file we cannot read.
 SUPPORTED = (
@@ -25,20 +31,25 @@ SUPPORTED = (
     "Nsight Systems SQLite export (.sqlite) or report (.nsys-rep)"
 )
 
-_SQLITE_MAGIC = b"SQLite format 3\x00"
-_GZIP_MAGIC = b"\x1f\x8b"
-_BOM = b"\xef\xbb\xbf"
-
 
 def sniff_format(path: str | Path) -> str:
-    """``"kineto"``, ``"nsys-sqlite"`` or ``"nsys-rep"`` from the file's first bytes (and name).
+    """``"kineto"``, ``"nsys-sqlite"`` or ``"nsys-rep"`` from the file's first bytes (and name);
+    ``"stream"`` for ``-`` and pipes, which are not opened here (reading would consume them).
 
     Raises :class:`TraceFormatError` for a missing, empty, unreadable or unrecognised file.
     """
+    if is_stream(path):
+        return "stream"
     p = Path(path)
     if p.is_dir():
         raise TraceFormatError(
             p, "is a directory, not a trace file", "pass the folder to `analyze`, which expands it"
+        )
+    if p.exists() and not p.is_file():
+        raise TraceFormatError(
+            p,
+            "is a device or socket, not a trace file",
+            "pass a trace file, a pipe, or - for standard input",
         )
     try:
         with open(p, "rb") as f:
@@ -53,24 +64,36 @@ def sniff_format(path: str | Path) -> str:
             "file is empty",
             "the profiler may not have finished writing it; re-collect the trace",
         )
-    if head.startswith(_SQLITE_MAGIC):
-        return "nsys-sqlite"
-    if head.startswith(_GZIP_MAGIC):
-        return "kineto"
-    text = head[len(_BOM) :] if head.startswith(_BOM) else head
-    if text.lstrip()[:1] in (b"{", b"["):
-        return "kineto"
-    if p.name.endswith(".nsys-rep") or p.name.endswith(".qdrep"):
-        return "nsys-rep"
-    if not text.strip():
-        # Whitespace only in the first 64 bytes: let the JSON reader judge the rest.
-        return "kineto"
-    raise TraceFormatError(p, "unrecognised file format", f"supported: {SUPPORTED}")
+    fmt = sniff_bytes(head, p.name)
+    if fmt is None:
+        raise TraceFormatError(p, "unrecognised file format", f"supported: {SUPPORTED}")
+    return fmt
 
 
 def read_trace(path: str | Path) -> Timeline:
-    """Read one trace file of any supported format into a :class:`Timeline` (format sniffed)."""
+    """Read one trace of any supported format into a :class:`Timeline` (format sniffed).
+
+    ``path`` may be ``-`` for standard input, or a pipe."""
     fmt = sniff_format(path)
+    if fmt == "stream":
+        data = read_stream(path)
+        fmt = sniff_bytes(bytes(data[:64])) or "unknown"
+        if fmt == "kineto":
+            from .kineto import read_kineto
+
+            return read_kineto(path, data)
+        shown = label(path)
+        if fmt in ("nsys-sqlite", "nsys-rep"):
+            raise TraceFormatError(
+                shown,
+                "an Nsight Systems export cannot be read from a pipe or standard input",
+                "save it to a file and pass the file",
+            )
+        if not data:
+            raise TraceFormatError(
+                shown, "nothing came through the pipe", "check the command that writes into it"
+            )
+        raise TraceFormatError(shown, "unrecognised data format", f"supported: {SUPPORTED}")
     if fmt == "kineto":
         from .kineto import read_kineto
 

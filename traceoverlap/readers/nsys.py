@@ -11,8 +11,10 @@ never assumed; exports of Nsight Systems 2022.4 (schema 3.0) to 2026.2 (schema 3
   ``correlation`` = ``correlationId``: every row, whatever the API name (NCCL launches with
   ``cuLaunchKernelEx``), because correlation ids, not names, tie launches to GPU work.
 - ``NVTX_EVENTS`` push/pop and start/end ranges with an end -> ``annotation`` on the thread that
-  started them, name = ``COALESCE(text, StringIds.value)``: step markers (``ProfilerStep#N``),
-  phases (``forward``, ``backward``, ``grad_sync``, ``optimizer``) and any other range.
+  started them (a start/end range that another thread of the same process ended: on that thread,
+  ``endGlobalTid``), name = ``COALESCE(text, StringIds.value)``: step markers
+  (``ProfilerStep#N``), phases (``forward``, ``backward``, ``grad_sync``, ``optimizer``) and any
+  other range.
 - Host rows get ``pid``/``tid`` from ``globalTid`` (bits 24-47 / 0-23), thread names from
   ``ThreadNames``.
 
@@ -28,9 +30,10 @@ when it records them (``MPI_RANKS``, a ``RANK`` environment variable per process
 Communication on a CPU capture: Nsight Systems does not see gloo's work, and without the PyTorch
 profiler there are no ``gloo:*`` events. What the tool can see is what the program marks: the
 reference workloads open an NVTX start/end range named ``gloo:<collective>`` when they issue a
-collective and close it when the collective completes (the completion callback of its future),
-so communication means *the collective in flight*, from issue to completion, which includes time
-queued behind earlier collectives. Such ranges are classified like gloo's own work items
+collective and close it when the collective completes (the completion callback of its future, on
+gloo's ``pt_gloo_runloop`` thread, whose lane the range is then drawn on, as Kineto draws gloo's
+work items), so communication means *the collective in flight*, from issue to completion, which
+includes time queued behind earlier collectives. Such ranges are classified like gloo's own work items
 (:mod:`traceoverlap.classify`); a CPU capture without any says so in its notes instead of
 reporting zero communication.
 
@@ -317,6 +320,21 @@ def _int(v: Any) -> int | None:
 
 def _sel(values: I64, keep: npt.NDArray[np.intp] | None) -> I64:
     return values if keep is None else values[keep]
+
+
+def _ending_threads(cols: Columns, gtid: I64, is_range: npt.NDArray[np.bool_]) -> I64:
+    """A start/end range that another thread of its process ended belongs to that thread: a
+    collective marked from issue to completion ends on the worker thread that did the work."""
+    if "endGlobalTid" not in cols.ints:
+        return gtid
+    end_tid = cols.ints["endGlobalTid"]
+    moved = (
+        is_range
+        & (cols.kinds["endGlobalTid"] == INT)
+        & (end_tid != gtid)
+        & (_pid_of(end_tid) == _pid_of(gtid))
+    )
+    return np.where(moved, end_tid, gtid)
 
 
 def _pid_of(global_id: I64) -> I64:
@@ -1018,57 +1036,19 @@ class _Reader:
         nv = self.table(_NVTX)
         if nv is None or not self.usable(nv, ("start", "end")):
             return empty
-        cols = self.scan(nv, ["start", "end", "eventType", "globalTid", "textId"], ["text"])
+        cols = self.scan(
+            nv, ["start", "end", "eventType", "globalTid", "endGlobalTid", "textId"], ["text"]
+        )
         if cols.n == 0:
             return empty
         start, end = cols.ints["start"], cols.ints["end"]
         start_ok = cols.kinds["start"] == INT
-        has_end = cols.kinds["end"] == INT
-        # the rows' event types: ranges, marks; without the column, every row with an end is a
-        # range (and rows without are marks)
-        if "eventType" in cols.ints:
-            etype = cols.ints["eventType"]
-            etype_ok = cols.kinds["eventType"] == INT
-            range_types = self.enum_ids(
-                "ENUM_NSYS_EVENT_TYPE", _NVTX_RANGE_TYPE_NAMES, _NVTX_RANGE_TYPES_DEFAULT
-            )
-            mark_types = self.enum_ids(
-                "ENUM_NSYS_EVENT_TYPE", _NVTX_MARK_TYPE_NAMES, _NVTX_MARK_TYPES_DEFAULT
-            )
-            is_range = np.where(etype_ok, np.isin(etype, range_types), True)
-            is_mark = np.where(etype_ok, np.isin(etype, mark_types), ~has_end)
-            untyped = int(np.count_nonzero(~etype_ok))
-            if untyped:
-                self.notes.append(
-                    f"{untyped} {nv} rows have no integer eventType: those with an end were read "
-                    "as ranges."
-                )
-        else:
-            is_range = np.ones(cols.n, dtype=bool)
-            is_mark = ~has_end
-            self.notes.append(
-                f"Table {nv} has no eventType column: every row with an end was read as a range."
-            )
-        # unfinished ranges (no end) are not ranges; neither are marks
-        bad_time = int(np.count_nonzero(is_range & has_end & ~start_ok))
-        end_bad = int(np.count_nonzero(is_range & start_ok & (cols.kinds["end"] == OTHER)))
-        if bad_time + end_bad:
-            self.notes.append(
-                f"Dropped {bad_time + end_bad} NVTX ranges of {nv} whose start or end is not an "
-                "integer (text, real or blob)."
-            )
-        is_range &= has_end & start_ok
-        negative = is_range & ((start < 0) | (end < start))
-        if negative.any():
-            self.notes.append(
-                f"Dropped {int(np.count_nonzero(negative))} NVTX ranges with negative timestamps "
-                "(before the capture start) or an end before their start."
-            )
-        is_range &= ~negative
-
+        is_range, is_mark = self.nvtx_types(cols, nv)
+        is_range &= self.valid_ranges(cols, nv, is_range)
         gtid = self.thread_ids(cols, nv, self.gpu_pids)
         if gtid is None:
             return empty
+        gtid = _ending_threads(cols, gtid, is_range)
         text = cols.texts.get("text")
         text_id = self.int_column(cols, nv, "textId", -1)
         if cols.bad_utf8:
@@ -1093,16 +1073,7 @@ class _Reader:
         inline = np.flatnonzero(kept_code >= 0)
         if inline.size:
             names[inline] = self.names.add_codes(kept_code[inline], uniques, unique=True)
-        # rank texts: marks and ranges whose text says "rank N"
-        code = text_code[cand]
-        per_text = np.r_[_rank_numbers(uniques), -1]  # code -1 (no inline text) picks the -1
-        rank = per_text[code]
-        pool_rank = _rank_numbers(self.strings.values)
-        if (pool_rank >= 0).any():
-            pos, hit = self.strings.find(text_id[cand])
-            rank = np.where((code < 0) & hit, pool_rank[pos], rank)
-        found_rank = rank >= 0
-        rank_pid, rank_value = _pid_of(gtid[cand][found_rank]), rank[found_rank]
+        rank_pid, rank_value = self.rank_texts(text_code[cand], uniques, text_id[cand], gtid[cand])
         del text_code, cand
         n = keep.size
         ranges = self._host_block(
@@ -1114,6 +1085,72 @@ class _Reader:
             names,
         )
         return _Nvtx(ranges, rank_pid, rank_value)
+
+    def nvtx_types(
+        self, cols: Columns, nv: str
+    ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+        """Which rows are ranges and which are marks; without the eventType column (or its value)
+        every row with an end is a range, and rows without one are marks."""
+        has_end = cols.kinds["end"] == INT
+        if "eventType" not in cols.ints:
+            self.notes.append(
+                f"Table {nv} has no eventType column: every row with an end was read as a range."
+            )
+            return np.ones(cols.n, dtype=bool), ~has_end
+        etype = cols.ints["eventType"]
+        etype_ok = cols.kinds["eventType"] == INT
+        range_types = self.enum_ids(
+            "ENUM_NSYS_EVENT_TYPE", _NVTX_RANGE_TYPE_NAMES, _NVTX_RANGE_TYPES_DEFAULT
+        )
+        mark_types = self.enum_ids(
+            "ENUM_NSYS_EVENT_TYPE", _NVTX_MARK_TYPE_NAMES, _NVTX_MARK_TYPES_DEFAULT
+        )
+        untyped = int(np.count_nonzero(~etype_ok))
+        if untyped:
+            self.notes.append(
+                f"{untyped} {nv} rows have no integer eventType: those with an end were read "
+                "as ranges."
+            )
+        return (
+            np.where(etype_ok, np.isin(etype, range_types), True),
+            np.where(etype_ok, np.isin(etype, mark_types), ~has_end),
+        )
+
+    def valid_ranges(
+        self, cols: Columns, nv: str, is_range: npt.NDArray[np.bool_]
+    ) -> npt.NDArray[np.bool_]:
+        """Ranges with integer, non-negative, ordered times; the others are counted in notes
+        (ranges without an end are unfinished: not ranges, and not counted)."""
+        start, end = cols.ints["start"], cols.ints["end"]
+        start_ok = cols.kinds["start"] == INT
+        has_end = cols.kinds["end"] == INT
+        bad_time = int(np.count_nonzero(is_range & has_end & ~start_ok))
+        end_bad = int(np.count_nonzero(is_range & start_ok & (cols.kinds["end"] == OTHER)))
+        if bad_time + end_bad:
+            self.notes.append(
+                f"Dropped {bad_time + end_bad} NVTX ranges of {nv} whose start or end is not an "
+                "integer (text, real or blob)."
+            )
+        ok = has_end & start_ok
+        negative = is_range & ok & ((start < 0) | (end < start))
+        if negative.any():
+            self.notes.append(
+                f"Dropped {int(np.count_nonzero(negative))} NVTX ranges with negative timestamps "
+                "(before the capture start) or an end before their start."
+            )
+        return np.asarray(ok & ~negative, dtype=bool)
+
+    def rank_texts(self, text_code: I64, uniques: Obj, text_id: I64, gtid: I64) -> tuple[I64, I64]:
+        """(pid, N) of the NVTX rows (marks and ranges) whose text says ``rank N``: inline texts
+        by their factorized codes, registered ones through StringIds."""
+        per_text = np.r_[_rank_numbers(uniques), -1]  # code -1 (no inline text) picks the -1
+        rank = per_text[text_code]
+        pool_rank = _rank_numbers(self.strings.values)
+        if (pool_rank >= 0).any():
+            pos, hit = self.strings.find(text_id)
+            rank = np.where((text_code < 0) & hit, pool_rank[pos], rank)
+        found = rank >= 0
+        return _pid_of(gtid[found]), rank[found]
 
     def _host_block(
         self, start: I64, end: I64, gtid: I64, corr: I64, category: I32, names: I32
@@ -1228,15 +1265,9 @@ class _Reader:
         """Rank per process from the launch environment, when the export has it: ``MPI_RANKS``
         (globalTid -> MPI rank, written when nsys traces MPI), else a ``RANK`` variable in an
         environment table keyed by process."""
-        mpi = self.table("MPI_RANKS")
-        if mpi is not None and self.has(mpi, "globalTid", "rank"):
-            by_pid: dict[int, set[int]] = {}
-            for g, rank in self.rows(f"SELECT DISTINCT globalTid, rank FROM {_q(mpi)}"):
-                if _int(g) is not None and _int(rank) is not None:
-                    by_pid.setdefault((int(g) >> 24) & 0xFFFFFF, set()).add(int(rank))
-            one = {p: next(iter(r)) for p, r in by_pid.items() if len(r) == 1}
-            if all(p in one for p in pids) and len({one[p] for p in pids}) == len(pids):
-                return {p: one[p] for p in pids}, None
+        mpi = self.ranks_from_mpi(pids)
+        if mpi is not None:
+            return mpi, None
         for t in self.tables:
             if "ENV" not in t.upper():
                 continue
@@ -1244,28 +1275,46 @@ class _Reader:
             key = next((c for c in ("pid", "globalPid", "processId") if c in cols), None)
             if key is None or not {"name", "value"} <= set(cols):
                 continue
-            found_rows = self.rows(
-                f"SELECT {_q(key)}, name, value FROM {_q(t)} WHERE name IN ('RANK', 'WORLD_SIZE')"
-            )
-            ranks: dict[int, set[int]] = {}
-            worlds: set[int] = set()
-            for k, name, value in found_rows:
-                k_int = _int(k)
-                try:
-                    v = int(str(value).strip())
-                except (TypeError, ValueError):
-                    continue
-                if k_int is None:
-                    continue
-                pid = k_int if key != "globalPid" else (k_int >> 24) & 0xFFFFFF
-                if name == "RANK":
-                    ranks.setdefault(pid, set()).add(v)
-                else:
-                    worlds.add(v)
-            found = {p: next(iter(r)) for p, r in ranks.items() if len(r) == 1}
+            found, world = self.ranks_from_env_table(t, key)
             if all(p in found for p in pids) and len({found[p] for p in pids}) == len(pids):
-                return {p: found[p] for p in pids}, (worlds.pop() if len(worlds) == 1 else None)
+                return {p: found[p] for p in pids}, world
         return None, None
+
+    def ranks_from_mpi(self, pids: list[int]) -> dict[int, int] | None:
+        mpi = self.table("MPI_RANKS")
+        if mpi is None or not self.has(mpi, "globalTid", "rank"):
+            return None
+        by_pid: dict[int, set[int]] = {}
+        for g, rank in self.rows(f"SELECT DISTINCT globalTid, rank FROM {_q(mpi)}"):
+            if _int(g) is not None and _int(rank) is not None:
+                by_pid.setdefault((int(g) >> 24) & 0xFFFFFF, set()).add(int(rank))
+        one = {p: next(iter(r)) for p, r in by_pid.items() if len(r) == 1}
+        if all(p in one for p in pids) and len({one[p] for p in pids}) == len(pids):
+            return {p: one[p] for p in pids}
+        return None
+
+    def ranks_from_env_table(self, table: str, key: str) -> tuple[dict[int, int], int | None]:
+        """pid -> RANK (processes with one value), and the one WORLD_SIZE when there is one."""
+        found_rows = self.rows(
+            f"SELECT {_q(key)}, name, value FROM {_q(table)} WHERE name IN ('RANK', 'WORLD_SIZE')"
+        )
+        ranks: dict[int, set[int]] = {}
+        worlds: set[int] = set()
+        for k, name, value in found_rows:
+            k_int = _int(k)
+            try:
+                v = int(str(value).strip())
+            except (TypeError, ValueError):
+                continue
+            if k_int is None:
+                continue
+            pid = k_int if key != "globalPid" else (k_int >> 24) & 0xFFFFFF
+            if name == "RANK":
+                ranks.setdefault(pid, set()).add(v)
+            else:
+                worlds.add(v)
+        found = {p: next(iter(r)) for p, r in ranks.items() if len(r) == 1}
+        return found, (worlds.pop() if len(worlds) == 1 else None)
 
     @staticmethod
     def ranks_from_nvtx(pids: list[int], nvtx: _Nvtx) -> dict[int, int] | None:

@@ -1,17 +1,24 @@
-"""Small formatting helpers shared by the text reporters (no computation here)."""
+"""Text shared by the terminal and Markdown reporters: inputs, summary, what to try. Formatting
+only: every number comes from the :class:`~traceoverlap.results.Analysis`."""
 
 from __future__ import annotations
 
-from typing import IO, TYPE_CHECKING, Any
+import os
+from typing import IO, TYPE_CHECKING
 
 from rich.console import Console
 
+from .. import fmt
+
 if TYPE_CHECKING:
-    from ..analysis import Analysis
+    from ..diagnosis import Finding
+    from ..results import Analysis
 
 
 def make_console(file: IO[str], *, color: bool, width: int) -> Console:
-    """A rich console for a text report: colour only when asked (a terminal), at least 80 wide."""
+    """A rich console for a text report: colour only when asked (a terminal, and no NO_COLOR in
+    the environment), at least 80 columns wide."""
+    color = color and not os.environ.get("NO_COLOR")
     return Console(
         file=file,
         width=max(width, 80),
@@ -23,77 +30,105 @@ def make_console(file: IO[str], *, color: bool, width: int) -> Console:
     )
 
 
+#: Verdict names short enough for an 80-column table.
 SHORT_BOTTLENECK = {
+    "peer-wait-bound": "peer-wait",
     "communication-bound": "comm-bound",
     "exposed-communication": "exposed-comm",
+    "memory-bound": "memory-bound",
     "idle-bound": "idle-bound",
     "compute-bound": "compute",
 }
 
 
-def ms(ns: Any, digits: int = 2) -> str:
-    """Nanoseconds -> milliseconds text; '-' for missing."""
-    if ns is None:
-        return "-"
-    return f"{float(ns) / 1e6:.{digits}f}"
+def unit_label(rank: int, device: object, several: bool) -> str:
+    return f"{rank}:{device}" if several and device is not None else str(rank)
 
 
-def pct(ratio: Any, digits: int = 1) -> str:
-    """A 0-1 ratio -> percent text; '-' for None (e.g. overlap ratio of a step without comm)."""
-    if ratio is None:
-        return "-"
-    return f"{100 * float(ratio):.{digits}f}%"
-
-
-def speedup(x: Any) -> str:
-    return "-" if x is None else f"{float(x):.2f}x"
+def several_devices(analysis: Analysis) -> set[int]:
+    """Ranks whose process drove several GPUs (their rows carry the device)."""
+    ranks = [t.rank for t in analysis.traces]
+    return {r for r in ranks if ranks.count(r) > 1}
 
 
 def describe_inputs(analysis: Analysis) -> list[str]:
-    """One line per input trace: file, format, rank (and where it came from), backend, device."""
+    """One line per unit: file, format, rank (and where it came from), backend, device."""
     lines = []
-    for t in analysis.timeline.traces:
+    several = several_devices(analysis)
+    for t in analysis.traces:
         bits = [f"{t.format}" + (f" {t.format_version}" if t.format_version else "")]
         ws = f" of {t.world_size}" if t.world_size else ""
         bits.append(f"rank {t.rank}{ws} (from {t.rank_source})")
         if t.backend:
             bits.append(t.backend)
-        dev = t.devices[0] if t.devices else ("GPU" if t.device_kind == "gpu" else "CPU")
-        if t.device_kind == "gpu" and t.devices:
-            dev = f"GPU {t.devices[0]}"
-        bits.append(dev)
+        if t.device_kind == "gpu":
+            name = t.devices[0] if t.devices else ""
+            dev = f"GPU {t.device}" if t.rank in several or t.format == "nsys" else "GPU"
+            bits.append(f"{dev} {name}".strip())
+        else:
+            bits.append(t.devices[0] if t.devices else "CPU")
         if t.pid is not None and t.format == "nsys":
-            bits.append(f"pid {t.pid}" + (f" device {t.device}" if t.device is not None else ""))
+            bits.append(f"pid {t.pid}")
         lines.append(f"{t.path}: " + " · ".join(bits))
     return lines
 
 
 def summary_lines(analysis: Analysis) -> list[str]:
-    """The run summary in words: medians, aggregate ratios, the dominant bottleneck, the worst step."""
-    run = analysis.summary["run"]
-    m = run.get("metrics", {})
-
-    def med(col: str) -> Any:
-        return m.get(col, {}).get("median")
-
-    n_ranks = len(analysis.summary["ranks"])
+    """The run summary in words: where the time of a step goes (means add up), ratios, causes,
+    the verdicts and the most exposed step."""
+    run = analysis.summary.run
+    n_units = len(analysis.traces)
+    mean = {k: (s.mean or 0.0) for k, s in run.metrics.items()}
+    n = run.n_steps
     lines = [
-        f"{run['n_steps']} step{'s' if run['n_steps'] != 1 else ''} on {n_ranks} rank"
-        f"{'s' if n_ranks != 1 else ''} (medians over steps):",
-        f"  step {ms(med('step_ns'))} ms: compute {ms(med('compute_ns'))}, comm {ms(med('comm_ns'))} "
-        f"({ms(med('exposed_comm_ns'))} exposed), memory {ms(med('memory_ns'))}, idle {ms(med('idle_ns'))}",
-        f"  overlap ratio {pct(run.get('overlap_ratio'))} of comm hidden; exposed comm "
-        f"{pct(run.get('exposed_comm_ratio'))} of step time",
-        f"  ideal step {ms(med('ideal_ns'))} ms -> potential speedup {speedup(run.get('potential_speedup'))}",
+        f"{fmt.count(n, 'step')} on {fmt.count(n_units, 'rank')}; per step (mean, the parts add "
+        "up to the step):",
+        f"  step {fmt.ms(mean['step_ns'])} ms = compute {fmt.ms(mean['compute_ns'])} + exposed "
+        f"comm {fmt.ms(mean['exposed_comm_ns'])} + memory {fmt.ms(mean['memory_only_ns'])} + idle "
+        f"{fmt.ms(mean['idle_ns'])}",
     ]
-    counts = run.get("bottlenecks", {})
-    dom = run.get("dominant_bottleneck")
-    if dom:
-        lines.append(f"  bottleneck: {dom} in {counts.get(dom, 0)} of {run['n_steps']} steps")
-    worst = run.get("worst_step")
-    if worst and worst.get("exposed_comm_ns", 0) > 0:
+    exposed = run.totals.get("exposed_comm_ns", 0)
+    if exposed:
+        causes = [
+            (label, run.totals.get(f"exposed_{c}_ns", 0))
+            for c, label in (
+                ("wait", "waiting for a peer"),
+                ("tail", "nothing left to compute"),
+                ("dependency", "compute waited for it"),
+                ("host", "host not ready"),
+            )
+        ]
+        shown = ", ".join(f"{label} {fmt.pct(ns / exposed)}" for label, ns in causes if ns > 0)
+        lines.append(f"  exposed comm {fmt.pct(run.exposed_comm_ratio)} of step time; why: {shown}")
+    lines += [
+        f"  overlap ratio {fmt.pct(run.overlap_ratio)} of comm hidden behind compute (comm "
+        f"{fmt.ms(mean['comm_ns'])} ms per step)",
+        f"  ideal step {fmt.ms(mean['ideal_ns'])} ms -> potential speedup "
+        f"{fmt.speedup(run.potential_speedup)}",
+    ]
+    if run.dominant_bottleneck:
+        others = ", ".join(
+            f"{k} {v}" for k, v in run.bottlenecks.items() if k != run.dominant_bottleneck
+        )
         lines.append(
-            f"  most exposed: rank {worst['rank']} step {worst['step']} "
-            f"({ms(worst['exposed_comm_ns'])} ms exposed): {worst['bottleneck']}: {worst['reason']}"
+            f"  verdict: {run.dominant_bottleneck} in {run.bottlenecks.get(run.dominant_bottleneck, 0)}"
+            f" of {n} steps" + (f" (also {others})" if others else "")
+        )
+    worst = run.worst_step
+    if worst is not None and worst.exposed_comm_ns > 0:
+        lines.append(
+            f"  most exposed: rank {worst.rank} step {worst.step} "
+            f"({fmt.ms(worst.exposed_comm_ns)} ms exposed): {worst.bottleneck}: {worst.reason}"
         )
     return lines
+
+
+def finding_lines(findings: tuple[Finding, ...], limit: int = 4) -> list[str]:
+    """The "what to try" block: title, advice and the collectives behind each finding."""
+    out: list[str] = []
+    for i, f in enumerate(findings[:limit], 1):
+        out.append(f"{i}. {f.title}")
+        out.append(f"   try: {f.advice}")
+        if f.collectives:
+            out.append(f"   where: {'; '.join(f.collectives[:3])}")
+    return out

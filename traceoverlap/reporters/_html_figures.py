@@ -1,10 +1,9 @@
 """Plotly figures of the HTML report: per-step stacked bars, one-step timeline, rank x step heatmap.
 
-Formatting only: every duration drawn here comes from the metrics layer (the step table, the
-per-step interval sets of :func:`traceoverlap.metrics.step_sets` and the activity rows of
-:func:`traceoverlap.metrics.activity_rows`). What this module decides is how to *draw* them within
-a size budget: dense lanes are drawn as merged spans (see :func:`coarsen`), and every merge is
-reported back to the page so the reader knows what was simplified.
+Formatting only: every duration drawn here comes from the analysis (the step table and the
+:class:`~traceoverlap.results.StepDetail` of one step). What this module decides is how to
+*draw* them within a size budget: dense lanes are drawn as merged spans (see :func:`coarsen`),
+and every merge is reported back to the page so the reader knows what was simplified.
 """
 
 from __future__ import annotations
@@ -20,6 +19,8 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from .. import intervals as iv
+from ..fmt import duration as fmt_ns
+from ..fmt import size as fmt_bytes
 
 IntArray = npt.NDArray[np.int64]
 
@@ -31,7 +32,16 @@ COLORS: dict[str, str] = {
     "overlap": "#009E73",  # bluish green: communication hidden behind compute
     "exposed": "#D55E00",  # vermillion: communication nothing hid
     "wait": "#CC79A7",  # reddish purple: exposed comm spent waiting for a later rank
+    "tail": "#D55E00",  # vermillion: nothing left to compute under it
+    "dependency": "#F0E442",  # yellow: compute was queued but waited for it
+    "host": "#56B4E9",  # sky blue: the host had not launched the next compute
     "idle": "#E3E3E3",
+}
+CAUSE_LABELS: dict[str, str] = {
+    "wait": "exposed: waiting for a peer",
+    "tail": "exposed: nothing left to compute",
+    "dependency": "exposed: compute waited for it",
+    "host": "exposed: host not ready",
 }
 KIND_LABELS: dict[str, str] = {
     "compute": "compute",
@@ -52,33 +62,8 @@ SPAN_CAP = 1500
 BAND_CAP = 4000
 #: Phase ranges drawn at most (labels beyond this would be unreadable anyway).
 PHASE_CAP = 200
-#: Hover points above which the invisible hover markers are drawn with WebGL (scattergl).
-WEBGL_POINTS = 3000
 #: Longest kernel name shown in a hover box.
 NAME_CHARS = 90
-
-
-def fmt_ns(ns: float | int | None) -> str:
-    """A duration for humans: ``12.35 ms`` / ``850 µs`` / ``420 ns``; ``–`` when unknown."""
-    if ns is None or (isinstance(ns, float) and np.isnan(ns)):
-        return "–"
-    a = abs(float(ns))
-    if a >= 1e9:
-        return f"{ns / 1e9:.3f} s"
-    if a >= 1e6:
-        return f"{ns / 1e6:.2f} ms"
-    if a >= 1e3:
-        return f"{ns / 1e3:.1f} µs"
-    return f"{int(ns)} ns"
-
-
-def fmt_bytes(n: int | None) -> str:
-    if n is None or n < 0:
-        return "–"
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"
 
 
 def base_layout(**kw: Any) -> dict[str, Any]:
@@ -100,60 +85,39 @@ def base_layout(**kw: Any) -> dict[str, Any]:
 
 
 def step_components(steps: pd.DataFrame) -> pd.DataFrame:
-    """The five parts a step's time splits into, from the step table's columns, in ns.
-
-    With C, M, B as in the metrics contract (overlap = |C ∩ M|, exposed = |M| − overlap,
-    idle = step − |B|):
-      compute only   |C| − overlap           = compute_ns − overlap_ns
-      overlapped     |C ∩ M|                 = overlap_ns
-      exposed comm   |M| − |C ∩ M|           = exposed_comm_ns
-      memory only    |B| − |C ∪ M|           = step_ns − idle_ns − compute_ns − exposed_comm_ns
-                     (|C ∪ M| = |C| + |M| − |C ∩ M| = compute + exposed)
-      idle           step − |B|              = idle_ns
-    The five add up to ``step_ns`` by construction. When the step table carries the
-    cross-rank split (``exposed_wait_ns`` + ``exposed_transfer_ns`` = ``exposed_comm_ns``, from
-    :mod:`traceoverlap.collectives`), exposed comm is shown as those two parts instead.
-    """
-    step = steps["step_ns"].astype(np.int64)
-    compute = steps["compute_ns"].astype(np.int64)
-    overlap = steps["overlap_ns"].astype(np.int64)
-    exposed = steps["exposed_comm_ns"].astype(np.int64)
-    idle = steps["idle_ns"].astype(np.int64)
-    parts: dict[str, Any] = {"compute_only_ns": compute - overlap, "overlap_ns": overlap}
-    if "exposed_wait_ns" in steps.columns and "exposed_transfer_ns" in steps.columns:
-        parts["exposed_transfer_ns"] = steps["exposed_transfer_ns"].astype(np.int64)
-        parts["exposed_wait_ns"] = steps["exposed_wait_ns"].astype(np.int64)
-    else:
-        parts["exposed_comm_ns"] = exposed
-    parts["memory_only_ns"] = step - idle - compute - exposed
-    parts["idle_ns"] = idle
-    return pd.DataFrame(parts, index=steps.index)
+    """The parts a step's time splits into, straight from the step table (ns): compute only,
+    overlapped, the exposed communication by cause (waiting for a peer, nothing left to compute,
+    compute waited for it, host not ready), memory only and idle. They add up to ``step_ns``
+    (docs/diagnosis.md §1 and §3)."""
+    cols = ["compute_only_ns", "overlap_ns"]
+    cols += [f"exposed_{c}_ns" for c in CAUSE_LABELS]
+    cols += ["memory_only_ns", "idle_ns"]
+    return steps[cols].astype(np.int64)
 
 
-def step_bars(steps: pd.DataFrame, several_ranks: bool) -> go.Figure:
-    """Stacked bar per (rank, step): compute only, overlapped, exposed comm, memory only, idle."""
+_PART_STYLE = {
+    "compute_only_ns": ("compute only", COLORS["compute"]),
+    "overlap_ns": ("overlapped comm", COLORS["overlap"]),
+    "exposed_wait_ns": (CAUSE_LABELS["wait"], COLORS["wait"]),
+    "exposed_tail_ns": (CAUSE_LABELS["tail"], COLORS["tail"]),
+    "exposed_dependency_ns": (CAUSE_LABELS["dependency"], COLORS["dependency"]),
+    "exposed_host_ns": (CAUSE_LABELS["host"], COLORS["host"]),
+    "memory_only_ns": ("memory only", COLORS["memory"]),
+    "idle_ns": ("idle", COLORS["idle"]),
+}
+
+
+def step_bars(steps: pd.DataFrame, several_ranks: bool, y_max_ms: float | None = None) -> go.Figure:
+    """Stacked bar per (rank, step) of the parts in :func:`step_components` (only the parts some
+    step has). ``y_max_ms``: a fixed y range (two runs side by side share one scale)."""
     parts = step_components(steps)
     labels = [str(s) for s in steps["step"]]
-    if several_ranks:
-        x: Any = [[f"rank {r}" for r in steps["rank"]], labels]
-    else:
-        x = labels
-    series = [
-        (col, name, color)
-        for col, name, color in (
-            ("compute_only_ns", "compute only", COLORS["compute"]),
-            ("overlap_ns", "overlapped", COLORS["overlap"]),
-            ("exposed_comm_ns", "exposed comm", COLORS["exposed"]),
-            ("exposed_transfer_ns", "exposed: transfer", COLORS["exposed"]),
-            ("exposed_wait_ns", "exposed: waiting for a peer", COLORS["wait"]),
-            ("memory_only_ns", "memory only", COLORS["memory"]),
-            ("idle_ns", "idle", "#C8C8C8"),
-        )
-        if col in parts.columns
-    ]
+    x: Any = [[f"rank {r}" for r in steps["rank"]], labels] if several_ranks else labels
     step_ms = (steps["step_ns"].astype(np.int64) / 1e6).round(4).to_numpy()
     fig = go.Figure()
-    for col, name, color in series:
+    for col, (name, color) in _PART_STYLE.items():
+        if not (parts[col] > 0).any() and col not in ("compute_only_ns", "idle_ns"):
+            continue
         ms = (parts[col] / 1e6).round(4).to_numpy()
         fig.add_trace(
             go.Bar(
@@ -162,7 +126,7 @@ def step_bars(steps: pd.DataFrame, several_ranks: bool) -> go.Figure:
                 name=name,
                 marker=dict(color=color, line=dict(width=0)),
                 customdata=np.stack(
-                    [step_ms, np.where(step_ms > 0, 100 * ms / step_ms, 0)], 1
+                    [step_ms, np.where(step_ms > 0, 100 * ms / np.maximum(step_ms, 1e-12), 0)], 1
                 ).round(2),
                 hovertemplate=(
                     f"<b>{name}</b><br>%{{y:.3f}} ms (%{{customdata[1]:.1f}}% of the "
@@ -171,19 +135,22 @@ def step_bars(steps: pd.DataFrame, several_ranks: bool) -> go.Figure:
             )
         )
     n = len(steps)
+    yaxis: dict[str, Any] = dict(title=dict(text="time (ms)"), gridcolor="#e6e6e6", zeroline=False)
+    if y_max_ms is not None:
+        yaxis["range"] = [0, y_max_ms]
     fig.update_layout(
         **base_layout(
             barmode="stack",
             bargap=0.25 if n > 3 else 0.5,
-            height=380,
-            yaxis=dict(title=dict(text="time (ms)"), gridcolor="#e6e6e6", zeroline=False),
+            height=400,
+            yaxis=yaxis,
             xaxis=dict(
                 title=dict(text="step"), type="multicategory" if several_ranks else "category"
             ),
             legend=dict(
                 orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0, traceorder="normal"
             ),
-            margin=dict(l=70, r=20, t=50, b=70 if several_ranks else 50),
+            margin=dict(l=70, r=20, t=70, b=70 if several_ranks else 50),
         )
     )
     return fig
@@ -259,30 +226,6 @@ def coarsen(starts: IntArray, ends: IntArray, cap: int) -> tuple[IntArray, IntAr
     return s[keep_s], e[keep_e], int(closed.max()) if closed.size else 0
 
 
-def covered_length(
-    starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64], cover: tuple[IntArray, IntArray]
-) -> IntArray:
-    """Length of each ``[start, end)`` covered by a disjoint sorted set ``cover``, in ns.
-
-    Used to attribute the metrics' exposed set to the collectives under it, and to say how busy
-    a merged span is. F(t), the covered length before t, comes from a prefix sum, and the
-    answer is F(end) - F(start): vectorised, no loop over intervals.
-    """
-    cs, ce = cover
-    if cs.size == 0:
-        return np.zeros(starts.size, np.int64)
-    lengths = ce - cs
-    before = np.concatenate(([0], np.cumsum(lengths)))
-
-    def upto(t: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-        j = np.searchsorted(cs, t, side="right")  # cover intervals starting at or before t
-        prev = np.maximum(j - 1, 0)
-        inside = np.where(j > 0, np.clip(t - cs[prev], 0, lengths[prev]), 0)
-        return np.where(j > 0, before[prev], 0) + inside
-
-    return (upto(np.asarray(ends, np.int64)) - upto(np.asarray(starts, np.int64))).astype(np.int64)
-
-
 def merged_hover(
     starts: IntArray,
     ends: IntArray,
@@ -300,7 +243,9 @@ def merged_hover(
     count = np.searchsorted(starts, span_e, side="left") - np.searchsorted(
         starts, span_s, side="left"
     )
-    busy = covered_length(span_s, span_e, iv.union(starts, ends))
+    us, ue = iv.union(starts, ends)
+    z = np.zeros(span_s.size, np.int64)
+    busy = iv.grouped_covered((np.zeros(us.size, np.int64), us, ue), z, span_s, span_e, 1)
     label = html.escape(lane)
     return [
         f"<b>{label}</b> · {kind}, merged span<br>{n:,} {unit}, busy {fmt_ns(b)} of "
@@ -338,38 +283,30 @@ def rects(
 def timeline_figure(
     lanes: Sequence[Lane],
     bands: Sequence[Lane],
-    phases: tuple[IntArray, IntArray, list[str]] | None,
+    phases: tuple[IntArray, IntArray, Sequence[str]] | None,
     exposed: tuple[IntArray, IntArray],
     origin: int,
     window_ns: int,
 ) -> go.Figure:
     """The one-step timeline.
 
-    Rows from the top: phases (if any), the derived bands (exposed comm, overlapped), then one
-    row per lane. The bars of one (row, kind) are one filled path of NaN-separated rectangles;
-    hover comes from an invisible marker per bar at its middle (WebGL when there are many), so a
-    dense lane stays two traces however many kernels it has.
-    Exposed spans are also shaded faintly across all rows so the eye can follow them down.
+    Rows from the top: phases (if any), the derived bands (exposed comm by cause, overlapped),
+    then one row per lane. Every span is a real horizontal bar (``go.Bar`` with a base), so the
+    hover box appears anywhere over a bar and names that bar, never a neighbour's; bars have no
+    outline, so a 1 µs span stays 1 µs wide at any zoom (sub-pixel spans are not inflated into
+    solid blocks). Exposed spans are also shaded faintly across all rows.
     """
-    n_hover = sum(
-        row.intervals[k][0].size for row in list(lanes) + list(bands) for k in row.intervals
-    )
-    # WebGL only when the SVG alternative would be heavy: software-rendered or disabled WebGL
-    # (headless browsers, remote desktops) then only matters for large steps
-    marker_trace: Any = go.Scattergl if n_hover > WEBGL_POINTS else go.Scatter
     rows: list[str] = []
     if phases is not None:
         rows.append("phases")
     rows.extend(b.label for b in bands)
     rows.extend(lane.label for lane in lanes)
     row_px = 30
-    bar_px = 20
-    bar_h = bar_px / row_px
     n_rows = len(rows)
     fig = go.Figure()
     y_top, y_bottom = -0.5, n_rows - 0.5
+    row_y = {label: i for i, label in enumerate(rows)}
 
-    # faint vertical shading of the exposed spans across every row (one filled trace)
     if exposed[0].size:
         xs, ys = rects(exposed[0], exposed[1], origin, y_top, y_bottom)
         fig.add_trace(
@@ -378,7 +315,7 @@ def timeline_figure(
                 y=ys,
                 mode="lines",
                 fill="toself",
-                fillcolor="rgba(213,94,0,0.10)",
+                fillcolor="rgba(213,94,0,0.08)",
                 line=dict(width=0),
                 hoverinfo="skip",
                 showlegend=False,
@@ -386,111 +323,83 @@ def timeline_figure(
             )
         )
 
-    shown_legend: set[str] = set()
-    row_y = {label: i for i, label in enumerate(rows)}
-
-    if phases is not None:
-        ps, pe, names = phases
-        y = row_y["phases"]
-        xs, ys = rects(ps, pe, origin, y - 0.38, y + 0.38)
+    def add_bars(
+        label: str,
+        s: IntArray,
+        e: IntArray,
+        color: str,
+        name: str,
+        hover: list[str] | None,
+        width: float = 0.66,
+    ) -> None:
+        if s.size == 0:
+            return
+        if hover is None:
+            hover = [
+                f"<b>{html.escape(label)}</b> · {name}<br>{fmt_ns(int(b - a))} at "
+                f"+{fmt_ns(int(a - origin))}"
+                for a, b in zip(s.tolist(), e.tolist(), strict=True)
+            ]
         fig.add_trace(
-            go.Scatter(
-                x=xs,
-                y=ys,
-                mode="lines",
-                fill="toself",
-                fillcolor="rgba(120,120,120,0.16)",
-                line=dict(width=1, color="#8a8a8a"),
-                hoverinfo="skip",
-                name="phases",
-                legendgroup="phase",
-                legendrank=_LEGEND_RANK["phases"],
+            go.Bar(
+                base=((s - origin) / 1e6).round(6),
+                x=((e - s) / 1e6).round(6),
+                y=np.full(s.size, row_y[label], dtype=float),
+                orientation="h",
+                width=width,
+                marker=dict(color=color, line=dict(width=0)),
+                hovertext=hover,
+                hovertemplate="%{hovertext}<extra></extra>",
+                hoverlabel=dict(bgcolor="white", bordercolor=color),
+                name=name,
+                legendgroup=name,
+                legendrank=_LEGEND_RANK.get(name, 50),
+                showlegend=name not in shown,
             )
         )
+        shown.add(name)
+
+    shown: set[str] = set()
+    if phases is not None:
+        ps, pe, names = phases
+        hover = [
+            f"<b>{html.escape(n)}</b><br>{fmt_ns(int(b - a))} at +{fmt_ns(int(a - origin))}"
+            for n, a, b in zip(names, ps.tolist(), pe.tolist(), strict=True)
+        ]
+        add_bars("phases", ps, pe, "rgba(120,120,120,0.30)", "phases", hover, width=0.76)
         mid = ((ps + pe) / 2 - origin) / 1e6
         fig.add_trace(
             go.Scatter(
                 x=mid.round(6),
-                y=np.full(mid.size, y, dtype=float),
+                y=np.full(mid.size, row_y["phases"], dtype=float),
                 mode="text",
                 text=[
                     short(n, 28) if (b - a) >= 0.06 * window_ns else ""
                     for n, a, b in zip(names, ps.tolist(), pe.tolist(), strict=True)
                 ],
                 textfont=dict(size=11, color="#333"),
-                hovertext=[
-                    f"<b>{html.escape(n)}</b><br>{fmt_ns(int(b - a))}"
-                    for n, a, b in zip(names, ps.tolist(), pe.tolist(), strict=True)
-                ],
-                hovertemplate="%{hovertext}<extra></extra>",
+                hoverinfo="skip",
                 showlegend=False,
                 name="phase labels",
             )
         )
-
-    def add_row(row: Lane, kind: str, color: str, legend_name: str) -> None:
-        s, e = row.intervals[kind]
-        if s.size == 0:
-            return
-        y = row_y[row.label]
-        # exact-width filled rectangles, all of a (row, kind) in one SVG path: thick WebGL lines
-        # would overshoot each end by half their width and make a 1 µs kernel look 20 px wide
-        x, yy = rects(s, e, origin, y - bar_h / 2, y + bar_h / 2)
-        first = legend_name not in shown_legend
-        shown_legend.add(legend_name)
-        fig.add_trace(
-            go.Scatter(
-                x=x,
-                y=yy,
-                mode="lines",
-                fill="toself",
-                fillcolor=color,
-                # a 1 px outline keeps sub-pixel spans (a 20 µs exposed tail in a 300 ms step)
-                # visible; hover gives the exact duration
-                line=dict(width=1, color=color),
-                hoverinfo="skip",
-                name=legend_name,
-                legendgroup=legend_name,
-                legendrank=_LEGEND_RANK[legend_name],
-                showlegend=first,
-            )
-        )
-        texts = row.hover.get(kind)
-        if texts is None:
-            texts = [
-                f"<b>{html.escape(row.label)}</b> · {legend_name}<br>"
-                f"{fmt_ns(int(b - a))} from {fmt_ns(int(a - origin))}"
-                for a, b in zip(s.tolist(), e.tolist(), strict=True)
-            ]
-        fig.add_trace(
-            marker_trace(
-                x=(((s + e) / 2 - origin) / 1e6).round(6),
-                y=np.full(s.size, y, dtype=float),
-                mode="markers",
-                marker=dict(size=bar_px, color=color, opacity=0),
-                hovertext=texts,
-                hovertemplate="%{hovertext}<extra></extra>",
-                hoverlabel=dict(bgcolor="white", bordercolor=color),
-                name=legend_name,
-                legendgroup=legend_name,
-                showlegend=False,
-            )
-        )
-
     for band in bands:
-        for kind in band.intervals:
-            add_row(band, kind, COLORS[kind], _BAND_LEGEND[kind])
+        for kind, (s, e) in band.intervals.items():
+            add_bars(
+                band.label, s, e, COLORS[kind], _BAND_LEGEND.get(kind, kind), band.hover.get(kind)
+            )
     for lane in lanes:
         for kind in ("compute", "comm", "memory"):
             if kind in lane.intervals:
-                add_row(lane, kind, COLORS[kind], KIND_LABELS[kind])
+                s, e = lane.intervals[kind]
+                add_bars(lane.label, s, e, COLORS[kind], KIND_LABELS[kind], lane.hover.get(kind))
 
     height = 90 + row_px * n_rows + 60
     fig.update_layout(
         **base_layout(
             height=max(height, 260),
+            barmode="overlay",
             hovermode="closest",
-            hoverdistance=30,
             xaxis=dict(
                 title=dict(text="time since the start of the step window (ms)"),
                 range=[0, window_ns / 1e6],
@@ -521,13 +430,16 @@ _LEGEND_RANK = {
     "communication": 2,
     "memory": 3,
     "overlapped": 4,
-    "exposed comm": 5,
-    "phases": 6,
+    CAUSE_LABELS["wait"]: 5,
+    CAUSE_LABELS["tail"]: 6,
+    CAUSE_LABELS["dependency"]: 7,
+    CAUSE_LABELS["host"]: 8,
+    "phases": 9,
 }
 
 _BAND_LEGEND = {
-    "exposed": "exposed comm",
     "overlap": "overlapped",
+    **CAUSE_LABELS,
 }
 
 

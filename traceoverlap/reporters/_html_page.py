@@ -43,7 +43,11 @@ td.name { font: 13px/1.4 ui-monospace, SFMono-Regular, Menlo, Consolas, monospac
 .exposed-text { color: #B34700; }
 .tag { display: inline-block; font: 11px/1.6 system-ui, sans-serif; background: #fde3d3; color: #8a3200;
        border-radius: 4px; padding: 0 6px; margin-left: 6px; }
-ul.advice li { margin-bottom: 8px; }
+ol.advice li { margin-bottom: 12px; }
+ol.advice .advice { margin-top: 2px; }
+ol.advice .where { color: #3c4043; font-size: 13px; margin-top: 2px; }
+ol.advice .evidence { font-size: 12px; }
+.tag.warn { background: #ffe08a; color: #5c4300; }
 .plot { width: 100%; }
 footer { color: var(--muted); font-size: 13px; text-align: center; }
 """
@@ -88,7 +92,8 @@ PAGE = """<!DOCTYPE html>
 <body>
 <main data-plots="{n_plots}">
 {body}
-<footer>Made by traceoverlap {version}. Definitions of every number: docs/metrics.md.</footer>
+<footer>Made by traceoverlap {version}. What every number means: the README's "What every number
+means", and docs/metrics.md and docs/diagnosis.md in the traceoverlap repository.</footer>
 </main>
 </body>
 </html>

@@ -1,9 +1,9 @@
-"""``traceoverlap compare --html FILE``: the comparison on top, both runs' reports side by side.
+"""``traceoverlap compare --html FILE``: the comparison on top, then both runs' reports.
 
-One self-contained file: the comparison table (medians, deltas, step_speedup, bottleneck, the
-collectives whose exposure moved most), then the full HTML report of each run
-(:mod:`traceoverlap.reporters.html`), each in its own frame (``srcdoc``) so the two reports'
-element ids and scripts cannot collide. Formatting only; deterministic like the report itself.
+One self-contained page with plotly.js included once: the comparison table (medians, deltas,
+step_speedup, verdict, the collectives whose exposure moved most), then each run's report
+sections one after the other, their per-step bars on ONE time scale so the bars compare by eye.
+Formatting only; deterministic like the report itself.
 """
 
 from __future__ import annotations
@@ -12,26 +12,14 @@ import html
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import __version__
-from .compare import _change, _delta, _is_ratio, _value
-from .html import render as render_report
+from .. import fmt
+from .._version import __version__
+from ._html_page import CSS, LOADER, PAGE
+from .compare_text import _change, _delta, _is_ratio, _value, headline, main_change_text
+from .html_report import Page, plotly_script, sections
 
 if TYPE_CHECKING:
-    from ..compare import Comparison
-
-_CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1f2328}
-header{padding:16px 24px;border-bottom:1px solid #d0d7de}
-h1{font-size:20px;margin:0 0 6px} .headline{font-size:15px;margin:4px 0}
-table{border-collapse:collapse;margin:12px 0;font-size:13px}
-th,td{padding:3px 10px;border-bottom:1px solid #eaeef2;text-align:right}
-th:first-child,td:first-child{text-align:left}
-.better{color:#1a7f37}.worse{color:#cf222e}
-.tables{display:flex;gap:40px;flex-wrap:wrap;padding:0 24px}
-.runs{display:flex;gap:8px;padding:8px}
-.run{flex:1 1 50%;min-width:0} .run h2{font-size:15px;margin:6px 8px;word-break:break-all}
-iframe{width:100%;height:90vh;border:1px solid #d0d7de;border-radius:6px}
-"""
+    from ..comparison import Comparison
 
 # lower is better for every compared time; a higher overlap ratio is better
 _HIGHER_IS_BETTER = {"overlap_ratio"}
@@ -51,67 +39,85 @@ def render(cmp: Comparison, *, plotlyjs: str = "embed") -> str:
         metric = str(r["metric"])
         unit = "" if _is_ratio(metric) else " (ms)"
         rows.append(
-            f"<tr><td>{e(str(r['label']))}{unit}</td><td>{e(_value(metric, r['baseline']))}</td>"
-            f"<td>{e(_value(metric, r['candidate']))}</td>"
-            f"<td class='{_cls(metric, r['delta'])}'>{e(_delta(metric, r['delta']))}</td>"
-            f"<td>{'-' if _is_ratio(metric) else e(_change(r['change_ratio']))}</td></tr>"
+            f"<tr><td>{e(str(r['label']).strip())}{unit}</td>"
+            f"<td class='num'>{e(_value(metric, r['baseline']))}</td>"
+            f"<td class='num'>{e(_value(metric, r['candidate']))}</td>"
+            f"<td class='num {_cls(metric, r['delta'])}'>{e(_delta(metric, r['delta']))}</td>"
+            f"<td class='num'>{'-' if _is_ratio(metric) else e(_change(r['change_ratio']))}</td></tr>"
         )
     metrics = (
-        "<table><tr><th>median per step</th><th>baseline</th><th>candidate</th><th>delta</th>"
-        "<th>change</th></tr>" + "".join(rows) + "</table>"
+        "<table class='data'><tr><th>median per step</th><th class='num'>baseline</th>"
+        "<th class='num'>candidate</th><th class='num'>delta</th><th class='num'>change</th></tr>"
+        + "".join(rows)
+        + "</table>"
     )
     coll = ""
     if not cmp.collectives.empty:
         crows = []
         for r in cmp.collectives.to_dict("records"):
-            b = f"{float(r['baseline_exposed_ns']) / 1e6:.2f}" if r["baseline_count"] else "absent"
-            c = (
-                f"{float(r['candidate_exposed_ns']) / 1e6:.2f}"
-                if r["candidate_count"]
-                else "absent"
-            )
+            b = fmt.ms(r["baseline_exposed_ns"]) if r["baseline_count"] else "absent"
+            c = fmt.ms(r["candidate_exposed_ns"]) if r["candidate_count"] else "absent"
             d = float(r["delta_ns"])
             crows.append(
-                f"<tr><td>{e(str(r['collective']))}</td><td>{b}</td><td>{c}</td>"
-                f"<td class='{_cls('exposed_ns', d)}'>{d / 1e6:+.2f}</td></tr>"
+                f"<tr><td>{e(str(r['collective']))}</td><td class='num'>{b}</td>"
+                f"<td class='num'>{c}</td>"
+                f"<td class='num {_cls('exposed_ns', d)}'>{fmt.signed_ms(d)}</td></tr>"
             )
         coll = (
-            "<table><tr><th>collective (exposure changed most)</th><th>baseline ms</th>"
-            "<th>candidate ms</th><th>delta</th></tr>" + "".join(crows) + "</table>"
+            "<h3>Collectives whose exposure changed most (median exposed ms per step)</h3>"
+            "<table class='data'><tr><th>collective</th><th class='num'>baseline</th>"
+            "<th class='num'>candidate</th><th class='num'>delta</th></tr>"
+            + "".join(crows)
+            + "</table>"
         )
     verdict = (
-        f"changed: {cmp.baseline_bottleneck} &rarr; {cmp.candidate_bottleneck}"
+        f"changed: {e(str(cmp.baseline_bottleneck))} &rarr; {e(str(cmp.candidate_bottleneck))}"
         if cmp.bottleneck_changed
-        else f"unchanged: {cmp.baseline_bottleneck}"
+        else f"unchanged: {e(str(cmp.baseline_bottleneck))}"
     )
     notes = "".join(f"<li>{e(n)}</li>" for n in cmp.notes)
-    frames = []
-    for label, analysis in (
-        (f"baseline: {cmp.baseline_label}", cmp.baseline),
-        (f"candidate: {cmp.candidate_label}", cmp.candidate),
-    ):
-        doc = render_report(analysis, plotlyjs=plotlyjs)
-        frames.append(
-            f"<div class='run'><h2>{e(label)}</h2>"
-            f"<iframe title='{e(label)}' srcdoc=\"{e(doc, quote=True)}\"></iframe></div>"
-        )
     sp = cmp.step_speedup
-    return (
-        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
-        f"<title>traceoverlap compare: {e(cmp.baseline_label)} vs {e(cmp.candidate_label)}</title>"
-        f"<style>{_CSS}</style></head><body><header><h1>traceoverlap compare</h1>"
-        f"<p class='headline'><b>step_speedup {'-' if sp is None else f'{sp:.2f}x'}</b>"
-        f" &middot; {e(cmp.main_change or '')} &middot; bottleneck {verdict}</p>"
+    top = (
+        "<header><h1>traceoverlap compare</h1>"
+        f"<p class='lead'><b>step_speedup {'-' if sp is None else f'{sp:.2f}x'}</b> &middot; "
+        f"{e(main_change_text(cmp) or 'no time metric moved')} &middot; verdict {verdict}</p>"
+        f"<p>{e(headline(cmp))}</p>"
         f"<p>baseline <code>{e(cmp.baseline_label)}</code> &middot; candidate "
-        f"<code>{e(cmp.candidate_label)}</code> &middot; traceoverlap {e(__version__)}</p>"
-        + (f"<ul>{notes}</ul>" if notes else "")
-        + f"</header><div class='tables'>{metrics}{coll}</div>"
-        f"<div class='runs'>{''.join(frames)}</div></body></html>\n"
+        f"<code>{e(cmp.candidate_label)}</code></p>"
+        + (f"<div class='caveats'><h3>Caveats</h3><ul>{notes}</ul></div>" if notes else "")
+        + f"</header><section id='comparison'><h2>Median per step</h2>{metrics}{coll}</section>"
+    )
+    # one time scale for both runs' per-step bars
+    y_max = max(
+        float(cmp.baseline.steps["step_ns"].max()), float(cmp.candidate.steps["step_ns"].max())
+    )
+    y_max_ms = 1.05 * y_max / 1e6
+    bodies = [top]
+    n_plots = 0
+    for prefix, label, analysis in (
+        ("base", f"baseline: {cmp.baseline_label}", cmp.baseline),
+        ("cand", f"candidate: {cmp.candidate_label}", cmp.candidate),
+    ):
+        page = Page(prefix=prefix)
+        inner = "\n".join(s for s in sections(analysis, page, y_max_ms) if s)
+        inner = inner.replace("id='", f"id='{prefix}-")
+        bodies.append(
+            f"<div class='run' id='{prefix}'><h1 class='run-title'>{e(label)}</h1>{inner}</div>"
+        )
+        n_plots += len(page.plot_ids)
+    return PAGE.format(
+        title=html.escape(f"traceoverlap compare: {cmp.baseline_label} vs {cmp.candidate_label}"),
+        css=CSS
+        + ".better{color:#1a7f37}.worse{color:#cf222e}.run-title{font-size:20px;margin:26px 4px 10px}",
+        plotlyjs=plotly_script(plotlyjs),
+        loader=LOADER,
+        body="\n".join(bodies),
+        version=html.escape(__version__),
+        n_plots=n_plots,
     )
 
 
 def write_report(cmp: Comparison, path: str | Path, *, plotlyjs: str = "embed") -> Path:
     out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render(cmp, plotlyjs=plotlyjs), encoding="utf-8")
     return out

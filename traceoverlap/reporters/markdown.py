@@ -1,13 +1,22 @@
-"""Markdown output: inputs, the step table and the summary, for a PR comment or a wiki page."""
+"""Markdown output: inputs, the step table, the summary and what to try, for a PR comment."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._format import SHORT_BOTTLENECK, describe_inputs, ms, pct, summary_lines
+from .. import fmt
+from ._format import (
+    SHORT_BOTTLENECK,
+    describe_inputs,
+    finding_lines,
+    several_devices,
+    summary_lines,
+    unit_label,
+)
+from .across_ranks import across_ranks_lines
 
 if TYPE_CHECKING:
-    from ..analysis import Analysis
+    from ..results import Analysis
 
 
 def render(analysis: Analysis) -> str:
@@ -15,19 +24,23 @@ def render(analysis: Analysis) -> str:
     out += [f"- {line}" for line in describe_inputs(analysis)]
     out += [
         "",
-        "| rank | step | step ms | compute ms | comm ms | exposed ms | overlap | idle ms | bottleneck |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|:---|",
+        "| rank | step | step ms | compute | exposed | memory | idle | comm | overlap | bottleneck |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---|",
     ]
+    several = several_devices(analysis)
     for r in analysis.steps.itertuples(index=False):
         out.append(
-            f"| {r.rank} | {r.step} | {ms(r.step_ns)} | {ms(r.compute_ns)} | {ms(r.comm_ns)} | "
-            f"{ms(r.exposed_comm_ns)} | {pct(r.overlap_ratio)} | {ms(r.idle_ns)} | "
-            f"{SHORT_BOTTLENECK.get(r.bottleneck, r.bottleneck)} |"
+            f"| {unit_label(r.rank, r.device, r.rank in several)} | {r.step} | "
+            f"{fmt.ms(r.step_ns)} | {fmt.ms(r.compute_ns)} | {fmt.ms(r.exposed_comm_ns)} | "
+            f"{fmt.ms(r.memory_only_ns)} | {fmt.ms(r.idle_ns)} | {fmt.ms(r.comm_ns)} | "
+            f"{fmt.pct(r.overlap_ratio)} | {SHORT_BOTTLENECK.get(r.bottleneck, r.bottleneck)} |"
         )
     out += ["", "```"] + summary_lines(analysis) + ["```"]
-    extra = getattr(analysis.collectives, "render_text", None)
-    if callable(extra):
-        out += ["", "**Across ranks**", "", "```", extra().rstrip("\n"), "```"]
+    if analysis.findings:
+        out += ["", "**What to try**", ""] + finding_lines(analysis.findings)
+    if analysis.multi_rank and analysis.collectives is not None:
+        out += ["", "**Across ranks**", "", "```"] + across_ranks_lines(analysis.collectives)
+        out += ["```"]
     if analysis.notes:
         out += ["", "**Notes**", ""] + [f"- {n}" for n in analysis.notes]
     return "\n".join(out) + "\n"

@@ -1,6 +1,6 @@
-"""Terminal table: one row per (rank, step), then the run summary and caveats.
+"""Terminal table: one row per (rank, step), then the summary, what to try, and caveats.
 
-Fits an 80-column terminal; colours only when writing to a terminal (rich decides).
+Fits an 80-column terminal; colours only when writing to a terminal (and NO_COLOR is unset).
 """
 
 from __future__ import annotations
@@ -12,14 +12,26 @@ from typing import TYPE_CHECKING
 from rich import box
 from rich.table import Table
 
-from ._format import SHORT_BOTTLENECK, describe_inputs, make_console, ms, pct, summary_lines
+from .. import fmt
+from ._format import (
+    SHORT_BOTTLENECK,
+    describe_inputs,
+    finding_lines,
+    make_console,
+    several_devices,
+    summary_lines,
+    unit_label,
+)
+from .across_ranks import render_across_ranks
 
 if TYPE_CHECKING:
-    from ..analysis import Analysis
+    from ..results import Analysis
 
 _STYLE = {
+    "peer-wait-bound": "bold magenta",
     "communication-bound": "bold red",
     "exposed-communication": "yellow",
+    "memory-bound": "cyan",
     "idle-bound": "magenta",
     "compute-bound": "green",
 }
@@ -30,68 +42,69 @@ def build_table(analysis: Analysis) -> Table:
         box=box.SIMPLE_HEAD,
         pad_edge=False,
         show_edge=False,
-        padding=(0, 1),
+        padding=0,
         collapse_padding=True,
         header_style="bold",
     )
-    for col, just in (
-        ("rank", "right"),
-        ("step", "right"),
-        ("step ms", "right"),
-        ("compute", "right"),
-        ("comm", "right"),
-        ("exposed", "right"),
-        ("overlap", "right"),
-        ("idle", "right"),
-        ("bottleneck", "left"),
-    ):
-        table.add_column(col, justify=just, no_wrap=True)  # type: ignore[arg-type]
-    df = analysis.steps
-    for r in df.itertuples(index=False):
+    for col in ("rank", "step", "step ms", "compute", "exposed", "memory", "idle", "comm"):
+        table.add_column(col, justify="right", no_wrap=True)
+    table.add_column("overlap", justify="right", no_wrap=True)
+    table.add_column("bottleneck", justify="left", no_wrap=True)
+    several = several_devices(analysis)
+    for r in analysis.steps.itertuples(index=False):
         table.add_row(
-            str(r.rank),
+            unit_label(r.rank, r.device, r.rank in several),
             str(r.step),
-            ms(r.step_ns),
-            ms(r.compute_ns),
-            ms(r.comm_ns),
-            ms(r.exposed_comm_ns),
-            pct(r.overlap_ratio),
-            ms(r.idle_ns),
+            fmt.ms(r.step_ns),
+            fmt.ms(r.compute_ns),
+            fmt.ms(r.exposed_comm_ns),
+            fmt.ms(r.memory_only_ns),
+            fmt.ms(r.idle_ns),
+            fmt.ms(r.comm_ns),
+            fmt.pct(r.overlap_ratio),
             f"[{_STYLE.get(r.bottleneck, '')}]{SHORT_BOTTLENECK.get(r.bottleneck, r.bottleneck)}[/]",
         )
     return table
 
 
-def _wrap(line: str, width: int, indent: str) -> str:
-    return textwrap.fill(line, width=width, subsequent_indent=indent, break_on_hyphens=False)
+def _wrap(line: str, width: int) -> str:
+    indent = " " * (len(line) - len(line.lstrip(" ")))
+    cont = indent + ("   " if line.lstrip()[:1].isdigit() else "    ")
+    return textwrap.fill(line, width=width, subsequent_indent=cont, break_on_hyphens=False)
 
 
 def render(analysis: Analysis, *, color: bool = False, width: int = 80) -> str:
     buf = io.StringIO()
     console = make_console(buf, color=color, width=width)
     wrap = max(width, 80)
-    for line in describe_inputs(analysis):
-        console.print(_wrap(line, wrap, "    "), soft_wrap=True, markup=False)
+
+    def say(lines: list[str]) -> None:
+        for line in lines:
+            console.print(_wrap(line, wrap), soft_wrap=True, markup=False)
+
+    say(describe_inputs(analysis))
     console.print()
     console.print(build_table(analysis))
     console.print(
-        "ms; overlap = share of comm hidden behind compute; exposed = comm nothing hid;",
+        "ms; step = compute + exposed + memory + idle (memory: copies with nothing else",
         style="dim",
     )
     console.print(
-        "bottleneck: compute / exposed-comm / comm-bound / idle-bound (README)", style="dim"
+        "running); overlap = share of comm hidden behind compute; verdicts: README",
+        style="dim",
     )
     console.print()
-    for line in summary_lines(analysis):
-        console.print(_wrap(line, wrap, "    "), soft_wrap=True, markup=False)
+    say(summary_lines(analysis))
+    if analysis.findings:
+        console.print()
+        console.print("What to try:", style="bold")
+        say(["  " + line for line in finding_lines(analysis.findings)])
     if analysis.notes:
         console.print()
         console.print("Notes:", style="bold")
-        for note in analysis.notes:
-            console.print(_wrap(f"  - {note}", wrap, "    "), soft_wrap=True, markup=False)
-    extra = getattr(analysis.collectives, "render_text", None)
-    if callable(extra):
+        say([f"  - {note}" for note in analysis.notes])
+    if analysis.multi_rank and analysis.collectives is not None:
         console.print()
-        console.print(extra(), soft_wrap=True, markup=False)
-    # rich pads the last column to its width: trailing blanks only get in the way of diffs and pastes
+        console.print(render_across_ranks(analysis.collectives, wrap), soft_wrap=True, markup=False)
+    # rich pads the last column to its width: trailing blanks only get in the way of diffs
     return "\n".join(line.rstrip() for line in buf.getvalue().split("\n"))

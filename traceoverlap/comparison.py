@@ -4,11 +4,13 @@ Medians are taken over every (rank, step) row of a run (the run summary's median
 different number of ranks or steps still compare. All times are integer nanoseconds in, float
 nanoseconds out for medians (a median of two rows may fall between them).
 
-  - ``metrics``: one row per metric (step, compute, comm, overlap ratio, exposed comm, idle, and the
-    exposed wait / transfer split when both runs have it): baseline median, candidate median,
-    ``delta`` = candidate - baseline, ``change_ratio`` = delta / baseline (None when baseline is 0).
+  - ``metrics``: one row per metric (step, compute, comm, overlap ratio, exposed comm and its
+    split into waiting / transfer and causes, memory, idle): baseline median, candidate median,
+    ``delta`` = candidate - baseline, ``change_ratio`` = delta / baseline (None when baseline is
+    0 or either side is missing).
   - ``step_speedup`` = baseline median step / candidate median step (> 1: the candidate is faster).
-  - the dominant bottleneck of each run and whether it changed.
+  - ``main_change``: the time metric (other than the step itself) whose median moved most.
+  - the dominant verdict of each run and whether it changed.
   - ``collectives``: collectives whose exposure changed most. A collective is identified across
     runs by its kind and its position among the collectives of that kind within a step
     (``all_reduce #3``), since the instances themselves differ between runs; its exposure is the
@@ -23,8 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .analysis import Analysis
-from .collectives import Collectives, match_collectives
+from .results import Analysis
 
 #: (step column, label) in report order.
 COMPARED_METRICS: tuple[tuple[str, str], ...] = (
@@ -33,10 +34,15 @@ COMPARED_METRICS: tuple[tuple[str, str], ...] = (
     ("comm_ns", "comm"),
     ("overlap_ratio", "overlap ratio"),
     ("exposed_comm_ns", "exposed comm"),
+    ("exposed_wait_ns", "  waiting for a peer"),
+    ("exposed_tail_ns", "  nothing left to compute"),
+    ("exposed_dependency_ns", "  compute waited for it"),
+    ("exposed_host_ns", "  host not ready"),
+    ("memory_only_ns", "memory only"),
     ("idle_ns", "idle"),
-    ("exposed_wait_ns", "exposed wait"),
-    ("exposed_transfer_ns", "exposed transfer"),
 )
+#: Metrics a main change is chosen from.
+MAIN_CHANGE_METRICS = ("compute_ns", "comm_ns", "exposed_comm_ns", "memory_only_ns", "idle_ns")
 
 METRIC_COLUMNS = ("metric", "label", "baseline", "candidate", "delta", "change_ratio")
 COLLECTIVE_COLUMNS = (
@@ -61,28 +67,13 @@ class Comparison:
     candidate_label: str
     metrics: pd.DataFrame
     step_speedup: float | None
+    main_change: str | None
     baseline_bottleneck: str | None
     candidate_bottleneck: str | None
     collectives: pd.DataFrame
     notes: tuple[str, ...]
     baseline_bottlenecks: dict[str, int]
     candidate_bottlenecks: dict[str, int]
-
-    @property
-    def main_change(self) -> str | None:
-        """The time metric (other than the step itself) whose median moved most, in words."""
-        m = self.metrics[
-            self.metrics["metric"].isin(("compute_ns", "comm_ns", "exposed_comm_ns", "idle_ns"))
-        ]
-        m = m[m["delta"].notna() & (m["delta"] != 0)]
-        if m.empty:
-            return None
-        row = m.iloc[int(np.argmax(m["delta"].abs().to_numpy()))]
-        d = float(row["delta"])
-        word = "fell" if d < 0 else "rose"
-        rel = row["change_ratio"]
-        rel_txt = f" ({100 * float(rel):+.0f}%)" if rel is not None and not pd.isna(rel) else ""
-        return f"{row['label']} {word} by {abs(d) / 1e6:.2f} ms per step{rel_txt}"
 
     @property
     def bottleneck_changed(self) -> bool:
@@ -92,28 +83,11 @@ class Comparison:
         row = self.metrics[self.metrics["metric"] == name]
         if row.empty:
             raise KeyError(name)
-        return {str(k): v for k, v in row.iloc[0].to_dict().items()}
+        return {str(k): (None if _nan(v) else v) for k, v in row.iloc[0].to_dict().items()}
 
-    def headline(self) -> str:
-        """One sentence: the speedup and what moved most (plain text)."""
-        step = self.metric("step_ns")
-        parts = []
-        if self.step_speedup is not None:
-            parts.append(
-                f"step_speedup {self.step_speedup:.2f}x (median step "
-                f"{step['baseline'] / 1e6:.2f} -> {step['candidate'] / 1e6:.2f} ms)"
-            )
-        ov = self.metric("overlap_ratio")
-        if ov["baseline"] is not None and ov["candidate"] is not None:
-            parts.append(f"overlap {100 * ov['baseline']:.1f}% -> {100 * ov['candidate']:.1f}%")
-        change = self.main_change
-        if change:
-            parts.append(change)
-        if self.bottleneck_changed:
-            parts.append(f"bottleneck {self.baseline_bottleneck} -> {self.candidate_bottleneck}")
-        else:
-            parts.append(f"bottleneck unchanged ({self.baseline_bottleneck})")
-        return "; ".join(parts)
+
+def _nan(v: Any) -> bool:
+    return v is None or (isinstance(v, float) and v != v)
 
 
 def _median(steps: pd.DataFrame, col: str) -> float | None:
@@ -126,22 +100,22 @@ def _median(steps: pd.DataFrame, col: str) -> float | None:
 def _collective_profile(analysis: Analysis) -> pd.DataFrame:
     """Per (kind, position within the step): median exposed ns over (rank, step), and count."""
     coll = analysis.collectives
-    if not isinstance(coll, Collectives):
-        coll = match_collectives(analysis)
-    pr = coll.per_rank
-    if pr.empty:
+    if coll is None or coll.per_rank.empty:
         return pd.DataFrame(columns=["name", "position", "exposed_ns", "count"])
-    names = coll.instances.set_index("instance")["name"]
-    df = pr.assign(name=names.reindex(pr["instance"]).to_numpy())
-    df = df.sort_values(["rank", "step_index", "start_ns"], kind="stable")
-    df["position"] = df.groupby(["rank", "step_index", "name"]).cumcount() + 1
+    df = coll.per_rank.sort_values(["unit", "window", "start_ns"], kind="stable")
+    df = df.assign(position=df.groupby(["unit", "window", "name"]).cumcount() + 1)
     g = df.groupby(["name", "position"], sort=True)
     return pd.DataFrame(
-        {
-            "exposed_ns": g["exposed_ns"].median(),
-            "count": g["exposed_ns"].size(),
-        }
+        {"exposed_ns": g["exposed_ns"].median(), "count": g["exposed_ns"].size()}
     ).reset_index()
+
+
+def _main_change(metrics: pd.DataFrame) -> str | None:
+    m = metrics[metrics["metric"].isin(MAIN_CHANGE_METRICS)]
+    m = m[m["delta"].notna() & (m["delta"] != 0)]
+    if m.empty:
+        return None
+    return str(m.iloc[int(np.argmax(m["delta"].abs().to_numpy()))]["metric"])
 
 
 def compare(
@@ -154,12 +128,13 @@ def compare(
 ) -> Comparison:
     """Compare two analysed runs (see the module docstring)."""
     rows = []
+    both_multi = baseline.multi_rank and candidate.multi_rank
     for col, label in COMPARED_METRICS:
+        if col == "exposed_wait_ns" and not both_multi:
+            continue  # waiting for peers only compares between two multi-rank runs
         b, c = _median(baseline.steps, col), _median(candidate.steps, col)
-        if (b is None and c is None) or (
-            col.startswith("exposed_") and col != "exposed_comm_ns" and (b is None or c is None)
-        ):
-            continue  # the wait/transfer split only compares when both runs have it
+        if b is None and c is None:
+            continue
         delta = None if b is None or c is None else c - b
         rows.append(
             {
@@ -171,7 +146,8 @@ def compare(
                 "change_ratio": (delta / b) if (delta is not None and b) else None,
             }
         )
-    metrics = pd.DataFrame(rows, columns=list(METRIC_COLUMNS))
+    metrics = pd.DataFrame(rows, columns=list(METRIC_COLUMNS)).astype(object)
+    metrics = metrics.where(metrics.notna(), None)
     b_step, c_step = _median(baseline.steps, "step_ns"), _median(candidate.steps, "step_ns")
     speedup = b_step / c_step if b_step is not None and c_step else None
 
@@ -199,12 +175,12 @@ def compare(
     )
     notes = [f"{baseline_label}: {n}" for n in baseline.notes]
     notes += [f"{candidate_label}: {n}" for n in candidate.notes]
-    b_ranks, c_ranks = baseline.timeline.ranks, candidate.timeline.ranks
-    if len(b_ranks) != len(c_ranks):
+    nb, nc = len(baseline.traces), len(candidate.traces)
+    if nb != nc:
         notes.insert(
             0,
-            f"the runs have different rank counts ({len(b_ranks)} vs {len(c_ranks)}): "
-            "medians are over every (rank, step) of each run",
+            f"the runs have different rank counts ({nb} vs {nc}): medians are over every "
+            "(rank, step) of each run",
         )
     return Comparison(
         baseline=baseline,
@@ -213,10 +189,11 @@ def compare(
         candidate_label=candidate_label,
         metrics=metrics,
         step_speedup=speedup,
-        baseline_bottleneck=baseline.summary["run"].get("dominant_bottleneck"),
-        candidate_bottleneck=candidate.summary["run"].get("dominant_bottleneck"),
+        main_change=_main_change(metrics),
+        baseline_bottleneck=baseline.summary.run.dominant_bottleneck,
+        candidate_bottleneck=candidate.summary.run.dominant_bottleneck,
         collectives=collectives,
         notes=tuple(notes),
-        baseline_bottlenecks=dict(baseline.summary["run"].get("bottlenecks", {})),
-        candidate_bottlenecks=dict(candidate.summary["run"].get("bottlenecks", {})),
+        baseline_bottlenecks=dict(baseline.summary.run.bottlenecks),
+        candidate_bottlenecks=dict(candidate.summary.run.bottlenecks),
     )

@@ -1,6 +1,6 @@
 """``traceoverlap compare`` output: table (terminal), JSON and Markdown. Formatting only.
 
-JSON (``schema_version`` 1): ``step_speedup`` (baseline median step / candidate median step),
+JSON (``schema_version`` 2): ``step_speedup`` (baseline median step / candidate median step),
 ``headline``, ``main_change``, ``baseline`` / ``candidate`` (label, ranks, steps, bottleneck
 counts), ``metrics`` (one object per metric: baseline and candidate medians, ``delta`` =
 candidate - baseline, ``change_ratio`` = delta / baseline; times in ns, ratios 0-1),
@@ -10,21 +10,21 @@ candidate - baseline, ``change_ratio`` = delta / baseline; times in ns, ratios 0
 from __future__ import annotations
 
 import io
-import json
 from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.table import Table
 
-from .. import __version__
-from ._format import make_console, ms
-from .json import clean
+from .. import fmt
+from .._version import __version__
+from ._format import make_console
+from .json_report import SCHEMA_VERSION, encode, records
 
 if TYPE_CHECKING:
-    from ..analysis import Analysis
-    from ..compare import Comparison
+    from ..comparison import Comparison
+    from ..results import Analysis
 
-SCHEMA_VERSION = 1
+ms = fmt.ms
 
 
 def _is_ratio(metric: str) -> bool:
@@ -32,9 +32,7 @@ def _is_ratio(metric: str) -> bool:
 
 
 def _value(metric: str, v: Any) -> str:
-    if v is None or v != v:  # None or NaN
-        return "-"
-    return f"{100 * float(v):.1f}%" if _is_ratio(metric) else ms(v)
+    return fmt.pct(v) if _is_ratio(metric) else fmt.ms(v)
 
 
 def _delta(metric: str, v: Any) -> str:
@@ -42,51 +40,87 @@ def _delta(metric: str, v: Any) -> str:
         return "-"
     if _is_ratio(metric):
         return f"{100 * float(v):+.1f} pp"
-    return f"{float(v) / 1e6:+.2f}"
+    return fmt.signed_ms(v)
 
 
 def _change(v: Any) -> str:
-    return "-" if v is None or v != v else f"{100 * float(v):+.0f}%"
+    return fmt.signed_pct(v)
+
+
+def main_change_text(cmp: Comparison) -> str | None:
+    """The metric that moved most, in words: ``exposed comm fell by 15.82 ms per step (-59%)``."""
+    if cmp.main_change is None:
+        return None
+    row = cmp.metric(cmp.main_change)
+    d = float(row["delta"])
+    rel = row["change_ratio"]
+    rel_txt = f" ({fmt.signed_pct(rel)})" if rel is not None else ""
+    label = str(row["label"]).strip()
+    return f"{label} {'fell' if d < 0 else 'rose'} by {abs(d) / 1e6:.2f} ms per step{rel_txt}"
+
+
+def headline(cmp: Comparison) -> str:
+    """One sentence: the speedup and what moved most (plain text)."""
+    step = cmp.metric("step_ns")
+    parts = []
+    if cmp.step_speedup is not None:
+        parts.append(
+            f"step_speedup {cmp.step_speedup:.2f}x (median step "
+            f"{fmt.ms(step['baseline'])} -> {fmt.ms(step['candidate'])} ms)"
+        )
+    try:
+        ov = cmp.metric("overlap_ratio")
+    except KeyError:
+        ov = {"baseline": None, "candidate": None}
+    if ov["baseline"] is not None or ov["candidate"] is not None:
+        parts.append(f"overlap {fmt.pct(ov['baseline'])} -> {fmt.pct(ov['candidate'])}")
+    change = main_change_text(cmp)
+    if change:
+        parts.append(change)
+    if cmp.bottleneck_changed:
+        parts.append(f"bottleneck {cmp.baseline_bottleneck} -> {cmp.candidate_bottleneck}")
+    else:
+        parts.append(f"bottleneck unchanged ({cmp.baseline_bottleneck})")
+    return "; ".join(parts)
 
 
 def _run_info(a: Analysis, label: str, bottlenecks: dict[str, int]) -> dict[str, Any]:
-    run = a.summary["run"]
+    run = a.summary.run
     return {
         "label": label,
-        "paths": [t.path for t in a.timeline.traces],
-        "ranks": a.timeline.ranks,
-        "n_steps": run.get("n_steps"),
-        "dominant_bottleneck": run.get("dominant_bottleneck"),
+        "paths": sorted({t.path for t in a.traces}),
+        "ranks": a.ranks,
+        "n_steps": run.n_steps,
+        "dominant_bottleneck": run.dominant_bottleneck,
         "bottlenecks": bottlenecks,
     }
 
 
 def to_dict(cmp: Comparison) -> dict[str, Any]:
-    return clean(
-        {
-            "schema_version": SCHEMA_VERSION,
-            "tool": {"name": "traceoverlap", "version": __version__},
-            "step_speedup": cmp.step_speedup,
-            "headline": cmp.headline(),
-            "main_change": cmp.main_change,
-            "baseline": _run_info(cmp.baseline, cmp.baseline_label, cmp.baseline_bottlenecks),
-            "candidate": _run_info(cmp.candidate, cmp.candidate_label, cmp.candidate_bottlenecks),
-            "metrics": [{str(k): v for k, v in r.items()} for r in cmp.metrics.to_dict("records")],
-            "bottleneck": {
-                "baseline": cmp.baseline_bottleneck,
-                "candidate": cmp.candidate_bottleneck,
-                "changed": cmp.bottleneck_changed,
-            },
-            "collectives": [
-                {str(k): v for k, v in r.items()} for r in cmp.collectives.to_dict("records")
-            ],
-            "notes": list(cmp.notes),
-        }
-    )
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": "traceoverlap", "version": __version__},
+        "step_speedup": cmp.step_speedup,
+        "headline": headline(cmp),
+        "main_change": main_change_text(cmp),
+        "baseline": _run_info(cmp.baseline, cmp.baseline_label, cmp.baseline_bottlenecks),
+        "candidate": _run_info(cmp.candidate, cmp.candidate_label, cmp.candidate_bottlenecks),
+        "metrics": [
+            {**r, "label": str(r["label"]).strip()}
+            for r in records(cmp.metrics, list(cmp.metrics.columns))
+        ],
+        "bottleneck": {
+            "baseline": cmp.baseline_bottleneck,
+            "candidate": cmp.candidate_bottleneck,
+            "changed": cmp.bottleneck_changed,
+        },
+        "collectives": records(cmp.collectives, list(cmp.collectives.columns)),
+        "notes": list(cmp.notes),
+    }
 
 
 def render_json(cmp: Comparison) -> str:
-    return json.dumps(to_dict(cmp), indent=2, allow_nan=False) + "\n"
+    return encode(to_dict(cmp))
 
 
 def _bottleneck_text(counts: dict[str, int]) -> str:
@@ -120,8 +154,9 @@ def render_table(cmp: Comparison, *, color: bool = False, width: int = 80) -> st
     console.print(table)
     sp = cmp.step_speedup
     console.print(f"step_speedup: {sp:.2f}x" if sp is not None else "step_speedup: -", markup=False)
-    if cmp.main_change:
-        console.print(f"main change: {cmp.main_change}", markup=False, soft_wrap=True)
+    change = main_change_text(cmp)
+    if change:
+        console.print(f"main change: {change}", markup=False, soft_wrap=True)
     verdict = (
         f"changed: {cmp.baseline_bottleneck} -> {cmp.candidate_bottleneck}"
         if cmp.bottleneck_changed
@@ -162,7 +197,7 @@ def render_markdown(cmp: Comparison) -> str:
         "",
         f"- baseline: `{cmp.baseline_label}`",
         f"- candidate: `{cmp.candidate_label}`",
-        f"- **{cmp.headline()}**",
+        f"- **{headline(cmp)}**",
         "",
         "| median per step | baseline | candidate | delta | change |",
         "|---|---:|---:|---:|---:|",

@@ -6,19 +6,19 @@ import csv
 import io
 from typing import TYPE_CHECKING
 
-from .json import step_records
+from .json_report import step_records
 
 if TYPE_CHECKING:
-    from ..analysis import Analysis
+    from ..results import Analysis
 
 
 def render(analysis: Analysis) -> str:
-    records = step_records(analysis)
-    buf = io.StringIO()
-    if not records:
+    rows = step_records(analysis)
+    if not rows:
         return ""
-    writer = csv.DictWriter(buf, fieldnames=list(records[0].keys()), lineterminator="\n")
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(rows[0].keys()), lineterminator="\n")
     writer.writeheader()
-    for rec in records:
+    for rec in rows:
         writer.writerow({k: ("" if v is None else v) for k, v in rec.items()})
     return buf.getvalue()

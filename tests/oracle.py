@@ -1,0 +1,448 @@
+"""A brute-force, per-nanosecond oracle of the metrics / diagnosis contract.
+
+Written from the team docs (metrics.md, diagnosis.md) and the rules they leave open
+(_notes/SEMANTICS.md), NOT from traceoverlap's code: it imports nothing from traceoverlap, takes a
+plain list of events (:class:`Ev`) and decides every nanosecond of every step window literally, on
+boolean numpy masks. It is meant to be obviously right, not fast: keep inputs small (times within a
+few thousand ns of each other per process; a clock offset shifts a whole rank and costs nothing).
+
+Rules implemented (each is cited where it is used):
+
+- Units: one per (rank, pid, device) for a process with device activity (kernel/memcpy/memset),
+  one CPU unit (device -1) for a process with none. A process's host events (launches, markers,
+  ranges) belong to each of its device units.
+- Kinds. GPU unit: kernels whose name contains ``nccl`` or starts with ``rccl``/``hccl`` (any
+  case) are comm; memcpy/memset are memory; other kernels compute; nothing else is activity.
+  CPU unit: host events named ``gloo:*`` are comm; ``cpu_op`` events on a thread that is not a
+  communication thread (``pt_gloo_runloop``) are compute unless named ``c10d::*``,
+  ``record_param_comms``, ``nccl:*`` or ``gloo:*``.
+- Markers: host ``annotation`` events matching the step regex; labels = the first group when it is
+  all digits (duplicates "N#2", "N#3"... in start order), else ordinals of all the unit's markers by
+  start time (stable). GPU: an activity belongs to the innermost marker containing its launch
+  call's start (greatest start, then smallest end, then first in the trace; half-open; zero-length
+  markers contain nothing); window [min start, max end) of its activities; markers with none give
+  no step. CPU: window = marker range, every activity clipped to it. No markers: one ``all`` window
+  over the unit's activities.
+- Matched collectives: comm activities carrying (process group, seq); an instance is matched when
+  every unit that used that process group has exactly one activity with that seq (and there are
+  at least two such units; SendRecv only in a group of exactly two: a transfer pairs two ranks).
+  transfer = min duration, wait part on u = [s_u, s_u + dur_u - transfer).
+- Parts (diagnosis §1), causes (§3 + SEMANTICS), verdict (§2 + SEMANTICS), metrics (metrics.md).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+DEFAULT_STEP_REGEX = r"^ProfilerStep#(\d+)$"
+DEFAULT_LOST_RATIO = 0.10
+
+DEVICE_CATEGORIES = frozenset({"kernel", "memcpy", "memset", "sync", "gpu_annotation"})
+GPU_ACTIVITY = frozenset({"kernel", "memcpy", "memset"})
+LAUNCH = frozenset({"runtime", "driver"})
+
+GPU_COMM = (re.compile(r"(?i)nccl"), re.compile(r"(?i)^rccl"), re.compile(r"(?i)^hccl"))
+CPU_COMM = (re.compile(r"^gloo:"),)
+CPU_COMPUTE_EXCLUDE = tuple(
+    re.compile(p) for p in (r"^c10d::", r"^record_param_comms$", r"^nccl:", r"^gloo:")
+)
+CPU_COMM_THREAD = (re.compile(r"pt_gloo_runloop"),)
+# SEMANTICS "dependency", CPU: a host event on a compute thread whose name is a communication call
+CPU_COMM_CALL = tuple(
+    re.compile(p) for p in (r"^c10d::", r"^record_param_comms$", r"^nccl:", r"^gloo:", r"(?i)wait")
+)
+
+#: Every per-step field the oracle produces (plus rank, device, step, start_ns, end_ns).
+METRICS = (
+    "step_ns",
+    "compute_ns",
+    "comm_ns",
+    "memory_ns",
+    "overlap_ns",
+    "exposed_comm_ns",
+    "idle_ns",
+    "ideal_ns",
+    "overlap_ratio",
+    "potential_speedup",
+    "exposed_comm_ratio",
+    "idle_ratio",
+    "compute_only_ns",
+    "memory_only_ns",
+    "exposed_wait_ns",
+    "exposed_transfer_ns",
+    "exposed_tail_ns",
+    "exposed_dependency_ns",
+    "exposed_host_ns",
+    "bottleneck",
+)
+
+
+@dataclass(frozen=True)
+class Ev:
+    """One trace event in plain form. Host events have device -1; GPU events a device >= 0."""
+
+    cat: str  # kernel memcpy memset sync gpu_annotation runtime driver cpu_op annotation other
+    name: str
+    start: int
+    end: int
+    rank: int = 0
+    pid: int = 0
+    device: int = -1
+    stream: int = -1
+    tid: int = -1
+    thread: str = ""
+    corr: int = -1
+    pg: str = ""
+    seq: int = -1
+
+
+def _any(patterns: Iterable[re.Pattern[str]], s: str) -> bool:
+    return any(p.search(s) is not None for p in patterns)
+
+
+@dataclass
+class _Act:
+    """An activity of a unit: kind, span, its launch call's start (GPU, or None), trace index."""
+
+    kind: str
+    start: int
+    end: int
+    launch: int | None
+    ev: Ev
+    index: int
+
+
+@dataclass
+class _Unit:
+    rank: int
+    pid: int
+    device: int  # -1: CPU unit
+    host: list[tuple[int, Ev]] = field(default_factory=list)  # (trace index, event)
+    acts: list[_Act] = field(default_factory=list)
+
+    @property
+    def key(self) -> tuple[int, int, int]:
+        return (self.rank, self.pid, self.device)
+
+    @property
+    def gpu(self) -> bool:
+        return self.device >= 0
+
+
+def _units(events: Sequence[Ev]) -> list[_Unit]:
+    by_proc: dict[tuple[int, int], list[tuple[int, Ev]]] = defaultdict(list)
+    for i, e in enumerate(events):
+        by_proc[(e.rank, e.pid)].append((i, e))
+    units: list[_Unit] = []
+    for (rank, pid), evs in sorted(by_proc.items()):
+        host = [(i, e) for i, e in evs if e.cat not in DEVICE_CATEGORIES]
+        devices = sorted({e.device for _, e in evs if e.cat in GPU_ACTIVITY})
+        if not devices:
+            u = _Unit(rank, pid, -1, host)
+            for i, e in host:
+                comm = _any(CPU_COMM, e.name)
+                compute = (
+                    e.cat == "cpu_op"
+                    and not _any(CPU_COMM_THREAD, e.thread)
+                    and not _any(CPU_COMPUTE_EXCLUDE, e.name)
+                )
+                if comm or compute:
+                    u.acts.append(_Act("comm" if comm else "compute", e.start, e.end, None, e, i))
+            units.append(u)
+            continue
+        # launch calls of this process, by correlation id (64-bit ids compare as Python ints)
+        launch: dict[int, int] = {}
+        for _, e in host:
+            if e.cat in LAUNCH and e.corr != -1 and e.corr not in launch:
+                launch[e.corr] = e.start
+        for d in devices:
+            u = _Unit(rank, pid, d, host)
+            for i, e in evs:
+                if e.cat not in GPU_ACTIVITY or e.device != d:
+                    continue
+                if e.cat in ("memcpy", "memset"):
+                    kind = "memory"
+                elif _any(GPU_COMM, e.name):
+                    kind = "comm"
+                else:
+                    kind = "compute"
+                t = launch.get(e.corr) if e.corr != -1 else None
+                u.acts.append(_Act(kind, e.start, e.end, t, e, i))
+            units.append(u)
+    return units
+
+
+def _labels(markers: list[tuple[int, Ev]], rx: re.Pattern[str]) -> dict[int, Any]:
+    """trace index of each marker -> its label (SEMANTICS "Step markers and labels")."""
+    order = sorted(markers, key=lambda m: (m[1].start, m[0]))  # by start time, stable
+    numbers: list[str | None] = []
+    for _, e in order:
+        m = rx.search(e.name)
+        g = m.group(1) if m is not None and m.re.groups >= 1 else None
+        numbers.append(g if g is not None and g.isdigit() and g.isascii() else None)
+    if any(n is None for n in numbers):
+        return {i: k for k, (i, _) in enumerate(order)}
+    seen: dict[int, int] = defaultdict(int)
+    out: dict[int, Any] = {}
+    for (i, _), n in zip(order, numbers, strict=True):
+        v = int(n)  # type: ignore[arg-type]
+        seen[v] += 1
+        out[i] = v if seen[v] == 1 else f"{v}#{seen[v]}"
+    return out
+
+
+def _innermost(markers: list[tuple[int, Ev]], t: int) -> int | None:
+    """Trace index of the innermost marker whose [start, end) contains t."""
+    containing = [(i, e) for i, e in markers if e.start <= t < e.end]
+    if not containing:
+        return None
+    best = min(containing, key=lambda m: (-m[1].start, m[1].end, m[0]))
+    return best[0]
+
+
+@dataclass
+class _Window:
+    label: Any
+    start: int
+    end: int
+    acts: list[_Act]  # GPU: the step's activities; CPU: every activity clipped (start/end clipped)
+
+
+def _windows(u: _Unit, rx: re.Pattern[str]) -> list[_Window]:
+    # zero-length markers contain nothing and are ignored everywhere (SEMANTICS, docs/metrics.md)
+    markers = [
+        (i, e) for i, e in u.host if e.cat == "annotation" and e.end > e.start and rx.search(e.name)
+    ]
+    if not markers:
+        if not u.acts:
+            return []
+        return [
+            _Window(
+                "all",
+                min(a.start for a in u.acts),
+                max(a.end for a in u.acts),
+                list(u.acts),
+            )
+        ]
+    labels = _labels(markers, rx)
+    if u.gpu:
+        by_marker: dict[int, list[_Act]] = defaultdict(list)
+        for a in u.acts:
+            if a.launch is None:
+                continue
+            m = _innermost(markers, a.launch)
+            if m is not None:
+                by_marker[m].append(a)
+        out = []
+        for i, _ in sorted(markers, key=lambda m: (m[1].start, m[0])):
+            acts = by_marker.get(i)
+            if acts:
+                out.append(
+                    _Window(labels[i], min(a.start for a in acts), max(a.end for a in acts), acts)
+                )
+        return out
+    out = []
+    for i, e in sorted(markers, key=lambda m: (m[1].start, m[0])):
+        ws, we = e.start, e.end
+        clipped = [
+            _Act(a.kind, max(a.start, ws), min(a.end, we), None, a.ev, a.index)
+            for a in u.acts
+            if max(a.start, ws) < min(a.end, we)
+        ]
+        out.append(_Window(labels[i], ws, we, clipped))
+    return out
+
+
+def _wait_parts(units: list[_Unit]) -> dict[tuple[int, int, int], list[tuple[int, int, int]]]:
+    """Per unit, (start, end, activity index) of the wait parts of its matched instances."""
+    spans: dict[tuple[str, int], dict[tuple[int, int, int], list[_Act]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
+    group_units: dict[str, set[tuple[int, int, int]]] = defaultdict(set)
+    for u in units:
+        for a in u.acts:
+            if a.kind == "comm" and a.ev.pg != "" and a.ev.seq >= 0:
+                spans[(a.ev.pg, a.ev.seq)][u.key].append(a)
+                group_units[a.ev.pg].add(u.key)
+    out: dict[tuple[int, int, int], list[tuple[int, int, int]]] = defaultdict(list)
+    for (pg, _seq), per_unit in spans.items():
+        members = group_units[pg]
+        if len(members) < 2 or set(per_unit) != members:
+            continue
+        # point-to-point transfers are pairs: matched only in a group of exactly two units
+        if len(members) != 2 and any(
+            "sendrecv" in a.ev.name.lower() for v in per_unit.values() for a in v
+        ):
+            continue
+        if any(len(v) != 1 for v in per_unit.values()):
+            continue
+        transfer = min(v[0].end - v[0].start for v in per_unit.values())
+        for key, (a,) in per_unit.items():
+            wait = (a.end - a.start) - transfer
+            if wait > 0:
+                out[key].append((a.start, a.start + wait, a.index))
+    return out
+
+
+def _verdict(row: dict[str, Any], lost_ratio: float) -> str:
+    """diagnosis.md §2 with SEMANTICS's ties: compute-bound when lost < lost_ratio * step."""
+    step = row["step_ns"]
+    lost = step - row["compute_only_ns"] - row["overlap_ns"]
+    # "10 % of the step" read exactly: the option as the decimal the user wrote, no float product
+    if step == 0 or Fraction(lost) < Fraction(repr(lost_ratio)) * step:
+        return "compute-bound"
+    parts = [
+        ("exposed_wait_ns", "peer-wait-bound"),
+        ("exposed_transfer_ns", None),
+        ("idle_ns", "idle-bound"),
+        ("memory_only_ns", "memory-bound"),
+    ]
+    best_col, best_cls = parts[0]
+    for col, cls in parts[1:]:
+        if row[col] > row[best_col]:
+            best_col, best_cls = col, cls
+    if best_cls is None:
+        return (
+            "communication-bound" if row["comm_ns"] > row["compute_ns"] else "exposed-communication"
+        )
+    return best_cls
+
+
+def _mask(n: int, lo: int, spans: Iterable[tuple[int, int]]) -> np.ndarray:
+    """Boolean per ns of [lo, lo + n): True where any half-open span covers it."""
+    m = np.zeros(n, dtype=bool)
+    for s, e in spans:
+        a, b = max(s - lo, 0), min(e - lo, n)
+        if a < b:
+            m[a:b] = True
+    return m
+
+
+def _step_row(
+    u: _Unit, w: _Window, waits: list[tuple[int, int, int]], lost_ratio: float, own_waits: bool
+) -> dict[str, Any]:
+    ws, we = w.start, w.end
+    n = we - ws
+    comp = [a for a in w.acts if a.kind == "compute"]
+    C = _mask(n, ws, ((a.start, a.end) for a in comp))
+    M = _mask(n, ws, ((a.start, a.end) for a in w.acts if a.kind == "comm"))
+    Y = _mask(n, ws, ((a.start, a.end) for a in w.acts if a.kind == "memory"))
+    if own_waits:  # only the step's own collectives: see ``oracle_steps``
+        mine = {a.index for a in w.acts}
+        waits = [x for x in waits if x[2] in mine]
+    Wt = _mask(n, ws, ((s, e) for s, e, _ in waits))
+    E = M & ~C
+
+    # §3: every exposed nanosecond t, literally, first match wins
+    causes = {"wait": 0, "tail": 0, "dependency": 0, "host": 0}
+    comm_calls = [
+        e
+        for _, e in u.host
+        if e.cat in ("cpu_op", "annotation")
+        and not _any(CPU_COMM_THREAD, e.thread)
+        and _any(CPU_COMM_CALL, e.name)
+    ]
+    for k in np.flatnonzero(E).tolist():
+        t = ws + k
+        if Wt[k]:
+            causes["wait"] += 1
+        elif not any(a.start > t for a in comp):
+            causes["tail"] += 1
+        elif u.gpu:
+            s = min(a.start for a in comp if a.start > t)
+            dep = any(a.start == s and a.launch is not None and a.launch < t for a in comp)
+            causes["dependency" if dep else "host"] += 1
+        else:
+            dep = any(e.start <= t < e.end for e in comm_calls)
+            causes["dependency" if dep else "host"] += 1
+
+    step = n
+    compute, comm, memory = int(C.sum()), int(M.sum()), int(Y.sum())
+    overlap = int((C & M).sum())
+    exposed = comm - overlap
+    idle = int((~(C | M | Y)).sum())
+    ideal = step - exposed + max(0, comm - compute)
+    wait_part = int((E & Wt).sum())
+    row: dict[str, Any] = {
+        "rank": u.rank,
+        "pid": u.pid,
+        "device": u.device,
+        "step": w.label,
+        "start_ns": ws,
+        "end_ns": we,
+        "step_ns": step,
+        "compute_ns": compute,
+        "comm_ns": comm,
+        "memory_ns": memory,
+        "overlap_ns": overlap,
+        "exposed_comm_ns": exposed,
+        "idle_ns": idle,
+        "ideal_ns": ideal,
+        "overlap_ratio": overlap / comm if comm else None,
+        "potential_speedup": step / ideal if ideal else None,
+        "exposed_comm_ratio": exposed / step if step else None,
+        "idle_ratio": idle / step if step else None,
+        "compute_only_ns": int((C & ~M).sum()),
+        "memory_only_ns": int((Y & ~C & ~M).sum()),
+        "exposed_wait_ns": wait_part,
+        "exposed_transfer_ns": int(E.sum()) - wait_part,
+        "exposed_tail_ns": causes["tail"],
+        "exposed_dependency_ns": causes["dependency"],
+        "exposed_host_ns": causes["host"],
+    }
+    assert causes["wait"] == wait_part  # SEMANTICS: the cause equals the part
+    row["bottleneck"] = _verdict(row, lost_ratio)
+    return row
+
+
+def oracle_steps(
+    events: Sequence[Ev],
+    step_regex: str | None = None,
+    lost_ratio: float = DEFAULT_LOST_RATIO,
+    *,
+    own_waits: bool = True,
+) -> list[dict[str, Any]]:
+    """One dict per (rank, pid, device, step window), in unit then window-start order.
+
+    ``own_waits``: an exposed ns of a step is waiting when it lies in the wait part of a matched
+    instance whose activity is in THIS step (diagnosis.md §3: "the wait part of the matched
+    collective" - the collective that ns belongs to; docs/diagnosis.md states it). False reads
+    it as any matched instance of the unit, which differs only when communication kernels of two
+    steps run at the same time.
+    """
+    rx = re.compile(step_regex or DEFAULT_STEP_REGEX)
+    units = _units(events)
+    windows = {u.key: _windows(u, rx) for u in units}
+    waits = _wait_parts(units)
+    rows: list[dict[str, Any]] = []
+    for u in units:
+        for w in windows[u.key]:
+            rows.append(_step_row(u, w, waits.get(u.key, []), lost_ratio, own_waits))
+    return rows
+
+
+def marker_report(events: Sequence[Ev], step_regex: str | None = None) -> dict[str, int]:
+    """Counts for generators: markers, GPU markers that received no activity (empty steps), and
+    comm activities carrying (process group, seq) that lie in no step window of their unit."""
+    rx = re.compile(step_regex or DEFAULT_STEP_REGEX)
+    markers = empty = unstepped = 0
+    for u in _units(events):
+        ms = [(i, e) for i, e in u.host if e.cat == "annotation" and rx.search(e.name)]
+        markers += len(ms)
+        if u.gpu and ms:
+            used = {_innermost(ms, a.launch) for a in u.acts if a.launch is not None}
+            empty += sum(1 for i, _ in ms if i not in used)
+        inside = {a.index for w in _windows(u, rx) for a in w.acts}
+        unstepped += sum(
+            1
+            for a in u.acts
+            if a.kind == "comm" and a.ev.pg != "" and a.ev.seq >= 0 and a.index not in inside
+        )
+    return {"markers": markers, "empty_gpu_markers": empty, "unstepped_comm": unstepped}

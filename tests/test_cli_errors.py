@@ -1,0 +1,131 @@
+"""Frictions a user hits at the command line (issue 11): every one a single clear line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from conftest import WORKLOAD_FIXTURES
+from test_cli_analyze import write_trace
+
+from traceoverlap.cli import main
+
+RUN = WORKLOAD_FIXTURES / "bucketed"
+
+
+def run(*args: str, env: dict[str, str] | None = None):  # noqa: ANN201
+    return CliRunner().invoke(main, list(args), env=env)
+
+
+def _one_error_line(res) -> str:  # noqa: ANN001
+    assert res.exit_code == 2, res.output
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("traceoverlap: error:"), res.output
+    assert "Traceback" not in res.output
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["missing-folder/out.json", "x" * 300 + ".json", "/dev/full"],
+    ids=["missing-folder", "name-too-long", "disk-full"],
+)
+def test_unwritable_output_is_one_line(tmp_path: Path, target: str) -> None:
+    trace = str(write_trace(tmp_path / "t.json"))
+    out = target if target.startswith("/") else str(tmp_path / target)
+    line = _one_error_line(run("analyze", trace, "-f", "json", "-o", out))
+    assert "cannot write the output" in line and out[:40] in line
+
+
+def test_debug_works_after_the_command_too(tmp_path: Path) -> None:
+    # --debug is an option of the group and of each analysing command: both show the traceback
+    missing = str(tmp_path / "nope.json")
+    for args in (["--debug", "analyze", missing], ["analyze", missing, "--debug"]):
+        res = run(*args)
+        assert res.exit_code != 0 and res.exception is not None
+        assert "TraceFormatError" in type(res.exception).__name__
+
+
+def test_no_color_is_honoured(tmp_path: Path) -> None:
+    from traceoverlap import analyze
+    from traceoverlap.reporters.text import render
+
+    a = analyze(write_trace(tmp_path / "t.json"))
+    assert "\x1b[" in render(a, color=True)
+    import os
+
+    os.environ["NO_COLOR"] = "1"
+    try:
+        assert "\x1b[" not in render(a, color=True)
+    finally:
+        del os.environ["NO_COLOR"]
+
+
+def test_nan_threshold_is_refused(tmp_path: Path) -> None:
+    trace = str(write_trace(tmp_path / "t.json"))
+    res = run("analyze", trace, "--lost-threshold", "nan")
+    assert res.exit_code == 2 and "Traceback" not in res.output
+
+
+@pytest.mark.parametrize(
+    ("toml", "needle"),
+    [
+        ('[classify]\ncomm_patterns = "AllGather"\n', "classify.comm_patterns must be a list"),
+        ("[classify]\ncomm_patterns = [3]\n", "classify.comm_patterns must be a list"),
+        ("[thresholds]\nlost_ratio = 5\n", "thresholds.lost_ratio must be a number between 0"),
+        ("[thresholds]\nlost_ratio = -1\n", "thresholds.lost_ratio must be a number between 0"),
+        ("[thresholds]\nlost_ratio = true\n", "thresholds.lost_ratio must be a number between 0"),
+        ("[thresholds]\nlost_ratio = nan\n", "thresholds.lost_ratio must be a number between 0"),
+        ("[steps]\nstep_regex = 7\n", "steps.step_regex must be a regex string"),
+        ("[steps]\nstep_regx = 'x'\n", "unknown key steps.step_regx"),
+        ("classify = 1\n", "classify must be a [classify] table"),
+    ],
+)
+def test_config_values_of_the_wrong_type(tmp_path: Path, toml: str, needle: str) -> None:
+    trace = str(write_trace(tmp_path / "t.json"))
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(toml)
+    line = _one_error_line(run("analyze", trace, "--config", str(cfg)))
+    assert needle in line and str(cfg) in line
+
+
+def test_python_api_validates_the_same_values(tmp_path: Path) -> None:
+    from traceoverlap import Thresholds, analyze
+    from traceoverlap.errors import UsageError
+
+    trace = write_trace(tmp_path / "t.json")
+    with pytest.raises(UsageError, match="comm_patterns: expected a list of regexes"):
+        analyze(trace, comm_patterns="AllGather")  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="lost_ratio: expected a number between 0 and 1"):
+        Thresholds(lost_ratio=float("nan"))
+    with pytest.raises(UsageError, match="lost_ratio"):
+        Thresholds(lost_ratio=True)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("spec", ["3,4", "3-", "-3", "2-3,4"])
+def test_step_selections(spec: str) -> None:
+    res = run("analyze", str(RUN), "--steps", spec, "-f", "csv")
+    assert res.exit_code == 0, res.output
+    steps = sorted({int(line.split(",")[3]) for line in res.output.strip().splitlines()[1:]})
+    want = {"3,4": [3, 4], "3-": [3, 4], "-3": [2, 3], "2-3,4": [2, 3, 4]}[spec]
+    assert steps == want
+
+
+def test_step_regex_matching_nothing_lists_the_ranges() -> None:
+    line = _one_error_line(run("analyze", str(RUN), "--step-regex", "^train_step"))
+    assert "matches no range" in line and "'backward'" in line
+
+
+def test_a_stray_file_in_a_run_folder_is_skipped(tmp_path: Path) -> None:
+    # the tool's own earlier output and a config file next to the rank traces: skipped, noted
+    import shutil
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(RUN, run_dir)
+    res = run("analyze", str(run_dir), "-f", "json", "-o", str(run_dir / "result.json"))
+    assert res.exit_code == 0, res.output
+    (run_dir / "config.json").write_text('{"lr": 0.1}')
+    res = run("analyze", str(run_dir), "-f", "json")
+    assert res.exit_code == 0, res.output
+    assert "skipped" in res.output and "result.json" in res.output

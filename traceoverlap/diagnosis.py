@@ -1,0 +1,562 @@
+"""Why a step is slow and why its communication was exposed (docs/diagnosis.md).
+
+Three things live here, all computed from numbers the metrics already hold:
+
+1. **Causes** of every exposed nanosecond (M - C) of a step, first match wins:
+   ``wait`` (inside the wait part of a matched collective: a peer was late; cross-rank, applied
+   in :mod:`traceoverlap.collectives`), ``tail`` (no compute of the step starts after it),
+   ``dependency`` (the next compute was already launched: it waited for this communication; on
+   CPU units: the compute thread was blocked in a communication call) and ``host`` (the host had
+   not launched the next compute yet). :func:`local_causes` splits the exposed set of one unit
+   into tail / dependency / host; waiting is carved out of them later, across ranks.
+2. The **verdict** of each step (:func:`verdict`): ``compute-bound`` when the time the device
+   was not computing is below ``lost_ratio`` of the step, else the largest lost part names the
+   class. The reason shows the deciding numbers and the runner-up when it is within 2x.
+3. **Findings** (:func:`findings`): what to try, chosen by cause and collective family, naming
+   the collectives and the numbers behind it (``same_stream`` first: the classic bug).
+
+Precise edges (ns ``t`` is the nanosecond [t, t+1)): ``tail`` when t >= the latest start of a
+compute activity of the step; ``dependency`` when the compute activities that start next after
+t include one whose launch call started strictly before t.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from . import intervals as iv
+from .fmt import ms_unit as _ms
+from .fmt import pct as _pct
+from .intervals import GroupedIntervals
+from .metrics import ActivityRows
+from .model import Kind
+from .options import Thresholds
+from .steps import NO_LAUNCH, UnitSteps
+
+I64 = npt.NDArray[np.int64]
+
+
+class Cause(enum.IntEnum):
+    """Why an exposed nanosecond of communication was exposed (diagnosis.md §3)."""
+
+    WAIT = 0
+    TAIL = 1
+    DEPENDENCY = 2
+    HOST = 3
+
+
+CAUSES: tuple[str, ...] = ("wait", "tail", "dependency", "host")
+
+#: Verdict classes, in the order the summary lists them.
+BOTTLENECKS: tuple[str, ...] = (
+    "peer-wait-bound",
+    "communication-bound",
+    "exposed-communication",
+    "memory-bound",
+    "idle-bound",
+    "compute-bound",
+)
+#: Lost parts in tie-break order, with the name a reason uses.
+LOST_PARTS: tuple[tuple[str, str], ...] = (
+    ("exposed_wait_ns", "waiting for a peer in collectives"),
+    ("exposed_transfer_ns", "exposed communication (transfer)"),
+    ("idle_ns", "idle"),
+    ("memory_only_ns", "memcpy/memset alone"),
+)
+
+
+@dataclass(frozen=True)
+class LocalCauses:
+    """The exposed set of a unit's windows split into tail / dependency / host (grouped disjoint
+    sets, group = window); waiting is carved out of them across ranks."""
+
+    tail: GroupedIntervals
+    dependency: GroupedIntervals
+    host: GroupedIntervals
+
+
+def _first_starts(acts: ActivityRows, launch_start: I64, n: int) -> tuple[I64, I64, I64]:
+    """Distinct (window, start) of compute activities, sorted, and the earliest launch start among
+    the activities starting there (NO_LAUNCH when none of them has a known launch)."""
+    comp = acts.kind == Kind.COMPUTE
+    g, s = acts.group[comp], acts.start_ns[comp]
+    ls = launch_start[acts.event_row[comp]] if launch_start.size else np.zeros(0, np.int64)
+    # activities without a known launch never count as launched: treat as +inf for the min
+    ls = np.where(ls == NO_LAUNCH, np.iinfo(np.int64).max, ls)
+    if g.size == 0:
+        z = np.zeros(0, np.int64)
+        return z, z.copy(), z.copy()
+    order = np.lexsort((s, g))
+    g, s, ls = g[order], s[order], ls[order]
+    new = np.ones(g.size, dtype=bool)
+    new[1:] = (g[1:] != g[:-1]) | (s[1:] != s[:-1])
+    first = np.flatnonzero(new)
+    return g[first], s[first], np.minimum.reduceat(ls, first)
+
+
+def local_causes(
+    exposed: GroupedIntervals,
+    acts: ActivityRows,
+    steps: UnitSteps,
+    comm_calls: GroupedIntervals | None = None,
+) -> LocalCauses:
+    """Split a unit's exposed set (grouped by window) into tail / dependency / host.
+
+    GPU units use the launch times in ``steps``; CPU units use ``comm_calls``: the host ranges
+    (grouped by window) during which a compute thread was blocked in a communication call.
+    """
+    n = len(steps)
+    ug, us, ulaunch = _first_starts(acts, steps.launch_start_ns, n)
+    # tail zone: from the last compute start of the window (or the window start) to its end
+    last = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
+    if ug.size:
+        np.maximum.at(last, ug, us)
+    tail_start = np.where(last == np.iinfo(np.int64).min, steps.start_ns, last)
+    tail = iv.grouped_union(np.arange(n, dtype=np.int64), tail_start, steps.end_ns, n)
+    if steps.gpu:
+        # dependency zone before the k-th distinct compute start s_k of a window: the ns t with
+        # s_{k-1} <= t < s_k (the next compute starts at s_k) and t > its earliest launch
+        prev = np.empty_like(us)
+        if us.size:
+            prev[0] = steps.start_ns[ug[0]]
+            same = ug[1:] == ug[:-1]
+            prev[1:] = np.where(same, us[:-1], steps.start_ns[ug[1:]])
+        launched = ulaunch != np.iinfo(np.int64).max
+        zs = np.maximum(prev, np.where(launched, ulaunch + 1, us))
+        zones = iv.grouped_union(ug[launched], zs[launched], us[launched], n)
+    else:
+        z = np.zeros(0, np.int64)
+        zones = comm_calls if comm_calls is not None else (z, z.copy(), z.copy())
+    tail_e = iv.grouped_intersect(exposed, tail, n)
+    rest = iv.grouped_subtract(exposed, tail, n)
+    return LocalCauses(
+        tail=tail_e,
+        dependency=iv.grouped_intersect(rest, zones, n),
+        host=iv.grouped_subtract(rest, zones, n),
+    )
+
+
+# --- verdicts ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Verdict:
+    bottleneck: str
+    reason: str
+
+
+def verdict(
+    row: Mapping[str, Any],
+    thresholds: Thresholds,
+    waited_for: str | None = None,
+    wait_known: bool = True,
+) -> Verdict:
+    """The class of one step from its parts (diagnosis.md §2), with a reason that shows the
+    deciding numbers. ``row`` holds the step's ``*_ns`` fields; ``waited_for`` names the rank
+    this step waited for most (or None)."""
+    step = int(row["step_ns"])
+    compute, comm = int(row["compute_ns"]), int(row["comm_ns"])
+    if step <= 0:
+        return Verdict("compute-bound", "empty window (0 ns): nothing to diagnose")
+    lost = step - int(row["compute_only_ns"]) - int(row["overlap_ns"])
+    if lost < thresholds.lost_ratio * step:
+        return Verdict(
+            "compute-bound",
+            f"the device computed for all but {_ms(lost)} = {_pct(lost / step)} of the step "
+            f"(< {_pct(thresholds.lost_ratio)}): communication is hidden well enough",
+        )
+    parts = [(key, label, int(row[key])) for key, label in LOST_PARTS]
+    ranked = sorted(range(len(parts)), key=lambda i: (-parts[i][2], i))
+    key, label, value = parts[ranked[0]]
+    share = f"{_ms(value)} = {_pct(value / step)} of the step"
+    if key == "exposed_wait_ns":
+        who = f"rank {waited_for}" if waited_for is not None else "a peer"
+        cls = "peer-wait-bound"
+        text = f"waiting for {who} in collectives {share}: it arrived late"
+    elif key == "exposed_transfer_ns":
+        if comm > compute:
+            cls = "communication-bound"
+            text = (
+                f"exposed communication {share}, and comm {_ms(comm)} > compute {_ms(compute)}: "
+                f"even perfect overlap leaves {_ms(comm - compute)} exposed"
+            )
+        else:
+            cls = "exposed-communication"
+            text = (
+                f"exposed communication {share} while compute {_ms(compute)} >= comm "
+                f"{_ms(comm)}: a better schedule could hide it"
+            )
+        if not wait_known and comm > 0:
+            text += " (one rank only: waiting for peers cannot be told apart from transfer)"
+    elif key == "idle_ns":
+        cls = "idle-bound"
+        text = f"idle {share}: nothing ran on the device (the host did not feed it)"
+    else:
+        cls = "memory-bound"
+        text = f"memcpy/memset alone {share}"
+    second_key, second_label, second = parts[ranked[1]]
+    if second > 0 and 2 * second >= value:
+        text += f"; runner-up: {second_label} {_ms(second)} = {_pct(second / step)}"
+    return Verdict(cls, text)
+
+
+# --- findings: what to try, by cause and collective family -------------------------------------
+
+#: Collective families advice is chosen by (diagnosis.md §4).
+FAMILIES = ("AllReduce", "AllGather/ReduceScatter", "SendRecv", "AllToAll", "Other")
+
+_ADVICE: dict[tuple[str, str], str] = {
+    ("tail", "AllReduce"): (
+        "the last gradient all-reduce runs after backward with nothing left to compute: make the "
+        "final bucket small (DDP bucket_cap_mb, or a smaller first bucket), order parameters so "
+        "their gradients are ready in bucket order, and overlap the optimizer step with the "
+        "remaining all-reduces"
+    ),
+    ("tail", "AllGather/ReduceScatter"): (
+        "the last reduce-scatter / all-gather of the step has no compute after it: with FSDP/ZeRO "
+        "prefetch the next unit's all-gather earlier (backward_prefetch=BACKWARD_PRE, "
+        "forward_prefetch=True) and keep the last layer's gradients reduce-scattered under the "
+        "optimizer"
+    ),
+    ("tail", "SendRecv"): (
+        "pipeline bubble at the end of the step: nothing computes while activations/gradients "
+        "move between stages; use more micro-batches or an interleaved (virtual-stage) schedule "
+        "to shrink the drain"
+    ),
+    ("tail", "AllToAll"): (
+        "the final expert-parallel combine has no compute after it: overlap dispatch/combine with "
+        "computation of another micro-batch (two-batch overlap) or with shared-expert compute"
+    ),
+    ("dependency", "AllReduce"): (
+        "compute was launched but waited for an all-reduce result (a synchronous all-reduce before "
+        "the optimizer, or a stream wait on it): launch the all-reduces during backward (bucketed "
+        "/ DDP), use gradient_as_bucket_view=True, and only wait where the result is needed"
+    ),
+    ("dependency", "AllGather/ReduceScatter"): (
+        "compute waited for the parameters being all-gathered (FSDP/ZeRO without prefetch): "
+        "enable forward/backward prefetch, consider reshard_after_forward=False for the layers "
+        "used again soon, or a larger FSDP unit"
+    ),
+    ("dependency", "SendRecv"): (
+        "a pipeline stage waited for its input from the previous stage: rebalance the stages, "
+        "use a 1F1B or interleaved schedule and more micro-batches so each stage has other work "
+        "while it waits"
+    ),
+    ("dependency", "AllToAll"): (
+        "experts waited for the token dispatch: overlap dispatch/combine with computation (DeepEP "
+        "hook-based overlap, two-batch overlap) and check the capacity factor / load balance"
+    ),
+    ("host", "*"): (
+        "the host had not launched the next compute yet while communication ran: remove Python "
+        "overhead and host syncs from the step (.item(), .cpu(), printing tensors), use CUDA "
+        "graphs or torch.compile for launch-bound stretches, and more DataLoader workers / "
+        "pin_memory for the input pipeline"
+    ),
+    ("wait", "*"): (
+        "ranks sat inside collectives waiting for a late peer: find why that rank is slow (its "
+        "own step time, data loading, a slower or throttled GPU, uneven work per rank) and "
+        "balance the load; faster communication would not help"
+    ),
+    ("transfer-bound", "AllReduce"): (
+        "there is more all-reduce than compute, so no schedule can hide it: move fewer bytes "
+        "(bf16/fp16 or PowerSGD communication hooks), all-reduce less often (gradient "
+        "accumulation with no_sync()), a larger per-GPU batch, or a faster interconnect"
+    ),
+    ("transfer-bound", "AllGather/ReduceScatter"): (
+        "FSDP/ZeRO traffic exceeds compute: shard over fewer ranks (hybrid sharding within a "
+        "node), keep parameters gathered longer (reshard_after_forward=False), lower-precision "
+        "all-gather, or a larger batch per step"
+    ),
+    ("transfer-bound", "SendRecv"): (
+        "pipeline transfers exceed compute: fewer, larger micro-batches or fewer pipeline stages "
+        "(more work per stage), or compress activations sent between stages"
+    ),
+    ("transfer-bound", "AllToAll"): (
+        "expert-parallel all-to-all exceeds compute: lower the capacity factor, use fewer "
+        "expert-parallel ranks per all-to-all (hierarchical / node-local dispatch), or "
+        "low-precision dispatch"
+    ),
+    ("transfer-bound", "Other"): (
+        "communication exceeds compute: move fewer bytes or move them faster"
+    ),
+}
+
+
+def advice(cause: str, family: str) -> str:
+    """The advice text for a cause (or ``transfer-bound``) on a collective family."""
+    return (
+        _ADVICE.get((cause, family))
+        or _ADVICE.get((cause, "*"))
+        or _ADVICE.get((cause, "Other"))
+        or (
+            "a better schedule could hide this communication: start it earlier, split it, or "
+            "reorder it so compute runs under it"
+        )
+    )
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing to try, with the evidence that picked it.
+
+    ``kind``: ``same_stream``, ``wait``, ``tail``, ``dependency``, ``host``, ``transfer-bound``,
+    ``memory-bound`` or ``idle-bound``; ``family``: the collective family carrying the time (None
+    for memory/idle); ``exposed_ns``: the exposed communication (or idle / memory time) behind
+    it, summed over ranks and steps; ``share_ratio``: of all exposed communication (of all step
+    time for idle/memory); ``collectives``: the collectives concerned, most exposed first
+    (e.g. ``AllReduce #7 (rank 0 step 5)``); ``evidence``: the numbers a reader can check.
+    """
+
+    kind: str
+    title: str
+    advice: str
+    family: str | None
+    exposed_ns: int
+    share_ratio: float | None
+    collectives: tuple[str, ...] = ()
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+
+
+def family_of(label: str) -> str:
+    """The advice family of a collective from its kind label (``AllReduce``, ``all_gather``,
+    ``ncclDevKernel_SendRecv``, ``deep_ep::internode::dispatch``...)."""
+    key = label.lower().replace("_", "").replace(" ", "")
+    if "allreduce" in key:
+        return "AllReduce"
+    if "allgather" in key or "reducescatter" in key:
+        return "AllGather/ReduceScatter"
+    if "alltoall" in key or "dispatch" in key or "combine" in key:
+        return "AllToAll"
+    if "sendrecv" in key or key in ("send", "recv", "p2p") or key.startswith(("send", "recv")):
+        return "SendRecv"
+    return "Other"
+
+
+def _names(df: pd.DataFrame, col: str = "exposed_ns", limit: int = 3) -> tuple[str, ...]:
+    """The collectives behind a finding, most exposed first: ``AllReduce #7 (rank 0 step 5,
+    2.10 ms)``."""
+    hit = df[df[col] > 0]
+    top = hit.sort_values([col, "start_ns"], ascending=[False, True], kind="stable")
+    return tuple(
+        f"{r.display} ({r.where}, {_ms(getattr(r, col))})" for r in top.head(limit).itertuples()
+    )
+
+
+def findings(
+    steps: pd.DataFrame,
+    per_instance: pd.DataFrame,
+    family_causes: pd.DataFrame,
+    *,
+    straggler: int | None = None,
+    straggler_text: str | None = None,
+    limit: int = 8,
+) -> tuple[Finding, ...]:
+    """What to try, most important first (diagnosis.md §4).
+
+    ``steps``: the step rows with their verdicts and exposed-cause columns. ``family_causes``:
+    exposed ns per (window, collective family, cause), each ns counted once per family — the
+    numbers of every finding come from here or from the step rows. ``per_instance``: one row
+    per (collective, rank) with ``display``, ``where``, ``family``, ``start_ns``,
+    ``exposed_*_ns`` and ``same_stream``, used only to NAME the collectives behind a finding.
+    ``straggler``: the rank most waited for, ``straggler_text`` how the ``wait`` finding names it
+    (``"1"``, or ``"1 (the latest among the 2 ranks given of 128)"``).
+    """
+    total_exposed = int(steps["exposed_comm_ns"].sum()) if len(steps) else 0
+    total_step = int(steps["step_ns"].sum()) if len(steps) else 0
+    fc = family_causes
+    pi = per_instance
+
+    def share(ns: int, of: int) -> float | None:
+        return ns / of if of else None
+
+    first: list[Finding] = []
+    ranked: list[Finding] = []
+    if len(pi) and bool(pi["same_stream"].astype(bool).any()):
+        same = pi[pi["same_stream"].astype(bool)]
+        ns = int(fc["same_stream_ns"].sum()) if len(fc) else 0
+        lanes = sorted(set(same["lane"].astype(str)))
+        first.append(
+            Finding(
+                kind="same_stream",
+                title=(
+                    f"communication runs on a compute stream ({', '.join(lanes[:3])}): "
+                    f"{len(same)} collective(s) cannot overlap compute by construction, "
+                    f"{_ms(ns)} exposed"
+                ),
+                advice=(
+                    "launch collectives on their own stream (PyTorch's NCCL process groups do so; "
+                    "a collective or custom communication kernel on the compute stream "
+                    "serialises with every kernel around it), and wait for it only where its "
+                    "result is needed"
+                ),
+                family=_top_family(same, "exposed_ns"),
+                exposed_ns=ns,
+                share_ratio=share(ns, total_exposed),
+                collectives=_names(same) or _names(same.assign(one=1), "one"),
+                evidence={
+                    "collectives": int(len(same)),
+                    "same_stream_exposed_ns": ns,
+                    "lanes": lanes,
+                },
+            )
+        )
+    wait = int(steps["exposed_wait_ns"].sum())
+    if wait > 0:
+        who = f"rank {straggler_text or straggler}" if straggler is not None else "a late peer"
+        ranked.append(
+            Finding(
+                kind="wait",
+                title=(
+                    f"waiting for {who}: {_ms(wait)} of exposed communication"
+                    f"{_share_text(wait, total_exposed)} was other ranks sitting in collectives "
+                    "until it arrived"
+                ),
+                advice=advice("wait", "*"),
+                family=_top_family(pi, "exposed_wait_ns") if len(pi) else None,
+                exposed_ns=wait,
+                share_ratio=share(wait, total_exposed),
+                collectives=_names(pi, "exposed_wait_ns") if len(pi) else (),
+                evidence={
+                    "exposed_wait_ns": wait,
+                    "exposed_comm_ns": total_exposed,
+                    "waited_for_rank": straggler,
+                },
+            )
+        )
+    bound_windows = set(np.flatnonzero((steps["bottleneck"] == "communication-bound").to_numpy()))
+    if len(fc):
+        for cause in ("tail", "dependency"):
+            col = f"exposed_{cause}_ns"
+            per_family = fc[~fc["window"].isin(bound_windows)].groupby("family")[col].sum()
+            for fam, ns in per_family.items():
+                if int(ns) <= 0:
+                    continue
+                mine = pi[pi["family"] == fam] if len(pi) else pi
+                ranked.append(
+                    Finding(
+                        kind=cause,
+                        title=_cause_title(cause, str(fam), int(ns), total_exposed),
+                        advice=advice(cause, str(fam)),
+                        family=str(fam),
+                        exposed_ns=int(ns),
+                        share_ratio=share(int(ns), total_exposed),
+                        collectives=_names(mine, col) if len(mine) else (),
+                        evidence={col: int(ns), "exposed_comm_ns": total_exposed},
+                    )
+                )
+    host = int(steps["exposed_host_ns"].sum())
+    if host > 0:
+        fam = _top_family(pi, "exposed_host_ns") if len(pi) else "Other"
+        ranked.append(
+            Finding(
+                kind="host",
+                title=_cause_title("host", fam, host, total_exposed),
+                advice=advice("host", fam),
+                family=fam,
+                exposed_ns=host,
+                share_ratio=share(host, total_exposed),
+                collectives=_names(pi, "exposed_host_ns") if len(pi) else (),
+                evidence={"exposed_host_ns": host, "exposed_comm_ns": total_exposed},
+            )
+        )
+    if bound_windows:
+        rows = steps.iloc[sorted(bound_windows)]
+        ns = int(rows["exposed_transfer_ns"].sum())
+        in_bound = fc[fc["window"].isin(bound_windows)] if len(fc) else fc
+        fam = (
+            str(in_bound.groupby("family")["exposed_ns"].sum().idxmax())
+            if len(in_bound)
+            else "Other"
+        )
+        mine = pi[pi["window"].isin(bound_windows)] if len(pi) else pi
+        ranked.append(
+            Finding(
+                kind="transfer-bound",
+                title=(
+                    f"{fam}: more communication than compute in {len(rows)} step(s) "
+                    f"(comm {_ms(rows['comm_ns'].sum())} vs compute "
+                    f"{_ms(rows['compute_ns'].sum())}), {_ms(ns)} exposed transfer"
+                ),
+                advice=advice("transfer-bound", fam),
+                family=fam,
+                exposed_ns=ns,
+                share_ratio=share(ns, total_exposed),
+                collectives=_names(mine) if len(mine) else (),
+                evidence={
+                    "steps": int(len(rows)),
+                    "comm_ns": int(rows["comm_ns"].sum()),
+                    "compute_ns": int(rows["compute_ns"].sum()),
+                    "exposed_transfer_ns": ns,
+                },
+            )
+        )
+    for cls, col, text in (
+        (
+            "memory-bound",
+            "memory_only_ns",
+            "memcpy/memset with no compute or communication under them: avoid host-device copies "
+            "in the step (keep tensors on the device, pin_memory + non_blocking copies, fuse "
+            "small copies) or overlap them with compute on a separate stream",
+        ),
+        (
+            "idle-bound",
+            "idle_ns",
+            "nothing ran on the device: launch overhead (many tiny kernels: CUDA graphs, "
+            "torch.compile), host synchronisation (.item(), .cpu()), a slow input pipeline "
+            "(DataLoader workers, pin_memory), or a late peer the trace cannot show",
+        ),
+    ):
+        rows = steps[steps["bottleneck"] == cls]
+        if rows.empty:
+            continue
+        ns = int(rows[col].sum())
+        what = "idle" if cls == "idle-bound" else "memcpy/memset alone"
+        ranked.append(
+            Finding(
+                kind=cls,
+                title=(
+                    f"{cls} in {len(rows)} step(s): {what} {_ms(ns)} = "
+                    f"{_pct(ns / max(int(rows['step_ns'].sum()), 1))} of those steps"
+                ),
+                advice=text,
+                family=None,
+                exposed_ns=ns,
+                share_ratio=share(ns, total_step),
+                evidence={col: ns, "step_ns": int(rows["step_ns"].sum()), "steps": int(len(rows))},
+            )
+        )
+    ranked.sort(key=lambda f: -f.exposed_ns)
+    return tuple((first + ranked)[:limit])
+
+
+def _share_text(ns: int, total: int) -> str:
+    return f" ({_pct(ns / total)} of all exposed)" if total else ""
+
+
+def _top_family(df: pd.DataFrame, col: str) -> str:
+    if df.empty:
+        return "Other"
+    s = df.groupby("family")[col].sum().sort_values(ascending=False, kind="stable")
+    return str(s.index[0])
+
+
+def _cause_title(cause: str, family: str, ns: int, total: int) -> str:
+    what = {
+        "tail": "nothing was left to compute under it",
+        "dependency": "compute was queued but waited for its result",
+        "host": "the host had not launched the next compute yet",
+    }[cause]
+    return f"{family}: {_ms(ns)} exposed because {what}{_share_text(ns, total)}"
+
+
+def lost_parts(row: Mapping[str, Any]) -> Sequence[tuple[str, int]]:
+    """The lost parts of a step row as (name, ns), largest first (for reports)."""
+    parts = [(label, int(row[key])) for key, label in LOST_PARTS]
+    return sorted(parts, key=lambda p: -p[1])

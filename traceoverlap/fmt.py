@@ -1,0 +1,77 @@
+"""Numbers as text, in one place: every reason line, table and page formats times and ratios here.
+
+Inside the program times are integer nanoseconds and ratios 0-1 floats; only text shows ms and %.
+A missing value (None, NaN) shows as ``-`` (or the given ``missing``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+
+def _missing(x: Any) -> bool:
+    return x is None or (isinstance(x, float) and math.isnan(x))
+
+
+def ms(ns: Any, digits: int = 2, missing: str = "-") -> str:
+    """Nanoseconds -> ``12.35`` (milliseconds, no unit)."""
+    if _missing(ns):
+        return missing
+    return f"{float(ns) / 1e6:.{digits}f}"
+
+
+def ms_unit(ns: Any, digits: int = 2) -> str:
+    """Nanoseconds -> ``12.35 ms``."""
+    return f"{ms(ns, digits)} ms"
+
+
+def pct(ratio: Any, digits: int = 1, missing: str = "-") -> str:
+    """A 0-1 ratio -> ``15.2%``."""
+    if _missing(ratio):
+        return missing
+    return f"{100 * float(ratio):.{digits}f}%"
+
+
+def signed_pct(ratio: Any, missing: str = "-") -> str:
+    """A relative change -> ``+12%`` / ``-45%``."""
+    return missing if _missing(ratio) else f"{100 * float(ratio):+.0f}%"
+
+
+def signed_ms(ns: Any, missing: str = "-") -> str:
+    return missing if _missing(ns) else f"{float(ns) / 1e6:+.2f}"
+
+
+def speedup(x: Any, missing: str = "-", sign: str = "x") -> str:
+    return missing if _missing(x) else f"{float(x):.2f}{sign}"
+
+
+def duration(ns: Any, missing: str = "–") -> str:
+    """A duration for humans, unit picked by size: ``1.234 s`` / ``12.35 ms`` / ``850.0 µs`` /
+    ``420 ns``."""
+    if _missing(ns):
+        return missing
+    a = abs(float(ns))
+    if a >= 1e9:
+        return f"{float(ns) / 1e9:.3f} s"
+    if a >= 1e6:
+        return f"{float(ns) / 1e6:.2f} ms"
+    if a >= 1e3:
+        return f"{float(ns) / 1e3:.1f} µs"
+    return f"{int(ns)} ns"
+
+
+def size(n: Any, missing: str = "–") -> str:
+    """Bytes for humans: ``1.5 MiB``."""
+    if _missing(n) or int(n) < 0:
+        return missing
+    n = int(n)
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+def count(n: int, word: str, plural: str | None = None) -> str:
+    """``1 step`` / ``3 steps``."""
+    return f"{n} {word if n == 1 else (plural or word + 's')}"

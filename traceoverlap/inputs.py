@@ -1,0 +1,185 @@
+"""Inputs of an analysis: which files to read, and running the per-rank map over them.
+
+Files: each file as given; a folder's trace files (sorted, not recursive; ``x.nsys-rep`` next to
+its own export ``x.sqlite`` is read once). Files in a folder that are not traces (a stray
+``config.json``, this tool's own ``-o result.json``) are skipped with a note.
+
+Running the map (:func:`traceoverlap.rankmap.map_file`) over the files:
+  - in this process (``jobs=1``, the default for small inputs);
+  - in ``jobs`` local processes (default ``min(files, cores)`` once the inputs pass
+    :data:`PARALLEL_MIN_BYTES`), each sending back only its file's compact results, so at most
+    ``jobs`` raw traces are in memory at once;
+  - on a Dask cluster (``scheduler="tcp://host:8786"``, or ``"local"`` for a LocalCluster on this
+    machine): the workers read the rank files themselves (a shared filesystem), and only the
+    compact per-rank results travel. Needs the ``[dask]`` extra.
+A progress bar goes to stderr on a terminal for inputs over :data:`PROGRESS_MIN_BYTES`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from .errors import TraceFormatError, UsageError
+
+#: Show a progress bar (stderr, terminals only) when the inputs add up to more than this.
+PROGRESS_MIN_BYTES = 256 * 1024 * 1024
+#: Without an explicit ``jobs``, map files in parallel only when they add up to more than this.
+PARALLEL_MIN_BYTES = 16 * 1024 * 1024
+#: File names a folder's trace files end with.
+TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep")
+
+
+def _is_trace_name(p: Path) -> bool:
+    name = p.name.lower()
+    return any(name.endswith(s) for s in TRACE_SUFFIXES)
+
+
+def expand_paths(paths: str | Path | Sequence[str | Path]) -> list[Path]:
+    """Files to read: each file as given; each folder's trace files (sorted, not recursive)."""
+    items = [paths] if isinstance(paths, str | Path) else list(paths)
+    if not items:
+        raise UsageError("no input: give a trace file, several files, or a folder of rank traces")
+    out: list[Path] = []
+    for item in items:
+        p = Path(item)
+        if p.is_dir():
+            found = sorted(q for q in p.iterdir() if q.is_file() and _is_trace_name(q))
+            exported = {q.name[: -len(".sqlite")] for q in found if q.name.endswith(".sqlite")}
+            found = [
+                q
+                for q in found
+                if not (q.name.endswith(".nsys-rep") and q.name[: -len(".nsys-rep")] in exported)
+            ]
+            if not found:
+                raise TraceFormatError(
+                    p, "folder holds no trace files", f"expected {', '.join(TRACE_SUFFIXES)} files"
+                )
+            out.extend(found)
+        elif p.exists() or str(item) == "-":
+            out.append(p)
+        else:
+            raise TraceFormatError(p, "no such file or folder", "check the path")
+    return out
+
+
+def from_folder(paths: str | Path | Sequence[str | Path]) -> set[str]:
+    """The files that :func:`expand_paths` found by listing a folder (not named by the user)."""
+    items = [paths] if isinstance(paths, str | Path) else list(paths)
+    out: set[str] = set()
+    for item in items:
+        p = Path(item)
+        if p.is_dir():
+            out.update(str(q) for q in p.iterdir())
+    return out
+
+
+def default_jobs(n_files: int) -> int:
+    """min(files, usable cores), at least 1."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(n_files, cores))
+
+
+def total_bytes(files: Sequence[Path]) -> int:
+    total = 0
+    for f in files:
+        try:
+            st = f.stat()
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            total += st.st_size
+    return total
+
+
+def run_map(
+    files: Sequence[Path],
+    task: Callable[[str], object],
+    *,
+    jobs: int | None = None,
+    scheduler: str | None = None,
+) -> Iterator[object]:
+    """``task(str(file))`` for every file, results in input order, in this process, in local
+    processes, or on a Dask cluster (see the module docstring)."""
+    n = len(files)
+    names = [str(f) for f in files]
+    size = total_bytes(files)
+    progress = sys.stderr.isatty() and size >= PROGRESS_MIN_BYTES
+    if "-" in names:
+        # standard input belongs to this process: a worker would read nothing
+        if scheduler:
+            raise UsageError(
+                "standard input (-) can only be read here, not on a Dask cluster: save it to a "
+                "file the workers can read, or drop --scheduler"
+            )
+        jobs = 1
+    if scheduler:
+        yield from _with_progress(_dask_map(names, task, scheduler, jobs), n, progress)
+        return
+    if jobs is None:
+        jobs = default_jobs(n) if size >= PARALLEL_MIN_BYTES else 1
+    jobs = max(1, min(jobs, n))
+    if jobs == 1:
+        yield from _with_progress(map(task, names), n, progress)
+        return
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        yield from _with_progress(pool.map(task, names), n, progress)
+
+
+def _dask_map(
+    names: list[str], task: Callable[[str], object], scheduler: str, jobs: int | None
+) -> Iterator[object]:
+    try:
+        from dask.distributed import Client, LocalCluster
+    except ImportError:
+        raise UsageError(
+            "--scheduler needs Dask: pip install 'traceoverlap[dask]' (dask.distributed)"
+        ) from None
+    cluster = None
+    try:
+        if scheduler == "local":
+            cluster = LocalCluster(  # type: ignore[no-untyped-call]
+                n_workers=jobs or default_jobs(len(names)),
+                threads_per_worker=1,
+                processes=True,
+                dashboard_address=None,
+                silence_logs=logging.ERROR,
+            )
+            client = Client(cluster)  # type: ignore[no-untyped-call]
+        else:
+            client = Client(scheduler, timeout="15s")  # type: ignore[no-untyped-call]
+    except OSError as exc:
+        raise UsageError(
+            f"--scheduler {scheduler}: cannot connect to the Dask cluster ({exc})"
+        ) from None
+    try:
+        futures = client.map(task, names, pure=False)
+        # results in input order; each is a small per-rank summary
+        for fut in futures:
+            yield fut.result()
+            fut.release()  # type: ignore[no-untyped-call]
+    finally:
+        client.close()  # type: ignore[no-untyped-call]
+        if cluster is not None:
+            cluster.close()
+
+
+def _with_progress(items: Iterable[object], n: int, progress: bool) -> Iterator[object]:
+    if not progress:
+        yield from items
+        return
+    from rich.progress import Progress
+
+    with Progress(transient=True, console=None) as bar:
+        task = bar.add_task("analysing rank traces", total=n)
+        for r in items:
+            yield r
+            bar.advance(task)

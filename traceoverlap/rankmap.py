@@ -1,0 +1,345 @@
+"""The per-rank map of a run analysis: one trace file -> compact results per analysis unit.
+
+A whole job is hundreds of rank files; only this map touches a rank's events. It reads the file,
+splits it into units (each process and device: :func:`traceoverlap.model.split_units`),
+classifies, assigns steps, measures the parts of every step, splits the exposed time into local
+causes, and extracts the collective instances. What it returns (:class:`UnitResult`) is small:
+per-step numbers, interval sets bounded by the number of communication activities, and one row
+per collective instance. The cross-rank reduce (:mod:`traceoverlap.analysis`) never sees events.
+
+Everything here is a plain function of its arguments and returns picklable values, so the map
+runs in this process, in a process pool, or on Dask workers alike.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from . import intervals as iv
+from .classify import LOOKS_LIKE_COMM, Rules, comm_call_mask, kinds, unseen_comm_note
+from .collectives import unit_instances
+from .diagnosis import local_causes
+from .errors import NotATraceError, TraceFormatError
+from .intervals import GroupedIntervals
+from .metrics import activity_rows, step_parts, step_sets
+from .model import KINDS, Kind, Timeline, TraceInfo, split_units
+from .options import AnalysisOptions
+from .results import StepDetail
+from .steps import StepLabel, UnitSteps, assign_steps
+
+I64 = npt.NDArray[np.int64]
+
+#: Ranges drawn as phases (``forward``, ``## backward ##``, ``DistributedDataParallel.forward``,
+#: ``Optimizer.step#SGD.step``, ``grad_sync``...).
+PHASE_RE = re.compile(r"(?i)forward|backward|optimi[sz]er|zero_grad|grad_sync")
+
+
+@dataclass(frozen=True)
+class DetailRequest:
+    """Which step's :class:`StepDetail` a map should build: rank (and device) and step label
+    (None: the unit's median step by step time, the lower median)."""
+
+    rank: int | None
+    device: int | None = None
+    step: str | None = None
+
+
+@dataclass(frozen=True)
+class UnitResult:
+    """One unit's compact analysis (see the module docstring)."""
+
+    trace: TraceInfo
+    labels: tuple[StepLabel, ...]
+    parts: dict[str, I64]
+    marker_start_ns: I64
+    marker_end_ns: I64
+    causes: dict[str, GroupedIntervals]
+    instances: pd.DataFrame
+    pieces: GroupedIntervals
+    piece_instance: I64
+    no_launch: int
+    outside: int
+    markers_found: int
+    notes: tuple[str, ...]
+    detail: StepDetail | None = None
+    #: when no step marker matched: the most frequent host range names (name, count)
+    range_names: tuple[tuple[str, int], ...] = ()
+    #: every step marker's label before the step selection
+    labels_found: tuple[StepLabel, ...] = ()
+
+    @property
+    def n_windows(self) -> int:
+        return len(self.labels)
+
+
+@dataclass(frozen=True)
+class FileResult:
+    """The map's answer for one file: its units, or the error that stopped it (errors travel as
+    plain values across process boundaries)."""
+
+    path: str
+    units: tuple[UnitResult, ...] = ()
+    error: tuple[str, str, str] | None = None
+    not_a_trace: bool = False
+
+
+def _comm_hint(unit: Timeline, kind: npt.NDArray[np.int8], parts: dict[str, I64]) -> str | None:
+    """When a rank of a larger world shows almost no communication, name the kernels whose names
+    look like communication (custom all-reduce, expert-parallel dispatch...) that were counted as
+    compute, with the --comm-pattern to add."""
+    info = unit.traces[0]
+    step = int(parts["step_ns"].sum())
+    if not info.world_size or info.world_size < 2 or step <= 0:
+        return None
+    if int(parts["comm_ns"].sum()) >= 0.01 * step:
+        return None
+    ev = unit.events
+    comp = np.flatnonzero((kind == Kind.COMPUTE) & (ev["category"] == "kernel").to_numpy())
+    if comp.size == 0:
+        return None
+    names = ev["name"].to_numpy()[comp].astype(str)
+    dur = (ev["end_ns"].to_numpy() - ev["start_ns"].to_numpy())[comp]
+    df = pd.DataFrame({"name": names, "dur": dur})
+    df = df[df["name"].map(lambda s: LOOKS_LIKE_COMM.search(s) is not None)]
+    if df.empty:
+        return None
+    top = df.groupby("name")["dur"].agg(["sum", "size"]).sort_values("sum", ascending=False)
+    shown = []
+    for name, row in top.head(3).iterrows():
+        short = re.split(r"[<(]", str(name), maxsplit=1)[0]
+        shown.append(
+            f"{short} ({row['sum'] / 1e6:.2f} ms in {int(row['size'])} calls: "
+            f"--comm-pattern '{re.escape(short)}')"
+        )
+    return (
+        f"communication is {100 * int(parts['comm_ns'].sum()) / step:.2f}% of step time on a "
+        f"rank of a world of {info.world_size}: these kernels look like communication but count "
+        f"as compute: {'; '.join(shown)}"
+    )
+
+
+def _phases(
+    ev: pd.DataFrame, gpu: bool, lo: int, hi: int, step_rx: re.Pattern[str]
+) -> tuple[I64, I64, tuple[str, ...]]:
+    cat = "gpu_annotation" if gpu else "annotation"
+    start = ev["start_ns"].to_numpy()
+    end = ev["end_ns"].to_numpy()
+    m = (ev["category"] == cat).to_numpy() & (start < hi) & (end > lo)
+    if gpu and not m.any():  # no GPU projections: the host ranges still tell the phase
+        m = (ev["category"] == "annotation").to_numpy() & (start < hi) & (end > lo)
+    idx = np.flatnonzero(m)
+    names = ev["name"].to_numpy()[idx].astype(str)
+    keep = np.array([bool(PHASE_RE.search(s)) and not step_rx.search(s) for s in names], dtype=bool)
+    idx, names = idx[keep], names[keep]
+    z = np.zeros(0, np.int64)
+    if idx.size == 0:
+        return z, z.copy(), ()
+    order = np.lexsort((-end[idx], start[idx]))
+    rows: list[int] = []
+    last_end = np.iinfo(np.int64).min
+    for i in order.tolist():
+        if start[idx[i]] >= last_end:  # nested ranges (DDP.forward in forward) would hide others
+            rows.append(i)
+            last_end = int(end[idx[i]])
+    sel = idx[rows]
+    return (
+        np.maximum(start[sel], lo).astype(np.int64),
+        np.minimum(end[sel], hi).astype(np.int64),
+        tuple(names[rows].tolist()),
+    )
+
+
+def _lane_order(acts: pd.DataFrame) -> tuple[str, ...]:
+    """GPU streams first (by stream number), then host threads (by thread id), then the rest."""
+    if acts.empty:
+        return ()
+    g = acts.groupby("lane", sort=True).agg(stream=("stream", "min"), tid=("tid", "min"))
+    g = g.reset_index()
+    g["host"] = (g["stream"] < 0).astype(int)
+    return tuple(
+        g.sort_values(["host", "stream", "tid", "lane"], kind="stable")["lane"].astype(str)
+    )
+
+
+def _detail(
+    unit: Timeline,
+    kind: npt.NDArray[np.int8],
+    steps: UnitSteps,
+    acts_all: object,
+    sets: object,
+    window: int,
+    options: AnalysisOptions,
+    chosen: str,
+) -> StepDetail:
+    from .metrics import ActivityRows, StepSets
+
+    assert isinstance(acts_all, ActivityRows) and isinstance(sets, StepSets)
+    ev = unit.events
+    sel = acts_all.group == window
+    rows = acts_all.event_row[sel]
+    cols = ["lane", "stream", "tid", "name", "coll_name", "coll_bytes", "process_group", "seq"]
+    cols += ["group_size"]
+    acts = ev.iloc[rows][cols].reset_index(drop=True)
+    acts["lane"] = acts["lane"].astype(str)
+    acts["name"] = acts["name"].astype(str)
+    acts["kind"] = np.array(KINDS, dtype=object)[acts_all.kind[sel]]
+    acts["start_ns"] = acts_all.start_ns[sel]
+    acts["end_ns"] = acts_all.end_ns[sel]
+
+    def pick(s: GroupedIntervals) -> tuple[I64, I64]:
+        m = s[0] == window
+        return s[1][m], s[2][m]
+
+    lo, hi = int(steps.start_ns[window]), int(steps.end_ns[window])
+    info = unit.traces[0]
+    from .options import compile_regex
+
+    return StepDetail(
+        rank=info.rank,
+        device=info.device,
+        step=steps.labels[window],
+        window=window,
+        start_ns=lo,
+        end_ns=hi,
+        gpu=steps.gpu,
+        activities=acts,
+        lanes=_lane_order(acts),
+        compute=pick(sets.compute),
+        comm=pick(sets.comm),
+        memory=pick(sets.memory),
+        busy=pick(sets.busy),
+        overlap=pick(sets.overlap),
+        exposed=pick(sets.exposed),
+        exposed_by_cause={},
+        phases=_phases(ev, steps.gpu, lo, hi, compile_regex(options.step_pattern, "step_regex")),
+        chosen=chosen,
+    )
+
+
+def analyze_unit(
+    unit: Timeline,
+    options: AnalysisOptions,
+    rules: Rules,
+    detail: DetailRequest | None = None,
+) -> UnitResult:
+    """The compact analysis of one unit (a Timeline with exactly one TraceInfo)."""
+    info = unit.traces[0]
+    ev = unit.events
+    kind = kinds(unit, rules)
+    steps = assign_steps(unit, kind, options)
+    start = ev["start_ns"].to_numpy()
+    end = ev["end_ns"].to_numpy()
+    acts = activity_rows(start, end, kind, steps)
+    n = len(steps)
+    sets = step_sets(acts, n)
+    parts = step_parts(sets, steps)
+    parts["start_ns"] = steps.start_ns
+    parts["end_ns"] = steps.end_ns
+
+    calls = None
+    if not steps.gpu:
+        mask = comm_call_mask(unit, rules)
+        call_rows = activity_rows(
+            start, end, np.where(mask, Kind.COMPUTE, Kind.NONE).astype(np.int8), steps
+        )
+        calls = iv.grouped_union(call_rows.group, call_rows.start_ns, call_rows.end_ns, n)
+    lc = local_causes(sets.exposed, acts, steps, calls)
+
+    instances, pieces, piece_instance = unit_instances(unit, kind, steps, acts, steps.launch_row)
+
+    notes = list(steps.notes)
+    hint = _comm_hint(unit, kind, parts) if n else None
+    if hint:
+        notes.append(hint)
+    unseen = unseen_comm_note(unit, kind)
+    if unseen:
+        notes.append(unseen)
+
+    det = None
+    if (
+        detail is not None
+        and n
+        and detail.rank == info.rank
+        and (detail.device is None or detail.device == info.device)
+    ):
+        if detail.step is None:
+            order = np.argsort(parts["step_ns"], kind="stable")
+            w = int(order[(len(order) - 1) // 2])
+            chosen = "median"
+        else:
+            hits = [i for i, lbl in enumerate(steps.labels) if str(lbl) == str(detail.step)]
+            w = hits[0] if hits else -1
+            chosen = "asked"
+        if w >= 0:
+            det = _detail(unit, kind, steps, acts, sets, w, options, chosen)
+    ranges: tuple[tuple[str, int], ...] = ()
+    if steps.markers_found == 0:
+        ann = ev["name"][(ev["category"] == "annotation").to_numpy()].astype(str)
+        top = ann.value_counts().head(8)
+        ranges = tuple((str(k), int(v)) for k, v in top.items())
+    return UnitResult(
+        trace=info,
+        labels=steps.labels,
+        parts=parts,
+        marker_start_ns=steps.marker_start_ns,
+        marker_end_ns=steps.marker_end_ns,
+        causes={"tail": lc.tail, "dependency": lc.dependency, "host": lc.host},
+        instances=instances,
+        pieces=pieces,
+        piece_instance=piece_instance,
+        no_launch=steps.no_launch,
+        outside=steps.outside,
+        markers_found=steps.markers_found,
+        notes=tuple(notes),
+        detail=det,
+        range_names=ranges,
+        labels_found=steps.labels_found if n == 0 else (),
+    )
+
+
+def map_timeline(
+    timeline: Timeline,
+    options: AnalysisOptions,
+    rules: Rules,
+    detail: DetailRequest | None = None,
+) -> tuple[UnitResult, ...]:
+    """Every unit of an in-memory Timeline."""
+    return tuple(analyze_unit(u, options, rules, detail) for u in split_units(timeline))
+
+
+def map_file(
+    path: str,
+    options: AnalysisOptions,
+    rules: Rules,
+    detail: DetailRequest | None = None,
+    lowest_unit_detail: bool = False,
+    lowest_step: str | None = None,
+) -> FileResult:
+    """Read one trace file and analyse its units. ``lowest_unit_detail``: build the detail of the
+    file's lowest unit's step ``lowest_step`` (None: its median step) in the same pass (a
+    single-file run's default timeline)."""
+    from .readers import read_trace
+
+    try:
+        timeline = read_trace(Path(path))
+        units = split_units(timeline)
+        del timeline
+        out = []
+        for i, u in enumerate(units):
+            req = detail
+            if lowest_unit_detail and i == 0:
+                req = DetailRequest(u.traces[0].rank, u.traces[0].device, lowest_step)
+            out.append(analyze_unit(u, options, rules, req))
+        return FileResult(path, tuple(out))
+    except TraceFormatError as exc:
+        return FileResult(
+            path,
+            error=(exc.path, exc.reason, exc.hint),
+            not_a_trace=isinstance(exc, NotATraceError),
+        )

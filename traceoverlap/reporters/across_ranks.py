@@ -1,0 +1,99 @@
+"""Text for the cross-rank section of the report: wait vs transfer and the stragglers.
+
+Formatting only; the numbers come from :class:`traceoverlap.collectives.Collectives`.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .. import fmt
+
+if TYPE_CHECKING:
+    from ..collectives import Collectives
+
+
+def across_ranks_lines(coll: Collectives) -> list[str]:
+    """Plain lines (no markup), ms with two decimals."""
+    pr = coll.per_rank
+    matched = pr[pr["matched"].astype(bool)] if len(pr) else pr
+    given = (
+        f" (among the {coll.ranks_given} ranks given of a world of {coll.world_size})"
+        if coll.partial
+        else ""
+    )
+    lines = [
+        f"Across ranks{given}: {coll.n_matched} collectives matched on {len(coll.stragglers)} ranks"
+    ]
+    if matched.empty:
+        return lines
+    total = int(matched["dur_ns"].sum())
+    wait = int(matched["wait_ns"].sum())
+    lines.append(
+        f"  collective time {fmt.ms(total)} ms (all ranks): {fmt.ms(wait)} ms waiting for a "
+        f"later rank ({fmt.pct(wait / total if total else None)}), {fmt.ms(total - wait)} ms "
+        "transfer"
+    )
+    ew = int(pr["exposed_wait_ns"].sum())
+    ex = int(pr["exposed_ns"].sum())
+    if ex:
+        lines.append(
+            f"  exposed collective time: {fmt.ms(ew)} ms waiting ({fmt.pct(ew / ex)}), "
+            f"{fmt.ms(ex - ew)} ms transfer"
+        )
+    if coll.aligned:
+        how = "unix clocks" if coll.clock == "unix" else "clocks aligned on collective end times"
+        lines.append(f"  arrived last (others waited for it; {how}):")
+        for r in coll.stragglers.to_dict("records"):
+            lines.append(
+                f"    rank {r['rank']}: last in {r['last_count']} of {r['instances']} "
+                f"({fmt.pct(r['last_ratio'])}), others waited {fmt.ms(r['waited_for_ns'])} ms"
+            )
+        top = coll.top_straggler
+        if top is not None and wait:
+            waited = int(coll.stragglers.iloc[0]["waited_for_ns"])
+            if coll.partial:
+                lines.append(
+                    f"  latest among the ranks given: rank {top} ({fmt.pct(waited / wait)} of the "
+                    "waiting seen here); ranks not given may be later still"
+                )
+            else:
+                lines.append(
+                    f"  straggler: rank {top} ({fmt.pct(waited / wait)} of all waiting was for it)"
+                )
+    else:
+        lines.append("  arrival order not shown: rank clocks could not be aligned")
+    skew = coll.step_skew
+    if not skew.empty:
+        sk = skew["skew_ns"].to_numpy().astype(np.int64)
+        worst = skew.iloc[int(np.argmax(sk))]
+        slow = skew["slowest_rank"].value_counts()
+        lines.append(
+            f"  step-time skew across ranks: median {fmt.ms(float(np.median(sk)))} ms, worst "
+            f"step {worst['step']}: {fmt.ms(worst['skew_ns'])} ms (slowest rank "
+            f"{worst['slowest_rank']})"
+        )
+        lines.append(
+            f"  slowest rank most often: rank {slow.index[0]} ({slow.iloc[0]} of {len(skew)} steps)"
+        )
+    return lines
+
+
+def render_across_ranks(coll: Collectives, width: int = 80) -> str:
+    """The lines wrapped to ``width`` columns, continuation lines indented two more spaces."""
+    out = []
+    for line in across_ranks_lines(coll):
+        indent = " " * (len(line) - len(line.lstrip(" ")))
+        out.append(
+            textwrap.fill(
+                line.strip(),
+                width=width,
+                initial_indent=indent,
+                subsequent_indent=indent + "  ",
+                break_on_hyphens=False,
+            )
+        )
+    return "\n".join(out)

@@ -1,0 +1,157 @@
+"""JSON output: one object with a stable, documented schema (README "JSON schema").
+
+``schema_version`` changes only when a field changes meaning or disappears; new fields may be
+added within a version. Times are integer nanoseconds, ratios floats in 0-1 (speedups >= 1) or
+null; never NaN. Encoded with msgspec (a C encoder: large outputs in a fraction of a second).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import numpy as np
+import pandas as pd
+
+from .._version import __version__
+from ..results import STEP_COLUMNS
+
+if TYPE_CHECKING:
+    from ..collectives import Collectives
+    from ..results import Analysis
+
+SCHEMA_VERSION = 2
+
+
+def _default(obj: Any) -> Any:
+    """numpy / pandas values -> plain JSON values (NaN and NA -> null)."""
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, np.floating):
+        return None if np.isnan(obj) else float(obj)
+    if isinstance(obj, np.bool_):
+        return bool(obj)
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if obj is pd.NA or obj is pd.NaT:
+        return None
+    raise TypeError(f"cannot encode {type(obj).__name__} as JSON")
+
+
+_ENCODER = msgspec.json.Encoder(enc_hook=_default)
+
+
+def encode(obj: Any, indent: int = 2) -> str:
+    """JSON text of ``obj`` (dicts, lists, dataclasses, numpy scalars), indented."""
+    return msgspec.json.format(_ENCODER.encode(obj), indent=indent).decode("utf-8") + "\n"
+
+
+def records(df: pd.DataFrame, columns: tuple[str, ...] | list[str]) -> list[dict[str, Any]]:
+    """Rows of ``df`` as dicts of plain values (NaN -> None), column by column."""
+    cols = [c for c in columns if c in df.columns]
+    values = []
+    for c in cols:
+        v = df[c].tolist()
+        values.append([None if isinstance(x, float) and x != x else x for x in v])
+    return [dict(zip(cols, row, strict=True)) for row in zip(*values, strict=True)]
+
+
+def step_records(analysis: Analysis) -> list[dict[str, Any]]:
+    """The step rows as plain dicts, fields in :data:`STEP_COLUMNS` order."""
+    return records(analysis.steps, STEP_COLUMNS)
+
+
+def collectives_dict(coll: Collectives) -> dict[str, Any]:
+    per: dict[int, dict[str, dict[str, Any]]] = {}
+    fields = (
+        "start_ns",
+        "dur_ns",
+        "wait_ns",
+        "exposed_ns",
+        "exposed_wait_ns",
+        "exposed_tail_ns",
+        "exposed_dependency_ns",
+        "exposed_host_ns",
+        "same_stream",
+        "queued_ns",
+        "behind_comm_ns",
+        "lane",
+    )
+    several = coll.per_rank.groupby("rank")["unit"].nunique() if len(coll.per_rank) else None
+    for r in records(coll.per_rank, ["instance", "rank", "device", *fields]):
+        key = str(r["rank"])
+        if several is not None and int(several.get(r["rank"], 1)) > 1:
+            key = f"{r['rank']}:{r['device']}"
+        row = {f: r[f] for f in fields}
+        for f in ("queued_ns", "behind_comm_ns"):
+            if row[f] is not None and row[f] < 0:
+                row[f] = None  # no launch record (CPU work, or a kernel whose launch was cut)
+        per.setdefault(int(r["instance"]), {})[key] = row
+    colls = []
+    for r in records(
+        coll.instances,
+        [
+            "instance",
+            "name",
+            "family",
+            "process_group",
+            "seq",
+            "bytes",
+            "step",
+            "ranks",
+            "matched",
+            "transfer_ns",
+            "wait_ns",
+            "last_rank",
+            "exposed_ns",
+        ],
+    ):
+        r["ranks"] = list(r["ranks"])
+        r["per_rank"] = per.get(int(r["instance"]), {})
+        colls.append(r)
+    return {
+        "collectives": colls,
+        "stragglers": {
+            "clock": coll.clock,
+            "clock_aligned": coll.aligned,
+            "ranks_given": coll.ranks_given,
+            "world_size": coll.world_size,
+            "partial": coll.partial,
+            "matched": coll.n_matched,
+            "inconsistent": coll.n_inconsistent,
+            "ranks": records(coll.stragglers, list(coll.stragglers.columns)),
+            "steps": records(coll.step_skew, list(coll.step_skew.columns)),
+        },
+    }
+
+
+def to_dict(analysis: Analysis) -> dict[str, Any]:
+    opts = analysis.options
+    out: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": "traceoverlap", "version": __version__},
+        "traces": [t.to_dict() for t in analysis.traces],
+        "options": {
+            "step_regex": opts.step_regex,
+            "steps": opts.steps.text if opts.steps else None,
+            "ranks": list(opts.ranks) if opts.ranks is not None else None,
+            "thresholds": dataclasses.asdict(opts.thresholds),
+            "comm_patterns": list(opts.comm_patterns),
+        },
+        "steps": step_records(analysis),
+        "summary": {
+            "run": analysis.summary.run,
+            "ranks": dict(analysis.summary.ranks),
+        },
+        "findings": [dataclasses.asdict(f) for f in analysis.findings],
+        "unassigned_gpu_activities": dict(analysis.unassigned),
+        "notes": list(analysis.notes),
+    }
+    if analysis.collectives is not None:
+        out.update(collectives_dict(analysis.collectives))
+    return out
+
+
+def render(analysis: Analysis) -> str:
+    return encode(to_dict(analysis))

@@ -1,0 +1,209 @@
+"""What an analysis produces: typed, frozen results that reporters only format.
+
+- :class:`Analysis`: the step table (one row per (rank, device, step), columns
+  :data:`STEP_COLUMNS`), the run and per-rank :class:`Summary`, the matched
+  :class:`~traceoverlap.collectives.Collectives`, the :class:`~traceoverlap.diagnosis.Finding`
+  list (what to try), the notes, and optionally the :class:`StepDetail` of one step.
+- :class:`StepDetail`: everything the timeline of one step shows (its activities per lane, the
+  overlapped / exposed spans, the exposed spans by cause, the phases), computed in the analysis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from .model import TraceInfo
+from .options import AnalysisOptions
+
+if TYPE_CHECKING:
+    from .collectives import Collectives
+    from .diagnosis import Finding
+
+I64 = npt.NDArray[np.int64]
+Spans = tuple[I64, I64]
+
+#: Step-row columns, in output order (README "JSON schema").
+STEP_COLUMNS: tuple[str, ...] = (
+    "rank",
+    "device",
+    "pid",
+    "step",
+    "step_ns",
+    "compute_ns",
+    "comm_ns",
+    "memory_ns",
+    "overlap_ns",
+    "exposed_comm_ns",
+    "idle_ns",
+    "compute_only_ns",
+    "memory_only_ns",
+    "exposed_wait_ns",
+    "exposed_transfer_ns",
+    "exposed_tail_ns",
+    "exposed_dependency_ns",
+    "exposed_host_ns",
+    "overlap_ratio",
+    "ideal_ns",
+    "potential_speedup",
+    "exposed_comm_ratio",
+    "idle_ratio",
+    "bottleneck",
+    "reason",
+    "waited_for_rank",
+    "wait_known",
+    "start_ns",
+    "end_ns",
+)
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Mean / median / p90 / min / max of one metric over steps (None when no step has it)."""
+
+    mean: float | None = None
+    median: float | None = None
+    p90: float | None = None
+    min: float | None = None
+    max: float | None = None
+
+
+@dataclass(frozen=True)
+class StepRef:
+    """One step singled out by a summary (the most exposed, the slowest)."""
+
+    rank: int
+    device: int | None
+    step: int | str
+    step_ns: int
+    exposed_comm_ns: int
+    bottleneck: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Over a set of steps (a run, or one rank): statistics of every metric, totals, aggregate
+    ratios (total / total; None when the denominator is 0), bottleneck counts, and the most
+    exposed and slowest steps."""
+
+    n_steps: int
+    metrics: Mapping[str, Stats] = field(default_factory=dict)
+    totals: Mapping[str, int] = field(default_factory=dict)
+    overlap_ratio: float | None = None
+    exposed_comm_ratio: float | None = None
+    idle_ratio: float | None = None
+    potential_speedup: float | None = None
+    bottlenecks: Mapping[str, int] = field(default_factory=dict)
+    dominant_bottleneck: str | None = None
+    worst_step: StepRef | None = None
+    slowest_step: StepRef | None = None
+
+    def median(self, metric: str) -> float | None:
+        s = self.metrics.get(metric)
+        return None if s is None else s.median
+
+    def stat(self, metric: str, stat: str = "median") -> float | None:
+        s = self.metrics.get(metric)
+        return None if s is None else getattr(s, stat)
+
+    def aggregate(self, ratio: str) -> float | None:
+        """A run aggregate ratio by name (``overlap_ratio``, ``exposed_comm_ratio``...)."""
+        if ratio not in ("overlap_ratio", "exposed_comm_ratio", "idle_ratio", "potential_speedup"):
+            raise KeyError(ratio)
+        value: float | None = getattr(self, ratio)
+        return value
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """The run's summary and one per unit (keyed by the unit's label: ``"0"``, or ``"0:1"`` for
+    rank 0's GPU 1 when a process drove several GPUs)."""
+
+    run: Summary
+    ranks: Mapping[str, Summary]
+
+
+@dataclass(frozen=True)
+class StepDetail:
+    """Everything the timeline of one step shows, computed by the analysis.
+
+    ``activities``: one row per activity of the step (clipped to the window on CPU units) with
+    ``lane``, ``stream``, ``tid``, ``kind`` (compute / comm / memory), ``name``, ``start_ns``,
+    ``end_ns`` and the collective metadata (``coll_name``, ``coll_bytes``, ``process_group``,
+    ``seq``, ``group_size``). ``lanes``: lane names in drawing order (GPU streams by number,
+    then host threads). ``compute`` / ``comm`` / ``memory`` / ``busy``: the unions C, M, Y and
+    C ∪ M ∪ Y of the step; ``overlap`` / ``exposed``: C ∩ M and M − C; ``exposed_by_cause``: the
+    exposed spans per cause (wait, tail, dependency, host). All spans are (starts, ends), ns.
+    ``phases``: (start, end, name) of the phase ranges (forward, backward, grad_sync,
+    optimizer...), non-overlapping, earliest first.
+    """
+
+    rank: int
+    device: int | None
+    step: int | str
+    window: int
+    start_ns: int
+    end_ns: int
+    gpu: bool
+    activities: pd.DataFrame
+    lanes: tuple[str, ...]
+    compute: Spans
+    comm: Spans
+    memory: Spans
+    busy: Spans
+    overlap: Spans
+    exposed: Spans
+    exposed_by_cause: Mapping[str, Spans]
+    phases: tuple[I64, I64, tuple[str, ...]]
+    chosen: str = "asked"
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """Everything one analysis produced. Reporters only format this.
+
+    ``traces``: one :class:`TraceInfo` per analysis unit (a rank, or one GPU of a process that
+    drove several), in (rank, device) order. ``steps``: one row per (unit, step), columns
+    :data:`STEP_COLUMNS`. ``summary``: run and per-unit :class:`Summary`. ``collectives``: the
+    collective instances (matched across ranks when there are several). ``findings``: what to
+    try, most important first. ``notes``: caveats a reader must know. ``unassigned``: per unit
+    label, GPU activities in no step (launch missing or outside every marker). ``detail``: the
+    timeline of one step when it was asked for.
+    """
+
+    traces: tuple[TraceInfo, ...]
+    steps: pd.DataFrame
+    summary: RunSummary
+    collectives: Collectives | None
+    findings: tuple[Finding, ...]
+    notes: tuple[str, ...]
+    options: AnalysisOptions
+    unassigned: Mapping[str, int] = field(default_factory=dict)
+    detail: StepDetail | None = None
+    windows: pd.DataFrame | None = None
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted({t.rank for t in self.traces})
+
+    @property
+    def multi_rank(self) -> bool:
+        return len(self.traces) > 1
+
+    def step_row(self, rank: int, step: Any, device: int | None = None) -> pd.Series:
+        df = self.steps
+        m = (df["rank"] == rank) & (df["step"].astype(str) == str(step))
+        if device is not None:
+            m &= df["device"] == device
+        rows = df[m]
+        if rows.empty:
+            from .errors import UsageError
+
+            raise UsageError(f"no step {step} on rank {rank}")
+        return rows.iloc[0]
