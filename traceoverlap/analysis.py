@@ -275,10 +275,11 @@ def _reduce(
             g, s, e = u.causes[c]
             cause_parts[c].append((g + off, s, e))
         row0 += len(u.instances)
+    # a unit without instances has an untyped empty frame: concatenated with the others it would
+    # turn their integer columns into objects (pandas 3)
+    typed = [f for f in inst_frames if len(f)] or inst_frames
     inst = (
-        pd.concat(inst_frames, ignore_index=True)
-        if inst_frames
-        else pd.DataFrame(columns=["unit", "window"])
+        pd.concat(typed, ignore_index=True) if typed else pd.DataFrame(columns=["unit", "window"])
     )
 
     def cat(arrays: list[Any]) -> Any:

@@ -15,6 +15,11 @@ CPU units (e.g. gloo on CPU):
   - comm: events named ``gloo:*`` (the work of gloo's ``pt_gloo_runloop`` threads)
   - compute: ``cpu_op`` events on other threads, except the ops that launch or wait for
     communication (``c10d::*``, ``record_param_comms``, ``nccl:*``, ``gloo:*``)
+  - a unit with no ``cpu_op`` at all (NVTX ranges only: a CPU run under Nsight Systems): compute
+    is the phases the program marks (``forward``, ``backward``, ``optimizer``:
+    :attr:`Rules.cpu_compute_ranges`), comm the ``gloo:*`` ranges it marks around its
+    collectives; when such an Nsight Systems unit has none, :func:`unseen_comm_note` says the
+    capture cannot show communication (rather than none happening).
 
 Users extend the rules with ``--comm-pattern REGEX`` or a TOML config (:mod:`options`).
 Patterns are Python regexes matched with ``re.search``; they are evaluated once per distinct
@@ -109,6 +114,9 @@ class Rules:
     )
     #: user patterns added with --comm-pattern: comm on both GPU and CPU units
     extra_comm: tuple[str, ...] = field(default=())
+    # host ranges that are compute on CPU ranks without any cpu_op (NVTX-only captures: a CPU
+    # run under Nsight Systems has no PyTorch profiler ops): the phases the program marks
+    cpu_compute_ranges: tuple[str, ...] = (r"^(forward|backward|optimizer)$",)
 
     def with_comm_patterns(self, patterns: Sequence[str]) -> Rules:
         pats = tuple(patterns)
@@ -152,8 +160,27 @@ def kinds(unit: Timeline, rules: Rules | None = None) -> npt.NDArray[np.int8]:
     excluded = name_mask(ev["name"], rules.cpu_compute_exclude + rules.extra_comm)
     comm_thread = name_mask(ev["thread_name"], rules.cpu_comm_threads)
     kind[is_op & ~excluded & ~comm_thread] = Kind.COMPUTE
+    if not is_op.any() and rules.cpu_compute_ranges:
+        # no host ops at all (NVTX ranges only: a CPU run under Nsight Systems): the phases the
+        # program marks are its compute
+        phase = name_mask(ev["name"], rules.cpu_compute_ranges)
+        kind[(cat == "annotation").to_numpy() & phase] = Kind.COMPUTE
     kind[host & comm] = Kind.COMM
     return kind
+
+
+def unseen_comm_note(unit: Timeline, kind: npt.NDArray[np.int8]) -> str | None:
+    """For a CPU unit read from Nsight Systems with no communication activity: nsys does not see
+    gloo's work, so zero communication there means "not visible", not "none"."""
+    info = unit.traces[0]
+    if info.format != "nsys" or info.device_kind != "cpu" or (kind == Kind.COMM).any():
+        return None
+    return (
+        "this capture has no communication activity the tool can see (CPU run under nsys: "
+        "without the PyTorch profiler there are no gloo:* work items, and the program marked no "
+        "collective as an NVTX range named gloo:<collective>, as the reference workloads do); "
+        "its communication numbers are not measured, not zero"
+    )
 
 
 def comm_call_mask(unit: Timeline, rules: Rules | None = None) -> npt.NDArray[np.bool_]:
