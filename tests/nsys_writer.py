@@ -273,3 +273,91 @@ class NsysExport:
         finally:
             con.close()
         return p
+
+
+def write_synthetic(
+    path: str | Path,
+    kernels: int,
+    processes: int = 2,
+    kernels_per_step: int = 1000,
+    op_ranges: bool = True,
+) -> Path:
+    """A large export shaped like a real training capture, generated inside SQLite (seconds for
+    millions of rows): for benchmarks and scale tests.
+
+    Per process (pid 1000 + p, one GPU each, ``kernels // processes`` kernels): every kernel
+    launched by a runtime row 20 µs earlier on the main thread (every 10th kernel an NCCL
+    all-reduce on stream 20 launched with the driver API, the rest compute on stream 7, 5 µs
+    apart); a ``ProfilerStep#s`` NVTX range per ``kernels_per_step`` launches, a memcpy per 100
+    kernels; with ``op_ranges`` one NVTX push/pop range per launch with a unique plain-text
+    message, as PyTorch's ``emit_nvtx`` writes them (``aten::op7, seq = 12, op_id = 12``).
+    """
+    p = Path(path)
+    if p.exists():
+        p.unlink()
+    per = kernels // processes
+    con = sqlite3.connect(p)
+    try:
+        con.execute("PRAGMA journal_mode = OFF")
+        con.execute("PRAGMA synchronous = OFF")
+        for table, cols in _SCHEMA.items():
+            con.execute(f"CREATE TABLE {table} ({cols})")
+        names = [f"kernel_{i}" for i in range(300)]
+        strings = [
+            *names,
+            "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+            "cudaLaunchKernel_v7000",
+            "cuLaunchKernelEx",
+            "python3",
+        ]
+        con.executemany("INSERT INTO StringIds VALUES (?, ?)", list(enumerate(strings, 1)))
+        nccl, launch, launch_ex, thread = 301, 302, 303, 304
+        con.executemany(
+            "INSERT INTO META_DATA_EXPORT VALUES (?, ?)",
+            [("EXPORT_PRODUCT_NAME", "NVIDIA Nsight Systems"), ("EXPORT_SCHEMA_VERSION", "3.25.0")],
+        )
+        con.execute(
+            "INSERT INTO TARGET_INFO_SESSION_START_TIME VALUES (1700000000000000000, '', '', 0)"
+        )
+        series = (
+            f"WITH RECURSIVE r(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM r WHERE i < {per} - 1)"
+        )
+        for proc in range(processes):
+            pid = 1000 + proc
+            gpid, gtid = global_pid(pid), global_tid(pid, pid)
+            con.execute("INSERT INTO PROCESSES VALUES (?, ?, 'python3')", (gpid, pid))
+            con.execute("INSERT INTO ThreadNames VALUES (?, 20, ?)", (thread, gtid))
+            # kernel i: start 1 ms + 5 µs i, 3-3.6 µs long; its launch 20 µs earlier
+            k0 = "(1000000 + 5000 * i)"
+            con.execute(
+                f"INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL {series} SELECT {k0}, "
+                f"{k0} + 3000 + 100 * (i % 7), {proc}, 1, CASE WHEN i % 10 = 9 THEN 20 ELSE 7 END, "
+                f"101 + i, {gpid}, CASE WHEN i % 10 = 9 THEN {nccl} ELSE 1 + i % 300 END, "
+                f"CASE WHEN i % 10 = 9 THEN {nccl} ELSE 1 + i % 300 END, NULL, 1 FROM r"
+            )
+            con.execute(
+                f"INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME {series} SELECT {k0} - 20000, "
+                f"{k0} - 18000, CASE WHEN i % 10 = 9 THEN 1 ELSE 0 END, {gtid}, 101 + i, "
+                f"CASE WHEN i % 10 = 9 THEN {launch_ex} ELSE {launch} END, 0 FROM r"
+            )
+            con.execute(
+                f"INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY {series} SELECT {k0} + 4000, "
+                f"{k0} + 4500, {proc}, 1, 9, -1, {gpid}, 4096, 1 FROM r WHERE i % 100 = 50"
+            )
+            s = kernels_per_step
+            con.execute(
+                f"INSERT INTO NVTX_EVENTS {series} SELECT {k0} - 21000, "
+                f"1000000 + 5000 * (i + {s}) - 21000, {NVTX_PUSH_POP}, NULL, NULL, NULL, "
+                f"'ProfilerStep#' || (i / {s}), {gtid}, NULL, NULL, 0 FROM r WHERE i % {s} = 0"
+            )
+            if op_ranges:
+                con.execute(
+                    f"INSERT INTO NVTX_EVENTS {series} SELECT {k0} - 20500, {k0} - 17500, "
+                    f"{NVTX_PUSH_POP}, NULL, NULL, NULL, "
+                    f"printf('aten::op%d, seq = %d, op_id = %d', i % 50, i, i), {gtid}, NULL, "
+                    "NULL, 0 FROM r"
+                )
+        con.commit()
+    finally:
+        con.close()
+    return p

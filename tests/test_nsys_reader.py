@@ -327,8 +327,9 @@ def test_rank_from_nvtx_text_and_file_name(tmp_path: Path) -> None:
 
 def test_minimal_older_schema(tmp_path: Path) -> None:
     # Fewer tables and columns than a 2026 export: no META_DATA_EXPORT, no enum / process / thread
-    # tables, NVTX with inline text only (no textId), a session start without systemClockNs (the
-    # capture start is then ANALYSIS_DETAILS.startTime = 1000). Columns are found, not assumed.
+    # tables, NVTX with inline text only (no textId), a session start without systemClockNs: as in
+    # Nsight Systems 2022.4 exports, timestamps then count from the session start (unix = utc + t;
+    # ANALYSIS_DETAILS.startTime = 1000 is no offset). Columns are found, not assumed.
     # Kernel [5000, 9000) launched at 2000 inside "train_step" [1500, 3000): one step of 4000 ns.
     p = tmp_path / "old.sqlite"
     con = sqlite3.connect(p)
@@ -363,7 +364,7 @@ def test_minimal_older_schema(tmp_path: Path) -> None:
     info = tl.traces[0]
     assert (info.pid, info.device, info.format_version, info.clock) == (77, 0, None, "unix")
     k = tl.events[tl.events["category"] == "kernel"].iloc[0]
-    assert (k["name"], k.start_ns) == ("sgemm", 1600000000000000000 + 5000 - 1000)
+    assert (k["name"], k.start_ns) == ("sgemm", 1600000000000000000 + 5000)
     r = _row(analyze(p, step_regex="^train_step$").steps, 0)
     assert (r.step_ns, r.compute_ns) == (4000, 4000)
 
@@ -669,14 +670,29 @@ def test_sqlite_but_not_nsys(tmp_path: Path) -> None:
         read_trace(p)
 
 
-def test_no_kernel_table_names_the_capture_flags(tmp_path: Path) -> None:
+def test_no_kernel_table_is_a_cpu_capture_that_names_the_capture_flags(tmp_path: Path) -> None:
+    # NVTX ranges but no CUDA table: a CPU capture (nsys -t nvtx); the note says how to trace CUDA
+    # in case the program did use a GPU. Step [0, 100) of the one process.
     x = NsysExport()
     x.nvtx(5, 0, 100, "ProfilerStep#1")
     p = x.write(tmp_path / "nocuda.sqlite", omit=["CUPTI_ACTIVITY_KIND_KERNEL"])
+    tl = read_nsys(p)
+    (info,) = tl.traces
+    assert (info.device_kind, info.pid, info.device) == ("cpu", 5, None)
+    note = next(n for n in info.notes if n.startswith("CPU capture"))
+    assert "no CUDA activity" in note and "-t cuda,nvtx" in note
+    assert tl.events["name"].tolist() == ["ProfilerStep#1"]
+
+
+def test_no_gpu_activity_and_no_nvtx_is_an_error(tmp_path: Path) -> None:
+    x = NsysExport()
+    x.runtime(5, 10, 20, "cudaGetDevice_v3020")
+    p = x.write(tmp_path / "nothing.sqlite", omit=["CUPTI_ACTIVITY_KIND_KERNEL"])
     with pytest.raises(TraceFormatError) as err:
         read_nsys(p)
     msg = str(err.value)
-    assert "CUPTI_ACTIVITY_KIND_KERNEL" in msg and "--trace=cuda" in msg and "nocuda.sqlite" in msg
+    assert "nothing.sqlite" in msg and "no GPU activity and no NVTX ranges" in msg
+    assert "-t cuda,nvtx" in msg
 
 
 def test_missing_string_ids(tmp_path: Path) -> None:
@@ -690,7 +706,7 @@ def test_missing_string_ids(tmp_path: Path) -> None:
 def test_empty_gpu_tables(tmp_path: Path) -> None:
     x = NsysExport()
     x.runtime(5, 10, 20, "cudaGetDevice_v3020")
-    with pytest.raises(TraceFormatError, match="no GPU activity"):
+    with pytest.raises(TraceFormatError, match="no GPU activity and no NVTX ranges"):
         read_nsys(x.write(tmp_path / "idle.sqlite"))
 
 

@@ -28,7 +28,7 @@ from .collectives import CauseSets, Collectives, match_collectives
 from .diagnosis import CAUSES, findings, verdict
 from .errors import TraceFormatError, UsageError
 from .inputs import expand_paths, from_folder, run_map
-from .metrics import ratio
+from .metrics import MEASURED, ratio
 from .model import Timeline, TraceInfo, concat_timelines
 from .options import AnalysisOptions, StepSelection, Thresholds, build_options, describe_steps
 from .rankmap import DetailRequest, FileResult, UnitResult, map_file, map_timeline
@@ -275,10 +275,11 @@ def _reduce(
             g, s, e = u.causes[c]
             cause_parts[c].append((g + off, s, e))
         row0 += len(u.instances)
+    # a unit without instances has an untyped empty frame: concatenated with the others it would
+    # turn their integer columns into objects (pandas 3)
+    typed = [f for f in inst_frames if len(f)] or inst_frames
     inst = (
-        pd.concat(inst_frames, ignore_index=True)
-        if inst_frames
-        else pd.DataFrame(columns=["unit", "window"])
+        pd.concat(typed, ignore_index=True) if typed else pd.DataFrame(columns=["unit", "window"])
     )
 
     def cat(arrays: list[Any]) -> Any:
@@ -327,20 +328,7 @@ def _reduce(
             "device": pd.array([traces[u].device for u in unit_of], dtype=object),
             "pid": pd.array([traces[u].pid for u in unit_of], dtype=object),
             "step": pd.array(labels, dtype=object),
-            **{
-                k: base[k]
-                for k in (
-                    "step_ns",
-                    "compute_ns",
-                    "comm_ns",
-                    "memory_ns",
-                    "overlap_ns",
-                    "exposed_comm_ns",
-                    "idle_ns",
-                    "compute_only_ns",
-                    "memory_only_ns",
-                )
-            },
+            **{k: base[k] for k in MEASURED},
             "exposed_wait_ns": cause_ns["wait"],
             "exposed_transfer_ns": exposed_ns - cause_ns["wait"],
             **{f"exposed_{c}_ns": cause_ns[c] for c in CAUSES[1:]},
@@ -375,7 +363,8 @@ def _reduce(
         df,
         _finding_rows(coll, df, traces),
         family_causes,
-        straggler=None if top is None else _among(str(top), coll),
+        straggler=top,
+        straggler_text=None if top is None else _among(str(top), coll),
     )
     notes = _notes(units, coll, skipped)
     windows = pd.DataFrame(

@@ -15,6 +15,11 @@ CPU units (e.g. gloo on CPU):
   - comm: events named ``gloo:*`` (the work of gloo's ``pt_gloo_runloop`` threads)
   - compute: ``cpu_op`` events on other threads, except the ops that launch or wait for
     communication (``c10d::*``, ``record_param_comms``, ``nccl:*``, ``gloo:*``)
+  - a unit with no ``cpu_op`` at all (NVTX ranges only: a CPU run under Nsight Systems): compute
+    is the phases the program marks (``forward``, ``backward``, ``optimizer``:
+    :attr:`Rules.cpu_compute_ranges`), comm the ``gloo:*`` ranges it marks around its
+    collectives; when such an Nsight Systems unit has none, :func:`unseen_comm_note` says the
+    capture cannot show communication (rather than none happening).
 
 Users extend the rules with ``--comm-pattern REGEX`` or a TOML config (:mod:`options`).
 Patterns are Python regexes matched with ``re.search``; they are evaluated once per distinct
@@ -31,7 +36,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from .model import GPU_ACTIVITY_CATEGORIES, KINDS, Kind, Timeline
+from .model import GPU_ACTIVITY_CATEGORIES, KINDS, Kind, Timeline, per_category
 from .options import compile_regex
 
 #: Communication kernels that do not carry "nccl" in their names: (family, regex, where the
@@ -109,6 +114,9 @@ class Rules:
     )
     #: user patterns added with --comm-pattern: comm on both GPU and CPU units
     extra_comm: tuple[str, ...] = field(default=())
+    # host ranges that are compute on CPU ranks without any cpu_op (NVTX-only captures: a CPU
+    # run under Nsight Systems has no PyTorch profiler ops): the phases the program marks
+    cpu_compute_ranges: tuple[str, ...] = (r"^(forward|backward|optimizer)$",)
 
     def with_comm_patterns(self, patterns: Sequence[str]) -> Rules:
         pats = tuple(patterns)
@@ -117,16 +125,19 @@ class Rules:
         return replace(self, extra_comm=self.extra_comm + pats)
 
 
-def name_mask(names: pd.Series, patterns: Sequence[str]) -> npt.NDArray[np.bool_]:
-    """Per row of a categorical column: does any pattern match? (patterns x distinct names)"""
-    cats = names.cat.categories
-    per_name = np.zeros(len(cats), dtype=bool)
-    strs = [str(c) for c in cats]
-    for p in patterns:
-        rx = compile_regex(p, "rules")
-        per_name |= np.fromiter((rx.search(s) is not None for s in strs), bool, len(strs))
-    codes = names.cat.codes.to_numpy()
-    return np.where(codes >= 0, per_name[np.maximum(codes, 0)], False)
+def name_mask(
+    names: pd.Series, patterns: Sequence[str], rows: npt.NDArray[np.bool_] | None = None
+) -> npt.NDArray[np.bool_]:
+    """Per row of a categorical column: does any pattern match? Each distinct name used by the
+    selected ``rows`` is tested once (all rows when None); rows outside the selection read False."""
+    if not patterns:
+        return np.zeros(len(names), dtype=bool)
+    rxs = [compile_regex(p, "rules") for p in patterns]
+    per_name = per_category(
+        names, lambda s: any(rx.search(s) is not None for rx in rxs), rows, dtype=bool
+    )
+    out = np.asarray(per_name[names.cat.codes.to_numpy()], dtype=bool)
+    return out if rows is None else out & rows
 
 
 def kinds(unit: Timeline, rules: Rules | None = None) -> npt.NDArray[np.int8]:
@@ -141,19 +152,38 @@ def kinds(unit: Timeline, rules: Rules | None = None) -> npt.NDArray[np.int8]:
     is_kernel = (cat == "kernel").to_numpy()
     is_gpu = cat.isin(GPU_ACTIVITY_CATEGORIES).to_numpy()
     if is_gpu.any():
-        comm = name_mask(ev["name"], rules.gpu_comm + rules.extra_comm)
+        comm = name_mask(ev["name"], rules.gpu_comm + rules.extra_comm, is_kernel)
         kind[is_kernel] = Kind.COMPUTE
         kind[is_kernel & comm] = Kind.COMM
         kind[is_gpu & ~is_kernel] = Kind.MEMORY
         return kind
     is_op = (cat == "cpu_op").to_numpy()
     host = is_op | (cat == "annotation").to_numpy()
-    comm = name_mask(ev["name"], rules.cpu_comm + rules.extra_comm)
-    excluded = name_mask(ev["name"], rules.cpu_compute_exclude + rules.extra_comm)
-    comm_thread = name_mask(ev["thread_name"], rules.cpu_comm_threads)
+    comm = name_mask(ev["name"], rules.cpu_comm + rules.extra_comm, host)
+    excluded = name_mask(ev["name"], rules.cpu_compute_exclude + rules.extra_comm, is_op)
+    comm_thread = name_mask(ev["thread_name"], rules.cpu_comm_threads, is_op)
     kind[is_op & ~excluded & ~comm_thread] = Kind.COMPUTE
+    if not is_op.any() and rules.cpu_compute_ranges:
+        # no host ops at all (NVTX ranges only: a CPU run under Nsight Systems): the phases the
+        # program marks are its compute
+        ann = (cat == "annotation").to_numpy()
+        kind[name_mask(ev["name"], rules.cpu_compute_ranges, ann)] = Kind.COMPUTE
     kind[host & comm] = Kind.COMM
     return kind
+
+
+def unseen_comm_note(unit: Timeline, kind: npt.NDArray[np.int8]) -> str | None:
+    """For a CPU unit read from Nsight Systems with no communication activity: nsys does not see
+    gloo's work, so zero communication there means "not visible", not "none"."""
+    info = unit.traces[0]
+    if info.format != "nsys" or info.device_kind != "cpu" or (kind == Kind.COMM).any():
+        return None
+    return (
+        "this capture has no communication activity the tool can see (CPU run under nsys: "
+        "without the PyTorch profiler there are no gloo:* work items, and the program marked no "
+        "collective as an NVTX range named gloo:<collective>, as the reference workloads do); "
+        "its communication numbers are not measured, not zero"
+    )
 
 
 def comm_call_mask(unit: Timeline, rules: Rules | None = None) -> npt.NDArray[np.bool_]:
@@ -163,9 +193,9 @@ def comm_call_mask(unit: Timeline, rules: Rules | None = None) -> npt.NDArray[np
     ev = unit.events
     cat = ev["category"]
     host = (cat == "cpu_op").to_numpy() | (cat == "annotation").to_numpy()
-    calls = name_mask(ev["name"], rules.cpu_comm_calls)
-    comm_thread = name_mask(ev["thread_name"], rules.cpu_comm_threads)
-    return np.asarray(host & calls & ~comm_thread, dtype=bool)
+    calls = name_mask(ev["name"], rules.cpu_comm_calls, host)
+    comm_thread = name_mask(ev["thread_name"], rules.cpu_comm_threads, calls)
+    return np.asarray(calls & ~comm_thread, dtype=bool)
 
 
 def classify(timeline: Timeline, rules: Rules | None = None) -> Timeline:

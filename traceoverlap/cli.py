@@ -545,6 +545,7 @@ def _echo_analysis(result: Any) -> None:
     show_default=True,
     help="Seconds before a stuck rank or collective aborts the run.",
 )
+@debug_option
 @handle_errors
 def profile(out: str | None, nsys: bool, timeout: float, **opts: Any) -> None:
     """Run a reference data-parallel training workload, trace every rank, and analyze it.
@@ -587,6 +588,7 @@ def profile(out: str | None, nsys: bool, timeout: float, **opts: Any) -> None:
     show_default=True,
     help="Folder for the two runs' traces (and HTML reports).",
 )
+@debug_option
 @handle_errors
 def demo(out: str) -> None:
     """Profile two strategies on this CPU and show what overlap buys (about a minute).

@@ -41,7 +41,6 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -51,7 +50,7 @@ from . import intervals as iv
 from .diagnosis import CAUSES, family_of
 from .intervals import GroupedIntervals
 from .metrics import ActivityRows
-from .model import Kind, Timeline, TraceInfo
+from .model import Kind, Timeline, TraceInfo, per_category
 from .steps import NO_LAUNCH, UnitSteps
 
 I64 = npt.NDArray[np.int64]
@@ -167,22 +166,16 @@ def _norm_kind(label: str) -> str:
 # --- map side: one unit's instances ------------------------------------------------------------
 
 
-def _per_category(col: pd.Series, fn: Any) -> npt.NDArray[np.object_]:
-    """``fn`` of every category of a categorical column (and "" for missing), evaluated once per
-    distinct value: index the result with ``codes`` (-1 picks the trailing "")."""
-    cats = col.cat.categories
-    return np.array([fn(str(c)) for c in cats] + [""], dtype=object)
-
-
 def _enclosing_collective(ev: pd.DataFrame, launch_rows: I64) -> npt.NDArray[np.object_]:
     """For each launch row (-1: none): the collective named by the ``nccl:<collective>`` host
     range around it on the same thread (``nccl:all_to_all`` around a SendRecv kernel that
     implements an all-to-all), "" when none."""
     out = np.full(launch_rows.size, "", dtype=object)
     names = ev["name"]
-    coll_of = _per_category(names, lambda c: m.group(1) if (m := _NCCL_RANGE.match(c)) else "")
+    ann = (ev["category"] == "annotation").to_numpy()
+    coll_of = per_category(names, lambda c: m.group(1) if (m := _NCCL_RANGE.match(c)) else "", ann)
     codes = names.cat.codes.to_numpy()
-    is_range = (coll_of[codes] != "") & (ev["category"] == "annotation").to_numpy()
+    is_range = (coll_of[codes] != "") & ann
     ridx = np.flatnonzero(is_range)
     ok = launch_rows >= 0
     if ridx.size == 0 or not ok.any():
@@ -236,9 +229,10 @@ def unit_instances(
     rows = rows[np.lexsort((rows, start[rows]))]  # by start, then trace order
     n = rows.size
 
+    is_comm = kind == Kind.COMM
     name_codes = ev["name"].cat.codes.to_numpy()[rows]
-    parsed = _per_category(ev["name"], collective_kind)[name_codes]
-    given = _per_category(ev["coll_name"], lambda c: c)[ev["coll_name"].cat.codes.to_numpy()[rows]]
+    parsed = per_category(ev["name"], collective_kind, is_comm)[name_codes]
+    given = per_category(ev["coll_name"], str, is_comm)[ev["coll_name"].cat.codes.to_numpy()[rows]]
     if steps.gpu:
         around = _enclosing_collective(ev, launch_row[rows])
         given = np.where(given == "", around, given)
@@ -246,7 +240,7 @@ def unit_instances(
     label_code, label_uniq = pd.factorize(label)
     kind_uniq = np.array([_norm_kind(str(x)) for x in label_uniq], dtype=object)
     kind_code, _ = pd.factorize(kind_uniq[label_code])
-    pg = _per_category(ev["process_group"], lambda c: c)[
+    pg = per_category(ev["process_group"], str, is_comm)[
         ev["process_group"].cat.codes.to_numpy()[rows]
     ]
     seq = ev["seq"].to_numpy()[rows].astype(np.int64)
@@ -295,7 +289,7 @@ def unit_instances(
             "seq": seq[head],
             "ordinal": ordinal[head],
             "label": label[head].astype(str),
-            "kernel": _per_category(ev["name"], lambda c: c)[name_codes[head]].astype(str),
+            "kernel": per_category(ev["name"], str, is_comm)[name_codes[head]].astype(str),
             "family": [family_of(str(x)) for x in label[head]],
             "process_group": pg[head],
             "bytes": np.maximum.reduceat(ev["coll_bytes"].to_numpy()[rows][order], firsts),
@@ -746,9 +740,11 @@ def _tables(
     grp = np.where(inst["matched"], inst["key"], -1 - np.arange(len(inst)))
     inst["_grp"] = grp
     inst["_first"] = inst.groupby("_grp")["start_ns"].transform("min").to_numpy()
-    order = inst.sort_values(["_first", "_grp", "unit"], kind="stable")["_grp"]
-    number = {g: i for i, g in enumerate(pd.unique(order).tolist())}
-    inst["instance"] = [number[g] for g in grp.tolist()]
+    # number the groups by their first start (ties by group key): rank of each group's key
+    first_of = inst.groupby("_grp", sort=True)["_first"].first()
+    ordered = first_of.reset_index().sort_values(["_first", "_grp"], kind="stable")["_grp"]
+    rank_of = pd.Series(np.arange(len(ordered)), index=ordered.to_numpy())
+    inst["instance"] = rank_of.reindex(grp).to_numpy().astype(np.int64)
     inst = inst.sort_values(["instance", "unit"], kind="stable").reset_index(drop=True)
     per_rank = pd.DataFrame(
         {
@@ -787,7 +783,12 @@ def _tables(
             "seq": [(int(s) if s >= 0 else None) for s in gi["seq"].first().tolist()],
             "bytes": [(int(b) if b >= 0 else None) for b in gi["bytes"].max().tolist()],
             "n_ranks": g.size().to_numpy().astype(np.int64),
-            "ranks": [tuple(int(r) for r in x) for x in g["rank"].apply(list)],
+            "ranks": [
+                tuple(x.tolist())
+                for x in np.split(
+                    per_rank["rank"].to_numpy(np.int64), np.cumsum(g.size().to_numpy())[:-1]
+                )
+            ],
             "step": first["step"].to_numpy(),
             "start_ns": g["start_ns"].min().to_numpy(np.int64),
             "transfer_ns": g["dur_ns"].min().to_numpy(np.int64),

@@ -354,7 +354,8 @@ def findings(
     per_instance: pd.DataFrame,
     family_causes: pd.DataFrame,
     *,
-    straggler: str | None = None,
+    straggler: int | None = None,
+    straggler_text: str | None = None,
     limit: int = 8,
 ) -> tuple[Finding, ...]:
     """What to try, most important first (diagnosis.md §4).
@@ -364,7 +365,8 @@ def findings(
     numbers of every finding come from here or from the step rows. ``per_instance``: one row
     per (collective, rank) with ``display``, ``where``, ``family``, ``start_ns``,
     ``exposed_*_ns`` and ``same_stream``, used only to NAME the collectives behind a finding.
-    ``straggler``: the rank most waited for (how the ``wait`` finding names it).
+    ``straggler``: the rank most waited for, ``straggler_text`` how the ``wait`` finding names it
+    (``"1"``, or ``"1 (the latest among the 2 ranks given of 128)"``).
     """
     total_exposed = int(steps["exposed_comm_ns"].sum()) if len(steps) else 0
     total_step = int(steps["step_ns"].sum()) if len(steps) else 0
@@ -407,7 +409,7 @@ def findings(
         )
     wait = int(steps["exposed_wait_ns"].sum())
     if wait > 0:
-        who = f"rank {straggler}" if straggler is not None else "a late peer"
+        who = f"rank {straggler_text or straggler}" if straggler is not None else "a late peer"
         ranked.append(
             Finding(
                 kind="wait",

@@ -52,6 +52,18 @@ NS_METRICS = (
     "exposed_dependency_ns",
     "exposed_host_ns",
 )
+#: What :func:`step_parts` measures per window (ns), in step-row order.
+MEASURED = (
+    "step_ns",
+    "compute_ns",
+    "comm_ns",
+    "memory_ns",
+    "overlap_ns",
+    "exposed_comm_ns",
+    "idle_ns",
+    "compute_only_ns",
+    "memory_only_ns",
+)
 #: Ratio metrics of a step row (0-1, speedup >= 1), None when the denominator is 0.
 RATIO_METRICS = ("overlap_ratio", "potential_speedup", "exposed_comm_ratio", "idle_ratio")
 #: The disjoint parts a step splits into (diagnosis.md §1); they sum to step_ns.

@@ -5,15 +5,22 @@ The workloads live in the separately installed package ``traceoverlap_workloads`
 lines and runs them as subprocesses, so the analyzer stays torch-free.
 
 - Kineto (default): ``python -m traceoverlap_workloads ... --out OUT`` writes ``OUT/rank{r}.json.gz``.
-- Nsight Systems (``nsys=True``): the same command under ``nsys profile -t cuda,nvtx,osrt
-  --capture-range=cudaProfilerApi`` (the workload brackets its active steps with
-  cudaProfilerStart/Stop), then ``nsys export --type=sqlite``: ``OUT/report.sqlite``.
+- Nsight Systems (``nsys=True``): the same command under ``nsys profile``, the capture picked by
+  device (:func:`nsys_profile_command`): on GPUs ``--capture-range=cudaProfilerApi`` (the workload
+  brackets its active steps with cudaProfilerStart/Stop), on CPUs ``--capture-range=nvtx`` on the
+  NVTX range :data:`CAPTURE_RANGE` that brackets the same steps. When nsys leaves a raw
+  ``.qdstrm`` (Debian's nsight-systems 2022.4 cannot find its importer), the ``QdstrmImporter``
+  shipped beside nsys makes the ``.nsys-rep``; then ``nsys export --type=sqlite``:
+  ``OUT/report.nsys-rep`` and ``OUT/report.sqlite``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import os
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -105,19 +112,37 @@ def workload_command(
     return cmd
 
 
-def nsys_profile_command(workload: Sequence[str], report: Path, nsys: str = "nsys") -> list[str]:
+#: The NVTX range the workloads open around their profiled steps (workloads/instrument.py).
+CAPTURE_RANGE = "traceoverlap:capture"
+#: Seconds ``nsys profile`` may take beyond the workload's own --timeout (start-up, finishing).
+NSYS_GRACE_S = 300.0
+
+
+def nsys_profile_command(
+    workload: Sequence[str], report: Path, nsys: str = "nsys", device: str = "cuda"
+) -> list[str]:
     """``nsys profile`` around ``workload``, writing ``report`` (.nsys-rep is appended by nsys).
 
-    ``--capture-range-end=stop`` keeps the ranks running after the first cudaProfilerStop (the
-    default, stop-shutdown, would kill them before the others reach the end of their steps).
+    The capture is picked by device: on GPUs the workload's cudaProfilerStart/Stop
+    (``--capture-range=cudaProfilerApi``, tracing CUDA, NVTX and OS runtime calls); on CPUs,
+    where no CUDA call ever starts a capture, the NVTX range :data:`CAPTURE_RANGE` around the
+    profiled steps (``--capture-range=nvtx``, NVTX only). ``--capture-range-end=stop`` keeps the
+    ranks running after the first end (the default, stop-shutdown, would kill them before the
+    others reach the end of their steps). CPU sampling and context-switch tracing are off: the
+    reader uses neither, and with them Nsight Systems 2022.4 sometimes never exits after the
+    program has (seen on this project's CI machines).
     """
+    if device == "cuda":
+        capture = ["-t", "cuda,nvtx,osrt", "--capture-range=cudaProfilerApi"]
+    else:
+        capture = ["-t", "nvtx", "--capture-range=nvtx", f"--nvtx-capture={CAPTURE_RANGE}"]
     return [
         nsys,
         "profile",
-        "-t",
-        "cuda,nvtx,osrt",
-        "--capture-range=cudaProfilerApi",
+        *capture,
         "--capture-range-end=stop",
+        "--sample=none",
+        "--cpuctxsw=none",
         "--force-overwrite=true",
         f"--output={report}",
         *workload,
@@ -146,6 +171,62 @@ def find_nsys() -> str:
     return found
 
 
+def _link_chain(path: Path) -> list[Path]:
+    """``path``, each symlink it goes through, and where it ends (``/usr/bin/nsys`` ->
+    ``/usr/lib/nsight-systems/bin/nsys`` -> ... -> the real executable)."""
+    chain = [path]
+    p = path
+    for _ in range(40):
+        if not p.is_symlink():
+            break
+        p = Path(os.path.normpath(p.parent / os.readlink(p)))
+        chain.append(p)
+    chain.append(path.resolve())
+    return list(dict.fromkeys(chain))
+
+
+def importer_candidates(nsys: str | Path) -> list[Path]:
+    """Where the importer that ships with ``nsys`` may be: a ``host-linux-x64`` folder beside or
+    above the executable or any symlink on the way to it (NVIDIA's installs and Debian's
+    package, whose ``nsys`` resolves to ``target-linux-x64`` while the importer lives in
+    ``/usr/lib/nsight-systems/host-linux-x64``)."""
+    out: list[Path] = []
+    for p in _link_chain(Path(nsys)):
+        for root in (p.parent, p.parent.parent):
+            out.append(root / "host-linux-x64" / "QdstrmImporter")
+    return list(dict.fromkeys(out))
+
+
+def find_importer(nsys: str | Path) -> Path | None:
+    """The ``QdstrmImporter`` that ships with ``nsys``, or None."""
+    for c in importer_candidates(nsys):
+        if c.is_file() and os.access(c, os.X_OK):
+            return c
+    on_path = shutil.which("QdstrmImporter")
+    return Path(on_path) if on_path else None
+
+
+def capture_device(opts: ProfileOptions, python: str | None = None) -> str:
+    """``"cuda"`` or ``"cpu"``: where the workload will run (it uses NCCL on CUDA, else gloo;
+    ``--backend`` decides when given, else whether PyTorch sees a GPU)."""
+    if opts.backend == "nccl":
+        return "cuda"
+    if opts.backend == "gloo":
+        return "cpu"
+    probe = "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 3)"
+    try:
+        rc = subprocess.run(
+            [python or sys.executable, "-c", probe],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=300,
+            check=False,
+        ).returncode
+    except (OSError, subprocess.TimeoutExpired):
+        return "cpu"
+    return "cuda" if rc == 0 else "cpu"
+
+
 def check_workloads_runnable() -> None:
     """Fail early, in one line, when the workloads or PyTorch are not installed."""
     if importlib.util.find_spec("traceoverlap_workloads") is None:
@@ -160,6 +241,14 @@ def check_workloads_runnable() -> None:
         )
 
 
+def _stderr_fd() -> int | None:
+    """Our stderr's file descriptor (tools' chatter goes there, not into the analysis on stdout)."""
+    try:
+        return sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
 def _run(cmd: Sequence[str], what: str) -> None:
     try:
         rc = subprocess.run(list(cmd), check=False).returncode
@@ -169,11 +258,106 @@ def _run(cmd: Sequence[str], what: str) -> None:
         raise TraceoverlapError(f"{what} failed (exit {rc}); its own error is printed above")
 
 
+def _kill_session(proc: subprocess.Popen[bytes]) -> None:
+    """Stop ``nsys profile`` (started in its own session), everything it started in that
+    session, and the profiling agent it started in another one (``--session-name=...-{pid}``)."""
+    with contextlib.suppress(OSError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(OSError):
+        proc.wait(timeout=30)
+    suffix = f"-{proc.pid}".encode()
+    proc_dir = Path("/proc")
+    if not proc_dir.is_dir():
+        return
+    for entry in proc_dir.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            args = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"--start-agent" in args and any(
+            a.startswith(b"--session-name=") and a.endswith(suffix) for a in args
+        ):
+            with contextlib.suppress(OSError):
+                os.kill(int(entry.name), signal.SIGKILL)
+
+
+def _run_nsys_profile(cmd: Sequence[str], timeout_s: float) -> None:
+    try:
+        proc = subprocess.Popen(list(cmd), stdout=_stderr_fd(), start_new_session=True)
+    except OSError as exc:
+        raise TraceoverlapError(f"could not start nsys profile: {exc}") from None
+    try:
+        rc = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        _kill_session(proc)
+        raise TraceoverlapError(
+            f"nsys profile did not finish in {timeout_s:g} s and was stopped (a stuck rank, or "
+            "nsys itself): raise --timeout for large presets, or run again"
+        ) from None
+    except BaseException:
+        _kill_session(proc)
+        raise
+    if rc != 0:
+        raise TraceoverlapError(f"nsys profile failed (exit {rc}); its own error is printed above")
+
+
+def _import_qdstrm(nsys: str, qdstrm: Path) -> None:
+    """Turn the raw capture nsys left (when it could not import it itself) into a report."""
+    importer = find_importer(nsys)
+    if importer is None:
+        looked = ", ".join(sorted({str(c.parent) for c in importer_candidates(nsys)}))
+        raise TraceoverlapError(
+            f"nsys left {qdstrm} but not a report: its importer (QdstrmImporter) is not installed "
+            f"with {nsys} (looked in {looked} and on PATH); install the full Nsight Systems "
+            f"(with host-linux-x64), or run `QdstrmImporter -i {qdstrm.name}` where it is"
+        )
+    print(
+        f"traceoverlap: nsys did not import its capture itself; importing {qdstrm.name} with "
+        f"{importer}",
+        file=sys.stderr,
+    )
+    try:
+        proc = subprocess.run(
+            [str(importer), "-i", str(qdstrm)],
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=3600,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise TraceoverlapError(f"could not run {importer}: {exc}") from None
+    report = qdstrm.with_suffix(".nsys-rep")
+    if proc.returncode != 0 or not report.is_file():
+        lines = [ln.strip() for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()]
+        last = lines[-1][-300:] if lines else f"exit status {proc.returncode}"
+        raise TraceoverlapError(f"{importer} could not import {qdstrm}: {last}")
+    qdstrm.unlink()  # tens of MB of raw capture, now in the report
+
+
+def _no_capture_error(out: Path, device: str) -> TraceoverlapError:
+    if device == "cuda":
+        why = (
+            "no cudaProfilerStart was reached (the workload calls it at its first profiled step; "
+            "did it fail before?)"
+        )
+    else:
+        why = (
+            f"the NVTX range {CAPTURE_RANGE} that brackets the profiled steps was never seen "
+            "(did the workload fail before its first profiled step, or is its NVTX not "
+            "recorded by this nsys?)"
+        )
+    return TraceoverlapError(f"nsys profile finished but wrote no report in {out}: {why}")
+
+
 def run_profile(opts: ProfileOptions, out: Path, *, nsys: bool = False) -> list[Path]:
     """Run the workload described by ``opts`` into the folder ``out``; return the trace files.
 
-    Kineto: ``out/rank{r}.json.gz`` for every rank. Nsight: ``out/report.sqlite`` (all ranks).
-    The workload's own progress lines go to this process's stderr.
+    Kineto: ``out/rank{r}.json.gz`` for every rank. Nsight: ``out/report.nsys-rep`` and
+    ``out/report.sqlite`` (all ranks; returned). The workload's own progress lines go to this
+    process's stderr.
     """
     nsys_exe = find_nsys() if nsys else None
     check_workloads_runnable()
@@ -189,10 +373,38 @@ def run_profile(opts: ProfileOptions, out: Path, *, nsys: bool = False) -> list[
             )
         return traces
     report = out / "report"
-    sqlite = out / "report.sqlite"
-    _run(
-        nsys_profile_command(workload_command(opts, out, profiler="none"), report, nsys_exe),
-        "nsys profile",
+    rep, qdstrm, sqlite = (report.with_suffix(s) for s in (".nsys-rep", ".qdstrm", ".sqlite"))
+    for old in (rep, qdstrm, sqlite):
+        old.unlink(missing_ok=True)
+    device = capture_device(opts)
+    _run_nsys_profile(
+        nsys_profile_command(
+            workload_command(opts, out, profiler="none"), report, nsys_exe, device
+        ),
+        opts.timeout_s + NSYS_GRACE_S,
     )
-    _run(nsys_export_command(out / "report.nsys-rep", sqlite, nsys_exe), "nsys export")
+    if not rep.is_file():
+        if not qdstrm.is_file():
+            raise _no_capture_error(out, device)
+        _import_qdstrm(nsys_exe, qdstrm)
+    _export(nsys_exe, rep, sqlite)
     return [sqlite]
+
+
+def _export(nsys: str, rep: Path, sqlite: Path) -> None:
+    """``nsys export`` to SQLite; its progress bar is shown only when it fails."""
+    try:
+        proc = subprocess.run(
+            nsys_export_command(rep, sqlite, nsys),
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=3600,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise TraceoverlapError(f"could not run nsys export: {exc}") from None
+    if proc.returncode != 0 or not sqlite.is_file():
+        lines = [ln.strip() for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()]
+        last = lines[-1][-300:] if lines else f"exit status {proc.returncode}"
+        raise TraceoverlapError(f"nsys export of {rep} to SQLite failed: {last}")

@@ -22,7 +22,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from . import intervals as iv
-from .classify import LOOKS_LIKE_COMM, Rules, comm_call_mask, kinds
+from .classify import LOOKS_LIKE_COMM, Rules, comm_call_mask, kinds, unseen_comm_note
 from .collectives import unit_instances
 from .diagnosis import local_causes
 from .errors import NotATraceError, TraceFormatError
@@ -257,6 +257,9 @@ def analyze_unit(
     hint = _comm_hint(unit, kind, parts) if n else None
     if hint:
         notes.append(hint)
+    unseen = unseen_comm_note(unit, kind)
+    if unseen:
+        notes.append(unseen)
 
     det = None
     if (

@@ -31,7 +31,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from .model import GPU_ACTIVITY_CATEGORIES, LAUNCH_CATEGORIES, Kind, Timeline
+from .model import GPU_ACTIVITY_CATEGORIES, LAUNCH_CATEGORIES, Kind, Timeline, per_category
 from .options import AnalysisOptions, compile_regex, describe_steps, step_number
 
 I64 = npt.NDArray[np.int64]
@@ -74,12 +74,13 @@ class UnitSteps:
         return len(self.labels)
 
 
-def _name_mask(names: pd.Series, rx: re.Pattern[str]) -> npt.NDArray[np.bool_]:
-    """Per row: does the (categorical) name match ``rx``? Evaluated once per distinct name."""
-    cats = names.cat.categories
-    per_name = np.fromiter((rx.search(str(s)) is not None for s in cats), bool, len(cats))
-    codes = names.cat.codes.to_numpy()
-    return np.where(codes >= 0, per_name[np.maximum(codes, 0)], False)
+def _name_mask(
+    names: pd.Series, rx: re.Pattern[str], rows: npt.NDArray[np.bool_]
+) -> npt.NDArray[np.bool_]:
+    """Per row: is it one of ``rows`` and does its (categorical) name match ``rx``? Evaluated
+    once per distinct name those rows use."""
+    per_name = per_category(names, lambda s: rx.search(s) is not None, rows, dtype=bool)
+    return np.asarray(per_name[names.cat.codes.to_numpy()], dtype=bool) & rows
 
 
 def marker_labels(names: list[str], rx: re.Pattern[str]) -> tuple[list[StepLabel], str | None]:
@@ -221,7 +222,7 @@ def assign_steps(
     launch_row = np.full(n, -1, dtype=np.int64)
     launch_start = np.full(n, NO_LAUNCH, dtype=np.int64)
 
-    is_marker = (cat == "annotation").to_numpy() & _name_mask(ev["name"], rx)
+    is_marker = _name_mask(ev["name"], rx, (cat == "annotation").to_numpy())
     midx = np.flatnonzero(is_marker)
     zero = midx[end[midx] <= start[midx]]
     if zero.size:

@@ -3,6 +3,7 @@
     python -m traceoverlap_workloads.make_fixtures                  # into <repo>/fixtures/workloads
     python -m traceoverlap_workloads.make_fixtures --only host_delay  # just some
     python -m traceoverlap_workloads.make_fixtures --out DIR
+    python -m traceoverlap_workloads.make_fixtures --nsys     # <repo>/fixtures/nsys (needs nsys)
 
 Each run: 2 ranks, 1 wait + 1 warmup + 3 active steps, gzipped Kineto traces
 ``<name>/rank{0,1}.json.gz`` (100-250 KB each). One folder per strategy on the tiny GPT, plus runs
@@ -15,13 +16,18 @@ with a planted cause (see fixtures/workloads/README.md):
 - ``comm_heavy``: naive on the ``comm-heavy`` MLP preset: communication exceeds compute.
 
 Timings differ from run to run; tests on these files assert what the planted cause guarantees.
+
+``--nsys``: ``fixtures/nsys/bucketed_cpu_2rank.sqlite``, the SQLite export that ``traceoverlap profile
+--nsys`` makes of ``bucketed`` on 2 gloo ranks (1 wait + 1 warmup + 2 captured steps).
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -36,18 +42,45 @@ RUNS["host_delay"] = ["--strategy", "bucketed", *TINY, "--host-delay-ms", "60"]
 RUNS["comm_heavy"] = ["--strategy", "naive", "--model", "mlp", "--preset", "comm-heavy"]
 
 
-def default_out() -> Path:
+NSYS_FIXTURE = "bucketed_cpu_2rank.sqlite"
+NSYS_RUN = ["--strategy", "bucketed", "--backend", "gloo", "--world-size", "2", "--preset", "tiny"]
+NSYS_RUN += ["--steps", "2", "--warmup", "1"]
+
+
+def default_out(kind: str = "workloads") -> Path:
     repo = Path(__file__).resolve().parents[1]
     if (repo / "pyproject.toml").is_file():
-        return repo / "fixtures" / "workloads"
+        return repo / "fixtures" / kind
     raise SystemExit("make_fixtures: not in a source checkout; pass --out DIR")
+
+
+def make_nsys_fixture(out: Path) -> int:
+    """Profile under Nsight Systems with ``traceoverlap profile --nsys`` and keep its export."""
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, "-m", "traceoverlap", "profile", "--nsys", *NSYS_RUN, "--out", tmp]
+        t0 = time.perf_counter()
+        rc = subprocess.run(cmd, check=False, stdout=subprocess.DEVNULL).returncode
+        if rc != 0:
+            print(f"make_fixtures: nsys run failed (exit {rc})", file=sys.stderr)
+            return rc
+        target = out / NSYS_FIXTURE
+        shutil.copyfile(Path(tmp) / "report.sqlite", target)
+    size = target.stat().st_size / 1024
+    print(
+        f"make_fixtures: {target} {size:.0f} KB ({time.perf_counter() - t0:.1f} s)", file=sys.stderr
+    )
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m traceoverlap_workloads.make_fixtures")
     ap.add_argument("--out", type=Path, default=None, help="default: <repo>/fixtures/workloads")
     ap.add_argument("--only", nargs="*", choices=sorted(RUNS), help="regenerate just these")
+    ap.add_argument("--nsys", action="store_true", help="the Nsight Systems fixture instead")
     args = ap.parse_args(argv)
+    if args.nsys:
+        return make_nsys_fixture(args.out or default_out("nsys"))
     out = args.out or default_out()
     for name in args.only or list(RUNS):
         target = out / name

@@ -35,6 +35,9 @@ host neither waits for it nor has queued the next compute. Where that is (``dela
 
 The sleep never synchronises the device (unlike ``--slow-ms``): the GPU drains what was queued and then
 sits with only communication, or nothing, to run.
+
+Under Nsight Systems on gloo each collective is also an NVTX range from issue to completion
+(``gloo:all_reduce``, see ``instrument``): a CPU run's only record of communication.
 """
 
 from __future__ import annotations
@@ -45,7 +48,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from .instrument import span
+from . import instrument
+from .instrument import comm_begin, comm_end_when_done, span
 
 STRATEGIES = ("naive", "flat", "overlap", "bucketed", "ddp")
 
@@ -82,7 +86,9 @@ class Naive(GradSync):
         for i, p in enumerate(self.params):
             assert p.grad is not None
             with span(f"allreduce_launch#{i} bytes={p.grad.numel() * p.grad.element_size()}"):
+                handle = comm_begin("all_reduce")
                 work = dist.all_reduce(p.grad, async_op=True)
+                comm_end_when_done(work, handle)
             with span(f"allreduce_wait#{i}"):  # blocking: wait at once
                 work.wait()
             p.grad.div_(self.world_size)
@@ -93,7 +99,9 @@ class Flat(GradSync):
         grads = [p.grad for p in self.params if p.grad is not None]
         flat = torch.cat([g.reshape(-1) for g in grads])
         with span(f"bucket_launch#0 bytes={flat.numel() * flat.element_size()}"):
+            handle = comm_begin("all_reduce")
             work = dist.all_reduce(flat, async_op=True)
+            comm_end_when_done(work, handle)
         with span("bucket_wait#0"):  # blocking: wait at once
             work.wait()
         flat.div_(self.world_size)
@@ -118,7 +126,9 @@ class Overlap(GradSync):
         def launch(p: torch.Tensor) -> None:
             assert p.grad is not None
             with span(f"allreduce_launch#{i} bytes={p.grad.numel() * p.grad.element_size()}"):
+                handle = comm_begin("all_reduce")
                 work = dist.all_reduce(p.grad, async_op=True)
+                comm_end_when_done(work, handle)
             self.pending.append((work, p.grad, i))
 
         return launch
@@ -169,7 +179,9 @@ class Bucketed(GradSync):
             grads = [q.grad for q in self.buckets[b]]
             flat = torch.cat([g.reshape(-1) for g in grads if g is not None])
             with span(f"bucket_launch#{b} bytes={flat.numel() * flat.element_size()}"):
+                handle = comm_begin("all_reduce")
                 work = dist.all_reduce(flat, async_op=True)
+                comm_end_when_done(work, handle)
             self.pending.append((work, flat, b))
             self.next_launch += 1
 
@@ -205,13 +217,32 @@ class DDP(GradSync):
 
     def prepare(self, model: nn.Module) -> nn.Module:
         super().prepare(model)
-        return nn.parallel.DistributedDataParallel(
+        ddp = nn.parallel.DistributedDataParallel(
             model, device_ids=self.device_ids, bucket_cap_mb=self.bucket_bytes / 2**20
         )
+        if instrument.marks_comm():
+            # Under Nsight Systems on gloo only: DDP's own all-reduce, wrapped to mark each
+            # bucket's collective from issue to completion (nothing else records it there).
+            ddp.register_comm_hook(state=None, hook=_traced_allreduce)
+        return ddp
 
     def sync(self) -> None:
         # DDP's reducer launched and waited for every bucket inside backward; nothing left to do.
         return None
+
+
+def _traced_allreduce(state, bucket):  # noqa: ANN001, ANN202
+    # No annotations: DDP checks the hook's (evaluated) annotations, which are strings here.
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    handle = comm_begin("all_reduce")
+    fut = default_hooks.allreduce_hook(None, bucket)
+
+    def done(f):  # noqa: ANN001, ANN202
+        instrument.comm_end(handle)
+        return f.value()
+
+    return fut.then(done)
 
 
 def make_strategy(

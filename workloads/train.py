@@ -6,11 +6,17 @@ NVTX range of the same name for Nsight) and its phases ``forward``, ``backward``
 with ``--host-delay-ms``, see strategies.py). The profiler schedule is ``wait`` then ``warmup`` then
 ``steps`` active iterations; the active ones are written to ``OUT/rank{r}.json.gz`` and, on a GPU, are
 bracketed by cudaProfilerStart/Stop so ``nsys --capture-range=cudaProfilerApi`` captures the same ones.
+Under Nsight Systems (``--profiler none``) they are also bracketed by the NVTX range
+``traceoverlap:capture`` (what ``nsys --capture-range=nvtx`` starts on for CPU runs, where no CUDA
+call ever starts a capture), with a barrier on each side so that every rank is inside the capture
+before the first rank opens it and has finished before the first rank closes it (the first end
+stops the capture); each rank marks itself ``rank N`` in NVTX.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -21,7 +27,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from .instrument import nvtx_only, span
+from .instrument import CAPTURE_RANGE, mark, nvtx_only, span
 from .models import PRESETS, build_model, describe, make_batch
 from .strategies import make_strategy
 
@@ -142,11 +148,18 @@ def _train(args: argparse.Namespace, rank: int, world_size: int, device: torch.d
         )
         profiler.start()
 
+    under_nsys = args.profiler == "none"
+    capture = contextlib.ExitStack()
     step_ms: list[float] = []
     for i in range(total):
+        if under_nsys and i == first_active:
+            dist.barrier()
+            capture.enter_context(nvtx_only(CAPTURE_RANGE, color="cyan"))
         if device.type == "cuda" and i == first_active:
             torch.cuda.synchronize()
             torch.cuda.profiler.start()
+        if under_nsys and i == first_active:
+            mark(f"rank {rank}")  # inside the capture, for readers that take the rank from it
         t0 = time.perf_counter()
         with nvtx_only(f"ProfilerStep#{i}"):
             x, y = make_batch(args.model, preset, seq_len, batch * world_size, i, args.seed)
@@ -184,8 +197,12 @@ def _train(args: argparse.Namespace, rank: int, world_size: int, device: torch.d
             if device.type == "cuda":
                 torch.cuda.synchronize()
         step_ms.append((time.perf_counter() - t0) * 1e3)
+        if under_nsys and i == total - 1:
+            dist.barrier()
         if device.type == "cuda" and i == total - 1:
             torch.cuda.profiler.stop()
+        if under_nsys and i == total - 1:
+            capture.close()
         if profiler is not None:
             profiler.step()
     if profiler is not None:

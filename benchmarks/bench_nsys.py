@@ -1,0 +1,211 @@
+"""Benchmark: reading a large Nsight Systems SQLite export vs one C-level SQLite scan of it.
+
+Run: ``python benchmarks/bench_nsys.py [--kernels 1000000] [--keep DIR] [--compare-with CHECKOUT]``.
+
+It generates a synthetic export shaped like a real training capture with
+``tests/nsys_writer.py:write_synthetic`` (2 processes; per kernel a launch row, and by default an
+``emit_nvtx``-style NVTX range with a unique text, as real PyTorch captures have: 1 M kernels is
+a 155 MB file), then prints, each measurement in its own process (best of ``--repeat``, by CPU):
+
+- the scan floor: one C-level SQLite scan of every column the reader needs (kernel, memcpy,
+  memset, runtime, NVTX incl. text, StringIds), each value read by SQLite and aggregated
+  (``max``), nothing returned per row: the least any reader going through SQLite can pay;
+- the ``sqlite3`` command-line tool printing the same columns to /dev/null (a looser floor: it
+  renders every value as text), when the tool is installed;
+- ``read_nsys``: in-process wall and CPU after imports, and the whole process's peak RSS;
+- ``traceoverlap analyze FILE --format json``: the whole process.
+
+``--compare-with DIR`` also measures ``read_nsys`` of another source checkout (e.g. the main
+branch) on the same file. Not a test: it takes a minute and its numbers depend on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+
+from nsys_writer import write_synthetic  # noqa: E402
+
+#: The columns the reader reads, per table (the floor scans exactly these).
+NEEDED = {
+    "CUPTI_ACTIVITY_KIND_KERNEL": [
+        "start",
+        "end",
+        "deviceId",
+        "streamId",
+        "correlationId",
+        "globalPid",
+        "shortName",
+    ],
+    "CUPTI_ACTIVITY_KIND_MEMCPY": [
+        "start",
+        "end",
+        "deviceId",
+        "streamId",
+        "correlationId",
+        "globalPid",
+        "copyKind",
+    ],
+    "CUPTI_ACTIVITY_KIND_MEMSET": [
+        "start",
+        "end",
+        "deviceId",
+        "streamId",
+        "correlationId",
+        "globalPid",
+    ],
+    "CUPTI_ACTIVITY_KIND_RUNTIME": [
+        "start",
+        "end",
+        "globalTid",
+        "correlationId",
+        "eventClass",
+        "nameId",
+    ],
+    "NVTX_EVENTS": ["start", "end", "eventType", "globalTid", "textId", "text"],
+    "StringIds": ["id", "value"],
+}
+
+FLOOR_CODE = r"""
+import sqlite3, sys, time
+needed = eval(sys.argv[2])
+t0, c0 = time.perf_counter(), time.process_time()
+con = sqlite3.connect(f"file:{sys.argv[1]}?mode=ro", uri=True)
+rows = 0
+for table, cols in needed.items():
+    sel = ", ".join(f'max("{c}")' for c in cols)
+    rows += con.execute(f'SELECT count(*), {sel} FROM "{table}"').fetchone()[0]
+print(f"{time.perf_counter() - t0:.6f} {time.process_time() - c0:.6f} {rows}")
+"""
+
+READER_CODE = r"""
+import sys, time
+sys.path.insert(0, sys.argv[2])
+t0 = time.perf_counter()
+from traceoverlap.readers.nsys import read_nsys
+t1, c1 = time.perf_counter(), time.process_time()
+tl = read_nsys(sys.argv[1])
+t2, c2 = time.perf_counter(), time.process_time()
+print(f"{t2 - t1:.6f} {c2 - c1:.6f} {len(tl.events)} {t1 - t0:.6f}")
+"""
+
+
+class Run:
+    """One child process: wall and CPU (user + sys) seconds, peak RSS MB, stdout."""
+
+    def __init__(self, wall: float, cpu: float, rss_mb: float, out: str) -> None:
+        self.wall, self.cpu, self.rss_mb, self.out = wall, cpu, rss_mb, out
+
+
+def _child(argv: list[str], stdout: int | None = None) -> Run:
+    # /usr/bin/time -f %M gives each child's own peak RSS (RUSAGE_CHILDREN's is a max over all)
+    if os.path.exists("/usr/bin/time"):
+        argv = ["/usr/bin/time", "-f", "MAXRSS_KB=%M", *argv]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        argv, stdout=stdout if stdout is not None else subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    err = proc.stderr.decode(errors="replace")
+    if proc.returncode not in (0, 3):
+        sys.stderr.write(err)
+        raise SystemExit(f"child failed ({proc.returncode}): {' '.join(argv)}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    rss_mb = after.ru_maxrss / 1024
+    for line in err.splitlines():
+        if line.startswith("MAXRSS_KB="):
+            rss_mb = int(line.split("=", 1)[1]) / 1024
+    out = proc.stdout.decode(errors="replace") if proc.stdout is not None else ""
+    return Run(wall, cpu, rss_mb, out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--kernels", type=int, default=1_000_000, help="kernels in the export")
+    ap.add_argument("--no-op-ranges", action="store_true", help="no emit_nvtx-style op ranges")
+    ap.add_argument("--keep", type=Path, help="write the export here and keep it")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per measurement; least CPU kept")
+    ap.add_argument("--reader-only", action="store_true", help="skip the analyze command")
+    ap.add_argument(
+        "--compare-with", type=Path, help="another source checkout whose read_nsys to measure"
+    )
+    opts = ap.parse_args()
+    tmp = None
+    if opts.keep:
+        opts.keep.mkdir(parents=True, exist_ok=True)
+        folder = opts.keep
+    else:
+        tmp = tempfile.TemporaryDirectory()
+        folder = Path(tmp.name)
+    suffix = "-noops" if opts.no_op_ranges else ""
+    path = folder / f"synthetic-{opts.kernels}{suffix}.sqlite"
+    try:
+        if not path.exists():
+            t0 = time.perf_counter()
+            write_synthetic(path, opts.kernels, op_ranges=not opts.no_op_ranges)
+            print(f"built {path} in {time.perf_counter() - t0:.1f} s")
+        size_mb = path.stat().st_size / 1e6
+        print(f"export: {size_mb:.0f} MB, {opts.kernels} kernels, {opts.kernels} launches")
+        py = sys.executable
+
+        def best(argv: list[str], stdout: int | None = None) -> Run:
+            # least CPU of N: the machine is shared, the minimum is the least disturbed run
+            return min((_child(argv, stdout) for _ in range(opts.repeat)), key=lambda r: r.cpu)
+
+        r = best([py, "-c", FLOOR_CODE, str(path), repr(NEEDED)])
+        fl_wall, fl_cpu, fl_rows = r.out.split()
+        floor = float(fl_cpu)
+        print(
+            f"scan floor (SQLite max() over every needed column, in-process): {float(fl_wall):.2f} "
+            f"s wall, {floor:.2f} s CPU [{fl_rows} rows]"
+        )
+        cli = shutil.which("sqlite3")
+        if cli:
+            sql = "; ".join(
+                f'SELECT {", ".join(chr(34) + c + chr(34) for c in cols)} FROM "{t}"'
+                for t, cols in NEEDED.items()
+            )
+            r = best([cli, "-readonly", str(path), sql], stdout=subprocess.DEVNULL)
+            print(
+                f"sqlite3 CLI printing the same columns to /dev/null: {r.wall:.2f} s wall, "
+                f"{r.cpu:.2f} s CPU"
+            )
+        readers = [("read_nsys", REPO)]
+        if opts.compare_with:
+            readers.append((f"read_nsys of {opts.compare_with}", opts.compare_with.resolve()))
+        for label, checkout in readers:
+            r = best([py, "-c", READER_CODE, str(path), str(checkout)])
+            rd_wall, rd_cpu, rd_rows, imp = r.out.split()
+            print(
+                f"{label}: {float(rd_wall):.2f} s wall, {float(rd_cpu):.2f} s CPU in-process "
+                f"[{rd_rows} events] (+{float(imp):.2f} s imports) = {float(rd_cpu) / floor:.1f}x "
+                f"the scan floor (CPU); whole process {r.cpu:.2f} s CPU, peak RSS "
+                f"{r.rss_mb:.0f} MB = {r.rss_mb / size_mb:.2f}x the file"
+            )
+        if not opts.reader_only:
+            cmd = [py, "-m", "traceoverlap", "analyze", str(path), "--format", "json"]
+            r = best([*cmd, "-o", os.devnull])
+            print(
+                f"traceoverlap analyze --format json (whole process): {r.wall:.2f} s wall, "
+                f"{r.cpu:.2f} s CPU, peak RSS {r.rss_mb:.0f} MB = {r.rss_mb / size_mb:.2f}x the "
+                "file"
+            )
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+
+
+if __name__ == "__main__":
+    main()

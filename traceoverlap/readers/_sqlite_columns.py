@@ -1,0 +1,526 @@
+"""Whole columns of an SQLite table as numpy arrays, decoded from the database file's own pages.
+
+Why: an Nsight Systems export is a few tables of millions of integer rows. Every way of getting
+them through Python's ``sqlite3`` module pays per value: a Python object per row and column when
+fetching rows (5-6x one C-level SQLite scan of the same columns), or SQLite rendering each integer
+as text that numpy parses back (``group_concat`` + ``np.fromstring``: 2.5-4x the scan). Decoding
+the table's b-tree leaf pages with numpy costs about what SQLite's own scan does (numbers in
+``benchmarks/bench_nsys.py``).
+
+How (https://www.sqlite.org/fileformat2.html): the table's root page is found through SQLite
+(``sqlite_master``); interior pages are walked to the ordered list of leaf pages; every cell of
+every leaf page is decoded at once with vectorised varint and big-endian reads: the record header
+gives each column's serial type, the running sum of their sizes each value's offset. Rows come
+out in rowid order, as ``SELECT ... FROM table`` returns them.
+
+Only files whose committed state is exactly what the pages say are decoded this way, and only
+while the caller holds a read transaction (no writer can commit under it). Anything else is read
+through SQLite instead (same result, slower): a WAL database or a journal beside the file, UTF-16
+text, a row too large for its page (overflow pages), generated columns, unexpected page types,
+offsets outside their page, or a row count that differs from SQLite's ``count(*)``. SQLite's own
+errors (a damaged or locked file) surface from the SQLite path as ``sqlite3.DatabaseError``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from numpy.lib.stride_tricks import as_strided
+
+I64 = npt.NDArray[np.int64]
+I8 = npt.NDArray[np.int8]
+Obj = npt.NDArray[np.object_]
+
+#: Per-row kind of an integer column's value.
+INT, NULL, OTHER = 0, 1, 2
+
+# Byte size of the values of serial types 0-11 (12+ are blobs / texts of (N - 12) // 2 bytes).
+_FIXED_SIZE = np.array([0, 1, 2, 3, 4, 6, 8, 8, 0, 0, 0, 0], dtype=np.int64)
+_SMALL_SIZE = np.concatenate([_FIXED_SIZE, (np.arange(12, 128, dtype=np.int64) - 12) >> 1])
+# Per serial type (clipped to 12): right shift that turns 8 big-endian bytes read at the value's
+# offset into the value (63 where the value takes no bytes), the kind, and the constant that
+# types 8 and 9 stand for.
+_SHIFT = np.array([63, 56, 48, 40, 32, 16, 0, 63, 63, 63, 63, 63, 63], dtype=np.int64)
+_KIND = np.array([1, 0, 0, 0, 0, 0, 0, 2, 0, 0, 2, 2, 2], dtype=np.int8)
+_CONST = np.array([0, -1, -1, -1, -1, -1, -1, 0, 0, 1, 0, 0, 0], dtype=np.int64)
+# Rows decoded per block of leaf pages.
+_BLOCK_ROWS = 1 << 15
+# Texts are decoded this many bytes at a time (the gather index is int64 per byte).
+_TEXT_BLOCK_BYTES = 1 << 23
+_SQL_CHUNK_ROWS = 1 << 16
+
+
+@dataclass
+class Columns:
+    """Some columns of one table, one entry per row in rowid order.
+
+    ``ints[c]`` holds the integer values of column ``c`` (0 where the value is not an integer) and
+    ``kinds[c]`` says per row whether it was an integer (:data:`INT`), NULL (:data:`NULL`) or
+    anything else (:data:`OTHER`: a real, text or blob). ``texts[c]`` holds ``str`` or ``None``
+    (NULL); blobs are decoded as UTF-8 text. ``bad_utf8`` counts texts that were not valid UTF-8
+    (decoded with U+FFFD replacement characters). ``via`` says how they were read.
+    """
+
+    n: int
+    ints: dict[str, I64] = field(default_factory=dict)
+    kinds: dict[str, I8] = field(default_factory=dict)
+    texts: dict[str, Obj] = field(default_factory=dict)
+    bad_utf8: int = 0
+    via: str = "pages"
+
+
+class _Unsupported(Exception):
+    """The file (or this table) is not one the page decoder handles: read through SQLite."""
+
+
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def read_columns(
+    con: sqlite3.Connection,
+    path: Path,
+    table: str,
+    int_cols: Sequence[str] = (),
+    text_cols: Sequence[str] = (),
+) -> Columns:
+    """Read ``int_cols`` and ``text_cols`` of ``table`` (names as the table declares them).
+
+    ``con`` must be a read-only connection to ``path`` inside a read transaction. A column the
+    table declares as ``INTEGER PRIMARY KEY`` reads as the rowid it aliases.
+    """
+    info = con.execute(f"PRAGMA table_xinfo({_q(table)})").fetchall()
+    try:
+        return _PageReader(con, path).read(table, info, list(int_cols), list(text_cols))
+    except _Unsupported:
+        return _read_via_sql(con, table, info, list(int_cols), list(text_cols))
+
+
+# ---------------------------------------------------------------------------------------------
+# through SQLite (the fallback)
+
+
+def _read_via_sql(
+    con: sqlite3.Connection,
+    table: str,
+    info: list[tuple[Any, ...]],
+    int_cols: list[str],
+    text_cols: list[str],
+) -> Columns:
+    """The same :class:`Columns` from ``SELECT``: a Python tuple per row (slow, always right)."""
+    alias = _rowid_alias(info)
+    wanted = int_cols + text_cols
+    sel = ", ".join("rowid" if c == alias else _q(c) for c in wanted) or "rowid"
+    ints: list[list[Any]] = [[] for _ in int_cols]
+    texts: list[list[Any]] = [[] for _ in text_cols]
+    old = con.text_factory
+    con.text_factory = bytes  # an invalid UTF-8 text must not abort the read
+    n = 0
+    try:
+        cur = con.execute(f"SELECT {sel} FROM {_q(table)}")
+        while True:
+            rows = cur.fetchmany(_SQL_CHUNK_ROWS)
+            if not rows:
+                break
+            n += len(rows)
+            for j in range(len(int_cols)):
+                ints[j].extend(r[j] for r in rows)
+            for j in range(len(text_cols)):
+                texts[j].extend(r[len(int_cols) + j] for r in rows)
+    finally:
+        con.text_factory = old
+    out = Columns(n=n, via="sql")
+    for name, vals in zip(int_cols, ints, strict=True):
+        kind = np.array(
+            [INT if type(v) is int else NULL if v is None else OTHER for v in vals], dtype=np.int8
+        )
+        values = np.zeros(n, dtype=np.int64)
+        if n:
+            ok = kind == INT
+            values[ok] = np.array([v for v in vals if type(v) is int], dtype=object).astype(
+                np.int64
+            )
+        out.ints[name] = values
+        out.kinds[name] = kind
+    for name, vals in zip(text_cols, texts, strict=True):
+        arr = np.empty(n, dtype=object)
+        bad = 0
+        for i, v in enumerate(vals):
+            if v is None:
+                continue
+            if isinstance(v, bytes):
+                try:
+                    arr[i] = v.decode("utf-8")
+                except UnicodeDecodeError:
+                    arr[i] = v.decode("utf-8", "replace")
+                    bad += 1
+            else:
+                arr[i] = str(v)
+        out.texts[name] = arr
+        out.bad_utf8 += bad
+    return out
+
+
+def _rowid_alias(info: list[tuple[Any, ...]]) -> str | None:
+    """The column that is the table's ``INTEGER PRIMARY KEY`` (stored as the rowid), if any."""
+    pks = [r for r in info if r[5]]
+    if len(pks) == 1 and str(pks[0][2]).strip().upper() == "INTEGER":
+        return str(pks[0][1])
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# from the pages
+
+
+def _size(st: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """Byte size of the values of serial types ``st`` (any shape)."""
+    size = _SMALL_SIZE[np.minimum(st, 127)]
+    big = st > 127
+    if big.any():
+        size[big] = (st[big] - 12) >> 1
+    return size
+
+
+def _windows(mm: npt.NDArray[np.uint8], width: int) -> npt.NDArray[np.uint8]:
+    """Row i = bytes [i, i + width) of ``mm``: a gather of rows reads ``width`` bytes per index."""
+    return as_strided(mm, shape=(mm.size - width + 1, width), strides=(1, 1), writeable=False)
+
+
+class _PageReader:
+    def __init__(self, con: sqlite3.Connection, path: Path) -> None:
+        self.con = con
+        self.path = path
+        mode = con.execute("PRAGMA journal_mode").fetchone()
+        if mode is None or str(mode[0]).lower() == "wal":
+            raise _Unsupported("WAL database: its pages may be newer in the -wal file")
+        for suffix in ("-journal", "-wal"):
+            side = Path(f"{path}{suffix}")
+            if side.exists() and side.stat().st_size > 0:
+                raise _Unsupported(f"{side.name} beside the file")
+        try:
+            size = path.stat().st_size
+        except OSError as exc:
+            raise _Unsupported(str(exc)) from None
+        if size < 512:
+            raise _Unsupported("too small")
+        # +16 zero bytes of padding cannot be had from a read-only map: reads near the end of the
+        # file go through a padded copy of its last page (see _read_be).
+        # a plain ndarray over the map: np.memmap's own indexing costs a Python call per access
+        self.mm: npt.NDArray[np.uint8] = np.memmap(path, dtype=np.uint8, mode="r").view(np.ndarray)
+        head = self.mm[:100].tobytes()
+        if head[:16] != b"SQLite format 3\x00":
+            raise _Unsupported("no SQLite header")
+        page = int.from_bytes(head[16:18], "big")
+        self.page_size = 65536 if page == 1 else page
+        if self.page_size < 512 or self.page_size & (self.page_size - 1):
+            raise _Unsupported("bad page size")
+        self.usable = self.page_size - head[20]
+        if int.from_bytes(head[56:60], "big") not in (0, 1):
+            raise _Unsupported("text is not UTF-8")
+        self.n_pages = self.mm.size // self.page_size
+        # every offset as the start of a big-endian int64 (unaligned, overlapping): a gather of
+        # 8-byte values in one indexing operation
+        self.be64: npt.NDArray[np.int64] = np.ndarray(
+            shape=(self.mm.size - 7,), dtype=">i8", buffer=self.mm, strides=(1,)
+        )
+        tail = self.mm[max(0, self.mm.size - self.page_size) :]
+        self.tail_start = self.mm.size - tail.size
+        self.tail = np.concatenate([np.asarray(tail), np.zeros(16, dtype=np.uint8)])
+
+    # -- the b-tree -------------------------------------------------------------------------
+
+    def _page_header(self, page: int) -> int:
+        return (page - 1) * self.page_size + (100 if page == 1 else 0)
+
+    def leaf_pages(self, root: int) -> I64:
+        """The table's leaf pages, in key order."""
+        level = [root]
+        for _ in range(32):  # deeper than any real table: a cycle in a damaged file
+            if any(not 1 <= p <= self.n_pages for p in level):
+                raise _Unsupported("page number out of range")
+            types = self.mm[np.array([self._page_header(p) for p in level], dtype=np.int64)]
+            if (types == 13).all():
+                return np.array(level, dtype=np.int64)
+            if not (types == 5).all():
+                raise _Unsupported("not a rowid table b-tree")
+            children: list[int] = []
+            for p in level:
+                base = (p - 1) * self.page_size
+                h = self._page_header(p)
+                n = int(self.mm[h + 3]) << 8 | int(self.mm[h + 4])
+                if h + 12 + 2 * n > base + self.usable:
+                    raise _Unsupported("cell pointer array outside the page")
+                ptr = self.mm[h + 12 : h + 12 + 2 * n].astype(np.int64)
+                cells = base + ((ptr[0::2] << 8) | ptr[1::2])
+                if n and (cells.min() < h + 12 or cells.max() + 4 > base + self.usable):
+                    raise _Unsupported("cell outside the page")
+                kids = _windows(self.mm, 4)[cells].astype(np.int64)
+                children.extend(
+                    ((kids[:, 0] << 24) | (kids[:, 1] << 16) | (kids[:, 2] << 8) | kids[:, 3])
+                    .astype(np.int64)
+                    .tolist()
+                )
+                children.append(int.from_bytes(self.mm[h + 8 : h + 12].tobytes(), "big"))
+            level = children
+        raise _Unsupported("b-tree too deep")
+
+    def cells(self, leaves: I64, ncell: I64) -> tuple[I64, I64]:
+        """File offset of every cell of ``leaves`` (key order) and the end of its page's usable
+        area."""
+        base = (leaves - 1) * self.page_size
+        hdr = base + np.where(leaves == 1, 100, 0)
+        total = int(ncell.sum())
+        page_of = np.repeat(np.arange(leaves.size), ncell)
+        k = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(ncell) - ncell, ncell)
+        ptr = _windows(self.mm, 2)[hdr[page_of] + 8 + 2 * k]
+        del k
+        cell = base[page_of] + ((ptr[:, 0].astype(np.int64) << 8) | ptr[:, 1])
+        limit = base[page_of] + self.usable
+        first = hdr[page_of] + 8 + 2 * ncell[page_of]
+        if total and ((cell < first) | (cell >= limit)).any():
+            raise _Unsupported("cell outside the page")
+        return cell, limit
+
+    # -- decoding ---------------------------------------------------------------------------
+
+    def varint(self, pos: I64, value_needed: bool = True) -> tuple[I64, I64]:
+        """(value, byte length) of the varint at each offset; one-byte varints are the fast path.
+        Without ``value_needed`` only the lengths are right (values of long varints are not
+        assembled)."""
+        value = self.mm[pos].astype(np.int64)
+        length = np.ones(pos.size, dtype=np.int64)
+        big = np.flatnonzero(value >= 0x80)
+        if big.size:
+            p = pos[big]
+            if p.max() + 9 > self.mm.size:
+                raise _Unsupported("varint past the end of the file")
+            w = _windows(self.mm, 9)[p]
+            stop = w[:, :8] < 0x80
+            n = np.where(stop.any(axis=1), stop.argmax(axis=1) + 1, 9)
+            length[big] = n
+            if value_needed:
+                w64 = w.astype(np.int64)
+                v = np.zeros(big.size, dtype=np.int64)
+                for i in range(int(n.max())):
+                    more = i < n
+                    byte = w64[:, i] if i == 8 else w64[:, i] & 0x7F
+                    v = np.where(more, (v << (8 if i == 8 else 7)) | byte, v)
+                value[big] = v
+        return value, length
+
+    def read_ints(self, off: I64, st: I64) -> tuple[I64, npt.NDArray[np.int8]]:
+        """Values and kinds of integer-typed column values (serial types ``st``) at ``off``: one
+        8-byte big-endian read per value, shifted right to its size."""
+        t = np.minimum(st, 12)
+        if off.size and int(off.max()) + 8 > self.mm.size:
+            near_end = off + 8 > self.mm.size
+            raw = _windows(self.mm, 8)[np.where(near_end, 0, off)]
+            idx = np.flatnonzero(near_end)
+            raw[idx] = _windows(self.tail, 8)[off[idx] - self.tail_start]
+            v = raw.view(">i8")[:, 0].astype(np.int64)
+        else:
+            v = self.be64[off].astype(np.int64)
+        v >>= _SHIFT[t]
+        const = _CONST[t]
+        v = np.where(const >= 0, const, v)
+        return v, _KIND[t]
+
+    def read(
+        self,
+        table: str,
+        info: list[tuple[Any, ...]],
+        int_cols: list[str],
+        text_cols: list[str],
+    ) -> Columns:
+        if any(r[6] for r in info):  # hidden / generated columns are not all stored
+            raise _Unsupported("generated columns")
+        row = self.con.execute(
+            "SELECT rootpage FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)
+        ).fetchone()
+        if row is None or type(row[0]) is not int or row[0] < 1:
+            raise _Unsupported("no root page")
+        names = [str(r[1]) for r in info]
+        alias = _rowid_alias(info)
+        position = {c: i for i, c in enumerate(names)}
+        for c in int_cols + text_cols:
+            if c not in position:
+                raise KeyError(f"{table} has no column {c}")
+
+        leaves = self.leaf_pages(int(row[0]))
+        hdr = (leaves - 1) * self.page_size + np.where(leaves == 1, 100, 0)
+        ncell = (self.mm[hdr + 3].astype(np.int64) << 8) | self.mm[hdr + 4]
+        if (hdr + 8 + 2 * ncell > (leaves - 1) * self.page_size + self.usable).any():
+            raise _Unsupported("cell pointer array outside the page")
+        n = int(ncell.sum())
+        (expected,) = self.con.execute(f"SELECT count(*) FROM {_q(table)}").fetchone()
+        if n != expected:
+            raise _Unsupported("row count differs from SQLite's")
+        out = Columns(n=n)
+        for c in int_cols:
+            out.ints[c] = np.empty(n, dtype=np.int64)
+            out.kinds[c] = np.empty(n, dtype=np.int8)
+        for c in text_cols:
+            out.texts[c] = np.empty(n, dtype=object)
+        # Leaf pages are decoded a block at a time: the temporaries stay small and are reused,
+        # only the output columns are allocated at full size.
+        ends = np.cumsum(ncell)
+        lo_page, lo_row = 0, 0
+        while lo_row < n:
+            hi_page = int(np.searchsorted(ends, lo_row + _BLOCK_ROWS, side="right"))
+            hi_page = min(max(hi_page, lo_page + 1), leaves.size)
+            hi_row = int(ends[hi_page - 1])
+            cell, limit = self.cells(leaves[lo_page:hi_page], ncell[lo_page:hi_page])
+            self.decode(
+                out, slice(lo_row, hi_row), cell, limit, position, alias, int_cols, text_cols
+            )
+            lo_page, lo_row = hi_page, hi_row
+        return out
+
+    def decode(
+        self,
+        out: Columns,
+        rows: slice,
+        cell: I64,
+        limit: I64,
+        position: dict[str, int],
+        alias: str | None,
+        int_cols: list[str],
+        text_cols: list[str],
+    ) -> None:
+        """Decode the cells at ``cell`` (rows ``rows`` of the table) into ``out``."""
+        payload, l1 = self.varint(cell)
+        # rows larger than the page keep their tail on overflow pages
+        if (payload > self.usable - 35).any():
+            raise _Unsupported("overflow pages")
+        rowid, l2 = self.varint(cell + l1, value_needed=alias in int_cols)
+        rec = cell + l1 + l2
+        record_end = rec + payload
+        if (record_end > limit).any():
+            raise _Unsupported("record outside the page")
+        hsize, l3 = self.varint(rec)
+        header_end = rec + hsize
+        if ((hsize < l3) | (header_end > record_end)).any():
+            raise _Unsupported("bad record header")
+        last = max((position[c] for c in int_cols + text_cols), default=-1)
+        serial = self.serial_types(rec + l3, header_end, last + 1)  # (column, row)
+        wanted = {position[c] for c in int_cols + text_cols}
+        # where column j's value starts: the header's end plus the sizes of columns 0..j-1
+        offset: dict[int, I64] = {}
+        body = header_end
+        for j in range(last + 1):
+            if j in wanted:
+                offset[j] = body
+            body = body + _size(serial[j])
+        if (body > record_end).any():
+            raise _Unsupported("record longer than its cell")
+        for c in int_cols:
+            if c == alias:
+                out.ints[c][rows] = rowid
+                out.kinds[c][rows] = INT
+                continue
+            j = position[c]
+            out.ints[c][rows], out.kinds[c][rows] = self.read_ints(offset[j], serial[j])
+        for c in text_cols:
+            j = position[c]
+            texts, bad = self.texts(serial[j], offset[j])
+            out.texts[c][rows] = texts
+            out.bad_utf8 += bad
+
+    def serial_types(self, start: I64, end: I64, ncol: int) -> npt.NDArray[np.int64]:
+        """Serial types of the first ``ncol`` columns of each record, as a (column, row) array
+        (0 = NULL for the columns a short record lacks), its header running from ``start`` to
+        ``end``. Fast path: every serial type one byte (integers, short texts), read as one
+        ``ncol``-byte row per record."""
+        n = start.size
+        out = np.zeros((ncol, n), dtype=np.int64)
+        if ncol == 0 or n == 0:
+            return out
+        slow: npt.NDArray[np.bool_]
+        if int((start + ncol).max()) > self.mm.size:
+            slow = np.ones(n, dtype=bool)
+        else:
+            head = np.ascontiguousarray(_windows(self.mm, ncol)[start].T)
+            count = end - start  # serial types in the header when each is one byte
+            slow = np.zeros(n, dtype=bool)
+            for j in range(ncol):
+                present = count > j
+                slow |= (head[j] >= 0x80) & present
+                out[j] = np.where(present, head[j], 0)
+        idx = np.flatnonzero(slow)
+        if idx.size:
+            p = start[idx]
+            stop = end[idx]
+            for j in range(ncol):
+                has = p < stop
+                st = np.zeros(idx.size, dtype=np.int64)
+                ln = np.zeros(idx.size, dtype=np.int64)
+                k = np.flatnonzero(has)
+                if k.size:
+                    st[k], ln[k] = self.varint(p[k])
+                out[j, idx] = st
+                p = p + ln
+            if (p > stop).any():
+                raise _Unsupported("record header longer than declared")
+        return out
+
+    def texts(self, st: I64, off: I64) -> tuple[Obj, int]:
+        """Decoded texts (and blobs) of one column; None for NULL. Numbers are not expected in a
+        text column: read through SQLite when there are any."""
+        is_null = st == 0
+        is_str = st >= 12
+        if not (is_null | is_str).all():
+            raise _Unsupported("numbers in a text column")
+        length = np.where(is_str, (st - 12) >> 1, 0)
+        out = np.empty(st.size, dtype=object)
+        bad = 0
+        start = 0
+        cum = np.cumsum(length + 1)
+        while start < st.size:
+            # rows [start, stop): at most _TEXT_BLOCK_BYTES bytes, at least one row
+            base = int(cum[start - 1]) if start else 0
+            stop = int(np.searchsorted(cum, base + _TEXT_BLOCK_BYTES, side="right"))
+            stop = min(max(stop, start + 1), st.size)
+            ln = length[start:stop]
+            sep = cum[start:stop] - base - 1  # where each text's terminating NUL goes
+            first = sep - ln
+            idx = np.repeat(off[start:stop] - first, ln + 1) + np.arange(int(sep[-1]) + 1)
+            idx[sep] = 0
+            buf = self.mm[idx]
+            buf[sep] = 0
+            raw = buf.tobytes()
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                text = raw.decode("utf-8", "replace")
+                bad += self._count_bad(raw, sep, ln)
+            parts = text.split("\x00")
+            if len(parts) != stop - start + 1:
+                # a text with an embedded NUL: split it row by row
+                parts = [
+                    bytes(buf[a : a + k]).decode("utf-8", "replace")
+                    for a, k in zip(first.tolist(), ln.tolist(), strict=True)
+                ]
+            chunk = np.empty(stop - start, dtype=object)
+            chunk[:] = parts[: stop - start]
+            out[start:stop] = chunk
+            start = stop
+        out[is_null] = None
+        return out, bad
+
+    @staticmethod
+    def _count_bad(raw: bytes, sep: I64, ln: I64) -> int:
+        """How many of the texts in ``raw`` are not valid UTF-8 (only when some are not)."""
+        bad = 0
+        for end, k in zip(sep.tolist(), ln.tolist(), strict=True):
+            try:
+                raw[end - k : end].decode("utf-8")
+            except UnicodeDecodeError:
+                bad += 1
+        return bad
