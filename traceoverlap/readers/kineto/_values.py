@@ -7,6 +7,8 @@ when the fast one fails.
 
 from __future__ import annotations
 
+import hashlib
+
 import math
 import re
 from typing import Any
@@ -80,18 +82,22 @@ def to_int(v: Any, default: int) -> int:
     return default
 
 
+def _stable_id(v: Any) -> int:
+    """A non-int flow id as an int >= 2**62, the same in every process (Python's hash() of a
+    str is salted per process: a Dask worker would give other numbers)."""
+    digest = hashlib.blake2b(str(v).encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return int.from_bytes(digest, "little") % 2**61 + 2**62
+
+
 def id_array(values: list[Any]) -> np.ndarray:
-    """Flow ids: ints as they are; other ids (strings...) hashed to a consistent int >= 2**62."""
+    """Flow ids: ints as they are; other ids (strings...) hashed to a stable int >= 2**62."""
     if all(type(v) is int for v in values):
         try:
             return np.array(values, dtype=np.int64)
         except OverflowError:
             pass
     return np.array(
-        [
-            v if type(v) is int and 0 <= v < 2**62 else (hash(str(v)) % 2**61) + 2**62
-            for v in values
-        ],
+        [v if type(v) is int and 0 <= v < 2**62 else _stable_id(v) for v in values],
         dtype=np.int64,
     )
 
