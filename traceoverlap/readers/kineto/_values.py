@@ -8,7 +8,6 @@ when the fast one fails.
 from __future__ import annotations
 
 import hashlib
-
 import math
 import re
 from typing import Any
