@@ -14,12 +14,14 @@ rank file (times the number of parallel jobs), not by the job.
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from . import intervals as iv
@@ -28,14 +30,16 @@ from .collectives import CauseSets, Collectives, match_collectives
 from .diagnosis import CAUSES, findings, verdict
 from .errors import TraceFormatError, UsageError
 from .inputs import expand_paths, from_folder, run_map
+from .intervals import GroupedIntervals
 from .metrics import MEASURED, ratio
 from .model import Timeline, TraceInfo, concat_timelines
 from .options import AnalysisOptions, StepSelection, Thresholds, build_options, describe_steps
 from .rankmap import DetailRequest, FileResult, UnitResult, map_file, map_timeline
 from .results import STEP_COLUMNS, Analysis, StepDetail
-from .summary import summarize_run
+from .summary import summarize_run, unit_key
 
 PathLike = str | Path
+I64 = npt.NDArray[np.int64]
 
 #: Where a rank number was only guessed (no metadata said it): such ranks may be renumbered.
 GUESSED_RANK_SOURCES = frozenset({"default", "process-order"})
@@ -238,88 +242,167 @@ def _check_clocks(units: Sequence[UnitResult]) -> None:
 # --- the reduce ---------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class _RunWindows:
+    """The windows of every unit in one global numbering: window ``w`` of unit ``i`` is global
+    window ``offsets[i] + w``.
+
+    ``offsets``: the first global window of each unit, then the total (``len(units) + 1``
+    values); ``unit_of``: per global window, its unit's index; ``labels``: per global window,
+    its step label; ``parts``: per global window, the unit's parts columns (``step_ns``,
+    ``compute_ns``, ... ``start_ns``, ``end_ns``; int64 ns).
+    """
+
+    offsets: I64
+    unit_of: I64
+    labels: list[Any]
+    parts: dict[str, I64]
+
+    @property
+    def n(self) -> int:
+        return int(self.offsets[-1])
+
+
 def _reduce(
     units: list[UnitResult], options: AnalysisOptions, skipped: list[str], names: list[str]
 ) -> tuple[Analysis, CauseSets]:
+    """The run's :class:`Analysis` from its units: collectives matched across ranks, exposed
+    time split by cause, the step table with verdicts, findings and notes; and the cause sets
+    (global window numbering) a second-pass detail needs."""
     traces = tuple(u.trace for u in units)
-    offsets = np.cumsum([0] + [u.n_windows for u in units]).astype(np.int64)
-    n_windows = int(offsets[-1])
-    if n_windows == 0:
+    win = _run_windows(units)
+    if win.n == 0:
         raise UsageError(_no_steps_message(units, options, names))
+    prelim = pd.DataFrame(
+        {
+            "rank": [traces[u].rank for u in win.unit_of],
+            "step": win.labels,
+            "step_ns": win.parts["step_ns"],
+        }
+    )
+    coll, sets, family_causes = match_collectives(
+        _gather_instances(units, win),
+        _gather_pieces(units, win),
+        _gather_causes(units, win),
+        win.n,
+        traces,
+        win.labels,
+        prelim,
+    )
+    df = _step_table(units, win, coll, sets, options.thresholds)
+    top = coll.top_straggler
+    fnd = findings(
+        df,
+        _finding_rows(coll, df, traces),
+        family_causes,
+        straggler=top,
+        straggler_text=None if top is None else _among(str(top), coll),
+    )
+    analysis = Analysis(
+        traces=traces,
+        steps=df.reset_index(drop=True),
+        summary=summarize_run(df),
+        collectives=coll,
+        findings=fnd,
+        notes=_notes(units, coll, skipped),
+        options=options,
+        unassigned=_unassigned(units),
+        detail=_first_detail(units, win, sets),
+        windows=_windows_frame(units, win, df),
+    )
+    return analysis, sets
 
-    # the step table, window by window
+
+def _run_windows(units: Sequence[UnitResult]) -> _RunWindows:
+    """The units' windows, labels and parts columns concatenated in unit order."""
+    offsets = np.cumsum([0] + [u.n_windows for u in units]).astype(np.int64)
     cols: dict[str, list[Any]] = {}
     for u in units:
         for k, v in u.parts.items():
             cols.setdefault(k, []).append(v)
-    base = {k: np.concatenate(v).astype(np.int64) for k, v in cols.items()}
-    unit_of = np.repeat(np.arange(len(units)), [u.n_windows for u in units])
-    labels: list[Any] = [lbl for u in units for lbl in u.labels]
+    return _RunWindows(
+        offsets=offsets,
+        unit_of=np.repeat(np.arange(len(units)), [u.n_windows for u in units]),
+        labels=[lbl for u in units for lbl in u.labels],
+        parts={k: np.concatenate(v).astype(np.int64) for k, v in cols.items()},
+    )
 
-    # cross-rank: instances, pieces and local cause sets in global window numbering
-    inst_frames, piece_parts = [], []
-    cause_parts: dict[str, list[tuple[Any, Any, Any]]] = {
-        c: [] for c in ("tail", "dependency", "host")
-    }
-    row0 = 0
+
+def _gather_instances(units: Sequence[UnitResult], win: _RunWindows) -> pd.DataFrame:
+    """All units' local collective instances in one frame, with their ``unit`` index and their
+    ``window`` in global numbering (-1: outside every analysed step)."""
+    frames = []
     for i, u in enumerate(units):
-        off = int(offsets[i])
-        nw = max(u.n_windows, 1)
-        df = u.instances.assign(
-            unit=i, window=np.where(u.instances["window"] >= 0, u.instances["window"] + off, -1)
-        )
-        inst_frames.append(df)
-        pg, ps, pe = u.pieces
-        piece_parts.append((u.piece_instance + row0, pg % nw + off, ps, pe))
-        for c in cause_parts:
-            g, s, e = u.causes[c]
-            cause_parts[c].append((g + off, s, e))
-        row0 += len(u.instances)
+        off = int(win.offsets[i])
+        w = u.instances["window"]
+        frames.append(u.instances.assign(unit=i, window=np.where(w >= 0, w + off, -1)))
     # a unit without instances has an untyped empty frame: concatenated with the others it would
     # turn their integer columns into objects (pandas 3)
-    typed = [f for f in inst_frames if len(f)] or inst_frames
-    inst = (
-        pd.concat(typed, ignore_index=True) if typed else pd.DataFrame(columns=["unit", "window"])
-    )
+    typed = [f for f in frames if len(f)] or frames
+    if not typed:
+        return pd.DataFrame(columns=["unit", "window"])
+    return pd.concat(typed, ignore_index=True)
 
-    def cat(arrays: list[Any]) -> Any:
-        return np.concatenate(arrays).astype(np.int64) if arrays else np.zeros(0, np.int64)
 
-    pieces = (
-        cat([p[0] for p in piece_parts]),
-        cat([p[1] for p in piece_parts]),
-        cat([p[2] for p in piece_parts]),
-        cat([p[3] for p in piece_parts]),
-    )
-    exposed = {
-        c: (cat([p[0] for p in parts]), cat([p[1] for p in parts]), cat([p[2] for p in parts]))
-        for c, parts in cause_parts.items()
-    }
-    prelim = pd.DataFrame(
-        {
-            "rank": [traces[u].rank for u in unit_of],
-            "step": labels,
-            "step_ns": base["step_ns"],
-        }
-    )
-    coll, sets, family_causes = match_collectives(
-        inst,
-        pieces,
-        exposed,
-        n_windows,
-        traces,
-        labels,
-        prelim,
-    )
-    cause_ns = {c: iv.grouped_length(s, n_windows) for c, s in sets.by_name().items()}
+def _cat(arrays: Sequence[Any]) -> I64:
+    """Int64 arrays concatenated (an empty one for none)."""
+    return np.concatenate(arrays).astype(np.int64) if arrays else np.zeros(0, np.int64)
+
+
+def _gather_pieces(units: Sequence[UnitResult], win: _RunWindows) -> tuple[I64, I64, I64, I64]:
+    """Every instance piece of the run as (instance row in :func:`_gather_instances`' frame,
+    global window, start ns, end ns)."""
+    rows0 = np.cumsum([0] + [len(u.instances) for u in units])
+    inst, window, start, end = [], [], [], []
+    for i, u in enumerate(units):
+        pg, ps, pe = u.pieces
+        inst.append(u.piece_instance + int(rows0[i]))
+        # a piece's group is local instance * n_windows + window (n_windows at least 1)
+        window.append(pg % max(u.n_windows, 1) + int(win.offsets[i]))
+        start.append(ps)
+        end.append(pe)
+    return _cat(inst), _cat(window), _cat(start), _cat(end)
+
+
+def _gather_causes(units: Sequence[UnitResult], win: _RunWindows) -> dict[str, GroupedIntervals]:
+    """The units' local cause sets (tail / dependency / host, ns) grouped by global window."""
+    out: dict[str, GroupedIntervals] = {}
+    for c in ("tail", "dependency", "host"):
+        sets = [u.causes[c] for u in units]
+        out[c] = (
+            _cat([g + int(win.offsets[i]) for i, (g, _, _) in enumerate(sets)]),
+            _cat([s for _, s, _ in sets]),
+            _cat([e for _, _, e in sets]),
+        )
+    return out
+
+
+def _wait_known(
+    units: Sequence[UnitResult], win: _RunWindows, coll: Collectives
+) -> npt.NDArray[np.bool_]:
+    """Per global window: can waiting be told apart from transfer? Only with several units, on
+    a unit whose collectives were matched across ranks (or that has no communication at all)."""
     multi = len(units) > 1
     matched_units = set(coll.per_rank.loc[coll.per_rank["matched"].astype(bool), "unit"].tolist())
-    has_comm = np.bincount(unit_of, weights=base["comm_ns"] > 0, minlength=len(units)) > 0
-    wait_known = np.array(
-        [multi and (u in matched_units or not has_comm[u]) for u in range(len(units))]
-    )[unit_of]
-    waited_for = _waited_for(coll, n_windows)
+    has_comm = np.bincount(win.unit_of, weights=win.parts["comm_ns"] > 0, minlength=len(units)) > 0
+    known = np.array([multi and (u in matched_units or not has_comm[u]) for u in range(len(units))])
+    return np.asarray(known[win.unit_of])
 
+
+def _step_table(
+    units: Sequence[UnitResult],
+    win: _RunWindows,
+    coll: Collectives,
+    sets: CauseSets,
+    thresholds: Thresholds,
+) -> pd.DataFrame:
+    """The step table (:data:`STEP_COLUMNS`), one row per global window: the units' parts, the
+    exposed ns split by cause across ranks, the ratios, and each step's verdict."""
+    traces = [u.trace for u in units]
+    unit_of, base = win.unit_of, win.parts
+    cause_ns = {c: iv.grouped_length(s, win.n) for c, s in sets.by_name().items()}
+    wait_known = _wait_known(units, win, coll)
+    waited_for = _waited_for(coll, win.n)
     step = base["step_ns"]
     exposed_ns = base["exposed_comm_ns"]
     df = pd.DataFrame(
@@ -327,7 +410,7 @@ def _reduce(
             "rank": np.array([traces[u].rank for u in unit_of], dtype=np.int64),
             "device": pd.array([traces[u].device for u in unit_of], dtype=object),
             "pid": pd.array([traces[u].pid for u in unit_of], dtype=object),
-            "step": pd.array(labels, dtype=object),
+            "step": pd.array(win.labels, dtype=object),
             **{k: base[k] for k in MEASURED},
             "exposed_wait_ns": cause_ns["wait"],
             "exposed_transfer_ns": exposed_ns - cause_ns["wait"],
@@ -346,64 +429,50 @@ def _reduce(
         }
     )
     verdicts = [
-        verdict(
-            row,
-            options.thresholds,
-            None if wf is None else _among(str(wf), coll),
-            bool(wk),
-        )
+        verdict(row, thresholds, None if wf is None else _among(str(wf), coll), bool(wk))
         for row, wf, wk in zip(df.to_dict("records"), waited_for, wait_known.tolist(), strict=True)
     ]
     df["bottleneck"] = [v.bottleneck for v in verdicts]
     df["reason"] = [v.reason for v in verdicts]
-    df = df[list(STEP_COLUMNS)]
+    return df[list(STEP_COLUMNS)]
 
-    top = coll.top_straggler
-    fnd = findings(
-        df,
-        _finding_rows(coll, df, traces),
-        family_causes,
-        straggler=top,
-        straggler_text=None if top is None else _among(str(top), coll),
-    )
-    notes = _notes(units, coll, skipped)
-    windows = pd.DataFrame(
+
+def _windows_frame(units: Sequence[UnitResult], win: _RunWindows, df: pd.DataFrame) -> pd.DataFrame:
+    """One row per global window: its unit, rank, device, step, window (ns) and the marker
+    range that defined it (-1 for ``all``)."""
+    return pd.DataFrame(
         {
-            "unit": unit_of,
+            "unit": win.unit_of,
             "rank": df["rank"].to_numpy(),
             "device": df["device"].to_numpy(),
             "step": df["step"].to_numpy(),
-            "window": np.arange(n_windows),
-            "start_ns": base["start_ns"],
-            "end_ns": base["end_ns"],
+            "window": np.arange(win.n),
+            "start_ns": win.parts["start_ns"],
+            "end_ns": win.parts["end_ns"],
             "marker_start_ns": np.concatenate([u.marker_start_ns for u in units]),
             "marker_end_ns": np.concatenate([u.marker_end_ns for u in units]),
         }
     )
-    det = None
+
+
+def _first_detail(
+    units: Sequence[UnitResult], win: _RunWindows, sets: CauseSets
+) -> StepDetail | None:
+    """The step detail the map built (on the first unit that has one), in global numbering."""
     for i, u in enumerate(units):
         if u.detail is not None:
-            det = _finish_detail(u.detail, int(offsets[i]), sets)
-            break
-    from .summary import unit_key
+            return _finish_detail(u.detail, int(win.offsets[i]), sets)
+    return None
 
-    several = {t.rank for t in traces if sum(1 for x in traces if x.rank == t.rank) > 1}
-    analysis = Analysis(
-        traces=traces,
-        steps=df.reset_index(drop=True),
-        summary=summarize_run(df),
-        collectives=coll,
-        findings=fnd,
-        notes=notes,
-        options=options,
-        unassigned={
-            unit_key(u.trace.rank, u.trace.device, u.trace.rank in several): u.no_launch
-            for u in units
-        },
-        detail=det,
-        windows=windows,
-    )
-    return analysis, sets
+
+def _unassigned(units: Sequence[UnitResult]) -> dict[str, int]:
+    """Per unit (keyed as the summary keys it): its GPU activities in no step for want of a
+    launch record."""
+    per_rank = Counter(u.trace.rank for u in units)
+    return {
+        unit_key(u.trace.rank, u.trace.device, per_rank[u.trace.rank] > 1): u.no_launch
+        for u in units
+    }
 
 
 def _among(rank: str, coll: Collectives) -> str:

@@ -41,6 +41,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -220,89 +221,178 @@ def unit_instances(
     Columnar throughout: names are parsed once per distinct name, groups are found by sorting."""
     ev = unit.events
     n_win = max(len(steps), 1)
-    rows = np.flatnonzero(kind == Kind.COMM)
     z = np.zeros(0, np.int64)
-    if rows.size == 0:
+    if not (kind == Kind.COMM).any():
         return pd.DataFrame(columns=list(LOCAL_COLUMNS)), (z, z.copy(), z.copy()), z.copy()
-    start = ev["start_ns"].to_numpy()
-    end = ev["end_ns"].to_numpy()
-    rows = rows[np.lexsort((rows, start[rows]))]  # by start, then trace order
-    n = rows.size
+    c = _comm_keys(ev, kind, steps.gpu, launch_row)
+    local, order, firsts = _number_instances(c)
+    inst = _instance_table(ev, kind, c, order, firsts)
+    head = order[firsts]
+    pieces, piece_local = _instance_pieces(acts, c.rows, local, len(ev), n_win)
+    window = _instance_windows(pieces, piece_local, len(inst), n_win)
+    inst["window"] = window
+    inst["same_stream"] = _same_stream(ev, acts, window, c.rows[head])
+    queued, behind = _queueing(ev, c, head, launch_row, steps.gpu)
+    inst["queued_ns"] = queued
+    inst["behind_comm_ns"] = behind
+    return inst[list(LOCAL_COLUMNS)], pieces, piece_local
 
+
+@dataclass(frozen=True)
+class _CommRows:
+    """A unit's communication activities in start order (then trace order), and the key that
+    makes them instances: (``pair`` = (group, kind), ``seq``, ``ordinal``).
+
+    Per activity: ``rows`` (its row in the unit's event table); ``label`` (the collective's name:
+    as the trace gives it, else the ``nccl:`` range around its launch, else parsed from the
+    activity name) and ``label_code`` (its code among the distinct labels ``label_uniq``);
+    ``kind_key`` (the label normalised: spellings of one kind are equal); ``process_group``
+    ("" when none); ``group_key`` (the process group; on GPU units without one, the NCCL stream
+    numbered by first use); ``pair`` (group and kind as one int code); ``seq`` (the trace's
+    sequence number when it has a group and one, else -1); ``ordinal`` (else the n-th activity
+    of its pair on this unit, else -1); ``stream``; ``name_codes`` (codes of the event name).
+    """
+
+    rows: I64
+    label: npt.NDArray[np.object_]
+    label_code: I64
+    label_uniq: npt.NDArray[np.object_]
+    kind_key: npt.NDArray[np.object_]
+    process_group: npt.NDArray[np.object_]
+    group_key: npt.NDArray[np.object_]
+    pair: I64
+    seq: I64
+    ordinal: I64
+    stream: I64
+    name_codes: npt.NDArray[np.integer[Any]]
+
+
+def _comm_keys(
+    ev: pd.DataFrame, kind: npt.NDArray[np.int8], gpu: bool, launch_row: I64
+) -> _CommRows:
+    """The unit's communication activities, sorted, with their labels and instance keys."""
+    start = ev["start_ns"].to_numpy()
+    rows = np.flatnonzero(kind == Kind.COMM)
+    rows = rows[np.lexsort((rows, start[rows]))]  # by start, then trace order
     is_comm = kind == Kind.COMM
     name_codes = ev["name"].cat.codes.to_numpy()[rows]
     parsed = per_category(ev["name"], collective_kind, is_comm)[name_codes]
     given = per_category(ev["coll_name"], str, is_comm)[ev["coll_name"].cat.codes.to_numpy()[rows]]
-    if steps.gpu:
+    if gpu:
         around = _enclosing_collective(ev, launch_row[rows])
         given = np.where(given == "", around, given)
     label = np.where(given != "", given, parsed)
     label_code, label_uniq = pd.factorize(label)
     kind_uniq = np.array([_norm_kind(str(x)) for x in label_uniq], dtype=object)
-    kind_code, _ = pd.factorize(kind_uniq[label_code])
+    kind_key = kind_uniq[label_code]
+    kind_code, _ = pd.factorize(kind_key)
     pg = per_category(ev["process_group"], str, is_comm)[
         ev["process_group"].cat.codes.to_numpy()[rows]
     ]
     seq = ev["seq"].to_numpy()[rows].astype(np.int64)
     stream = ev["stream"].to_numpy()[rows].astype(np.int64)
-
-    group_key = pg.copy()
-    if steps.gpu:
-        no_pg = pg == ""
-        if no_pg.any():
-            # the NCCL stream stands in for the group: numbered by first use on this unit
-            first = pd.unique(stream[no_pg])
-            ordinal_of = {int(x): i for i, x in enumerate(first.tolist())}
-            names = np.array([f"\x00stream#{i}" for i in range(len(first))], dtype=object)
-            group_key[no_pg] = names[[ordinal_of[int(x)] for x in stream[no_pg].tolist()]]
+    group_key = _group_keys(pg, stream, gpu)
     group_code, _ = pd.factorize(group_key)
     pair = group_code.astype(np.int64) * (int(kind_code.max()) + 1) + kind_code
     use_seq = (seq >= 0) & (pg != "")
-    # ordinal: the n-th activity of its (group, kind) on this unit, in start order
+    return _CommRows(
+        rows=rows,
+        label=label,
+        label_code=label_code,
+        label_uniq=np.asarray(label_uniq, dtype=object),
+        kind_key=kind_key,
+        process_group=pg,
+        group_key=group_key,
+        pair=pair,
+        seq=np.where(use_seq, seq, -1),
+        ordinal=np.where(use_seq, -1, _ordinals(pair)),
+        stream=stream,
+        name_codes=name_codes,
+    )
+
+
+def _group_keys(pg: npt.NDArray[np.object_], stream: I64, gpu: bool) -> npt.NDArray[np.object_]:
+    """Per activity: its process group; on GPU units, where it has none, its NCCL stream stands
+    in (``"\\x00stream#i"``, streams numbered by first use on this unit)."""
+    group_key = pg.copy()
+    if gpu:
+        no_pg = pg == ""
+        if no_pg.any():
+            ordinal, first = pd.factorize(stream[no_pg])  # codes in order of first use
+            names = np.array([f"\x00stream#{i}" for i in range(len(first))], dtype=object)
+            group_key[no_pg] = names[ordinal]
+    return group_key
+
+
+def _ordinals(pair: I64) -> I64:
+    """Per activity (in start order): the n-th activity of its (group, kind) ``pair``, from 0."""
     order = np.argsort(pair, kind="stable")
     run_start, run_id = _group_sizes_first(pair[order])
-    ordinal = np.empty(n, dtype=np.int64)
-    ordinal[order] = np.arange(n) - run_start[run_id]
-    ordinal = np.where(use_seq, -1, ordinal)
-    seq = np.where(use_seq, seq, -1)
-    # local instance: (group, kind, seq, ordinal); first row = earliest start
+    ordinal = np.empty(pair.size, dtype=np.int64)
+    ordinal[order] = np.arange(pair.size) - run_start[run_id]
+    return ordinal
+
+
+def _number_instances(c: _CommRows) -> tuple[I64, I64, I64]:
+    """Local instance ids: one per distinct (group, kind, seq, ordinal), numbered in key order.
+
+    Returns, per activity, its instance id (``local``); ``order``, the activities sorted by
+    (key, start order); and ``firsts``, the position in ``order`` where each instance starts:
+    ``order[firsts]`` is every instance's first (earliest) activity."""
+    n = c.rows.size
     pos = np.arange(n)
-    order = np.lexsort((pos, ordinal, seq, pair))
+    order = np.lexsort((pos, c.ordinal, c.seq, c.pair))
     new = np.ones(n, dtype=bool)
     new[1:] = (
-        (pair[order][1:] != pair[order][:-1])
-        | (seq[order][1:] != seq[order][:-1])
-        | (ordinal[order][1:] != ordinal[order][:-1])
+        (c.pair[order][1:] != c.pair[order][:-1])
+        | (c.seq[order][1:] != c.seq[order][:-1])
+        | (c.ordinal[order][1:] != c.ordinal[order][:-1])
     )
-    firsts = np.flatnonzero(new)
     local = np.empty(n, dtype=np.int64)
     local[order] = np.cumsum(new) - 1
-    head = order[firsts]  # the first (earliest) activity of every instance
-    k = firsts.size
-    first_row = rows[head]
-    lane_all = ev["lane"].to_numpy()
+    return local, order, np.flatnonzero(new)
+
+
+def _instance_table(
+    ev: pd.DataFrame, kind: npt.NDArray[np.int8], c: _CommRows, order: I64, firsts: I64
+) -> pd.DataFrame:
+    """One row per local instance: its key and names from its first activity, ``bytes`` (the
+    largest of its activities), ``lane`` (its first activity's), ``start_ns``/``end_ns`` (the
+    earliest start, latest end of its activities), ``p2p`` (point to point)."""
+    head = order[firsts]
+    first_row = c.rows[head]
+    rows_sorted = c.rows[order]
+    is_comm = kind == Kind.COMM
+    family_uniq = np.array([family_of(str(x)) for x in c.label_uniq], dtype=object)
     inst = pd.DataFrame(
         {
-            "local": np.arange(k, dtype=np.int64),
-            "group_key": group_key[head],
-            "kind_key": kind_uniq[label_code[head]],
-            "seq": seq[head],
-            "ordinal": ordinal[head],
-            "label": label[head].astype(str),
-            "kernel": per_category(ev["name"], str, is_comm)[name_codes[head]].astype(str),
-            "family": [family_of(str(x)) for x in label[head]],
-            "process_group": pg[head],
-            "bytes": np.maximum.reduceat(ev["coll_bytes"].to_numpy()[rows][order], firsts),
-            "lane": lane_all[first_row].astype(str),
-            "start_ns": np.minimum.reduceat(start[rows][order], firsts),
-            "end_ns": np.maximum.reduceat(end[rows][order], firsts),
+            "local": np.arange(firsts.size, dtype=np.int64),
+            "group_key": c.group_key[head],
+            "kind_key": c.kind_key[head],
+            "seq": c.seq[head],
+            "ordinal": c.ordinal[head],
+            "label": c.label[head].astype(str),
+            "kernel": per_category(ev["name"], str, is_comm)[c.name_codes[head]].astype(str),
+            "family": family_uniq[c.label_code[head]],
+            "process_group": c.process_group[head],
+            "bytes": np.maximum.reduceat(ev["coll_bytes"].to_numpy()[rows_sorted], firsts),
+            "lane": ev["lane"].to_numpy()[first_row].astype(str),
+            "start_ns": np.minimum.reduceat(ev["start_ns"].to_numpy()[rows_sorted], firsts),
+            "end_ns": np.maximum.reduceat(ev["end_ns"].to_numpy()[rows_sorted], firsts),
         }
     )
     inst["p2p"] = inst["family"] == "SendRecv"
+    return inst
 
-    # pieces: each instance's activities per window, unioned
+
+def _instance_pieces(
+    acts: ActivityRows, rows: I64, local: I64, n_events: int, n_win: int
+) -> tuple[GroupedIntervals, I64]:
+    """Each instance's activities per window, unioned (ns): a grouped set whose group is
+    ``local * n_win + window``, and per piece its local instance id. ``rows``/``local``: the
+    event row of every communication activity and its instance."""
     comm = acts.kind == Kind.COMM
-    local_of_row = np.full(len(ev), -1, dtype=np.int64)
+    local_of_row = np.full(n_events, -1, dtype=np.int64)
     local_of_row[rows] = local
     p_local = local_of_row[acts.event_row[comm]]
     p_win = acts.group[comm]
@@ -314,47 +404,63 @@ def unit_instances(
         dense, acts.start_ns[comm][ok], acts.end_ns[comm][ok], pair_key.size
     )
     pieces = (pair_key[dg], ds, de)
-    piece_local = pieces[0] // n_win
-    # the instance's step: the window of its first piece (-1: outside every analysed step)
+    return pieces, pieces[0] // n_win
+
+
+def _instance_windows(pieces: GroupedIntervals, piece_local: I64, k: int, n_win: int) -> I64:
+    """Per instance (``k`` of them): its step, the window of its first piece (-1: outside every
+    analysed step)."""
     window = np.full(k, -1, dtype=np.int64)
     if piece_local.size:
         firsts_p = np.unique(piece_local, return_index=True)[1]
         window[piece_local[firsts_p]] = pieces[0][firsts_p] % n_win
-    inst["window"] = window
+    return window
 
-    # same_stream: the instance's lane also ran compute in that window
+
+def _same_stream(
+    ev: pd.DataFrame, acts: ActivityRows, window: I64, first_row: I64
+) -> npt.NDArray[np.bool_]:
+    """Per instance: did its lane (its first activity's) also run compute in its window?"""
     comp = acts.kind == Kind.COMPUTE
     lane_codes = ev["lane"].cat.codes.to_numpy().astype(np.int64)
     n_lanes = int(lane_codes.max()) + 2 if lane_codes.size else 1
     busy = np.unique(acts.group[comp] * n_lanes + lane_codes[acts.event_row[comp]] + 1)
-    inst["same_stream"] = (window >= 0) & np.isin(
-        window * n_lanes + lane_codes[first_row] + 1, busy
-    )
+    return (window >= 0) & np.isin(window * n_lanes + lane_codes[first_row] + 1, busy)
 
-    # queued_ns: start - max(end of its launch call, end of the previous comm on its lane);
-    # behind_comm_ns: min(start, end of that previous comm) - end of the launch call, >= 0
-    queued = np.full(k, -1, dtype=np.int64)
-    behind = np.full(k, -1, dtype=np.int64)
-    if steps.gpu:
-        by_stream = np.lexsort((pos, start[rows], stream))
-        prev_end = np.full(n, NO_LAUNCH, dtype=np.int64)
-        same = stream[by_stream][1:] == stream[by_stream][:-1]
-        prev_end[by_stream[1:][same]] = end[rows][by_stream[:-1][same]]
-        lrow = launch_row[first_row]
-        launched = lrow >= 0
-        lend = np.where(launched, end[np.maximum(lrow, 0)], NO_LAUNCH)
-        ready = np.maximum(lend, prev_end[head])
-        queued = np.where(launched, np.maximum(start[first_row] - ready, 0), -1).astype(np.int64)
-        pe = prev_end[head]
-        held = np.where(
-            (pe == NO_LAUNCH) | ~launched,
-            0,
-            np.minimum(start[first_row], pe) - np.where(launched, lend, 0),
-        )
-        behind = np.where(launched, np.maximum(held, 0), -1).astype(np.int64)
-    inst["queued_ns"] = queued
-    inst["behind_comm_ns"] = behind
-    return inst[list(LOCAL_COLUMNS)], pieces, piece_local
+
+def _queueing(
+    ev: pd.DataFrame, c: _CommRows, head: I64, launch_row: I64, gpu: bool
+) -> tuple[I64, I64]:
+    """Per instance (``head``: its first activity's position in ``c``), in ns, -1 when unknown
+    (no launch record, CPU units):
+
+    ``queued_ns`` = start - max(end of its launch call, end of the previous comm on its lane);
+    ``behind_comm_ns`` = min(start, end of that previous comm) - end of the launch call, >= 0
+    (how long it waited behind earlier communication)."""
+    k = head.size
+    if not gpu:
+        return np.full(k, -1, dtype=np.int64), np.full(k, -1, dtype=np.int64)
+    start = ev["start_ns"].to_numpy()
+    end = ev["end_ns"].to_numpy()
+    rows, stream, n = c.rows, c.stream, c.rows.size
+    by_stream = np.lexsort((np.arange(n), start[rows], stream))
+    prev_end = np.full(n, NO_LAUNCH, dtype=np.int64)
+    same = stream[by_stream][1:] == stream[by_stream][:-1]
+    prev_end[by_stream[1:][same]] = end[rows][by_stream[:-1][same]]
+    first_row = rows[head]
+    lrow = launch_row[first_row]
+    launched = lrow >= 0
+    lend = np.where(launched, end[np.maximum(lrow, 0)], NO_LAUNCH)
+    ready = np.maximum(lend, prev_end[head])
+    queued = np.where(launched, np.maximum(start[first_row] - ready, 0), -1).astype(np.int64)
+    pe = prev_end[head]
+    held = np.where(
+        (pe == NO_LAUNCH) | ~launched,
+        0,
+        np.minimum(start[first_row], pe) - np.where(launched, lend, 0),
+    )
+    behind = np.where(launched, np.maximum(held, 0), -1).astype(np.int64)
+    return queued, behind
 
 
 # --- reduce side: matching across units ---------------------------------------------------------

@@ -367,158 +367,229 @@ def findings(
     ``exposed_*_ns`` and ``same_stream``, used only to NAME the collectives behind a finding.
     ``straggler``: the rank most waited for, ``straggler_text`` how the ``wait`` finding names it
     (``"1"``, or ``"1 (the latest among the 2 ranks given of 128)"``).
+
+    ``same_stream`` comes first whatever its size (the classic bug); the others follow by
+    exposed ns, largest first (ties keep the order they are built in below).
     """
     total_exposed = int(steps["exposed_comm_ns"].sum()) if len(steps) else 0
     total_step = int(steps["step_ns"].sum()) if len(steps) else 0
-    fc = family_causes
-    pi = per_instance
+    bound = set(np.flatnonzero((steps["bottleneck"] == "communication-bound").to_numpy()))
+    first = _same_stream_finding(per_instance, family_causes, total_exposed)
+    ranked = [
+        *_wait_finding(steps, per_instance, total_exposed, straggler, straggler_text),
+        *_cause_findings("tail", family_causes, per_instance, bound, total_exposed),
+        *_cause_findings("dependency", family_causes, per_instance, bound, total_exposed),
+        *_host_finding(steps, per_instance, total_exposed),
+        *_transfer_bound_finding(steps, family_causes, per_instance, bound, total_exposed),
+        *_class_findings(steps, total_step),
+    ]
+    ranked.sort(key=lambda f: -f.exposed_ns)
+    return tuple((first + ranked)[:limit])
 
-    def share(ns: int, of: int) -> float | None:
-        return ns / of if of else None
 
-    first: list[Finding] = []
-    ranked: list[Finding] = []
-    if len(pi) and bool(pi["same_stream"].astype(bool).any()):
-        same = pi[pi["same_stream"].astype(bool)]
-        ns = int(fc["same_stream_ns"].sum()) if len(fc) else 0
-        lanes = sorted(set(same["lane"].astype(str)))
-        first.append(
-            Finding(
-                kind="same_stream",
-                title=(
-                    f"communication runs on a compute stream ({', '.join(lanes[:3])}): "
-                    f"{len(same)} collective(s) cannot overlap compute by construction, "
-                    f"{_ms(ns)} exposed"
-                ),
-                advice=(
-                    "launch collectives on their own stream (PyTorch's NCCL process groups do so; "
-                    "a collective or custom communication kernel on the compute stream "
-                    "serialises with every kernel around it), and wait for it only where its "
-                    "result is needed"
-                ),
-                family=_top_family(same, "exposed_ns"),
-                exposed_ns=ns,
-                share_ratio=share(ns, total_exposed),
-                collectives=_names(same) or _names(same.assign(one=1), "one"),
-                evidence={
-                    "collectives": int(len(same)),
-                    "same_stream_exposed_ns": ns,
-                    "lanes": lanes,
-                },
-            )
+def _share(ns: int, of: int) -> float | None:
+    """``ns / of`` as a ratio, None when ``of`` is 0."""
+    return ns / of if of else None
+
+
+def _same_stream_finding(pi: pd.DataFrame, fc: pd.DataFrame, total_exposed: int) -> list[Finding]:
+    """The ``same_stream`` finding (0 or 1): collectives whose lane also ran compute in their
+    step; its ns are the exposed ns of those collectives per family (``same_stream_ns`` of
+    ``family_causes``), its share of all exposed communication."""
+    if not (len(pi) and bool(pi["same_stream"].astype(bool).any())):
+        return []
+    same = pi[pi["same_stream"].astype(bool)]
+    ns = int(fc["same_stream_ns"].sum()) if len(fc) else 0
+    lanes = sorted(set(same["lane"].astype(str)))
+    return [
+        Finding(
+            kind="same_stream",
+            title=(
+                f"communication runs on a compute stream ({', '.join(lanes[:3])}): "
+                f"{len(same)} collective(s) cannot overlap compute by construction, "
+                f"{_ms(ns)} exposed"
+            ),
+            advice=(
+                "launch collectives on their own stream (PyTorch's NCCL process groups do so; "
+                "a collective or custom communication kernel on the compute stream "
+                "serialises with every kernel around it), and wait for it only where its "
+                "result is needed"
+            ),
+            family=_top_family(same, "exposed_ns"),
+            exposed_ns=ns,
+            share_ratio=_share(ns, total_exposed),
+            collectives=_names(same) or _names(same.assign(one=1), "one"),
+            evidence={
+                "collectives": int(len(same)),
+                "same_stream_exposed_ns": ns,
+                "lanes": lanes,
+            },
         )
+    ]
+
+
+def _wait_finding(
+    steps: pd.DataFrame,
+    pi: pd.DataFrame,
+    total_exposed: int,
+    straggler: int | None,
+    straggler_text: str | None,
+) -> list[Finding]:
+    """The ``wait`` finding (0 or 1): all exposed waiting ns of the steps (``exposed_wait_ns``),
+    naming the rank most waited for; its share of all exposed communication."""
     wait = int(steps["exposed_wait_ns"].sum())
-    if wait > 0:
-        who = f"rank {straggler_text or straggler}" if straggler is not None else "a late peer"
-        ranked.append(
+    if wait <= 0:
+        return []
+    who = f"rank {straggler_text or straggler}" if straggler is not None else "a late peer"
+    return [
+        Finding(
+            kind="wait",
+            title=(
+                f"waiting for {who}: {_ms(wait)} of exposed communication"
+                f"{_share_text(wait, total_exposed)} was other ranks sitting in collectives "
+                "until it arrived"
+            ),
+            advice=advice("wait", "*"),
+            family=_top_family(pi, "exposed_wait_ns") if len(pi) else None,
+            exposed_ns=wait,
+            share_ratio=_share(wait, total_exposed),
+            collectives=_names(pi, "exposed_wait_ns") if len(pi) else (),
+            evidence={
+                "exposed_wait_ns": wait,
+                "exposed_comm_ns": total_exposed,
+                "waited_for_rank": straggler,
+            },
+        )
+    ]
+
+
+def _cause_findings(
+    cause: str,
+    fc: pd.DataFrame,
+    pi: pd.DataFrame,
+    bound: set[Any],
+    total_exposed: int,
+) -> list[Finding]:
+    """One ``tail`` or ``dependency`` finding per collective family, in family order: the
+    family's exposed ns of that cause (``family_causes``) outside communication-bound windows
+    (``bound``; those get the ``transfer-bound`` finding), its share of all exposed
+    communication."""
+    if not len(fc):
+        return []
+    col = f"exposed_{cause}_ns"
+    per_family = fc[~fc["window"].isin(bound)].groupby("family")[col].sum()
+    out: list[Finding] = []
+    for fam, ns in per_family.items():
+        if int(ns) <= 0:
+            continue
+        mine = pi[pi["family"] == fam] if len(pi) else pi
+        out.append(
             Finding(
-                kind="wait",
-                title=(
-                    f"waiting for {who}: {_ms(wait)} of exposed communication"
-                    f"{_share_text(wait, total_exposed)} was other ranks sitting in collectives "
-                    "until it arrived"
-                ),
-                advice=advice("wait", "*"),
-                family=_top_family(pi, "exposed_wait_ns") if len(pi) else None,
-                exposed_ns=wait,
-                share_ratio=share(wait, total_exposed),
-                collectives=_names(pi, "exposed_wait_ns") if len(pi) else (),
-                evidence={
-                    "exposed_wait_ns": wait,
-                    "exposed_comm_ns": total_exposed,
-                    "waited_for_rank": straggler,
-                },
+                kind=cause,
+                title=_cause_title(cause, str(fam), int(ns), total_exposed),
+                advice=advice(cause, str(fam)),
+                family=str(fam),
+                exposed_ns=int(ns),
+                share_ratio=_share(int(ns), total_exposed),
+                collectives=_names(mine, col) if len(mine) else (),
+                evidence={col: int(ns), "exposed_comm_ns": total_exposed},
             )
         )
-    bound_windows = set(np.flatnonzero((steps["bottleneck"] == "communication-bound").to_numpy()))
-    if len(fc):
-        for cause in ("tail", "dependency"):
-            col = f"exposed_{cause}_ns"
-            per_family = fc[~fc["window"].isin(bound_windows)].groupby("family")[col].sum()
-            for fam, ns in per_family.items():
-                if int(ns) <= 0:
-                    continue
-                mine = pi[pi["family"] == fam] if len(pi) else pi
-                ranked.append(
-                    Finding(
-                        kind=cause,
-                        title=_cause_title(cause, str(fam), int(ns), total_exposed),
-                        advice=advice(cause, str(fam)),
-                        family=str(fam),
-                        exposed_ns=int(ns),
-                        share_ratio=share(int(ns), total_exposed),
-                        collectives=_names(mine, col) if len(mine) else (),
-                        evidence={col: int(ns), "exposed_comm_ns": total_exposed},
-                    )
-                )
+    return out
+
+
+def _host_finding(steps: pd.DataFrame, pi: pd.DataFrame, total_exposed: int) -> list[Finding]:
+    """The ``host`` finding (0 or 1): all exposed ns whose next compute was not launched yet
+    (``exposed_host_ns`` of the steps), advised for the family carrying most of it."""
     host = int(steps["exposed_host_ns"].sum())
-    if host > 0:
-        fam = _top_family(pi, "exposed_host_ns") if len(pi) else "Other"
-        ranked.append(
-            Finding(
-                kind="host",
-                title=_cause_title("host", fam, host, total_exposed),
-                advice=advice("host", fam),
-                family=fam,
-                exposed_ns=host,
-                share_ratio=share(host, total_exposed),
-                collectives=_names(pi, "exposed_host_ns") if len(pi) else (),
-                evidence={"exposed_host_ns": host, "exposed_comm_ns": total_exposed},
-            )
+    if host <= 0:
+        return []
+    fam = _top_family(pi, "exposed_host_ns") if len(pi) else "Other"
+    return [
+        Finding(
+            kind="host",
+            title=_cause_title("host", fam, host, total_exposed),
+            advice=advice("host", fam),
+            family=fam,
+            exposed_ns=host,
+            share_ratio=_share(host, total_exposed),
+            collectives=_names(pi, "exposed_host_ns") if len(pi) else (),
+            evidence={"exposed_host_ns": host, "exposed_comm_ns": total_exposed},
         )
-    if bound_windows:
-        rows = steps.iloc[sorted(bound_windows)]
-        ns = int(rows["exposed_transfer_ns"].sum())
-        in_bound = fc[fc["window"].isin(bound_windows)] if len(fc) else fc
-        fam = (
-            str(in_bound.groupby("family")["exposed_ns"].sum().idxmax())
-            if len(in_bound)
-            else "Other"
+    ]
+
+
+def _transfer_bound_finding(
+    steps: pd.DataFrame,
+    fc: pd.DataFrame,
+    pi: pd.DataFrame,
+    bound: set[Any],
+    total_exposed: int,
+) -> list[Finding]:
+    """The ``transfer-bound`` finding (0 or 1): the exposed transfer ns of the
+    communication-bound windows (``bound``), advised for the family with the most exposed ns in
+    them; the evidence sums those steps' comm and compute ns."""
+    if not bound:
+        return []
+    rows = steps.iloc[sorted(bound)]
+    ns = int(rows["exposed_transfer_ns"].sum())
+    in_bound = fc[fc["window"].isin(bound)] if len(fc) else fc
+    fam = str(in_bound.groupby("family")["exposed_ns"].sum().idxmax()) if len(in_bound) else "Other"
+    mine = pi[pi["window"].isin(bound)] if len(pi) else pi
+    return [
+        Finding(
+            kind="transfer-bound",
+            title=(
+                f"{fam}: more communication than compute in {len(rows)} step(s) "
+                f"(comm {_ms(rows['comm_ns'].sum())} vs compute "
+                f"{_ms(rows['compute_ns'].sum())}), {_ms(ns)} exposed transfer"
+            ),
+            advice=advice("transfer-bound", fam),
+            family=fam,
+            exposed_ns=ns,
+            share_ratio=_share(ns, total_exposed),
+            collectives=_names(mine) if len(mine) else (),
+            evidence={
+                "steps": int(len(rows)),
+                "comm_ns": int(rows["comm_ns"].sum()),
+                "compute_ns": int(rows["compute_ns"].sum()),
+                "exposed_transfer_ns": ns,
+            },
         )
-        mine = pi[pi["window"].isin(bound_windows)] if len(pi) else pi
-        ranked.append(
-            Finding(
-                kind="transfer-bound",
-                title=(
-                    f"{fam}: more communication than compute in {len(rows)} step(s) "
-                    f"(comm {_ms(rows['comm_ns'].sum())} vs compute "
-                    f"{_ms(rows['compute_ns'].sum())}), {_ms(ns)} exposed transfer"
-                ),
-                advice=advice("transfer-bound", fam),
-                family=fam,
-                exposed_ns=ns,
-                share_ratio=share(ns, total_exposed),
-                collectives=_names(mine) if len(mine) else (),
-                evidence={
-                    "steps": int(len(rows)),
-                    "comm_ns": int(rows["comm_ns"].sum()),
-                    "compute_ns": int(rows["compute_ns"].sum()),
-                    "exposed_transfer_ns": ns,
-                },
-            )
-        )
-    for cls, col, text in (
-        (
-            "memory-bound",
-            "memory_only_ns",
-            "memcpy/memset with no compute or communication under them: avoid host-device copies "
-            "in the step (keep tensors on the device, pin_memory + non_blocking copies, fuse "
-            "small copies) or overlap them with compute on a separate stream",
-        ),
-        (
-            "idle-bound",
-            "idle_ns",
-            "nothing ran on the device: launch overhead (many tiny kernels: CUDA graphs, "
-            "torch.compile), host synchronisation (.item(), .cpu()), a slow input pipeline "
-            "(DataLoader workers, pin_memory), or a late peer the trace cannot show",
-        ),
-    ):
+    ]
+
+
+#: The verdict classes that are not about communication: (class, the lost part in ns that
+#: decides it, the advice).
+_CLASS_ADVICE: tuple[tuple[str, str, str], ...] = (
+    (
+        "memory-bound",
+        "memory_only_ns",
+        "memcpy/memset with no compute or communication under them: avoid host-device copies "
+        "in the step (keep tensors on the device, pin_memory + non_blocking copies, fuse "
+        "small copies) or overlap them with compute on a separate stream",
+    ),
+    (
+        "idle-bound",
+        "idle_ns",
+        "nothing ran on the device: launch overhead (many tiny kernels: CUDA graphs, "
+        "torch.compile), host synchronisation (.item(), .cpu()), a slow input pipeline "
+        "(DataLoader workers, pin_memory), or a late peer the trace cannot show",
+    ),
+)
+
+
+def _class_findings(steps: pd.DataFrame, total_step: int) -> list[Finding]:
+    """A ``memory-bound`` and an ``idle-bound`` finding when steps have that verdict: the
+    memcpy/memset-alone (or idle) ns of those steps, its share of all step time."""
+    out: list[Finding] = []
+    for cls, col, text in _CLASS_ADVICE:
         rows = steps[steps["bottleneck"] == cls]
         if rows.empty:
             continue
         ns = int(rows[col].sum())
         what = "idle" if cls == "idle-bound" else "memcpy/memset alone"
-        ranked.append(
+        out.append(
             Finding(
                 kind=cls,
                 title=(
@@ -528,12 +599,11 @@ def findings(
                 advice=text,
                 family=None,
                 exposed_ns=ns,
-                share_ratio=share(ns, total_step),
+                share_ratio=_share(ns, total_step),
                 evidence={col: ns, "step_ns": int(rows["step_ns"].sum()), "steps": int(len(rows))},
             )
         )
-    ranked.sort(key=lambda f: -f.exposed_ns)
-    return tuple((first + ranked)[:limit])
+    return out
 
 
 def _share_text(ns: int, total: int) -> str:

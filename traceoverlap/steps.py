@@ -210,113 +210,159 @@ def assign_steps(
     pattern = options.step_pattern
     rx = compile_regex(pattern, "step_regex")
     ev = unit.events
-    n = len(ev)
-    start = ev["start_ns"].to_numpy()
-    end = ev["end_ns"].to_numpy()
-    cat = ev["category"]
-    is_gpu = cat.isin(GPU_ACTIVITY_CATEGORIES).to_numpy()
+    is_gpu = ev["category"].isin(GPU_ACTIVITY_CATEGORIES).to_numpy()
     gpu = bool(is_gpu.any())
     notes: list[str] = []
+    midx = _marker_rows(ev, rx, notes)
+    launches = _join_gpu_launches(ev, is_gpu)
+    if midx.size == 0:
+        act = launches.gidx if gpu else np.flatnonzero(kind != Kind.NONE)
+        if act.size == 0:
+            event_window = np.full(len(ev), -1, dtype=np.int64)
+            return _empty(gpu, event_window, launches.row, launches.start_ns, notes, "no activity")
+        notes.append(_no_marker_note(ev, pattern, options.step_regex is None))
+        return _whole_capture(ev, act, gpu, launches, notes)
+    names = ev["name"].to_numpy()[midx].astype(str).tolist()
+    labels, repeat_note = marker_labels(names, rx)
+    if repeat_note:
+        notes.append(repeat_note)
+    keep = np.ones(midx.size, dtype=bool)
+    if options.steps is not None:
+        keep = np.array([options.steps.matches(step_number(lbl)) for lbl in labels], dtype=bool)
+    if not gpu:
+        return _cpu_windows(ev, midx, labels, keep, launches, notes)
+    return _gpu_windows(ev, midx, labels, keep, launches, notes)
 
-    event_window = np.full(n, -1, dtype=np.int64)
+
+@dataclass(frozen=True)
+class _Launches:
+    """The launch of every GPU activity of a unit.
+
+    ``gidx``: the rows of the GPU activities (kernel / memcpy / memset); per event row of the
+    unit's table: ``row`` (the row of the runtime/driver call that launched it, -1 when not
+    found or not a GPU activity) and ``start_ns`` (that call's start, :data:`NO_LAUNCH` when not
+    found); ``no_launch``: GPU activities whose launch is not in the trace.
+    """
+
+    gidx: I64
+    row: I64
+    start_ns: I64
+    no_launch: int
+
+
+def _join_gpu_launches(ev: pd.DataFrame, is_gpu: npt.NDArray[np.bool_]) -> _Launches:
+    """Join every GPU activity to its launch call (:func:`join_launches`)."""
+    n = len(ev)
     launch_row = np.full(n, -1, dtype=np.int64)
     launch_start = np.full(n, NO_LAUNCH, dtype=np.int64)
+    gidx = np.flatnonzero(is_gpu)
+    no_launch = 0
+    if gidx.size:
+        rows = join_launches(ev, gidx)
+        found = rows >= 0
+        launch_row[gidx] = rows
+        launch_start[gidx[found]] = ev["start_ns"].to_numpy()[rows[found]]
+        no_launch = int((~found).sum())
+    return _Launches(gidx, launch_row, launch_start, no_launch)
 
-    is_marker = _name_mask(ev["name"], rx, (cat == "annotation").to_numpy())
+
+def _marker_rows(ev: pd.DataFrame, rx: re.Pattern[str], notes: list[str]) -> I64:
+    """The rows of the unit's step markers (host ranges of category ``annotation`` whose name
+    matches ``rx``), in label order: by start, then trace order. Zero-length markers are
+    dropped, with a note."""
+    start = ev["start_ns"].to_numpy()
+    end = ev["end_ns"].to_numpy()
+    is_marker = _name_mask(ev["name"], rx, (ev["category"] == "annotation").to_numpy())
     midx = np.flatnonzero(is_marker)
     zero = midx[end[midx] <= start[midx]]
     if zero.size:
         notes.append(f"{zero.size} zero-length step marker(s) ignored")
         midx = midx[end[midx] > start[midx]]
-    # label order: start, then trace order
-    midx = midx[np.argsort(start[midx], kind="stable")]
-    markers_found = int(midx.size)
+    return midx[np.argsort(start[midx], kind="stable")]
 
-    gidx = np.flatnonzero(is_gpu)
-    no_launch = outside = 0
+
+def _whole_capture(
+    ev: pd.DataFrame, act: I64, gpu: bool, launches: _Launches, notes: list[str]
+) -> UnitSteps:
+    """No step marker: one window ``all`` spanning [first start, last end) of the unit's
+    activities ``act`` (ns); on GPU units every GPU activity is in it, launched or not."""
+    event_window = np.full(len(ev), -1, dtype=np.int64)
     if gpu:
-        rows = join_launches(ev, gidx)
-        found = rows >= 0
-        launch_row[gidx] = rows
-        launch_start[gidx[found]] = start[rows[found]]
-        no_launch = int((~found).sum())
+        event_window[act] = 0
+    return UnitSteps(
+        gpu,
+        ("all",),
+        np.array([ev["start_ns"].to_numpy()[act].min()], np.int64),
+        np.array([ev["end_ns"].to_numpy()[act].max()], np.int64),
+        np.array([-1], np.int64),
+        np.array([-1], np.int64),
+        event_window,
+        launches.row,
+        launches.start_ns,
+        0,
+        0,
+        0,
+        tuple(notes),
+    )
 
-    if midx.size == 0:
-        act = gidx if gpu else np.flatnonzero(kind != Kind.NONE)
-        if act.size == 0:
-            return _empty(gpu, event_window, launch_row, launch_start, notes, "no activity")
-        notes.append(_no_marker_note(ev, pattern, options.step_regex is None))
-        if gpu:
-            event_window[act] = 0
-            no_launch = outside = 0  # every activity is in the one window
-        return UnitSteps(
-            gpu,
-            ("all",),
-            np.array([start[act].min()], np.int64),
-            np.array([end[act].max()], np.int64),
-            np.array([-1], np.int64),
-            np.array([-1], np.int64),
-            event_window,
-            launch_row,
-            launch_start,
-            no_launch,
-            outside,
-            0,
-            tuple(notes),
-        )
 
-    names = ev["name"].to_numpy()[midx].astype(str).tolist()
-    labels, repeat_note = marker_labels(names, rx)
-    if repeat_note:
-        notes.append(repeat_note)
+def _cpu_windows(
+    ev: pd.DataFrame,
+    midx: I64,
+    labels: list[StepLabel],
+    keep: npt.NDArray[np.bool_],
+    launches: _Launches,
+    notes: list[str],
+) -> UnitSteps:
+    """CPU units: each selected marker's range is its window (ns); activities are clipped to
+    the windows by the metrics, so no event gets a window here."""
+    ms_all = ev["start_ns"].to_numpy()[midx]
+    me_all = ev["end_ns"].to_numpy()[midx]
+    kept = np.flatnonzero(keep)
+    return UnitSteps(
+        False,
+        tuple(labels[i] for i in kept),
+        ms_all[kept].astype(np.int64),
+        me_all[kept].astype(np.int64),
+        ms_all[kept].astype(np.int64),
+        me_all[kept].astype(np.int64),
+        np.full(len(ev), -1, dtype=np.int64),
+        launches.row,
+        launches.start_ns,
+        0,
+        0,
+        int(midx.size),
+        tuple(notes) + _overlap_note(ms_all[kept], me_all[kept]),
+        tuple(labels),
+    )
+
+
+def _gpu_windows(
+    ev: pd.DataFrame,
+    midx: I64,
+    labels: list[StepLabel],
+    keep: npt.NDArray[np.bool_],
+    launches: _Launches,
+    notes: list[str],
+) -> UnitSteps:
+    """GPU units: each GPU activity goes to the innermost marker around its launch; a selected
+    marker's window is [first start, last end) of its activities (ns); markers that launched
+    nothing give no window (a note names them)."""
+    start = ev["start_ns"].to_numpy()
+    end = ev["end_ns"].to_numpy()
+    gidx = launches.gidx
     ms_all, me_all = start[midx], end[midx]
-    keep = np.ones(midx.size, dtype=bool)
-    if options.steps is not None:
-        keep = np.array([options.steps.matches(step_number(lbl)) for lbl in labels], dtype=bool)
-
-    if not gpu:
-        kept = np.flatnonzero(keep)
-        return UnitSteps(
-            gpu,
-            tuple(labels[i] for i in kept),
-            ms_all[kept].astype(np.int64),
-            me_all[kept].astype(np.int64),
-            ms_all[kept].astype(np.int64),
-            me_all[kept].astype(np.int64),
-            event_window,
-            launch_row,
-            launch_start,
-            0,
-            0,
-            markers_found,
-            tuple(notes) + _overlap_note(ms_all[kept], me_all[kept]),
-            tuple(labels),
-        )
-
-    # innermost containing marker of each launch: markers sorted by (start, end desc, order desc)
-    order = np.lexsort((-np.arange(midx.size), -me_all, ms_all))
-    ms, me = ms_all[order], me_all[order]
-    enc = _enclosing(ms, me)
-    ls = launch_start[gidx]
-    has = ls != NO_LAUNCH
-    sorted_hit = np.full(gidx.size, -1, dtype=np.int64)
-    sorted_hit[has] = innermost_marker(ms, me, enc, ls[has])
-    marker = np.where(sorted_hit >= 0, order[np.maximum(sorted_hit, 0)], -1)
-    outside = int((has & (marker < 0)).sum())
+    ls = launches.start_ns[gidx]
+    marker = _launch_markers(ms_all, me_all, ls)
+    outside = int(((ls != NO_LAUNCH) & (marker < 0)).sum())
     if outside:
         notes.append(
             f"{outside} GPU activities were launched outside every step marker (in no step)"
         )
     marker = np.where(marker >= 0, np.where(keep[np.maximum(marker, 0)], marker, -1), -1)
-
-    # window of each marker: [min start, max end) of its activities
     assigned = marker >= 0
     m_of = marker[assigned]
-    lo = np.full(midx.size, np.iinfo(np.int64).max, dtype=np.int64)
-    hi = np.full(midx.size, np.iinfo(np.int64).min, dtype=np.int64)
-    np.minimum.at(lo, m_of, start[gidx[assigned]])
-    np.maximum.at(hi, m_of, end[gidx[assigned]])
-    has_work = np.bincount(m_of, minlength=midx.size) > 0
+    lo, hi, has_work = _marker_spans(m_of, start[gidx[assigned]], end[gidx[assigned]], midx.size)
     empty = np.flatnonzero(keep & ~has_work)
     if empty.size:
         shown = describe_steps([labels[i] for i in empty])
@@ -327,23 +373,49 @@ def assign_steps(
     kept = np.flatnonzero(keep & has_work)
     window_of_marker = np.full(midx.size, -1, dtype=np.int64)
     window_of_marker[kept] = np.arange(kept.size)
+    event_window = np.full(len(ev), -1, dtype=np.int64)
     event_window[gidx[assigned]] = window_of_marker[m_of]
     return UnitSteps(
-        gpu,
+        True,
         tuple(labels[i] for i in kept),
         lo[kept],
         hi[kept],
         ms_all[kept].astype(np.int64),
         me_all[kept].astype(np.int64),
         event_window,
-        launch_row,
-        launch_start,
-        no_launch,
+        launches.row,
+        launches.start_ns,
+        launches.no_launch,
         outside,
-        markers_found,
+        int(midx.size),
         tuple(notes) + _overlap_note(ms_all, me_all),
         tuple(labels),
     )
+
+
+def _launch_markers(ms_all: I64, me_all: I64, launch_start: I64) -> I64:
+    """Per launch start (ns; :data:`NO_LAUNCH` for none): the innermost marker containing it, as
+    an index into the markers in label order (``ms_all``/``me_all``), -1 for none."""
+    # innermost_marker wants markers sorted by (start, end descending, trace order descending)
+    order = np.lexsort((-np.arange(ms_all.size), -me_all, ms_all))
+    ms, me = ms_all[order], me_all[order]
+    enc = _enclosing(ms, me)
+    has = launch_start != NO_LAUNCH
+    sorted_hit = np.full(launch_start.size, -1, dtype=np.int64)
+    sorted_hit[has] = innermost_marker(ms, me, enc, launch_start[has])
+    return np.where(sorted_hit >= 0, order[np.maximum(sorted_hit, 0)], -1)
+
+
+def _marker_spans(
+    m_of: I64, start: I64, end: I64, n_markers: int
+) -> tuple[I64, I64, npt.NDArray[np.bool_]]:
+    """Per marker: [min start, max end) of the activities assigned to it (``m_of``: the marker
+    of each activity, ``start``/``end`` in ns), and whether it has any."""
+    lo = np.full(n_markers, np.iinfo(np.int64).max, dtype=np.int64)
+    hi = np.full(n_markers, np.iinfo(np.int64).min, dtype=np.int64)
+    np.minimum.at(lo, m_of, start)
+    np.maximum.at(hi, m_of, end)
+    return lo, hi, np.bincount(m_of, minlength=n_markers) > 0
 
 
 def _overlap_note(ms: I64, me: I64) -> tuple[str, ...]:

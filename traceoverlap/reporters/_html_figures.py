@@ -301,29 +301,54 @@ def timeline_figure(
         rows.append("phases")
     rows.extend(b.label for b in bands)
     rows.extend(lane.label for lane in lanes)
-    row_px = 30
-    n_rows = len(rows)
     fig = go.Figure()
-    y_top, y_bottom = -0.5, n_rows - 0.5
-    row_y = {label: i for i, label in enumerate(rows)}
-
     if exposed[0].size:
-        xs, ys = rects(exposed[0], exposed[1], origin, y_top, y_bottom)
-        fig.add_trace(
-            go.Scatter(
-                x=xs,
-                y=ys,
-                mode="lines",
-                fill="toself",
-                fillcolor="rgba(213,94,0,0.08)",
-                line=dict(width=0),
-                hoverinfo="skip",
-                showlegend=False,
-                name="exposed (shading)",
+        fig.add_trace(_exposed_shading(exposed, origin, len(rows)))
+    bars = _Bars(fig, {label: i for i, label in enumerate(rows)}, origin)
+    if phases is not None:
+        _add_phases(bars, phases, window_ns)
+    for band in bands:
+        for kind, (s, e) in band.intervals.items():
+            bars.add(
+                band.label, s, e, COLORS[kind], _BAND_LEGEND.get(kind, kind), band.hover.get(kind)
             )
-        )
+    for lane in lanes:
+        for kind in ("compute", "comm", "memory"):
+            if kind in lane.intervals:
+                s, e = lane.intervals[kind]
+                bars.add(lane.label, s, e, COLORS[kind], KIND_LABELS[kind], lane.hover.get(kind))
+    fig.update_layout(**_timeline_layout(rows, window_ns))
+    return fig
 
-    def add_bars(
+
+def _exposed_shading(exposed: tuple[IntArray, IntArray], origin: int, n_rows: int) -> go.Scatter:
+    """The faint shading of the exposed spans (ns) across every row, as filled rectangles."""
+    xs, ys = rects(exposed[0], exposed[1], origin, -0.5, n_rows - 0.5)
+    return go.Scatter(
+        x=xs,
+        y=ys,
+        mode="lines",
+        fill="toself",
+        fillcolor="rgba(213,94,0,0.08)",
+        line=dict(width=0),
+        hoverinfo="skip",
+        showlegend=False,
+        name="exposed (shading)",
+    )
+
+
+@dataclass
+class _Bars:
+    """Adds horizontal bars to one timeline figure: ``row_y`` is the y of each row label,
+    ``origin`` the ns drawn at x = 0; each legend name is shown once (``shown``)."""
+
+    fig: go.Figure
+    row_y: dict[str, int]
+    origin: int
+    shown: set[str] = field(default_factory=set)
+
+    def add(
+        self,
         label: str,
         s: IntArray,
         e: IntArray,
@@ -332,19 +357,22 @@ def timeline_figure(
         hover: list[str] | None,
         width: float = 0.66,
     ) -> None:
+        """One trace of bars [s, e) (ns) on row ``label`` (in ms since the origin); ``hover``
+        None: a hover box with the row, ``name``, duration and offset of each bar."""
         if s.size == 0:
             return
+        origin = self.origin
         if hover is None:
             hover = [
                 f"<b>{html.escape(label)}</b> · {name}<br>{fmt_ns(int(b - a))} at "
                 f"+{fmt_ns(int(a - origin))}"
                 for a, b in zip(s.tolist(), e.tolist(), strict=True)
             ]
-        fig.add_trace(
+        self.fig.add_trace(
             go.Bar(
                 base=((s - origin) / 1e6).round(6),
                 x=((e - s) / 1e6).round(6),
-                y=np.full(s.size, row_y[label], dtype=float),
+                y=np.full(s.size, self.row_y[label], dtype=float),
                 orientation="h",
                 width=width,
                 marker=dict(color=color, line=dict(width=0)),
@@ -354,75 +382,71 @@ def timeline_figure(
                 name=name,
                 legendgroup=name,
                 legendrank=_LEGEND_RANK.get(name, 50),
-                showlegend=name not in shown,
+                showlegend=name not in self.shown,
             )
         )
-        shown.add(name)
+        self.shown.add(name)
 
-    shown: set[str] = set()
-    if phases is not None:
-        ps, pe, names = phases
-        hover = [
-            f"<b>{html.escape(n)}</b><br>{fmt_ns(int(b - a))} at +{fmt_ns(int(a - origin))}"
-            for n, a, b in zip(names, ps.tolist(), pe.tolist(), strict=True)
-        ]
-        add_bars("phases", ps, pe, "rgba(120,120,120,0.30)", "phases", hover, width=0.76)
-        mid = ((ps + pe) / 2 - origin) / 1e6
-        fig.add_trace(
-            go.Scatter(
-                x=mid.round(6),
-                y=np.full(mid.size, row_y["phases"], dtype=float),
-                mode="text",
-                text=[
-                    short(n, 28) if (b - a) >= 0.06 * window_ns else ""
-                    for n, a, b in zip(names, ps.tolist(), pe.tolist(), strict=True)
-                ],
-                textfont=dict(size=11, color="#333"),
-                hoverinfo="skip",
-                showlegend=False,
-                name="phase labels",
-            )
-        )
-    for band in bands:
-        for kind, (s, e) in band.intervals.items():
-            add_bars(
-                band.label, s, e, COLORS[kind], _BAND_LEGEND.get(kind, kind), band.hover.get(kind)
-            )
-    for lane in lanes:
-        for kind in ("compute", "comm", "memory"):
-            if kind in lane.intervals:
-                s, e = lane.intervals[kind]
-                add_bars(lane.label, s, e, COLORS[kind], KIND_LABELS[kind], lane.hover.get(kind))
 
-    height = 90 + row_px * n_rows + 60
-    fig.update_layout(
-        **base_layout(
-            height=max(height, 260),
-            barmode="overlay",
-            hovermode="closest",
-            xaxis=dict(
-                title=dict(text="time since the start of the step window (ms)"),
-                range=[0, window_ns / 1e6],
-                gridcolor="#ececec",
-                zeroline=False,
-                showline=True,
-                linecolor="#999",
-            ),
-            yaxis=dict(
-                tickmode="array",
-                tickvals=list(range(n_rows)),
-                ticktext=rows,
-                range=[y_bottom, y_top],
-                fixedrange=True,
-                showgrid=False,
-                zeroline=False,
-                automargin=True,
-            ),
-            margin=dict(l=10, r=20, t=50, b=55),
-            dragmode="zoom",
+def _add_phases(
+    bars: _Bars, phases: tuple[IntArray, IntArray, Sequence[str]], window_ns: int
+) -> None:
+    """The phases row: one grey bar per phase range (ns), and its name written over it when
+    the range is at least 6 % of the window."""
+    ps, pe, names = phases
+    origin = bars.origin
+    hover = [
+        f"<b>{html.escape(n)}</b><br>{fmt_ns(int(b - a))} at +{fmt_ns(int(a - origin))}"
+        for n, a, b in zip(names, ps.tolist(), pe.tolist(), strict=True)
+    ]
+    bars.add("phases", ps, pe, "rgba(120,120,120,0.30)", "phases", hover, width=0.76)
+    mid = ((ps + pe) / 2 - origin) / 1e6
+    bars.fig.add_trace(
+        go.Scatter(
+            x=mid.round(6),
+            y=np.full(mid.size, bars.row_y["phases"], dtype=float),
+            mode="text",
+            text=[
+                short(n, 28) if (b - a) >= 0.06 * window_ns else ""
+                for n, a, b in zip(names, ps.tolist(), pe.tolist(), strict=True)
+            ],
+            textfont=dict(size=11, color="#333"),
+            hoverinfo="skip",
+            showlegend=False,
+            name="phase labels",
         )
     )
-    return fig
+
+
+def _timeline_layout(rows: Sequence[str], window_ns: int) -> dict[str, Any]:
+    """The timeline's layout: 30 px per row, x in ms over the step window, rows top down."""
+    n_rows = len(rows)
+    height = 90 + 30 * n_rows + 60
+    return base_layout(
+        height=max(height, 260),
+        barmode="overlay",
+        hovermode="closest",
+        xaxis=dict(
+            title=dict(text="time since the start of the step window (ms)"),
+            range=[0, window_ns / 1e6],
+            gridcolor="#ececec",
+            zeroline=False,
+            showline=True,
+            linecolor="#999",
+        ),
+        yaxis=dict(
+            tickmode="array",
+            tickvals=list(range(n_rows)),
+            ticktext=list(rows),
+            range=[n_rows - 0.5, -0.5],
+            fixedrange=True,
+            showgrid=False,
+            zeroline=False,
+            automargin=True,
+        ),
+        margin=dict(l=10, r=20, t=50, b=55),
+        dragmode="zoom",
+    )
 
 
 _LEGEND_RANK = {

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 import plotly.graph_objects as go
 import plotly.io as pio
@@ -378,9 +379,26 @@ def _heatmap_section(page: Page, steps: pd.DataFrame) -> str:
 
 
 def _timeline_section(page: Page, analysis: Analysis, d: StepDetail) -> str:
-    lo, hi = d.start_ns, d.end_ns
-    rows = d.activities
-    # which (lane, kind) pairs get one bar per activity: the smallest first, within the budget
+    """The timeline of one step: its lanes, the exposed / overlapped bands and phases, and the
+    text that reads the step's numbers and verdict."""
+    where = _unit(d.rank, d.device, analysis)
+    lanes = _timeline_lanes(page, d, where)  # their merge lines come first on the page
+    bands = _timeline_bands(page, d, where)
+    ps, pe, names = d.phases
+    cap = figs.PHASE_CAP
+    phases = (ps[:cap], pe[:cap], list(names[:cap])) if ps.size else None
+    fig = figs.timeline_figure(lanes, bands, phases, d.exposed, d.start_ns, d.end_ns - d.start_ns)
+    return (
+        f"<section id='timeline'><h2>Timeline of {_step_name(d.step)} on {where}</h2>"
+        + _timeline_text(analysis, d)
+        + page.plot("timeline", fig)
+        + "</section>"
+    )
+
+
+def _detailed_pairs(rows: pd.DataFrame) -> set[tuple[str, str]]:
+    """The (lane, kind) pairs drawn with one bar per activity: the smallest first, while their
+    activities fit in :data:`~._html_figures.DETAIL_BUDGET`; the others are merged."""
     counts = rows.groupby(["lane", "kind"], sort=True).size().reset_index(name="n")
     counts = counts.sort_values(["n", "lane", "kind"], kind="stable")
     detailed = set()
@@ -389,8 +407,17 @@ def _timeline_section(page: Page, analysis: Analysis, d: StepDetail) -> str:
         if n <= budget:
             detailed.add((lane, str(kind)))
             budget -= int(n)
+    return detailed
+
+
+def _timeline_lanes(page: Page, d: StepDetail, where: str) -> list[figs.Lane]:
+    """One row per lane of the step (GPU stream / host thread), per kind either every activity
+    with its own hover, or merged spans (:func:`~._html_figures.coarsen`) with a line on the
+    page saying how many activities each drawing stands for."""
+    lo = d.start_ns
+    rows = d.activities
+    detailed = _detailed_pairs(rows)
     unit = "kernels" if d.gpu else "ops"
-    where = _unit(d.rank, d.device, analysis)
     lanes = []
     for lane in d.lanes:
         sub = rows[rows["lane"] == lane]
@@ -418,33 +445,42 @@ def _timeline_section(page: Page, analysis: Analysis, d: StepDetail) -> str:
                     f"drawn as {ms.size:,} merged span{'s' if ms.size != 1 else ''} ({how})"
                 )
         lanes.append(fl)
+    return lanes
 
+
+def _timeline_bands(page: Page, d: StepDetail, where: str) -> list[figs.Lane]:
+    """The derived rows: the exposed communication by cause, and the overlapped part."""
     exposed_band = figs.Lane("exposed comm")
     for cause in _CAUSES:
         s, e = d.exposed_by_cause.get(cause, (np.zeros(0, np.int64), np.zeros(0, np.int64)))
         if s.size == 0:
             continue
-        ms, me, gap = figs.coarsen(s, e, figs.BAND_CAP)
-        if gap:
-            page.merged.append(
-                f"{where} step {d.step}, exposed ({cause}): {s.size:,} spans drawn as "
-                f"{ms.size:,} (gaps up to {fmt_ns(gap)} closed)"
-            )
-        exposed_band.intervals[cause] = (ms, me)
+        what = f"{where} step {d.step}, exposed ({cause})"
+        exposed_band.intervals[cause] = _band_spans(page, what, s, e)
     overlap_band = figs.Lane("overlapped")
     s, e = d.overlap
+    overlap_band.intervals["overlap"] = _band_spans(
+        page, f"{where} step {d.step}, overlapped", s, e
+    )
+    return [exposed_band, overlap_band]
+
+
+def _band_spans(
+    page: Page, what: str, s: npt.NDArray[np.int64], e: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """A band's spans (ns) within :data:`~._html_figures.BAND_CAP`; when gaps had to be closed
+    to get there, a line on the page says so."""
     ms, me, gap = figs.coarsen(s, e, figs.BAND_CAP)
     if gap:
         page.merged.append(
-            f"{where} step {d.step}, overlapped: {s.size:,} spans drawn as {ms.size:,} "
-            f"(gaps up to {fmt_ns(gap)} closed)"
+            f"{what}: {s.size:,} spans drawn as {ms.size:,} (gaps up to {fmt_ns(gap)} closed)"
         )
-    overlap_band.intervals["overlap"] = (ms, me)
-    ps, pe, names = d.phases
-    cap = figs.PHASE_CAP
-    phases = (ps[:cap], pe[:cap], list(names[:cap])) if ps.size else None
-    fig = figs.timeline_figure(lanes, [exposed_band, overlap_band], phases, d.exposed, lo, hi - lo)
+    return ms, me
 
+
+def _timeline_text(analysis: Analysis, d: StepDetail) -> str:
+    """What the timeline shows: which step and why that one, its numbers (window, compute,
+    communication, overlap, exposed by cause, idle) and verdict, and how to read the rows."""
     srow = analysis.step_row(d.rank, d.step, d.device)
     name = _step_name(d.step)
     why = "as asked" if d.chosen == "asked" else "the median step by step time"
@@ -464,7 +500,6 @@ def _timeline_section(page: Page, analysis: Analysis, d: StepDetail) -> str:
         if int(srow[f"exposed_{c}_ns"]) > 0
     )
     return (
-        f"<section id='timeline'><h2>Timeline of {name} on {where}</h2>"
         f"<p class='explain'>{name[0].upper() + name[1:]} ({choose}"
         f"<code>--timeline-rank R</code>): {fmt_ns(srow['step_ns'])} window, "
         f"compute {fmt_ns(srow['compute_ns'])}, communication {fmt_ns(srow['comm_ns'])} of which "
@@ -478,8 +513,6 @@ def _timeline_section(page: Page, analysis: Analysis, d: StepDetail) -> str:
         "communication coloured by why it was exposed; <b>overlapped</b> is the hidden part; "
         "exposed spans are also shaded across every row. Hover a bar for its name, duration and "
         "collective; drag to zoom, double-click to reset.</p>"
-        + page.plot("timeline", fig)
-        + "</section>"
     )
 
 
