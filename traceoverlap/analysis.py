@@ -659,10 +659,13 @@ def _notes(
     no_launch = {u.trace.rank: u.no_launch for u in units if u.no_launch}
     if no_launch:
         total = sum(no_launch.values())
+        lo, hi = min(no_launch.values()), max(no_launch.values())
         per = (
             ""
             if len(no_launch) == 1
-            else f" ({min(no_launch.values()):,}-{max(no_launch.values()):,} per rank)"
+            else f" ({lo:,} per rank)"
+            if lo == hi
+            else f" ({lo:,}-{hi:,} per rank)"
         )
         plain.append(
             f"{_rank_list(sorted(no_launch))}: {total:,} GPU activities have no launch record in "

@@ -170,7 +170,7 @@ def join_launches(ev: pd.DataFrame, gidx: I64) -> I64:
     return out
 
 
-def _no_marker_note(ev: pd.DataFrame, pattern: str, default_regex: bool) -> str:
+def _no_marker_note(ev: pd.DataFrame, pattern: str) -> str:
     """Say the whole capture is one window, and suggest the repeating ranges that could be steps."""
     text = f"no step markers matching {pattern!r}; the whole capture is one window 'all'"
     ann = ev[ev["category"] == "annotation"]
@@ -220,7 +220,7 @@ def assign_steps(
         if act.size == 0:
             event_window = np.full(len(ev), -1, dtype=np.int64)
             return _empty(gpu, event_window, launches.row, launches.start_ns, notes, "no activity")
-        notes.append(_no_marker_note(ev, pattern, options.step_regex is None))
+        notes.append(_no_marker_note(ev, pattern))
         return _whole_capture(ev, act, gpu, launches, notes)
     names = ev["name"].to_numpy()[midx].astype(str).tolist()
     labels, repeat_note = marker_labels(names, rx)
