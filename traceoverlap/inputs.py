@@ -118,7 +118,7 @@ def run_map(
         if scheduler:
             raise UsageError(
                 "standard input (-) can only be read here, not on a Dask cluster: save it to a "
-                "file the workers can read, or drop --scheduler"
+                "file the workers can read, or analyse it without a scheduler"
             )
         jobs = 1
     if scheduler:
@@ -141,7 +141,7 @@ def _dask_map(
         from dask.distributed import Client, LocalCluster
     except ImportError:
         raise UsageError(
-            "--scheduler needs Dask: pip install 'traceoverlap[dask]' (dask.distributed)"
+            "the Dask scheduler needs Dask: pip install 'traceoverlap[dask]' (dask.distributed)"
         ) from None
     cluster = None
     try:
@@ -158,7 +158,7 @@ def _dask_map(
             client = Client(scheduler, timeout="15s")  # type: ignore[no-untyped-call]
     except OSError as exc:
         raise UsageError(
-            f"--scheduler {scheduler}: cannot connect to the Dask cluster ({exc})"
+            f"Dask scheduler {scheduler}: cannot connect to the Dask cluster ({exc})"
         ) from None
     try:
         futures = client.map(task, names, pure=False)
