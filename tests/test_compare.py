@@ -132,3 +132,18 @@ def test_cli_compare_html_side_by_side(tmp_path: Path) -> None:
     assert page.count("plotly.js v") == 1  # the library's banner: embedded once
     ranges = re.findall(r'"yaxis":\{"gridcolor":"#e6e6e6","range":\[0,([0-9.]+)\]', page)
     assert len(ranges) == 2 and ranges[0] == ranges[1]
+
+
+def test_compare_a_run_without_communication_prints_no_nan() -> None:
+    # the candidate has no communication at all: its overlap ratio is undefined (null), and the
+    # headline and table show "-" for it, never "nan%"
+    from traceoverlap.reporters.compare_text import render_json, render_table
+
+    base = analyze(_run(100, (0, 60), (60, 100)))
+    ev = _run(60, (0, 60), (0, 0)).events
+    cand = analyze(Timeline(ev[ev["name"] != "gloo:all_reduce"], _run(60, (0, 60), (0, 0)).traces))
+    c = compare(base, cand)
+    text = headline(c) + render_table(c) + render_json(c)
+    # "nan" is a substring of "dominant": look for the tokens a NaN would print as
+    assert not re.search(r"\bnan\b|\bNaN\b", text, re.IGNORECASE)
+    assert c.metric("overlap_ratio")["candidate"] is None

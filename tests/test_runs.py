@@ -183,3 +183,96 @@ def test_no_markers_suggests_the_repeating_ranges() -> None:
     assert res.steps.iloc[0]["step"] == "all"
     note = next(n for n in res.notes if "one window 'all'" in n)
     assert "step[" in note and "--step-regex '^step\\['" in note
+
+
+def test_a_far_away_activity_does_not_break_the_packing() -> None:
+    # 1,100 steps of one kernel each, plus one kernel whose clock glitched to ~1e16 ns (launched in
+    # the last step) and one launched at 0 in the first: the grouped interval algebra packs each
+    # step in its own slot, so one huge window costs nothing to the others (it used to fail with
+    # "interval groups too wide to pack")
+    n = 1_100
+    kernels = [("k", 7, 1_000 * i + 10, 1_000 * i + 20) for i in range(n)]
+    kernels.append(("glitch", 7, 10**16, 10**16 + 5))
+    kernels.append(("early", 7, 0, 1))
+    launch = [1_000 * i + 1 for i in range(n)] + [1_000 * (n - 1) + 2, 2]
+    steps = [(f"ProfilerStep#{i}", 1_000 * i, 1_000 * i + 500) for i in range(n)]
+    res = analyze(gpu_timeline(kernels, steps, launch_at=launch))
+    s = res.steps.set_index("step")
+    assert len(s) == n
+    assert s.loc[n - 1, "step_ns"] == 10**16 + 5 - (1_000 * (n - 1) + 10)
+    assert s.loc[0, "step_ns"] == 20 and s.loc[5, "step_ns"] == 10
+
+
+def _cpu_rank(
+    rank: int, comm: list[tuple[int, int]], shift: int = 0, step_end: int = 10_000
+) -> Timeline:
+    rows = [("annotation", "ProfilerStep#1", 0 + shift, step_end + shift, 1, "python")]
+    rows += [
+        ("annotation", "gloo:all_reduce", s + shift, e + shift, 2, "pt_gloo_runloop")
+        for s, e in comm
+    ]
+    cat, name, start, end, tid, thread = (list(x) for x in zip(*rows, strict=True))
+    ev = make_events(
+        len(rows),
+        {
+            "rank": rank,
+            "category": cat,
+            "name": name,
+            "start_ns": start,
+            "end_ns": end,
+            "tid": tid,
+            "thread_name": thread,
+        },
+    )
+    info = TraceInfo(
+        path=f"r{rank}.json",
+        format="kineto",
+        rank=rank,
+        clock="unix",
+        world_size=128,
+        rank_source="distributedInfo",
+    )
+    return Timeline(ev, (info,))
+
+
+def test_order_matches_that_cannot_overlap_in_time_are_not_used() -> None:
+    # two ranks of a 128-rank job whose captures began at different collectives: matched by
+    # order, rank 1's n-th all-reduce is rank 0's (n+1)-th. The all-reduces are irregularly
+    # spaced (rank 0 at 0, 1, 5, 6, 20 ms, each 100 us), so no single clock offset lines the
+    # pairs up: end-time differences are 1, 4, 1, 14, 10 ms, median 4 ms (under the 10 ms unix
+    # skew limit, so tried), which makes only pair 2 (1 ms vs 5 ms) share an instant; zero
+    # offsets make none. So 1 consistent match; 4 are counted as inconsistent and not used.
+    starts0 = [0, 1, 5, 6, 20]
+    starts1 = [1, 5, 6, 20, 30]
+    r0 = _cpu_rank(0, [(s * MS, s * MS + 100_000) for s in starts0], step_end=40 * MS)
+    r1 = _cpu_rank(1, [(s * MS, s * MS + 100_000) for s in starts1], step_end=40 * MS)
+    res = analyze(concat_timelines([r0, r1]))
+    c = res.collectives
+    assert c is not None
+    assert (c.n_inconsistent, c.n_matched) == (4, 1)
+    assert any("not consistent in time" in n for n in res.notes)
+    assert (res.steps["exposed_wait_ns"] == 0).all()
+
+
+def test_point_to_point_in_a_large_group_is_not_matched() -> None:
+    # three GPU ranks each running a SendRecv kernel with no process group: a transfer pairs two
+    # ranks and the trace does not say which, so none is matched across the three
+    kern = [("gemm", 7, 0, 10 * MS), ("ncclDevKernel_SendRecv", 20, 5 * MS, 15 * MS)]
+    ranks = []
+    for r in range(3):
+        tl = gpu_timeline(kern, [("ProfilerStep#1", 0, 20 * MS)], [1, 1], rank=r)
+        ranks.append(Timeline(tl.events, (replace(tl.traces[0], clock="unix"),)))
+    res = analyze(concat_timelines(ranks))
+    assert res.collectives is not None and res.collectives.n_matched == 0
+    assert any("point-to-point" in n for n in res.notes)
+    # with exactly two ranks, the pair is matched
+    res2 = analyze(concat_timelines(ranks[:2]))
+    assert res2.collectives is not None and res2.collectives.n_matched == 1
+
+
+def test_identical_notes_of_many_ranks_are_grouped() -> None:
+    # 6 ranks without step markers: one note "ranks 0-5: no step markers ...", not six
+    ranks = [gpu_timeline([("gemm", 7, 0, 10)], rank=r) for r in range(6)]
+    res = analyze(concat_timelines(ranks))
+    marker_notes = [n for n in res.notes if "no step markers" in n]
+    assert len(marker_notes) == 1 and marker_notes[0].startswith("ranks 0-5: ")
