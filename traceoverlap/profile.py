@@ -258,6 +258,26 @@ def _run(cmd: Sequence[str], what: str) -> None:
         raise TraceoverlapError(f"{what} failed (exit {rc}); its own error is printed above")
 
 
+def _run_quiet(cmd: Sequence[str], output: Path, cannot_start: str, failed: str) -> None:
+    """Run a tool with its output captured (shown only on failure): it must exit 0 and write
+    ``output``; otherwise one line, ending with the tool's last line of output."""
+    try:
+        proc = subprocess.run(
+            list(cmd),
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=3600,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise TraceoverlapError(f"{cannot_start}: {exc}") from None
+    if proc.returncode != 0 or not output.is_file():
+        lines = [ln.strip() for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()]
+        last = lines[-1][-300:] if lines else f"exit status {proc.returncode}"
+        raise TraceoverlapError(f"{failed}: {last}")
+
+
 def _kill_session(proc: subprocess.Popen[bytes]) -> None:
     """Stop ``nsys profile`` (started in its own session), everything it started in that
     session, and the profiling agent it started in another one (``--session-name=...-{pid}``)."""
@@ -318,22 +338,13 @@ def _import_qdstrm(nsys: str, qdstrm: Path) -> None:
         f"{importer}",
         file=sys.stderr,
     )
-    try:
-        proc = subprocess.run(
-            [str(importer), "-i", str(qdstrm)],
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=3600,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise TraceoverlapError(f"could not run {importer}: {exc}") from None
     report = qdstrm.with_suffix(".nsys-rep")
-    if proc.returncode != 0 or not report.is_file():
-        lines = [ln.strip() for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()]
-        last = lines[-1][-300:] if lines else f"exit status {proc.returncode}"
-        raise TraceoverlapError(f"{importer} could not import {qdstrm}: {last}")
+    _run_quiet(
+        [str(importer), "-i", str(qdstrm)],
+        report,
+        f"could not run {importer}",
+        f"{importer} could not import {qdstrm}",
+    )
     qdstrm.unlink()  # tens of MB of raw capture, now in the report
 
 
@@ -393,18 +404,9 @@ def run_profile(opts: ProfileOptions, out: Path, *, nsys: bool = False) -> list[
 
 def _export(nsys: str, rep: Path, sqlite: Path) -> None:
     """``nsys export`` to SQLite; its progress bar is shown only when it fails."""
-    try:
-        proc = subprocess.run(
-            nsys_export_command(rep, sqlite, nsys),
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=3600,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise TraceoverlapError(f"could not run nsys export: {exc}") from None
-    if proc.returncode != 0 or not sqlite.is_file():
-        lines = [ln.strip() for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()]
-        last = lines[-1][-300:] if lines else f"exit status {proc.returncode}"
-        raise TraceoverlapError(f"nsys export of {rep} to SQLite failed: {last}")
+    _run_quiet(
+        nsys_export_command(rep, sqlite, nsys),
+        sqlite,
+        "could not run nsys export",
+        f"nsys export of {rep} to SQLite failed",
+    )
