@@ -76,7 +76,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from ..errors import TraceFormatError
-from ..model import CATEGORIES, Timeline, TraceInfo, make_events
+from ..model import CATEGORIES, Timeline, TraceInfo, make_events, per_category
 from ._sqlite_columns import INT, OTHER, Columns, read_columns
 
 __all__ = ["read_nsys", "read_nsys_rep", "SQLITE_MAGIC"]
@@ -545,16 +545,11 @@ def _rank_numbers(values: Obj) -> I64:
 
 def _ranks_running(events: pd.DataFrame, category: str, pattern: re.Pattern[str]) -> set[int]:
     """Ranks with events of ``category`` whose name matches ``pattern``."""
-    names = events["name"].cat
-    cats = names.categories
     cat_mask = (events["category"] == category).to_numpy()
-    codes = names.codes.to_numpy()
-    used = pd.unique(codes[cat_mask])
-    used = used[used >= 0]
-    hit_cats = np.zeros(len(cats), dtype=bool)
-    hit_cats[used] = [pattern.search(str(cats[c])) is not None for c in used]
-    hit = cat_mask & (codes >= 0)
-    hit[hit] = hit_cats[codes[hit]]
+    matches = per_category(
+        events["name"], lambda n: pattern.search(n) is not None, rows=cat_mask, dtype=bool
+    )
+    hit = cat_mask & matches[events["name"].cat.codes.to_numpy()]
     return {int(r) for r in pd.unique(events["rank"].to_numpy()[hit])}
 
 
