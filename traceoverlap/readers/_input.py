@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import re
 import select
 import stat
 import zlib
@@ -35,6 +36,7 @@ __all__ = [
     "GZIP_MAX_RATIO",
     "is_stream",
     "label",
+    "rank_from_filename",
     "read_input",
     "read_raw",
     "is_gzip",
@@ -81,6 +83,16 @@ def is_stream(path: str | Path) -> bool:
 def label(path: str | Path) -> str:
     """How messages name the input: ``<stdin>`` for ``-``, else the path as given."""
     return "<stdin>" if str(path) == STDIN else str(path)
+
+
+_RANK_IN_NAME = re.compile(r"(?:^|[^a-z0-9])rank[-_]?(\d+)(?![0-9])", re.IGNORECASE)
+
+
+def rank_from_filename(path: str | Path) -> int | None:
+    """The rank written in a file name (``rank-3``, ``rank3``, ``_rank3``, ``rank_3``), else None:
+    one spelling for every reader."""
+    m = _RANK_IN_NAME.search(Path(path).name)
+    return int(m.group(1)) if m else None
 
 
 def _unicode_encoding(head: bytes) -> str | None:

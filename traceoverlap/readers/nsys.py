@@ -77,6 +77,7 @@ import pandas as pd
 
 from ..errors import TraceFormatError
 from ..model import CATEGORIES, Timeline, TraceInfo, make_events, per_category
+from ._input import rank_from_filename
 from ._sqlite_columns import INT, OTHER, Columns, read_columns
 
 __all__ = ["read_nsys", "read_nsys_rep", "SQLITE_MAGIC"]
@@ -120,8 +121,6 @@ _MEMCPY_LABELS = {
     10: "Peer-to-Peer",
 }
 
-# Same spelling as the Kineto reader accepts: rank-3, rank3, _rank3, rank_3.
-_RANK_IN_NAME = re.compile(r"(?:^|[^a-z0-9])rank[-_]?(\d+)(?![0-9])", re.IGNORECASE)
 _RANK_TEXT = re.compile(r"^\s*\[?\s*rank\s*[:=#_ ]?\s*(\d+)\s*\]?\s*$", re.IGNORECASE)
 # Communication ranges a CPU program marks (the reference workloads' gloo:<collective>).
 _GLOO_RANGE = re.compile(r"^gloo:")
@@ -1250,10 +1249,10 @@ class _Reader:
         nvtx_ranks = self.ranks_from_nvtx(pids, nvtx) if one_group_each else None
         if nvtx_ranks is not None:
             return groups, [nvtx_ranks[p] for p, _ in groups], "nvtx", None
-        m = _RANK_IN_NAME.search(self.path.name)
-        if m is not None and len(groups) == 1:
+        named = rank_from_filename(self.path)
+        if named is not None and len(groups) == 1:
             # one export per rank, named after it (rank3.sqlite): common with torchrun + nsys
-            return groups, [int(m.group(1))], "filename", None
+            return groups, [named], "filename", None
         return groups, list(range(len(groups))), "process-order", None
 
     def ranks_from_environment(self, pids: list[int]) -> tuple[dict[int, int] | None, int | None]:

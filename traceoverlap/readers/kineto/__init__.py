@@ -49,12 +49,12 @@ import msgspec
 
 from ...errors import NotATraceError
 from ...model import Timeline
-from .._input import Buffer, is_gzip, label, prepare, read_raw
+from .._input import Buffer, is_gzip, label, prepare, rank_from_filename, read_raw
 from . import _document
 from ._categories import CATEGORY_MAP
 from ._columns import DTYPE_BYTES, Columns
 from ._decode import FLOWS
-from ._metadata import Meta, rank_from_filename
+from ._metadata import Meta
 from ._table import build_timeline
 from ._values import MAX_WORLD_SIZE, us_to_ns
 

@@ -7,14 +7,13 @@ then comes from the file name, else is assumed 0, and the first note says which.
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
 from typing import Any
 
 import msgspec
 import numpy as np
 
 from ...model import TraceInfo
+from .._input import rank_from_filename
 from ._categories import GPU_ACTIVITY_CODES
 from ._decode import META_FIELDS, Head, any_or_none
 from ._values import INT32_MAX, INT64_MAX, MAX_WORLD_SIZE, int_field
@@ -37,15 +36,6 @@ class Meta:
         self.deviceProperties: Any = values["deviceProperties"]
         self.distributedInfo: Any = values["distributedInfo"]
         self.baseTimeNanoseconds: Any = values["baseTimeNanoseconds"]
-
-
-_RANK_IN_NAME = re.compile(r"(?:^|[^a-z0-9])rank[-_]?(\d+)(?![0-9])", re.IGNORECASE)
-
-
-def rank_from_filename(path: str | Path) -> int | None:
-    """The rank written in a file name (``rank-3``, ``rank3``, ``_rank3``, ``rank_3``), else None."""
-    m = _RANK_IN_NAME.search(Path(path).name)
-    return int(m.group(1)) if m else None
 
 
 def _short(v: Any) -> str:
