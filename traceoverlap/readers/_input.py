@@ -37,7 +37,6 @@ __all__ = [
     "is_stream",
     "label",
     "rank_from_filename",
-    "read_input",
     "read_raw",
     "is_gzip",
     "gunzip_pieces",
@@ -307,11 +306,6 @@ def _all_ws(data: Buffer) -> bool:
         if bytes(data[i : i + (1 << 20)]).strip(_WS):
             return False
     return True
-
-
-def read_input(path: str | Path) -> Buffer:
-    """The (decompressed, UTF-8) bytes of a trace file, a pipe or standard input."""
-    return prepare(read_raw(path), label(path))
 
 
 def is_gzip(data: Buffer) -> bool:
