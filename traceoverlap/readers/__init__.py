@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..errors import TraceFormatError
 from ..model import Timeline
-from ._input import STDIN, is_stream, label, read_stream, sniff_bytes
+from ._input import STDIN, file_error, is_stream, label, read_stream, sniff_bytes
 
 __all__ = ["read_trace", "sniff_format", "SUPPORTED", "STDIN"]
 
@@ -42,28 +42,18 @@ def sniff_format(path: str | Path) -> str:
         return "stream"
     p = Path(path)
     if p.is_dir():
-        raise TraceFormatError(
-            p, "is a directory, not a trace file", "pass the folder to `analyze`, which expands it"
-        )
+        raise file_error(p, "directory")
     if p.exists() and not p.is_file():
-        raise TraceFormatError(
-            p,
-            "is a device or socket, not a trace file",
-            "pass a trace file, a pipe, or - for standard input",
-        )
+        raise file_error(p, "device")
     try:
         with open(p, "rb") as f:
             head = f.read(64)
     except FileNotFoundError:
-        raise TraceFormatError(p, "file not found", "check the path") from None
+        raise file_error(p, "missing") from None
     except OSError as exc:
         raise TraceFormatError(p, f"cannot read the file: {exc.strerror or exc}") from None
     if not head:
-        raise TraceFormatError(
-            p,
-            "file is empty",
-            "the profiler may not have finished writing it; re-collect the trace",
-        )
+        raise file_error(p, "empty")
     fmt = sniff_bytes(head, p.name)
     if fmt is None:
         raise TraceFormatError(p, "unrecognised file format", f"supported: {SUPPORTED}")

@@ -26,6 +26,7 @@ import stat
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Literal
 
 from ..errors import TraceFormatError
 
@@ -36,6 +37,7 @@ __all__ = [
     "GZIP_MAX_RATIO",
     "is_stream",
     "label",
+    "file_error",
     "rank_from_filename",
     "read_raw",
     "is_gzip",
@@ -82,6 +84,33 @@ def is_stream(path: str | Path) -> bool:
 def label(path: str | Path) -> str:
     """How messages name the input: ``<stdin>`` for ``-``, else the path as given."""
     return "<stdin>" if str(path) == STDIN else str(path)
+
+
+#: What is wrong with a path that is not a readable trace file: (reason, hint).
+_FILE_ERRORS = {
+    "missing": ("file not found", "check the path"),
+    "empty": (
+        "file is empty",
+        "the profiler may not have finished writing it; re-collect the trace",
+    ),
+    "directory": (
+        "is a directory, not a trace file",
+        "pass the folder to `analyze`, which expands it",
+    ),
+    "device": (
+        "is a device or socket, not a trace file",
+        "pass a trace file, a pipe, or - for standard input",
+    ),
+}
+
+
+def file_error(
+    shown: str | Path, kind: Literal["missing", "empty", "directory", "device"]
+) -> TraceFormatError:
+    """The error for a path that is ``"missing"``, ``"empty"``, a ``"directory"`` or a
+    ``"device"``: the same words whoever finds it (sniffing, reading, a pipe)."""
+    reason, hint = _FILE_ERRORS[kind]
+    return TraceFormatError(shown, reason, hint)
 
 
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z0-9])rank[-_]?(\d+)(?![0-9])", re.IGNORECASE)
@@ -187,7 +216,7 @@ def read_stream(path: str | Path) -> bytearray:
         # O_NONBLOCK: opening a FIFO for reading otherwise blocks until a writer opens it.
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
-        raise TraceFormatError(shown, "file not found", "check the path") from None
+        raise file_error(shown, "missing") from None
     except OSError as exc:
         raise TraceFormatError(shown, f"cannot open the pipe: {exc.strerror or exc}") from None
     try:
@@ -276,14 +305,6 @@ def gunzip(raw: bytes | Buffer, shown: str) -> bytearray:
 # Putting it together
 
 
-def _empty(shown: str) -> TraceFormatError:
-    return TraceFormatError(
-        shown,
-        "file is empty",
-        "the profiler may not have finished writing it; re-collect the trace",
-    )
-
-
 def prepare(data: Buffer, shown: str) -> Buffer:
     """Gunzip, re-encode UTF-16/32 as UTF-8, blank a UTF-8 byte order mark; refuse emptiness."""
     if data[:2] == _GZIP_MAGIC:
@@ -296,7 +317,7 @@ def prepare(data: Buffer, shown: str) -> Buffer:
     elif head[:3] == _UTF8_BOM:
         data[0:3] = b"   "  # whitespace is valid JSON; works on the private map too
     if _all_ws(data):
-        raise _empty(shown)
+        raise file_error(shown, "empty")
     return data
 
 
@@ -325,26 +346,18 @@ def read_raw(path: str | Path) -> Buffer:
             if stat.S_ISDIR(st.st_mode):
                 raise IsADirectoryError
             if not stat.S_ISREG(st.st_mode):
-                raise TraceFormatError(
-                    shown,
-                    "is a device or socket, not a trace file",
-                    "pass a trace file, a pipe, or - for standard input",
-                )
+                raise file_error(shown, "device")
             if st.st_size == 0:
-                raise _empty(shown)
+                raise file_error(shown, "empty")
             magic = f.read(2)
             if magic == _GZIP_MAGIC:
                 data: Buffer = bytearray(magic + f.read())
             else:
                 data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
     except FileNotFoundError:
-        raise TraceFormatError(shown, "file not found", "check the path") from None
+        raise file_error(shown, "missing") from None
     except IsADirectoryError:
-        raise TraceFormatError(
-            shown,
-            "is a directory, not a trace file",
-            "pass the folder to `analyze`, which expands it",
-        ) from None
+        raise file_error(shown, "directory") from None
     except (OSError, ValueError) as exc:
         raise TraceFormatError(shown, f"cannot read the file: {exc}") from None
     return data
