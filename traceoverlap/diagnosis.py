@@ -22,8 +22,7 @@ t include one whose launch call started strictly before t.
 
 from __future__ import annotations
 
-import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,15 +42,7 @@ from .steps import NO_LAUNCH, UnitSteps
 I64 = npt.NDArray[np.int64]
 
 
-class Cause(enum.IntEnum):
-    """Why an exposed nanosecond of communication was exposed (diagnosis.md §3)."""
-
-    WAIT = 0
-    TAIL = 1
-    DEPENDENCY = 2
-    HOST = 3
-
-
+#: Why an exposed nanosecond of communication was exposed (diagnosis.md §3), first match wins.
 CAUSES: tuple[str, ...] = ("wait", "tail", "dependency", "host")
 
 #: Verdict classes, in the order the summary lists them.
@@ -82,17 +73,17 @@ class LocalCauses:
     host: GroupedIntervals
 
 
-def _first_starts(acts: ActivityRows, launch_start: I64, n: int) -> tuple[I64, I64, I64]:
+def _first_starts(acts: ActivityRows, launch_start: I64) -> tuple[I64, I64, I64]:
     """Distinct (window, start) of compute activities, sorted, and the earliest launch start among
-    the activities starting there (NO_LAUNCH when none of them has a known launch)."""
+    the activities starting there (int64 max when none of them has a known launch)."""
     comp = acts.kind == Kind.COMPUTE
     g, s = acts.group[comp], acts.start_ns[comp]
-    ls = launch_start[acts.event_row[comp]] if launch_start.size else np.zeros(0, np.int64)
-    # activities without a known launch never count as launched: treat as +inf for the min
-    ls = np.where(ls == NO_LAUNCH, np.iinfo(np.int64).max, ls)
     if g.size == 0:
         z = np.zeros(0, np.int64)
         return z, z.copy(), z.copy()
+    # activities without a known launch never count as launched: treat as +inf for the min
+    ls = launch_start[acts.event_row[comp]]
+    ls = np.where(ls == NO_LAUNCH, np.iinfo(np.int64).max, ls)
     order = np.lexsort((s, g))
     g, s, ls = g[order], s[order], ls[order]
     new = np.ones(g.size, dtype=bool)
@@ -113,7 +104,7 @@ def local_causes(
     (grouped by window) during which a compute thread was blocked in a communication call.
     """
     n = len(steps)
-    ug, us, ulaunch = _first_starts(acts, steps.launch_start_ns, n)
+    ug, us, ulaunch = _first_starts(acts, steps.launch_start_ns)
     # tail zone: from the last compute start of the window (or the window start) to its end
     last = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
     if ug.size:
@@ -209,9 +200,7 @@ def verdict(
 
 # --- findings: what to try, by cause and collective family -------------------------------------
 
-#: Collective families advice is chosen by (diagnosis.md §4).
-FAMILIES = ("AllReduce", "AllGather/ReduceScatter", "SendRecv", "AllToAll", "Other")
-
+#: What to try per (cause or ``transfer-bound``, collective family from :func:`family_of`).
 _ADVICE: dict[tuple[str, str], str] = {
     ("tail", "AllReduce"): (
         "the last gradient all-reduce runs after backward with nothing left to compute: make the "
@@ -624,9 +613,3 @@ def _cause_title(cause: str, family: str, ns: int, total: int) -> str:
         "host": "the host had not launched the next compute yet",
     }[cause]
     return f"{family}: {_ms(ns)} exposed because {what}{_share_text(ns, total)}"
-
-
-def lost_parts(row: Mapping[str, Any]) -> Sequence[tuple[str, int]]:
-    """The lost parts of a step row as (name, ns), largest first (for reports)."""
-    parts = [(label, int(row[key])) for key, label in LOST_PARTS]
-    return sorted(parts, key=lambda p: -p[1])

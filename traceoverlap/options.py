@@ -46,14 +46,20 @@ class Thresholds:
     lost_ratio: float = 0.10
 
     def __post_init__(self) -> None:
-        _check_ratio("lost_ratio", self.lost_ratio)
+        if not _is_ratio(self.lost_ratio):
+            raise UsageError(
+                f"lost_ratio: expected a number between 0 and 1, got {self.lost_ratio!r}"
+            )
 
 
-def _check_ratio(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise UsageError(f"{name}: expected a number between 0 and 1, got {value!r}")
-    if not math.isfinite(value) or not 0 <= value <= 1:
-        raise UsageError(f"{name}: expected a number between 0 and 1, got {value!r}")
+def _is_ratio(value: Any) -> bool:
+    """A number in [0, 1]: not a bool, not NaN or infinite."""
+    return (
+        not isinstance(value, bool)
+        and isinstance(value, int | float)
+        and math.isfinite(value)
+        and 0 <= value <= 1
+    )
 
 
 @dataclass(frozen=True)
@@ -160,7 +166,7 @@ def build_options(
     )
 
 
-#: section -> key -> (expected type description, validator)
+#: section -> key -> what its value must be (checked by :func:`_validate`)
 _CONFIG_KEYS: dict[str, dict[str, str]] = {
     "classify": {"comm_patterns": "a list of regex strings"},
     "steps": {"step_regex": "a regex string"},
@@ -220,9 +226,7 @@ def _validate(p: Path, key: str, expected: str, value: Any) -> Any:
             raise bad()
         compile_regex(value, f"{p}: {key}")
         return value
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise bad()
-    if not math.isfinite(value) or not 0 <= value <= 1:
+    if not _is_ratio(value):
         raise bad()
     return float(value)
 

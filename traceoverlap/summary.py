@@ -85,10 +85,9 @@ def summarize_run(df: pd.DataFrame) -> RunSummary:
     per: dict[str, Summary] = {}
     if not df.empty:
         dev = df["device"].astype(object)
-        n_units = df.assign(_d=dev.where(dev.notna(), -1)).groupby("rank")["_d"].nunique()
-        for (rank, d), g in df.assign(_d=dev.where(dev.notna(), -1)).groupby(
-            ["rank", "_d"], sort=True
-        ):
+        keyed = df.assign(_d=dev.where(dev.notna(), -1))
+        n_units = keyed.groupby("rank")["_d"].nunique()
+        for (rank, d), g in keyed.groupby(["rank", "_d"], sort=True):
             several = int(n_units[rank]) > 1
             per[unit_key(int(rank), None if d == -1 else int(d), several)] = summarize(g)
     return RunSummary(run=summarize(df), ranks=per)
