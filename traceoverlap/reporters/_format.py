@@ -41,10 +41,6 @@ SHORT_BOTTLENECK = {
 }
 
 
-def unit_label(rank: int, device: object, several: bool) -> str:
-    return f"{rank}:{device}" if several and device is not None else str(rank)
-
-
 def several_devices(analysis: Analysis) -> set[int]:
     """Ranks whose process drove several GPUs (their rows carry the device)."""
     ranks = [t.rank for t in analysis.traces]

@@ -27,10 +27,12 @@ import plotly.io as pio
 
 from .. import fmt
 from .._version import __version__
+from ..diagnosis import CAUSES
 from ..errors import UsageError
 from ..fmt import duration as fmt_ns
 from ..fmt import size as fmt_bytes
 from . import _html_figures as figs
+from ._format import several_devices
 from ._html_page import CSS, LOADER, PAGE
 
 if TYPE_CHECKING:
@@ -38,7 +40,6 @@ if TYPE_CHECKING:
 
 PLOTLYJS_MODES = ("embed", "cdn")
 TOP_COLLECTIVES = 10
-_CAUSES = ("wait", "tail", "dependency", "host")
 
 
 def plotly_script(plotlyjs: str) -> str:
@@ -165,8 +166,7 @@ def _step_name(step: Any) -> str:
 
 
 def _unit(rank: int, device: Any, analysis: Analysis) -> str:
-    ranks = [t.rank for t in analysis.traces]
-    if device is not None and ranks.count(rank) > 1:
+    if device is not None and rank in several_devices(analysis):
         return f"rank {rank} (GPU {device})"
     return f"rank {rank}"
 
@@ -451,7 +451,7 @@ def _timeline_lanes(page: Page, d: StepDetail, where: str) -> list[figs.Lane]:
 def _timeline_bands(page: Page, d: StepDetail, where: str) -> list[figs.Lane]:
     """The derived rows: the exposed communication by cause, and the overlapped part."""
     exposed_band = figs.Lane("exposed comm")
-    for cause in _CAUSES:
+    for cause in CAUSES:
         s, e = d.exposed_by_cause.get(cause, (np.zeros(0, np.int64), np.zeros(0, np.int64)))
         if s.size == 0:
             continue
@@ -552,7 +552,7 @@ def _collectives_table(analysis: Analysis, d: StepDetail) -> str:
         same = " <span class='tag warn'>on a compute stream</span>" if r["same_stream"] else ""
         causes = ", ".join(
             f"{c} {fmt_ns(int(r[f'exposed_{c}_ns']))}"
-            for c in _CAUSES
+            for c in CAUSES
             if int(r[f"exposed_{c}_ns"]) > 0
         )
         wait = f"<td class='num'>{fmt_ns(int(r['wait_ns']))}</td>" if has_wait else ""

@@ -5,13 +5,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .. import fmt
+from ..summary import unit_key
 from ._format import (
     SHORT_BOTTLENECK,
     describe_inputs,
     finding_lines,
     several_devices,
     summary_lines,
-    unit_label,
 )
 from .across_ranks import across_ranks_lines
 
@@ -30,7 +30,7 @@ def render(analysis: Analysis) -> str:
     several = several_devices(analysis)
     for r in analysis.steps.itertuples(index=False):
         out.append(
-            f"| {unit_label(r.rank, r.device, r.rank in several)} | {r.step} | "
+            f"| {unit_key(r.rank, r.device, r.rank in several)} | {r.step} | "
             f"{fmt.ms(r.step_ns)} | {fmt.ms(r.compute_ns)} | {fmt.ms(r.exposed_comm_ns)} | "
             f"{fmt.ms(r.memory_only_ns)} | {fmt.ms(r.idle_ns)} | {fmt.ms(r.comm_ns)} | "
             f"{fmt.pct(r.overlap_ratio)} | {SHORT_BOTTLENECK.get(r.bottleneck, r.bottleneck)} |"

@@ -13,6 +13,7 @@ from rich import box
 from rich.table import Table
 
 from .. import fmt
+from ..summary import unit_key
 from ._format import (
     SHORT_BOTTLENECK,
     describe_inputs,
@@ -20,7 +21,6 @@ from ._format import (
     make_console,
     several_devices,
     summary_lines,
-    unit_label,
 )
 from .across_ranks import render_across_ranks
 
@@ -53,7 +53,7 @@ def build_table(analysis: Analysis) -> Table:
     several = several_devices(analysis)
     for r in analysis.steps.itertuples(index=False):
         table.add_row(
-            unit_label(r.rank, r.device, r.rank in several),
+            unit_key(r.rank, r.device, r.rank in several),
             str(r.step),
             fmt.ms(r.step_ns),
             fmt.ms(r.compute_ns),
