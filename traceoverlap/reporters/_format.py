@@ -1,5 +1,6 @@
-"""Text shared by the terminal and Markdown reporters: inputs, summary, what to try. Formatting
-only: every number comes from the :class:`~traceoverlap.results.Analysis`."""
+"""Text shared by the reporters: inputs, summary, what to try (terminal and Markdown), the words
+for units and causes (the HTML report too). Formatting only: every number comes from the
+:class:`~traceoverlap.results.Analysis`."""
 
 from __future__ import annotations
 
@@ -38,6 +39,15 @@ SHORT_BOTTLENECK = {
     "memory-bound": "memory-bound",
     "idle-bound": "idle-bound",
     "compute-bound": "compute",
+}
+
+
+#: Why communication was exposed, in words, in :data:`~traceoverlap.diagnosis.CAUSES` order.
+CAUSE_WORDS = {
+    "wait": "waiting for a peer",
+    "tail": "nothing left to compute",
+    "dependency": "compute waited for it",
+    "host": "host not ready",
 }
 
 
@@ -85,15 +95,7 @@ def summary_lines(analysis: Analysis) -> list[str]:
     ]
     exposed = run.totals.get("exposed_comm_ns", 0)
     if exposed:
-        causes = [
-            (label, run.totals.get(f"exposed_{c}_ns", 0))
-            for c, label in (
-                ("wait", "waiting for a peer"),
-                ("tail", "nothing left to compute"),
-                ("dependency", "compute waited for it"),
-                ("host", "host not ready"),
-            )
-        ]
+        causes = [(label, run.totals.get(f"exposed_{c}_ns", 0)) for c, label in CAUSE_WORDS.items()]
         shown = ", ".join(f"{label} {fmt.pct(ns / exposed)}" for label, ns in causes if ns > 0)
         lines.append(f"  exposed comm {fmt.pct(run.exposed_comm_ratio)} of step time; why: {shown}")
     lines += [

@@ -32,7 +32,7 @@ from ..errors import UsageError
 from ..fmt import duration as fmt_ns
 from ..fmt import size as fmt_bytes
 from . import _html_figures as figs
-from ._format import several_devices
+from ._format import CAUSE_WORDS, several_devices
 from ._html_page import CSS, LOADER, PAGE
 
 if TYPE_CHECKING:
@@ -491,12 +491,7 @@ def _timeline_text(analysis: Analysis, d: StepDetail) -> str:
     )
     causes = ", ".join(
         f"{label} {fmt_ns(srow[f'exposed_{c}_ns'])}"
-        for c, label in (
-            ("wait", "waiting for a peer"),
-            ("tail", "nothing left to compute"),
-            ("dependency", "compute waited for it"),
-            ("host", "host not ready"),
-        )
+        for c, label in CAUSE_WORDS.items()
         if int(srow[f"exposed_{c}_ns"]) > 0
     )
     return (
