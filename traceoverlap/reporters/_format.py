@@ -5,11 +5,13 @@ for units and causes (the HTML report too). Formatting only: every number comes 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from typing import IO, TYPE_CHECKING
 
 from rich.console import Console
 
 from .. import fmt
+from ..summary import unit_key
 
 if TYPE_CHECKING:
     from ..diagnosis import Finding
@@ -55,6 +57,37 @@ def several_devices(analysis: Analysis) -> set[int]:
     """Ranks whose process drove several GPUs (their rows carry the device)."""
     ranks = [t.rank for t in analysis.traces]
     return {r for r in ranks if ranks.count(r) > 1}
+
+
+#: The step table of the terminal and Markdown reports: times in ms, overlap ratio in %.
+STEP_TABLE = (
+    "rank",
+    "step",
+    "step ms",
+    "compute",
+    "exposed",
+    "memory",
+    "idle",
+    "comm",
+    "overlap",
+    "bottleneck",
+)
+
+
+def step_table_rows(analysis: Analysis) -> Iterator[tuple[list[str], str]]:
+    """Per (unit, step): the cells under :data:`STEP_TABLE` (the verdict shortened to fit 80
+    columns), and the verdict itself."""
+    several = several_devices(analysis)
+    for r in analysis.steps.itertuples(index=False):
+        times = (r.step_ns, r.compute_ns, r.exposed_comm_ns, r.memory_only_ns, r.idle_ns, r.comm_ns)
+        cells = [
+            unit_key(r.rank, r.device, r.rank in several),
+            str(r.step),
+            *(fmt.ms(ns) for ns in times),
+            fmt.pct(r.overlap_ratio),
+            SHORT_BOTTLENECK.get(r.bottleneck, r.bottleneck),
+        ]
+        yield cells, r.bottleneck
 
 
 def describe_inputs(analysis: Analysis) -> list[str]:
