@@ -540,7 +540,7 @@ def _collectives_table(analysis: Analysis, d: StepDetail) -> str:
         group = []
         if inst is not None and inst["process_group"]:
             group.append(f"group {inst['process_group']}")
-        if inst is not None and inst["seq"] is not None and not pd.isna(inst["seq"]):
+        if inst is not None and not pd.isna(inst["seq"]):
             group.append(f"seq {int(inst['seq'])}")
         dur, exposed = int(r["dur_ns"]), int(r["exposed_ns"])
         last = " <span class='tag'>last in step</span>" if int(r["end_ns"]) == last_end else ""
@@ -557,7 +557,7 @@ def _collectives_table(analysis: Analysis, d: StepDetail) -> str:
             f"<td class='name' title='{_e(r['kernel'])}'>"
             f"{_e(figs.short(figs.display_name(str(r['kernel'])), 60))}{last}{same}</td>"
             f"<td>{_e(r['name'])}<br><span class='muted'>{_e(r['family'])}</span></td>"
-            f"<td class='num'>{fmt_bytes(-1 if nbytes is None or pd.isna(nbytes) else int(nbytes))}</td>"
+            f"<td class='num'>{fmt_bytes(nbytes)}</td>"
             f"<td>{_e(' · '.join(group) or r['lane'])}</td>"
             f"<td class='num'>+{fmt_ns(int(r['start_ns']) - d.start_ns)}</td>"
             f"<td class='num'>{fmt_ns(dur)}</td>" + wait + f"<td class='num'>{queued}</td>"
