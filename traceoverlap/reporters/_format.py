@@ -1,14 +1,17 @@
-"""Text shared by the terminal and Markdown reporters: inputs, summary, what to try. Formatting
-only: every number comes from the :class:`~traceoverlap.results.Analysis`."""
+"""Text shared by the reporters: inputs, summary, what to try (terminal and Markdown), the words
+for units and causes (the HTML report too). Formatting only: every number comes from the
+:class:`~traceoverlap.results.Analysis`."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from typing import IO, TYPE_CHECKING
 
 from rich.console import Console
 
 from .. import fmt
+from ..summary import unit_key
 
 if TYPE_CHECKING:
     from ..diagnosis import Finding
@@ -41,14 +44,50 @@ SHORT_BOTTLENECK = {
 }
 
 
-def unit_label(rank: int, device: object, several: bool) -> str:
-    return f"{rank}:{device}" if several and device is not None else str(rank)
+#: Why communication was exposed, in words, in :data:`~traceoverlap.diagnosis.CAUSES` order.
+CAUSE_WORDS = {
+    "wait": "waiting for a peer",
+    "tail": "nothing left to compute",
+    "dependency": "compute waited for it",
+    "host": "host not ready",
+}
 
 
 def several_devices(analysis: Analysis) -> set[int]:
     """Ranks whose process drove several GPUs (their rows carry the device)."""
     ranks = [t.rank for t in analysis.traces]
     return {r for r in ranks if ranks.count(r) > 1}
+
+
+#: The step table of the terminal and Markdown reports: times in ms, overlap ratio in %.
+STEP_TABLE = (
+    "rank",
+    "step",
+    "step ms",
+    "compute",
+    "exposed",
+    "memory",
+    "idle",
+    "comm",
+    "overlap",
+    "bottleneck",
+)
+
+
+def step_table_rows(analysis: Analysis) -> Iterator[tuple[list[str], str]]:
+    """Per (unit, step): the cells under :data:`STEP_TABLE` (the verdict shortened to fit 80
+    columns), and the verdict itself."""
+    several = several_devices(analysis)
+    for r in analysis.steps.itertuples(index=False):
+        times = (r.step_ns, r.compute_ns, r.exposed_comm_ns, r.memory_only_ns, r.idle_ns, r.comm_ns)
+        cells = [
+            unit_key(r.rank, r.device, r.rank in several),
+            str(r.step),
+            *(fmt.ms(ns) for ns in times),
+            fmt.pct(r.overlap_ratio),
+            SHORT_BOTTLENECK.get(r.bottleneck, r.bottleneck),
+        ]
+        yield cells, r.bottleneck
 
 
 def describe_inputs(analysis: Analysis) -> list[str]:
@@ -89,15 +128,7 @@ def summary_lines(analysis: Analysis) -> list[str]:
     ]
     exposed = run.totals.get("exposed_comm_ns", 0)
     if exposed:
-        causes = [
-            (label, run.totals.get(f"exposed_{c}_ns", 0))
-            for c, label in (
-                ("wait", "waiting for a peer"),
-                ("tail", "nothing left to compute"),
-                ("dependency", "compute waited for it"),
-                ("host", "host not ready"),
-            )
-        ]
+        causes = [(label, run.totals.get(f"exposed_{c}_ns", 0)) for c, label in CAUSE_WORDS.items()]
         shown = ", ".join(f"{label} {fmt.pct(ns / exposed)}" for label, ns in causes if ns > 0)
         lines.append(f"  exposed comm {fmt.pct(run.exposed_comm_ratio)} of step time; why: {shown}")
     lines += [

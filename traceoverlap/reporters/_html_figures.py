@@ -21,6 +21,7 @@ import plotly.graph_objects as go
 from .. import intervals as iv
 from ..fmt import duration as fmt_ns
 from ..fmt import size as fmt_bytes
+from ._format import CAUSE_WORDS
 
 IntArray = npt.NDArray[np.int64]
 
@@ -37,12 +38,7 @@ COLORS: dict[str, str] = {
     "host": "#56B4E9",  # sky blue: the host had not launched the next compute
     "idle": "#E3E3E3",
 }
-CAUSE_LABELS: dict[str, str] = {
-    "wait": "exposed: waiting for a peer",
-    "tail": "exposed: nothing left to compute",
-    "dependency": "exposed: compute waited for it",
-    "host": "exposed: host not ready",
-}
+CAUSE_LABELS: dict[str, str] = {c: f"exposed: {words}" for c, words in CAUSE_WORDS.items()}
 KIND_LABELS: dict[str, str] = {
     "compute": "compute",
     "comm": "communication",

@@ -15,7 +15,13 @@ from typing import TYPE_CHECKING
 from .. import fmt
 from .._version import __version__
 from ._html_page import CSS, LOADER, PAGE
-from .compare_text import _change, _delta, _is_ratio, _value, headline, main_change_text
+from .compare_text import (
+    _collective_cells,
+    _is_ratio,
+    _metric_cells,
+    headline,
+    main_change_text,
+)
 from .html_report import Page, plotly_script, sections
 
 if TYPE_CHECKING:
@@ -38,12 +44,12 @@ def render(cmp: Comparison, *, plotlyjs: str = "embed") -> str:
     for r in cmp.metrics.to_dict("records"):
         metric = str(r["metric"])
         unit = "" if _is_ratio(metric) else " (ms)"
+        base, cand, delta, change = _metric_cells(r)
         rows.append(
             f"<tr><td>{e(str(r['label']).strip())}{unit}</td>"
-            f"<td class='num'>{e(_value(metric, r['baseline']))}</td>"
-            f"<td class='num'>{e(_value(metric, r['candidate']))}</td>"
-            f"<td class='num {_cls(metric, r['delta'])}'>{e(_delta(metric, r['delta']))}</td>"
-            f"<td class='num'>{'-' if _is_ratio(metric) else e(_change(r['change_ratio']))}</td></tr>"
+            f"<td class='num'>{e(base)}</td><td class='num'>{e(cand)}</td>"
+            f"<td class='num {_cls(metric, r['delta'])}'>{e(delta)}</td>"
+            f"<td class='num'>{e(change)}</td></tr>"
         )
     metrics = (
         "<table class='data'><tr><th>median per step</th><th class='num'>baseline</th>"
@@ -55,13 +61,11 @@ def render(cmp: Comparison, *, plotlyjs: str = "embed") -> str:
     if not cmp.collectives.empty:
         crows = []
         for r in cmp.collectives.to_dict("records"):
-            b = fmt.ms(r["baseline_exposed_ns"]) if r["baseline_count"] else "absent"
-            c = fmt.ms(r["candidate_exposed_ns"]) if r["candidate_count"] else "absent"
-            d = float(r["delta_ns"])
+            b, c, d = _collective_cells(r)
             crows.append(
                 f"<tr><td>{e(str(r['collective']))}</td><td class='num'>{b}</td>"
                 f"<td class='num'>{c}</td>"
-                f"<td class='num {_cls('exposed_ns', d)}'>{fmt.signed_ms(d)}</td></tr>"
+                f"<td class='num {_cls('exposed_ns', r['delta_ns'])}'>{d}</td></tr>"
             )
         coll = (
             "<h3>Collectives whose exposure changed most (median exposed ms per step)</h3>"
@@ -76,10 +80,9 @@ def render(cmp: Comparison, *, plotlyjs: str = "embed") -> str:
         else f"unchanged: {e(str(cmp.baseline_bottleneck))}"
     )
     notes = "".join(f"<li>{e(n)}</li>" for n in cmp.notes)
-    sp = cmp.step_speedup
     top = (
         "<header><h1>traceoverlap compare</h1>"
-        f"<p class='lead'><b>step_speedup {'-' if sp is None else f'{sp:.2f}x'}</b> &middot; "
+        f"<p class='lead'><b>step_speedup {fmt.speedup(cmp.step_speedup)}</b> &middot; "
         f"{e(main_change_text(cmp) or 'no time metric moved')} &middot; verdict {verdict}</p>"
         f"<p>{e(headline(cmp))}</p>"
         f"<p>baseline <code>{e(cmp.baseline_label)}</code> &middot; candidate "

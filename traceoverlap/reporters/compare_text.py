@@ -24,8 +24,6 @@ if TYPE_CHECKING:
     from ..comparison import Comparison
     from ..results import Analysis
 
-ms = fmt.ms
-
 
 def _is_ratio(metric: str) -> bool:
     return metric.endswith("_ratio")
@@ -43,8 +41,25 @@ def _delta(metric: str, v: Any) -> str:
     return fmt.signed_ms(v)
 
 
-def _change(v: Any) -> str:
-    return fmt.signed_pct(v)
+def _metric_cells(r: dict[str, Any]) -> tuple[str, str, str, str]:
+    """A metric row's baseline, candidate, delta and change as text (a ratio has no change)."""
+    metric = str(r["metric"])
+    return (
+        _value(metric, r["baseline"]),
+        _value(metric, r["candidate"]),
+        _delta(metric, r["delta"]),
+        "-" if _is_ratio(metric) else fmt.signed_pct(r["change_ratio"]),
+    )
+
+
+def _collective_cells(r: dict[str, Any]) -> tuple[str, str, str]:
+    """A collective row's median exposed ms in each run (``absent`` where the run has none of it)
+    and the delta."""
+    return (
+        fmt.ms(r["baseline_exposed_ns"]) if r["baseline_count"] else "absent",
+        fmt.ms(r["candidate_exposed_ns"]) if r["candidate_count"] else "absent",
+        fmt.signed_ms(r["delta_ns"]),
+    )
 
 
 def main_change_text(cmp: Comparison) -> str | None:
@@ -56,7 +71,7 @@ def main_change_text(cmp: Comparison) -> str | None:
     rel = row["change_ratio"]
     rel_txt = f" ({fmt.signed_pct(rel)})" if rel is not None else ""
     label = str(row["label"]).strip()
-    return f"{label} {'fell' if d < 0 else 'rose'} by {abs(d) / 1e6:.2f} ms per step{rel_txt}"
+    return f"{label} {'fell' if d < 0 else 'rose'} by {fmt.ms(abs(d))} ms per step{rel_txt}"
 
 
 def headline(cmp: Comparison) -> str:
@@ -65,7 +80,7 @@ def headline(cmp: Comparison) -> str:
     parts = []
     if cmp.step_speedup is not None:
         parts.append(
-            f"step_speedup {cmp.step_speedup:.2f}x (median step "
+            f"step_speedup {fmt.speedup(cmp.step_speedup)} (median step "
             f"{fmt.ms(step['baseline'])} -> {fmt.ms(step['candidate'])} ms)"
         )
     try:
@@ -143,17 +158,10 @@ def render_table(cmp: Comparison, *, color: bool = False, width: int = 80) -> st
     ):
         table.add_column(col, justify=just, no_wrap=True)  # type: ignore[arg-type]
     for r in cmp.metrics.to_dict("records"):
-        metric = str(r["metric"])
-        table.add_row(
-            str(r["label"]) + ("" if _is_ratio(metric) else " ms"),
-            _value(metric, r["baseline"]),
-            _value(metric, r["candidate"]),
-            _delta(metric, r["delta"]),
-            "-" if _is_ratio(metric) else _change(r["change_ratio"]),
-        )
+        unit = "" if _is_ratio(str(r["metric"])) else " ms"
+        table.add_row(str(r["label"]) + unit, *_metric_cells(r))
     console.print(table)
-    sp = cmp.step_speedup
-    console.print(f"step_speedup: {sp:.2f}x" if sp is not None else "step_speedup: -", markup=False)
+    console.print(f"step_speedup: {fmt.speedup(cmp.step_speedup)}", markup=False)
     change = main_change_text(cmp)
     if change:
         console.print(f"main change: {change}", markup=False, soft_wrap=True)
@@ -176,12 +184,7 @@ def render_table(cmp: Comparison, *, color: bool = False, width: int = 80) -> st
         for col in ("collective", "baseline", "candidate", "delta"):
             ct.add_column(col, justify="left" if col == "collective" else "right", no_wrap=True)
         for r in cmp.collectives.to_dict("records"):
-            ct.add_row(
-                str(r["collective"]),
-                ms(r["baseline_exposed_ns"]) if r["baseline_count"] else "absent",
-                ms(r["candidate_exposed_ns"]) if r["candidate_count"] else "absent",
-                f"{float(r['delta_ns']) / 1e6:+.2f}",
-            )
+            ct.add_row(str(r["collective"]), *_collective_cells(r))
         console.print(ct)
     if cmp.notes:
         console.print()
@@ -203,13 +206,8 @@ def render_markdown(cmp: Comparison) -> str:
         "|---|---:|---:|---:|---:|",
     ]
     for r in cmp.metrics.to_dict("records"):
-        metric = str(r["metric"])
-        lines.append(
-            f"| {r['label']}{'' if _is_ratio(metric) else ' (ms)'} | "
-            f"{_value(metric, r['baseline'])} | {_value(metric, r['candidate'])} | "
-            f"{_delta(metric, r['delta'])} | "
-            f"{'-' if _is_ratio(metric) else _change(r['change_ratio'])} |"
-        )
+        unit = "" if _is_ratio(str(r["metric"])) else " (ms)"
+        lines.append(f"| {r['label']}{unit} | " + " | ".join(_metric_cells(r)) + " |")
     lines += [
         "",
         f"Bottleneck: {cmp.baseline_bottleneck} -> {cmp.candidate_bottleneck} "
@@ -224,12 +222,7 @@ def render_markdown(cmp: Comparison) -> str:
             "|---|---:|---:|---:|",
         ]
         for r in cmp.collectives.to_dict("records"):
-            lines.append(
-                f"| {r['collective']} | "
-                f"{ms(r['baseline_exposed_ns']) if r['baseline_count'] else 'absent'} | "
-                f"{ms(r['candidate_exposed_ns']) if r['candidate_count'] else 'absent'} | "
-                f"{float(r['delta_ns']) / 1e6:+.2f} |"
-            )
+            lines.append(f"| {r['collective']} | " + " | ".join(_collective_cells(r)) + " |")
     if cmp.notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in cmp.notes]
     return "\n".join(lines) + "\n"

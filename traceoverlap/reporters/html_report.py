@@ -27,10 +27,12 @@ import plotly.io as pio
 
 from .. import fmt
 from .._version import __version__
+from ..diagnosis import CAUSES
 from ..errors import UsageError
 from ..fmt import duration as fmt_ns
 from ..fmt import size as fmt_bytes
 from . import _html_figures as figs
+from ._format import CAUSE_WORDS, several_devices
 from ._html_page import CSS, LOADER, PAGE
 
 if TYPE_CHECKING:
@@ -38,7 +40,6 @@ if TYPE_CHECKING:
 
 PLOTLYJS_MODES = ("embed", "cdn")
 TOP_COLLECTIVES = 10
-_CAUSES = ("wait", "tail", "dependency", "host")
 
 
 def plotly_script(plotlyjs: str) -> str:
@@ -165,8 +166,7 @@ def _step_name(step: Any) -> str:
 
 
 def _unit(rank: int, device: Any, analysis: Analysis) -> str:
-    ranks = [t.rank for t in analysis.traces]
-    if device is not None and ranks.count(rank) > 1:
+    if device is not None and rank in several_devices(analysis):
         return f"rank {rank} (GPU {device})"
     return f"rank {rank}"
 
@@ -451,7 +451,7 @@ def _timeline_lanes(page: Page, d: StepDetail, where: str) -> list[figs.Lane]:
 def _timeline_bands(page: Page, d: StepDetail, where: str) -> list[figs.Lane]:
     """The derived rows: the exposed communication by cause, and the overlapped part."""
     exposed_band = figs.Lane("exposed comm")
-    for cause in _CAUSES:
+    for cause in CAUSES:
         s, e = d.exposed_by_cause.get(cause, (np.zeros(0, np.int64), np.zeros(0, np.int64)))
         if s.size == 0:
             continue
@@ -491,12 +491,7 @@ def _timeline_text(analysis: Analysis, d: StepDetail) -> str:
     )
     causes = ", ".join(
         f"{label} {fmt_ns(srow[f'exposed_{c}_ns'])}"
-        for c, label in (
-            ("wait", "waiting for a peer"),
-            ("tail", "nothing left to compute"),
-            ("dependency", "compute waited for it"),
-            ("host", "host not ready"),
-        )
+        for c, label in CAUSE_WORDS.items()
         if int(srow[f"exposed_{c}_ns"]) > 0
     )
     return (
@@ -545,14 +540,14 @@ def _collectives_table(analysis: Analysis, d: StepDetail) -> str:
         group = []
         if inst is not None and inst["process_group"]:
             group.append(f"group {inst['process_group']}")
-        if inst is not None and inst["seq"] is not None and not pd.isna(inst["seq"]):
+        if inst is not None and not pd.isna(inst["seq"]):
             group.append(f"seq {int(inst['seq'])}")
         dur, exposed = int(r["dur_ns"]), int(r["exposed_ns"])
         last = " <span class='tag'>last in step</span>" if int(r["end_ns"]) == last_end else ""
         same = " <span class='tag warn'>on a compute stream</span>" if r["same_stream"] else ""
         causes = ", ".join(
             f"{c} {fmt_ns(int(r[f'exposed_{c}_ns']))}"
-            for c in _CAUSES
+            for c in CAUSES
             if int(r[f"exposed_{c}_ns"]) > 0
         )
         wait = f"<td class='num'>{fmt_ns(int(r['wait_ns']))}</td>" if has_wait else ""
@@ -562,7 +557,7 @@ def _collectives_table(analysis: Analysis, d: StepDetail) -> str:
             f"<td class='name' title='{_e(r['kernel'])}'>"
             f"{_e(figs.short(figs.display_name(str(r['kernel'])), 60))}{last}{same}</td>"
             f"<td>{_e(r['name'])}<br><span class='muted'>{_e(r['family'])}</span></td>"
-            f"<td class='num'>{fmt_bytes(-1 if nbytes is None or pd.isna(nbytes) else int(nbytes))}</td>"
+            f"<td class='num'>{fmt_bytes(nbytes)}</td>"
             f"<td>{_e(' · '.join(group) or r['lane'])}</td>"
             f"<td class='num'>+{fmt_ns(int(r['start_ns']) - d.start_ns)}</td>"
             f"<td class='num'>{fmt_ns(dur)}</td>" + wait + f"<td class='num'>{queued}</td>"

@@ -4,15 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .. import fmt
-from ._format import (
-    SHORT_BOTTLENECK,
-    describe_inputs,
-    finding_lines,
-    several_devices,
-    summary_lines,
-    unit_label,
-)
+from ._format import STEP_TABLE, describe_inputs, finding_lines, step_table_rows, summary_lines
 from .across_ranks import across_ranks_lines
 
 if TYPE_CHECKING:
@@ -22,19 +14,13 @@ if TYPE_CHECKING:
 def render(analysis: Analysis) -> str:
     out = ["## traceoverlap", ""]
     out += [f"- {line}" for line in describe_inputs(analysis)]
+    # numbers right-aligned, the verdict left
     out += [
         "",
-        "| rank | step | step ms | compute | exposed | memory | idle | comm | overlap | bottleneck |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---|",
+        "| " + " | ".join(STEP_TABLE) + " |",
+        "|" + "---:|" * (len(STEP_TABLE) - 1) + ":---|",
     ]
-    several = several_devices(analysis)
-    for r in analysis.steps.itertuples(index=False):
-        out.append(
-            f"| {unit_label(r.rank, r.device, r.rank in several)} | {r.step} | "
-            f"{fmt.ms(r.step_ns)} | {fmt.ms(r.compute_ns)} | {fmt.ms(r.exposed_comm_ns)} | "
-            f"{fmt.ms(r.memory_only_ns)} | {fmt.ms(r.idle_ns)} | {fmt.ms(r.comm_ns)} | "
-            f"{fmt.pct(r.overlap_ratio)} | {SHORT_BOTTLENECK.get(r.bottleneck, r.bottleneck)} |"
-        )
+    out += ["| " + " | ".join(cells) + " |" for cells, _ in step_table_rows(analysis)]
     out += ["", "```"] + summary_lines(analysis) + ["```"]
     if analysis.findings:
         out += ["", "**What to try**", ""] + finding_lines(analysis.findings)

@@ -12,15 +12,13 @@ from typing import TYPE_CHECKING
 from rich import box
 from rich.table import Table
 
-from .. import fmt
 from ._format import (
-    SHORT_BOTTLENECK,
+    STEP_TABLE,
     describe_inputs,
     finding_lines,
     make_console,
-    several_devices,
+    step_table_rows,
     summary_lines,
-    unit_label,
 )
 from .across_ranks import render_across_ranks
 
@@ -46,24 +44,12 @@ def build_table(analysis: Analysis) -> Table:
         collapse_padding=True,
         header_style="bold",
     )
-    for col in ("rank", "step", "step ms", "compute", "exposed", "memory", "idle", "comm"):
+    *numbers, verdict = STEP_TABLE
+    for col in numbers:
         table.add_column(col, justify="right", no_wrap=True)
-    table.add_column("overlap", justify="right", no_wrap=True)
-    table.add_column("bottleneck", justify="left", no_wrap=True)
-    several = several_devices(analysis)
-    for r in analysis.steps.itertuples(index=False):
-        table.add_row(
-            unit_label(r.rank, r.device, r.rank in several),
-            str(r.step),
-            fmt.ms(r.step_ns),
-            fmt.ms(r.compute_ns),
-            fmt.ms(r.exposed_comm_ns),
-            fmt.ms(r.memory_only_ns),
-            fmt.ms(r.idle_ns),
-            fmt.ms(r.comm_ns),
-            fmt.pct(r.overlap_ratio),
-            f"[{_STYLE.get(r.bottleneck, '')}]{SHORT_BOTTLENECK.get(r.bottleneck, r.bottleneck)}[/]",
-        )
+    table.add_column(verdict, justify="left", no_wrap=True)
+    for (*cells, short), bottleneck in step_table_rows(analysis):
+        table.add_row(*cells, f"[{_STYLE.get(bottleneck, '')}]{short}[/]")
     return table
 
 
