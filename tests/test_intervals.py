@@ -14,6 +14,14 @@ def test_union_merges_overlapping_and_touching():
     assert iv.measure([3, 0, 8, 12], [8, 5, 10, 13]) == 11
 
 
+def test_range_pairs_by_hand():
+    # ranges [2,4) [0,0) [5,6) [3,1): i=0 gives j 2,3; i=1 and i=3 are empty; i=2 gives j 5
+    i, j = iv.range_pairs(np.array([2, 0, 5, 3]), np.array([4, 0, 6, 1]))
+    assert i.tolist() == [0, 0, 2] and j.tolist() == [2, 3, 5]
+    i, j = iv.range_pairs(np.zeros(0, np.int64), np.zeros(0, np.int64))
+    assert i.size == 0 and j.size == 0
+
+
 def test_intersect_and_subtract_by_hand():
     a = iv.union([0, 10], [6, 20])  # [0,6) [10,20)
     b = iv.union([4, 12, 18], [11, 14, 30])  # [4,11) [12,14) [18,30)

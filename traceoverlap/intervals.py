@@ -54,6 +54,16 @@ def measure(starts: npt.ArrayLike, ends: npt.ArrayLike) -> int:
     return int((e - s).sum())
 
 
+def range_pairs(lo: IntArray, hi: IntArray) -> tuple[IntArray, IntArray]:
+    """Every pair ``(i, j)`` with ``lo[i] <= j < hi[i]`` (empty ranges give none), ordered by
+    ``i`` then ``j``: the candidate pairs of a sorted range join, without a Python loop."""
+    counts = np.maximum(hi - lo, 0)
+    total = int(counts.sum())
+    i = np.repeat(np.arange(lo.size, dtype=np.int64), counts)
+    offsets = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+    return i, np.repeat(lo, counts).astype(np.int64) + offsets
+
+
 def intersect(a: Intervals, b: Intervals) -> Intervals:
     """Intersection of two *disjoint sorted* sets, as a disjoint sorted set."""
     a_s, a_e = _as_i64(a[0]), _as_i64(a[1])
@@ -63,13 +73,7 @@ def intersect(a: Intervals, b: Intervals) -> Intervals:
     # b intervals that can overlap a[i]: those ending after a_s[i] and starting before a_e[i]
     lo = np.searchsorted(b_e, a_s, side="right")
     hi = np.searchsorted(b_s, a_e, side="left")
-    counts = np.maximum(hi - lo, 0)
-    total = int(counts.sum())
-    if total == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    ai = np.repeat(np.arange(a_s.size), counts)
-    offsets = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
-    bi = np.repeat(lo, counts) + offsets
+    ai, bi = range_pairs(lo, hi)
     s = np.maximum(a_s[ai], b_s[bi])
     e = np.minimum(a_e[ai], b_e[bi])
     keep = e > s

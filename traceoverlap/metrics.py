@@ -124,11 +124,7 @@ def activity_rows(
     # windows j with ws_j < b (a prefix) and we_j > a: from the first whose running max end > a
     hi = np.searchsorted(sws, b, side="left")
     lo = np.searchsorted(np.maximum.accumulate(swe), a, side="right")
-    counts = np.maximum(hi - lo, 0)
-    total = int(counts.sum())
-    act = np.repeat(np.arange(cand.size), counts)
-    offs = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
-    j = np.repeat(lo, counts) + offs
+    act, j = iv.range_pairs(lo, hi)
     s = np.maximum(a[act], sws[j])
     e = np.minimum(b[act], swe[j])
     ok = e > s
