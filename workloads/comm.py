@@ -31,6 +31,10 @@ import torch.distributed as dist
 
 from .instrument import comm, span
 
+# torch 2.13 renamed them (the old names warn); older torch has only the old names
+_ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
 #: Set once per process by the training loop (``--comm``).
 ENABLED = True
 
@@ -84,7 +88,7 @@ def all_gather(out: torch.Tensor, shard: torch.Tensor, purpose: str, group: Any 
     with span(label(purpose, shard, group)):
         if ENABLED:
             with comm("all_gather"):
-                dist.all_gather_into_tensor(out, shard, group=group)
+                _ALL_GATHER(out, shard, group=group)
         else:
             out.view(-1, shard.numel()).copy_(shard.reshape(1, -1))
 
@@ -92,13 +96,13 @@ def all_gather(out: torch.Tensor, shard: torch.Tensor, purpose: str, group: Any 
 def reduce_scatter(out: torch.Tensor, full: torch.Tensor, purpose: str, group: Any = None) -> None:
     """Blocking reduce-scatter (SUM): ``out`` gets this rank's slice of the sum of ``full``.
 
-    gloo has it in torch 2.13 (``reduce_scatter_tensor``), implemented as an all-reduce: the trace's
+    gloo has it in torch 2.13 (``reduce_scatter_single``, formerly ``reduce_scatter_tensor``), implemented as an all-reduce: the trace's
     event on the gloo thread is named ``gloo:all_reduce``; the range name says the purpose.
     """
     with span(label(purpose, full, group)):
         if ENABLED:
             with comm("reduce_scatter"):
-                dist.reduce_scatter_tensor(out, full, group=group)
+                _REDUCE_SCATTER(out, full, group=group)
         else:
             r = dist.get_rank(group)
             out.copy_(full.reshape(-1)[r * out.numel() : (r + 1) * out.numel()].view_as(out))
