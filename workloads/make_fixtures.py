@@ -53,7 +53,7 @@ RUNS["moe_slow"] += SLOW_FORWARD
 # What-if closed-loop pairs (whatif.md §5): 8 active steps, the same run with and without the
 # cause. The tiny MLP keeps 8 steps of 2 ranks small.
 EIGHT = ["--steps", "8"]
-NAIVE = ["--strategy", "naive", "--model", "mlp", *EIGHT]
+NAIVE = ["--strategy", "naive", "--model", "mlp", "--batch-size", "512", *EIGHT]
 RUNS["naive_8"] = NAIVE
 RUNS["naive_slow"] = [*NAIVE, "--slow-rank", "1", "--slow-ms", "40"]
 OVERLAP = ["--strategy", "overlap", "--model", "mlp", "--batch-size", "512", *EIGHT]
