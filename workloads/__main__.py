@@ -54,7 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
         default="on",
         help="off: the same program with every communication call skipped (same compute, same "
         "ranges; results are then not averaged): what compute costs without communication "
-        "beside it (the overlap tax)",
+        "beside it (the overlap tax). ddp still communicates in its first two iterations "
+        "(construction, bucket rebuild): keep --wait + --warmup >= 2",
     )
     p.add_argument(
         "--tp-size", type=int, default=2, help="tp: ranks per tensor-parallel group (divides world)"

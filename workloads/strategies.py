@@ -220,7 +220,8 @@ class DDP(GradSync):
         if not comm.ENABLED:
             # --comm off: the reducer still buckets and copies every gradient, but its hook
             # hands each bucket back unreduced. Construction (a shape check) and the bucket
-            # rebuild of the first iteration still communicate: both lie outside profiled steps.
+            # rebuild in the second iteration's forward (a broadcast) still communicate: profile
+            # from the third iteration on (--wait + --warmup >= 2, as the fixtures do).
             ddp = nn.parallel.DistributedDataParallel(
                 model,
                 device_ids=self.device_ids,
