@@ -424,3 +424,80 @@ def test_comm_off_issues_no_communication(strategy: str, tmp_path: Path) -> None
     names = set(_events(tmp_path)["name"].astype(str))
     assert {"forward", "backward", "optimizer"} <= names
     assert not [n for n in names if n.startswith(("gloo:", "c10d::"))], names
+
+
+def _reference_mlp(kind: str, steps: int, rows: int) -> dict[str, Any]:
+    """Single-process training of the fsdp / tp model on the global batch (SGD, as the runs)."""
+    from torch.nn import functional as F
+
+    from traceoverlap_workloads.models import MLP_CLASSES
+    from traceoverlap_workloads.parallel import _batch
+
+    p = PRESETS["tiny"]
+    d = p.mlp_width
+    torch.manual_seed(0)  # the runs' --seed 0, and the same construction order
+    if kind == "fsdp":
+        lins = [torch.nn.Linear(d, d) for _ in range(p.mlp_layers)] + [torch.nn.Linear(d, 16)]
+        params = [q for lin in lins for q in lin.parameters()]
+    else:
+        pairs = [
+            (torch.nn.Linear(d, 4 * d), torch.nn.Linear(4 * d, d)) for _ in range(p.mlp_layers)
+        ]
+        head = torch.nn.Linear(d, MLP_CLASSES)
+        params = [q for a, b in pairs for q in (*a.parameters(), *b.parameters())]
+        params += list(head.parameters())
+    opt = torch.optim.SGD(params, lr=1e-3, momentum=0.9)
+    for i in range(steps):
+        x, y = _batch(p, rows, 1, 0, i, 0)
+        if kind == "fsdp":
+            for j, lin in enumerate(lins):
+                x = lin(x) if j == len(lins) - 1 else F.relu(lin(x))
+            loss = F.cross_entropy(x, y)
+        else:
+            for a, b in pairs:
+                x = x + b(F.gelu(a(x)))
+            loss = F.cross_entropy(head(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    if kind == "fsdp":
+        return {"flat": [torch.cat([lin.weight.reshape(-1), lin.bias]).detach() for lin in lins]}
+    return {"params": [q.detach() for q in params]}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["fsdp", "tp"])
+def test_fsdp_and_tp_train_like_one_process(kind: str, tmp_path: Path) -> None:
+    # fsdp, 2 ranks of 64 rows: reduce-scatter SUM / 2 of per-rank mean-loss gradients = the
+    # gradient of the mean over all 128 rows, so the gathered shards = one process on 128 rows.
+    # tp, world 2 = one TP group of 2, no data parallelism: the sharded MLP computes exactly
+    # the unsharded one on the same 64 rows.
+    args = ["--strategy", kind, "--world-size", "2", "--optimizer", "sgd", *STEPS]
+    proc = _run([*args, "--save-params", "--profiler", "none"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    got = [torch.load(tmp_path / f"params_rank{r}.pt") for r in (0, 1)]
+    n = len(got[0])
+    rows = 128 if kind == "fsdp" else 64
+    # not vacuous: three SGD steps moved the reference away from its initial weights
+    moved, init = _reference_mlp(kind, 3, rows), _reference_mlp(kind, 0, rows)
+    assert any(
+        not torch.allclose(a, b)
+        for a, b in zip(*(next(iter(r.values())) for r in (moved, init)), strict=True)
+    )
+    if kind == "fsdp":
+        want = _reference_mlp(kind, 3, 128)["flat"]
+        assert n == len(want)
+        for j, flat in enumerate(want):
+            full = torch.cat([got[0][f"param{j}"], got[1][f"param{j}"]])[: flat.numel()]
+            torch.testing.assert_close(full, flat, rtol=1e-5, atol=1e-6, msg=f"layer {j}")
+        return
+    want = _reference_mlp(kind, 3, 64)["params"]
+    assert n == len(want)
+    for j, ref in enumerate(want):
+        a, b = got[0][f"param{j}"], got[1][f"param{j}"]
+        if j >= n - 2 or j % 4 == 3:  # head, fc2 bias: replicated
+            full = a
+            torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+        else:  # w1, b1 split along dim 0, w2 along dim 1
+            full = torch.cat([a, b], dim=1 if j % 4 == 2 else 0)
+        torch.testing.assert_close(full, ref, rtol=1e-5, atol=1e-6, msg=f"param {j}")
