@@ -430,6 +430,11 @@ class MoE(ParallelWorkload):
 
     def sync(self) -> None:
         _average(self.replicated(), "dp_allreduce", None, self.world)
+        # the expert's gradient came back through the all-to-alls from every rank's loss: a sum
+        # over ranks, where the replicated layers now hold the mean
+        for q in self.expert.parameters():
+            if q.grad is not None:
+                q.grad.div_(self.world)
 
     def describe(self) -> str:
         return f"{self.world} experts, capacity {self.capacity}; " + super().describe()
