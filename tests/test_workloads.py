@@ -209,6 +209,7 @@ def test_cli_rejects_bad_group_sizes() -> None:
 
     assert main(["--tp-size", "0"]) == 2
     assert main(["--micro-batches", "0"]) == 2
+    assert main(["--strategy", "tp", "--host-delay-ms", "10"]) == 2  # data-parallel only
 
 
 def test_tp_groups_are_consecutive_and_dp_groups_strided() -> None:
