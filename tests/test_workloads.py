@@ -502,3 +502,48 @@ def test_fsdp_and_tp_train_like_one_process(kind: str, tmp_path: Path) -> None:
         else:  # w1, b1 split along dim 0, w2 along dim 1
             full = torch.cat([a, b], dim=1 if j % 4 == 2 else 0)
         torch.testing.assert_close(full, ref, rtol=1e-5, atol=1e-6, msg=f"param {j}")
+
+
+def _named(trace: dict[str, Any], prefix: str) -> list[tuple[float, float]]:
+    """(start, end) in µs of the ranges whose name starts with ``prefix``, in time order."""
+    return sorted(
+        (e["ts"], e["ts"] + e["dur"]) for e in _ranges(trace) if e["name"].startswith(prefix)
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "slow", "waiter", "purpose"),
+    [
+        # rank 3 sleeps before its first tp_allreduce of the step; rank 2 (its TP peer) is in it
+        ("tp_slow", 3, 2, "tp_allreduce"),
+        # rank 2 sleeps at the start of forward; every other rank's moe_dispatch needs its chunk
+        ("moe_slow", 2, 0, "moe_dispatch"),
+        ("moe_slow", 2, 1, "moe_dispatch"),
+        ("moe_slow", 2, 3, "moe_dispatch"),
+    ],
+)
+def test_planted_peer_cannot_finish_before_the_sleeper_arrives(
+    name: str, slow: int, waiter: int, purpose: str
+) -> None:
+    # Causality, not speed: a collective ends on no member before every member has entered it,
+    # and the sleeper enters only after its straggler_sleep ends. So on the waiter, in each
+    # step, the first `purpose` call that ends after the step's sleep started ends after the
+    # sleep ended. (Kineto timestamps of processes on one host share a clock.)
+    sleeps = _named(_trace(name, slow), "straggler_sleep")
+    calls = _named(_trace(name, waiter), purpose)
+    assert len(sleeps) == 3
+    for start, end in sleeps:
+        first = next(c for c in calls if c[1] > start)
+        assert first[1] >= end, (start, end, first)
+
+
+def test_long_last_stage_holds_the_first_stage() -> None:
+    # pipeline_slow_last: stage 1 sleeps in each micro-batch forward, after its pp_recv. Stage 0
+    # gets micro-batch k's gradient only after stage 1 ran every forward: stage 0's first
+    # pp_recv (backward) of a step ends after stage 1's last sleep of that step ends.
+    sleeps = _named(_trace("pipeline_slow_last", 1), "straggler_sleep")
+    recvs = _named(_trace("pipeline_slow_last", 0), "pp_recv")
+    assert len(sleeps) == 12 and len(recvs) == 12  # 3 steps x 4 micro-batches
+    for step in range(3):
+        last_sleep_end = sleeps[4 * step + 3][1]
+        assert recvs[4 * step][1] >= last_sleep_end
