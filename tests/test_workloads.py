@@ -437,7 +437,7 @@ def _reference_mlp(kind: str, steps: int, rows: int) -> dict[str, Any]:
     p = PRESETS["tiny"]
     d = p.mlp_width
     torch.manual_seed(0)  # the runs' --seed 0, and the same construction order
-    if kind == "fsdp":
+    if kind in ("fsdp", "pipeline"):  # pipeline on 2 stages: 2 layers each, the head last
         lins = [torch.nn.Linear(d, d) for _ in range(p.mlp_layers)] + [torch.nn.Linear(d, 16)]
         params = [q for lin in lins for q in lin.parameters()]
     else:
@@ -450,7 +450,7 @@ def _reference_mlp(kind: str, steps: int, rows: int) -> dict[str, Any]:
     opt = torch.optim.SGD(params, lr=1e-3, momentum=0.9)
     for i in range(steps):
         x, y = _batch(p, rows, 1, 0, i, 0)
-        if kind == "fsdp":
+        if kind in ("fsdp", "pipeline"):
             for j, lin in enumerate(lins):
                 x = lin(x) if j == len(lins) - 1 else F.relu(lin(x))
             loss = F.cross_entropy(x, y)
@@ -464,6 +464,24 @@ def _reference_mlp(kind: str, steps: int, rows: int) -> dict[str, Any]:
     if kind == "fsdp":
         return {"flat": [torch.cat([lin.weight.reshape(-1), lin.bias]).detach() for lin in lins]}
     return {"params": [q.detach() for q in params]}
+
+
+@pytest.mark.slow
+def test_pipeline_trains_like_one_process(tmp_path: Path) -> None:
+    # 2 stages, 4 micro-batches of 16 rows: each micro-batch's loss is its mean / 4, so the
+    # summed gradients are those of the mean over the 64 rows; stage 0 holds layers 0-1, stage 1
+    # layers 2-3 and the head: rank 0's parameters then rank 1's = one process's, in order.
+    args = ["--strategy", "pipeline", "--world-size", "2", "--optimizer", "sgd", *STEPS]
+    proc = _run([*args, "--save-params", "--profiler", "none"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    got = [torch.load(tmp_path / f"params_rank{r}.pt") for r in (0, 1)]
+    flat = [got[r][f"param{j}"] for r in (0, 1) for j in range(len(got[r]))]
+    want = _reference_mlp("pipeline", 3, 64)["params"]
+    init = _reference_mlp("pipeline", 0, 64)["params"]
+    assert len(flat) == len(want) == 10
+    assert any(not torch.allclose(a, b) for a, b in zip(want, init, strict=True))
+    for j, (a, b) in enumerate(zip(flat, want, strict=True)):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=f"param {j}")
 
 
 @pytest.mark.slow
