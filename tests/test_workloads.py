@@ -565,3 +565,49 @@ def test_long_last_stage_holds_the_first_stage() -> None:
     for step in range(3):
         last_sleep_end = sleeps[4 * step + 3][1]
         assert recvs[4 * step][1] >= last_sleep_end
+
+
+@pytest.mark.slow
+def test_moe_trains_like_one_process(tmp_path: Path) -> None:
+    # 2 ranks of 64 rows, one expert each, capacity 2 * 64 / 2 = 64: no token is ever dropped.
+    # Each token gets h + gate * expert[choice](h) whichever rank holds the expert; replicated
+    # layers average the two ranks' mean-loss gradients and each expert's (summed over both
+    # ranks' losses) is divided by 2: the gradient of the mean over all 128 rows.
+    from torch.nn import functional as F
+
+    from traceoverlap_workloads.models import MLP_CLASSES
+    from traceoverlap_workloads.parallel import _batch
+
+    args = ["--strategy", "moe", "--world-size", "2", "--optimizer", "sgd", *STEPS]
+    proc = _run([*args, "--save-params", "--profiler", "none"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+
+    p = PRESETS["tiny"]
+    d = p.mlp_width
+    torch.manual_seed(0)
+    inp, router = torch.nn.Linear(d, d), torch.nn.Linear(d, 2)
+    experts = [
+        torch.nn.Sequential(torch.nn.Linear(d, 2 * d), torch.nn.GELU(), torch.nn.Linear(2 * d, d))
+        for _ in range(2)
+    ]
+    head = torch.nn.Linear(d, MLP_CLASSES)
+    replicated = [*inp.parameters(), *router.parameters(), *head.parameters()]
+    init = [q.detach().clone() for q in replicated]
+    opt = torch.optim.SGD(
+        [*replicated, *experts[0].parameters(), *experts[1].parameters()], lr=1e-3, momentum=0.9
+    )
+    for i in range(3):
+        x, y = _batch(p, 128, 1, 0, i, 0)
+        h = F.relu(inp(x))
+        gate, choice = F.softmax(router(h), dim=-1).max(dim=-1)
+        out = torch.stack([experts[e](h[t : t + 1])[0] for t, e in enumerate(choice.tolist())])
+        F.cross_entropy(head(h + gate[:, None] * out), y).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    got = [torch.load(tmp_path / f"params_rank{r}.pt") for r in (0, 1)]
+    assert any(not torch.allclose(a, b) for a, b in zip(replicated, init, strict=True))
+    for r in (0, 1):
+        mine = [*replicated, *experts[r].parameters()]
+        assert len(got[r]) == len(mine)
+        for j, want in enumerate(mine):
+            torch.testing.assert_close(got[r][f"param{j}"], want.detach(), rtol=1e-5, atol=1e-6)
