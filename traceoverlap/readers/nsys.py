@@ -66,7 +66,7 @@ import shutil
 import sqlite3
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -132,17 +132,24 @@ _CAT_CODE = {c: i for i, c in enumerate(CATEGORIES)}
 # public entry points
 
 
-def read_nsys(path: str | os.PathLike[str]) -> Timeline:
+#: Which NVTX range names to keep (True: keep); None keeps every range.
+RangeFilter = Callable[[str], bool]
+
+
+def read_nsys(path: str | os.PathLike[str], keep_range: RangeFilter | None = None) -> Timeline:
     """Read an Nsight Systems SQLite export into a :class:`Timeline` (one rank per (pid, GPU), or
     per process on a CPU capture).
 
     All times are integer nanoseconds (unix epoch when the export records the session start).
+    ``keep_range``: only the NVTX ranges whose name it accepts are kept (the analysis passes the
+    step, phase and communication patterns: an ``emit_nvtx`` capture's million unique op ranges
+    are never read into the Timeline); the others are counted in a note. None keeps every range.
     Raises :class:`TraceFormatError` for anything that is not a usable nsys export.
     """
-    return _read_export(Path(path), Path(path))
+    return _read_export(Path(path), Path(path), keep_range)
 
 
-def read_nsys_rep(path: str | os.PathLike[str]) -> Timeline:
+def read_nsys_rep(path: str | os.PathLike[str], keep_range: RangeFilter | None = None) -> Timeline:
     """Read an ``.nsys-rep`` report by exporting it to SQLite with ``nsys`` (which must be on PATH).
 
     The export is cached next to the report (``report.sqlite``) when that folder is writable, else
@@ -163,7 +170,7 @@ def read_nsys_rep(path: str | os.PathLike[str]) -> Timeline:
                 "and pass the .sqlite file",
             )
         _run_nsys_export(nsys, p, cache)
-    return _read_export(cache, p)
+    return _read_export(cache, p, keep_range)
 
 
 def _lenient_text(raw: bytes) -> str:
@@ -172,7 +179,7 @@ def _lenient_text(raw: bytes) -> str:
     return raw.decode("utf-8", "replace")
 
 
-def _read_export(export: Path, shown: Path) -> Timeline:
+def _read_export(export: Path, shown: Path, keep_range: RangeFilter | None = None) -> Timeline:
     """Read the SQLite file ``export``; errors and TraceInfo name ``shown`` (the user's file)."""
     _check_sqlite_file(export, shown)
     try:
@@ -191,7 +198,7 @@ def _read_export(export: Path, shown: Path) -> Timeline:
         # one read transaction for the whole read: no writer can commit under it
         con.execute("BEGIN")
         con.execute("SELECT count(*) FROM sqlite_master").fetchone()
-        return _Reader(shown, export, con).read()
+        return _Reader(shown, export, con, keep_range).read()
     except sqlite3.OperationalError as exc:
         raise _sqlite_error(shown, exc) from exc
     except sqlite3.DatabaseError as exc:
@@ -556,8 +563,15 @@ _NCCL = re.compile(r"nccl", re.IGNORECASE)
 
 
 class _Reader:
-    def __init__(self, path: Path, file: Path, con: sqlite3.Connection) -> None:
+    def __init__(
+        self,
+        path: Path,
+        file: Path,
+        con: sqlite3.Connection,
+        keep_range: RangeFilter | None = None,
+    ) -> None:
         self.path = path
+        self.keep_range = keep_range
         self.file = file
         self.con = con
         self.notes: list[str] = []
@@ -1060,6 +1074,10 @@ class _Reader:
             text_code[cand] = codes
             uniques = np.asarray(found, dtype=object)
         del text
+        rank_pid, rank_value = self.rank_texts(text_code[cand], uniques, text_id[cand], gtid[cand])
+        del cand
+        if self.keep_range is not None:
+            text_code, uniques = self.filter_ranges(is_range, text_code, uniques, text_id)
         # NVTX names: COALESCE(text, StringIds.value)
         keep = np.flatnonzero(is_range)
         names = self.names.add_string_ids(self.strings, text_id[keep], "")
@@ -1067,8 +1085,7 @@ class _Reader:
         inline = np.flatnonzero(kept_code >= 0)
         if inline.size:
             names[inline] = self.names.add_codes(kept_code[inline], uniques, unique=True)
-        rank_pid, rank_value = self.rank_texts(text_code[cand], uniques, text_id[cand], gtid[cand])
-        del text_code, cand
+        del text_code
         n = keep.size
         ranges = self._host_block(
             start[keep],
@@ -1079,6 +1096,42 @@ class _Reader:
             names,
         )
         return _Nvtx(ranges, rank_pid, rank_value)
+
+    def filter_ranges(
+        self,
+        is_range: npt.NDArray[np.bool_],
+        text_code: I64,
+        uniques: Obj,
+        text_id: I64,
+    ) -> tuple[I64, Obj]:
+        """Clear ``is_range`` (in place) for the ranges whose name ``keep_range`` refuses, each
+        distinct name tested once, and count them in a note; the inline texts come back compacted
+        to the ones still in use, so the refused ones are freed."""
+        assert self.keep_range is not None
+        test = self.keep_range
+        per_text = np.fromiter((test(t) for t in uniques.tolist()), bool, len(uniques))
+        inline = text_code >= 0
+        keep = np.where(inline, np.r_[per_text, False][text_code], False)
+        pooled = is_range & ~inline
+        if pooled.any():
+            ids, inverse = np.unique(text_id[pooled], return_inverse=True)
+            names = self.strings.lookup(ids)
+            per_id = np.fromiter((test(str(t)) for t in names.tolist()), bool, ids.size)
+            keep[pooled] = per_id[inverse]
+        dropped = int(np.count_nonzero(is_range & ~keep))
+        is_range &= keep
+        if dropped:
+            self.notes.append(
+                f"{dropped} NVTX ranges were not read: their names match no step, phase, "
+                "communication or wait pattern (the analysis uses no other range)."
+            )
+        used = np.flatnonzero(
+            per_text
+            & np.bincount(text_code[is_range & inline], minlength=len(uniques)).astype(bool)
+        )
+        remap = np.full(len(uniques) + 1, -1, dtype=np.int64)
+        remap[used] = np.arange(used.size)
+        return remap[text_code], uniques[used]
 
     def nvtx_types(
         self, cols: Columns, nv: str
