@@ -78,7 +78,7 @@ import pandas as pd
 from ..errors import TraceFormatError
 from ..model import CATEGORIES, Timeline, TraceInfo, make_events, per_category
 from ._input import rank_from_filename
-from ._sqlite_columns import INT, OTHER, Columns, read_columns
+from ._sqlite_columns import INT, OTHER, REFUSED, Columns, read_columns
 
 __all__ = ["read_nsys", "read_nsys_rep", "SQLITE_MAGIC"]
 
@@ -628,7 +628,13 @@ class _Reader:
         """A small metadata query (types are checked by the caller with :func:`_int`)."""
         return self.con.execute(sql, tuple(params)).fetchall()
 
-    def scan(self, table: str, int_cols: Sequence[str], text_cols: Sequence[str] = ()) -> Columns:
+    def scan(
+        self,
+        table: str,
+        int_cols: Sequence[str],
+        text_cols: Sequence[str] = (),
+        text_keep: RangeFilter | None = None,
+    ) -> Columns:
         """The columns of ``table`` that it has (absent ones are simply missing from the result)."""
         have = set(self.columns(table))
         return read_columns(
@@ -637,7 +643,17 @@ class _Reader:
             table,
             [c for c in int_cols if c in have],
             [c for c in text_cols if c in have],
+            text_keep,
         )
+
+    def nvtx_text_keep(self) -> RangeFilter | None:
+        """The inline NVTX texts worth decoding: the ranges ``keep_range`` wants, and ``rank N``
+        texts (ranks come from them)."""
+        wanted = self.keep_range
+        if wanted is None:
+            return None
+        rank_text = _RANK_TEXT.match
+        return lambda t: wanted(t) or rank_text(t) is not None
 
     def int_column(self, cols: Columns, table: str, name: str, default: int) -> I64:
         """Column ``name`` with ``default`` where it is NULL, absent or not an integer (the last
@@ -1045,7 +1061,10 @@ class _Reader:
         if nv is None or not self.usable(nv, ("start", "end")):
             return empty
         cols = self.scan(
-            nv, ["start", "end", "eventType", "globalTid", "endGlobalTid", "textId"], ["text"]
+            nv,
+            ["start", "end", "eventType", "globalTid", "endGlobalTid", "textId"],
+            ["text"],
+            self.nvtx_text_keep(),
         )
         if cols.n == 0:
             return empty
@@ -1109,7 +1128,9 @@ class _Reader:
         to the ones still in use, so the refused ones are freed."""
         assert self.keep_range is not None
         test = self.keep_range
-        per_text = np.fromiter((test(t) for t in uniques.tolist()), bool, len(uniques))
+        per_text = np.fromiter(
+            (t != REFUSED and test(t) for t in uniques.tolist()), bool, len(uniques)
+        )
         inline = text_code >= 0
         keep = np.where(inline, np.r_[per_text, False][text_code], False)
         pooled = is_range & ~inline

@@ -1,0 +1,116 @@
+"""The NVTX ranges the analysis reads: steps, phases, communication and waits (issue 20).
+
+An ``emit_nvtx`` capture has one unique range per op; the analysis never uses them, so the reader
+(given ``rankmap.range_filter``) leaves them out of the Timeline and counts them in a note. The
+no-marker hints read every range name, so a unit without step markers reads the file again
+unfiltered: outputs are the same either way, except the note.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from nsys_writer import MS, NVTX_MARK, NsysExport  # noqa: E402
+
+from traceoverlap.classify import Rules  # noqa: E402
+from traceoverlap.options import AnalysisOptions, build_options  # noqa: E402
+from traceoverlap.rankmap import _alternation, _map_units, map_file, range_filter  # noqa: E402
+from traceoverlap.readers.nsys import read_nsys  # noqa: E402
+
+T0 = 1_000 * MS
+NCCL_AR = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
+
+
+def _export(tmp_path: Path, steps: bool = True) -> Path:
+    x = NsysExport()
+    x.process(300, "python3")
+    x.thread(300, 300, "python3")
+    x.nvtx(300, T0, T0 + 10 * MS, "rank 0", event_type=NVTX_MARK)
+    if steps:
+        x.nvtx(300, T0, T0 + 2 * MS, "ProfilerStep#1")  # a step (registered text)
+    x.nvtx(300, T0 + 100_000, T0 + 900_000, "forward", registered=False)  # a phase
+    x.nvtx(300, T0 + 1_000_000, T0 + 1_100_000, "nccl:all_reduce")  # a collective
+    x.nvtx(300, T0 + 1_200_000, T0 + 1_300_000, "wait_tensor", registered=False)  # a wait
+    # emit_nvtx op ranges: nothing uses them (one inline, one registered)
+    for i in range(3):
+        x.nvtx(300, T0 + 10_000 * i, T0 + 10_000 * i + 5_000, f"aten::mm, seq = {i}", False)
+    x.nvtx(300, T0 + 50_000, T0 + 60_000, "aten::add, seq = 9")
+    x.kernel(300, 0, 7, T0 + 1 * MS, T0 + 3 * MS, "gemm", launch=T0 + 10_000)
+    x.kernel(300, 0, 20, T0 + 2 * MS, T0 + 5 * MS, NCCL_AR, launch=T0 + 20_000)
+    return x.write(tmp_path / "run.sqlite")
+
+
+def _annotations(path: Path, keep: object) -> list[str]:
+    tl = read_nsys(path, keep) if keep is not None else read_nsys(path)  # type: ignore[arg-type]
+    ev = tl.events
+    return sorted(ev["name"][(ev["category"] == "annotation").to_numpy()].astype(str))
+
+
+def test_only_step_phase_comm_and_wait_ranges_are_read(tmp_path: Path) -> None:
+    path = _export(tmp_path)
+    keep = range_filter(AnalysisOptions(), Rules())
+    # 8 ranges: ProfilerStep#1, forward, nccl:all_reduce, wait_tensor are kept; the 4 aten ones
+    # go (the "rank 0" mark is not a range: it still names the rank)
+    assert _annotations(path, keep) == [
+        "ProfilerStep#1",
+        "forward",
+        "nccl:all_reduce",
+        "wait_tensor",
+    ]
+    assert len(_annotations(path, None)) == 8
+    tl = read_nsys(path, keep)
+    info = tl.traces[0]
+    assert info.rank_source == "nvtx"
+    assert any(n.startswith("4 NVTX ranges were not read") for n in info.notes)
+    assert not any("were not read" in n for n in read_nsys(path).traces[0].notes)
+
+
+def test_user_patterns_are_kept(tmp_path: Path) -> None:
+    # --step-regex and --comm-pattern name ranges too: those are kept
+    path = _export(tmp_path)
+    opts = build_options(step_regex=r"^aten::add")
+    keep = range_filter(opts, Rules().with_comm_patterns([r"seq = 1$"]))
+    names = _annotations(path, keep)
+    assert "aten::add, seq = 9" in names and "aten::mm, seq = 1" in names
+    assert "aten::mm, seq = 0" not in names
+
+
+def test_filtered_map_equals_unfiltered(tmp_path: Path) -> None:
+    path = str(_export(tmp_path))
+    opts, rules = AnalysisOptions(), Rules()
+    args = (opts, rules, None, True, None)
+    (full,) = _map_units(path, None, *args)
+    (res,) = map_file(path, *args).units
+    assert res.labels == full.labels
+    for k, v in full.parts.items():
+        assert res.parts[k].tolist() == v.tolist(), k
+    assert res.instances.equals(full.instances)
+    assert res.detail is not None and full.detail is not None
+    assert res.detail.phases[2] == full.detail.phases[2]
+    extra = [n for n in res.notes + res.trace.notes if n not in full.notes + full.trace.notes]
+    assert len(extra) == 1 and extra[0].startswith("4 NVTX ranges were not read")
+
+
+def test_without_step_markers_every_range_is_read(tmp_path: Path) -> None:
+    # the no-marker hints count every range name: the map reads the file again unfiltered
+    path = str(_export(tmp_path, steps=False))
+    (res,) = map_file(path, AnalysisOptions(), Rules()).units
+    assert res.markers_found == 0
+    assert ("aten::mm, seq = 0", 1) in res.range_names
+    assert not any("were not read" in n for n in res.trace.notes)
+
+
+def test_alternation_joins_patterns_or_declines() -> None:
+    one = _alternation([r"(?i)wait", r"^nccl:", r"x"])
+    assert one is not None and one.pattern == r"(?i:wait)|(?:^nccl:)|(?:x)"
+    assert [one.search(s) is not None for s in ("WAIT", "a nccl:", "nccl:b", "box")] == [
+        True,
+        False,
+        True,
+        True,
+    ]
+    assert _alternation([r"(a)\1"]) is None  # a backreference would change meaning
+    assert _alternation([r"(?P<a>x)", r"(?P<a>y)"]) is None  # clashing group names
