@@ -8,16 +8,21 @@ unfiltered: outputs are the same either way, except the note.
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
+
+from hypothesis import given
+from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).parent))
 
 from nsys_writer import MS, NVTX_MARK, NsysExport  # noqa: E402
 
 from traceoverlap.classify import Rules  # noqa: E402
+from traceoverlap.namefilter import alternation, any_match  # noqa: E402
 from traceoverlap.options import AnalysisOptions, build_options  # noqa: E402
-from traceoverlap.rankmap import _alternation, _map_units, map_file, range_filter  # noqa: E402
+from traceoverlap.rankmap import _map_units, map_file, range_filter  # noqa: E402
 from traceoverlap.readers.nsys import read_nsys  # noqa: E402
 
 T0 = 1_000 * MS
@@ -104,7 +109,7 @@ def test_without_step_markers_every_range_is_read(tmp_path: Path) -> None:
 
 
 def test_alternation_joins_patterns_or_declines() -> None:
-    one = _alternation([r"(?i)wait", r"^nccl:", r"x"])
+    one = alternation([r"(?i)wait", r"^nccl:", r"x"])
     assert one is not None and one.pattern == r"(?i:wait)|(?:^nccl:)|(?:x)"
     assert [one.search(s) is not None for s in ("WAIT", "a nccl:", "nccl:b", "box")] == [
         True,
@@ -112,5 +117,37 @@ def test_alternation_joins_patterns_or_declines() -> None:
         True,
         True,
     ]
-    assert _alternation([r"(a)\1"]) is None  # a backreference would change meaning
-    assert _alternation([r"(?P<a>x)", r"(?P<a>y)"]) is None  # clashing group names
+    assert alternation([r"(a)\1"]) is None  # a backreference would change meaning
+    assert alternation([r"(?P<a>x)", r"(?P<a>y)"]) is None  # clashing group names
+
+
+_BUILTIN = [
+    r"^ProfilerStep#(\d+)$",
+    r"(?i)forward|backward|optimi[sz]er|zero_grad|grad_sync",
+    "nccl:",
+    r"^gloo:",
+    r"(?i)wait",
+    r"^(forward|backward|optimizer)$",
+    r"(?i)\bstep\s\d",
+    r"^record_param_comms$",
+    r"^c10d::",
+    r"^gl[aeo]o$",
+]
+
+
+@given(st.text(alphabet=st.sampled_from("aAwWiItTsSkKſİK:#01 _\u212anclgoPrfeSp\n"), max_size=24))
+def test_any_match_is_any_re_search(name: str) -> None:
+    # the literal, case-folded and joined paths agree with re.search, pattern by pattern
+    # (non-ASCII names that case-fold to ASCII letters, e.g. the Kelvin sign, included)
+    want = any(re.search(p, name) is not None for p in _BUILTIN)
+    assert any_match(_BUILTIN)(name) == want
+
+
+def test_any_match_fixed_cases() -> None:
+    test = any_match(_BUILTIN)
+    assert test("ProfilerStep#3") and test("a nccl:x") and test("cudaStreamWAITEvent")
+    assert test("\u212a") is False  # Kelvin sign: no pattern has a k
+    assert test("STEP 1")
+    # re.IGNORECASE folds the long s to s: a non-ASCII name takes the original regex
+    assert test("ſtep 1") == (re.search(r"(?i)\bstep\s\d", "ſtep 1") is not None)
+    assert not test("aten::mm, seq = 1")

@@ -30,6 +30,7 @@ from .errors import NotATraceError, TraceFormatError
 from .intervals import GroupedIntervals
 from .metrics import activity_rows, step_parts, step_sets
 from .model import KINDS, Kind, Timeline, TraceInfo, split_units
+from .namefilter import any_match
 from .options import AnalysisOptions, compile_regex
 from .results import StepDetail
 from .steps import StepLabel, UnitSteps, assign_steps
@@ -332,36 +333,9 @@ def range_filter(options: AnalysisOptions, rules: Rules) -> Callable[[str], bool
         rules.cpu_compute_ranges,
     ):
         patterns.extend(group)
-    rxs = [compile_regex(p, "range patterns") for p in dict.fromkeys(patterns)]
-    one = _alternation([rx.pattern for rx in rxs])
-    if one is not None:
-        search = one.search
-        return lambda name: search(name) is not None
-
-    def keep(name: str) -> bool:
-        return any(rx.search(name) is not None for rx in rxs)
-
-    return keep
-
-
-_GLOBAL_FLAGS = re.compile(r"^\(\?([aiLmsux]+)\)")
-
-
-def _alternation(patterns: list[str]) -> re.Pattern[str] | None:
-    """One regex that matches where any of ``patterns`` does (one search per name instead of
-    one per pattern), or None when they cannot be joined safely (backreferences, clashing group
-    names, flags that cannot be scoped)."""
-    parts = []
     for p in patterns:
-        if re.search(r"\\[1-9]|\(\?P=", p):
-            return None
-        m = _GLOBAL_FLAGS.match(p)
-        flags, body = (m.group(1), p[m.end() :]) if m else ("", p)
-        parts.append(f"(?{flags}:{body})" if flags else f"(?:{body})")
-    try:
-        return re.compile("|".join(parts))
-    except re.error:
-        return None
+        compile_regex(p, "range patterns")
+    return any_match(patterns)
 
 
 def _map_units(

@@ -1,0 +1,159 @@
+"""A fast "does any of these regexes match this name?" for millions of names.
+
+The range filter of :mod:`traceoverlap.rankmap` tests every NVTX text of an export (an
+``emit_nvtx`` capture has one unique text per op) against the step, phase and communication
+patterns. ``re`` pays about 3 us per name for an unanchored case-insensitive alternation
+(``(?i)forward|backward|...``): more than decoding the text. The patterns are split three ways,
+each kept exact:
+
+- plain literals (no regex syntax: ``nccl:``): ``literal in name``;
+- ``(?i)`` patterns whose body is lowercase ASCII (the built-in phase and wait patterns): the
+  body, compiled without the flag, searched in ``name.lower()`` when the name is ASCII (for ASCII
+  names ``re.IGNORECASE`` is ASCII case folding, so both agree); the original regex otherwise;
+- everything else joined into one alternation (anchored ``^...`` patterns fail at once), or
+  tested one by one when they cannot be joined safely.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+_GLOBAL_FLAGS = re.compile(r"^\(\?([aiLmsux]+)\)")
+_META = set(".^$*+?{}[]\\|()")
+
+
+def alternation(patterns: Sequence[str]) -> re.Pattern[str] | None:
+    """One regex that matches where any of ``patterns`` does, or None when they cannot be joined
+    safely (backreferences, clashing group names, flags that cannot be scoped)."""
+    parts = []
+    for p in patterns:
+        if re.search(r"\\[1-9]|\(\?P=", p):
+            return None
+        m = _GLOBAL_FLAGS.match(p)
+        flags, body = (m.group(1), p[m.end() :]) if m else ("", p)
+        parts.append(f"(?{flags}:{body})" if flags else f"(?:{body})")
+    try:
+        return re.compile("|".join(parts)) if parts else None
+    except re.error:
+        return None
+
+
+def _any_search(patterns: Sequence[str]) -> Callable[[str], bool] | None:
+    if not patterns:
+        return None
+    one = alternation(patterns)
+    if one is not None:
+        search = one.search
+        return lambda s: search(s) is not None
+    rxs = [re.compile(p) for p in patterns]
+    return lambda s: any(rx.search(s) is not None for rx in rxs)
+
+
+def literals(body: str) -> list[str] | None:
+    """The strings a regex made only of alternatives of literal characters and small character
+    classes matches (``optimi[sz]er|wait`` -> optimiser, optimizer, wait), or None."""
+    if _META.difference("|[]").intersection(body):
+        return None
+    out: list[str] = []
+    for alt in body.split("|"):
+        options = [""]
+        k = 0
+        while k < len(alt):
+            if alt[k] == "[":
+                close = alt.find("]", k)
+                chars = alt[k + 1 : close] if close > k else ""
+                if not chars or not chars.isalnum():
+                    return None
+                k = close + 1
+            elif alt[k] == "]":
+                return None
+            else:
+                chars = alt[k]
+                k += 1
+            options = [o + c for o in options for c in chars]
+            if len(options) > 64:
+                return None
+        if "" in options:
+            return None  # an empty alternative matches everything: leave it to re
+        out.extend(options)
+    return out
+
+
+@dataclass
+class _Plan:
+    inside: list[str] = field(default_factory=list)  # literals anywhere in the name
+    prefixes: list[str] = field(default_factory=list)  # ^literal
+    whole: set[str] = field(default_factory=set)  # ^literal$
+    folded: list[str] = field(default_factory=list)  # literals in the ASCII-lowered name
+    folded_rx: list[str] = field(default_factory=list)  # (?i) lowercase bodies, on it
+    folded_full: list[str] = field(default_factory=list)  # the same, for non-ASCII names
+    rest: list[str] = field(default_factory=list)
+
+    def add_folded(self, p: str, body: str) -> None:
+        lits = literals(body)
+        if lits is None:
+            self.folded_rx.append(body)
+        else:
+            self.folded.extend(lits)
+        self.folded_full.append(p)
+
+    def add_plain(self, p: str) -> None:
+        start, end = p.startswith("^"), p.endswith("$")
+        core = p[int(start) : len(p) - int(end)]
+        # ^a|b is (^a)|(b): only an unanchored alternation is a set of literals
+        lits = literals(core) if "|" not in core or not (start or end) else None
+        if lits is None or (end and not start):
+            self.rest.append(p)
+        elif start and end:
+            self.whole.update(lits)
+        elif start:
+            self.prefixes.extend(lits)
+        else:
+            self.inside.extend(lits)
+
+
+def _plan(patterns: Sequence[str]) -> _Plan:
+    plan = _Plan()
+    for p in dict.fromkeys(patterns):
+        m = _GLOBAL_FLAGS.match(p)
+        if m is None:
+            plan.add_plain(p)
+        elif m.group(1) == "i" and _lower_ascii(p[m.end() :]):
+            plan.add_folded(p, p[m.end() :])
+        else:
+            plan.rest.append(p)
+    return plan
+
+
+def any_match(patterns: Sequence[str]) -> Callable[[str], bool]:
+    """``name -> any(re.search(p, name) for p in patterns)``, computed faster (module docstring).
+    The patterns must compile."""
+    plan = _plan(patterns)
+    whole, starts, inside, folded = plan.whole, tuple(plan.prefixes), plan.inside, plan.folded
+    low = _any_search(plan.folded_rx)
+    full = _any_search(plan.folded_full)
+    other = _any_search(plan.rest)
+
+    def test(name: str) -> bool:
+        if name in whole or (starts and name.startswith(starts)):
+            return True
+        if whole and name.endswith("\n") and name[:-1] in whole:  # $ matches before a final \n
+            return True
+        if any(lit in name for lit in inside) or (other is not None and other(name)):
+            return True
+        if full is None:
+            return False
+        if not name.isascii():
+            return full(name)
+        lowered = name.lower()
+        return any(lit in lowered for lit in folded) or (low is not None and low(lowered))
+
+    return test
+
+
+def _lower_ascii(body: str) -> bool:
+    # no uppercase letters at all: no \S \W \D \B \A \Z escapes, whose meaning lowercasing the
+    # name would not keep, and literals that match the lowered name as they are
+    return body.isascii() and body == body.lower() and "(?" not in body
