@@ -531,9 +531,11 @@ class _PageReader:
                 ]
             chunk = np.empty(stop - start, dtype=object)
             chunk[:] = parts[: stop - start]
-            del parts, text
-            if self.text_keep is not None:
-                _refuse(chunk, self.text_keep)
+            del text
+            if self.text_keep is not None:  # every text of the block is a str here
+                ok = np.fromiter(map(self.text_keep, parts[: stop - start]), bool, stop - start)
+                chunk[~ok] = REFUSED
+            del parts
             out[start:stop] = chunk
             start = stop
         out[is_null] = None
