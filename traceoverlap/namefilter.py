@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 
 _GLOBAL_FLAGS = re.compile(r"^\(\?([aiLmsux]+)\)")
 _META = set(".^$*+?{}[]\\|()")
+# one group around the whole pattern, nothing nested: (forward|backward|optimizer)
+_GROUP = re.compile(r"\((?!\?)[^()]*\)")
 
 
 def alternation(patterns: Sequence[str]) -> re.Pattern[str] | None:
@@ -102,8 +104,11 @@ class _Plan:
     def add_plain(self, p: str) -> None:
         start, end = p.startswith("^"), p.endswith("$")
         core = p[int(start) : len(p) - int(end)]
-        # ^a|b is (^a)|(b): only an unanchored alternation is a set of literals
-        lits = literals(core) if "|" not in core or not (start or end) else None
+        if start and end and _GROUP.fullmatch(core):
+            core = core[1:-1]  # ^(a|b)$: the group only scopes the alternation
+        # ^a|b is (^a)|(b): only an unanchored or wholly grouped alternation is a set of literals
+        grouped = p.startswith("^(") and p.endswith(")$") and _GROUP.fullmatch(p[1:-1])
+        lits = literals(core) if grouped or "|" not in core or not (start or end) else None
         if lits is None or (end and not start):
             self.rest.append(p)
         elif start and end:

@@ -647,13 +647,12 @@ class _Reader:
         )
 
     def nvtx_text_keep(self) -> RangeFilter | None:
-        """The inline NVTX texts worth decoding: the ranges ``keep_range`` wants, and ``rank N``
-        texts (ranks come from them)."""
+        """The inline NVTX texts worth decoding: the ranges ``keep_range`` wants, and the texts
+        :func:`_rank_numbers` looks at for ``rank N`` (those with "ank" or "ANK")."""
         wanted = self.keep_range
         if wanted is None:
             return None
-        rank_text = _RANK_TEXT.match
-        return lambda t: wanted(t) or rank_text(t) is not None
+        return lambda t: "ank" in t or "ANK" in t or wanted(t)
 
     def int_column(self, cols: Columns, table: str, name: str, default: int) -> I64:
         """Column ``name`` with ``default`` where it is NULL, absent or not an integer (the last
