@@ -151,3 +151,19 @@ def test_any_match_fixed_cases() -> None:
     # re.IGNORECASE folds the long s to s: a non-ASCII name takes the original regex
     assert test("ſtep 1") == (re.search(r"(?i)\bstep\s\d", "ſtep 1") is not None)
     assert not test("aten::mm, seq = 1")
+
+
+def test_several_processes_come_out_grouped_by_rank(tmp_path: Path) -> None:
+    # two processes, host rows read after GPU rows: the reader groups each rank's rows
+    x = NsysExport()
+    for pid, dev in ((100, 0), (200, 1)):
+        x.process(pid, "python3")
+        x.thread(pid, pid, "python3")
+        x.nvtx(pid, T0, T0 + 2 * MS, "ProfilerStep#1")
+        x.kernel(pid, dev, 7, T0 + MS, T0 + 3 * MS, "gemm", launch=T0 + 10_000)
+    tl = read_nsys(x.write(tmp_path / "two.sqlite"))
+    rank = tl.events["rank"].to_numpy()
+    assert rank.tolist() == sorted(rank.tolist()) and set(rank.tolist()) == {0, 1}
+    # each rank: its kernel, then its host rows (launch, step marker), as before grouping
+    cats = tl.events["category"].astype(str).tolist()
+    assert cats == ["kernel", "runtime", "annotation"] * 2

@@ -517,6 +517,17 @@ class _Rows:
                 setattr(b, k, np.empty(0, dtype=getattr(b, k).dtype))  # a [:0] view would pin it
         return _Rows(**out)
 
+    def group_by(self, rank: I32) -> I32:
+        """Reorder the rows (in place, one column at a time) so that each rank's rows are
+        contiguous, keeping their order within a rank (a stable sort): then
+        :func:`traceoverlap.model.split_units` cuts units as views instead of copies."""
+        if rank.size < 2 or bool((rank[1:] >= rank[:-1]).all()):
+            return rank
+        order = np.argsort(rank, kind="stable")
+        for k in _Rows.__annotations__:
+            setattr(self, k, getattr(self, k)[order])
+        return rank[order]
+
     @staticmethod
     def empty() -> _Rows:
         z, z32 = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32)
@@ -732,6 +743,7 @@ class _Reader:
         del nvtx
         rows, rank = self.place(gpu, host, groups, ranks)
         del host, gpu
+        rank = rows.group_by(rank)
 
         category = pd.Categorical.from_codes(
             rows.category, categories=_index(np.array(CATEGORIES, dtype=object))
