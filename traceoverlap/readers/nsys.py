@@ -52,9 +52,10 @@ error), inside one read transaction.
 
 Speed: the big tables are decoded straight from the file's pages into numpy columns
 (:mod:`._sqlite_columns`), then names become categorical codes with hash lookups; no per-row
-Python object except one ``str`` per NVTX text. 3-4x one C-level SQLite scan of the needed
-columns (was 5-9x), peak RSS the Timeline plus about 5 %; ``benchmarks/bench_nsys.py`` and
-README "Speed and memory" have the figures.
+Python object except one ``str`` per NVTX text, and with ``keep_range`` (what ``analyze``
+passes) not even that for the ranges it refuses: they are tested a block of texts at a time as
+they are decoded and never held. Rows come out grouped by rank, so units are slices of the
+table. ``benchmarks/bench_nsys.py`` and docs/performance.md have the figures.
 """
 
 from __future__ import annotations
