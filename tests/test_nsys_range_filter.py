@@ -12,6 +12,7 @@ import re
 import sys
 from pathlib import Path
 
+import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -20,7 +21,12 @@ sys.path.insert(0, str(Path(__file__).parent))
 from nsys_writer import MS, NVTX_MARK, NsysExport  # noqa: E402
 
 from traceoverlap.classify import Rules  # noqa: E402
-from traceoverlap.namefilter import alternation, any_match  # noqa: E402
+from traceoverlap.namefilter import (  # noqa: E402
+    NameTest,
+    alternation,
+    any_match,
+    required_prefix,
+)
 from traceoverlap.options import AnalysisOptions, build_options  # noqa: E402
 from traceoverlap.rankmap import _map_units, map_file, range_filter  # noqa: E402
 from traceoverlap.readers.nsys import read_nsys  # noqa: E402
@@ -167,3 +173,36 @@ def test_several_processes_come_out_grouped_by_rank(tmp_path: Path) -> None:
     # each rank: its kernel, then its host rows (launch, step marker), as before grouping
     cats = tl.events["category"].astype(str).tolist()
     assert cats == ["kernel", "runtime", "annotation"] * 2
+
+
+@given(
+    st.lists(
+        st.text(alphabet=st.sampled_from("aAwWiItTsSkK:#01 _nclgoPrfeSpabkdcmR"), max_size=20),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_candidates_cover_every_match(names: list[str]) -> None:
+    # the block prefilter may only leave out names that cannot match
+    # the built-in patterns but the case-folded regex (it has no literal to look for)
+    test = NameTest([*(p for p in _BUILTIN if "\\b" not in p), r"^Profiler", "ank", "ANK"])
+    joined = "\x00".join(names) + "\x00"
+    ends = np.cumsum([len(n) + 1 for n in names]) - 1
+    cand = test.candidates(joined, ends)
+    assert cand is not None  # every pattern here has a literal to look for
+    for name, c in zip(names, cand.tolist(), strict=True):
+        if test(name):
+            assert c, name
+    # a pattern without a required literal: no prefilter
+    assert NameTest([r"\d+$"]).candidates(joined, ends) is None
+    assert NameTest([r"(?i)\bstep\s\d"]).candidates(joined, ends) is None
+    assert NameTest(["x"]).candidates("é\x00", np.array([1])) is None  # not ASCII
+
+
+def test_required_prefix() -> None:
+    assert required_prefix(r"^ProfilerStep#(\d+)$") == "ProfilerStep#"
+    assert required_prefix(r"^abc?d") == "ab"  # c is optional
+    assert required_prefix(r"^ab(c|d)") == "ab"
+    assert required_prefix(r"^ab[|]c") == "ab"
+    for p in (r"^a|b", r"x", r"^\d", r"^(a|b)c", r"^a[]|]|b"):
+        assert required_prefix(p) is None, p

@@ -20,6 +20,9 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+import numpy.typing as npt
+
 _GLOBAL_FLAGS = re.compile(r"^\(\?([aiLmsux]+)\)")
 _META = set(".^$*+?{}[]\\|()")
 # one group around the whole pattern, nothing nested: (forward|backward|optimizer)
@@ -130,6 +133,86 @@ def _plan(patterns: Sequence[str]) -> _Plan:
         else:
             plan.rest.append(p)
     return plan
+
+
+class NameTest:
+    """``name -> any(re.search(p, name) for p in patterns)`` (call it), plus :meth:`candidates`:
+    for a block of names joined by NUL characters, which names can match at all, found with C
+    substring searches over the whole block, so that the per-name test runs only on those."""
+
+    def __init__(self, patterns: Sequence[str]) -> None:
+        self.patterns = list(dict.fromkeys(patterns))
+        self.test = any_match(self.patterns)
+        plan = _plan(self.patterns)
+        need: list[str] | None = [*plan.inside, *plan.prefixes, *plan.whole]
+        for p in plan.rest:
+            lit = required_prefix(p)
+            if lit is None or need is None:
+                need = None
+                break
+            need.append(lit)
+        self._needles = need
+        self._folded = list(plan.folded) if not plan.folded_rx else None
+
+    def __call__(self, name: str) -> bool:
+        return self.test(name)
+
+    def including(self, *literals: str) -> NameTest:
+        """The same test, also true for names containing any of ``literals`` (plain text)."""
+        return NameTest([*self.patterns, *(re.escape(lit) for lit in literals)])
+
+    def candidates(self, joined: str, ends: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_] | None:
+        """Per name of ``joined`` (names each ending at the NUL at ``ends``): can it match? None
+        when this cannot be told from substrings (patterns without a required literal, or
+        non-ASCII text, whose case folding differs)."""
+        if self._needles is None or self._folded is None or not joined.isascii():
+            return None
+        out = np.zeros(ends.size, dtype=bool)
+        hits: list[int] = []
+        for needle, hay in [(n, joined) for n in self._needles] + [
+            (n, joined.lower()) for n in self._folded
+        ]:
+            k = hay.find(needle)
+            while k >= 0:
+                hits.append(k)
+                k = hay.find(needle, k + 1)
+        if hits:
+            out[np.searchsorted(ends, np.array(hits, dtype=np.int64))] = True
+        return out
+
+
+def _top_level_alternation(pattern: str) -> bool:
+    """Whether ``pattern`` has a ``|`` outside every group (escapes and classes skipped)."""
+    depth, k = 0, 0
+    while k < len(pattern):
+        c = pattern[k]
+        if c == "\\":
+            k += 1
+        elif c == "[":
+            k = pattern.find("]", k + 2)  # a ] right after [ (or [^) is a literal ]
+            if k < 0:
+                return True  # not a pattern this scan understands: assume the worst
+        elif c in "()":
+            depth += 1 if c == "(" else -1
+        elif c == "|" and depth == 0:
+            return True
+        k += 1
+    return False
+
+
+def required_prefix(pattern: str) -> str | None:
+    """A literal every match of ``pattern`` contains: the plain text after a leading ``^`` (the
+    last character dropped when a quantifier follows it); None when there is none to be sure of
+    (no anchor, an escape, or an alternation outside parentheses)."""
+    if not pattern.startswith("^") or _top_level_alternation(pattern):
+        return None
+    k = 1
+    while k < len(pattern) and pattern[k] not in _META:
+        k += 1
+    lit = pattern[1:k]
+    if k < len(pattern) and pattern[k] in "?*{":
+        lit = lit[:-1]
+    return lit or None
 
 
 def any_match(patterns: Sequence[str]) -> Callable[[str], bool]:

@@ -30,7 +30,7 @@ from .errors import NotATraceError, TraceFormatError
 from .intervals import GroupedIntervals
 from .metrics import activity_rows, step_parts, step_sets
 from .model import KINDS, Kind, Timeline, TraceInfo, split_units
-from .namefilter import any_match
+from .namefilter import NameTest
 from .options import AnalysisOptions, compile_regex
 from .results import StepDetail
 from .steps import StepLabel, UnitSteps, assign_steps
@@ -335,7 +335,7 @@ def range_filter(options: AnalysisOptions, rules: Rules) -> Callable[[str], bool
         patterns.extend(group)
     for p in patterns:
         compile_regex(p, "range patterns")
-    return any_match(patterns)
+    return NameTest(patterns)
 
 
 def _map_units(

@@ -89,7 +89,7 @@ def read_trace(path: str | Path, keep_range: Callable[[str], bool] | None = None
     if fmt == "nsys-sqlite":
         from .nsys import read_nsys
 
-        return read_nsys(path, keep_range)
+        return read_nsys(path) if keep_range is None else read_nsys(path, keep_range)
     from .nsys import read_nsys_rep
 
-    return read_nsys_rep(path, keep_range)
+    return read_nsys_rep(path) if keep_range is None else read_nsys_rep(path, keep_range)

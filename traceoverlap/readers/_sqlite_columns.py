@@ -531,15 +531,28 @@ class _PageReader:
                 ]
             chunk = np.empty(stop - start, dtype=object)
             chunk[:] = parts[: stop - start]
-            del text
             if self.text_keep is not None:  # every text of the block is a str here
-                ok = np.fromiter(map(self.text_keep, parts[: stop - start]), bool, stop - start)
-                chunk[~ok] = REFUSED
-            del parts
+                chunk[~self.kept(text, sep, parts[: stop - start])] = REFUSED
+            del parts, text
             out[start:stop] = chunk
             start = stop
         out[is_null] = None
         return out, bad
+
+    def kept(self, text: str, sep: I64, parts: list[str]) -> npt.NDArray[np.bool_]:
+        """``text_keep`` of each of ``parts`` (the NUL-separated texts of ``text``, each ending
+        at ``sep``); a keep test with a ``candidates(text, sep)`` method (see
+        :class:`traceoverlap.namefilter.NameTest`) is asked only about the texts that can pass."""
+        keep = self.text_keep
+        assert keep is not None
+        find = getattr(keep, "candidates", None)
+        cand = find(text, sep) if find is not None else None
+        if cand is None:
+            return np.fromiter(map(keep, parts), bool, len(parts))
+        idx = np.flatnonzero(cand)
+        ok = np.zeros(len(parts), dtype=bool)
+        ok[idx] = [keep(parts[i]) for i in idx.tolist()]
+        return ok
 
     @staticmethod
     def _count_bad(raw: bytes, sep: I64, ln: I64) -> int:

@@ -70,7 +70,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -664,6 +664,9 @@ class _Reader:
         wanted = self.keep_range
         if wanted is None:
             return None
+        including = getattr(wanted, "including", None)  # a namefilter.NameTest
+        if including is not None:
+            return cast(RangeFilter, including("ank", "ANK"))
         return lambda t: "ank" in t or "ANK" in t or wanted(t)
 
     def int_column(self, cols: Columns, table: str, name: str, default: int) -> I64:
