@@ -12,8 +12,13 @@ a 155 MB file), then prints, each measurement in its own process (best of ``--re
   (``max``), nothing returned per row: the least any reader going through SQLite can pay;
 - the ``sqlite3`` command-line tool printing the same columns to /dev/null (a looser floor: it
   renders every value as text), when the tool is installed;
-- ``read_nsys``: in-process wall and CPU after imports, and the whole process's peak RSS;
+- ``read_nsys``: in-process wall and CPU after imports, and the whole process's peak RSS, once
+  reading every NVTX range and once only the ranges ``analyze`` reads (``rankmap.range_filter``);
 - ``traceoverlap analyze FILE --format json``: the whole process.
+
+Each ratio is printed next to its target (issue 20: reading within 4x the scan floor, peak RSS
+within 2x the file). Run it from the repository root: ``--compare-with`` puts the other checkout
+first on ``sys.path``.
 
 ``--compare-with DIR`` also measures ``read_nsys`` of another source checkout (e.g. the main
 branch) on the same file. Not a test: it takes a minute and its numbers depend on the machine.
