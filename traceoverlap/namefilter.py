@@ -12,6 +12,10 @@ each kept exact:
   names ``re.IGNORECASE`` is ASCII case folding, so both agree); the original regex otherwise;
 - everything else joined into one alternation (anchored ``^...`` patterns fail at once), or
   tested one by one when they cannot be joined safely.
+
+:class:`NameTest` adds a block prefilter: when every pattern has a literal that any match must
+contain, the names of a decoded block (joined by NULs) that contain one are found with C substring
+searches, and only those get the per-name test.
 """
 
 from __future__ import annotations
