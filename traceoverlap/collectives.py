@@ -224,7 +224,7 @@ def unit_instances(
     z = np.zeros(0, np.int64)
     if not (kind == Kind.COMM).any():
         return pd.DataFrame(columns=list(LOCAL_COLUMNS)), (z, z.copy(), z.copy()), z.copy()
-    c = _comm_keys(ev, kind, steps.gpu, launch_row)
+    c = _comm_keys(ev, kind, steps.gpu, launch_row, unit.traces[0] if unit.traces else None)
     local, order, firsts = _number_instances(c)
     inst = _instance_table(ev, kind, c, order, firsts)
     head = order[firsts]
@@ -268,7 +268,11 @@ class _CommRows:
 
 
 def _comm_keys(
-    ev: pd.DataFrame, kind: npt.NDArray[np.int8], gpu: bool, launch_row: I64
+    ev: pd.DataFrame,
+    kind: npt.NDArray[np.int8],
+    gpu: bool,
+    launch_row: I64,
+    info: TraceInfo | None = None,
 ) -> _CommRows:
     """The unit's communication activities, sorted, with their labels and instance keys."""
     start = ev["start_ns"].to_numpy()
@@ -291,7 +295,8 @@ def _comm_keys(
     ]
     seq = ev["seq"].to_numpy()[rows].astype(np.int64)
     stream = ev["stream"].to_numpy()[rows].astype(np.int64)
-    group_key = _group_keys(pg, stream, gpu)
+    tid = ev["tid"].to_numpy()[rows].astype(np.int64)
+    group_key = _group_keys(pg, stream, gpu, tid, info)
     group_code, _ = pd.factorize(group_key)
     pair = group_code.astype(np.int64) * (int(kind_code.max()) + 1) + kind_code
     use_seq = (seq >= 0) & (pg != "")
@@ -311,10 +316,42 @@ def _comm_keys(
     )
 
 
-def _group_keys(pg: npt.NDArray[np.object_], stream: I64, gpu: bool) -> npt.NDArray[np.object_]:
-    """Per activity: its process group; on GPU units, where it has none, its NCCL stream stands
-    in (``"\\x00stream#i"``, streams numbered by first use on this unit)."""
+#: Group key of an activity whose process group cannot be told in a run of several groups: such
+#: activities are never matched (diagnosis.md §6).
+UNKNOWN_GROUP = "\x00unknown"
+
+
+def _group_keys(
+    pg: npt.NDArray[np.object_],
+    stream: I64,
+    gpu: bool,
+    tid: I64 | None = None,
+    info: TraceInfo | None = None,
+) -> npt.NDArray[np.object_]:
+    """Per activity: its process group (diagnosis.md §6), from, in order: the trace's args
+    (``Process Group Name``); the rank's only group (``pg_config`` lists one); on CPU units the
+    gloo worker thread that ran it (each group runs its own ``pt_gloo_runloop`` threads, created
+    in ``pg_config`` order: with T threads for G groups, the i-th thread by id belongs to group
+    i // (T / G)); on GPU units, where the rank has at most one group, its NCCL stream
+    (``"\\x00stream#i"``, streams numbered by first use). Otherwise :data:`UNKNOWN_GROUP`."""
     group_key = pg.copy()
+    groups = info.process_groups if info is not None else ()
+    no_pg = pg == ""
+    if len(groups) == 1:
+        group_key[no_pg] = groups[0][0]
+        return group_key
+    if len(groups) > 1:
+        group_key[no_pg] = UNKNOWN_GROUP
+        threads = info.gloo_threads if info is not None else ()
+        if not gpu and tid is not None and threads and len(threads) % len(groups) == 0:
+            per = len(threads) // len(groups)
+            t_arr = np.asarray(threads, dtype=np.int64)
+            pos = np.searchsorted(t_arr, tid)
+            on_worker = (pos < t_arr.size) & (t_arr[np.minimum(pos, t_arr.size - 1)] == tid)
+            names = np.array([g for g, _ in groups], dtype=object)
+            hit = no_pg & on_worker
+            group_key[hit] = names[pos[hit] // per]
+        return group_key
     if gpu:
         no_pg = pg == ""
         if no_pg.any():
@@ -526,68 +563,171 @@ class CauseSets:
 
 
 def _describe_group(g: str) -> str:
+    if g == UNKNOWN_GROUP:
+        return "an unknown group"
     if g.startswith("\x00stream#"):
         return f"NCCL stream #{g[len(chr(0)) + len('stream#') :]}"
     return f"group {g!r}" if g else "the default group"
 
 
+def group_members(traces: Sequence[TraceInfo]) -> dict[str, tuple[int, ...]]:
+    """Process group name -> its ranks, from every trace's ``pg_config`` (first seen wins)."""
+    out: dict[str, tuple[int, ...]] = {}
+    for t in traces:
+        for name, ranks in t.process_groups:
+            out.setdefault(name, tuple(sorted(ranks)))
+    return out
+
+
+def _p2p_direction(
+    inst: pd.DataFrame, unit_rank: npt.NDArray[np.int64], members: dict[object, tuple[int, ...]]
+) -> tuple[npt.NDArray[np.object_], I64, I64]:
+    """Directed point-to-point (diagnosis.md §6): a ``send`` / ``recv`` in a group of two pairs
+    with the opposite call on the other member. Per row: the kind key to match on
+    (``p2p:<src>><dst>`` for a directed send/recv, else the row's own), the sending and the
+    receiving rank (-1 when not a directed p2p). The n-th send of ``a`` to ``b`` then meets the
+    n-th recv of ``b`` from ``a``: never a send with a send."""
+    kind = inst["kind_key"].to_numpy(dtype=object).copy()
+    src = np.full(len(inst), -1, dtype=np.int64)
+    dst = np.full(len(inst), -1, dtype=np.int64)
+    if inst.empty:
+        return kind, src, dst
+    is_send = np.isin(kind, ["send", "isend"])
+    is_recv = np.isin(kind, ["recv", "irecv", "recvanysource"])
+    rank = unit_rank[inst["unit"].to_numpy(np.int64)]
+    for i in np.flatnonzero(is_send | is_recv).tolist():
+        mem = members.get(inst["group_key"].iat[i], ())
+        if len(mem) != 2 or int(rank[i]) not in mem:
+            continue
+        peer = mem[1] if mem[0] == int(rank[i]) else mem[0]
+        a, b = (int(rank[i]), peer) if is_send[i] else (peer, int(rank[i]))
+        kind[i] = f"p2p:{a}>{b}"
+        src[i], dst[i] = a, b
+    return kind, src, dst
+
+
+def _group_table(
+    inst: pd.DataFrame, traces: Sequence[TraceInfo]
+) -> tuple[dict[object, tuple[int, ...]], dict[object, tuple[int, ...]]]:
+    """Per group key: its members (ranks; from ``pg_config`` when known, else the ranks that
+    ran its collectives) and the units given that are members."""
+    known = group_members(traces)
+    unit_rank = [t.rank for t in traces]
+    members: dict[object, tuple[int, ...]] = {}
+    units_of: dict[object, tuple[int, ...]] = {}
+    for g, us in inst.groupby("group_key")["unit"].unique().items():
+        shown = sorted({int(u) for u in us})
+        if str(g) in known:
+            members[g] = known[str(g)]
+            units_of[g] = tuple(
+                sorted(set(shown) | {u for u, r in enumerate(unit_rank) if r in known[str(g)]})
+            )
+        else:
+            members[g] = tuple(sorted({unit_rank[u] for u in shown}))
+            units_of[g] = tuple(shown)
+    return members, units_of
+
+
 def _match(
-    inst: pd.DataFrame, units: Sequence[int], unit_label: dict[int, str]
-) -> tuple[npt.NDArray[np.int64], list[str]]:
-    """Per local instance row: its matched instance key (-1 unmatched), and notes."""
+    inst: pd.DataFrame,
+    units: Sequence[int],
+    unit_label: dict[int, str],
+    traces: Sequence[TraceInfo],
+) -> tuple[npt.NDArray[np.int64], list[str], pd.DataFrame]:
+    """Per local instance row: its matched instance key (-1 unmatched), notes, and per row its
+    group's members and p2p direction (columns ``members``, ``match_kind``, ``src_rank``,
+    ``dst_rank``). Matching is the n-th instance within a group (diagnosis.md §6)."""
     notes: list[str] = []
-    keys = ["group_key", "kind_key", "seq", "ordinal"]
     key = np.full(len(inst), -1, dtype=np.int64)
-    if len(units) < 2 or inst.empty:
-        return key, notes
-    members = inst.groupby("group_key")["unit"].unique()
-    expected = {g: len(u) for g, u in members.items()}
-    for g, us in members.items():
-        missing = sorted(set(units) - {int(u) for u in us})
+    extra = pd.DataFrame(
+        {
+            "members": pd.Series([()] * len(inst), dtype=object, index=inst.index),
+            "src_rank": -1,
+            "dst_rank": -1,
+        },
+        index=inst.index,
+    )
+    if inst.empty:
+        return key, notes, extra
+    unit_rank = np.array([t.rank for t in traces], dtype=np.int64)
+    members, units_of = _group_table(inst, traces)
+    match_kind, src, dst = _p2p_direction(inst, unit_rank, members)
+    extra["members"] = [members.get(g, ()) for g in inst["group_key"]]
+    extra["src_rank"], extra["dst_rank"] = src, dst
+    unknown = (inst["group_key"] == UNKNOWN_GROUP).to_numpy()
+    if unknown.any():
+        notes.append(
+            f"{int(unknown.sum())} communication activit{'y' if unknown.sum() == 1 else 'ies'} "
+            "whose process group cannot be told (the ranks run several groups; no group in the "
+            "trace args, not on a group's gloo worker thread) were not matched: a match across "
+            "groups is worse than none; their exposed time counts as transfer"
+        )
+    if len(units) < 2:
+        return key, notes, extra
+    for g, us in units_of.items():
+        shown = set(inst.loc[inst["group_key"] == g, "unit"].astype(int).tolist())
+        missing = sorted(set(us) - shown)
         named = not str(g).startswith("\x00") and g != ""
         if missing and not named:
             notes.append(
                 f"collectives of {_describe_group(str(g))} appear on "
-                f"{_labels(us, unit_label)} but not on {_labels(missing, unit_label)}"
+                f"{_labels(sorted(shown), unit_label)} but not on {_labels(missing, unit_label)}"
             )
-    ids = inst.groupby(keys, sort=False).ngroup().to_numpy()
+    work = inst.assign(match_kind=match_kind)
+    keys = ["group_key", "match_kind", "seq", "ordinal"]
+    ids = work.groupby(keys, sort=False).ngroup().to_numpy()
     n_present = pd.Series(ids).map(pd.Series(ids).value_counts()).to_numpy()
-    exp = inst["group_key"].map(expected).to_numpy()
-    complete = (n_present == exp) & (exp >= 2)
-    # point-to-point: a pair, matched only when the group holds exactly two units
+    exp = np.array([len(units_of.get(g, ())) for g in inst["group_key"]], dtype=np.int64)
+    complete = (n_present == exp) & (exp >= 2) & ~unknown
     p2p = inst["p2p"].to_numpy(dtype=bool)
-    if (p2p & (exp > 2)).any():
-        n = int((p2p & (exp > 2)).sum())
+    undirected = p2p & (src < 0)
+    if (undirected & (exp > 2)).any():
+        n = int((undirected & (exp > 2)).sum())
         notes.append(
             f"{n} point-to-point transfer(s) (SendRecv / send / recv) in groups of more than two "
             "ranks were not matched: a transfer pairs two ranks and the trace does not say which; "
             "their exposed time counts as transfer"
         )
-        complete &= ~(p2p & (exp > 2))
-    counts = inst.groupby(["group_key", "kind_key", "unit"], sort=True).size()
+        complete &= ~(undirected & (exp > 2))
+    notes.extend(_count_notes(work, ids, complete, units_of, unit_label))
+    for g, us in units_of.items():
+        if len(us) == 1 and str(g) and not str(g).startswith("\x00"):
+            notes.append(
+                f"collectives of {_describe_group(str(g))} appear only on {unit_label[us[0]]}: "
+                "nothing to match them with (is a rank trace missing?)"
+            )
+    key[complete] = ids[complete]
+    return key, notes, extra
+
+
+def _count_notes(
+    work: pd.DataFrame,
+    ids: npt.NDArray[np.int64],
+    complete: npt.NDArray[np.bool_],
+    units_of: dict[object, tuple[int, ...]],
+    unit_label: dict[int, str],
+) -> list[str]:
+    """A note per (group, kind) whose instance counts differ across its member units."""
+    notes: list[str] = []
+    w = work[work["group_key"] != UNKNOWN_GROUP]
+    counts = w.groupby(["group_key", "match_kind", "unit"], sort=True).size()
     for (g, k), per in counts.groupby(level=[0, 1], sort=True):
         vals = per.droplevel([0, 1])
-        if vals.nunique() > 1 or len(vals) != expected[g]:
-            lab = inst.loc[(inst["group_key"] == g) & (inst["kind_key"] == k), "label"].iloc[0]
+        expected = len(units_of.get(g, ()))
+        if str(k).startswith("p2p:"):
+            expected = 2
+        if vals.nunique() > 1 or len(vals) != expected:
+            sel = (work["group_key"] == g).to_numpy() & (work["match_kind"] == k).to_numpy()
+            lab = work.loc[sel, "label"].iloc[0]
             desc = ", ".join(
                 f"{unit_label[int(u)]}: {c}" for u, c in zip(vals.index, vals.tolist(), strict=True)
             )
-            sel = (inst["group_key"] == g).to_numpy() & (inst["kind_key"] == k).to_numpy()
             n_ok = len(np.unique(ids[sel & complete]))
             notes.append(
                 f"{lab} in {_describe_group(str(g))}: instance counts differ across ranks "
                 f"({desc}); matched the {n_ok} present on every rank, the rest left unmatched"
             )
-    single = {g for g, n in expected.items() if n == 1}
-    for g in sorted(str(x) for x in single):
-        if g and not g.startswith("\x00"):
-            only = int(members[g][0])
-            notes.append(
-                f"collectives of {_describe_group(g)} appear only on {unit_label[only]}: "
-                "nothing to match them with (is a rank trace missing?)"
-            )
-    key[complete] = ids[complete]
-    return key, notes
+    return notes
 
 
 def _labels(units: Sequence[int] | npt.NDArray[np.int64], unit_label: dict[int, str]) -> str:
@@ -642,15 +782,22 @@ def match_collectives(
     units = list(range(len(traces)))
     unit_label = {u: _unit_name(traces, u) for u in units}
     notes: list[str] = []
-    key, match_notes = _match(inst, units, unit_label)
+    key, match_notes, extra = _match(inst, units, unit_label, traces)
     notes.extend(match_notes)
-    inst = inst.assign(key=key, dur_ns=(inst["end_ns"] - inst["start_ns"]).astype(np.int64))
+    inst = inst.assign(
+        key=key,
+        dur_ns=(inst["end_ns"] - inst["start_ns"]).astype(np.int64),
+        members=extra["members"].to_numpy(),
+        src_rank=extra["src_rank"].to_numpy(np.int64),
+        dst_rank=extra["dst_rank"].to_numpy(np.int64),
+    )
     unix = bool(traces) and all(t.clock == "unix" for t in traces)
     m, n_inconsistent, clock = _align_clocks(inst, unix, notes)
 
     # wait / transfer per matched (instance, unit)
     m["transfer_ns"] = m.groupby("key")["dur_ns"].transform("min").astype(np.int64)
     m["wait_ns"] = (m["dur_ns"] - m["transfer_ns"]).astype(np.int64)
+    _p2p_waits(m)
     inst["wait_ns"] = (
         pd.Series(m["wait_ns"].to_numpy(), index=m.index)
         .reindex(inst.index)
@@ -678,6 +825,23 @@ def match_collectives(
     return coll, sets, family_causes
 
 
+def _p2p_waits(m: pd.DataFrame) -> None:
+    """Directed point-to-point pairs (in place): each side's wait part is the time before its
+    peer started, on the aligned clock (the receiver's is the pipeline bubble, waited for the
+    sending stage); its transfer the rest of its span (diagnosis.md §6)."""
+    directed = (m["src_rank"] >= 0).to_numpy() if "src_rank" in m else np.zeros(len(m), bool)
+    if not directed.any():
+        return
+    d = m[directed]
+    a_start = d["aligned_start"].to_numpy(np.int64)
+    a_end = a_start + d["dur_ns"].to_numpy(np.int64)
+    keys = d["key"].to_numpy()
+    latest = pd.Series(a_start).groupby(keys).transform("max").to_numpy(np.int64)
+    wait = np.clip(np.minimum(a_end, latest) - a_start, 0, None).astype(np.int64)
+    m.loc[directed, "wait_ns"] = wait
+    m.loc[directed, "transfer_ns"] = d["dur_ns"].to_numpy(np.int64) - wait
+
+
 def _align_clocks(
     inst: pd.DataFrame, unix: bool, notes: list[str]
 ) -> tuple[pd.DataFrame, int, str | None]:
@@ -696,10 +860,13 @@ def _align_clocks(
         first_end = pd.Series(m["end_ns"].to_numpy(np.int64) - o).groupby(keys_m).transform("min")
         return np.asarray(latest.to_numpy() < first_end.to_numpy() + TOLERANCE_NS)
 
-    estimated = _offsets(m, np.ones(len(m), dtype=bool))
+    # a send and its recv need not end together: offsets come from the collectives when any
+    coll_rows = (m["src_rank"] < 0).to_numpy() if "src_rank" in m else np.ones(len(m), bool)
+    base = coll_rows if coll_rows.any() else np.ones(len(m), dtype=bool)
+    estimated = _offsets(m, base)
     ok_est = consistent_with(estimated)
-    if ok_est.any() and not ok_est.all():  # re-estimate from the consistent matches only
-        estimated = _offsets(m, ok_est)
+    if (ok_est & base).any() and not ok_est.all():  # re-estimate from the consistent ones only
+        estimated = _offsets(m, ok_est & base)
         ok_est = consistent_with(estimated)
     candidates = [(ok_est, estimated)]
     if unix:
