@@ -297,6 +297,9 @@ def _reduce(
         family_causes,
         straggler=top,
         straggler_text=None if top is None else _among(str(top), coll),
+        straggler_ns=None
+        if top is None
+        else int(coll.stragglers.set_index("rank").loc[top, "exposed_waited_for_ns"]),
     )
     analysis = Analysis(
         traces=traces,
@@ -482,23 +485,19 @@ def _among(rank: str, coll: Collectives) -> str:
 
 
 def _waited_for(coll: Collectives, n_windows: int) -> list[int | None]:
-    """Per window: the rank whose late arrival cost it the most exposed waiting (None)."""
+    """Per window: the rank credited with most of its exposed waiting (docs/job-model.md;
+    ties: the lower rank), None when it has none."""
     out: list[int | None] = [None] * n_windows
-    pr = coll.per_rank
-    if pr.empty or coll.instances.empty:
+    cr = coll.credit
+    if cr.empty:
         return out
-    last = coll.instances.set_index("instance")["last_rank"]
-    df = pr[(pr["exposed_wait_ns"] > 0) & pr["matched"].astype(bool)].copy()
-    if df.empty:
-        return out
-    df["last"] = last.reindex(df["instance"]).to_numpy()
-    df = df[df["last"].notna()]
-    df = df[df["last"].astype(np.int64) != df["rank"]]
-    if df.empty:
-        return out
-    tot = df.groupby(["window", "last"])["exposed_wait_ns"].sum().reset_index()
-    tot = tot.sort_values(["window", "exposed_wait_ns", "last"], ascending=[True, False, True])
-    for w, r in tot.drop_duplicates("window")[["window", "last"]].itertuples(index=False):
+    tot = cr.groupby(["window", "waited_for_rank"])["exposed_wait_ns"].sum().reset_index()
+    tot = tot.sort_values(
+        ["window", "exposed_wait_ns", "waited_for_rank"], ascending=[True, False, True]
+    )
+    for w, r in tot.drop_duplicates("window")[["window", "waited_for_rank"]].itertuples(
+        index=False
+    ):
         out[int(w)] = int(r)
     return out
 

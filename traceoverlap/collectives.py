@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -50,6 +50,7 @@ import pandas as pd
 from . import intervals as iv
 from .diagnosis import CAUSES, family_of
 from .intervals import GroupedIntervals
+from .job import CREDIT_COLUMNS, credit_segments, waited_for_ranks
 from .metrics import ActivityRows
 from .model import Kind, Timeline, TraceInfo, per_category
 from .steps import NO_LAUNCH, UnitSteps
@@ -107,6 +108,9 @@ PER_RANK_COLUMNS = (
     "queued_ns",
     "behind_comm_ns",
     "matched",
+    "aligned_start_ns",
+    "aligned_end_ns",
+    "waited_for_rank",
 )
 INSTANCE_COLUMNS = (
     "instance",
@@ -124,8 +128,22 @@ INSTANCE_COLUMNS = (
     "last_rank",
     "exposed_ns",
     "matched",
+    "group",
+    "members",
+    "p2p",
+    "src_rank",
+    "dst_rank",
+    "last_arrival_ns",
 )
-STRAGGLER_COLUMNS = ("rank", "instances", "last_count", "last_ratio", "waited_for_ns", "wait_ns")
+STRAGGLER_COLUMNS = (
+    "rank",
+    "instances",
+    "last_count",
+    "last_ratio",
+    "waited_for_ns",
+    "wait_ns",
+    "exposed_waited_for_ns",
+)
 SKEW_COLUMNS = (
     "step",
     "n_ranks",
@@ -525,6 +543,8 @@ class Collectives:
     n_inconsistent: int
     ranks_given: int
     world_size: int | None
+    credit: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(CREDIT_COLUMNS)))
+    groups: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     @property
     def aligned(self) -> bool:
@@ -537,9 +557,9 @@ class Collectives:
 
     @property
     def top_straggler(self) -> int | None:
-        """The rank others waited for the longest, or None when no rank was ever last."""
+        """The rank credited with the most exposed waiting (docs/job-model.md), or None."""
         s = self.stragglers
-        if s.empty or int(s["last_count"].max()) == 0 or int(s["waited_for_ns"].max()) == 0:
+        if s.empty or int(s["last_count"].max()) == 0 or int(s["exposed_waited_for_ns"].max()) == 0:
             return None
         return int(s["rank"].iloc[0])
 
@@ -804,16 +824,18 @@ def match_collectives(
         .fillna(0)
         .to_numpy(np.int64)
     )
+    unit_rank = np.array([t.rank for t in traces], dtype=np.int64)
+    _arrivals(inst, m, unit_rank)
     sets = _cause_sets(inst, pieces, exposed, n_windows)
     _instance_causes(inst, pieces, sets, n_windows)
 
     family_causes = _family_causes(inst, pieces, sets, n_windows)
-    instances, per_rank = _tables(inst, m, traces, window_labels, clock)
-    unit_rank = np.array([t.rank for t in traces], dtype=np.int64)
+    instances, per_rank, row_instance = _tables(inst, m, traces, window_labels, clock)
+    credit = _credit(inst, pieces, sets, n_windows, row_instance, unit_rank, window_labels)
     coll = Collectives(
         instances=instances,
         per_rank=per_rank,
-        stragglers=_straggler_table(per_rank, instances, unit_rank, clock is not None),
+        stragglers=_straggler_table(per_rank, instances, unit_rank, clock is not None, credit),
         step_skew=step_skew(steps),
         notes=tuple(notes),
         clock=clock,
@@ -821,8 +843,90 @@ def match_collectives(
         n_inconsistent=n_inconsistent,
         ranks_given=len({t.rank for t in traces}),
         world_size=max((t.world_size or 0 for t in traces), default=0) or None,
+        credit=credit,
+        groups=_groups_frame(inst, traces),
     )
     return coll, sets, family_causes
+
+
+def _arrivals(inst: pd.DataFrame, m: pd.DataFrame, unit_rank: I64) -> None:
+    """Per row of ``inst`` (in place): ``aligned_start`` (own start where not matched),
+    ``last_arrival`` (its instance's latest aligned start, -1 unmatched) and ``waited_for``
+    (the rank its wait part is credited to, -1 when it has no wait): docs/job-model.md."""
+    inst["aligned_start"] = inst["start_ns"].to_numpy(np.int64)
+    inst["last_arrival"] = -1
+    inst["waited_for"] = -1
+    if m.empty:
+        return
+    idx = m.index
+    inst.loc[idx, "aligned_start"] = m["aligned_start"].to_numpy(np.int64)
+    peer = inst.loc[idx, "src_rank"].to_numpy(np.int64)
+    rank = unit_rank[inst.loc[idx, "unit"].to_numpy(np.int64)]
+    dst = inst.loc[idx, "dst_rank"].to_numpy(np.int64)
+    peer = np.where(peer == rank, dst, peer)
+    target, latest = waited_for_ranks(
+        m["key"].to_numpy(np.int64),
+        rank,
+        m["aligned_start"].to_numpy(np.int64),
+        inst.loc[idx, "wait_ns"].to_numpy(np.int64),
+        peer,
+    )
+    inst.loc[idx, "last_arrival"] = latest
+    inst.loc[idx, "waited_for"] = target
+
+
+def _credit(
+    inst: pd.DataFrame,
+    pieces: tuple[I64, I64, I64, I64],
+    sets: CauseSets,
+    n_windows: int,
+    row_instance: pd.Series,
+    unit_rank: I64,
+    window_labels: Sequence[object],
+) -> pd.DataFrame:
+    """The credit table (docs/job-model.md): every exposed-wait ns once, to the rank waited for."""
+    p_inst, p_win, p_s, p_e = pieces
+    start = inst["start_ns"].to_numpy(np.int64)
+    w_end = start + inst["wait_ns"].to_numpy(np.int64)
+    w, row, ns = credit_segments(
+        p_inst,
+        p_win,
+        np.maximum(p_s, start[p_inst]),
+        np.minimum(p_e, w_end[p_inst]),
+        inst["last_arrival"].to_numpy(np.int64)[p_inst],
+        sets.wait,
+        n_windows,
+    )
+    unit = inst["unit"].to_numpy(np.int64)[row]
+    labels = np.array(list(window_labels) + ["-"], dtype=object)
+    return pd.DataFrame(
+        {
+            "window": w,
+            "unit": unit,
+            "rank": unit_rank[unit] if unit.size else np.zeros(0, np.int64),
+            "step": labels[w] if w.size else np.zeros(0, object),
+            "instance": row_instance.reindex(row).to_numpy(np.int64),
+            "waited_for_rank": inst["waited_for"].to_numpy(np.int64)[row],
+            "exposed_wait_ns": ns,
+        },
+        columns=list(CREDIT_COLUMNS),
+    )
+
+
+def _groups_frame(inst: pd.DataFrame, traces: Sequence[TraceInfo]) -> pd.DataFrame:
+    """One row per group key seen: its members (docs/job-model.md)."""
+    cols = ["group", "members", "n_instances"]
+    if inst.empty:
+        return pd.DataFrame(columns=cols)
+    g = inst.groupby("group_key", sort=True)
+    return pd.DataFrame(
+        {
+            "group": [str(k) for k in g.size().index],
+            "members": g["members"].first().tolist(),
+            "n_instances": g.size().to_numpy(np.int64),
+        },
+        columns=cols,
+    )
 
 
 def _p2p_waits(m: pd.DataFrame) -> None:
@@ -996,14 +1100,17 @@ def _tables(
     traces: Sequence[TraceInfo],
     window_labels: Sequence[object],
     clock: str | None,
-) -> tuple[pd.DataFrame, pd.DataFrame]:
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.Series]:
     """The instance table (matched instances and each unit's unmatched ones, numbered by first
-    start) and the per-(instance, unit) table."""
+    start), the per-(instance, unit) table, and per row of ``inst`` its instance id."""
     inst = inst[inst["window"] >= 0].copy()
     if inst.empty:
-        return pd.DataFrame(columns=list(INSTANCE_COLUMNS)), pd.DataFrame(
-            columns=list(PER_RANK_COLUMNS)
+        return (
+            pd.DataFrame(columns=list(INSTANCE_COLUMNS)),
+            pd.DataFrame(columns=list(PER_RANK_COLUMNS)),
+            pd.Series(np.zeros(0, np.int64)),
         )
+    inst["_row"] = inst.index.to_numpy()
     labels = np.array(list(window_labels) + ["-"], dtype=object)
     inst["step"] = labels[inst["window"].to_numpy()]
     inst["rank"] = [traces[int(u)].rank for u in inst["unit"]]
@@ -1041,9 +1148,13 @@ def _tables(
             "queued_ns": inst["queued_ns"].to_numpy(np.int64),
             "behind_comm_ns": inst["behind_comm_ns"].to_numpy(np.int64),
             "matched": inst["matched"].to_numpy(bool),
+            "aligned_start_ns": inst["aligned_start"].to_numpy(np.int64),
+            "aligned_end_ns": (inst["aligned_start"] + inst["dur_ns"]).to_numpy(np.int64),
+            "waited_for_rank": [(int(r) if r >= 0 else None) for r in inst["waited_for"]],
         },
         columns=list(PER_RANK_COLUMNS),
     )
+    row_instance = pd.Series(inst["instance"].to_numpy(np.int64), index=inst["_row"].to_numpy())
     g = per_rank.groupby("instance", sort=True)
     first = g.head(1).set_index("instance")
     gi = inst.groupby("instance", sort=True)
@@ -1069,6 +1180,17 @@ def _tables(
             "last_rank": [None] * len(first),
             "exposed_ns": g["exposed_ns"].sum().to_numpy(np.int64),
             "matched": first["matched"].to_numpy(bool),
+            "group": [str(x) for x in gi["group_key"].first().tolist()],
+            "members": gi["members"].first().tolist(),
+            "p2p": gi["p2p"].first().astype(bool).to_numpy(),
+            "src_rank": [(int(x) if x >= 0 else None) for x in gi["src_rank"].first().tolist()],
+            "dst_rank": [(int(x) if x >= 0 else None) for x in gi["dst_rank"].first().tolist()],
+            "last_arrival_ns": [
+                (int(x) if f else None)
+                for x, f in zip(
+                    gi["last_arrival"].first().tolist(), first["matched"].tolist(), strict=True
+                )
+            ],
         },
         columns=list(INSTANCE_COLUMNS),
     )
@@ -1086,11 +1208,15 @@ def _tables(
         }
         out["last_rank"] = [last.get(int(i)) for i in out["instance"]]
     out["last_rank"] = out["last_rank"].astype(object)
-    return out, per_rank
+    return out, per_rank, row_instance
 
 
 def _straggler_table(
-    per_rank: pd.DataFrame, instances: pd.DataFrame, ranks: I64, aligned: bool
+    per_rank: pd.DataFrame,
+    instances: pd.DataFrame,
+    ranks: I64,
+    aligned: bool,
+    credit: pd.DataFrame,
 ) -> pd.DataFrame:
     rank_arr = np.unique(ranks)
     pr = per_rank[per_rank["matched"].astype(bool)] if len(per_rank) else per_rank
@@ -1102,14 +1228,11 @@ def _straggler_table(
     if aligned and len(inst):
         last = inst["last_rank"].astype(np.int64)
         last_count = last.value_counts().reindex(rank_arr, fill_value=0).astype(np.int64)
-        last_of = pd.Series(last.to_numpy(), index=inst["instance"].to_numpy())
-        li = last_of.reindex(pr["instance"]).to_numpy()
-        has = ~pd.isna(li)
-        li = np.where(has, li, -1).astype(np.int64)
-        other = has & (li != pr["rank"].to_numpy())
+    if aligned and len(pr):
+        # every wait ns (hidden or not) of the others, credited as the exposed ones are
+        wf = pr[pr["waited_for_rank"].notna().to_numpy()]
         waited_for = (
-            pd.Series(pr["wait_ns"].to_numpy()[other])
-            .groupby(li[other])
+            wf.groupby(wf["waited_for_rank"].astype(np.int64))["wait_ns"]
             .sum()
             .reindex(rank_arr, fill_value=0)
             .astype(np.int64)
@@ -1125,11 +1248,18 @@ def _straggler_table(
             ],
             "waited_for_ns": waited_for.to_numpy().astype(np.int64),
             "wait_ns": own_wait.to_numpy().astype(np.int64),
+            "exposed_waited_for_ns": credit.groupby("waited_for_rank")["exposed_wait_ns"]
+            .sum()
+            .reindex(rank_arr, fill_value=0)
+            .to_numpy()
+            .astype(np.int64),
         },
         columns=list(STRAGGLER_COLUMNS),
     )
     out = out.sort_values(
-        ["waited_for_ns", "last_count", "rank"], ascending=[False, False, True], kind="stable"
+        ["exposed_waited_for_ns", "last_count", "rank"],
+        ascending=[False, False, True],
+        kind="stable",
     )
     return out.reset_index(drop=True)
 

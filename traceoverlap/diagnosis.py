@@ -346,6 +346,7 @@ def findings(
     straggler: int | None = None,
     straggler_text: str | None = None,
     limit: int = 8,
+    straggler_ns: int | None = None,
 ) -> tuple[Finding, ...]:
     """What to try, most important first (diagnosis.md §4).
 
@@ -365,7 +366,7 @@ def findings(
     bound = set(np.flatnonzero((steps["bottleneck"] == "communication-bound").to_numpy()))
     first = _same_stream_finding(per_instance, family_causes, total_exposed)
     ranked = [
-        *_wait_finding(steps, per_instance, total_exposed, straggler, straggler_text),
+        *_wait_finding(steps, per_instance, total_exposed, straggler, straggler_text, straggler_ns),
         *_cause_findings("tail", family_causes, per_instance, bound, total_exposed),
         *_cause_findings("dependency", family_causes, per_instance, bound, total_exposed),
         *_host_finding(steps, per_instance, total_exposed),
@@ -423,21 +424,33 @@ def _wait_finding(
     total_exposed: int,
     straggler: int | None,
     straggler_text: str | None,
+    straggler_ns: int | None = None,
 ) -> list[Finding]:
     """The ``wait`` finding (0 or 1): all exposed waiting ns of the steps (``exposed_wait_ns``),
-    naming the rank most waited for; its share of all exposed communication."""
+    naming the rank most waited for and the part of it credited to that rank
+    (``straggler_ns``, docs/job-model.md: never more than the whole); its share of all exposed
+    communication."""
     wait = int(steps["exposed_wait_ns"].sum())
     if wait <= 0:
         return []
-    who = f"rank {straggler_text or straggler}" if straggler is not None else "a late peer"
+    if straggler is not None and straggler_ns is not None:
+        title = (
+            f"waiting for a late peer: {_ms(wait)} of exposed communication"
+            f"{_share_text(wait, total_exposed)} was ranks sitting in collectives until the last "
+            f"one arrived; {_ms(min(straggler_ns, wait))} of it for rank "
+            f"{straggler_text or straggler}"
+        )
+    else:
+        who = f"rank {straggler_text or straggler}" if straggler is not None else "a late peer"
+        title = (
+            f"waiting for {who}: {_ms(wait)} of exposed communication"
+            f"{_share_text(wait, total_exposed)} was other ranks sitting in collectives "
+            "until it arrived"
+        )
     return [
         Finding(
             kind="wait",
-            title=(
-                f"waiting for {who}: {_ms(wait)} of exposed communication"
-                f"{_share_text(wait, total_exposed)} was other ranks sitting in collectives "
-                "until it arrived"
-            ),
+            title=title,
             advice=advice("wait", "*"),
             family=_top_family(pi, "exposed_wait_ns") if len(pi) else None,
             exposed_ns=wait,
@@ -447,6 +460,7 @@ def _wait_finding(
                 "exposed_wait_ns": wait,
                 "exposed_comm_ns": total_exposed,
                 "waited_for_rank": straggler,
+                "exposed_waited_for_ns": straggler_ns,
             },
         )
     ]
