@@ -93,6 +93,9 @@ def analyze(
     )
     rules = (rules or Rules()).with_comm_patterns(options.comm_patterns)
     request = _request(detail)
+    if detail is not None and options.ranks and (request is None or request.rank is None):
+        # the default timeline is the lowest rank shown
+        request = DetailRequest(min(options.ranks), None, request.step if request else None)
     skipped: list[str] = []
     in_memory = isinstance(source, Timeline)
     if isinstance(source, Timeline):
@@ -130,7 +133,7 @@ def analyze(
         missing = [r for r in options.ranks if r not in present]
         if missing:
             raise UsageError(f"ranks {missing}: not in the input (ranks present: {present})")
-        units = [u for u in units if u.trace.rank in set(options.ranks)]
+    # every rank given is matched; --rank only chooses what is shown (diagnosis.md §6)
     units.sort(key=lambda u: (u.trace.rank, -1 if u.trace.device is None else u.trace.device))
     if options.step_regex is not None and units and not any(u.markers_found for u in units):
         raise UsageError(_regex_matched_nothing(units, options.step_regex, names))
@@ -290,10 +293,14 @@ def _reduce(
         prelim,
     )
     df = _step_table(units, win, coll, sets, options.thresholds)
+    shown = _shown_windows(df, options)
+    df, family_causes, rows = _select_shown(
+        df, family_causes, _finding_rows(coll, df, traces), shown
+    )
     top = coll.top_straggler
     fnd = findings(
         df,
-        _finding_rows(coll, df, traces),
+        rows,
         family_causes,
         straggler=top,
         straggler_text=None if top is None else _among(str(top), coll),
@@ -311,9 +318,33 @@ def _reduce(
         options=options,
         unassigned=_unassigned(units),
         detail=_first_detail(units, win, sets),
-        windows=_windows_frame(units, win, df),
+        windows=_windows_frame(units, win)[shown].reset_index(drop=True),
     )
     return analysis, sets
+
+
+def _shown_windows(df: pd.DataFrame, options: AnalysisOptions) -> npt.NDArray[np.bool_]:
+    """Per global window: is it shown (its rank selected; all when no ranks were asked)?"""
+    if options.ranks is None:
+        return np.ones(len(df), dtype=bool)
+    return np.asarray(df["rank"].isin(set(options.ranks)).to_numpy(), dtype=bool)
+
+
+def _select_shown(
+    df: pd.DataFrame, fc: pd.DataFrame, rows: pd.DataFrame, shown: npt.NDArray[np.bool_]
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The step rows, family causes and per-collective rows of the shown windows, with windows
+    renumbered to positions in the shown step table (the findings index steps by position)."""
+    if shown.all():
+        return df, fc, rows
+    keep = np.flatnonzero(shown)
+    pos = np.full(len(df), -1, dtype=np.int64)
+    pos[keep] = np.arange(keep.size)
+    fc = fc[fc["window"].isin(keep)] if len(fc) else fc
+    fc = fc.assign(window=pos[fc["window"].to_numpy(np.int64)]) if len(fc) else fc
+    rows = rows[rows["window"].isin(keep)] if len(rows) else rows
+    rows = rows.assign(window=pos[rows["window"].to_numpy(np.int64)]) if len(rows) else rows
+    return df.iloc[keep].reset_index(drop=True), fc, rows
 
 
 def _run_windows(units: Sequence[UnitResult]) -> _RunWindows:
@@ -440,15 +471,15 @@ def _step_table(
     return df[list(STEP_COLUMNS)]
 
 
-def _windows_frame(units: Sequence[UnitResult], win: _RunWindows, df: pd.DataFrame) -> pd.DataFrame:
+def _windows_frame(units: Sequence[UnitResult], win: _RunWindows) -> pd.DataFrame:
     """One row per global window: its unit, rank, device, step, window (ns) and the marker
     range that defined it (-1 for ``all``)."""
     return pd.DataFrame(
         {
             "unit": win.unit_of,
-            "rank": df["rank"].to_numpy(),
-            "device": df["device"].to_numpy(),
-            "step": df["step"].to_numpy(),
+            "rank": np.array([units[u].trace.rank for u in win.unit_of], dtype=np.int64),
+            "device": pd.array([units[u].trace.device for u in win.unit_of], dtype=object),
+            "step": pd.array(win.labels, dtype=object),
             "window": np.arange(win.n),
             "start_ns": win.parts["start_ns"],
             "end_ns": win.parts["end_ns"],
