@@ -27,7 +27,7 @@ import pandas as pd
 from . import intervals as iv
 from .classify import Rules
 from .collectives import CauseSets, Collectives, match_collectives
-from .diagnosis import CAUSES, findings, verdict
+from .diagnosis import CAUSES, findings, partial_hedge, verdict
 from .errors import TraceFormatError, UsageError
 from .inputs import expand_paths, from_folder, run_map
 from .intervals import GroupedIntervals
@@ -307,6 +307,7 @@ def _reduce(
         straggler_ns=None
         if top is None
         else int(coll.stragglers.set_index("rank").loc[top, "exposed_waited_for_ns"]),
+        partial=partial_hedge(coll.ranks_given, coll.world_size),
     )
     analysis = Analysis(
         traces=traces,
@@ -463,7 +464,13 @@ def _step_table(
         }
     )
     verdicts = [
-        verdict(row, thresholds, None if wf is None else _among(str(wf), coll), bool(wk))
+        verdict(
+            row,
+            thresholds,
+            None if wf is None else _among(str(wf), coll),
+            bool(wk),
+            partial_hedge(coll.ranks_given, coll.world_size),
+        )
         for row, wf, wk in zip(df.to_dict("records"), waited_for, wait_known.tolist(), strict=True)
     ]
     df["bottleneck"] = [v.bottleneck for v in verdicts]

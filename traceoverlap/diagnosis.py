@@ -148,10 +148,12 @@ def verdict(
     thresholds: Thresholds,
     waited_for: str | None = None,
     wait_known: bool = True,
+    partial: str | None = None,
 ) -> Verdict:
     """The class of one step from its parts (diagnosis.md §2), with a reason that shows the
     deciding numbers. ``row`` holds the step's ``*_ns`` fields; ``waited_for`` names the rank
-    this step waited for most (or None)."""
+    this step waited for most (or None); ``partial``: the hedge of a run with ranks missing
+    (:func:`partial_hedge`), said on every verdict that exposed transfer decides."""
     step = int(row["step_ns"])
     compute, comm = int(row["compute_ns"]), int(row["comm_ns"])
     if step <= 0:
@@ -186,6 +188,8 @@ def verdict(
             )
         if not wait_known and comm > 0:
             text += " (one rank only: waiting for peers cannot be told apart from transfer)"
+        elif partial:
+            text += f" ({partial})"
     elif key == "idle_ns":
         cls = "idle-bound"
         text = f"idle {share}: nothing ran on the device (the host did not feed it)"
@@ -196,6 +200,17 @@ def verdict(
     if second > 0 and 2 * second >= value:
         text += f"; runner-up: {second_label} {_ms(second)} = {_pct(second / step)}"
     return Verdict(cls, text)
+
+
+def partial_hedge(ranks_given: int, world_size: int | None) -> str | None:
+    """diagnosis.md §6: with ranks of the world missing, exposed time that is not provably
+    transfer may be waiting for a missing rank."""
+    if world_size is None or ranks_given >= world_size:
+        return None
+    return (
+        f"{ranks_given} of {world_size} ranks given: waiting for a missing rank cannot be ruled "
+        "out; analyse every rank"
+    )
 
 
 # --- findings: what to try, by cause and collective family -------------------------------------
@@ -347,6 +362,7 @@ def findings(
     straggler_text: str | None = None,
     limit: int = 8,
     straggler_ns: int | None = None,
+    partial: str | None = None,
 ) -> tuple[Finding, ...]:
     """What to try, most important first (diagnosis.md §4).
 
@@ -370,7 +386,7 @@ def findings(
         *_cause_findings("tail", family_causes, per_instance, bound, total_exposed),
         *_cause_findings("dependency", family_causes, per_instance, bound, total_exposed),
         *_host_finding(steps, per_instance, total_exposed),
-        *_transfer_bound_finding(steps, family_causes, per_instance, bound, total_exposed),
+        *_transfer_bound_finding(steps, family_causes, per_instance, bound, total_exposed, partial),
         *_class_findings(steps, total_step),
     ]
     ranked.sort(key=lambda f: -f.exposed_ns)
@@ -528,10 +544,12 @@ def _transfer_bound_finding(
     pi: pd.DataFrame,
     bound: set[Any],
     total_exposed: int,
+    partial: str | None = None,
 ) -> list[Finding]:
     """The ``transfer-bound`` finding (0 or 1): the exposed transfer ns of the
     communication-bound windows (``bound``), advised for the family with the most exposed ns in
-    them; the evidence sums those steps' comm and compute ns."""
+    them; the evidence sums those steps' comm and compute ns. On a partial run (``partial``, the
+    hedge) the title and the advice say first that it may be waiting for a missing rank."""
     if not bound:
         return []
     rows = steps.iloc[sorted(bound)]
@@ -546,8 +564,14 @@ def _transfer_bound_finding(
                 f"{fam}: more communication than compute in {len(rows)} step(s) "
                 f"(comm {_ms(rows['comm_ns'].sum())} vs compute "
                 f"{_ms(rows['compute_ns'].sum())}), {_ms(ns)} exposed transfer"
+                + ("" if partial is None else f" ({partial})")
             ),
-            advice=advice("transfer-bound", fam),
+            advice=(
+                advice("transfer-bound", fam)
+                if partial is None
+                else f"{partial} before acting on this; if it is transfer: "
+                + advice("transfer-bound", fam)
+            ),
             family=fam,
             exposed_ns=ns,
             share_ratio=_share(ns, total_exposed),
