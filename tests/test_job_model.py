@@ -279,3 +279,45 @@ def test_waiting_credited_once(path: Path) -> None:
 def test_waiting_credited_once_with_a_rank_selected() -> None:
     """--rank 0 of the slow_rank fixture: the wait shown is rank 0's, credited in full."""
     _check_bounded(FIXTURES / "workloads" / "slow_rank", ranks=[0])
+
+
+def test_blame_follows_the_chain_to_the_root() -> None:
+    """The TP run with rank 2 arriving at the global all-reduce at 57 and rank 3 at 56: the
+    global's last arrival is rank 2, so rank 0 waits [15,57) = 42 (dur 45 - transfer 3) for
+    rank 2. Rank 2's lateness in it is [15,57) (first arrival 15) = 42, of which [15,50) = 35
+    (>= half) it sat in its TP all-reduce waiting for rank 3: follow to rank 3, whose lateness
+    in the TP all-reduce is [10,50) = 40 (rank 2 arrived at 10), all of it inside its
+    ``straggler_sleep`` [10,50): 40 of 40 ms, 100 % explained. Rank 2's own row: it waited
+    40 + 0 for rank 3 directly, same cause."""
+    a = analyze(concat_timelines(_tp_run(rank2_global=57, rank3_global=56)))
+    c = a.collectives
+    assert c is not None
+    b = c.blame.set_index("rank")
+    assert b.loc[0, "waited_for_rank"] == 2 and b.loc[0, "exposed_wait_ns"] == 42 * MS
+    assert b.loc[0, "chain"] == (2, 3) and b.loc[0, "root_rank"] == 3
+    assert b.loc[0, "cause"] == "straggler_sleep"
+    assert (b.loc[0, "lateness_ns"], b.loc[0, "cause_ns"]) == (40 * MS, 40 * MS)
+    assert b.loc[2, "chain"] == (3,) and b.loc[2, "cause"] == "straggler_sleep"
+    wait = next(f for f in a.findings if f.kind == "wait")
+    assert (
+        "rank 0 waited 42.00 ms for rank 2 <- rank 2 was itself waiting for rank 3 <- rank 3's "
+        "`straggler_sleep` covered 40.00 ms of its 40.00 ms lateness (100.0% explained)"
+    ) in wait.advice
+    assert wait.evidence["blame"][0]["chain"] == [2, 3]
+
+
+def test_blame_says_unexplained_below_half() -> None:
+    """Without the sleep range, rank 3's 40 ms lateness [10,50) has nothing open on its main
+    thread (its ops are [0,10) and [60,100)): cause None, "unexplained"."""
+    run = _tp_run()
+    ev = run[3].events
+    run[3] = Timeline(
+        ev[ev["name"].astype(str) != "straggler_sleep"].reset_index(drop=True), run[3].traces
+    )
+    a = analyze(concat_timelines(run))
+    c = a.collectives
+    assert c is not None
+    b = c.blame.set_index("rank")
+    assert b.loc[2, "root_rank"] == 3 and b.loc[2, "cause"] is None
+    wait = next(f for f in a.findings if f.kind == "wait")
+    assert "rank 3 was late by 40.00 ms: unexplained" in wait.advice

@@ -31,6 +31,7 @@ from .diagnosis import CAUSES, findings, partial_hedge, verdict
 from .errors import TraceFormatError, UsageError
 from .inputs import expand_paths, from_folder, run_map
 from .intervals import GroupedIntervals
+from .job import blame_table, empty_blame, top_blame
 from .metrics import MEASURED, ratio
 from .model import Timeline, TraceInfo, concat_timelines
 from .options import AnalysisOptions, StepSelection, Thresholds, build_options, describe_steps
@@ -292,6 +293,7 @@ def _reduce(
         win.labels,
         prelim,
     )
+    coll = replace(coll, blame=_blame(units, coll))
     df = _step_table(units, win, coll, sets, options.thresholds)
     shown = _shown_windows(df, options)
     df, family_causes, rows = _select_shown(
@@ -308,6 +310,7 @@ def _reduce(
         if top is None
         else int(coll.stragglers.set_index("rank").loc[top, "exposed_waited_for_ns"]),
         partial=partial_hedge(coll.ranks_given, coll.world_size),
+        blame=_shown_blame(coll.blame, df),
     )
     analysis = Analysis(
         traces=traces,
@@ -322,6 +325,32 @@ def _reduce(
         windows=_windows_frame(units, win)[shown].reset_index(drop=True),
     )
     return analysis, sets
+
+
+def _blame(units: Sequence[UnitResult], coll: Collectives) -> pd.DataFrame:
+    """Blame chains and root causes (docs/job-model.md) from the credit and the units' ranges."""
+    pr = coll.per_rank
+    if coll.credit.empty or pr.empty:
+        return empty_blame()
+    m = pr[pr["matched"].astype(bool).to_numpy()]
+    off = (m["start_ns"] - m["aligned_start_ns"]).groupby(m["unit"]).first()
+    unit_of_rank: dict[int, int] = {}
+    for i, u in enumerate(units):
+        unit_of_rank.setdefault(u.trace.rank, i)
+    return blame_table(
+        coll.credit,
+        pr,
+        {i: u.host_ranges for i, u in enumerate(units)},
+        unit_of_rank,
+        {int(k): int(v) for k, v in off.items()},
+    )
+
+
+def _shown_blame(blame: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
+    """The blame rows of the shown ranks, summed for the findings (:func:`job.top_blame`)."""
+    if blame.empty:
+        return blame
+    return top_blame(blame[blame["rank"].isin(set(df["rank"].tolist()))])
 
 
 def _shown_windows(df: pd.DataFrame, options: AnalysisOptions) -> npt.NDArray[np.bool_]:

@@ -50,7 +50,7 @@ import pandas as pd
 from . import intervals as iv
 from .diagnosis import CAUSES, family_of
 from .intervals import GroupedIntervals
-from .job import CREDIT_COLUMNS, credit_segments, waited_for_ranks
+from .job import CREDIT_COLUMNS, credit_segments, empty_blame, waited_for_ranks
 from .metrics import ActivityRows
 from .model import Kind, Timeline, TraceInfo, per_category
 from .steps import NO_LAUNCH, UnitSteps
@@ -545,6 +545,7 @@ class Collectives:
     world_size: int | None
     credit: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(CREDIT_COLUMNS)))
     groups: pd.DataFrame = field(default_factory=pd.DataFrame)
+    blame: pd.DataFrame = field(default_factory=empty_blame)
 
     @property
     def aligned(self) -> bool:

@@ -34,6 +34,7 @@ from . import intervals as iv
 from .fmt import ms_unit as _ms
 from .fmt import pct as _pct
 from .intervals import GroupedIntervals
+from .job import blame_line
 from .metrics import ActivityRows
 from .model import Kind
 from .options import Thresholds
@@ -363,6 +364,7 @@ def findings(
     limit: int = 8,
     straggler_ns: int | None = None,
     partial: str | None = None,
+    blame: pd.DataFrame | None = None,
 ) -> tuple[Finding, ...]:
     """What to try, most important first (diagnosis.md §4).
 
@@ -382,7 +384,9 @@ def findings(
     bound = set(np.flatnonzero((steps["bottleneck"] == "communication-bound").to_numpy()))
     first = _same_stream_finding(per_instance, family_causes, total_exposed)
     ranked = [
-        *_wait_finding(steps, per_instance, total_exposed, straggler, straggler_text, straggler_ns),
+        *_wait_finding(
+            steps, per_instance, total_exposed, straggler, straggler_text, straggler_ns, blame
+        ),
         *_cause_findings("tail", family_causes, per_instance, bound, total_exposed),
         *_cause_findings("dependency", family_causes, per_instance, bound, total_exposed),
         *_host_finding(steps, per_instance, total_exposed),
@@ -441,6 +445,7 @@ def _wait_finding(
     straggler: int | None,
     straggler_text: str | None,
     straggler_ns: int | None = None,
+    blame: pd.DataFrame | None = None,
 ) -> list[Finding]:
     """The ``wait`` finding (0 or 1): all exposed waiting ns of the steps (``exposed_wait_ns``),
     naming the rank most waited for and the part of it credited to that rank
@@ -463,11 +468,13 @@ def _wait_finding(
             f"{_share_text(wait, total_exposed)} was other ranks sitting in collectives "
             "until it arrived"
         )
+    chains = [] if blame is None or blame.empty else blame.to_dict("records")
+    lines = "; ".join(blame_line(b) for b in chains)
     return [
         Finding(
             kind="wait",
             title=title,
-            advice=advice("wait", "*"),
+            advice=(f"{lines}; " if lines else "") + advice("wait", "*"),
             family=_top_family(pi, "exposed_wait_ns") if len(pi) else None,
             exposed_ns=wait,
             share_ratio=_share(wait, total_exposed),
@@ -477,6 +484,7 @@ def _wait_finding(
                 "exposed_comm_ns": total_exposed,
                 "waited_for_rank": straggler,
                 "exposed_waited_for_ns": straggler_ns,
+                "blame": [{**b, "chain": list(b["chain"]), "line": blame_line(b)} for b in chains],
             },
         )
     ]
