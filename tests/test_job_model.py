@@ -284,11 +284,12 @@ def test_waiting_credited_once_with_a_rank_selected() -> None:
 def test_blame_follows_the_chain_to_the_root() -> None:
     """The TP run with rank 2 arriving at the global all-reduce at 57 and rank 3 at 56: the
     global's last arrival is rank 2, so rank 0 waits [15,57) = 42 (dur 45 - transfer 3) for
-    rank 2. Rank 2's lateness in it is [15,57) (first arrival 15) = 42, of which [15,50) = 35
-    (>= half) it sat in its TP all-reduce waiting for rank 3: follow to rank 3, whose lateness
-    in the TP all-reduce is [10,50) = 40 (rank 2 arrived at 10), all of it inside its
-    ``straggler_sleep`` [10,50): 40 of 40 ms, 100 % explained. Rank 2's own row: it waited
-    40 + 0 for rank 3 directly, same cause."""
+    rank 2. Rank 2's lateness in it is [15,57) (first arrival: rank 0 at 15) = 42; since its
+    step began (0) rank 2 waited 40 ([10,50), TP, for rank 3) and rank 0 waited 0 before 15:
+    40 - 0 >= 42 / 2, so follow to rank 3, late in the TP all-reduce by [10,50) = 40 (its early
+    peer rank 2 arrived at 10). Since their steps began, rank 3 ran ``straggler_sleep`` 40 in
+    [0,50) and ``aten::mm`` 10; rank 2 ran ``aten::mm`` 10 in [0,10): the sleep ran 40 longer,
+    40 of 40 ms, 100 % explained. Rank 2's own row: it waited 40 for rank 3, same cause."""
     a = analyze(concat_timelines(_tp_run(rank2_global=57, rank3_global=56)))
     c = a.collectives
     assert c is not None
@@ -301,7 +302,8 @@ def test_blame_follows_the_chain_to_the_root() -> None:
     wait = next(f for f in a.findings if f.kind == "wait")
     assert (
         "rank 0 waited 42.00 ms for rank 2 <- rank 2 was itself waiting for rank 3 <- rank 3's "
-        "`straggler_sleep` covered 40.00 ms of its 40.00 ms lateness (100.0% explained)"
+        "`straggler_sleep` ran 40.00 ms longer than its early peer's, of its 40.00 ms lateness "
+        "(100.0% explained)"
     ) in wait.advice
     assert wait.evidence["blame"][0]["chain"] == [2, 3]
 

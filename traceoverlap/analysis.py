@@ -293,7 +293,8 @@ def _reduce(
         win.labels,
         prelim,
     )
-    coll = replace(coll, blame=_blame(units, coll))
+    blame = _blame(units, coll, win)
+    coll = replace(coll, blame=blame, stragglers=_with_roots(coll.stragglers, blame))
     df = _step_table(units, win, coll, sets, options.thresholds)
     shown = _shown_windows(df, options)
     df, family_causes, rows = _select_shown(
@@ -327,7 +328,7 @@ def _reduce(
     return analysis, sets
 
 
-def _blame(units: Sequence[UnitResult], coll: Collectives) -> pd.DataFrame:
+def _blame(units: Sequence[UnitResult], coll: Collectives, win: _RunWindows) -> pd.DataFrame:
     """Blame chains and root causes (docs/job-model.md) from the credit and the units' ranges."""
     pr = coll.per_rank
     if coll.credit.empty or pr.empty:
@@ -343,7 +344,27 @@ def _blame(units: Sequence[UnitResult], coll: Collectives) -> pd.DataFrame:
         {i: u.host_ranges for i, u in enumerate(units)},
         unit_of_rank,
         {int(k): int(v) for k, v in off.items()},
+        win.parts["start_ns"],
     )
+
+
+def _with_roots(st: pd.DataFrame, blame: pd.DataFrame) -> pd.DataFrame:
+    """The straggler table with ``root_waited_for_ns`` (the exposed waiting whose blame chain
+    ends at the rank; sums to the run's exposed wait like the credit), most blamed first."""
+    roots = (
+        blame.groupby("root_rank")["exposed_wait_ns"].sum()
+        if len(blame)
+        else pd.Series(dtype=np.int64)
+    )
+    st = st.assign(
+        root_waited_for_ns=roots.reindex(st["rank"].to_numpy(), fill_value=0).to_numpy(np.int64)
+    )
+    st = st.sort_values(
+        ["root_waited_for_ns", "exposed_waited_for_ns", "last_count", "rank"],
+        ascending=[False, False, False, True],
+        kind="stable",
+    )
+    return st.reset_index(drop=True)
 
 
 def _shown_blame(blame: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:

@@ -334,6 +334,23 @@ def _comm_keys(
     )
 
 
+#: Threads in one gloo worker pool (ProcessGroupGloo's default).
+GLOO_POOL_SIZE = 2
+
+
+def gloo_pools(tids: I64) -> I64:
+    """Per gloo worker thread id (ascending): its pool, numbered in creation order. A pool's
+    threads are created back to back (consecutive ids) and a pool holds at most
+    :data:`GLOO_POOL_SIZE`; a thread that left no trace of its pool mate is a pool alone."""
+    pool = np.zeros(tids.size, dtype=np.int64)
+    size = 1
+    for i in range(1, tids.size):
+        same = tids[i] - tids[i - 1] == 1 and size < GLOO_POOL_SIZE
+        pool[i] = pool[i - 1] + (0 if same else 1)
+        size = size + 1 if same else 1
+    return pool
+
+
 #: Group key of an activity whose process group cannot be told in a run of several groups: such
 #: activities are never matched (diagnosis.md §6).
 UNKNOWN_GROUP = "\x00unknown"
@@ -348,9 +365,9 @@ def _group_keys(
 ) -> npt.NDArray[np.object_]:
     """Per activity: its process group (diagnosis.md §6), from, in order: the trace's args
     (``Process Group Name``); the rank's only group (``pg_config`` lists one); on CPU units the
-    gloo worker thread that ran it (each group runs its own ``pt_gloo_runloop`` threads, created
-    in ``pg_config`` order: with T threads for G groups, the i-th thread by id belongs to group
-    i // (T / G)); on GPU units, where the rank has at most one group, its NCCL stream
+    gloo worker thread that ran it (each group runs its own pool of ``pt_gloo_runloop`` threads,
+    created in ``pg_config`` order: pools by :func:`gloo_pools`, the k-th of P pools is the
+    k-th of the last P groups); on GPU units, where the rank has at most one group, its NCCL stream
     (``"\\x00stream#i"``, streams numbered by first use). Otherwise :data:`UNKNOWN_GROUP`."""
     group_key = pg.copy()
     groups = info.process_groups if info is not None else ()
@@ -361,14 +378,18 @@ def _group_keys(
     if len(groups) > 1:
         group_key[no_pg] = UNKNOWN_GROUP
         threads = info.gloo_threads if info is not None else ()
-        if not gpu and tid is not None and threads and len(threads) % len(groups) == 0:
-            per = len(threads) // len(groups)
+        if not gpu and tid is not None and threads:
             t_arr = np.asarray(threads, dtype=np.int64)
-            pos = np.searchsorted(t_arr, tid)
-            on_worker = (pos < t_arr.size) & (t_arr[np.minimum(pos, t_arr.size - 1)] == tid)
-            names = np.array([g for g, _ in groups], dtype=object)
-            hit = no_pg & on_worker
-            group_key[hit] = names[pos[hit] // per]
+            pool = gloo_pools(t_arr)
+            n_pools = int(pool.max()) + 1
+            if n_pools <= len(groups):
+                # pools in creation order; groups whose pool left no thread in the trace are
+                # taken to be the earliest created (the default group, idle during the steps)
+                names = np.array([g for g, _ in groups][len(groups) - n_pools :], dtype=object)
+                pos = np.searchsorted(t_arr, tid)
+                on_worker = (pos < t_arr.size) & (t_arr[np.minimum(pos, t_arr.size - 1)] == tid)
+                hit = no_pg & on_worker
+                group_key[hit] = names[pool[pos[hit]]]
         return group_key
     if gpu:
         no_pg = pg == ""

@@ -185,60 +185,116 @@ def empty_blame() -> pd.DataFrame:
 
 
 class _Arrivals:
-    """Lookups over the matched arrivals (aligned clock): per instance its first arrival, per
-    (instance, rank) that rank's arrival, per rank its wait parts."""
+    """Lookups over the matched arrivals (aligned clock): per instance its first arrival (time
+    and rank), per (instance, rank) that rank's arrival and its step window's start, per rank
+    its wait parts."""
 
-    def __init__(self, per_rank: pd.DataFrame) -> None:
+    def __init__(self, per_rank: pd.DataFrame, window_start: I64, offsets: dict[int, int]) -> None:
         pr = per_rank[per_rank["matched"].astype(bool).to_numpy()]
         a = pr["aligned_start_ns"].to_numpy(np.int64)
-        self.first = pd.Series(a).groupby(pr["instance"].to_numpy()).min().to_dict()
-        self.arrival = (
-            pd.Series(a).groupby([pr["instance"].to_numpy(), pr["rank"].to_numpy()]).min().to_dict()
+        inst = pr["instance"].to_numpy(np.int64)
+        rank = pr["rank"].to_numpy(np.int64)
+        off = np.array([offsets.get(int(u), 0) for u in pr["unit"]], dtype=np.int64)
+        ws = window_start[pr["window"].to_numpy(np.int64)] - off if len(pr) else a
+        order = np.lexsort((rank, a, inst))
+        first = np.ones(order.size, dtype=bool)
+        first[1:] = inst[order][1:] != inst[order][:-1]
+        self.first = dict(zip(inst[order][first].tolist(), a[order][first].tolist(), strict=True))
+        self.first_rank = dict(
+            zip(inst[order][first].tolist(), rank[order][first].tolist(), strict=True)
         )
-        w = pr[(pr["wait_ns"].to_numpy() > 0) & pr["waited_for_rank"].notna().to_numpy()]
-        ws = w["aligned_start_ns"].to_numpy(np.int64)
+        self.arrival = dict(
+            zip(zip(inst.tolist(), rank.tolist(), strict=True), a.tolist(), strict=True)
+        )
+        self.window_start = dict(
+            zip(zip(inst.tolist(), rank.tolist(), strict=True), ws.tolist(), strict=True)
+        )
+        w = (pr["wait_ns"].to_numpy() > 0) & pr["waited_for_rank"].notna().to_numpy()
+        target = np.where(w, pr["waited_for_rank"].fillna(-1).to_numpy(), -1).astype(np.int64)
         self.waits: dict[int, tuple[I64, I64, I64, I64]] = {}
-        for r, idx in pd.Series(np.arange(len(w))).groupby(w["rank"].to_numpy()).groups.items():
-            i = np.asarray(idx, dtype=np.int64)
-            self.waits[int(r)] = (
-                ws[i],
-                ws[i] + w["wait_ns"].to_numpy(np.int64)[i],
-                w["waited_for_rank"].to_numpy()[i].astype(np.int64),
-                w["instance"].to_numpy(np.int64)[i],
-            )
+        for r in np.unique(rank[w]).tolist():
+            i = np.flatnonzero(w & (rank == r))
+            self.waits[r] = (a[i], a[i] + pr["wait_ns"].to_numpy(np.int64)[i], target[i], inst[i])
 
     def lateness(self, inst: int, rank: int) -> tuple[int, int]:
         """[first arrival, ``rank``'s arrival) of an instance, aligned."""
         lo = int(self.first.get(inst, 0))
         return lo, max(lo, int(self.arrival.get((inst, rank), lo)))
 
-    def follow(self, rank: int, lo: int, hi: int) -> tuple[int, int] | None:
-        """(rank waited for, instance) when ``rank`` spent at least half of [lo, hi) waiting in
-        one instance, else None."""
+    def _waiting(self, rank: int, lo: int, hi: int) -> tuple[int, int, int]:
+        """(ns ``rank`` waited in [lo, hi), the rank it waited for most there, in which
+        instance); (0, -1, -1) when none."""
         w = self.waits.get(rank)
         if w is None or hi <= lo:
-            return None
+            return 0, -1, -1
         ov = np.clip(np.minimum(w[1], hi) - np.maximum(w[0], lo), 0, None)
-        j = int(np.argmax(ov))
-        if 2 * int(ov[j]) < hi - lo:
+        if int(ov.sum()) == 0:
+            return 0, -1, -1
+        per = pd.Series(ov).groupby(w[2]).sum()
+        tgt = int(per.idxmax())
+        j = int(np.argmax(np.where(w[2] == tgt, ov, -1)))
+        return int(ov.sum()), tgt, int(w[3][j])
+
+    def follow(self, inst: int, rank: int) -> tuple[int, int] | None:
+        """(rank waited for, instance) when ``rank``, late in ``inst``, spent at least half of
+        its lateness more than the first arrival waiting for others since the start of its
+        step (a delay that propagates: it waited early in the step, then computed late), else
+        None."""
+        lo, hi = self.lateness(inst, rank)
+        if hi <= lo:
             return None
-        return int(w[2][j]), int(w[3][j])
+        early = self.first_rank.get(inst, rank)
+        mine, tgt, where = self._waiting(rank, self.window_start.get((inst, rank), lo), hi)
+        theirs, _, _ = self._waiting(early, self.window_start.get((inst, early), lo), lo)
+        if tgt < 0 or 2 * (mine - theirs) < hi - lo:
+            return None
+        return tgt, where
+
+    def windows(self, inst: int, rank: int) -> tuple[int, int, int, int, int]:
+        """(first-arrival rank, its [step start, arrival), ``rank``'s [step start, arrival)),
+        aligned: what the root and its early peer did since their steps began."""
+        early = self.first_rank.get(inst, rank)
+        lo, hi = self.lateness(inst, rank)
+        return (
+            early,
+            int(self.window_start.get((inst, early), lo)),
+            lo,
+            int(self.window_start.get((inst, rank), lo)),
+            hi,
+        )
 
 
-def _cause(ranges: pd.DataFrame | None, lo: int, hi: int) -> tuple[str | None, int]:
-    """The range open during [lo, hi) (own clock) that covers most of it; among those within
-    90 % of the best, the shortest (the innermost). (None, 0) when nothing overlaps."""
+def _totals(ranges: pd.DataFrame | None, lo: int, hi: int) -> pd.Series:
+    """Per range name: its time inside [lo, hi) (own clock)."""
     if ranges is None or ranges.empty or hi <= lo:
-        return None, 0
+        return pd.Series(dtype=np.int64)
     s = ranges["start_ns"].to_numpy(np.int64)
     e = ranges["end_ns"].to_numpy(np.int64)
     ov = np.clip(np.minimum(e, hi) - np.maximum(s, lo), 0, None)
-    best = int(ov.max())
+    return pd.Series(ov).groupby(ranges["name"].to_numpy()).sum()
+
+
+def _cause(
+    root: pd.DataFrame | None,
+    root_win: tuple[int, int],
+    peer: pd.DataFrame | None,
+    peer_win: tuple[int, int],
+) -> tuple[str | None, int]:
+    """The range of the root's main thread that ran longest beyond the same range on its early
+    peer, both since the start of their steps (own clocks): (name, excess ns); among names
+    within 90 % of the largest excess, the one the root spent least time in (the innermost:
+    ``straggler_sleep`` rather than the ``forward`` around it). (None, 0) when none ran longer."""
+    mine = _totals(root, *root_win)
+    theirs = _totals(peer, *peer_win)
+    if mine.empty:
+        return None, 0
+    excess = mine.sub(theirs.reindex(mine.index, fill_value=0))
+    best = int(excess.max())
     if best <= 0:
         return None, 0
-    near = np.flatnonzero(10 * ov >= 9 * best)
-    j = int(near[np.argmin((e - s)[near])])
-    return str(ranges["name"].iat[j]), int(ov[j])
+    near = excess[10 * excess >= 9 * best]
+    name = str(mine.loc[near.index].sort_values(kind="stable").index[0])
+    return name, int(excess.loc[name])
 
 
 def blame_table(
@@ -247,13 +303,14 @@ def blame_table(
     host: dict[int, pd.DataFrame | None],
     unit_of_rank: dict[int, int],
     offsets: dict[int, int],
+    window_start: I64,
 ) -> pd.DataFrame:
     """One row per (waiting window, rank credited) (:data:`BLAME_COLUMNS`): follow the credited
-    rank while it was itself waiting (at least half of its lateness inside one of its own wait
-    parts) to the rank it waited for, until a rank that was not; then what that root rank's main
-    thread was doing during its lateness (``host``: per unit its ranges, own clock;
-    ``offsets``: own clock - aligned clock). One small loop per row (rows are windows x
-    credited ranks, not events)."""
+    rank while it was itself waiting (:meth:`_Arrivals.follow`) to the rank it waited for, until
+    a rank that was not; then the range of that root rank's main thread that ran longest beyond
+    the same range on the instance's first arrival (``host``: per unit its ranges, own clock;
+    ``offsets``: own clock - aligned clock; ``window_start``: per global window its start, own
+    clock). One small loop per row (rows are windows x credited ranks, not events)."""
     if credit.empty:
         return empty_blame()
     key = ["window", "rank", "step", "waited_for_rank"]
@@ -262,23 +319,30 @@ def blame_table(
     top = by_inst.sort_values([*key, "exposed_wait_ns"], ascending=[*[True] * 4, False])
     top = top.drop_duplicates(key)
     total = cr.groupby(key, sort=True)["exposed_wait_ns"].sum()
-    arr = _Arrivals(per_rank)
+    arr = _Arrivals(per_rank, window_start, offsets)
     out = []
     for row in top.itertuples(index=False):
         q, inst = int(row.waited_for_rank), int(row.instance)
         chain = [q]
-        lo, hi = arr.lateness(inst, q)
         for _ in range(MAX_CHAIN):
-            nxt = arr.follow(q, lo, hi)
+            nxt = arr.follow(inst, q)
             if nxt is None or nxt[0] in chain or nxt[0] == int(row.rank):
                 break
             q, inst = nxt
             chain.append(q)
-            lo, hi = arr.lateness(inst, q)
-        unit = unit_of_rank.get(q)
-        off = offsets.get(unit, 0) if unit is not None else 0
-        cause, cause_ns = _cause(host.get(unit) if unit is not None else None, lo + off, hi + off)
+        lo, hi = arr.lateness(inst, q)
+        early, e_lo, e_hi, r_lo, r_hi = arr.windows(inst, q)
+        ru, eu = unit_of_rank.get(q), unit_of_rank.get(early)
+        ro = offsets.get(ru, 0) if ru is not None else 0
+        eo = offsets.get(eu, 0) if eu is not None else 0
+        cause, cause_ns = _cause(
+            host.get(ru) if ru is not None else None,
+            (r_lo + ro, r_hi + ro),
+            host.get(eu) if eu is not None and early != q else None,
+            (e_lo + eo, e_hi + eo),
+        )
         late = hi - lo
+        cause_ns = min(cause_ns, late)
         out.append(
             {
                 "window": int(row.window),
@@ -299,7 +363,8 @@ def blame_table(
 
 def blame_line(b: Mapping[str, Any]) -> str:
     """``rank 0 waited 41.00 ms for rank 2 <- rank 2 waited for rank 3 <- rank 3's
-    `straggler_sleep` covered 40.00 ms of its 40.00 ms lateness (100% explained)``."""
+    `straggler_sleep` ran 40.00 ms longer than its early peer's, of its 40.00 ms lateness
+    (100% explained)``."""
     chain = list(b["chain"])
     text = f"rank {b['rank']} waited {ms_unit(int(b['exposed_wait_ns']))} for rank {chain[0]}"
     for a, c in zip(chain, chain[1:], strict=False):
@@ -309,8 +374,8 @@ def blame_line(b: Mapping[str, Any]) -> str:
     if b["cause"] is None or ratio is None or ratio < EXPLAINED_RATIO:
         return text + f" <- rank {root} was late by {ms_unit(int(b['lateness_ns']))}: unexplained"
     return text + (
-        f" <- rank {root}'s `{b['cause']}` covered {ms_unit(int(b['cause_ns']))} of its "
-        f"{ms_unit(int(b['lateness_ns']))} lateness ({pct(ratio)} explained)"
+        f" <- rank {root}'s `{b['cause']}` ran {ms_unit(int(b['cause_ns']))} longer than its "
+        f"early peer's, of its {ms_unit(int(b['lateness_ns']))} lateness ({pct(ratio)} explained)"
     )
 
 
