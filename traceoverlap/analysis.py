@@ -307,9 +307,7 @@ def _reduce(
         family_causes,
         straggler=top,
         straggler_text=None if top is None else _among(str(top), coll),
-        straggler_ns=None
-        if top is None
-        else int(coll.stragglers.set_index("rank").loc[top, "exposed_waited_for_ns"]),
+        straggler_ns=None if top is None else _root_ns(coll, top),
         partial=partial_hedge(coll.ranks_given, coll.world_size),
         blame=_shown_blame(coll.blame, df),
     )
@@ -346,6 +344,14 @@ def _blame(units: Sequence[UnitResult], coll: Collectives, win: _RunWindows) -> 
         {int(k): int(v) for k, v in off.items()},
         win.parts["start_ns"],
     )
+
+
+def _root_ns(coll: Collectives, rank: int) -> int:
+    """The exposed waiting that traces back to ``rank`` (its blame chains' roots), else the
+    exposed waiting credited to it directly."""
+    row = coll.stragglers.set_index("rank").loc[rank]
+    root = int(row.get("root_waited_for_ns", 0))
+    return root if root > 0 else int(row["exposed_waited_for_ns"])
 
 
 def _with_roots(st: pd.DataFrame, blame: pd.DataFrame) -> pd.DataFrame:

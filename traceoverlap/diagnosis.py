@@ -458,7 +458,7 @@ def _wait_finding(
         title = (
             f"waiting for a late peer: {_ms(wait)} of exposed communication"
             f"{_share_text(wait, total_exposed)} was ranks sitting in collectives until the last "
-            f"one arrived; {_ms(min(straggler_ns, wait))} of it for rank "
+            f"one arrived; {_ms(min(straggler_ns, wait))} of it traces back to rank "
             f"{straggler_text or straggler}"
         )
     else:

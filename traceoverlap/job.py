@@ -29,6 +29,9 @@ I64 = npt.NDArray[np.int64]
 
 #: What a root rank was doing: the ranges of its main thread (docs/job-model.md, Blame).
 HOST_RANGE_COLUMNS = ("name", "start_ns", "end_ns")
+#: The name of the rows of :func:`host_ranges` that hold the main thread's communication calls
+#: (their union): time inside them is waiting, not doing.
+COMM_CALLS = "\x00comm"
 #: Names that are not "what the rank was doing": step markers, communication calls.
 _NOT_A_CAUSE = re.compile(r"(?i)^(ProfilerStep#|gloo:|nccl:|c10d::|record_param_comms)")
 
@@ -59,16 +62,27 @@ def host_ranges(ev: pd.DataFrame, lo: int, hi: int) -> pd.DataFrame:
         top = np.ones(op_rows.size, dtype=bool)
         top[1:] = start[op_rows][1:] >= reach[:-1]
         op_rows = op_rows[top]
-    rows = np.sort(np.concatenate((op_rows, np.flatnonzero(on & is_ann))))
+    rows = np.flatnonzero(on & (is_ann | is_op))
     names = ev["name"].to_numpy()[rows].astype(str)
-    keep = np.array([_NOT_A_CAUSE.match(n) is None for n in np.unique(names)], dtype=bool)
-    ok = keep[np.searchsorted(np.unique(names), names)] if names.size else np.zeros(0, bool)
-    rows = rows[ok]
+    uniq = np.unique(names)
+    comm_name = np.array([_NOT_A_CAUSE.match(n) is not None for n in uniq], dtype=bool)
+    is_comm = comm_name[np.searchsorted(uniq, names)] if names.size else np.zeros(0, bool)
+    is_comm &= ~np.char.startswith(names.astype(str), "ProfilerStep#") if names.size else is_comm
+    calls = iv.union(start[rows[is_comm]], end[rows[is_comm]])
+    keep = (
+        np.isin(rows, np.concatenate((op_rows, np.flatnonzero(on & is_ann))))
+        & ~comm_name[np.searchsorted(uniq, names)]
+        if names.size
+        else np.zeros(0, bool)
+    )
+    rows = rows[keep]
     return pd.DataFrame(
         {
-            "name": ev["name"].to_numpy()[rows].astype(str),
-            "start_ns": start[rows].astype(np.int64),
-            "end_ns": end[rows].astype(np.int64),
+            "name": np.concatenate(
+                (ev["name"].to_numpy()[rows].astype(str), np.full(calls[0].size, COMM_CALLS))
+            ),
+            "start_ns": np.concatenate((start[rows], calls[0])).astype(np.int64),
+            "end_ns": np.concatenate((end[rows], calls[1])).astype(np.int64),
         },
         columns=list(HOST_RANGE_COLUMNS),
     )
@@ -265,13 +279,19 @@ class _Arrivals:
 
 
 def _totals(ranges: pd.DataFrame | None, lo: int, hi: int) -> pd.Series:
-    """Per range name: its time inside [lo, hi) (own clock)."""
+    """Per range name: its time inside [lo, hi) (own clock) outside communication calls (a
+    range around a send that waited did not *do* anything for that long)."""
     if ranges is None or ranges.empty or hi <= lo:
         return pd.Series(dtype=np.int64)
+    names = ranges["name"].to_numpy()
+    comm = names == COMM_CALLS
     s = ranges["start_ns"].to_numpy(np.int64)
     e = ranges["end_ns"].to_numpy(np.int64)
-    ov = np.clip(np.minimum(e, hi) - np.maximum(s, lo), 0, None)
-    return pd.Series(ov).groupby(ranges["name"].to_numpy()).sum()
+    a, b = np.maximum(s, lo), np.maximum(np.minimum(e, hi), np.maximum(s, lo))
+    c = (np.zeros(int(comm.sum()), np.int64), s[comm], e[comm])
+    inside = iv.grouped_covered(c, np.zeros(a.size, np.int64), a, b, 1)
+    ov = (b - a) - inside
+    return pd.Series(ov[~comm]).groupby(names[~comm]).sum()
 
 
 def _cause(
