@@ -323,3 +323,91 @@ def test_blame_says_unexplained_below_half() -> None:
     assert b.loc[2, "root_rank"] == 3 and b.loc[2, "cause"] is None
     wait = next(f for f in a.findings if f.kind == "wait")
     assert "rank 3 was late by 40.00 ms: unexplained" in wait.advice
+
+
+# --- real gloo runs with a planted straggler (fixtures/workloads/README.md) -------------------
+
+WORK = FIXTURES / "workloads"
+
+
+def _blame_of(a: object, rank: int) -> pd.DataFrame:
+    c = a.collectives  # type: ignore[attr-defined]
+    b = c.blame
+    return b[b["rank"] == rank]
+
+
+def test_tp_slow_chain_to_rank3_sleep() -> None:
+    """tp_slow: rank 3 sleeps 40 ms (``straggler_sleep``) before its TP all-reduce; rank 2
+    (its TP peer) waits for it, then rank 0 waits for rank 2 in their data-parallel all-reduce
+    and rank 1 for rank 3 in theirs. Every step: rank 0's chain is 2 <- 3, rank 1's is 3, the
+    root's cause ``straggler_sleep`` explains at least half; the straggler named is rank 3 (the
+    root), not rank 2."""
+    a = analyze(WORK / "tp_slow")
+    c = a.collectives
+    assert c is not None and c.top_straggler == 3
+    b0, b1 = _blame_of(a, 0), _blame_of(a, 1)
+    assert len(b0) == 3 and set(b0["chain"]) == {(2, 3)}
+    assert len(b1) == 3 and set(b1["chain"]) == {(3,)}
+    for b in (b0, b1):
+        assert set(b["cause"]) == {"straggler_sleep"}
+        assert (b["explained_ratio"] >= 0.5).all()
+    assert set(a.steps.loc[a.steps["rank"] == 0, "waited_for_rank"]) == {2}
+    assert set(a.steps.loc[a.steps["rank"] == 1, "waited_for_rank"]) == {3}
+    # pg_config groups: TP {0,1} {2,3}, DP {0,2} {1,3}; nothing matched across them
+    m = c.instances[c.instances["matched"].astype(bool)]
+    assert set(m["ranks"]) == {(0, 1), (2, 3), (0, 2), (1, 3)}
+
+
+def test_tp_slow_rank_selected_keeps_the_diagnosis() -> None:
+    """--rank 0 on tp_slow: rank 0's steps, the same waiting (matched over all four ranks) and
+    the same chain to rank 3's sleep as the full run."""
+    full = analyze(WORK / "tp_slow")
+    one = analyze(WORK / "tp_slow", ranks=[0])
+    assert set(one.steps["rank"]) == {0}
+    f0 = full.steps[full.steps["rank"] == 0].reset_index(drop=True)
+    assert one.steps["exposed_wait_ns"].tolist() == f0["exposed_wait_ns"].tolist()
+    assert one.steps["bottleneck"].tolist() == f0["bottleneck"].tolist()
+    wait = next(f for f in one.findings if f.kind == "wait")
+    assert "rank 0 waited" in wait.advice and "rank 3's `straggler_sleep`" in wait.advice
+    assert "rank 1 waited" not in wait.advice
+
+
+def test_tp_slow_subset_is_hedged() -> None:
+    """Ranks 0 and 1 of tp_slow (the straggler's group not given): every reason decided by
+    exposed transfer says 2 of 4 ranks given, and no finding states a faster interconnect as a
+    fact (the transfer-bound advice starts with the hedge)."""
+    a = analyze([WORK / "tp_slow" / "rank0.json.gz", WORK / "tp_slow" / "rank1.json.gz"])
+    comm = a.steps[a.steps["bottleneck"].isin(["communication-bound", "exposed-communication"])]
+    assert len(comm)
+    assert all("2 of 4 ranks given" in r for r in comm["reason"])
+    for f in a.findings:
+        if "interconnect" in f.advice:
+            assert f.advice.startswith("2 of 4 ranks given")
+
+
+def test_pipeline_slow_last_stage() -> None:
+    """pipeline_slow_last: stage 1 sleeps 10 ms in each micro-batch forward; stage 0 waits for
+    it (blocking sends, then recvs of the gradients). Sends pair with recvs only; rank 1 is
+    the straggler and its ``straggler_sleep`` explains rank 0's waiting."""
+    a = analyze(WORK / "pipeline_slow_last")
+    c = a.collectives
+    assert c is not None and c.top_straggler == 1
+    pr = c.per_rank[c.per_rank["matched"].astype(bool)]
+    assert len(pr)
+    for _, grp in pr.groupby("instance"):
+        assert sorted(grp["name"]) == ["recv", "send"]
+    b0 = _blame_of(a, 0)
+    assert len(b0) and set(b0["cause"]) == {"straggler_sleep"}
+    assert set(a.steps.loc[a.steps["rank"] == 0, "bottleneck"]) == {"peer-wait-bound"}
+
+
+def test_moe_slow_root_is_rank2() -> None:
+    """moe_slow: rank 2 sleeps 30 ms before its all-to-all; whatever rank the others waited
+    for directly, every chain of ranks 0, 1 and 3 ends at rank 2's ``straggler_sleep``."""
+    a = analyze(WORK / "moe_slow")
+    c = a.collectives
+    assert c is not None and c.top_straggler == 2
+    for r in (0, 1, 3):
+        b = _blame_of(a, r)
+        assert len(b) and set(b["root_rank"]) == {2}
+        assert set(b["cause"]) == {"straggler_sleep"}
