@@ -14,9 +14,15 @@ Instances of a unit (its ``comm`` activities):
     ``AllReduce``, ``gloo:all_reduce`` -> ``all_reduce``). On GPU units without a process group
     the NCCL stream stands in for it (streams numbered per unit in order of first use).
 
-Matching across units: an instance must be present on every unit that runs its group; when counts
-differ a note names them and only what all have is matched. Point-to-point transfers (SendRecv,
-send, recv) are pairs: they are matched only when their group has exactly two members.
+Groups (diagnosis.md §6, docs/job-model.md): an activity's group comes from the trace's args, the
+rank's only ``pg_config`` group, its gloo worker pool (CPU) or its NCCL stream (GPU, one group);
+otherwise it is :data:`UNKNOWN_GROUP` and never matched.
+
+Matching across units: an instance must be present on every unit given that is a member of its
+group; when counts differ a note names them and only what all have is matched. Point-to-point:
+in a group of two, the n-th send of a rank pairs with the n-th recv of the other (their wait is
+the time before the peer started); undirected SendRecv only when the group has two members.
+Waiting is then credited once (:mod:`traceoverlap.job`).
 
 Clocks (docs/diagnosis.md §5): every unit's clock offset is estimated from collective END times
 (a collective completes together on every rank), relative to the lowest unit, as the median
