@@ -10,8 +10,12 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import REAL_TRACES
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from traceoverlap import analyze
+from traceoverlap import intervals as iv
+from traceoverlap.job import credit_segments
 from traceoverlap.model import Timeline, TraceInfo, concat_timelines, make_events
 
 MS = 1_000_000
@@ -411,3 +415,43 @@ def test_moe_slow_root_is_rank2() -> None:
         b = _blame_of(a, r)
         assert len(b) and set(b["root_rank"]) == {2}
         assert set(b["cause"]) == {"straggler_sleep"}
+
+
+# --- the credit rule against a per-ns brute force (hypothesis) ---------------------------------
+
+_part = st.tuples(
+    st.integers(0, 2), st.integers(0, 40), st.integers(1, 20), st.integers(0, 5), st.integers(0, 3)
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(parts=st.lists(_part, min_size=0, max_size=8), cut=st.lists(st.integers(0, 60), max_size=6))
+def test_credit_segments_match_brute_force(parts: list, cut: list) -> None:
+    """Per ns t of the exposed-wait set of window w: the covering part with the highest
+    (priority, row) gets it. The exposed-wait set is the union of the parts minus some cuts
+    ([c, c+3) for each c in ``cut``): every ns of it lies in a part, as in the analysis."""
+    w = np.array([p[0] for p in parts], dtype=np.int64)
+    s = np.array([p[1] for p in parts], dtype=np.int64)
+    e = s + np.array([p[2] for p in parts], dtype=np.int64)
+    prio = np.array([p[3] for p in parts], dtype=np.int64)
+    row = np.array([p[4] for p in parts], dtype=np.int64)
+    brute: dict[tuple[int, int], int] = {}
+    ex_g, ex_s = [], []
+    for win in range(3):
+        for t in range(80):
+            if any(c <= t < c + 3 for c in cut):
+                continue
+            cover = [i for i in range(len(parts)) if w[i] == win and s[i] <= t < e[i]]
+            if not cover:
+                continue
+            ex_g.append(win)
+            ex_s.append(t)
+            best = max(cover, key=lambda i: (prio[i], row[i]))
+            k = (win, int(row[best]))
+            brute[k] = brute.get(k, 0) + 1
+    g = np.array(ex_g, dtype=np.int64)
+    t0 = np.array(ex_s, dtype=np.int64)
+    exposed = iv.grouped_union(g, t0, t0 + 1, 3)
+    gw, gr, gns = credit_segments(row, w, s, e, prio, exposed, 3)
+    got = {(int(a), int(b)): int(c) for a, b, c in zip(gw, gr, gns, strict=True)}
+    assert got == brute
