@@ -297,6 +297,11 @@ def _reduce(
     coll = replace(coll, blame=blame, stragglers=_with_roots(coll.stragglers, blame))
     df = _step_table(units, win, coll, sets, options.thresholds)
     shown = _shown_windows(df, options)
+    if not shown.any():
+        raise UsageError(
+            f"ranks {list(options.ranks or ())}: no steps to analyze on them (the other ranks "
+            "given have some); check --steps / --step-regex"
+        )
     df, family_causes, rows = _select_shown(
         df, family_causes, _finding_rows(coll, df, traces), shown
     )
