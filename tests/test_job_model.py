@@ -455,3 +455,34 @@ def test_credit_segments_match_brute_force(parts: list, cut: list) -> None:
     gw, gr, gns = credit_segments(row, w, s, e, prio, exposed, 3)
     got = {(int(a), int(b)): int(c) for a, b, c in zip(gw, gr, gns, strict=True)}
     assert got == brute
+
+
+def test_gloo_pools_from_thread_ids() -> None:
+    """Pools: consecutive ids, at most 2 a pool. (10, 11, 20, 21) -> pools 0 0 1 1;
+    (10, 11, 12) -> 0 0 1 (a third thread starts a new pool); (10, 20) -> 0 1 (lone threads)."""
+    from traceoverlap.collectives import gloo_pools
+
+    def pools(t: list[int]) -> list[int]:
+        return gloo_pools(np.array(t, dtype=np.int64)).tolist()
+
+    assert pools([10, 11, 20, 21]) == [0, 0, 1, 1]
+    assert pools([10, 11, 12]) == [0, 0, 1]
+    assert pools([10, 20]) == [0, 1]
+
+
+def test_interleaved_worker_ids_pair_in_order() -> None:
+    """Worker ids interleaved with other processes' threads (10, 12, 20, 23: four 'pools' by
+    consecutive ids for 2 groups) are paired in order: (10, 12) default group, (20, 23) the TP
+    group; the TP run then matches as with consecutive ids (3 matched instances)."""
+    run = []
+    for t in _tp_run():
+        ev = t.events.copy()
+        tid = ev["tid"].to_numpy().copy()
+        tid[tid == 11] = 12
+        tid[tid == 21] = 23
+        ev["tid"] = tid
+        info = TraceInfo(**{**t.traces[0].__dict__, "gloo_threads": (10, 12, 20, 23)})
+        run.append(Timeline(ev, (info,)))
+    c = analyze(concat_timelines(run)).collectives
+    assert c is not None
+    assert int(c.instances["matched"].astype(bool).sum()) == 3

@@ -388,6 +388,10 @@ def _group_keys(
             t_arr = np.asarray(threads, dtype=np.int64)
             pool = gloo_pools(t_arr)
             n_pools = int(pool.max()) + 1
+            if n_pools > len(groups) and t_arr.size <= GLOO_POOL_SIZE * len(groups):
+                # ids interleaved with other processes' threads: pair them in order
+                pool = np.arange(t_arr.size, dtype=np.int64) // GLOO_POOL_SIZE
+                n_pools = int(pool.max()) + 1
             if n_pools <= len(groups):
                 # pools in creation order; groups whose pool left no thread in the trace are
                 # taken to be the earliest created (the default group, idle during the steps)
