@@ -486,3 +486,28 @@ def test_interleaved_worker_ids_pair_in_order() -> None:
     c = analyze(concat_timelines(run)).collectives
     assert c is not None
     assert int(c.instances["matched"].astype(bool).sum()) == 3
+
+
+def test_sends_in_a_wider_group_pair_by_end_time() -> None:
+    """3 stages in one group '0' = {0,1,2}, no peer in the trace: rank 0 send [10,20), rank 1
+    recv [5,20) then send [30,40), rank 2 recv [25,40). Ends 20/20 and 40/40 (within 1 ms)
+    pair send 0 -> recv 1 and send 1 -> recv 2. Recv waits: rank 1 [5,10) = 5 for rank 0,
+    rank 2 [25,30) = 5 for rank 1; nothing computes, so both are exposed and credited so."""
+    g = (("0", (0, 1, 2)),)
+    r0 = _rank(0, [("annotation", "gloo:send", 1, 10, 20)], g, 3, DEFAULT_T, (0, 50))
+    r1 = _rank(
+        1,
+        [("annotation", "gloo:recv", 1, 5, 20), ("annotation", "gloo:send", 1, 30, 40)],
+        g,
+        3,
+        DEFAULT_T,
+        (0, 50),
+    )
+    r2 = _rank(2, [("annotation", "gloo:recv", 1, 25, 40)], g, 3, DEFAULT_T, (0, 50))
+    a = analyze(concat_timelines([r0, r1, r2]))
+    c = a.collectives
+    assert c is not None
+    m = c.instances[c.instances["matched"].astype(bool)].sort_values("start_ns")
+    assert list(zip(m["src_rank"], m["dst_rank"], strict=True)) == [(0, 1), (1, 2)]
+    got = c.credit.groupby("waited_for_rank")["exposed_wait_ns"].sum().to_dict()
+    assert got == {0: 5 * MS, 1: 5 * MS}

@@ -733,15 +733,31 @@ def _match(
     complete = (n_present == exp) & (exp >= 2) & ~unknown
     p2p = inst["p2p"].to_numpy(dtype=bool)
     undirected = p2p & (src < 0)
-    if (undirected & (exp > 2)).any():
-        n = int((undirected & (exp > 2)).sum())
+    wide = undirected & (exp > 2)
+    paired = np.zeros(len(inst), dtype=bool)
+    if wide.any() and all(t.clock == "unix" for t in traces):
+        paired = _pair_by_end(inst, wide, unit_rank, key, src, dst, int(ids.max()) + 1)
+        if paired.any():
+            notes.append(
+                f"{int(paired.sum()) // 2} send/recv pair(s) in groups of more than two ranks were "
+                "paired by end time (a blocking transfer ends together on both sides; the trace "
+                f"names no peer), within {P2P_END_TOLERANCE_NS / 1e6:g} ms"
+            )
+    if (wide & ~paired).any():
+        n = int((wide & ~paired).sum())
         notes.append(
             f"{n} point-to-point transfer(s) (SendRecv / send / recv) in groups of more than two "
             "ranks were not matched: a transfer pairs two ranks and the trace does not say which; "
             "their exposed time counts as transfer"
         )
-        complete &= ~(undirected & (exp > 2))
-    notes.extend(_count_notes(work, ids, complete, units_of, unit_label))
+    complete &= ~wide
+    extra["src_rank"], extra["dst_rank"] = src, dst
+    extra.loc[paired, "members"] = pd.Series(
+        [(int(a), int(b)) for a, b in zip(src[paired], dst[paired], strict=True)],
+        index=extra.index[paired],
+        dtype=object,
+    )
+    notes.extend(_count_notes(work[~wide], ids[~wide], complete[~wide], units_of, unit_label))
     for g, us in units_of.items():
         if len(us) == 1 and str(g) and not str(g).startswith("\x00"):
             notes.append(
@@ -750,6 +766,53 @@ def _match(
             )
     key[complete] = ids[complete]
     return key, notes, extra
+
+
+#: How far apart the ends of a send and its recv may be when paired by end time (unix clocks).
+P2P_END_TOLERANCE_NS = 1_000_000
+
+
+def _pair_by_end(
+    inst: pd.DataFrame,
+    wide: npt.NDArray[np.bool_],
+    unit_rank: npt.NDArray[np.int64],
+    key: npt.NDArray[np.int64],
+    src: npt.NDArray[np.int64],
+    dst: npt.NDArray[np.int64],
+    next_key: int,
+) -> npt.NDArray[np.bool_]:
+    """Sends and recvs of groups of more than two ranks whose peer the trace does not name,
+    paired by end time (in place: ``key``, ``src``, ``dst``): a send on one rank and a recv on
+    another, in the same group, whose spans overlap and whose ends are within
+    :data:`P2P_END_TOLERANCE_NS`, closest ends first, each used once. Returns the rows paired."""
+    kind = inst["kind_key"].to_numpy(dtype=object)
+    send = np.flatnonzero(wide & np.isin(kind, ["send", "isend"]))
+    recv = np.flatnonzero(wide & np.isin(kind, ["recv", "irecv", "recvanysource"]))
+    out = np.zeros(len(inst), dtype=bool)
+    if send.size == 0 or recv.size == 0:
+        return out
+    end = inst["end_ns"].to_numpy(np.int64)
+    start = inst["start_ns"].to_numpy(np.int64)
+    unit = inst["unit"].to_numpy(np.int64)
+    group = inst["group_key"].to_numpy(dtype=object)
+    recv = recv[np.argsort(end[recv], kind="stable")]
+    lo = np.searchsorted(end[recv], end[send] - P2P_END_TOLERANCE_NS, side="left")
+    hi = np.searchsorted(end[recv], end[send] + P2P_END_TOLERANCE_NS, side="right")
+    i, j = iv.range_pairs(lo.astype(np.int64), hi.astype(np.int64))
+    a, b = send[i], recv[j]
+    ok = (unit[a] != unit[b]) & (group[a] == group[b])
+    ok &= (start[a] < end[b]) & (start[b] < end[a])
+    a, b = a[ok], b[ok]
+    order = np.lexsort((b, a, np.abs(end[a] - end[b])))
+    for x, y in zip(a[order].tolist(), b[order].tolist(), strict=True):
+        if out[x] or out[y]:
+            continue
+        out[x] = out[y] = True
+        key[x] = key[y] = next_key
+        next_key += 1
+        src[x] = src[y] = unit_rank[unit[x]]
+        dst[x] = dst[y] = unit_rank[unit[y]]
+    return out
 
 
 def _count_notes(
