@@ -190,6 +190,9 @@ BLAME_COLUMNS = (
 )
 #: The longest chain followed (ranks waiting for ranks waiting for ...).
 MAX_CHAIN = 8
+#: Causes are looked up for this many blame rows, most waiting first (each costs a scan of two
+#: ranks' ranges); the rest keep their chain with no cause (a run of 1,000s of rank-steps).
+MAX_CAUSE_ROWS = 2000
 #: Below this share of its lateness a cause is "unexplained" (diagnosis.md §6).
 EXPLAINED_RATIO = 0.5
 
@@ -199,55 +202,84 @@ def empty_blame() -> pd.DataFrame:
 
 
 class _Arrivals:
-    """Lookups over the matched arrivals (aligned clock): per instance its first arrival (time
-    and rank), per (instance, rank) that rank's arrival and its step window's start, per rank
-    its wait parts."""
+    """Lookups over the matched arrivals (aligned clock), as sorted arrays (no per-row Python
+    objects): per instance its first arrival (time and rank), per (instance, rank) that rank's
+    arrival and its step window's start, per rank its wait parts."""
 
     def __init__(self, per_rank: pd.DataFrame, window_start: I64, offsets: dict[int, int]) -> None:
         pr = per_rank[per_rank["matched"].astype(bool).to_numpy()]
         a = pr["aligned_start_ns"].to_numpy(np.int64)
         inst = pr["instance"].to_numpy(np.int64)
         rank = pr["rank"].to_numpy(np.int64)
-        off = np.array([offsets.get(int(u), 0) for u in pr["unit"]], dtype=np.int64)
-        ws = window_start[pr["window"].to_numpy(np.int64)] - off if len(pr) else a
+        unit = pr["unit"].to_numpy(np.int64)
+        off_of = np.zeros(int(unit.max()) + 1 if unit.size else 1, dtype=np.int64)
+        for u, o in offsets.items():
+            if 0 <= u < off_of.size:
+                off_of[u] = o
+        ws = window_start[pr["window"].to_numpy(np.int64)] - off_of[unit] if len(pr) else a
+        self.n_ranks = int(rank.max()) + 1 if rank.size else 1
+        # per (instance, rank): sorted keys; the earliest of several units of one rank
+        k = inst * self.n_ranks + rank
+        order = np.lexsort((a, k))
+        first_k = np.ones(order.size, dtype=bool)
+        first_k[1:] = k[order][1:] != k[order][:-1]
+        sel = order[first_k]
+        self.k, self.a, self.ws = k[sel], a[sel], ws[sel]
+        # per instance: its first arrival (ties: the lowest rank)
         order = np.lexsort((rank, a, inst))
         first = np.ones(order.size, dtype=bool)
         first[1:] = inst[order][1:] != inst[order][:-1]
-        self.first = dict(zip(inst[order][first].tolist(), a[order][first].tolist(), strict=True))
-        self.first_rank = dict(
-            zip(inst[order][first].tolist(), rank[order][first].tolist(), strict=True)
-        )
-        self.arrival = dict(
-            zip(zip(inst.tolist(), rank.tolist(), strict=True), a.tolist(), strict=True)
-        )
-        self.window_start = dict(
-            zip(zip(inst.tolist(), rank.tolist(), strict=True), ws.tolist(), strict=True)
-        )
+        sel = order[first]
+        self.i_inst, self.i_first, self.i_rank = inst[sel], a[sel], rank[sel]
         w = (pr["wait_ns"].to_numpy() > 0) & pr["waited_for_rank"].notna().to_numpy()
         target = np.where(w, pr["waited_for_rank"].fillna(-1).to_numpy(), -1).astype(np.int64)
-        self.waits: dict[int, tuple[I64, I64, I64, I64]] = {}
-        for r in np.unique(rank[w]).tolist():
-            i = np.flatnonzero(w & (rank == r))
-            self.waits[r] = (a[i], a[i] + pr["wait_ns"].to_numpy(np.int64)[i], target[i], inst[i])
+        wait = pr["wait_ns"].to_numpy(np.int64)
+        wo = np.flatnonzero(w)
+        wo = wo[np.argsort(rank[wo], kind="stable")]
+        self.w_rank = rank[wo]
+        self.w_start, self.w_end = a[wo], a[wo] + wait[wo]
+        self.w_target, self.w_inst = target[wo], inst[wo]
+
+    def _lookup(self, inst: int, rank: int) -> int:
+        """Position of (inst, rank) in the per-arrival arrays, -1 when absent."""
+        key = inst * self.n_ranks + rank
+        j = int(np.searchsorted(self.k, key))
+        return j if j < self.k.size and int(self.k[j]) == key else -1
+
+    def _first(self, inst: int) -> tuple[int, int] | None:
+        j = int(np.searchsorted(self.i_inst, inst))
+        if j < self.i_inst.size and int(self.i_inst[j]) == inst:
+            return int(self.i_first[j]), int(self.i_rank[j])
+        return None
 
     def lateness(self, inst: int, rank: int) -> tuple[int, int]:
         """[first arrival, ``rank``'s arrival) of an instance, aligned."""
-        lo = int(self.first.get(inst, 0))
-        return lo, max(lo, int(self.arrival.get((inst, rank), lo)))
+        f = self._first(inst)
+        lo = f[0] if f is not None else 0
+        j = self._lookup(inst, rank)
+        return lo, max(lo, int(self.a[j]) if j >= 0 else lo)
+
+    def _start(self, inst: int, rank: int, default: int) -> int:
+        j = self._lookup(inst, rank)
+        return int(self.ws[j]) if j >= 0 else default
 
     def _waiting(self, rank: int, lo: int, hi: int) -> tuple[int, int, int]:
         """(ns ``rank`` waited in [lo, hi), the rank it waited for most there, in which
         instance); (0, -1, -1) when none."""
-        w = self.waits.get(rank)
-        if w is None or hi <= lo:
+        b0 = int(np.searchsorted(self.w_rank, rank, side="left"))
+        b1 = int(np.searchsorted(self.w_rank, rank, side="right"))
+        if b0 == b1 or hi <= lo:
             return 0, -1, -1
-        ov = np.clip(np.minimum(w[1], hi) - np.maximum(w[0], lo), 0, None)
+        ov = np.clip(
+            np.minimum(self.w_end[b0:b1], hi) - np.maximum(self.w_start[b0:b1], lo), 0, None
+        )
         if int(ov.sum()) == 0:
             return 0, -1, -1
-        per = pd.Series(ov).groupby(w[2]).sum()
-        tgt = int(per.idxmax())
-        j = int(np.argmax(np.where(w[2] == tgt, ov, -1)))
-        return int(ov.sum()), tgt, int(w[3][j])
+        tg = self.w_target[b0:b1]
+        uniq, inv = np.unique(tg, return_inverse=True)
+        tgt = int(uniq[int(np.argmax(np.bincount(inv, weights=ov)))])
+        j = int(np.argmax(np.where(tg == tgt, ov, -1)))
+        return int(ov.sum()), tgt, int(self.w_inst[b0 + j])
 
     def follow(self, inst: int, rank: int) -> tuple[int, int] | None:
         """(rank waited for, instance) when ``rank``, late in ``inst``, spent at least half of
@@ -257,9 +289,10 @@ class _Arrivals:
         lo, hi = self.lateness(inst, rank)
         if hi <= lo:
             return None
-        early = self.first_rank.get(inst, rank)
-        mine, tgt, where = self._waiting(rank, self.window_start.get((inst, rank), lo), hi)
-        theirs, _, _ = self._waiting(early, self.window_start.get((inst, early), lo), lo)
+        f = self._first(inst)
+        early = f[1] if f is not None else rank
+        mine, tgt, where = self._waiting(rank, self._start(inst, rank, lo), hi)
+        theirs, _, _ = self._waiting(early, self._start(inst, early, lo), lo)
         if tgt < 0 or 2 * (mine - theirs) < hi - lo:
             return None
         return tgt, where
@@ -267,54 +300,59 @@ class _Arrivals:
     def windows(self, inst: int, rank: int) -> tuple[int, int, int, int, int]:
         """(first-arrival rank, its [step start, arrival), ``rank``'s [step start, arrival)),
         aligned: what the root and its early peer did since their steps began."""
-        early = self.first_rank.get(inst, rank)
+        f = self._first(inst)
+        early = f[1] if f is not None else rank
         lo, hi = self.lateness(inst, rank)
-        return (
-            early,
-            int(self.window_start.get((inst, early), lo)),
-            lo,
-            int(self.window_start.get((inst, rank), lo)),
-            hi,
-        )
+        return early, self._start(inst, early, lo), lo, self._start(inst, rank, lo), hi
 
 
-def _totals(ranges: pd.DataFrame | None, lo: int, hi: int) -> pd.Series:
-    """Per range name: its time inside [lo, hi) (own clock) outside communication calls (a
-    range around a send that waited did not *do* anything for that long)."""
-    if ranges is None or ranges.empty or hi <= lo:
-        return pd.Series(dtype=np.int64)
-    names = ranges["name"].to_numpy()
-    comm = names == COMM_CALLS
-    s = ranges["start_ns"].to_numpy(np.int64)
-    e = ranges["end_ns"].to_numpy(np.int64)
-    a, b = np.maximum(s, lo), np.maximum(np.minimum(e, hi), np.maximum(s, lo))
-    c = (np.zeros(int(comm.sum()), np.int64), s[comm], e[comm])
-    inside = iv.grouped_covered(c, np.zeros(a.size, np.int64), a, b, 1)
-    ov = (b - a) - inside
-    return pd.Series(ov[~comm]).groupby(names[~comm]).sum()
+class _Ranges:
+    """One unit's host ranges as arrays: name codes, spans, and its communication calls."""
+
+    def __init__(self, ranges: pd.DataFrame | None) -> None:
+        if ranges is None or ranges.empty:
+            ranges = pd.DataFrame(columns=list(HOST_RANGE_COLUMNS))
+        names = ranges["name"].to_numpy(dtype=object)
+        comm = names == COMM_CALLS
+        codes, uniq = pd.factorize(names[~comm])
+        self.codes = codes.astype(np.int64)
+        self.names = np.asarray(uniq, dtype=object)
+        self.s = ranges["start_ns"].to_numpy(np.int64)[~comm]
+        self.e = ranges["end_ns"].to_numpy(np.int64)[~comm]
+        cs = ranges["start_ns"].to_numpy(np.int64)[comm]
+        self.calls = (np.zeros(cs.size, np.int64), cs, ranges["end_ns"].to_numpy(np.int64)[comm])
+
+    def totals(self, lo: int, hi: int) -> dict[str, int]:
+        """Per range name: its time inside [lo, hi) (own clock) outside communication calls (a
+        range around a send that waited did not *do* anything for that long)."""
+        if self.s.size == 0 or hi <= lo:
+            return {}
+        a = np.maximum(self.s, lo)
+        b = np.maximum(np.minimum(self.e, hi), a)
+        inside = iv.grouped_covered(self.calls, np.zeros(a.size, np.int64), a, b, 1)
+        per = np.bincount(self.codes, weights=(b - a) - inside, minlength=self.names.size)
+        hit = np.flatnonzero(per > 0)
+        return {str(self.names[i]): int(per[i]) for i in hit.tolist()}
 
 
 def _cause(
-    root: pd.DataFrame | None,
-    root_win: tuple[int, int],
-    peer: pd.DataFrame | None,
-    peer_win: tuple[int, int],
+    root: _Ranges, root_win: tuple[int, int], peer: _Ranges | None, peer_win: tuple[int, int]
 ) -> tuple[str | None, int]:
     """The range of the root's main thread that ran longest beyond the same range on its early
     peer, both since the start of their steps (own clocks): (name, excess ns); among names
     within 90 % of the largest excess, the one the root spent least time in (the innermost:
     ``straggler_sleep`` rather than the ``forward`` around it). (None, 0) when none ran longer."""
-    mine = _totals(root, *root_win)
-    theirs = _totals(peer, *peer_win)
-    if mine.empty:
+    mine = root.totals(*root_win)
+    theirs = peer.totals(*peer_win) if peer is not None else {}
+    if not mine:
         return None, 0
-    excess = mine.sub(theirs.reindex(mine.index, fill_value=0))
-    best = int(excess.max())
+    excess = {n: v - theirs.get(n, 0) for n, v in mine.items()}
+    best = max(excess.values())
     if best <= 0:
         return None, 0
-    near = excess[10 * excess >= 9 * best]
-    name = str(mine.loc[near.index].sort_values(kind="stable").index[0])
-    return name, int(excess.loc[name])
+    near = [n for n, x in excess.items() if 10 * x >= 9 * best]
+    name = min(near, key=lambda n: (mine[n], n))
+    return name, int(excess[name])
 
 
 def blame_table(
@@ -340,8 +378,19 @@ def blame_table(
     top = top.drop_duplicates(key)
     total = cr.groupby(key, sort=True)["exposed_wait_ns"].sum()
     arr = _Arrivals(per_rank, window_start, offsets)
+    cache: dict[int | None, _Ranges] = {}
+
+    def ranges_of(u: int | None) -> _Ranges:
+        if u not in cache:
+            cache[u] = _Ranges(host.get(u) if u is not None else None)
+        return cache[u]
+
+    totals = total.reindex(pd.MultiIndex.from_frame(top[key])).to_numpy(np.int64)
+    top = top.assign(total_ns=totals).sort_values(
+        ["total_ns", "window", "rank"], ascending=[False, True, True], kind="stable"
+    )
     out = []
-    for row in top.itertuples(index=False):
+    for n, row in enumerate(top.itertuples(index=False)):
         q, inst = int(row.waited_for_rank), int(row.instance)
         chain = [q]
         for _ in range(MAX_CHAIN):
@@ -355,11 +404,15 @@ def blame_table(
         ru, eu = unit_of_rank.get(q), unit_of_rank.get(early)
         ro = offsets.get(ru, 0) if ru is not None else 0
         eo = offsets.get(eu, 0) if eu is not None else 0
-        cause, cause_ns = _cause(
-            host.get(ru) if ru is not None else None,
-            (r_lo + ro, r_hi + ro),
-            host.get(eu) if eu is not None and early != q else None,
-            (e_lo + eo, e_hi + eo),
+        cause, cause_ns = (
+            _cause(
+                ranges_of(ru),
+                (r_lo + ro, r_hi + ro),
+                ranges_of(eu) if early != q else None,
+                (e_lo + eo, e_hi + eo),
+            )
+            if n < MAX_CAUSE_ROWS
+            else (None, 0)
         )
         late = hi - lo
         cause_ns = min(cause_ns, late)
@@ -369,7 +422,7 @@ def blame_table(
                 "rank": int(row.rank),
                 "step": row.step,
                 "waited_for_rank": int(row.waited_for_rank),
-                "exposed_wait_ns": int(total.loc[tuple(row[:4])]),
+                "exposed_wait_ns": int(row.total_ns),
                 "chain": tuple(chain),
                 "root_rank": q,
                 "lateness_ns": int(late),
@@ -378,7 +431,8 @@ def blame_table(
                 "explained_ratio": (cause_ns / late) if late > 0 else None,
             }
         )
-    return pd.DataFrame(out, columns=list(BLAME_COLUMNS))
+    df = pd.DataFrame(out, columns=list(BLAME_COLUMNS))
+    return df.sort_values(["window", "waited_for_rank"], kind="stable").reset_index(drop=True)
 
 
 def blame_line(b: Mapping[str, Any]) -> str:
