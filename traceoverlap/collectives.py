@@ -711,8 +711,9 @@ def _match(
         notes.append(
             f"{int(unknown.sum())} communication activit{'y' if unknown.sum() == 1 else 'ies'} "
             "whose process group cannot be told (the ranks run several groups; no group in the "
-            "trace args, not on a group's gloo worker thread) were not matched: a match across "
-            "groups is worse than none; their exposed time counts as transfer"
+            "trace args, and no gloo worker pool or single NCCL stream to tell it by) were not "
+            "matched: a match across groups is worse than none; their exposed time counts as "
+            "transfer"
         )
     if len(units) < 2:
         return key, notes, extra
