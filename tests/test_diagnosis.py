@@ -22,6 +22,7 @@ PARTS = [
     "exposed_wait_ns",
     "exposed_transfer_ns",
     "memory_only_ns",
+    "other_steps_ns",
     "idle_ns",
 ]
 CAUSES = ["exposed_wait_ns", "exposed_tail_ns", "exposed_dependency_ns", "exposed_host_ns"]

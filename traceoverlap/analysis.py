@@ -420,6 +420,9 @@ def _step_table(
             "potential_speedup": pd.array(ratio(step, base["ideal_ns"]), dtype=object),
             "exposed_comm_ratio": pd.array(ratio(exposed_ns, step), dtype=object),
             "idle_ratio": pd.array(ratio(base["idle_ns"], step), dtype=object),
+            "iteration_ns": pd.array(
+                [None if v < 0 else v for v in base["iteration_ns"].tolist()], dtype=object
+            ),
             "bottleneck": "",
             "reason": "",
             "waited_for_rank": pd.array(waited_for, dtype=object),

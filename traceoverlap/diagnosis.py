@@ -156,7 +156,9 @@ def verdict(
     compute, comm = int(row["compute_ns"]), int(row["comm_ns"])
     if step <= 0:
         return Verdict("compute-bound", "empty window (0 ns): nothing to diagnose")
-    lost = step - int(row["compute_only_ns"]) - int(row["overlap_ns"])
+    # other steps' work in the window (overlapping steps, §7) is not lost time
+    other = int(row.get("other_steps_ns", 0))
+    lost = step - int(row["compute_only_ns"]) - int(row["overlap_ns"]) - other
     if lost < thresholds.lost_ratio * step:
         return Verdict(
             "compute-bound",

@@ -27,7 +27,7 @@ from .collectives import unit_instances
 from .diagnosis import local_causes
 from .errors import NotATraceError, TraceFormatError
 from .intervals import GroupedIntervals
-from .metrics import activity_rows, step_parts, step_sets
+from .metrics import activity_rows, device_covered, step_parts, step_sets
 from .model import KINDS, Kind, Timeline, TraceInfo, split_units
 from .options import AnalysisOptions
 from .results import StepDetail
@@ -238,7 +238,7 @@ def analyze_unit(
     acts = activity_rows(start, end, kind, steps)
     n = len(steps)
     sets = step_sets(acts, n)
-    parts = step_parts(sets, steps)
+    parts = step_parts(sets, steps, device_covered(start, end, kind, steps))
     parts["start_ns"] = steps.start_ns
     parts["end_ns"] = steps.end_ns
 
@@ -257,6 +257,13 @@ def analyze_unit(
     hint = _comm_hint(unit, kind, parts) if n else None
     if hint:
         notes.append(hint)
+    other = int(parts["other_steps_ns"].sum()) if n else 0
+    if other:
+        notes.append(
+            f"steps overlap on the device: {other / 1e6:.2f} ms of step windows held only other "
+            "steps' work (pipelined input, a device running behind the host); counted as "
+            "other_steps, not idle"
+        )
     unseen = unseen_comm_note(unit, kind)
     if unseen:
         notes.append(unseen)

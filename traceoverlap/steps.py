@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -69,6 +69,9 @@ class UnitSteps:
     notes: tuple[str, ...]
     #: every marker's label, before ``--steps`` selected some (for "no steps" messages)
     labels_found: tuple[StepLabel, ...] = ()
+    #: per window: its marker's start to the next marker's start (ns; -1: no next marker, or
+    #: the ``all`` window) (diagnosis.md §7)
+    iteration_ns: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -221,7 +224,8 @@ def assign_steps(
             event_window = np.full(len(ev), -1, dtype=np.int64)
             return _empty(gpu, event_window, launches.row, launches.start_ns, notes, "no activity")
         notes.append(_no_marker_note(ev, pattern))
-        return _whole_capture(ev, act, gpu, launches, notes)
+        whole = _whole_capture(ev, act, gpu, launches, notes)
+        return replace(whole, iteration_ns=np.full(len(whole), -1, dtype=np.int64))
     names = ev["name"].to_numpy()[midx].astype(str).tolist()
     labels, repeat_note = marker_labels(names, rx)
     if repeat_note:
@@ -230,8 +234,21 @@ def assign_steps(
     if options.steps is not None:
         keep = np.array([options.steps.matches(step_number(lbl)) for lbl in labels], dtype=bool)
     if not gpu:
-        return _cpu_windows(ev, midx, labels, keep, launches, notes)
-    return _gpu_windows(ev, midx, labels, keep, launches, notes)
+        out = _cpu_windows(ev, midx, labels, keep, launches, notes)
+    else:
+        out = _gpu_windows(ev, midx, labels, keep, launches, notes)
+    return replace(
+        out, iteration_ns=iterations(out.marker_start_ns, ev["start_ns"].to_numpy()[midx])
+    )
+
+
+def iterations(marker_start: I64, all_starts: I64) -> I64:
+    """Per window: its marker's start to the start of the next step marker found (the first that
+    starts strictly later, selected or not), in ns; -1 when there is none."""
+    s = np.unique(all_starts.astype(np.int64))
+    k = np.searchsorted(s, marker_start, side="right")
+    nxt = s[np.minimum(k, max(s.size - 1, 0))] if s.size else marker_start
+    return np.where(k < s.size, nxt - marker_start, -1).astype(np.int64)
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,11 @@ from rich import box
 from rich.table import Table
 
 from ._format import (
-    STEP_TABLE,
     describe_inputs,
     finding_lines,
+    has_other_steps,
     make_console,
+    step_table_header,
     step_table_rows,
     summary_lines,
 )
@@ -44,7 +45,7 @@ def build_table(analysis: Analysis) -> Table:
         collapse_padding=True,
         header_style="bold",
     )
-    *numbers, verdict = STEP_TABLE
+    *numbers, verdict = step_table_header(analysis)
     for col in numbers:
         table.add_column(col, justify="right", no_wrap=True)
     table.add_column(verdict, justify="left", no_wrap=True)
@@ -72,7 +73,9 @@ def render(analysis: Analysis, *, color: bool = False, width: int = 80) -> str:
     console.print()
     console.print(build_table(analysis))
     console.print(
-        "ms; step = compute + exposed + memory + idle (memory: copies with nothing else",
+        "ms; step = compute + exposed + memory + idle"
+        + (" + other (other steps' work)" if has_other_steps(analysis) else "")
+        + " (memory: copies with nothing else",
         style="dim",
     )
     console.print(
