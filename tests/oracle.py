@@ -334,6 +334,20 @@ def _mask(n: int, lo: int, spans: Iterable[tuple[int, int]]) -> np.ndarray:
     return m
 
 
+def _blocked_on(w: _Window, comp: list[_Act], t: int) -> bool:
+    """diagnosis.md §8 (CPU): t lies in a comm activity of the window after whose end the next
+    compute op starts within 1 % of its duration and at most 0.5 ms."""
+    for a in w.acts:
+        if a.kind != "comm" or not a.start <= t < a.end:
+            continue
+        later = [c.start for c in comp if c.start >= a.end]
+        if later:
+            gap = min(later) - a.end
+            if gap * 100 <= a.end - a.start and gap <= 500_000:
+                return True
+    return False
+
+
 def _step_row(
     u: _Unit, w: _Window, waits: list[tuple[int, int, int]], lost_ratio: float, own_waits: bool
 ) -> dict[str, Any]:
@@ -369,7 +383,7 @@ def _step_row(
             dep = any(a.start == s and a.launch is not None and a.launch < t for a in comp)
             causes["dependency" if dep else "host"] += 1
         else:
-            dep = any(e.start <= t < e.end for e in comm_calls)
+            dep = any(e.start <= t < e.end for e in comm_calls) or _blocked_on(w, comp, t)
             causes["dependency" if dep else "host"] += 1
 
     step = n

@@ -279,3 +279,33 @@ def test_sendrecv_never_gets_bucket_advice() -> None:
         assert "bucket" not in text and ("pipeline" in text or "stage" in text)
     for fam in ("AllGather/ReduceScatter", "AllToAll"):
         assert "bucket" not in advice("dependency", fam).lower()
+
+
+def _blocking_allreduce(next_start: int):
+    # marker [0, 10000); main thread: aten::mm [0, 1000), aten::add [next_start, 9000); the gloo
+    # run-loop thread: gloo:all_reduce [1000, 5000) (4000 ns). No c10d:: range: a plain blocking
+    # dist.all_reduce as users write it leaves none around the wait.
+    return cpu_timeline(
+        [
+            ("annotation", "ProfilerStep#1", "", 0, 10000),
+            ("cpu_op", "aten::mm", "", 0, 1000),
+            ("cpu_op", "gloo:all_reduce", "pt_gloo_runloop", 1000, 5000),
+            ("cpu_op", "aten::add", "", next_start, 9000),
+        ]
+    )
+
+
+def test_cpu_blocked_on_communication_is_dependency():
+    # diagnosis.md §8: the next op starts 20 ns after the all-reduce ends; 1 % of its 4000 ns is
+    # 40 (< 0.5 ms): the thread was blocked on it -> all 4000 exposed ns are dependency, not host
+    # (the next compute starts after every exposed ns, so none is tail).
+    _, r = _row(_blocking_allreduce(5020))
+    _check_sums(r)
+    assert (r.exposed_comm_ns, r.exposed_dependency_ns, r.exposed_host_ns) == (4000, 4000, 0)
+
+
+def test_cpu_late_host_is_host():
+    # the next op starts 100 ns after the end: more than 1 % (40 ns) -> the host was late: host
+    _, r = _row(_blocking_allreduce(5100))
+    _check_sums(r)
+    assert (r.exposed_comm_ns, r.exposed_dependency_ns, r.exposed_host_ns) == (4000, 0, 4000)

@@ -92,6 +92,47 @@ def _first_starts(acts: ActivityRows, launch_start: I64) -> tuple[I64, I64, I64]
     return g[first], s[first], np.minimum.reduceat(ls, first)
 
 
+#: diagnosis.md §8: a compute thread whose next op starts within this share of a communication's
+#: duration after it ends (at most :data:`BLOCKED_MAX_NS`) was blocked on it.
+BLOCKED_PER = 100  # 1 %: gap * 100 <= duration
+BLOCKED_MAX_NS = 500_000
+
+
+def blocked_comm(acts: ActivityRows, ug: I64, us: I64) -> tuple[I64, I64, I64]:
+    """CPU units (diagnosis.md §8): the comm activities (window, start, end; ns) the compute
+    threads were blocked on: the next compute op of the window starts at or after the
+    communication's end, within min(1 % of its duration, 0.5 ms). A blocking ``all_reduce``
+    leaves no wait range, and DDP's reducer finalize (``copy_bucket_to_grad`` right after the last
+    bucket) reads the same. ``ug``/``us``: the distinct (window, start) of compute, sorted."""
+    comm = np.flatnonzero(acts.kind == Kind.COMM)
+    z = np.zeros(0, np.int64)
+    if comm.size == 0 or us.size == 0:
+        return z, z.copy(), z.copy()
+    g, s, e = acts.group[comm], acts.start_ns[comm], acts.end_ns[comm]
+    # per comm activity: the first compute start >= its end in the same window. Sort the ends
+    # (queries) and the compute starts together by (window, time, query first) and take, for
+    # each query, the next compute start after it in that order.
+    n_q = g.size
+    tg = np.concatenate((g, ug))
+    tt = np.concatenate((e, us))
+    is_c = np.concatenate((np.zeros(n_q, bool), np.ones(us.size, bool)))
+    order = np.lexsort((is_c, tt, tg))
+    pos = np.where(is_c[order], np.arange(order.size), order.size)
+    nxt_pos = np.minimum.accumulate(pos[::-1])[::-1]  # first compute at or after each slot
+    rank_of = np.empty(order.size, np.int64)
+    rank_of[order] = np.arange(order.size)
+    p = nxt_pos[rank_of[:n_q]]
+    has = p < order.size
+    j = order[np.minimum(p, order.size - 1)] - n_q  # index into ug/us
+    j = np.maximum(j, 0)
+    has &= ug[j] == g
+    nxt = us[j]
+    gap = nxt - e
+    # exact integers: gap <= 1 % of the duration, and <= 0.5 ms
+    hit = has & (gap >= 0) & (gap * BLOCKED_PER <= e - s) & (gap <= BLOCKED_MAX_NS)
+    return g[hit], s[hit], e[hit]
+
+
 def local_causes(
     exposed: GroupedIntervals,
     acts: ActivityRows,
@@ -124,7 +165,14 @@ def local_causes(
         zones = iv.grouped_union(ug[launched], zs[launched], us[launched], n)
     else:
         z = np.zeros(0, np.int64)
-        zones = comm_calls if comm_calls is not None else (z, z.copy(), z.copy())
+        calls = comm_calls if comm_calls is not None else (z, z.copy(), z.copy())
+        bg, bs, be = blocked_comm(acts, ug, us)
+        zones = iv.grouped_union(
+            np.concatenate((calls[0], bg)),
+            np.concatenate((calls[1], bs)),
+            np.concatenate((calls[2], be)),
+            n,
+        )
     tail_e = iv.grouped_intersect(exposed, tail, n)
     rest = iv.grouped_subtract(exposed, tail, n)
     return LocalCauses(
