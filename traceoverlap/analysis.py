@@ -25,6 +25,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from . import intervals as iv
+from .bandwidth import add_bandwidth
 from .classify import Rules
 from .collectives import CauseSets, Collectives, match_collectives
 from .diagnosis import CAUSES, findings, verdict
@@ -289,6 +290,8 @@ def _reduce(
         win.labels,
         prelim,
     )
+    world = max((t.world_size or 0 for t in traces), default=0) or None
+    coll = replace(coll, instances=add_bandwidth(coll.instances, world))
     df = _step_table(units, win, coll, sets, options.thresholds)
     top = coll.top_straggler
     fnd = findings(

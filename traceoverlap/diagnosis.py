@@ -371,7 +371,7 @@ def family_of(label: str) -> str:
         return "AllReduce"
     if "allgather" in key or "reducescatter" in key:
         return "AllGather/ReduceScatter"
-    if "alltoall" in key or "dispatch" in key or "combine" in key:
+    if "alltoall" in key or "dispatch" in key or "combine" in key or "deepep" in key:
         return "AllToAll"
     if "sendrecv" in key or key in ("send", "recv", "p2p") or key.startswith(("send", "recv")):
         return "SendRecv"

@@ -30,6 +30,7 @@ from .intervals import GroupedIntervals
 from .metrics import activity_rows, device_covered, step_parts, step_sets
 from .model import KINDS, Kind, Timeline, TraceInfo, split_units
 from .options import AnalysisOptions
+from .purpose import UnitStrategy, unit_purposes
 from .results import StepDetail
 from .steps import StepLabel, UnitSteps, assign_steps
 
@@ -72,6 +73,8 @@ class UnitResult:
     range_names: tuple[tuple[str, int], ...] = ()
     #: every step marker's label before the step selection
     labels_found: tuple[StepLabel, ...] = ()
+    #: what the unit already does (DDP, bucketing, training, CPU), for advice (diagnosis.md §10)
+    strategy: UnitStrategy | None = None
 
     @property
     def n_windows(self) -> int:
@@ -252,6 +255,8 @@ def analyze_unit(
     lc = local_causes(sets.exposed, acts, steps, calls)
 
     instances, pieces, piece_instance = unit_instances(unit, kind, steps, acts, steps.launch_row)
+    purposes, strategy = unit_purposes(unit, kind, steps, instances)
+    instances = instances.assign(purpose=purposes)
 
     notes = list(steps.notes)
     hint = _comm_hint(unit, kind, parts) if n else None
@@ -307,6 +312,7 @@ def analyze_unit(
         detail=det,
         range_names=ranges,
         labels_found=steps.labels_found if n == 0 else (),
+        strategy=strategy,
     )
 
 
