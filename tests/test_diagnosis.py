@@ -138,13 +138,18 @@ def test_memory_bound():
 def test_communication_bound_exercise_2():
     # metrics.md exercise 2: compute [0,80), comm [20,140): parts compute only 20, overlap 60,
     # transfer 60, idle 0; lost 60 of 140; transfer is the largest lost part and comm 120 >
-    # compute 80 -> communication-bound; the advice is the all-reduce one for moving fewer bytes
+    # compute 80 -> communication-bound. The trace carries no message sizes, so nothing shows
+    # the transfer is bandwidth-bound (diagnosis.md §9): no "move fewer bytes", and the advice
+    # says how to find out; the purpose cannot be told either (no host ranges): said unknown.
     tl = gpu_timeline([("gemm", 7, 0, 80 * MS), (NCCL, 20, 20 * MS, 140 * MS)], [("P#2", 0, 1)])
     res, r = _row(tl, step_regex=r"^P#(\d+)$")
     _check_sums(r)
     assert r.bottleneck == "communication-bound" and "40.00 ms exposed" in r.reason
     f = next(f for f in res.findings if f.kind == "transfer-bound")
-    assert f.family == "AllReduce" and "PowerSGD" in f.advice
+    assert f.family == "AllReduce" and "PowerSGD" not in f.advice and "fewer bytes" in f.advice
+    assert "before moving fewer bytes" in f.advice and "nccl-tests" in f.advice
+    assert f.purpose == "unknown" and "purpose unknown" in f.title
+    assert "message sizes unknown" in f.title
 
 
 def _unix(tl: Timeline) -> Timeline:

@@ -30,19 +30,17 @@ I64 = npt.NDArray[np.int64]
 
 #: Every purpose, with the words a report uses.
 PURPOSES: dict[str, str] = {
-    "ddp-gradient-allreduce": "DDP gradient all-reduce (the reducer's buckets, in backward)",
-    "ddp-broadcast": "DDP parameter / buffer broadcast (in forward or at start-up)",
-    "gradient-allreduce": "gradient all-reduce issued by the training loop (not DDP)",
+    "ddp-gradient-allreduce": "DDP gradient buckets in backward",
+    "ddp-broadcast": "DDP parameter / buffer broadcast",
+    "gradient-allreduce": "gradient all-reduce issued by the training loop, not DDP",
     "fsdp-allgather": "FSDP / ZeRO parameter all-gather",
     "fsdp-reducescatter": "FSDP / ZeRO gradient reduce-scatter",
-    "reducescatter-as-allreduce": (
-        "reduce-scatter run as an all-reduce (gloo, under c10d::_reduce_scatter_base_)"
-    ),
-    "embedding-alltoall": "TorchRec embedding all-to-all (sparse features, pooled embeddings)",
-    "moe-dispatch": "MoE token dispatch to experts",
-    "moe-combine": "MoE expert output combine",
+    "reducescatter-as-allreduce": "reduce-scatter that gloo runs as an all-reduce",
+    "embedding-alltoall": "TorchRec embedding all-to-all",
+    "moe-dispatch": "MoE token dispatch",
+    "moe-combine": "MoE expert combine",
     "moe-alltoall": "MoE expert all-to-all",
-    "sequence-parallel-alltoall": "sequence-parallel attention all-to-all (Ulysses)",
+    "sequence-parallel-alltoall": "sequence-parallel attention all-to-all",
     "tp-allreduce": "tensor-parallel all-reduce in an inference forward",
     "pipeline-p2p": "pipeline send / recv between stages",
     "optimizer-collective": "collective inside the optimizer step",
@@ -245,3 +243,40 @@ def _allreduce_purpose(i: int, flag: dict[str, npt.NDArray[np.bool_]], ddp: bool
     if bwd and not bool(flag["forward"][i]):
         return "gradient-allreduce"
     return "unknown"
+
+
+def attach_purposes(
+    instances: pd.DataFrame, per_rank: pd.DataFrame, local: pd.DataFrame
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The run's instance and per-rank tables with a ``purpose`` column: per rank, its unit's
+    local instance's (joined on unit, lane and start); per instance, the purpose most of its ranks
+    give that is not ``unknown`` (``unknown`` when none)."""
+    if per_rank.empty or "purpose" not in local.columns:
+        return (
+            instances.assign(purpose=pd.array(["unknown"] * len(instances), dtype=object)),
+            per_rank.assign(purpose=pd.array(["unknown"] * len(per_rank), dtype=object)),
+        )
+    key = local[["unit", "lane", "start_ns", "purpose"]].drop_duplicates(
+        ["unit", "lane", "start_ns"]
+    )
+    key = key.assign(lane=key["lane"].astype(str), start_ns=key["start_ns"].astype(np.int64))
+    pr = per_rank.assign(lane=per_rank["lane"].astype(str))
+    got = (
+        pr[["unit", "lane", "start_ns"]]
+        .astype({"start_ns": np.int64})
+        .merge(key, on=["unit", "lane", "start_ns"], how="left")["purpose"]
+    )
+    purpose = got.fillna("unknown").astype(str).to_numpy()
+    per_rank = per_rank.assign(purpose=pd.array(purpose, dtype=object))
+    known = per_rank[per_rank["purpose"] != "unknown"]
+    best = (
+        known.groupby(["instance", "purpose"])
+        .size()
+        .reset_index(name="n")
+        .sort_values(["instance", "n", "purpose"], ascending=[True, False, True], kind="stable")
+        .drop_duplicates("instance")
+        .set_index("instance")["purpose"]
+    )
+    got_p = instances["instance"].map(best.to_dict()).astype(object)
+    inst_p = np.array(["unknown" if pd.isna(v) else str(v) for v in got_p.tolist()], dtype=object)
+    return instances.assign(purpose=pd.array(inst_p, dtype=object)), per_rank
