@@ -441,6 +441,20 @@ _PURPOSE_ADVICE: dict[tuple[str, str], str] = {
     ),
 }
 
+#: Advice for a run that already launches its gradient all-reduces during backward, in buckets.
+_BUCKETED_ADVICE: dict[tuple[str, str], str] = {
+    ("tail", "gradient-allreduce"): (
+        "the all-reduces are already launched during backward; the last ones have nothing left "
+        "to compute under them: make the last bucket smaller and run the optimizer for each "
+        "bucket as it finishes"
+    ),
+    ("dependency", "gradient-allreduce"): (
+        "compute waited for all-reduces that are already launched during backward: wait for "
+        "each only where its result is needed (the optimizer step per bucket as buckets "
+        "finish), and make the last bucket smaller"
+    ),
+}
+
 #: CPU runs: what the host cause and idle mean there (no CUDA graphs, no pinned memory).
 _CPU_ADVICE: dict[str, str] = {
     "host": (
@@ -489,7 +503,10 @@ def advice(
         return _CPU_ADVICE[cause]
     if cause == "transfer-bound" and bandwidth == "latency":
         return _LATENCY_ADVICE
-    text = _PURPOSE_ADVICE.get((cause, purpose or ""))
+    text = None
+    if bucketed:
+        text = _BUCKETED_ADVICE.get((cause, purpose or ""))
+    text = text or _PURPOSE_ADVICE.get((cause, purpose or ""))
     if text is None and bucketed and (cause, family) == ("dependency", "AllReduce"):
         text = _BUCKETING_ADVICE
     if text is None:
