@@ -205,6 +205,37 @@ def test_same_stream_comes_first():
     assert res.findings[0].kind == "same_stream" and "stream 7" in res.findings[0].title
 
 
+def test_same_stream_only_when_compute_was_delayed():
+    # diagnosis.md §10. Stream 7 runs compute a [0,10) and an all-reduce [10,20); compute b
+    # [25,30) on stream 7 was launched at 22, after the all-reduce ended (20): nothing on the
+    # lane waited behind it -> not same_stream (the lane shares, but delayed nothing).
+    tl = gpu_timeline(
+        [("a", 7, 0, 10), (NCCL, 7, 10, 20), ("b", 7, 25, 30)],
+        [("ProfilerStep#1", 0, 40)],
+        launch_at=[1, 1, 22],
+    )
+    res, _ = _row(tl)
+    (inst,) = res.collectives.per_rank.itertuples()
+    assert not inst.same_stream
+    assert all(f.kind != "same_stream" for f in res.findings)
+
+
+def test_comm_library_stream_with_helper_kernels_is_not_same_stream():
+    # DeepEP-like: stream 27 runs the library's communication kernel [0,100) and a 2 ns cast
+    # helper [100,102) launched at 1 (it did sit behind the communication), compute runs on
+    # stream 7 [0,90). The lane's compute (2) is under 10 % of its communication (100): it is the
+    # library's own stream, not a compute stream -> not same_stream.
+    tl = gpu_timeline(
+        [("deep_ep::intranode::dispatch", 27, 0, 100), ("fp8_cast", 27, 100, 102), ("g", 7, 0, 90)],
+        [("ProfilerStep#1", 0, 200)],
+        launch_at=[1, 1, 1],
+    )
+    res = analyze(tl, comm_patterns=["deep_ep"])
+    pr = res.collectives.per_rank
+    assert len(pr) == 1 and pr["family"].iloc[0] == "AllToAll"
+    assert not pr["same_stream"].any()
+
+
 def test_queued_behind_earlier_communication():
     # two all-reduces on stream 20: the first [10,30) launched at 1 (launch call [1,2)), the second
     # launched at 12 (call [12,13)) but started only at 32, after the first ended at 30.
@@ -314,3 +345,9 @@ def test_cpu_late_host_is_host():
     _, r = _row(_blocking_allreduce(5100))
     _check_sums(r)
     assert (r.exposed_comm_ns, r.exposed_dependency_ns, r.exposed_host_ns) == (4000, 0, 4000)
+
+
+def test_deepep_cached_notify_is_all_to_all() -> None:
+    # DeepEP's notify kernels belong to its dispatch / combine: AllToAll, not "Other"
+    assert family_of("deep_ep::intranode::cached_notify_dispatch") == "AllToAll"
+    assert family_of("void deep_ep::internode::cached_notify<...>(int)") == "AllToAll"

@@ -111,24 +111,10 @@ def blocked_comm(acts: ActivityRows, ug: I64, us: I64) -> tuple[I64, I64, I64]:
     if comm.size == 0 or us.size == 0:
         return z, z.copy(), z.copy()
     g, s, e = acts.group[comm], acts.start_ns[comm], acts.end_ns[comm]
-    # per comm activity: the first compute start >= its end in the same window. Sort the ends
-    # (queries) and the compute starts together by (window, time, query first) and take, for
-    # each query, the next compute start after it in that order.
-    n_q = g.size
-    tg = np.concatenate((g, ug))
-    tt = np.concatenate((e, us))
-    is_c = np.concatenate((np.zeros(n_q, bool), np.ones(us.size, bool)))
-    order = np.lexsort((is_c, tt, tg))
-    pos = np.where(is_c[order], np.arange(order.size), order.size)
-    nxt_pos = np.minimum.accumulate(pos[::-1])[::-1]  # first compute at or after each slot
-    rank_of = np.empty(order.size, np.int64)
-    rank_of[order] = np.arange(order.size)
-    p = nxt_pos[rank_of[:n_q]]
-    has = p < order.size
-    j = order[np.minimum(p, order.size - 1)] - n_q  # index into ug/us
-    j = np.maximum(j, 0)
-    has &= ug[j] == g
-    nxt = us[j]
+    # per comm activity: the first compute start at or after its end in the same window
+    j = iv.next_at_or_after(g, e, ug, us)
+    has = j >= 0
+    nxt = us[np.maximum(j, 0)]
     gap = nxt - e
     # exact integers: gap <= 1 % of the duration, and <= 0.5 ms
     hit = has & (gap >= 0) & (gap * BLOCKED_PER <= e - s) & (gap <= BLOCKED_MAX_NS)
