@@ -351,3 +351,22 @@ def test_deepep_cached_notify_is_all_to_all() -> None:
     # DeepEP's notify kernels belong to its dispatch / combine: AllToAll, not "Other"
     assert family_of("deep_ep::intranode::cached_notify_dispatch") == "AllToAll"
     assert family_of("void deep_ep::internode::cached_notify<...>(int)") == "AllToAll"
+
+
+def test_mostly_computing_step_says_so_and_names_its_largest_loss():
+    # compute [0,85), then nothing until the end of the window at 100 (a second kernel [99,100)
+    # marks it): compute 86 of 100, idle 14. Lost 14 >= 10 % -> the largest lost part names the
+    # class, idle-bound, but the step computed 86 %: the reason says "mostly computing" first.
+    tl = gpu_timeline([("gemm", 7, 0, 85), ("tail", 7, 99, 100)], [("ProfilerStep#1", 0, 1)])
+    _, r = _row(tl)
+    _check_sums(r)
+    assert (r.compute_only_ns, r.idle_ns, r.bottleneck) == (86, 14, "idle-bound")
+    assert r.reason.startswith("mostly computing (86.0% of the step); largest loss: idle")
+
+
+def test_transfer_is_called_transfer():
+    # compute [0,50), all-reduce [50,100): exposed 50, all of it transfer on one rank; the reason
+    # labels the number as what it is (transfer), not as all exposed communication
+    tl = gpu_timeline([("gemm", 7, 0, 50), (NCCL, 20, 50, 100)], [("ProfilerStep#1", 0, 1)])
+    _, r = _row(tl)
+    assert r.exposed_transfer_ns == 50 and "exposed transfer" in r.reason

@@ -213,13 +213,13 @@ def verdict(
         if comm > compute:
             cls = "communication-bound"
             text = (
-                f"exposed communication {share}, and comm {_ms(comm)} > compute {_ms(compute)}: "
+                f"exposed transfer {share}, and comm {_ms(comm)} > compute {_ms(compute)}: "
                 f"even perfect overlap leaves {_ms(comm - compute)} exposed"
             )
         else:
             cls = "exposed-communication"
             text = (
-                f"exposed communication {share} while compute {_ms(compute)} >= comm "
+                f"exposed transfer {share} while compute {_ms(compute)} >= comm "
                 f"{_ms(comm)}: a better schedule could hide it"
             )
         if not wait_known and comm > 0:
@@ -233,6 +233,11 @@ def verdict(
     second_key, second_label, second = parts[ranked[1]]
     if second > 0 and 2 * second >= value:
         text += f"; runner-up: {second_label} {_ms(second)} = {_pct(second / step)}"
+    computing = step - lost - other
+    if 2 * computing >= step:
+        # the wording follows the size of the loss (§6): a step that mostly computes says so
+        # first, and names its largest loss
+        text = f"mostly computing ({_pct(computing / step)} of the step); largest loss: " + text
     return Verdict(cls, text)
 
 

@@ -177,7 +177,8 @@ def summary_lines(analysis: Analysis) -> list[str]:
     if worst is not None and worst.exposed_comm_ns > 0:
         lines.append(
             f"  most exposed: rank {worst.rank} step {worst.step} "
-            f"({fmt.ms(worst.exposed_comm_ns)} ms exposed): {worst.bottleneck}: {worst.reason}"
+            f"({fmt.ms(worst.exposed_comm_ns)} ms exposed communication, waiting and transfer): "
+            f"{worst.bottleneck}: {worst.reason}"
         )
     return lines
 
