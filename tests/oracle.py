@@ -169,7 +169,8 @@ def _units(events: Sequence[Ev]) -> list[_Unit]:
             for i, e in evs:
                 if e.cat not in GPU_ACTIVITY or e.device != d:
                     continue
-                if e.cat in ("memcpy", "memset"):
+                # MTIA's DMA requests are kernels that move memory (diagnosis.md §7 notes)
+                if e.cat in ("memcpy", "memset") or (e.cat == "kernel" and e.name == "dma_request"):
                     kind = "memory"
                 elif _any(GPU_COMM, e.name):
                     kind = "comm"
@@ -243,9 +244,10 @@ def _windows(u: _Unit, rx: re.Pattern[str]) -> list[_Window]:
     if u.gpu:
         by_marker: dict[int, list[_Act]] = defaultdict(list)
         for a in u.acts:
-            if a.launch is None:
+            if a.launch is None and a.kind != "memory":
                 continue
-            m = _innermost(markers, a.launch)
+            # memory with no launch record (device-queued DMA): placed by its start time
+            m = _innermost(markers, a.launch if a.launch is not None else a.start)
             if m is not None:
                 by_marker[m].append(a)
         out = []

@@ -65,3 +65,21 @@ def test_no_overlap_no_other_steps():
     res = analyze(tl)
     assert res.steps["other_steps_ns"].tolist() == [0, 0]
     assert not any("other steps' work" in n for n in res.notes)
+
+
+def test_mtia_dma_request_is_memory_placed_by_time():
+    # MTIA records device DMA as kernel events named dma_request with no launch record. Step 1
+    # [0, 100) launches gemm [0, 40); a dma_request [40, 70) has no launch: it is memory, and
+    # goes to step 1 by its start (40 is inside the marker [0, 100)). Window [0, 70): compute 40,
+    # memory only 30, idle 0; the note says how it was placed.
+    from traceoverlap.model import Timeline
+
+    tl = gpu_timeline(
+        [("gemm", 7, 0, 40), ("dma_request", 9, 40, 70)], [("ProfilerStep#1", 0, 100)]
+    )
+    ev = tl.events
+    drop = (ev["category"] == "runtime").to_numpy() & (ev["correlation"] == 2).to_numpy()
+    res = analyze(Timeline(ev[~drop].reset_index(drop=True), tl.traces))
+    (r,) = res.steps.to_dict("records")
+    assert (r["step_ns"], r["compute_ns"], r["memory_only_ns"], r["idle_ns"]) == (70, 40, 30, 0)
+    assert any("placed in steps by their start time" in n for n in res.notes)

@@ -236,7 +236,7 @@ def assign_steps(
     if not gpu:
         out = _cpu_windows(ev, midx, labels, keep, launches, notes)
     else:
-        out = _gpu_windows(ev, midx, labels, keep, launches, notes)
+        out = _gpu_windows(ev, midx, labels, keep, launches, notes, kind == Kind.MEMORY)
     return replace(
         out, iteration_ns=iterations(out.marker_start_ns, ev["start_ns"].to_numpy()[midx])
     )
@@ -361,16 +361,28 @@ def _gpu_windows(
     keep: npt.NDArray[np.bool_],
     launches: _Launches,
     notes: list[str],
+    memory: npt.NDArray[np.bool_] | None = None,
 ) -> UnitSteps:
     """GPU units: each GPU activity goes to the innermost marker around its launch; a selected
     marker's window is [first start, last end) of its activities (ns); markers that launched
-    nothing give no window (a note names them)."""
+    nothing give no window (a note names them). Memory activities with no launch record (MTIA
+    ``dma_request``: the device queues them itself) go to the innermost marker around their
+    start, with a note."""
     start = ev["start_ns"].to_numpy()
     end = ev["end_ns"].to_numpy()
     gidx = launches.gidx
     ms_all, me_all = start[midx], end[midx]
     ls = launches.start_ns[gidx]
     marker = _launch_markers(ms_all, me_all, ls)
+    by_time = (ls == NO_LAUNCH) & (memory[gidx] if memory is not None else False)
+    placed = 0
+    if np.any(by_time):
+        marker[by_time] = _launch_markers(ms_all, me_all, start[gidx[by_time]])
+        placed = int((marker[by_time] >= 0).sum())
+        notes.append(
+            f"{placed} memory activities with no launch record (device-queued DMA) were placed "
+            "in steps by their start time"
+        )
     outside = int(((ls != NO_LAUNCH) & (marker < 0)).sum())
     if outside:
         notes.append(
@@ -402,7 +414,7 @@ def _gpu_windows(
         event_window,
         launches.row,
         launches.start_ns,
-        launches.no_launch,
+        launches.no_launch - placed,
         outside,
         int(midx.size),
         tuple(notes) + _overlap_note(ms_all, me_all),
