@@ -22,13 +22,28 @@ import numpy.typing as npt
 import pandas as pd
 
 from . import intervals as iv
-from .classify import LOOKS_LIKE_COMM, Rules, comm_call_mask, kinds, unseen_comm_note
+from .classify import (
+    LOOKS_LIKE_COMM,
+    Rules,
+    comm_call_mask,
+    kinds,
+    name_mask,
+    unseen_comm_note,
+)
 from .collectives import unit_instances
 from .diagnosis import local_causes
 from .errors import NotATraceError, TraceFormatError
 from .intervals import GroupedIntervals
 from .metrics import activity_rows, device_covered, step_parts, step_sets
-from .model import KINDS, Kind, Timeline, TraceInfo, split_units
+from .model import (
+    GPU_ACTIVITY_CATEGORIES,
+    KINDS,
+    LAUNCH_CATEGORIES,
+    Kind,
+    Timeline,
+    TraceInfo,
+    split_units,
+)
 from .options import AnalysisOptions
 from .purpose import UnitStrategy, unit_purposes
 from .results import StepDetail
@@ -316,6 +331,33 @@ def analyze_unit(
     )
 
 
+#: Launch calls (runtime API) a trace may hold without device activity before it is refused.
+LAUNCHES_WITHOUT_ACTIVITY = 100
+
+
+def require_device_activity(timeline: Timeline, path: str) -> None:
+    """Refuse a GPU run captured without device activity: kernel launch calls (many, or on an
+    NCCL run) but no kernel, memcpy or memset. Read as a CPU run it would report the host's ops
+    as the device's work."""
+    ev = timeline.events
+    cat = ev["category"]
+    if bool(cat.isin(GPU_ACTIVITY_CATEGORIES).any()):
+        return
+    calls = cat.isin(LAUNCH_CATEGORIES).to_numpy()
+    if not calls.any():
+        return
+    launches = int(name_mask(ev["name"], (r"(?i)launch",), calls).sum())
+    nccl = any((t.backend or "").lower() == "nccl" for t in timeline.traces)
+    if launches >= LAUNCHES_WITHOUT_ACTIVITY or (launches and nccl):
+        raise TraceFormatError(
+            path,
+            f"{launches:,} kernel launch calls but no GPU activity (no kernels, memcpy or "
+            "memset): the device side was not captured",
+            "profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] (Kineto), "
+            "or nsys with --trace=cuda",
+        )
+
+
 def map_timeline(
     timeline: Timeline,
     options: AnalysisOptions,
@@ -341,6 +383,7 @@ def map_file(
 
     try:
         timeline = read_trace(Path(path))
+        require_device_activity(timeline, path)
         units = split_units(timeline)
         del timeline
         out = []
