@@ -98,14 +98,14 @@ class FamilyBandwidth:
     def text(self) -> str:
         """The numbers behind the verdict, in words."""
         if self.small_bytes is None or self.large_bytes is None:
-            return f"{self.family}: message sizes unknown: bandwidth cannot be judged"
+            return "message sizes unknown: bandwidth cannot be judged"
         sizes = (
             f"{_mb(self.small_bytes)} in {_ms(self.small_transfer_ns)} vs "
             f"{_mb(self.large_bytes)} in {_ms(self.large_transfer_ns)}"
         )
         if self.verdict == "latency":
             return (
-                f"{self.family}: {sizes}: {self.large_bytes / max(self.small_bytes, 1):.1f}x the "
+                f"{sizes}: {self.large_bytes / max(self.small_bytes, 1):.1f}x the "
                 "bytes in about the same time: latency or waiting, not bandwidth"
             )
         bus = ""
@@ -115,8 +115,8 @@ class FamilyBandwidth:
                 f"{self.best_busbw_gbps:.1f} GB/s)"
             )
         if self.verdict == "bandwidth":
-            return f"{self.family}: {sizes}: time grows with bytes{bus}: bandwidth-bound"
-        return f"{self.family}: {sizes}{bus}: not enough size spread to tell bandwidth from latency"
+            return f"{sizes}: time grows with bytes{bus}: bandwidth-bound"
+        return f"{sizes}{bus}: not enough size spread to tell bandwidth from latency"
 
 
 def _mb(b: int | None) -> str:

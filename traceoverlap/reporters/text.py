@@ -70,18 +70,25 @@ def render(analysis: Analysis, *, color: bool = False, width: int = 80) -> str:
             console.print(_wrap(line, wrap), soft_wrap=True, markup=False)
 
     say(describe_inputs(analysis))
+    other = has_other_steps(analysis)
     console.print()
     console.print(build_table(analysis))
     console.print(
         "ms; step = compute + exposed + memory + idle"
-        + (" + other (other steps' work)" if has_other_steps(analysis) else "")
-        + " (memory: copies with nothing else",
+        + (" + other (memory: copies with" if other else " (memory: copies with nothing else"),
         style="dim",
     )
     console.print(
-        "running); overlap = share of comm hidden behind compute; verdicts: README",
+        ("nothing else " if other else "")
+        + "running); overlap = share of comm hidden behind compute"
+        + ("; README" if other else "; verdicts: README"),
         style="dim",
     )
+    if other:
+        console.print(
+            "other: only other steps' work ran in the window (overlapping steps; not idle)",
+            style="dim",
+        )
     console.print()
     say(summary_lines(analysis))
     if analysis.findings:
