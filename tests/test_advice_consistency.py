@@ -93,3 +93,17 @@ def test_purposes_of_real_traces() -> None:
     for rel, purposes in want.items():
         got = set(analyze(real_trace(rel)).collectives.instances["purpose"])
         assert purposes <= got, (rel, got)
+
+
+def test_gloo_reduce_scatter_and_all_to_all_run() -> None:
+    # fixtures/gloo_collectives (README there): a real gloo run. The reduce-scatter runs as a
+    # gloo all-reduce under c10d::_reduce_scatter_base_: its purpose says so; the all-to-all has
+    # no range telling what it is for: unknown, and no MoE advice for it.
+    a = analyze(WORKLOAD_FIXTURES.parent / "gloo_collectives")
+    check(a)
+    inst = a.collectives.instances
+    purpose = dict(zip(inst["family"], inst["purpose"], strict=False))
+    assert purpose == {"AllReduce": "reducescatter-as-allreduce", "AllToAll": "unknown"}
+    for f in a.findings:
+        assert "expert" not in f.advice.lower() and "cuda" not in f.advice.lower()
+    assert any(f.purpose == "reducescatter-as-allreduce" for f in a.findings)

@@ -432,6 +432,19 @@ _PURPOSE_ADVICE: dict[tuple[str, str], str] = {
     ),
 }
 
+#: All-to-all advice when nothing says it is MoE (no experts, no capacity factor).
+_ALLTOALL_ADVICE: dict[str, str] = {
+    "tail": (
+        "the last all-to-all of the step has no compute after it: start it earlier or overlap "
+        "it with independent work of the next micro-batch"
+    ),
+    "dependency": (
+        "compute waited for an all-to-all result: launch it asynchronously as early as its "
+        "input is ready and wait only where its output is needed; check that every rank sends "
+        "about the same amount (an uneven exchange makes all ranks wait for the largest)"
+    ),
+}
+
 #: Advice for a run that already launches its gradient all-reduces during backward, in buckets.
 _BUCKETED_ADVICE: dict[tuple[str, str], str] = {
     ("tail", "gradient-allreduce"): (
@@ -498,6 +511,14 @@ def advice(
     if bucketed:
         text = _BUCKETED_ADVICE.get((cause, purpose or ""))
     text = text or _PURPOSE_ADVICE.get((cause, purpose or ""))
+    if text is None and family == "AllToAll" and not (purpose or "").startswith("moe"):
+        if cause != "transfer-bound":
+            text = _ALLTOALL_ADVICE.get(cause)
+        elif bandwidth == "bandwidth":
+            text = (
+                "the all-to-all is bandwidth-bound and exceeds compute: send fewer bytes per "
+                "exchange (lower precision, fewer features per rank) or use a faster interconnect"
+            )
     if text is None and bucketed and (cause, family) == ("dependency", "AllReduce"):
         text = _BUCKETING_ADVICE
     if text is None:
@@ -784,7 +805,11 @@ def _host_finding(
             exposed_ns=host,
             share_ratio=_share(host, total_exposed),
             collectives=_names(pi, "exposed_host_ns") if len(pi) else (),
-            evidence={"exposed_host_ns": host, "exposed_comm_ns": total_exposed},
+            evidence={
+                "exposed_host_ns": host,
+                "exposed_comm_ns": total_exposed,
+                "top_family": fam,
+            },
         )
     ]
 
