@@ -358,10 +358,12 @@ def test_mostly_computing_step_says_so_and_names_its_largest_loss():
     # marks it): compute 86 of 100, idle 14. Lost 14 >= 10 % -> the largest lost part names the
     # class, idle-bound, but the step computed 86 %: the reason says "mostly computing" first.
     tl = gpu_timeline([("gemm", 7, 0, 85), ("tail", 7, 99, 100)], [("ProfilerStep#1", 0, 1)])
-    _, r = _row(tl)
+    res, r = _row(tl)
     _check_sums(r)
     assert (r.compute_only_ns, r.idle_ns, r.bottleneck) == (86, 14, "idle-bound")
     assert r.reason.startswith("mostly computing (86.0% of the step); largest loss: idle")
+    f = next(f for f in res.findings if f.kind == "idle-bound")
+    assert "their largest loss (they computed 86.0% of the time)" in f.title
 
 
 def test_transfer_is_called_transfer():

@@ -900,10 +900,7 @@ def _class_findings(steps: pd.DataFrame, total_step: int, ctx: AdviceContext) ->
         out.append(
             Finding(
                 kind=cls,
-                title=(
-                    f"{cls} in {len(rows)} step(s): {what} {_ms(ns)} = "
-                    f"{_pct(ns / max(int(rows['step_ns'].sum()), 1))} of those steps"
-                ),
+                title=_class_title(cls, what, rows, ns),
                 advice=advice(cls, "*", cpu=True) if ctx.cpu and cls == "idle-bound" else text,
                 family=None,
                 exposed_ns=ns,
@@ -912,6 +909,17 @@ def _class_findings(steps: pd.DataFrame, total_step: int, ctx: AdviceContext) ->
             )
         )
     return out
+
+
+def _class_title(cls: str, what: str, rows: pd.DataFrame, ns: int) -> str:
+    """``idle-bound in 3 step(s): idle 9.00 ms = 60.0% of those steps``; when those steps
+    computed most of their time the title says so, naming the loss as their largest (§2)."""
+    step = max(int(rows["step_ns"].sum()), 1)
+    computing = int(rows["compute_only_ns"].sum()) + int(rows["overlap_ns"].sum())
+    head = f"{cls} in {len(rows)} step(s): {what} {_ms(ns)} = {_pct(ns / step)} of those steps"
+    if 2 * computing >= step:
+        head += f", their largest loss (they computed {_pct(computing / step)} of the time)"
+    return head
 
 
 def _share_text(ns: int, total: int) -> str:
