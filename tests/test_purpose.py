@@ -69,3 +69,27 @@ def test_deepep_dispatch_is_moe_dispatch():
         [("deep_ep::intranode::dispatch", 27, 10, 30)], [], [5], comm_patterns=["deep_ep"]
     )
     assert p == ["moe-dispatch"]
+
+
+def test_fsdp_all_gather_and_reduce_scatter():
+    # FSDP's ranges around the launches: an all-gather under FSDP::pre_forward, a reduce-scatter
+    # under FSDP::post_backward_reduce
+    _, p = _purposes(
+        [("ncclDevKernel_AllGather_RING_LL", 20, 10, 30)], [("FSDP::pre_forward", 0, 50)], [5]
+    )
+    assert p == ["fsdp-allgather"]
+    _, p = _purposes(
+        [("ncclDevKernel_ReduceScatter_Sum_f32_RING_LL", 20, 10, 30)],
+        [("FSDP::post_backward_reduce", 0, 50)],
+        [5],
+    )
+    assert p == ["fsdp-reducescatter"]
+
+
+def test_torchrec_embedding_all_to_all():
+    # TorchRec's sparse data distribution range around an all-to-all: embedding all-to-all (not
+    # MoE: no expert advice)
+    _, p = _purposes(
+        [("ncclDevKernel_AllToAll_RING", 20, 10, 30)], [("## sparse_data_dist ##", 0, 50)], [5]
+    )
+    assert p == ["embedding-alltoall"]
