@@ -47,7 +47,6 @@ from .model import (
 )
 from .namefilter import NameTest
 from .options import AnalysisOptions, compile_regex
-from .purpose import PATTERNS as PURPOSE_PATTERNS
 from .purpose import UnitStrategy, unit_purposes
 from .results import StepDetail
 from .steps import StepLabel, UnitSteps, assign_steps
@@ -381,8 +380,6 @@ def range_filter(options: AnalysisOptions, rules: Rules) -> Callable[[str], bool
     op ranges); only the no-marker hints read every range name, so :func:`map_file` reads again
     unfiltered when a unit finds no step marker."""
     patterns = [options.step_pattern, PHASE_RE.pattern, _NCCL_RANGE_RE]
-    # the ranges that tell a collective's purpose (diagnosis.md §10)
-    patterns.extend(rx.pattern for rx in PURPOSE_PATTERNS.values())
     for group in (
         rules.cpu_comm,
         rules.extra_comm,
