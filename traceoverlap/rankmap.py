@@ -35,6 +35,7 @@ from .collectives import unit_instances
 from .diagnosis import local_causes
 from .errors import NotATraceError, TraceFormatError
 from .intervals import GroupedIntervals
+from .job import host_ranges
 from .metrics import activity_rows, device_covered, step_parts, step_sets
 from .model import (
     GPU_ACTIVITY_CATEGORIES,
@@ -90,6 +91,8 @@ class UnitResult:
     range_names: tuple[tuple[str, int], ...] = ()
     #: every step marker's label before the step selection
     labels_found: tuple[StepLabel, ...] = ()
+    #: the main thread's ranges in the analysed steps (what a late rank was doing: blame)
+    host_ranges: pd.DataFrame | None = None
     #: what the unit already does (DDP, bucketing, training, CPU), for advice (diagnosis.md §10)
     strategy: UnitStrategy | None = None
 
@@ -329,6 +332,9 @@ def analyze_unit(
         detail=det,
         range_names=ranges,
         labels_found=steps.labels_found if n == 0 else (),
+        host_ranges=host_ranges(ev, int(steps.start_ns.min()), int(steps.end_ns.max()))
+        if n and len(instances)
+        else None,
         strategy=strategy,
     )
 
