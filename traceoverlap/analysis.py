@@ -296,11 +296,11 @@ def _reduce(
         win.labels,
         prelim,
     )
-    blame = _blame(units, coll, win)
-    coll = replace(coll, blame=blame, stragglers=_with_roots(coll.stragglers, blame))
     world = max((t.world_size or 0 for t in traces), default=0) or None
     inst, per_rank = attach_purposes(add_bandwidth(coll.instances, world), coll.per_rank, local)
     coll = replace(coll, instances=inst, per_rank=per_rank)
+    blame = _blame(units, coll, win)
+    coll = replace(coll, blame=blame, stragglers=_with_roots(coll.stragglers, blame))
     df = _step_table(units, win, coll, sets, options.thresholds)
     shown = _shown_windows(df, options)
     if not shown.any():

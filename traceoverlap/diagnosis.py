@@ -877,14 +877,6 @@ def _transfer_bound_finding(
     purpose = _top_purpose(mine[mine["family"] == fam], "exposed_ns") if len(mine) else "unknown"
     bw = ctx.bandwidth.get(fam)
     bw_text = f"; {bw.text()}" if bw is not None else "; message sizes unknown"
-    transfer_advice = advice(
-        "transfer-bound",
-        fam,
-        purpose,
-        cpu=ctx.cpu,
-        bucketed=ctx.bucketed,
-        bandwidth=None if bw is None else bw.verdict,
-    )
     return [
         Finding(
             kind="transfer-bound",
@@ -895,9 +887,15 @@ def _transfer_bound_finding(
                 + ("" if partial is None else f" ({partial})")
             ),
             advice=(
-                transfer_advice
-                if partial is None
-                else f"{partial} before acting on this; if it is transfer: " + transfer_advice
+                "" if partial is None else f"{partial} before acting on this; if it is transfer: "
+            )
+            + advice(
+                "transfer-bound",
+                fam,
+                purpose,
+                cpu=ctx.cpu,
+                bucketed=ctx.bucketed,
+                bandwidth=None if bw is None else bw.verdict,
             ),
             purpose=purpose,
             family=fam,
