@@ -212,6 +212,59 @@ def test_cpu_timeline_gloo_clipped_to_step():
     assert (r.compute_only_ns, r.memory_only_ns, r.exposed_tail_ns) == (40, 0, 30)
 
 
+def test_cpu_comm_call_inside_a_compute_op_is_not_compute():
+    # A custom autograd Function (`_AllToAll`, a cpu_op [10,90) on the main thread) makes a
+    # blocking all-to-all: it launches `c10d::alltoall_base_` [20,25), the gloo worker runs
+    # `gloo:all_to_all` [22,80), the main thread waits (no event: a gap) and resumes with
+    # `aten::cat` [85,88). Step marker [0,100); `aten::empty` [12,15) before the launch.
+    # Main-thread boundaries around the comm's end 80: the last before it is 25 (c10d's end, an
+    # op return), the next 85 (cat's start): 85 - 80 = 5 <= 10 % of 58 -> blocked wait
+    # [max(25, 22), 85) = [25,85). Communication calls of the lane: [20,25) u [25,85) = [20,85).
+    # compute = [10,90) - [20,85) = [10,20) u [85,90) = 15 (not 80: the wait is no compute);
+    # comm = [22,80) = 58, overlap 0, exposed 58; busy = 10 + 58 + 5 = 73, idle 27.
+    # Causes: the last compute start is 85 -> tail zone [85,100), no exposed there; the exposed
+    # [22,80) lies in the thread's communication calls [20,85): dependency 58, host 0.
+    tl = cpu_timeline(
+        [
+            ("annotation", "ProfilerStep#1", "", 0, 100),
+            ("cpu_op", "_AllToAll", "", 10, 90),
+            ("cpu_op", "aten::empty", "", 12, 15),
+            ("cpu_op", "c10d::alltoall_base_", "", 20, 25),
+            ("annotation", "gloo:all_to_all", "pt_gloo_runloop", 22, 80),
+            ("cpu_op", "aten::cat", "", 85, 88),
+        ]
+    )
+    r = _row(analyze(tl))
+    assert (r.step_ns, r.compute_ns, r.comm_ns, r.overlap_ns, r.exposed_comm_ns, r.idle_ns) == (
+        100,
+        15,
+        58,
+        0,
+        58,
+        27,
+    )
+    assert r.compute_only_ns + r.overlap_ns + r.exposed_comm_ns + r.idle_ns == r.step_ns
+    assert (r.exposed_tail_ns, r.exposed_dependency_ns, r.exposed_host_ns) == (0, 58, 0)
+
+
+def test_cpu_gap_inside_a_leaf_op_stays_compute():
+    # An async all-reduce [5,60) ends while the main thread is inside a leaf op `aten::mm`
+    # [10,62) (no child op): the thread computes, it does not wait, although it "resumes" (mm
+    # ends) 2 ns after the comm's end. The gap [10,62) opens at mm's start, not at an op's
+    # return -> no blocked wait. Calls: `c10d::allreduce_` [2,4) only, outside every compute
+    # op. compute = [10,62) = 52, comm = [5,60) = 55, overlap [10,60) = 50, exposed 5.
+    tl = cpu_timeline(
+        [
+            ("annotation", "ProfilerStep#1", "", 0, 100),
+            ("cpu_op", "c10d::allreduce_", "", 2, 4),
+            ("annotation", "gloo:all_reduce", "pt_gloo_runloop", 5, 60),
+            ("cpu_op", "aten::mm", "", 10, 62),
+        ]
+    )
+    r = _row(analyze(tl))
+    assert (r.compute_ns, r.comm_ns, r.overlap_ns, r.exposed_comm_ns) == (52, 55, 50, 5)
+
+
 def test_step_regex_and_range_filter():
     # user ranges "train_step" (no number): labelled by ordinal 0, 1, 2; --steps 1-2 keeps two
     tl = cpu_timeline(

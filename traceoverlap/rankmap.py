@@ -34,6 +34,7 @@ from .classify import (
 from .collectives import unit_instances
 from .diagnosis import local_causes
 from .errors import NotATraceError, TraceFormatError
+from .hostwait import lane_calls, lane_codes, split_compute
 from .intervals import GroupedIntervals
 from .job import host_ranges
 from .metrics import activity_rows, device_covered, step_parts, step_sets
@@ -259,19 +260,39 @@ def analyze_unit(
     start = ev["start_ns"].to_numpy()
     end = ev["end_ns"].to_numpy()
     acts = activity_rows(start, end, kind, steps)
+    lanes_calls = None
+    if not steps.gpu:
+        # time inside communication calls is not compute, whatever op encloses it (metrics.md)
+        lanes_calls = lane_calls(unit, kind, rules)
+        acts = split_compute(acts, lane_codes(unit), lanes_calls)
     n = len(steps)
     sets = step_sets(acts, n)
-    parts = step_parts(sets, steps, device_covered(start, end, kind, steps))
+    # CPU units: every activity is clipped into each window it meets, so |W ∩ D| = |C ∪ M ∪ Y|
+    # (and compute is cut around communication calls: D from the raw ops would count them)
+    covered = device_covered(start, end, kind, steps) if steps.gpu else None
+    parts = step_parts(sets, steps, covered)
     parts["start_ns"] = steps.start_ns
     parts["end_ns"] = steps.end_ns
 
     calls = None
-    if not steps.gpu:
+    if lanes_calls is not None:
         mask = comm_call_mask(unit, rules)
         call_rows = activity_rows(
             start, end, np.where(mask, Kind.COMPUTE, Kind.NONE).astype(np.int8), steps
         )
-        calls = iv.grouped_union(call_rows.group, call_rows.start_ns, call_rows.end_ns, n)
+        # and the compute threads' communication calls, blocked waits included (hostwait)
+        waits = activity_rows(
+            lanes_calls[1],
+            lanes_calls[2],
+            np.full(lanes_calls[0].size, Kind.COMPUTE, np.int8),
+            steps,
+        )
+        calls = iv.grouped_union(
+            np.concatenate((call_rows.group, waits.group)),
+            np.concatenate((call_rows.start_ns, waits.start_ns)),
+            np.concatenate((call_rows.end_ns, waits.end_ns)),
+            n,
+        )
     lc = local_causes(sets.exposed, acts, steps, calls)
 
     instances, pieces, piece_instance = unit_instances(unit, kind, steps, acts, steps.launch_row)
