@@ -129,7 +129,6 @@ class _Unit:
     device: int  # -1: CPU unit
     host: list[tuple[int, Ev]] = field(default_factory=list)  # (trace index, event)
     acts: list[_Act] = field(default_factory=list)
-    calls: list[tuple[int, int]] = field(default_factory=list)  # CPU: compute lanes' comm calls
     span: tuple[int, int] | None = None  # CPU: [first start, last end) of the ops as recorded
 
     @property
@@ -190,7 +189,7 @@ def _lane_calls(lane: list[Ev], comms: list[_Act], lo: int, n: int) -> np.ndarra
     """metrics.md "Kinds", CPU: per ns of [lo, lo + n), is the thread in a communication call:
     a host event the compute rule excludes, or a blocked wait (the stretch from the last
     boundary before a comm's end, an op's end where nothing starts, to the next boundary at or
-    after the end, when that follows within 10 % of the comm's duration or 0.5 ms)."""
+    after the end, when that follows within 1 % of the comm's duration and 0.5 ms)."""
     m = _mask(n, lo, ((e.start, e.end) for e in lane if _any(CPU_COMPUTE_EXCLUDE, e.name)))
     bounds = sorted({b for e in lane for b in (e.start, e.end)})
     for a in comms:
@@ -201,7 +200,7 @@ def _lane_calls(lane: list[Ev], comms: list[_Act], lo: int, n: int) -> np.ndarra
         prev, nxt = max(before), min(after)
         opened = any(e.end == prev for e in lane) and not any(e.start == prev for e in lane)
         gap = nxt - a.end
-        if opened and (gap * 10 <= a.end - a.start or gap <= 500_000):
+        if opened and gap * 100 <= a.end - a.start and gap <= 500_000:
             m |= _mask(n, lo, [(max(prev, a.start), nxt)])
     return m
 
@@ -230,7 +229,6 @@ def _cut_compute(u: _Unit) -> None:
     calls = {}
     for tid in sorted({a.ev.tid for a in comp}):
         calls[tid] = _lane_calls([e for e in host if e.tid == tid], comms, lo, n)
-        u.calls += _runs(calls[tid], lo)
     out = [a for a in u.acts if a.kind != "compute"]
     for a in comp:
         inside = _mask(n, lo, [(a.start, a.end)]) & ~calls[a.ev.tid]
@@ -441,11 +439,7 @@ def _step_row(
             dep = any(a.start == s and a.launch is not None and a.launch < t for a in comp)
             causes["dependency" if dep else "host"] += 1
         else:
-            dep = (
-                any(e.start <= t < e.end for e in comm_calls)
-                or any(s <= t < e for s, e in u.calls)
-                or _blocked_on(w, comp, t)
-            )
+            dep = any(e.start <= t < e.end for e in comm_calls) or _blocked_on(w, comp, t)
             causes["dependency" if dep else "host"] += 1
 
     step = n

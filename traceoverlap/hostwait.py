@@ -12,8 +12,9 @@ calls), where a communication call is
 - a blocked wait: a stretch of the lane between two consecutive host-event boundaries (starts
   or ends of its ``cpu_op`` / range events), the first of them an end where no event starts
   (the thread is between ops, never inside a leaf op), in which a communication activity of the unit ends,
-  when the next boundary follows that end within 10 % of the communication's duration or within
-  0.5 ms: the wait is [max(gap start, communication start), next boundary). A blocking
+  when the next boundary follows that end within 1 % of the communication's duration and at most
+  0.5 ms (diagnosis.md §8's blocked rule): the wait is [max(gap start, communication start),
+  next boundary). A blocking
   ``Work.wait()`` is no operator: it leaves only such a gap, ending right after the awaited
   ``gloo:*`` work.
 
@@ -28,17 +29,12 @@ import numpy.typing as npt
 
 from . import intervals as iv
 from .classify import Rules, name_mask
+from .diagnosis import BLOCKED_MAX_NS, BLOCKED_PER
 from .intervals import GroupedIntervals
 from .metrics import ActivityRows
 from .model import Kind, Timeline
 
 I64 = npt.NDArray[np.int64]
-
-#: a thread resuming within 10 % of a communication's duration after its end, or within
-#: 0.5 ms, was waiting for it (a loaded host wakes a waiting thread late: 1.2 ms after a 29 ms
-#: all-to-all in fixtures/workloads/moe_slow_regen)
-WAIT_PER = 10  # gap * 10 <= duration
-WAIT_MIN_NS = 500_000
 
 
 def lane_codes(unit: Timeline) -> I64:
@@ -72,7 +68,7 @@ def _waits(
     # the gap opens where an op returned (never inside a leaf op: after its start)
     ok = (j > 0) & (bk[np.maximum(prev, 0)] == q_lane) & ~is_start[np.maximum(prev, 0)]
     gap = bt[np.maximum(j, 0)] - ce
-    ok &= (gap * WAIT_PER <= dur) | (gap <= WAIT_MIN_NS)
+    ok &= (gap * BLOCKED_PER <= dur) & (gap <= BLOCKED_MAX_NS)
     cs = np.repeat(start[comm], comp_lanes.size)
     # the wait: from the gap's start (or the communication's, when later) to the resumption
     return q_lane[ok], np.maximum(bt[prev[ok]], cs[ok]), bt[j[ok]]

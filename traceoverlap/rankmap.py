@@ -260,11 +260,9 @@ def analyze_unit(
     start = ev["start_ns"].to_numpy()
     end = ev["end_ns"].to_numpy()
     acts = activity_rows(start, end, kind, steps)
-    lanes_calls = None
     if not steps.gpu:
         # time inside communication calls is not compute, whatever op encloses it (metrics.md)
-        lanes_calls = lane_calls(unit, kind, rules)
-        acts = split_compute(acts, lane_codes(unit), lanes_calls)
+        acts = split_compute(acts, lane_codes(unit), lane_calls(unit, kind, rules))
     n = len(steps)
     sets = step_sets(acts, n)
     # CPU units: every activity is clipped into each window it meets, so |W ∩ D| = |C ∪ M ∪ Y|
@@ -275,24 +273,12 @@ def analyze_unit(
     parts["end_ns"] = steps.end_ns
 
     calls = None
-    if lanes_calls is not None:
+    if not steps.gpu:
         mask = comm_call_mask(unit, rules)
         call_rows = activity_rows(
             start, end, np.where(mask, Kind.COMPUTE, Kind.NONE).astype(np.int8), steps
         )
-        # and the compute threads' communication calls, blocked waits included (hostwait)
-        waits = activity_rows(
-            lanes_calls[1],
-            lanes_calls[2],
-            np.full(lanes_calls[0].size, Kind.COMPUTE, np.int8),
-            steps,
-        )
-        calls = iv.grouped_union(
-            np.concatenate((call_rows.group, waits.group)),
-            np.concatenate((call_rows.start_ns, waits.start_ns)),
-            np.concatenate((call_rows.end_ns, waits.end_ns)),
-            n,
-        )
+        calls = iv.grouped_union(call_rows.group, call_rows.start_ns, call_rows.end_ns, n)
     lc = local_causes(sets.exposed, acts, steps, calls)
 
     instances, pieces, piece_instance = unit_instances(unit, kind, steps, acts, steps.launch_row)
