@@ -187,10 +187,14 @@ def _units(events: Sequence[Ev]) -> list[_Unit]:
 
 def _lane_calls(lane: list[Ev], comms: list[_Act], lo: int, n: int) -> np.ndarray:
     """metrics.md "Kinds", CPU: per ns of [lo, lo + n), is the thread in a communication call:
-    a host event the compute rule excludes, or a blocked wait (the stretch from the last
+    a cpu_op the compute rule excludes, or a blocked wait (the stretch from the last
     boundary before a comm's end, an op's end where nothing starts, to the next boundary at or
     after the end, when that follows within 1 % of the comm's duration and 0.5 ms)."""
-    m = _mask(n, lo, ((e.start, e.end) for e in lane if _any(CPU_COMPUTE_EXCLUDE, e.name)))
+    m = _mask(
+        n,
+        lo,
+        ((e.start, e.end) for e in lane if e.cat == "cpu_op" and _any(CPU_COMPUTE_EXCLUDE, e.name)),
+    )
     bounds = sorted({b for e in lane for b in (e.start, e.end)})
     for a in comms:
         before = [b for b in bounds if b < a.end]

@@ -3,7 +3,7 @@
 The derivation follows metrics.md for CPU timelines with the standard library only: Decimal-exact
 timestamps; comm = `gloo:*` events; compute = `cpu_op` events not on a `pt_gloo_runloop` thread and
 not `c10d::*` / `record_param_comms` / `nccl:*` / `gloo:*`, minus, per thread, the thread's
-communication calls (those excluded events, and the blocked waits: from the last event boundary
+communication calls (those excluded cpu_ops, and the blocked waits: from the last event boundary
 before a `gloo:*` end, an event's end where none starts, to the next boundary, when that follows
 within 1 % of the communication's duration and 0.5 ms); everything clipped to the
 `ProfilerStep#N` range, which is the step window.
@@ -53,7 +53,13 @@ def derive(path):
     calls = {}
     for key in {(e["pid"], e["tid"]) for e in ev if is_compute(e)}:
         mine = [span(e) for e in host if (e["pid"], e["tid"]) == key]
-        cl = [span(e) for e in host if (e["pid"], e["tid"]) == key and EXCLUDED.search(e["name"])]
+        cl = [
+            span(e)
+            for e in host
+            if (e["pid"], e["tid"]) == key
+            and e.get("cat") == "cpu_op"
+            and EXCLUDED.search(e["name"])
+        ]
         bounds = sorted({b for s, t in mine for b in (s, t)})
         ends, starts = {t for _, t in mine}, {s for s, _ in mine}
         for cs, ce in gloo:

@@ -7,7 +7,7 @@ or wait for communication. A call made inside an enclosing op (a custom
 lane (thread): compute = (union of the lane's compute ops) − (union of the lane's communication
 calls), where a communication call is
 
-- a host event the compute rule excludes (``c10d::*``, ``record_param_comms``, ``nccl:*``,
+- a ``cpu_op`` the compute rule excludes (``c10d::*``, ``record_param_comms``, ``nccl:*``,
   ``gloo:*`` and the user's ``--comm-pattern`` names), and
 - a blocked wait: a stretch of the lane between two consecutive host-event boundaries (starts
   or ends of its ``cpu_op`` / range events), the first of them an end where no event starts
@@ -19,7 +19,7 @@ calls), where a communication call is
   ``gloo:*`` work.
 
 The compute activity rows are cut into pieces around these calls; every piece keeps the
-``event_row`` of its op.
+``event_row`` of its op. A unit without ``cpu_op`` (NVTX ranges only) is not cut.
 """
 
 from __future__ import annotations
@@ -38,8 +38,13 @@ I64 = npt.NDArray[np.int64]
 
 
 def lane_codes(unit: Timeline) -> I64:
-    """Per event: its lane's code (0..n-1)."""
-    return np.asarray(unit.events["lane"].cat.codes.to_numpy(), dtype=np.int64)
+    """Per event: its thread's code (0..n-1), one per distinct (pid, tid)."""
+    ev = unit.events
+    if len(ev) == 0:
+        return np.zeros(0, np.int64)
+    key = np.stack((ev["pid"].to_numpy(np.int64), ev["tid"].to_numpy(np.int64)), axis=1)
+    _, inv = np.unique(key, axis=0, return_inverse=True)
+    return np.asarray(inv, dtype=np.int64).reshape(-1)
 
 
 def _waits(
@@ -83,9 +88,15 @@ def lane_calls(
     ev = unit.events
     cat = ev["category"]
     host = (cat == "cpu_op").to_numpy() | (cat == "annotation").to_numpy()
+    is_op = (cat == "cpu_op").to_numpy()
+    if not is_op.any():
+        # NVTX-only capture (a CPU run under nsys): compute is the marked phases and the
+        # `gloo:*` ranges are the collectives in flight, not calls: nothing to cut
+        z = np.zeros(0, np.int64)
+        return z, z.copy(), z.copy()
     lane = lane_codes(unit)
     comp_lanes = np.unique(lane[kind == Kind.COMPUTE])
-    call = name_mask(ev["name"], rules.cpu_compute_exclude + rules.extra_comm, host)
+    call = name_mask(ev["name"], rules.cpu_compute_exclude + rules.extra_comm, is_op)
     call &= np.isin(lane, comp_lanes)
     start = ev["start_ns"].to_numpy().astype(np.int64)
     end = ev["end_ns"].to_numpy().astype(np.int64)
