@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import click
 
 from ._version import __version__
-from .errors import TraceoverlapError, UsageError
+from .errors import TraceoverlapError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -181,14 +181,16 @@ def write_text(text: str, output: str | None) -> None:
     if not output or output == "-":
         click.echo(text, nl=False)
         return
-    try:
-        with open(output, "w", encoding="utf-8") as fh:
-            fh.write(text)
-    except OSError as exc:
-        raise UsageError(
-            f"{output}: cannot write the output ({exc.strerror or exc}); check that the folder "
-            "exists and is writable"
-        ) from None
+    from .outputs import write_output
+
+    write_output(text, output)
+
+
+def check_outputs(outputs: list[str | None], paths: tuple[str, ...], opts: dict[str, Any]) -> None:
+    """Refuse, before analysing, outputs that would replace an input (traceoverlap.outputs)."""
+    from .outputs import check_outputs as check
+
+    check(outputs, [*paths, *([opts["config"]] if opts.get("config") else [])])
 
 
 def _terminal() -> tuple[bool, int]:
@@ -261,6 +263,7 @@ def analyze(
     from .gate import failed_conditions, parse_conditions
 
     conditions = parse_conditions(fail_if)  # validate before the (possibly long) analysis
+    check_outputs([output, html_path], paths, opts)
     result = run_analysis(paths, detail="auto" if html_path else None, **opts)
     if fmt == "json":
         from .reporters.json_report import render as render_json
@@ -352,6 +355,7 @@ def compare(
     from .comparison import compare as compare_runs
     from .reporters import compare_text as rep
 
+    check_outputs([output, html_path], (baseline, candidate), opts)
     detail = "auto" if html_path else None
     base = run_analysis((baseline,), detail=detail, **opts)
     cand = run_analysis((candidate,), detail=detail, **opts)
@@ -428,6 +432,7 @@ def report(
         detail: Any = "auto"
     else:
         detail = (timeline_rank, timeline_step)
+    check_outputs([output], paths, opts)
     result = run_analysis(paths, detail=detail, **opts)
     write_text(render_html(result, plotlyjs=plotlyjs), output)
     click.echo(f"wrote {output}", err=True)
