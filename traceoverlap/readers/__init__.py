@@ -63,7 +63,15 @@ def sniff_format(path: str | Path) -> str:
 def read_trace(path: str | Path) -> Timeline:
     """Read one trace of any supported format into a :class:`Timeline` (format sniffed).
 
-    ``path`` may be ``-`` for standard input, or a pipe."""
+    ``path`` may be ``-`` for standard input, or a pipe. A memory-mapped file truncated while it
+    is read ends the process with one line naming it (:mod:`._sigbus`), not a bus error."""
+    from ._sigbus import guard
+
+    with guard(label(path)):
+        return _read_trace(path)
+
+
+def _read_trace(path: str | Path) -> Timeline:
     fmt = sniff_format(path)
     if fmt == "stream":
         data = read_stream(path)
