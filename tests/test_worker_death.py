@@ -1,0 +1,61 @@
+"""A worker that dies reading a rank (issue 21): one error naming the file, not a
+BrokenProcessPool / KilledWorker traceback; Dask's own logging stays off stderr; bad scheduler
+addresses are one line."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _killer  # noqa: E402
+
+from traceoverlap.errors import TraceFormatError, UsageError  # noqa: E402
+from traceoverlap.inputs import run_map  # noqa: E402
+
+
+def _files(tmp_path: Path, *names: str) -> list[Path]:
+    out = []
+    for n in names:
+        (tmp_path / n).write_bytes(b"x" * 2048)
+        out.append(tmp_path / n)
+    return out
+
+
+def test_processes_name_the_file_whose_worker_died(tmp_path: Path) -> None:
+    files = _files(tmp_path, "a.json", "oom.json", "b.json")
+    with pytest.raises(TraceFormatError) as err:
+        list(run_map(files, _killer.task, jobs=2))
+    msg = str(err.value)
+    # the culprit is found by re-reading the unfinished files alone: a.json is never blamed
+    assert msg.startswith(f"{files[1]}: the worker process reading it died")
+    assert "the file is 2.0 KiB" in msg and "memory" in msg and "\n" not in msg
+
+
+def test_files_that_only_failed_beside_the_dead_one_get_their_results(tmp_path: Path) -> None:
+    # without the killer every file succeeds, also after a pool broke: re-read one at a time
+    files = _files(tmp_path, "a.json", "b.json", "c.json")
+    assert list(run_map(files, _killer.task, jobs=2)) == ["ok a.json", "ok b.json", "ok c.json"]
+
+
+@pytest.mark.slow
+def test_dask_killed_worker_is_one_line_and_quiet(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("distributed")
+    files = _files(tmp_path, "a.json", "oom.json")
+    with pytest.raises(TraceFormatError) as err:
+        list(run_map(files, _killer.task, jobs=1, scheduler="local"))
+    assert str(err.value).startswith(f"{files[1]}: the Dask workers reading it died")
+    assert "distributed" not in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("address", ["foo", "tcp://head", "http://head:8786", "tcp://"])
+def test_bad_scheduler_address_is_one_line(tmp_path: Path, address: str) -> None:
+    pytest.importorskip("distributed")
+    files = _files(tmp_path, "a.json")
+    with pytest.raises(UsageError, match="expected 'local' or a Dask scheduler address"):
+        list(run_map(files, _killer.task, scheduler=address))
