@@ -59,3 +59,25 @@ def test_bad_scheduler_address_is_one_line(tmp_path: Path, address: str) -> None
     files = _files(tmp_path, "a.json")
     with pytest.raises(UsageError, match="expected 'local' or a Dask scheduler address"):
         list(run_map(files, _killer.task, scheduler=address))
+
+
+def test_out_of_memory_names_the_file_without_dask_advice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from click.testing import CliRunner
+    from test_cli_analyze import write_trace
+
+    import traceoverlap.readers as readers
+    from traceoverlap.cli import main
+
+    trace = write_trace(tmp_path / "rank0.json")
+
+    def no_memory(path: object) -> None:
+        raise MemoryError
+
+    monkeypatch.setattr(readers, "read_trace", no_memory)
+    res = CliRunner().invoke(main, ["analyze", str(trace)])
+    assert res.exit_code == 2
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"traceoverlap: error: {trace}: out of memory")
+    assert "Dask" not in lines[0] and "scheduler" not in lines[0]

@@ -343,3 +343,20 @@ def map_file(
             error=(exc.path, exc.reason, exc.hint),
             not_a_trace=isinstance(exc, NotATraceError),
         )
+    except MemoryError:
+        return FileResult(path, error=_out_of_memory(path))
+
+
+def _out_of_memory(path: str) -> tuple[str, str, str]:
+    """(file, reason, hint) for a file whose reading or analysis ran out of memory."""
+    from .fmt import size
+
+    try:
+        what = f" (the file is {size(Path(path).stat().st_size)})"
+    except OSError:
+        what = ""
+    return (
+        path,
+        f"out of memory while reading and analysing it{what}",
+        "free memory, or analyse it on a machine with more",
+    )
