@@ -39,7 +39,9 @@ def handle_errors(func: F) -> F:
         except TraceoverlapError as exc:
             if debug:
                 raise
-            click.echo(f"traceoverlap: error: {exc}", err=True)
+            from .fmt import safe_text
+
+            click.echo(f"traceoverlap: error: {safe_text(str(exc))}", err=True)
             sys.exit(exc.exit_code)
         except KeyboardInterrupt:
             click.echo("traceoverlap: interrupted", err=True)
@@ -176,14 +178,23 @@ def run_analysis(paths: tuple[str, ...], detail: Any = None, **opts: Any) -> Any
     )
 
 
-def write_text(text: str, output: str | None) -> None:
-    """``text`` to ``output`` (stdout when None), with a clear error when it cannot be written."""
-    if not output or output == "-":
+def write_text(text: str, output: str | None, *, html: bool = False) -> None:
+    """``text`` to ``output`` (stdout when None), with a clear error when it cannot be written.
+
+    Text formats lose terminal control sequences and control characters that trace strings may
+    hold (:func:`traceoverlap.fmt.safe_text`; our own colours stay on a terminal); HTML escapes
+    its text itself."""
+    from .fmt import safe_text
+
+    to_stdout = not output or output == "-"
+    if not html:
+        text = safe_text(text, keep_sgr=to_stdout and sys.stdout.isatty())
+    if to_stdout:
         click.echo(text, nl=False)
         return
     from .outputs import write_output
 
-    write_output(text, output)
+    write_output(text, str(output))
 
 
 def check_outputs(outputs: list[str | None], paths: tuple[str, ...], opts: dict[str, Any]) -> None:
@@ -286,7 +297,7 @@ def analyze(
     if html_path:
         from .reporters.html_report import render as render_html
 
-        write_text(render_html(result), html_path)
+        write_text(render_html(result), html_path, html=True)
         click.echo(f"wrote {html_path}", err=True)
     failed = failed_conditions(conditions, result.summary.run)
     if failed:
@@ -371,7 +382,7 @@ def compare(
     if html_path:
         from .reporters.compare_html import render as render_compare
 
-        write_text(render_compare(cmp), html_path)
+        write_text(render_compare(cmp), html_path, html=True)
         click.echo(f"wrote {html_path}", err=True)
 
 
@@ -434,7 +445,7 @@ def report(
         detail = (timeline_rank, timeline_step)
     check_outputs([output], paths, opts)
     result = run_analysis(paths, detail=detail, **opts)
-    write_text(render_html(result, plotlyjs=plotlyjs), output)
+    write_text(render_html(result, plotlyjs=plotlyjs), output, html=True)
     click.echo(f"wrote {output}", err=True)
 
 
@@ -638,7 +649,7 @@ def demo(out: str) -> None:
     from .reporters.html_report import render as render_html
 
     for strategy, result in results.items():
-        write_text(render_html(result), str(root / strategy / "report.html"))
+        write_text(render_html(result), str(root / strategy / "report.html"), html=True)
     click.echo(
         f"\ntraces: {root / 'naive'}/rank*.json.gz and {root / 'bucketed'}/rank*.json.gz; "
         f"reports: {root / 'naive' / 'report.html'}, {root / 'bucketed' / 'report.html'}"

@@ -51,6 +51,7 @@ def expand_paths(paths: str | Path | Sequence[str | Path]) -> list[Path]:
     out: list[Path] = []
     for item in items:
         p = Path(item)
+        _check_path(p)
         if p.is_dir():
             found = sorted(q for q in p.iterdir() if q.is_file() and _is_trace_name(q))
             exported = {q.name[: -len(".sqlite")] for q in found if q.name.endswith(".sqlite")}
@@ -69,6 +70,19 @@ def expand_paths(paths: str | Path | Sequence[str | Path]) -> list[Path]:
         else:
             raise TraceFormatError(p, "no such file or folder", "check the path")
     return out
+
+
+def _check_path(p: Path) -> None:
+    """A path the system cannot even look up (a name over 255 bytes, a path over 4096, a
+    loop of links) is one clear error, not an OSError from ``is_dir``."""
+    try:
+        os.stat(p)
+    except (FileNotFoundError, NotADirectoryError, ValueError):
+        return  # said below ("no such file or folder"), or standard input
+    except OSError as exc:
+        raise TraceFormatError(
+            p, f"cannot look the path up ({exc.strerror or exc})", "check the path"
+        ) from None
 
 
 def from_folder(paths: str | Path | Sequence[str | Path]) -> set[str]:

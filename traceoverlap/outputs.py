@@ -59,14 +59,14 @@ def _read_inputs(inputs: Sequence[str | Path]) -> dict[tuple[int, int], str]:
         if str(item) == "-":
             continue
         p = Path(item)
-        if p.is_dir():
-            try:
+        try:
+            if p.is_dir():
                 found = [q for q in p.iterdir() if q.name.lower().endswith(TRACE_SUFFIXES)]
-            except OSError:
-                continue
-            found = [q for q in found if not is_own_json(q)]
-        else:
-            found = [p]
+                found = [q for q in found if not is_own_json(q)]
+            else:
+                found = [p]
+        except OSError:
+            continue  # the analysis says what is wrong with it
         for q in found:
             ident = _identity(q)
             if ident is not None:
