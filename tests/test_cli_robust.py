@@ -45,3 +45,50 @@ def test_bad_scheduler_is_one_line(tmp_path: Path) -> None:
     for address in ("foo", "tcp://head"):
         line = _one_error_line(run("analyze", t, "--scheduler", address))
         assert "expected 'local' or a Dask scheduler address" in line
+
+
+# --- silent no-ops that are errors now -----------------------------------------------------
+
+
+@pytest.mark.parametrize("gate", ["", " ", ","])
+def test_empty_fail_if_is_an_error(tmp_path: Path, gate: str) -> None:
+    # `--fail-if "$GATE"` with GATE unset used to switch the gate off with exit 0
+    t = str(write_trace(tmp_path / "t.json"))
+    line = _one_error_line(run("analyze", t, "--fail-if", gate))
+    assert "fail-if: empty condition" in line
+
+
+def test_empty_comm_pattern_is_an_error(tmp_path: Path) -> None:
+    # '' matches every kernel name: every kernel would count as communication
+    t = str(write_trace(tmp_path / "t.json"))
+    line = _one_error_line(run("analyze", t, "--comm-pattern", ""))
+    assert "comm_patterns: an empty regex matches every name" in line
+
+
+def test_huge_invalid_regex_is_echoed_truncated(tmp_path: Path) -> None:
+    t = str(write_trace(tmp_path / "t.json"))
+    line = _one_error_line(run("analyze", t, "--step-regex", "(" * 100_000))
+    assert "(100,000 chars)" in line and len(line) < 400 and "step_regex" in line
+
+
+def test_steps_on_a_trace_without_markers_is_an_error(tmp_path: Path) -> None:
+    import json
+
+    t = write_trace(tmp_path / "t.json")
+    doc = json.loads(t.read_text())
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e["name"] != "ProfilerStep#1"]
+    t.write_text(json.dumps(doc))
+    line = _one_error_line(run("analyze", str(t), "--steps", "3-5"))
+    assert f"{t}: steps 3-5 were asked for, but the trace has no step markers" in line
+    assert run("analyze", str(t)).exit_code == 0  # without a selection: the 'all' window
+
+
+def test_same_file_twice_is_refused(tmp_path: Path) -> None:
+    folder = tmp_path / "run"
+    folder.mkdir()
+    t = write_trace(folder / "rank0.json")
+    link = tmp_path / "again.json"
+    link.symlink_to(t)
+    for args in ([str(t), str(t)], [str(folder), str(t)], [str(t), str(link)]):
+        line = _one_error_line(run("analyze", *args))
+        assert "given twice; give each rank file once" in line

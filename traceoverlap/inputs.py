@@ -69,7 +69,27 @@ def expand_paths(paths: str | Path | Sequence[str | Path]) -> list[Path]:
             out.append(p)
         else:
             raise TraceFormatError(p, "no such file or folder", "check the path")
+    _refuse_repeats(out)
     return out
+
+
+def _refuse_repeats(files: list[Path]) -> None:
+    """The same file named twice (or named and found in a folder, or through a link) would be
+    counted as two ranks: one clear error."""
+    seen: dict[tuple[int, int], Path] = {}
+    for f in files:
+        if str(f) == "-":
+            continue
+        try:
+            st = os.stat(f)
+        except OSError:
+            continue
+        key = (st.st_dev, st.st_ino)
+        if key in seen:
+            raise UsageError(
+                f"{f}: the same file as {seen[key]}, given twice; give each rank file once"
+            )
+        seen[key] = f
 
 
 def _check_path(p: Path) -> None:

@@ -137,10 +137,15 @@ class AnalysisOptions:
 
 def compile_regex(pattern: str, what: str) -> re.Pattern[str]:
     """``re.compile`` with an error that names where the pattern came from."""
+    shown = repr(pattern) if len(pattern) <= 80 else f"{pattern[:77]!r}... ({len(pattern):,} chars)"
+    if not pattern:
+        raise UsageError(f"{what}: an empty regex matches every name; give a pattern")
     try:
         return re.compile(pattern)
     except re.error as exc:
-        raise UsageError(f"{what}: {pattern!r} is not a valid regex ({exc})") from None
+        raise UsageError(f"{what}: {shown} is not a valid regex ({exc})") from None
+    except (RecursionError, OverflowError):
+        raise UsageError(f"{what}: {shown} is nested too deeply to compile") from None
 
 
 def build_options(

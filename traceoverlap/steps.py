@@ -31,6 +31,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from .errors import TraceFormatError
 from .model import GPU_ACTIVITY_CATEGORIES, LAUNCH_CATEGORIES, Kind, Timeline, per_category
 from .options import AnalysisOptions, compile_regex, describe_steps, step_number
 
@@ -220,6 +221,14 @@ def assign_steps(
         if act.size == 0:
             event_window = np.full(len(ev), -1, dtype=np.int64)
             return _empty(gpu, event_window, launches.row, launches.start_ns, notes, "no activity")
+        if options.steps is not None:
+            # a step selection on a capture without steps would silently report all of it
+            raise TraceFormatError(
+                unit.traces[0].path if unit.traces else "<timeline>",
+                f"steps {options.steps.text} were asked for, but the trace has no step markers "
+                f"matching {pattern!r}",
+                "drop the step selection, or give a step regex that matches the step ranges",
+            )
         notes.append(_no_marker_note(ev, pattern))
         return _whole_capture(ev, act, gpu, launches, notes)
     names = ev["name"].to_numpy()[midx].astype(str).tolist()
