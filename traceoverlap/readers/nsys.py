@@ -79,7 +79,7 @@ import pandas as pd
 from ..errors import TraceFormatError
 from ..model import CATEGORIES, Timeline, TraceInfo, make_events, per_category
 from ._input import rank_from_filename
-from ._sqlite_columns import INT, OTHER, Columns, read_columns
+from ._sqlite_columns import INT, NULL, OTHER, Columns, read_columns
 
 __all__ = ["read_nsys", "read_nsys_rep", "SQLITE_MAGIC"]
 
@@ -194,6 +194,7 @@ def _read_export(export: Path, shown: Path) -> Timeline:
         # one read transaction for the whole read: no writer can commit under it
         con.execute("BEGIN")
         con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        _check_integrity(con, shown)
         return _Reader(shown, export, con).read()
     except sqlite3.OperationalError as exc:
         raise _sqlite_error(shown, exc) from exc
@@ -203,6 +204,21 @@ def _read_export(export: Path, shown: Path) -> Timeline:
         ) from exc
     finally:
         con.close()
+
+
+def _check_integrity(con: sqlite3.Connection, shown: Path) -> None:
+    """``PRAGMA quick_check``: b-tree damage (pages out of order, wrong cell counts, free-list
+    errors) would otherwise be read as data. One scan of the file; it is then in the page cache
+    for the read that follows."""
+    found = con.execute("PRAGMA quick_check(1)").fetchone()
+    verdict = str(found[0]) if found else "ok"
+    if verdict != "ok":
+        verdict = " ".join(verdict.replace("*** in database main ***", "").split())
+        raise TraceFormatError(
+            shown,
+            f"the SQLite file is damaged (quick_check: {verdict[:200]})",
+            "re-export it: " + _EXPORT_HINT,
+        )
 
 
 def _sqlite_error(shown: Path, exc: sqlite3.OperationalError) -> TraceFormatError:
@@ -897,6 +913,13 @@ class _Reader:
                     )
                     utc = None
                 base = sysclk or 0
+        if utc is not None and utc <= 0:
+            # an export of a session whose start was not recorded writes 0: not 1 January 1970
+            self.notes.append(
+                f"{sess}.utcEpochNs is {utc}, not a real start time: times are relative to the "
+                "capture."
+            )
+            return 0, "relative"
         if utc is None:
             self.notes.append(
                 "The export does not record when the capture started "
@@ -1099,6 +1122,7 @@ class _Reader:
         start, end = cols.ints["start"], cols.ints["end"]
         start_ok = cols.kinds["start"] == INT
         is_range, is_mark = self.nvtx_types(cols, nv)
+        self.note_unfinished(cols, nv, is_range & ~is_mark & start_ok)
         is_range &= self.valid_ranges(cols, nv, is_range)
         gtid = self.thread_ids(cols, nv, self.gpu_pids)
         if gtid is None:
@@ -1169,6 +1193,24 @@ class _Reader:
         return (
             np.where(etype_ok, np.isin(etype, range_types), True),
             np.where(etype_ok, np.isin(etype, mark_types), ~has_end),
+        )
+
+    def note_unfinished(self, cols: Columns, nv: str, is_range: npt.NDArray[np.bool_]) -> None:
+        """Count, in a note, the ranges never closed (``end`` NULL: a push without a pop, or a
+        capture stopped inside the range): they are dropped like those with ``end = -1``."""
+        open_ = np.flatnonzero(is_range & (cols.kinds["end"] == NULL))
+        if not open_.size:
+            return
+        some = open_[:50]
+        text = cols.texts.get("text")
+        named = [] if text is None else [str(t) for t in text[some] if t is not None]
+        if "textId" in cols.ints:
+            pos, hit = self.strings.find(cols.ints["textId"][some])
+            named += [str(v) for v in self.strings.values[pos[hit]]]
+        shown = f" ({', '.join(sorted(set(named))[:3])})" if named else ""
+        self.notes.append(
+            f"Dropped {open_.size} NVTX ranges of {nv} that were never closed{shown}: no end (a "
+            "push without a pop, or the capture stopped inside them)."
         )
 
     def valid_ranges(
