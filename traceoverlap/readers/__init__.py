@@ -64,11 +64,14 @@ def read_trace(path: str | Path) -> Timeline:
     """Read one trace of any supported format into a :class:`Timeline` (format sniffed).
 
     ``path`` may be ``-`` for standard input, or a pipe. A memory-mapped file truncated while it
-    is read ends the process with one line naming it (:mod:`._sigbus`), not a bus error."""
+    is read ends the process with one line naming it (:mod:`._sigbus`), not a bus error. GPU
+    activities timed far outside the capture's host events are dropped with a note
+    (:mod:`._glitch`)."""
+    from ._glitch import drop_clock_glitches
     from ._sigbus import guard
 
     with guard(label(path)):
-        return _read_trace(path)
+        return drop_clock_glitches(_read_trace(path))
 
 
 def _read_trace(path: str | Path) -> Timeline:
