@@ -92,3 +92,42 @@ def test_same_file_twice_is_refused(tmp_path: Path) -> None:
     for args in ([str(t), str(t)], [str(folder), str(t)], [str(t), str(link)]):
         line = _one_error_line(run("analyze", *args))
         assert "given twice; give each rank file once" in line
+
+
+def test_step_without_gpu_work_says_why(tmp_path: Path) -> None:
+    import json
+
+    t = write_trace(tmp_path / "t.json")
+    doc = json.loads(t.read_text())
+    for e in doc["traceEvents"]:
+        if e["cat"] == "kernel":
+            del e["args"]["correlation"]  # no way to tie the kernels to their launches
+    t.write_text(json.dumps(doc))
+    # the only step launched nothing it can place: no steps at all, and the line says why
+    line = _one_error_line(run("analyze", str(t)))
+    assert "step 1 launched no GPU work (1 marker); skipped; 2 GPU activities of this rank " in line
+    assert "have no launch record" in line
+
+
+def test_empty_redirect_target_in_the_folder_is_skipped(tmp_path: Path) -> None:
+    # `analyze . -f json > out.json`: the shell creates out.json (empty) before the run starts
+    import os
+
+    from traceoverlap import analyze
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    write_trace(folder / "rank0.json")
+    out = folder / "out.json"
+    out.touch()
+    fd = os.open(out, os.O_WRONLY)
+    saved = os.dup(1)
+    os.dup2(fd, 1)  # our standard output is that file
+    try:
+        a = analyze(folder)
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(fd)
+    assert any(n.startswith(f"skipped {out}: empty, created by this run") for n in a.notes)
+    assert len(a.steps) == 1

@@ -105,6 +105,30 @@ def _check_path(p: Path) -> None:
         ) from None
 
 
+def made_by_this_run(path: str) -> bool:
+    """Whether ``path`` is an empty file this run created or writes to: standard output or error
+    redirected into the folder being analysed (``analyze . -f json > out.json``), or an empty
+    file created after this process started."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    if st.st_size or not stat.S_ISREG(st.st_mode):
+        return False
+    for fd in (1, 2):
+        try:
+            out = os.fstat(fd)
+        except OSError:
+            continue
+        if (out.st_dev, out.st_ino) == (st.st_dev, st.st_ino):
+            return True
+    try:
+        started = os.stat(f"/proc/{os.getpid()}").st_ctime
+    except OSError:
+        return False
+    return st.st_ctime >= started - 1.0  # the shell opens a redirect just before exec
+
+
 def from_folder(paths: str | Path | Sequence[str | Path]) -> set[str]:
     """The files that :func:`expand_paths` found by listing a folder (not named by the user)."""
     items = [paths] if isinstance(paths, str | Path) else list(paths)

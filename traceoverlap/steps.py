@@ -375,9 +375,16 @@ def _gpu_windows(
     empty = np.flatnonzero(keep & ~has_work)
     if empty.size:
         shown = describe_steps([labels[i] for i in empty])
+        why = ""
+        if launches.no_launch:
+            # the reader's own reason (args unreadable, correlation unusable) is in its notes
+            why = (
+                f"; {launches.no_launch} GPU activities of this rank have no launch record to "
+                "place them by (the reader's notes say why)"
+            )
         notes.append(
             f"step{'s' if empty.size > 1 else ''} {shown} launched no GPU work "
-            f"({empty.size} marker{'s' if empty.size > 1 else ''}); skipped"
+            f"({empty.size} marker{'s' if empty.size > 1 else ''}); skipped{why}"
         )
     kept = np.flatnonzero(keep & has_work)
     window_of_marker = np.full(midx.size, -1, dtype=np.int64)
