@@ -131,3 +131,31 @@ def test_empty_redirect_target_in_the_folder_is_skipped(tmp_path: Path) -> None:
         os.close(fd)
     assert any(n.startswith(f"skipped {out}: empty, created by this run") for n in a.notes)
     assert len(a.steps) == 1
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["analyze", "--bogus", "x"], "No such option '--bogus'"),
+        (["analyze"], "Missing argument 'PATHS...'"),
+        (["analyze", "x", "-f", "yaml"], "'yaml' is not one of"),
+        (["nope"], "No such command 'nope'"),
+    ],
+)
+def test_option_errors_are_one_line(args: list[str], needle: str) -> None:
+    line = _one_error_line(run(*args))
+    assert needle in line and "--help`)" in line
+
+
+def test_double_bom_json_and_bom_toml_are_read(tmp_path: Path) -> None:
+    from traceoverlap import analyze
+
+    t = write_trace(tmp_path / "t.json")
+    t.write_bytes(b"\xef\xbb\xbf\xef\xbb\xbf" + t.read_bytes())
+    # the same numbers as without the marks: one 11 ms step (write_trace's docstring)
+    assert analyze(t).steps["step_ns"].tolist() == [11_000_000]
+    cfg = tmp_path / "c.toml"
+    cfg.write_bytes(b"\xef\xbb\xbf[thresholds]\nlost_ratio = 0.2\n")
+    res = run("analyze", str(t), "--config", str(cfg), "-f", "json")
+    assert res.exit_code == 0, res.output
+    assert '"lost_ratio": 0.2' in res.output

@@ -69,7 +69,37 @@ debug_option = click.option(
 )
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class _OneLineErrors(click.Group):
+    """click's own errors (an unknown option, a bad value, a missing argument) as one line, like
+    every other error: ``traceoverlap: error: ... (see `traceoverlap analyze --help`)``."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("standalone_mode", True) is False:
+            return super().main(*args, **kwargs)
+        kwargs["standalone_mode"] = False
+        try:
+            code = super().main(*args, **kwargs)
+        except click.UsageError as exc:
+            if type(exc).__name__ == "NoArgsIsHelpError":  # bare `traceoverlap`: the help
+                click.echo(exc.format_message())
+                sys.exit(exc.exit_code)
+            where = exc.ctx.command_path if exc.ctx is not None else "traceoverlap"
+            msg = " ".join(exc.format_message().split())
+            click.echo(f"traceoverlap: error: {msg} (see `{where} --help`)", err=True)
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            click.echo(f"traceoverlap: error: {' '.join(exc.format_message().split())}", err=True)
+            sys.exit(exc.exit_code)
+        except click.exceptions.Abort:
+            click.echo("traceoverlap: interrupted", err=True)
+            sys.exit(130)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+@click.group(
+    cls=_OneLineErrors,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
 @click.version_option(__version__, prog_name="traceoverlap")
 @debug_option
 def main(debug: bool) -> None:

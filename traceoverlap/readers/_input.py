@@ -170,7 +170,9 @@ def sniff_bytes(head: bytes, name: str = "") -> str | None:
         chars = head[: len(head) - len(head) % 4].decode(enc, errors="ignore").lstrip("\ufeff")
         if chars.lstrip()[:1] in ("{", "["):
             return "kineto"
-    text = head[len(_UTF8_BOM) :] if head.startswith(_UTF8_BOM) else head
+    text = head
+    while text.startswith(_UTF8_BOM):
+        text = text[len(_UTF8_BOM) :]
     if text.lstrip(_WS)[:1] in (b"{", b"["):
         return "kineto"
     if name.endswith(".nsys-rep") or name.endswith(".qdrep"):
@@ -369,7 +371,10 @@ def prepare(data: Buffer, shown: str) -> Buffer:
         text = bytes(data).decode(enc, errors="replace")
         data = bytearray(text.lstrip("\ufeff").encode("utf-8"))
     elif head[:3] == _UTF8_BOM:
-        data[0:3] = b"   "  # whitespace is valid JSON; works on the private map too
+        at = 0
+        while data[at : at + 3] == _UTF8_BOM:  # an editor may have added a second one
+            data[at : at + 3] = b"   "  # whitespace is valid JSON; works on the private map too
+            at += 3
     if _all_ws(data):
         raise file_error(shown, "empty")
     return data
