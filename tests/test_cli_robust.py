@@ -159,3 +159,9 @@ def test_double_bom_json_and_bom_toml_are_read(tmp_path: Path) -> None:
     res = run("analyze", str(t), "--config", str(cfg), "-f", "json")
     assert res.exit_code == 0, res.output
     assert '"lost_ratio": 0.2' in res.output
+
+
+def test_lazy_api_names_are_in_dir() -> None:
+    import traceoverlap
+
+    assert {"analyze", "load", "Analysis", "Timeline"} <= set(dir(traceoverlap))
