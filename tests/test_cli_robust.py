@@ -165,3 +165,19 @@ def test_lazy_api_names_are_in_dir() -> None:
     import traceoverlap
 
     assert {"analyze", "load", "Analysis", "Timeline"} <= set(dir(traceoverlap))
+
+
+def test_compare_table_fits_its_width() -> None:
+    from conftest import WORKLOAD_FIXTURES
+
+    from traceoverlap import analyze
+    from traceoverlap.comparison import compare
+    from traceoverlap.reporters.compare_text import render_table
+
+    base, cand = WORKLOAD_FIXTURES / "naive", WORKLOAD_FIXTURES / "bucketed"
+    cmp = compare(analyze(base), analyze(cand), baseline_label="b", candidate_label="c")
+    for width in (80, 100):
+        text = render_table(cmp, width=width)
+        # the 'bottleneck changed: ... (steps: ...)' line was 161 columns on these runs
+        assert max(len(line) for line in text.splitlines()) <= width
+        assert "bottleneck changed" in text

@@ -674,7 +674,8 @@ def demo(out: str) -> None:
     cmp = compare_runs(
         results["naive"], results["bucketed"], baseline_label="naive", candidate_label="bucketed"
     )
-    click.echo(rep.render_table(cmp, color=sys.stdout.isatty()), nl=False)
+    tty, width = _terminal()
+    click.echo(rep.render_table(cmp, color=tty, width=width), nl=False)
 
     from .reporters.html_report import render as render_html
 
