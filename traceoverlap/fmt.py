@@ -97,6 +97,9 @@ _UNSAFE_BUT_SGR = re.compile(f"({_SGR})|{_ESCAPES}")
 
 # the undecodable bytes of a file name that is not UTF-8 (os.fsdecode's surrogate escapes)
 _SURROGATE = re.compile("[\ud800-\udfff]")
+# any character that may start something to remove (not CR: CSV lines end in CRLF)
+_ANY_UNSAFE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
+_LONE_CR = re.compile("\r(?!\n)")
 
 
 def safe_text(text: str, keep_sgr: bool = False) -> str:
@@ -104,6 +107,8 @@ def safe_text(text: str, keep_sgr: bool = False) -> str:
     newline and a line-ending carriage return removed. ``keep_sgr`` keeps colour sequences (``ESC [ ... m``, what our own
     coloured tables hold; they cannot move the cursor or talk to the terminal). Undecodable
     bytes of file names (surrogate escapes) become U+FFFD: the text can always be written."""
+    if not _ANY_UNSAFE.search(text) and ("\r" not in text or not _LONE_CR.search(text)):
+        return text  # the usual case, one fast scan
     text = _SURROGATE.sub("\ufffd", text)
     if keep_sgr:
         return _UNSAFE_BUT_SGR.sub(lambda m: m.group(1) or "", text)
