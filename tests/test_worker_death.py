@@ -81,3 +81,31 @@ def test_out_of_memory_names_the_file_without_dask_advice(
     lines = res.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"traceoverlap: error: {trace}: out of memory")
     assert "Dask" not in lines[0] and "scheduler" not in lines[0]
+
+
+def test_dask_client_logging_is_quiet_while_mapping(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # distributed.client has a level and a handler of its own: a "Couldn't gather keys" warning
+    # it logs during the map must not reach stderr; its level is back afterwards
+    pytest.importorskip("distributed")
+    import logging
+
+    import traceoverlap.inputs as inputs
+
+    client_log = logging.getLogger("distributed.client")
+    before = client_log.level
+
+    def fake_run(names, task, scheduler, jobs, client, cluster):  # noqa: ANN001, ANN202
+        client_log.warning("Couldn't gather 1 keys, rescheduling")
+        yield "ok"
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(inputs, "_dask_run", fake_run)
+    try:
+        files = _files(tmp_path, "a.json")
+        assert list(run_map(files, _killer.task, scheduler="tcp://head:8786")) == ["ok"]
+    finally:
+        mp.undo()
+    assert "gather" not in capfd.readouterr().err
+    assert client_log.level == before

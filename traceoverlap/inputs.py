@@ -248,13 +248,19 @@ def _dask_map(
     _check_scheduler(scheduler)
     # the scheduler's and client's own logging (heartbeats, "Couldn't gather keys", workers
     # marked failed) stays off stderr: what matters comes back as one line
-    quiet = logging.getLogger("distributed")
-    level = quiet.level
-    quiet.setLevel(logging.CRITICAL)
+    quiet = [
+        logging.getLogger(n)
+        for n in ["distributed", *logging.root.manager.loggerDict]
+        if n == "distributed" or n.startswith("distributed.")
+    ]
+    levels = [q.level for q in quiet]  # distributed.client has its own level and handler
+    for q in quiet:
+        q.setLevel(logging.CRITICAL)
     try:
         yield from _dask_run(names, task, scheduler, jobs, Client, LocalCluster)
     finally:
-        quiet.setLevel(level)
+        for q, level in zip(quiet, levels, strict=True):
+            q.setLevel(level)
 
 
 _SCHEDULER_ADDRESS = re.compile(r"^(tcp|tls|ucx|ws|wss)://[^/\s:]+:\d{1,5}/?$")
