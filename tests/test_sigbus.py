@@ -72,3 +72,35 @@ with guard("outer.json"):
         "import os, signal\nos.kill(os.getpid(), signal.SIGBUS)\n"
     )
     assert after.returncode == -signal.SIGBUS and "traceoverlap" not in after.stderr
+
+
+def test_nsys_export_truncated_while_read_is_one_line(tmp_path: Path) -> None:
+    # the SQLite export's pages are memory-mapped by the column reader; the stand-in truncates
+    # the file right after numpy maps it
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from nsys_writer import MS, NsysExport
+
+    x = NsysExport()
+    x.process(7, "python3")
+    x.thread(7, 7, "python3")
+    x.nvtx(7, 0, MS, "ProfilerStep#1")
+    for i in range(2000):
+        x.kernel(7, 0, 7, 2 * MS + i * 1000, 2 * MS + i * 1000 + 500, "gemm", launch=10**5 + i)
+    p = x.write(tmp_path / "run.sqlite")
+    code = f"""
+import os, sys
+import numpy as np
+real = np.memmap
+def map_then_truncate(path, *a, **k):
+    m = real(path, *a, **k)
+    os.truncate(path, 4096)
+    return m
+np.memmap = map_then_truncate
+from traceoverlap.cli import main
+sys.argv = ["traceoverlap", "analyze", {str(p)!r}]
+main()
+"""
+    res = _child(code)
+    assert res.returncode == 2, (res.returncode, res.stderr)
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"traceoverlap: error: {p}: the file was")
