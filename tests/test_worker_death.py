@@ -109,3 +109,29 @@ def test_dask_client_logging_is_quiet_while_mapping(
         mp.undo()
     assert "gather" not in capfd.readouterr().err
     assert client_log.level == before
+
+
+def test_out_of_memory_after_reading_names_the_input(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a MemoryError outside the per-file map (the cross-rank reduce): the CLI's own line names
+    # the input, and gives Dask advice only for a folder of ranks
+    from click.testing import CliRunner
+    from test_cli_analyze import write_trace
+
+    import traceoverlap.analysis as analysis
+    from traceoverlap.cli import main
+
+    def no_memory(*a: object, **k: object) -> None:
+        raise MemoryError
+
+    monkeypatch.setattr(analysis, "_reduce", no_memory)
+    trace = write_trace(tmp_path / "rank0.json")
+    res = CliRunner().invoke(main, ["analyze", str(trace)])
+    assert res.exit_code == 2
+    assert res.output.strip() == (
+        f"traceoverlap: error: {trace}: out of memory; free memory, or analyse it on a machine "
+        "with more"
+    )
+    res = CliRunner().invoke(main, ["analyze", str(tmp_path)])
+    assert "--scheduler" in res.output and str(tmp_path) in res.output

@@ -54,14 +54,26 @@ def handle_errors(func: F) -> F:
         except MemoryError:
             if debug:
                 raise
-            click.echo(
-                "traceoverlap: error: out of memory; analyse fewer ranks at once (--rank) or on "
-                "a Dask cluster (--scheduler)",
-                err=True,
-            )
+            click.echo(f"traceoverlap: error: {_out_of_memory(kwargs)}", err=True)
             sys.exit(2)
 
     return wrapper  # type: ignore[return-value]
+
+
+def _out_of_memory(kwargs: dict[str, Any]) -> str:
+    """The out-of-memory line: naming the input; Dask advice only when there are several ranks
+    to spread (a folder, several files)."""
+    paths = list(kwargs.get("paths") or ()) or [
+        p for p in (kwargs.get("baseline"), kwargs.get("candidate")) if p
+    ]
+    several = len(paths) > 1 or any(os.path.isdir(p) for p in paths)
+    where = f"{', '.join(paths)[:300]}: " if paths else ""
+    advice = (
+        "analyse fewer ranks at once (--rank), or spread them over a Dask cluster (--scheduler)"
+        if several
+        else "free memory, or analyse it on a machine with more"
+    )
+    return f"{where}out of memory; {advice}"
 
 
 debug_option = click.option(
