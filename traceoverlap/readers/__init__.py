@@ -17,11 +17,15 @@ Readers are imported lazily, so reading one format never pays for the others.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
+from typing import Any, TypeVar
 
 from ..errors import TraceFormatError
 from ..model import Timeline
 from ._input import STDIN, file_error, is_stream, label, read_stream, sniff_bytes
+
+F = TypeVar("F", bound=Any)
 
 __all__ = ["read_trace", "sniff_format", "SUPPORTED", "STDIN"]
 
@@ -63,18 +67,7 @@ def sniff_format(path: str | Path) -> str:
 def read_trace(path: str | Path) -> Timeline:
     """Read one trace of any supported format into a :class:`Timeline` (format sniffed).
 
-    ``path`` may be ``-`` for standard input, or a pipe. A memory-mapped file truncated while it
-    is read ends the process with one line naming it (:mod:`._sigbus`), not a bus error. GPU
-    activities timed far outside the capture's host events are dropped with a note
-    (:mod:`._glitch`)."""
-    from ._glitch import drop_clock_glitches
-    from ._sigbus import guard
-
-    with guard(label(path)):
-        return drop_clock_glitches(_read_trace(path))
-
-
-def _read_trace(path: str | Path) -> Timeline:
+    ``path`` may be ``-`` for standard input, or a pipe."""
     fmt = sniff_format(path)
     if fmt == "stream":
         data = read_stream(path)
@@ -102,3 +95,22 @@ def _read_trace(path: str | Path) -> Timeline:
     from .nsys import read_nsys_rep
 
     return read_nsys_rep(path)
+
+
+def _safe_reader(read: F) -> F:
+    """``read`` (:func:`read_trace`) under the guard that turns a SIGBUS (a memory-mapped file
+    truncated while read) into one line naming it (:mod:`._sigbus`), its Timeline without GPU
+    activities timed far outside the capture (:mod:`._glitch`, with a note)."""
+
+    @functools.wraps(read)
+    def wrapper(path: str | Path, *args: Any, **kwargs: Any) -> Timeline:
+        from ._glitch import drop_clock_glitches
+        from ._sigbus import guard
+
+        with guard(label(path)):
+            return drop_clock_glitches(read(path, *args, **kwargs))
+
+    return wrapper  # type: ignore[return-value]
+
+
+read_trace = _safe_reader(read_trace)
