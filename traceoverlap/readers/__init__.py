@@ -17,7 +17,6 @@ Readers are imported lazily, so reading one format never pays for the others.
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -101,6 +100,7 @@ def _safe_reader(read: F) -> F:
     """``read`` (:func:`read_trace`) under the guard that turns a SIGBUS (a memory-mapped file
     truncated while read) into one line naming it (:mod:`._sigbus`), its Timeline without GPU
     activities timed far outside the capture (:mod:`._glitch`, with a note)."""
+    import functools
 
     @functools.wraps(read)
     def wrapper(path: str | Path, *args: Any, **kwargs: Any) -> Timeline:

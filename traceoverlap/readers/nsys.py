@@ -79,7 +79,7 @@ import pandas as pd
 from ..errors import TraceFormatError
 from ..model import CATEGORIES, Timeline, TraceInfo, make_events, per_category
 from ._input import rank_from_filename
-from ._sqlite_columns import INT, NULL, OTHER, Columns, read_columns
+from ._sqlite_columns import INT, OTHER, Columns, read_columns
 
 __all__ = ["read_nsys", "read_nsys_rep", "SQLITE_MAGIC"]
 
@@ -193,8 +193,8 @@ def _read_export(export: Path, shown: Path) -> Timeline:
     try:
         # one read transaction for the whole read: no writer can commit under it
         con.execute("BEGIN")
-        con.execute("SELECT count(*) FROM sqlite_master").fetchone()
         _check_integrity(con, shown)
+        con.execute("SELECT count(*) FROM sqlite_master").fetchone()
         return _Reader(shown, export, con).read()
     except sqlite3.OperationalError as exc:
         raise _sqlite_error(shown, exc) from exc
@@ -1198,6 +1198,8 @@ class _Reader:
     def note_unfinished(self, cols: Columns, nv: str, is_range: npt.NDArray[np.bool_]) -> None:
         """Count, in a note, the ranges never closed (``end`` NULL: a push without a pop, or a
         capture stopped inside the range): they are dropped like those with ``end = -1``."""
+        from ._sqlite_columns import NULL
+
         open_ = np.flatnonzero(is_range & (cols.kinds["end"] == NULL))
         if not open_.size:
             return
