@@ -220,16 +220,16 @@ def run_analysis(paths: tuple[str, ...], detail: Any = None, **opts: Any) -> Any
     )
 
 
-def write_text(text: str, output: str | None, *, html: bool = False) -> None:
+def write_text(text: str, output: str | None) -> None:
     """``text`` to ``output`` (stdout when None), with a clear error when it cannot be written.
 
     Text formats lose terminal control sequences and control characters that trace strings may
-    hold (:func:`traceoverlap.fmt.safe_text`; our own colours stay on a terminal); HTML escapes
-    its text itself."""
+    hold (:func:`traceoverlap.fmt.safe_text`; our own colours stay on a terminal); an HTML page
+    escapes its text itself (and embeds plotly.js, which is left alone)."""
     from .fmt import safe_text
 
     to_stdout = not output or output == "-"
-    if not html:
+    if not text[:100].lstrip().lower().startswith(("<!doctype html", "<html")):
         text = safe_text(text, keep_sgr=to_stdout and sys.stdout.isatty())
     if to_stdout:
         click.echo(text, nl=False)
@@ -339,7 +339,7 @@ def analyze(
     if html_path:
         from .reporters.html_report import render as render_html
 
-        write_text(render_html(result), html_path, html=True)
+        write_text(render_html(result), html_path)
         click.echo(f"wrote {html_path}", err=True)
     failed = failed_conditions(conditions, result.summary.run)
     if failed:
@@ -424,7 +424,7 @@ def compare(
     if html_path:
         from .reporters.compare_html import render as render_compare
 
-        write_text(render_compare(cmp), html_path, html=True)
+        write_text(render_compare(cmp), html_path)
         click.echo(f"wrote {html_path}", err=True)
 
 
@@ -487,7 +487,7 @@ def report(
         detail = (timeline_rank, timeline_step)
     check_outputs([output], paths, opts)
     result = run_analysis(paths, detail=detail, **opts)
-    write_text(render_html(result, plotlyjs=plotlyjs), output, html=True)
+    write_text(render_html(result, plotlyjs=plotlyjs), output)
     click.echo(f"wrote {output}", err=True)
 
 
@@ -692,7 +692,7 @@ def demo(out: str) -> None:
     from .reporters.html_report import render as render_html
 
     for strategy, result in results.items():
-        write_text(render_html(result), str(root / strategy / "report.html"), html=True)
+        write_text(render_html(result), str(root / strategy / "report.html"))
     click.echo(
         f"\ntraces: {root / 'naive'}/rank*.json.gz and {root / 'bucketed'}/rank*.json.gz; "
         f"reports: {root / 'naive' / 'report.html'}, {root / 'bucketed' / 'report.html'}"

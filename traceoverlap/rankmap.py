@@ -27,7 +27,7 @@ from .collectives import unit_instances
 from .diagnosis import local_causes
 from .errors import NotATraceError, TraceFormatError
 from .intervals import GroupedIntervals
-from .metrics import activity_rows, step_parts, step_sets, window_pairs
+from .metrics import activity_rows, step_parts, step_sets
 from .model import KINDS, Kind, Timeline, TraceInfo, split_units
 from .options import AnalysisOptions
 from .results import StepDetail
@@ -237,6 +237,8 @@ def _check_window_load(
     kind: npt.NDArray[np.int8],
     steps: UnitSteps,
 ) -> None:
+    from .metrics import window_pairs
+
     pairs = window_pairs(start, end, kind, steps)
     n_act = max(1, int((kind < Kind.NONE).sum()))
     if pairs > MAX_WINDOW_PAIRS and pairs > MAX_WINDOWS_PER_ACTIVITY * n_act:
@@ -341,6 +343,21 @@ def map_timeline(
     return tuple(analyze_unit(u, options, rules, detail) for u in split_units(timeline))
 
 
+def _out_of_memory(path: str) -> tuple[str, str, str]:
+    """(file, reason, hint) for a file whose reading or analysis ran out of memory."""
+    from .fmt import size
+
+    try:
+        what = f" (the file is {size(Path(path).stat().st_size)})"
+    except OSError:
+        what = ""
+    return (
+        path,
+        f"out of memory while reading and analysing it{what}",
+        "free memory, or analyse it on a machine with more",
+    )
+
+
 def map_file(
     path: str,
     options: AnalysisOptions,
@@ -373,18 +390,3 @@ def map_file(
         )
     except MemoryError:
         return FileResult(path, error=_out_of_memory(path))
-
-
-def _out_of_memory(path: str) -> tuple[str, str, str]:
-    """(file, reason, hint) for a file whose reading or analysis ran out of memory."""
-    from .fmt import size
-
-    try:
-        what = f" (the file is {size(Path(path).stat().st_size)})"
-    except OSError:
-        what = ""
-    return (
-        path,
-        f"out of memory while reading and analysing it{what}",
-        "free memory, or analyse it on a machine with more",
-    )
