@@ -251,6 +251,21 @@ def _check_window_load(
         )
 
 
+def _out_of_memory(path: str) -> tuple[str, str, str]:
+    """(file, reason, hint) for a file whose reading or analysis ran out of memory."""
+    from .fmt import size
+
+    try:
+        what = f" (the file is {size(Path(path).stat().st_size)})"
+    except OSError:
+        what = ""
+    return (
+        path,
+        f"out of memory while reading and analysing it{what}",
+        "free memory, or analyse it on a machine with more",
+    )
+
+
 def analyze_unit(
     unit: Timeline,
     options: AnalysisOptions,
@@ -341,21 +356,6 @@ def map_timeline(
 ) -> tuple[UnitResult, ...]:
     """Every unit of an in-memory Timeline."""
     return tuple(analyze_unit(u, options, rules, detail) for u in split_units(timeline))
-
-
-def _out_of_memory(path: str) -> tuple[str, str, str]:
-    """(file, reason, hint) for a file whose reading or analysis ran out of memory."""
-    from .fmt import size
-
-    try:
-        what = f" (the file is {size(Path(path).stat().st_size)})"
-    except OSError:
-        what = ""
-    return (
-        path,
-        f"out of memory while reading and analysing it{what}",
-        "free memory, or analyse it on a machine with more",
-    )
 
 
 def map_file(
