@@ -382,11 +382,11 @@ def map_file(
                 req = DetailRequest(u.traces[0].rank, u.traces[0].device, lowest_step)
             out.append(analyze_unit(u, options, rules, req))
         return FileResult(path, tuple(out))
+    except MemoryError:
+        return FileResult(path, error=_out_of_memory(path))
     except TraceFormatError as exc:
         return FileResult(
             path,
             error=(exc.path, exc.reason, exc.hint),
             not_a_trace=isinstance(exc, NotATraceError),
         )
-    except MemoryError:
-        return FileResult(path, error=_out_of_memory(path))
