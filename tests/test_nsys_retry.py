@@ -26,7 +26,8 @@ def _fake_nsys(tmp_path: Path, fail_times: int) -> Path:
         f'{sys.executable} -c "import time; time.sleep(60)" --start-agent '
         "--session-name=profile-$$ </dev/null >/dev/null 2>&1 &\n"
         f'echo $! >> "{tmp_path}/agents.txt"\n'
-        "sleep 0.5\n"  # the agent is up (exec'd) before nsys fails, as with the real one
+        # the agent is up (exec'd) before nsys fails, as with the real one
+        'a=$!; while ! grep -aq start-agent "/proc/$a/cmdline" 2>/dev/null; do sleep 0.05; done\n'
         f'n=$(cat "{count}" 2>/dev/null || echo 0); n=$((n+1)); echo $n > "{count}"\n'
         f'if [ $n -le {fail_times} ]; then echo "terminate called after throwing" >&2; exit 1; fi\n'
         "exit 0\n"
