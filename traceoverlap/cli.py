@@ -498,7 +498,7 @@ def _echo_analysis(result: Any) -> None:
     from .reporters.text import render as render_text
 
     tty, width = _terminal()
-    click.echo(render_text(result, color=tty, width=width), nl=False)
+    write_text(render_text(result, color=tty, width=width), None)
 
 
 @main.command()
@@ -687,7 +687,7 @@ def demo(out: str) -> None:
         results["naive"], results["bucketed"], baseline_label="naive", candidate_label="bucketed"
     )
     tty, width = _terminal()
-    click.echo(rep.render_table(cmp, color=tty, width=width), nl=False)
+    write_text(rep.render_table(cmp, color=tty, width=width), None)
 
     from .reporters.html_report import render as render_html
 
