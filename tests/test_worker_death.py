@@ -72,7 +72,7 @@ def test_out_of_memory_names_the_file_without_dask_advice(
 
     trace = write_trace(tmp_path / "rank0.json")
 
-    def no_memory(path: object) -> None:
+    def no_memory(path: object, *args: object) -> None:
         raise MemoryError
 
     monkeypatch.setattr(readers, "read_trace", no_memory)
