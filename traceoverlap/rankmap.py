@@ -343,3 +343,19 @@ def map_file(
             error=(exc.path, exc.reason, exc.hint),
             not_a_trace=isinstance(exc, NotATraceError),
         )
+
+
+def map_graph_file(path: str, options: AnalysisOptions, rules: Rules) -> tuple[object, ...]:
+    """The run-graph side of the map (docs/whatif.md §1): one file -> its units' graphs
+    (:class:`traceoverlap.rungraph.UnitGraph`). Raises :class:`TraceFormatError` on bad input."""
+    from .readers import read_trace
+    from .rungraph import unit_graph
+
+    timeline = read_trace(Path(path))
+    out = []
+    for u in split_units(timeline):
+        kind = kinds(u, rules)
+        steps = assign_steps(u, kind, options)
+        calls = None if steps.gpu else comm_call_mask(u, rules)
+        out.append(unit_graph(u, kind, steps, calls))
+    return tuple(out)

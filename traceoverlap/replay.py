@@ -1,0 +1,241 @@
+"""Replay of the run graph (docs/whatif.md §2): the earliest-start schedule, vectorised per lane.
+
+Every node ``i`` keeps, from the trace, a duration ``dur_ns`` and a *slack* ``slack_ns``: how
+long after it was ready it started (host think time, launch latency; never negative: where the
+trace breaks an edge the replay follows the edge, and that is the replay's error). A node is
+ready at the latest of: its lane predecessor's end, the ends (launch calls: the starts) of its
+edge sources, and, for the successor of a collective's node, the collective's end. So on a lane
+
+    start_i = max(start_{i-1} + dur_{i-1}, R_i) + slack_i
+
+which unrolls, with ``P_i`` the lane's running sum of slack (to i) and durations (before i), to
+``start_i = P_i + cummax_{j<=i}(R_j + slack_j - P_j)``: one cumulative maximum per lane, for all
+lanes at once. Collectives: an instance's arrival ``A`` is the latest start of its members' first
+nodes; each member node ends at ``max(start + dur, A + post)`` where ``post`` is what followed the
+last arrival on that member in the trace (the transfer, plus its own tail). Edges and collectives
+are joined per round, until nothing moves (a fixpoint: starts only grow from a lower bound).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from .model import Kind
+from .rungraph import RunGraph
+
+I64 = npt.NDArray[np.int64]
+NEG = np.int64(-(2**62))
+#: Rounds after which the replay stops and says it did not settle.
+MAX_ROUNDS = 100_000
+
+
+@dataclass(frozen=True)
+class Params:
+    """What a scenario may change, per node (ns): ``dur_ns`` (for a matched collective's node:
+    the part after the last arrival, the least it can take), ``slack_ns``, ``post_ns`` (matched
+    collective nodes: end - last arrival; else unused) and ``floor_ns`` (a lane's first node with
+    no edge: its observed start; other lane-first nodes: the run's first start)."""
+
+    dur_ns: I64
+    slack_ns: I64
+    post_ns: I64
+    floor_ns: I64
+
+
+@dataclass(frozen=True)
+class Schedule:
+    start_ns: I64
+    end_ns: I64
+    rounds: int
+    settled: bool
+
+
+def _lane_first(lane: I64) -> npt.NDArray[np.bool_]:
+    first = np.ones(lane.size, dtype=bool)
+    first[1:] = lane[1:] != lane[:-1]
+    return first
+
+
+def _arrivals(g: RunGraph, start: I64) -> tuple[I64, I64]:
+    """Per matched instance (dense id): the latest first-node start over its units; and per node
+    the dense instance id (-1 none)."""
+    m = g.inst >= 0
+    dense = np.full(g.inst.size, -1, dtype=np.int64)
+    if not m.any():
+        return np.zeros(0, np.int64), dense
+    keys, inv = np.unique(g.inst[m], return_inverse=True)
+    dense[m] = inv
+    # first node of each (instance, unit): min start over the unit's nodes of the instance
+    k = inv.astype(np.int64) * max(g.n_units, 1) + g.unit[m]
+    first = np.full(keys.size * max(g.n_units, 1), np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first, k, start[m])
+    first = first.reshape(keys.size, max(g.n_units, 1))
+    present = first != np.iinfo(np.int64).max
+    arr = np.where(present, first, NEG).max(axis=1)
+    return arr.astype(np.int64), dense
+
+
+def _edge_ready(g: RunGraph, start: I64, end: I64) -> I64:
+    ready = np.full(start.size, NEG, dtype=np.int64)
+    if g.src.size:
+        val = np.where(g.src_start, start[g.src], end[g.src]) + g.gap
+        np.maximum.at(ready, g.dst, val)
+    return ready
+
+
+def observed_params(g: RunGraph) -> Params:
+    """The parameters that make the replay reproduce the trace (the identity)."""
+    start, end = g.start_ns, g.end_ns
+    arrival, dense = _arrivals(g, start)
+    matched = dense >= 0
+    a = np.where(matched, arrival[np.maximum(dense, 0)] if arrival.size else 0, 0)
+    post = np.where(matched, end - a, 0).astype(np.int64)
+    floor_end = np.where(matched, end, NEG)
+    if g.edst.size:
+        np.maximum.at(floor_end, g.edst, end[g.esrc] + g.egap)
+    has_floor = floor_end != NEG
+    dur = np.where(has_floor, np.maximum(end - np.maximum(start, floor_end), 0), end - start)
+    first = _lane_first(g.lane)
+    prev_end = np.empty_like(end)
+    prev_end[0:1] = NEG
+    prev_end[1:] = end[:-1]
+    prev_end[first] = NEG
+    ready = np.maximum(prev_end, _edge_ready(g, start, end))
+    has_edge = np.zeros(start.size, dtype=bool)
+    has_edge[g.dst] = True
+    t0 = int(start.min()) if start.size else 0
+    floor = np.full(start.size, NEG, dtype=np.int64)
+    floor[first] = np.where(has_edge[first], t0, start[first])
+    ready = np.maximum(ready, floor)
+    slack = np.maximum(start - ready, 0).astype(np.int64)
+    return Params(dur.astype(np.int64), slack, post, floor)
+
+
+def _seg_cummax(v: I64, lane: I64, first: npt.NDArray[np.bool_]) -> I64:
+    """Cumulative maximum restarting at every lane (lanes are contiguous)."""
+    if v.size == 0:
+        return v
+    lo, hi = int(v.min()), int(v.max())
+    n_lanes = int(first.sum())
+    span = hi - lo + 1
+    if span * (n_lanes + 1) < 2**62:
+        seg = np.cumsum(first).astype(np.int64) - 1
+        shifted = (v - lo) + seg * span
+        return (np.maximum.accumulate(shifted) - seg * span + lo).astype(np.int64)
+    out = pd.Series(v).groupby(lane, sort=False).cummax().to_numpy()
+    return np.asarray(out, dtype=np.int64)
+
+
+def _lane_prefix(p: Params, first: npt.NDArray[np.bool_]) -> I64:
+    """P_i: the lane's running sum of slack (to i) and durations (before i)."""
+    dur_before = np.empty_like(p.dur_ns)
+    dur_before[0:1] = 0
+    dur_before[1:] = p.dur_ns[:-1]
+    dur_before[first] = 0
+    inc = p.slack_ns + dur_before
+    c = np.cumsum(inc)
+    base = c - inc  # sum before the node
+    lane_base = np.maximum.accumulate(np.where(first, base, np.iinfo(np.int64).min))
+    return (c - lane_base).astype(np.int64)
+
+
+def replay(g: RunGraph, p: Params, max_rounds: int = MAX_ROUNDS) -> Schedule:
+    """The earliest-start schedule of the graph under ``p``."""
+    n = g.start_ns.size
+    if n == 0:
+        z = np.zeros(0, np.int64)
+        return Schedule(z, z, 0, True)
+    first = _lane_first(g.lane)
+    prefix = _lane_prefix(p, first)
+    _, dense = _arrivals(g, g.start_ns)
+    matched = dense >= 0
+    start = np.maximum(p.floor_ns, int(g.start_ns.min()))
+    end = start + p.dur_ns
+    coll_end = np.full(n, NEG, dtype=np.int64)
+    rounds = 0
+    settled = False
+    while rounds < max_rounds:
+        rounds += 1
+        prev_coll = np.empty_like(coll_end)
+        prev_coll[0:1] = NEG
+        prev_coll[1:] = coll_end[:-1]
+        prev_coll[first] = NEG
+        ready = np.maximum(np.maximum(p.floor_ns, _edge_ready(g, start, end)), prev_coll)
+        new_start = prefix + _seg_cummax(ready + p.slack_ns - prefix, g.lane, first)
+        arrival, _ = _arrivals(g, new_start)
+        new_coll = np.where(
+            matched, arrival[np.maximum(dense, 0)] + p.post_ns if arrival.size else NEG, NEG
+        ).astype(np.int64)
+        if g.edst.size:
+            np.maximum.at(new_coll, g.edst, end[g.esrc] + g.egap)
+        new_end = np.maximum(new_start + p.dur_ns, new_coll)
+        if np.array_equal(new_start, start) and np.array_equal(new_coll, coll_end) and rounds > 1:
+            settled = True
+            break
+        start, end, coll_end = new_start, new_end, new_coll
+    end = np.maximum(start + p.dur_ns, coll_end)
+    return Schedule(start, end, rounds, settled)
+
+
+@dataclass(frozen=True)
+class StepTimes:
+    """Per (unit, global step): observed and replayed step time (ns; -1 where the unit has no
+    such step). ``run_*``: per step, the mean over the units that have it."""
+
+    observed_ns: I64
+    replayed_ns: I64
+    run_observed_ns: npt.NDArray[np.float64]
+    run_replayed_ns: npt.NDArray[np.float64]
+
+
+def step_times(g: RunGraph, s: Schedule) -> StepTimes:
+    """A step's replayed time: its observed time moved by how much its last activity end and
+    first activity start moved (the margins around them are kept)."""
+    nu, ns = g.win_start_ns.shape
+    act = (g.kind != 3) & (g.window >= 0)
+    idx = g.unit[act] * ns + g.window[act]
+    big = np.iinfo(np.int64).max
+
+    def span(start: I64, end: I64) -> tuple[I64, I64]:
+        lo = np.full(nu * ns, big, dtype=np.int64)
+        hi = np.full(nu * ns, NEG, dtype=np.int64)
+        np.minimum.at(lo, idx, start[act])
+        np.maximum.at(hi, idx, end[act])
+        return lo.reshape(nu, ns), hi.reshape(nu, ns)
+
+    olo, ohi = span(g.start_ns, g.end_ns)
+    rlo, rhi = span(s.start_ns, s.end_ns)
+    present = g.win_start_ns >= 0
+    observed = np.where(present, g.win_end_ns - g.win_start_ns, -1).astype(np.int64)
+    has = present & (ohi != NEG)
+    moved_end = np.where(has, rhi - ohi, 0)
+    # a step begins where the unit's previous step ended (its first step: at its first start),
+    # so the steps of a unit sum to its whole replayed run
+    moved_begin = np.where(has, rlo - olo, 0)
+    order = np.argsort(np.where(present, g.win_start_ns, np.iinfo(np.int64).max), axis=1)
+    rows = np.arange(nu)
+    last = np.full(nu, -1, dtype=np.int64)
+    for k in range(ns):
+        w = order[:, k]
+        ok = has[rows, w]
+        prev_ok = ok & (last >= 0)
+        moved_begin[rows[prev_ok], w[prev_ok]] = moved_end[rows[prev_ok], last[prev_ok]]
+        last = np.where(ok, w, last)
+    replayed = np.where(has, observed + moved_end - moved_begin, observed).astype(np.int64)
+    cnt = present.sum(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        run_obs = np.where(cnt > 0, np.where(present, observed, 0).sum(axis=0) / cnt, np.nan)
+        run_rep = np.where(cnt > 0, np.where(present, replayed, 0).sum(axis=0) / cnt, np.nan)
+    return StepTimes(observed, replayed, run_obs, run_rep)
+
+
+def with_changes(p: Params, **arrays: I64) -> Params:
+    """A copy of ``p`` with some arrays replaced."""
+    return replace(p, **arrays)
+
+
+__all__ = ["Kind", "Params", "Schedule", "StepTimes", "observed_params", "replay", "step_times"]

@@ -1,0 +1,242 @@
+"""Counterfactuals (docs/whatif.md §3): change durations or gaps of the run graph, replay, and
+report the run's step time (per step the mean over ranks, then the median over steps).
+
+Scenario names: ``replay``, ``no-straggler``, ``fix-rank:R``, ``hide:FAMILY``, ``comm-speed:F``,
+``no-host-gaps``, ``no-overlap-tax``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from .errors import TraceFormatError, UsageError
+from .model import Kind
+from .replay import Params, Schedule, StepTimes, observed_params, replay, step_times
+from .rungraph import LAUNCH, RunGraph, UnitGraph, join_graphs
+
+I64 = npt.NDArray[np.int64]
+SCENARIO_RE = re.compile(
+    r"^(replay|no-straggler|no-host-gaps|no-overlap-tax|fix-rank:\d+|hide:\w+|"
+    r"comm-speed:\d+(\.\d+)?)$"
+)
+#: Said where removing a delay may let compute and communication collide (whatif.md §5).
+CONTENTION_NOTE = (
+    "the prediction keeps every remaining duration: where removing a delay lets compute and "
+    "communication run at the same time, their contention is left out"
+)
+
+
+@dataclass(frozen=True)
+class ScenarioResult:
+    name: str
+    step_ns: float | None
+    speedup: float | None
+    changed: str
+    ranks: tuple[int, ...] = ()
+    collectives: tuple[str, ...] = ()
+    steps_ns: tuple[float | None, ...] = ()
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """The identity replay's error and every scenario asked."""
+
+    step_labels: tuple[str, ...]
+    observed_ns: tuple[float | None, ...]
+    replayed_ns: tuple[float | None, ...]
+    error_ratio: tuple[float | None, ...]
+    median_error_ratio: float | None
+    max_error_ratio: float | None
+    scenarios: tuple[ScenarioResult, ...]
+    fix_rank: tuple[ScenarioResult, ...]
+    notes: tuple[str, ...] = field(default=())
+    rounds: int = 0
+
+
+def load_graph(paths: str | Path | Sequence[str | Path], step_regex: str | None = None) -> RunGraph:
+    """Read the files and build the run graph (map per file, then the reduce)."""
+    from .classify import Rules
+    from .inputs import expand_paths
+    from .options import build_options
+    from .rankmap import map_graph_file
+
+    options = build_options(step_regex=step_regex)
+    rules = Rules().with_comm_patterns(options.comm_patterns)
+    units: list[UnitGraph] = []
+    for f in expand_paths(paths):
+        for u in map_graph_file(str(f), options, rules):
+            assert isinstance(u, UnitGraph)
+            units.append(u)
+    units.sort(key=lambda u: (u.trace.rank, -1 if u.trace.device is None else u.trace.device))
+    if not units or not any(u.labels for u in units):
+        raise TraceFormatError(str(paths), "no step found to replay", "check --step-regex")
+    return join_graphs(units)
+
+
+def _median(x: npt.NDArray[np.float64]) -> float | None:
+    x = x[np.isfinite(x)]
+    return float(np.median(x)) if x.size else None
+
+
+def _peer_median(g: RunGraph, values: I64, peers: npt.NDArray[np.bool_]) -> I64:
+    """Per node: the median of ``values`` over the ``peers`` nodes at the same position
+    (its own value where no peer has that position)."""
+    df = pd.DataFrame({"pos": g.pos[peers], "v": values[peers]})
+    med = df.groupby("pos")["v"].median()
+    out = pd.Series(g.pos).map(med).to_numpy(dtype=np.float64)
+    return np.where(np.isnan(out), values, np.round(out)).astype(np.int64)
+
+
+def _like_peers(g: RunGraph, p: Params, target: npt.NDArray[np.bool_], peers_of: str) -> Params:
+    """Durations and host gaps of the ``target`` nodes replaced by the median of their peers
+    (``all`` ranks, or the ``others``) at the same position. Matched collectives keep theirs:
+    their waiting comes out of the replay."""
+    change = target & (g.inst < 0)
+    if peers_of == "all":
+        peers = np.ones(g.pos.size, dtype=bool)
+    else:
+        peers = ~target
+    dur = np.where(change, _peer_median(g, p.dur_ns, peers), p.dur_ns)
+    slack = np.where(target, _peer_median(g, p.slack_ns, peers), p.slack_ns)
+    return Params(dur.astype(np.int64), slack.astype(np.int64), p.post_ns, p.floor_ns)
+
+
+def _comm_scaled(g: RunGraph, p: Params, which: npt.NDArray[np.bool_], factor: float) -> Params:
+    """The transfer part of the ``which`` communication nodes divided by ``factor`` (inf: 0)."""
+    comm = which & (g.kind == Kind.COMM)
+    dur = np.where(comm, (p.dur_ns / factor).astype(np.int64), p.dur_ns)
+    post = np.where(comm & (g.inst >= 0), (p.post_ns / factor).astype(np.int64), p.post_ns)
+    return Params(dur.astype(np.int64), p.slack_ns, post.astype(np.int64), p.floor_ns)
+
+
+def scenario_params(g: RunGraph, p: Params, name: str, tax: I64 | None = None) -> Params:
+    """The parameters of one named scenario."""
+    if name == "replay":
+        return p
+    if name == "no-straggler":
+        return _like_peers(g, p, np.ones(g.pos.size, dtype=bool), "all")
+    if name.startswith("fix-rank:"):
+        r = int(name.split(":", 1)[1])
+        return _like_peers(g, p, g.unit_rank[g.unit] == r, "others")
+    if name.startswith("hide:"):
+        fam = name.split(":", 1)[1]
+        codes = [i for i, f in enumerate(g.families) if f.lower() == fam.lower()]
+        which = np.isin(g.family, codes) if codes else np.zeros(g.pos.size, dtype=bool)
+        return _comm_scaled(g, p, which, float("inf"))
+    if name.startswith("comm-speed:"):
+        f = float(name.split(":", 1)[1])
+        if f <= 0:
+            raise UsageError(f"scenario {name}: the factor must be > 0")
+        return _comm_scaled(g, p, np.ones(g.pos.size, dtype=bool), f)
+    if name == "no-host-gaps":
+        host = g.lane_host[g.lane] & ~g.lane_comm[g.lane]
+        return Params(
+            p.dur_ns, np.where(host, 0, p.slack_ns).astype(np.int64), p.post_ns, p.floor_ns
+        )
+    if name == "no-overlap-tax":
+        t = tax if tax is not None else np.zeros(g.pos.size, dtype=np.int64)
+        return Params((p.dur_ns - t).astype(np.int64), p.slack_ns, p.post_ns, p.floor_ns)
+    raise UsageError(
+        f"unknown scenario {name!r}: use replay, no-straggler, fix-rank:R, hide:FAMILY, "
+        "comm-speed:F, no-host-gaps or no-overlap-tax"
+    )
+
+
+def _changed(g: RunGraph, name: str) -> tuple[str, tuple[int, ...], tuple[str, ...]]:
+    ranks = tuple(int(r) for r in np.unique(g.unit_rank))
+    fams = tuple(f for f in g.families if f)
+    if name == "replay":
+        return "nothing (identity)", (), ()
+    if name == "no-straggler":
+        return "every rank runs like the median rank at each position", ranks, ()
+    if name.startswith("fix-rank:"):
+        r = int(name.split(":", 1)[1])
+        return f"rank {r} runs like the median of its peers", (r,), ()
+    if name.startswith("hide:"):
+        fam = name.split(":", 1)[1]
+        return f"{fam} transfers delay nothing", ranks, (fam,)
+    if name.startswith("comm-speed:"):
+        return f"every transfer {name.split(':', 1)[1]}x faster", ranks, fams
+    if name == "no-host-gaps":
+        return "host gaps between launches / ops set to 0", ranks, ()
+    return "compute beside communication at its uncontended speed", ranks, fams
+
+
+def _run(g: RunGraph, p: Params) -> tuple[StepTimes, Schedule]:
+    s = replay(g, p)
+    return step_times(g, s), s
+
+
+def default_scenarios(g: RunGraph) -> list[str]:
+    """Every scenario that applies to the run: replay, no-straggler (2+ ranks), one hide per
+    family, comm-speed:2, no-host-gaps, no-overlap-tax."""
+    names = ["replay"]
+    if np.unique(g.unit_rank).size >= 2:
+        names.append("no-straggler")
+    names += [f"hide:{f}" for f in g.families if f]
+    names += ["comm-speed:2", "no-host-gaps", "no-overlap-tax"]
+    return names
+
+
+def _result(g: RunGraph, name: str, st: StepTimes, base: float | None) -> ScenarioResult:
+    step = _median(st.run_replayed_ns)
+    speedup = base / step if base is not None and step else None
+    changed, ranks, colls = _changed(g, name)
+    per = tuple(None if not np.isfinite(v) else float(v) for v in st.run_replayed_ns)
+    note = CONTENTION_NOTE if name.startswith(("fix-rank", "no-straggler")) else ""
+    return ScenarioResult(name, step, speedup, changed, ranks, colls, per, note)
+
+
+def what_if(g: RunGraph, scenarios: Iterable[str] | None = None) -> WhatIf:
+    """Identity replay (its error per step) and the scenarios (default: :func:`default_scenarios`),
+    plus one ``fix-rank:R`` per rank."""
+    from .tax import node_tax
+
+    names = list(scenarios) if scenarios else default_scenarios(g)
+    for n in names:
+        if not SCENARIO_RE.match(n):
+            scenario_params(g, observed_params(g), n)  # raises the clear message
+    p = observed_params(g)
+    ident, s = _run(g, p)
+    obs = ident.run_observed_ns
+    rep = ident.run_replayed_ns
+    with np.errstate(invalid="ignore", divide="ignore"):
+        err = np.where(obs > 0, np.abs(rep - obs) / obs, np.nan)
+    base = _median(rep)
+    tax = node_tax(g)
+    results = [_result(g, n, _run(g, scenario_params(g, p, n, tax))[0], base) for n in names]
+    fix = []
+    if np.unique(g.unit_rank).size >= 2:
+        for r in np.unique(g.unit_rank).tolist():
+            n = f"fix-rank:{r}"
+            fix.append(_result(g, n, _run(g, scenario_params(g, p, n, tax))[0], base))
+    notes = list(g.notes)
+    if not s.settled:
+        notes.append(f"the replay did not settle in {s.rounds} rounds: its times are a lower bound")
+
+    def opt(x: float) -> float | None:
+        return float(x) if np.isfinite(x) else None
+
+    return WhatIf(
+        step_labels=g.step_labels,
+        observed_ns=tuple(opt(x) for x in obs),
+        replayed_ns=tuple(opt(x) for x in rep),
+        error_ratio=tuple(opt(x) for x in err),
+        median_error_ratio=_median(err),
+        max_error_ratio=float(np.nanmax(err)) if np.isfinite(err).any() else None,
+        scenarios=tuple(results),
+        fix_rank=tuple(sorted(fix, key=lambda r: -(r.speedup or 0))),
+        notes=tuple(notes),
+        rounds=s.rounds,
+    )
+
+
+__all__ = ["LAUNCH", "WhatIf", "ScenarioResult", "load_graph", "what_if", "scenario_params"]
