@@ -433,6 +433,48 @@ def report(
     click.echo(f"wrote {output}", err=True)
 
 
+# --- whatif (issue 22) ----------------------------------------------------------------------
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option(
+    "--scenario",
+    "scenarios",
+    multiple=True,
+    metavar="NAME",
+    help="replay, no-straggler, fix-rank:R, hide:FAMILY, comm-speed:F, no-host-gaps, "
+    "no-overlap-tax (repeatable; default: every one that applies).",
+)
+@click.option(
+    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write to a file.")
+@click.option("--step-regex", metavar="REGEX", help="Step marker regex (as for analyze).")
+@debug_option
+@handle_errors
+def whatif(
+    paths: tuple[str, ...],
+    scenarios: tuple[str, ...],
+    fmt: str,
+    output: str | None,
+    step_regex: str | None,
+) -> None:
+    """What fixing it would buy: replay the run graph with a change (docs/whatif.md).
+
+    \b
+    Examples:
+      traceoverlap whatif runs/slow_rank/
+      traceoverlap whatif runs/job/ --scenario fix-rank:3 --scenario comm-speed:2
+      traceoverlap whatif runs/job/ --format json -o whatif.json
+    """
+    from .reporters.whatif_report import render_json, render_text
+    from .whatif import load_graph, what_if
+
+    w = what_if(load_graph(list(paths), step_regex=step_regex), scenarios or None)
+    write_text(render_json(w) if fmt == "json" else render_text(w), output)
+
+
 # --- profile and demo (issue 3) -------------------------------------------------------------
 
 

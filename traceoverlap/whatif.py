@@ -59,6 +59,13 @@ class WhatIf:
     fix_rank: tuple[ScenarioResult, ...]
     notes: tuple[str, ...] = field(default=())
     rounds: int = 0
+    #: overlap tax (§4): run total, the comm-covered compute it is part of, per family, and per
+    #: step the mean over ranks; findings when the tax eats a quarter of the saving
+    tax_ns: int = 0
+    tax_overlap_ns: int = 0
+    tax_by_family_ns: tuple[tuple[str, int], ...] = ()
+    tax_steps_ns: tuple[float | None, ...] = ()
+    findings: tuple[str, ...] = ()
 
 
 def load_graph(paths: str | Path | Sequence[str | Path], step_regex: str | None = None) -> RunGraph:
@@ -198,7 +205,7 @@ def _result(g: RunGraph, name: str, st: StepTimes, base: float | None) -> Scenar
 def what_if(g: RunGraph, scenarios: Iterable[str] | None = None) -> WhatIf:
     """Identity replay (its error per step) and the scenarios (default: :func:`default_scenarios`),
     plus one ``fix-rank:R`` per rank."""
-    from .tax import node_tax
+    from .tax import node_tax, tax_table
 
     names = list(scenarios) if scenarios else default_scenarios(g)
     for n in names:
@@ -218,6 +225,13 @@ def what_if(g: RunGraph, scenarios: Iterable[str] | None = None) -> WhatIf:
         for r in np.unique(g.unit_rank).tolist():
             n = f"fix-rank:{r}"
             fix.append(_result(g, n, _run(g, scenario_params(g, p, n, tax))[0], base))
+    tt = tax_table(g)
+    present = g.win_start_ns >= 0
+    cnt = present.sum(axis=0)
+    tax_steps = tuple(
+        float(t) / int(c) if c else None
+        for t, c in zip(np.where(present, tt.step_tax_ns, 0).sum(axis=0), cnt, strict=True)
+    )
     notes = list(g.notes)
     if not s.settled:
         notes.append(f"the replay did not settle in {s.rounds} rounds: its times are a lower bound")
@@ -236,6 +250,11 @@ def what_if(g: RunGraph, scenarios: Iterable[str] | None = None) -> WhatIf:
         fix_rank=tuple(sorted(fix, key=lambda r: -(r.speedup or 0))),
         notes=tuple(notes),
         rounds=s.rounds,
+        tax_ns=int(tt.step_tax_ns.sum()),
+        tax_overlap_ns=int(tt.step_overlap_ns.sum()),
+        tax_by_family_ns=tuple(sorted(tt.family_tax_ns.items(), key=lambda kv: -kv[1])),
+        tax_steps_ns=tax_steps,
+        findings=tt.findings,
     )
 
 
