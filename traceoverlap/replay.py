@@ -73,9 +73,9 @@ def _arrivals(g: RunGraph, start: I64) -> tuple[I64, I64]:
     k = inv.astype(np.int64) * max(g.n_units, 1) + g.unit[m]
     first = np.full(keys.size * max(g.n_units, 1), np.iinfo(np.int64).max, dtype=np.int64)
     np.minimum.at(first, k, start[m])
-    first = first.reshape(keys.size, max(g.n_units, 1))
-    present = first != np.iinfo(np.int64).max
-    arr = np.where(present, first, NEG).max(axis=1)
+    table = first.reshape(keys.size, max(g.n_units, 1))
+    present = table != np.iinfo(np.int64).max
+    arr = np.where(present, table, NEG).max(axis=1)
     return arr.astype(np.int64), dense
 
 

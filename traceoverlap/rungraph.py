@@ -259,7 +259,9 @@ class _Nodes:
 
     def is_wait(self) -> npt.NDArray[np.bool_]:
         w = np.array([bool(WAIT_RE.search(s)) for s in self.names], dtype=bool)
-        return (self.kind == LAUNCH) & (w[self.name] if w.size else False)
+        if w.size == 0:
+            return np.zeros(self.kind.size, dtype=bool)
+        return np.asarray((self.kind == LAUNCH) & w[self.name], dtype=bool)
 
 
 def _enclosing(nodes: _Nodes, lane: I64, t: I64) -> I64:
@@ -548,7 +550,7 @@ def _positions(unit: I64, window: I64, role: I64, kind: npt.NDArray[np.int8]) ->
     df = pd.DataFrame({"u": unit, "w": window, "r": role, "k": kind})
     ordinal = df.groupby(["u", "w", "r", "k"], sort=False).cumcount().to_numpy()
     key = pd.DataFrame({"w": window, "r": role, "k": kind, "o": ordinal})
-    return key.groupby(["w", "r", "k", "o"], sort=False).ngroup().to_numpy().astype(np.int64)
+    return np.asarray(key.groupby(["w", "r", "k", "o"], sort=False).ngroup(), dtype=np.int64)
 
 
 def _sorted_graph(

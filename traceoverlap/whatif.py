@@ -17,7 +17,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from .errors import TraceFormatError, UsageError
-from .model import Kind
+from .model import Kind, Timeline
 from .replay import Params, Schedule, StepTimes, observed_params, replay, step_times
 from .rungraph import LAUNCH, RunGraph, UnitGraph, join_graphs
 
@@ -82,9 +82,34 @@ def load_graph(paths: str | Path | Sequence[str | Path], step_regex: str | None 
         for u in map_graph_file(str(f), options, rules):
             assert isinstance(u, UnitGraph)
             units.append(u)
+    return _joined(units, str(paths))
+
+
+def graph_of(timelines: Sequence[Timeline], step_regex: str | None = None) -> RunGraph:
+    """The run graph of in-memory Timelines (one per rank, or one holding several)."""
+    from .classify import Rules, comm_call_mask, kinds
+    from .model import split_units
+    from .options import build_options
+    from .rungraph import unit_graph
+    from .steps import assign_steps
+
+    options = build_options(step_regex=step_regex)
+    rules = Rules()
+    units = []
+    for t in timelines:
+        for u in split_units(t):
+            kind = kinds(u, rules)
+            steps = assign_steps(u, kind, options)
+            units.append(
+                unit_graph(u, kind, steps, None if steps.gpu else comm_call_mask(u, rules))
+            )
+    return _joined(units, "<timeline>")
+
+
+def _joined(units: list[UnitGraph], where: str) -> RunGraph:
     units.sort(key=lambda u: (u.trace.rank, -1 if u.trace.device is None else u.trace.device))
     if not units or not any(u.labels for u in units):
-        raise TraceFormatError(str(paths), "no step found to replay", "check --step-regex")
+        raise TraceFormatError(where, "no step found to replay", "check the step regex")
     return join_graphs(units)
 
 

@@ -1,0 +1,166 @@
+"""The run graph, its replay and the counterfactuals (docs/whatif.md), on hand-built runs with
+the answer derived in comments, and identity replay on every fixture and real trace."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from builders import MS, cpu_timeline
+from conftest import real_trace
+from traceoverlap.cli import main
+from traceoverlap.replay import observed_params, replay, step_times
+from traceoverlap.tax import node_tax, tax_table
+from traceoverlap.whatif import graph_of, load_graph, scenario_params, what_if
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "workloads"
+US = 1_000
+
+
+def _rank(r: int, mm_ms: int) -> list[tuple[str, str, str, int, int]]:
+    """A gloo-style step: compute, launch an all-reduce, block in it, compute again.
+
+    main thread: aten::mm [0, mm), c10d::allreduce_ [mm, mm + 0.1), aten::add [50.05, 55) (ms);
+    gloo thread: gloo:all_reduce [mm + 0.1, 50). Step marker [0, 60)."""
+    m = mm_ms * MS
+    return [
+        ("annotation", "ProfilerStep#1", "", 0, 60 * MS),
+        ("cpu_op", "aten::mm", "", 0, m),
+        ("cpu_op", "c10d::allreduce_", "", m, m + 100 * US),
+        ("annotation", "gloo:all_reduce", "pt_gloo_runloop", m + 100 * US, 50 * MS),
+        ("cpu_op", "aten::add", "", 50 * MS + 50 * US, 55 * MS),
+    ]
+
+
+def _straggler_run() -> list[object]:
+    # rank 0's mm takes 10 ms, rank 1's 40 ms: rank 0 waits in the all-reduce for rank 1, whose
+    # arrival (40.1 ms) is the last; the transfer after it is 50 - 40.1 = 9.9 ms on both.
+    return [cpu_timeline(_rank(0, 10), rank=0), cpu_timeline(_rank(1, 40), rank=1)]
+
+
+def _scenario_ms(name: str) -> float:
+    g = graph_of(_straggler_run())  # type: ignore[arg-type]
+    p = scenario_params(g, observed_params(g), name)
+    st = step_times(g, replay(g, p))
+    return float(st.run_replayed_ns[0]) / MS
+
+
+def test_graph_has_launch_collective_and_blocking_edges() -> None:
+    g = graph_of(_straggler_run())  # type: ignore[arg-type]
+    # per rank: mm, the call, add on the main thread + the all-reduce on the gloo thread
+    assert g.start_ns.size == 8
+    # per rank: a launch edge (call -> all-reduce) and a blocking edge (all-reduce -> add, the
+    # add starts 0.05 ms after the end, within min(1 % of its duration, 0.5 ms): rank 1's
+    # all-reduce lasts 9.9 ms, 1 % = 0.099 ms)
+    assert g.src.size == 4
+    assert (g.inst >= 0).sum() == 2 and np.unique(g.inst[g.inst >= 0]).size == 1
+
+
+def test_identity_reproduces_the_hand_built_run() -> None:
+    w = what_if(graph_of(_straggler_run()), ["replay"])  # type: ignore[arg-type]
+    assert w.median_error_ratio == 0.0 and w.max_error_ratio == 0.0
+    assert w.observed_ns[0] == 60 * MS
+
+
+def test_fix_rank_removes_the_straggler() -> None:
+    # rank 1's mm takes rank 0's 10 ms: both arrive at 10.1, end at 10.1 + 9.9 = 20, add runs
+    # 20.05-25 instead of 50.05-55: both steps end 30 ms earlier: 60 - 30 = 30 ms
+    assert _scenario_ms("fix-rank:1") == pytest.approx(30.0)
+    # fixing rank 0 (already the fast one: rank 1 has no faster peer) changes nothing
+    assert _scenario_ms("fix-rank:0") == pytest.approx(60.0)
+    # with two ranks the median of (10, 40) is 25 ms: arrivals 25.1, end 35, add ends 40: 45 ms
+    assert _scenario_ms("no-straggler") == pytest.approx(45.0)
+
+
+def test_comm_scenarios() -> None:
+    # comm-speed:2: the 9.9 ms after the last arrival halves: ends 40.1 + 4.95 = 45.05, step
+    # 60 - 4.95 = 55.05 ms
+    assert _scenario_ms("comm-speed:2") == pytest.approx(55.05)
+    # hide:AllReduce: the transfer delays nothing: ends at the last arrival, step 60 - 9.9
+    assert _scenario_ms("hide:AllReduce") == pytest.approx(50.1)
+    # no-host-gaps: the main thread's gaps go (add's 0.05 ms after the all-reduce): 59.95 ms
+    assert _scenario_ms("no-host-gaps") == pytest.approx(59.95)
+
+
+def _taxed_rank() -> list[tuple[str, str, str, int, int]]:
+    # main thread: k alone at [0,1) [2,3) [4,5) ms; k under the all-reduce [10, 30) at
+    # [11,13) [14,16) [17,19): 2 ms instead of the alone median 1 ms: tax 3 x 1 = 3 ms
+    ev = [("annotation", "ProfilerStep#1", "", 0, 40 * MS)]
+    ev += [("cpu_op", "k", "", a * MS, (a + 1) * MS) for a in (0, 2, 4)]
+    ev += [("cpu_op", "k", "", a * MS, (a + 2) * MS) for a in (11, 14, 17)]
+    ev += [("annotation", "gloo:all_reduce", "pt_gloo_runloop", 10 * MS, 30 * MS)]
+    return ev
+
+
+def test_overlap_tax_and_finding() -> None:
+    g = graph_of([cpu_timeline(_taxed_rank())])
+    assert int(node_tax(g).sum()) == 3 * MS
+    t = tax_table(g)
+    # overlap of compute with comm: the three 2 ms ops = 6 ms; tax 3 ms >= a quarter of it
+    assert int(t.step_overlap_ns.sum()) == 6 * MS and int(t.step_tax_ns.sum()) == 3 * MS
+    assert t.family_tax_ns == {"AllReduce": 3 * MS}
+    assert len(t.findings) == 1 and "net gain 3.0 ms" in t.findings[0]
+    # no-overlap-tax: each taxed op runs 1 ms; they were not on the step's critical end
+    # (the step ends with its marker), so the step keeps 40 ms
+    w = what_if(g, ["no-overlap-tax"])
+    assert w.scenarios[0].step_ns == pytest.approx(40 * MS)
+
+
+def test_tax_needs_three_on_each_side() -> None:
+    ev = [e for e in _taxed_rank() if not (e[1] == "k" and e[3] == 4 * MS)]  # 2 alone left
+    assert int(node_tax(graph_of([cpu_timeline(ev)])).sum()) == 0
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in FIXTURES.iterdir() if p.is_dir()))
+def test_identity_on_fixtures(name: str) -> None:
+    w = what_if(load_graph(FIXTURES / name), ["replay"])
+    assert w.median_error_ratio is not None and w.median_error_ratio <= 0.02
+    assert w.max_error_ratio is not None and w.max_error_ratio <= 0.05
+
+
+@pytest.mark.parametrize("rel", ["kineto/dlrm_v100_8rank", "nsys/fsdp_2gpu_h100.sqlite"])
+def test_identity_on_real_traces(rel: str) -> None:
+    g = load_graph(real_trace(rel))
+    assert np.unique(g.unit_rank).size >= 2
+    w = what_if(g, ["replay"])
+    assert w.median_error_ratio is not None and w.median_error_ratio <= 0.02
+    assert w.max_error_ratio is not None and w.max_error_ratio <= 0.05
+
+
+def test_cli_json_schema_and_scenarios() -> None:
+    res = CliRunner().invoke(
+        main,
+        [
+            "whatif",
+            str(FIXTURES / "slow_rank"),
+            "--format",
+            "json",
+            "--scenario",
+            "replay",
+            "--scenario",
+            "fix-rank:1",
+            "--scenario",
+            "comm-speed:2",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    assert set(doc) >= {"schema_version", "replay", "scenarios"}
+    assert set(doc["replay"]) >= {"median_error_ratio", "max_error_ratio", "steps"}
+    assert [s["name"] for s in doc["scenarios"]] == ["replay", "fix-rank:1", "comm-speed:2"]
+    assert doc["scenarios"][0]["speedup"] == pytest.approx(1.0)
+    # rank 1 sleeps 40 ms per step: making it run like rank 0 must buy time
+    assert doc["scenarios"][1]["speedup"] > 1.2
+
+
+def test_cli_text_and_bad_input(tmp_path: Path) -> None:
+    res = CliRunner().invoke(main, ["whatif", str(FIXTURES / "naive")])
+    assert res.exit_code == 0 and "Fixing rank R buys" in res.output
+    bad = CliRunner().invoke(main, ["whatif", str(FIXTURES / "naive"), "--scenario", "x"])
+    assert bad.exit_code == 2 and "unknown scenario 'x'" in bad.output
+    missing = CliRunner().invoke(main, ["whatif", str(tmp_path / "nope.json")])
+    assert missing.exit_code != 0 and "Traceback" not in missing.output
