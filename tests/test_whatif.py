@@ -8,10 +8,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
-
 from builders import MS, cpu_timeline
+from click.testing import CliRunner
 from conftest import real_trace
+
 from traceoverlap.cli import main
 from traceoverlap.replay import observed_params, replay, step_times
 from traceoverlap.tax import node_tax, tax_table
