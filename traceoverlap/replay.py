@@ -60,23 +60,47 @@ def _lane_first(lane: I64) -> npt.NDArray[np.bool_]:
     return first
 
 
-def _arrivals(g: RunGraph, start: I64) -> tuple[I64, I64]:
-    """Per matched instance (dense id): the latest first-node start over its units; and per node
-    the dense instance id (-1 none)."""
-    m = g.inst >= 0
+@dataclass(frozen=True)
+class _Members:
+    """Matched collective nodes: per node its dense instance (-1 none); per matched node its
+    (instance, unit) pair id; per pair its instance."""
+
+    dense: I64
+    nodes: I64
+    pair: I64
+    pair_inst: I64
+    n_inst: int
+
+
+def _members(g: RunGraph) -> _Members:
+    m = np.flatnonzero(g.inst >= 0)
     dense = np.full(g.inst.size, -1, dtype=np.int64)
-    if not m.any():
-        return np.zeros(0, np.int64), dense
+    if m.size == 0:
+        z = np.zeros(0, np.int64)
+        return _Members(dense, z, z, z, 0)
     keys, inv = np.unique(g.inst[m], return_inverse=True)
     dense[m] = inv
-    # first node of each (instance, unit): min start over the unit's nodes of the instance
-    k = inv.astype(np.int64) * max(g.n_units, 1) + g.unit[m]
-    first = np.full(keys.size * max(g.n_units, 1), np.iinfo(np.int64).max, dtype=np.int64)
-    np.minimum.at(first, k, start[m])
-    table = first.reshape(keys.size, max(g.n_units, 1))
-    present = table != np.iinfo(np.int64).max
-    arr = np.where(present, table, NEG).max(axis=1)
-    return arr.astype(np.int64), dense
+    pk, pair = np.unique(inv.astype(np.int64) * max(g.n_units, 1) + g.unit[m], return_inverse=True)
+    return _Members(
+        dense, m, pair.astype(np.int64), (pk // max(g.n_units, 1)).astype(np.int64), keys.size
+    )
+
+
+def _arrivals_of(mb: _Members, start: I64) -> I64:
+    """Per instance: the latest over its units of the unit's first (earliest) node start."""
+    arr = np.full(mb.n_inst, NEG, dtype=np.int64)
+    if mb.n_inst == 0:
+        return arr
+    first = np.full(mb.pair_inst.size, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first, mb.pair, start[mb.nodes])
+    np.maximum.at(arr, mb.pair_inst, first)
+    return arr
+
+
+def _arrivals(g: RunGraph, start: I64) -> tuple[I64, I64]:
+    """Per matched instance (dense id): its last arrival; and per node its dense id (-1 none)."""
+    mb = _members(g)
+    return _arrivals_of(mb, start), mb.dense
 
 
 def _edge_ready(g: RunGraph, start: I64, end: I64) -> I64:
@@ -143,42 +167,108 @@ def _lane_prefix(p: Params, first: npt.NDArray[np.bool_]) -> I64:
     return (c - lane_base).astype(np.int64)
 
 
+@dataclass
+class _State:
+    start: I64
+    end: I64
+    coll: I64
+
+
+def _round(
+    g: RunGraph, p: Params, idx: I64, mb: _Members, st: _State, edges: tuple[I64, I64]
+) -> bool:
+    """One round over the nodes ``idx`` (a lane-ordered subset): edges and collectives read from
+    the current state, lanes by one cumulative maximum. Returns whether anything moved."""
+    lane = g.lane[idx]
+    first = _lane_first(lane)
+    # a subset's first node of a lane follows that lane's previous node (in an earlier subset)
+    prev = idx - 1
+    carried = first & (prev >= 0) & (g.lane[np.maximum(prev, 0)] == lane)
+    floor = p.floor_ns[idx].copy()
+    pc = prev[carried]
+    floor[carried] = np.maximum(np.maximum(floor[carried], st.end[pc]), st.coll[pc])
+    e_in, ee_in = edges
+    ready = np.full(idx.size, NEG, dtype=np.int64)
+    if e_in.size:
+        val = np.where(g.src_start[e_in], st.start[g.src[e_in]], st.end[g.src[e_in]]) + g.gap[e_in]
+        np.maximum.at(ready, np.searchsorted(idx, g.dst[e_in]), val)
+    prev_coll = np.empty(idx.size, dtype=np.int64)
+    prev_coll[0:1] = NEG
+    prev_coll[1:] = st.coll[idx[:-1]]
+    prev_coll[first] = NEG
+    ready = np.maximum(np.maximum(ready, floor), prev_coll)
+    sub = Params(p.dur_ns[idx], p.slack_ns[idx], p.post_ns[idx], floor)
+    prefix = _lane_prefix(sub, first)
+    new_start = prefix + _seg_cummax(ready + sub.slack_ns - prefix, lane, first)
+    full = st.start.copy() if mb.n_inst else st.start
+    if mb.n_inst:
+        full[idx] = new_start
+    arrival = _arrivals_of(mb, full)
+    d = mb.dense[idx]
+    new_coll = (
+        np.where(d >= 0, arrival[np.maximum(d, 0)] + sub.post_ns, NEG)
+        if arrival.size
+        else np.full(idx.size, NEG, dtype=np.int64)
+    )
+    new_coll = new_coll.astype(np.int64)
+    if ee_in.size:
+        np.maximum.at(
+            new_coll, np.searchsorted(idx, g.edst[ee_in]), st.end[g.esrc[ee_in]] + g.egap[ee_in]
+        )
+    moved = not (
+        np.array_equal(new_start, st.start[idx]) and np.array_equal(new_coll, st.coll[idx])
+    )
+    st.start[idx] = new_start
+    st.coll[idx] = new_coll
+    st.end[idx] = np.maximum(new_start + sub.dur_ns, new_coll)
+    return moved
+
+
+def _settle(
+    g: RunGraph, p: Params, idx: I64, mb: _Members, st: _State, max_rounds: int
+) -> tuple[int, bool]:
+    in_sub = np.zeros(g.start_ns.size, dtype=bool)
+    in_sub[idx] = True
+    edges = (np.flatnonzero(in_sub[g.dst]), np.flatnonzero(in_sub[g.edst]))
+    for r in range(1, max_rounds + 1):
+        if not _round(g, p, idx, mb, st, edges):
+            return r, True
+    return max_rounds, False
+
+
+def _chunks(g: RunGraph) -> list[I64]:
+    """The nodes of each step in step order (steps by their earliest observed start), then the
+    rest: replaying step by step settles each in few rounds."""
+    w = np.where((g.window >= 0) & (g.window < len(g.step_labels)), g.window, -1)
+    if len(g.step_labels) < 2:
+        return []
+    t = np.full(len(g.step_labels), np.iinfo(np.int64).max, dtype=np.int64)
+    ok = w >= 0
+    np.minimum.at(t, w[ok], g.start_ns[ok])
+    rank = np.empty(t.size, dtype=np.int64)
+    rank[np.argsort(t, kind="stable")] = np.arange(t.size)
+    key = np.where(ok, rank[np.maximum(w, 0)], -1)
+    order = np.argsort(key, kind="stable")  # stable: lane order kept inside every chunk
+    bounds = np.searchsorted(key[order], np.arange(-1, t.size + 1))
+    return [np.sort(order[bounds[i] : bounds[i + 1]]) for i in range(bounds.size - 1)]
+
+
 def replay(g: RunGraph, p: Params, max_rounds: int = MAX_ROUNDS) -> Schedule:
-    """The earliest-start schedule of the graph under ``p``."""
+    """The earliest-start schedule of the graph under ``p``: step by step, then the whole run
+    until nothing moves (starts only grow from a lower bound, so this is the least fixpoint)."""
     n = g.start_ns.size
     if n == 0:
         z = np.zeros(0, np.int64)
         return Schedule(z, z, 0, True)
-    first = _lane_first(g.lane)
-    prefix = _lane_prefix(p, first)
-    _, dense = _arrivals(g, g.start_ns)
-    matched = dense >= 0
-    start = np.maximum(p.floor_ns, int(g.start_ns.min()))
-    end = start + p.dur_ns
-    coll_end = np.full(n, NEG, dtype=np.int64)
+    mb = _members(g)
+    start = np.maximum(p.floor_ns, int(g.start_ns.min())).astype(np.int64)
+    st = _State(start, start + p.dur_ns, np.full(n, NEG, dtype=np.int64))
     rounds = 0
-    settled = False
-    while rounds < max_rounds:
-        rounds += 1
-        prev_coll = np.empty_like(coll_end)
-        prev_coll[0:1] = NEG
-        prev_coll[1:] = coll_end[:-1]
-        prev_coll[first] = NEG
-        ready = np.maximum(np.maximum(p.floor_ns, _edge_ready(g, start, end)), prev_coll)
-        new_start = prefix + _seg_cummax(ready + p.slack_ns - prefix, g.lane, first)
-        arrival, _ = _arrivals(g, new_start)
-        new_coll = np.where(
-            matched, arrival[np.maximum(dense, 0)] + p.post_ns if arrival.size else NEG, NEG
-        ).astype(np.int64)
-        if g.edst.size:
-            np.maximum.at(new_coll, g.edst, end[g.esrc] + g.egap)
-        new_end = np.maximum(new_start + p.dur_ns, new_coll)
-        if np.array_equal(new_start, start) and np.array_equal(new_coll, coll_end) and rounds > 1:
-            settled = True
-            break
-        start, end, coll_end = new_start, new_end, new_coll
-    end = np.maximum(start + p.dur_ns, coll_end)
-    return Schedule(start, end, rounds, settled)
+    for idx in _chunks(g):
+        if idx.size:
+            rounds += _settle(g, p, idx, mb, st, max_rounds)[0]
+    r, settled = _settle(g, p, np.arange(n), mb, st, max_rounds)
+    return Schedule(st.start, st.end, rounds + r, settled)
 
 
 @dataclass(frozen=True)
