@@ -5,15 +5,19 @@
     python -m traceoverlap_workloads.make_fixtures --out DIR
     python -m traceoverlap_workloads.make_fixtures --nsys     # <repo>/fixtures/nsys (needs nsys)
 
-Each run: 2 ranks, 1 wait + 1 warmup + 3 active steps, gzipped Kineto traces
-``<name>/rank{0,1}.json.gz`` (100-250 KB each). One folder per strategy on the tiny GPT, plus runs
+Each run: 2 ranks, 1 wait + 1 warmup + 3 active steps unless it says otherwise, gzipped Kineto
+traces ``<name>/rank{r}.json.gz`` (30-120 KB each). One folder per strategy on the tiny GPT, plus runs
 with a planted cause (see fixtures/workloads/README.md):
 
 - ``bucketed_slow``: bucketed, rank 1 sleeps 20 ms before each backward (a straggler);
 - ``slow_rank``: the same with 40 ms: rank 0 waits for rank 1 inside the all-reduces;
 - ``host_delay``: bucketed, every rank sleeps 60 ms on the host between backward and grad_sync
   while its bucket all-reduces are in flight (host-caused exposure, then idle);
-- ``comm_heavy``: naive on the ``comm-heavy`` MLP preset: communication exceeds compute.
+- ``comm_heavy``: naive on the ``comm-heavy`` MLP preset: communication exceeds compute;
+- model parallel (parallel.py): ``tp_slow`` (4 ranks, rank 3 late in TP group {2,3}),
+  ``pipeline``, ``pipeline_slow_last`` (a long last stage), ``fsdp``, ``moe_slow`` (4 ranks);
+- what-if pairs, 8 active steps: ``naive_slow`` / ``naive_8`` and ``overlap_8`` /
+  ``overlap_commoff`` (``--comm off``).
 
 Timings differ from run to run; tests on these files assert what the planted cause guarantees.
 
@@ -40,6 +44,25 @@ RUNS["bucketed_slow"] = ["--strategy", "bucketed", *TINY, "--slow-rank", "1", "-
 RUNS["slow_rank"] = ["--strategy", "bucketed", *TINY, "--slow-rank", "1", "--slow-ms", "40"]
 RUNS["host_delay"] = ["--strategy", "bucketed", *TINY, "--host-delay-ms", "60"]
 RUNS["comm_heavy"] = ["--strategy", "naive", "--model", "mlp", "--preset", "comm-heavy"]
+# Model-parallel runs (parallel.py); the last --world-size / --steps given wins over COMMON's.
+SLOW_FORWARD = ["--slow-phase", "forward"]
+RUNS["tp_slow"] = ["--strategy", "tp", "--world-size", "4", "--slow-rank", "3", "--slow-ms", "40"]
+RUNS["tp_slow"] += SLOW_FORWARD
+RUNS["pipeline"] = ["--strategy", "pipeline"]
+RUNS["pipeline_slow_last"] = ["--strategy", "pipeline", "--slow-rank", "1", "--slow-ms", "10"]
+RUNS["pipeline_slow_last"] += SLOW_FORWARD
+RUNS["fsdp"] = ["--strategy", "fsdp"]
+RUNS["moe_slow"] = ["--strategy", "moe", "--world-size", "4", "--slow-rank", "2", "--slow-ms", "30"]
+RUNS["moe_slow"] += SLOW_FORWARD
+# What-if closed-loop pairs (whatif.md §5): 8 active steps, the same run with and without the
+# cause. The tiny MLP keeps 8 steps of 2 ranks small.
+EIGHT = ["--steps", "8"]
+NAIVE = ["--strategy", "naive", "--model", "mlp", "--batch-size", "512", *EIGHT]
+RUNS["naive_8"] = NAIVE
+RUNS["naive_slow"] = [*NAIVE, "--slow-rank", "1", "--slow-ms", "40"]
+OVERLAP = ["--strategy", "overlap", "--model", "mlp", "--batch-size", "512", *EIGHT]
+RUNS["overlap_8"] = OVERLAP
+RUNS["overlap_commoff"] = [*OVERLAP, "--comm", "off"]
 
 
 NSYS_FIXTURE = "bucketed_cpu_2rank.sqlite"
@@ -90,8 +113,8 @@ def main(argv: list[str] | None = None) -> int:
             sys.executable,
             "-m",
             "traceoverlap_workloads",
-            *RUNS[name],
             *COMMON,
+            *RUNS[name],
             "--out",
             str(target),
         ]
