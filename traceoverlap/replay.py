@@ -30,7 +30,7 @@ from .rungraph import RunGraph
 I64 = npt.NDArray[np.int64]
 NEG = np.int64(-(2**62))
 #: Rounds after which the replay stops and says it did not settle.
-MAX_ROUNDS = 100_000
+MAX_ROUNDS = 10_000
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
 """The overlap tax (docs/whatif.md §4): compute that ran beside communication, slower.
 
 Per unit, a compute node that ran mostly (>= 50 %) under the unit's communication is compared
-with the nodes of the same name on the same unit that ran alone (no communication at all during
-them); with at least :data:`MIN_INSTANCES` on each side, its tax is max(0, duration - the median
+with the nodes of the same name, and the same n-th call of that name in their step (the same op
+of the same layer: the traces keep no shapes), on the same unit in other steps, that ran alone
+(no communication at all during them); with at least :data:`MIN_INSTANCES` on each side, its tax is max(0, duration - the median
 alone duration). The tax of a step is the sum over its nodes, capped by the step's overlap (it is
 time inside ``overlap_ns``). All steps of the rank are "nearby" (the traces hold a few steps).
 """
@@ -64,10 +65,11 @@ def node_tax(g: RunGraph) -> I64:
     dur = (g.end_ns - g.start_ns)[comp]
     under = cov >= UNDER_RATIO * np.maximum(dur, 1)
     alone = cov == 0
-    df = pd.DataFrame(
-        {"u": g.unit[comp], "n": g.name[comp], "d": dur, "under": under, "alone": alone}
-    )
-    key = df.groupby(["u", "n"], sort=False).ngroup().to_numpy()
+    df = pd.DataFrame({"u": g.unit[comp], "n": g.name[comp], "w": g.window[comp], "d": dur})
+    # the same kernel: same name and the same n-th call of that name in its step (the same layer
+    # every step: names alone mix shapes, a first layer's op with a last one's)
+    df["o"] = df.groupby(["u", "w", "n"], sort=False).cumcount()
+    key = df.groupby(["u", "n", "o"], sort=False).ngroup().to_numpy()
     n_under = np.bincount(key, weights=under).astype(np.int64)
     n_alone = np.bincount(key, weights=alone).astype(np.int64)
     alone_med = df[alone].assign(k=key[alone]).groupby("k")["d"].median()
@@ -100,6 +102,10 @@ def tax_table(g: RunGraph) -> TaxTable:
     step_tax = np.bincount(idx, weights=tax[ok], minlength=nu * ns).astype(np.int64)
     step_tax = np.minimum(step_tax, step_overlap)
     fam = _family_tax(g, tax)
+    raw = sum(fam.values())
+    total_capped = int(step_tax.sum())
+    if raw > total_capped > 0:  # the per-step cap applies to the families' shares alike
+        fam = {f: v * total_capped // raw for f, v in fam.items()}
     findings = []
     saved = int(step_overlap.sum())
     total = int(step_tax.sum())
