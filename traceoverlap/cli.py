@@ -262,6 +262,8 @@ def analyze(
 
     conditions = parse_conditions(fail_if)  # validate before the (possibly long) analysis
     result = run_analysis(paths, detail="auto" if html_path else None, **opts)
+    if fmt in ("table", "markdown"):
+        result = with_what_if(result, paths, opts.get("step_regex"))
     if fmt == "json":
         from .reporters.json_report import render as render_json
 
@@ -290,6 +292,27 @@ def analyze(
         from .errors import GateFailed
 
         raise GateFailed("fail-if met: " + "; ".join(failed))
+
+
+def with_what_if(result: Any, paths: tuple[str, ...], step_regex: str | None) -> Any:
+    """The analysis with its top counterfactuals (docs/whatif.md §3) for "What to try"; the run
+    graph is read again, so only for runs of at most :data:`WHATIF_MAX_UNITS` units."""
+    import dataclasses
+
+    from .reporters.whatif_report import top_lines
+    from .whatif import load_graph, what_if
+
+    if len(result.traces) > WHATIF_MAX_UNITS:
+        return result
+    try:
+        w = what_if(load_graph(list(paths), step_regex=step_regex))
+    except TraceoverlapError:
+        return result
+    return dataclasses.replace(result, what_if=tuple(top_lines(w)))
+
+
+#: analyze adds what-if lines to runs of at most this many units (the graph is a second read).
+WHATIF_MAX_UNITS = 64
 
 
 # --- compare --------------------------------------------------------------------------------
