@@ -88,11 +88,16 @@ def _members(g: RunGraph) -> _Members:
 
 def _arrivals_of(mb: _Members, start: I64) -> I64:
     """Per instance: the latest over its units of the unit's first (earliest) node start."""
+    return _arrivals_of_starts(mb, start[mb.nodes])
+
+
+def _arrivals_of_starts(mb: _Members, member_start: I64) -> I64:
+    """:func:`_arrivals_of` from the starts of the collective nodes (in ``mb.nodes`` order)."""
     arr = np.full(mb.n_inst, NEG, dtype=np.int64)
     if mb.n_inst == 0:
         return arr
     first = np.full(mb.pair_inst.size, np.iinfo(np.int64).max, dtype=np.int64)
-    np.minimum.at(first, mb.pair, start[mb.nodes])
+    np.minimum.at(first, mb.pair, member_start)
     np.maximum.at(arr, mb.pair_inst, first)
     return arr
 
@@ -174,64 +179,98 @@ class _State:
     coll: I64
 
 
-def _round(
-    g: RunGraph, p: Params, idx: I64, mb: _Members, st: _State, edges: tuple[I64, I64]
-) -> bool:
-    """One round over the nodes ``idx`` (a lane-ordered subset): edges and collectives read from
-    the current state, lanes by one cumulative maximum. Returns whether anything moved."""
+@dataclass(frozen=True)
+class _Sub:
+    """What a round over the nodes ``idx`` (a lane-ordered subset) reuses: lane starts, the lane
+    predecessors in earlier subsets, the edges into the subset (with their targets' positions),
+    the lane prefix, and where its collective nodes sit among all collective nodes."""
+
+    idx: I64
+    first: npt.NDArray[np.bool_]
+    carried: npt.NDArray[np.bool_]
+    pc: I64
+    e_in: I64
+    e_pos: I64
+    ee_in: I64
+    ee_pos: I64
+    prefix: I64
+    d: I64
+    msel: npt.NDArray[np.bool_]
+    mpos: I64
+
+
+def _sub(g: RunGraph, p: Params, idx: I64, mb: _Members, node_pos: I64) -> _Sub:
     lane = g.lane[idx]
     first = _lane_first(lane)
-    # a subset's first node of a lane follows that lane's previous node (in an earlier subset)
     prev = idx - 1
     carried = first & (prev >= 0) & (g.lane[np.maximum(prev, 0)] == lane)
+    in_sub = np.zeros(g.start_ns.size, dtype=bool)
+    in_sub[idx] = True
+    e_in = np.flatnonzero(in_sub[g.dst])
+    ee_in = np.flatnonzero(in_sub[g.edst])
+    sub = Params(p.dur_ns[idx], p.slack_ns[idx], p.post_ns[idx], p.floor_ns[idx])
+    d = mb.dense[idx]
+    msel = d >= 0
+    return _Sub(
+        idx=idx,
+        first=first,
+        carried=carried,
+        pc=prev[carried],
+        e_in=e_in,
+        e_pos=np.searchsorted(idx, g.dst[e_in]),
+        ee_in=ee_in,
+        ee_pos=np.searchsorted(idx, g.edst[ee_in]),
+        prefix=_lane_prefix(sub, first),
+        d=d,
+        msel=msel,
+        mpos=node_pos[idx[msel]],
+    )
+
+
+def _round(g: RunGraph, p: Params, sb: _Sub, mb: _Members, st: _State) -> bool:
+    """One round over a subset: edges and collectives read from the current state, lanes by one
+    cumulative maximum. Returns whether anything moved."""
+    idx = sb.idx
     floor = p.floor_ns[idx].copy()
-    pc = prev[carried]
-    floor[carried] = np.maximum(np.maximum(floor[carried], st.end[pc]), st.coll[pc])
-    e_in, ee_in = edges
+    # a subset's first node of a lane follows that lane's previous node (in an earlier subset)
+    floor[sb.carried] = np.maximum(np.maximum(floor[sb.carried], st.end[sb.pc]), st.coll[sb.pc])
     ready = np.full(idx.size, NEG, dtype=np.int64)
-    if e_in.size:
-        val = np.where(g.src_start[e_in], st.start[g.src[e_in]], st.end[g.src[e_in]]) + g.gap[e_in]
-        np.maximum.at(ready, np.searchsorted(idx, g.dst[e_in]), val)
+    if sb.e_in.size:
+        e = sb.e_in
+        val = np.where(g.src_start[e], st.start[g.src[e]], st.end[g.src[e]]) + g.gap[e]
+        np.maximum.at(ready, sb.e_pos, val)
     prev_coll = np.empty(idx.size, dtype=np.int64)
     prev_coll[0:1] = NEG
     prev_coll[1:] = st.coll[idx[:-1]]
-    prev_coll[first] = NEG
+    prev_coll[sb.first] = NEG
     ready = np.maximum(np.maximum(ready, floor), prev_coll)
-    sub = Params(p.dur_ns[idx], p.slack_ns[idx], p.post_ns[idx], floor)
-    prefix = _lane_prefix(sub, first)
-    new_start = prefix + _seg_cummax(ready + sub.slack_ns - prefix, lane, first)
-    full = st.start.copy() if mb.n_inst else st.start
-    if mb.n_inst:
-        full[idx] = new_start
-    arrival = _arrivals_of(mb, full)
-    d = mb.dense[idx]
-    new_coll = (
-        np.where(d >= 0, arrival[np.maximum(d, 0)] + sub.post_ns, NEG)
-        if arrival.size
-        else np.full(idx.size, NEG, dtype=np.int64)
-    )
-    new_coll = new_coll.astype(np.int64)
-    if ee_in.size:
-        np.maximum.at(
-            new_coll, np.searchsorted(idx, g.edst[ee_in]), st.end[g.esrc[ee_in]] + g.egap[ee_in]
-        )
+    new_start = sb.prefix + _seg_cummax(ready + p.slack_ns[idx] - sb.prefix, g.lane[idx], sb.first)
+    new_coll = np.full(idx.size, NEG, dtype=np.int64)
+    if mb.n_inst and sb.msel.any():
+        ms = st.start[mb.nodes]
+        ms[sb.mpos] = new_start[sb.msel]
+        arrival = _arrivals_of_starts(mb, ms)
+        new_coll[sb.msel] = arrival[sb.d[sb.msel]] + p.post_ns[idx[sb.msel]]
+    if sb.ee_in.size:
+        ee = sb.ee_in
+        np.maximum.at(new_coll, sb.ee_pos, st.end[g.esrc[ee]] + g.egap[ee])
     moved = not (
         np.array_equal(new_start, st.start[idx]) and np.array_equal(new_coll, st.coll[idx])
     )
     st.start[idx] = new_start
     st.coll[idx] = new_coll
-    st.end[idx] = np.maximum(new_start + sub.dur_ns, new_coll)
+    st.end[idx] = np.maximum(new_start + p.dur_ns[idx], new_coll)
     return moved
 
 
 def _settle(
     g: RunGraph, p: Params, idx: I64, mb: _Members, st: _State, max_rounds: int
 ) -> tuple[int, bool]:
-    in_sub = np.zeros(g.start_ns.size, dtype=bool)
-    in_sub[idx] = True
-    edges = (np.flatnonzero(in_sub[g.dst]), np.flatnonzero(in_sub[g.edst]))
+    node_pos = np.full(g.start_ns.size, -1, dtype=np.int64)
+    node_pos[mb.nodes] = np.arange(mb.nodes.size)
+    sb = _sub(g, p, idx, mb, node_pos)
     for r in range(1, max_rounds + 1):
-        if not _round(g, p, idx, mb, st, edges):
+        if not _round(g, p, sb, mb, st):
             return r, True
     return max_rounds, False
 

@@ -227,6 +227,35 @@ def _result(g: RunGraph, name: str, st: StepTimes, base: float | None) -> Scenar
     return ScenarioResult(name, step, speedup, changed, ranks, colls, per, note)
 
 
+#: At most this many ranks get a "fixing rank R buys" row.
+FIX_RANK_ROWS = 8
+
+
+def ranks_that_matter(g: RunGraph, p: Params, n: int = FIX_RANK_ROWS) -> list[int]:
+    """The ``n`` ranks whose own work (durations and gaps of their non-collective nodes) is the
+    longest: the ones whose fixing can buy the most."""
+    own = (g.inst < 0).astype(np.int64)
+    work = np.bincount(g.unit, weights=(p.dur_ns + p.slack_ns) * own, minlength=g.n_units)
+    per_rank = pd.Series(work).groupby(g.unit_rank).sum().sort_values(ascending=False)
+    return [int(r) for r in per_rank.index[:n]]
+
+
+def _merge_notes(notes: Sequence[str]) -> list[str]:
+    """Per-rank notes that say the same thing, said once with the ranks listed."""
+    same: dict[str, list[str]] = {}
+    out: list[str] = []
+    for note in notes:
+        m = re.match(r"^rank (\d+): (.*)$", note)
+        if m is None:
+            out.append(note)
+            continue
+        if m.group(2) not in same:
+            same[m.group(2)] = []
+            out.append(m.group(2))
+        same[m.group(2)].append(m.group(1))
+    return [f"rank(s) {', '.join(same[x])}: {x}" if x in same else x for x in out]
+
+
 def what_if(g: RunGraph, scenarios: Iterable[str] | None = None) -> WhatIf:
     """Identity replay (its error per step) and the scenarios (default: :func:`default_scenarios`),
     plus one ``fix-rank:R`` per rank."""
@@ -247,7 +276,7 @@ def what_if(g: RunGraph, scenarios: Iterable[str] | None = None) -> WhatIf:
     results = [_result(g, n, _run(g, scenario_params(g, p, n, tax))[0], base) for n in names]
     fix = []
     if np.unique(g.unit_rank).size >= 2:
-        for r in np.unique(g.unit_rank).tolist():
+        for r in ranks_that_matter(g, p):
             n = f"fix-rank:{r}"
             fix.append(_result(g, n, _run(g, scenario_params(g, p, n, tax))[0], base))
     tt = tax_table(g)
@@ -257,7 +286,7 @@ def what_if(g: RunGraph, scenarios: Iterable[str] | None = None) -> WhatIf:
         float(t) / int(c) if c else None
         for t, c in zip(np.where(present, tt.step_tax_ns, 0).sum(axis=0), cnt, strict=True)
     )
-    notes = list(g.notes)
+    notes = _merge_notes(g.notes)
     if not s.settled:
         notes.append(f"the replay did not settle in {s.rounds} rounds: its times are a lower bound")
 
