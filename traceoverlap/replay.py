@@ -177,6 +177,7 @@ class _State:
     start: I64
     end: I64
     coll: I64
+    t0: int
 
 
 @dataclass(frozen=True)
@@ -243,7 +244,8 @@ def _round(g: RunGraph, p: Params, sb: _Sub, mb: _Members, st: _State) -> bool:
     prev_coll[0:1] = NEG
     prev_coll[1:] = st.coll[idx[:-1]]
     prev_coll[sb.first] = NEG
-    ready = np.maximum(np.maximum(ready, floor), prev_coll)
+    # every start is >= the run's first start: clamping keeps the lane maxima in a narrow range
+    ready = np.maximum(np.maximum(np.maximum(ready, floor), prev_coll), st.t0)
     new_start = sb.prefix + _seg_cummax(ready + p.slack_ns[idx] - sb.prefix, g.lane[idx], sb.first)
     new_coll = np.full(idx.size, NEG, dtype=np.int64)
     if mb.n_inst and sb.msel.any():
@@ -301,7 +303,7 @@ def replay(g: RunGraph, p: Params, max_rounds: int = MAX_ROUNDS) -> Schedule:
         return Schedule(z, z, 0, True)
     mb = _members(g)
     start = np.maximum(p.floor_ns, int(g.start_ns.min())).astype(np.int64)
-    st = _State(start, start + p.dur_ns, np.full(n, NEG, dtype=np.int64))
+    st = _State(start, start + p.dur_ns, np.full(n, NEG, dtype=np.int64), int(start.min()))
     rounds = 0
     for idx in _chunks(g):
         if idx.size:
