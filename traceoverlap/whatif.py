@@ -213,7 +213,7 @@ def default_scenarios(g: RunGraph) -> list[str]:
     names = ["replay"]
     if np.unique(g.unit_rank).size >= 2:
         names.append("no-straggler")
-    names += [f"hide:{f}" for f in g.families if f]
+    names += [f"hide:{f}" for f in g.families if f and f != "Other"]
     names += ["comm-speed:2", "no-host-gaps", "no-overlap-tax"]
     return names
 
