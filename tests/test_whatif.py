@@ -160,6 +160,10 @@ def test_cli_json_schema_and_scenarios() -> None:
     assert doc["scenarios"][0]["speedup"] == pytest.approx(1.0)
     # rank 1 sleeps 40 ms per step: making it run like rank 0 must buy time
     assert doc["scenarios"][1]["speedup"] > 1.2
+    tax = doc["overlap_tax"]
+    assert 0 <= tax["total_ns"] <= tax["overlap_ns"]
+    for row in tax["rank_steps"]:
+        assert 0 <= row["overlap_tax_ns"] <= row["compute_under_comm_ns"]
 
 
 def test_cli_text_and_bad_input(tmp_path: Path) -> None:
@@ -230,3 +234,24 @@ def test_closed_loop_on_four_ranks(tmp_path: Path) -> None:
     for s in w.scenarios:
         assert s.step_ns is not None
         assert abs(s.step_ns - measured) / measured <= 0.20, (s.name, s.step_ns, measured)
+
+
+def test_gpu_launch_edges_and_host_gaps() -> None:
+    from builders import gpu_timeline
+
+    # kernel A [10, 20) ms launched at 0, kernel B [30, 40) ms launched at 25 ms, one stream:
+    # B waited for its launch (ready at 25, started 5 ms later: its own latency, kept). The
+    # host gap before B's launch (25 ms - 1 ns) is what no-host-gaps removes: B's launch at 1 ns,
+    # B ready when A ends (20 ms), starts 5 ms later at 25 ms: the step ends 5 ms earlier.
+    t = gpu_timeline(
+        [("A", 7, 10 * MS, 20 * MS), ("B", 7, 30 * MS, 40 * MS)],
+        steps=[("ProfilerStep#1", 0, 50 * MS)],
+        launch_at=[0, 25 * MS],
+    )
+    g = graph_of([t])
+    assert g.start_ns.size == 4 and g.src.size == 2  # 2 kernels, 2 launches, 2 launch edges
+    p = observed_params(g)
+    base = step_times(g, replay(g, p))
+    fast = step_times(g, replay(g, scenario_params(g, p, "no-host-gaps")))
+    assert base.replayed_ns[0, 0] == base.observed_ns[0, 0]
+    assert base.replayed_ns[0, 0] - fast.replayed_ns[0, 0] == 5 * MS

@@ -66,6 +66,8 @@ class WhatIf:
     tax_by_family_ns: tuple[tuple[str, int], ...] = ()
     tax_steps_ns: tuple[float | None, ...] = ()
     findings: tuple[str, ...] = ()
+    #: per (rank, step) with compute under communication: (rank, step, overlap_tax_ns, overlap)
+    tax_rank_steps: tuple[tuple[int, str, int, int], ...] = ()
 
 
 def load_graph(paths: str | Path | Sequence[str | Path], step_regex: str | None = None) -> RunGraph:
@@ -309,6 +311,15 @@ def what_if(g: RunGraph, scenarios: Iterable[str] | None = None) -> WhatIf:
         tax_by_family_ns=tuple(sorted(tt.family_tax_ns.items(), key=lambda kv: -kv[1])),
         tax_steps_ns=tax_steps,
         findings=tt.findings,
+        tax_rank_steps=tuple(
+            (
+                int(g.unit_rank[u]),
+                g.step_labels[k],
+                int(tt.step_tax_ns[u, k]),
+                int(tt.step_overlap_ns[u, k]),
+            )
+            for u, k in zip(*np.nonzero(present & (tt.step_overlap_ns > 0)), strict=True)
+        ),
     )
 
 

@@ -104,6 +104,10 @@ def to_dict(w: WhatIf) -> dict[str, Any]:
             "overlap_ns": w.tax_overlap_ns,
             "by_family_ns": dict(w.tax_by_family_ns),
             "steps_ns": list(w.tax_steps_ns),
+            "rank_steps": [
+                {"rank": r, "step": st, "overlap_tax_ns": t, "compute_under_comm_ns": o}
+                for r, st, t, o in w.tax_rank_steps
+            ],
         },
         "findings": list(w.findings),
         "notes": list(w.notes),
@@ -132,4 +136,4 @@ def top_lines(w: WhatIf, n: int = 3) -> list[str]:
         )
         if len(out) == n:
             break
-    return out
+    return out + [f"overlap tax: {f}" for f in w.findings]
