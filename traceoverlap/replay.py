@@ -18,13 +18,12 @@ are joined per round, until nothing moves (a fixpoint: starts only grow from a l
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from .model import Kind
 from .rungraph import RunGraph
 
 I64 = npt.NDArray[np.int64]
@@ -364,9 +363,4 @@ def step_times(g: RunGraph, s: Schedule) -> StepTimes:
     return StepTimes(observed, replayed, run_obs, run_rep)
 
 
-def with_changes(p: Params, **arrays: I64) -> Params:
-    """A copy of ``p`` with some arrays replaced."""
-    return replace(p, **arrays)
-
-
-__all__ = ["Kind", "Params", "Schedule", "StepTimes", "observed_params", "replay", "step_times"]
+__all__ = ["Params", "Schedule", "StepTimes", "observed_params", "replay", "step_times"]

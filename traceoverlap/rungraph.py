@@ -16,7 +16,9 @@ Edges:
    point-to-point pairs are instances of two members, so the recv ends no earlier than the send
    starts + transfer;
 5. blocking calls (CPU units, diagnosis.md §8): a compute thread's next op that starts within 1 %
-   of a communication's duration (at most 0.5 ms) after it ends depends on that end.
+   of a communication's duration (at most 0.5 ms) after it ends depends on that end; a wait call,
+   and an op that launched a collective from inside and ended after it, end no earlier than the
+   collective's end (plus what followed it in the trace).
 
 The reduce (:func:`join_graphs`) concatenates the units, puts them on one clock (offsets from
 collective end times, as the matching does) and numbers the matched instances across units.
@@ -194,6 +196,11 @@ def unit_graph(
         lp_src, lp_gap = _launch_points(ev, calls, rows, lane_codes, nodes)
         ls, ld, lg = _launch_edges(nodes, lp_src, lp_gap)
         esrc, edst = _wait_edges(nodes)
+        # an op that launched a collective from inside and ended after it (a blocking call
+        # inside an autograd Function, a synchronous all_reduce in a module) waited for it
+        inside = (nodes.kind[ls] != LAUNCH) & (nodes.end[ld] <= nodes.end[ls])
+        esrc = np.concatenate([esrc, ld[inside]])
+        edst = np.concatenate([edst, ls[inside]])
         egap = (nodes.end[edst] - nodes.end[esrc]).astype(np.int64)
         src = np.concatenate([src, bs, ls])
         dst = np.concatenate([dst, bd, ld])
@@ -201,6 +208,12 @@ def unit_graph(
         src_start = np.concatenate(
             [src_start, np.zeros(bs.size, dtype=bool), np.ones(ls.size, dtype=bool)]
         )
+        if (all_kind == LAUNCH).any() and not (all_kind == Kind.COMM).any():
+            notes.append(
+                f"rank {unit.traces[0].rank}: communication calls but no communication activity "
+                "(gloo point-to-point leaves none): its waits are host gaps to the replay, so "
+                "no-host-gaps and the straggler scenarios are not predictions here"
+            )
         if ls.size == 0 and (all_kind == Kind.COMM).any():
             notes.append(
                 f"rank {unit.traces[0].rank}: communication calls and communication activities "

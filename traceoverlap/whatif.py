@@ -19,7 +19,7 @@ import pandas as pd
 from .errors import TraceFormatError, UsageError
 from .model import Kind, Timeline
 from .replay import Params, Schedule, StepTimes, observed_params, replay, step_times
-from .rungraph import LAUNCH, RunGraph, UnitGraph, join_graphs
+from .rungraph import RunGraph, UnitGraph, join_graphs
 
 I64 = npt.NDArray[np.int64]
 SCENARIO_RE = re.compile(
@@ -323,4 +323,4 @@ def what_if(g: RunGraph, scenarios: Iterable[str] | None = None) -> WhatIf:
     )
 
 
-__all__ = ["LAUNCH", "WhatIf", "ScenarioResult", "load_graph", "what_if", "scenario_params"]
+__all__ = ["WhatIf", "ScenarioResult", "load_graph", "what_if", "scenario_params"]
