@@ -255,3 +255,20 @@ def test_gpu_launch_edges_and_host_gaps() -> None:
     fast = step_times(g, replay(g, scenario_params(g, p, "no-host-gaps")))
     assert base.replayed_ns[0, 0] == base.observed_ns[0, 0]
     assert base.replayed_ns[0, 0] - fast.replayed_ns[0, 0] == 5 * MS
+
+
+def test_an_op_blocked_on_a_collective_it_launched() -> None:
+    # X [0, 50) ms launches an all-reduce from inside (c10d call at 1 ms) and returns 0.1 ms after
+    # it ends: the all-reduce [1.1, 49.9) ms, one rank, all transfer. comm-speed:2 halves it to
+    # 24.4 ms: it ends at 25.5, X at 25.6 instead of 50: the step (marker [0, 60)) takes 35.6 ms
+    ev = [
+        ("annotation", "ProfilerStep#1", "", 0, 60 * MS),
+        ("cpu_op", "X", "", 0, 50 * MS),
+        ("cpu_op", "c10d::allreduce_", "", MS, MS + 100 * US),
+        ("annotation", "gloo:all_reduce", "pt_gloo_runloop", MS + 100 * US, 49_900 * US),
+    ]
+    g = graph_of([cpu_timeline(ev)])
+    assert g.edst.size == 1  # the end edge all-reduce -> X
+    p = observed_params(g)
+    st = step_times(g, replay(g, scenario_params(g, p, "comm-speed:2")))
+    assert st.replayed_ns[0, 0] == 35_600 * US
