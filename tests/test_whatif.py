@@ -272,3 +272,20 @@ def test_an_op_blocked_on_a_collective_it_launched() -> None:
     p = observed_params(g)
     st = step_times(g, replay(g, scenario_params(g, p, "comm-speed:2")))
     assert st.replayed_ns[0, 0] == 35_600 * US
+
+
+def test_identity_error_is_reported_with_its_cause() -> None:
+    # B starts at 5 ms on the stream where A runs until 10 ms (a trace breaking lane order): the
+    # replay starts B when A ends, 5 ms late, and ends the step 5 ms after the trace did
+    from builders import gpu_timeline
+
+    t = gpu_timeline(
+        [("A", 7, 0, 10 * MS), ("B", 7, 5 * MS, 15 * MS)],
+        steps=[("ProfilerStep#1", 0, 20 * MS)],
+        launch_at=[0, 1],
+    )
+    w = what_if(graph_of([t]), ["replay"])
+    obs = w.observed_ns[0]
+    assert obs is not None and w.replayed_ns[0] == obs + 5 * MS
+    assert w.max_error_ratio == pytest.approx(5 * MS / obs)
+    assert any("1 activities started before an edge allowed" in n for n in w.notes)

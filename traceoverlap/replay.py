@@ -143,6 +143,20 @@ def observed_params(g: RunGraph) -> Params:
     return Params(dur.astype(np.int64), slack, post, floor)
 
 
+def broken_edges(g: RunGraph) -> I64:
+    """Per node: 1 where the trace started it before its lane predecessor ended or before an
+    edge allowed (clock skew between host and device, overlapping ops on a lane, a clipped
+    capture): there the replay follows the edge and departs from the trace."""
+    start, end = g.start_ns, g.end_ns
+    first = _lane_first(g.lane)
+    prev_end = np.empty_like(end)
+    prev_end[0:1] = NEG
+    prev_end[1:] = end[:-1]
+    prev_end[first] = NEG
+    ready = np.maximum(prev_end, _edge_ready(g, start, end))
+    return (start < ready).astype(np.int64)
+
+
 def _seg_cummax(v: I64, lane: I64, first: npt.NDArray[np.bool_]) -> I64:
     """Cumulative maximum restarting at every lane (lanes are contiguous)."""
     if v.size == 0:
