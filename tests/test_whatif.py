@@ -289,3 +289,58 @@ def test_identity_error_is_reported_with_its_cause() -> None:
     assert obs is not None and w.replayed_ns[0] == obs + 5 * MS
     assert w.max_error_ratio == pytest.approx(5 * MS / obs)
     assert any("1 activities started before an edge allowed" in n for n in w.notes)
+
+
+def test_guessed_stream_wait_edge() -> None:
+    # compute A [0, 10) on stream 7, NCCL all-reduce N [10, 20) on stream 9, then the host calls
+    # cudaStreamWaitEvent and launches B, which runs [20, 30) on stream 7: the guess is that B
+    # waits for N (the last communication launched before the wait). comm-speed:2 (one rank, all
+    # transfer): N takes 5 ms and ends at 15, B runs [15, 25): the step ends 5 ms earlier
+    from builders import _timeline
+
+    def call(name: str, t: int, corr: int = -1) -> dict[str, object]:
+        return dict(
+            category="runtime",
+            name=name,
+            start_ns=t,
+            end_ns=t + 1,
+            correlation=corr,
+            tid=1,
+            lane="thread 1",
+        )
+
+    def kern(name: str, stream: int, s: int, e: int, corr: int) -> dict[str, object]:
+        return dict(
+            category="kernel",
+            name=name,
+            start_ns=s,
+            end_ns=e,
+            correlation=corr,
+            stream=stream,
+            device=0,
+            lane=f"stream {stream}",
+        )
+
+    rows = [
+        dict(
+            category="annotation",
+            name="ProfilerStep#1",
+            start_ns=0,
+            end_ns=40 * MS,
+            tid=1,
+            lane="thread 1",
+        ),
+        call("cudaLaunchKernel", 0, 1),
+        kern("A", 7, 0, 10 * MS, 1),
+        call("cudaLaunchKernel", 1, 2),
+        kern("ncclKernel_AllReduce_RING", 9, 10 * MS, 20 * MS, 2),
+        call("cudaStreamWaitEvent", 2),
+        call("cudaLaunchKernel", 3, 3),
+        kern("B", 7, 20 * MS, 30 * MS, 3),
+    ]
+    g = graph_of([_timeline(rows, 0, "gpu")])
+    assert any("1 cross-stream sync edge(s) guessed" in n for n in g.notes)
+    p = observed_params(g)
+    base = step_times(g, replay(g, p)).replayed_ns[0, 0]
+    fast = step_times(g, replay(g, scenario_params(g, p, "comm-speed:2"))).replayed_ns[0, 0]
+    assert base - fast == 5 * MS

@@ -8,8 +8,8 @@ Edges:
 
 1. lane order: the nodes of one lane (stream or thread) in start order;
 2. launch: a device activity starts no earlier than its launch call starts;
-3. cross-stream sync: none is read yet (the readers keep no stream-wait arguments); the note says
-   how many device lanes replay independently of each other except through launches;
+3. cross-stream sync: guessed from the host's ``cudaStreamWaitEvent`` calls (the readers keep no
+   stream arguments), counted in a note (:func:`_stream_wait_edges`);
 4. collectives: the nodes of a matched instance (matched per process group by
    :mod:`traceoverlap.collectives`, read through :func:`match_units`, the one adapter) end no
    earlier than the last member's arrival + what followed it on that member (transfer);
@@ -220,14 +220,14 @@ def unit_graph(
                 "could not be paired in order; communication keeps its observed gaps"
             )
     else:
+        gs, gd, note = _stream_wait_edges(ev, lane_codes, all_rows, all_kind, src, dst, start, end)
+        src, dst = np.concatenate([src, gs]), np.concatenate([dst, gd])
+        src_start = np.concatenate([src_start, np.zeros(gs.size, dtype=bool)])
+        gap = np.concatenate([gap, np.zeros(gs.size, dtype=np.int64)])
         dev_work = int((~lane_host & ~has_comm).sum())
         dev_comm = int((~lane_host & has_comm).sum())
         if dev_work and dev_comm:
-            notes.append(
-                f"rank {unit.traces[0].rank}: no cross-stream sync read from the trace; "
-                f"{dev_comm} communication stream(s) and {dev_work} other stream(s) replay "
-                "independently except through their launches (0 sync edges guessed)"
-            )
+            notes.append(f"rank {unit.traces[0].rank}: {note}")
     return UnitGraph(
         trace=unit.traces[0],
         labels=tuple(steps.labels),
@@ -369,6 +369,84 @@ def _blocking_edges(nodes: _Nodes, lane_comm: npt.NDArray[np.bool_]) -> tuple[I6
     if not srcs:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     return np.concatenate(srcs).astype(np.int64), np.concatenate(dsts).astype(np.int64)
+
+
+STREAM_WAIT_RE = re.compile(r"(?i)streamwaitevent")
+NO_SYNC = (
+    "no cross-stream sync in the trace (0 sync edges guessed): communication and compute "
+    "streams replay independently except through their launches"
+)
+
+
+def _stream_wait_edges(
+    ev: pd.DataFrame,
+    lane_codes: I64,
+    all_rows: I64,
+    kind: npt.NDArray[np.int8],
+    src: I64,
+    dst: I64,
+    start: I64,
+    end: I64,
+) -> tuple[I64, I64, str]:
+    """GPU units: cross-stream sync edges guessed from the host's ``cudaStreamWaitEvent`` calls
+    (the readers keep no stream arguments). After a wait call, the next activity its thread
+    launches waits for the last activity of the other class (communication vs not) that the
+    thread launched before the call: PyTorch's pattern around NCCL (the NCCL stream waits for the
+    compute stream before a collective, the compute stream for the NCCL stream after). A guess
+    the trace contradicts (the target started before the source ended) is dropped."""
+    z = np.zeros(0, np.int64)
+    from .model import per_category
+
+    host_call = ev["category"].isin(["runtime", "driver"]).to_numpy()
+    is_wait = per_category(ev["name"], lambda n: bool(STREAM_WAIT_RE.search(n)), host_call, bool)
+    waits = np.flatnonzero(host_call & is_wait[ev["name"].cat.codes.to_numpy()])
+    launch_node = src  # launch node (local index) -> device node, one pair per launched activity
+    if waits.size == 0 or launch_node.size == 0:
+        return z, z, NO_SYNC
+    lrow = all_rows[launch_node]
+    t_launch = start[lrow]
+    lthread = lane_codes[lrow]
+    dev = dst
+    is_comm = kind[dev] == Kind.COMM
+    gs: list[I64] = []
+    gd: list[I64] = []
+    for th in np.unique(lthread).tolist():  # a loop over launching threads, not events
+        sel = np.flatnonzero(lthread == th)
+        sel = sel[np.argsort(t_launch[sel], kind="stable")]
+        w = waits[lane_codes[waits] == th]
+        if w.size == 0:
+            continue
+        tw = start[w]
+        nxt = np.searchsorted(t_launch[sel], tw, side="left")
+        ok = nxt < sel.size
+        tgt = sel[nxt[ok]]
+        # the last launch before the wait of the other class than the target
+        for cls in (True, False):
+            pool = sel[is_comm[sel] == cls]
+            if pool.size == 0:
+                continue
+            want = ok.copy()
+            want[ok] = is_comm[tgt] != cls
+            k = np.searchsorted(t_launch[pool], tw[want], side="left") - 1
+            has = k >= 0
+            t_want = sel[nxt[want]][has]
+            s_node = dev[pool[k[has]]]
+            d_node = dev[t_want]
+            good = end[all_rows[s_node]] <= start[all_rows[d_node]]
+            gs.append(s_node[good])
+            gd.append(d_node[good])
+    if not gs:
+        return z, z, NO_SYNC
+    s_all = np.concatenate(gs).astype(np.int64)
+    d_all = np.concatenate(gd).astype(np.int64)
+    pair = np.unique(np.stack([s_all, d_all]), axis=1) if s_all.size else np.zeros((2, 0), np.int64)
+    return (
+        pair[0].astype(np.int64),
+        pair[1].astype(np.int64),
+        f"{pair.shape[1]} cross-stream sync edge(s) guessed from {waits.size} "
+        "cudaStreamWaitEvent call(s) (no stream arguments read; guesses the trace contradicts "
+        "dropped)",
+    )
 
 
 # --- the one adapter to the collective matching -------------------------------------------------
