@@ -169,6 +169,9 @@ def test_cli_json_schema_and_scenarios() -> None:
 def test_cli_text_and_bad_input(tmp_path: Path) -> None:
     res = CliRunner().invoke(main, ["whatif", str(FIXTURES / "naive")])
     assert res.exit_code == 0 and "Fixing rank R buys" in res.output
+    # the map in two processes gives the same document
+    par = CliRunner().invoke(main, ["whatif", str(FIXTURES / "naive"), "-j", "2"])
+    assert par.exit_code == 0 and par.output == res.output
     bad = CliRunner().invoke(main, ["whatif", str(FIXTURES / "naive"), "--scenario", "x"])
     assert bad.exit_code == 2 and "unknown scenario 'x'" in bad.output
     missing = CliRunner().invoke(main, ["whatif", str(tmp_path / "nope.json")])

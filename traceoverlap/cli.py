@@ -474,6 +474,7 @@ def report(
 )
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write to a file.")
 @click.option("--step-regex", metavar="REGEX", help="Step marker regex (as for analyze).")
+@click.option("-j", "--jobs", type=click.IntRange(1, None), help="Local processes for the map.")
 @debug_option
 @handle_errors
 def whatif(
@@ -482,6 +483,7 @@ def whatif(
     fmt: str,
     output: str | None,
     step_regex: str | None,
+    jobs: int | None,
 ) -> None:
     """What fixing it would buy: replay the run graph with a change (docs/whatif.md).
 
@@ -494,7 +496,7 @@ def whatif(
     from .reporters.whatif_report import render_json, render_text
     from .whatif import load_graph, what_if
 
-    w = what_if(load_graph(list(paths), step_regex=step_regex), scenarios or None)
+    w = what_if(load_graph(list(paths), step_regex=step_regex, jobs=jobs), scenarios or None)
     write_text(render_json(w) if fmt == "json" else render_text(w), output)
 
 

@@ -345,6 +345,21 @@ def map_file(
         )
 
 
+def map_graph_task(
+    path: str, options: AnalysisOptions, rules: Rules
+) -> FileResult | tuple[object, ...]:
+    """:func:`map_graph_file` for a worker process: errors come back as a :class:`FileResult`
+    (plain values cross process boundaries)."""
+    try:
+        return map_graph_file(path, options, rules)
+    except TraceFormatError as exc:
+        return FileResult(
+            path,
+            error=(exc.path, exc.reason, exc.hint),
+            not_a_trace=isinstance(exc, NotATraceError),
+        )
+
+
 def map_graph_file(path: str, options: AnalysisOptions, rules: Rules) -> tuple[object, ...]:
     """The run-graph side of the map (docs/whatif.md §1): one file -> its units' graphs
     (:class:`traceoverlap.rungraph.UnitGraph`). Raises :class:`TraceFormatError` on bad input."""

@@ -70,20 +70,34 @@ class WhatIf:
     tax_rank_steps: tuple[tuple[int, str, int, int], ...] = ()
 
 
-def load_graph(paths: str | Path | Sequence[str | Path], step_regex: str | None = None) -> RunGraph:
-    """Read the files and build the run graph (map per file, then the reduce)."""
+def load_graph(
+    paths: str | Path | Sequence[str | Path],
+    step_regex: str | None = None,
+    jobs: int | None = None,
+) -> RunGraph:
+    """Read the files and build the run graph: the map per file (here or in ``jobs`` local
+    processes, as :func:`traceoverlap.inputs.run_map` decides), then the reduce."""
+    import functools
+
     from .classify import Rules
-    from .inputs import expand_paths
+    from .inputs import expand_paths, from_folder, run_map
     from .options import build_options
-    from .rankmap import map_graph_file
+    from .rankmap import FileResult, map_graph_task
 
     options = build_options(step_regex=step_regex)
     rules = Rules().with_comm_patterns(options.comm_patterns)
+    files = expand_paths(paths)
+    listed = from_folder(paths)
+    task = functools.partial(map_graph_task, options=options, rules=rules)
     units: list[UnitGraph] = []
-    for f in expand_paths(paths):
-        for u in map_graph_file(str(f), options, rules):
-            assert isinstance(u, UnitGraph)
-            units.append(u)
+    for res in run_map(files, task, jobs=jobs):
+        if isinstance(res, FileResult):
+            assert res.error is not None
+            if res.path in listed and res.not_a_trace:
+                continue
+            raise TraceFormatError(*res.error)
+        assert isinstance(res, tuple)
+        units.extend(u for u in res if isinstance(u, UnitGraph))
     return _joined(units, str(paths))
 
 
