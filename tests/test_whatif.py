@@ -174,6 +174,14 @@ def test_cli_text_and_bad_input(tmp_path: Path) -> None:
     assert par.exit_code == 0 and par.output == res.output
     bad = CliRunner().invoke(main, ["whatif", str(FIXTURES / "naive"), "--scenario", "x"])
     assert bad.exit_code == 2 and "unknown scenario 'x'" in bad.output
+    for name, says in [
+        ("fix-rank:9", "no such rank"),
+        ("hide:Foo", "no such collective family"),
+        ("comm-speed:0", "must be > 0"),
+        ("comm-speed:x", "unknown scenario"),
+    ]:
+        r = CliRunner().invoke(main, ["whatif", str(FIXTURES / "naive"), "--scenario", name])
+        assert r.exit_code == 2 and says in r.output and "Traceback" not in r.output
     missing = CliRunner().invoke(main, ["whatif", str(tmp_path / "nope.json")])
     assert missing.exit_code != 0 and "Traceback" not in missing.output
 

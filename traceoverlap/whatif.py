@@ -23,7 +23,7 @@ from .rungraph import RunGraph, UnitGraph, join_graphs
 
 I64 = npt.NDArray[np.int64]
 SCENARIO_RE = re.compile(
-    r"^(replay|no-straggler|no-host-gaps|no-overlap-tax|fix-rank:\d+|hide:\w+|"
+    r"^(replay|no-straggler|no-host-gaps|no-overlap-tax|fix-rank:\d+|hide:\S+|"
     r"comm-speed:\d+(\.\d+)?)$"
 )
 #: Said where removing a delay may let compute and communication collide (whatif.md §5).
@@ -293,6 +293,20 @@ def _error_notes(g: RunGraph, err: npt.NDArray[np.float64]) -> list[str]:
     ]
 
 
+def _check_targets(g: RunGraph, names: Sequence[str]) -> None:
+    """fix-rank names a rank of the run, hide a collective family it has."""
+    ranks = sorted(int(r) for r in np.unique(g.unit_rank))
+    fams = [f for f in g.families if f]
+    for n in names:
+        if n.startswith("fix-rank:") and int(n.split(":", 1)[1]) not in ranks:
+            raise UsageError(f"scenario {n}: no such rank in the input (ranks: {ranks})")
+        if n.startswith("hide:") and n.split(":", 1)[1].lower() not in [f.lower() for f in fams]:
+            raise UsageError(
+                f"scenario {n}: no such collective family in the run "
+                f"(families: {', '.join(fams) or 'none'})"
+            )
+
+
 def what_if(g: RunGraph, scenarios: Iterable[str] | None = None) -> WhatIf:
     """Identity replay (its error per step) and the scenarios (default: :func:`default_scenarios`),
     plus one ``fix-rank:R`` per rank."""
@@ -301,7 +315,11 @@ def what_if(g: RunGraph, scenarios: Iterable[str] | None = None) -> WhatIf:
     names = list(scenarios) if scenarios else default_scenarios(g)
     for n in names:
         if not SCENARIO_RE.match(n):
-            scenario_params(g, observed_params(g), n)  # raises the clear message
+            raise UsageError(
+                f"unknown scenario {n!r}: use replay, no-straggler, fix-rank:R, hide:FAMILY, "
+                "comm-speed:F, no-host-gaps or no-overlap-tax"
+            )
+    _check_targets(g, names)
     p = observed_params(g)
     ident, s = _run(g, p)
     obs = ident.run_observed_ns
