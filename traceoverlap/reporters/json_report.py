@@ -98,6 +98,10 @@ def collectives_dict(coll: Collectives) -> dict[str, Any]:
             "process_group",
             "seq",
             "bytes",
+            "group_ranks",
+            "algbw_gbps",
+            "busbw_gbps",
+            "purpose",
             "step",
             "ranks",
             "matched",
@@ -123,6 +127,9 @@ def collectives_dict(coll: Collectives) -> dict[str, Any]:
             "ranks": records(coll.stragglers, list(coll.stragglers.columns)),
             "steps": records(coll.step_skew, list(coll.step_skew.columns)),
         },
+        "blame": [
+            {**b, "chain": list(b["chain"])} for b in records(coll.blame, list(coll.blame.columns))
+        ],
     }
 
 
