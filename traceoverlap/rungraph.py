@@ -465,11 +465,12 @@ def instance_rows(
     cols = ["local", "group_key", "kind_key", "seq", "ordinal", "p2p", "family", "label"]
     if not (kind == Kind.COMM).any():
         return out, pd.DataFrame(columns=cols)
-    c = _comm_keys(ev, kind, steps.gpu, steps.launch_row)
+    info = unit.traces[0] if unit.traces else None
+    c = _comm_keys(ev, kind, steps.gpu, steps.launch_row, info)
     local, order, firsts = _number_instances(c)
     inst = _instance_table(ev, kind, c, order, firsts)
     out[c.rows] = local
-    return out, inst[cols].reset_index(drop=True)
+    return out, inst.reset_index(drop=True)
 
 
 def match_units(graphs: Sequence[UnitGraph]) -> list[I64]:
@@ -486,7 +487,7 @@ def match_units(graphs: Sequence[UnitGraph]) -> list[I64]:
         return [np.full(len(g.instances), -1, dtype=np.int64) for g in graphs]
     inst = pd.concat(frames, ignore_index=True)
     labels = {u: f"rank {g.trace.rank}" for u, g in enumerate(graphs)}
-    key, _ = _match(inst, list(range(len(graphs))), labels)
+    key, _, _ = _match(inst, list(range(len(graphs))), labels, [g.trace for g in graphs])
     out = []
     pos = 0
     for g in graphs:
