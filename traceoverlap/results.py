@@ -189,6 +189,8 @@ class Analysis:
     unassigned: Mapping[str, int] = field(default_factory=dict)
     detail: StepDetail | None = None
     windows: pd.DataFrame | None = None
+    #: what the top counterfactuals would buy (docs/whatif.md §3), one line each; set by the CLI
+    what_if: tuple[str, ...] = ()
 
     @property
     def ranks(self) -> list[int]:
