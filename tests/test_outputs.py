@@ -170,3 +170,11 @@ def test_fifo_as_config_does_not_block(tmp_path: Path) -> None:
     os.mkfifo(fifo)
     line = _one_error_line(run("analyze", str(t), "--config", str(fifo)))
     assert "c.toml" in line and "not a regular file" in line
+
+
+def test_whatif_output_over_an_input_is_refused(tmp_path: Path) -> None:
+    t = write_trace(tmp_path / "t.json")
+    before = t.read_bytes()
+    line = _one_error_line(run("whatif", str(t), "-o", str(t)))
+    assert "refusing to write the output over an input trace" in line
+    assert t.read_bytes() == before

@@ -41,6 +41,7 @@ STEP_COLUMNS: tuple[str, ...] = (
     "overlap_ns",
     "exposed_comm_ns",
     "idle_ns",
+    "other_steps_ns",
     "compute_only_ns",
     "memory_only_ns",
     "exposed_wait_ns",
@@ -53,6 +54,7 @@ STEP_COLUMNS: tuple[str, ...] = (
     "potential_speedup",
     "exposed_comm_ratio",
     "idle_ratio",
+    "iteration_ns",
     "bottleneck",
     "reason",
     "waited_for_rank",
@@ -187,6 +189,8 @@ class Analysis:
     unassigned: Mapping[str, int] = field(default_factory=dict)
     detail: StepDetail | None = None
     windows: pd.DataFrame | None = None
+    #: what the top counterfactuals would buy (docs/whatif.md §3), one line each; set by the CLI
+    what_if: tuple[str, ...] = ()
 
     @property
     def ranks(self) -> list[int]:

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._format import STEP_TABLE, describe_inputs, finding_lines, step_table_rows, summary_lines
+from ._format import (
+    describe_inputs,
+    finding_lines,
+    step_table_header,
+    step_table_rows,
+    summary_lines,
+)
 from .across_ranks import across_ranks_lines
 
 if TYPE_CHECKING:
@@ -15,15 +21,17 @@ def render(analysis: Analysis) -> str:
     out = ["## traceoverlap", ""]
     out += [f"- {line}" for line in describe_inputs(analysis)]
     # numbers right-aligned, the verdict left
+    header = step_table_header(analysis)
     out += [
         "",
-        "| " + " | ".join(STEP_TABLE) + " |",
-        "|" + "---:|" * (len(STEP_TABLE) - 1) + ":---|",
+        "| " + " | ".join(header) + " |",
+        "|" + "---:|" * (len(header) - 1) + ":---|",
     ]
     out += ["| " + " | ".join(cells) + " |" for cells, _ in step_table_rows(analysis)]
     out += ["", "```"] + summary_lines(analysis) + ["```"]
-    if analysis.findings:
+    if analysis.findings or analysis.what_if:
         out += ["", "**What to try**", ""] + finding_lines(analysis.findings)
+        out += [f"- {line}" for line in analysis.what_if]
     if analysis.multi_rank and analysis.collectives is not None:
         out += ["", "**Across ranks**", "", "```"] + across_ranks_lines(analysis.collectives)
         out += ["```"]
