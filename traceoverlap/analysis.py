@@ -309,6 +309,7 @@ def _reduce(
         unassigned=_unassigned(units),
         detail=_first_detail(units, win, sets),
         windows=_windows_frame(units, win, df),
+        exposed_spans=sets.by_name(),
     )
     return analysis, sets
 

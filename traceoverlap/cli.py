@@ -433,6 +433,45 @@ def report(
     click.echo(f"wrote {output}", err=True)
 
 
+# --- export: the run on one clock for Perfetto (issue 23) -----------------------------------
+
+
+@main.command("export")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
+@click.option(
+    "-o", "--output", required=True, metavar="FILE", help="Trace Event Format JSON to write."
+)
+@analysis_options
+@handle_errors
+def export_cmd(paths: tuple[str, ...], output: str, **opts: Any) -> None:
+    """Write the run on one clock as a trace for ui.perfetto.dev / chrome://tracing.
+
+    One process per rank (clock offsets removed), its threads and streams as tracks, and
+    analysis tracks on top: steps, exposed communication by cause, collective instances, and
+    waits with an arrow to the rank waited for.
+
+    \b
+    Examples:
+      traceoverlap export runs/bucketed/ -o run.json      then open run.json in ui.perfetto.dev
+    """
+    from .export import write_trace
+
+    result = run_analysis(paths, **opts)
+    try:
+        with open(output, "wb") as fh:
+            stats = write_trace(result, fh)
+    except OSError as exc:
+        raise UsageError(
+            f"{output}: cannot write the output ({exc.strerror or exc}); check that the folder "
+            "exists and is writable"
+        ) from None
+    n = sum(stats.events.values())
+    click.echo(
+        f"wrote {output}: {len(stats.events)} ranks, {n:,} events, {stats.flows} wait arrows",
+        err=True,
+    )
+
+
 # --- profile and demo (issue 3) -------------------------------------------------------------
 
 

@@ -488,6 +488,9 @@ class Collectives:
     n_inconsistent: int
     ranks_given: int
     world_size: int | None
+    #: per unit index: the clock offset (ns) removed from its times to put it on the run's one
+    #: clock (aligned = raw - offset; 0 for units without consistent matched instances)
+    offsets_ns: tuple[int, ...] = ()
 
     @property
     def aligned(self) -> bool:
@@ -646,7 +649,7 @@ def match_collectives(
     notes.extend(match_notes)
     inst = inst.assign(key=key, dur_ns=(inst["end_ns"] - inst["start_ns"]).astype(np.int64))
     unix = bool(traces) and all(t.clock == "unix" for t in traces)
-    m, n_inconsistent, clock = _align_clocks(inst, unix, notes)
+    m, n_inconsistent, clock, offsets = _align_clocks(inst, unix, notes)
 
     # wait / transfer per matched (instance, unit)
     m["transfer_ns"] = m.groupby("key")["dur_ns"].transform("min").astype(np.int64)
@@ -674,20 +677,21 @@ def match_collectives(
         n_inconsistent=n_inconsistent,
         ranks_given=len({t.rank for t in traces}),
         world_size=max((t.world_size or 0 for t in traces), default=0) or None,
+        offsets_ns=tuple(int(offsets.get(u, 0)) if clock else 0 for u in units),
     )
     return coll, sets, family_causes
 
 
 def _align_clocks(
     inst: pd.DataFrame, unix: bool, notes: list[str]
-) -> tuple[pd.DataFrame, int, str | None]:
+) -> tuple[pd.DataFrame, int, str | None, dict[int, int]]:
     """The consistent matched rows (with ``aligned_start``), the number of inconsistent matched
-    instances (unmatched in ``inst``, in place), and how clocks were aligned (see the module
-    docstring)."""
+    instances (unmatched in ``inst``, in place), how clocks were aligned (see the module
+    docstring) and the offset of each unit that has matched instances."""
     m = inst[inst["key"] >= 0].copy()
     if m.empty:
         m["aligned_start"] = np.zeros(0, np.int64)
-        return m, 0, None
+        return m, 0, None, {}
     keys_m = m["key"].to_numpy()
 
     def consistent_with(offsets: dict[int, int]) -> npt.NDArray[np.bool_]:
@@ -730,7 +734,7 @@ def _align_clocks(
     clock = None
     if len(m):
         clock = "unix" if unix and all(v == 0 for v in off.values()) else "estimated"
-    return m, len(bad_keys), clock
+    return m, len(bad_keys), clock, off
 
 
 def _cause_sets(

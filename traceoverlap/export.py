@@ -1,0 +1,379 @@
+"""The merged run on one clock, as Trace Event Format JSON that ui.perfetto.dev opens.
+
+``traceoverlap export PATH -o run.json``: one process per rank (``pid`` = rank), its host
+threads and GPU streams as tracks, every activity a complete event (``"X"``), and analysis
+tracks on top of each rank:
+
+- ``steps``: the step windows the analysis used;
+- ``exposed communication``: the exposed spans of every step by cause (wait / tail /
+  dependency / host, docs/diagnosis.md §3), one slice name per cause;
+- ``collectives``: each collective instance on this rank (matched across ranks or not), named
+  ``<collective> #<instance>`` with its group, sequence number and last arrival;
+- ``waits``: the wait part of each matched instance (``[start, start + wait_ns)``), with a flow
+  arrow (``"s"`` -> ``"f"``) to the instance on the rank that arrived last.
+
+Times: each rank's clock offset (:attr:`Collectives.offsets_ns`, estimated from collective end
+times, docs/diagnosis.md §5) is removed, so one instant is one ``ts`` on every rank; ``ts`` and
+``dur`` are microseconds (Trace Event Format), with ns kept in the fraction.
+
+Written with msgspec's encoder, one rank file at a time and in chunks of
+:data:`CHUNK_EVENTS` events: the whole run is never one list in memory (peak: one rank file's
+events, as for the analysis). Not a reporter: it reads the traces again (the analysis keeps no
+events), so it lives beside :mod:`traceoverlap.analysis`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import msgspec
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from .classify import Rules, kinds
+from .model import KINDS, Timeline, split_units
+from .results import Analysis
+
+I64 = npt.NDArray[np.int64]
+
+#: Events encoded per chunk (bounds the Python objects alive at once).
+CHUNK_EVENTS = 50_000
+#: Analysis tracks of every rank, top to bottom (their ``tid`` is the index + 1).
+ANALYSIS_TRACKS = ("steps", "exposed communication", "collectives", "waits")
+_TID = {name: i + 1 for i, name in enumerate(ANALYSIS_TRACKS)}
+#: Activity tracks start here (analysis tracks sort above them).
+FIRST_LANE_TID = 100
+#: Slice names of the exposed spans per cause.
+CAUSE_SLICE = {
+    "wait": "exposed: waiting for another rank",
+    "tail": "exposed: tail (nothing left to overlap)",
+    "dependency": "exposed: dependency (compute waits for it)",
+    "host": "exposed: host (GPU idle, launch late)",
+}
+#: Chrome trace colour names per cause (honoured by chrome://tracing; Perfetto colours by name).
+CAUSE_COLOUR = {"wait": "terrible", "tail": "bad", "dependency": "yellow", "host": "grey"}
+
+
+class _X(msgspec.Struct, omit_defaults=True):
+    name: str
+    cat: str
+    ph: str
+    ts: float
+    dur: float
+    pid: int
+    tid: int
+    args: dict[str, Any] | None = None
+    cname: str | None = None
+
+
+class _Flow(msgspec.Struct, omit_defaults=True):
+    name: str
+    cat: str
+    ph: str
+    id: int
+    ts: float
+    pid: int
+    tid: int
+    bp: str | None = None
+
+
+class _Meta(msgspec.Struct):
+    name: str
+    ph: str
+    pid: int
+    tid: int
+    args: dict[str, Any]
+
+
+@dataclass
+class ExportStats:
+    """What was written: events per rank (``pid``), flows, and the offsets applied per rank."""
+
+    events: dict[int, int] = field(default_factory=dict)
+    flows: int = 0
+    offsets_ns: dict[int, int] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)
+
+
+def us(ns: npt.ArrayLike) -> npt.NDArray[np.float64]:
+    """Integer ns -> float µs, exact to well under 1 ns even on unix-epoch times."""
+    a = np.asarray(ns, dtype=np.int64)
+    return (a // 1000).astype(np.float64) + (a % 1000).astype(np.float64) / 1000.0
+
+
+class _Writer:
+    """``{"traceEvents": [`` ... ``]}``, chunks of encoded events comma-joined in between."""
+
+    def __init__(self, out: IO[bytes]) -> None:
+        self.out = out
+        self.enc = msgspec.json.Encoder()
+        self.buf = bytearray()
+        self.first = True
+        out.write(b'{"traceEvents":[\n')
+
+    def write(self, events: Sequence[msgspec.Struct]) -> int:
+        for i in range(0, len(events), CHUNK_EVENTS):
+            chunk = events[i : i + CHUNK_EVENTS]
+            self.enc.encode_into(chunk, self.buf)
+            if not self.first:
+                self.out.write(b",\n")
+            self.out.write(memoryview(self.buf)[1:-1])  # the list's [ ] dropped
+            self.first = False
+        return len(events)
+
+    def close(self, other: dict[str, Any]) -> None:
+        self.out.write(b'\n],"displayTimeUnit":"ns","otherData":')
+        self.out.write(self.enc.encode(other))
+        self.out.write(b"}\n")
+
+
+def write_trace(analysis: Analysis, out: IO[bytes], rules: Rules | None = None) -> ExportStats:
+    """Write ``analysis``' run (reading its rank files again, one at a time) to ``out``."""
+    from .readers import read_trace
+
+    rules = (rules or Rules()).with_comm_patterns(analysis.options.comm_patterns)
+    coll = analysis.collectives
+    offsets = coll.offsets_ns if coll is not None and coll.offsets_ns else ()
+    stats = ExportStats()
+    w = _Writer(out)
+    unit_of = {(t.path, t.pid, t.device): i for i, t in enumerate(analysis.traces)}
+    done_host: set[tuple[str, int | None]] = set()
+    for path in dict.fromkeys(t.path for t in analysis.traces):
+        timeline = read_trace(Path(path))
+        for unit in split_units(timeline):
+            t = unit.traces[0]
+            i = unit_of.get((t.path, t.pid, t.device))
+            if i is None:  # a rank left out (--rank)
+                continue
+            off = int(offsets[i]) if i < len(offsets) else 0
+            rank = analysis.traces[i].rank
+            stats.offsets_ns[rank] = off
+            host_key = (t.path, t.pid)
+            n = w.write(list(_rank_meta(analysis, i)))
+            n += w.write(list(_analysis_events(analysis, i, off)))
+            for part in _activity_events(unit, rank, off, rules, host_key not in done_host):
+                n += w.write(part)
+            done_host.add(host_key)
+            stats.events[rank] = stats.events.get(rank, 0) + n
+        del timeline
+    flows = _flows(analysis, offsets)
+    stats.flows = w.write(flows) // 2
+    w.close(
+        {
+            "generator": "traceoverlap export",
+            "clock": None if coll is None else coll.clock,
+            "offsets_ns": {str(k): v for k, v in stats.offsets_ns.items()},
+        }
+    )
+    return stats
+
+
+def _rank_meta(analysis: Analysis, i: int) -> Iterator[_Meta]:
+    t = analysis.traces[i]
+    label = f"rank {t.rank}" + ("" if t.device is None else f" (GPU {t.device})")
+    yield _Meta("process_name", "M", t.rank, 0, {"name": label})
+    yield _Meta("process_sort_index", "M", t.rank, 0, {"sort_index": t.rank})
+    for name, tid in _TID.items():
+        yield _Meta("thread_name", "M", t.rank, tid, {"name": f"analysis: {name}"})
+        yield _Meta("thread_sort_index", "M", t.rank, tid, {"sort_index": tid - 100})
+
+
+def _analysis_events(analysis: Analysis, i: int, off: int) -> Iterator[_X]:
+    """Steps, exposed spans by cause, collective instances and their waits of unit ``i``."""
+    rank = analysis.traces[i].rank
+    win = analysis.windows
+    if win is not None:
+        mine = win[win["unit"].to_numpy() == i]
+        steps = analysis.steps  # one row per global window, in window order
+        s = mine["start_ns"].to_numpy(np.int64) - off
+        e = mine["end_ns"].to_numpy(np.int64) - off
+        for k, (w, label) in enumerate(
+            zip(mine["window"].tolist(), mine["step"].tolist(), strict=True)
+        ):
+            row = steps.iloc[int(w)]
+            yield _X(
+                f"step {label}",
+                "traceoverlap",
+                "X",
+                float(us(s[k])),
+                float(us(e[k] - s[k])),
+                rank,
+                _TID["steps"],
+                {
+                    "step_ns": int(row["step_ns"]),
+                    "exposed_comm_ns": int(row["exposed_comm_ns"]),
+                    "bottleneck": str(row["bottleneck"]),
+                    "reason": str(row["reason"]),
+                },
+            )
+        yield from _exposed_events(analysis, mine["window"].to_numpy(np.int64), rank, off)
+    yield from _collective_events(analysis, i, rank, off)
+
+
+def _exposed_events(analysis: Analysis, windows: I64, rank: int, off: int) -> Iterator[_X]:
+    spans = analysis.exposed_spans or {}
+    for cause, (g, s, e) in spans.items():
+        m = np.isin(g, windows)
+        for a, b in zip((s[m] - off).tolist(), (e[m] - off).tolist(), strict=True):
+            yield _X(
+                CAUSE_SLICE.get(cause, f"exposed: {cause}"),
+                "traceoverlap",
+                "X",
+                float(us(a)),
+                float(us(b - a)),
+                rank,
+                _TID["exposed communication"],
+                {"cause": cause, "exposed_ns": b - a},
+                CAUSE_COLOUR.get(cause),
+            )
+
+
+def _instance_rows(analysis: Analysis) -> pd.DataFrame:
+    """Per (instance, unit): the per-rank row with its instance's group, seq and last rank."""
+    coll = analysis.collectives
+    if coll is None or coll.per_rank.empty:
+        return pd.DataFrame()
+    inst = coll.instances.set_index("instance")
+    pr = coll.per_rank
+    return pr.assign(
+        process_group=inst["process_group"].reindex(pr["instance"]).to_numpy(),
+        seq=inst["seq"].reindex(pr["instance"]).to_numpy(),
+        last_rank=inst["last_rank"].reindex(pr["instance"]).to_numpy(),
+        transfer_ns=inst["transfer_ns"].reindex(pr["instance"]).to_numpy(),
+    )
+
+
+def _collective_events(analysis: Analysis, i: int, rank: int, off: int) -> Iterator[_X]:
+    rows = _instance_rows(analysis)
+    if rows.empty:
+        return
+    rows = rows[rows["unit"].to_numpy() == i]
+    for r in rows.itertuples(index=False):
+        start, end, wait = int(r.start_ns) - off, int(r.end_ns) - off, int(r.wait_ns)
+        last = None if pd.isna(r.last_rank) else int(r.last_rank)
+        args = {
+            "instance": int(r.instance),
+            "group": r.process_group,
+            "seq": r.seq,
+            "matched": bool(r.matched),
+            "step": str(r.step),
+            "last_arrival_rank": last,
+            "wait_ns": wait,
+            "transfer_ns": int(r.transfer_ns) if bool(r.matched) else None,
+            "exposed_ns": int(r.exposed_ns),
+        }
+        yield _X(
+            f"{r.name} #{int(r.instance)}",
+            "traceoverlap",
+            "X",
+            float(us(start)),
+            float(us(end - start)),
+            rank,
+            _TID["collectives"],
+            args,
+        )
+        if wait > 0 and bool(r.matched):
+            who = "?" if last is None else str(last)
+            yield _X(
+                f"wait for rank {who}",
+                "traceoverlap",
+                "X",
+                float(us(start)),
+                float(us(wait)),
+                rank,
+                _TID["waits"],
+                {"instance": int(r.instance), "wait_ns": wait, "last_arrival_rank": last},
+                "terrible",
+            )
+
+
+def _flows(analysis: Analysis, offsets: Sequence[int]) -> list[_Flow]:
+    """Per wait on a rank that was not the last to arrive: an arrow from the middle of its
+    wait slice to the middle of the instance on the last rank (``bp: e``: bound to the slice
+    that encloses it)."""
+    rows = _instance_rows(analysis)
+    out: list[_Flow] = []
+    if rows.empty:
+        return out
+    rows = rows[rows["matched"].astype(bool) & rows["last_rank"].notna()]
+    rows = rows[(rows["wait_ns"] > 0) & (rows["last_rank"].astype(np.int64) != rows["rank"])]
+    if rows.empty:
+        return out
+    pr = analysis.collectives.per_rank if analysis.collectives is not None else rows
+    target = pr.drop_duplicates(["instance", "rank"]).set_index(["instance", "rank"])
+    n_units = max(len(analysis.traces), 1)
+
+    def off(u: int) -> int:
+        return int(offsets[u]) if u < len(offsets) else 0
+
+    for r in rows.itertuples(index=False):
+        last = int(r.last_rank)
+        if (int(r.instance), last) not in target.index:
+            continue
+        t = target.loc[(int(r.instance), last)]
+        fid = int(r.instance) * n_units + int(r.unit)
+        s_ns = int(r.start_ns) - off(int(r.unit)) + int(r.wait_ns) // 2
+        tu = int(t["unit"])
+        f_ns = (int(t["start_ns"]) + int(t["end_ns"])) // 2 - off(tu)
+        name = f"waits for rank {last}"
+        out.append(_Flow(name, "wait", "s", fid, float(us(s_ns)), int(r.rank), _TID["waits"]))
+        out.append(_Flow(name, "wait", "f", fid, float(us(f_ns)), last, _TID["collectives"], "e"))
+    return out
+
+
+def _lane_tids(unit: Timeline, own_host: bool) -> tuple[I64, I64, npt.NDArray[np.bool_]]:
+    """Per event: its track id; the rows to write (host rows once per process: a process that
+    drove several GPUs is one unit per GPU, each with all its host events); per event, GPU?"""
+    ev = unit.events
+    dev = unit.traces[0].device
+    gpu = (ev["device"].to_numpy() >= 0) & (ev["stream"].to_numpy() >= 0)
+    codes = ev["lane"].cat.codes.to_numpy().astype(np.int64)
+    dev_tid = 0 if dev is None else 1000 * (dev + 1)
+    tid = FIRST_LANE_TID + codes + np.where(gpu & (codes >= 0), dev_tid, 0)
+    rows = np.flatnonzero(gpu | own_host)
+    return tid, rows, gpu
+
+
+def _activity_events(
+    unit: Timeline, rank: int, off: int, rules: Rules, own_host: bool
+) -> Iterator[list[_X | _Meta]]:
+    """The unit's events as complete events on their lanes, in chunks, after the lanes' names."""
+    ev = unit.events
+    tids, rows, gpu = _lane_tids(unit, own_host)
+    kind = kinds(unit, rules)
+    lanes = np.asarray(ev["lane"].cat.categories, dtype=object)
+    codes = ev["lane"].cat.codes.to_numpy().astype(np.int64)
+    used, first = np.unique(tids[rows], return_index=True)
+    dev = unit.traces[0].device
+    meta: list[_X | _Meta] = []
+    for tid, row in zip(used.tolist(), rows[first].tolist(), strict=True):
+        c = int(codes[row])
+        name = str(lanes[c]) if c >= 0 else "(no lane)"
+        if dev is not None and gpu[row]:
+            name = f"GPU {dev} {name}"
+        meta.append(_Meta("thread_name", "M", rank, tid, {"name": name}))
+        meta.append(_Meta("thread_sort_index", "M", rank, tid, {"sort_index": tid}))
+    yield meta
+    names = ev["name"].cat.categories.to_numpy(dtype=object)
+    cats = ev["category"].cat.categories.to_numpy(dtype=object)
+    name_codes = ev["name"].cat.codes.to_numpy()
+    cat_codes = ev["category"].cat.codes.to_numpy()
+    kind_name = np.array([*KINDS], dtype=object)
+    start = ev["start_ns"].to_numpy(np.int64) - off
+    dur = ev["end_ns"].to_numpy(np.int64) - ev["start_ns"].to_numpy(np.int64)
+    for lo in range(0, rows.size, CHUNK_EVENTS):
+        r = rows[lo : lo + CHUNK_EVENTS]
+        ts, du = us(start[r]).tolist(), us(dur[r]).tolist()
+        tid = tids[r].tolist()
+        nm = names[name_codes[r]].tolist()
+        ct = [
+            f"{a}:{b}" if b != "none" else str(a)
+            for a, b in zip(cats[cat_codes[r]].tolist(), kind_name[kind[r]].tolist(), strict=True)
+        ]
+        yield [
+            _X(n, c, "X", a, d, rank, k) for n, c, a, d, k in zip(nm, ct, ts, du, tid, strict=True)
+        ]
