@@ -429,7 +429,12 @@ def report(
     else:
         detail = (timeline_rank, timeline_step)
     result = run_analysis(paths, detail=detail, **opts)
-    write_text(render_html(result, plotlyjs=plotlyjs), output)
+    across = None
+    if result.multi_rank:  # the step across ranks (issue 23)
+        from .across import step_across
+
+        across = step_across(result, timeline_step, jobs=opts.get("jobs"))
+    write_text(render_html(result, plotlyjs=plotlyjs, across=across), output)
     click.echo(f"wrote {output}", err=True)
 
 
