@@ -93,6 +93,13 @@ class StepAcross:
     instances: pd.DataFrame
     missing: tuple[int, ...]
     clock: str | None
+    last_arrivals: pd.DataFrame
+
+    @property
+    def n_matched(self) -> int:
+        """Matched collective instances in the step."""
+        m = self.instances[self.instances["matched"].astype(bool)]
+        return int(m["instance"].nunique())
 
 
 def default_step(analysis: Analysis) -> Any:
@@ -186,6 +193,8 @@ def _assemble(
     if not rows:
         raise UsageError(f"step {label}: no rank has such a step")
     inst = _instances(analysis, label, {r.unit: r.offset_ns for r in rows})
+    aligned = coll is not None and coll.clock is not None
+    last = _last_arrivals(inst if aligned else inst.iloc[:0])
     return StepAcross(
         step=label,
         chosen=chosen,
@@ -195,7 +204,27 @@ def _assemble(
         instances=inst,
         missing=missing,
         clock=None if coll is None else coll.clock,
+        last_arrivals=last,
     )
+
+
+def _last_arrivals(inst: pd.DataFrame) -> pd.DataFrame:
+    """Per rank that arrived last in a matched instance of the step: ``last_count`` (in how
+    many) and ``waited_for_ns`` (the other ranks' wait parts in those instances, summed), most
+    waited-for first."""
+    m = inst[inst["matched"].astype(bool) & inst["last_rank"].notna()]
+    cols = ["rank", "last_count", "waited_for_ns"]
+    if m.empty:
+        return pd.DataFrame(columns=cols)
+    last = m["last_rank"].astype(np.int64)
+    others = m[last.to_numpy() != m["rank"].to_numpy()]
+    waited = others.groupby(others["last_rank"].astype(np.int64))["wait_ns"].sum()
+    count = m.drop_duplicates("instance")["last_rank"].astype(np.int64).value_counts()
+    out = pd.DataFrame({"rank": count.index.to_numpy(np.int64)})
+    out["last_count"] = count.to_numpy(np.int64)
+    out["waited_for_ns"] = waited.reindex(out["rank"]).fillna(0).to_numpy(np.int64)
+    out = out.sort_values(["waited_for_ns", "last_count", "rank"], ascending=[False, False, True])
+    return out.reset_index(drop=True)[cols]
 
 
 def _rank_step(analysis: Analysis, unit: int, off: int, d: StepDetail) -> RankStep:

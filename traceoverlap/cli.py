@@ -176,6 +176,20 @@ def run_analysis(paths: tuple[str, ...], detail: Any = None, **opts: Any) -> Any
     )
 
 
+def html_report(
+    result: Any, plotlyjs: str = "embed", step: str | None = None, jobs: int | None = None
+) -> str:
+    """The HTML report of ``result``, with the step across ranks when it has several ranks."""
+    from .reporters.html_report import render as render_html
+
+    across = None
+    if result.multi_rank:
+        from .across import step_across
+
+        across = step_across(result, step, jobs=jobs)
+    return str(render_html(result, plotlyjs=plotlyjs, across=across))
+
+
 def write_text(text: str, output: str | None) -> None:
     """``text`` to ``output`` (stdout when None), with a clear error when it cannot be written."""
     if not output or output == "-":
@@ -281,9 +295,7 @@ def analyze(
         text = render_text(result, color=tty and output is None, width=width)
     write_text(text, output)
     if html_path:
-        from .reporters.html_report import render as render_html
-
-        write_text(render_html(result), html_path)
+        write_text(html_report(result, jobs=opts.get("jobs")), html_path)
         click.echo(f"wrote {html_path}", err=True)
     failed = failed_conditions(conditions, result.summary.run)
     if failed:
@@ -422,19 +434,12 @@ def report(
       traceoverlap report runs/bucketed/ --timeline-step 5 --timeline-rank 1
       traceoverlap report trace.json --plotlyjs cdn -o small.html
     """
-    from .reporters.html_report import render as render_html
-
     if timeline_rank is None and timeline_step is None:
         detail: Any = "auto"
     else:
         detail = (timeline_rank, timeline_step)
     result = run_analysis(paths, detail=detail, **opts)
-    across = None
-    if result.multi_rank:  # the step across ranks (issue 23)
-        from .across import step_across
-
-        across = step_across(result, timeline_step, jobs=opts.get("jobs"))
-    write_text(render_html(result, plotlyjs=plotlyjs, across=across), output)
+    write_text(html_report(result, plotlyjs, timeline_step, opts.get("jobs")), output)
     click.echo(f"wrote {output}", err=True)
 
 
@@ -674,10 +679,8 @@ def demo(out: str) -> None:
     )
     click.echo(rep.render_table(cmp, color=sys.stdout.isatty()), nl=False)
 
-    from .reporters.html_report import render as render_html
-
     for strategy, result in results.items():
-        write_text(render_html(result), str(root / strategy / "report.html"))
+        write_text(html_report(result), str(root / strategy / "report.html"))
     click.echo(
         f"\ntraces: {root / 'naive'}/rank*.json.gz and {root / 'bucketed'}/rank*.json.gz; "
         f"reports: {root / 'naive' / 'report.html'}, {root / 'bucketed' / 'report.html'}"

@@ -93,7 +93,8 @@ def across_figure(x: StepAcross) -> Drawing:
             hover = _union_hover(name, _KIND_ROW[kind], ms, me, x.origin_ns)
             width = 0.36 if collapsed else 0.66
             color = figs.COLORS[kind] if kind != "comm" else "rgba(230,159,0,0.45)"
-            bars.add(row, ms, me, color, figs.KIND_LABELS[kind], hover, width=width)
+            label = "other communication" if kind == "comm" else figs.KIND_LABELS[kind]
+            bars.add(row, ms, me, color, label, hover, width=width)
         if with_phases and len(r.phases[2]):
             ps, pe, names = r.phases
             _phases(bars, rows[row_of[(i, "phases")]], ps, pe, names, x)
@@ -341,14 +342,32 @@ def section(x: StepAcross, plot: Callable[[str, go.Figure], str], merged: list[s
         "orange is other communication."
     )
     missing = f" Ranks without {step}: {', '.join(str(r) for r in x.missing)}." if x.missing else ""
+    lead = _lead(x, step)
     return (
-        f"<section id='across'><h2>{step[0].upper() + step[1:]} across ranks</h2>"
+        f"<section id='across'><h2>{step[0].upper() + step[1:]} across ranks</h2>{lead}"
         f"<p class='explain'>{step[0].upper() + step[1:]} ({why}; choose another with "
         f"<code>--timeline-step N</code>) on every rank, on one clock. {clock} {layout} Grey: "
         f"outside that rank's own step window. Hover a collective for its name, group, last "
         f"arrival and wait; drag to zoom, double-click to reset.{missing}</p>"
         + plot("across", d.fig)
         + "</section>"
+    )
+
+
+def _lead(x: StepAcross, step: str) -> str:
+    """Who the others waited for in this step, in one sentence (numbers from the analysis)."""
+    la = x.last_arrivals
+    n = x.n_matched
+    if la.empty or n == 0:
+        return ""
+    top = la.iloc[0]
+    rank, count, waited = int(top["rank"]), int(top["last_count"]), int(top["waited_for_ns"])
+    if waited == 0:
+        return ""
+    return (
+        f"<p class='lead'>In {html.escape(step)}, <b>rank {rank}</b> arrived last in {count} of "
+        f"{n} matched collectives; the other ranks waited <b>{fmt_ns(waited)}</b> for it in "
+        "total (summed over ranks).</p>"
     )
 
 
