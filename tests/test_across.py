@@ -100,7 +100,7 @@ def test_eight_ranks_row_groups():
     d = _html_across.across_figure(step_across(a, source=tl))
     assert not d.collapsed
     ticks = list(d.fig.layout.yaxis.ticktext)
-    # per rank: phases, compute, communication, memory 
+    # per rank: phases, compute, communication, memory
     assert len(ticks) == 8 * 4
     assert ticks[:4] == ["<b>rank 0</b>  phases", "compute", "communication", "memory"]
 
