@@ -14,7 +14,8 @@ tracks on top of each rank:
 
 Times: each rank's clock offset (:attr:`Collectives.offsets_ns`, estimated from collective end
 times, docs/diagnosis.md §5) is removed, so one instant is one ``ts`` on every rank; ``ts`` and
-``dur`` are microseconds (Trace Event Format), with ns kept in the fraction.
+``dur`` are microseconds (Trace Event Format) since ``otherData.ts_origin_ns`` (the run's clock,
+unix ns on unix clocks: :func:`ts_origin`), with ns kept in the fraction.
 
 Written with msgspec's encoder, one rank file at a time and in chunks of
 :data:`CHUNK_EVENTS` events: the whole run is never one list in memory (peak: one rank file's
@@ -40,11 +41,16 @@ from .results import Analysis
 
 I64 = npt.NDArray[np.int64]
 
+#: Seconds before the first step start that ``ts`` 0 lies (see :func:`ts_origin`).
+ORIGIN_MARGIN_S = 100
 #: Events encoded per chunk (bounds the Python objects alive at once).
 CHUNK_EVENTS = 50_000
-#: Analysis tracks of every rank, top to bottom (their ``tid`` is the index + 1).
+#: Analysis tracks of every rank, top to bottom, and their track ids (``tid``).
 ANALYSIS_TRACKS = ("steps", "exposed communication", "collectives", "waits")
-_TID = {name: i + 1 for i, name in enumerate(ANALYSIS_TRACKS)}
+_TID = {"steps": 1, "exposed communication": 2, "collectives": 10, "waits": 30}
+#: A rank's collectives (and their waits) that overlap in time go to further tracks
+#: (``collectives (2)``...): the slices of one track must nest. At most this many.
+SUB_TRACKS = 20
 #: Activity tracks start here (analysis tracks sort above them).
 FIRST_LANE_TID = 100
 #: Slice names of the exposed spans per cause.
@@ -100,9 +106,25 @@ class ExportStats:
 
 
 def us(ns: npt.ArrayLike) -> npt.NDArray[np.float64]:
-    """Integer ns -> float µs, exact to well under 1 ns even on unix-epoch times."""
-    a = np.asarray(ns, dtype=np.int64)
-    return (a // 1000).astype(np.float64) + (a % 1000).astype(np.float64) / 1000.0
+    """Integer ns (relative to :func:`ts_origin`) -> float µs."""
+    return np.asarray(ns, dtype=np.int64).astype(np.float64) / 1000.0
+
+
+def ts_origin(analysis: Analysis) -> int:
+    """The aligned ns written as ``ts`` 0: the earliest step start, in whole seconds, less
+    :data:`ORIGIN_MARGIN_S` (events of the capture before the first step stay positive).
+
+    ``ts`` is a float of µs: on unix-epoch times (1.8e15 µs) a float's step is 0.25 µs, so the
+    times are written relative to this origin (float steps far below 1 ns)."""
+    win = analysis.windows
+    coll = analysis.collectives
+    clock = coll.offsets_ns if coll is not None and coll.offsets_ns else ()
+    if win is None or win.empty:
+        return 0
+    unit = win["unit"].to_numpy(np.int64)
+    off = np.array([int(clock[u]) if u < len(clock) else 0 for u in unit.tolist()], np.int64)
+    first = int((win["start_ns"].to_numpy(np.int64) - off).min())
+    return (first // 1_000_000_000 - ORIGIN_MARGIN_S) * 1_000_000_000
 
 
 class _Writer:
@@ -126,7 +148,7 @@ class _Writer:
         return len(events)
 
     def close(self, other: dict[str, Any]) -> None:
-        self.out.write(b'\n],"displayTimeUnit":"ns","otherData":')
+        self.out.write(b'\n],"otherData":')
         self.out.write(self.enc.encode(other))
         self.out.write(b"}\n")
 
@@ -137,8 +159,14 @@ def write_trace(analysis: Analysis, out: IO[bytes], rules: Rules | None = None) 
 
     rules = (rules or Rules()).with_comm_patterns(analysis.options.comm_patterns)
     coll = analysis.collectives
-    offsets = coll.offsets_ns if coll is not None and coll.offsets_ns else ()
+    clock = coll.offsets_ns if coll is not None and coll.offsets_ns else ()
+    origin = ts_origin(analysis)
+    # what is taken off each unit's times: its clock offset, then the run's ts origin
+    offsets = [
+        origin + (int(clock[i]) if i < len(clock) else 0) for i in range(len(analysis.traces))
+    ]
     stats = ExportStats()
+    rows = _instance_rows(analysis)
     w = _Writer(out)
     unit_of = {(t.path, t.pid, t.device): i for i, t in enumerate(analysis.traces)}
     done_host: set[tuple[str, int | None]] = set()
@@ -149,40 +177,48 @@ def write_trace(analysis: Analysis, out: IO[bytes], rules: Rules | None = None) 
             i = unit_of.get((t.path, t.pid, t.device))
             if i is None:  # a rank left out (--rank)
                 continue
-            off = int(offsets[i]) if i < len(offsets) else 0
+            off = offsets[i]
             rank = analysis.traces[i].rank
-            stats.offsets_ns[rank] = off
+            stats.offsets_ns[rank] = off - origin
             host_key = (t.path, t.pid)
-            n = w.write(list(_rank_meta(analysis, i)))
-            n += w.write(list(_analysis_events(analysis, i, off)))
+            mine = rows[rows["unit"].to_numpy() == i] if len(rows) else rows
+            n = w.write(list(_rank_meta(analysis, i, mine)))
+            n += w.write(list(_analysis_events(analysis, i, off, mine)))
             for part in _activity_events(unit, rank, off, rules, host_key not in done_host):
                 n += w.write(part)
             done_host.add(host_key)
             stats.events[rank] = stats.events.get(rank, 0) + n
         del timeline
-    flows = _flows(analysis, offsets)
+    flows = _flows(rows, offsets, len(analysis.traces))
     stats.flows = w.write(flows) // 2
     w.close(
         {
             "generator": "traceoverlap export",
             "clock": None if coll is None else coll.clock,
             "offsets_ns": {str(k): v for k, v in stats.offsets_ns.items()},
+            "ts_origin_ns": origin,
         }
     )
     return stats
 
 
-def _rank_meta(analysis: Analysis, i: int) -> Iterator[_Meta]:
+def _rank_meta(analysis: Analysis, i: int, rows: pd.DataFrame) -> Iterator[_Meta]:
     t = analysis.traces[i]
     label = f"rank {t.rank}" + ("" if t.device is None else f" (GPU {t.device})")
     yield _Meta("process_name", "M", t.rank, 0, {"name": label})
     yield _Meta("process_sort_index", "M", t.rank, 0, {"sort_index": t.rank})
-    for name, tid in _TID.items():
+    tracks = {_TID[name]: name for name in ANALYSIS_TRACKS}
+    for col, name in (("coll_tid", "collectives"), ("wait_tid", "waits")):
+        used = rows[col].to_numpy(np.int64) if len(rows) else np.zeros(0, np.int64)
+        for tid in np.unique(used[used > 0]).tolist():
+            k = tid - _TID[name]
+            tracks[tid] = name if k == 0 else f"{name} ({k + 1})"
+    for tid, name in sorted(tracks.items()):
         yield _Meta("thread_name", "M", t.rank, tid, {"name": f"analysis: {name}"})
         yield _Meta("thread_sort_index", "M", t.rank, tid, {"sort_index": tid - 100})
 
 
-def _analysis_events(analysis: Analysis, i: int, off: int) -> Iterator[_X]:
+def _analysis_events(analysis: Analysis, i: int, off: int, rows: pd.DataFrame) -> Iterator[_X]:
     """Steps, exposed spans by cause, collective instances and their waits of unit ``i``."""
     rank = analysis.traces[i].rank
     win = analysis.windows
@@ -211,7 +247,7 @@ def _analysis_events(analysis: Analysis, i: int, off: int) -> Iterator[_X]:
                 },
             )
         yield from _exposed_events(analysis, mine["window"].to_numpy(np.int64), rank, off)
-    yield from _collective_events(analysis, i, rank, off)
+    yield from _collective_events(rows, rank, off)
 
 
 def _exposed_events(analysis: Analysis, windows: I64, rank: int, off: int) -> Iterator[_X]:
@@ -232,26 +268,52 @@ def _exposed_events(analysis: Analysis, windows: I64, rank: int, off: int) -> It
             )
 
 
+def pack(start: I64, end: I64) -> I64:
+    """Per span: the lowest sub-track (0, 1...) on which it overlaps no span placed before it,
+    spans placed in start order (greedy interval colouring: as few sub-tracks as possible)."""
+    out = np.zeros(start.size, np.int64)
+    track_end: list[int] = []
+    for i in np.lexsort((end, start)).tolist():
+        s, e = int(start[i]), int(end[i])
+        k = next((k for k, te in enumerate(track_end) if te <= s), len(track_end))
+        if k == len(track_end):
+            track_end.append(e)
+        else:
+            track_end[k] = e
+        out[i] = k
+    return out
+
+
 def _instance_rows(analysis: Analysis) -> pd.DataFrame:
-    """Per (instance, unit): the per-rank row with its instance's group, seq and last rank."""
+    """Per (instance, unit): the per-rank row with its instance's group, seq and last rank,
+    and the tracks of its slice (``coll_tid``) and of its wait part (``wait_tid``, 0: none)."""
     coll = analysis.collectives
     if coll is None or coll.per_rank.empty:
-        return pd.DataFrame()
+        return pd.DataFrame(columns=["unit", "coll_tid", "wait_tid"])
     inst = coll.instances.set_index("instance")
-    pr = coll.per_rank
+    pr = coll.per_rank.reset_index(drop=True)
+    start = pr["start_ns"].to_numpy(np.int64)
+    end = pr["end_ns"].to_numpy(np.int64)
+    wait = pr["wait_ns"].to_numpy(np.int64)
+    waiting = (wait > 0) & pr["matched"].to_numpy(bool)
+    coll_k = np.zeros(len(pr), np.int64)
+    wait_k = np.full(len(pr), -1, np.int64)
+    for idx in pr.groupby("unit", sort=True).indices.values():
+        coll_k[idx] = pack(start[idx], end[idx])
+        w = idx[waiting[idx]]
+        wait_k[w] = pack(start[w], start[w] + wait[w])
+    cap = SUB_TRACKS - 1
     return pr.assign(
         process_group=inst["process_group"].reindex(pr["instance"]).to_numpy(),
         seq=inst["seq"].reindex(pr["instance"]).to_numpy(),
         last_rank=inst["last_rank"].reindex(pr["instance"]).to_numpy(),
         transfer_ns=inst["transfer_ns"].reindex(pr["instance"]).to_numpy(),
+        coll_tid=_TID["collectives"] + np.minimum(coll_k, cap),
+        wait_tid=np.where(waiting, _TID["waits"] + np.minimum(wait_k, cap), 0),
     )
 
 
-def _collective_events(analysis: Analysis, i: int, rank: int, off: int) -> Iterator[_X]:
-    rows = _instance_rows(analysis)
-    if rows.empty:
-        return
-    rows = rows[rows["unit"].to_numpy() == i]
+def _collective_events(rows: pd.DataFrame, rank: int, off: int) -> Iterator[_X]:
     for r in rows.itertuples(index=False):
         start, end, wait = int(r.start_ns) - off, int(r.end_ns) - off, int(r.wait_ns)
         last = None if pd.isna(r.last_rank) else int(r.last_rank)
@@ -273,10 +335,10 @@ def _collective_events(analysis: Analysis, i: int, rank: int, off: int) -> Itera
             float(us(start)),
             float(us(end - start)),
             rank,
-            _TID["collectives"],
+            int(r.coll_tid),
             args,
         )
-        if wait > 0 and bool(r.matched):
+        if int(r.wait_tid):
             who = "?" if last is None else str(last)
             yield _X(
                 f"wait for rank {who}",
@@ -285,27 +347,24 @@ def _collective_events(analysis: Analysis, i: int, rank: int, off: int) -> Itera
                 float(us(start)),
                 float(us(wait)),
                 rank,
-                _TID["waits"],
+                int(r.wait_tid),
                 {"instance": int(r.instance), "wait_ns": wait, "last_arrival_rank": last},
                 "terrible",
             )
 
 
-def _flows(analysis: Analysis, offsets: Sequence[int]) -> list[_Flow]:
+def _flows(all_rows: pd.DataFrame, offsets: Sequence[int], n_units: int) -> list[_Flow]:
     """Per wait on a rank that was not the last to arrive: an arrow from the middle of its
     wait slice to the middle of the instance on the last rank (``bp: e``: bound to the slice
     that encloses it)."""
-    rows = _instance_rows(analysis)
     out: list[_Flow] = []
+    if all_rows.empty:
+        return out
+    rows = all_rows[(all_rows["wait_tid"] > 0).to_numpy() & all_rows["last_rank"].notna()]
+    rows = rows[rows["last_rank"].astype(np.int64) != rows["rank"]]
     if rows.empty:
         return out
-    rows = rows[rows["matched"].astype(bool) & rows["last_rank"].notna()]
-    rows = rows[(rows["wait_ns"] > 0) & (rows["last_rank"].astype(np.int64) != rows["rank"])]
-    if rows.empty:
-        return out
-    pr = analysis.collectives.per_rank if analysis.collectives is not None else rows
-    target = pr.drop_duplicates(["instance", "rank"]).set_index(["instance", "rank"])
-    n_units = max(len(analysis.traces), 1)
+    target = all_rows.drop_duplicates(["instance", "rank"]).set_index(["instance", "rank"])
 
     def off(u: int) -> int:
         return int(offsets[u]) if u < len(offsets) else 0
@@ -320,8 +379,8 @@ def _flows(analysis: Analysis, offsets: Sequence[int]) -> list[_Flow]:
         tu = int(t["unit"])
         f_ns = (int(t["start_ns"]) + int(t["end_ns"])) // 2 - off(tu)
         name = f"waits for rank {last}"
-        out.append(_Flow(name, "wait", "s", fid, float(us(s_ns)), int(r.rank), _TID["waits"]))
-        out.append(_Flow(name, "wait", "f", fid, float(us(f_ns)), last, _TID["collectives"], "e"))
+        out.append(_Flow(name, "wait", "s", fid, float(us(s_ns)), int(r.rank), int(r.wait_tid)))
+        out.append(_Flow(name, "wait", "f", fid, float(us(f_ns)), last, int(t["coll_tid"]), "e"))
     return out
 
 
