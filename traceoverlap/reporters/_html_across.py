@@ -310,7 +310,11 @@ def section(x: StepAcross, plot: Callable[[str, go.Figure], str], merged: list[s
     d = across_figure(x)
     merged.extend(f"step across ranks: {m}" for m in d.merged)
     step = "the whole capture" if str(x.step) == "all" else f"step {html.escape(str(x.step))}"
-    why = "as asked" if x.chosen == "asked" else "the median step of the lowest rank"
+    if str(x.step) == "all":
+        why = "no step markers: each rank's whole capture is one window"
+    else:
+        why = "as asked" if x.chosen == "asked" else "the median step of the lowest rank"
+        why += "; choose another with <code>--timeline-step N</code>"
     if x.clock == "unix":
         clock = "The ranks' clocks are unix time and agree: drawn as recorded."
     elif x.clock == "estimated":
@@ -345,12 +349,12 @@ def section(x: StepAcross, plot: Callable[[str, go.Figure], str], merged: list[s
     lead = _lead(x, step)
     return (
         f"<section id='across'><h2>{step[0].upper() + step[1:]} across ranks</h2>{lead}"
-        f"<p class='explain'>{step[0].upper() + step[1:]} ({why}; choose another with "
-        f"<code>--timeline-step N</code>) on every rank, on one clock. {clock} {layout} Grey: "
+        f"<p class='explain'>{step[0].upper() + step[1:]} ({why}) on every rank, on one clock. "
+        f"{clock} {layout} Grey: "
         f"outside that rank's own step window. Hover a collective for its name, group, last "
-        f"arrival and wait; drag to zoom, double-click to reset.{missing}</p>"
-        + plot("across", d.fig)
-        + "</section>"
+        f"arrival and wait; drag to zoom, double-click to reset. Every event of every rank on this "
+        f"clock: <code>traceoverlap export RUN -o run.json</code>, opened in ui.perfetto.dev."
+        f"{missing}</p>" + plot("across", d.fig) + "</section>"
     )
 
 
