@@ -135,6 +135,31 @@ def test_pack_sub_tracks() -> None:
     assert export.pack(start, end).tolist() == [0, 1, 0]
 
 
+def test_one_process_two_gpus() -> None:
+    """One process drove GPUs 0 and 1 (two analysis units of rank 0): one process in the trace,
+    the host thread once, each GPU's streams and analysis tracks apart, all tracks nesting."""
+    from test_runs import _two_gpus_one_process
+
+    tl = _two_gpus_one_process()
+    result = traceoverlap.analyze(tl)
+    buf = io.BytesIO()
+    export.write_trace(result, buf, source=tl)
+    doc = json.loads(buf.getvalue())
+    procs = [e for e in doc["traceEvents"] if e.get("name") == "process_name"]
+    assert [(p["pid"], p["args"]["name"]) for p in procs] == [(0, "rank 0")]
+    tracks = _tracks(doc)[0]
+    assert {"analysis: steps (GPU 0)", "analysis: steps (GPU 1)"} <= tracks
+    assert {"GPU 0 stream 7", "GPU 0 stream 20", "GPU 1 stream 8", "GPU 1 stream 21"} <= tracks
+    # the launch thread's events once: 1 marker + 4 launches
+    host = [
+        e
+        for e in doc["traceEvents"]
+        if e["ph"] == "X" and e.get("cat", "").startswith(("annotation", "runtime"))
+    ]
+    assert len(host) == 5
+    assert _nest(doc) == {}
+
+
 def _shifted_copy(src: Path, dst: Path, rank: int, shift_us: int) -> None:
     """The run with rank ``rank``'s clock moved by ``shift_us`` (every event ts)."""
     dst.mkdir()

@@ -52,7 +52,10 @@ _TID = {"steps": 1, "exposed communication": 2, "collectives": 10, "waits": 30}
 #: (``collectives (2)``...): the slices of one track must nest. At most this many.
 SUB_TRACKS = 20
 #: Activity tracks start here (analysis tracks sort above them).
-FIRST_LANE_TID = 100
+FIRST_LANE_TID = 10_000
+#: Track ids of the analysis tracks of the k-th unit of a rank (a process that drove several
+#: GPUs is one unit per GPU) start at k times this.
+TRACK_BLOCK = 50
 #: Slice names of the exposed spans per cause.
 CAUSE_SLICE = {
     "wait": "exposed: waiting for another rank",
@@ -153,9 +156,14 @@ class _Writer:
         self.out.write(b"}\n")
 
 
-def write_trace(analysis: Analysis, out: IO[bytes], rules: Rules | None = None) -> ExportStats:
-    """Write ``analysis``' run (reading its rank files again, one at a time) to ``out``."""
-    from .readers import read_trace
+def write_trace(
+    analysis: Analysis,
+    out: IO[bytes],
+    rules: Rules | None = None,
+    source: Timeline | None = None,
+) -> ExportStats:
+    """Write ``analysis``' run to ``out``, reading its rank files again, one at a time
+    (``source``: the Timeline the analysis was made from, when it was made from one)."""
 
     rules = (rules or Rules()).with_comm_patterns(analysis.options.comm_patterns)
     coll = analysis.collectives
@@ -166,12 +174,12 @@ def write_trace(analysis: Analysis, out: IO[bytes], rules: Rules | None = None) 
         origin + (int(clock[i]) if i < len(clock) else 0) for i in range(len(analysis.traces))
     ]
     stats = ExportStats()
-    rows = _instance_rows(analysis)
+    slot = _slots(analysis)
+    rows = _instance_rows(analysis, slot)
     w = _Writer(out)
     unit_of = {(t.path, t.pid, t.device): i for i, t in enumerate(analysis.traces)}
     done_host: set[tuple[str, int | None]] = set()
-    for path in dict.fromkeys(t.path for t in analysis.traces):
-        timeline = read_trace(Path(path))
+    for timeline in _timelines(analysis, source):
         for unit in split_units(timeline):
             t = unit.traces[0]
             i = unit_of.get((t.path, t.pid, t.device))
@@ -182,8 +190,8 @@ def write_trace(analysis: Analysis, out: IO[bytes], rules: Rules | None = None) 
             stats.offsets_ns[rank] = off - origin
             host_key = (t.path, t.pid)
             mine = rows[rows["unit"].to_numpy() == i] if len(rows) else rows
-            n = w.write(list(_rank_meta(analysis, i, mine)))
-            n += w.write(list(_analysis_events(analysis, i, off, mine)))
+            n = w.write(list(_rank_meta(analysis, i, slot, mine)))
+            n += w.write(list(_analysis_events(analysis, i, off, slot[i], mine)))
             for part in _activity_events(unit, rank, off, rules, host_key not in done_host):
                 n += w.write(part)
             done_host.add(host_key)
@@ -202,23 +210,52 @@ def write_trace(analysis: Analysis, out: IO[bytes], rules: Rules | None = None) 
     return stats
 
 
-def _rank_meta(analysis: Analysis, i: int, rows: pd.DataFrame) -> Iterator[_Meta]:
+def _timelines(analysis: Analysis, source: Timeline | None) -> Iterator[Timeline]:
+    """``source``, or each rank file of the analysis read again (one in memory at a time)."""
+    from .readers import read_trace
+
+    if source is not None:
+        yield source
+        return
+    for path in dict.fromkeys(t.path for t in analysis.traces):
+        yield read_trace(Path(path))
+
+
+def _slots(analysis: Analysis) -> list[int]:
+    """Per unit: its index among the units of its rank (0 unless a process drove several GPUs)."""
+    seen: dict[int, int] = {}
+    out = []
+    for t in analysis.traces:
+        out.append(seen.get(t.rank, 0))
+        seen[t.rank] = out[-1] + 1
+    return out
+
+
+def _rank_meta(
+    analysis: Analysis, i: int, slot: Sequence[int], rows: pd.DataFrame
+) -> Iterator[_Meta]:
     t = analysis.traces[i]
-    label = f"rank {t.rank}" + ("" if t.device is None else f" (GPU {t.device})")
-    yield _Meta("process_name", "M", t.rank, 0, {"name": label})
-    yield _Meta("process_sort_index", "M", t.rank, 0, {"sort_index": t.rank})
-    tracks = {_TID[name]: name for name in ANALYSIS_TRACKS}
+    several = sum(1 for u in analysis.traces if u.rank == t.rank) > 1
+    if slot[i] == 0:
+        label = f"rank {t.rank}" + ("" if t.device is None or several else f" (GPU {t.device})")
+        yield _Meta("process_name", "M", t.rank, 0, {"name": label})
+        yield _Meta("process_sort_index", "M", t.rank, 0, {"sort_index": t.rank})
+    block = TRACK_BLOCK * slot[i]
+    gpu = f" (GPU {t.device})" if several else ""
+    tracks = {_TID[name] + block: name for name in ANALYSIS_TRACKS}
     for col, name in (("coll_tid", "collectives"), ("wait_tid", "waits")):
         used = rows[col].to_numpy(np.int64) if len(rows) else np.zeros(0, np.int64)
         for tid in np.unique(used[used > 0]).tolist():
-            k = tid - _TID[name]
+            k = tid - _TID[name] - block
             tracks[tid] = name if k == 0 else f"{name} ({k + 1})"
     for tid, name in sorted(tracks.items()):
-        yield _Meta("thread_name", "M", t.rank, tid, {"name": f"analysis: {name}"})
-        yield _Meta("thread_sort_index", "M", t.rank, tid, {"sort_index": tid - 100})
+        yield _Meta("thread_name", "M", t.rank, tid, {"name": f"analysis: {name}{gpu}"})
+        yield _Meta("thread_sort_index", "M", t.rank, tid, {"sort_index": tid - FIRST_LANE_TID})
 
 
-def _analysis_events(analysis: Analysis, i: int, off: int, rows: pd.DataFrame) -> Iterator[_X]:
+def _analysis_events(
+    analysis: Analysis, i: int, off: int, slot: int, rows: pd.DataFrame
+) -> Iterator[_X]:
     """Steps, exposed spans by cause, collective instances and their waits of unit ``i``."""
     rank = analysis.traces[i].rank
     win = analysis.windows
@@ -238,7 +275,7 @@ def _analysis_events(analysis: Analysis, i: int, off: int, rows: pd.DataFrame) -
                 float(us(s[k])),
                 float(us(e[k] - s[k])),
                 rank,
-                _TID["steps"],
+                _TID["steps"] + TRACK_BLOCK * slot,
                 {
                     "step_ns": int(row["step_ns"]),
                     "exposed_comm_ns": int(row["exposed_comm_ns"]),
@@ -246,11 +283,14 @@ def _analysis_events(analysis: Analysis, i: int, off: int, rows: pd.DataFrame) -
                     "reason": str(row["reason"]),
                 },
             )
-        yield from _exposed_events(analysis, mine["window"].to_numpy(np.int64), rank, off)
+        tid = _TID["exposed communication"] + TRACK_BLOCK * slot
+        yield from _exposed_events(analysis, mine["window"].to_numpy(np.int64), rank, off, tid)
     yield from _collective_events(rows, rank, off)
 
 
-def _exposed_events(analysis: Analysis, windows: I64, rank: int, off: int) -> Iterator[_X]:
+def _exposed_events(
+    analysis: Analysis, windows: I64, rank: int, off: int, tid: int
+) -> Iterator[_X]:
     spans = analysis.exposed_spans or {}
     for cause, (g, s, e) in spans.items():
         m = np.isin(g, windows)
@@ -262,7 +302,7 @@ def _exposed_events(analysis: Analysis, windows: I64, rank: int, off: int) -> It
                 float(us(a)),
                 float(us(b - a)),
                 rank,
-                _TID["exposed communication"],
+                tid,
                 {"cause": cause, "exposed_ns": b - a},
                 CAUSE_COLOUR.get(cause),
             )
@@ -284,7 +324,7 @@ def pack(start: I64, end: I64) -> I64:
     return out
 
 
-def _instance_rows(analysis: Analysis) -> pd.DataFrame:
+def _instance_rows(analysis: Analysis, slot: Sequence[int]) -> pd.DataFrame:
     """Per (instance, unit): the per-rank row with its instance's group, seq and last rank,
     and the tracks of its slice (``coll_tid``) and of its wait part (``wait_tid``, 0: none)."""
     coll = analysis.collectives
@@ -303,13 +343,14 @@ def _instance_rows(analysis: Analysis) -> pd.DataFrame:
         w = idx[waiting[idx]]
         wait_k[w] = pack(start[w], start[w] + wait[w])
     cap = SUB_TRACKS - 1
+    block = TRACK_BLOCK * np.asarray(slot, np.int64)[pr["unit"].to_numpy(np.int64)]
     return pr.assign(
         process_group=inst["process_group"].reindex(pr["instance"]).to_numpy(),
         seq=inst["seq"].reindex(pr["instance"]).to_numpy(),
         last_rank=inst["last_rank"].reindex(pr["instance"]).to_numpy(),
         transfer_ns=inst["transfer_ns"].reindex(pr["instance"]).to_numpy(),
-        coll_tid=_TID["collectives"] + np.minimum(coll_k, cap),
-        wait_tid=np.where(waiting, _TID["waits"] + np.minimum(wait_k, cap), 0),
+        coll_tid=block + _TID["collectives"] + np.minimum(coll_k, cap),
+        wait_tid=np.where(waiting, block + _TID["waits"] + np.minimum(wait_k, cap), 0),
     )
 
 
@@ -391,7 +432,7 @@ def _lane_tids(unit: Timeline, own_host: bool) -> tuple[I64, I64, npt.NDArray[np
     dev = unit.traces[0].device
     gpu = (ev["device"].to_numpy() >= 0) & (ev["stream"].to_numpy() >= 0)
     codes = ev["lane"].cat.codes.to_numpy().astype(np.int64)
-    dev_tid = 0 if dev is None else 1000 * (dev + 1)
+    dev_tid = 0 if dev is None else 100_000 * (dev + 1)
     tid = FIRST_LANE_TID + codes + np.where(gpu & (codes >= 0), dev_tid, 0)
     rows = np.flatnonzero(gpu | own_host)
     return tid, rows, gpu
