@@ -5,6 +5,8 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import subprocess
+import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -239,6 +241,15 @@ def test_cli_export(tmp_path: Path) -> None:
     doc = json.loads(out.read_text())
     # ts in µs (no displayTimeUnit: some Perfetto versions read "ns" there as the ts unit)
     assert "displayTimeUnit" not in doc and doc["traceEvents"]
+
+
+def test_cli_export_from_standard_input_says_to_save_it(tmp_path: Path) -> None:
+    data = (WORKLOAD_FIXTURES / "bucketed" / "rank0.json.gz").read_bytes()
+    cmd = [sys.executable, "-m", "traceoverlap", "export", "-", "-o", str(tmp_path / "x.json")]
+    r = subprocess.run(cmd, input=data, capture_output=True, timeout=120, check=False)
+    assert r.returncode == 2
+    err = r.stderr.decode()
+    assert "save it to a file" in err and "Traceback" not in err
 
 
 def test_cli_export_unwritable(tmp_path: Path) -> None:

@@ -180,10 +180,13 @@ def html_report(
     result: Any, plotlyjs: str = "embed", step: str | None = None, jobs: int | None = None
 ) -> str:
     """The HTML report of ``result``, with the step across ranks when it has several ranks."""
+    from pathlib import Path
+
     from .reporters.html_report import render as render_html
 
     across = None
-    if result.multi_rank:
+    # the step across ranks reads the rank files again: not possible from standard input
+    if result.multi_rank and all(Path(t.path).is_file() for t in result.traces):
         from .across import step_across
 
         across = step_across(result, step, jobs=jobs)
@@ -447,7 +450,7 @@ def report(
 
 
 @main.command("export")
-@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
 @click.option(
     "-o", "--output", required=True, metavar="FILE", help="Trace Event Format JSON to write."
 )

@@ -36,6 +36,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from .classify import Rules, kinds
+from .errors import UsageError
 from .model import KINDS, Timeline, split_units
 from .results import Analysis
 
@@ -218,6 +219,11 @@ def _timelines(analysis: Analysis, source: Timeline | None) -> Iterator[Timeline
         yield source
         return
     for path in dict.fromkeys(t.path for t in analysis.traces):
+        if not Path(path).is_file():
+            raise UsageError(
+                f"{path}: the export reads each rank file again, and standard input can be read "
+                "only once: save it to a file and pass the file"
+            )
         yield read_trace(Path(path))
 
 
