@@ -128,3 +128,11 @@ def test_dlrm_median_step_across_8_ranks():
     pr = a.collectives.per_rank
     pr = pr[pr["step"].astype(str) == str(x.step)]
     assert int(m["wait_ns"].sum()) == int(pr.loc[pr["matched"], "wait_ns"].sum())
+
+
+def test_report_with_the_step_across_ranks_is_deterministic():
+    tl = skewed_pair()
+    a = analyze(tl, detail="auto")
+    one = render(a, plotlyjs="cdn", across=step_across(a, source=tl))
+    two = render(a, plotlyjs="cdn", across=step_across(a, source=tl))
+    assert one == two
