@@ -80,6 +80,7 @@ def main(debug: bool) -> None:
       traceoverlap analyze runs/bucketed/         a folder of rank traces
       traceoverlap analyze report.sqlite          an Nsight Systems SQLite export
       traceoverlap report runs/x -o report.html   offline HTML timeline report
+      traceoverlap export runs/x -o run.json      the run on one clock, for ui.perfetto.dev
       traceoverlap compare runs/naive runs/bucketed
       traceoverlap profile --strategy bucketed --world-size 2 --out runs/bucketed
       traceoverlap demo                           profile + analyze two strategies on CPU
