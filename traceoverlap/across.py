@@ -186,10 +186,13 @@ def _assemble(
         if i is None or d is None:
             continue
         off = int(offsets[i]) if i < len(offsets) else 0
-        rows.append(_rank_step(analysis, i, off, d))
+        step = _step_row(analysis, i, d.step)
+        if step is not None:  # a rank left out of the step table (--rank) is not drawn
+            rows.append(_rank_step(analysis, i, off, d, step))
     rows.sort(key=lambda r: (r.rank, -1 if r.device is None else r.device))
     have = {r.rank for r in rows}
-    missing = tuple(r for r in analysis.ranks if r not in have)
+    shown = sorted({int(r) for r in analysis.steps["rank"].tolist()})
+    missing = tuple(r for r in shown if r not in have)
     if not rows:
         raise UsageError(f"step {label}: no rank has such a step")
     inst = _instances(analysis, label, {r.unit: r.offset_ns for r in rows})
@@ -227,9 +230,18 @@ def _last_arrivals(inst: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index(drop=True)[cols]
 
 
-def _rank_step(analysis: Analysis, unit: int, off: int, d: StepDetail) -> RankStep:
+def _step_row(analysis: Analysis, unit: int, step: Any) -> pd.Series | None:
+    """The step table's row of ``unit``'s step ``step`` (None: not in the table)."""
     t = analysis.traces[unit]
-    row = analysis.step_row(t.rank, d.step, t.device)
+    df = analysis.steps
+    m = (df["rank"] == t.rank).to_numpy() & (df["step"].astype(str) == str(step)).to_numpy()
+    if t.device is not None:
+        m &= (df["device"] == t.device).to_numpy()
+    return None if not m.any() else df[m].iloc[0]
+
+
+def _rank_step(analysis: Analysis, unit: int, off: int, d: StepDetail, row: pd.Series) -> RankStep:
+    t = analysis.traces[unit]
 
     def shift(s: Spans) -> Spans:
         return (s[0] - off, s[1] - off)

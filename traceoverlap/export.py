@@ -266,14 +266,13 @@ def _analysis_events(
     rank = analysis.traces[i].rank
     win = analysis.windows
     if win is not None:
-        mine = win[win["unit"].to_numpy() == i]
-        steps = analysis.steps  # one row per global window, in window order
+        # the windows frame and the step table have one row per shown window, in one order
+        pos = np.flatnonzero(win["unit"].to_numpy() == i)
+        mine = win.iloc[pos]
         s = mine["start_ns"].to_numpy(np.int64) - off
         e = mine["end_ns"].to_numpy(np.int64) - off
-        for k, (w, label) in enumerate(
-            zip(mine["window"].tolist(), mine["step"].tolist(), strict=True)
-        ):
-            row = steps.iloc[int(w)]
+        for k, label in enumerate(mine["step"].tolist()):
+            row = analysis.steps.iloc[int(pos[k])]
             yield _X(
                 f"step {label}",
                 "traceoverlap",
