@@ -106,7 +106,6 @@ class ExportStats:
     events: dict[int, int] = field(default_factory=dict)
     flows: int = 0
     offsets_ns: dict[int, int] = field(default_factory=dict)
-    skipped: list[str] = field(default_factory=list)
 
 
 def us(ns: npt.ArrayLike) -> npt.NDArray[np.float64]:
@@ -165,7 +164,6 @@ def write_trace(
 ) -> ExportStats:
     """Write ``analysis``' run to ``out``, reading its rank files again, one at a time
     (``source``: the Timeline the analysis was made from, when it was made from one)."""
-
     rules = (rules or Rules()).with_comm_patterns(analysis.options.comm_patterns)
     coll = analysis.collectives
     clock = coll.offsets_ns if coll is not None and coll.offsets_ns else ()
