@@ -59,6 +59,9 @@ def test_skewed_pair_on_one_clock():
     assert inst["wait_ns"].tolist() == [30 * MS, 0]
     assert inst["transfer_ns"].tolist() == [10 * MS, 10 * MS]
     assert inst["last_rank"].tolist() == [1, 1]
+    # all communication of the step is that one instance: nothing left as "other communication"
+    assert all(r.other_comm[0].size == 0 for r in x.ranks)
+    assert x.ranks[0].comm[0].tolist() == [10 * MS] and x.ranks[0].comm[1].tolist() == [50 * MS]
     la = x.last_arrivals
     assert la.to_dict("records") == [{"rank": 1, "last_count": 1, "waited_for_ns": 30 * MS}]
 

@@ -24,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from . import intervals as iv
 from .classify import Rules
 from .errors import UsageError
 from .model import Timeline, TraceInfo, split_units
@@ -71,6 +72,9 @@ class RankStep:
     comm: Spans
     memory: Spans
     phases: tuple[I64, I64, tuple[str, ...]]
+    #: communication outside every collective instance of the step on this unit (M minus the
+    #: union of the instances' spans): what the instances do not already show
+    other_comm: Spans = (np.zeros(0, np.int64), np.zeros(0, np.int64))
 
 
 @dataclass(frozen=True)
@@ -196,6 +200,7 @@ def _assemble(
     if not rows:
         raise UsageError(f"step {label}: no rank has such a step")
     inst = _instances(analysis, label, {r.unit: r.offset_ns for r in rows})
+    rows = [_with_other_comm(r, inst) for r in rows]
     aligned = coll is not None and coll.clock is not None
     last = _last_arrivals(inst if aligned else inst.iloc[:0])
     return StepAcross(
@@ -228,6 +233,12 @@ def _last_arrivals(inst: pd.DataFrame) -> pd.DataFrame:
     out["waited_for_ns"] = waited.reindex(out["rank"]).fillna(0).to_numpy(np.int64)
     out = out.sort_values(["waited_for_ns", "last_count", "rank"], ascending=[False, False, True])
     return out.reset_index(drop=True)[cols]
+
+
+def _with_other_comm(r: RankStep, inst: pd.DataFrame) -> RankStep:
+    m = inst["unit"].to_numpy(np.int64) == r.unit
+    spans = iv.union(inst["start_ns"].to_numpy(np.int64)[m], inst["end_ns"].to_numpy(np.int64)[m])
+    return replace(r, other_comm=iv.subtract(r.comm, spans))
 
 
 def _step_row(analysis: Analysis, unit: int, step: Any) -> pd.Series | None:

@@ -83,7 +83,7 @@ def across_figure(x: StepAcross) -> Drawing:
             row = rows[row_of[(i, "rank" if collapsed else kind)]]
             if collapsed and kind == "comm":
                 continue  # drawn by the collectives
-            s, e = getattr(r, kind)
+            s, e = r.other_comm if kind == "comm" else getattr(r, kind)
             ms, me, gap = figs.coarsen(s, e, RANK_SPAN_CAP)
             if gap:
                 merged.append(
