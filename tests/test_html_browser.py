@@ -158,6 +158,38 @@ def test_dlrm_8_rank_report_renders_the_step_across_ranks(tmp_path):
     assert text.startswith("all_to_all #") and "last arrival: rank" in text and "waited" in text
 
 
+
+MOUSE_PROBE = """<script>
+setTimeout(function () {
+  var gd = document.getElementById("tov-plot-across");
+  var row = gd.layout.yaxis.ticktext.indexOf("communication", 4);  // rank 1's communication row
+  var t = gd._fullData.find(function (t) {
+    return t.name === "waiting for the last rank" && t.y[0] === row; });
+  // the middle of rank 1's first wait part, as a mouse would point at it
+  Plotly.Fx.hover(gd, {xval: t.base[0] + t.x[0] / 2, yval: row});
+  var layer = gd.querySelector(".hoverlayer");
+  document.body.setAttribute("data-hover", layer ? layer.textContent : "none");
+}, 300);
+</script>"""
+
+
+@pytest.mark.skipif(not DLRM.exists(), reason="shared real traces not present")
+def test_dlrm_pointing_at_a_wait_names_the_collective(tmp_path):
+    # rank 1 waits the longest for rank 7 at the step's first all_to_all: pointing anywhere over
+    # that purple bar names it (not the rank's other communication under it)
+    a = analyze(DLRM, detail="auto")
+    out = write_report(a, tmp_path / "dlrm.html", across=step_across(a), plotlyjs="embed")
+    probe = tmp_path / "mouse.html"
+    page = out.read_text(encoding="utf-8")
+    probe.write_text(page.replace("</body>", MOUSE_PROBE + "</body>"), encoding="utf-8")
+    res = chromium(probe.as_uri(), tmp_path / "p", "--dump-dom")
+    hover = re.search(r'data-hover="([^"]*)"', res.stdout)
+    assert hover, res.stderr[-2000:]
+    text = hover.group(1)
+    assert text.startswith("all_to_all #") and "on rank 1" in text
+    assert "last arrival: rank 7" in text
+
+
 @pytest.mark.skipif(not REAL.exists(), reason="shared real traces not present")
 def test_real_gpu_trace_report_renders(tmp_path):
     out = write_report(analyze(REAL, detail="auto"), tmp_path / "a100.html")
