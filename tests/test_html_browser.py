@@ -158,7 +158,6 @@ def test_dlrm_8_rank_report_renders_the_step_across_ranks(tmp_path):
     assert text.startswith("all_to_all #") and "last arrival: rank" in text and "waited" in text
 
 
-
 MOUSE_PROBE = """<script>
 setTimeout(function () {
   var gd = document.getElementById("tov-plot-across");
