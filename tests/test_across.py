@@ -71,7 +71,7 @@ def test_report_section_draws_wait_and_transfer_with_hover():
     a = analyze(tl, detail="auto")
     x = step_across(a, source=tl)
     page = render(a, plotlyjs="cdn", across=x)
-    assert "Step 1 across ranks" in page
+    assert "Step 1 across ranks" in page and "(the median step of rank 0;" in page
     assert "<b>rank 1</b> arrived last in 1 of 1 matched collectives" in page
     assert f"waited <b>{duration(30 * MS)}</b>" in page
     assert "Clocks aligned on collective end times" in page and "rank 1 −5.00 ms" in page

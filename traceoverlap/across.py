@@ -86,7 +86,8 @@ class StepAcross:
     ``start_ns`` / ``end_ns``; the wait part is ``[start, start + wait_ns)``, the transfer part
     the rest; ``last_rank``: the last arrival (None: not matched, or a tie). ``missing``: ranks
     given that have no such step. ``clock``: how the clocks were aligned (``unix``,
-    ``estimated``) or None (not aligned: each rank on its own clock).
+    ``estimated``) or None (not aligned: each rank on its own clock). ``chosen``: ``asked`` or
+    ``median`` (the median step by step time of rank ``median_of_rank``).
     """
 
     step: Any
@@ -98,6 +99,8 @@ class StepAcross:
     missing: tuple[int, ...]
     clock: str | None
     last_arrivals: pd.DataFrame
+    #: ``chosen`` "median": the rank whose median step this is
+    median_of_rank: int | None = None
 
     @property
     def n_matched(self) -> int:
@@ -148,7 +151,13 @@ def step_across(
         for res in run_map(paths, task, jobs=jobs):
             assert isinstance(res, list)
             details.extend(res)
-    return _assemble(analysis, label, chosen, details)
+    out = _assemble(analysis, label, chosen, details)
+    if chosen != "median":
+        return out
+    rank = (
+        analysis.detail.rank if analysis.detail is not None else int(analysis.steps["rank"].min())
+    )
+    return replace(out, median_of_rank=rank)
 
 
 def _unit_details(

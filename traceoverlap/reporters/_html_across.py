@@ -313,7 +313,7 @@ def section(x: StepAcross, plot: Callable[[str, go.Figure], str], merged: list[s
     if str(x.step) == "all":
         why = "no step markers: each rank's whole capture is one window"
     else:
-        why = "as asked" if x.chosen == "asked" else "the median step of the lowest rank"
+        why = "as asked" if x.chosen == "asked" else f"the median step of rank {x.median_of_rank}"
         why += "; choose another with <code>--timeline-step N</code>"
     if x.clock == "unix":
         clock = "The ranks' clocks are unix time and agree: drawn as recorded."
