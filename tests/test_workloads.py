@@ -20,13 +20,15 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.slow
 torch = pytest.importorskip("torch", reason="the workloads need PyTorch")
 
 from traceoverlap_workloads.__main__ import build_parser  # noqa: E402
 from traceoverlap_workloads.models import PRESETS, build_model  # noqa: E402
 from traceoverlap_workloads.strategies import Bucketed  # noqa: E402
 from traceoverlap_workloads.train import run_reference  # noqa: E402
+
+# Tests that start ranks or train are marked slow one by one; the rest (CLI parsing, bucket layout,
+# the structure of the committed fixtures/workloads runs) are fast.
 
 STEPS = ["--wait", "0", "--warmup", "1", "--steps", "2"]  # 3 optimizer steps in all
 
@@ -38,6 +40,7 @@ def _run(args: list[str], tmp_path: Path, **env: str) -> subprocess.CompletedPro
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("strategy", "model", "extra"),
     [
@@ -84,6 +87,7 @@ def test_strategy_matches_single_process_training(
     assert any(not torch.allclose(init[n], reference[n]) for n in reference)
 
 
+@pytest.mark.slow
 def test_a_crashed_rank_stops_the_others_with_a_clear_message(tmp_path: Path) -> None:
     # Rank 1 raises right after joining; rank 0 would otherwise wait in its first collective until
     # the process-group timeout (here 60 s). The launcher must kill it and name rank 1.
@@ -116,6 +120,7 @@ def test_cli_rejects_bad_step_counts() -> None:
     assert main(["--slow-ms", "-5"]) == 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("strategy", "after", "before"),
     # where --host-delay-ms sleeps (strategies.py): after the step's all-reduces were launched,
@@ -160,6 +165,7 @@ def _only_range(ev: Any, rank: int, name: str) -> tuple[int, int]:
     return int(r["start_ns"].iloc[0]), int(r["end_ns"].iloc[0])
 
 
+@pytest.mark.slow
 def test_reference_oracle_is_deterministic_and_seeded() -> None:
     # Sanity of the test oracle itself: with world_size 1 the reference is plain training, so two
     # calls with the same seed agree exactly and a different seed disagrees.
@@ -168,3 +174,253 @@ def test_reference_oracle_is_deterministic_and_seeded() -> None:
     c = run_reference(build_parser().parse_args([*STEPS, "--seed", "1"]), 1)
     assert all(torch.equal(a[n], b[n]) for n in a)
     assert any(not torch.equal(a[n], c[n]) for n in a)
+
+
+# --- the switches: --comm, --slow-phase, the model-parallel strategies -----------------------------
+
+
+def test_parser_takes_the_new_switches() -> None:
+    a = build_parser().parse_args([])
+    assert (a.comm, a.slow_phase, a.tp_size, a.micro_batches) == ("on", "pre-backward", 2, 4)
+    a = build_parser().parse_args(
+        [
+            *["--strategy", "tp", "--comm", "off", "--slow-rank", "3", "--slow-ms", "40"],
+            *["--slow-phase", "forward", "--tp-size", "4", "--micro-batches", "8"],
+        ]
+    )
+    assert (a.strategy, a.comm, a.slow_rank, a.slow_ms) == ("tp", "off", 3, 40.0)
+    assert (a.slow_phase, a.tp_size, a.micro_batches) == ("forward", 4, 8)
+    for strategy in ("pipeline", "fsdp", "moe"):
+        assert build_parser().parse_args(["--strategy", strategy]).strategy == strategy
+    for phase in ("dataloader", "backward", "optimizer"):
+        assert build_parser().parse_args(["--slow-phase", phase]).slow_phase == phase
+
+
+@pytest.mark.parametrize(
+    "argv", [["--comm", "maybe"], ["--slow-phase", "loss"], ["--strategy", "zero3"]]
+)
+def test_parser_rejects_unknown_choices(argv: list[str]) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(argv)
+
+
+def test_cli_rejects_bad_group_sizes() -> None:
+    from traceoverlap_workloads.__main__ import main
+
+    assert main(["--tp-size", "0"]) == 2
+    assert main(["--micro-batches", "0"]) == 2
+
+
+def test_tp_groups_are_consecutive_and_dp_groups_strided() -> None:
+    from traceoverlap_workloads.parallel import tp_groups
+
+    # world 4, tp 2: Megatron's layout, TP neighbours {0,1} {2,3}, DP across them {0,2} {1,3}
+    assert tp_groups(4, 2) == ([[0, 1], [2, 3]], [[0, 2], [1, 3]])
+    # world 8, tp 4: two TP groups of 4, four DP groups of 2
+    assert tp_groups(8, 4) == ([[0, 1, 2, 3], [4, 5, 6, 7]], [[0, 4], [1, 5], [2, 6], [3, 7]])
+    with pytest.raises(SystemExit, match="must divide"):
+        tp_groups(4, 3)
+
+
+# --- the committed model-parallel and what-if fixtures (fixtures/workloads/README.md) -------------
+
+FIXTURE_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "workloads"
+# name: (ranks, active steps, purposes that must appear on every rank)
+NEW_FIXTURES: dict[str, tuple[int, int, set[str]]] = {
+    "tp_slow": (4, 3, {"tp_allreduce", "dp_allreduce"}),
+    "pipeline": (2, 3, {"pp_send", "pp_recv"}),
+    "pipeline_slow_last": (2, 3, {"pp_send", "pp_recv"}),
+    "fsdp": (2, 3, {"fsdp_allgather", "fsdp_reduce_scatter"}),
+    "moe_slow": (4, 3, {"moe_dispatch", "moe_combine", "moe_dispatch_grad", "dp_allreduce"}),
+    "naive_8": (2, 8, set()),
+    "naive_slow": (2, 8, set()),
+    "overlap_8": (2, 8, set()),
+    "overlap_commoff": (2, 8, set()),
+}
+PURPOSE_RE = r"^(\w+) pg=(\S+)(?: peer=(\d+))? bytes=(\d+)$"
+
+
+def _trace(name: str, rank: int) -> dict[str, Any]:
+    import gzip
+    import json
+
+    path = FIXTURE_DIR / name / f"rank{rank}.json.gz"
+    if not path.is_file():
+        pytest.skip(
+            f"fixture not generated: {path} (python -m traceoverlap_workloads.make_fixtures)"
+        )
+    with gzip.open(path, "rt") as f:
+        return json.load(f)  # type: ignore[no-any-return]
+
+
+def _ranges(trace: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        e
+        for e in trace["traceEvents"]
+        if e.get("ph") == "X" and e.get("cat") in ("user_annotation", "cpu_op")
+    ]
+
+
+@pytest.mark.parametrize("name", sorted(NEW_FIXTURES))
+def test_fixture_ranks_groups_and_steps(name: str) -> None:
+    import re
+
+    ranks, steps, purposes = NEW_FIXTURES[name]
+    assert sorted(p.name for p in (FIXTURE_DIR / name).glob("rank*.json.gz")) == [
+        f"rank{r}.json.gz" for r in range(ranks)
+    ]
+    for rank in range(ranks):
+        trace = _trace(name, rank)
+        info = trace["distributedInfo"]
+        assert (info["backend"], info["rank"], info["world_size"]) == ("gloo", rank, ranks)
+        groups = {g["pg_name"]: g for g in info["pg_config"]}
+        # every group listed is one this rank belongs to, the world among them
+        assert all(rank in g["ranks"] and g["pg_size"] == len(g["ranks"]) for g in groups.values())
+        assert groups["0"]["ranks"] == list(range(ranks))
+        events = _ranges(trace)
+        step_names = {e["name"] for e in events if e["name"].startswith("ProfilerStep#")}
+        assert len(step_names) == steps
+        seen = set()
+        for e in events:
+            m = re.match(PURPOSE_RE, e["name"])
+            if m:
+                seen.add(m.group(1))
+                assert m.group(2) in groups, (
+                    name,
+                    rank,
+                    e["name"],
+                )  # pg= names a group of pg_config
+        assert purposes <= seen, (name, rank, purposes - seen)
+        phases = {e["name"] for e in events}
+        assert {"dataloader", "forward", "backward", "optimizer"} <= phases
+
+
+def test_tp_slow_groups_and_straggler() -> None:
+    # tp_slow: TP groups {0,1} {2,3}, DP groups {0,2} {1,3}; rank 3 alone sleeps, inside forward,
+    # before its first tp_allreduce of the step.
+    import re
+
+    for rank in range(4):
+        trace = _trace("tp_slow", rank)
+        by_desc = {g["pg_desc"]: g["ranks"] for g in trace["distributedInfo"]["pg_config"]}
+        tp, dp = f"tp{rank // 2}", f"dp{rank % 2}"
+        assert by_desc == {
+            "default_pg": [0, 1, 2, 3],
+            tp: [rank - rank % 2, rank - rank % 2 + 1],
+            dp: [rank % 2, rank % 2 + 2],
+        }
+        name_of = {g["pg_desc"]: g["pg_name"] for g in trace["distributedInfo"]["pg_config"]}
+        events = _ranges(trace)
+        for e in events:
+            m = re.match(PURPOSE_RE, e["name"])
+            if m and m.group(1) == "tp_allreduce":
+                assert m.group(2) == name_of[tp]
+            if m and m.group(1) == "dp_allreduce":
+                assert m.group(2) == name_of[dp]
+        sleeps = [e for e in events if e["name"] == "straggler_sleep"]
+        if rank != 3:
+            assert not sleeps
+            continue
+        assert len(sleeps) == 3
+        forwards = [e for e in events if e["name"] == "forward"]
+        tps = [e for e in events if e["name"].startswith("tp_allreduce")]
+        for s in sleeps:
+            assert s["dur"] >= 40_000 * 0.99  # µs; the sleep lasts at least --slow-ms
+            fwd = next(f for f in forwards if f["ts"] <= s["ts"] <= f["ts"] + f["dur"])
+            first_tp = min(t["ts"] for t in tps if fwd["ts"] <= t["ts"] <= fwd["ts"] + fwd["dur"])
+            assert s["ts"] + s["dur"] <= first_tp
+
+
+def test_commoff_fixture_has_no_communication_but_the_same_ranges() -> None:
+    # overlap_commoff is overlap_8 with every communication call skipped: no gloo worker events,
+    # no c10d ops, but the launch / wait ranges of the same program, as many per step.
+    def names(name: str) -> list[str]:
+        return [e["name"] for e in _ranges(_trace(name, 0))]
+
+    off, on = names("overlap_commoff"), names("overlap_8")
+    assert not [n for n in off if n.startswith(("gloo:", "c10d::"))]
+    assert [n for n in on if n.startswith("gloo:all_reduce")]
+    launches_off = sorted(n for n in off if n.startswith("allreduce_launch#"))
+    launches_on = sorted(n for n in on if n.startswith("allreduce_launch#"))
+    assert launches_off == launches_on and launches_on
+
+
+def test_slow_fixtures_sleep_only_on_the_planted_rank() -> None:
+    for name, slow, ranks in (
+        ("naive_slow", 1, 2),
+        ("moe_slow", 2, 4),
+        ("pipeline_slow_last", 1, 2),
+    ):
+        for rank in range(ranks):
+            n = sum(e["name"] == "straggler_sleep" for e in _ranges(_trace(name, rank)))
+            assert (n > 0) == (rank == slow), (name, rank, n)
+    for name in ("naive_8", "overlap_8", "pipeline", "fsdp"):
+        for rank in range(2):
+            assert not [e for e in _ranges(_trace(name, rank)) if e["name"] == "straggler_sleep"]
+
+
+# --- running the new strategies (slow) ------------------------------------------------------------
+
+ONE_STEP = ["--wait", "0", "--warmup", "1", "--steps", "1"]
+
+
+def _events(tmp_path: Path) -> Any:
+    from traceoverlap.analysis import load
+
+    return load(sorted(tmp_path.glob("rank*.json.gz"))).events
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("strategy", "world", "purposes", "collectives"),
+    [
+        ("tp", 4, {"tp_allreduce", "dp_allreduce"}, {"gloo:all_reduce"}),
+        ("pipeline", 2, {"pp_send", "pp_recv"}, {"gloo:send", "gloo:recv"}),
+        (
+            "fsdp",
+            2,
+            {"fsdp_allgather", "fsdp_reduce_scatter"},
+            {"gloo:all_gather", "gloo:all_reduce"},
+        ),
+        ("moe", 2, {"moe_dispatch", "moe_combine", "dp_allreduce"}, {"gloo:all_to_all"}),
+    ],
+)
+def test_parallel_strategy_runs_and_names_its_communication(
+    strategy: str, world: int, purposes: set[str], collectives: set[str], tmp_path: Path
+) -> None:
+    proc = _run(["--strategy", strategy, "--world-size", str(world), *ONE_STEP], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    ev = _events(tmp_path)
+    assert sorted(ev["rank"].unique().tolist()) == list(range(world))
+    for rank in range(world):
+        names = set(ev[ev["rank"] == rank]["name"].astype(str))
+        assert {"dataloader", "forward", "backward", "optimizer"} <= names
+        assert purposes <= {n.split(" ", 1)[0] for n in names}, (rank, names)
+        assert collectives <= names, (rank, collectives - names)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("phase", ["dataloader", "forward", "backward", "optimizer"])
+def test_slow_phase_puts_the_sleep_at_the_start_of_that_phase(phase: str, tmp_path: Path) -> None:
+    args = ["--strategy", "naive", "--model", "mlp", "--world-size", "2", *ONE_STEP]
+    proc = _run([*args, "--slow-rank", "1", "--slow-ms", "30", "--slow-phase", phase], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    ev = _events(tmp_path)
+    assert not len(ev[(ev["rank"] == 0) & (ev["name"] == "straggler_sleep")])
+    sleep = _only_range(ev, 1, "straggler_sleep")
+    outer = _only_range(ev, 1, phase)
+    assert sleep[1] - sleep[0] >= 30_000_000
+    assert outer[0] <= sleep[0] and sleep[1] <= outer[1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["overlap", "ddp", "fsdp", "pipeline"])
+def test_comm_off_issues_no_communication(strategy: str, tmp_path: Path) -> None:
+    # --wait 1: ddp still communicates in its first two iterations (a shape check when built, the
+    # bucket rebuild in the second forward), outside the profiled ones here (strategies.DDP)
+    args = ["--strategy", strategy, "--world-size", "2", "--comm", "off"]
+    proc = _run([*args, "--wait", "1", "--warmup", "1", "--steps", "1"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    names = set(_events(tmp_path)["name"].astype(str))
+    assert {"forward", "backward", "optimizer"} <= names
+    assert not [n for n in names if n.startswith(("gloo:", "c10d::"))], names

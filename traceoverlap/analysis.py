@@ -27,10 +27,11 @@ import pandas as pd
 from . import intervals as iv
 from .classify import Rules
 from .collectives import CauseSets, Collectives, match_collectives
-from .diagnosis import CAUSES, findings, verdict
+from .diagnosis import CAUSES, findings, partial_hedge, verdict
 from .errors import TraceFormatError, UsageError
 from .inputs import expand_paths, from_folder, run_map
 from .intervals import GroupedIntervals
+from .job import blame_table, empty_blame, top_blame
 from .metrics import MEASURED, ratio
 from .model import Timeline, TraceInfo, concat_timelines
 from .options import AnalysisOptions, StepSelection, Thresholds, build_options, describe_steps
@@ -93,6 +94,9 @@ def analyze(
     )
     rules = (rules or Rules()).with_comm_patterns(options.comm_patterns)
     request = _request(detail)
+    if detail is not None and options.ranks and (request is None or request.rank is None):
+        # the default timeline is the lowest rank shown
+        request = DetailRequest(min(options.ranks), None, request.step if request else None)
     skipped: list[str] = []
     in_memory = isinstance(source, Timeline)
     if isinstance(source, Timeline):
@@ -130,7 +134,7 @@ def analyze(
         missing = [r for r in options.ranks if r not in present]
         if missing:
             raise UsageError(f"ranks {missing}: not in the input (ranks present: {present})")
-        units = [u for u in units if u.trace.rank in set(options.ranks)]
+    # every rank given is matched; --rank only chooses what is shown (diagnosis.md §6)
     units.sort(key=lambda u: (u.trace.rank, -1 if u.trace.device is None else u.trace.device))
     if options.step_regex is not None and units and not any(u.markers_found for u in units):
         raise UsageError(_regex_matched_nothing(units, options.step_regex, names))
@@ -289,14 +293,28 @@ def _reduce(
         win.labels,
         prelim,
     )
+    blame = _blame(units, coll, win)
+    coll = replace(coll, blame=blame, stragglers=_with_roots(coll.stragglers, blame))
     df = _step_table(units, win, coll, sets, options.thresholds)
+    shown = _shown_windows(df, options)
+    if not shown.any():
+        raise UsageError(
+            f"ranks {list(options.ranks or ())}: no steps to analyze on them (the other ranks "
+            "given have some); check --steps / --step-regex"
+        )
+    df, family_causes, rows = _select_shown(
+        df, family_causes, _finding_rows(coll, df, traces), shown
+    )
     top = coll.top_straggler
     fnd = findings(
         df,
-        _finding_rows(coll, df, traces),
+        rows,
         family_causes,
         straggler=top,
         straggler_text=None if top is None else _among(str(top), coll),
+        straggler_ns=None if top is None else _root_ns(coll, top),
+        partial=partial_hedge(coll.ranks_given, coll.world_size),
+        blame=_shown_blame(coll.blame, df),
     )
     analysis = Analysis(
         traces=traces,
@@ -308,10 +326,88 @@ def _reduce(
         options=options,
         unassigned=_unassigned(units),
         detail=_first_detail(units, win, sets),
-        windows=_windows_frame(units, win, df),
+        windows=_windows_frame(units, win)[shown].reset_index(drop=True),
         exposed_spans=sets.by_name(),
     )
     return analysis, sets
+
+
+def _blame(units: Sequence[UnitResult], coll: Collectives, win: _RunWindows) -> pd.DataFrame:
+    """Blame chains and root causes (docs/job-model.md) from the credit and the units' ranges."""
+    pr = coll.per_rank
+    if coll.credit.empty or pr.empty:
+        return empty_blame()
+    m = pr[pr["matched"].astype(bool).to_numpy()]
+    off = (m["start_ns"] - m["aligned_start_ns"]).groupby(m["unit"]).first()
+    unit_of_rank: dict[int, int] = {}
+    for i, u in enumerate(units):
+        unit_of_rank.setdefault(u.trace.rank, i)
+    return blame_table(
+        coll.credit,
+        pr,
+        {i: u.host_ranges for i, u in enumerate(units)},
+        unit_of_rank,
+        {int(k): int(v) for k, v in off.items()},
+        win.parts["start_ns"],
+    )
+
+
+def _root_ns(coll: Collectives, rank: int) -> int:
+    """The exposed waiting that traces back to ``rank`` (its blame chains' roots), else the
+    exposed waiting credited to it directly."""
+    row = coll.stragglers.set_index("rank").loc[rank]
+    root = int(row.get("root_waited_for_ns", 0))
+    return root if root > 0 else int(row["exposed_waited_for_ns"])
+
+
+def _with_roots(st: pd.DataFrame, blame: pd.DataFrame) -> pd.DataFrame:
+    """The straggler table with ``root_waited_for_ns`` (the exposed waiting whose blame chain
+    ends at the rank; sums to the run's exposed wait like the credit), most blamed first."""
+    roots = (
+        blame.groupby("root_rank")["exposed_wait_ns"].sum()
+        if len(blame)
+        else pd.Series(dtype=np.int64)
+    )
+    st = st.assign(
+        root_waited_for_ns=roots.reindex(st["rank"].to_numpy(), fill_value=0).to_numpy(np.int64)
+    )
+    st = st.sort_values(
+        ["root_waited_for_ns", "exposed_waited_for_ns", "last_count", "rank"],
+        ascending=[False, False, False, True],
+        kind="stable",
+    )
+    return st.reset_index(drop=True)
+
+
+def _shown_blame(blame: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
+    """The blame rows of the shown ranks, summed for the findings (:func:`job.top_blame`)."""
+    if blame.empty:
+        return blame
+    return top_blame(blame[blame["rank"].isin(set(df["rank"].tolist()))])
+
+
+def _shown_windows(df: pd.DataFrame, options: AnalysisOptions) -> npt.NDArray[np.bool_]:
+    """Per global window: is it shown (its rank selected; all when no ranks were asked)?"""
+    if options.ranks is None:
+        return np.ones(len(df), dtype=bool)
+    return np.asarray(df["rank"].isin(set(options.ranks)).to_numpy(), dtype=bool)
+
+
+def _select_shown(
+    df: pd.DataFrame, fc: pd.DataFrame, rows: pd.DataFrame, shown: npt.NDArray[np.bool_]
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The step rows, family causes and per-collective rows of the shown windows, with windows
+    renumbered to positions in the shown step table (the findings index steps by position)."""
+    if shown.all():
+        return df, fc, rows
+    keep = np.flatnonzero(shown)
+    pos = np.full(len(df), -1, dtype=np.int64)
+    pos[keep] = np.arange(keep.size)
+    fc = fc[fc["window"].isin(keep)] if len(fc) else fc
+    fc = fc.assign(window=pos[fc["window"].to_numpy(np.int64)]) if len(fc) else fc
+    rows = rows[rows["window"].isin(keep)] if len(rows) else rows
+    rows = rows.assign(window=pos[rows["window"].to_numpy(np.int64)]) if len(rows) else rows
+    return df.iloc[keep].reset_index(drop=True), fc, rows
 
 
 def _run_windows(units: Sequence[UnitResult]) -> _RunWindows:
@@ -430,7 +526,13 @@ def _step_table(
         }
     )
     verdicts = [
-        verdict(row, thresholds, None if wf is None else _among(str(wf), coll), bool(wk))
+        verdict(
+            row,
+            thresholds,
+            None if wf is None else _among(str(wf), coll),
+            bool(wk),
+            partial_hedge(coll.ranks_given, coll.world_size),
+        )
         for row, wf, wk in zip(df.to_dict("records"), waited_for, wait_known.tolist(), strict=True)
     ]
     df["bottleneck"] = [v.bottleneck for v in verdicts]
@@ -438,15 +540,15 @@ def _step_table(
     return df[list(STEP_COLUMNS)]
 
 
-def _windows_frame(units: Sequence[UnitResult], win: _RunWindows, df: pd.DataFrame) -> pd.DataFrame:
+def _windows_frame(units: Sequence[UnitResult], win: _RunWindows) -> pd.DataFrame:
     """One row per global window: its unit, rank, device, step, window (ns) and the marker
     range that defined it (-1 for ``all``)."""
     return pd.DataFrame(
         {
             "unit": win.unit_of,
-            "rank": df["rank"].to_numpy(),
-            "device": df["device"].to_numpy(),
-            "step": df["step"].to_numpy(),
+            "rank": np.array([units[u].trace.rank for u in win.unit_of], dtype=np.int64),
+            "device": pd.array([units[u].trace.device for u in win.unit_of], dtype=object),
+            "step": pd.array(win.labels, dtype=object),
             "window": np.arange(win.n),
             "start_ns": win.parts["start_ns"],
             "end_ns": win.parts["end_ns"],
@@ -483,23 +585,19 @@ def _among(rank: str, coll: Collectives) -> str:
 
 
 def _waited_for(coll: Collectives, n_windows: int) -> list[int | None]:
-    """Per window: the rank whose late arrival cost it the most exposed waiting (None)."""
+    """Per window: the rank credited with most of its exposed waiting (docs/job-model.md;
+    ties: the lower rank), None when it has none."""
     out: list[int | None] = [None] * n_windows
-    pr = coll.per_rank
-    if pr.empty or coll.instances.empty:
+    cr = coll.credit
+    if cr.empty:
         return out
-    last = coll.instances.set_index("instance")["last_rank"]
-    df = pr[(pr["exposed_wait_ns"] > 0) & pr["matched"].astype(bool)].copy()
-    if df.empty:
-        return out
-    df["last"] = last.reindex(df["instance"]).to_numpy()
-    df = df[df["last"].notna()]
-    df = df[df["last"].astype(np.int64) != df["rank"]]
-    if df.empty:
-        return out
-    tot = df.groupby(["window", "last"])["exposed_wait_ns"].sum().reset_index()
-    tot = tot.sort_values(["window", "exposed_wait_ns", "last"], ascending=[True, False, True])
-    for w, r in tot.drop_duplicates("window")[["window", "last"]].itertuples(index=False):
+    tot = cr.groupby(["window", "waited_for_rank"])["exposed_wait_ns"].sum().reset_index()
+    tot = tot.sort_values(
+        ["window", "exposed_wait_ns", "waited_for_rank"], ascending=[True, False, True]
+    )
+    for w, r in tot.drop_duplicates("window")[["window", "waited_for_rank"]].itertuples(
+        index=False
+    ):
         out[int(w)] = int(r)
     return out
 

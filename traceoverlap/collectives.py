@@ -14,9 +14,15 @@ Instances of a unit (its ``comm`` activities):
     ``AllReduce``, ``gloo:all_reduce`` -> ``all_reduce``). On GPU units without a process group
     the NCCL stream stands in for it (streams numbered per unit in order of first use).
 
-Matching across units: an instance must be present on every unit that runs its group; when counts
-differ a note names them and only what all have is matched. Point-to-point transfers (SendRecv,
-send, recv) are pairs: they are matched only when their group has exactly two members.
+Groups (diagnosis.md §6, docs/job-model.md): an activity's group comes from the trace's args, the
+rank's only ``pg_config`` group, its gloo worker pool (CPU) or its NCCL stream (GPU, one group);
+otherwise it is :data:`UNKNOWN_GROUP` and never matched.
+
+Matching across units: an instance must be present on every unit given that is a member of its
+group; when counts differ a note names them and only what all have is matched. Point-to-point:
+in a group of two, the n-th send of a rank pairs with the n-th recv of the other (their wait is
+the time before the peer started); undirected SendRecv only when the group has two members.
+Waiting is then credited once (:mod:`traceoverlap.job`).
 
 Clocks (docs/diagnosis.md §5): every unit's clock offset is estimated from collective END times
 (a collective completes together on every rank), relative to the lowest unit, as the median
@@ -40,7 +46,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -50,6 +56,7 @@ import pandas as pd
 from . import intervals as iv
 from .diagnosis import CAUSES, family_of
 from .intervals import GroupedIntervals
+from .job import CREDIT_COLUMNS, credit_segments, empty_blame, waited_for_ranks
 from .metrics import ActivityRows
 from .model import Kind, Timeline, TraceInfo, per_category
 from .steps import NO_LAUNCH, UnitSteps
@@ -107,6 +114,9 @@ PER_RANK_COLUMNS = (
     "queued_ns",
     "behind_comm_ns",
     "matched",
+    "aligned_start_ns",
+    "aligned_end_ns",
+    "waited_for_rank",
 )
 INSTANCE_COLUMNS = (
     "instance",
@@ -124,8 +134,22 @@ INSTANCE_COLUMNS = (
     "last_rank",
     "exposed_ns",
     "matched",
+    "group",
+    "members",
+    "p2p",
+    "src_rank",
+    "dst_rank",
+    "last_arrival_ns",
 )
-STRAGGLER_COLUMNS = ("rank", "instances", "last_count", "last_ratio", "waited_for_ns", "wait_ns")
+STRAGGLER_COLUMNS = (
+    "rank",
+    "instances",
+    "last_count",
+    "last_ratio",
+    "waited_for_ns",
+    "wait_ns",
+    "exposed_waited_for_ns",
+)
 SKEW_COLUMNS = (
     "step",
     "n_ranks",
@@ -224,7 +248,7 @@ def unit_instances(
     z = np.zeros(0, np.int64)
     if not (kind == Kind.COMM).any():
         return pd.DataFrame(columns=list(LOCAL_COLUMNS)), (z, z.copy(), z.copy()), z.copy()
-    c = _comm_keys(ev, kind, steps.gpu, launch_row)
+    c = _comm_keys(ev, kind, steps.gpu, launch_row, unit.traces[0] if unit.traces else None)
     local, order, firsts = _number_instances(c)
     inst = _instance_table(ev, kind, c, order, firsts)
     head = order[firsts]
@@ -268,7 +292,11 @@ class _CommRows:
 
 
 def _comm_keys(
-    ev: pd.DataFrame, kind: npt.NDArray[np.int8], gpu: bool, launch_row: I64
+    ev: pd.DataFrame,
+    kind: npt.NDArray[np.int8],
+    gpu: bool,
+    launch_row: I64,
+    info: TraceInfo | None = None,
 ) -> _CommRows:
     """The unit's communication activities, sorted, with their labels and instance keys."""
     start = ev["start_ns"].to_numpy()
@@ -291,7 +319,8 @@ def _comm_keys(
     ]
     seq = ev["seq"].to_numpy()[rows].astype(np.int64)
     stream = ev["stream"].to_numpy()[rows].astype(np.int64)
-    group_key = _group_keys(pg, stream, gpu)
+    tid = ev["tid"].to_numpy()[rows].astype(np.int64)
+    group_key = _group_keys(pg, stream, gpu, tid, info)
     group_code, _ = pd.factorize(group_key)
     pair = group_code.astype(np.int64) * (int(kind_code.max()) + 1) + kind_code
     use_seq = (seq >= 0) & (pg != "")
@@ -311,10 +340,67 @@ def _comm_keys(
     )
 
 
-def _group_keys(pg: npt.NDArray[np.object_], stream: I64, gpu: bool) -> npt.NDArray[np.object_]:
-    """Per activity: its process group; on GPU units, where it has none, its NCCL stream stands
-    in (``"\\x00stream#i"``, streams numbered by first use on this unit)."""
+#: Threads in one gloo worker pool (ProcessGroupGloo's default).
+GLOO_POOL_SIZE = 2
+
+
+def gloo_pools(tids: I64) -> I64:
+    """Per gloo worker thread id (ascending): its pool, numbered in creation order. A pool's
+    threads are created back to back (consecutive ids) and a pool holds at most
+    :data:`GLOO_POOL_SIZE`; a thread that left no trace of its pool mate is a pool alone."""
+    pool = np.zeros(tids.size, dtype=np.int64)
+    size = 1
+    for i in range(1, tids.size):
+        same = tids[i] - tids[i - 1] == 1 and size < GLOO_POOL_SIZE
+        pool[i] = pool[i - 1] + (0 if same else 1)
+        size = size + 1 if same else 1
+    return pool
+
+
+#: Group key of an activity whose process group cannot be told in a run of several groups: such
+#: activities are never matched (diagnosis.md §6).
+UNKNOWN_GROUP = "\x00unknown"
+
+
+def _group_keys(
+    pg: npt.NDArray[np.object_],
+    stream: I64,
+    gpu: bool,
+    tid: I64 | None = None,
+    info: TraceInfo | None = None,
+) -> npt.NDArray[np.object_]:
+    """Per activity: its process group (diagnosis.md §6), from, in order: the trace's args
+    (``Process Group Name``); the rank's only group (``pg_config`` lists one); on CPU units the
+    gloo worker thread that ran it (each group runs its own pool of ``pt_gloo_runloop`` threads,
+    created in ``pg_config`` order: pools by :func:`gloo_pools`, the k-th of P pools is the
+    k-th of the last P groups); on GPU units, where the rank has at most one group, its NCCL stream
+    (``"\\x00stream#i"``, streams numbered by first use). Otherwise :data:`UNKNOWN_GROUP`."""
     group_key = pg.copy()
+    groups = info.process_groups if info is not None else ()
+    no_pg = pg == ""
+    if len(groups) == 1:
+        group_key[no_pg] = groups[0][0]
+        return group_key
+    if len(groups) > 1:
+        group_key[no_pg] = UNKNOWN_GROUP
+        threads = info.gloo_threads if info is not None else ()
+        if not gpu and tid is not None and threads:
+            t_arr = np.asarray(threads, dtype=np.int64)
+            pool = gloo_pools(t_arr)
+            n_pools = int(pool.max()) + 1
+            if n_pools > len(groups) and t_arr.size <= GLOO_POOL_SIZE * len(groups):
+                # ids interleaved with other processes' threads: pair them in order
+                pool = np.arange(t_arr.size, dtype=np.int64) // GLOO_POOL_SIZE
+                n_pools = int(pool.max()) + 1
+            if n_pools <= len(groups):
+                # pools in creation order; groups whose pool left no thread in the trace are
+                # taken to be the earliest created (the default group, idle during the steps)
+                names = np.array([g for g, _ in groups][len(groups) - n_pools :], dtype=object)
+                pos = np.searchsorted(t_arr, tid)
+                on_worker = (pos < t_arr.size) & (t_arr[np.minimum(pos, t_arr.size - 1)] == tid)
+                hit = no_pg & on_worker
+                group_key[hit] = names[pool[pos[hit]]]
+        return group_key
     if gpu:
         no_pg = pg == ""
         if no_pg.any():
@@ -488,6 +574,9 @@ class Collectives:
     n_inconsistent: int
     ranks_given: int
     world_size: int | None
+    credit: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(CREDIT_COLUMNS)))
+    groups: pd.DataFrame = field(default_factory=pd.DataFrame)
+    blame: pd.DataFrame = field(default_factory=empty_blame)
     #: per unit index: the clock offset (ns) removed from its times to put it on the run's one
     #: clock (aligned = raw - offset; 0 for units without consistent matched instances)
     offsets_ns: tuple[int, ...] = ()
@@ -503,9 +592,9 @@ class Collectives:
 
     @property
     def top_straggler(self) -> int | None:
-        """The rank others waited for the longest, or None when no rank was ever last."""
+        """The rank credited with the most exposed waiting (docs/job-model.md), or None."""
         s = self.stragglers
-        if s.empty or int(s["last_count"].max()) == 0 or int(s["waited_for_ns"].max()) == 0:
+        if s.empty or int(s["last_count"].max()) == 0 or int(s["exposed_waited_for_ns"].max()) == 0:
             return None
         return int(s["rank"].iloc[0])
 
@@ -529,68 +618,234 @@ class CauseSets:
 
 
 def _describe_group(g: str) -> str:
+    if g == UNKNOWN_GROUP:
+        return "an unknown group"
     if g.startswith("\x00stream#"):
         return f"NCCL stream #{g[len(chr(0)) + len('stream#') :]}"
     return f"group {g!r}" if g else "the default group"
 
 
+def group_members(traces: Sequence[TraceInfo]) -> dict[str, tuple[int, ...]]:
+    """Process group name -> its ranks, from every trace's ``pg_config`` (first seen wins)."""
+    out: dict[str, tuple[int, ...]] = {}
+    for t in traces:
+        for name, ranks in t.process_groups:
+            out.setdefault(name, tuple(sorted(ranks)))
+    return out
+
+
+def _p2p_direction(
+    inst: pd.DataFrame, unit_rank: npt.NDArray[np.int64], members: dict[object, tuple[int, ...]]
+) -> tuple[npt.NDArray[np.object_], I64, I64]:
+    """Directed point-to-point (diagnosis.md §6): a ``send`` / ``recv`` in a group of two pairs
+    with the opposite call on the other member. Per row: the kind key to match on
+    (``p2p:<src>><dst>`` for a directed send/recv, else the row's own), the sending and the
+    receiving rank (-1 when not a directed p2p). The n-th send of ``a`` to ``b`` then meets the
+    n-th recv of ``b`` from ``a``: never a send with a send."""
+    kind = inst["kind_key"].to_numpy(dtype=object).copy()
+    src = np.full(len(inst), -1, dtype=np.int64)
+    dst = np.full(len(inst), -1, dtype=np.int64)
+    if inst.empty:
+        return kind, src, dst
+    is_send = np.isin(kind, ["send", "isend"])
+    is_recv = np.isin(kind, ["recv", "irecv", "recvanysource"])
+    rank = unit_rank[inst["unit"].to_numpy(np.int64)]
+    for i in np.flatnonzero(is_send | is_recv).tolist():
+        mem = members.get(inst["group_key"].iat[i], ())
+        if len(mem) != 2 or int(rank[i]) not in mem:
+            continue
+        peer = mem[1] if mem[0] == int(rank[i]) else mem[0]
+        a, b = (int(rank[i]), peer) if is_send[i] else (peer, int(rank[i]))
+        kind[i] = f"p2p:{a}>{b}"
+        src[i], dst[i] = a, b
+    return kind, src, dst
+
+
+def _group_table(
+    inst: pd.DataFrame, traces: Sequence[TraceInfo]
+) -> tuple[dict[object, tuple[int, ...]], dict[object, tuple[int, ...]]]:
+    """Per group key: its members (ranks; from ``pg_config`` when known, else the ranks that
+    ran its collectives) and the units given that are members."""
+    known = group_members(traces)
+    unit_rank = [t.rank for t in traces]
+    members: dict[object, tuple[int, ...]] = {}
+    units_of: dict[object, tuple[int, ...]] = {}
+    for g, us in inst.groupby("group_key")["unit"].unique().items():
+        shown = sorted({int(u) for u in us})
+        if str(g) in known:
+            members[g] = known[str(g)]
+            units_of[g] = tuple(
+                sorted(set(shown) | {u for u, r in enumerate(unit_rank) if r in known[str(g)]})
+            )
+        else:
+            members[g] = tuple(sorted({unit_rank[u] for u in shown}))
+            units_of[g] = tuple(shown)
+    return members, units_of
+
+
 def _match(
-    inst: pd.DataFrame, units: Sequence[int], unit_label: dict[int, str]
-) -> tuple[npt.NDArray[np.int64], list[str]]:
-    """Per local instance row: its matched instance key (-1 unmatched), and notes."""
+    inst: pd.DataFrame,
+    units: Sequence[int],
+    unit_label: dict[int, str],
+    traces: Sequence[TraceInfo],
+) -> tuple[npt.NDArray[np.int64], list[str], pd.DataFrame]:
+    """Per local instance row: its matched instance key (-1 unmatched), notes, and per row its
+    group's members and p2p direction (columns ``members``, ``match_kind``, ``src_rank``,
+    ``dst_rank``). Matching is the n-th instance within a group (diagnosis.md §6)."""
     notes: list[str] = []
-    keys = ["group_key", "kind_key", "seq", "ordinal"]
     key = np.full(len(inst), -1, dtype=np.int64)
-    if len(units) < 2 or inst.empty:
-        return key, notes
-    members = inst.groupby("group_key")["unit"].unique()
-    expected = {g: len(u) for g, u in members.items()}
-    for g, us in members.items():
-        missing = sorted(set(units) - {int(u) for u in us})
+    extra = pd.DataFrame(
+        {
+            "members": pd.Series([()] * len(inst), dtype=object, index=inst.index),
+            "src_rank": -1,
+            "dst_rank": -1,
+        },
+        index=inst.index,
+    )
+    if inst.empty:
+        return key, notes, extra
+    unit_rank = np.array([t.rank for t in traces], dtype=np.int64)
+    members, units_of = _group_table(inst, traces)
+    match_kind, src, dst = _p2p_direction(inst, unit_rank, members)
+    extra["members"] = [members.get(g, ()) for g in inst["group_key"]]
+    extra["src_rank"], extra["dst_rank"] = src, dst
+    unknown = (inst["group_key"] == UNKNOWN_GROUP).to_numpy()
+    if unknown.any():
+        notes.append(
+            f"{int(unknown.sum())} communication activit{'y' if unknown.sum() == 1 else 'ies'} "
+            "whose process group cannot be told (the ranks run several groups; no group in the "
+            "trace args, not on a group's gloo worker thread) were not matched: a match across "
+            "groups is worse than none; their exposed time counts as transfer"
+        )
+    if len(units) < 2:
+        return key, notes, extra
+    for g, us in units_of.items():
+        shown = set(inst.loc[inst["group_key"] == g, "unit"].astype(int).tolist())
+        missing = sorted(set(us) - shown)
         named = not str(g).startswith("\x00") and g != ""
         if missing and not named:
             notes.append(
                 f"collectives of {_describe_group(str(g))} appear on "
-                f"{_labels(us, unit_label)} but not on {_labels(missing, unit_label)}"
+                f"{_labels(sorted(shown), unit_label)} but not on {_labels(missing, unit_label)}"
             )
-    ids = inst.groupby(keys, sort=False).ngroup().to_numpy()
+    work = inst.assign(match_kind=match_kind)
+    keys = ["group_key", "match_kind", "seq", "ordinal"]
+    ids = work.groupby(keys, sort=False).ngroup().to_numpy()
     n_present = pd.Series(ids).map(pd.Series(ids).value_counts()).to_numpy()
-    exp = inst["group_key"].map(expected).to_numpy()
-    complete = (n_present == exp) & (exp >= 2)
-    # point-to-point: a pair, matched only when the group holds exactly two units
+    exp = np.array([len(units_of.get(g, ())) for g in inst["group_key"]], dtype=np.int64)
+    complete = (n_present == exp) & (exp >= 2) & ~unknown
     p2p = inst["p2p"].to_numpy(dtype=bool)
-    if (p2p & (exp > 2)).any():
-        n = int((p2p & (exp > 2)).sum())
+    undirected = p2p & (src < 0)
+    wide = undirected & (exp > 2)
+    paired = np.zeros(len(inst), dtype=bool)
+    if wide.any() and all(t.clock == "unix" for t in traces):
+        paired = _pair_by_end(inst, wide, unit_rank, key, src, dst, int(ids.max()) + 1)
+        if paired.any():
+            notes.append(
+                f"{int(paired.sum()) // 2} send/recv pair(s) in groups of more than two ranks were "
+                "paired by end time (a blocking transfer ends together on both sides; the trace "
+                f"names no peer), within {P2P_END_TOLERANCE_NS / 1e6:g} ms"
+            )
+    if (wide & ~paired).any():
+        n = int((wide & ~paired).sum())
         notes.append(
             f"{n} point-to-point transfer(s) (SendRecv / send / recv) in groups of more than two "
             "ranks were not matched: a transfer pairs two ranks and the trace does not say which; "
             "their exposed time counts as transfer"
         )
-        complete &= ~(p2p & (exp > 2))
-    counts = inst.groupby(["group_key", "kind_key", "unit"], sort=True).size()
+    complete &= ~wide
+    extra["src_rank"], extra["dst_rank"] = src, dst
+    extra.loc[paired, "members"] = pd.Series(
+        [(int(a), int(b)) for a, b in zip(src[paired], dst[paired], strict=True)],
+        index=extra.index[paired],
+        dtype=object,
+    )
+    notes.extend(_count_notes(work[~wide], ids[~wide], complete[~wide], units_of, unit_label))
+    for g, us in units_of.items():
+        if len(us) == 1 and str(g) and not str(g).startswith("\x00"):
+            notes.append(
+                f"collectives of {_describe_group(str(g))} appear only on {unit_label[us[0]]}: "
+                "nothing to match them with (is a rank trace missing?)"
+            )
+    key[complete] = ids[complete]
+    return key, notes, extra
+
+
+#: How far apart the ends of a send and its recv may be when paired by end time (unix clocks).
+P2P_END_TOLERANCE_NS = 1_000_000
+
+
+def _pair_by_end(
+    inst: pd.DataFrame,
+    wide: npt.NDArray[np.bool_],
+    unit_rank: npt.NDArray[np.int64],
+    key: npt.NDArray[np.int64],
+    src: npt.NDArray[np.int64],
+    dst: npt.NDArray[np.int64],
+    next_key: int,
+) -> npt.NDArray[np.bool_]:
+    """Sends and recvs of groups of more than two ranks whose peer the trace does not name,
+    paired by end time (in place: ``key``, ``src``, ``dst``): a send on one rank and a recv on
+    another, in the same group, whose spans overlap and whose ends are within
+    :data:`P2P_END_TOLERANCE_NS`, closest ends first, each used once. Returns the rows paired."""
+    kind = inst["kind_key"].to_numpy(dtype=object)
+    send = np.flatnonzero(wide & np.isin(kind, ["send", "isend"]))
+    recv = np.flatnonzero(wide & np.isin(kind, ["recv", "irecv", "recvanysource"]))
+    out = np.zeros(len(inst), dtype=bool)
+    if send.size == 0 or recv.size == 0:
+        return out
+    end = inst["end_ns"].to_numpy(np.int64)
+    start = inst["start_ns"].to_numpy(np.int64)
+    unit = inst["unit"].to_numpy(np.int64)
+    group = inst["group_key"].to_numpy(dtype=object)
+    recv = recv[np.argsort(end[recv], kind="stable")]
+    lo = np.searchsorted(end[recv], end[send] - P2P_END_TOLERANCE_NS, side="left")
+    hi = np.searchsorted(end[recv], end[send] + P2P_END_TOLERANCE_NS, side="right")
+    i, j = iv.range_pairs(lo.astype(np.int64), hi.astype(np.int64))
+    a, b = send[i], recv[j]
+    ok = (unit[a] != unit[b]) & (group[a] == group[b])
+    ok &= (start[a] < end[b]) & (start[b] < end[a])
+    a, b = a[ok], b[ok]
+    order = np.lexsort((b, a, np.abs(end[a] - end[b])))
+    for x, y in zip(a[order].tolist(), b[order].tolist(), strict=True):
+        if out[x] or out[y]:
+            continue
+        out[x] = out[y] = True
+        key[x] = key[y] = next_key
+        next_key += 1
+        src[x] = src[y] = unit_rank[unit[x]]
+        dst[x] = dst[y] = unit_rank[unit[y]]
+    return out
+
+
+def _count_notes(
+    work: pd.DataFrame,
+    ids: npt.NDArray[np.int64],
+    complete: npt.NDArray[np.bool_],
+    units_of: dict[object, tuple[int, ...]],
+    unit_label: dict[int, str],
+) -> list[str]:
+    """A note per (group, kind) whose instance counts differ across its member units."""
+    notes: list[str] = []
+    w = work[work["group_key"] != UNKNOWN_GROUP]
+    counts = w.groupby(["group_key", "match_kind", "unit"], sort=True).size()
     for (g, k), per in counts.groupby(level=[0, 1], sort=True):
         vals = per.droplevel([0, 1])
-        if vals.nunique() > 1 or len(vals) != expected[g]:
-            lab = inst.loc[(inst["group_key"] == g) & (inst["kind_key"] == k), "label"].iloc[0]
+        expected = len(units_of.get(g, ()))
+        if str(k).startswith("p2p:"):
+            expected = 2
+        if vals.nunique() > 1 or len(vals) != expected:
+            sel = (work["group_key"] == g).to_numpy() & (work["match_kind"] == k).to_numpy()
+            lab = work.loc[sel, "label"].iloc[0]
             desc = ", ".join(
                 f"{unit_label[int(u)]}: {c}" for u, c in zip(vals.index, vals.tolist(), strict=True)
             )
-            sel = (inst["group_key"] == g).to_numpy() & (inst["kind_key"] == k).to_numpy()
             n_ok = len(np.unique(ids[sel & complete]))
             notes.append(
                 f"{lab} in {_describe_group(str(g))}: instance counts differ across ranks "
                 f"({desc}); matched the {n_ok} present on every rank, the rest left unmatched"
             )
-    single = {g for g, n in expected.items() if n == 1}
-    for g in sorted(str(x) for x in single):
-        if g and not g.startswith("\x00"):
-            only = int(members[g][0])
-            notes.append(
-                f"collectives of {_describe_group(g)} appear only on {unit_label[only]}: "
-                "nothing to match them with (is a rank trace missing?)"
-            )
-    key[complete] = ids[complete]
-    return key, notes
+    return notes
 
 
 def _labels(units: Sequence[int] | npt.NDArray[np.int64], unit_label: dict[int, str]) -> str:
@@ -645,31 +900,40 @@ def match_collectives(
     units = list(range(len(traces)))
     unit_label = {u: _unit_name(traces, u) for u in units}
     notes: list[str] = []
-    key, match_notes = _match(inst, units, unit_label)
+    key, match_notes, extra = _match(inst, units, unit_label, traces)
     notes.extend(match_notes)
-    inst = inst.assign(key=key, dur_ns=(inst["end_ns"] - inst["start_ns"]).astype(np.int64))
+    inst = inst.assign(
+        key=key,
+        dur_ns=(inst["end_ns"] - inst["start_ns"]).astype(np.int64),
+        members=extra["members"].to_numpy(),
+        src_rank=extra["src_rank"].to_numpy(np.int64),
+        dst_rank=extra["dst_rank"].to_numpy(np.int64),
+    )
     unix = bool(traces) and all(t.clock == "unix" for t in traces)
     m, n_inconsistent, clock, offsets = _align_clocks(inst, unix, notes)
 
     # wait / transfer per matched (instance, unit)
     m["transfer_ns"] = m.groupby("key")["dur_ns"].transform("min").astype(np.int64)
     m["wait_ns"] = (m["dur_ns"] - m["transfer_ns"]).astype(np.int64)
+    _p2p_waits(m)
     inst["wait_ns"] = (
         pd.Series(m["wait_ns"].to_numpy(), index=m.index)
         .reindex(inst.index)
         .fillna(0)
         .to_numpy(np.int64)
     )
+    unit_rank = np.array([t.rank for t in traces], dtype=np.int64)
+    _arrivals(inst, m, unit_rank)
     sets = _cause_sets(inst, pieces, exposed, n_windows)
     _instance_causes(inst, pieces, sets, n_windows)
 
     family_causes = _family_causes(inst, pieces, sets, n_windows)
-    instances, per_rank = _tables(inst, m, traces, window_labels, clock)
-    unit_rank = np.array([t.rank for t in traces], dtype=np.int64)
+    instances, per_rank, row_instance = _tables(inst, m, traces, window_labels, clock)
+    credit = _credit(inst, pieces, sets, n_windows, row_instance, unit_rank, window_labels)
     coll = Collectives(
         instances=instances,
         per_rank=per_rank,
-        stragglers=_straggler_table(per_rank, instances, unit_rank, clock is not None),
+        stragglers=_straggler_table(per_rank, instances, unit_rank, clock is not None, credit),
         step_skew=step_skew(steps),
         notes=tuple(notes),
         clock=clock,
@@ -677,9 +941,108 @@ def match_collectives(
         n_inconsistent=n_inconsistent,
         ranks_given=len({t.rank for t in traces}),
         world_size=max((t.world_size or 0 for t in traces), default=0) or None,
+        credit=credit,
+        groups=_groups_frame(inst, traces),
         offsets_ns=tuple(int(offsets.get(u, 0)) if clock else 0 for u in units),
     )
     return coll, sets, family_causes
+
+
+def _arrivals(inst: pd.DataFrame, m: pd.DataFrame, unit_rank: I64) -> None:
+    """Per row of ``inst`` (in place): ``aligned_start`` (own start where not matched),
+    ``last_arrival`` (its instance's latest aligned start, -1 unmatched) and ``waited_for``
+    (the rank its wait part is credited to, -1 when it has no wait): docs/job-model.md."""
+    inst["aligned_start"] = inst["start_ns"].to_numpy(np.int64)
+    inst["last_arrival"] = -1
+    inst["waited_for"] = -1
+    if m.empty:
+        return
+    idx = m.index
+    inst.loc[idx, "aligned_start"] = m["aligned_start"].to_numpy(np.int64)
+    peer = inst.loc[idx, "src_rank"].to_numpy(np.int64)
+    rank = unit_rank[inst.loc[idx, "unit"].to_numpy(np.int64)]
+    dst = inst.loc[idx, "dst_rank"].to_numpy(np.int64)
+    peer = np.where(peer == rank, dst, peer)
+    target, latest = waited_for_ranks(
+        m["key"].to_numpy(np.int64),
+        rank,
+        m["aligned_start"].to_numpy(np.int64),
+        inst.loc[idx, "wait_ns"].to_numpy(np.int64),
+        peer,
+    )
+    inst.loc[idx, "last_arrival"] = latest
+    inst.loc[idx, "waited_for"] = target
+
+
+def _credit(
+    inst: pd.DataFrame,
+    pieces: tuple[I64, I64, I64, I64],
+    sets: CauseSets,
+    n_windows: int,
+    row_instance: pd.Series,
+    unit_rank: I64,
+    window_labels: Sequence[object],
+) -> pd.DataFrame:
+    """The credit table (docs/job-model.md): every exposed-wait ns once, to the rank waited for."""
+    p_inst, p_win, p_s, p_e = pieces
+    start = inst["start_ns"].to_numpy(np.int64)
+    w_end = start + inst["wait_ns"].to_numpy(np.int64)
+    w, row, ns = credit_segments(
+        p_inst,
+        p_win,
+        np.maximum(p_s, start[p_inst]),
+        np.minimum(p_e, w_end[p_inst]),
+        inst["last_arrival"].to_numpy(np.int64)[p_inst],
+        sets.wait,
+        n_windows,
+    )
+    unit = inst["unit"].to_numpy(np.int64)[row]
+    labels = np.array(list(window_labels) + ["-"], dtype=object)
+    return pd.DataFrame(
+        {
+            "window": w,
+            "unit": unit,
+            "rank": unit_rank[unit] if unit.size else np.zeros(0, np.int64),
+            "step": labels[w] if w.size else np.zeros(0, object),
+            "instance": row_instance.reindex(row).to_numpy(np.int64),
+            "waited_for_rank": inst["waited_for"].to_numpy(np.int64)[row],
+            "exposed_wait_ns": ns,
+        },
+        columns=list(CREDIT_COLUMNS),
+    )
+
+
+def _groups_frame(inst: pd.DataFrame, traces: Sequence[TraceInfo]) -> pd.DataFrame:
+    """One row per group key seen: its members (docs/job-model.md)."""
+    cols = ["group", "members", "n_instances"]
+    if inst.empty:
+        return pd.DataFrame(columns=cols)
+    g = inst.groupby("group_key", sort=True)
+    return pd.DataFrame(
+        {
+            "group": [str(k) for k in g.size().index],
+            "members": g["members"].first().tolist(),
+            "n_instances": g.size().to_numpy(np.int64),
+        },
+        columns=cols,
+    )
+
+
+def _p2p_waits(m: pd.DataFrame) -> None:
+    """Directed point-to-point pairs (in place): each side's wait part is the time before its
+    peer started, on the aligned clock (the receiver's is the pipeline bubble, waited for the
+    sending stage); its transfer the rest of its span (diagnosis.md §6)."""
+    directed = (m["src_rank"] >= 0).to_numpy() if "src_rank" in m else np.zeros(len(m), bool)
+    if not directed.any():
+        return
+    d = m[directed]
+    a_start = d["aligned_start"].to_numpy(np.int64)
+    a_end = a_start + d["dur_ns"].to_numpy(np.int64)
+    keys = d["key"].to_numpy()
+    latest = pd.Series(a_start).groupby(keys).transform("max").to_numpy(np.int64)
+    wait = np.clip(np.minimum(a_end, latest) - a_start, 0, None).astype(np.int64)
+    m.loc[directed, "wait_ns"] = wait
+    m.loc[directed, "transfer_ns"] = d["dur_ns"].to_numpy(np.int64) - wait
 
 
 def _align_clocks(
@@ -700,10 +1063,13 @@ def _align_clocks(
         first_end = pd.Series(m["end_ns"].to_numpy(np.int64) - o).groupby(keys_m).transform("min")
         return np.asarray(latest.to_numpy() < first_end.to_numpy() + TOLERANCE_NS)
 
-    estimated = _offsets(m, np.ones(len(m), dtype=bool))
+    # a send and its recv need not end together: offsets come from the collectives when any
+    coll_rows = (m["src_rank"] < 0).to_numpy() if "src_rank" in m else np.ones(len(m), bool)
+    base = coll_rows if coll_rows.any() else np.ones(len(m), dtype=bool)
+    estimated = _offsets(m, base)
     ok_est = consistent_with(estimated)
-    if ok_est.any() and not ok_est.all():  # re-estimate from the consistent matches only
-        estimated = _offsets(m, ok_est)
+    if (ok_est & base).any() and not ok_est.all():  # re-estimate from the consistent ones only
+        estimated = _offsets(m, ok_est & base)
         ok_est = consistent_with(estimated)
     candidates = [(ok_est, estimated)]
     if unix:
@@ -833,14 +1199,17 @@ def _tables(
     traces: Sequence[TraceInfo],
     window_labels: Sequence[object],
     clock: str | None,
-) -> tuple[pd.DataFrame, pd.DataFrame]:
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.Series]:
     """The instance table (matched instances and each unit's unmatched ones, numbered by first
-    start) and the per-(instance, unit) table."""
+    start), the per-(instance, unit) table, and per row of ``inst`` its instance id."""
     inst = inst[inst["window"] >= 0].copy()
     if inst.empty:
-        return pd.DataFrame(columns=list(INSTANCE_COLUMNS)), pd.DataFrame(
-            columns=list(PER_RANK_COLUMNS)
+        return (
+            pd.DataFrame(columns=list(INSTANCE_COLUMNS)),
+            pd.DataFrame(columns=list(PER_RANK_COLUMNS)),
+            pd.Series(np.zeros(0, np.int64)),
         )
+    inst["_row"] = inst.index.to_numpy()
     labels = np.array(list(window_labels) + ["-"], dtype=object)
     inst["step"] = labels[inst["window"].to_numpy()]
     inst["rank"] = [traces[int(u)].rank for u in inst["unit"]]
@@ -878,9 +1247,13 @@ def _tables(
             "queued_ns": inst["queued_ns"].to_numpy(np.int64),
             "behind_comm_ns": inst["behind_comm_ns"].to_numpy(np.int64),
             "matched": inst["matched"].to_numpy(bool),
+            "aligned_start_ns": inst["aligned_start"].to_numpy(np.int64),
+            "aligned_end_ns": (inst["aligned_start"] + inst["dur_ns"]).to_numpy(np.int64),
+            "waited_for_rank": [(int(r) if r >= 0 else None) for r in inst["waited_for"]],
         },
         columns=list(PER_RANK_COLUMNS),
     )
+    row_instance = pd.Series(inst["instance"].to_numpy(np.int64), index=inst["_row"].to_numpy())
     g = per_rank.groupby("instance", sort=True)
     first = g.head(1).set_index("instance")
     gi = inst.groupby("instance", sort=True)
@@ -906,6 +1279,17 @@ def _tables(
             "last_rank": [None] * len(first),
             "exposed_ns": g["exposed_ns"].sum().to_numpy(np.int64),
             "matched": first["matched"].to_numpy(bool),
+            "group": [str(x) for x in gi["group_key"].first().tolist()],
+            "members": gi["members"].first().tolist(),
+            "p2p": gi["p2p"].first().astype(bool).to_numpy(),
+            "src_rank": [(int(x) if x >= 0 else None) for x in gi["src_rank"].first().tolist()],
+            "dst_rank": [(int(x) if x >= 0 else None) for x in gi["dst_rank"].first().tolist()],
+            "last_arrival_ns": [
+                (int(x) if f else None)
+                for x, f in zip(
+                    gi["last_arrival"].first().tolist(), first["matched"].tolist(), strict=True
+                )
+            ],
         },
         columns=list(INSTANCE_COLUMNS),
     )
@@ -923,11 +1307,15 @@ def _tables(
         }
         out["last_rank"] = [last.get(int(i)) for i in out["instance"]]
     out["last_rank"] = out["last_rank"].astype(object)
-    return out, per_rank
+    return out, per_rank, row_instance
 
 
 def _straggler_table(
-    per_rank: pd.DataFrame, instances: pd.DataFrame, ranks: I64, aligned: bool
+    per_rank: pd.DataFrame,
+    instances: pd.DataFrame,
+    ranks: I64,
+    aligned: bool,
+    credit: pd.DataFrame,
 ) -> pd.DataFrame:
     rank_arr = np.unique(ranks)
     pr = per_rank[per_rank["matched"].astype(bool)] if len(per_rank) else per_rank
@@ -939,14 +1327,11 @@ def _straggler_table(
     if aligned and len(inst):
         last = inst["last_rank"].astype(np.int64)
         last_count = last.value_counts().reindex(rank_arr, fill_value=0).astype(np.int64)
-        last_of = pd.Series(last.to_numpy(), index=inst["instance"].to_numpy())
-        li = last_of.reindex(pr["instance"]).to_numpy()
-        has = ~pd.isna(li)
-        li = np.where(has, li, -1).astype(np.int64)
-        other = has & (li != pr["rank"].to_numpy())
+    if aligned and len(pr):
+        # every wait ns (hidden or not) of the others, credited as the exposed ones are
+        wf = pr[pr["waited_for_rank"].notna().to_numpy()]
         waited_for = (
-            pd.Series(pr["wait_ns"].to_numpy()[other])
-            .groupby(li[other])
+            wf.groupby(wf["waited_for_rank"].astype(np.int64))["wait_ns"]
             .sum()
             .reindex(rank_arr, fill_value=0)
             .astype(np.int64)
@@ -962,11 +1347,18 @@ def _straggler_table(
             ],
             "waited_for_ns": waited_for.to_numpy().astype(np.int64),
             "wait_ns": own_wait.to_numpy().astype(np.int64),
+            "exposed_waited_for_ns": credit.groupby("waited_for_rank")["exposed_wait_ns"]
+            .sum()
+            .reindex(rank_arr, fill_value=0)
+            .to_numpy()
+            .astype(np.int64),
         },
         columns=list(STRAGGLER_COLUMNS),
     )
     out = out.sort_values(
-        ["waited_for_ns", "last_count", "rank"], ascending=[False, False, True], kind="stable"
+        ["exposed_waited_for_ns", "last_count", "rank"],
+        ascending=[False, False, True],
+        kind="stable",
     )
     return out.reset_index(drop=True)
 

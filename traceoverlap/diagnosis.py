@@ -34,6 +34,7 @@ from . import intervals as iv
 from .fmt import ms_unit as _ms
 from .fmt import pct as _pct
 from .intervals import GroupedIntervals
+from .job import blame_line
 from .metrics import ActivityRows
 from .model import Kind
 from .options import Thresholds
@@ -148,10 +149,12 @@ def verdict(
     thresholds: Thresholds,
     waited_for: str | None = None,
     wait_known: bool = True,
+    partial: str | None = None,
 ) -> Verdict:
     """The class of one step from its parts (diagnosis.md §2), with a reason that shows the
     deciding numbers. ``row`` holds the step's ``*_ns`` fields; ``waited_for`` names the rank
-    this step waited for most (or None)."""
+    this step waited for most (or None); ``partial``: the hedge of a run with ranks missing
+    (:func:`partial_hedge`), said on every verdict that exposed transfer decides."""
     step = int(row["step_ns"])
     compute, comm = int(row["compute_ns"]), int(row["comm_ns"])
     if step <= 0:
@@ -186,6 +189,8 @@ def verdict(
             )
         if not wait_known and comm > 0:
             text += " (one rank only: waiting for peers cannot be told apart from transfer)"
+        elif partial:
+            text += f" ({partial})"
     elif key == "idle_ns":
         cls = "idle-bound"
         text = f"idle {share}: nothing ran on the device (the host did not feed it)"
@@ -196,6 +201,17 @@ def verdict(
     if second > 0 and 2 * second >= value:
         text += f"; runner-up: {second_label} {_ms(second)} = {_pct(second / step)}"
     return Verdict(cls, text)
+
+
+def partial_hedge(ranks_given: int, world_size: int | None) -> str | None:
+    """diagnosis.md §6: with ranks of the world missing, exposed time that is not provably
+    transfer may be waiting for a missing rank."""
+    if world_size is None or ranks_given >= world_size:
+        return None
+    return (
+        f"{ranks_given} of {world_size} ranks given: waiting for a missing rank cannot be ruled "
+        "out; analyse every rank"
+    )
 
 
 # --- findings: what to try, by cause and collective family -------------------------------------
@@ -346,6 +362,9 @@ def findings(
     straggler: int | None = None,
     straggler_text: str | None = None,
     limit: int = 8,
+    straggler_ns: int | None = None,
+    partial: str | None = None,
+    blame: pd.DataFrame | None = None,
 ) -> tuple[Finding, ...]:
     """What to try, most important first (diagnosis.md §4).
 
@@ -365,11 +384,13 @@ def findings(
     bound = set(np.flatnonzero((steps["bottleneck"] == "communication-bound").to_numpy()))
     first = _same_stream_finding(per_instance, family_causes, total_exposed)
     ranked = [
-        *_wait_finding(steps, per_instance, total_exposed, straggler, straggler_text),
+        *_wait_finding(
+            steps, per_instance, total_exposed, straggler, straggler_text, straggler_ns, blame
+        ),
         *_cause_findings("tail", family_causes, per_instance, bound, total_exposed),
         *_cause_findings("dependency", family_causes, per_instance, bound, total_exposed),
         *_host_finding(steps, per_instance, total_exposed),
-        *_transfer_bound_finding(steps, family_causes, per_instance, bound, total_exposed),
+        *_transfer_bound_finding(steps, family_causes, per_instance, bound, total_exposed, partial),
         *_class_findings(steps, total_step),
     ]
     ranked.sort(key=lambda f: -f.exposed_ns)
@@ -423,22 +444,37 @@ def _wait_finding(
     total_exposed: int,
     straggler: int | None,
     straggler_text: str | None,
+    straggler_ns: int | None = None,
+    blame: pd.DataFrame | None = None,
 ) -> list[Finding]:
     """The ``wait`` finding (0 or 1): all exposed waiting ns of the steps (``exposed_wait_ns``),
-    naming the rank most waited for; its share of all exposed communication."""
+    naming the rank most waited for and the part of it credited to that rank
+    (``straggler_ns``, docs/job-model.md: never more than the whole); its share of all exposed
+    communication."""
     wait = int(steps["exposed_wait_ns"].sum())
     if wait <= 0:
         return []
-    who = f"rank {straggler_text or straggler}" if straggler is not None else "a late peer"
+    if straggler is not None and straggler_ns is not None:
+        title = (
+            f"waiting for a late peer: {_ms(wait)} of exposed communication"
+            f"{_share_text(wait, total_exposed)} was ranks sitting in collectives until the last "
+            f"one arrived; {_ms(min(straggler_ns, wait))} of it traces back to rank "
+            f"{straggler_text or straggler}"
+        )
+    else:
+        who = f"rank {straggler_text or straggler}" if straggler is not None else "a late peer"
+        title = (
+            f"waiting for {who}: {_ms(wait)} of exposed communication"
+            f"{_share_text(wait, total_exposed)} was other ranks sitting in collectives "
+            "until it arrived"
+        )
+    chains = [] if blame is None or blame.empty else blame.to_dict("records")
+    lines = "; ".join(blame_line(b) for b in chains)
     return [
         Finding(
             kind="wait",
-            title=(
-                f"waiting for {who}: {_ms(wait)} of exposed communication"
-                f"{_share_text(wait, total_exposed)} was other ranks sitting in collectives "
-                "until it arrived"
-            ),
-            advice=advice("wait", "*"),
+            title=title,
+            advice=(f"{lines}; " if lines else "") + advice("wait", "*"),
             family=_top_family(pi, "exposed_wait_ns") if len(pi) else None,
             exposed_ns=wait,
             share_ratio=_share(wait, total_exposed),
@@ -447,6 +483,8 @@ def _wait_finding(
                 "exposed_wait_ns": wait,
                 "exposed_comm_ns": total_exposed,
                 "waited_for_rank": straggler,
+                "exposed_waited_for_ns": straggler_ns,
+                "blame": [{**b, "chain": list(b["chain"]), "line": blame_line(b)} for b in chains],
             },
         )
     ]
@@ -514,10 +552,12 @@ def _transfer_bound_finding(
     pi: pd.DataFrame,
     bound: set[Any],
     total_exposed: int,
+    partial: str | None = None,
 ) -> list[Finding]:
     """The ``transfer-bound`` finding (0 or 1): the exposed transfer ns of the
     communication-bound windows (``bound``), advised for the family with the most exposed ns in
-    them; the evidence sums those steps' comm and compute ns."""
+    them; the evidence sums those steps' comm and compute ns. On a partial run (``partial``, the
+    hedge) the title and the advice say first that it may be waiting for a missing rank."""
     if not bound:
         return []
     rows = steps.iloc[sorted(bound)]
@@ -532,8 +572,14 @@ def _transfer_bound_finding(
                 f"{fam}: more communication than compute in {len(rows)} step(s) "
                 f"(comm {_ms(rows['comm_ns'].sum())} vs compute "
                 f"{_ms(rows['compute_ns'].sum())}), {_ms(ns)} exposed transfer"
+                + ("" if partial is None else f" ({partial})")
             ),
-            advice=advice("transfer-bound", fam),
+            advice=(
+                advice("transfer-bound", fam)
+                if partial is None
+                else f"{partial} before acting on this; if it is transfer: "
+                + advice("transfer-bound", fam)
+            ),
             family=fam,
             exposed_ns=ns,
             share_ratio=_share(ns, total_exposed),

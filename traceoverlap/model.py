@@ -223,6 +223,11 @@ class TraceInfo:
     pid: int | None = None
     device: int | None = None
     notes: tuple[str, ...] = ()
+    #: the process groups this rank belongs to, ``(name, ranks)`` in creation order (Kineto
+    #: ``distributedInfo.pg_config``); empty when the trace does not say
+    process_groups: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    #: thread ids of the host process's gloo worker threads (``pt_gloo_runloop``), ascending
+    gloo_threads: tuple[int, ...] = ()
 
     def with_notes(self, *notes: str) -> TraceInfo:
         return replace(self, notes=self.notes + tuple(notes))
@@ -241,6 +246,7 @@ class TraceInfo:
             "clock": self.clock,
             "pid": self.pid,
             "device": self.device,
+            "process_groups": [{"name": n, "ranks": list(r)} for n, r in self.process_groups],
             "notes": list(self.notes),
         }
 

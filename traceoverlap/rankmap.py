@@ -27,6 +27,7 @@ from .collectives import unit_instances
 from .diagnosis import local_causes
 from .errors import NotATraceError, TraceFormatError
 from .intervals import GroupedIntervals
+from .job import host_ranges
 from .metrics import activity_rows, step_parts, step_sets
 from .model import KINDS, Kind, Timeline, TraceInfo, split_units
 from .options import AnalysisOptions
@@ -72,6 +73,8 @@ class UnitResult:
     range_names: tuple[tuple[str, int], ...] = ()
     #: every step marker's label before the step selection
     labels_found: tuple[StepLabel, ...] = ()
+    #: the main thread's ranges in the analysed steps (what a late rank was doing: blame)
+    host_ranges: pd.DataFrame | None = None
 
     @property
     def n_windows(self) -> int:
@@ -300,6 +303,9 @@ def analyze_unit(
         detail=det,
         range_names=ranges,
         labels_found=steps.labels_found if n == 0 else (),
+        host_ranges=host_ranges(ev, int(steps.start_ns.min()), int(steps.end_ns.max()))
+        if n and len(instances)
+        else None,
     )
 
 

@@ -7,6 +7,9 @@ Examples::
     python -m traceoverlap_workloads --strategy bucketed --host-delay-ms 60 --out runs/host-delay
     python -m traceoverlap_workloads --strategy naive --model mlp --preset comm-heavy --out runs/comm
     torchrun --nproc-per-node 8 -m traceoverlap_workloads --strategy ddp --preset large --out runs/ddp
+    python -m traceoverlap_workloads --strategy overlap --comm off --out runs/overlap-commoff
+    python -m traceoverlap_workloads --strategy tp --world-size 4 --slow-rank 3 --slow-ms 40 --slow-phase forward --out runs/tp
+    python -m traceoverlap_workloads --strategy pipeline --world-size 2 --micro-batches 4 --out runs/pp
 
 ``traceoverlap profile`` runs this and then analyzes the traces.
 """
@@ -17,7 +20,10 @@ import argparse
 import os
 import sys
 
-STRATEGIES = ("naive", "flat", "overlap", "bucketed", "ddp")
+STRATEGIES = ("naive", "flat", "overlap", "bucketed", "ddp", "tp", "pipeline", "fsdp", "moe")
+#: where ``--slow-rank`` sleeps: the start of that phase's range (``pre-backward``: between the
+#: ``forward`` and ``backward`` ranges, in neither)
+SLOW_PHASES = ("dataloader", "forward", "pre-backward", "backward", "optimizer")
 PRESET_NAMES = ("tiny", "small", "medium", "large", "xl", "comm-heavy")
 
 
@@ -26,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m traceoverlap_workloads",
         description=(
             "Reference data-parallel training with NVTX + torch.profiler ranges for every step and "
-            "phase (forward, backward, grad_sync, optimizer). Writes OUT/rank{r}.json.gz."
+            "phase (dataloader, forward, backward, grad_sync, optimizer). Writes OUT/rank{r}.json.gz."
         ),
         epilog=__doc__.split("Examples::", 1)[1].split("``traceoverlap", 1)[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -35,9 +41,26 @@ def build_parser() -> argparse.ArgumentParser:
         "--strategy",
         choices=STRATEGIES,
         default="bucketed",
-        help="gradient synchronisation: naive | flat (after backward, no overlap) | "
-        "overlap | bucketed | ddp (during backward)",
+        help="data parallel, by gradient synchronisation: naive | flat (after backward, no "
+        "overlap) | overlap | bucketed | ddp (during backward); model parallel (an MLP of the "
+        "preset's width, --model ignored, see traceoverlap_workloads.parallel): tp (tensor "
+        "parallel groups of --tp-size + data parallel) | pipeline (GPipe, a stage per rank) | "
+        "fsdp (all-gather before use, reduce-scatter after backward) | moe (all-to-all "
+        "dispatch/combine, an expert per rank)",
     )
+    p.add_argument(
+        "--comm",
+        choices=("on", "off"),
+        default="on",
+        help="off: the same program with every communication call skipped (same compute, same "
+        "ranges; results are then not averaged): what compute costs without communication "
+        "beside it (the overlap tax). ddp still communicates in its first two iterations "
+        "(construction, bucket rebuild): keep --wait + --warmup >= 2",
+    )
+    p.add_argument(
+        "--tp-size", type=int, default=2, help="tp: ranks per tensor-parallel group (divides world)"
+    )
+    p.add_argument("--micro-batches", type=int, default=4, help="pipeline: micro-batches per step")
     p.add_argument("--model", choices=("gpt", "mlp"), default="gpt")
     p.add_argument(
         "--preset",
@@ -88,8 +111,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--slow-rank",
         type=int,
         default=-1,
-        help="rank that sleeps before backward (a straggler: the others wait for it inside "
-        "the all-reduces)",
+        help="rank that sleeps each step (a straggler: the others wait for it inside their "
+        "collectives), in a straggler_sleep range at --slow-phase",
+    )
+    p.add_argument(
+        "--slow-phase",
+        choices=SLOW_PHASES,
+        default="pre-backward",
+        help="where --slow-rank sleeps: at the start of that phase's range (dataloader: before "
+        "the batch is made; pipeline forward/backward: in every micro-batch of its stage, after "
+        "the recv); pre-backward (default): between forward and backward, in neither range",
     )
     p.add_argument("--slow-ms", type=float, default=0.0, help="how long --slow-rank sleeps (ms)")
     p.add_argument(
@@ -133,6 +164,9 @@ def main(argv: list[str] | None = None) -> int:
             "traceoverlap-workloads: --steps must be >= 1, --warmup and --wait >= 0",
             file=sys.stderr,
         )
+        return 2
+    if args.tp_size < 1 or args.micro_batches < 1:
+        print("traceoverlap-workloads: --tp-size and --micro-batches must be >= 1", file=sys.stderr)
         return 2
     if args.slow_ms < 0 or args.host_delay_ms < 0:
         print("traceoverlap-workloads: --slow-ms and --host-delay-ms must be >= 0", file=sys.stderr)

@@ -106,7 +106,9 @@ def marks_comm() -> bool:
 
 def comm_begin(collective: str) -> int | None:
     """Open the NVTX range of a collective being issued (``gloo:{collective}``)."""
-    if not marks_comm():
+    from . import comm as _comm  # late: comm imports this module
+
+    if not marks_comm() or not _comm.ENABLED:
         return None
     return int(_DOMAIN.start_range(_attributes(f"gloo:{collective}", "orange")))
 

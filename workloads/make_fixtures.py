@@ -40,6 +40,25 @@ RUNS["bucketed_slow"] = ["--strategy", "bucketed", *TINY, "--slow-rank", "1", "-
 RUNS["slow_rank"] = ["--strategy", "bucketed", *TINY, "--slow-rank", "1", "--slow-ms", "40"]
 RUNS["host_delay"] = ["--strategy", "bucketed", *TINY, "--host-delay-ms", "60"]
 RUNS["comm_heavy"] = ["--strategy", "naive", "--model", "mlp", "--preset", "comm-heavy"]
+# Model-parallel runs (parallel.py); the last --world-size / --steps given wins over COMMON's.
+SLOW_FORWARD = ["--slow-phase", "forward"]
+RUNS["tp_slow"] = ["--strategy", "tp", "--world-size", "4", "--slow-rank", "3", "--slow-ms", "40"]
+RUNS["tp_slow"] += SLOW_FORWARD
+RUNS["pipeline"] = ["--strategy", "pipeline"]
+RUNS["pipeline_slow_last"] = ["--strategy", "pipeline", "--slow-rank", "1", "--slow-ms", "10"]
+RUNS["pipeline_slow_last"] += SLOW_FORWARD
+RUNS["fsdp"] = ["--strategy", "fsdp"]
+RUNS["moe_slow"] = ["--strategy", "moe", "--world-size", "4", "--slow-rank", "2", "--slow-ms", "30"]
+RUNS["moe_slow"] += SLOW_FORWARD
+# What-if closed-loop pairs (whatif.md §5): 8 active steps, the same run with and without the
+# cause. The tiny MLP keeps 8 steps of 2 ranks small.
+EIGHT = ["--steps", "8"]
+NAIVE = ["--strategy", "naive", "--model", "mlp", "--batch-size", "512", *EIGHT]
+RUNS["naive_8"] = NAIVE
+RUNS["naive_slow"] = [*NAIVE, "--slow-rank", "1", "--slow-ms", "40"]
+OVERLAP = ["--strategy", "overlap", "--model", "mlp", "--batch-size", "512", *EIGHT]
+RUNS["overlap_8"] = OVERLAP
+RUNS["overlap_commoff"] = [*OVERLAP, "--comm", "off"]
 
 
 NSYS_FIXTURE = "bucketed_cpu_2rank.sqlite"
@@ -90,8 +109,8 @@ def main(argv: list[str] | None = None) -> int:
             sys.executable,
             "-m",
             "traceoverlap_workloads",
-            *RUNS[name],
             *COMMON,
+            *RUNS[name],
             "--out",
             str(target),
         ]

@@ -48,7 +48,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from . import instrument
+from . import comm, instrument
 from .instrument import comm_begin, comm_end_when_done, span
 
 STRATEGIES = ("naive", "flat", "overlap", "bucketed", "ddp")
@@ -87,7 +87,7 @@ class Naive(GradSync):
             assert p.grad is not None
             with span(f"allreduce_launch#{i} bytes={p.grad.numel() * p.grad.element_size()}"):
                 handle = comm_begin("all_reduce")
-                work = dist.all_reduce(p.grad, async_op=True)
+                work = comm.all_reduce_async(p.grad)
                 comm_end_when_done(work, handle)
             with span(f"allreduce_wait#{i}"):  # blocking: wait at once
                 work.wait()
@@ -100,7 +100,7 @@ class Flat(GradSync):
         flat = torch.cat([g.reshape(-1) for g in grads])
         with span(f"bucket_launch#0 bytes={flat.numel() * flat.element_size()}"):
             handle = comm_begin("all_reduce")
-            work = dist.all_reduce(flat, async_op=True)
+            work = comm.all_reduce_async(flat)
             comm_end_when_done(work, handle)
         with span("bucket_wait#0"):  # blocking: wait at once
             work.wait()
@@ -127,7 +127,7 @@ class Overlap(GradSync):
             assert p.grad is not None
             with span(f"allreduce_launch#{i} bytes={p.grad.numel() * p.grad.element_size()}"):
                 handle = comm_begin("all_reduce")
-                work = dist.all_reduce(p.grad, async_op=True)
+                work = comm.all_reduce_async(p.grad)
                 comm_end_when_done(work, handle)
             self.pending.append((work, p.grad, i))
 
@@ -180,7 +180,7 @@ class Bucketed(GradSync):
             flat = torch.cat([g.reshape(-1) for g in grads if g is not None])
             with span(f"bucket_launch#{b} bytes={flat.numel() * flat.element_size()}"):
                 handle = comm_begin("all_reduce")
-                work = dist.all_reduce(flat, async_op=True)
+                work = comm.all_reduce_async(flat)
                 comm_end_when_done(work, handle)
             self.pending.append((work, flat, b))
             self.next_launch += 1
@@ -217,6 +217,19 @@ class DDP(GradSync):
 
     def prepare(self, model: nn.Module) -> nn.Module:
         super().prepare(model)
+        if not comm.ENABLED:
+            # --comm off: the reducer still buckets and copies every gradient, but its hook
+            # hands each bucket back unreduced. Construction (a shape check) and the bucket
+            # rebuild in the second iteration's forward (a broadcast) still communicate: profile
+            # from the third iteration on (--wait + --warmup >= 2, as the fixtures do).
+            ddp = nn.parallel.DistributedDataParallel(
+                model,
+                device_ids=self.device_ids,
+                bucket_cap_mb=self.bucket_bytes / 2**20,
+                init_sync=False,
+            )
+            ddp.register_comm_hook(state=None, hook=_no_allreduce)
+            return ddp
         ddp = nn.parallel.DistributedDataParallel(
             model, device_ids=self.device_ids, bucket_cap_mb=self.bucket_bytes / 2**20
         )
@@ -229,6 +242,12 @@ class DDP(GradSync):
     def sync(self) -> None:
         # DDP's reducer launched and waited for every bucket inside backward; nothing left to do.
         return None
+
+
+def _no_allreduce(state, bucket):  # noqa: ANN001, ANN202
+    fut = torch.futures.Future()
+    fut.set_result(bucket.buffer())
+    return fut
 
 
 def _traced_allreduce(state, bucket):  # noqa: ANN001, ANN202

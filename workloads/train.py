@@ -23,13 +23,19 @@ import sys
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from . import comm
 from .instrument import CAPTURE_RANGE, mark, nvtx_only, span
 from .models import PRESETS, build_model, describe, make_batch
+from .parallel import PARALLEL, make_parallel
 from .strategies import make_strategy
+
+#: Rows per rank per step of the model-parallel workloads (``--batch-size`` overrides).
+PARALLEL_ROWS = 64
 
 DTYPES = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -96,31 +102,153 @@ def run_rank(args: argparse.Namespace, rank: int, world_size: int, local_rank: i
     # machine (seen here; cf. pytorch/pytorch#179291), turning a finished run into a failed rank.
 
 
-def _train(args: argparse.Namespace, rank: int, world_size: int, device: torch.device) -> None:
-    preset = PRESETS[args.preset]
-    seq_len = args.seq_len or preset.seq_len
-    batch = args.batch_size or preset.batch_size
-    bucket_mb = args.bucket_mb if args.bucket_mb is not None else default_bucket_mb(device)
+class DataParallel:
+    """The data-parallel strategies (strategies.py) in the shape the loop drives."""
 
+    straggles_inside: frozenset[str] = frozenset()
+    has_sync = True
+
+    def __init__(
+        self, args: argparse.Namespace, rank: int, world_size: int, device: torch.device
+    ) -> None:
+        self.args, self.rank, self.world, self.device = args, rank, world_size, device
+        self.preset = PRESETS[args.preset]
+        self.seq_len = args.seq_len or self.preset.seq_len
+        self.batch = args.batch_size or self.preset.batch_size
+        bucket_mb = args.bucket_mb if args.bucket_mb is not None else default_bucket_mb(device)
+        self.bucket_mb = bucket_mb
+        model = build_model(args.model, self.preset, self.seq_len).to(device)
+        self.strategy = make_strategy(
+            args.strategy,
+            world_size,
+            int(bucket_mb * 2**20),
+            device_ids=[device.index] if device.type == "cuda" else None,
+            host_delay_s=args.host_delay_ms / 1000,
+        )
+        self.model = self.strategy.prepare(model)
+        self.autocast_dtype = DTYPES[args.dtype]
+
+    def params(self) -> list[torch.nn.Parameter]:
+        return list(self.model.parameters())
+
+    def load(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        a, b = self.args, self.batch
+        x, y = make_batch(a.model, self.preset, self.seq_len, b * self.world, i, a.seed)
+        x = x[self.rank * b : (self.rank + 1) * b].to(self.device, non_blocking=True)
+        y = y[self.rank * b : (self.rank + 1) * b].to(self.device, non_blocking=True)
+        return x, y
+
+    def forward(self, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        dtype = self.autocast_dtype
+        with torch.autocast(self.device.type, dtype=dtype, enabled=dtype is not None):
+            return self.model(*batch)  # type: ignore[no-any-return]
+
+    def backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
+
+    def sync(self) -> None:
+        self.strategy.sync()
+
+    def describe(self) -> str:
+        a = self.args
+        return (
+            f"{describe(a.model, self.preset, self.model)}; batch {self.batch}/rank"
+            + (f", seq {self.seq_len}" if a.model == "gpt" else "")
+            + (f", buckets of {self.bucket_mb:g} MiB" if a.strategy in ("bucketed", "ddp") else "")
+        )
+
+
+def build_workload(
+    args: argparse.Namespace, rank: int, world_size: int, device: torch.device
+) -> Any:
+    """The strategy's workload: DataParallel, or one of parallel.py's."""
     torch.manual_seed(args.seed)
-    model = build_model(args.model, preset, seq_len).to(device)
-    strategy = make_strategy(
+    if args.strategy not in PARALLEL:
+        return DataParallel(args, rank, world_size, device)
+    preset = PRESETS[args.preset]
+    rows = args.batch_size or PARALLEL_ROWS
+    straggle = make_straggle(args, rank, device)
+    return make_parallel(
         args.strategy,
+        preset,
+        rank,
         world_size,
-        int(bucket_mb * 2**20),
-        device_ids=[device.index] if device.type == "cuda" else None,
-        host_delay_s=args.host_delay_ms / 1000,
+        device,
+        rows,
+        args.seed,
+        straggle,
+        tp_size=args.tp_size,
+        micro_batches=args.micro_batches,
     )
-    model = strategy.prepare(model)
-    opt = build_optimizer(args.optimizer, list(model.parameters()), args.lr)
-    autocast_dtype = DTYPES[args.dtype]
+
+
+def make_straggle(args: argparse.Namespace, rank: int, device: torch.device) -> Any:
+    """``straggle(phase)``: rank ``--slow-rank`` sleeps ``--slow-ms`` in a ``straggler_sleep``
+    range when ``phase`` is ``--slow-phase``; every other call does nothing."""
+    slow = rank == args.slow_rank and args.slow_ms > 0
+
+    def straggle(phase: str) -> None:
+        if slow and phase == args.slow_phase:
+            with span("straggler_sleep", color="red"):
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                time.sleep(args.slow_ms / 1000)
+
+    return straggle
+
+
+def _step(
+    wl: Any, i: int, straggle: Any, host_delay_s: float, strategy: Any, device: torch.device
+) -> None:
+    """One iteration: dataloader, forward, backward, grad_sync (where there is one), optimizer."""
+    inside = wl.straggles_inside
+    with span("dataloader"):
+        straggle("dataloader")
+        batch = wl.load(i)
+    with span("forward"):
+        if "forward" not in inside:
+            straggle("forward")
+        state = wl.forward(batch)
+    if host_delay_s > 0:
+        # Ranks enter backward together. The delay is where faster ranks would otherwise wait
+        # for slower ones (grad_sync), so without this they drift apart by up to the delay, and
+        # a faster rank's communication during its sleep becomes waiting for a peer rather than
+        # exposure caused by the host. (Before the straggler's sleep: a straggler still makes
+        # the others wait inside the all-reduces.)
+        comm.barrier("step_barrier")
+    straggle("pre-backward")
+    with span("backward"):
+        if "backward" not in inside:
+            straggle("backward")
+        wl.backward(state)
+    if strategy is not None and strategy.delay_point == "before_sync":
+        strategy.host_delay()
+    if wl.has_sync:
+        with span("grad_sync"):
+            wl.sync()
+    if strategy is not None and strategy.delay_point == "after_sync":
+        strategy.host_delay()
+    with span("optimizer"):
+        straggle("optimizer")
+        wl.opt.step()
+        wl.opt.zero_grad(set_to_none=True)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _train(args: argparse.Namespace, rank: int, world_size: int, device: torch.device) -> None:
+    comm.set_enabled(args.comm == "on")
+    wl = build_workload(args, rank, world_size, device)
+    wl.opt = build_optimizer(args.optimizer, wl.params(), args.lr)
+    strategy = getattr(wl, "strategy", None)
+    host_delay_s = strategy.host_delay_s if strategy is not None else 0.0
+    straggle = make_straggle(args, rank, device)
     if rank == 0:
         print(
             f"traceoverlap-workloads: {args.strategy} on {world_size} rank(s), "
-            f"{dist.get_backend()} on {device.type}; "
-            f"{describe(args.model, preset, model)}; batch {batch}/rank"
-            + (f", seq {seq_len}" if args.model == "gpt" else "")
-            + (f", buckets of {bucket_mb:g} MiB" if args.strategy in ("bucketed", "ddp") else ""),
+            f"{dist.get_backend()} on {device.type}"
+            + ("" if comm.ENABLED else " (communication off)")
+            + f"; {wl.describe()}",
             file=sys.stderr,
             flush=True,
         )
@@ -162,40 +290,7 @@ def _train(args: argparse.Namespace, rank: int, world_size: int, device: torch.d
             mark(f"rank {rank}")  # inside the capture, for readers that take the rank from it
         t0 = time.perf_counter()
         with nvtx_only(f"ProfilerStep#{i}"):
-            x, y = make_batch(args.model, preset, seq_len, batch * world_size, i, args.seed)
-            x = x[rank * batch : (rank + 1) * batch].to(device, non_blocking=True)
-            y = y[rank * batch : (rank + 1) * batch].to(device, non_blocking=True)
-            with span("forward"):
-                with torch.autocast(
-                    device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None
-                ):
-                    loss = model(x, y)
-            if strategy.host_delay_s > 0:
-                # Ranks enter backward together. The delay is where faster ranks would otherwise
-                # wait for slower ones (grad_sync), so without this they drift apart by up to the
-                # delay, and a faster rank's communication during its sleep becomes waiting for a
-                # peer rather than exposure caused by the host. (Before the straggler's sleep: a
-                # straggler still makes the others wait inside the all-reduces.)
-                with span("step_barrier"):
-                    dist.barrier()
-            if rank == args.slow_rank and args.slow_ms > 0:
-                with span("straggler_sleep", color="red"):
-                    if device.type == "cuda":
-                        torch.cuda.synchronize()
-                    time.sleep(args.slow_ms / 1000)
-            with span("backward"):
-                loss.backward()
-            if strategy.delay_point == "before_sync":
-                strategy.host_delay()
-            with span("grad_sync"):
-                strategy.sync()
-            if strategy.delay_point == "after_sync":
-                strategy.host_delay()
-            with span("optimizer"):
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-            if device.type == "cuda":
-                torch.cuda.synchronize()
+            _step(wl, i, straggle, host_delay_s, strategy, device)
         step_ms.append((time.perf_counter() - t0) * 1e3)
         if under_nsys and i == total - 1:
             dist.barrier()
@@ -220,7 +315,12 @@ def _train(args: argparse.Namespace, rank: int, world_size: int, device: torch.d
             flush=True,
         )
     if args.save_params:
-        state = {n: p.detach().cpu() for n, p in _unwrapped(model).named_parameters()}
+        model = getattr(wl, "model", None)
+        state = (
+            {n: p.detach().cpu() for n, p in _unwrapped(model).named_parameters()}
+            if model is not None
+            else {f"param{j}": p.detach().cpu() for j, p in enumerate(wl.params())}
+        )
         torch.save(state, out / f"params_rank{rank}.pt")
 
 

@@ -50,7 +50,13 @@ def across_ranks_lines(coll: Collectives) -> list[str]:
         for r in coll.stragglers.to_dict("records"):
             lines.append(
                 f"    rank {r['rank']}: last in {r['last_count']} of {r['instances']} "
-                f"({fmt.pct(r['last_ratio'])}), others waited {fmt.ms(r['waited_for_ns'])} ms"
+                f"({fmt.pct(r['last_ratio'])}), others waited {fmt.ms(r['waited_for_ns'])} ms "
+                f"({fmt.ms(r['exposed_waited_for_ns'])} exposed"
+                + (
+                    f"; {fmt.ms(r['root_waited_for_ns'])} traces back to it)"
+                    if r.get("root_waited_for_ns", 0) != r["exposed_waited_for_ns"]
+                    else ")"
+                )
             )
         top = coll.top_straggler
         if top is not None and wait:

@@ -655,6 +655,7 @@ def _across_ranks(analysis: Analysis) -> str:
             f"<td class='num'>{int(r['instances']):,}</td>"
             f"<td class='num'>{int(r['last_count']):,} ({_pct(r['last_ratio'])})</td>"
             f"<td class='num'>{fmt_ns(int(r['waited_for_ns']))}</td>"
+            f"<td class='num'>{fmt_ns(int(r['exposed_waited_for_ns']))}</td>"
             f"<td class='num'>{fmt_ns(int(r['wait_ns']))}</td>"
             "</tr>"
             for r in st.to_dict("records")
@@ -662,7 +663,8 @@ def _across_ranks(analysis: Analysis) -> str:
         parts.append(
             "<h3>Who the others waited for</h3><table class='data'><thead><tr>"
             "<th class='num'>rank</th><th class='num'>collectives</th><th class='num'>arrived last</th>"
-            "<th class='num'>others waited for it</th><th class='num'>it waited for others</th>"
+            "<th class='num'>others waited for it</th><th class='num'>of which exposed</th>"
+            "<th class='num'>it waited for others</th>"
             "</tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
         )
     elif not coll.aligned:

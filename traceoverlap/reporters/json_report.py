@@ -123,6 +123,9 @@ def collectives_dict(coll: Collectives) -> dict[str, Any]:
             "ranks": records(coll.stragglers, list(coll.stragglers.columns)),
             "steps": records(coll.step_skew, list(coll.step_skew.columns)),
         },
+        "blame": [
+            {**b, "chain": list(b["chain"])} for b in records(coll.blame, list(coll.blame.columns))
+        ],
     }
 
 

@@ -72,6 +72,7 @@ def trace_info(
     host_pid: int,
     clock: str,
     notes: list[str],
+    gloo_threads: tuple[int, ...] = (),
 ) -> TraceInfo:
     """The rank's :class:`TraceInfo`; ``notes`` gets what the metadata needed saying (how the rank
     was found comes first)."""
@@ -100,7 +101,28 @@ def trace_info(
         pid=host_pid,
         device=used[0] if used else None,
         notes=tuple(notes),
+        process_groups=_process_groups(head.distributedInfo),
+        gloo_threads=gloo_threads,
     )
+
+
+def _process_groups(dist: Any) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """``distributedInfo.pg_config`` as ``(pg_name, ranks)`` in the listed (creation) order;
+    entries that are not usable are skipped (the groups are then only partly known)."""
+    if not isinstance(dist, dict) or not isinstance(dist.get("pg_config"), list):
+        return ()
+    out: list[tuple[str, tuple[int, ...]]] = []
+    for g in dist["pg_config"]:
+        if not isinstance(g, dict) or g.get("pg_name") is None:
+            continue
+        ranks = g.get("ranks")
+        if not isinstance(ranks, list):
+            continue
+        rs = [int_field(r, 0, MAX_WORLD_SIZE - 1) for r in ranks]
+        if any(r is None for r in rs):
+            continue
+        out.append((str(g["pg_name"]), tuple(int(r) for r in rs if r is not None)))
+    return tuple(out)
 
 
 def _distributed_info(dist: Any, notes: list[str]) -> tuple[int | None, int | None, str | None]:

@@ -124,8 +124,10 @@ def build_timeline(p: str, head: Meta, cols: Columns) -> Timeline:
     gpu_side = np.isin(rows.cat, GPU_SIDE_CODES)
     host_pid = _host_pid(rows, gpu_side)
     rows = _on_host_process(rows, gpu_side, host_pid, notes)
-    lane, thread_name = _lanes(
-        gpu_side, rows.pid, rows.tid, rows.device, rows.stream, _thread_names(cols.meta)
+    thread_names = _thread_names(cols.meta)
+    lane, thread_name = _lanes(gpu_side, rows.pid, rows.tid, rows.device, rows.stream, thread_names)
+    gloo_threads = tuple(
+        sorted(t for (pid, t), n in thread_names.items() if pid == host_pid and n == GLOO_THREAD)
     )
     filled = collective_args_from_launching_op(
         rows.cat, rows.pid, rows.tid, start, end, rows.corr, host_pid, rows.coll
@@ -138,7 +140,7 @@ def build_timeline(p: str, head: Meta, cols: Columns) -> Timeline:
     names = list(cols.names)
     _steps_as_annotations(rows.cat, rows.name, names)
 
-    info = trace_info(p, head, rows.cat, rows.device, host_pid, clock, notes)
+    info = trace_info(p, head, rows.cat, rows.device, host_pid, clock, notes, gloo_threads)
     columns: dict[str, Any] = {
         "rank": info.rank,
         "pid": rows.pid,
@@ -347,6 +349,10 @@ def _factorize_pairs(a: np.ndarray, b: np.ndarray) -> tuple[list[tuple[int, int]
         codes, upair = pd.factorize(key)
     pairs = [(int(ua[k // nb]), int(ub[k % nb])) for k in upair.tolist()]
     return pairs, codes.astype(np.int64)
+
+
+#: The name of gloo's worker threads (each process group runs its own).
+GLOO_THREAD = "pt_gloo_runloop"
 
 
 def _thread_names(meta: list[tuple[str, Any, Any, Any]]) -> dict[tuple[int, int], str]:
