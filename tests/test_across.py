@@ -131,6 +131,13 @@ def test_dlrm_median_step_across_8_ranks():
     pr = a.collectives.per_rank
     pr = pr[pr["step"].astype(str) == str(x.step)]
     assert int(m["wait_ns"].sum()) == int(pr.loc[pr["matched"], "wait_ns"].sum())
+    # the job model's blame of the step, most waiting first: rank 1's 9.09 ms for rank 7 leads
+    assert not x.blame.empty
+    top = x.blame.iloc[0]
+    assert (int(top["rank"]), int(top["waited_for_rank"])) == (1, 7)
+    assert x.blame["exposed_wait_ns"].is_monotonic_decreasing
+    page = render(a, plotlyjs="cdn", across=x)
+    assert "Who waited for whom" in page and "waited" in x.blame["line"].iloc[0]
 
 
 def test_report_with_the_step_across_ranks_is_deterministic():

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -31,6 +31,9 @@ from .model import Timeline, TraceInfo, split_units
 from .options import AnalysisOptions
 from .rankmap import DetailRequest, analyze_unit
 from .results import Analysis, StepDetail
+
+if TYPE_CHECKING:
+    from .collectives import Collectives
 
 I64 = npt.NDArray[np.int64]
 Spans = tuple[I64, I64]
@@ -101,6 +104,9 @@ class StepAcross:
     last_arrivals: pd.DataFrame
     #: ``chosen`` "median": the rank whose median step this is
     median_of_rank: int | None = None
+    #: the job model's blame rows of this step on the drawn ranks (docs/job-model.md), most
+    #: exposed waiting first, with ``line``: the chain in one sentence (:func:`job.blame_line`)
+    blame: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     @property
     def n_matched(self) -> int:
@@ -222,7 +228,20 @@ def _assemble(
         missing=missing,
         clock=None if coll is None else coll.clock,
         last_arrivals=last,
+        blame=_step_blame(coll, label, {r.rank for r in rows}),
     )
+
+
+def _step_blame(coll: Collectives | None, label: Any, ranks: set[int]) -> pd.DataFrame:
+    """The blame rows of step ``label`` on ``ranks``, most exposed waiting first, each with its
+    sentence (``line``)."""
+    from .job import blame_line, empty_blame
+
+    b = coll.blame if coll is not None else empty_blame()
+    b = b[(b["step"].astype(str) == str(label)).to_numpy() & b["rank"].isin(ranks).to_numpy()]
+    b = b.sort_values(["exposed_wait_ns", "rank"], ascending=[False, True], kind="stable")
+    b = b.reset_index(drop=True)
+    return b.assign(line=[blame_line(r) for r in b.to_dict("records")])
 
 
 def _last_arrivals(inst: pd.DataFrame) -> pd.DataFrame:

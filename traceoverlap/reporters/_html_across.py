@@ -188,8 +188,9 @@ def _add_windows(
     fig.update_layout(shapes=shapes)
 
 
-def _instance_hover(r: Any, name: str, origin: int) -> str:
-    """What one rank's part of one collective instance says on hover."""
+def _instance_hover(r: Any, name: str, origin: int, blame: dict[tuple[int, int], str]) -> str:
+    """What one rank's part of one collective instance says on hover (``blame``: the step's
+    blame sentence per (waiting rank, rank waited for))."""
     head = f"<b>{html.escape(str(r.name))} #{int(r.instance)}</b> on {html.escape(name)}"
     where = [str(r.family)]
     if isinstance(r.process_group, str) and r.process_group:
@@ -214,6 +215,9 @@ def _instance_hover(r: Any, name: str, origin: int) -> str:
             f"waited {fmt_ns(int(r.wait_ns))}, transfer {fmt_ns(int(r.transfer_ns))}, "
             f"exposed {fmt_ns(int(r.exposed_ns))}"
         )
+        chain = blame.get((int(r.rank), last)) if last is not None and int(r.wait_ns) else None
+        if chain:
+            lines.append(f"in this step: {html.escape(chain.replace('<-', '←'))}")
     return "<br>".join(lines)
 
 
@@ -232,6 +236,10 @@ def _add_instances(
         return
     unit_pos = {r.unit: i for i, r in enumerate(x.ranks)}
     detailed = 2 * len(inst) <= INSTANCE_BUDGET
+    blame = {
+        (int(b["rank"]), int(b["waited_for_rank"])): str(b["line"])
+        for b in x.blame.to_dict("records")
+    }
     for unit, sub in inst.groupby("unit", sort=True):
         i = unit_pos[int(unit)]
         row = rows[row_of[(i, "rank" if collapsed else "comm")]]
@@ -241,7 +249,9 @@ def _add_instances(
         w = s + sub["wait_ns"].to_numpy(np.int64)
         hover: list[str] | None = None
         if detailed:
-            hover = [_instance_hover(r, name, x.origin_ns) for r in sub.itertuples(index=False)]
+            hover = [
+                _instance_hover(r, name, x.origin_ns, blame) for r in sub.itertuples(index=False)
+            ]
         _parts(bars, row, (s, w), (w, e), hover, merged, name, collapsed)
 
 
@@ -368,10 +378,18 @@ def _lead(x: StepAcross, step: str) -> str:
     rank, count, waited = int(top["rank"]), int(top["last_count"]), int(top["waited_for_ns"])
     if waited == 0:
         return ""
+    chains = "".join(
+        f"<li>{html.escape(str(line).replace('<-', '←'))}</li>" for line in x.blame["line"].head(3)
+    )
     return (
         f"<p class='lead'>In {html.escape(step)}, <b>rank {rank}</b> arrived last in {count} of "
         f"{n} matched collectives; the other ranks waited <b>{fmt_ns(waited)}</b> for it in "
         "total (summed over ranks).</p>"
+        + (
+            f"<p class='explain'>Who waited for whom, most exposed waiting first:</p><ul>{chains}</ul>"
+            if chains
+            else ""
+        )
     )
 
 
