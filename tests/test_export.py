@@ -191,6 +191,9 @@ def test_dlrm_8_ranks_one_clock() -> None:
     assert len(stats.events) == 8
     assert _ends_within_tolerance(doc, 8) > 0
     assert _nest(doc) == {}
+    # the wait slices carry the job model's blame chain of their step (rank 7 is late)
+    waits = [e for e in doc["traceEvents"] if e["ph"] == "X" and _is_track(e, "waits")]
+    assert waits and any("for rank 7" in (e["args"]["blame"] or "") for e in waits)
 
 
 def test_dlrm_skewed_rank_is_aligned(tmp_path: Path) -> None:

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import msgspec
 import numpy as np
@@ -39,6 +39,9 @@ from .classify import Rules, kinds
 from .errors import UsageError
 from .model import KINDS, Timeline, split_units
 from .results import Analysis
+
+if TYPE_CHECKING:
+    from .collectives import Collectives
 
 I64 = npt.NDArray[np.int64]
 
@@ -347,14 +350,35 @@ def _instance_rows(analysis: Analysis, slot: Sequence[int]) -> pd.DataFrame:
         wait_k[w] = pack(start[w], start[w] + wait[w])
     cap = SUB_TRACKS - 1
     block = TRACK_BLOCK * np.asarray(slot, np.int64)[pr["unit"].to_numpy(np.int64)]
+    last_rank = inst["last_rank"].reindex(pr["instance"]).to_numpy()
     return pr.assign(
         process_group=inst["process_group"].reindex(pr["instance"]).to_numpy(),
         seq=inst["seq"].reindex(pr["instance"]).to_numpy(),
-        last_rank=inst["last_rank"].reindex(pr["instance"]).to_numpy(),
+        last_rank=last_rank,
         transfer_ns=inst["transfer_ns"].reindex(pr["instance"]).to_numpy(),
+        blame=_blame_lines(coll, pr, last_rank),
         coll_tid=block + _TID["collectives"] + np.minimum(coll_k, cap),
         wait_tid=np.where(waiting, block + _TID["waits"] + np.minimum(wait_k, cap), 0),
     )
+
+
+def _blame_lines(coll: Collectives, pr: pd.DataFrame, last_rank: Any) -> list[str | None]:
+    """Per row of ``pr``: the job model's blame sentence of its (step, rank, rank waited for),
+    None when there is none (docs/job-model.md)."""
+    from .job import blame_line
+
+    blame = coll.blame
+    if blame.empty:
+        return [None] * len(pr)
+    lines = {
+        (int(b["window"]), int(b["rank"]), int(b["waited_for_rank"])): blame_line(b)
+        for b in blame.to_dict("records")
+    }
+    target = pr["waited_for_rank"] if "waited_for_rank" in pr else pd.Series(last_rank)
+    return [
+        None if pd.isna(t) else lines.get((int(w), int(r), int(t)))
+        for w, r, t in zip(pr["window"], pr["rank"], target, strict=True)
+    ]
 
 
 def _collective_events(rows: pd.DataFrame, rank: int, off: int) -> Iterator[_X]:
@@ -392,7 +416,12 @@ def _collective_events(rows: pd.DataFrame, rank: int, off: int) -> Iterator[_X]:
                 float(us(wait)),
                 rank,
                 int(r.wait_tid),
-                {"instance": int(r.instance), "wait_ns": wait, "last_arrival_rank": last},
+                {
+                    "instance": int(r.instance),
+                    "wait_ns": wait,
+                    "last_arrival_rank": last,
+                    "blame": r.blame,
+                },
                 "terrible",
             )
 
