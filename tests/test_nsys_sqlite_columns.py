@@ -11,7 +11,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from traceoverlap.readers._sqlite_columns import INT, NULL, OTHER, _read_via_sql, read_columns
+from traceoverlap.readers._sqlite_columns import (
+    INT,
+    NULL,
+    OTHER,
+    REFUSED,
+    _read_via_sql,
+    read_columns,
+)
 
 # integers of every serial type (1, 2, 3, 4, 6 and 8 bytes, and the constants 0 and 1)
 EDGE_INTS = [0, 1, -1, 2, 127, 128, -128, -129, 255, 256, 32767, 32768, -32769, 2**23 - 1, 2**23]
@@ -160,3 +167,29 @@ def test_a_wal_database_is_read_through_sqlite_with_its_committed_rows(tmp_path:
         assert fast.via == "sql" and fast.ints["a"].tolist() == list(range(10))
     finally:
         writer.close()
+
+
+def test_refused_texts_read_as_refused_on_both_paths(tmp_path: Path) -> None:
+    # text_keep decides per text; refused ones read as REFUSED, NULL stays None. The 20 kB row
+    # sends the second table through SQLite, the first is decoded from its pages.
+    path = tmp_path / "keep.sqlite"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE t (txt TEXT)")
+    con.execute("CREATE TABLE big (txt TEXT)")
+    vals = ["ProfilerStep#1", "aten::mm", None, "forward"]
+    con.executemany("INSERT INTO t VALUES (?)", [(v,) for v in vals])
+    con.executemany("INSERT INTO big VALUES (?)", [(v,) for v in [*vals, "z" * 20000]])
+    con.commit()
+    con.close()
+    keep = ("ProfilerStep#1", "forward").__contains__
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
+    con.execute("BEGIN")
+    try:
+        fast = read_columns(con, path, "t", [], ["txt"], keep)
+        slow = read_columns(con, path, "big", [], ["txt"], keep)
+    finally:
+        con.close()
+    assert fast.via == "pages" and slow.via == "sql"
+    want = ["ProfilerStep#1", REFUSED, None, "forward"]
+    assert fast.texts["txt"].tolist() == want
+    assert slow.texts["txt"].tolist() == [*want, REFUSED]

@@ -297,13 +297,23 @@ def split_units(timeline: Timeline) -> list[Timeline]:
     device = ev["device"].to_numpy()
     is_gpu = ev["category"].isin(GPU_ACTIVITY_CATEGORIES).to_numpy()
     units: list[Timeline] = []
+    # rows grouped by rank (as the nsys reader gives them): a rank's rows are a slice, which
+    # pandas shares with the table instead of copying it
+    grouped = rank.size < 2 or bool((rank[1:] >= rank[:-1]).all())
     for info in sorted(timeline.traces, key=lambda t: t.rank):
         on_rank = rank == info.rank
         devs = np.unique(device[on_rank & is_gpu])
         single = len(timeline.traces) == 1
         if devs.size <= 1:
             dev = int(devs[0]) if devs.size else info.device
-            sub = ev if single else ev[on_rank].reset_index(drop=True)
+            if single:
+                sub = ev
+            elif grouped:
+                lo = int(np.searchsorted(rank, info.rank, side="left"))
+                hi = int(np.searchsorted(rank, info.rank, side="right"))
+                sub = ev.iloc[lo:hi].reset_index(drop=True)
+            else:
+                sub = ev[on_rank].reset_index(drop=True)
             units.append(Timeline(sub, (replace(info, device=dev),)))
             continue
         note = (

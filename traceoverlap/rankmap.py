@@ -14,6 +14,7 @@ runs in this process, in a process pool, or on Dask workers alike.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +31,8 @@ from .intervals import GroupedIntervals
 from .job import host_ranges
 from .metrics import activity_rows, step_parts, step_sets
 from .model import KINDS, Kind, Timeline, TraceInfo, split_units
-from .options import AnalysisOptions
+from .namefilter import NameTest
+from .options import AnalysisOptions, compile_regex
 from .results import StepDetail
 from .steps import StepLabel, UnitSteps, assign_steps
 
@@ -319,6 +321,52 @@ def map_timeline(
     return tuple(analyze_unit(u, options, rules, detail) for u in split_units(timeline))
 
 
+_NCCL_RANGE_RE = r"nccl:"
+
+
+def range_filter(options: AnalysisOptions, rules: Rules) -> Callable[[str], bool]:
+    """The host ranges the analysis can use: step markers, phases (:data:`PHASE_RE`),
+    communication, ``nccl:<collective>``, wait and CPU-compute ranges (every name pattern of
+    ``rules`` and ``options``). A reader may drop the others (an ``emit_nvtx`` capture's million
+    op ranges); only the no-marker hints read every range name, so :func:`map_file` reads again
+    unfiltered when a unit finds no step marker."""
+    patterns = [options.step_pattern, PHASE_RE.pattern, _NCCL_RANGE_RE]
+    for group in (
+        rules.cpu_comm,
+        rules.extra_comm,
+        rules.cpu_compute_exclude,
+        rules.cpu_comm_calls,
+        rules.cpu_compute_ranges,
+    ):
+        patterns.extend(group)
+    for p in patterns:
+        compile_regex(p, "range patterns")
+    return NameTest(patterns)
+
+
+def _map_units(
+    path: str,
+    keep_range: Callable[[str], bool] | None,
+    options: AnalysisOptions,
+    rules: Rules,
+    detail: DetailRequest | None,
+    lowest_unit_detail: bool,
+    lowest_step: str | None,
+) -> list[UnitResult]:
+    from .readers import read_trace
+
+    timeline = read_trace(Path(path), keep_range)
+    units = split_units(timeline)
+    del timeline
+    out = []
+    for i, u in enumerate(units):
+        req = detail
+        if lowest_unit_detail and i == 0:
+            req = DetailRequest(u.traces[0].rank, u.traces[0].device, lowest_step)
+        out.append(analyze_unit(u, options, rules, req))
+    return out
+
+
 def map_file(
     path: str,
     options: AnalysisOptions,
@@ -330,18 +378,12 @@ def map_file(
     """Read one trace file and analyse its units. ``lowest_unit_detail``: build the detail of the
     file's lowest unit's step ``lowest_step`` (None: its median step) in the same pass (a
     single-file run's default timeline)."""
-    from .readers import read_trace
-
+    args = (options, rules, detail, lowest_unit_detail, lowest_step)
     try:
-        timeline = read_trace(Path(path))
-        units = split_units(timeline)
-        del timeline
-        out = []
-        for i, u in enumerate(units):
-            req = detail
-            if lowest_unit_detail and i == 0:
-                req = DetailRequest(u.traces[0].rank, u.traces[0].device, lowest_step)
-            out.append(analyze_unit(u, options, rules, req))
+        out = _map_units(path, range_filter(options, rules), *args)
+        if any(u.markers_found == 0 and u.trace.format == "nsys" for u in out):
+            # the no-marker hints name the ranges that repeat, whatever their names: read all
+            out = _map_units(path, None, *args)
         return FileResult(path, tuple(out))
     except TraceFormatError as exc:
         return FileResult(

@@ -17,6 +17,7 @@ Readers are imported lazily, so reading one format never pays for the others.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import TraceFormatError
@@ -60,10 +61,11 @@ def sniff_format(path: str | Path) -> str:
     return fmt
 
 
-def read_trace(path: str | Path) -> Timeline:
+def read_trace(path: str | Path, keep_range: Callable[[str], bool] | None = None) -> Timeline:
     """Read one trace of any supported format into a :class:`Timeline` (format sniffed).
 
-    ``path`` may be ``-`` for standard input, or a pipe."""
+    ``path`` may be ``-`` for standard input, or a pipe. ``keep_range``: a Nsight Systems export
+    keeps only the NVTX ranges whose name it accepts (see :func:`.nsys.read_nsys`)."""
     fmt = sniff_format(path)
     if fmt == "stream":
         data = read_stream(path)
@@ -87,7 +89,7 @@ def read_trace(path: str | Path) -> Timeline:
     if fmt == "nsys-sqlite":
         from .nsys import read_nsys
 
-        return read_nsys(path)
+        return read_nsys(path) if keep_range is None else read_nsys(path, keep_range)
     from .nsys import read_nsys_rep
 
-    return read_nsys_rep(path)
+    return read_nsys_rep(path) if keep_range is None else read_nsys_rep(path, keep_range)

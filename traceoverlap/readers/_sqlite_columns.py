@@ -24,7 +24,7 @@ errors (a damaged or locked file) surface from the SQLite path as ``sqlite3.Data
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,10 @@ from numpy.lib.stride_tricks import as_strided
 I64 = npt.NDArray[np.int64]
 I8 = npt.NDArray[np.int8]
 Obj = npt.NDArray[np.object_]
+
+#: What a text that ``read_columns``' ``text_keep`` refused reads as (a NUL cannot start a text
+#: SQLite's text decoding gives here: NUL-separated decoding splits there).
+REFUSED = "\x00refused"
 
 #: Per-row kind of an integer column's value.
 INT, NULL, OTHER = 0, 1, 2
@@ -52,7 +56,7 @@ _CONST = np.array([0, -1, -1, -1, -1, -1, -1, 0, 0, 1, 0, 0, 0], dtype=np.int64)
 # Rows decoded per block of leaf pages.
 _BLOCK_ROWS = 1 << 15
 # Texts are decoded this many bytes at a time (the gather index is int64 per byte).
-_TEXT_BLOCK_BYTES = 1 << 23
+_TEXT_BLOCK_BYTES = 1 << 20
 _SQL_CHUNK_ROWS = 1 << 16
 
 
@@ -89,17 +93,34 @@ def read_columns(
     table: str,
     int_cols: Sequence[str] = (),
     text_cols: Sequence[str] = (),
+    text_keep: Callable[[str], bool] | None = None,
 ) -> Columns:
     """Read ``int_cols`` and ``text_cols`` of ``table`` (names as the table declares them).
+
+    ``text_keep``: texts it refuses read as :data:`REFUSED` (one shared object), decided a block
+    of rows at a time, so that a column of a million texts the caller does not want is never
+    held in memory as a million strings.
 
     ``con`` must be a read-only connection to ``path`` inside a read transaction. A column the
     table declares as ``INTEGER PRIMARY KEY`` reads as the rowid it aliases.
     """
     info = con.execute(f"PRAGMA table_xinfo({_q(table)})").fetchall()
     try:
-        return _PageReader(con, path).read(table, info, list(int_cols), list(text_cols))
+        reader = _PageReader(con, path)
+        reader.text_keep = text_keep
+        return reader.read(table, info, list(int_cols), list(text_cols))
     except _Unsupported:
-        return _read_via_sql(con, table, info, list(int_cols), list(text_cols))
+        out = _read_via_sql(con, table, info, list(int_cols), list(text_cols))
+        if text_keep is not None:
+            for arr in out.texts.values():
+                _refuse(arr, text_keep)
+        return out
+
+
+def _refuse(texts: Obj, keep: Callable[[str], bool]) -> None:
+    """Replace (in place) the texts ``keep`` refuses by :data:`REFUSED`; None stays None."""
+    ok = np.fromiter((t is None or keep(t) for t in texts.tolist()), bool, texts.size)
+    texts[~ok] = REFUSED
 
 
 # ---------------------------------------------------------------------------------------------
@@ -197,6 +218,7 @@ class _PageReader:
     def __init__(self, con: sqlite3.Connection, path: Path) -> None:
         self.con = con
         self.path = path
+        self.text_keep: Callable[[str], bool] | None = None
         mode = con.execute("PRAGMA journal_mode").fetchone()
         if mode is None or str(mode[0]).lower() == "wal":
             raise _Unsupported("WAL database: its pages may be newer in the -wal file")
@@ -509,10 +531,28 @@ class _PageReader:
                 ]
             chunk = np.empty(stop - start, dtype=object)
             chunk[:] = parts[: stop - start]
+            if self.text_keep is not None:  # every text of the block is a str here
+                chunk[~self.kept(text, sep, parts[: stop - start])] = REFUSED
+            del parts, text
             out[start:stop] = chunk
             start = stop
         out[is_null] = None
         return out, bad
+
+    def kept(self, text: str, sep: I64, parts: list[str]) -> npt.NDArray[np.bool_]:
+        """``text_keep`` of each of ``parts`` (the NUL-separated texts of ``text``, each ending
+        at ``sep``); a keep test with a ``candidates(text, sep)`` method (see
+        :class:`traceoverlap.namefilter.NameTest`) is asked only about the texts that can pass."""
+        keep = self.text_keep
+        assert keep is not None
+        find = getattr(keep, "candidates", None)
+        cand = find(text, sep) if find is not None else None
+        if cand is None:
+            return np.fromiter(map(keep, parts), bool, len(parts))
+        idx = np.flatnonzero(cand)
+        ok = np.zeros(len(parts), dtype=bool)
+        ok[idx] = [keep(parts[i]) for i in idx.tolist()]
+        return ok
 
     @staticmethod
     def _count_bad(raw: bytes, sep: I64, ln: I64) -> int:

@@ -52,9 +52,10 @@ error), inside one read transaction.
 
 Speed: the big tables are decoded straight from the file's pages into numpy columns
 (:mod:`._sqlite_columns`), then names become categorical codes with hash lookups; no per-row
-Python object except one ``str`` per NVTX text. 3-4x one C-level SQLite scan of the needed
-columns (was 5-9x), peak RSS the Timeline plus about 5 %; ``benchmarks/bench_nsys.py`` and
-README "Speed and memory" have the figures.
+Python object except one ``str`` per NVTX text, and with ``keep_range`` (what ``analyze``
+passes) not even that for the ranges it refuses: they are tested a block of texts at a time as
+they are decoded and never held. Rows come out grouped by rank, so units are slices of the
+table. ``benchmarks/bench_nsys.py`` and docs/performance.md have the figures.
 """
 
 from __future__ import annotations
@@ -66,10 +67,10 @@ import shutil
 import sqlite3
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -78,7 +79,7 @@ import pandas as pd
 from ..errors import TraceFormatError
 from ..model import CATEGORIES, Timeline, TraceInfo, make_events, per_category
 from ._input import rank_from_filename
-from ._sqlite_columns import INT, OTHER, Columns, read_columns
+from ._sqlite_columns import INT, OTHER, REFUSED, Columns, read_columns
 
 __all__ = ["read_nsys", "read_nsys_rep", "SQLITE_MAGIC"]
 
@@ -132,17 +133,24 @@ _CAT_CODE = {c: i for i, c in enumerate(CATEGORIES)}
 # public entry points
 
 
-def read_nsys(path: str | os.PathLike[str]) -> Timeline:
+#: Which NVTX range names to keep (True: keep); None keeps every range.
+RangeFilter = Callable[[str], bool]
+
+
+def read_nsys(path: str | os.PathLike[str], keep_range: RangeFilter | None = None) -> Timeline:
     """Read an Nsight Systems SQLite export into a :class:`Timeline` (one rank per (pid, GPU), or
     per process on a CPU capture).
 
     All times are integer nanoseconds (unix epoch when the export records the session start).
+    ``keep_range``: only the NVTX ranges whose name it accepts are kept (the analysis passes the
+    step, phase and communication patterns: an ``emit_nvtx`` capture's million unique op ranges
+    are never read into the Timeline); the others are counted in a note. None keeps every range.
     Raises :class:`TraceFormatError` for anything that is not a usable nsys export.
     """
-    return _read_export(Path(path), Path(path))
+    return _read_export(Path(path), Path(path), keep_range)
 
 
-def read_nsys_rep(path: str | os.PathLike[str]) -> Timeline:
+def read_nsys_rep(path: str | os.PathLike[str], keep_range: RangeFilter | None = None) -> Timeline:
     """Read an ``.nsys-rep`` report by exporting it to SQLite with ``nsys`` (which must be on PATH).
 
     The export is cached next to the report (``report.sqlite``) when that folder is writable, else
@@ -163,7 +171,7 @@ def read_nsys_rep(path: str | os.PathLike[str]) -> Timeline:
                 "and pass the .sqlite file",
             )
         _run_nsys_export(nsys, p, cache)
-    return _read_export(cache, p)
+    return _read_export(cache, p, keep_range)
 
 
 def _lenient_text(raw: bytes) -> str:
@@ -172,7 +180,7 @@ def _lenient_text(raw: bytes) -> str:
     return raw.decode("utf-8", "replace")
 
 
-def _read_export(export: Path, shown: Path) -> Timeline:
+def _read_export(export: Path, shown: Path, keep_range: RangeFilter | None = None) -> Timeline:
     """Read the SQLite file ``export``; errors and TraceInfo name ``shown`` (the user's file)."""
     _check_sqlite_file(export, shown)
     try:
@@ -191,7 +199,7 @@ def _read_export(export: Path, shown: Path) -> Timeline:
         # one read transaction for the whole read: no writer can commit under it
         con.execute("BEGIN")
         con.execute("SELECT count(*) FROM sqlite_master").fetchone()
-        return _Reader(shown, export, con).read()
+        return _Reader(shown, export, con, keep_range).read()
     except sqlite3.OperationalError as exc:
         raise _sqlite_error(shown, exc) from exc
     except sqlite3.DatabaseError as exc:
@@ -510,6 +518,17 @@ class _Rows:
                 setattr(b, k, np.empty(0, dtype=getattr(b, k).dtype))  # a [:0] view would pin it
         return _Rows(**out)
 
+    def group_by(self, rank: I32) -> I32:
+        """Reorder the rows (in place, one column at a time) so that each rank's rows are
+        contiguous, keeping their order within a rank (a stable sort): then
+        :func:`traceoverlap.model.split_units` cuts units as views instead of copies."""
+        if rank.size < 2 or bool((rank[1:] >= rank[:-1]).all()):
+            return rank
+        order = np.argsort(rank, kind="stable")
+        for k in _Rows.__annotations__:
+            setattr(self, k, getattr(self, k)[order])
+        return rank[order]
+
     @staticmethod
     def empty() -> _Rows:
         z, z32 = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32)
@@ -556,8 +575,15 @@ _NCCL = re.compile(r"nccl", re.IGNORECASE)
 
 
 class _Reader:
-    def __init__(self, path: Path, file: Path, con: sqlite3.Connection) -> None:
+    def __init__(
+        self,
+        path: Path,
+        file: Path,
+        con: sqlite3.Connection,
+        keep_range: RangeFilter | None = None,
+    ) -> None:
         self.path = path
+        self.keep_range = keep_range
         self.file = file
         self.con = con
         self.notes: list[str] = []
@@ -614,7 +640,13 @@ class _Reader:
         """A small metadata query (types are checked by the caller with :func:`_int`)."""
         return self.con.execute(sql, tuple(params)).fetchall()
 
-    def scan(self, table: str, int_cols: Sequence[str], text_cols: Sequence[str] = ()) -> Columns:
+    def scan(
+        self,
+        table: str,
+        int_cols: Sequence[str],
+        text_cols: Sequence[str] = (),
+        text_keep: RangeFilter | None = None,
+    ) -> Columns:
         """The columns of ``table`` that it has (absent ones are simply missing from the result)."""
         have = set(self.columns(table))
         return read_columns(
@@ -623,7 +655,19 @@ class _Reader:
             table,
             [c for c in int_cols if c in have],
             [c for c in text_cols if c in have],
+            text_keep,
         )
+
+    def nvtx_text_keep(self) -> RangeFilter | None:
+        """The inline NVTX texts worth decoding: the ranges ``keep_range`` wants, and the texts
+        :func:`_rank_numbers` looks at for ``rank N`` (those with "ank" or "ANK")."""
+        wanted = self.keep_range
+        if wanted is None:
+            return None
+        including = getattr(wanted, "including", None)  # a namefilter.NameTest
+        if including is not None:
+            return cast(RangeFilter, including("ank", "ANK"))
+        return lambda t: "ank" in t or "ANK" in t or wanted(t)
 
     def int_column(self, cols: Columns, table: str, name: str, default: int) -> I64:
         """Column ``name`` with ``default`` where it is NULL, absent or not an integer (the last
@@ -703,6 +747,7 @@ class _Reader:
         del nvtx
         rows, rank = self.place(gpu, host, groups, ranks)
         del host, gpu
+        rank = rows.group_by(rank)
 
         category = pd.Categorical.from_codes(
             rows.category, categories=_index(np.array(CATEGORIES, dtype=object))
@@ -1031,7 +1076,10 @@ class _Reader:
         if nv is None or not self.usable(nv, ("start", "end")):
             return empty
         cols = self.scan(
-            nv, ["start", "end", "eventType", "globalTid", "endGlobalTid", "textId"], ["text"]
+            nv,
+            ["start", "end", "eventType", "globalTid", "endGlobalTid", "textId"],
+            ["text"],
+            self.nvtx_text_keep(),
         )
         if cols.n == 0:
             return empty
@@ -1060,6 +1108,10 @@ class _Reader:
             text_code[cand] = codes
             uniques = np.asarray(found, dtype=object)
         del text
+        rank_pid, rank_value = self.rank_texts(text_code[cand], uniques, text_id[cand], gtid[cand])
+        del cand
+        if self.keep_range is not None:
+            text_code, uniques = self.filter_ranges(is_range, text_code, uniques, text_id)
         # NVTX names: COALESCE(text, StringIds.value)
         keep = np.flatnonzero(is_range)
         names = self.names.add_string_ids(self.strings, text_id[keep], "")
@@ -1067,8 +1119,7 @@ class _Reader:
         inline = np.flatnonzero(kept_code >= 0)
         if inline.size:
             names[inline] = self.names.add_codes(kept_code[inline], uniques, unique=True)
-        rank_pid, rank_value = self.rank_texts(text_code[cand], uniques, text_id[cand], gtid[cand])
-        del text_code, cand
+        del text_code
         n = keep.size
         ranges = self._host_block(
             start[keep],
@@ -1079,6 +1130,44 @@ class _Reader:
             names,
         )
         return _Nvtx(ranges, rank_pid, rank_value)
+
+    def filter_ranges(
+        self,
+        is_range: npt.NDArray[np.bool_],
+        text_code: I64,
+        uniques: Obj,
+        text_id: I64,
+    ) -> tuple[I64, Obj]:
+        """Clear ``is_range`` (in place) for the ranges whose name ``keep_range`` refuses, each
+        distinct name tested once, and count them in a note; the inline texts come back compacted
+        to the ones still in use, so the refused ones are freed."""
+        assert self.keep_range is not None
+        test = self.keep_range
+        per_text = np.fromiter(
+            (t != REFUSED and test(t) for t in uniques.tolist()), bool, len(uniques)
+        )
+        inline = text_code >= 0
+        keep = np.where(inline, np.r_[per_text, False][text_code], False)
+        pooled = is_range & ~inline
+        if pooled.any():
+            ids, inverse = np.unique(text_id[pooled], return_inverse=True)
+            names = self.strings.lookup(ids)
+            per_id = np.fromiter((test(str(t)) for t in names.tolist()), bool, ids.size)
+            keep[pooled] = per_id[inverse]
+        dropped = int(np.count_nonzero(is_range & ~keep))
+        is_range &= keep
+        if dropped:
+            self.notes.append(
+                f"{dropped} NVTX ranges were not read: their names match no step, phase, "
+                "communication or wait pattern (the analysis uses no other range)."
+            )
+        used = np.flatnonzero(
+            per_text
+            & np.bincount(text_code[is_range & inline], minlength=len(uniques)).astype(bool)
+        )
+        remap = np.full(len(uniques) + 1, -1, dtype=np.int64)
+        remap[used] = np.arange(used.size)
+        return remap[text_code], uniques[used]
 
     def nvtx_types(
         self, cols: Columns, nv: str

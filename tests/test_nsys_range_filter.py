@@ -1,0 +1,208 @@
+"""The NVTX ranges the analysis reads: steps, phases, communication and waits (issue 20).
+
+An ``emit_nvtx`` capture has one unique range per op; the analysis never uses them, so the reader
+(given ``rankmap.range_filter``) leaves them out of the Timeline and counts them in a note. The
+no-marker hints read every range name, so a unit without step markers reads the file again
+unfiltered: outputs are the same either way, except the note.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from nsys_writer import MS, NVTX_MARK, NsysExport  # noqa: E402
+
+from traceoverlap.classify import Rules  # noqa: E402
+from traceoverlap.namefilter import (  # noqa: E402
+    NameTest,
+    alternation,
+    any_match,
+    required_prefix,
+)
+from traceoverlap.options import AnalysisOptions, build_options  # noqa: E402
+from traceoverlap.rankmap import _map_units, map_file, range_filter  # noqa: E402
+from traceoverlap.readers.nsys import read_nsys  # noqa: E402
+
+T0 = 1_000 * MS
+NCCL_AR = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
+
+
+def _export(tmp_path: Path, steps: bool = True) -> Path:
+    x = NsysExport()
+    x.process(300, "python3")
+    x.thread(300, 300, "python3")
+    x.nvtx(300, T0, T0 + 10 * MS, "rank 0", event_type=NVTX_MARK)
+    if steps:
+        x.nvtx(300, T0, T0 + 2 * MS, "ProfilerStep#1")  # a step (registered text)
+    x.nvtx(300, T0 + 100_000, T0 + 900_000, "forward", registered=False)  # a phase
+    x.nvtx(300, T0 + 1_000_000, T0 + 1_100_000, "nccl:all_reduce")  # a collective
+    x.nvtx(300, T0 + 1_200_000, T0 + 1_300_000, "wait_tensor", registered=False)  # a wait
+    # emit_nvtx op ranges: nothing uses them (one inline, one registered)
+    for i in range(3):
+        x.nvtx(300, T0 + 10_000 * i, T0 + 10_000 * i + 5_000, f"aten::mm, seq = {i}", False)
+    x.nvtx(300, T0 + 50_000, T0 + 60_000, "aten::add, seq = 9")
+    x.kernel(300, 0, 7, T0 + 1 * MS, T0 + 3 * MS, "gemm", launch=T0 + 10_000)
+    x.kernel(300, 0, 20, T0 + 2 * MS, T0 + 5 * MS, NCCL_AR, launch=T0 + 20_000)
+    return x.write(tmp_path / "run.sqlite")
+
+
+def _annotations(path: Path, keep: object) -> list[str]:
+    tl = read_nsys(path, keep) if keep is not None else read_nsys(path)  # type: ignore[arg-type]
+    ev = tl.events
+    return sorted(ev["name"][(ev["category"] == "annotation").to_numpy()].astype(str))
+
+
+def test_only_step_phase_comm_and_wait_ranges_are_read(tmp_path: Path) -> None:
+    path = _export(tmp_path)
+    keep = range_filter(AnalysisOptions(), Rules())
+    # 8 ranges: ProfilerStep#1, forward, nccl:all_reduce, wait_tensor are kept; the 4 aten ones
+    # go (the "rank 0" mark is not a range: it still names the rank)
+    assert _annotations(path, keep) == [
+        "ProfilerStep#1",
+        "forward",
+        "nccl:all_reduce",
+        "wait_tensor",
+    ]
+    assert len(_annotations(path, None)) == 8
+    tl = read_nsys(path, keep)
+    info = tl.traces[0]
+    assert info.rank_source == "nvtx"
+    assert any(n.startswith("4 NVTX ranges were not read") for n in info.notes)
+    assert not any("were not read" in n for n in read_nsys(path).traces[0].notes)
+
+
+def test_user_patterns_are_kept(tmp_path: Path) -> None:
+    # --step-regex and --comm-pattern name ranges too: those are kept
+    path = _export(tmp_path)
+    opts = build_options(step_regex=r"^aten::add")
+    keep = range_filter(opts, Rules().with_comm_patterns([r"seq = 1$"]))
+    names = _annotations(path, keep)
+    assert "aten::add, seq = 9" in names and "aten::mm, seq = 1" in names
+    assert "aten::mm, seq = 0" not in names
+
+
+def test_filtered_map_equals_unfiltered(tmp_path: Path) -> None:
+    path = str(_export(tmp_path))
+    opts, rules = AnalysisOptions(), Rules()
+    args = (opts, rules, None, True, None)
+    (full,) = _map_units(path, None, *args)
+    (res,) = map_file(path, *args).units
+    assert res.labels == full.labels
+    for k, v in full.parts.items():
+        assert res.parts[k].tolist() == v.tolist(), k
+    assert res.instances.equals(full.instances)
+    assert res.detail is not None and full.detail is not None
+    assert res.detail.phases[2] == full.detail.phases[2]
+    extra = [n for n in res.notes + res.trace.notes if n not in full.notes + full.trace.notes]
+    assert len(extra) == 1 and extra[0].startswith("4 NVTX ranges were not read")
+
+
+def test_without_step_markers_every_range_is_read(tmp_path: Path) -> None:
+    # the no-marker hints count every range name: the map reads the file again unfiltered
+    path = str(_export(tmp_path, steps=False))
+    (res,) = map_file(path, AnalysisOptions(), Rules()).units
+    assert res.markers_found == 0
+    assert ("aten::mm, seq = 0", 1) in res.range_names
+    assert not any("were not read" in n for n in res.trace.notes)
+
+
+def test_alternation_joins_patterns_or_declines() -> None:
+    one = alternation([r"(?i)wait", r"^nccl:", r"x"])
+    assert one is not None and one.pattern == r"(?i:wait)|(?:^nccl:)|(?:x)"
+    assert [one.search(s) is not None for s in ("WAIT", "a nccl:", "nccl:b", "box")] == [
+        True,
+        False,
+        True,
+        True,
+    ]
+    assert alternation([r"(a)\1"]) is None  # a backreference would change meaning
+    assert alternation([r"(?P<a>x)", r"(?P<a>y)"]) is None  # clashing group names
+
+
+_BUILTIN = [
+    r"^ProfilerStep#(\d+)$",
+    r"(?i)forward|backward|optimi[sz]er|zero_grad|grad_sync",
+    "nccl:",
+    r"^gloo:",
+    r"(?i)wait",
+    r"^(forward|backward|optimizer)$",
+    r"(?i)\bstep\s\d",
+    r"^record_param_comms$",
+    r"^c10d::",
+    r"^gl[aeo]o$",
+]
+
+
+@given(st.text(alphabet=st.sampled_from("aAwWiItTsSkKſİK:#01 _\u212anclgoPrfeSp\n"), max_size=24))
+def test_any_match_is_any_re_search(name: str) -> None:
+    # the literal, case-folded and joined paths agree with re.search, pattern by pattern
+    # (non-ASCII names that case-fold to ASCII letters, e.g. the Kelvin sign, included)
+    want = any(re.search(p, name) is not None for p in _BUILTIN)
+    assert any_match(_BUILTIN)(name) == want
+
+
+def test_any_match_fixed_cases() -> None:
+    test = any_match(_BUILTIN)
+    assert test("ProfilerStep#3") and test("a nccl:x") and test("cudaStreamWAITEvent")
+    assert test("\u212a") is False  # Kelvin sign: no pattern has a k
+    assert test("STEP 1")
+    # re.IGNORECASE folds the long s to s: a non-ASCII name takes the original regex
+    assert test("ſtep 1") == (re.search(r"(?i)\bstep\s\d", "ſtep 1") is not None)
+    assert not test("aten::mm, seq = 1")
+
+
+def test_several_processes_come_out_grouped_by_rank(tmp_path: Path) -> None:
+    # two processes, host rows read after GPU rows: the reader groups each rank's rows
+    x = NsysExport()
+    for pid, dev in ((100, 0), (200, 1)):
+        x.process(pid, "python3")
+        x.thread(pid, pid, "python3")
+        x.nvtx(pid, T0, T0 + 2 * MS, "ProfilerStep#1")
+        x.kernel(pid, dev, 7, T0 + MS, T0 + 3 * MS, "gemm", launch=T0 + 10_000)
+    tl = read_nsys(x.write(tmp_path / "two.sqlite"))
+    rank = tl.events["rank"].to_numpy()
+    assert rank.tolist() == sorted(rank.tolist()) and set(rank.tolist()) == {0, 1}
+    # each rank: its kernel, then its host rows (launch, step marker), as before grouping
+    cats = tl.events["category"].astype(str).tolist()
+    assert cats == ["kernel", "runtime", "annotation"] * 2
+
+
+@given(
+    st.lists(
+        st.text(alphabet=st.sampled_from("aAwWiItTsSkK:#01 _nclgoPrfeSpabkdcmR"), max_size=20),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_candidates_cover_every_match(names: list[str]) -> None:
+    # the block prefilter may only leave out names that cannot match
+    # the built-in patterns but the case-folded regex (it has no literal to look for)
+    test = NameTest([*(p for p in _BUILTIN if "\\b" not in p), r"^Profiler", "ank", "ANK"])
+    joined = "\x00".join(names) + "\x00"
+    ends = np.cumsum([len(n) + 1 for n in names]) - 1
+    cand = test.candidates(joined, ends)
+    assert cand is not None  # every pattern here has a literal to look for
+    for name, c in zip(names, cand.tolist(), strict=True):
+        if test(name):
+            assert c, name
+    # a pattern without a required literal: no prefilter
+    assert NameTest([r"\d+$"]).candidates(joined, ends) is None
+    assert NameTest([r"(?i)\bstep\s\d"]).candidates(joined, ends) is None
+    assert NameTest(["x"]).candidates("é\x00", np.array([1])) is None  # not ASCII
+
+
+def test_required_prefix() -> None:
+    assert required_prefix(r"^ProfilerStep#(\d+)$") == "ProfilerStep#"
+    assert required_prefix(r"^abc?d") == "ab"  # c is optional
+    assert required_prefix(r"^ab(c|d)") == "ab"
+    assert required_prefix(r"^ab[|]c") == "ab"
+    for p in (r"^a|b", r"x", r"^\d", r"^(a|b)c", r"^a[]|]|b"):
+        assert required_prefix(p) is None, p
