@@ -511,3 +511,57 @@ def test_sends_in_a_wider_group_pair_by_end_time() -> None:
     assert list(zip(m["src_rank"], m["dst_rank"], strict=True)) == [(0, 1), (1, 2)]
     got = c.credit.groupby("waited_for_rank")["exposed_wait_ns"].sum().to_dict()
     assert got == {0: 5 * MS, 1: 5 * MS}
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    a=st.lists(st.integers(0, 59), min_size=2, max_size=2),
+    b=st.lists(st.integers(0, 59), min_size=2, max_size=2),
+    ends=st.tuples(st.integers(61, 90), st.integers(61, 90)),
+    comp=st.lists(st.tuples(st.integers(0, 95), st.integers(1, 20)), max_size=3),
+)
+def test_credit_end_to_end_against_brute_force(
+    a: list[int], b: list[int], ends: tuple[int, int], comp: list[tuple[int, int]]
+) -> None:
+    """Rank 0 runs two all-reduces at once: group '1' = {0,1} (rank 0 arrives a[0], rank 1
+    a[1], both end at ends[0]) and group '0' = {0,2} (b[0], b[1], end ends[1]); rank 0 also
+    computes ``comp`` on its main thread. Per ms (every time is whole ms), from the rules alone:
+    a member's wait part is [its start, the latest start of its instance); an exposed ms of
+    rank 0 (a collective runs, nothing computes) inside a wait part is credited to the last
+    arrival of the instance whose last arrival came latest. The tool's credit must agree."""
+    last1, last0 = max(a), max(b)
+    if last1 == last0:  # the latest-last-arrival rule needs distinct last arrivals here
+        return
+    groups0 = (("0", (0, 2)), ("1", (0, 1)))
+    rows0: list[tuple[str, str, int, int, int]] = [
+        ("annotation", "gloo:all_reduce", 20, a[0], ends[0]),
+        ("annotation", "gloo:all_reduce", 10, b[0], ends[1]),
+    ]
+    rows0 += [("cpu_op", "aten::mm", 1, s, min(s + d, 100)) for s, d in comp]
+    r0 = _rank(0, rows0, groups0, 3)
+    r1 = _rank(1, [("annotation", "gloo:all_reduce", 20, a[1], ends[0])], (("1", (0, 1)),), 3)
+    r2 = _rank(2, [("annotation", "gloo:all_reduce", 10, b[1], ends[1])], (("0", (0, 2)),), 3)
+    got_a = analyze(concat_timelines([r0, r1, r2]))
+    c = got_a.collectives
+    assert c is not None
+    got = (
+        c.credit[c.credit["rank"] == 0].groupby("waited_for_rank")["exposed_wait_ns"].sum() // MS
+    ).to_dict()
+    # brute force, rank 0
+    who1 = 1 if a[1] > a[0] else None  # the last arrival other than rank 0 (rank 0 waits 0 else)
+    who0 = 2 if b[1] > b[0] else None
+    want: dict[int, int] = {}
+    for t in range(100):
+        if any(s <= t < min(s + d, 100) for s, d in comp):
+            continue
+        in1 = who1 is not None and a[0] <= t < last1
+        in0 = who0 is not None and b[0] <= t < last0
+        if not (in1 or in0):
+            continue
+        if in1 and in0:
+            pick = who1 if last1 > last0 else who0
+        else:
+            pick = who1 if in1 else who0
+        assert pick is not None
+        want[pick] = want.get(pick, 0) + 1
+    assert got == want

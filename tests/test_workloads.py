@@ -209,6 +209,7 @@ def test_cli_rejects_bad_group_sizes() -> None:
 
     assert main(["--tp-size", "0"]) == 2
     assert main(["--micro-batches", "0"]) == 2
+    assert main(["--strategy", "tp", "--host-delay-ms", "10"]) == 2  # data-parallel only
 
 
 def test_tp_groups_are_consecutive_and_dp_groups_strided() -> None:
@@ -424,3 +425,189 @@ def test_comm_off_issues_no_communication(strategy: str, tmp_path: Path) -> None
     names = set(_events(tmp_path)["name"].astype(str))
     assert {"forward", "backward", "optimizer"} <= names
     assert not [n for n in names if n.startswith(("gloo:", "c10d::"))], names
+
+
+def _reference_mlp(kind: str, steps: int, rows: int) -> dict[str, Any]:
+    """Single-process training of the fsdp / tp model on the global batch (SGD, as the runs)."""
+    from torch.nn import functional as F
+
+    from traceoverlap_workloads.models import MLP_CLASSES
+    from traceoverlap_workloads.parallel import _batch
+
+    p = PRESETS["tiny"]
+    d = p.mlp_width
+    torch.manual_seed(0)  # the runs' --seed 0, and the same construction order
+    if kind in ("fsdp", "pipeline"):  # pipeline on 2 stages: 2 layers each, the head last
+        lins = [torch.nn.Linear(d, d) for _ in range(p.mlp_layers)] + [torch.nn.Linear(d, 16)]
+        params = [q for lin in lins for q in lin.parameters()]
+    else:
+        pairs = [
+            (torch.nn.Linear(d, 4 * d), torch.nn.Linear(4 * d, d)) for _ in range(p.mlp_layers)
+        ]
+        head = torch.nn.Linear(d, MLP_CLASSES)
+        params = [q for a, b in pairs for q in (*a.parameters(), *b.parameters())]
+        params += list(head.parameters())
+    opt = torch.optim.SGD(params, lr=1e-3, momentum=0.9)
+    for i in range(steps):
+        x, y = _batch(p, rows, 1, 0, i, 0)
+        if kind in ("fsdp", "pipeline"):
+            for j, lin in enumerate(lins):
+                x = lin(x) if j == len(lins) - 1 else F.relu(lin(x))
+            loss = F.cross_entropy(x, y)
+        else:
+            for a, b in pairs:
+                x = x + b(F.gelu(a(x)))
+            loss = F.cross_entropy(head(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    if kind == "fsdp":
+        return {"flat": [torch.cat([lin.weight.reshape(-1), lin.bias]).detach() for lin in lins]}
+    return {"params": [q.detach() for q in params]}
+
+
+@pytest.mark.slow
+def test_pipeline_trains_like_one_process(tmp_path: Path) -> None:
+    # 2 stages, 4 micro-batches of 16 rows: each micro-batch's loss is its mean / 4, so the
+    # summed gradients are those of the mean over the 64 rows; stage 0 holds layers 0-1, stage 1
+    # layers 2-3 and the head: rank 0's parameters then rank 1's = one process's, in order.
+    args = ["--strategy", "pipeline", "--world-size", "2", "--optimizer", "sgd", *STEPS]
+    proc = _run([*args, "--save-params", "--profiler", "none"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    got = [torch.load(tmp_path / f"params_rank{r}.pt") for r in (0, 1)]
+    flat = [got[r][f"param{j}"] for r in (0, 1) for j in range(len(got[r]))]
+    want = _reference_mlp("pipeline", 3, 64)["params"]
+    init = _reference_mlp("pipeline", 0, 64)["params"]
+    assert len(flat) == len(want) == 10
+    assert any(not torch.allclose(a, b) for a, b in zip(want, init, strict=True))
+    for j, (a, b) in enumerate(zip(flat, want, strict=True)):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=f"param {j}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["fsdp", "tp"])
+def test_fsdp_and_tp_train_like_one_process(kind: str, tmp_path: Path) -> None:
+    # fsdp, 2 ranks of 64 rows: reduce-scatter SUM / 2 of per-rank mean-loss gradients = the
+    # gradient of the mean over all 128 rows, so the gathered shards = one process on 128 rows.
+    # tp, world 2 = one TP group of 2, no data parallelism: the sharded MLP computes exactly
+    # the unsharded one on the same 64 rows.
+    args = ["--strategy", kind, "--world-size", "2", "--optimizer", "sgd", *STEPS]
+    proc = _run([*args, "--save-params", "--profiler", "none"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    got = [torch.load(tmp_path / f"params_rank{r}.pt") for r in (0, 1)]
+    n = len(got[0])
+    rows = 128 if kind == "fsdp" else 64
+    # not vacuous: three SGD steps moved the reference away from its initial weights
+    moved, init = _reference_mlp(kind, 3, rows), _reference_mlp(kind, 0, rows)
+    assert any(
+        not torch.allclose(a, b)
+        for a, b in zip(*(next(iter(r.values())) for r in (moved, init)), strict=True)
+    )
+    if kind == "fsdp":
+        want = _reference_mlp(kind, 3, 128)["flat"]
+        assert n == len(want)
+        for j, flat in enumerate(want):
+            full = torch.cat([got[0][f"param{j}"], got[1][f"param{j}"]])[: flat.numel()]
+            torch.testing.assert_close(full, flat, rtol=1e-5, atol=1e-6, msg=f"layer {j}")
+        return
+    want = _reference_mlp(kind, 3, 64)["params"]
+    assert n == len(want)
+    for j, ref in enumerate(want):
+        a, b = got[0][f"param{j}"], got[1][f"param{j}"]
+        if j >= n - 2 or j % 4 == 3:  # head, fc2 bias: replicated
+            full = a
+            torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+        else:  # w1, b1 split along dim 0, w2 along dim 1
+            full = torch.cat([a, b], dim=1 if j % 4 == 2 else 0)
+        torch.testing.assert_close(full, ref, rtol=1e-5, atol=1e-6, msg=f"param {j}")
+
+
+def _named(trace: dict[str, Any], prefix: str) -> list[tuple[float, float]]:
+    """(start, end) in µs of the ranges whose name starts with ``prefix``, in time order."""
+    return sorted(
+        (e["ts"], e["ts"] + e["dur"]) for e in _ranges(trace) if e["name"].startswith(prefix)
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "slow", "waiter", "purpose"),
+    [
+        # rank 3 sleeps before its first tp_allreduce of the step; rank 2 (its TP peer) is in it
+        ("tp_slow", 3, 2, "tp_allreduce"),
+        # rank 2 sleeps at the start of forward; every other rank's moe_dispatch needs its chunk
+        ("moe_slow", 2, 0, "moe_dispatch"),
+        ("moe_slow", 2, 1, "moe_dispatch"),
+        ("moe_slow", 2, 3, "moe_dispatch"),
+    ],
+)
+def test_planted_peer_cannot_finish_before_the_sleeper_arrives(
+    name: str, slow: int, waiter: int, purpose: str
+) -> None:
+    # Causality, not speed: a collective ends on no member before every member has entered it,
+    # and the sleeper enters only after its straggler_sleep ends. So on the waiter, in each
+    # step, the first `purpose` call that ends after the step's sleep started ends after the
+    # sleep ended. (Kineto timestamps of processes on one host share a clock.)
+    sleeps = _named(_trace(name, slow), "straggler_sleep")
+    calls = _named(_trace(name, waiter), purpose)
+    assert len(sleeps) == 3
+    for start, end in sleeps:
+        first = next(c for c in calls if c[1] > start)
+        assert first[1] >= end, (start, end, first)
+
+
+def test_long_last_stage_holds_the_first_stage() -> None:
+    # pipeline_slow_last: stage 1 sleeps in each micro-batch forward, after its pp_recv. Stage 0
+    # gets micro-batch k's gradient only after stage 1 ran every forward: stage 0's first
+    # pp_recv (backward) of a step ends after stage 1's last sleep of that step ends.
+    sleeps = _named(_trace("pipeline_slow_last", 1), "straggler_sleep")
+    recvs = _named(_trace("pipeline_slow_last", 0), "pp_recv")
+    assert len(sleeps) == 12 and len(recvs) == 12  # 3 steps x 4 micro-batches
+    for step in range(3):
+        last_sleep_end = sleeps[4 * step + 3][1]
+        assert recvs[4 * step][1] >= last_sleep_end
+
+
+@pytest.mark.slow
+def test_moe_trains_like_one_process(tmp_path: Path) -> None:
+    # 2 ranks of 64 rows, one expert each, capacity 2 * 64 / 2 = 64: no token is ever dropped.
+    # Each token gets h + gate * expert[choice](h) whichever rank holds the expert; replicated
+    # layers average the two ranks' mean-loss gradients and each expert's (summed over both
+    # ranks' losses) is divided by 2: the gradient of the mean over all 128 rows.
+    from torch.nn import functional as F
+
+    from traceoverlap_workloads.models import MLP_CLASSES
+    from traceoverlap_workloads.parallel import _batch
+
+    args = ["--strategy", "moe", "--world-size", "2", "--optimizer", "sgd", *STEPS]
+    proc = _run([*args, "--save-params", "--profiler", "none"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+
+    p = PRESETS["tiny"]
+    d = p.mlp_width
+    torch.manual_seed(0)
+    inp, router = torch.nn.Linear(d, d), torch.nn.Linear(d, 2)
+    experts = [
+        torch.nn.Sequential(torch.nn.Linear(d, 2 * d), torch.nn.GELU(), torch.nn.Linear(2 * d, d))
+        for _ in range(2)
+    ]
+    head = torch.nn.Linear(d, MLP_CLASSES)
+    replicated = [*inp.parameters(), *router.parameters(), *head.parameters()]
+    init = [q.detach().clone() for q in replicated]
+    opt = torch.optim.SGD(
+        [*replicated, *experts[0].parameters(), *experts[1].parameters()], lr=1e-3, momentum=0.9
+    )
+    for i in range(3):
+        x, y = _batch(p, 128, 1, 0, i, 0)
+        h = F.relu(inp(x))
+        gate, choice = F.softmax(router(h), dim=-1).max(dim=-1)
+        out = torch.stack([experts[e](h[t : t + 1])[0] for t, e in enumerate(choice.tolist())])
+        F.cross_entropy(head(h + gate[:, None] * out), y).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    got = [torch.load(tmp_path / f"params_rank{r}.pt") for r in (0, 1)]
+    assert any(not torch.allclose(a, b) for a, b in zip(replicated, init, strict=True))
+    for r in (0, 1):
+        mine = [*replicated, *experts[r].parameters()]
+        assert len(got[r]) == len(mine)
+        for j, want in enumerate(mine):
+            torch.testing.assert_close(got[r][f"param{j}"], want.detach(), rtol=1e-5, atol=1e-6)

@@ -650,14 +650,17 @@ def _p2p_direction(
     is_send = np.isin(kind, ["send", "isend"])
     is_recv = np.isin(kind, ["recv", "irecv", "recvanysource"])
     rank = unit_rank[inst["unit"].to_numpy(np.int64)]
-    for i in np.flatnonzero(is_send | is_recv).tolist():
-        mem = members.get(inst["group_key"].iat[i], ())
-        if len(mem) != 2 or int(rank[i]) not in mem:
-            continue
-        peer = mem[1] if mem[0] == int(rank[i]) else mem[0]
-        a, b = (int(rank[i]), peer) if is_send[i] else (peer, int(rank[i]))
-        kind[i] = f"p2p:{a}>{b}"
-        src[i], dst[i] = a, b
+    pair = {g: m for g, m in members.items() if len(m) == 2}
+    gk = inst["group_key"]
+    m0 = gk.map({g: m[0] for g, m in pair.items()}).fillna(-1).to_numpy(np.int64)
+    m1 = gk.map({g: m[1] for g, m in pair.items()}).fillna(-1).to_numpy(np.int64)
+    ok = (is_send | is_recv) & (m0 >= 0) & ((rank == m0) | (rank == m1))
+    peer = np.where(rank == m0, m1, m0)
+    src[ok] = np.where(is_send, rank, peer)[ok]
+    dst[ok] = np.where(is_send, peer, rank)[ok]
+    if ok.any():
+        names = pd.Series(src[ok]).astype(str) + ">" + pd.Series(dst[ok]).astype(str)
+        kind[ok] = ("p2p:" + names).to_numpy(dtype=object)
     return kind, src, dst
 
 
@@ -714,8 +717,9 @@ def _match(
         notes.append(
             f"{int(unknown.sum())} communication activit{'y' if unknown.sum() == 1 else 'ies'} "
             "whose process group cannot be told (the ranks run several groups; no group in the "
-            "trace args, not on a group's gloo worker thread) were not matched: a match across "
-            "groups is worse than none; their exposed time counts as transfer"
+            "trace args, and no gloo worker pool or single NCCL stream to tell it by) were not "
+            "matched: a match across groups is worse than none; their exposed time counts as "
+            "transfer"
         )
     if len(units) < 2:
         return key, notes, extra

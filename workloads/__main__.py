@@ -168,6 +168,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.tp_size < 1 or args.micro_batches < 1:
         print("traceoverlap-workloads: --tp-size and --micro-batches must be >= 1", file=sys.stderr)
         return 2
+    if args.host_delay_ms > 0 and args.strategy in ("tp", "pipeline", "fsdp", "moe"):
+        print(
+            "traceoverlap-workloads: --host-delay-ms is for the data-parallel strategies "
+            "(naive, flat, overlap, bucketed, ddp); use --slow-ms with --slow-phase",
+            file=sys.stderr,
+        )
+        return 2
     if args.slow_ms < 0 or args.host_delay_ms < 0:
         print("traceoverlap-workloads: --slow-ms and --host-delay-ms must be >= 0", file=sys.stderr)
         return 2

@@ -5,15 +5,19 @@
     python -m traceoverlap_workloads.make_fixtures --out DIR
     python -m traceoverlap_workloads.make_fixtures --nsys     # <repo>/fixtures/nsys (needs nsys)
 
-Each run: 2 ranks, 1 wait + 1 warmup + 3 active steps, gzipped Kineto traces
-``<name>/rank{0,1}.json.gz`` (100-250 KB each). One folder per strategy on the tiny GPT, plus runs
+Each run: 2 ranks, 1 wait + 1 warmup + 3 active steps unless it says otherwise, gzipped Kineto
+traces ``<name>/rank{r}.json.gz`` (30-120 KB each). One folder per strategy on the tiny GPT, plus runs
 with a planted cause (see fixtures/workloads/README.md):
 
 - ``bucketed_slow``: bucketed, rank 1 sleeps 20 ms before each backward (a straggler);
 - ``slow_rank``: the same with 40 ms: rank 0 waits for rank 1 inside the all-reduces;
 - ``host_delay``: bucketed, every rank sleeps 60 ms on the host between backward and grad_sync
   while its bucket all-reduces are in flight (host-caused exposure, then idle);
-- ``comm_heavy``: naive on the ``comm-heavy`` MLP preset: communication exceeds compute.
+- ``comm_heavy``: naive on the ``comm-heavy`` MLP preset: communication exceeds compute;
+- model parallel (parallel.py): ``tp_slow`` (4 ranks, rank 3 late in TP group {2,3}),
+  ``pipeline``, ``pipeline_slow_last`` (a long last stage), ``fsdp``, ``moe_slow`` (4 ranks);
+- what-if pairs, 8 active steps: ``naive_slow`` / ``naive_8`` and ``overlap_8`` /
+  ``overlap_commoff`` (``--comm off``).
 
 Timings differ from run to run; tests on these files assert what the planted cause guarantees.
 

@@ -26,6 +26,8 @@ the workload has one) and ``optimizer``.
   replicated layers (input projection, router, head) are averaged in ``grad_sync``
   (``dp_allreduce`` over the world).
 
+With SGD each trains to the parameters one process gets on the global batch (tests/test_workloads.py).
+
 ``--slow-rank R --slow-ms X --slow-phase P``: rank R sleeps X ms in a ``straggler_sleep`` range at
 the start of phase P, each step; the pipeline sleeps in every micro-batch's forward (or backward)
 compute of its stage instead, after the recv (a long stage).
@@ -430,6 +432,11 @@ class MoE(ParallelWorkload):
 
     def sync(self) -> None:
         _average(self.replicated(), "dp_allreduce", None, self.world)
+        # the expert's gradient came back through the all-to-alls from every rank's loss: a sum
+        # over ranks, where the replicated layers now hold the mean
+        for q in self.expert.parameters():
+            if q.grad is not None:
+                q.grad.div_(self.world)
 
     def describe(self) -> str:
         return f"{self.world} experts, capacity {self.capacity}; " + super().describe()

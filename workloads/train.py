@@ -1,9 +1,11 @@
-"""One rank of a profiled data-parallel training run.
+"""One rank of a profiled training run: data parallel (strategies.py) or model parallel (parallel.py).
 
 Each iteration ``i`` runs inside ``ProfilerStep#i`` (made by ``torch.profiler``'s ``prof.step()``; an
-NVTX range of the same name for Nsight) and its phases ``forward``, ``backward``, ``grad_sync`` and
-``optimizer`` are ranges in both systems (plus ``straggler_sleep`` with ``--slow-ms`` and ``host_delay``
-with ``--host-delay-ms``, see strategies.py). The profiler schedule is ``wait`` then ``warmup`` then
+NVTX range of the same name for Nsight) and its phases ``dataloader`` (the batch is made),
+``forward``, ``backward``, ``grad_sync`` (where the strategy has one) and ``optimizer`` are ranges in
+both systems (plus ``straggler_sleep`` with ``--slow-ms``: at the start of the ``--slow-phase``
+range, or between ``forward`` and ``backward`` for the default ``pre-backward``; ``host_delay`` with
+``--host-delay-ms``, see strategies.py). The profiler schedule is ``wait`` then ``warmup`` then
 ``steps`` active iterations; the active ones are written to ``OUT/rank{r}.json.gz`` and, on a GPU, are
 bracketed by cudaProfilerStart/Stop so ``nsys --capture-range=cudaProfilerApi`` captures the same ones.
 Under Nsight Systems (``--profiler none``) they are also bracketed by the NVTX range
