@@ -78,6 +78,20 @@ def _check_run(doc: dict[str, Any], result: traceoverlap.Analysis) -> None:
         assert f["name"] == f"waits for rank {f['pid']}"
 
 
+WORKLOADS = sorted(p.name for p in WORKLOAD_FIXTURES.iterdir() if p.is_dir())
+
+
+@pytest.mark.parametrize("name", WORKLOADS)
+def test_every_workload_fixture_exports_one_run(name: str) -> None:
+    # every rank and analysis track, flows paired, tracks nesting, and every matched instance
+    # sharing an instant on all its ranks on the exported clock (diagnosis.md §5)
+    doc, result, _ = _export(WORKLOAD_FIXTURES / name)
+    _check_run(doc, result)
+    assert _nest(doc) == {}
+    for spans in _instances(doc).values():
+        assert max(s for _, s, _ in spans) < min(e for _, _, e in spans) + TOLERANCE_NS / 1000
+
+
 def test_bucketed_fixture_every_rank_and_track() -> None:
     doc, result, stats = _export(WORKLOAD_FIXTURES / "bucketed")
     _check_run(doc, result)
