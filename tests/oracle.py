@@ -68,6 +68,8 @@ METRICS = (
     "overlap_ns",
     "exposed_comm_ns",
     "idle_ns",
+    "other_steps_ns",
+    "iteration_ns",
     "ideal_ns",
     "overlap_ratio",
     "potential_speedup",
@@ -167,7 +169,8 @@ def _units(events: Sequence[Ev]) -> list[_Unit]:
             for i, e in evs:
                 if e.cat not in GPU_ACTIVITY or e.device != d:
                     continue
-                if e.cat in ("memcpy", "memset"):
+                # MTIA's DMA requests are kernels that move memory (diagnosis.md §7 notes)
+                if e.cat in ("memcpy", "memset") or (e.cat == "kernel" and e.name == "dma_request"):
                     kind = "memory"
                 elif _any(GPU_COMM, e.name):
                     kind = "comm"
@@ -213,6 +216,12 @@ class _Window:
     start: int
     end: int
     acts: list[_Act]  # GPU: the step's activities; CPU: every activity clipped (start/end clipped)
+    iteration: int | None = None  # §7: marker start to the next marker's (strictly later) start
+
+
+def _iteration(markers: list[tuple[int, Ev]], e: Ev) -> int | None:
+    later = [m.start for _, m in markers if m.start > e.start]
+    return min(later) - e.start if later else None
 
 
 def _windows(u: _Unit, rx: re.Pattern[str]) -> list[_Window]:
@@ -235,18 +244,19 @@ def _windows(u: _Unit, rx: re.Pattern[str]) -> list[_Window]:
     if u.gpu:
         by_marker: dict[int, list[_Act]] = defaultdict(list)
         for a in u.acts:
-            if a.launch is None:
+            if a.launch is None and a.kind != "memory":
                 continue
-            m = _innermost(markers, a.launch)
+            # memory with no launch record (device-queued DMA): placed by its start time
+            m = _innermost(markers, a.launch if a.launch is not None else a.start)
             if m is not None:
                 by_marker[m].append(a)
         out = []
-        for i, _ in sorted(markers, key=lambda m: (m[1].start, m[0])):
+        for i, e in sorted(markers, key=lambda m: (m[1].start, m[0])):
             acts = by_marker.get(i)
             if acts:
-                out.append(
-                    _Window(labels[i], min(a.start for a in acts), max(a.end for a in acts), acts)
-                )
+                lo, hi = min(a.start for a in acts), max(a.end for a in acts)
+                it = _iteration(markers, e)
+                out.append(_Window(labels[i], lo, hi, acts, it))
         return out
     out = []
     for i, e in sorted(markers, key=lambda m: (m[1].start, m[0])):
@@ -256,7 +266,7 @@ def _windows(u: _Unit, rx: re.Pattern[str]) -> list[_Window]:
             for a in u.acts
             if max(a.start, ws) < min(a.end, we)
         ]
-        out.append(_Window(labels[i], ws, we, clipped))
+        out.append(_Window(labels[i], ws, we, clipped, _iteration(markers, e)))
     return out
 
 
@@ -294,7 +304,8 @@ def _wait_parts(units: list[_Unit]) -> dict[tuple[int, int, int], list[tuple[int
 def _verdict(row: dict[str, Any], lost_ratio: float) -> str:
     """diagnosis.md §2 with SEMANTICS's ties: compute-bound when lost < lost_ratio * step."""
     step = row["step_ns"]
-    lost = step - row["compute_only_ns"] - row["overlap_ns"]
+    # §7: other steps' work in the window is not lost
+    lost = step - row["compute_only_ns"] - row["overlap_ns"] - row["other_steps_ns"]
     # "10 % of the step" read exactly: the option as the decimal the user wrote, no float product
     if step == 0 or Fraction(lost) < Fraction(repr(lost_ratio)) * step:
         return "compute-bound"
@@ -323,6 +334,20 @@ def _mask(n: int, lo: int, spans: Iterable[tuple[int, int]]) -> np.ndarray:
         if a < b:
             m[a:b] = True
     return m
+
+
+def _blocked_on(w: _Window, comp: list[_Act], t: int) -> bool:
+    """diagnosis.md §8 (CPU): t lies in a comm activity of the window after whose end the next
+    compute op starts within 1 % of its duration and at most 0.5 ms."""
+    for a in w.acts:
+        if a.kind != "comm" or not a.start <= t < a.end:
+            continue
+        later = [c.start for c in comp if c.start >= a.end]
+        if later:
+            gap = min(later) - a.end
+            if gap * 100 <= a.end - a.start and gap <= 500_000:
+                return True
+    return False
 
 
 def _step_row(
@@ -360,14 +385,18 @@ def _step_row(
             dep = any(a.start == s and a.launch is not None and a.launch < t for a in comp)
             causes["dependency" if dep else "host"] += 1
         else:
-            dep = any(e.start <= t < e.end for e in comm_calls)
+            dep = any(e.start <= t < e.end for e in comm_calls) or _blocked_on(w, comp, t)
             causes["dependency" if dep else "host"] += 1
 
     step = n
     compute, comm, memory = int(C.sum()), int(M.sum()), int(Y.sum())
     overlap = int((C & M).sum())
     exposed = comm - overlap
-    idle = int((~(C | M | Y)).sum())
+    # §7: D = every activity of the unit, of any step or none; idle = nothing at all ran,
+    # other_steps = only other steps' work ran
+    D = _mask(n, ws, ((a.start, a.end) for a in u.acts)) | C | M | Y
+    idle = int((~D).sum())
+    other_steps = int((D & ~(C | M | Y)).sum())
     ideal = step - exposed + max(0, comm - compute)
     wait_part = int((E & Wt).sum())
     row: dict[str, Any] = {
@@ -384,6 +413,8 @@ def _step_row(
         "overlap_ns": overlap,
         "exposed_comm_ns": exposed,
         "idle_ns": idle,
+        "other_steps_ns": other_steps,
+        "iteration_ns": w.iteration,
         "ideal_ns": ideal,
         "overlap_ratio": overlap / comm if comm else None,
         "potential_speedup": step / ideal if ideal else None,

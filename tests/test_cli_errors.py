@@ -129,3 +129,41 @@ def test_a_stray_file_in_a_run_folder_is_skipped(tmp_path: Path) -> None:
     res = run("analyze", str(run_dir), "-f", "json")
     assert res.exit_code == 0, res.output
     assert "skipped" in res.output and "result.json" in res.output
+
+
+def test_gpu_run_without_device_activity_is_refused(tmp_path):
+    # a GPU run captured with CPU activity only: 150 cudaLaunchKernel calls, backend nccl, no
+    # kernel. Read as a CPU run it would be called idle-bound; it is refused in one line that
+    # says how to capture the device side, exit 2.
+    import json
+
+    ev = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": i * 10, "dur": 5}
+        for i in range(5)
+    ]
+    ev += [
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 1,
+            "tid": 1,
+            "ts": i * 10 + 1,
+            "dur": 2,
+            "args": {"correlation": i},
+        }
+        for i in range(150)
+    ]
+    path = tmp_path / "nodev.json"
+    path.write_text(
+        json.dumps(
+            {"distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 2}, "traceEvents": ev}
+        )
+    )
+    res = CliRunner().invoke(main, ["analyze", str(path)])
+    assert res.exit_code == 2
+    out = res.output.strip()
+    assert (
+        len(out.splitlines()) == 1 and "no GPU activity" in out and "ProfilerActivity.CUDA" in out
+    )
+    assert "Traceback" not in out

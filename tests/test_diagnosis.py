@@ -22,6 +22,7 @@ PARTS = [
     "exposed_wait_ns",
     "exposed_transfer_ns",
     "memory_only_ns",
+    "other_steps_ns",
     "idle_ns",
 ]
 CAUSES = ["exposed_wait_ns", "exposed_tail_ns", "exposed_dependency_ns", "exposed_host_ns"]
@@ -137,13 +138,18 @@ def test_memory_bound():
 def test_communication_bound_exercise_2():
     # metrics.md exercise 2: compute [0,80), comm [20,140): parts compute only 20, overlap 60,
     # transfer 60, idle 0; lost 60 of 140; transfer is the largest lost part and comm 120 >
-    # compute 80 -> communication-bound; the advice is the all-reduce one for moving fewer bytes
+    # compute 80 -> communication-bound. The trace carries no message sizes, so nothing shows
+    # the transfer is bandwidth-bound (diagnosis.md §9): no "move fewer bytes", and the advice
+    # says how to find out; the purpose cannot be told either (no host ranges): said unknown.
     tl = gpu_timeline([("gemm", 7, 0, 80 * MS), (NCCL, 20, 20 * MS, 140 * MS)], [("P#2", 0, 1)])
     res, r = _row(tl, step_regex=r"^P#(\d+)$")
     _check_sums(r)
     assert r.bottleneck == "communication-bound" and "40.00 ms exposed" in r.reason
     f = next(f for f in res.findings if f.kind == "transfer-bound")
-    assert f.family == "AllReduce" and "PowerSGD" in f.advice
+    assert f.family == "AllReduce" and "PowerSGD" not in f.advice and "fewer bytes" in f.advice
+    assert "before moving fewer bytes" in f.advice and "nccl-tests" in f.advice
+    assert f.purpose == "unknown" and "purpose unknown" in f.title
+    assert "message sizes unknown" in f.title
 
 
 def _unix(tl: Timeline) -> Timeline:
@@ -197,6 +203,37 @@ def test_same_stream_comes_first():
     (inst,) = res.collectives.per_rank.itertuples()
     assert inst.same_stream
     assert res.findings[0].kind == "same_stream" and "stream 7" in res.findings[0].title
+
+
+def test_same_stream_only_when_compute_was_delayed():
+    # diagnosis.md §10. Stream 7 runs compute a [0,10) and an all-reduce [10,20); compute b
+    # [25,30) on stream 7 was launched at 22, after the all-reduce ended (20): nothing on the
+    # lane waited behind it -> not same_stream (the lane shares, but delayed nothing).
+    tl = gpu_timeline(
+        [("a", 7, 0, 10), (NCCL, 7, 10, 20), ("b", 7, 25, 30)],
+        [("ProfilerStep#1", 0, 40)],
+        launch_at=[1, 1, 22],
+    )
+    res, _ = _row(tl)
+    (inst,) = res.collectives.per_rank.itertuples()
+    assert not inst.same_stream
+    assert all(f.kind != "same_stream" for f in res.findings)
+
+
+def test_comm_library_stream_with_helper_kernels_is_not_same_stream():
+    # DeepEP-like: stream 27 runs the library's communication kernel [0,100) and a 2 ns cast
+    # helper [100,102) launched at 1 (it did sit behind the communication), compute runs on
+    # stream 7 [0,90). The lane's compute (2) is under 10 % of its communication (100): it is the
+    # library's own stream, not a compute stream -> not same_stream.
+    tl = gpu_timeline(
+        [("deep_ep::intranode::dispatch", 27, 0, 100), ("fp8_cast", 27, 100, 102), ("g", 7, 0, 90)],
+        [("ProfilerStep#1", 0, 200)],
+        launch_at=[1, 1, 1],
+    )
+    res = analyze(tl, comm_patterns=["deep_ep"])
+    pr = res.collectives.per_rank
+    assert len(pr) == 1 and pr["family"].iloc[0] == "AllToAll"
+    assert not pr["same_stream"].any()
 
 
 def test_queued_behind_earlier_communication():
@@ -278,3 +315,60 @@ def test_sendrecv_never_gets_bucket_advice() -> None:
         assert "bucket" not in text and ("pipeline" in text or "stage" in text)
     for fam in ("AllGather/ReduceScatter", "AllToAll"):
         assert "bucket" not in advice("dependency", fam).lower()
+
+
+def _blocking_allreduce(next_start: int):
+    # marker [0, 10000); main thread: aten::mm [0, 1000), aten::add [next_start, 9000); the gloo
+    # run-loop thread: gloo:all_reduce [1000, 5000) (4000 ns). No c10d:: range: a plain blocking
+    # dist.all_reduce as users write it leaves none around the wait.
+    return cpu_timeline(
+        [
+            ("annotation", "ProfilerStep#1", "", 0, 10000),
+            ("cpu_op", "aten::mm", "", 0, 1000),
+            ("cpu_op", "gloo:all_reduce", "pt_gloo_runloop", 1000, 5000),
+            ("cpu_op", "aten::add", "", next_start, 9000),
+        ]
+    )
+
+
+def test_cpu_blocked_on_communication_is_dependency():
+    # diagnosis.md §8: the next op starts 20 ns after the all-reduce ends; 1 % of its 4000 ns is
+    # 40 (< 0.5 ms): the thread was blocked on it -> all 4000 exposed ns are dependency, not host
+    # (the next compute starts after every exposed ns, so none is tail).
+    _, r = _row(_blocking_allreduce(5020))
+    _check_sums(r)
+    assert (r.exposed_comm_ns, r.exposed_dependency_ns, r.exposed_host_ns) == (4000, 4000, 0)
+
+
+def test_cpu_late_host_is_host():
+    # the next op starts 100 ns after the end: more than 1 % (40 ns) -> the host was late: host
+    _, r = _row(_blocking_allreduce(5100))
+    _check_sums(r)
+    assert (r.exposed_comm_ns, r.exposed_dependency_ns, r.exposed_host_ns) == (4000, 0, 4000)
+
+
+def test_deepep_cached_notify_is_all_to_all() -> None:
+    # DeepEP's notify kernels belong to its dispatch / combine: AllToAll, not "Other"
+    assert family_of("deep_ep::intranode::cached_notify_dispatch") == "AllToAll"
+    assert family_of("void deep_ep::internode::cached_notify<...>(int)") == "AllToAll"
+
+
+def test_mostly_computing_step_says_so_and_names_its_largest_loss():
+    # compute [0,85), then nothing until the end of the window at 100 (a second kernel [99,100)
+    # marks it): compute 86 of 100, idle 14. Lost 14 >= 10 % -> the largest lost part names the
+    # class, idle-bound, but the step computed 86 %: the reason says "mostly computing" first.
+    tl = gpu_timeline([("gemm", 7, 0, 85), ("tail", 7, 99, 100)], [("ProfilerStep#1", 0, 1)])
+    res, r = _row(tl)
+    _check_sums(r)
+    assert (r.compute_only_ns, r.idle_ns, r.bottleneck) == (86, 14, "idle-bound")
+    assert r.reason.startswith("mostly computing (86.0% of the step); largest loss: idle")
+    f = next(f for f in res.findings if f.kind == "idle-bound")
+    assert "their largest loss (they computed 86.0% of the time)" in f.title
+
+
+def test_transfer_is_called_transfer():
+    # compute [0,50), all-reduce [50,100): exposed 50, all of it transfer on one rank; the reason
+    # labels the number as what it is (transfer), not as all exposed communication
+    tl = gpu_timeline([("gemm", 7, 0, 50), (NCCL, 20, 50, 100)], [("ProfilerStep#1", 0, 1)])
+    _, r = _row(tl)
+    assert r.exposed_transfer_ns == 50 and "exposed transfer" in r.reason

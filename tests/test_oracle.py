@@ -49,6 +49,8 @@ REQUIRED = (
     "overlap_ns",
     "exposed_comm_ns",
     "idle_ns",
+    "other_steps_ns",
+    "iteration_ns",
     "ideal_ns",
     "overlap_ratio",
     "potential_speedup",
@@ -81,6 +83,7 @@ PARTS = (
     "exposed_wait_ns",
     "exposed_transfer_ns",
     "memory_only_ns",
+    "other_steps_ns",
     "idle_ns",
 )
 CAUSES = ("exposed_wait_ns", "exposed_tail_ns", "exposed_dependency_ns", "exposed_host_ns")

@@ -57,6 +57,7 @@ COMPUTE_KERNELS = (
     "vectorized_elementwise_kernel",
     "reduce_kernel",
     "fused_rccl_lookalike",
+    "dma_request",  # MTIA DMA: a kernel record that is memory (placed by time with no launch)
     "my_hccl_prep",
 )
 COMM_KERNELS = (

@@ -25,9 +25,10 @@ import numpy.typing as npt
 import pandas as pd
 
 from . import intervals as iv
+from .bandwidth import add_bandwidth, family_bandwidth
 from .classify import Rules
 from .collectives import CauseSets, Collectives, match_collectives
-from .diagnosis import CAUSES, findings, partial_hedge, verdict
+from .diagnosis import CAUSES, AdviceContext, findings, partial_hedge, verdict
 from .errors import TraceFormatError, UsageError
 from .inputs import expand_paths, from_folder, run_map
 from .intervals import GroupedIntervals
@@ -35,6 +36,7 @@ from .job import blame_table, empty_blame, top_blame
 from .metrics import MEASURED, ratio
 from .model import Timeline, TraceInfo, concat_timelines
 from .options import AnalysisOptions, StepSelection, Thresholds, build_options, describe_steps
+from .purpose import attach_purposes
 from .rankmap import DetailRequest, FileResult, UnitResult, map_file, map_timeline
 from .results import STEP_COLUMNS, Analysis, StepDetail
 from .summary import summarize_run, unit_key
@@ -284,8 +286,9 @@ def _reduce(
             "step_ns": win.parts["step_ns"],
         }
     )
+    local = _gather_instances(units, win)
     coll, sets, family_causes = match_collectives(
-        _gather_instances(units, win),
+        local,
         _gather_pieces(units, win),
         _gather_causes(units, win),
         win.n,
@@ -293,6 +296,9 @@ def _reduce(
         win.labels,
         prelim,
     )
+    world = max((t.world_size or 0 for t in traces), default=0) or None
+    inst, per_rank = attach_purposes(add_bandwidth(coll.instances, world), coll.per_rank, local)
+    coll = replace(coll, instances=inst, per_rank=per_rank)
     blame = _blame(units, coll, win)
     coll = replace(coll, blame=blame, stragglers=_with_roots(coll.stragglers, blame))
     df = _step_table(units, win, coll, sets, options.thresholds)
@@ -315,6 +321,11 @@ def _reduce(
         straggler_ns=None if top is None else _root_ns(coll, top),
         partial=partial_hedge(coll.ranks_given, coll.world_size),
         blame=_shown_blame(coll.blame, df),
+        context=AdviceContext(
+            cpu=bool(units) and all(u.trace.device is None for u in units),
+            bucketed=any(u.strategy is not None and u.strategy.bucketed for u in units),
+            bandwidth=family_bandwidth(coll.instances),
+        ),
     )
     analysis = Analysis(
         traces=traces,
@@ -517,6 +528,9 @@ def _step_table(
             "potential_speedup": pd.array(ratio(step, base["ideal_ns"]), dtype=object),
             "exposed_comm_ratio": pd.array(ratio(exposed_ns, step), dtype=object),
             "idle_ratio": pd.array(ratio(base["idle_ns"], step), dtype=object),
+            "iteration_ns": pd.array(
+                [None if v < 0 else v for v in base["iteration_ns"].tolist()], dtype=object
+            ),
             "bottleneck": "",
             "reason": "",
             "waited_for_rank": pd.array(waited_for, dtype=object),
@@ -608,13 +622,41 @@ def _finding_rows(coll: Collectives, df: pd.DataFrame, traces: Sequence[TraceInf
         return pr.assign(display=[], where=[])
     several = len(traces) > 1
     pos = pr.groupby(["unit", "window", "name"]).cumcount() + 1
+    sizes = _size_words(coll, pr)
     return pr.assign(
-        display=[f"{n} #{p}" for n, p in zip(pr["name"], pos, strict=True)],
+        display=[
+            f"{short_name(str(n))} #{p}{z}" for n, p, z in zip(pr["name"], pos, sizes, strict=True)
+        ],
         where=[
             (f"rank {r} step {s}" if several else f"step {s}")
             for r, s in zip(pr["rank"], pr["step"], strict=True)
         ],
     )
+
+
+def short_name(name: str, limit: int = 48) -> str:
+    """A collective or kernel name cut for a ``where:`` line: no template arguments or parameter
+    list (a demangled signature can run to hundreds of characters), at most ``limit`` chars."""
+    head = name.split("(", 1)[0].split("<", 1)[0].strip() or name
+    return head if len(head) <= limit else head[: limit - 1] + "…"
+
+
+def _size_words(coll: Collectives, pr: pd.DataFrame) -> list[str]:
+    """Per per-rank row: `` [8.20 MB, 11.4 GB/s bus]`` when its instance's bytes are known."""
+    inst = coll.instances
+    if "busbw_gbps" not in inst.columns or inst.empty:
+        return [""] * len(pr)
+    by = inst.set_index("instance")
+    out = []
+    for i in pr["instance"].tolist():
+        b = by.at[i, "bytes"] if i in by.index else None
+        bus = by.at[i, "busbw_gbps"] if i in by.index else None
+        if b is None or pd.isna(b) or int(b) <= 0:
+            out.append("")
+            continue
+        bw = f", {float(bus):.1f} GB/s bus" if bus is not None and not pd.isna(bus) else ""
+        out.append(f" [{int(b) / 1e6:.2f} MB{bw}]")
+    return out
 
 
 def _finish_detail(d: StepDetail, offset: int, sets: CauseSets) -> StepDetail:

@@ -112,6 +112,8 @@ class Rules:
         r"^gloo:",
         r"(?i)wait",
     )
+    #: device activities recorded as kernels that are memory transfers (MTIA's DMA requests)
+    gpu_memory: tuple[str, ...] = (r"^dma_request$",)
     #: user patterns added with --comm-pattern: comm on both GPU and CPU units
     extra_comm: tuple[str, ...] = field(default=())
     # host ranges that are compute on CPU ranks without any cpu_op (NVTX-only captures: a CPU
@@ -153,7 +155,9 @@ def kinds(unit: Timeline, rules: Rules | None = None) -> npt.NDArray[np.int8]:
     is_gpu = cat.isin(GPU_ACTIVITY_CATEGORIES).to_numpy()
     if is_gpu.any():
         comm = name_mask(ev["name"], rules.gpu_comm + rules.extra_comm, is_kernel)
+        mem = name_mask(ev["name"], rules.gpu_memory, is_kernel)
         kind[is_kernel] = Kind.COMPUTE
+        kind[is_kernel & mem] = Kind.MEMORY
         kind[is_kernel & comm] = Kind.COMM
         kind[is_gpu & ~is_kernel] = Kind.MEMORY
         return kind

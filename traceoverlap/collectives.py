@@ -255,7 +255,14 @@ def unit_instances(
     pieces, piece_local = _instance_pieces(acts, c.rows, local, len(ev), n_win)
     window = _instance_windows(pieces, piece_local, len(inst), n_win)
     inst["window"] = window
-    inst["same_stream"] = _same_stream(ev, acts, window, c.rows[head])
+    inst["same_stream"] = _same_stream(
+        ev,
+        acts,
+        window,
+        c.rows[head],
+        inst["end_ns"].to_numpy().astype(np.int64),
+        steps.launch_start_ns,
+    )
     queued, behind = _queueing(ev, c, head, launch_row, steps.gpu)
     inst["queued_ns"] = queued
     inst["behind_comm_ns"] = behind
@@ -503,15 +510,47 @@ def _instance_windows(pieces: GroupedIntervals, piece_local: I64, k: int, n_win:
     return window
 
 
+#: A lane whose compute in the window is under this share of its communication is the
+#: communication library's own stream running helper kernels (DeepEP's casts), not a compute
+#: stream (diagnosis.md §10).
+SAME_STREAM_MIN_COMPUTE_SHARE = 0.1
+
+
 def _same_stream(
-    ev: pd.DataFrame, acts: ActivityRows, window: I64, first_row: I64
+    ev: pd.DataFrame,
+    acts: ActivityRows,
+    window: I64,
+    first_row: I64,
+    end_ns: I64,
+    launch_start: I64,
 ) -> npt.NDArray[np.bool_]:
-    """Per instance: did its lane (its first activity's) also run compute in its window?"""
+    """Per instance: was compute on its lane (its first activity's) actually delayed behind it
+    in its window (diagnosis.md §10)? The first compute activity of that lane and window that
+    starts at or after the instance's end was launched before that end (it sat queued behind the
+    communication), and the lane is a compute stream: its compute in the window is at least
+    :data:`SAME_STREAM_MIN_COMPUTE_SHARE` of its communication."""
     comp = acts.kind == Kind.COMPUTE
+    if not comp.any():
+        return np.zeros(window.size, dtype=bool)
     lane_codes = ev["lane"].cat.codes.to_numpy().astype(np.int64)
-    n_lanes = int(lane_codes.max()) + 2 if lane_codes.size else 1
-    busy = np.unique(acts.group[comp] * n_lanes + lane_codes[acts.event_row[comp]] + 1)
-    return (window >= 0) & np.isin(window * n_lanes + lane_codes[first_row] + 1, busy)
+    n_lanes = int(lane_codes.max()) + 2
+    comm = acts.kind == Kind.COMM
+    key = acts.group * n_lanes + lane_codes[acts.event_row] + 1
+    q_key = window * n_lanes + lane_codes[first_row] + 1
+    # time per (window, lane) key: compute and communication (activity sums; enough for a share)
+    dur = acts.end_ns - acts.start_ns
+    keys, inv = np.unique(key, return_inverse=True)
+    comp_t = np.bincount(inv, weights=np.where(comp, dur, 0), minlength=keys.size)
+    comm_t = np.bincount(inv, weights=np.where(comm, dur, 0), minlength=keys.size)
+    k = np.searchsorted(keys, q_key)
+    kk = np.minimum(k, keys.size - 1)
+    known = (k < keys.size) & (keys[kk] == q_key)
+    compute_lane = known & (comp_t[kk] >= SAME_STREAM_MIN_COMPUTE_SHARE * comm_t[kk])
+    ci = np.flatnonzero(comp)
+    j = iv.next_at_or_after(q_key, end_ns, key[ci], acts.start_ns[ci])
+    launch = launch_start[acts.event_row[ci[np.maximum(j, 0)]]]
+    delayed = (j >= 0) & (launch != NO_LAUNCH) & (launch < end_ns)
+    return np.asarray((window >= 0) & compute_lane & delayed, dtype=bool)
 
 
 def _queueing(

@@ -31,6 +31,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from . import intervals as iv
+from .bandwidth import FamilyBandwidth
 from .fmt import ms_unit as _ms
 from .fmt import pct as _pct
 from .intervals import GroupedIntervals
@@ -38,6 +39,7 @@ from .job import blame_line
 from .metrics import ActivityRows
 from .model import Kind
 from .options import Thresholds
+from .purpose import PURPOSES
 from .steps import NO_LAUNCH, UnitSteps
 
 I64 = npt.NDArray[np.int64]
@@ -93,6 +95,33 @@ def _first_starts(acts: ActivityRows, launch_start: I64) -> tuple[I64, I64, I64]
     return g[first], s[first], np.minimum.reduceat(ls, first)
 
 
+#: diagnosis.md §8: a compute thread whose next op starts within this share of a communication's
+#: duration after it ends (at most :data:`BLOCKED_MAX_NS`) was blocked on it.
+BLOCKED_PER = 100  # 1 %: gap * 100 <= duration
+BLOCKED_MAX_NS = 500_000
+
+
+def blocked_comm(acts: ActivityRows, ug: I64, us: I64) -> tuple[I64, I64, I64]:
+    """CPU units (diagnosis.md §8): the comm activities (window, start, end; ns) the compute
+    threads were blocked on: the next compute op of the window starts at or after the
+    communication's end, within min(1 % of its duration, 0.5 ms). A blocking ``all_reduce``
+    leaves no wait range, and DDP's reducer finalize (``copy_bucket_to_grad`` right after the last
+    bucket) reads the same. ``ug``/``us``: the distinct (window, start) of compute, sorted."""
+    comm = np.flatnonzero(acts.kind == Kind.COMM)
+    z = np.zeros(0, np.int64)
+    if comm.size == 0 or us.size == 0:
+        return z, z.copy(), z.copy()
+    g, s, e = acts.group[comm], acts.start_ns[comm], acts.end_ns[comm]
+    # per comm activity: the first compute start at or after its end in the same window
+    j = iv.next_at_or_after(g, e, ug, us)
+    has = j >= 0
+    nxt = us[np.maximum(j, 0)]
+    gap = nxt - e
+    # exact integers: gap <= 1 % of the duration, and <= 0.5 ms
+    hit = has & (gap >= 0) & (gap * BLOCKED_PER <= e - s) & (gap <= BLOCKED_MAX_NS)
+    return g[hit], s[hit], e[hit]
+
+
 def local_causes(
     exposed: GroupedIntervals,
     acts: ActivityRows,
@@ -125,7 +154,14 @@ def local_causes(
         zones = iv.grouped_union(ug[launched], zs[launched], us[launched], n)
     else:
         z = np.zeros(0, np.int64)
-        zones = comm_calls if comm_calls is not None else (z, z.copy(), z.copy())
+        calls = comm_calls if comm_calls is not None else (z, z.copy(), z.copy())
+        bg, bs, be = blocked_comm(acts, ug, us)
+        zones = iv.grouped_union(
+            np.concatenate((calls[0], bg)),
+            np.concatenate((calls[1], bs)),
+            np.concatenate((calls[2], be)),
+            n,
+        )
     tail_e = iv.grouped_intersect(exposed, tail, n)
     rest = iv.grouped_subtract(exposed, tail, n)
     return LocalCauses(
@@ -159,7 +195,9 @@ def verdict(
     compute, comm = int(row["compute_ns"]), int(row["comm_ns"])
     if step <= 0:
         return Verdict("compute-bound", "empty window (0 ns): nothing to diagnose")
-    lost = step - int(row["compute_only_ns"]) - int(row["overlap_ns"])
+    # other steps' work in the window (overlapping steps, §7) is not lost time
+    other = int(row.get("other_steps_ns", 0))
+    lost = step - int(row["compute_only_ns"]) - int(row["overlap_ns"]) - other
     if lost < thresholds.lost_ratio * step:
         return Verdict(
             "compute-bound",
@@ -178,13 +216,13 @@ def verdict(
         if comm > compute:
             cls = "communication-bound"
             text = (
-                f"exposed communication {share}, and comm {_ms(comm)} > compute {_ms(compute)}: "
+                f"exposed transfer {share}, and comm {_ms(comm)} > compute {_ms(compute)}: "
                 f"even perfect overlap leaves {_ms(comm - compute)} exposed"
             )
         else:
             cls = "exposed-communication"
             text = (
-                f"exposed communication {share} while compute {_ms(compute)} >= comm "
+                f"exposed transfer {share} while compute {_ms(compute)} >= comm "
                 f"{_ms(comm)}: a better schedule could hide it"
             )
         if not wait_known and comm > 0:
@@ -200,6 +238,11 @@ def verdict(
     second_key, second_label, second = parts[ranked[1]]
     if second > 0 and 2 * second >= value:
         text += f"; runner-up: {second_label} {_ms(second)} = {_pct(second / step)}"
+    computing = step - lost - other
+    if 2 * computing >= step:
+        # the wording follows the size of the loss (§6): a step that mostly computes says so
+        # first, and names its largest loss
+        text = f"mostly computing ({_pct(computing / step)} of the step); largest loss: " + text
     return Verdict(cls, text)
 
 
@@ -294,17 +337,248 @@ _ADVICE: dict[tuple[str, str], str] = {
 }
 
 
-def advice(cause: str, family: str) -> str:
-    """The advice text for a cause (or ``transfer-bound``) on a collective family."""
-    return (
-        _ADVICE.get((cause, family))
-        or _ADVICE.get((cause, "*"))
-        or _ADVICE.get((cause, "Other"))
-        or (
-            "a better schedule could hide this communication: start it earlier, split it, or "
-            "reorder it so compute runs under it"
+#: Advice by (cause, purpose) (diagnosis.md §10): what to try given what the collective is for;
+#: it wins over the family's advice. ``transfer-bound`` entries here never ask to move fewer bytes:
+#: that needs bandwidth evidence (see :func:`advice`).
+_PURPOSE_ADVICE: dict[tuple[str, str], str] = {
+    ("tail", "ddp-gradient-allreduce"): (
+        "DDP's last bucket is reduced after backward with nothing left to compute: make that "
+        "bucket small (bucket_cap_mb; the last bucket holds the first layers' gradients) and run "
+        "the optimizer per bucket as buckets finish (a DDP comm hook, or "
+        "ZeroRedundancyOptimizer(overlap_with_ddp=True))"
+    ),
+    ("dependency", "ddp-gradient-allreduce"): (
+        "the step waited for DDP's last buckets (the reducer's finalize waits for every bucket "
+        "before the optimizer): a smaller last bucket (bucket_cap_mb), gradient_as_bucket_view="
+        "True (no copy back after the wait), and the optimizer run per bucket as buckets finish"
+    ),
+    ("transfer-bound", "ddp-gradient-allreduce"): (
+        "DDP already overlaps its buckets with backward and there is still more all-reduce than "
+        "compute: all-reduce less often (gradient accumulation with no_sync()) or give each rank "
+        "more work per step (a larger per-rank batch)"
+    ),
+    ("tail", "gradient-allreduce"): (
+        "the gradient all-reduces run after backward with nothing left to compute: launch them "
+        "from gradient hooks during backward, a bucket at a time (or wrap the model in DDP), so "
+        "they overlap the rest of backward"
+    ),
+    ("dependency", "gradient-allreduce"): (
+        "compute waited for a synchronous gradient all-reduce: launch the all-reduces "
+        "asynchronously from gradient hooks during backward, in buckets (or use DDP), and wait "
+        "for them only before the optimizer"
+    ),
+    ("transfer-bound", "gradient-allreduce"): (
+        "there is more gradient all-reduce than compute: all-reduce less often (gradient "
+        "accumulation) or give each rank more work per step (a larger per-rank batch)"
+    ),
+    ("tail", "embedding-alltoall"): (
+        "the embedding all-to-all (TorchRec input / output dist) ends the step with nothing "
+        "left to compute: pipeline it with the next batch's dense compute "
+        "(TrainPipelineSparseDist) so the sparse data distribution runs a batch ahead"
+    ),
+    ("dependency", "embedding-alltoall"): (
+        "the dense part waited for the embedding all-to-all (TorchRec input / output dist): "
+        "pipeline the sparse data distribution a batch ahead (TrainPipelineSparseDist), and "
+        "check that the sharding plan balances lookups across ranks (an uneven plan makes "
+        "every rank wait for the busiest)"
+    ),
+    ("transfer-bound", "embedding-alltoall"): (
+        "the embedding all-to-all takes longer than the compute: pipeline it a batch ahead "
+        "(TrainPipelineSparseDist) and rebalance the sharding plan (table-wise / row-wise / "
+        "column-wise) so no rank's lookups dominate"
+    ),
+    ("tail", "sequence-parallel-alltoall"): (
+        "the attention all-to-all (sequence parallel, Ulysses) has nothing to compute under it: "
+        "overlap it with another head group or micro-batch, or use a smaller sequence-parallel "
+        "degree"
+    ),
+    ("dependency", "sequence-parallel-alltoall"): (
+        "attention waited for the sequence-parallel all-to-all (Ulysses): overlap the "
+        "all-to-all of one head group with the attention of another, or use ring attention / a "
+        "smaller sequence-parallel degree"
+    ),
+    ("transfer-bound", "sequence-parallel-alltoall"): (
+        "the sequence-parallel all-to-all takes longer than the attention it feeds: a smaller "
+        "sequence-parallel degree (more of the sequence per rank), or ring attention, which "
+        "overlaps its transfers with the attention blocks"
+    ),
+    ("tail", "tp-allreduce"): (
+        "the tensor-parallel all-reduce ends the forward with nothing to compute under it: fuse "
+        "it with what follows (all-reduce + norm fusion), or a smaller tensor-parallel degree"
+    ),
+    ("dependency", "tp-allreduce"): (
+        "each layer waits for its tensor-parallel all-reduce (it sits between the layer's "
+        "matmuls): overlap it with the GEMMs (async / sequence-parallel TP: reduce-scatter + "
+        "all-gather), fuse it with the next op, use a one-shot / custom all-reduce for small "
+        "messages, or a smaller tensor-parallel degree"
+    ),
+    ("transfer-bound", "tp-allreduce"): (
+        "the tensor-parallel all-reduces take longer than the layers' compute: a smaller "
+        "tensor-parallel degree (or TP only within a node), larger batches per forward so each "
+        "all-reduce carries more work"
+    ),
+    ("tail", "reducescatter-as-allreduce"): (
+        "gloo has no reduce-scatter: c10d::_reduce_scatter_base_ runs a full all-reduce and "
+        "keeps a shard, so every rank receives all the data; with nothing left to compute it "
+        "ends the step: run the sharded strategy on a backend with a native reduce-scatter "
+        "(NCCL on GPUs), or shard over fewer ranks"
+    ),
+    ("dependency", "reducescatter-as-allreduce"): (
+        "compute waited for a reduce-scatter that gloo runs as a full all-reduce "
+        "(c10d::_reduce_scatter_base_): launch it asynchronously and wait only where the shard "
+        "is needed; on a backend with a native reduce-scatter it moves (n-1)/n of the data "
+        "instead of 2(n-1)/n"
+    ),
+    ("transfer-bound", "reducescatter-as-allreduce"): (
+        "the reduce-scatters (run by gloo as full all-reduces) take longer than the compute: a "
+        "native reduce-scatter (NCCL) halves the traffic; or shard over fewer ranks"
+    ),
+    ("tail", "ddp-broadcast"): (
+        "DDP broadcasts its buffers at every forward (broadcast_buffers=True): set "
+        "broadcast_buffers=False when buffers (BatchNorm statistics) need not match every step"
+    ),
+    ("dependency", "ddp-broadcast"): (
+        "the forward waited for DDP's buffer broadcast (broadcast_buffers=True): set "
+        "broadcast_buffers=False when buffers (BatchNorm statistics) need not match every step"
+    ),
+    ("dependency", "optimizer-collective"): (
+        "the optimizer step waited for a collective (a global norm for clipping, a ZeRO "
+        "parameter gather): overlap it with the next forward (ZeRO overlap_comm) or compute it "
+        "from values reduced during backward"
+    ),
+}
+
+#: All-to-all advice when nothing says it is MoE (no experts, no capacity factor).
+_ALLTOALL_ADVICE: dict[str, str] = {
+    "tail": (
+        "the last all-to-all of the step has no compute after it: start it earlier or overlap "
+        "it with independent work of the next micro-batch"
+    ),
+    "dependency": (
+        "compute waited for an all-to-all result: launch it asynchronously as early as its "
+        "input is ready and wait only where its output is needed; check that every rank sends "
+        "about the same amount (an uneven exchange makes all ranks wait for the largest)"
+    ),
+}
+
+#: Advice for a run that already launches its gradient all-reduces during backward, in buckets.
+_BUCKETED_ADVICE: dict[tuple[str, str], str] = {
+    ("tail", "gradient-allreduce"): (
+        "the all-reduces are already launched during backward; the last ones have nothing left "
+        "to compute under them: make the last bucket smaller and run the optimizer for each "
+        "bucket as it finishes"
+    ),
+    ("dependency", "gradient-allreduce"): (
+        "compute waited for all-reduces that are already launched during backward: wait for "
+        "each only where its result is needed (the optimizer step per bucket as buckets "
+        "finish), and make the last bucket smaller"
+    ),
+}
+
+#: CPU runs: what the host cause and idle mean there (no CUDA graphs, no pinned memory).
+_CPU_ADVICE: dict[str, str] = {
+    "host": (
+        "the main thread had not started the next op while the communication ran: Python "
+        "overhead, host-side work or data loading between the ops; move that work out of the "
+        "step (more DataLoader workers, fewer per-step Python calls)"
+    ),
+    "idle-bound": (
+        "the process neither computed nor communicated: data loading, Python overhead, sleeps or "
+        "blocking calls between the ops (more DataLoader workers, move that work out of the step)"
+    ),
+}
+
+#: Transfer-bound advice by bandwidth evidence (diagnosis.md §9).
+_LATENCY_ADVICE = (
+    "durations do not grow with bytes, so this is latency or waiting, not bandwidth: coalesce "
+    "small collectives (larger buckets, fewer calls), and look for missing ranks or late peers "
+    "the trace does not show"
+)
+_NO_BW_EVIDENCE = (
+    "the message sizes in the trace do not show whether bandwidth or latency limits it: compare "
+    "its bus bandwidth with what the interconnect reaches (nccl-tests) before moving fewer bytes"
+)
+
+#: Advice that only fits runs that do not already bucket their all-reduces during backward.
+_BUCKETING_ADVICE = (
+    "compute was launched but waited for an all-reduce result: only wait for each all-reduce "
+    "where its result is needed, and use gradient_as_bucket_view=True with DDP"
+)
+
+
+def advice(
+    cause: str,
+    family: str,
+    purpose: str | None = None,
+    *,
+    cpu: bool = False,
+    bucketed: bool = False,
+    bandwidth: str | None = None,
+) -> str:
+    """The advice text for a cause (or ``transfer-bound``) on a collective family, chosen by
+    purpose first (§10), then family; CPU runs get CPU advice; a bucketed run is not told to
+    bucket; ``transfer-bound`` advice asks to move fewer bytes only when ``bandwidth`` is
+    ``"bandwidth"`` (§9) and says latency or waiting when it is ``"latency"``."""
+    if cpu and cause in _CPU_ADVICE:
+        return _CPU_ADVICE[cause]
+    if cause == "transfer-bound" and bandwidth == "latency":
+        return _LATENCY_ADVICE
+    text = None
+    if bucketed:
+        text = _BUCKETED_ADVICE.get((cause, purpose or ""))
+    text = text or _PURPOSE_ADVICE.get((cause, purpose or ""))
+    if text is None and family == "AllToAll" and not (purpose or "").startswith("moe"):
+        if cause != "transfer-bound":
+            text = _ALLTOALL_ADVICE.get(cause)
+        elif bandwidth == "bandwidth":
+            text = (
+                "the all-to-all is bandwidth-bound and exceeds compute: send fewer bytes per "
+                "exchange (lower precision, fewer features per rank) or use a faster interconnect"
+            )
+    if text is None and bucketed and (cause, family) == ("dependency", "AllReduce"):
+        text = _BUCKETING_ADVICE
+    if text is None:
+        text = (
+            _ADVICE.get((cause, family))
+            or _ADVICE.get((cause, "*"))
+            or _ADVICE.get((cause, "Other"))
+            or (
+                "a better schedule could hide this communication: start it earlier, split it, "
+                "or reorder it so compute runs under it"
+            )
         )
-    )
+        if cause == "transfer-bound" and bandwidth != "bandwidth":
+            text = _NO_BYTES_TRANSFER.get(family, _NO_BYTES_TRANSFER["Other"])
+    if cause == "transfer-bound" and bandwidth != "bandwidth":
+        text += "; " + _NO_BW_EVIDENCE
+    return text
+
+
+#: A family's transfer-bound advice without what needs bandwidth evidence (§9).
+_NO_BYTES_TRANSFER: dict[str, str] = {
+    "AllReduce": (
+        "there is more all-reduce than compute, so no schedule can hide it: all-reduce less "
+        "often (gradient accumulation with no_sync()) or give each rank more work per step (a "
+        "larger per-rank batch)"
+    ),
+    "AllGather/ReduceScatter": (
+        "FSDP/ZeRO traffic exceeds compute: shard over fewer ranks (hybrid sharding within a "
+        "node), keep parameters gathered longer (reshard_after_forward=False), or a larger batch "
+        "per step"
+    ),
+    "SendRecv": (
+        "pipeline transfers exceed compute: fewer, larger micro-batches or fewer pipeline stages "
+        "(more work per stage)"
+    ),
+    "AllToAll": (
+        "the all-to-all exceeds compute: fewer ranks per all-to-all (node-local / hierarchical "
+        "dispatch) or more compute per exchanged token"
+    ),
+    "Other": (
+        "more communication than compute, so no schedule can hide it: give each rank more work "
+        "per communication (a larger per-rank batch, fewer or larger collectives)"
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -327,6 +601,23 @@ class Finding:
     share_ratio: float | None
     collectives: tuple[str, ...] = ()
     evidence: Mapping[str, Any] = field(default_factory=dict)
+    #: what the collectives behind it are for (:data:`traceoverlap.purpose.PURPOSES`), None for
+    #: findings that are not about communication
+    purpose: str | None = None
+
+
+@dataclass(frozen=True)
+class AdviceContext:
+    """What advice must know beyond the numbers: a CPU run (no CUDA advice), whether the run
+    already buckets its all-reduces, and the bytes-vs-duration evidence per family (§9)."""
+
+    cpu: bool = False
+    bucketed: bool = False
+    bandwidth: Mapping[str, FamilyBandwidth] = field(default_factory=dict)
+
+    def verdict(self, family: str) -> str | None:
+        bw = self.bandwidth.get(family)
+        return None if bw is None else bw.verdict
 
 
 def family_of(label: str) -> str:
@@ -337,7 +628,7 @@ def family_of(label: str) -> str:
         return "AllReduce"
     if "allgather" in key or "reducescatter" in key:
         return "AllGather/ReduceScatter"
-    if "alltoall" in key or "dispatch" in key or "combine" in key:
+    if "alltoall" in key or "dispatch" in key or "combine" in key or "deepep" in key:
         return "AllToAll"
     if "sendrecv" in key or key in ("send", "recv", "p2p") or key.startswith(("send", "recv")):
         return "SendRecv"
@@ -365,6 +656,7 @@ def findings(
     straggler_ns: int | None = None,
     partial: str | None = None,
     blame: pd.DataFrame | None = None,
+    context: AdviceContext | None = None,
 ) -> tuple[Finding, ...]:
     """What to try, most important first (diagnosis.md §4).
 
@@ -379,6 +671,9 @@ def findings(
     ``same_stream`` comes first whatever its size (the classic bug); the others follow by
     exposed ns, largest first (ties keep the order they are built in below).
     """
+    ctx = context or AdviceContext()
+    if len(per_instance) and "purpose" not in per_instance.columns:
+        per_instance = per_instance.assign(purpose="unknown")
     total_exposed = int(steps["exposed_comm_ns"].sum()) if len(steps) else 0
     total_step = int(steps["step_ns"].sum()) if len(steps) else 0
     bound = set(np.flatnonzero((steps["bottleneck"] == "communication-bound").to_numpy()))
@@ -387,11 +682,13 @@ def findings(
         *_wait_finding(
             steps, per_instance, total_exposed, straggler, straggler_text, straggler_ns, blame
         ),
-        *_cause_findings("tail", family_causes, per_instance, bound, total_exposed),
-        *_cause_findings("dependency", family_causes, per_instance, bound, total_exposed),
-        *_host_finding(steps, per_instance, total_exposed),
-        *_transfer_bound_finding(steps, family_causes, per_instance, bound, total_exposed, partial),
-        *_class_findings(steps, total_step),
+        *_cause_findings("tail", family_causes, per_instance, bound, total_exposed, ctx),
+        *_cause_findings("dependency", family_causes, per_instance, bound, total_exposed, ctx),
+        *_host_finding(steps, per_instance, total_exposed, ctx),
+        *_transfer_bound_finding(
+            steps, family_causes, per_instance, bound, total_exposed, ctx, partial
+        ),
+        *_class_findings(steps, total_step, ctx),
     ]
     ranked.sort(key=lambda f: -f.exposed_ns)
     return tuple((first + ranked)[:limit])
@@ -496,6 +793,7 @@ def _cause_findings(
     pi: pd.DataFrame,
     bound: set[Any],
     total_exposed: int,
+    ctx: AdviceContext,
 ) -> list[Finding]:
     """One ``tail`` or ``dependency`` finding per collective family, in family order: the
     family's exposed ns of that cause (``family_causes``) outside communication-bound windows
@@ -510,38 +808,48 @@ def _cause_findings(
         if int(ns) <= 0:
             continue
         mine = pi[pi["family"] == fam] if len(pi) else pi
+        purpose = _top_purpose(mine, col)
         out.append(
             Finding(
                 kind=cause,
-                title=_cause_title(cause, str(fam), int(ns), total_exposed),
-                advice=advice(cause, str(fam)),
+                title=_cause_title(cause, str(fam), int(ns), total_exposed, purpose),
+                advice=advice(cause, str(fam), purpose, cpu=ctx.cpu, bucketed=ctx.bucketed),
                 family=str(fam),
                 exposed_ns=int(ns),
                 share_ratio=_share(int(ns), total_exposed),
                 collectives=_names(mine, col) if len(mine) else (),
                 evidence={col: int(ns), "exposed_comm_ns": total_exposed},
+                purpose=purpose,
             )
         )
     return out
 
 
-def _host_finding(steps: pd.DataFrame, pi: pd.DataFrame, total_exposed: int) -> list[Finding]:
+def _host_finding(
+    steps: pd.DataFrame, pi: pd.DataFrame, total_exposed: int, ctx: AdviceContext
+) -> list[Finding]:
     """The ``host`` finding (0 or 1): all exposed ns whose next compute was not launched yet
     (``exposed_host_ns`` of the steps), advised for the family carrying most of it."""
     host = int(steps["exposed_host_ns"].sum())
     if host <= 0:
         return []
     fam = _top_family(pi, "exposed_host_ns") if len(pi) else "Other"
+    purpose = _top_purpose(pi[pi["family"] == fam], "exposed_host_ns") if len(pi) else "unknown"
     return [
         Finding(
             kind="host",
-            title=_cause_title("host", fam, host, total_exposed),
-            advice=advice("host", fam),
+            title=_cause_title("host", fam, host, total_exposed, purpose),
+            advice=advice("host", fam, purpose, cpu=ctx.cpu, bucketed=ctx.bucketed),
+            purpose=purpose,
             family=fam,
             exposed_ns=host,
             share_ratio=_share(host, total_exposed),
             collectives=_names(pi, "exposed_host_ns") if len(pi) else (),
-            evidence={"exposed_host_ns": host, "exposed_comm_ns": total_exposed},
+            evidence={
+                "exposed_host_ns": host,
+                "exposed_comm_ns": total_exposed,
+                "top_family": fam,
+            },
         )
     ]
 
@@ -552,6 +860,7 @@ def _transfer_bound_finding(
     pi: pd.DataFrame,
     bound: set[Any],
     total_exposed: int,
+    ctx: AdviceContext,
     partial: str | None = None,
 ) -> list[Finding]:
     """The ``transfer-bound`` finding (0 or 1): the exposed transfer ns of the
@@ -565,21 +874,30 @@ def _transfer_bound_finding(
     in_bound = fc[fc["window"].isin(bound)] if len(fc) else fc
     fam = str(in_bound.groupby("family")["exposed_ns"].sum().idxmax()) if len(in_bound) else "Other"
     mine = pi[pi["window"].isin(bound)] if len(pi) else pi
+    purpose = _top_purpose(mine[mine["family"] == fam], "exposed_ns") if len(mine) else "unknown"
+    bw = ctx.bandwidth.get(fam)
+    bw_text = f"; {bw.text()}" if bw is not None else "; message sizes unknown"
     return [
         Finding(
             kind="transfer-bound",
             title=(
-                f"{fam}: more communication than compute in {len(rows)} step(s) "
-                f"(comm {_ms(rows['comm_ns'].sum())} vs compute "
-                f"{_ms(rows['compute_ns'].sum())}), {_ms(ns)} exposed transfer"
+                f"{fam} ({_purpose_words(purpose)}): more communication than compute in "
+                f"{len(rows)} step(s) (comm {_ms(rows['comm_ns'].sum())} vs compute "
+                f"{_ms(rows['compute_ns'].sum())}), {_ms(ns)} exposed transfer{bw_text}"
                 + ("" if partial is None else f" ({partial})")
             ),
             advice=(
-                advice("transfer-bound", fam)
-                if partial is None
-                else f"{partial} before acting on this; if it is transfer: "
-                + advice("transfer-bound", fam)
+                "" if partial is None else f"{partial} before acting on this; if it is transfer: "
+            )
+            + advice(
+                "transfer-bound",
+                fam,
+                purpose,
+                cpu=ctx.cpu,
+                bucketed=ctx.bucketed,
+                bandwidth=None if bw is None else bw.verdict,
             ),
+            purpose=purpose,
             family=fam,
             exposed_ns=ns,
             share_ratio=_share(ns, total_exposed),
@@ -589,6 +907,7 @@ def _transfer_bound_finding(
                 "comm_ns": int(rows["comm_ns"].sum()),
                 "compute_ns": int(rows["compute_ns"].sum()),
                 "exposed_transfer_ns": ns,
+                "bandwidth": None if bw is None else bw.verdict,
             },
         )
     ]
@@ -614,7 +933,7 @@ _CLASS_ADVICE: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def _class_findings(steps: pd.DataFrame, total_step: int) -> list[Finding]:
+def _class_findings(steps: pd.DataFrame, total_step: int, ctx: AdviceContext) -> list[Finding]:
     """A ``memory-bound`` and an ``idle-bound`` finding when steps have that verdict: the
     memcpy/memset-alone (or idle) ns of those steps, its share of all step time."""
     out: list[Finding] = []
@@ -627,11 +946,8 @@ def _class_findings(steps: pd.DataFrame, total_step: int) -> list[Finding]:
         out.append(
             Finding(
                 kind=cls,
-                title=(
-                    f"{cls} in {len(rows)} step(s): {what} {_ms(ns)} = "
-                    f"{_pct(ns / max(int(rows['step_ns'].sum()), 1))} of those steps"
-                ),
-                advice=text,
+                title=_class_title(cls, what, rows, ns),
+                advice=advice(cls, "*", cpu=True) if ctx.cpu and cls == "idle-bound" else text,
                 family=None,
                 exposed_ns=ns,
                 share_ratio=_share(ns, total_step),
@@ -639,6 +955,17 @@ def _class_findings(steps: pd.DataFrame, total_step: int) -> list[Finding]:
             )
         )
     return out
+
+
+def _class_title(cls: str, what: str, rows: pd.DataFrame, ns: int) -> str:
+    """``idle-bound in 3 step(s): idle 9.00 ms = 60.0% of those steps``; when those steps
+    computed most of their time the title says so, naming the loss as their largest (§2)."""
+    step = max(int(rows["step_ns"].sum()), 1)
+    computing = int(rows["compute_only_ns"].sum()) + int(rows["overlap_ns"].sum())
+    head = f"{cls} in {len(rows)} step(s): {what} {_ms(ns)} = {_pct(ns / step)} of those steps"
+    if 2 * computing >= step:
+        head += f", their largest loss (they computed {_pct(computing / step)} of the time)"
+    return head
 
 
 def _share_text(ns: int, total: int) -> str:
@@ -652,10 +979,30 @@ def _top_family(df: pd.DataFrame, col: str) -> str:
     return str(s.index[0])
 
 
-def _cause_title(cause: str, family: str, ns: int, total: int) -> str:
+def _purpose_words(purpose: str | None) -> str:
+    """How a title names a purpose: its words, or that it is unknown."""
+    if not purpose or purpose == "unknown":
+        return "purpose unknown"
+    return PURPOSES.get(purpose, purpose)
+
+
+def _top_purpose(df: pd.DataFrame, col: str) -> str:
+    """The purpose carrying most of ``col`` in ``df`` (``unknown`` when none)."""
+    if df.empty or "purpose" not in df.columns or col not in df.columns:
+        return "unknown"
+    s = df.groupby("purpose")[col].sum().sort_values(ascending=False, kind="stable")
+    if s.empty or s.iloc[0] <= 0:
+        s = df.groupby("purpose").size().sort_values(ascending=False, kind="stable")
+    return str(s.index[0]) if len(s) else "unknown"
+
+
+def _cause_title(cause: str, family: str, ns: int, total: int, purpose: str | None = None) -> str:
     what = {
         "tail": "nothing was left to compute under it",
         "dependency": "compute was queued but waited for its result",
         "host": "the host had not launched the next compute yet",
     }[cause]
-    return f"{family}: {_ms(ns)} exposed because {what}{_share_text(ns, total)}"
+    return (
+        f"{family} ({_purpose_words(purpose)}): {_ms(ns)} exposed because {what}"
+        f"{_share_text(ns, total)}"
+    )

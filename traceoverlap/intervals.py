@@ -304,3 +304,28 @@ def grouped_covered(
 
     qshift = base[qg] - origin[qg]
     return (before(qe + qshift) - before(qs + qshift)).astype(np.int64)
+
+
+def next_at_or_after(q_key: IntArray, q_t: IntArray, c_key: IntArray, c_t: IntArray) -> IntArray:
+    """Per query: the index (into ``c``) of the candidate with the same key whose time is the
+    first at or after the query's time, -1 when none. One sort of queries and candidates
+    together by (key, time, query first); no loop over either."""
+    qk, qt, ck, ct = (_as_i64(x) for x in (q_key, q_t, c_key, c_t))
+    n_q = qk.size
+    out = np.full(n_q, -1, dtype=np.int64)
+    if n_q == 0 or ck.size == 0:
+        return out
+    keys = np.concatenate((qk, ck))
+    times = np.concatenate((qt, ct))
+    is_c = np.concatenate((np.zeros(n_q, dtype=bool), np.ones(ck.size, dtype=bool)))
+    order = np.lexsort((is_c, times, keys))
+    pos = np.where(is_c[order], np.arange(order.size), order.size)
+    nxt = np.minimum.accumulate(pos[::-1])[::-1]  # the first candidate slot at or after each
+    slot = np.empty(order.size, dtype=np.int64)
+    slot[order] = np.arange(order.size)
+    p = nxt[slot[:n_q]]
+    has = p < order.size
+    j = np.maximum(order[np.minimum(p, order.size - 1)] - n_q, 0)
+    ok = has & (ck[j] == qk)
+    out[ok] = j[ok]
+    return out

@@ -9,10 +9,13 @@ clipped to the step window W, and |X| the total length of X:
   exposed_comm_ns  |M - C|        communication nothing hid (= |M| - |C ∩ M|)
   compute_only_ns  |C - M|
   memory_only_ns   |Y - C - M|
-  idle_ns          |W - (C ∪ M ∪ Y)|
+  other_steps_ns   |(W ∩ D) - (C ∪ M ∪ Y)|  D = every device activity of the unit: time in the
+                   window when only other steps' work ran (overlapping steps, diagnosis.md §7)
+  idle_ns          |W - D|        nothing at all ran on the device
+  iteration_ns     the marker's start to the next marker's start (-1 inside: none, null outside)
   ideal_ns         step - exposed + max(0, |M| - |C|)
 
-compute_only + overlap + exposed + memory_only + idle = step, exactly (the parts are disjoint);
+compute_only + overlap + exposed + memory_only + other_steps + idle = step, exactly (the parts are disjoint);
 the exposed part is split further into waiting and transfer across ranks (collectives.py) and
 into causes (diagnosis.py).
 
@@ -43,6 +46,7 @@ NS_METRICS = (
     "overlap_ns",
     "exposed_comm_ns",
     "idle_ns",
+    "other_steps_ns",
     "ideal_ns",
     "compute_only_ns",
     "memory_only_ns",
@@ -61,6 +65,7 @@ MEASURED = (
     "overlap_ns",
     "exposed_comm_ns",
     "idle_ns",
+    "other_steps_ns",
     "compute_only_ns",
     "memory_only_ns",
 )
@@ -73,6 +78,7 @@ PARTS = (
     "exposed_wait_ns",
     "exposed_transfer_ns",
     "memory_only_ns",
+    "other_steps_ns",
     "idle_ns",
 )
 
@@ -175,8 +181,21 @@ def step_sets(acts: ActivityRows, n_windows: int) -> StepSets:
     )
 
 
-def step_parts(sets: StepSets, steps: UnitSteps) -> dict[str, I64]:
-    """The per-window numbers of the module docstring (ns), one array per metric."""
+def device_covered(start: I64, end: I64, kind: npt.NDArray[np.int8], steps: UnitSteps) -> I64:
+    """|W ∩ D| per window (ns): D = the union of every activity of the unit, whatever step it
+    belongs to (or none). GPU windows hold other steps' work when steps overlap; on CPU units
+    every activity is clipped into each window it meets, so this equals |C ∪ M ∪ Y| there."""
+    act = np.flatnonzero(kind < Kind.NONE)
+    n = len(steps)
+    d = iv.union(start[act], end[act])
+    g = np.zeros(d[0].size, dtype=np.int64)
+    q = np.zeros(n, dtype=np.int64)
+    return iv.grouped_covered((g, d[0], d[1]), q, steps.start_ns, steps.end_ns, 1)
+
+
+def step_parts(sets: StepSets, steps: UnitSteps, device_ns: I64 | None = None) -> dict[str, I64]:
+    """The per-window numbers of the module docstring (ns), one array per metric.
+    ``device_ns``: :func:`device_covered` (None: no other steps' work, |D ∩ W| = |C ∪ M ∪ Y|)."""
     n = len(steps)
 
     def size(s: GroupedIntervals) -> I64:
@@ -186,6 +205,8 @@ def step_parts(sets: StepSets, steps: UnitSteps) -> dict[str, I64]:
     compute, comm = size(sets.compute), size(sets.comm)
     overlap = size(sets.overlap)
     exposed = comm - overlap
+    busy = size(sets.busy)
+    covered = busy if device_ns is None else np.maximum(device_ns, busy)
     return {
         "step_ns": step,
         "compute_ns": compute,
@@ -193,7 +214,9 @@ def step_parts(sets: StepSets, steps: UnitSteps) -> dict[str, I64]:
         "memory_ns": size(sets.memory),
         "overlap_ns": overlap,
         "exposed_comm_ns": exposed,
-        "idle_ns": step - size(sets.busy),
+        "idle_ns": step - covered,
+        "other_steps_ns": covered - busy,
+        "iteration_ns": steps.iteration_ns,
         "ideal_ns": step - exposed + np.maximum(0, comm - compute),
         "compute_only_ns": size(sets.compute_only),
         "memory_only_ns": size(sets.memory_only),

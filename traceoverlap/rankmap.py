@@ -23,16 +23,32 @@ import numpy.typing as npt
 import pandas as pd
 
 from . import intervals as iv
-from .classify import LOOKS_LIKE_COMM, Rules, comm_call_mask, kinds, unseen_comm_note
+from .classify import (
+    LOOKS_LIKE_COMM,
+    Rules,
+    comm_call_mask,
+    kinds,
+    name_mask,
+    unseen_comm_note,
+)
 from .collectives import unit_instances
 from .diagnosis import local_causes
 from .errors import NotATraceError, TraceFormatError
 from .intervals import GroupedIntervals
 from .job import host_ranges
-from .metrics import activity_rows, step_parts, step_sets
-from .model import KINDS, Kind, Timeline, TraceInfo, split_units
+from .metrics import activity_rows, device_covered, step_parts, step_sets
+from .model import (
+    GPU_ACTIVITY_CATEGORIES,
+    KINDS,
+    LAUNCH_CATEGORIES,
+    Kind,
+    Timeline,
+    TraceInfo,
+    split_units,
+)
 from .namefilter import NameTest
 from .options import AnalysisOptions, compile_regex
+from .purpose import UnitStrategy, unit_purposes
 from .results import StepDetail
 from .steps import StepLabel, UnitSteps, assign_steps
 
@@ -77,6 +93,8 @@ class UnitResult:
     labels_found: tuple[StepLabel, ...] = ()
     #: the main thread's ranges in the analysed steps (what a late rank was doing: blame)
     host_ranges: pd.DataFrame | None = None
+    #: what the unit already does (DDP, bucketing, training, CPU), for advice (diagnosis.md §10)
+    strategy: UnitStrategy | None = None
 
     @property
     def n_windows(self) -> int:
@@ -243,7 +261,7 @@ def analyze_unit(
     acts = activity_rows(start, end, kind, steps)
     n = len(steps)
     sets = step_sets(acts, n)
-    parts = step_parts(sets, steps)
+    parts = step_parts(sets, steps, device_covered(start, end, kind, steps))
     parts["start_ns"] = steps.start_ns
     parts["end_ns"] = steps.end_ns
 
@@ -257,11 +275,20 @@ def analyze_unit(
     lc = local_causes(sets.exposed, acts, steps, calls)
 
     instances, pieces, piece_instance = unit_instances(unit, kind, steps, acts, steps.launch_row)
+    purposes, strategy = unit_purposes(unit, kind, steps, instances)
+    instances = instances.assign(purpose=purposes)
 
     notes = list(steps.notes)
     hint = _comm_hint(unit, kind, parts) if n else None
     if hint:
         notes.append(hint)
+    other = int(parts["other_steps_ns"].sum()) if n else 0
+    if other:
+        notes.append(
+            f"steps overlap on the device: {other / 1e6:.2f} ms of step windows held only other "
+            "steps' work (pipelined input, a device running behind the host); counted as "
+            "other_steps, not idle"
+        )
     unseen = unseen_comm_note(unit, kind)
     if unseen:
         notes.append(unseen)
@@ -308,7 +335,35 @@ def analyze_unit(
         host_ranges=host_ranges(ev, int(steps.start_ns.min()), int(steps.end_ns.max()))
         if n and len(instances)
         else None,
+        strategy=strategy,
     )
+
+
+#: Launch calls (runtime API) a trace may hold without device activity before it is refused.
+LAUNCHES_WITHOUT_ACTIVITY = 100
+
+
+def require_device_activity(timeline: Timeline, path: str) -> None:
+    """Refuse a GPU run captured without device activity: kernel launch calls (many, or on an
+    NCCL run) but no kernel, memcpy or memset. Read as a CPU run it would report the host's ops
+    as the device's work."""
+    ev = timeline.events
+    cat = ev["category"]
+    if bool(cat.isin(GPU_ACTIVITY_CATEGORIES).any()):
+        return
+    calls = cat.isin(LAUNCH_CATEGORIES).to_numpy()
+    if not calls.any():
+        return
+    launches = int(name_mask(ev["name"], (r"(?i)launch",), calls).sum())
+    nccl = any((t.backend or "").lower() == "nccl" for t in timeline.traces)
+    if launches >= LAUNCHES_WITHOUT_ACTIVITY or (launches and nccl):
+        raise TraceFormatError(
+            path,
+            f"{launches:,} kernel launch calls but no GPU activity (no kernels, memcpy or "
+            "memset): the device side was not captured",
+            "profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] (Kineto), "
+            "or nsys with --trace=cuda",
+        )
 
 
 def map_timeline(
@@ -356,6 +411,7 @@ def _map_units(
     from .readers import read_trace
 
     timeline = read_trace(Path(path), keep_range)
+    require_device_activity(timeline, path)
     units = split_units(timeline)
     del timeline
     out = []

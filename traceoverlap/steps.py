@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -69,6 +69,9 @@ class UnitSteps:
     notes: tuple[str, ...]
     #: every marker's label, before ``--steps`` selected some (for "no steps" messages)
     labels_found: tuple[StepLabel, ...] = ()
+    #: per window: its marker's start to the next marker's start (ns; -1: no next marker, or
+    #: the ``all`` window) (diagnosis.md §7)
+    iteration_ns: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -221,7 +224,8 @@ def assign_steps(
             event_window = np.full(len(ev), -1, dtype=np.int64)
             return _empty(gpu, event_window, launches.row, launches.start_ns, notes, "no activity")
         notes.append(_no_marker_note(ev, pattern))
-        return _whole_capture(ev, act, gpu, launches, notes)
+        whole = _whole_capture(ev, act, gpu, launches, notes)
+        return replace(whole, iteration_ns=np.full(len(whole), -1, dtype=np.int64))
     names = ev["name"].to_numpy()[midx].astype(str).tolist()
     labels, repeat_note = marker_labels(names, rx)
     if repeat_note:
@@ -230,8 +234,21 @@ def assign_steps(
     if options.steps is not None:
         keep = np.array([options.steps.matches(step_number(lbl)) for lbl in labels], dtype=bool)
     if not gpu:
-        return _cpu_windows(ev, midx, labels, keep, launches, notes)
-    return _gpu_windows(ev, midx, labels, keep, launches, notes)
+        out = _cpu_windows(ev, midx, labels, keep, launches, notes)
+    else:
+        out = _gpu_windows(ev, midx, labels, keep, launches, notes, kind == Kind.MEMORY)
+    return replace(
+        out, iteration_ns=iterations(out.marker_start_ns, ev["start_ns"].to_numpy()[midx])
+    )
+
+
+def iterations(marker_start: I64, all_starts: I64) -> I64:
+    """Per window: its marker's start to the start of the next step marker found (the first that
+    starts strictly later, selected or not), in ns; -1 when there is none."""
+    s = np.unique(all_starts.astype(np.int64))
+    k = np.searchsorted(s, marker_start, side="right")
+    nxt = s[np.minimum(k, max(s.size - 1, 0))] if s.size else marker_start
+    return np.where(k < s.size, nxt - marker_start, -1).astype(np.int64)
 
 
 @dataclass(frozen=True)
@@ -344,16 +361,28 @@ def _gpu_windows(
     keep: npt.NDArray[np.bool_],
     launches: _Launches,
     notes: list[str],
+    memory: npt.NDArray[np.bool_] | None = None,
 ) -> UnitSteps:
     """GPU units: each GPU activity goes to the innermost marker around its launch; a selected
     marker's window is [first start, last end) of its activities (ns); markers that launched
-    nothing give no window (a note names them)."""
+    nothing give no window (a note names them). Memory activities with no launch record (MTIA
+    ``dma_request``: the device queues them itself) go to the innermost marker around their
+    start, with a note."""
     start = ev["start_ns"].to_numpy()
     end = ev["end_ns"].to_numpy()
     gidx = launches.gidx
     ms_all, me_all = start[midx], end[midx]
     ls = launches.start_ns[gidx]
     marker = _launch_markers(ms_all, me_all, ls)
+    by_time = (ls == NO_LAUNCH) & (memory[gidx] if memory is not None else False)
+    placed = 0
+    if np.any(by_time):
+        marker[by_time] = _launch_markers(ms_all, me_all, start[gidx[by_time]])
+        placed = int((marker[by_time] >= 0).sum())
+        notes.append(
+            f"{placed} memory activities with no launch record (device-queued DMA) were placed "
+            "in steps by their start time"
+        )
     outside = int(((ls != NO_LAUNCH) & (marker < 0)).sum())
     if outside:
         notes.append(
@@ -385,7 +414,7 @@ def _gpu_windows(
         event_window,
         launches.row,
         launches.start_ns,
-        launches.no_launch,
+        launches.no_launch - placed,
         outside,
         int(midx.size),
         tuple(notes) + _overlap_note(ms_all, me_all),

@@ -74,12 +74,35 @@ STEP_TABLE = (
 )
 
 
+def has_other_steps(analysis: Analysis) -> bool:
+    """Do some steps' windows hold other steps' work (diagnosis.md §7)?"""
+    st = analysis.steps
+    return "other_steps_ns" in st.columns and bool((st["other_steps_ns"] > 0).any())
+
+
+def step_table_header(analysis: Analysis) -> tuple[str, ...]:
+    """:data:`STEP_TABLE`, with an ``other`` column (other steps' work) after ``idle`` when
+    some step has it, so that the row still adds up."""
+    if not has_other_steps(analysis):
+        return STEP_TABLE
+    i = STEP_TABLE.index("idle") + 1
+    return STEP_TABLE[:i] + ("other",) + STEP_TABLE[i:]
+
+
 def step_table_rows(analysis: Analysis) -> Iterator[tuple[list[str], str]]:
-    """Per (unit, step): the cells under :data:`STEP_TABLE` (the verdict shortened to fit 80
-    columns), and the verdict itself."""
+    """Per (unit, step): the cells under :func:`step_table_header` (the verdict shortened to fit
+    80 columns), and the verdict itself."""
     several = several_devices(analysis)
+    other = has_other_steps(analysis)
     for r in analysis.steps.itertuples(index=False):
-        times = (r.step_ns, r.compute_ns, r.exposed_comm_ns, r.memory_only_ns, r.idle_ns, r.comm_ns)
+        times: tuple[int, ...] = (
+            r.step_ns,
+            r.compute_ns,
+            r.exposed_comm_ns,
+            r.memory_only_ns,
+            r.idle_ns,
+        )
+        times += ((r.other_steps_ns,) if other else ()) + (r.comm_ns,)
         cells = [
             unit_key(r.rank, r.device, r.rank in several),
             str(r.step),
@@ -124,7 +147,12 @@ def summary_lines(analysis: Analysis) -> list[str]:
         "up to the step):",
         f"  step {fmt.ms(mean['step_ns'])} ms = compute {fmt.ms(mean['compute_ns'])} + exposed "
         f"comm {fmt.ms(mean['exposed_comm_ns'])} + memory {fmt.ms(mean['memory_only_ns'])} + idle "
-        f"{fmt.ms(mean['idle_ns'])}",
+        f"{fmt.ms(mean['idle_ns'])}"
+        + (
+            f" + other steps' work {fmt.ms(mean['other_steps_ns'])}"
+            if mean.get("other_steps_ns", 0) > 0
+            else ""
+        ),
     ]
     exposed = run.totals.get("exposed_comm_ns", 0)
     if exposed:
@@ -149,7 +177,8 @@ def summary_lines(analysis: Analysis) -> list[str]:
     if worst is not None and worst.exposed_comm_ns > 0:
         lines.append(
             f"  most exposed: rank {worst.rank} step {worst.step} "
-            f"({fmt.ms(worst.exposed_comm_ns)} ms exposed): {worst.bottleneck}: {worst.reason}"
+            f"({fmt.ms(worst.exposed_comm_ns)} ms exposed communication, waiting and transfer): "
+            f"{worst.bottleneck}: {worst.reason}"
         )
     return lines
 

@@ -37,6 +37,7 @@ COLORS: dict[str, str] = {
     "dependency": "#F0E442",  # yellow: compute was queued but waited for it
     "host": "#56B4E9",  # sky blue: the host had not launched the next compute
     "idle": "#E3E3E3",
+    "other_steps": "#B8C4D6",
 }
 CAUSE_LABELS: dict[str, str] = {c: f"exposed: {words}" for c, words in CAUSE_WORDS.items()}
 KIND_LABELS: dict[str, str] = {
@@ -87,7 +88,7 @@ def step_components(steps: pd.DataFrame) -> pd.DataFrame:
     (docs/diagnosis.md §1 and §3)."""
     cols = ["compute_only_ns", "overlap_ns"]
     cols += [f"exposed_{c}_ns" for c in CAUSE_LABELS]
-    cols += ["memory_only_ns", "idle_ns"]
+    cols += ["memory_only_ns", "other_steps_ns", "idle_ns"]
     return steps[cols].astype(np.int64)
 
 
@@ -99,6 +100,7 @@ _PART_STYLE = {
     "exposed_dependency_ns": (CAUSE_LABELS["dependency"], COLORS["dependency"]),
     "exposed_host_ns": (CAUSE_LABELS["host"], COLORS["host"]),
     "memory_only_ns": ("memory only", COLORS["memory"]),
+    "other_steps_ns": ("other steps' work", COLORS["other_steps"]),
     "idle_ns": ("idle", COLORS["idle"]),
 }
 

@@ -31,6 +31,7 @@ from ..diagnosis import CAUSES
 from ..errors import UsageError
 from ..fmt import duration as fmt_ns
 from ..fmt import size as fmt_bytes
+from ..purpose import PURPOSES
 from . import _html_across
 from . import _html_figures as figs
 from ._format import CAUSE_WORDS, several_devices
@@ -553,6 +554,9 @@ def _collectives_table(analysis: Analysis, d: StepDetail) -> str:
     for r in top.to_dict("records"):
         inst = info.loc[r["instance"]] if r["instance"] in info.index else None
         nbytes = inst["bytes"] if inst is not None else None
+        bus = inst.get("busbw_gbps") if inst is not None else None
+        bus_text = "–" if bus is None or pd.isna(bus) else f"{float(bus):.1f}"
+        purpose = str(inst.get("purpose") or "unknown") if inst is not None else "unknown"
         group = []
         if inst is not None and inst["process_group"]:
             group.append(f"group {inst['process_group']}")
@@ -572,8 +576,10 @@ def _collectives_table(analysis: Analysis, d: StepDetail) -> str:
             "<tr>"
             f"<td class='name' title='{_e(r['kernel'])}'>"
             f"{_e(figs.short(figs.display_name(str(r['kernel'])), 60))}{last}{same}</td>"
-            f"<td>{_e(r['name'])}<br><span class='muted'>{_e(r['family'])}</span></td>"
+            f"<td>{_e(r['name'])}<br><span class='muted'>{_e(r['family'])} · "
+            f"{_e(PURPOSES.get(purpose, purpose))}</span></td>"
             f"<td class='num'>{fmt_bytes(nbytes)}</td>"
+            f"<td class='num'>{bus_text}</td>"
             f"<td>{_e(' · '.join(group) or r['lane'])}</td>"
             f"<td class='num'>+{fmt_ns(int(r['start_ns']) - d.start_ns)}</td>"
             f"<td class='num'>{fmt_ns(dur)}</td>" + wait + f"<td class='num'>{queued}</td>"
@@ -594,6 +600,8 @@ def _collectives_table(analysis: Analysis, d: StepDetail) -> str:
         "<i>Queued</i> is the time it waited behind earlier communication after its launch."
         f"{wait_text}</p>"
         "<table class='data'><thead><tr><th>kernel</th><th>collective</th><th class='num'>size</th>"
+        "<th class='num' title='bus bandwidth, GB/s: bytes / transfer time x NCCL factor'>"
+        "busbw GB/s</th>"
         "<th>group / lane</th><th class='num'>start</th><th class='num'>duration</th>"
         f"{wait_head}<th class='num'>queued</th><th class='num'>exposed</th><th>why exposed</th>"
         "</tr></thead><tbody>" + "".join(out) + "</tbody></table></section>"

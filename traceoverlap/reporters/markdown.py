@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._format import STEP_TABLE, describe_inputs, finding_lines, step_table_rows, summary_lines
+from ._format import (
+    describe_inputs,
+    finding_lines,
+    step_table_header,
+    step_table_rows,
+    summary_lines,
+)
 from .across_ranks import across_ranks_lines
 
 if TYPE_CHECKING:
@@ -15,10 +21,11 @@ def render(analysis: Analysis) -> str:
     out = ["## traceoverlap", ""]
     out += [f"- {line}" for line in describe_inputs(analysis)]
     # numbers right-aligned, the verdict left
+    header = step_table_header(analysis)
     out += [
         "",
-        "| " + " | ".join(STEP_TABLE) + " |",
-        "|" + "---:|" * (len(STEP_TABLE) - 1) + ":---|",
+        "| " + " | ".join(header) + " |",
+        "|" + "---:|" * (len(header) - 1) + ":---|",
     ]
     out += ["| " + " | ".join(cells) + " |" for cells, _ in step_table_rows(analysis)]
     out += ["", "```"] + summary_lines(analysis) + ["```"]

@@ -13,10 +13,11 @@ from rich import box
 from rich.table import Table
 
 from ._format import (
-    STEP_TABLE,
     describe_inputs,
     finding_lines,
+    has_other_steps,
     make_console,
+    step_table_header,
     step_table_rows,
     summary_lines,
 )
@@ -44,7 +45,7 @@ def build_table(analysis: Analysis) -> Table:
         collapse_padding=True,
         header_style="bold",
     )
-    *numbers, verdict = STEP_TABLE
+    *numbers, verdict = step_table_header(analysis)
     for col in numbers:
         table.add_column(col, justify="right", no_wrap=True)
     table.add_column(verdict, justify="left", no_wrap=True)
@@ -69,16 +70,25 @@ def render(analysis: Analysis, *, color: bool = False, width: int = 80) -> str:
             console.print(_wrap(line, wrap), soft_wrap=True, markup=False)
 
     say(describe_inputs(analysis))
+    other = has_other_steps(analysis)
     console.print()
     console.print(build_table(analysis))
     console.print(
-        "ms; step = compute + exposed + memory + idle (memory: copies with nothing else",
+        "ms; step = compute + exposed + memory + idle"
+        + (" + other (memory: copies with" if other else " (memory: copies with nothing else"),
         style="dim",
     )
     console.print(
-        "running); overlap = share of comm hidden behind compute; verdicts: README",
+        ("nothing else " if other else "")
+        + "running); overlap = share of comm hidden behind compute"
+        + ("; README" if other else "; verdicts: README"),
         style="dim",
     )
+    if other:
+        console.print(
+            "other: only other steps' work ran in the window (overlapping steps; not idle)",
+            style="dim",
+        )
     console.print()
     say(summary_lines(analysis))
     if analysis.findings:

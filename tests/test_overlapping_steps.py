@@ -1,0 +1,85 @@
+"""diagnosis.md §7: steps whose device work overlaps (pipelined input, a device running behind the
+host). Every number is derived in the comments; times in ns."""
+
+from __future__ import annotations
+
+from builders import gpu_timeline
+
+from traceoverlap import analyze
+
+PARTS = [
+    "compute_only_ns",
+    "overlap_ns",
+    "exposed_wait_ns",
+    "exposed_transfer_ns",
+    "memory_only_ns",
+    "other_steps_ns",
+    "idle_ns",
+]
+
+
+def test_other_steps_work_is_neither_idle_nor_lost():
+    # Markers: step 1 [0, 100), step 2 [100, 200), step 3 [200, 300) on the host.
+    # Step 1 launches A [0, 40) and A2 [150, 160) (launched at 0: its window is [0, 160)).
+    # Step 2 launches B [60, 140) (launched at 100): a pipelined input stage that runs on the
+    # device while step 1 is still running. Step 3 launches C [300, 310).
+    # Step 1, window [0, 160) = 160: its own work A ∪ A2 = 40 + 10 = 50 (compute only);
+    #   B covers [60, 140) = 80 of the window while step 1 has nothing there: other_steps 80;
+    #   nothing at all ran in [40, 60) and [140, 150): idle 30. 50 + 80 + 30 = 160.
+    #   lost = 160 - 50 - 80 = 30 = 18.75 % >= 10 % -> the largest lost part is idle: idle-bound
+    #   idle 30 = 18.75 % (without §7 it would read idle 110 = 68.75 %).
+    # Step 2, window [60, 140) = 80, all B: compute only 80, other 0, idle 0 -> compute-bound.
+    # iteration_ns: marker start to next marker start: 100, 100, and None for the last.
+    tl = gpu_timeline(
+        [("A", 7, 0, 40), ("A2", 7, 150, 160), ("B", 8, 60, 140), ("C", 7, 300, 310)],
+        [("ProfilerStep#1", 0, 100), ("ProfilerStep#2", 100, 200), ("ProfilerStep#3", 200, 300)],
+        launch_at=[0, 0, 100, 200],
+    )
+    res = analyze(tl)
+    rows = {int(r["step"]): r for r in res.steps.to_dict("records")}
+    one, two, three = rows[1], rows[2], rows[3]
+    assert (one["step_ns"], one["compute_only_ns"], one["other_steps_ns"], one["idle_ns"]) == (
+        160,
+        50,
+        80,
+        30,
+    )
+    assert one["bottleneck"] == "idle-bound" and "18.8%" in one["reason"]
+    assert (two["step_ns"], two["other_steps_ns"], two["idle_ns"]) == (80, 0, 0)
+    assert two["bottleneck"] == "compute-bound"
+    for r in (one, two, three):
+        assert sum(int(r[p]) for p in PARTS) == r["step_ns"]
+    assert [one["iteration_ns"], two["iteration_ns"], three["iteration_ns"]] == [100, 100, None]
+    # the note gives the overlapped time: 80 ns = 0.00 ms here, so look for its words
+    assert any("other steps' work" in n for n in res.notes)
+
+
+def test_no_overlap_no_other_steps():
+    # Two steps one after the other: A [0, 40) in step 1, B [100, 130) in step 2; nothing of one
+    # lies in the other's window: other_steps 0 everywhere and no note.
+    tl = gpu_timeline(
+        [("A", 7, 0, 40), ("B", 7, 100, 130)],
+        [("ProfilerStep#1", 0, 100), ("ProfilerStep#2", 100, 200)],
+        launch_at=[0, 100],
+    )
+    res = analyze(tl)
+    assert res.steps["other_steps_ns"].tolist() == [0, 0]
+    assert not any("other steps' work" in n for n in res.notes)
+
+
+def test_mtia_dma_request_is_memory_placed_by_time():
+    # MTIA records device DMA as kernel events named dma_request with no launch record. Step 1
+    # [0, 100) launches gemm [0, 40); a dma_request [40, 70) has no launch: it is memory, and
+    # goes to step 1 by its start (40 is inside the marker [0, 100)). Window [0, 70): compute 40,
+    # memory only 30, idle 0; the note says how it was placed.
+    from traceoverlap.model import Timeline
+
+    tl = gpu_timeline(
+        [("gemm", 7, 0, 40), ("dma_request", 9, 40, 70)], [("ProfilerStep#1", 0, 100)]
+    )
+    ev = tl.events
+    drop = (ev["category"] == "runtime").to_numpy() & (ev["correlation"] == 2).to_numpy()
+    res = analyze(Timeline(ev[~drop].reset_index(drop=True), tl.traces))
+    (r,) = res.steps.to_dict("records")
+    assert (r["step_ns"], r["compute_ns"], r["memory_only_ns"], r["idle_ns"]) == (70, 40, 30, 0)
+    assert any("placed in steps by their start time" in n for n in res.notes)

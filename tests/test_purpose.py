@@ -1,0 +1,95 @@
+"""diagnosis.md §10: the purpose of a collective from the host ranges around its launch, on
+hand-built GPU timelines (all launches at t=5 unless said; ranges are host annotations)."""
+
+from __future__ import annotations
+
+from builders import gpu_timeline
+
+from traceoverlap import analyze
+
+AR = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
+SR = "ncclDevKernel_SendRecv"
+
+
+def _purposes(kernels, ranges, launch_at, **kw):
+    tl = gpu_timeline(kernels, [("ProfilerStep#1", 0, 200), *ranges], launch_at=launch_at)
+    res = analyze(tl, **kw)
+    return res, sorted(set(res.collectives.instances["purpose"]))
+
+
+def test_allreduce_in_an_inference_forward_is_tensor_parallel():
+    # no backward range anywhere: an all-reduce launched inside "## forward ##" is the
+    # tensor-parallel all-reduce of an inference forward. Compute b [60, 110) (launched at 5)
+    # starts after it: its 40 exposed ns are dependency (compute 60 >= comm 40: not
+    # communication-bound); the advice is TP advice, never gradient / backward advice.
+    res, p = _purposes(
+        [("a", 7, 10, 20), (AR, 20, 20, 60), ("b", 7, 60, 110)],
+        [("## forward ##", 0, 100)],
+        [5, 5, 5],
+    )
+    assert p == ["tp-allreduce"]
+    f = next(f for f in res.findings if f.kind == "dependency")
+    assert f.purpose == "tp-allreduce" and "tensor-parallel" in f.title
+    assert "gradient" not in f.advice and "backward" not in f.advice
+
+
+def test_allreduce_in_backward_without_ddp_is_the_loops_gradient_allreduce():
+    # a backward range [50, 150) holds the all-reduce's launch (at 60); no DDP range: the
+    # training loop's own gradient all-reduce
+    _, p = _purposes(
+        [("a", 7, 10, 20), (AR, 20, 70, 90), ("b", 7, 95, 99)],
+        [("## forward ##", 0, 50), ("## backward ##", 50, 150)],
+        [5, 60, 61],
+    )
+    assert p == ["gradient-allreduce"]
+
+
+def test_ddp_run_backward_allreduce_is_ddp_buckets():
+    # the same with a DistributedDataParallel.forward range in the run: DDP's reducer buckets
+    _, p = _purposes(
+        [("a", 7, 10, 20), (AR, 20, 70, 90), ("b", 7, 95, 99)],
+        [("DistributedDataParallel.forward", 0, 50), ("## backward ##", 50, 150)],
+        [5, 60, 61],
+    )
+    assert p == ["ddp-gradient-allreduce"]
+
+
+def test_sendrecv_is_pipeline_only_under_pipeline_ranges():
+    # a send/recv launched under "PipelineStage.send" is pipeline p2p; the same kernel with no
+    # range around it says unknown (not guessed)
+    _, p = _purposes([(SR, 20, 10, 30)], [("PipelineStage.send", 0, 50)], [5])
+    assert p == ["pipeline-p2p"]
+    _, p = _purposes([(SR, 20, 10, 30)], [], [5])
+    assert p == ["unknown"]
+
+
+def test_deepep_dispatch_is_moe_dispatch():
+    # DeepEP's dispatch kernel (counted as communication with a pattern): MoE token dispatch
+    _, p = _purposes(
+        [("deep_ep::intranode::dispatch", 27, 10, 30)], [], [5], comm_patterns=["deep_ep"]
+    )
+    assert p == ["moe-dispatch"]
+
+
+def test_fsdp_all_gather_and_reduce_scatter():
+    # FSDP's ranges around the launches: an all-gather under FSDP::pre_forward, a reduce-scatter
+    # under FSDP::post_backward_reduce
+    _, p = _purposes(
+        [("ncclDevKernel_AllGather_RING_LL", 20, 10, 30)], [("FSDP::pre_forward", 0, 50)], [5]
+    )
+    assert p == ["fsdp-allgather"]
+    _, p = _purposes(
+        [("ncclDevKernel_ReduceScatter_Sum_f32_RING_LL", 20, 10, 30)],
+        [("FSDP::post_backward_reduce", 0, 50)],
+        [5],
+    )
+    assert p == ["fsdp-reducescatter"]
+
+
+def test_torchrec_embedding_all_to_all():
+    # TorchRec's sparse data distribution range around an all-to-all: embedding all-to-all (not
+    # MoE: no expert advice)
+    _, p = _purposes(
+        [("ncclDevKernel_AllToAll_RING", 20, 10, 30)], [("## sparse_data_dist ##", 0, 50)], [5]
+    )
+    assert p == ["embedding-alltoall"]

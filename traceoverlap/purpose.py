@@ -1,0 +1,282 @@
+"""What a collective is for (docs/diagnosis.md §10): the vocabulary of purposes and the rules that
+give one to each collective instance of a unit.
+
+The purpose comes from where the instance was launched: the host ranges around its launch (GPU:
+its launch call's start; CPU units: its start, and the last ``c10d::*`` call before it, which is
+the op that queued it), read as the phase (forward / backward / optimizer), the launching op
+(DDP's reducer, FSDP's all-gather, TorchRec's embedding all-to-all, MoE dispatch / combine, a
+tensor-parallel all-reduce of an inference forward, pipeline send / recv, gloo's reduce-scatter
+run as an all-reduce) and the strategy the unit shows (DDP, bucketed all-reduces during backward).
+A purpose no rule gives is ``unknown``: said, never guessed.
+
+Everything is computed per unit with one interval union per pattern and binary searches; names
+are matched once per distinct name.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from . import intervals as iv
+from .model import Kind, Timeline, per_category
+from .steps import NO_LAUNCH, UnitSteps
+
+I64 = npt.NDArray[np.int64]
+
+#: Every purpose, with the words a report uses.
+PURPOSES: dict[str, str] = {
+    "ddp-gradient-allreduce": "DDP gradient buckets in backward",
+    "ddp-broadcast": "DDP parameter / buffer broadcast",
+    "gradient-allreduce": "gradient all-reduce issued by the training loop, not DDP",
+    "fsdp-allgather": "FSDP / ZeRO parameter all-gather",
+    "fsdp-reducescatter": "FSDP / ZeRO gradient reduce-scatter",
+    "reducescatter-as-allreduce": "reduce-scatter that gloo runs as an all-reduce",
+    "embedding-alltoall": "TorchRec embedding all-to-all",
+    "moe-dispatch": "MoE token dispatch",
+    "moe-combine": "MoE expert combine",
+    "moe-alltoall": "MoE expert all-to-all",
+    "sequence-parallel-alltoall": "sequence-parallel attention all-to-all",
+    "tp-allreduce": "tensor-parallel all-reduce in an inference forward",
+    "pipeline-p2p": "pipeline send / recv between stages",
+    "optimizer-collective": "collective inside the optimizer step",
+    "unknown": "purpose unknown",
+}
+
+#: Host-range patterns, by what they tell (matched on the names of ranges around the launch).
+PATTERNS: dict[str, re.Pattern[str]] = {
+    "forward": re.compile(r"(?i)## forward ##|\.forward$|^forward$|_forward\b"),
+    "backward": re.compile(r"(?i)## backward ##|^backward$|autograd::engine::evaluate_function"),
+    "optimizer": re.compile(r"(?i)^Optimizer\.|## optimizer ##|^optimizer|optimizer_step"),
+    "ddp": re.compile(r"DistributedDataParallel|Reducer|reducer|allreduce_hook|comm_hook"),
+    "fsdp": re.compile(r"(?i)FSDP|FullyShard|fully_shard|zero_?[123]|deepspeed"),
+    "reduce_scatter_base": re.compile(r"_reduce_scatter_base|reduce_scatter_tensor"),
+    "torchrec": re.compile(
+        r"(?i)torchrec|KJT|sparse_data_dist|All2All_Pooled|All2All_Seq|all2all_data|"
+        r"alltoall_(fwd|bwd)_single|ShardedEmbedding|EmbeddingBagCollection|input_dist|"
+        r"output_dist"
+    ),
+    "moe_dispatch": re.compile(r"(?i)dispatch"),
+    "moe_combine": re.compile(r"(?i)combine"),
+    "moe": re.compile(r"(?i)deep_ep|\bmoe\b|moe_|expert"),
+    "sequence_parallel": re.compile(r"(?i)AllToAll4D|ulysses|SeqAllToAll|all_to_all_4d"),
+    "tensor_parallel": re.compile(
+        r"(?i)vllm|tensor_model_parallel|RowParallel|ColumnParallel|custom_all_reduce|"
+        r"tensor_parallel"
+    ),
+    "pipeline": re.compile(
+        r"(?i)pipe|stage|c10d::send|c10d::recv|isend|irecv|batch_isend_irecv|\bp2p\b"
+    ),
+}
+_COMM_CALL = re.compile(r"^c10d::|^record_param_comms$")
+_HOST_CATEGORIES = ("cpu_op", "annotation", "python_function", "user_annotation")
+
+
+@dataclass(frozen=True)
+class UnitStrategy:
+    """What the unit's trace shows it already does: ``ddp`` (DDP ranges), ``bucketed`` (DDP, or
+    two or more all-reduces launched inside backward in one step), ``backward`` (it trains),
+    ``cpu`` (a CPU unit)."""
+
+    ddp: bool
+    bucketed: bool
+    backward: bool
+    cpu: bool
+
+
+def _query_times(
+    ev: pd.DataFrame, kind: npt.NDArray[np.int8], inst: pd.DataFrame, steps: UnitSteps
+) -> I64:
+    """Per instance: when it was launched (GPU: the launch call's start of the comm activity
+    that starts it; CPU, or no launch: its start), ns."""
+    t: I64 = np.asarray(inst["start_ns"].to_numpy(), dtype=np.int64)
+    if not steps.gpu or inst.empty:
+        return t
+    rows = np.flatnonzero(kind == Kind.COMM)
+    launch = steps.launch_start_ns[rows]
+    acts = pd.DataFrame(
+        {
+            "lane": ev["lane"].to_numpy()[rows].astype(str),
+            "start_ns": ev["start_ns"].to_numpy()[rows].astype(np.int64),
+            "launch": launch,
+        }
+    ).drop_duplicates(["lane", "start_ns"])
+    key = pd.DataFrame({"lane": inst["lane"].astype(str), "start_ns": t})
+    got = key.merge(acts, on=["lane", "start_ns"], how="left")["launch"].to_numpy()
+    ok = ~pd.isna(got)
+    out: I64 = t.copy()
+    vals = np.where(ok, got, NO_LAUNCH).astype(np.int64)
+    has = ok & (vals != NO_LAUNCH)
+    out[has] = vals[has]
+    return out
+
+
+def _inside(
+    ev: pd.DataFrame, host: npt.NDArray[np.bool_], rx: re.Pattern[str], t: I64
+) -> npt.NDArray[np.bool_]:
+    """Per time in ``t``: inside a host range whose name matches ``rx``?"""
+    hit = per_category(ev["name"], lambda s: bool(rx.search(s)), host, dtype=bool)
+    m = np.zeros(len(ev), dtype=bool)
+    m[host] = hit[ev["name"].cat.codes.to_numpy()[host]]
+    if not m.any() or t.size == 0:
+        return np.zeros(t.size, dtype=bool)
+    s, e = iv.union(ev["start_ns"].to_numpy()[m], ev["end_ns"].to_numpy()[m])
+    k = np.searchsorted(s, t, side="right") - 1
+    return (k >= 0) & (t < e[np.maximum(k, 0)])
+
+
+def _last_call_names(
+    ev: pd.DataFrame, host: npt.NDArray[np.bool_], t: I64
+) -> npt.NDArray[np.object_]:
+    """CPU units: per time, the name of the last ``c10d::*`` call starting at or before it."""
+    out = np.full(t.size, "", dtype=object)
+    hit = per_category(ev["name"], lambda s: bool(_COMM_CALL.search(s)), host, dtype=bool)
+    m = np.zeros(len(ev), dtype=bool)
+    m[host] = hit[ev["name"].cat.codes.to_numpy()[host]]
+    idx = np.flatnonzero(m)
+    if idx.size == 0 or t.size == 0:
+        return out
+    st = ev["start_ns"].to_numpy()[idx]
+    order = np.argsort(st, kind="stable")
+    idx, st = idx[order], st[order]
+    k = np.searchsorted(st, t, side="right") - 1
+    ok = k >= 0
+    names = ev["name"].to_numpy()
+    out[ok] = [str(names[idx[j]]) for j in k[ok].tolist()]
+    return out
+
+
+def unit_purposes(
+    unit: Timeline, kind: npt.NDArray[np.int8], steps: UnitSteps, inst: pd.DataFrame
+) -> tuple[npt.NDArray[np.object_], UnitStrategy]:
+    """The purpose of every local instance of a unit (``inst``: its instance table, with
+    ``family``, ``label``, ``kernel``, ``lane``, ``start_ns``, ``window``) and the unit's
+    strategy."""
+    ev = unit.events
+    cat = ev["category"].astype(str).to_numpy()
+    host = np.isin(cat, _HOST_CATEGORIES) & (ev["end_ns"].to_numpy() > ev["start_ns"].to_numpy())
+    names = ev["name"]
+    has_ddp = bool(
+        per_category(names, lambda s: "DistributedDataParallel" in s, host, dtype=bool).any()
+    )
+    has_bwd = bool(
+        per_category(names, lambda s: bool(PATTERNS["backward"].search(s)), host, dtype=bool).any()
+    )
+    if inst.empty:
+        return np.zeros(0, dtype=object), UnitStrategy(has_ddp, has_ddp, has_bwd, not steps.gpu)
+    t = _query_times(ev, kind, inst, steps)
+    flag = {k: _inside(ev, host, rx, t) for k, rx in PATTERNS.items()}
+    if not steps.gpu:
+        last = _last_call_names(ev, host, t)
+        flag["reduce_scatter_base"] |= np.array(
+            [bool(PATTERNS["reduce_scatter_base"].search(s)) for s in last], dtype=bool
+        )
+    fam = inst["family"].astype(str).to_numpy()
+    text = (inst["label"].astype(str) + " " + inst["kernel"].astype(str)).to_numpy()
+    in_bwd_ar = (fam == "AllReduce") & flag["backward"]
+    win = inst["window"].to_numpy()
+    per_win = (
+        np.bincount(win[in_bwd_ar & (win >= 0)], minlength=1) if in_bwd_ar.any() else np.zeros(1)
+    )
+    bucketed = has_ddp or bool((per_win >= 2).any())
+    out = np.array(
+        [_purpose(i, fam[i], text[i], flag, has_ddp, has_bwd) for i in range(len(inst))],
+        dtype=object,
+    )
+    return out, UnitStrategy(has_ddp, bucketed, has_bwd, not steps.gpu)
+
+
+def _purpose(
+    i: int, fam: str, text: str, flag: dict[str, npt.NDArray[np.bool_]], ddp: bool, bwd: bool
+) -> str:
+    """The rules of the module docstring for instance ``i``, first match wins."""
+    low = text.lower()
+    if fam == "AllReduce" and bool(flag["reduce_scatter_base"][i]):
+        return "reducescatter-as-allreduce"
+    if fam == "AllToAll" or "deep_ep" in low:
+        return _alltoall_purpose(i, flag, low)
+    if fam == "SendRecv":
+        return "pipeline-p2p" if bool(flag["pipeline"][i]) else "unknown"
+    if fam == "AllGather/ReduceScatter":
+        return _fsdp_purpose(i, flag, low)
+    if fam == "AllReduce":
+        return _allreduce_purpose(i, flag, ddp, bwd)
+    if "broadcast" in low and ddp:
+        return "ddp-broadcast"
+    if bool(flag["optimizer"][i]):
+        return "optimizer-collective"
+    return "unknown"
+
+
+def _alltoall_purpose(i: int, flag: dict[str, npt.NDArray[np.bool_]], low: str) -> str:
+    if bool(flag["torchrec"][i]):
+        return "embedding-alltoall"
+    if bool(flag["sequence_parallel"][i]):
+        return "sequence-parallel-alltoall"
+    moe = bool(flag["moe"][i]) or "deep_ep" in low or "moe" in low
+    if "dispatch" in low or (moe and bool(flag["moe_dispatch"][i])):
+        return "moe-dispatch"
+    if "combine" in low or (moe and bool(flag["moe_combine"][i])):
+        return "moe-combine"
+    return "moe-alltoall" if moe else "unknown"
+
+
+def _fsdp_purpose(i: int, flag: dict[str, npt.NDArray[np.bool_]], low: str) -> str:
+    fsdp = bool(flag["fsdp"][i]) or "all_gather_base" in low or "allgather_into_tensor" in low
+    if not fsdp and not ("reduce_scatter_base" in low or "reducescatter_tensor" in low):
+        return "unknown"
+    gather = "gather" in low.replace("reducescatter", "").replace("reduce_scatter", "")
+    return "fsdp-allgather" if gather else "fsdp-reducescatter"
+
+
+def _allreduce_purpose(i: int, flag: dict[str, npt.NDArray[np.bool_]], ddp: bool, bwd: bool) -> str:
+    if bool(flag["tensor_parallel"][i]) or (bool(flag["forward"][i]) and not bwd):
+        return "tp-allreduce"
+    if bool(flag["ddp"][i]) or (ddp and bool(flag["backward"][i])):
+        return "ddp-gradient-allreduce"
+    if bool(flag["optimizer"][i]):
+        return "optimizer-collective"
+    if bwd and not bool(flag["forward"][i]):
+        return "gradient-allreduce"
+    return "unknown"
+
+
+def attach_purposes(
+    instances: pd.DataFrame, per_rank: pd.DataFrame, local: pd.DataFrame
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The run's instance and per-rank tables with a ``purpose`` column: per rank, its unit's
+    local instance's (joined on unit, lane and start); per instance, the purpose most of its ranks
+    give that is not ``unknown`` (``unknown`` when none)."""
+    if per_rank.empty or "purpose" not in local.columns:
+        return (
+            instances.assign(purpose=pd.array(["unknown"] * len(instances), dtype=object)),
+            per_rank.assign(purpose=pd.array(["unknown"] * len(per_rank), dtype=object)),
+        )
+    key = local[["unit", "lane", "start_ns", "purpose"]].drop_duplicates(
+        ["unit", "lane", "start_ns"]
+    )
+    key = key.assign(lane=key["lane"].astype(str), start_ns=key["start_ns"].astype(np.int64))
+    pr = per_rank.assign(lane=per_rank["lane"].astype(str))
+    got = (
+        pr[["unit", "lane", "start_ns"]]
+        .astype({"start_ns": np.int64})
+        .merge(key, on=["unit", "lane", "start_ns"], how="left")["purpose"]
+    )
+    purpose = got.fillna("unknown").astype(str).to_numpy()
+    per_rank = per_rank.assign(purpose=pd.array(purpose, dtype=object))
+    known = per_rank[per_rank["purpose"] != "unknown"]
+    best = (
+        known.groupby(["instance", "purpose"])
+        .size()
+        .reset_index(name="n")
+        .sort_values(["instance", "n", "purpose"], ascending=[True, False, True], kind="stable")
+        .drop_duplicates("instance")
+        .set_index("instance")["purpose"]
+    )
+    got_p = instances["instance"].map(best.to_dict()).astype(object)
+    inst_p = np.array(["unknown" if pd.isna(v) else str(v) for v in got_p.tolist()], dtype=object)
+    return instances.assign(purpose=pd.array(inst_p, dtype=object)), per_rank
