@@ -280,6 +280,8 @@ def analyze(
 
     conditions = parse_conditions(fail_if)  # validate before the (possibly long) analysis
     result = run_analysis(paths, detail="auto" if html_path else None, **opts)
+    if fmt in ("table", "markdown"):
+        result = with_what_if(result, paths, opts.get("step_regex"))
     if fmt == "json":
         from .reporters.json_report import render as render_json
 
@@ -306,6 +308,27 @@ def analyze(
         from .errors import GateFailed
 
         raise GateFailed("fail-if met: " + "; ".join(failed))
+
+
+def with_what_if(result: Any, paths: tuple[str, ...], step_regex: str | None) -> Any:
+    """The analysis with its top counterfactuals (docs/whatif.md §3) for "What to try"; the run
+    graph is read again, so only for runs of at most :data:`WHATIF_MAX_UNITS` units."""
+    import dataclasses
+
+    from .reporters.whatif_report import top_lines
+    from .whatif import load_graph, what_if
+
+    if len(result.traces) > WHATIF_MAX_UNITS:
+        return result
+    try:
+        w = what_if(load_graph(list(paths), step_regex=step_regex))
+    except TraceoverlapError:
+        return result
+    return dataclasses.replace(result, what_if=tuple(top_lines(w)))
+
+
+#: analyze adds what-if lines to runs of at most this many units (the graph is a second read).
+WHATIF_MAX_UNITS = 64
 
 
 # --- compare --------------------------------------------------------------------------------
@@ -484,6 +507,50 @@ def export_cmd(paths: tuple[str, ...], output: str, **opts: Any) -> None:
         f"wrote {output}: {len(stats.events)} ranks, {n:,} events, {stats.flows} wait arrows",
         err=True,
     )
+
+
+# --- whatif (issue 22) ----------------------------------------------------------------------
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option(
+    "--scenario",
+    "scenarios",
+    multiple=True,
+    metavar="NAME",
+    help="replay, no-straggler, fix-rank:R, hide:FAMILY, comm-speed:F, no-host-gaps, "
+    "no-overlap-tax (repeatable; default: every one that applies).",
+)
+@click.option(
+    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write to a file.")
+@click.option("--step-regex", metavar="REGEX", help="Step marker regex (as for analyze).")
+@click.option("-j", "--jobs", type=click.IntRange(1, None), help="Local processes for the map.")
+@debug_option
+@handle_errors
+def whatif(
+    paths: tuple[str, ...],
+    scenarios: tuple[str, ...],
+    fmt: str,
+    output: str | None,
+    step_regex: str | None,
+    jobs: int | None,
+) -> None:
+    """What fixing it would buy: replay the run graph with a change (docs/whatif.md).
+
+    \b
+    Examples:
+      traceoverlap whatif runs/slow_rank/
+      traceoverlap whatif runs/job/ --scenario fix-rank:3 --scenario comm-speed:2
+      traceoverlap whatif runs/job/ --format json -o whatif.json
+    """
+    from .reporters.whatif_report import render_json, render_text
+    from .whatif import load_graph, what_if
+
+    w = what_if(load_graph(list(paths), step_regex=step_regex, jobs=jobs), scenarios or None)
+    write_text(render_json(w) if fmt == "json" else render_text(w), output)
 
 
 # --- profile and demo (issue 3) -------------------------------------------------------------

@@ -447,3 +447,39 @@ def map_file(
             error=(exc.path, exc.reason, exc.hint),
             not_a_trace=isinstance(exc, NotATraceError),
         )
+
+
+def map_graph_task(
+    path: str, options: AnalysisOptions, rules: Rules
+) -> FileResult | tuple[object, ...]:
+    """:func:`map_graph_file` for a worker process: errors come back as a :class:`FileResult`
+    (plain values cross process boundaries)."""
+    try:
+        return map_graph_file(path, options, rules)
+    except TraceFormatError as exc:
+        return FileResult(
+            path,
+            error=(exc.path, exc.reason, exc.hint),
+            not_a_trace=isinstance(exc, NotATraceError),
+        )
+
+
+def map_graph_file(path: str, options: AnalysisOptions, rules: Rules) -> tuple[object, ...]:
+    """The run-graph side of the map (docs/whatif.md §1): one file -> its units' graphs
+    (:class:`traceoverlap.rungraph.UnitGraph`). Raises :class:`TraceFormatError` on bad input."""
+    from .readers import read_trace
+    from .rungraph import UnitGraph, unit_graph
+
+    out: list[object] = []
+    for keep in (range_filter(options, rules), None):
+        out = []
+        for u in split_units(read_trace(Path(path), keep)):
+            kind = kinds(u, rules)
+            steps = assign_steps(u, kind, options)
+            calls = None if steps.gpu else comm_call_mask(u, rules)
+            out.append(unit_graph(u, kind, steps, calls))
+        if not any(
+            isinstance(g, UnitGraph) and not g.labels and g.trace.format == "nsys" for g in out
+        ):
+            break  # else: read every range, as map_file does
+    return tuple(out)

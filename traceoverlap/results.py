@@ -192,6 +192,8 @@ class Analysis:
     detail: StepDetail | None = None
     windows: pd.DataFrame | None = None
     exposed_spans: Mapping[str, tuple[I64, I64, I64]] | None = None
+    #: what the top counterfactuals would buy (docs/whatif.md §3), one line each; set by the CLI
+    what_if: tuple[str, ...] = ()
 
     @property
     def ranks(self) -> list[int]:
