@@ -178,3 +178,15 @@ def test_whatif_output_over_an_input_is_refused(tmp_path: Path) -> None:
     line = _one_error_line(run("whatif", str(t), "-o", str(t)))
     assert "refusing to write the output over an input trace" in line
     assert t.read_bytes() == before
+
+
+def test_export_output_over_an_input_or_to_a_lone_fifo_is_one_line(tmp_path: Path) -> None:
+    t = write_trace(tmp_path / "t.json")
+    before = t.read_bytes()
+    line = _one_error_line(run("export", str(t), "-o", str(t)))
+    assert "refusing to write the output over an input trace" in line
+    assert t.read_bytes() == before
+    fifo = tmp_path / "out.fifo"
+    os.mkfifo(fifo)
+    line = _one_error_line(run("export", str(t), "-o", str(fifo)))
+    assert "cannot write the output" in line

@@ -341,6 +341,7 @@ def _reduce(
         unassigned=_unassigned(units),
         detail=_first_detail(units, win, sets),
         windows=_windows_frame(units, win)[shown].reset_index(drop=True),
+        exposed_spans=sets.by_name(),
     )
     return analysis, sets
 

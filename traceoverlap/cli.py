@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import click
 
 from ._version import __version__
-from .errors import TraceoverlapError
+from .errors import TraceoverlapError, UsageError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -124,6 +124,7 @@ def main(debug: bool) -> None:
       traceoverlap analyze runs/bucketed/         a folder of rank traces
       traceoverlap analyze report.sqlite          an Nsight Systems SQLite export
       traceoverlap report runs/x -o report.html   offline HTML timeline report
+      traceoverlap export runs/x -o run.json      the run on one clock, for ui.perfetto.dev
       traceoverlap compare runs/naive runs/bucketed
       traceoverlap profile --strategy bucketed --world-size 2 --out runs/bucketed
       traceoverlap demo                           profile + analyze two strategies on CPU
@@ -218,6 +219,23 @@ def run_analysis(paths: tuple[str, ...], detail: Any = None, **opts: Any) -> Any
         scheduler=opts.get("scheduler"),
         detail=detail,
     )
+
+
+def html_report(
+    result: Any, plotlyjs: str = "embed", step: str | None = None, jobs: int | None = None
+) -> str:
+    """The HTML report of ``result``, with the step across ranks when it has several ranks."""
+    from pathlib import Path
+
+    from .reporters.html_report import render as render_html
+
+    across = None
+    # the step across ranks reads the rank files again: not possible from standard input
+    if result.multi_rank and all(Path(t.path).is_file() for t in result.traces):
+        from .across import step_across
+
+        across = step_across(result, step, jobs=jobs)
+    return str(render_html(result, plotlyjs=plotlyjs, across=across))
 
 
 def write_text(text: str, output: str | None) -> None:
@@ -339,9 +357,7 @@ def analyze(
         text = render_text(result, color=tty and output is None, width=width)
     write_text(text, output)
     if html_path:
-        from .reporters.html_report import render as render_html
-
-        write_text(render_html(result), html_path)
+        write_text(html_report(result, jobs=opts.get("jobs")), html_path)
         click.echo(f"wrote {html_path}", err=True)
     failed = failed_conditions(conditions, result.summary.run)
     if failed:
@@ -502,16 +518,57 @@ def report(
       traceoverlap report runs/bucketed/ --timeline-step 5 --timeline-rank 1
       traceoverlap report trace.json --plotlyjs cdn -o small.html
     """
-    from .reporters.html_report import render as render_html
-
     if timeline_rank is None and timeline_step is None:
         detail: Any = "auto"
     else:
         detail = (timeline_rank, timeline_step)
     check_outputs([output], paths, opts)
     result = run_analysis(paths, detail=detail, **opts)
-    write_text(render_html(result, plotlyjs=plotlyjs), output)
+    write_text(html_report(result, plotlyjs, timeline_step, opts.get("jobs")), output)
     click.echo(f"wrote {output}", err=True)
+
+
+# --- export: the run on one clock for Perfetto (issue 23) -----------------------------------
+
+
+@main.command("export")
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option(
+    "-o", "--output", required=True, metavar="FILE", help="Trace Event Format JSON to write."
+)
+@analysis_options
+@handle_errors
+def export_cmd(paths: tuple[str, ...], output: str, **opts: Any) -> None:
+    """Write the run on one clock as a trace for ui.perfetto.dev / chrome://tracing.
+
+    One process per rank (clock offsets removed), its threads and streams as tracks, and
+    analysis tracks on top: steps, exposed communication by cause, collective instances, and
+    waits with an arrow to the rank waited for.
+
+    \b
+    Examples:
+      traceoverlap export runs/bucketed/ -o run.json      then open run.json in ui.perfetto.dev
+    """
+    from .export import write_trace
+
+    check_outputs([output], paths, opts)
+    result = run_analysis(paths, **opts)
+    try:
+        # O_NONBLOCK: a named pipe nobody reads is an error (ENXIO), not a hang
+        fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK, 0o666)
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "wb") as fh:
+            stats = write_trace(result, fh)
+    except OSError as exc:
+        raise UsageError(
+            f"{output}: cannot write the output ({exc.strerror or exc}); check that the folder "
+            "exists and is writable"
+        ) from None
+    n = sum(stats.events.values())
+    click.echo(
+        f"wrote {output}: {len(stats.events)} ranks, {n:,} events, {stats.flows} wait arrows",
+        err=True,
+    )
 
 
 # --- whatif (issue 22) ----------------------------------------------------------------------
@@ -757,10 +814,8 @@ def demo(out: str) -> None:
     tty, width = _terminal()
     write_text(rep.render_table(cmp, color=tty, width=width), None)
 
-    from .reporters.html_report import render as render_html
-
     for strategy, result in results.items():
-        write_text(render_html(result), str(root / strategy / "report.html"))
+        write_text(html_report(result), str(root / strategy / "report.html"))
     click.echo(
         f"\ntraces: {root / 'naive'}/rank*.json.gz and {root / 'bucketed'}/rank*.json.gz; "
         f"reports: {root / 'naive' / 'report.html'}, {root / 'bucketed' / 'report.html'}"
