@@ -58,6 +58,13 @@ I64 = npt.NDArray[np.int64]
 #: ``Optimizer.step#SGD.step``, ``grad_sync``...).
 PHASE_RE = re.compile(r"(?i)forward|backward|optimi[sz]er|zero_grad|grad_sync")
 
+#: Host ranges that can explain why a rank was late (diagnosis.md §6, blame): data loading, a
+#: planted or real sleep, a host delay, a barrier or a host sync, checkpointing. The range filter
+#: keeps them so that blame on a filtered Nsight export names the same range as on the full one.
+HOST_CAUSE_RE = re.compile(
+    r"(?i)data_?loader|straggler|sleep|host_delay|barrier|synchroni[sz]e|checkpoint"
+)
+
 
 @dataclass(frozen=True)
 class DetailRequest:
@@ -425,12 +432,12 @@ _NCCL_RANGE_RE = r"nccl:"
 
 
 def range_filter(options: AnalysisOptions, rules: Rules) -> Callable[[str], bool]:
-    """The host ranges the analysis can use: step markers, phases (:data:`PHASE_RE`),
-    communication, ``nccl:<collective>``, wait and CPU-compute ranges (every name pattern of
+    """The host ranges the analysis can use: step markers, phases (:data:`PHASE_RE`), ranges
+    that can explain a late rank (:data:`HOST_CAUSE_RE`), communication, ``nccl:<collective>``, wait and CPU-compute ranges (every name pattern of
     ``rules`` and ``options``). A reader may drop the others (an ``emit_nvtx`` capture's million
     op ranges); only the no-marker hints read every range name, so :func:`map_file` reads again
     unfiltered when a unit finds no step marker."""
-    patterns = [options.step_pattern, PHASE_RE.pattern, _NCCL_RANGE_RE]
+    patterns = [options.step_pattern, PHASE_RE.pattern, HOST_CAUSE_RE.pattern, _NCCL_RANGE_RE]
     for group in (
         rules.cpu_comm,
         rules.extra_comm,
