@@ -39,7 +39,9 @@ def handle_errors(func: F) -> F:
         except TraceoverlapError as exc:
             if debug:
                 raise
-            click.echo(f"traceoverlap: error: {exc}", err=True)
+            from .fmt import safe_text
+
+            click.echo(f"traceoverlap: error: {safe_text(str(exc))}", err=True)
             sys.exit(exc.exit_code)
         except KeyboardInterrupt:
             click.echo("traceoverlap: interrupted", err=True)
@@ -52,14 +54,26 @@ def handle_errors(func: F) -> F:
         except MemoryError:
             if debug:
                 raise
-            click.echo(
-                "traceoverlap: error: out of memory; analyse fewer ranks at once (--rank) or on "
-                "a Dask cluster (--scheduler)",
-                err=True,
-            )
+            click.echo(f"traceoverlap: error: {_out_of_memory(kwargs)}", err=True)
             sys.exit(2)
 
     return wrapper  # type: ignore[return-value]
+
+
+def _out_of_memory(kwargs: dict[str, Any]) -> str:
+    """The out-of-memory line: naming the input; Dask advice only when there are several ranks
+    to spread (a folder, several files)."""
+    paths = list(kwargs.get("paths") or ()) or [
+        p for p in (kwargs.get("baseline"), kwargs.get("candidate")) if p
+    ]
+    several = len(paths) > 1 or any(os.path.isdir(p) for p in paths)
+    where = f"{', '.join(paths)[:300]}: " if paths else ""
+    advice = (
+        "analyse fewer ranks at once (--rank), or spread them over a Dask cluster (--scheduler)"
+        if several
+        else "free memory, or analyse it on a machine with more"
+    )
+    return f"{where}out of memory; {advice}"
 
 
 debug_option = click.option(
@@ -67,7 +81,37 @@ debug_option = click.option(
 )
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class _OneLineErrors(click.Group):
+    """click's own errors (an unknown option, a bad value, a missing argument) as one line, like
+    every other error: ``traceoverlap: error: ... (see `traceoverlap analyze --help`)``."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("standalone_mode", True) is False:
+            return super().main(*args, **kwargs)
+        kwargs["standalone_mode"] = False
+        try:
+            code = super().main(*args, **kwargs)
+        except click.UsageError as exc:
+            if type(exc).__name__ == "NoArgsIsHelpError":  # bare `traceoverlap`: the help
+                click.echo(exc.format_message())
+                sys.exit(exc.exit_code)
+            where = exc.ctx.command_path if exc.ctx is not None else "traceoverlap"
+            msg = " ".join(exc.format_message().split())
+            click.echo(f"traceoverlap: error: {msg} (see `{where} --help`)", err=True)
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            click.echo(f"traceoverlap: error: {' '.join(exc.format_message().split())}", err=True)
+            sys.exit(exc.exit_code)
+        except click.exceptions.Abort:
+            click.echo("traceoverlap: interrupted", err=True)
+            sys.exit(130)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+@click.group(
+    cls=_OneLineErrors,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
 @click.version_option(__version__, prog_name="traceoverlap")
 @debug_option
 def main(debug: bool) -> None:
@@ -195,18 +239,29 @@ def html_report(
 
 
 def write_text(text: str, output: str | None) -> None:
-    """``text`` to ``output`` (stdout when None), with a clear error when it cannot be written."""
-    if not output or output == "-":
+    """``text`` to ``output`` (stdout when None), with a clear error when it cannot be written.
+
+    Text formats lose terminal control sequences and control characters that trace strings may
+    hold (:func:`traceoverlap.fmt.safe_text`; our own colours stay on a terminal); an HTML page
+    escapes its text itself (and embeds plotly.js, which is left alone)."""
+    from .fmt import safe_text
+
+    to_stdout = not output or output == "-"
+    if not text[:100].lstrip().lower().startswith(("<!doctype html", "<html")):
+        text = safe_text(text, keep_sgr=to_stdout and sys.stdout.isatty())
+    if to_stdout:
         click.echo(text, nl=False)
         return
-    try:
-        with open(output, "w", encoding="utf-8") as fh:
-            fh.write(text)
-    except OSError as exc:
-        raise UsageError(
-            f"{output}: cannot write the output ({exc.strerror or exc}); check that the folder "
-            "exists and is writable"
-        ) from None
+    from .outputs import write_output
+
+    write_output(text, str(output))
+
+
+def check_outputs(outputs: list[str | None], paths: tuple[str, ...], opts: dict[str, Any]) -> None:
+    """Refuse, before analysing, outputs that would replace an input (traceoverlap.outputs)."""
+    from .outputs import check_outputs as check
+
+    check(outputs, [*paths, *([opts["config"]] if opts.get("config") else [])])
 
 
 def _terminal() -> tuple[bool, int]:
@@ -279,6 +334,7 @@ def analyze(
     from .gate import failed_conditions, parse_conditions
 
     conditions = parse_conditions(fail_if)  # validate before the (possibly long) analysis
+    check_outputs([output, html_path], paths, opts)
     result = run_analysis(paths, detail="auto" if html_path else None, **opts)
     if fmt in ("table", "markdown"):
         result = with_what_if(result, paths, opts.get("step_regex"))
@@ -391,6 +447,7 @@ def compare(
     from .comparison import compare as compare_runs
     from .reporters import compare_text as rep
 
+    check_outputs([output, html_path], (baseline, candidate), opts)
     detail = "auto" if html_path else None
     base = run_analysis((baseline,), detail=detail, **opts)
     cand = run_analysis((candidate,), detail=detail, **opts)
@@ -465,6 +522,7 @@ def report(
         detail: Any = "auto"
     else:
         detail = (timeline_rank, timeline_step)
+    check_outputs([output], paths, opts)
     result = run_analysis(paths, detail=detail, **opts)
     write_text(html_report(result, plotlyjs, timeline_step, opts.get("jobs")), output)
     click.echo(f"wrote {output}", err=True)
@@ -493,9 +551,13 @@ def export_cmd(paths: tuple[str, ...], output: str, **opts: Any) -> None:
     """
     from .export import write_trace
 
+    check_outputs([output], paths, opts)
     result = run_analysis(paths, **opts)
     try:
-        with open(output, "wb") as fh:
+        # O_NONBLOCK: a named pipe nobody reads is an error (ENXIO), not a hang
+        fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK, 0o666)
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "wb") as fh:
             stats = write_trace(result, fh)
     except OSError as exc:
         raise UsageError(
@@ -549,6 +611,7 @@ def whatif(
     from .reporters.whatif_report import render_json, render_text
     from .whatif import load_graph, what_if
 
+    check_outputs([output], paths, {})
     w = what_if(load_graph(list(paths), step_regex=step_regex, jobs=jobs), scenarios or None)
     write_text(render_json(w) if fmt == "json" else render_text(w), output)
 
@@ -560,7 +623,7 @@ def _echo_analysis(result: Any) -> None:
     from .reporters.text import render as render_text
 
     tty, width = _terminal()
-    click.echo(render_text(result, color=tty, width=width), nl=False)
+    write_text(render_text(result, color=tty, width=width), None)
 
 
 @main.command()
@@ -748,7 +811,8 @@ def demo(out: str) -> None:
     cmp = compare_runs(
         results["naive"], results["bucketed"], baseline_label="naive", candidate_label="bucketed"
     )
-    click.echo(rep.render_table(cmp, color=sys.stdout.isatty()), nl=False)
+    tty, width = _terminal()
+    write_text(rep.render_table(cmp, color=tty, width=width), None)
 
     for strategy, result in results.items():
         write_text(html_report(result), str(root / strategy / "report.html"))
