@@ -16,11 +16,13 @@ from _html_data import ddp_rank, ddp_run, dense_rank
 from conftest import REAL_TRACES
 
 from traceoverlap import analyze
+from traceoverlap.across import step_across
 from traceoverlap.reporters.html_report import write_report
 
 REPO = Path(__file__).resolve().parents[1]
 OUTPUT = REPO / "tests" / "output"
 REAL = REAL_TRACES / "kineto" / "a100_nccl_allreduce_rank0.json.gz"
+DLRM = REAL_TRACES / "kineto" / "dlrm_v100_8rank"
 FIXTURE = REPO / "fixtures" / "workloads" / "bucketed_slow"
 
 CHROMIUM = next(
@@ -93,9 +95,11 @@ def test_error_detector_sees_a_js_error(tmp_path):
 
 
 def test_two_rank_report_renders(tmp_path):
-    out = write_report(analyze(ddp_run(2, steps=3), detail="auto"), tmp_path / "two_ranks.html")
-    dom = check_in_browser(out, tmp_path, "report_two_ranks.png", 3400)
-    assert "Timeline of step 2 on rank 0" in dom
+    tl = ddp_run(2, steps=3)
+    a = analyze(tl, detail="auto")
+    out = write_report(a, tmp_path / "two_ranks.html", across=step_across(a, source=tl))
+    dom = check_in_browser(out, tmp_path, "report_two_ranks.png", 3800)
+    assert "Timeline of step 2 on rank 0" in dom and "Step 2 across ranks" in dom
 
 
 def test_dense_report_renders(tmp_path):
@@ -118,8 +122,71 @@ def test_large_step_renders_with_and_without_webgl(tmp_path, webgl):
 
 @pytest.mark.skipif(not FIXTURE.exists(), reason="fixtures/workloads not generated")
 def test_cpu_workload_report_renders(tmp_path):
-    out = write_report(analyze(FIXTURE, detail="auto"), tmp_path / "bucketed_slow.html")
-    check_in_browser(out, tmp_path, "report_bucketed_slow.png", 3600)
+    # the 2-rank CPU fixture, with the step across ranks
+    a = analyze(FIXTURE, detail="auto")
+    out = write_report(a, tmp_path / "bucketed_slow.html", across=step_across(a))
+    dom = check_in_browser(out, tmp_path, "report_bucketed_slow.png", 4000)
+    assert "across ranks</h2>" in dom
+
+
+ACROSS_PROBE = """<script>
+setTimeout(function () {
+  var gd = document.getElementById("tov-plot-across");
+  var n = gd.data.findIndex(function (t) { return t.name === "waiting for the last rank"; });
+  Plotly.Fx.hover(gd, [{curveNumber: n, pointNumber: 0}]);
+  var layer = gd.querySelector(".hoverlayer");
+  document.body.setAttribute("data-hover", layer ? layer.textContent : "none");
+}, 300);
+</script>"""
+
+
+@pytest.mark.skipif(not DLRM.exists(), reason="shared real traces not present")
+def test_dlrm_8_rank_report_renders_the_step_across_ranks(tmp_path):
+    a = analyze(DLRM, detail="auto")
+    x = step_across(a)
+    out = write_report(a, tmp_path / "dlrm.html", across=x)
+    dom = check_in_browser(out, tmp_path, "report_dlrm_8ranks.png", 4200)
+    assert f"Step {x.step} across ranks" in dom and "arrived last in" in dom
+    # hover the first wait part drawn: it names the collective, its last arrival and the wait
+    probe = tmp_path / "probe.html"
+    page = out.read_text(encoding="utf-8")
+    probe.write_text(page.replace("</body>", ACROSS_PROBE + "</body>"), encoding="utf-8")
+    res = chromium(probe.as_uri(), tmp_path / "p", "--dump-dom")
+    hover = re.search(r'data-hover="([^"]*)"', res.stdout)
+    assert hover, res.stderr[-2000:]
+    text = hover.group(1)
+    assert text.startswith("all_to_all #") and "last arrival: rank" in text and "waited" in text
+
+
+MOUSE_PROBE = """<script>
+setTimeout(function () {
+  var gd = document.getElementById("tov-plot-across");
+  var row = gd.layout.yaxis.ticktext.indexOf("communication", 4);  // rank 1's communication row
+  var t = gd._fullData.find(function (t) {
+    return t.name === "waiting for the last rank" && t.y[0] === row; });
+  // the middle of rank 1's first wait part, as a mouse would point at it
+  Plotly.Fx.hover(gd, {xval: t.base[0] + t.x[0] / 2, yval: row});
+  var layer = gd.querySelector(".hoverlayer");
+  document.body.setAttribute("data-hover", layer ? layer.textContent : "none");
+}, 300);
+</script>"""
+
+
+@pytest.mark.skipif(not DLRM.exists(), reason="shared real traces not present")
+def test_dlrm_pointing_at_a_wait_names_the_collective(tmp_path):
+    # rank 1 waits the longest for rank 7 at the step's first all_to_all: pointing anywhere over
+    # that purple bar names it (not the rank's other communication under it)
+    a = analyze(DLRM, detail="auto")
+    out = write_report(a, tmp_path / "dlrm.html", across=step_across(a), plotlyjs="embed")
+    probe = tmp_path / "mouse.html"
+    page = out.read_text(encoding="utf-8")
+    probe.write_text(page.replace("</body>", MOUSE_PROBE + "</body>"), encoding="utf-8")
+    res = chromium(probe.as_uri(), tmp_path / "p", "--dump-dom")
+    hover = re.search(r'data-hover="([^"]*)"', res.stdout)
+    assert hover, res.stderr[-2000:]
+    text = hover.group(1)
+    assert text.startswith("all_to_all #") and "on rank 1" in text
+    assert "last arrival: rank 7" in text
 
 
 @pytest.mark.skipif(not REAL.exists(), reason="shared real traces not present")

@@ -581,3 +581,26 @@ def test_credit_end_to_end_against_brute_force(
         assert pick is not None
         want[pick] = want.get(pick, 0) + 1
     assert got == want
+
+
+def test_blame_line_words() -> None:
+    from traceoverlap.job import blame_line
+
+    base = {"rank": 0, "exposed_wait_ns": 3_220_000, "chain": (1,), "cause": "grad_sync"}
+    # a root with no measured lateness (ratio NaN, as pandas gives back a None) is not explained
+    # by the range that happened to be open: "0.00 ms longer ... (- explained)" said nothing
+    line = blame_line({**base, "lateness_ns": 0, "cause_ns": 0, "explained_ratio": float("nan")})
+    assert line == "rank 0 waited 3.22 ms for rank 1 <- rank 1 was not measurably late: unexplained"
+    # 40 ms late, 38 ms of it in the range: 95 % explained
+    line = blame_line(
+        {**base, "lateness_ns": 40_000_000, "cause_ns": 38_000_000, "explained_ratio": 0.95}
+    )
+    assert line.endswith(
+        "rank 1's `grad_sync` ran 38.00 ms longer than its early peer's, of its "
+        "40.00 ms lateness (95.0% explained)"
+    )
+    # 40 ms late, 10 ms explained (25 % < 50 %): unexplained
+    line = blame_line(
+        {**base, "lateness_ns": 40_000_000, "cause_ns": 10_000_000, "explained_ratio": 0.25}
+    )
+    assert line.endswith("rank 1 was late by 40.00 ms: unexplained")

@@ -45,6 +45,8 @@ def _export(tmp_path: Path, steps: bool = True) -> Path:
     x.nvtx(300, T0 + 100_000, T0 + 900_000, "forward", registered=False)  # a phase
     x.nvtx(300, T0 + 1_000_000, T0 + 1_100_000, "nccl:all_reduce")  # a collective
     x.nvtx(300, T0 + 1_200_000, T0 + 1_300_000, "wait_tensor", registered=False)  # a wait
+    # a range that can explain a late rank (blame names it): kept
+    x.nvtx(300, T0 + 1_400_000, T0 + 1_500_000, "straggler_sleep", registered=False)
     # emit_nvtx op ranges: nothing uses them (one inline, one registered)
     for i in range(3):
         x.nvtx(300, T0 + 10_000 * i, T0 + 10_000 * i + 5_000, f"aten::mm, seq = {i}", False)
@@ -63,15 +65,16 @@ def _annotations(path: Path, keep: object) -> list[str]:
 def test_only_step_phase_comm_and_wait_ranges_are_read(tmp_path: Path) -> None:
     path = _export(tmp_path)
     keep = range_filter(AnalysisOptions(), Rules())
-    # 8 ranges: ProfilerStep#1, forward, nccl:all_reduce, wait_tensor are kept; the 4 aten ones
-    # go (the "rank 0" mark is not a range: it still names the rank)
+    # 9 ranges: ProfilerStep#1, forward, nccl:all_reduce, wait_tensor, straggler_sleep are kept;
+    # the 4 aten ones go (the "rank 0" mark is not a range: it still names the rank)
     assert _annotations(path, keep) == [
         "ProfilerStep#1",
         "forward",
         "nccl:all_reduce",
+        "straggler_sleep",
         "wait_tensor",
     ]
-    assert len(_annotations(path, None)) == 8
+    assert len(_annotations(path, None)) == 9
     tl = read_nsys(path, keep)
     info = tl.traces[0]
     assert info.rank_source == "nvtx"

@@ -59,3 +59,8 @@ def __getattr__(name: str) -> Any:
     value = getattr(importlib.import_module(f".{module}", __name__), name)
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    # the lazy names are part of the module: dir() and tab completion list them
+    return sorted(set(globals()) | set(__all__))

@@ -30,7 +30,7 @@ from .classify import Rules
 from .collectives import CauseSets, Collectives, match_collectives
 from .diagnosis import CAUSES, AdviceContext, findings, partial_hedge, verdict
 from .errors import TraceFormatError, UsageError
-from .inputs import expand_paths, from_folder, run_map
+from .inputs import expand_paths, from_folder, made_by_this_run, run_map
 from .intervals import GroupedIntervals
 from .job import blame_table, empty_blame, top_blame
 from .metrics import MEASURED, ratio
@@ -127,6 +127,9 @@ def analyze(
                 path, reason, hint = res.error
                 if res.path in listed and res.not_a_trace:
                     skipped.append(f"skipped {path}: {reason}")
+                    continue
+                if res.path in listed and made_by_this_run(res.path):
+                    skipped.append(f"skipped {path}: empty, created by this run (a redirect?)")
                     continue
                 raise TraceFormatError(path, reason, hint)
             results.append(res)
@@ -338,6 +341,7 @@ def _reduce(
         unassigned=_unassigned(units),
         detail=_first_detail(units, win, sets),
         windows=_windows_frame(units, win)[shown].reset_index(drop=True),
+        exposed_spans=sets.by_name(),
     )
     return analysis, sets
 

@@ -39,7 +39,9 @@ def handle_errors(func: F) -> F:
         except TraceoverlapError as exc:
             if debug:
                 raise
-            click.echo(f"traceoverlap: error: {exc}", err=True)
+            from .fmt import safe_text
+
+            click.echo(f"traceoverlap: error: {safe_text(str(exc))}", err=True)
             sys.exit(exc.exit_code)
         except KeyboardInterrupt:
             click.echo("traceoverlap: interrupted", err=True)
@@ -52,14 +54,26 @@ def handle_errors(func: F) -> F:
         except MemoryError:
             if debug:
                 raise
-            click.echo(
-                "traceoverlap: error: out of memory; analyse fewer ranks at once (--rank) or on "
-                "a Dask cluster (--scheduler)",
-                err=True,
-            )
+            click.echo(f"traceoverlap: error: {_out_of_memory(kwargs)}", err=True)
             sys.exit(2)
 
     return wrapper  # type: ignore[return-value]
+
+
+def _out_of_memory(kwargs: dict[str, Any]) -> str:
+    """The out-of-memory line: naming the input; Dask advice only when there are several ranks
+    to spread (a folder, several files)."""
+    paths = list(kwargs.get("paths") or ()) or [
+        p for p in (kwargs.get("baseline"), kwargs.get("candidate")) if p
+    ]
+    several = len(paths) > 1 or any(os.path.isdir(p) for p in paths)
+    where = f"{', '.join(paths)[:300]}: " if paths else ""
+    advice = (
+        "analyse fewer ranks at once (--rank), or spread them over a Dask cluster (--scheduler)"
+        if several
+        else "free memory, or analyse it on a machine with more"
+    )
+    return f"{where}out of memory; {advice}"
 
 
 debug_option = click.option(
@@ -67,7 +81,37 @@ debug_option = click.option(
 )
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class _OneLineErrors(click.Group):
+    """click's own errors (an unknown option, a bad value, a missing argument) as one line, like
+    every other error: ``traceoverlap: error: ... (see `traceoverlap analyze --help`)``."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("standalone_mode", True) is False:
+            return super().main(*args, **kwargs)
+        kwargs["standalone_mode"] = False
+        try:
+            code = super().main(*args, **kwargs)
+        except click.UsageError as exc:
+            if type(exc).__name__ == "NoArgsIsHelpError":  # bare `traceoverlap`: the help
+                click.echo(exc.format_message())
+                sys.exit(exc.exit_code)
+            where = exc.ctx.command_path if exc.ctx is not None else "traceoverlap"
+            msg = " ".join(exc.format_message().split())
+            click.echo(f"traceoverlap: error: {msg} (see `{where} --help`)", err=True)
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            click.echo(f"traceoverlap: error: {' '.join(exc.format_message().split())}", err=True)
+            sys.exit(exc.exit_code)
+        except click.exceptions.Abort:
+            click.echo("traceoverlap: interrupted", err=True)
+            sys.exit(130)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+@click.group(
+    cls=_OneLineErrors,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
 @click.version_option(__version__, prog_name="traceoverlap")
 @debug_option
 def main(debug: bool) -> None:
@@ -80,6 +124,7 @@ def main(debug: bool) -> None:
       traceoverlap analyze runs/bucketed/         a folder of rank traces
       traceoverlap analyze report.sqlite          an Nsight Systems SQLite export
       traceoverlap report runs/x -o report.html   offline HTML timeline report
+      traceoverlap export runs/x -o run.json      the run on one clock, for ui.perfetto.dev
       traceoverlap compare runs/naive runs/bucketed
       traceoverlap profile --strategy bucketed --world-size 2 --out runs/bucketed
       traceoverlap demo                           profile + analyze two strategies on CPU
@@ -176,19 +221,47 @@ def run_analysis(paths: tuple[str, ...], detail: Any = None, **opts: Any) -> Any
     )
 
 
+def html_report(
+    result: Any, plotlyjs: str = "embed", step: str | None = None, jobs: int | None = None
+) -> str:
+    """The HTML report of ``result``, with the step across ranks when it has several ranks."""
+    from pathlib import Path
+
+    from .reporters.html_report import render as render_html
+
+    across = None
+    # the step across ranks reads the rank files again: not possible from standard input
+    if result.multi_rank and all(Path(t.path).is_file() for t in result.traces):
+        from .across import step_across
+
+        across = step_across(result, step, jobs=jobs)
+    return str(render_html(result, plotlyjs=plotlyjs, across=across))
+
+
 def write_text(text: str, output: str | None) -> None:
-    """``text`` to ``output`` (stdout when None), with a clear error when it cannot be written."""
-    if not output or output == "-":
+    """``text`` to ``output`` (stdout when None), with a clear error when it cannot be written.
+
+    Text formats lose terminal control sequences and control characters that trace strings may
+    hold (:func:`traceoverlap.fmt.safe_text`; our own colours stay on a terminal); an HTML page
+    escapes its text itself (and embeds plotly.js, which is left alone)."""
+    from .fmt import safe_text
+
+    to_stdout = not output or output == "-"
+    if not text[:100].lstrip().lower().startswith(("<!doctype html", "<html")):
+        text = safe_text(text, keep_sgr=to_stdout and sys.stdout.isatty())
+    if to_stdout:
         click.echo(text, nl=False)
         return
-    try:
-        with open(output, "w", encoding="utf-8") as fh:
-            fh.write(text)
-    except OSError as exc:
-        raise UsageError(
-            f"{output}: cannot write the output ({exc.strerror or exc}); check that the folder "
-            "exists and is writable"
-        ) from None
+    from .outputs import write_output
+
+    write_output(text, str(output))
+
+
+def check_outputs(outputs: list[str | None], paths: tuple[str, ...], opts: dict[str, Any]) -> None:
+    """Refuse, before analysing, outputs that would replace an input (traceoverlap.outputs)."""
+    from .outputs import check_outputs as check
+
+    check(outputs, [*paths, *([opts["config"]] if opts.get("config") else [])])
 
 
 def _terminal() -> tuple[bool, int]:
@@ -261,7 +334,10 @@ def analyze(
     from .gate import failed_conditions, parse_conditions
 
     conditions = parse_conditions(fail_if)  # validate before the (possibly long) analysis
+    check_outputs([output, html_path], paths, opts)
     result = run_analysis(paths, detail="auto" if html_path else None, **opts)
+    if fmt in ("table", "markdown"):
+        result = with_what_if(result, paths, opts.get("step_regex"))
     if fmt == "json":
         from .reporters.json_report import render as render_json
 
@@ -281,15 +357,34 @@ def analyze(
         text = render_text(result, color=tty and output is None, width=width)
     write_text(text, output)
     if html_path:
-        from .reporters.html_report import render as render_html
-
-        write_text(render_html(result), html_path)
+        write_text(html_report(result, jobs=opts.get("jobs")), html_path)
         click.echo(f"wrote {html_path}", err=True)
     failed = failed_conditions(conditions, result.summary.run)
     if failed:
         from .errors import GateFailed
 
         raise GateFailed("fail-if met: " + "; ".join(failed))
+
+
+def with_what_if(result: Any, paths: tuple[str, ...], step_regex: str | None) -> Any:
+    """The analysis with its top counterfactuals (docs/whatif.md §3) for "What to try"; the run
+    graph is read again, so only for runs of at most :data:`WHATIF_MAX_UNITS` units."""
+    import dataclasses
+
+    from .reporters.whatif_report import top_lines
+    from .whatif import load_graph, what_if
+
+    if len(result.traces) > WHATIF_MAX_UNITS:
+        return result
+    try:
+        w = what_if(load_graph(list(paths), step_regex=step_regex))
+    except TraceoverlapError:
+        return result
+    return dataclasses.replace(result, what_if=tuple(top_lines(w)))
+
+
+#: analyze adds what-if lines to runs of at most this many units (the graph is a second read).
+WHATIF_MAX_UNITS = 64
 
 
 # --- compare --------------------------------------------------------------------------------
@@ -352,6 +447,7 @@ def compare(
     from .comparison import compare as compare_runs
     from .reporters import compare_text as rep
 
+    check_outputs([output, html_path], (baseline, candidate), opts)
     detail = "auto" if html_path else None
     base = run_analysis((baseline,), detail=detail, **opts)
     cand = run_analysis((candidate,), detail=detail, **opts)
@@ -422,15 +518,102 @@ def report(
       traceoverlap report runs/bucketed/ --timeline-step 5 --timeline-rank 1
       traceoverlap report trace.json --plotlyjs cdn -o small.html
     """
-    from .reporters.html_report import render as render_html
-
     if timeline_rank is None and timeline_step is None:
         detail: Any = "auto"
     else:
         detail = (timeline_rank, timeline_step)
+    check_outputs([output], paths, opts)
     result = run_analysis(paths, detail=detail, **opts)
-    write_text(render_html(result, plotlyjs=plotlyjs), output)
+    write_text(html_report(result, plotlyjs, timeline_step, opts.get("jobs")), output)
     click.echo(f"wrote {output}", err=True)
+
+
+# --- export: the run on one clock for Perfetto (issue 23) -----------------------------------
+
+
+@main.command("export")
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option(
+    "-o", "--output", required=True, metavar="FILE", help="Trace Event Format JSON to write."
+)
+@analysis_options
+@handle_errors
+def export_cmd(paths: tuple[str, ...], output: str, **opts: Any) -> None:
+    """Write the run on one clock as a trace for ui.perfetto.dev / chrome://tracing.
+
+    One process per rank (clock offsets removed), its threads and streams as tracks, and
+    analysis tracks on top: steps, exposed communication by cause, collective instances, and
+    waits with an arrow to the rank waited for.
+
+    \b
+    Examples:
+      traceoverlap export runs/bucketed/ -o run.json      then open run.json in ui.perfetto.dev
+    """
+    from .export import write_trace
+
+    check_outputs([output], paths, opts)
+    result = run_analysis(paths, **opts)
+    try:
+        # O_NONBLOCK: a named pipe nobody reads is an error (ENXIO), not a hang
+        fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK, 0o666)
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "wb") as fh:
+            stats = write_trace(result, fh)
+    except OSError as exc:
+        raise UsageError(
+            f"{output}: cannot write the output ({exc.strerror or exc}); check that the folder "
+            "exists and is writable"
+        ) from None
+    n = sum(stats.events.values())
+    click.echo(
+        f"wrote {output}: {len(stats.events)} ranks, {n:,} events, {stats.flows} wait arrows",
+        err=True,
+    )
+
+
+# --- whatif (issue 22) ----------------------------------------------------------------------
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option(
+    "--scenario",
+    "scenarios",
+    multiple=True,
+    metavar="NAME",
+    help="replay, no-straggler, fix-rank:R, hide:FAMILY, comm-speed:F, no-host-gaps, "
+    "no-overlap-tax (repeatable; default: every one that applies).",
+)
+@click.option(
+    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write to a file.")
+@click.option("--step-regex", metavar="REGEX", help="Step marker regex (as for analyze).")
+@click.option("-j", "--jobs", type=click.IntRange(1, None), help="Local processes for the map.")
+@debug_option
+@handle_errors
+def whatif(
+    paths: tuple[str, ...],
+    scenarios: tuple[str, ...],
+    fmt: str,
+    output: str | None,
+    step_regex: str | None,
+    jobs: int | None,
+) -> None:
+    """What fixing it would buy: replay the run graph with a change (docs/whatif.md).
+
+    \b
+    Examples:
+      traceoverlap whatif runs/slow_rank/
+      traceoverlap whatif runs/job/ --scenario fix-rank:3 --scenario comm-speed:2
+      traceoverlap whatif runs/job/ --format json -o whatif.json
+    """
+    from .reporters.whatif_report import render_json, render_text
+    from .whatif import load_graph, what_if
+
+    check_outputs([output], paths, {})
+    w = what_if(load_graph(list(paths), step_regex=step_regex, jobs=jobs), scenarios or None)
+    write_text(render_json(w) if fmt == "json" else render_text(w), output)
 
 
 # --- profile and demo (issue 3) -------------------------------------------------------------
@@ -440,7 +623,7 @@ def _echo_analysis(result: Any) -> None:
     from .reporters.text import render as render_text
 
     tty, width = _terminal()
-    click.echo(render_text(result, color=tty, width=width), nl=False)
+    write_text(render_text(result, color=tty, width=width), None)
 
 
 @main.command()
@@ -628,12 +811,11 @@ def demo(out: str) -> None:
     cmp = compare_runs(
         results["naive"], results["bucketed"], baseline_label="naive", candidate_label="bucketed"
     )
-    click.echo(rep.render_table(cmp, color=sys.stdout.isatty()), nl=False)
-
-    from .reporters.html_report import render as render_html
+    tty, width = _terminal()
+    write_text(rep.render_table(cmp, color=tty, width=width), None)
 
     for strategy, result in results.items():
-        write_text(render_html(result), str(root / strategy / "report.html"))
+        write_text(html_report(result), str(root / strategy / "report.html"))
     click.echo(
         f"\ntraces: {root / 'naive'}/rank*.json.gz and {root / 'bucketed'}/rank*.json.gz; "
         f"reports: {root / 'naive' / 'report.html'}, {root / 'bucketed' / 'report.html'}"

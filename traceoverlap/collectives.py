@@ -616,6 +616,9 @@ class Collectives:
     credit: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(CREDIT_COLUMNS)))
     groups: pd.DataFrame = field(default_factory=pd.DataFrame)
     blame: pd.DataFrame = field(default_factory=empty_blame)
+    #: per unit index: the clock offset (ns) removed from its times to put it on the run's one
+    #: clock (aligned = raw - offset; 0 for units without consistent matched instances)
+    offsets_ns: tuple[int, ...] = ()
 
     @property
     def aligned(self) -> bool:
@@ -950,7 +953,7 @@ def match_collectives(
         dst_rank=extra["dst_rank"].to_numpy(np.int64),
     )
     unix = bool(traces) and all(t.clock == "unix" for t in traces)
-    m, n_inconsistent, clock = _align_clocks(inst, unix, notes)
+    m, n_inconsistent, clock, offsets = _align_clocks(inst, unix, notes)
 
     # wait / transfer per matched (instance, unit)
     m["transfer_ns"] = m.groupby("key")["dur_ns"].transform("min").astype(np.int64)
@@ -983,6 +986,7 @@ def match_collectives(
         world_size=max((t.world_size or 0 for t in traces), default=0) or None,
         credit=credit,
         groups=_groups_frame(inst, traces),
+        offsets_ns=tuple(int(offsets.get(u, 0)) if clock else 0 for u in units),
     )
     return coll, sets, family_causes
 
@@ -1086,14 +1090,14 @@ def _p2p_waits(m: pd.DataFrame) -> None:
 
 def _align_clocks(
     inst: pd.DataFrame, unix: bool, notes: list[str]
-) -> tuple[pd.DataFrame, int, str | None]:
+) -> tuple[pd.DataFrame, int, str | None, dict[int, int]]:
     """The consistent matched rows (with ``aligned_start``), the number of inconsistent matched
-    instances (unmatched in ``inst``, in place), and how clocks were aligned (see the module
-    docstring)."""
+    instances (unmatched in ``inst``, in place), how clocks were aligned (see the module
+    docstring) and the offset of each unit that has matched instances."""
     m = inst[inst["key"] >= 0].copy()
     if m.empty:
         m["aligned_start"] = np.zeros(0, np.int64)
-        return m, 0, None
+        return m, 0, None, {}
     keys_m = m["key"].to_numpy()
 
     def consistent_with(offsets: dict[int, int]) -> npt.NDArray[np.bool_]:
@@ -1139,7 +1143,7 @@ def _align_clocks(
     clock = None
     if len(m):
         clock = "unix" if unix and all(v == 0 for v in off.values()) else "estimated"
-    return m, len(bad_keys), clock
+    return m, len(bad_keys), clock, off
 
 
 def _cause_sets(

@@ -110,6 +110,31 @@ def _collective_profile(analysis: Analysis) -> pd.DataFrame:
     ).reset_index()
 
 
+def _per_step_counts(analysis: Analysis) -> dict[str, int]:
+    """Per collective kind: how many a step issues (median over (rank, step) of the count)."""
+    coll = analysis.collectives
+    if coll is None or coll.per_rank.empty:
+        return {}
+    n = coll.per_rank.groupby(["name", "unit", "window"]).size()
+    return {str(k): int(v) for k, v in n.groupby(level="name").median().items()}
+
+
+def _pairing_notes(baseline: Analysis, candidate: Analysis) -> list[str]:
+    """Collectives are paired by position within a step (``all_reduce #6`` with ``#6``): when
+    the runs issue a different number of a kind per step (30 per-parameter all-reduces vs 3
+    buckets), the pairs are not the same collective, and the comparison says so."""
+    b, c = _per_step_counts(baseline), _per_step_counts(candidate)
+    out = []
+    for name in sorted(set(b) & set(c)):
+        if b[name] != c[name]:
+            out.append(
+                f"the runs issue different {name} collectives per step ({b[name]} vs {c[name]}): "
+                f"'{name} #N' pairs the N-th of each step, not the same collective; compare the "
+                "totals (exposed comm) rather than the pairs"
+            )
+    return out
+
+
 def _main_change(metrics: pd.DataFrame) -> str | None:
     m = metrics[metrics["metric"].isin(MAIN_CHANGE_METRICS)]
     m = m[m["delta"].notna() & (m["delta"] != 0)]
@@ -175,6 +200,7 @@ def compare(
     )
     notes = [f"{baseline_label}: {n}" for n in baseline.notes]
     notes += [f"{candidate_label}: {n}" for n in candidate.notes]
+    notes[:0] = _pairing_notes(baseline, candidate) if not collectives.empty else []
     nb, nc = len(baseline.traces), len(candidate.traces)
     if nb != nc:
         notes.insert(

@@ -7,6 +7,7 @@ A missing value (None, NaN) shows as ``-`` (or the given ``missing``).
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 
@@ -75,3 +76,40 @@ def size(n: Any, missing: str = "–") -> str:
 def count(n: int, word: str, plural: str | None = None) -> str:
     """``1 step`` / ``3 steps``."""
     return f"{n} {word if n == 1 else (plural or word + 's')}"
+
+
+# Terminal control in text drawn from traces (kernel, device, backend, collective names): an
+# OSC sequence sets the window title or writes the clipboard (ESC ] 52), CSI moves the cursor.
+_SGR = r"\x1b\[[0-9;]*m"
+_ESCAPES = (
+    r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC ... BEL / ST (or unterminated)
+    r"|\x1b[P^_X][^\x1b]*(?:\x1b\\)?"  # DCS / PM / APC / SOS ... ST
+    r"|\x1b\[[0-?]*[ -/]*[@-~]?"  # CSI
+    r"|\x1b[ -~]?"  # two-character escapes, a lone ESC
+    r"|\x9d[^\x07\x1b\x9c]*(?:\x07|\x9c)?"  # 8-bit OSC
+    r"|\x9b[0-?]*[ -/]*[@-~]?"  # 8-bit CSI
+    r"|\r(?!\n)"  # a carriage return that does not end a line (CSV's CRLF stays)
+    r"|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]"  # other C0 (not tab, newline), DEL, C1
+)
+_UNSAFE = re.compile(_ESCAPES)
+_UNSAFE_BUT_SGR = re.compile(f"({_SGR})|{_ESCAPES}")
+
+
+# the undecodable bytes of a file name that is not UTF-8 (os.fsdecode's surrogate escapes)
+_SURROGATE = re.compile("[\ud800-\udfff]")
+# any character that may start something to remove (not CR: CSV lines end in CRLF)
+_ANY_UNSAFE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
+_LONE_CR = re.compile("\r(?!\n)")
+
+
+def safe_text(text: str, keep_sgr: bool = False) -> str:
+    """``text`` without terminal control: escape sequences and control characters other than tab,
+    newline and a line-ending carriage return removed. ``keep_sgr`` keeps colour sequences (``ESC [ ... m``, what our own
+    coloured tables hold; they cannot move the cursor or talk to the terminal). Undecodable
+    bytes of file names (surrogate escapes) become U+FFFD: the text can always be written."""
+    if not _ANY_UNSAFE.search(text) and ("\r" not in text or not _LONE_CR.search(text)):
+        return text  # the usual case, one fast scan
+    text = _SURROGATE.sub("\ufffd", text)
+    if keep_sgr:
+        return _UNSAFE_BUT_SGR.sub(lambda m: m.group(1) or "", text)
+    return _UNSAFE.sub("", text)

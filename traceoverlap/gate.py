@@ -55,6 +55,12 @@ class Condition:
 def parse_conditions(specs: Iterable[str]) -> list[Condition]:
     out = []
     for spec in specs:
+        if not spec.replace(",", "").strip():
+            # an unset $GATE must not switch the CI gate off silently
+            raise UsageError(
+                "fail-if: empty condition (an unset variable?); expected METRIC OP NUMBER, "
+                "e.g. 'exposed_comm_ratio>0.2'"
+            )
         for part in spec.split(","):
             if not part.strip():
                 continue

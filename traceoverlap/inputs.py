@@ -19,13 +19,16 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import stat
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from .errors import TraceFormatError, UsageError
+from .fmt import size as fmt_size
 
 #: Show a progress bar (stderr, terminals only) when the inputs add up to more than this.
 PROGRESS_MIN_BYTES = 256 * 1024 * 1024
@@ -48,6 +51,7 @@ def expand_paths(paths: str | Path | Sequence[str | Path]) -> list[Path]:
     out: list[Path] = []
     for item in items:
         p = Path(item)
+        _check_path(p)
         if p.is_dir():
             found = sorted(q for q in p.iterdir() if q.is_file() and _is_trace_name(q))
             exported = {q.name[: -len(".sqlite")] for q in found if q.name.endswith(".sqlite")}
@@ -65,7 +69,64 @@ def expand_paths(paths: str | Path | Sequence[str | Path]) -> list[Path]:
             out.append(p)
         else:
             raise TraceFormatError(p, "no such file or folder", "check the path")
+    _refuse_repeats(out)
     return out
+
+
+def _refuse_repeats(files: list[Path]) -> None:
+    """The same file named twice (or named and found in a folder, or through a link) would be
+    counted as two ranks: one clear error."""
+    seen: dict[tuple[int, int], Path] = {}
+    for f in files:
+        if str(f) == "-":
+            continue
+        try:
+            st = os.stat(f)
+        except OSError:
+            continue
+        key = (st.st_dev, st.st_ino)
+        if key in seen:
+            raise UsageError(
+                f"{f}: the same file as {seen[key]}, given twice; give each rank file once"
+            )
+        seen[key] = f
+
+
+def _check_path(p: Path) -> None:
+    """A path the system cannot even look up (a name over 255 bytes, a path over 4096, a
+    loop of links) is one clear error, not an OSError from ``is_dir``."""
+    try:
+        os.stat(p)
+    except (FileNotFoundError, NotADirectoryError, ValueError):
+        return  # said below ("no such file or folder"), or standard input
+    except OSError as exc:
+        raise TraceFormatError(
+            p, f"cannot look the path up ({exc.strerror or exc})", "check the path"
+        ) from None
+
+
+def made_by_this_run(path: str) -> bool:
+    """Whether ``path`` is an empty file this run created or writes to: standard output or error
+    redirected into the folder being analysed (``analyze . -f json > out.json``), or an empty
+    file created after this process started."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    if st.st_size or not stat.S_ISREG(st.st_mode):
+        return False
+    for fd in (1, 2):
+        try:
+            out = os.fstat(fd)
+        except OSError:
+            continue
+        if (out.st_dev, out.st_ino) == (st.st_dev, st.st_ino):
+            return True
+    try:
+        started = os.stat(f"/proc/{os.getpid()}").st_ctime
+    except OSError:
+        return False
+    return st.st_ctime >= started - 1.0  # the shell opens a redirect just before exec
 
 
 def from_folder(paths: str | Path | Sequence[str | Path]) -> set[str]:
@@ -130,8 +191,49 @@ def run_map(
     if jobs == 1:
         yield from _with_progress(map(task, names), n, progress)
         return
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        yield from _with_progress(pool.map(task, names), n, progress)
+    yield from _with_progress(_process_map(names, task, jobs), n, progress)
+
+
+def _process_map(names: list[str], task: Callable[[str], object], jobs: int) -> Iterator[object]:
+    """``task`` over ``names`` in ``jobs`` processes, in order. When a worker dies (killed for
+    memory, a crash in native code) the files not finished yet are read again one at a time, each
+    in a fresh process: the one whose worker dies alone is named (with the memory it reached),
+    and a file that only failed beside others gets its result after all."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    done = 0
+    try:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            for res in pool.map(task, names):
+                yield res
+                done += 1
+    except BrokenProcessPool:
+        pass
+    for name in names[done:]:
+        try:
+            with ProcessPoolExecutor(max_workers=1) as pool:
+                res = pool.submit(task, name).result()
+        except BrokenProcessPool:
+            raise worker_died(name) from None
+        yield res
+
+
+def worker_died(name: str, detail: str = "") -> TraceFormatError:
+    """The error for a file whose worker process died while reading it."""
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024  # Linux: KiB
+    try:
+        size = f"the file is {fmt_size(os.stat(name).st_size)}; "
+    except OSError:
+        size = ""
+    return TraceFormatError(
+        name,
+        f"the worker process reading it died{detail} (most likely killed for lack of memory: "
+        f"{size}the largest worker reached {fmt_size(peak)})",
+        "free memory or use a machine with more, and analyse this file alone (with --rank, "
+        "or by naming the other files)",
+    )
 
 
 def _dask_map(
@@ -143,6 +245,43 @@ def _dask_map(
         raise UsageError(
             "the Dask scheduler needs Dask: pip install 'traceoverlap[dask]' (dask.distributed)"
         ) from None
+    _check_scheduler(scheduler)
+    # the scheduler's and client's own logging (heartbeats, "Couldn't gather keys", workers
+    # marked failed) stays off stderr: what matters comes back as one line
+    quiet = [
+        logging.getLogger(n)
+        for n in ["distributed", *logging.root.manager.loggerDict]
+        if n == "distributed" or n.startswith("distributed.")
+    ]
+    levels = [q.level for q in quiet]  # distributed.client has its own level and handler
+    for q in quiet:
+        q.setLevel(logging.CRITICAL)
+    try:
+        yield from _dask_run(names, task, scheduler, jobs, Client, LocalCluster)
+    finally:
+        for q, level in zip(quiet, levels, strict=True):
+            q.setLevel(level)
+
+
+_SCHEDULER_ADDRESS = re.compile(r"^(tcp|tls|ucx|ws|wss)://[^/\s:]+:\d{1,5}/?$")
+
+
+def _check_scheduler(scheduler: str) -> None:
+    if scheduler != "local" and not _SCHEDULER_ADDRESS.match(scheduler):
+        raise UsageError(
+            f"--scheduler {scheduler[:200]!r}: expected 'local' or a Dask scheduler address "
+            "with its port, such as tcp://head:8786"
+        )
+
+
+def _dask_run(
+    names: list[str],
+    task: Callable[[str], object],
+    scheduler: str,
+    jobs: int | None,
+    Client: Any,  # noqa: N803 - the classes, imported by the caller
+    LocalCluster: Any,  # noqa: N803
+) -> Iterator[object]:
     cluster = None
     try:
         if scheduler == "local":
@@ -151,25 +290,40 @@ def _dask_map(
                 threads_per_worker=1,
                 processes=True,
                 dashboard_address=None,
-                silence_logs=logging.ERROR,
+                silence_logs=logging.CRITICAL,
             )
-            client = Client(cluster)  # type: ignore[no-untyped-call]
+            client = Client(cluster)
         else:
-            client = Client(scheduler, timeout="15s")  # type: ignore[no-untyped-call]
-    except OSError as exc:
+            client = Client(scheduler, timeout="15s")
+    except (OSError, ValueError) as exc:
         raise UsageError(
             f"Dask scheduler {scheduler}: cannot connect to the Dask cluster ({exc})"
         ) from None
     try:
         futures = client.map(task, names, pure=False)
         # results in input order; each is a small per-rank summary
-        for fut in futures:
-            yield fut.result()
+        for name, fut in zip(names, futures, strict=True):
+            yield _dask_result(name, fut)
             fut.release()  # type: ignore[no-untyped-call]
     finally:
         client.close()  # type: ignore[no-untyped-call]
         if cluster is not None:
             cluster.close()
+
+
+def _dask_result(name: str, fut: Any) -> object:
+    from distributed import KilledWorker
+
+    try:
+        return fut.result()
+    except KilledWorker:
+        raise TraceFormatError(
+            name,
+            "the Dask workers reading it died each time it was tried (most likely killed for "
+            "lack of memory)",
+            "give the workers more memory (dask worker --memory-limit, or fewer workers per "
+            "machine), or analyse this file alone on a machine with more",
+        ) from None
 
 
 def _with_progress(items: Iterable[object], n: int, progress: bool) -> Iterator[object]:

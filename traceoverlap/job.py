@@ -445,7 +445,12 @@ def blame_line(b: Mapping[str, Any]) -> str:
         text += f" <- rank {a} was itself waiting for rank {c}"
     ratio = b["explained_ratio"]
     root = chain[-1]
-    if b["cause"] is None or ratio is None or ratio < EXPLAINED_RATIO:
+    if int(b["lateness_ns"]) <= 0:
+        # the root ended its previous work no later than its early peer: the wait is end-time
+        # noise or work the trace does not show, not a measured lateness
+        return text + f" <- rank {root} was not measurably late: unexplained"
+    # a ratio column holding None comes back from pandas as NaN: both mean "not known"
+    if b["cause"] is None or ratio is None or ratio != ratio or ratio < EXPLAINED_RATIO:
         return text + f" <- rank {root} was late by {ms_unit(int(b['lateness_ns']))}: unexplained"
     return text + (
         f" <- rank {root}'s `{b['cause']}` ran {ms_unit(int(b['cause_ns']))} longer than its "

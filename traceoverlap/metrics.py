@@ -124,12 +124,8 @@ def activity_rows(
     if cand.size == 0 or ws.size == 0:
         z = np.zeros(0, np.int64)
         return ActivityRows(z, np.zeros(0, np.int8), z, z, z)
-    order = np.argsort(ws, kind="stable")
-    sws, swe = ws[order], we[order]
+    order, sws, swe, lo, hi = _window_join(start[cand], end[cand], ws, we)
     a, b = start[cand], end[cand]
-    # windows j with ws_j < b (a prefix) and we_j > a: from the first whose running max end > a
-    hi = np.searchsorted(sws, b, side="left")
-    lo = np.searchsorted(np.maximum.accumulate(swe), a, side="right")
     act, j = iv.range_pairs(lo, hi)
     s = np.maximum(a[act], sws[j])
     e = np.minimum(b[act], swe[j])
@@ -138,6 +134,28 @@ def activity_rows(
     return ActivityRows(
         order[j[ok]].astype(np.int64), kind[rows], s[ok], e[ok], rows.astype(np.int64)
     )
+
+
+def _window_join(a: I64, b: I64, ws: I64, we: I64) -> tuple[I64, I64, I64, I64, I64]:
+    """Windows sorted by start (``order``, starts, ends) and, per activity [a, b), the range
+    [lo, hi) of sorted windows it may overlap: ws_j < b (a prefix) and we_j > a (from the first
+    whose running max end > a)."""
+    order = np.argsort(ws, kind="stable")
+    sws, swe = ws[order], we[order]
+    hi = np.searchsorted(sws, b, side="left")
+    lo = np.searchsorted(np.maximum.accumulate(swe), a, side="right")
+    return order, sws, swe, lo, hi
+
+
+def window_pairs(start: I64, end: I64, kind: npt.NDArray[np.int8], steps: UnitSteps) -> int:
+    """How many (activity, window) candidate pairs :func:`activity_rows` builds for a CPU unit
+    (about one per activity when markers do not overlap; activities x markers when they nest):
+    what the per-window interval algebra costs, in time and memory."""
+    cand = np.flatnonzero(kind < Kind.NONE)
+    if steps.gpu or cand.size == 0 or len(steps.start_ns) == 0:
+        return int(cand.size)
+    _, _, _, lo, hi = _window_join(start[cand], end[cand], steps.start_ns, steps.end_ns)
+    return int(np.maximum(hi - lo, 0).sum())
 
 
 @dataclass(frozen=True)

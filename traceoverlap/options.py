@@ -17,7 +17,9 @@ Config file (TOML)::
 from __future__ import annotations
 
 import math
+import os
 import re
+import stat
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -135,10 +137,15 @@ class AnalysisOptions:
 
 def compile_regex(pattern: str, what: str) -> re.Pattern[str]:
     """``re.compile`` with an error that names where the pattern came from."""
+    shown = repr(pattern) if len(pattern) <= 80 else f"{pattern[:77]!r}... ({len(pattern):,} chars)"
+    if not pattern:
+        raise UsageError(f"{what}: an empty regex matches every name; give a pattern")
     try:
         return re.compile(pattern)
     except re.error as exc:
-        raise UsageError(f"{what}: {pattern!r} is not a valid regex ({exc})") from None
+        raise UsageError(f"{what}: {shown} is not a valid regex ({exc})") from None
+    except (RecursionError, OverflowError):
+        raise UsageError(f"{what}: {shown} is nested too deeply to compile") from None
 
 
 def build_options(
@@ -184,7 +191,7 @@ def load_config(path: str | Path) -> dict[str, Any]:
     file and the key."""
     p = Path(path)
     try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
+        data = tomllib.loads(_config_text(p))
     except FileNotFoundError:
         raise UsageError(f"{p}: config file not found") from None
     except IsADirectoryError:
@@ -209,6 +216,19 @@ def load_config(path: str | Path) -> dict[str, Any]:
                 raise UsageError(f"{p}: unknown key {section}.{key}{hint}")
             out[key] = _validate(p, f"{section}.{key}", keys[key], value)
     return out
+
+
+def _config_text(p: Path) -> str:
+    """The config file's text: a regular file only (a named pipe would block forever), UTF-8 with
+    any byte order marks dropped (editors on Windows write one; TOML does not allow it)."""
+    fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as fh:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError
+        if not stat.S_ISREG(mode):
+            raise UsageError(f"{p}: not a regular file (a pipe or device); give a TOML file")
+        return fh.read().decode("utf-8").lstrip("\ufeff")
 
 
 def _validate(p: Path, key: str, expected: str, value: Any) -> Any:

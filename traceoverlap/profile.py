@@ -23,6 +23,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -283,9 +284,15 @@ def _kill_session(proc: subprocess.Popen[bytes]) -> None:
     session, and the profiling agent it started in another one (``--session-name=...-{pid}``)."""
     with contextlib.suppress(OSError):
         os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(OSError):
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
         proc.wait(timeout=30)
-    suffix = f"-{proc.pid}".encode()
+    _kill_agents(proc.pid)
+
+
+def _kill_agents(pid: int) -> None:
+    """Stop the profiling agent ``nsys profile`` (process ``pid``) started in another session
+    (``--start-agent --session-name=...-{pid}``): a failed nsys leaves it running."""
+    suffix = f"-{pid}".encode()
     proc_dir = Path("/proc")
     if not proc_dir.is_dir():
         return
@@ -303,7 +310,32 @@ def _kill_session(proc: subprocess.Popen[bytes]) -> None:
                 os.kill(int(entry.name), signal.SIGKILL)
 
 
+#: How many times ``nsys profile`` is run when it fails (nsys fails now and then when another
+#: nsys runs on the machine: C++ exceptions from its daemon); seconds between tries.
+NSYS_ATTEMPTS = 2
+NSYS_RETRY_WAIT_S = 3.0
+
+
 def _run_nsys_profile(cmd: Sequence[str], timeout_s: float) -> None:
+    """``nsys profile``, tried again once when it fails; never leaves its agent behind."""
+    for attempt in range(1, NSYS_ATTEMPTS + 1):
+        rc = _run_nsys_once(cmd, timeout_s)
+        if rc == 0:
+            return
+        if attempt < NSYS_ATTEMPTS:
+            print(
+                f"traceoverlap: nsys profile failed (exit {rc}); trying again",
+                file=sys.stderr,
+                flush=True,
+            )
+            time.sleep(NSYS_RETRY_WAIT_S)
+    raise TraceoverlapError(
+        f"nsys profile failed {NSYS_ATTEMPTS} times (exit {rc}); its own error is printed above "
+        "(another nsys running on this machine can cause it: run again when it has finished)"
+    )
+
+
+def _run_nsys_once(cmd: Sequence[str], timeout_s: float) -> int:
     try:
         proc = subprocess.Popen(list(cmd), stdout=_stderr_fd(), start_new_session=True)
     except OSError as exc:
@@ -320,7 +352,8 @@ def _run_nsys_profile(cmd: Sequence[str], timeout_s: float) -> None:
         _kill_session(proc)
         raise
     if rc != 0:
-        raise TraceoverlapError(f"nsys profile failed (exit {rc}); its own error is printed above")
+        _kill_agents(proc.pid)
+    return rc
 
 
 def _import_qdstrm(nsys: str, qdstrm: Path) -> None:

@@ -59,6 +59,13 @@ I64 = npt.NDArray[np.int64]
 #: ``Optimizer.step#SGD.step``, ``grad_sync``...).
 PHASE_RE = re.compile(r"(?i)forward|backward|optimi[sz]er|zero_grad|grad_sync")
 
+#: Host ranges that can explain why a rank was late (diagnosis.md §6, blame): data loading, a
+#: planted or real sleep, a host delay, a barrier or a host sync, checkpointing. The range filter
+#: keeps them so that blame on a filtered Nsight export names the same range as on the full one.
+HOST_CAUSE_RE = re.compile(
+    r"(?i)data_?loader|straggler|sleep|host_delay|barrier|synchroni[sz]e|checkpoint"
+)
+
 
 @dataclass(frozen=True)
 class DetailRequest:
@@ -246,6 +253,50 @@ def _detail(
     )
 
 
+#: Nested or overlapping CPU step markers put an activity in every window around it: the
+#: per-window interval algebra then costs (activities x markers). Refused past this many
+#: (activity, window) pairs when that is also over :data:`MAX_WINDOWS_PER_ACTIVITY` per activity
+#: (16M pairs took 3.6 GB and 46 s; non-overlapping markers give about one pair per activity).
+MAX_WINDOW_PAIRS = 4_000_000
+MAX_WINDOWS_PER_ACTIVITY = 16
+
+
+def _check_window_load(
+    path: str,
+    start: npt.NDArray[np.int64],
+    end: npt.NDArray[np.int64],
+    kind: npt.NDArray[np.int8],
+    steps: UnitSteps,
+) -> None:
+    from .metrics import window_pairs
+
+    pairs = window_pairs(start, end, kind, steps)
+    n_act = max(1, int((kind < Kind.NONE).sum()))
+    if pairs > MAX_WINDOW_PAIRS and pairs > MAX_WINDOWS_PER_ACTIVITY * n_act:
+        raise TraceFormatError(
+            path,
+            f"step markers nest or overlap: {len(steps)} steps hold {pairs:,} (activity, step) "
+            f"pairs for {n_act:,} activities, {pairs // n_act} steps per activity on average, too "
+            "many to analyse",
+            "select fewer steps, or give a step regex that matches markers that do not nest",
+        )
+
+
+def _out_of_memory(path: str) -> tuple[str, str, str]:
+    """(file, reason, hint) for a file whose reading or analysis ran out of memory."""
+    from .fmt import size
+
+    try:
+        what = f" (the file is {size(Path(path).stat().st_size)})"
+    except OSError:
+        what = ""
+    return (
+        path,
+        f"out of memory while reading and analysing it{what}",
+        "free memory, or analyse it on a machine with more",
+    )
+
+
 def analyze_unit(
     unit: Timeline,
     options: AnalysisOptions,
@@ -259,6 +310,7 @@ def analyze_unit(
     steps = assign_steps(unit, kind, options)
     start = ev["start_ns"].to_numpy()
     end = ev["end_ns"].to_numpy()
+    _check_window_load(info.path, start, end, kind, steps)
     acts = activity_rows(start, end, kind, steps)
     if not steps.gpu:
         # time inside communication calls is not compute, whatever op encloses it (metrics.md)
@@ -387,12 +439,12 @@ _NCCL_RANGE_RE = r"nccl:"
 
 
 def range_filter(options: AnalysisOptions, rules: Rules) -> Callable[[str], bool]:
-    """The host ranges the analysis can use: step markers, phases (:data:`PHASE_RE`),
-    communication, ``nccl:<collective>``, wait and CPU-compute ranges (every name pattern of
+    """The host ranges the analysis can use: step markers, phases (:data:`PHASE_RE`), ranges
+    that can explain a late rank (:data:`HOST_CAUSE_RE`), communication, ``nccl:<collective>``, wait and CPU-compute ranges (every name pattern of
     ``rules`` and ``options``). A reader may drop the others (an ``emit_nvtx`` capture's million
     op ranges); only the no-marker hints read every range name, so :func:`map_file` reads again
     unfiltered when a unit finds no step marker."""
-    patterns = [options.step_pattern, PHASE_RE.pattern, _NCCL_RANGE_RE]
+    patterns = [options.step_pattern, PHASE_RE.pattern, HOST_CAUSE_RE.pattern, _NCCL_RANGE_RE]
     for group in (
         rules.cpu_comm,
         rules.extra_comm,
@@ -448,9 +500,47 @@ def map_file(
             # the no-marker hints name the ranges that repeat, whatever their names: read all
             out = _map_units(path, None, *args)
         return FileResult(path, tuple(out))
+    except MemoryError:
+        return FileResult(path, error=_out_of_memory(path))
     except TraceFormatError as exc:
         return FileResult(
             path,
             error=(exc.path, exc.reason, exc.hint),
             not_a_trace=isinstance(exc, NotATraceError),
         )
+
+
+def map_graph_task(
+    path: str, options: AnalysisOptions, rules: Rules
+) -> FileResult | tuple[object, ...]:
+    """:func:`map_graph_file` for a worker process: errors come back as a :class:`FileResult`
+    (plain values cross process boundaries)."""
+    try:
+        return map_graph_file(path, options, rules)
+    except TraceFormatError as exc:
+        return FileResult(
+            path,
+            error=(exc.path, exc.reason, exc.hint),
+            not_a_trace=isinstance(exc, NotATraceError),
+        )
+
+
+def map_graph_file(path: str, options: AnalysisOptions, rules: Rules) -> tuple[object, ...]:
+    """The run-graph side of the map (docs/whatif.md §1): one file -> its units' graphs
+    (:class:`traceoverlap.rungraph.UnitGraph`). Raises :class:`TraceFormatError` on bad input."""
+    from .readers import read_trace
+    from .rungraph import UnitGraph, unit_graph
+
+    out: list[object] = []
+    for keep in (range_filter(options, rules), None):
+        out = []
+        for u in split_units(read_trace(Path(path), keep)):
+            kind = kinds(u, rules)
+            steps = assign_steps(u, kind, options)
+            calls = None if steps.gpu else comm_call_mask(u, rules)
+            out.append(unit_graph(u, kind, steps, calls))
+        if not any(
+            isinstance(g, UnitGraph) and not g.labels and g.trace.format == "nsys" for g in out
+        ):
+            break  # else: read every range, as map_file does
+    return tuple(out)

@@ -176,7 +176,9 @@ class Analysis:
     collective instances (matched across ranks when there are several). ``findings``: what to
     try, most important first. ``notes``: caveats a reader must know. ``unassigned``: per unit
     label, GPU activities in no step (launch missing or outside every marker). ``detail``: the
-    timeline of one step when it was asked for.
+    timeline of one step when it was asked for. ``exposed_spans``: per cause (wait, tail,
+    dependency, host), the exposed spans of every step as (global window, start ns, end ns) on
+    each unit's own clock (``windows`` maps a window to its unit; the Perfetto export draws them).
     """
 
     traces: tuple[TraceInfo, ...]
@@ -189,6 +191,9 @@ class Analysis:
     unassigned: Mapping[str, int] = field(default_factory=dict)
     detail: StepDetail | None = None
     windows: pd.DataFrame | None = None
+    exposed_spans: Mapping[str, tuple[I64, I64, I64]] | None = None
+    #: what the top counterfactuals would buy (docs/whatif.md §3), one line each; set by the CLI
+    what_if: tuple[str, ...] = ()
 
     @property
     def ranks(self) -> list[int]:

@@ -31,6 +31,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from .errors import TraceFormatError
 from .model import GPU_ACTIVITY_CATEGORIES, LAUNCH_CATEGORIES, Kind, Timeline, per_category
 from .options import AnalysisOptions, compile_regex, describe_steps, step_number
 
@@ -223,6 +224,14 @@ def assign_steps(
         if act.size == 0:
             event_window = np.full(len(ev), -1, dtype=np.int64)
             return _empty(gpu, event_window, launches.row, launches.start_ns, notes, "no activity")
+        if options.steps is not None:
+            # a step selection on a capture without steps would silently report all of it
+            raise TraceFormatError(
+                unit.traces[0].path if unit.traces else "<timeline>",
+                f"steps {options.steps.text} were asked for, but the trace has no step markers "
+                f"matching {pattern!r}",
+                "drop the step selection, or give a step regex that matches the step ranges",
+            )
         notes.append(_no_marker_note(ev, pattern))
         whole = _whole_capture(ev, act, gpu, launches, notes)
         return replace(whole, iteration_ns=np.full(len(whole), -1, dtype=np.int64))
@@ -395,9 +404,16 @@ def _gpu_windows(
     empty = np.flatnonzero(keep & ~has_work)
     if empty.size:
         shown = describe_steps([labels[i] for i in empty])
+        why = ""
+        if launches.no_launch:
+            # the reader's own reason (args unreadable, correlation unusable) is in its notes
+            why = (
+                f"; {launches.no_launch} GPU activities of this rank have no launch record to "
+                "place them by (the reader's notes say why)"
+            )
         notes.append(
             f"step{'s' if empty.size > 1 else ''} {shown} launched no GPU work "
-            f"({empty.size} marker{'s' if empty.size > 1 else ''}); skipped"
+            f"({empty.size} marker{'s' if empty.size > 1 else ''}); skipped{why}"
         )
     kept = np.flatnonzero(keep & has_work)
     window_of_marker = np.full(midx.size, -1, dtype=np.int64)

@@ -19,10 +19,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 from ..errors import TraceFormatError
 from ..model import Timeline
 from ._input import STDIN, file_error, is_stream, label, read_stream, sniff_bytes
+
+F = TypeVar("F", bound=Any)
 
 __all__ = ["read_trace", "sniff_format", "SUPPORTED", "STDIN"]
 
@@ -93,3 +96,23 @@ def read_trace(path: str | Path, keep_range: Callable[[str], bool] | None = None
     from .nsys import read_nsys_rep
 
     return read_nsys_rep(path) if keep_range is None else read_nsys_rep(path, keep_range)
+
+
+def _safe_reader(read: F) -> F:
+    """``read`` (:func:`read_trace`) under the guard that turns a SIGBUS (a memory-mapped file
+    truncated while read) into one line naming it (:mod:`._sigbus`), its Timeline without GPU
+    activities timed far outside the capture (:mod:`._glitch`, with a note)."""
+    import functools
+
+    @functools.wraps(read)
+    def wrapper(path: str | Path, *args: Any, **kwargs: Any) -> Timeline:
+        from ._glitch import drop_clock_glitches
+        from ._sigbus import guard
+
+        with guard(label(path)):
+            return drop_clock_glitches(read(path, *args, **kwargs))
+
+    return wrapper  # type: ignore[return-value]
+
+
+read_trace = _safe_reader(read_trace)

@@ -58,6 +58,15 @@ FIFO_WAIT_S = 10.0
 #: compresses 8-15x; a larger real ratio only costs the buffer growing while decompressing.
 GZIP_MAX_RATIO = 32
 
+#: A gzip trace may inflate to at most this many times its compressed size (Kineto JSON
+#: compresses 8-15x, a very repetitive trace maybe 50x) ...
+GZIP_MAX_INFLATE_RATIO = 200
+#: ... once past this many bytes (small files with a high ratio are harmless) ...
+GZIP_RATIO_FROM_BYTES = 256 << 20
+#: ... and never to more than this many bytes. Both are overridden by the environment variables
+#: ``TRACEOVERLAP_GZIP_MAX_RATIO`` and ``TRACEOVERLAP_GZIP_MAX_BYTES`` (README "Limits").
+GZIP_MAX_BYTES = 64 << 30
+
 _GZIP_MAGIC = b"\x1f\x8b"
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _UTF8_BOM = b"\xef\xbb\xbf"
@@ -161,7 +170,9 @@ def sniff_bytes(head: bytes, name: str = "") -> str | None:
         chars = head[: len(head) - len(head) % 4].decode(enc, errors="ignore").lstrip("\ufeff")
         if chars.lstrip()[:1] in ("{", "["):
             return "kineto"
-    text = head[len(_UTF8_BOM) :] if head.startswith(_UTF8_BOM) else head
+    text = head
+    while text.startswith(_UTF8_BOM):
+        text = text[len(_UTF8_BOM) :]
     if text.lstrip(_WS)[:1] in (b"{", b"["):
         return "kineto"
     if name.endswith(".nsys-rep") or name.endswith(".qdrep"):
@@ -255,10 +266,55 @@ def _truncated(shown: str) -> TraceFormatError:
 PIECE_BYTES = 4 << 20
 
 
+def _env_limit(name: str, default: int) -> int:
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    try:
+        n = int(float(value))
+    except ValueError:
+        raise TraceFormatError(
+            f"${name}", f"not a number: {value[:40]!r}", "unset it or give a positive number"
+        ) from None
+    return n if n > 0 else default
+
+
+def inflate_limit(compressed: int) -> tuple[int, str]:
+    """The most bytes a gzip of ``compressed`` bytes may inflate to, and why (the ratio or the
+    ceiling; see :data:`GZIP_MAX_INFLATE_RATIO`, :data:`GZIP_MAX_BYTES`)."""
+    ratio = _env_limit("TRACEOVERLAP_GZIP_MAX_RATIO", GZIP_MAX_INFLATE_RATIO)
+    ceiling = _env_limit("TRACEOVERLAP_GZIP_MAX_BYTES", GZIP_MAX_BYTES)
+    by_ratio = max(ratio * compressed, GZIP_RATIO_FROM_BYTES)
+    if by_ratio < ceiling:
+        return by_ratio, f"{ratio} times its compressed size"
+    return ceiling, "the ceiling"
+
+
+def _bomb(shown: str, limit: int, why: str) -> TraceFormatError:
+    from ..fmt import size
+
+    return TraceFormatError(
+        shown,
+        f"gzip data inflates to more than {size(limit)} ({why}): refusing it (a decompression "
+        "bomb, or a trace too large to read)",
+        "if the trace is genuine, raise TRACEOVERLAP_GZIP_MAX_RATIO / TRACEOVERLAP_GZIP_MAX_BYTES",
+    )
+
+
 def gunzip_pieces(raw: bytes | Buffer, shown: str) -> Iterator[bytes]:
     """Decompress (possibly multi-member) gzip piece by piece (each at most
     :data:`PIECE_BYTES`); raises :class:`TraceFormatError` if the data is truncated or corrupt
-    (after yielding what could be decompressed)."""
+    (after yielding what could be decompressed), or inflates past :func:`inflate_limit`."""
+    limit, why = inflate_limit(len(raw))
+    total = 0
+    for piece in _gunzip_pieces(raw, shown):
+        total += len(piece)
+        if total > limit:
+            raise _bomb(shown, limit, why)
+        yield piece
+
+
+def _gunzip_pieces(raw: bytes | Buffer, shown: str) -> Iterator[bytes]:
     src = memoryview(raw)
     step = 1 << 20
     try:
@@ -315,7 +371,10 @@ def prepare(data: Buffer, shown: str) -> Buffer:
         text = bytes(data).decode(enc, errors="replace")
         data = bytearray(text.lstrip("\ufeff").encode("utf-8"))
     elif head[:3] == _UTF8_BOM:
-        data[0:3] = b"   "  # whitespace is valid JSON; works on the private map too
+        at = 0
+        while data[at : at + 3] == _UTF8_BOM:  # an editor may have added a second one
+            data[at : at + 3] = b"   "  # whitespace is valid JSON; works on the private map too
+            at += 3
     if _all_ws(data):
         raise file_error(shown, "empty")
     return data

@@ -65,6 +65,7 @@ import os
 import re
 import shutil
 import sqlite3
+import stat
 import subprocess
 import tempfile
 from collections.abc import Callable, Sequence
@@ -153,8 +154,10 @@ def read_nsys(path: str | os.PathLike[str], keep_range: RangeFilter | None = Non
 def read_nsys_rep(path: str | os.PathLike[str], keep_range: RangeFilter | None = None) -> Timeline:
     """Read an ``.nsys-rep`` report by exporting it to SQLite with ``nsys`` (which must be on PATH).
 
-    The export is cached next to the report (``report.sqlite``) when that folder is writable, else
-    in the temp folder, and reused while it is newer than the report (then ``nsys`` is not needed).
+    The export is cached next to the report (``report.sqlite``) when that folder is writable (and
+    reused while it is ours and newer than the report), else in the per-user cache
+    ``$XDG_CACHE_HOME/traceoverlap/nsys`` (mode 0700) under the report's content hash; with a
+    cached export ``nsys`` is not needed.
     """
     p = Path(path)
     if not p.is_file():
@@ -198,6 +201,7 @@ def _read_export(export: Path, shown: Path, keep_range: RangeFilter | None = Non
     try:
         # one read transaction for the whole read: no writer can commit under it
         con.execute("BEGIN")
+        _check_integrity(con, shown)
         con.execute("SELECT count(*) FROM sqlite_master").fetchone()
         return _Reader(shown, export, con, keep_range).read()
     except sqlite3.OperationalError as exc:
@@ -208,6 +212,21 @@ def _read_export(export: Path, shown: Path, keep_range: RangeFilter | None = Non
         ) from exc
     finally:
         con.close()
+
+
+def _check_integrity(con: sqlite3.Connection, shown: Path) -> None:
+    """``PRAGMA quick_check``: b-tree damage (pages out of order, wrong cell counts, free-list
+    errors) would otherwise be read as data. One scan of the file; it is then in the page cache
+    for the read that follows."""
+    found = con.execute("PRAGMA quick_check(1)").fetchone()
+    verdict = str(found[0]) if found else "ok"
+    if verdict != "ok":
+        verdict = " ".join(verdict.replace("*** in database main ***", "").split())
+        raise TraceFormatError(
+            shown,
+            f"the SQLite file is damaged (quick_check: {verdict[:200]})",
+            "re-export it: " + _EXPORT_HINT,
+        )
 
 
 def _sqlite_error(shown: Path, exc: sqlite3.OperationalError) -> TraceFormatError:
@@ -236,21 +255,67 @@ def _sqlite_error(shown: Path, exc: sqlite3.OperationalError) -> TraceFormatErro
 
 
 def _fresh(export: Path, report: Path) -> bool:
-    return export.is_file() and export.stat().st_mtime >= report.stat().st_mtime
+    return _ours(export) and export.stat().st_mtime >= report.stat().st_mtime
+
+
+def _ours(p: Path) -> bool:
+    """Whether ``p`` is a regular file (not a link) that belongs to the user running us: an
+    export somebody else planted beside a report in a shared folder is never trusted."""
+    try:
+        st = p.lstat()
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid()
 
 
 def _export_cache_path(report: Path) -> Path:
     """Where the SQLite export of ``report`` lives: beside it (``report.sqlite``, what ``nsys
-    export`` writes by default) when that exists or the folder is writable, else the temp folder."""
+    export`` writes by default) when that is ours and fresh, or can be written there; else the
+    per-user cache (:func:`_user_cache_dir`), named by the report's content (:func:`_content_key`),
+    so the name can neither be predicted by others nor go stale when the report is replaced."""
     beside = report.with_suffix(".sqlite")
     if _fresh(beside, report):
         return beside
-    if os.access(report.parent, os.W_OK) and (beside.is_file() or not beside.exists()):
+    if os.access(report.parent, os.W_OK) and (_ours(beside) or not os.path.lexists(beside)):
         return beside
-    digest = hashlib.sha1(str(report.resolve()).encode()).hexdigest()[:16]
-    folder = Path(tempfile.gettempdir()) / "traceoverlap-nsys"
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder / f"{report.stem}-{digest}.sqlite"
+    return _user_cache_dir(report) / f"{_content_key(report)}.sqlite"
+
+
+def _content_key(report: Path) -> str:
+    """SHA-256 of the report's bytes, with its size: the cache key of its export."""
+    try:
+        with report.open("rb") as fh:
+            digest = hashlib.file_digest(fh, "sha256").hexdigest()
+            size = os.fstat(fh.fileno()).st_size
+    except OSError as exc:
+        raise TraceFormatError(report, f"cannot read the report: {exc.strerror or exc}") from None
+    return f"{size}-{digest}"
+
+
+def _user_cache_dir(report: Path) -> Path:
+    """``$XDG_CACHE_HOME/traceoverlap/nsys`` (default ``~/.cache``), created with mode 0700;
+    refused unless it is a real folder owned by us that nobody else can write or read."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    top = Path(base) / "traceoverlap"
+    for folder in (top, top / "nsys"):
+        try:
+            folder.mkdir(mode=0o700, parents=folder is top, exist_ok=True)
+            st = folder.lstat()
+        except OSError as exc:
+            raise TraceFormatError(
+                report,
+                f"cannot create the export cache folder {folder}: {exc.strerror or exc}",
+                "set XDG_CACHE_HOME to a folder of yours, or export the report to SQLite "
+                "yourself and pass the .sqlite file",
+            ) from None
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+            raise TraceFormatError(
+                report,
+                f"the export cache folder {folder} is not a private folder of yours (it must be "
+                "a directory owned by you with mode 0700); refusing to trust what is in it",
+                f"remove it, or `chmod 700 {folder}` if it is yours, or set XDG_CACHE_HOME",
+            )
+    return top / "nsys"
 
 
 def _export_command(nsys: str, report: Path, sqlite: Path) -> list[str]:
@@ -269,8 +334,23 @@ def _export_command(nsys: str, report: Path, sqlite: Path) -> list[str]:
 
 
 def _run_nsys_export(nsys: str, report: Path, cache: Path) -> None:
-    # written to a temporary name and renamed: an interrupted export never looks fresh
-    partial = cache.with_name(f".{cache.name}.partial")
+    # written into a fresh private folder (tempfile: no predictable name) beside the cache and
+    # renamed: an interrupted export never looks fresh, and nobody can plant or race the file
+    try:
+        work = Path(tempfile.mkdtemp(prefix=".traceoverlap-export-", dir=cache.parent))
+    except OSError as exc:
+        raise TraceFormatError(
+            report, f"cannot write the export beside {cache}: {exc.strerror or exc}", _EXPORT_HINT
+        ) from None
+    try:
+        partial = work / cache.name
+        _export_into(nsys, report, partial)
+        os.replace(partial, cache)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _export_into(nsys: str, report: Path, partial: Path) -> None:
     cmd = _export_command(nsys, report, partial)
     try:
         proc = subprocess.run(
@@ -282,20 +362,17 @@ def _run_nsys_export(nsys: str, report: Path, cache: Path) -> None:
             timeout=_EXPORT_TIMEOUT_S,
         )
     except subprocess.TimeoutExpired:
-        partial.unlink(missing_ok=True)
         raise TraceFormatError(
             report, f"`nsys export` did not finish in {_EXPORT_TIMEOUT_S:g} s", _EXPORT_HINT
         ) from None
     except OSError as exc:
         raise TraceFormatError(report, f"could not run `nsys export`: {exc}", _EXPORT_HINT) from exc
     if proc.returncode != 0 or not partial.is_file():
-        partial.unlink(missing_ok=True)
         lines = [
             ln for ln in (proc.stderr or proc.stdout or "").splitlines() if ln.strip()
         ]  # the last line is nsys's own reason
         last = lines[-1].strip()[-300:] if lines else f"exit status {proc.returncode}"
         raise TraceFormatError(report, f"`nsys export --type sqlite` failed: {last}", _EXPORT_HINT)
-    os.replace(partial, cache)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -881,6 +958,13 @@ class _Reader:
                     )
                     utc = None
                 base = sysclk or 0
+        if utc is not None and utc <= 0:
+            # an export of a session whose start was not recorded writes 0: not 1 January 1970
+            self.notes.append(
+                f"{sess}.utcEpochNs is {utc}, not a real start time: times are relative to the "
+                "capture."
+            )
+            return 0, "relative"
         if utc is None:
             self.notes.append(
                 "The export does not record when the capture started "
@@ -1086,6 +1170,7 @@ class _Reader:
         start, end = cols.ints["start"], cols.ints["end"]
         start_ok = cols.kinds["start"] == INT
         is_range, is_mark = self.nvtx_types(cols, nv)
+        self.note_unfinished(cols, nv, is_range & ~is_mark & start_ok)
         is_range &= self.valid_ranges(cols, nv, is_range)
         gtid = self.thread_ids(cols, nv, self.gpu_pids)
         if gtid is None:
@@ -1197,6 +1282,26 @@ class _Reader:
         return (
             np.where(etype_ok, np.isin(etype, range_types), True),
             np.where(etype_ok, np.isin(etype, mark_types), ~has_end),
+        )
+
+    def note_unfinished(self, cols: Columns, nv: str, is_range: npt.NDArray[np.bool_]) -> None:
+        """Count, in a note, the ranges never closed (``end`` NULL: a push without a pop, or a
+        capture stopped inside the range): they are dropped like those with ``end = -1``."""
+        from ._sqlite_columns import NULL
+
+        open_ = np.flatnonzero(is_range & (cols.kinds["end"] == NULL))
+        if not open_.size:
+            return
+        some = open_[:50]
+        text = cols.texts.get("text")
+        named = [] if text is None else [str(t) for t in text[some] if t is not None]
+        if "textId" in cols.ints:
+            pos, hit = self.strings.find(cols.ints["textId"][some])
+            named += [str(v) for v in self.strings.values[pos[hit]]]
+        shown = f" ({', '.join(sorted(set(named))[:3])})" if named else ""
+        self.notes.append(
+            f"Dropped {open_.size} NVTX ranges of {nv} that were never closed{shown}: no end (a "
+            "push without a pop, or the capture stopped inside them)."
         )
 
     def valid_ranges(

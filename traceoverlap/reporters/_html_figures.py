@@ -405,7 +405,7 @@ def _add_phases(
             y=np.full(mid.size, bars.row_y["phases"], dtype=float),
             mode="text",
             text=[
-                short(n, 28) if (b - a) >= 0.06 * window_ns else ""
+                html.escape(short(n, 28)) if (b - a) >= 0.06 * window_ns else ""
                 for n, a, b in zip(names, ps.tolist(), pe.tolist(), strict=True)
             ],
             textfont=dict(size=11, color="#333"),
@@ -435,7 +435,7 @@ def _timeline_layout(rows: Sequence[str], window_ns: int) -> dict[str, Any]:
         yaxis=dict(
             tickmode="array",
             tickvals=list(range(n_rows)),
-            ticktext=list(rows),
+            ticktext=[html.escape(r) for r in rows],
             range=[n_rows - 0.5, -0.5],
             fixedrange=True,
             showgrid=False,

@@ -164,7 +164,7 @@ def render_table(cmp: Comparison, *, color: bool = False, width: int = 80) -> st
     console.print(f"step_speedup: {fmt.speedup(cmp.step_speedup)}", markup=False)
     change = main_change_text(cmp)
     if change:
-        console.print(f"main change: {change}", markup=False, soft_wrap=True)
+        console.print(f"main change: {change}", markup=False)
     verdict = (
         f"changed: {cmp.baseline_bottleneck} -> {cmp.candidate_bottleneck}"
         if cmp.bottleneck_changed
@@ -175,7 +175,6 @@ def render_table(cmp: Comparison, *, color: bool = False, width: int = 80) -> st
         f"(steps: {_bottleneck_text(cmp.baseline_bottlenecks)} -> "
         f"{_bottleneck_text(cmp.candidate_bottlenecks)})",
         markup=False,
-        soft_wrap=True,
     )
     if not cmp.collectives.empty:
         console.print()
@@ -190,7 +189,7 @@ def render_table(cmp: Comparison, *, color: bool = False, width: int = 80) -> st
         console.print()
         console.print("Notes:", style="bold")
         for n in cmp.notes:
-            console.print(f"  - {n}", markup=False, soft_wrap=True)
+            console.print(f"  - {n}", markup=False)  # wrapped at the width, like the table
     return buf.getvalue()
 
 

@@ -32,11 +32,13 @@ from ..errors import UsageError
 from ..fmt import duration as fmt_ns
 from ..fmt import size as fmt_bytes
 from ..purpose import PURPOSES
+from . import _html_across
 from . import _html_figures as figs
 from ._format import CAUSE_WORDS, several_devices
 from ._html_page import CSS, LOADER, PAGE
 
 if TYPE_CHECKING:
+    from ..across import StepAcross
     from ..results import Analysis, StepDetail
 
 PLOTLYJS_MODES = ("embed", "cdn")
@@ -55,11 +57,12 @@ def plotly_script(plotlyjs: str) -> str:
     return f'<script src="{plotly_cdn_url()}" charset="utf-8"></script>'
 
 
-def render(analysis: Analysis, *, plotlyjs: str = "embed") -> str:
+def render(analysis: Analysis, *, plotlyjs: str = "embed", across: StepAcross | None = None) -> str:
     """The report as one HTML string. The timeline drawn is ``analysis.detail`` (analyze with
-    ``detail="auto"`` or ``detail=(rank, step)``); without one the page says how to get it."""
+    ``detail="auto"`` or ``detail=(rank, step)``); without one the page says how to get it.
+    ``across``: one step of every rank on one clock (:func:`traceoverlap.across.step_across`)."""
     page = Page()
-    body = "\n".join(s for s in sections(analysis, page) if s)
+    body = "\n".join(s for s in sections(analysis, page, across=across) if s)
     title = "traceoverlap report: " + ", ".join(input_names(analysis))
     return PAGE.format(
         title=html.escape(title),
@@ -72,16 +75,27 @@ def render(analysis: Analysis, *, plotlyjs: str = "embed") -> str:
     )
 
 
-def write_report(analysis: Analysis, path: str | Path, *, plotlyjs: str = "embed") -> Path:
+def write_report(
+    analysis: Analysis,
+    path: str | Path,
+    *,
+    plotlyjs: str = "embed",
+    across: StepAcross | None = None,
+) -> Path:
     """Render the report and write it to ``path`` (UTF-8, parent folders created); returns the
     path written."""
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render(analysis, plotlyjs=plotlyjs), encoding="utf-8")
+    out.write_text(render(analysis, plotlyjs=plotlyjs, across=across), encoding="utf-8")
     return out
 
 
-def sections(analysis: Analysis, page: Page, y_max_ms: float | None = None) -> list[str]:
+def sections(
+    analysis: Analysis,
+    page: Page,
+    y_max_ms: float | None = None,
+    across: StepAcross | None = None,
+) -> list[str]:
     """The report's sections in order (the compare page stacks two runs' sections)."""
     steps = analysis.steps.reset_index(drop=True)
     several = analysis.multi_rank
@@ -91,6 +105,8 @@ def sections(analysis: Analysis, page: Page, y_max_ms: float | None = None) -> l
         _findings(analysis),
         _bars_section(page, steps, several, y_max_ms),
     ]
+    if across is not None:
+        out.append(_html_across.section(across, page.plot, page.merged))
     detail = analysis.detail
     if detail is not None:
         out.append(_timeline_section(page, analysis, detail))

@@ -8,6 +8,7 @@ null; never NaN. Encoded with msgspec (a C encoder: large outputs in a fraction 
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -43,8 +44,33 @@ _ENCODER = msgspec.json.Encoder(enc_hook=_default)
 
 
 def encode(obj: Any, indent: int = 2) -> str:
-    """JSON text of ``obj`` (dicts, lists, dataclasses, numpy scalars), indented."""
-    return msgspec.json.format(_ENCODER.encode(obj), indent=indent).decode("utf-8") + "\n"
+    """JSON text of ``obj`` (dicts, lists, dataclasses, numpy scalars), indented.
+
+    Strings keep their exact text: control characters are escaped (``\\u001b``), DEL and C1
+    too (a terminal showing the JSON never sees them raw); a file name that is not UTF-8
+    (a surrogate-escaped ``str``) has its undecodable bytes replaced by U+FFFD."""
+    try:
+        raw = _ENCODER.encode(obj)
+    except UnicodeEncodeError:
+        raw = _ENCODER.encode(_valid_text(obj))
+    text = msgspec.json.format(raw, indent=indent).decode("utf-8")
+    return _C1.sub(lambda m: f"\\u{ord(m.group()):04x}", text) + "\n"
+
+
+_C1 = re.compile("[\x7f-\x9f]")
+
+
+def _valid_text(obj: Any) -> Any:
+    """``obj`` with every string made encodable (surrogates -> U+FFFD), dataclasses as dicts."""
+    if isinstance(obj, str):
+        return obj.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    if isinstance(obj, dict):
+        return {_valid_text(k): _valid_text(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_valid_text(v) for v in obj]
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return _valid_text(dataclasses.asdict(obj))
+    return obj
 
 
 def records(df: pd.DataFrame, columns: tuple[str, ...] | list[str]) -> list[dict[str, Any]]:

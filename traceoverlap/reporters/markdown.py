@@ -29,8 +29,9 @@ def render(analysis: Analysis) -> str:
     ]
     out += ["| " + " | ".join(cells) + " |" for cells, _ in step_table_rows(analysis)]
     out += ["", "```"] + summary_lines(analysis) + ["```"]
-    if analysis.findings:
+    if analysis.findings or analysis.what_if:
         out += ["", "**What to try**", ""] + finding_lines(analysis.findings)
+        out += [f"- {line}" for line in analysis.what_if]
     if analysis.multi_rank and analysis.collectives is not None:
         out += ["", "**Across ranks**", "", "```"] + across_ranks_lines(analysis.collectives)
         out += ["```"]

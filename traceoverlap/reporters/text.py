@@ -91,10 +91,11 @@ def render(analysis: Analysis, *, color: bool = False, width: int = 80) -> str:
         )
     console.print()
     say(summary_lines(analysis))
-    if analysis.findings:
+    if analysis.findings or analysis.what_if:
         console.print()
         console.print("What to try:", style="bold")
         say(["  " + line for line in finding_lines(analysis.findings)])
+        say(["  - " + line for line in analysis.what_if])
     if analysis.notes:
         console.print()
         console.print("Notes:", style="bold")

@@ -1,0 +1,336 @@
+"""One step across every rank, on one clock: what the report's "step across ranks" draws.
+
+:func:`step_across` takes a finished :class:`~traceoverlap.results.Analysis` and one step label
+(default: the step of the analysis' one-rank timeline, i.e. the lowest rank's median step, or
+the step asked for) and builds, per unit that has that step, its compute / communication /
+memory unions and its phase ranges, plus every collective instance of the step on every unit
+with its wait and transfer parts. Every time is on the run's one clock: each unit's offset
+(:attr:`Collectives.offsets_ns`, docs/diagnosis.md §5) is removed, so a collective that ends
+together on all ranks ends at one x.
+
+The analysis keeps no events, so the unions are rebuilt here by reading each rank file again
+(in parallel like the analysis' map, one file's events in memory per worker); what is kept per
+unit is bounded by that step's activities.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from . import intervals as iv
+from .classify import Rules
+from .errors import UsageError
+from .model import Timeline, TraceInfo, split_units
+from .options import AnalysisOptions
+from .rankmap import DetailRequest, analyze_unit
+from .results import Analysis, StepDetail
+
+if TYPE_CHECKING:
+    from .collectives import Collectives
+
+I64 = npt.NDArray[np.int64]
+Spans = tuple[I64, I64]
+
+#: Per (instance, unit) columns of :attr:`StepAcross.instances`.
+INSTANCE_COLUMNS = (
+    "instance",
+    "unit",
+    "rank",
+    "name",
+    "family",
+    "process_group",
+    "seq",
+    "start_ns",
+    "end_ns",
+    "wait_ns",
+    "transfer_ns",
+    "last_rank",
+    "n_ranks",
+    "matched",
+    "exposed_ns",
+)
+
+
+@dataclass(frozen=True)
+class RankStep:
+    """One unit's step on the run's clock: its window, the unions C (compute), M (comm), Y
+    (memory) and its phase ranges, all ns with the unit's clock offset removed."""
+
+    unit: int
+    rank: int
+    device: int | None
+    offset_ns: int
+    start_ns: int
+    end_ns: int
+    step_ns: int
+    exposed_comm_ns: int
+    compute: Spans
+    comm: Spans
+    memory: Spans
+    phases: tuple[I64, I64, tuple[str, ...]]
+    #: communication outside every collective instance of the step on this unit (M minus the
+    #: union of the instances' spans): what the instances do not already show
+    other_comm: Spans = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+
+
+@dataclass(frozen=True)
+class StepAcross:
+    """One step across the ranks (see the module docstring).
+
+    ``origin_ns`` / ``end_ns``: the earliest aligned window start and the latest aligned end.
+    ``instances``: one row per (instance, unit) of the step (:data:`INSTANCE_COLUMNS`), aligned
+    ``start_ns`` / ``end_ns``; the wait part is ``[start, start + wait_ns)``, the transfer part
+    the rest; ``last_rank``: the last arrival (None: not matched, or a tie). ``missing``: ranks
+    given that have no such step. ``clock``: how the clocks were aligned (``unix``,
+    ``estimated``) or None (not aligned: each rank on its own clock). ``chosen``: ``asked`` or
+    ``median`` (the median step by step time of rank ``median_of_rank``).
+    """
+
+    step: Any
+    chosen: str
+    origin_ns: int
+    end_ns: int
+    ranks: tuple[RankStep, ...]
+    instances: pd.DataFrame
+    missing: tuple[int, ...]
+    clock: str | None
+    last_arrivals: pd.DataFrame
+    #: ``chosen`` "median": the rank whose median step this is
+    median_of_rank: int | None = None
+    #: the job model's blame rows of this step on the drawn ranks (docs/job-model.md), most
+    #: exposed waiting first, with ``line``: the chain in one sentence (:func:`job.blame_line`)
+    blame: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+    @property
+    def n_matched(self) -> int:
+        """Matched collective instances in the step."""
+        m = self.instances[self.instances["matched"].astype(bool)]
+        return int(m["instance"].nunique())
+
+
+def default_step(analysis: Analysis) -> Any:
+    """The step drawn across ranks when none is asked: the one-rank timeline's step, else the
+    lowest rank's median step by step time (the lower median)."""
+    if analysis.detail is not None:
+        return analysis.detail.step
+    df = analysis.steps
+    low = df[df["rank"] == df["rank"].min()]
+    order = np.argsort(low["step_ns"].to_numpy(np.int64), kind="stable")
+    return low["step"].iloc[int(order[(len(order) - 1) // 2])]
+
+
+def step_across(
+    analysis: Analysis,
+    step: Any = None,
+    *,
+    source: Timeline | None = None,
+    rules: Rules | None = None,
+    jobs: int | None = None,
+) -> StepAcross:
+    """Step ``step`` (None: :func:`default_step`) of every unit of ``analysis`` on one clock.
+
+    ``source``: the Timeline the analysis was made from, when it was made from one (else the
+    rank files named in ``analysis.traces`` are read again)."""
+    from pathlib import Path
+
+    from .inputs import run_map
+
+    label = default_step(analysis) if step is None else step
+    if step is not None:
+        chosen = "asked"
+    else:
+        chosen = analysis.detail.chosen if analysis.detail is not None else "median"
+    rules = (rules or Rules()).with_comm_patterns(analysis.options.comm_patterns)
+    details: list[tuple[TraceInfo, StepDetail | None]] = []
+    if source is not None:
+        details.extend(_unit_details(source, analysis.options, rules, label))
+    else:
+        paths = [Path(p) for p in dict.fromkeys(t.path for t in analysis.traces)]
+        task = functools.partial(_file_details, options=analysis.options, rules=rules, step=label)
+        for res in run_map(paths, task, jobs=jobs):
+            assert isinstance(res, list)
+            details.extend(res)
+    out = _assemble(analysis, label, chosen, details)
+    if chosen != "median":
+        return out
+    rank = (
+        analysis.detail.rank if analysis.detail is not None else int(analysis.steps["rank"].min())
+    )
+    return replace(out, median_of_rank=rank)
+
+
+def _unit_details(
+    timeline: Timeline, options: AnalysisOptions, rules: Rules, step: Any
+) -> list[tuple[TraceInfo, StepDetail | None]]:
+    """Per unit of ``timeline``: its TraceInfo and the detail of step ``step`` (None: it has no
+    such step), without the step's activity table (not drawn across ranks)."""
+    out: list[tuple[TraceInfo, StepDetail | None]] = []
+    for u in split_units(timeline):
+        t = u.traces[0]
+        d = analyze_unit(u, options, rules, DetailRequest(t.rank, t.device, str(step))).detail
+        out.append((t, None if d is None else replace(d, activities=d.activities.iloc[:0])))
+    return out
+
+
+def _file_details(
+    path: str, options: AnalysisOptions, rules: Rules, step: Any
+) -> list[tuple[TraceInfo, StepDetail | None]]:
+    """:func:`_unit_details` of one rank file (the map side: runs in a worker)."""
+    from pathlib import Path
+
+    from .readers import read_trace
+
+    return _unit_details(read_trace(Path(path)), options, rules, step)
+
+
+def _assemble(
+    analysis: Analysis,
+    label: Any,
+    chosen: str,
+    details: Sequence[tuple[TraceInfo, StepDetail | None]],
+) -> StepAcross:
+    coll = analysis.collectives
+    offsets = coll.offsets_ns if coll is not None else ()
+    unit_of = {(t.path, t.pid, t.device): i for i, t in enumerate(analysis.traces)}
+    rows: list[RankStep] = []
+    for t, d in details:
+        i = unit_of.get((t.path, t.pid, t.device))
+        if i is None or d is None:
+            continue
+        off = int(offsets[i]) if i < len(offsets) else 0
+        step = _step_row(analysis, i, d.step)
+        if step is not None:  # a rank left out of the step table (--rank) is not drawn
+            rows.append(_rank_step(analysis, i, off, d, step))
+    rows.sort(key=lambda r: (r.rank, -1 if r.device is None else r.device))
+    have = {r.rank for r in rows}
+    shown = sorted({int(r) for r in analysis.steps["rank"].tolist()})
+    missing = tuple(r for r in shown if r not in have)
+    if not rows:
+        raise UsageError(f"step {label}: no rank has such a step")
+    inst = _instances(analysis, label, {r.unit: r.offset_ns for r in rows})
+    rows = [_with_other_comm(r, inst) for r in rows]
+    aligned = coll is not None and coll.clock is not None
+    last = _last_arrivals(inst if aligned else inst.iloc[:0])
+    return StepAcross(
+        step=label,
+        chosen=chosen,
+        origin_ns=min(r.start_ns for r in rows),
+        end_ns=max(r.end_ns for r in rows),
+        ranks=tuple(rows),
+        instances=inst,
+        missing=missing,
+        clock=None if coll is None else coll.clock,
+        last_arrivals=last,
+        blame=_step_blame(coll, label, {r.rank for r in rows}),
+    )
+
+
+def _step_blame(coll: Collectives | None, label: Any, ranks: set[int]) -> pd.DataFrame:
+    """The blame rows of step ``label`` on ``ranks``, most exposed waiting first, each with its
+    sentence (``line``)."""
+    from .job import blame_line, empty_blame
+
+    b = coll.blame if coll is not None else empty_blame()
+    b = b[(b["step"].astype(str) == str(label)).to_numpy() & b["rank"].isin(ranks).to_numpy()]
+    b = b.sort_values(["exposed_wait_ns", "rank"], ascending=[False, True], kind="stable")
+    b = b.reset_index(drop=True)
+    return b.assign(line=[blame_line(r) for r in b.to_dict("records")])
+
+
+def _last_arrivals(inst: pd.DataFrame) -> pd.DataFrame:
+    """Per rank that arrived last in a matched instance of the step: ``last_count`` (in how
+    many) and ``waited_for_ns`` (the other ranks' wait parts in those instances, summed), most
+    waited-for first."""
+    m = inst[inst["matched"].astype(bool) & inst["last_rank"].notna()]
+    cols = ["rank", "last_count", "waited_for_ns"]
+    if m.empty:
+        return pd.DataFrame(columns=cols)
+    last = m["last_rank"].astype(np.int64)
+    others = m[last.to_numpy() != m["rank"].to_numpy()]
+    waited = others.groupby(others["last_rank"].astype(np.int64))["wait_ns"].sum()
+    count = m.drop_duplicates("instance")["last_rank"].astype(np.int64).value_counts()
+    out = pd.DataFrame({"rank": count.index.to_numpy(np.int64)})
+    out["last_count"] = count.to_numpy(np.int64)
+    out["waited_for_ns"] = waited.reindex(out["rank"]).fillna(0).to_numpy(np.int64)
+    out = out.sort_values(["waited_for_ns", "last_count", "rank"], ascending=[False, False, True])
+    return out.reset_index(drop=True)[cols]
+
+
+def _with_other_comm(r: RankStep, inst: pd.DataFrame) -> RankStep:
+    m = inst["unit"].to_numpy(np.int64) == r.unit
+    spans = iv.union(inst["start_ns"].to_numpy(np.int64)[m], inst["end_ns"].to_numpy(np.int64)[m])
+    return replace(r, other_comm=iv.subtract(r.comm, spans))
+
+
+def _step_row(analysis: Analysis, unit: int, step: Any) -> pd.Series | None:
+    """The step table's row of ``unit``'s step ``step`` (None: not in the table)."""
+    t = analysis.traces[unit]
+    df = analysis.steps
+    m = (df["rank"] == t.rank).to_numpy() & (df["step"].astype(str) == str(step)).to_numpy()
+    if t.device is not None:
+        m &= (df["device"] == t.device).to_numpy()
+    return None if not m.any() else df[m].iloc[0]
+
+
+def _rank_step(analysis: Analysis, unit: int, off: int, d: StepDetail, row: pd.Series) -> RankStep:
+    t = analysis.traces[unit]
+
+    def shift(s: Spans) -> Spans:
+        return (s[0] - off, s[1] - off)
+
+    ps, pe, names = d.phases
+    return RankStep(
+        unit=unit,
+        rank=t.rank,
+        device=t.device,
+        offset_ns=off,
+        start_ns=d.start_ns - off,
+        end_ns=d.end_ns - off,
+        step_ns=int(row["step_ns"]),
+        exposed_comm_ns=int(row["exposed_comm_ns"]),
+        compute=shift(d.compute),
+        comm=shift(d.comm),
+        memory=shift(d.memory),
+        phases=(ps - off, pe - off, names),
+    )
+
+
+def _instances(analysis: Analysis, label: Any, offsets: dict[int, int]) -> pd.DataFrame:
+    """The step's collective instances on the drawn units, aligned (see :class:`StepAcross`)."""
+    coll = analysis.collectives
+    if coll is None or coll.per_rank.empty:
+        return pd.DataFrame(columns=list(INSTANCE_COLUMNS))
+    pr = coll.per_rank
+    pr = pr[(pr["step"].astype(str) == str(label)) & pr["unit"].isin(list(offsets)).to_numpy()]
+    info = coll.instances.set_index("instance")
+    off = pr["unit"].map(offsets).to_numpy(np.int64)
+    matched = pr["matched"].to_numpy(bool)
+    transfer = info["transfer_ns"].reindex(pr["instance"]).to_numpy(np.int64)
+    return pd.DataFrame(
+        {
+            "instance": pr["instance"].to_numpy(np.int64),
+            "unit": pr["unit"].to_numpy(np.int64),
+            "rank": pr["rank"].to_numpy(np.int64),
+            "name": pr["name"].to_numpy(),
+            "family": pr["family"].to_numpy(),
+            "process_group": info["process_group"].reindex(pr["instance"]).to_numpy(),
+            "seq": info["seq"].reindex(pr["instance"]).to_numpy(),
+            "start_ns": pr["start_ns"].to_numpy(np.int64) - off,
+            "end_ns": pr["end_ns"].to_numpy(np.int64) - off,
+            "wait_ns": pr["wait_ns"].to_numpy(np.int64),
+            # unmatched: nothing to compare with, the whole span counts as transfer
+            "transfer_ns": np.where(matched, transfer, pr["dur_ns"].to_numpy(np.int64)),
+            "last_rank": info["last_rank"].reindex(pr["instance"]).to_numpy(),
+            "n_ranks": info["n_ranks"].reindex(pr["instance"]).to_numpy(np.int64),
+            "matched": matched,
+            "exposed_ns": pr["exposed_ns"].to_numpy(np.int64),
+        },
+        columns=list(INSTANCE_COLUMNS),
+    ).reset_index(drop=True)

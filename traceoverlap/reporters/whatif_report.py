@@ -1,0 +1,139 @@
+"""``traceoverlap whatif``: the scenarios table, the "fixing rank R buys" table, JSON
+(docs/whatif.md §3). Formats a :class:`traceoverlap.whatif.WhatIf`; computes nothing."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..whatif import ScenarioResult, WhatIf
+
+#: Version of the ``whatif --format json`` document.
+WHATIF_SCHEMA_VERSION = 1
+
+
+def _ms(ns: float | None) -> str:
+    return "-" if ns is None else f"{ns / 1e6:.2f}"
+
+
+def _x(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}x"
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:.2f}%"
+
+
+def _row(r: ScenarioResult) -> str:
+    who = []
+    if r.ranks:
+        who.append(
+            "ranks " + ",".join(str(x) for x in r.ranks[:8]) + ("…" if len(r.ranks) > 8 else "")
+        )
+    if r.collectives:
+        who.append(",".join(r.collectives))
+    return f"  {r.name:<18} {_ms(r.step_ns):>10} {_x(r.speedup):>8}  {r.changed}" + (
+        f" ({'; '.join(who)})" if who else ""
+    )
+
+
+def render_text(w: WhatIf) -> str:
+    lines = [
+        f"Identity replay: per-step error median {_pct(w.median_error_ratio)}, max "
+        f"{_pct(w.max_error_ratio)} over {len(w.step_labels)} step(s) ({w.rounds} rounds)",
+    ]
+    bad = [
+        f"{lbl} ({_pct(e)})"
+        for lbl, e in zip(w.step_labels, w.error_ratio, strict=True)
+        if e is not None and e > 0.05
+    ]
+    if bad:
+        lines.append("  steps the replay does not reproduce within 5 %: " + ", ".join(bad))
+    lines += ["", f"  {'scenario':<18} {'step ms':>10} {'speedup':>8}  what changed"]
+    lines += [_row(r) for r in w.scenarios]
+    if w.fix_rank:
+        lines += ["", "Fixing rank R buys (R runs like the median of its peers):"]
+        lines += [f"  {'rank':<18} {'step ms':>10} {'speedup':>8}"]
+        for r in w.fix_rank:
+            lines.append(f"  {r.name.split(':')[1]:<18} {_ms(r.step_ns):>10} {_x(r.speedup):>8}")
+    caveats = sorted({r.note for r in w.scenarios + w.fix_rank if r.note})
+    if caveats or w.notes or w.findings:
+        lines += ["", "Notes:"]
+        lines += [f"  - {n}" for n in w.findings]
+        lines += [f"  - {n}" for n in caveats]
+        lines += [f"  - {n}" for n in w.notes]
+    lines.append(
+        "step ms: per step the mean over ranks of the replayed step, median over steps "
+        "(docs/whatif.md)"
+    )
+    return "\n".join(lines) + "\n"
+
+
+def _scenario(r: ScenarioResult) -> dict[str, Any]:
+    return {
+        "name": r.name,
+        "step_ns": r.step_ns,
+        "speedup": r.speedup,
+        "changed": r.changed,
+        "ranks": list(r.ranks),
+        "collectives": list(r.collectives),
+        "steps_ns": list(r.steps_ns),
+        "note": r.note or None,
+    }
+
+
+def to_dict(w: WhatIf) -> dict[str, Any]:
+    return {
+        "schema_version": WHATIF_SCHEMA_VERSION,
+        "replay": {
+            "median_error_ratio": w.median_error_ratio,
+            "max_error_ratio": w.max_error_ratio,
+            "rounds": w.rounds,
+            "steps": [
+                {"step": lbl, "observed_ns": o, "replayed_ns": r, "error_ratio": e}
+                for lbl, o, r, e in zip(
+                    w.step_labels, w.observed_ns, w.replayed_ns, w.error_ratio, strict=True
+                )
+            ],
+        },
+        "scenarios": [_scenario(r) for r in w.scenarios],
+        "fix_rank": [_scenario(r) for r in w.fix_rank],
+        "overlap_tax": {
+            "total_ns": w.tax_ns,
+            "overlap_ns": w.tax_overlap_ns,
+            "by_family_ns": dict(w.tax_by_family_ns),
+            "steps_ns": list(w.tax_steps_ns),
+            "rank_steps": [
+                {"rank": r, "step": st, "overlap_tax_ns": t, "compute_under_comm_ns": o}
+                for r, st, t, o in w.tax_rank_steps
+            ],
+        },
+        "findings": list(w.findings),
+        "notes": list(w.notes),
+    }
+
+
+def render_json(w: WhatIf) -> str:
+    return json.dumps(to_dict(w), indent=2) + "\n"
+
+
+def top_lines(w: WhatIf, n: int = 3) -> list[str]:
+    """The ``n`` scenarios that buy the most (speedup > 1 %), one line each, for analyze."""
+    best = sorted(
+        (r for r in w.scenarios + w.fix_rank if r.name != "replay" and (r.speedup or 0) > 1.01),
+        key=lambda r: -(r.speedup or 0),
+    )
+    seen: set[str] = set()
+    out = []
+    for r in best:
+        if r.name in seen:
+            continue
+        seen.add(r.name)
+        out.append(
+            f"what-if {r.name}: step {_ms(r.step_ns)} ms, {_x(r.speedup)} ({r.changed}; "
+            "traceoverlap whatif)"
+        )
+        if len(out) == n:
+            break
+    return out + [f"overlap tax: {f}" for f in w.findings]

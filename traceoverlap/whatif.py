@@ -1,0 +1,380 @@
+"""Counterfactuals (docs/whatif.md §3): change durations or gaps of the run graph, replay, and
+report the run's step time (per step the mean over ranks, then the median over steps).
+
+Scenario names: ``replay``, ``no-straggler``, ``fix-rank:R``, ``hide:FAMILY``, ``comm-speed:F``,
+``no-host-gaps``, ``no-overlap-tax``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from .errors import TraceFormatError, UsageError
+from .model import Kind, Timeline
+from .replay import Params, Schedule, StepTimes, observed_params, replay, step_times
+from .rungraph import RunGraph, UnitGraph, join_graphs
+
+I64 = npt.NDArray[np.int64]
+SCENARIO_RE = re.compile(
+    r"^(replay|no-straggler|no-host-gaps|no-overlap-tax|fix-rank:\d+|hide:\S+|"
+    r"comm-speed:\d+(\.\d+)?)$"
+)
+#: Said where removing a delay may let compute and communication collide (whatif.md §5).
+CONTENTION_NOTE = (
+    "the prediction keeps every remaining duration: where removing a delay lets compute and "
+    "communication run at the same time, their contention is left out"
+)
+
+
+@dataclass(frozen=True)
+class ScenarioResult:
+    name: str
+    step_ns: float | None
+    speedup: float | None
+    changed: str
+    ranks: tuple[int, ...] = ()
+    collectives: tuple[str, ...] = ()
+    steps_ns: tuple[float | None, ...] = ()
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """The identity replay's error and every scenario asked."""
+
+    step_labels: tuple[str, ...]
+    observed_ns: tuple[float | None, ...]
+    replayed_ns: tuple[float | None, ...]
+    error_ratio: tuple[float | None, ...]
+    median_error_ratio: float | None
+    max_error_ratio: float | None
+    scenarios: tuple[ScenarioResult, ...]
+    fix_rank: tuple[ScenarioResult, ...]
+    notes: tuple[str, ...] = field(default=())
+    rounds: int = 0
+    #: overlap tax (§4): run total, the comm-covered compute it is part of, per family, and per
+    #: step the mean over ranks; findings when the tax eats a quarter of the saving
+    tax_ns: int = 0
+    tax_overlap_ns: int = 0
+    tax_by_family_ns: tuple[tuple[str, int], ...] = ()
+    tax_steps_ns: tuple[float | None, ...] = ()
+    findings: tuple[str, ...] = ()
+    #: per (rank, step) with compute under communication: (rank, step, overlap_tax_ns, overlap)
+    tax_rank_steps: tuple[tuple[int, str, int, int], ...] = ()
+
+
+def load_graph(
+    paths: str | Path | Sequence[str | Path],
+    step_regex: str | None = None,
+    jobs: int | None = None,
+) -> RunGraph:
+    """Read the files and build the run graph: the map per file (here or in ``jobs`` local
+    processes, as :func:`traceoverlap.inputs.run_map` decides), then the reduce."""
+    import functools
+
+    from .classify import Rules
+    from .inputs import expand_paths, from_folder, run_map
+    from .options import build_options
+    from .rankmap import FileResult, map_graph_task
+
+    options = build_options(step_regex=step_regex)
+    rules = Rules().with_comm_patterns(options.comm_patterns)
+    files = expand_paths(paths)
+    listed = from_folder(paths)
+    task = functools.partial(map_graph_task, options=options, rules=rules)
+    units: list[UnitGraph] = []
+    for res in run_map(files, task, jobs=jobs):
+        if isinstance(res, FileResult):
+            assert res.error is not None
+            if res.path in listed and res.not_a_trace:
+                continue
+            raise TraceFormatError(*res.error)
+        assert isinstance(res, tuple)
+        units.extend(u for u in res if isinstance(u, UnitGraph))
+    return _joined(units, str(paths))
+
+
+def graph_of(timelines: Sequence[Timeline], step_regex: str | None = None) -> RunGraph:
+    """The run graph of in-memory Timelines (one per rank, or one holding several)."""
+    from .classify import Rules, comm_call_mask, kinds
+    from .model import split_units
+    from .options import build_options
+    from .rungraph import unit_graph
+    from .steps import assign_steps
+
+    options = build_options(step_regex=step_regex)
+    rules = Rules()
+    units = []
+    for t in timelines:
+        for u in split_units(t):
+            kind = kinds(u, rules)
+            steps = assign_steps(u, kind, options)
+            units.append(
+                unit_graph(u, kind, steps, None if steps.gpu else comm_call_mask(u, rules))
+            )
+    return _joined(units, "<timeline>")
+
+
+def _joined(units: list[UnitGraph], where: str) -> RunGraph:
+    units.sort(key=lambda u: (u.trace.rank, -1 if u.trace.device is None else u.trace.device))
+    if not units or not any(u.labels for u in units):
+        raise TraceFormatError(where, "no step found to replay", "check the step regex")
+    return join_graphs(units)
+
+
+def _median(x: npt.NDArray[np.float64]) -> float | None:
+    x = x[np.isfinite(x)]
+    return float(np.median(x)) if x.size else None
+
+
+def _peer_median(g: RunGraph, values: I64, peers: npt.NDArray[np.bool_]) -> I64:
+    """Per node: the median of ``values`` over the ``peers`` nodes at the same position
+    (its own value where no peer has that position)."""
+    df = pd.DataFrame({"pos": g.pos[peers], "v": values[peers]})
+    med = df.groupby("pos")["v"].median()
+    out = pd.Series(g.pos).map(med).to_numpy(dtype=np.float64)
+    return np.where(np.isnan(out), values, np.round(out)).astype(np.int64)
+
+
+def _like_peers(g: RunGraph, p: Params, target: npt.NDArray[np.bool_], peers_of: str) -> Params:
+    """Durations and host gaps of the ``target`` nodes replaced by the median of their peers
+    (``all`` ranks, or the ``others``) at the same position. Matched collectives keep theirs:
+    their waiting comes out of the replay."""
+    change = target & (g.inst < 0)
+    if peers_of == "all":
+        peers = np.ones(g.pos.size, dtype=bool)
+    else:
+        peers = ~target
+    dur = np.where(change, _peer_median(g, p.dur_ns, peers), p.dur_ns)
+    slack = np.where(target, _peer_median(g, p.slack_ns, peers), p.slack_ns)
+    return Params(dur.astype(np.int64), slack.astype(np.int64), p.post_ns, p.floor_ns)
+
+
+def _comm_scaled(g: RunGraph, p: Params, which: npt.NDArray[np.bool_], factor: float) -> Params:
+    """The transfer part of the ``which`` communication nodes divided by ``factor`` (inf: 0)."""
+    comm = which & (g.kind == Kind.COMM)
+    dur = np.where(comm, (p.dur_ns / factor).astype(np.int64), p.dur_ns)
+    post = np.where(comm & (g.inst >= 0), (p.post_ns / factor).astype(np.int64), p.post_ns)
+    return Params(dur.astype(np.int64), p.slack_ns, post.astype(np.int64), p.floor_ns)
+
+
+def scenario_params(g: RunGraph, p: Params, name: str, tax: I64 | None = None) -> Params:
+    """The parameters of one named scenario."""
+    if name == "replay":
+        return p
+    if name == "no-straggler":
+        return _like_peers(g, p, np.ones(g.pos.size, dtype=bool), "all")
+    if name.startswith("fix-rank:"):
+        r = int(name.split(":", 1)[1])
+        return _like_peers(g, p, g.unit_rank[g.unit] == r, "others")
+    if name.startswith("hide:"):
+        fam = name.split(":", 1)[1]
+        codes = [i for i, f in enumerate(g.families) if f.lower() == fam.lower()]
+        which = np.isin(g.family, codes) if codes else np.zeros(g.pos.size, dtype=bool)
+        return _comm_scaled(g, p, which, float("inf"))
+    if name.startswith("comm-speed:"):
+        f = float(name.split(":", 1)[1])
+        if f <= 0:
+            raise UsageError(f"scenario {name}: the factor must be > 0")
+        return _comm_scaled(g, p, np.ones(g.pos.size, dtype=bool), f)
+    if name == "no-host-gaps":
+        host = g.lane_host[g.lane] & ~g.lane_comm[g.lane]
+        return Params(
+            p.dur_ns, np.where(host, 0, p.slack_ns).astype(np.int64), p.post_ns, p.floor_ns
+        )
+    if name == "no-overlap-tax":
+        t = tax if tax is not None else np.zeros(g.pos.size, dtype=np.int64)
+        return Params((p.dur_ns - t).astype(np.int64), p.slack_ns, p.post_ns, p.floor_ns)
+    raise UsageError(
+        f"unknown scenario {name!r}: use replay, no-straggler, fix-rank:R, hide:FAMILY, "
+        "comm-speed:F, no-host-gaps or no-overlap-tax"
+    )
+
+
+def _changed(g: RunGraph, name: str) -> tuple[str, tuple[int, ...], tuple[str, ...]]:
+    ranks = tuple(int(r) for r in np.unique(g.unit_rank))
+    fams = tuple(f for f in g.families if f)
+    if name == "replay":
+        return "nothing (identity)", (), ()
+    if name == "no-straggler":
+        return "every rank runs like the median rank at each position", ranks, ()
+    if name.startswith("fix-rank:"):
+        r = int(name.split(":", 1)[1])
+        return f"rank {r} runs like the median of its peers", (r,), ()
+    if name.startswith("hide:"):
+        fam = name.split(":", 1)[1]
+        return f"{fam} transfers delay nothing", ranks, (fam,)
+    if name.startswith("comm-speed:"):
+        return f"every transfer {name.split(':', 1)[1]}x faster", ranks, fams
+    if name == "no-host-gaps":
+        return "host gaps between launches / ops set to 0", ranks, ()
+    return "compute beside communication at its uncontended speed", ranks, fams
+
+
+def _run(g: RunGraph, p: Params) -> tuple[StepTimes, Schedule]:
+    s = replay(g, p)
+    return step_times(g, s), s
+
+
+def default_scenarios(g: RunGraph) -> list[str]:
+    """Every scenario that applies to the run: replay, no-straggler (2+ ranks), one hide per
+    family, comm-speed:2, no-host-gaps, no-overlap-tax."""
+    names = ["replay"]
+    if np.unique(g.unit_rank).size >= 2:
+        names.append("no-straggler")
+    names += [f"hide:{f}" for f in g.families if f and f != "Other"]
+    names += ["comm-speed:2", "no-host-gaps", "no-overlap-tax"]
+    return names
+
+
+def _result(g: RunGraph, name: str, st: StepTimes, base: float | None) -> ScenarioResult:
+    step = _median(st.run_replayed_ns)
+    speedup = base / step if base is not None and step else None
+    changed, ranks, colls = _changed(g, name)
+    per = tuple(None if not np.isfinite(v) else float(v) for v in st.run_replayed_ns)
+    note = CONTENTION_NOTE if name.startswith(("fix-rank", "no-straggler")) else ""
+    return ScenarioResult(name, step, speedup, changed, ranks, colls, per, note)
+
+
+#: At most this many ranks get a "fixing rank R buys" row.
+FIX_RANK_ROWS = 8
+
+
+def ranks_that_matter(g: RunGraph, p: Params, n: int = FIX_RANK_ROWS) -> list[int]:
+    """The ``n`` ranks whose own work (durations and gaps of their non-collective nodes) is the
+    longest: the ones whose fixing can buy the most."""
+    own = (g.inst < 0).astype(np.int64)
+    work = np.bincount(g.unit, weights=(p.dur_ns + p.slack_ns) * own, minlength=g.n_units)
+    per_rank = pd.Series(work).groupby(g.unit_rank).sum().sort_values(ascending=False)
+    return [int(r) for r in per_rank.index[:n]]
+
+
+def _merge_notes(notes: Sequence[str]) -> list[str]:
+    """Per-rank notes that say the same thing, said once with the ranks listed."""
+    same: dict[str, list[str]] = {}
+    out: list[str] = []
+    for note in notes:
+        m = re.match(r"^rank (\d+): (.*)$", note)
+        if m is None:
+            out.append(note)
+            continue
+        if m.group(2) not in same:
+            same[m.group(2)] = []
+            out.append(m.group(2))
+        same[m.group(2)].append(m.group(1))
+    return [f"rank(s) {', '.join(same[x])}: {x}" if x in same else x for x in out]
+
+
+def _error_notes(g: RunGraph, err: npt.NDArray[np.float64]) -> list[str]:
+    """Steps the identity replay misses by more than 5 %, and why where the graph says."""
+    from .replay import broken_edges
+
+    bad = np.flatnonzero(np.nan_to_num(err) > 0.05)
+    if bad.size == 0:
+        return []
+    b = broken_edges(g)
+    ok = g.window >= 0
+    per = np.bincount(g.window[ok], weights=b[ok], minlength=len(g.step_labels))
+    parts = [
+        f"step {g.step_labels[k]}: {int(per[k])} activities started before an edge allowed"
+        for k in bad.tolist()
+    ]
+    return [
+        "identity replay misses by more than 5 % (" + "; ".join(parts) + "): the trace breaks "
+        "its own order there (host/device clock skew, overlapping ops on a lane, a clipped "
+        "capture) or holds a dependency the graph does not read (cross-stream syncs)"
+    ]
+
+
+def _check_targets(g: RunGraph, names: Sequence[str]) -> None:
+    """fix-rank names a rank of the run, hide a collective family it has."""
+    ranks = sorted(int(r) for r in np.unique(g.unit_rank))
+    fams = [f for f in g.families if f]
+    for n in names:
+        if n.startswith("fix-rank:") and int(n.split(":", 1)[1]) not in ranks:
+            raise UsageError(f"scenario {n}: no such rank in the input (ranks: {ranks})")
+        if n.startswith("hide:") and n.split(":", 1)[1].lower() not in [f.lower() for f in fams]:
+            raise UsageError(
+                f"scenario {n}: no such collective family in the run "
+                f"(families: {', '.join(fams) or 'none'})"
+            )
+
+
+def what_if(g: RunGraph, scenarios: Iterable[str] | None = None) -> WhatIf:
+    """Identity replay (its error per step) and the scenarios (default: :func:`default_scenarios`),
+    plus one ``fix-rank:R`` per rank."""
+    from .tax import node_tax, tax_table
+
+    names = list(scenarios) if scenarios else default_scenarios(g)
+    for n in names:
+        if not SCENARIO_RE.match(n):
+            raise UsageError(
+                f"unknown scenario {n!r}: use replay, no-straggler, fix-rank:R, hide:FAMILY, "
+                "comm-speed:F, no-host-gaps or no-overlap-tax"
+            )
+    _check_targets(g, names)
+    p = observed_params(g)
+    ident, s = _run(g, p)
+    obs = ident.run_observed_ns
+    rep = ident.run_replayed_ns
+    with np.errstate(invalid="ignore", divide="ignore"):
+        err = np.where(obs > 0, np.abs(rep - obs) / obs, np.nan)
+    base = _median(rep)
+    tax = node_tax(g)
+    results = [_result(g, n, _run(g, scenario_params(g, p, n, tax))[0], base) for n in names]
+    fix = []
+    if np.unique(g.unit_rank).size >= 2:
+        for r in ranks_that_matter(g, p):
+            n = f"fix-rank:{r}"
+            fix.append(_result(g, n, _run(g, scenario_params(g, p, n, tax))[0], base))
+    tt = tax_table(g)
+    present = g.win_start_ns >= 0
+    cnt = present.sum(axis=0)
+    tax_steps = tuple(
+        float(t) / int(c) if c else None
+        for t, c in zip(np.where(present, tt.step_tax_ns, 0).sum(axis=0), cnt, strict=True)
+    )
+    notes = _merge_notes(g.notes)
+    notes += _error_notes(g, err)
+    if not s.settled:
+        notes.append(f"the replay did not settle in {s.rounds} rounds: its times are a lower bound")
+
+    def opt(x: float) -> float | None:
+        return float(x) if np.isfinite(x) else None
+
+    return WhatIf(
+        step_labels=g.step_labels,
+        observed_ns=tuple(opt(x) for x in obs),
+        replayed_ns=tuple(opt(x) for x in rep),
+        error_ratio=tuple(opt(x) for x in err),
+        median_error_ratio=_median(err),
+        max_error_ratio=float(np.nanmax(err)) if np.isfinite(err).any() else None,
+        scenarios=tuple(results),
+        fix_rank=tuple(sorted(fix, key=lambda r: -(r.speedup or 0))),
+        notes=tuple(notes),
+        rounds=s.rounds,
+        tax_ns=int(tt.step_tax_ns.sum()),
+        tax_overlap_ns=int(tt.step_overlap_ns.sum()),
+        tax_by_family_ns=tuple(sorted(tt.family_tax_ns.items(), key=lambda kv: -kv[1])),
+        tax_steps_ns=tax_steps,
+        findings=tt.findings,
+        tax_rank_steps=tuple(
+            (
+                int(g.unit_rank[u]),
+                g.step_labels[k],
+                int(tt.step_tax_ns[u, k]),
+                int(tt.step_overlap_ns[u, k]),
+            )
+            for u, k in zip(*np.nonzero(present & (tt.step_overlap_ns > 0)), strict=True)
+        ),
+    )
+
+
+__all__ = ["WhatIf", "ScenarioResult", "load_graph", "what_if", "scenario_params"]
