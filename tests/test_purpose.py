@@ -93,3 +93,29 @@ def test_torchrec_embedding_all_to_all():
         [("ncclDevKernel_AllToAll_RING", 20, 10, 30)], [("## sparse_data_dist ##", 0, 50)], [5]
     )
     assert p == ["embedding-alltoall"]
+
+
+def test_training_tp_allreduce_in_backward_is_tensor_parallel():
+    # A training run (a backward range exists): an all-reduce launched inside a Megatron-style
+    # tensor-parallel autograd node in backward is the TP all-reduce of activations' gradients,
+    # not the loop's gradient all-reduce; one launched in backward under no TP range is.
+    res, p = _purposes(
+        [("a", 7, 10, 20), (AR, 20, 20, 40), ("b", 7, 50, 60), (AR, 20, 60, 80)],
+        [
+            ("## backward ##", 0, 100),
+            ("_CopyToModelParallelRegionBackward", 15, 25),
+        ],
+        [5, 16, 30, 50],
+    )
+    assert p == ["gradient-allreduce", "tp-allreduce"]
+
+
+def test_tp_slow_run_tp_and_dp_allreduces():
+    # fixtures/workloads/tp_slow (README there): per step, 7 all-reduces in the TP groups
+    # (tp_allreduce ranges, inside _ReduceFromTP / _CopyToTPBackward) and 1 data-parallel
+    # gradient all-reduce (dp_allreduce in grad_sync); 3 steps on each of 4 ranks.
+    from pathlib import Path
+
+    a = analyze(Path(__file__).parent.parent / "fixtures" / "workloads" / "tp_slow")
+    counts = a.collectives.per_rank.groupby("purpose").size().to_dict()
+    assert counts == {"tp-allreduce": 4 * 3 * 7, "gradient-allreduce": 4 * 3}

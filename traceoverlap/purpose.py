@@ -41,7 +41,7 @@ PURPOSES: dict[str, str] = {
     "moe-combine": "MoE expert combine",
     "moe-alltoall": "MoE expert all-to-all",
     "sequence-parallel-alltoall": "sequence-parallel attention all-to-all",
-    "tp-allreduce": "tensor-parallel all-reduce in an inference forward",
+    "tp-allreduce": "tensor-parallel all-reduce of activations (a forward, or its backward)",
     "pipeline-p2p": "pipeline send / recv between stages",
     "optimizer-collective": "collective inside the optimizer step",
     "unknown": "purpose unknown",
@@ -66,7 +66,7 @@ PATTERNS: dict[str, re.Pattern[str]] = {
     "sequence_parallel": re.compile(r"(?i)AllToAll4D|ulysses|SeqAllToAll|all_to_all_4d"),
     "tensor_parallel": re.compile(
         r"(?i)vllm|tensor_model_parallel|RowParallel|ColumnParallel|custom_all_reduce|"
-        r"tensor_parallel"
+        r"tensor_parallel|ModelParallelRegion|FromTP\b|ToTP(Backward)?\b|(^|[^a-z])tp_"
     ),
     "pipeline": re.compile(
         r"(?i)pipe|stage|c10d::send|c10d::recv|isend|irecv|batch_isend_irecv|\bp2p\b"
