@@ -128,11 +128,7 @@ def observed_params(g: RunGraph) -> Params:
     has_floor = floor_end != NEG
     dur = np.where(has_floor, np.maximum(end - np.maximum(start, floor_end), 0), end - start)
     first = _lane_first(g.lane)
-    prev_end = np.empty_like(end)
-    prev_end[0:1] = NEG
-    prev_end[1:] = end[:-1]
-    prev_end[first] = NEG
-    ready = np.maximum(prev_end, _edge_ready(g, start, end))
+    ready = _observed_ready(g, start, end, first)
     has_edge = np.zeros(start.size, dtype=bool)
     has_edge[g.dst] = True
     t0 = int(start.min()) if start.size else 0
@@ -143,17 +139,23 @@ def observed_params(g: RunGraph) -> Params:
     return Params(dur.astype(np.int64), slack, post, floor)
 
 
+def _observed_ready(g: RunGraph, start: I64, end: I64, first: npt.NDArray[np.bool_]) -> I64:
+    """Per node, when the trace's own times allow it to start: its lane predecessor's end
+    (none for a lane's ``first`` node) and every edge into it."""
+    prev_end = np.empty_like(end)
+    prev_end[0:1] = NEG
+    prev_end[1:] = end[:-1]
+    prev_end[first] = NEG
+    return np.maximum(prev_end, _edge_ready(g, start, end))
+
+
 def broken_edges(g: RunGraph) -> I64:
     """Per node: 1 where the trace started it before its lane predecessor ended or before an
     edge allowed (clock skew between host and device, overlapping ops on a lane, a clipped
     capture): there the replay follows the edge and departs from the trace."""
     start, end = g.start_ns, g.end_ns
     first = _lane_first(g.lane)
-    prev_end = np.empty_like(end)
-    prev_end[0:1] = NEG
-    prev_end[1:] = end[:-1]
-    prev_end[first] = NEG
-    ready = np.maximum(prev_end, _edge_ready(g, start, end))
+    ready = _observed_ready(g, start, end, first)
     return (start < ready).astype(np.int64)
 
 

@@ -286,32 +286,12 @@ def _parts(
 
 
 def _layout(rows: list[str], ticks: list[str], x: StepAcross) -> dict[str, Any]:
-    n = len(rows)
-    return figs.base_layout(
-        height=max(110 + ROW_PX * n, 260),
-        barmode="overlay",
-        hovermode="closest",
-        xaxis=dict(
-            title=dict(text="time on one clock, since the earliest rank's step start (ms)"),
-            range=[0, (x.end_ns - x.origin_ns) / 1e6],
-            gridcolor="#ececec",
-            zeroline=False,
-            showline=True,
-            linecolor="#999",
-        ),
-        yaxis=dict(
-            tickmode="array",
-            tickvals=list(range(n)),
-            ticktext=ticks,
-            range=[n - 0.5, -0.5],
-            fixedrange=True,
-            showgrid=False,
-            zeroline=False,
-            automargin=True,
-            tickfont=dict(size=11),
-        ),
-        margin=dict(l=10, r=20, t=50, b=55),
-        dragmode="zoom",
+    return figs.lanes_layout(
+        110 + ROW_PX * len(rows),
+        "time on one clock, since the earliest rank's step start (ms)",
+        x.end_ns - x.origin_ns,
+        ticks,
+        tickfont=dict(size=11),
     )
 
 

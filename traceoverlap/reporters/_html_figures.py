@@ -416,17 +416,19 @@ def _add_phases(
     )
 
 
-def _timeline_layout(rows: Sequence[str], window_ns: int) -> dict[str, Any]:
-    """The timeline's layout: 30 px per row, x in ms over the step window, rows top down."""
-    n_rows = len(rows)
-    height = 90 + 30 * n_rows + 60
+def lanes_layout(
+    height: int, x_title: str, span_ns: int, ticks: Sequence[str], **yaxis: Any
+) -> dict[str, Any]:
+    """A lanes figure's layout: x in ms from 0 to ``span_ns``, one row per tick, top down
+    (the step timeline and the step across ranks share it)."""
+    n = len(ticks)
     return base_layout(
         height=max(height, 260),
         barmode="overlay",
         hovermode="closest",
         xaxis=dict(
-            title=dict(text="time since the start of the step window (ms)"),
-            range=[0, window_ns / 1e6],
+            title=dict(text=x_title),
+            range=[0, span_ns / 1e6],
             gridcolor="#ececec",
             zeroline=False,
             showline=True,
@@ -434,16 +436,27 @@ def _timeline_layout(rows: Sequence[str], window_ns: int) -> dict[str, Any]:
         ),
         yaxis=dict(
             tickmode="array",
-            tickvals=list(range(n_rows)),
-            ticktext=[html.escape(r) for r in rows],
-            range=[n_rows - 0.5, -0.5],
+            tickvals=list(range(n)),
+            ticktext=list(ticks),
+            range=[n - 0.5, -0.5],
             fixedrange=True,
             showgrid=False,
             zeroline=False,
             automargin=True,
+            **yaxis,
         ),
         margin=dict(l=10, r=20, t=50, b=55),
         dragmode="zoom",
+    )
+
+
+def _timeline_layout(rows: Sequence[str], window_ns: int) -> dict[str, Any]:
+    """The timeline's layout: 30 px per row, x in ms over the step window, rows top down."""
+    return lanes_layout(
+        90 + 30 * len(rows) + 60,
+        "time since the start of the step window (ms)",
+        window_ns,
+        [html.escape(r) for r in rows],
     )
 
 
