@@ -15,7 +15,8 @@ Rules implemented (each is cited where it is used):
   case) are comm; memcpy/memset are memory; other kernels compute; nothing else is activity.
   CPU unit: host events named ``gloo:*`` are comm; ``cpu_op`` events on a thread that is not a
   communication thread (``pt_gloo_runloop``) are compute unless named ``c10d::*``,
-  ``record_param_comms``, ``nccl:*`` or ``gloo:*``.
+  ``record_param_comms``, ``nccl:*`` or ``gloo:*``; each compute op minus its thread's
+  communication calls (``_lane_calls``: the excluded host events and the blocked waits).
 - Markers: host ``annotation`` events matching the step regex; labels = the first group when it is
   all digits (duplicates "N#2", "N#3"... in start order), else ordinals of all the unit's markers by
   start time (stable). GPU: an activity belongs to the innermost marker containing its launch
@@ -128,6 +129,7 @@ class _Unit:
     device: int  # -1: CPU unit
     host: list[tuple[int, Ev]] = field(default_factory=list)  # (trace index, event)
     acts: list[_Act] = field(default_factory=list)
+    span: tuple[int, int] | None = None  # CPU: [first start, last end) of the ops as recorded
 
     @property
     def key(self) -> tuple[int, int, int]:
@@ -157,6 +159,7 @@ def _units(events: Sequence[Ev]) -> list[_Unit]:
                 )
                 if comm or compute:
                     u.acts.append(_Act("comm" if comm else "compute", e.start, e.end, None, e, i))
+            _cut_compute(u)
             units.append(u)
             continue
         # launch calls of this process, by correlation id (64-bit ids compare as Python ints)
@@ -180,6 +183,61 @@ def _units(events: Sequence[Ev]) -> list[_Unit]:
                 u.acts.append(_Act(kind, e.start, e.end, t, e, i))
             units.append(u)
     return units
+
+
+def _lane_calls(lane: list[Ev], comms: list[_Act], lo: int, n: int) -> np.ndarray:
+    """metrics.md "Kinds", CPU: per ns of [lo, lo + n), is the thread in a communication call:
+    a cpu_op the compute rule excludes, or a blocked wait (the stretch from the last
+    boundary before a comm's end, an op's end where nothing starts, to the next boundary at or
+    after the end, when that follows within 1 % of the comm's duration and 0.5 ms)."""
+    m = _mask(
+        n,
+        lo,
+        ((e.start, e.end) for e in lane if e.cat == "cpu_op" and _any(CPU_COMPUTE_EXCLUDE, e.name)),
+    )
+    bounds = sorted({b for e in lane for b in (e.start, e.end)})
+    for a in comms:
+        before = [b for b in bounds if b < a.end]
+        after = [b for b in bounds if b >= a.end]
+        if not before or not after:
+            continue
+        prev, nxt = max(before), min(after)
+        opened = any(e.end == prev for e in lane) and not any(e.start == prev for e in lane)
+        gap = nxt - a.end
+        if opened and gap * 100 <= a.end - a.start and gap <= 500_000:
+            m |= _mask(n, lo, [(max(prev, a.start), nxt)])
+    return m
+
+
+def _runs(m: np.ndarray, lo: int) -> list[tuple[int, int]]:
+    """The maximal runs of True in a per-ns mask, as [start, end) spans."""
+    d = np.diff(np.concatenate(([0], m.astype(np.int8), [0])))
+    return [
+        (lo + int(s), lo + int(e))
+        for s, e in zip(np.flatnonzero(d == 1), np.flatnonzero(d == -1), strict=True)
+    ]
+
+
+def _cut_compute(u: _Unit) -> None:
+    """CPU unit: each compute op becomes the pieces of it outside its thread's communication
+    calls (the time inside a call is not compute, whatever op encloses it)."""
+    comp = [a for a in u.acts if a.kind == "compute"]
+    if u.acts:  # the `all` window spans the ops as recorded, before the cut
+        u.span = (min(a.start for a in u.acts), max(a.end for a in u.acts))
+    if not comp:
+        return
+    host = [e for _, e in u.host if e.cat in ("cpu_op", "annotation")]
+    lo = min([e.start for e in host] + [a.start for a in u.acts])
+    n = max([e.end for e in host] + [a.end for a in u.acts]) - lo
+    comms = [a for a in u.acts if a.kind == "comm"]
+    calls = {}
+    for tid in sorted({a.ev.tid for a in comp}):
+        calls[tid] = _lane_calls([e for e in host if e.tid == tid], comms, lo, n)
+    out = [a for a in u.acts if a.kind != "compute"]
+    for a in comp:
+        inside = _mask(n, lo, [(a.start, a.end)]) & ~calls[a.ev.tid]
+        out += [_Act("compute", s, e, None, a.ev, a.index) for s, e in _runs(inside, lo)]
+    u.acts = out
 
 
 def _labels(markers: list[tuple[int, Ev]], rx: re.Pattern[str]) -> dict[int, Any]:
@@ -230,13 +288,13 @@ def _windows(u: _Unit, rx: re.Pattern[str]) -> list[_Window]:
         (i, e) for i, e in u.host if e.cat == "annotation" and e.end > e.start and rx.search(e.name)
     ]
     if not markers:
-        if not u.acts:
+        if not (u.acts if u.gpu else u.span):
             return []
         return [
             _Window(
                 "all",
-                min(a.start for a in u.acts),
-                max(a.end for a in u.acts),
+                u.span[0] if u.span else min(a.start for a in u.acts),
+                u.span[1] if u.span else max(a.end for a in u.acts),
                 list(u.acts),
             )
         ]

@@ -340,6 +340,15 @@ def _blame_of(a: object, rank: int) -> pd.DataFrame:
     return b[b["rank"] == rank]
 
 
+def _largest_wait_per_step(a: object, rank: int) -> pd.DataFrame:
+    """Per step of ``rank``: its blame row of the peer it waited for longest. Smaller waits
+    for other peers are real too (a rank arriving a few ms late on a loaded host); they lie
+    inside the autograd ops that make the calls (``_ReduceFromTP``, ``_AllToAll``), so they
+    show since waits in communication calls are not compute."""
+    b = _blame_of(a, rank)
+    return b.loc[b.groupby("step")["exposed_wait_ns"].idxmax()]
+
+
 def test_tp_slow_chain_to_rank3_sleep() -> None:
     """tp_slow: rank 3 sleeps 40 ms (``straggler_sleep``) before its TP all-reduce; rank 2
     (its TP peer) waits for it, then rank 0 waits for rank 2 in their data-parallel all-reduce
@@ -349,7 +358,7 @@ def test_tp_slow_chain_to_rank3_sleep() -> None:
     a = analyze(WORK / "tp_slow")
     c = a.collectives
     assert c is not None and c.top_straggler == 3
-    b0, b1 = _blame_of(a, 0), _blame_of(a, 1)
+    b0, b1 = _largest_wait_per_step(a, 0), _largest_wait_per_step(a, 1)
     assert len(b0) == 3 and set(b0["chain"]) == {(2, 3)}
     assert len(b1) == 3 and set(b1["chain"]) == {(3,)}
     for b in (b0, b1):
@@ -405,16 +414,23 @@ def test_pipeline_slow_last_stage() -> None:
     assert set(a.steps.loc[a.steps["rank"] == 0, "bottleneck"]) == {"peer-wait-bound"}
 
 
-def test_moe_slow_root_is_rank2() -> None:
+@pytest.mark.parametrize("folder", ["moe_slow", "moe_slow_regen"])
+def test_moe_slow_root_is_rank2(folder: str) -> None:
     """moe_slow: rank 2 sleeps 30 ms before its all-to-all; whatever rank the others waited
-    for directly, every chain of ranks 0, 1 and 3 ends at rank 2's ``straggler_sleep``."""
-    a = analyze(WORK / "moe_slow")
+    for directly, every chain of ranks 0, 1 and 3 ends at rank 2's ``straggler_sleep``.
+    ``moe_slow_regen`` is the same plant, generated again: its peers' waits lie inside
+    ``_AllToAll`` cpu_ops, so it reads right only when the time in communication calls is not
+    compute (metrics.md "Kinds"); it was read as "straggler: rank 3" before."""
+    a = analyze(WORK / folder)
     c = a.collectives
     assert c is not None and c.top_straggler == 2
     for r in (0, 1, 3):
         b = _blame_of(a, r)
-        assert len(b) and set(b["root_rank"]) == {2}
-        assert set(b["cause"]) == {"straggler_sleep"}
+        assert len(b)
+        # most of each rank's waiting traces to rank 2's sleep (the rest: a few ms of waits
+        # for peers arriving late on a loaded host, see _largest_wait_per_step)
+        planted = (b["root_rank"] == 2) & (b["cause"] == "straggler_sleep")
+        assert b.loc[planted, "exposed_wait_ns"].sum() >= 0.8 * b["exposed_wait_ns"].sum()
 
 
 # --- the credit rule against a per-ns brute force (hypothesis) ---------------------------------

@@ -212,6 +212,60 @@ def test_cpu_timeline_gloo_clipped_to_step():
     assert (r.compute_only_ns, r.memory_only_ns, r.exposed_tail_ns) == (40, 0, 30)
 
 
+def test_cpu_comm_call_inside_a_compute_op_is_not_compute():
+    # A custom autograd Function (`_AllToAll`, a cpu_op [10,1100) on the main thread) makes a
+    # blocking all-to-all: it launches `c10d::alltoall_base_` [20,25), the gloo worker runs
+    # `gloo:all_to_all` [22,1022), the main thread waits (no event: a gap) and resumes with
+    # `aten::cat` [1030,1040). Step marker [0,2000); `aten::empty` [12,15) before the launch.
+    # Main-thread boundaries around the comm's end 1022: the last before it is 25 (c10d's end,
+    # an op return), the next 1030 (cat's start): 8 ns <= 1 % of 1000 and <= 0.5 ms -> blocked
+    # wait [max(25, 22), 1030). The lane's communication calls: [20,25) u [25,1030) = [20,1030).
+    # compute = [10,1100) - [20,1030) = [10,20) u [1030,1100) = 80 (not 1090: the wait is no
+    # compute); comm = [22,1022) = 1000, overlap 0, exposed 1000; busy 10 + 1000 + 70 = 1080,
+    # idle 920. Causes: the last compute start is 1030 -> tail zone [1030,2000), no exposed
+    # there; the next compute start after the comm's end 1022 is 1030 (the resumed piece of
+    # `_AllToAll` and cat), 8 ns <= 1 % of 1000: blocked -> dependency 1000, host 0.
+    tl = cpu_timeline(
+        [
+            ("annotation", "ProfilerStep#1", "", 0, 2000),
+            ("cpu_op", "_AllToAll", "", 10, 1100),
+            ("cpu_op", "aten::empty", "", 12, 15),
+            ("cpu_op", "c10d::alltoall_base_", "", 20, 25),
+            ("annotation", "gloo:all_to_all", "pt_gloo_runloop", 22, 1022),
+            ("cpu_op", "aten::cat", "", 1030, 1040),
+        ]
+    )
+    r = _row(analyze(tl))
+    assert (r.step_ns, r.compute_ns, r.comm_ns, r.overlap_ns, r.exposed_comm_ns, r.idle_ns) == (
+        2000,
+        80,
+        1000,
+        0,
+        1000,
+        920,
+    )
+    assert r.compute_only_ns + r.overlap_ns + r.exposed_comm_ns + r.idle_ns == r.step_ns
+    assert (r.exposed_tail_ns, r.exposed_dependency_ns, r.exposed_host_ns) == (0, 1000, 0)
+
+
+def test_cpu_gap_inside_a_leaf_op_stays_compute():
+    # An async all-reduce [5,1000) ends while the main thread is inside a leaf op `aten::mm`
+    # [10,1002) (no child op): the thread computes, it does not wait, although mm ends 2 ns
+    # (<= 1 % of 995) after the comm's end. The last boundary before 1000 is mm's start, not an
+    # op's return -> no blocked wait. Calls: `c10d::allreduce_` [2,4), outside every compute op.
+    # compute = [10,1002) = 992, comm = [5,1000) = 995, overlap [10,1000) = 990, exposed 5.
+    tl = cpu_timeline(
+        [
+            ("annotation", "ProfilerStep#1", "", 0, 2000),
+            ("cpu_op", "c10d::allreduce_", "", 2, 4),
+            ("annotation", "gloo:all_reduce", "pt_gloo_runloop", 5, 1000),
+            ("cpu_op", "aten::mm", "", 10, 1002),
+        ]
+    )
+    r = _row(analyze(tl))
+    assert (r.compute_ns, r.comm_ns, r.overlap_ns, r.exposed_comm_ns) == (992, 995, 990, 5)
+
+
 def test_step_regex_and_range_filter():
     # user ranges "train_step" (no number): labelled by ordinal 0, 1, 2; --steps 1-2 keeps two
     tl = cpu_timeline(

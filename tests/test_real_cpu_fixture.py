@@ -2,7 +2,10 @@
 
 The derivation follows metrics.md for CPU timelines with the standard library only: Decimal-exact
 timestamps; comm = `gloo:*` events; compute = `cpu_op` events not on a `pt_gloo_runloop` thread and
-not `c10d::*` / `record_param_comms` / `nccl:*` / `gloo:*`; everything clipped to the
+not `c10d::*` / `record_param_comms` / `nccl:*` / `gloo:*`, minus, per thread, the thread's
+communication calls (those excluded cpu_ops, and the blocked waits: from the last event boundary
+before a `gloo:*` end, an event's end where none starts, to the next boundary, when that follows
+within 1 % of the communication's duration and 0.5 ms); everything clipped to the
 `ProfilerStep#N` range, which is the step window.
 """
 
@@ -36,10 +39,58 @@ def derive(path):
         s = int(Decimal(e["ts"]) * 1000) + base
         return s, s + int(Decimal(e["dur"]) * 1000)
 
+    host = [e for e in ev if e.get("cat") in ("cpu_op", "user_annotation")]
+    gloo = [span(e) for e in ev if e["name"].startswith("gloo:")]
+
+    def is_compute(e):
+        return (
+            e.get("cat") == "cpu_op"
+            and "pt_gloo_runloop" not in threads.get((e["pid"], e["tid"]), "")
+            and not EXCLUDED.search(e["name"])
+        )
+
+    # per compute thread: its communication calls
+    calls = {}
+    for key in {(e["pid"], e["tid"]) for e in ev if is_compute(e)}:
+        mine = [span(e) for e in host if (e["pid"], e["tid"]) == key]
+        cl = [
+            span(e)
+            for e in host
+            if (e["pid"], e["tid"]) == key
+            and e.get("cat") == "cpu_op"
+            and EXCLUDED.search(e["name"])
+        ]
+        bounds = sorted({b for s, t in mine for b in (s, t)})
+        ends, starts = {t for _, t in mine}, {s for s, _ in mine}
+        for cs, ce in gloo:
+            before = [b for b in bounds if b < ce]
+            after = [b for b in bounds if b >= ce]
+            if not before or not after:
+                continue
+            prev, nxt = before[-1], after[0]
+            gap = nxt - ce
+            if prev in ends and prev not in starts and gap * 100 <= ce - cs and gap <= 500_000:
+                cl.append((max(prev, cs), nxt))
+        calls[key] = union(cl)
+
+    def minus(a, b):
+        out = []
+        for s, t in a:
+            for bs, bt in b:
+                if bt <= s or bs >= t:
+                    continue
+                if bs > s:
+                    out.append((s, bs))
+                s = max(s, bt)
+            if s < t:
+                out.append((s, t))
+        return out
+
     out = {}
     for st in (e for e in ev if e["name"].startswith("ProfilerStep#")):
         s0, e0 = span(st)
         comp, comm = [], []
+        per_thread = {}
         for e in ev:
             s, t = span(e)
             s, t = max(s, s0), min(t, e0)
@@ -47,12 +98,10 @@ def derive(path):
                 continue
             if e["name"].startswith("gloo:"):
                 comm.append((s, t))
-            elif (
-                e.get("cat") == "cpu_op"
-                and "pt_gloo_runloop" not in threads.get((e["pid"], e["tid"]), "")
-                and not EXCLUDED.search(e["name"])
-            ):
-                comp.append((s, t))
+            elif is_compute(e):
+                per_thread.setdefault((e["pid"], e["tid"]), []).append((s, t))
+        for key, ops in per_thread.items():
+            comp += minus(union(ops), calls[key])
         c, m = union(comp), union(comm)
         ov = ab_overlap(c, m)
         out[int(st["name"].split("#")[1])] = {

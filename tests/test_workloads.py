@@ -350,6 +350,7 @@ def test_slow_fixtures_sleep_only_on_the_planted_rank() -> None:
     for name, slow, ranks in (
         ("naive_slow", 1, 2),
         ("moe_slow", 2, 4),
+        ("moe_slow_regen", 2, 4),
         ("pipeline_slow_last", 1, 2),
     ):
         for rank in range(ranks):
@@ -538,6 +539,8 @@ def _named(trace: dict[str, Any], prefix: str) -> list[tuple[float, float]]:
         ("moe_slow", 2, 0, "moe_dispatch"),
         ("moe_slow", 2, 1, "moe_dispatch"),
         ("moe_slow", 2, 3, "moe_dispatch"),
+        ("moe_slow_regen", 2, 0, "moe_dispatch"),
+        ("moe_slow_regen", 2, 3, "moe_dispatch"),
     ],
 )
 def test_planted_peer_cannot_finish_before_the_sleeper_arrives(

@@ -455,6 +455,24 @@ def _cpu_rank(
     out.append(ev("cpu_op", "aten::copy_", s, s + d, GLOO_TID, "pt_gloo_runloop"))
     for inst in insts:
         dur = inst.durs[rank]
+        if draw(st.booleans()):
+            # the call made inside an enclosing op (a custom autograd Function: `_AllToAll`):
+            # launch op before the gloo work starts, then a gap (the wait), then a resuming op
+            # `gap` ns after the work ends, inside the enclosing op or after it
+            ws = inst.end - dur
+            launch = draw(st.integers(0, 40))
+            gap = draw(st.integers(0, 30))
+            outer = ws - launch - draw(st.integers(0, 20))
+            out.append(
+                ev("cpu_op", "c10d::alltoall_base_", ws - launch, ws + 5, MAIN_TID, "python")
+            )
+            out.append(
+                ev("cpu_op", "aten::cat", inst.end + gap, inst.end + gap + 7, MAIN_TID, "python")
+            )
+            tail = draw(st.integers(-gap - 10, 20))
+            out.append(
+                ev("cpu_op", "_AllToAll", outer, inst.end + gap + 7 + tail, MAIN_TID, "python")
+            )
         out.append(
             ev(
                 "annotation",

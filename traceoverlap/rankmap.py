@@ -34,6 +34,7 @@ from .classify import (
 from .collectives import unit_instances
 from .diagnosis import local_causes
 from .errors import NotATraceError, TraceFormatError
+from .hostwait import lane_calls, lane_codes, split_compute
 from .intervals import GroupedIntervals
 from .job import host_ranges
 from .metrics import activity_rows, device_covered, step_parts, step_sets
@@ -311,9 +312,15 @@ def analyze_unit(
     end = ev["end_ns"].to_numpy()
     _check_window_load(info.path, start, end, kind, steps)
     acts = activity_rows(start, end, kind, steps)
+    if not steps.gpu:
+        # time inside communication calls is not compute, whatever op encloses it (metrics.md)
+        acts = split_compute(acts, lane_codes(unit), lane_calls(unit, kind, rules))
     n = len(steps)
     sets = step_sets(acts, n)
-    parts = step_parts(sets, steps, device_covered(start, end, kind, steps))
+    # CPU units: every activity is clipped into each window it meets, so |W ∩ D| = |C ∪ M ∪ Y|
+    # (and compute is cut around communication calls: D from the raw ops would count them)
+    covered = device_covered(start, end, kind, steps) if steps.gpu else None
+    parts = step_parts(sets, steps, covered)
     parts["start_ns"] = steps.start_ns
     parts["end_ns"] = steps.end_ns
 
