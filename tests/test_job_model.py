@@ -604,3 +604,20 @@ def test_blame_line_words() -> None:
         {**base, "lateness_ns": 40_000_000, "cause_ns": 10_000_000, "explained_ratio": 0.25}
     )
     assert line.endswith("rank 1 was late by 40.00 ms: unexplained")
+
+
+def test_text_across_ranks_waiting_is_the_credited_total() -> None:
+    # bucketed: several all-reduces in flight at once on the gloo threads. The cross-rank text
+    # used to sum the instances' exposed waits (26.60 ms: ns where two instances were exposed
+    # together counted twice) next to per-rank credits summing to 21.36 ms. One number: the
+    # step parts' exposed wait, which the per-rank credits add up to exactly.
+    from traceoverlap import fmt
+    from traceoverlap.reporters.across_ranks import across_ranks_lines
+
+    a = analyze(WORK / "bucketed")
+    c = a.collectives
+    assert c is not None
+    ew = int(a.steps["exposed_wait_ns"].sum())
+    assert int(c.stragglers["exposed_waited_for_ns"].sum()) == ew
+    line = next(x for x in across_ranks_lines(c, a.steps) if "exposed communication" in x)
+    assert f"{fmt.ms(ew)} ms waiting" in line

@@ -13,11 +13,16 @@ import numpy as np
 from .. import fmt
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from ..collectives import Collectives
 
 
-def across_ranks_lines(coll: Collectives) -> list[str]:
-    """Plain lines (no markup), ms with two decimals."""
+def across_ranks_lines(coll: Collectives, steps: pd.DataFrame) -> list[str]:
+    """Plain lines (no markup), ms with two decimals. ``steps`` is the step table shown: the
+    exposed waiting and transfer are its parts (each exposed ns once, as in the table and the
+    HTML), not a sum over collective instances, which counts twice the ns where concurrent
+    instances were exposed together."""
     pr = coll.per_rank
     matched = pr[pr["matched"].astype(bool)] if len(pr) else pr
     given = (
@@ -37,12 +42,12 @@ def across_ranks_lines(coll: Collectives) -> list[str]:
         f"later rank ({fmt.pct(wait / total if total else None)}), {fmt.ms(total - wait)} ms "
         "transfer"
     )
-    ew = int(pr["exposed_wait_ns"].sum())
-    ex = int(pr["exposed_ns"].sum())
+    ew = int(steps["exposed_wait_ns"].sum())
+    ex = int(steps["exposed_comm_ns"].sum())
     if ex:
         lines.append(
-            f"  exposed collective time: {fmt.ms(ew)} ms waiting ({fmt.pct(ew / ex)}), "
-            f"{fmt.ms(ex - ew)} ms transfer"
+            f"  exposed communication (the step parts): {fmt.ms(ew)} ms waiting "
+            f"({fmt.pct(ew / ex)}), {fmt.ms(ex - ew)} ms transfer"
         )
     if coll.aligned:
         how = "unix clocks" if coll.clock == "unix" else "clocks aligned on collective end times"
@@ -88,10 +93,10 @@ def across_ranks_lines(coll: Collectives) -> list[str]:
     return lines
 
 
-def render_across_ranks(coll: Collectives, width: int = 80) -> str:
+def render_across_ranks(coll: Collectives, steps: pd.DataFrame, width: int = 80) -> str:
     """The lines wrapped to ``width`` columns, continuation lines indented two more spaces."""
     out = []
-    for line in across_ranks_lines(coll):
+    for line in across_ranks_lines(coll, steps):
         indent = " " * (len(line) - len(line.lstrip(" ")))
         out.append(
             textwrap.fill(

@@ -33,7 +33,9 @@ def render(analysis: Analysis) -> str:
         out += ["", "**What to try**", ""] + finding_lines(analysis.findings)
         out += [f"- {line}" for line in analysis.what_if]
     if analysis.multi_rank and analysis.collectives is not None:
-        out += ["", "**Across ranks**", "", "```"] + across_ranks_lines(analysis.collectives)
+        out += ["", "**Across ranks**", "", "```"] + across_ranks_lines(
+            analysis.collectives, analysis.steps
+        )
         out += ["```"]
     if analysis.notes:
         out += ["", "**Notes**", ""] + [f"- {n}" for n in analysis.notes]

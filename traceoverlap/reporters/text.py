@@ -102,6 +102,10 @@ def render(analysis: Analysis, *, color: bool = False, width: int = 80) -> str:
         say([f"  - {note}" for note in analysis.notes])
     if analysis.multi_rank and analysis.collectives is not None:
         console.print()
-        console.print(render_across_ranks(analysis.collectives, wrap), soft_wrap=True, markup=False)
+        console.print(
+            render_across_ranks(analysis.collectives, analysis.steps, wrap),
+            soft_wrap=True,
+            markup=False,
+        )
     # rich pads the last column to its width: trailing blanks only get in the way of diffs
     return "\n".join(line.rstrip() for line in buf.getvalue().split("\n"))
