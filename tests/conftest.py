@@ -32,6 +32,16 @@ def real_trace(relative: str) -> Path:
     return path
 
 
+def one_error_line(res) -> str:  # noqa: ANN001
+    """The CLI's answer to bad input: exit 2, one line ``traceoverlap: error: ...``, no
+    traceback. Returns that line."""
+    assert res.exit_code == 2, res.output
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("traceoverlap: error:"), res.output
+    assert "Traceback" not in res.output
+    return lines[0]
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--runslow",

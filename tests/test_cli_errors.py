@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import WORKLOAD_FIXTURES
+from conftest import WORKLOAD_FIXTURES, one_error_line
 from test_cli_analyze import write_trace
 
 from traceoverlap.cli import main
@@ -18,14 +18,6 @@ def run(*args: str, env: dict[str, str] | None = None):  # noqa: ANN201
     return CliRunner().invoke(main, list(args), env=env)
 
 
-def _one_error_line(res) -> str:  # noqa: ANN001
-    assert res.exit_code == 2, res.output
-    lines = res.output.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("traceoverlap: error:"), res.output
-    assert "Traceback" not in res.output
-    return lines[0]
-
-
 @pytest.mark.parametrize(
     "target",
     ["missing-folder/out.json", "x" * 300 + ".json", "/dev/full"],
@@ -34,7 +26,7 @@ def _one_error_line(res) -> str:  # noqa: ANN001
 def test_unwritable_output_is_one_line(tmp_path: Path, target: str) -> None:
     trace = str(write_trace(tmp_path / "t.json"))
     out = target if target.startswith("/") else str(tmp_path / target)
-    line = _one_error_line(run("analyze", trace, "-f", "json", "-o", out))
+    line = one_error_line(run("analyze", trace, "-f", "json", "-o", out))
     assert "cannot write the output" in line and out[:40] in line
 
 
@@ -86,7 +78,7 @@ def test_config_values_of_the_wrong_type(tmp_path: Path, toml: str, needle: str)
     trace = str(write_trace(tmp_path / "t.json"))
     cfg = tmp_path / "c.toml"
     cfg.write_text(toml)
-    line = _one_error_line(run("analyze", trace, "--config", str(cfg)))
+    line = one_error_line(run("analyze", trace, "--config", str(cfg)))
     assert needle in line and str(cfg) in line
 
 
@@ -113,7 +105,7 @@ def test_step_selections(spec: str) -> None:
 
 
 def test_step_regex_matching_nothing_lists_the_ranges() -> None:
-    line = _one_error_line(run("analyze", str(RUN), "--step-regex", "^train_step"))
+    line = one_error_line(run("analyze", str(RUN), "--step-regex", "^train_step"))
     assert "matches no range" in line and "'backward'" in line
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import one_error_line
 from test_cli_analyze import write_trace
 
 from traceoverlap.cli import main
@@ -14,14 +15,6 @@ from traceoverlap.cli import main
 
 def run(*args: str):  # noqa: ANN201
     return CliRunner().invoke(main, list(args))
-
-
-def _one_error_line(res) -> str:  # noqa: ANN001
-    assert res.exit_code == 2, res.output
-    lines = res.output.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("traceoverlap: error:"), res.output
-    assert "Traceback" not in res.output
-    return lines[0]
 
 
 @pytest.mark.parametrize(
@@ -35,7 +28,7 @@ def test_too_long_input_paths_are_one_line(tmp_path: Path, make, command: str) -
     args = [command, bad] if command != "compare" else [command, bad, bad]
     if command == "report":
         args += ["-o", str(tmp_path / "r.html")]
-    line = _one_error_line(run(*args))
+    line = one_error_line(run(*args))
     assert "cannot look the path up (File name too long)" in line
 
 
@@ -43,7 +36,7 @@ def test_bad_scheduler_is_one_line(tmp_path: Path) -> None:
     pytest.importorskip("distributed")
     t = str(write_trace(tmp_path / "t.json"))
     for address in ("foo", "tcp://head"):
-        line = _one_error_line(run("analyze", t, "--scheduler", address))
+        line = one_error_line(run("analyze", t, "--scheduler", address))
         assert "expected 'local' or a Dask scheduler address" in line
 
 
@@ -54,20 +47,20 @@ def test_bad_scheduler_is_one_line(tmp_path: Path) -> None:
 def test_empty_fail_if_is_an_error(tmp_path: Path, gate: str) -> None:
     # `--fail-if "$GATE"` with GATE unset used to switch the gate off with exit 0
     t = str(write_trace(tmp_path / "t.json"))
-    line = _one_error_line(run("analyze", t, "--fail-if", gate))
+    line = one_error_line(run("analyze", t, "--fail-if", gate))
     assert "fail-if: empty condition" in line
 
 
 def test_empty_comm_pattern_is_an_error(tmp_path: Path) -> None:
     # '' matches every kernel name: every kernel would count as communication
     t = str(write_trace(tmp_path / "t.json"))
-    line = _one_error_line(run("analyze", t, "--comm-pattern", ""))
+    line = one_error_line(run("analyze", t, "--comm-pattern", ""))
     assert "comm_patterns: an empty regex matches every name" in line
 
 
 def test_huge_invalid_regex_is_echoed_truncated(tmp_path: Path) -> None:
     t = str(write_trace(tmp_path / "t.json"))
-    line = _one_error_line(run("analyze", t, "--step-regex", "(" * 100_000))
+    line = one_error_line(run("analyze", t, "--step-regex", "(" * 100_000))
     assert "(100,000 chars)" in line and len(line) < 400 and "step_regex" in line
 
 
@@ -78,7 +71,7 @@ def test_steps_on_a_trace_without_markers_is_an_error(tmp_path: Path) -> None:
     doc = json.loads(t.read_text())
     doc["traceEvents"] = [e for e in doc["traceEvents"] if e["name"] != "ProfilerStep#1"]
     t.write_text(json.dumps(doc))
-    line = _one_error_line(run("analyze", str(t), "--steps", "3-5"))
+    line = one_error_line(run("analyze", str(t), "--steps", "3-5"))
     assert f"{t}: steps 3-5 were asked for, but the trace has no step markers" in line
     assert run("analyze", str(t)).exit_code == 0  # without a selection: the 'all' window
 
@@ -90,7 +83,7 @@ def test_same_file_twice_is_refused(tmp_path: Path) -> None:
     link = tmp_path / "again.json"
     link.symlink_to(t)
     for args in ([str(t), str(t)], [str(folder), str(t)], [str(t), str(link)]):
-        line = _one_error_line(run("analyze", *args))
+        line = one_error_line(run("analyze", *args))
         assert "given twice; give each rank file once" in line
 
 
@@ -104,7 +97,7 @@ def test_step_without_gpu_work_says_why(tmp_path: Path) -> None:
             del e["args"]["correlation"]  # no way to tie the kernels to their launches
     t.write_text(json.dumps(doc))
     # the only step launched nothing it can place: no steps at all, and the line says why
-    line = _one_error_line(run("analyze", str(t)))
+    line = one_error_line(run("analyze", str(t)))
     assert "step 1 launched no GPU work (1 marker); skipped; 2 GPU activities of this rank " in line
     assert "have no launch record" in line
 
@@ -143,7 +136,7 @@ def test_empty_redirect_target_in_the_folder_is_skipped(tmp_path: Path) -> None:
     ],
 )
 def test_option_errors_are_one_line(args: list[str], needle: str) -> None:
-    line = _one_error_line(run(*args))
+    line = one_error_line(run(*args))
     assert needle in line and "--help`)" in line
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import one_error_line
 from test_cli_analyze import write_trace
 
 from traceoverlap.cli import main
@@ -18,13 +19,6 @@ from traceoverlap.outputs import check_outputs, write_output
 
 def run(*args: str):  # noqa: ANN201
     return CliRunner().invoke(main, list(args))
-
-
-def _one_error_line(res) -> str:  # noqa: ANN001
-    assert res.exit_code == 2, res.output
-    lines = res.output.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("traceoverlap: error:"), res.output
-    return lines[0]
 
 
 def _run_folder(tmp_path: Path) -> Path:
@@ -52,7 +46,7 @@ def test_output_over_an_input_is_refused_and_the_input_kept(
     t = write_trace(tmp_path / "t.json")
     u = write_trace(tmp_path / "u.json", comm_ms=5.0)
     before = {p: p.read_bytes() for p in (t, u)}
-    line = _one_error_line(run(*(a.format(t=t, u=u) for a in args)))
+    line = one_error_line(run(*(a.format(t=t, u=u) for a in args)))
     assert "refusing to write the output over an input trace" in line
     assert {p: p.read_bytes() for p in (t, u)} == before
 
@@ -64,7 +58,7 @@ def test_output_over_a_trace_of_an_input_folder_is_refused(tmp_path: Path) -> No
     link = tmp_path / "link.json"
     link.symlink_to(folder / "rank1.json")
     for out in (str(folder / ".." / "run" / "rank1.json"), str(link)):
-        line = _one_error_line(run("analyze", str(folder), "-f", "json", "-o", out))
+        line = one_error_line(run("analyze", str(folder), "-f", "json", "-o", out))
         assert "rank1.json" in line and "over an input trace" in line
     assert (folder / "rank1.json").read_bytes() == before
 
@@ -85,7 +79,7 @@ def test_own_json_output_in_the_run_folder_may_be_rewritten(tmp_path: Path) -> N
 def test_two_outputs_that_are_one_file_are_refused(tmp_path: Path) -> None:
     t = write_trace(tmp_path / "t.json")
     out = str(tmp_path / "o.html")
-    line = _one_error_line(run("analyze", str(t), "-o", out, "--html", out))
+    line = one_error_line(run("analyze", str(t), "-o", out, "--html", out))
     assert "two outputs" in line
 
 
@@ -93,7 +87,7 @@ def test_config_file_is_an_input_too(tmp_path: Path) -> None:
     t = write_trace(tmp_path / "t.json")
     cfg = tmp_path / "c.toml"
     cfg.write_text("[thresholds]\nlost_ratio = 0.2\n")
-    line = _one_error_line(run("analyze", str(t), "--config", str(cfg), "-o", str(cfg)))
+    line = one_error_line(run("analyze", str(t), "--config", str(cfg), "-o", str(cfg)))
     assert "over an input" in line
     assert cfg.read_text() == "[thresholds]\nlost_ratio = 0.2\n"
 
@@ -168,14 +162,14 @@ def test_fifo_as_config_does_not_block(tmp_path: Path) -> None:
     t = write_trace(tmp_path / "t.json")
     fifo = tmp_path / "c.toml"
     os.mkfifo(fifo)
-    line = _one_error_line(run("analyze", str(t), "--config", str(fifo)))
+    line = one_error_line(run("analyze", str(t), "--config", str(fifo)))
     assert "c.toml" in line and "not a regular file" in line
 
 
 def test_whatif_output_over_an_input_is_refused(tmp_path: Path) -> None:
     t = write_trace(tmp_path / "t.json")
     before = t.read_bytes()
-    line = _one_error_line(run("whatif", str(t), "-o", str(t)))
+    line = one_error_line(run("whatif", str(t), "-o", str(t)))
     assert "refusing to write the output over an input trace" in line
     assert t.read_bytes() == before
 
@@ -183,10 +177,10 @@ def test_whatif_output_over_an_input_is_refused(tmp_path: Path) -> None:
 def test_export_output_over_an_input_or_to_a_lone_fifo_is_one_line(tmp_path: Path) -> None:
     t = write_trace(tmp_path / "t.json")
     before = t.read_bytes()
-    line = _one_error_line(run("export", str(t), "-o", str(t)))
+    line = one_error_line(run("export", str(t), "-o", str(t)))
     assert "refusing to write the output over an input trace" in line
     assert t.read_bytes() == before
     fifo = tmp_path / "out.fifo"
     os.mkfifo(fifo)
-    line = _one_error_line(run("export", str(t), "-o", str(fifo)))
+    line = one_error_line(run("export", str(t), "-o", str(fifo)))
     assert "cannot write the output" in line
