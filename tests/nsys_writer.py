@@ -13,6 +13,7 @@ reuse the same ids (as real exports do).
 from __future__ import annotations
 
 import sqlite3
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -361,3 +362,21 @@ def write_synthetic(
     finally:
         con.close()
     return p
+
+
+def fake_nsys_export(tmp_path: Path, prepared: Path) -> Path:
+    """A folder holding a stand-in `nsys` that "exports" by copying ``prepared`` to its
+    ``--output`` and logs each call's arguments to ``tmp_path / "calls.txt"``. Put the folder
+    first on PATH."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    calls = tmp_path / "calls.txt"
+    script = bindir / "nsys"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'echo "$@" >> "{calls}"\n'
+        'while [ "$#" -gt 1 ]; do if [ "$1" = "--output" ]; then out="$2"; fi; shift; done\n'
+        f'cp "{prepared}" "$out"\n'
+    )
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return bindir

@@ -16,27 +16,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from nsys_writer import NsysExport  # noqa: E402
+from nsys_writer import NsysExport, fake_nsys_export  # noqa: E402
 
 from traceoverlap.errors import TraceFormatError  # noqa: E402
 from traceoverlap.readers import nsys as nsys_reader  # noqa: E402
 from traceoverlap.readers.nsys import read_nsys_rep  # noqa: E402
-
-
-def _fake_nsys(tmp_path: Path, prepared: Path) -> Path:
-    """A stand-in `nsys` that "exports" by copying ``prepared`` to --output; logs its calls."""
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    calls = tmp_path / "calls.txt"
-    script = bindir / "nsys"
-    script.write_text(
-        "#!/bin/sh\n"
-        f'echo "$@" >> "{calls}"\n'
-        'while [ "$#" -gt 1 ]; do if [ "$1" = "--output" ]; then out="$2"; fi; shift; done\n'
-        f'cp "{prepared}" "$out"\n'
-    )
-    script.chmod(script.stat().st_mode | stat.S_IXUSR)
-    return bindir
 
 
 def _export(tmp_path: Path, kernel: str) -> Path:
@@ -83,7 +67,7 @@ def test_planted_export_in_shared_temp_is_never_read(
     shared = Path(tempfile.gettempdir()) / "traceoverlap-nsys"
     shared.mkdir(parents=True)
     _export(tmp_path, "planted").rename(shared / f"run-{digest}.sqlite")
-    bindir = _fake_nsys(tmp_path, _export(tmp_path, "genuine"))
+    bindir = fake_nsys_export(tmp_path, _export(tmp_path, "genuine"))
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
     tl = read_nsys_rep(rep)
     assert tl.events[tl.events["category"] == "kernel"]["name"].tolist() == ["genuine"]

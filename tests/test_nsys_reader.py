@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import stat
 import sys
 import time
 from pathlib import Path
@@ -17,7 +16,14 @@ from conftest import REAL_TRACES
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from nsys_writer import MS, NVTX_MARK, NVTX_START_END, NsysExport, global_tid  # noqa: E402
+from nsys_writer import (  # noqa: E402
+    MS,
+    NVTX_MARK,
+    NVTX_START_END,
+    NsysExport,
+    fake_nsys_export,
+    global_tid,
+)
 
 from traceoverlap import analyze, load  # noqa: E402
 from traceoverlap.errors import TraceFormatError  # noqa: E402
@@ -624,17 +630,8 @@ def test_nsys_rep_exported_once_and_cached(tmp_path: Path, monkeypatch: pytest.M
     x = NsysExport()
     x.kernel(5, 0, 7, 100, 200, "k", launch=50)
     prepared = x.write(tmp_path / "prepared.db")
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
+    bindir = fake_nsys_export(tmp_path, prepared)
     calls = tmp_path / "calls.txt"
-    script = bindir / "nsys"
-    script.write_text(
-        "#!/bin/sh\n"
-        f'echo "$@" >> "{calls}"\n'
-        'while [ "$#" -gt 1 ]; do if [ "$1" = "--output" ]; then out="$2"; fi; shift; done\n'
-        f'cp "{prepared}" "$out"\n'
-    )
-    script.chmod(script.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
     rep = tmp_path / "rep" / "rank2.nsys-rep"
     rep.parent.mkdir()
