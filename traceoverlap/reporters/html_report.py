@@ -41,6 +41,9 @@ from ..schema import (
     IDEAL_NS,
     OVERLAP_RATIO,
     POTENTIAL_SPEEDUP,
+    RANK,
+    REASON,
+    STEP,
     STEP_NS,
 )
 from . import _html_across
@@ -273,7 +276,7 @@ def _dominant_reason(steps: pd.DataFrame, dominant: str | None) -> str:
         return ""
     order = np.argsort(rows[STEP_NS.name].to_numpy(dtype=np.int64), kind="stable")
     row = rows.iloc[int(order[(len(order) - 1) // 2])]
-    return f"rank {int(row['rank'])}, step {row['step']}: {row['reason']}"
+    return f"rank {int(row[RANK.name])}, step {row[STEP.name]}: {row[REASON.name]}"
 
 
 def _cards(analysis: Analysis) -> str:
@@ -283,7 +286,7 @@ def _cards(analysis: Analysis) -> str:
         _card(
             "median step",
             fmt_ns(run.median(STEP_NS.name)),
-            f"p90 {fmt_ns(run.stat('step_ns', 'p90'))} · {scope}",
+            f"p90 {fmt_ns(run.stat(STEP_NS.name, 'p90'))} · {scope}",
         ),
         _card(
             "median exposed comm",
