@@ -279,9 +279,17 @@ COLLECTIVES = Table(
         Column("process_group", STR, NONE, "group name as the trace gave it", True),
         Column("seq", INT, NONE, "the trace's sequence number", True),
         Column("bytes", INT, BYTES, "message size", True),
-        Column("group_ranks", INT, COUNT, "ranks in its group", True),
-        Column("algbw_gbps", FLOAT, GBPS, "bytes / transfer time", True),
-        Column("busbw_gbps", FLOAT, GBPS, "algbw × NCCL's bus factor", True),
+        Column(
+            "group_ranks",
+            INT,
+            COUNT,
+            "the n of busbw: ranks it matched on, else the world size",
+            True,
+        ),
+        Column("algbw_gbps", FLOAT, GBPS, "bytes / transfer_ns (1 byte per ns is 1 GB/s)", True),
+        Column(
+            "busbw_gbps", FLOAT, GBPS, "algbw × NCCL's factor for the collective over n ranks", True
+        ),
         Column("purpose", STR, NONE, "what it is for (DDP bucket, FSDP all-gather...) or unknown"),
         replace(STEP, meaning="step of its first piece on the first rank"),
         Column("ranks", INT_LIST, NONE, "the ranks given that ran it"),
@@ -301,7 +309,10 @@ COLLECTIVE_PER_RANK = Table(
         _ns("dur_ns", "its duration", stats=False),
         replace(WAIT_NS, meaning="its wait part [start, start + wait_ns)"),
         replace(EXPOSED_NS, meaning="its exposed ns"),
-        *(replace(c, meaning=f"its {c.meaning}", stats=False) for c in EXPOSED_BY_CAUSE.values()),
+        *(
+            replace(EXPOSED_BY_CAUSE[cause], meaning=f"its exposed ns, cause {cause}", stats=False)
+            for cause in EXPOSED_BY_CAUSE
+        ),
         Column("same_stream", BOOL, NONE, "it ran on a compute stream"),
         _ns(
             "queued_ns", "launch to start; null without a launch record", stats=False, nullable=True
@@ -350,8 +361,8 @@ BLAME = Table(
     "JSON `blame`: who waited for whom (docs/job-model.md)",
     (
         Column("window", INT, NONE, "the waiting unit's global window"),
-        RANK,
-        STEP,
+        replace(RANK, meaning="the waiting rank"),
+        replace(STEP, meaning="the waiting step"),
         replace(WAITED_FOR_RANK, meaning="the rank credited (first link)", nullable=False),
         replace(EXPOSED_WAIT_NS, meaning="the credit behind it", stats=False),
         Column("chain", INT_LIST, NONE, "ranks from the credited rank to the root"),
@@ -487,7 +498,8 @@ def markdown() -> str:
         "`tests/test_schema.py` fails when this file and the schema disagree. Definitions:",
         "[metrics.md](metrics.md), [diagnosis.md](diagnosis.md); the JSON around them:",
         "[cli.md](cli.md). Times are integer nanoseconds, ratios 0-1 (factors ≥ 1) or null,",
-        "never NaN.",
+        "never NaN. Summaries give statistics of the step metrics below; `--fail-if` accepts",
+        "them: the ratios as run aggregates, the `_ns` metrics as medians over steps.",
     ]
     for t in TABLES:
         out += ["", f"## `{t.name}`", "", t.where + ".", ""]
