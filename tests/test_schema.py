@@ -18,7 +18,7 @@ from traceoverlap import analyze, schema
 from traceoverlap.comparison import compare
 from traceoverlap.diagnosis import Finding
 from traceoverlap.reporters import compare_text, csv_report, json_report, whatif_report
-from traceoverlap.results import Stats, Summary
+from traceoverlap.results import Stats, StepRef, Summary
 from traceoverlap.whatif import ScenarioResult, WhatIf
 
 DOCS = REPO / "docs"
@@ -117,6 +117,7 @@ def test_the_json_example_in_the_docs_agrees_with_the_schema() -> None:
     d = _cli_example()
     _agrees(d["steps"][0], schema.STEPS, "cli.md steps")
     _agrees(d["summary"]["run"], schema.SUMMARY, "cli.md summary.run")
+    _agrees(d["summary"]["run"]["worst_step"], schema.STEP_REF, "cli.md worst_step")
     _agrees(d["findings"][0], schema.FINDINGS, "cli.md findings")
     coll = d["collectives"][0]
     _agrees(coll, schema.COLLECTIVES, "cli.md collectives")
@@ -153,10 +154,12 @@ def test_summaries_and_the_gate_cover_every_step_metric() -> None:
 
 
 def test_dataclass_outputs_are_the_declared_tables() -> None:
-    """Summary, Stats and Finding are written as dataclasses: their fields are the tables."""
+    """Summary, Stats, StepRef and Finding are written as dataclasses: their fields are the
+    tables."""
     for cls, table in (
         (Summary, schema.SUMMARY),
         (Stats, schema.STATS),
+        (StepRef, schema.STEP_REF),
         (Finding, schema.FINDINGS),
     ):
         assert tuple(f.name for f in dataclasses.fields(cls)) == table.names, cls
@@ -180,6 +183,8 @@ def test_json_writes_the_declared_tables(bucketed) -> None:
         assert tuple(s["totals"]) == schema.NS_METRICS
         for st in s["metrics"].values():
             _agrees(st, schema.STATS, "stats")
+        _agrees(s["worst_step"], schema.STEP_REF, "worst_step")
+        _agrees(s["slowest_step"], schema.STEP_REF, "slowest_step")
     assert d["findings"] and d["collectives"] and d["blame"], "the fixture should have them all"
     for f in d["findings"]:
         _agrees(f, schema.FINDINGS, "findings")

@@ -222,16 +222,14 @@ SUMMARY = Table(
         replace(POTENTIAL_SPEEDUP, meaning="total step / total ideal"),
         Column("bottlenecks", OBJECT, COUNT, "per verdict: how many steps got it"),
         Column("dominant_bottleneck", STR, NONE, "the most frequent verdict", True),
-        Column(
-            "worst_step",
-            OBJECT,
-            NONE,
-            "the most exposed step: rank, device, step, "
-            "step_ns, exposed_comm_ns, bottleneck, reason",
-            True,
-        ),
-        Column("slowest_step", OBJECT, NONE, "the slowest step, same fields", True),
+        Column("worst_step", OBJECT, NONE, "the most exposed step: step_ref", True),
+        Column("slowest_step", OBJECT, NONE, "the slowest step: step_ref", True),
     ),
+)
+STEP_REF = Table(
+    "step_ref",
+    "`summary.*.worst_step` and `slowest_step`: one step singled out",
+    (RANK, DEVICE, STEP, STEP_NS, EXPOSED_COMM_NS, BOTTLENECK, REASON),
 )
 FINDINGS = Table(
     "findings",
@@ -473,6 +471,7 @@ TABLES = (
     STEPS,
     SUMMARY,
     STATS,
+    STEP_REF,
     FINDINGS,
     COLLECTIVES,
     COLLECTIVE_PER_RANK,
