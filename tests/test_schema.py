@@ -134,7 +134,7 @@ _SUFFIX_UNIT = {"_ns": schema.NS, "_ratio": schema.RATIO, "_gbps": schema.GBPS}
 
 @pytest.mark.parametrize("table", schema.TABLES, ids=lambda t: t.name)
 def test_names_say_their_unit(table: schema.Table) -> None:
-    """``_ns`` is nanoseconds, ``_ratio`` a ratio (docs/style.md), and an integer time is named
+    """``_ns`` is nanoseconds, ``_ratio`` a ratio (CONTRIBUTING "Habits"), an integer time is named
     ``_ns``; no column twice in a table."""
     assert len(set(table.names)) == len(table.names), table.names
     for c in table.columns:
@@ -198,6 +198,13 @@ def test_json_writes_the_declared_tables(bucketed) -> None:
         _agrees(r, schema.STEP_SKEW, "stragglers.steps")
     for r in d["blame"]:
         _agrees(r, schema.BLAME, "blame")
+
+
+def test_the_declared_parts_add_up_to_the_step(bucketed) -> None:
+    """diagnosis.md §1: every ns of a step is exactly one of the parts."""
+    st = bucketed.steps
+    total = sum(st[c.name].astype("int64") for c in schema.PARTS)
+    assert (total == st[schema.STEP_NS.name].astype("int64")).all()
 
 
 def test_csv_header_is_the_step_table(bucketed) -> None:

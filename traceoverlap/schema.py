@@ -6,8 +6,11 @@ their column lists from here; ``tests/test_schema.py`` fails when the docs and t
 disagree. The meanings are docs/metrics.md's and docs/diagnosis.md's words, in short.
 
 Adding a column to the step table: declare it below (a :class:`Column` and its place in
-:data:`STEPS`) and compute it in ``analysis._step_table`` under ``NEW.name``; the JSON, the CSV,
-the docs table, the summaries (``stats=True``) and the gate follow.
+:data:`STEPS`) and compute it under ``NEW.name``: in ``metrics.step_parts`` when one unit's
+windows give it, in ``analysis._step_table`` when it needs every rank. The JSON, the CSV, the
+docs table, the summaries and ``--fail-if`` (``stats=True``, the default of a ``_ns`` column)
+follow; the text and Markdown tables show the columns ``reporters/_format.STEP_TABLE_COLUMNS``
+names.
 
 Code that needs one column by name uses its constant (``OVERLAP_RATIO.name``), never the
 string: a search for a column name finds its declaration here.
@@ -176,7 +179,8 @@ PARTS = (
 
 # --- summaries: the run, and each rank ----------------------------------------------------------
 # Their metrics are the step columns with ``stats``: the step, its unions and the ideal step
-# first, then the parts in step order; then the ratios in step order.
+# first (the order schema_version 2 published), then the other times in step order; then the
+# ratios in step order.
 _SUMMARY_FIRST = (
     STEP_NS,
     COMPUTE_NS,
