@@ -1,6 +1,7 @@
 """Benchmark: a large real-shaped Kineto trace, read and analyzed, side by side with the parse floor.
 
-Run: ``python benchmarks/bench_analyze.py [--mb 143 527] [--keep DIR] [--repeat 3]``.
+Run: ``python benchmarks/bench_analyze.py [--mb 143 527] [--keep DIR] [--repeat 3]
+[--compare-with CHECKOUT]``.
 
 For each size it builds a trace from the shared real trace
 (``$TRACEOVERLAP_REAL_TRACES/kineto/a100_nccl_allreduce_rank0.json.gz``, default
@@ -14,9 +15,17 @@ each in its own fresh process (wall, CPU = user + sys, peak RSS):
 - ``read_kineto`` alone (the reader's own cost, imports included, and in-process);
 - ``traceoverlap analyze FILE --format json -o /dev/null`` (the whole command).
 
-and prints the ratios to the floor (target: analyze <= 1.5x the gc=False floor's whole process,
-in CPU). Best of ``--repeat`` runs by wall time: the machine is shared, the least disturbed run
-is the most telling.
+and prints each ratio to the floor next to its target (analyze <= 1.5x the gc=False floor's
+whole process, in CPU). The runs are interleaved (one of each measurement per round, ``--repeat``
+rounds) and the best by CPU is kept: the machine is shared, the least disturbed run is the most
+telling, and interleaving gives each measurement the same chances.
+
+``--compare-with CHECKOUT`` also runs ``read_kineto`` and ``analyze`` from another source
+checkout (e.g. ``git worktree add /tmp/before main``), side by side in the same rounds. Every
+child imports its checkout from a neutral working folder with that checkout first on
+``PYTHONPATH``, and with bytecode caching on (``PYTHONDONTWRITEBYTECODE`` unset; one untimed
+warm-up run each), as after ``pip install``: compiling the package's modules on every run would
+add ~0.05 s CPU to each child that a user never pays.
 
 Not a test: it takes minutes and its numbers depend on the machine.
 """
@@ -75,6 +84,7 @@ print(f"{t1 - t0:.6f} {len(trace.traceEvents)} {c1 - c0:.6f}")
 
 READER_CODE = r"""
 import sys, time
+sys.path.insert(0, sys.argv[2])
 t0 = time.perf_counter()
 from traceoverlap.readers.kineto import read_kineto
 t1, c1 = time.perf_counter(), time.process_time()
@@ -156,14 +166,14 @@ class Run:
         self.wall, self.cpu, self.rss_mb, self.out = wall, cpu, rss_mb, out
 
 
-def _child(argv: list[str]) -> Run:
+def _child(argv: list[str], env: dict[str, str], cwd: str) -> Run:
     # /usr/bin/time -f %M gives each child's own peak RSS; RUSAGE_CHILDREN's ru_maxrss is the
     # max over all children so far, used only when GNU time is missing.
     if os.path.exists("/usr/bin/time"):
         argv = ["/usr/bin/time", "-f", "MAXRSS_KB=%M", *argv]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    proc = subprocess.run(argv, capture_output=True, text=True)
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode not in (0, 3):  # 3: a --fail-if gate, still a full analysis
@@ -177,49 +187,77 @@ def _child(argv: list[str]) -> Run:
     return Run(wall, cpu, rss_mb, proc.stdout)
 
 
-def _measure(path: Path, repeat: int, reader_only: bool) -> dict[str, Run]:
+def _env(checkout: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPATH"] = str(checkout)
+    return env
+
+
+def _commands(
+    path: Path, reader_only: bool, compare: Path | None
+) -> dict[str, tuple[list[str], Path]]:
+    """Each measurement: its command and the checkout it imports."""
     py = sys.executable
-
-    def best(argv: list[str]) -> Run:
-        return min((_child(argv) for _ in range(repeat)), key=lambda r: r.wall)
-
-    out: dict[str, Run] = {}
-    for flavour in ("nogc", "gc"):
-        out[f"floor_{flavour}"] = best([py, "-c", FLOOR_CODE, str(path), flavour])
-    out["read"] = best([py, "-c", READER_CODE, str(path)])
-    if not reader_only:
-        cmd = [py, "-m", "traceoverlap", "analyze", str(path), "--format", "json"]
-        out["analyze"] = best([*cmd, "-o", os.devnull])
-    return out
+    cmds = {f"floor_{f}": ([py, "-c", FLOOR_CODE, str(path), f], REPO) for f in ("nogc", "gc")}
+    for tag, checkout in (("", REPO), ("_other", compare)):
+        if checkout is None:
+            continue
+        cmds[f"read{tag}"] = ([py, "-c", READER_CODE, str(path), str(checkout)], checkout)
+        if not reader_only:
+            argv = [py, "-m", "traceoverlap", "analyze", str(path), "--format", "json"]
+            cmds[f"analyze{tag}"] = ([*argv, "-o", os.devnull], checkout)
+    return cmds
 
 
-def _report(size_mb: float, runs: dict[str, Run]) -> None:
+def _measure(path: Path, repeat: int, reader_only: bool, compare: Path | None) -> dict[str, Run]:
+    """Each command ``repeat`` times, interleaved round by round; the best run by CPU."""
+    cmds = _commands(path, reader_only, compare)
+    runs: dict[str, list[Run]] = {key: [] for key in cmds}
+    with tempfile.TemporaryDirectory() as cwd:
+        for round_ in range(repeat + 1):
+            for key, (argv, checkout) in cmds.items():
+                run = _child(argv, _env(checkout), cwd)
+                if round_:  # round 0 warms the bytecode caches and the page cache
+                    runs[key].append(run)
+    return {key: min(rs, key=lambda r: r.cpu) for key, rs in runs.items()}
+
+
+LABELS = {
+    "floor_nogc": "floor: python + msgspec decode (gc=False)",
+    "floor_gc": "floor: python + msgspec decode (plain)",
+    "read": "python + import + read_kineto",
+    "analyze": "traceoverlap analyze --format json",
+    "read_other": "  the same, --compare-with checkout",
+    "analyze_other": "  the same, --compare-with checkout",
+}
+#: The target of each measurement's whole-process CPU, in floors (None: no target).
+TARGETS = {"analyze": 1.5, "analyze_other": 1.5}
+
+
+def _report(size_mb: float, runs: dict[str, Run], compare: Path | None) -> None:
     floor = runs["floor_nogc"]
     print(f"\n== {size_mb:.0f} MB ==")
-    print(f"{'':44s} {'wall s':>7s} {'CPU s':>7s} {'RSS MB':>7s} {'x floor CPU':>12s}")
-    labels = {
-        "floor_nogc": "floor: python + msgspec decode (gc=False)",
-        "floor_gc": "floor: python + msgspec decode (plain)",
-        "read": "python + import + read_kineto",
-        "analyze": "traceoverlap analyze --format json",
-    }
-    for key, label in labels.items():
-        if key in runs:
-            r = runs[key]
-            print(
-                f"{label:44s} {r.wall:7.2f} {r.cpu:7.2f} {r.rss_mb:7.0f} {r.cpu / floor.cpu:11.2f}x"
-            )
+    print(f"{'':44s} {'wall s':>7s} {'CPU s':>7s} {'RSS MB':>7s}  CPU / floor")
+    order = ["floor_nogc", "floor_gc", "read", "read_other", "analyze", "analyze_other"]
+    for key in [k for k in order if k in runs]:
+        r = runs[key]
+        ratio = r.cpu / floor.cpu
+        target = TARGETS.get(key)
+        goal = ""
+        if target is not None:
+            goal = f" (target <= {target}x: {'met' if ratio <= target else 'missed'})"
+        print(f"{LABELS[key]:44s} {r.wall:7.2f} {r.cpu:7.2f} {r.rss_mb:7.0f}  {ratio:.2f}x{goal}")
     wall_s, n_ev, cpu_s = runs["floor_nogc"].out.split()
-    rd_s, rd_n, imp_s, rd_cpu = runs["read"].out.split()
-    print(
-        f"in-process: floor decode {float(cpu_s):.2f} s CPU [{n_ev} events]; read_kineto "
-        f"{float(rd_cpu):.2f} s CPU [{rd_n} rows] (+{float(imp_s):.2f} s imports), "
-        f"{float(rd_cpu) / float(cpu_s):.2f}x the decode"
-    )
-    if "analyze" in runs:
-        ratio = runs["analyze"].cpu / floor.cpu
-        verdict = "meets" if ratio <= 1.5 else "misses"
-        print(f"analyze / floor (whole processes, CPU): {ratio:.2f}x -> {verdict} the 1.5x target")
+    for key in ("read", "read_other"):
+        if key not in runs:
+            continue
+        rd_s, rd_n, imp_s, rd_cpu = runs[key].out.split()
+        who = "" if key == "read" else f" ({compare})"
+        print(
+            f"in-process{who}: floor decode {float(cpu_s):.2f} s CPU [{n_ev} events]; read_kineto "
+            f"{float(rd_cpu):.2f} s CPU [{rd_n} rows] (+{float(imp_s):.2f} s imports), "
+            f"{float(rd_cpu) / float(cpu_s):.2f}x the decode"
+        )
 
 
 def main() -> None:
@@ -228,6 +266,7 @@ def main() -> None:
     ap.add_argument("--keep", type=Path, help="write the traces here and keep them")
     ap.add_argument("--reader-only", action="store_true", help="skip the analyze command")
     ap.add_argument("--repeat", type=int, default=3, help="runs per measurement; best is kept")
+    ap.add_argument("--compare-with", type=Path, help="another source checkout to run alongside")
     opts = ap.parse_args()
     if not REAL.exists():
         raise SystemExit(f"real trace not found: {REAL}")
@@ -249,7 +288,8 @@ def main() -> None:
                     f"{time.perf_counter() - t0:.1f} s"
                 )
             size_mb = path.stat().st_size / 1e6
-            _report(size_mb, _measure(path, opts.repeat, opts.reader_only))
+            compare = opts.compare_with.resolve() if opts.compare_with else None
+            _report(size_mb, _measure(path, opts.repeat, opts.reader_only, compare), compare)
             if tmp is not None:
                 path.unlink()
     finally:
