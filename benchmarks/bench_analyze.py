@@ -1,7 +1,7 @@
 """Benchmark: a large real-shaped Kineto trace, read and analyzed, side by side with the parse floor.
 
 Run: ``python benchmarks/bench_analyze.py [--mb 143 527] [--keep DIR] [--repeat 3]
-[--compare-with CHECKOUT]``.
+[--compare-with CHECKOUT] [--breakdown]``.
 
 For each size it builds a trace from the shared real trace
 (``$TRACEOVERLAP_REAL_TRACES/kineto/a100_nccl_allreduce_rank0.json.gz``, default
@@ -26,6 +26,9 @@ child imports its checkout from a neutral working folder with that checkout firs
 ``PYTHONPATH``, and with bytecode caching on (``PYTHONDONTWRITEBYTECODE`` unset; one untimed
 warm-up run each), as after ``pip install``: compiling the package's modules on every run would
 add ~0.05 s CPU to each child that a user never pays.
+
+``--breakdown`` then times the phases of ``analyze`` (imports, decode, columns, Timeline,
+analysis, reduce, report, exit) in one process per checkout, best of ``--repeat``.
 
 Not a test: it takes minutes and its numbers depend on the machine.
 """
@@ -92,6 +95,93 @@ tl = read_kineto(sys.argv[1])
 t2, c2 = time.perf_counter(), time.process_time()
 print(f"{t2 - t1:.6f} {len(tl.events)} {c1:.6f} {c2 - c1:.6f}")
 """
+
+
+# ``--breakdown``: where the CPU of ``analyze`` goes, phase by phase, in one process that runs
+# the command as ``python -m traceoverlap`` does (its exit included): the modules ``analyze``
+# imports before reading are imported first, then the phases are timed by wrapping the
+# functions that run them. An exit handler reports; the parent adds the whole process's CPU.
+BREAKDOWN_CODE = r"""
+import atexit, sys, time
+sys.path.insert(0, sys.argv[2])
+c0 = time.process_time()
+import traceoverlap.cli as cli
+from traceoverlap import analysis, gate, inputs, rankmap
+from traceoverlap.readers import kineto
+from traceoverlap.reporters import json_report
+c1 = time.process_time()
+import traceoverlap.readers as rd
+from traceoverlap.readers.kineto import _columns, _document, _table
+acc = dict.fromkeys(("decode", "columns", "table", "read", "unit", "reduce", "render"), 0.0)
+def wrap(owner, name, key):
+    f = getattr(owner, name)
+    def timed(*a, **k):
+        c = time.process_time()
+        try:
+            return f(*a, **k)
+        finally:
+            acc[key] += time.process_time() - c
+    setattr(owner, name, timed)
+wrap(_document, "decode_chunk", "decode")
+wrap(_columns.Columns, "add", "columns")
+wrap(_table, "build_timeline", "table")
+kineto.build_timeline = _table.build_timeline
+wrap(rd, "read_trace", "read")
+wrap(rankmap, "analyze_unit", "unit")
+wrap(analysis, "_reduce", "reduce")
+wrap(json_report, "render", "render")
+def report():
+    acc.update(start=c0, imports=c1 - c0, end=time.process_time())
+    sys.stderr.write("PHASES " + " ".join(f"{k}={v:.6f}" for k, v in acc.items()) + "\n")
+    sys.stderr.flush()
+atexit.register(report)
+sys.argv = ["traceoverlap", "analyze", sys.argv[1], "--format", "json", "-o", "/dev/null"]
+import traceoverlap.__main__ as entry
+getattr(entry, "run", cli.main)()
+"""
+
+PHASES = (
+    ("interpreter start", "start"),
+    ("imports before reading a byte", "imports"),
+    ("read: msgspec decode of the events", "decode"),
+    ("read: structs -> numpy columns", "columns"),
+    ("read: the rest (chunk cuts, freeing structs)", "read_rest"),
+    ("read: Timeline build", "table"),
+    ("per-rank analysis", "unit"),
+    ("reduce (matching, findings, summaries)", "reduce"),
+    ("JSON report", "render"),
+    ("CLI, writing, the rest", "rest"),
+    ("exit (after the exit handlers)", "exit"),
+)
+
+
+def _phases(run: Run, stderr: str) -> dict[str, float]:
+    line = next(x for x in stderr.splitlines() if x.startswith("PHASES "))
+    d = {k: float(v) for k, v in (kv.split("=") for kv in line.split()[1:])}
+    d["read_rest"] = d["read"] - d["decode"] - d["columns"] - d["table"]
+    d["rest"] = d["end"] - d["start"] - d["imports"] - d["read"]
+    d["rest"] -= d["unit"] + d["reduce"] + d["render"]
+    d["exit"] = run.cpu - d["end"]
+    return d
+
+
+def breakdown(path: Path, repeat: int, compare: Path | None) -> None:
+    """Print where the CPU of ``analyze`` goes (best whole run by CPU), per checkout."""
+    checkouts = [REPO] + ([compare] if compare else [])
+    best: dict[Path, tuple[Run, dict[str, float]]] = {}
+    with tempfile.TemporaryDirectory() as cwd:
+        for round_ in range(repeat + 1):
+            for checkout in checkouts:
+                argv = [sys.executable, "-c", BREAKDOWN_CODE, str(path), str(checkout)]
+                proc_run, stderr = _child_err(argv, _env(checkout), cwd)
+                if round_ and (checkout not in best or proc_run.cpu < best[checkout][0].cpu):
+                    best[checkout] = (proc_run, _phases(proc_run, stderr))
+    print(f"\n== where the CPU of analyze goes (best of {repeat}) ==")
+    head = "".join(f" {c.name[:18]:>18s}" for c in checkouts)
+    print(f"{'phase':46s}{head}")
+    for label, key in PHASES:
+        print(f"{label:46s}" + "".join(f" {best[c][1][key]:18.3f}" for c in checkouts))
+    print(f"{'whole process':46s}" + "".join(f" {best[c][0].cpu:18.3f}" for c in checkouts))
 
 
 def _shift_event(ev: dict[str, Any], k: int, dt_us: int, id_step: int, step_shift: int) -> None:
@@ -167,6 +257,10 @@ class Run:
 
 
 def _child(argv: list[str], env: dict[str, str], cwd: str) -> Run:
+    return _child_err(argv, env, cwd)[0]
+
+
+def _child_err(argv: list[str], env: dict[str, str], cwd: str) -> tuple[Run, str]:
     # /usr/bin/time -f %M gives each child's own peak RSS; RUSAGE_CHILDREN's ru_maxrss is the
     # max over all children so far, used only when GNU time is missing.
     if os.path.exists("/usr/bin/time"):
@@ -184,7 +278,7 @@ def _child(argv: list[str], env: dict[str, str], cwd: str) -> Run:
     for line in proc.stderr.splitlines():
         if line.startswith("MAXRSS_KB="):
             rss_mb = int(line.split("=", 1)[1]) / 1024
-    return Run(wall, cpu, rss_mb, proc.stdout)
+    return Run(wall, cpu, rss_mb, proc.stdout), proc.stderr
 
 
 def _env(checkout: Path) -> dict[str, str]:
@@ -267,6 +361,9 @@ def main() -> None:
     ap.add_argument("--reader-only", action="store_true", help="skip the analyze command")
     ap.add_argument("--repeat", type=int, default=3, help="runs per measurement; best is kept")
     ap.add_argument("--compare-with", type=Path, help="another source checkout to run alongside")
+    ap.add_argument(
+        "--breakdown", action="store_true", help="also time the phases of analyze, per checkout"
+    )
     opts = ap.parse_args()
     if not REAL.exists():
         raise SystemExit(f"real trace not found: {REAL}")
@@ -290,6 +387,8 @@ def main() -> None:
             size_mb = path.stat().st_size / 1e6
             compare = opts.compare_with.resolve() if opts.compare_with else None
             _report(size_mb, _measure(path, opts.repeat, opts.reader_only, compare), compare)
+            if opts.breakdown:
+                breakdown(path, opts.repeat, compare)
             if tmp is not None:
                 path.unlink()
     finally:
