@@ -14,7 +14,7 @@ from timeline_gen import scenarios
 from traceoverlap import analyze
 from traceoverlap.classify import Rules, comm_call_mask, kinds
 from traceoverlap.collectives import unit_instances
-from traceoverlap.cpuwindows import cpu_windows
+from traceoverlap.cpuwindows import cpu_windows, unit_sets
 from traceoverlap.diagnosis import local_causes
 from traceoverlap.hostwait import lane_calls, lane_codes, split_compute
 from traceoverlap.intervals import grouped_union
@@ -55,7 +55,9 @@ def test_cpu_windows_equal_the_per_window_algebra(sc) -> None:  # noqa: ANN001
         want = step_parts(sets, steps, None)
         cr = activity_rows(start, end, np.where(mask, Kind.COMPUTE, Kind.NONE), steps)
         calls = grouped_union(cr.group, cr.start_ns, cr.end_ns, n)
-        got = cpu_windows(start, end, kind, steps, lanes, by_lane, mask)
+        got = cpu_windows(
+            unit_sets(start, end, kind, lanes, by_lane, mask), start, end, kind, steps
+        )
         for k, v in want.items():
             assert np.array_equal(got.parts[k], v), k
         assert _same_sets(got.exposed, sets.exposed)

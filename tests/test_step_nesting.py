@@ -44,16 +44,19 @@ def _cpu_trace(
 def test_deeply_nested_communication_is_refused_with_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # 50 nested markers around 40 gloo collectives: 50 x 40 = 2000 (communication, step) pairs,
-    # 50 per collective (> 16); with the budget lowered to 1000 pairs the file is refused
+    # 50 nested markers around 40 gloo collectives, [100 + 20 k, 105 + 20 k) us, no compute:
+    # per step, 40 activities + 40 exposed stretches (nothing hides them) + 40 calls (the gloo
+    # ops are calls too) = 120 communication items, so 50 x 120 = 6,000 (communication, step)
+    # pairs, 50 per item (> 16); with the budget lowered to 1000 pairs the file is refused
     monkeypatch.setattr(rankmap, "MAX_WINDOW_PAIRS", 1000)
     p = _cpu_trace(tmp_path / "nest.json", nested=True, op="gloo:all_reduce")
     with pytest.raises(TraceFormatError) as err:
         analyze(p)
     msg = str(err.value)
-    assert msg.startswith(f"{p}: step markers nest or overlap: 50 steps hold 2,000")
-    assert "40 communication activities and calls, 50 steps each" in msg and "\n" not in msg
-    # selecting 3 steps: 3 x 40 = 120 pairs, analysed
+    assert msg.startswith(f"{p}: step markers nest or overlap: 50 steps hold 6,000")
+    assert "for 120 communication activities, exposed stretches and calls, 50 steps each" in msg
+    assert "\n" not in msg
+    # selecting 3 steps: 3 x 120 = 360 pairs, analysed
     a = analyze(p, steps="3-5")
     assert sorted(str(x) for x in a.steps["step"].tolist()) == ["3", "4", "5"]
 

@@ -71,16 +71,43 @@ def _length_in(x: Intervals, ws: I64, we: I64) -> I64:
     return iv.grouped_covered((np.zeros(x[0].size, np.int64), x[0], x[1]), z, ws, we, 1)
 
 
-def _unit_sets(
-    start: I64, end: I64, kind: npt.NDArray[np.int8], lane: I64, calls: GroupedIntervals
-) -> tuple[dict[str, Intervals], ActivityRows]:
-    """The unit's C, M, Y and their combinations (disjoint sorted sets, ns), and its compute
-    pieces (compute cut around its lane's communication calls)."""
+@dataclass(frozen=True)
+class UnitSets:
+    """A CPU unit's sets, each disjoint and sorted (ns): ``sets`` (compute C, comm M, memory Y,
+    busy, overlap C ∩ M, exposed M − C, compute_only, memory_only), ``calls`` (its
+    communication calls) and ``pieces``: its compute cut around its lane's communication calls."""
+
+    sets: dict[str, Intervals]
+    calls: Intervals
+    pieces: ActivityRows
+
+    def window_pieces(self, ws: I64, we: I64) -> int:
+        """How many pieces the exposed and call sets make once clipped to every window
+        ``[ws, we)`` (what :func:`cpu_windows` builds for them)."""
+        n = 0
+        for xs, xe in (self.sets["exposed"], self.calls):
+            lo = np.searchsorted(xe, ws, side="right")
+            hi = np.searchsorted(xs, we, side="left")
+            n += int(np.maximum(hi - lo, 0).sum())
+        return n
+
+
+def unit_sets(
+    start: I64,
+    end: I64,
+    kind: npt.NDArray[np.int8],
+    lane: I64,
+    lane_calls: GroupedIntervals,
+    call_mask: npt.NDArray[np.bool_],
+) -> UnitSets:
+    """The unit's sets (:class:`UnitSets`). ``lane`` / ``lane_calls``: each event's thread and
+    each thread's communication calls (:mod:`traceoverlap.hostwait`); ``call_mask``: the events
+    that are communication calls (:func:`traceoverlap.classify.comm_call_mask`)."""
     act = np.flatnonzero(kind < Kind.NONE)
     rows = ActivityRows(
         np.zeros(act.size, np.int64), kind[act], start[act], end[act], act.astype(np.int64)
     )
-    rows = split_compute(rows, lane, calls)
+    rows = split_compute(rows, lane, lane_calls)
 
     def union_of(m: npt.NDArray[np.bool_]) -> Intervals:
         s, e = iv.union(rows.start_ns[m], rows.end_ns[m])
@@ -100,7 +127,8 @@ def _unit_sets(
         "compute_only": iv.subtract(c, m),
         "memory_only": iv.subtract(y, cm),
     }
-    return sets, rows.select(rows.kind == Kind.COMPUTE)
+    calls = iv.union(start[call_mask], end[call_mask])
+    return UnitSets(sets, calls, rows.select(rows.kind == Kind.COMPUTE))
 
 
 def _compute_starts(
@@ -127,21 +155,12 @@ def _compute_starts(
 
 
 def cpu_windows(
-    start: I64,
-    end: I64,
-    kind: npt.NDArray[np.int8],
-    steps: UnitSteps,
-    lane: I64,
-    lane_calls: GroupedIntervals,
-    call_mask: npt.NDArray[np.bool_],
+    unit: UnitSets, start: I64, end: I64, kind: npt.NDArray[np.int8], steps: UnitSteps
 ) -> CpuWindows:
-    """The per-window numbers and sets of a CPU unit (see the module docstring). ``lane`` /
-    ``lane_calls``: each event's thread and each thread's communication calls
-    (:mod:`traceoverlap.hostwait`); ``call_mask``: the events that are communication calls
-    (:func:`traceoverlap.classify.comm_call_mask`)."""
+    """The per-window numbers and sets of a CPU unit whose sets are ``unit`` (see the module
+    docstring)."""
     ws, we = steps.start_ns.astype(np.int64), steps.end_ns.astype(np.int64)
-    sets, pieces = _unit_sets(start, end, kind, lane, lane_calls)
-    size = {k: _length_in(v, ws, we) for k, v in sets.items()}
+    size = {k: _length_in(v, ws, we) for k, v in unit.sets.items()}
     step = (we - ws).astype(np.int64)
     compute, comm, overlap = size["compute"], size["comm"], size["overlap"]
     exposed = comm - overlap
@@ -160,7 +179,7 @@ def cpu_windows(
         "memory_only_ns": size["memory_only"],
     }
     comm_rows = activity_rows(start, end, np.where(kind == Kind.COMM, kind, Kind.NONE), steps)
-    starts = _compute_starts(pieces, comm_rows, ws, we, compute > 0)
+    starts = _compute_starts(unit.pieces, comm_rows, ws, we, compute > 0)
     acts = ActivityRows(
         np.concatenate((comm_rows.group, starts.group)),
         np.concatenate((comm_rows.kind, starts.kind)),
@@ -168,11 +187,10 @@ def cpu_windows(
         np.concatenate((comm_rows.end_ns, starts.end_ns)),
         np.concatenate((comm_rows.event_row, starts.event_row)),
     )
-    calls = iv.union(start[call_mask], end[call_mask])
     return CpuWindows(
         parts=parts,
-        exposed=clip_to_windows(sets["exposed"], ws, we),
-        calls=clip_to_windows(calls, ws, we),
+        exposed=clip_to_windows(unit.sets["exposed"], ws, we),
+        calls=clip_to_windows(unit.calls, ws, we),
         acts=acts,
     )
 

@@ -31,7 +31,7 @@ from .classify import (
     unseen_comm_note,
 )
 from .collectives import unit_instances
-from .cpuwindows import cpu_windows, window_detail_rows
+from .cpuwindows import UnitSets, cpu_windows, unit_sets, window_detail_rows
 from .diagnosis import local_causes
 from .errors import NotATraceError, TraceFormatError
 from .hostwait import lane_calls, lane_codes
@@ -253,12 +253,12 @@ def _detail(
     )
 
 
-#: CPU units keep per window only their communication (activities and calls, clipped to every
-#: window they meet: the collective pieces and local causes the cross-rank reduce reads), so
-#: nested or overlapping markers cost (communication x markers) there; the rest is O(n log n)
-#: (cpuwindows.py). Refused past this many (communication, window) pairs when that is also over
-#: :data:`MAX_WINDOWS_PER_ACTIVITY` per communication (a safety cap: 16M pairs of every activity
-#: took 3.6 GB before; compute is never paired now).
+#: CPU units keep per window only their communication (its activities, and its exposed stretches
+#: and calls clipped to every window they meet: the collective pieces and local causes the
+#: cross-rank reduce reads), so nested or overlapping markers cost (communication x markers)
+#: there; the rest is O(n log n) (cpuwindows.py). Refused past this many (communication, window)
+#: pairs when that is also over :data:`MAX_WINDOWS_PER_ACTIVITY` per communication item (a
+#: safety cap: 1M pairs take about 250 MB; compute is never paired now).
 MAX_WINDOW_PAIRS = 4_000_000
 MAX_WINDOWS_PER_ACTIVITY = 16
 
@@ -267,22 +267,25 @@ def _check_window_load(
     path: str,
     start: npt.NDArray[np.int64],
     end: npt.NDArray[np.int64],
-    comm: npt.NDArray[np.bool_],
+    kind: npt.NDArray[np.int8],
     steps: UnitSteps,
+    unit: UnitSets,
 ) -> None:
-    """Refuse a CPU unit whose communication (``comm``: activities and calls) would be paired
-    with too many windows (:data:`MAX_WINDOW_PAIRS`)."""
+    """Refuse a CPU unit whose communication (activities, exposed stretches and calls) would be
+    paired with too many windows (:data:`MAX_WINDOW_PAIRS`)."""
     from .metrics import window_pairs
 
-    kind = np.where(comm, Kind.COMM, Kind.NONE).astype(np.int8)
-    pairs = window_pairs(start, end, kind, steps)
-    n_comm = max(1, int(comm.sum()))
-    if pairs > MAX_WINDOW_PAIRS and pairs > MAX_WINDOWS_PER_ACTIVITY * n_comm:
+    comm = np.where(kind == Kind.COMM, Kind.COMM, Kind.NONE).astype(np.int8)
+    pairs = window_pairs(start, end, comm, steps)
+    pairs += unit.window_pieces(steps.start_ns, steps.end_ns)
+    items = int((kind == Kind.COMM).sum()) + unit.sets["exposed"][0].size + unit.calls[0].size
+    items = max(1, items)
+    if pairs > MAX_WINDOW_PAIRS and pairs > MAX_WINDOWS_PER_ACTIVITY * items:
         raise TraceFormatError(
             path,
             f"step markers nest or overlap: {len(steps)} steps hold {pairs:,} (communication, "
-            f"step) pairs for {n_comm:,} communication activities and calls, {pairs // n_comm} "
-            "steps each on average, too many to analyse",
+            f"step) pairs for {items:,} communication activities, exposed stretches and calls, "
+            f"{pairs // items} steps each on average, too many to analyse",
             "select fewer steps, or give a step regex that matches markers that do not nest",
         )
 
@@ -326,10 +329,10 @@ def analyze_unit(
         # each window's sets are the unit's clipped to it (cpuwindows.py): no (activity,
         # window) table, whatever the markers' nesting; time inside communication calls is not
         # compute, whatever op encloses it (metrics.md)
-        call_mask = comm_call_mask(unit, rules)
-        _check_window_load(info.path, start, end, (kind == Kind.COMM) | call_mask, steps)
         lanes, by_lane = lane_codes(unit), lane_calls(unit, kind, rules)
-        cw = cpu_windows(start, end, kind, steps, lanes, by_lane, call_mask)
+        us = unit_sets(start, end, kind, lanes, by_lane, comm_call_mask(unit, rules))
+        _check_window_load(info.path, start, end, kind, steps, us)
+        cw = cpu_windows(us, start, end, kind, steps)
         acts, sets, parts, exposed, calls = cw.acts, None, cw.parts, cw.exposed, cw.calls
     parts["start_ns"] = steps.start_ns
     parts["end_ns"] = steps.end_ns
