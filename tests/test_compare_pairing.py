@@ -82,3 +82,17 @@ def test_naive_vs_overlap_fixtures_pair_per_parameter_all_reduces() -> None:
     assert not any("family only" in n for n in c.notes)
     assert set(c.collectives["paired_by"]) == {"order"}
     assert all(x.startswith("all_reduce #") for x in c.collectives["collective"])
+
+
+def test_one_name_with_several_purposes_is_paired_within_each() -> None:
+    # an MoE step issues all_to_all twice as dispatch and twice as combine: the n-th dispatch
+    # pairs with the n-th dispatch, never with a combine, and the label says which
+    c = compare(
+        analyze(WORKLOAD_FIXTURES / "moe_slow"), analyze(WORKLOAD_FIXTURES / "moe_slow_regen")
+    )
+    a2a = [x for x in c.collectives["collective"] if x.startswith("all_to_all")]
+    assert a2a and set(c.collectives["paired_by"]) == {"order"}
+    assert all(
+        x.startswith(("all_to_all (moe-dispatch, ", "all_to_all (moe-combine, ")) for x in a2a
+    )
+    assert not any("family only" in n for n in c.notes)

@@ -112,7 +112,8 @@ def _keyed(analysis: Analysis) -> pd.DataFrame:
     if coll is None or coll.per_rank.empty:
         return pd.DataFrame(columns=cols)
     df = coll.per_rank.sort_values(["unit", "window", "start_ns"], kind="stable")
-    nbytes = coll.instances.set_index("instance")["bytes"] if "bytes" in coll.instances else None
+    inst = coll.instances.drop_duplicates("instance")
+    nbytes = inst.set_index("instance")["bytes"] if "bytes" in inst.columns else None
     b = df["instance"].map(nbytes) if nbytes is not None else pd.Series(np.nan, index=df.index)
     purpose = df["purpose"] if "purpose" in df.columns else pd.Series("", index=df.index)
     return df.assign(
@@ -150,7 +151,7 @@ def _by_order(df: pd.DataFrame, qualified: set[str]) -> pd.DataFrame:
     g = df.groupby([*_KEY, "position"], sort=True)["exposed_ns"]
     out = pd.DataFrame({"exposed_ns": g.median(), "count": g.size()}).reset_index()
     out["collective"] = [
-        f"{n} [{p or 'purpose unknown'}, {fmt.size(b, 'size unknown')}] #{k}"
+        f"{n} ({p or 'purpose unknown'}, {fmt.size(b, 'size unknown')}) #{k}"
         if n in qualified
         else f"{n} #{k}"
         for n, p, b, k in zip(
@@ -209,7 +210,8 @@ def _profiles(
 
     def profile(k: pd.DataFrame) -> pd.DataFrame:
         fam = k["family"].isin(whole)
-        return pd.concat([_by_order(k[~fam], qualified), _by_family(k[fam])], ignore_index=True)
+        parts = [_by_order(k[~fam], qualified), _by_family(k[fam])]
+        return pd.concat([p for p in parts if not p.empty] or parts[:1], ignore_index=True)
 
     return profile(kb), profile(kc), notes
 
