@@ -63,3 +63,12 @@ def test_queued_ns_is_null_where_no_launch_is_known() -> None:
     for c in ("queued_ns", "behind_comm_ns"):
         assert pr[c].dtype == pd.Int64Dtype(), c
         assert len(pr) and pr[c].isna().all(), c
+
+
+def test_straggler_last_ratio_is_nullable() -> None:
+    # two gloo ranks with a planted straggler: each rank's share of collectives it arrived last
+    # at is a Float64 in [0, 1] (null only with no collective or unaligned clocks)
+    st = analyze(WORKLOAD_FIXTURES / "slow_rank").collectives.stragglers
+    assert st["last_ratio"].dtype == pd.Float64Dtype()
+    expect = (st["last_count"] / st["instances"]).tolist()
+    assert st["last_ratio"].tolist() == expect and sum(expect) == 1.0

@@ -1390,10 +1390,13 @@ def _straggler_table(
             "rank": rank_arr,
             "instances": count.to_numpy().astype(np.int64),
             "last_count": last_count.to_numpy().astype(np.int64),
-            "last_ratio": [
-                (lc / n if n and aligned else None)
-                for lc, n in zip(last_count.tolist(), count.tolist(), strict=True)
-            ],
+            "last_ratio": pd.array(
+                [
+                    (lc / n if n and aligned else None)
+                    for lc, n in zip(last_count.tolist(), count.tolist(), strict=True)
+                ],
+                dtype="Float64",
+            ),
             "waited_for_ns": waited_for.to_numpy().astype(np.int64),
             "wait_ns": own_wait.to_numpy().astype(np.int64),
             "exposed_waited_for_ns": credit.groupby("waited_for_rank")["exposed_wait_ns"]
