@@ -548,13 +548,13 @@ def _step_table(
         **{col.name: cause_ns[c] for c, col in EXPOSED_BY_CAUSE.items()},
         EXPOSED_TRANSFER_NS.name: exposed_ns - cause_ns["wait"],
         OVERLAP_RATIO.name: pd.array(
-            ratio(base[OVERLAP_NS.name], base[COMM_NS.name]), dtype=object
+            ratio(base[OVERLAP_NS.name], base[COMM_NS.name]), dtype="Float64"
         ),
-        POTENTIAL_SPEEDUP.name: pd.array(ratio(step, base[IDEAL_NS.name]), dtype=object),
-        EXPOSED_COMM_RATIO.name: pd.array(ratio(exposed_ns, step), dtype=object),
-        IDLE_RATIO.name: pd.array(ratio(base[IDLE_NS.name], step), dtype=object),
-        ITERATION_NS.name: pd.array(
-            [None if v < 0 else v for v in base[ITERATION_NS.name].tolist()], dtype=object
+        POTENTIAL_SPEEDUP.name: pd.array(ratio(step, base[IDEAL_NS.name]), dtype="Float64"),
+        EXPOSED_COMM_RATIO.name: pd.array(ratio(exposed_ns, step), dtype="Float64"),
+        IDLE_RATIO.name: pd.array(ratio(base[IDLE_NS.name], step), dtype="Float64"),
+        ITERATION_NS.name: pd.arrays.IntegerArray(
+            base[ITERATION_NS.name].astype(np.int64), base[ITERATION_NS.name] < 0
         ),
         BOTTLENECK.name: "",
         REASON.name: "",

@@ -394,14 +394,25 @@ COMPARE_COLLECTIVES = Table(
     "compare_collectives",
     "`compare` JSON `collectives`: the collectives whose exposure changed most",
     (
-        Column("collective", STR, NONE, "kind and position within the step: all_reduce #3"),
-        Column("name", STR, NONE, "the kind"),
-        Column("position", INT, NONE, "its position among that kind within a step"),
+        Column(
+            "collective",
+            STR,
+            NONE,
+            "its key and order within the step (all_reduce #3), or a family as a whole",
+        ),
+        Column("name", STR, NONE, "the collective name (the family when paired as a whole)"),
+        Column("position", INT, NONE, "its order among the collectives of its key in a step"),
         Column("baseline_exposed_ns", FLOAT, NS, "baseline median exposed ns over (rank, step)"),
         Column("candidate_exposed_ns", FLOAT, NS, "candidate median exposed ns"),
         Column("delta_ns", FLOAT, NS, "candidate − baseline"),
         Column("baseline_count", INT, COUNT, "(rank, step)s of the baseline that have it"),
         Column("candidate_count", INT, COUNT, "(rank, step)s of the candidate that have it"),
+        Column(
+            "paired_by",
+            STR,
+            NONE,
+            "order (key and order within the step) or family (the runs' collectives differ)",
+        ),
     ),
 )
 

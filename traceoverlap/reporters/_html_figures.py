@@ -170,7 +170,7 @@ def exposed_heatmap(steps: pd.DataFrame) -> go.Figure:
     pv = steps.assign(
         step_label=steps[STEP.name].astype(str),
         exposed_ms=steps[EXPOSED_COMM_NS.name].astype(np.int64) / 1e6,
-        ratio=pd.to_numeric(steps[EXPOSED_COMM_RATIO.name], errors="coerce") * 100,
+        ratio=pd.to_numeric(steps[EXPOSED_COMM_RATIO.name], errors="coerce").astype(float) * 100,
     )
     step_order = sorted(set(pv["step_label"]), key=step_sort_key)
     ranks = sorted(pv["rank"].unique().tolist())

@@ -75,12 +75,12 @@ def _valid_text(obj: Any) -> Any:
 
 
 def records(df: pd.DataFrame, columns: tuple[str, ...] | list[str]) -> list[dict[str, Any]]:
-    """Rows of ``df`` as dicts of plain values (NaN -> None), column by column."""
+    """Rows of ``df`` as dicts of plain values (NaN and NA -> None), column by column."""
     cols = [c for c in columns if c in df.columns]
     values = []
     for c in cols:
         v = df[c].tolist()
-        values.append([None if isinstance(x, float) and x != x else x for x in v])
+        values.append([None if x is pd.NA or (isinstance(x, float) and x != x) else x for x in v])
     return [dict(zip(cols, row, strict=True)) for row in zip(*values, strict=True)]
 
 
@@ -92,7 +92,7 @@ def step_records(analysis: Analysis) -> list[dict[str, Any]]:
 def collectives_dict(coll: Collectives) -> dict[str, Any]:
     per: dict[int, dict[str, dict[str, Any]]] = {}
     fields = COLLECTIVE_PER_RANK.names
-    # null without a launch record (CPU work, or a kernel whose launch was cut): -1 inside
+    # null without a launch record (CPU work, or a kernel whose launch was cut)
     no_launch = [c.name for c in COLLECTIVE_PER_RANK.columns if c.nullable]
     several = coll.per_rank.groupby("rank")["unit"].nunique() if len(coll.per_rank) else None
     for r in records(coll.per_rank, ["instance", "rank", "device", *fields]):
