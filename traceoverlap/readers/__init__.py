@@ -5,7 +5,7 @@ The format is sniffed from the first bytes, not the file extension (rank files a
 
 - gzip magic ``1f 8b`` or JSON (``{`` / ``[``, in UTF-8, UTF-16 or UTF-32, with or without a
   byte order mark): PyTorch profiler (Kineto) Chrome trace;
-- ``SQLite format 3\\0``: an Nsight Systems SQLite export (``nsys export --type sqlite``);
+- ``SQLite format 3\\0``: an Nsight Systems SQLite export (``nsys export --type=sqlite``);
 - an ``.nsys-rep`` file: an Nsight Systems report, exported through ``nsys``.
 
 ``-`` (standard input) and pipes (``<(zcat rank0.json.gz)``, a named FIFO) are read to their end
