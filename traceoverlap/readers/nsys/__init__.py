@@ -66,6 +66,7 @@ The modules, in the order a read goes through them:
 - :mod:`._metadata`: string ids, schema version, clock, thread / process / GPU names;
 - :mod:`._activity`: GPU activities and CUDA API calls; :mod:`._nvtx`: NVTX ranges, ``rank N``;
 - :mod:`._ranks`: the rank of each process (and GPU), the TraceInfo of each rank;
+- :mod:`._process`: reading one process of a multi-process export (the per-rank map's unit);
 - :mod:`._reader`: the tables read in order, rows placed on their ranks, the Timeline;
 - :mod:`._rows` and :mod:`._strings`: numpy row blocks and categorical string codes.
 """
@@ -79,12 +80,17 @@ from ...errors import TraceFormatError
 from ...model import Timeline
 from ._export import exported
 from ._open import SQLITE_MAGIC, read_export
+from ._process import processes_of
 from ._schema import RangeFilter
 
-__all__ = ["read_nsys", "read_nsys_rep", "SQLITE_MAGIC", "RangeFilter"]
+__all__ = ["read_nsys", "read_nsys_rep", "nsys_processes", "SQLITE_MAGIC", "RangeFilter"]
 
 
-def read_nsys(path: str | os.PathLike[str], keep_range: RangeFilter | None = None) -> Timeline:
+def read_nsys(
+    path: str | os.PathLike[str],
+    keep_range: RangeFilter | None = None,
+    process: int | None = None,
+) -> Timeline:
     """Read an Nsight Systems SQLite export into a :class:`Timeline` (one rank per (pid, GPU), or
     per process on a CPU capture).
 
@@ -92,9 +98,19 @@ def read_nsys(path: str | os.PathLike[str], keep_range: RangeFilter | None = Non
     ``keep_range``: only the NVTX ranges whose name it accepts are kept (the analysis passes the
     step, phase and communication patterns: an ``emit_nvtx`` capture's million unique op ranges
     are never read into the Timeline); the others are counted in a note. None keeps every range.
+    ``process``: only the ranks of that process (pid) of a GPU capture, numbered as in the whole
+    file, reading only that process's rows (:func:`nsys_processes` lists them; the per-rank map
+    reads a large multi-process export one process at a time).
     Raises :class:`TraceFormatError` for anything that is not a usable nsys export.
     """
-    return read_export(Path(path), Path(path), keep_range)
+    return read_export(Path(path), Path(path), keep_range, process)
+
+
+def nsys_processes(path: str | os.PathLike[str]) -> list[int]:
+    """The processes (pids) of a GPU capture that :func:`read_nsys` can read one at a time, when
+    it has several; [] for one process, a CPU capture, or an export it cannot split (the whole
+    read then says what is wrong, if anything)."""
+    return processes_of(Path(path))
 
 
 def read_nsys_rep(path: str | os.PathLike[str], keep_range: RangeFilter | None = None) -> Timeline:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +39,10 @@ class Columns:
     texts: dict[str, Obj] = field(default_factory=dict)
     bad_utf8: int = 0
     via: str = "pages"
+
+
+#: An SQL condition on a table's columns and its parameters (``("x = ?", (3,))``).
+Where = tuple[str, Sequence[Any]]
 
 
 class Unsupported(Exception):

@@ -25,8 +25,11 @@ def _lenient_text(raw: bytes) -> str:
     return raw.decode("utf-8", "replace")
 
 
-def read_export(export: Path, shown: Path, keep_range: RangeFilter | None = None) -> Timeline:
-    """Read the SQLite file ``export``; errors and TraceInfo name ``shown`` (the user's file)."""
+def read_export(
+    export: Path, shown: Path, keep_range: RangeFilter | None = None, process: int | None = None
+) -> Timeline:
+    """Read the SQLite file ``export``; errors and TraceInfo name ``shown`` (the user's file).
+    ``process``: only that process's ranks (see :mod:`._process`)."""
     _check_sqlite_file(export, shown)
     try:
         # read-only, with SQLite's locks: a WAL's committed rows are read, and a file a writer
@@ -45,7 +48,7 @@ def read_export(export: Path, shown: Path, keep_range: RangeFilter | None = None
         con.execute("BEGIN")
         _check_integrity(con, shown)
         con.execute("SELECT count(*) FROM sqlite_master").fetchone()
-        return Reader(shown, export, con, keep_range).read()
+        return Reader(shown, export, con, keep_range, process).read()
     except sqlite3.OperationalError as exc:
         raise _sqlite_error(shown, exc) from exc
     except sqlite3.DatabaseError as exc:

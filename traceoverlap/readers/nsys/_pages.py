@@ -23,6 +23,7 @@ errors (a damaged or locked file) surface from the SQLite path as ``sqlite3.Data
 
 from __future__ import annotations
 
+import mmap
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -32,7 +33,7 @@ import numpy as np
 import numpy.typing as npt
 from numpy.lib.stride_tricks import as_strided
 
-from ._columns import INT, REFUSED, Columns, Unsupported, _q, rowid_alias
+from ._columns import INT, REFUSED, Columns, Unsupported, Where, _q, rowid_alias
 
 I64 = npt.NDArray[np.int64]
 Obj = npt.NDArray[np.object_]
@@ -51,6 +52,8 @@ _CONST = np.array([0, -1, -1, -1, -1, -1, -1, 0, 0, 1, 0, 0, 0], dtype=np.int64)
 _BLOCK_ROWS = 1 << 15
 # Texts are decoded this many bytes at a time (the gather index is int64 per byte).
 _TEXT_BLOCK_BYTES = 1 << 20
+# Selected row numbers are fetched from SQLite this many at a time.
+_SQL_ROWS = 1 << 16
 
 
 def _size(st: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
@@ -88,7 +91,9 @@ class PageReader:
         # +16 zero bytes of padding cannot be had from a read-only map: reads near the end of the
         # file go through a padded copy of its last page (see _read_be).
         # a plain ndarray over the map: np.memmap's own indexing costs a Python call per access
-        self.mm: npt.NDArray[np.uint8] = np.memmap(path, dtype=np.uint8, mode="r").view(np.ndarray)
+        mapped = np.memmap(path, dtype=np.uint8, mode="r")
+        self.map: mmap.mmap | None = getattr(mapped, "_mmap", None)
+        self.mm: npt.NDArray[np.uint8] = mapped.view(np.ndarray)
         head = self.mm[:100].tobytes()
         if head[:16] != b"SQLite format 3\x00":
             raise Unsupported("no SQLite header")
@@ -163,6 +168,47 @@ class PageReader:
             raise Unsupported("cell outside the page")
         return cell, limit
 
+    def selected_rows(self, table: str, n: int, where: Where) -> I64:
+        """Positions (0-based, in rowid order) of the rows ``where`` selects. Position is
+        ``rowid - 1``, which holds when the rowids are exactly 1..n (an export's tables are only
+        ever appended to); else the table is read through SQLite."""
+        lo, hi = self.con.execute(f"SELECT min(rowid), max(rowid) FROM {_q(table)}").fetchone()
+        if n and (lo, hi) != (1, n):
+            raise Unsupported("rowids are not 1..n")
+        cond, params = where
+        cur = self.con.execute(f"SELECT rowid - 1 FROM {_q(table)} WHERE {cond}", tuple(params))
+        parts: list[I64] = []
+        while True:
+            got = cur.fetchmany(_SQL_ROWS)
+            if not got:
+                break
+            parts.append(np.fromiter((r[0] for r in got), np.int64, len(got)))
+        rows = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+        if rows.size > 1 and not bool((rows[1:] > rows[:-1]).all()):
+            rows = np.sort(rows)  # a table scan gives rowid order; a query plan might not
+        return rows
+
+    def release(self, pages: I64) -> None:
+        """Hand the map's copies of ``pages`` (decoded, not needed again) back to the system:
+        they would otherwise count in this process's memory until the whole table is read. A
+        page read again is faulted back in from the file."""
+        if self.map is None or pages.size == 0:
+            return
+        os_page = mmap.PAGESIZE
+        pages = np.sort(pages)
+        # runs of consecutive pages, widened to whole system pages inside them
+        cut = np.flatnonzero(np.diff(pages) != 1) + 1
+        starts = (pages[np.r_[0, cut]] - 1) * self.page_size
+        ends = pages[np.r_[cut - 1, pages.size - 1]] * self.page_size
+        starts = -(-starts // os_page) * os_page
+        ends = ends // os_page * os_page
+        for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
+            if b > a:
+                try:
+                    self.map.madvise(mmap.MADV_DONTNEED, a, b - a)
+                except (OSError, ValueError, AttributeError):  # not Linux: they go at close
+                    return
+
     # -- decoding ---------------------------------------------------------------------------
 
     def varint(self, pos: I64, value_needed: bool = True) -> tuple[I64, I64]:
@@ -213,6 +259,7 @@ class PageReader:
         info: list[tuple[Any, ...]],
         int_cols: list[str],
         text_cols: list[str],
+        where: Where | None = None,
     ) -> Columns:
         if any(r[6] for r in info):  # hidden / generated columns are not all stored
             raise Unsupported("generated columns")
@@ -237,24 +284,40 @@ class PageReader:
         (expected,) = self.con.execute(f"SELECT count(*) FROM {_q(table)}").fetchone()
         if n != expected:
             raise Unsupported("row count differs from SQLite's")
-        out = Columns(n=n)
+        wanted = None if where is None else self.selected_rows(table, n, where)
+        m = n if wanted is None else wanted.size
+        out = Columns(n=m)
         for c in int_cols:
-            out.ints[c] = np.empty(n, dtype=np.int64)
-            out.kinds[c] = np.empty(n, dtype=np.int8)
+            out.ints[c] = np.empty(m, dtype=np.int64)
+            out.kinds[c] = np.empty(m, dtype=np.int8)
         for c in text_cols:
-            out.texts[c] = np.empty(n, dtype=object)
+            out.texts[c] = np.empty(m, dtype=object)
         # Leaf pages are decoded a block at a time: the temporaries stay small and are reused,
         # only the output columns are allocated at full size.
         ends = np.cumsum(ncell)
-        lo_page, lo_row = 0, 0
+        lo_page, lo_row, done = 0, 0, 0
         while lo_row < n:
             hi_page = int(np.searchsorted(ends, lo_row + _BLOCK_ROWS, side="right"))
             hi_page = min(max(hi_page, lo_page + 1), leaves.size)
             hi_row = int(ends[hi_page - 1])
             cell, limit = self.cells(leaves[lo_page:hi_page], ncell[lo_page:hi_page])
-            self.decode(
-                out, slice(lo_row, hi_row), cell, limit, position, alias, int_cols, text_cols
-            )
+            if wanted is not None:  # only the selected rows of the block
+                a, b = np.searchsorted(wanted, [lo_row, hi_row])
+                pick = wanted[a:b] - lo_row
+                cell, limit = cell[pick], limit[pick]
+            if cell.size:
+                self.decode(
+                    out,
+                    slice(done, done + cell.size),
+                    cell,
+                    limit,
+                    position,
+                    alias,
+                    int_cols,
+                    text_cols,
+                )
+            done += cell.size
+            self.release(leaves[lo_page:hi_page])
             lo_page, lo_row = hi_page, hi_row
         return out
 

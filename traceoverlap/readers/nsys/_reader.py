@@ -12,9 +12,9 @@ import pandas as pd
 from ...errors import TraceFormatError
 from ...model import CATEGORIES, Timeline, make_events, per_category
 from ._export import EXPORT_HINT
-from ._nvtx import NvtxReader
+from ._process import ProcessPart
 from ._ranks import Ranks
-from ._rows import Rows
+from ._rows import Rows, shared_if_constant
 from ._schema import NVTX, STRINGS
 from ._strings import category_index
 
@@ -37,7 +37,7 @@ def _ranks_running(events: pd.DataFrame, category: str, pattern: re.Pattern[str]
 _NCCL = re.compile(r"nccl", re.IGNORECASE)
 
 
-class Reader(NvtxReader, Ranks):
+class Reader(ProcessPart, Ranks):
     # -- top level --------------------------------------------------------------------------
 
     def read(self) -> Timeline:
@@ -64,7 +64,13 @@ class Reader(NvtxReader, Ranks):
         gpu = self.read_gpu()
         self.gpu_pids = [int(p) for p in sorted(pd.unique(gpu.pid))]
         nvtx = self.read_nvtx()
-        if len(gpu):
+        if self.process is not None:  # one process of a GPU capture: ranks from the whole file
+            groups, ranks, rank_source, world_size = self._ranks(
+                self.all_groups(), self.all_rank_texts()
+            )
+            host = Rows.concat([self.read_runtime(sorted({p for p, _ in groups})), nvtx.ranges])
+            device_kind = "gpu"
+        elif len(gpu):
             groups, ranks, rank_source, world_size = self.assign_ranks(gpu, nvtx)
             host = Rows.concat([self.read_runtime(sorted({p for p, _ in groups})), nvtx.ranges])
             device_kind = "gpu"
@@ -94,11 +100,14 @@ class Reader(NvtxReader, Ranks):
         if offset:
             rows.start += offset
             rows.end += offset
+        n = len(rows)
         events = make_events(
-            len(rows),
+            n,
             {
-                "rank": rank,
-                "pid": rows.pid,
+                # columns with one value (the rank and pid of a one-process export, the
+                # collective fields nsys never has) are one value viewed n times, not n copies
+                "rank": shared_if_constant(rank.astype(np.int64, copy=False)),
+                "pid": shared_if_constant(rows.pid),
                 "device": rows.device,
                 "stream": rows.stream,
                 "tid": rows.tid,
@@ -109,11 +118,16 @@ class Reader(NvtxReader, Ranks):
                 "start_ns": rows.start,
                 "end_ns": rows.end,
                 "correlation": rows.correlation,
+                "coll_bytes": np.broadcast_to(np.int64(-1), (n,)),
+                "seq": np.broadcast_to(np.int64(-1), (n,)),
+                "group_size": np.broadcast_to(np.int32(-1), (n,)),
             },
         )
         traces = self.trace_infos(
             groups, ranks, rank_source, world_size, version, clock, device_kind
         )
+        if self.process is not None:
+            traces = tuple(t for t in traces if t.pid == self.process)
         if device_kind == "gpu":
             nccl = _ranks_running(events, "kernel", _NCCL)
             traces = tuple(replace(t, backend="nccl") if t.rank in nccl else t for t in traces)

@@ -22,6 +22,14 @@ def select(values: I64, keep: npt.NDArray[np.intp] | None) -> I64:
     return values if keep is None else values[keep]
 
 
+def shared_if_constant(values: I64) -> I64:
+    """``values``, or when every value is the same, that value viewed ``values.size`` times (a
+    read-only array of stride 0: no memory per row; the event table never writes its columns)."""
+    if values.size and bool((values == values[0]).all()):
+        return np.broadcast_to(values[:1], values.shape)
+    return values
+
+
 def pid_of(global_id: I64) -> I64:
     return (global_id >> 24) & 0xFFFFFF
 

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ._columns import INT, NULL, OTHER, REFUSED, Columns, Unsupported, _q, rowid_alias
+from ._columns import INT, NULL, OTHER, REFUSED, Columns, Unsupported, Where, _q, rowid_alias
 from ._pages import PageReader
 
 Obj = npt.NDArray[np.object_]
@@ -27,8 +27,13 @@ def read_columns(
     int_cols: Sequence[str] = (),
     text_cols: Sequence[str] = (),
     text_keep: Callable[[str], bool] | None = None,
+    where: Where | None = None,
 ) -> Columns:
     """Read ``int_cols`` and ``text_cols`` of ``table`` (names as the table declares them).
+
+    ``where``: only the rows this SQL condition (and its parameters) selects, in rowid order:
+    SQLite finds them (one C-level scan of the columns the condition names), the pages decode
+    only them. None reads every row.
 
     ``text_keep``: texts it refuses read as :data:`REFUSED` (one shared object), decided a block
     of rows at a time, so that a column of a million texts the caller does not want is never
@@ -41,9 +46,9 @@ def read_columns(
     try:
         reader = PageReader(con, path)
         reader.text_keep = text_keep
-        return reader.read(table, info, list(int_cols), list(text_cols))
+        return reader.read(table, info, list(int_cols), list(text_cols), where)
     except Unsupported:
-        out = _read_via_sql(con, table, info, list(int_cols), list(text_cols))
+        out = _read_via_sql(con, table, info, list(int_cols), list(text_cols), where)
         if text_keep is not None:
             for arr in out.texts.values():
                 _refuse(arr, text_keep)
@@ -66,6 +71,7 @@ def _read_via_sql(
     info: list[tuple[Any, ...]],
     int_cols: list[str],
     text_cols: list[str],
+    where: Where | None = None,
 ) -> Columns:
     """The same :class:`Columns` from ``SELECT``: a Python tuple per row (slow, always right)."""
     alias = rowid_alias(info)
@@ -77,7 +83,8 @@ def _read_via_sql(
     con.text_factory = bytes  # an invalid UTF-8 text must not abort the read
     n = 0
     try:
-        cur = con.execute(f"SELECT {sel} FROM {_q(table)}")
+        cond, params = where if where is not None else ("1", ())
+        cur = con.execute(f"SELECT {sel} FROM {_q(table)} WHERE {cond}", tuple(params))
         while True:
             rows = cur.fetchmany(_SQL_CHUNK_ROWS)
             if not rows:

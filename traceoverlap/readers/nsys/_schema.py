@@ -11,7 +11,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ...errors import TraceFormatError
-from ._columns import INT, OTHER, Columns
+from ._columns import INT, OTHER, Columns, Where
 from ._export import EXPORT_HINT
 from ._scan import read_columns
 from ._strings import StringIds, Strings
@@ -40,6 +40,13 @@ def int_or_none(v: Any) -> int | None:
     return v if type(v) is int else None
 
 
+def pid_sql(column: str) -> str:
+    """SQL for the pid of a ``globalPid`` / ``globalTid`` column as :func:`._rows.pid_of` takes
+    it, 0 where the value is not an integer (what the reader reads it as)."""
+    c = quote(column)
+    return f"(CASE WHEN typeof({c}) = 'integer' THEN ({c} >> 24) & 16777215 ELSE 0 END)"
+
+
 class Schema:
     def __init__(
         self,
@@ -47,8 +54,13 @@ class Schema:
         file: Path,
         con: sqlite3.Connection,
         keep_range: RangeFilter | None = None,
+        process: int | None = None,
     ) -> None:
         self.path = path
+        #: read only this process's rows (pid), or every row (None)
+        self.process = process
+        #: when set, the rows every scan reads (instead of the process's)
+        self.only: Where | None = None
         self.keep_range = keep_range
         self.file = file
         self.con = con
@@ -113,8 +125,14 @@ class Schema:
         text_cols: Sequence[str] = (),
         text_keep: RangeFilter | None = None,
     ) -> Columns:
-        """The columns of ``table`` that it has (absent ones are simply missing from the result)."""
+        """The columns of ``table`` that it has (absent ones are simply missing from the result):
+        every row, or with :attr:`process` set, that process's rows (by ``globalPid`` or
+        ``globalTid``)."""
         have = set(self.columns(table))
+        where = self.only
+        key = next((k for k in ("globalPid", "globalTid") if k in have), None)
+        if where is None and self.process is not None and key is not None:
+            where = (f"{pid_sql(key)} = ?", (self.process,))
         return read_columns(
             self.con,
             self.file,
@@ -122,6 +140,7 @@ class Schema:
             [c for c in int_cols if c in have],
             [c for c in text_cols if c in have],
             text_keep,
+            where,
         )
 
     def int_column(self, cols: Columns, table: str, name: str, default: int) -> I64:
