@@ -119,3 +119,26 @@ def test_a_row_selection_reads_the_same_rows_from_the_pages_and_through_sqlite(
     assert np.array_equal(pages.ints["start"], sql.ints["start"])
     assert set(((pages.ints["globalTid"] >> 24) & 0xFFFFFF).tolist()) == {1001}
     assert pages.texts["text"].tolist() == sql.texts["text"].tolist()
+
+
+def test_a_damaged_export_is_refused_by_the_read_of_its_first_process(tmp_path: Path) -> None:
+    # PRAGMA quick_check scans the whole file: a split runs it once, in its first (lowest pid)
+    # process's read, and that error stops the run like any file's
+    import sqlite3
+
+    from traceoverlap.errors import TraceFormatError
+
+    path = _three_ranks(tmp_path)
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE junk(x)")
+    con.executemany("INSERT INTO junk VALUES (?)", [("a" * 500,)] * 50)
+    con.commit()
+    con.execute("DELETE FROM junk")  # pages go to the free list
+    con.commit()
+    con.close()
+    raw = bytearray(path.read_bytes())
+    raw[36:40] = (int.from_bytes(raw[36:40], "big") + 3).to_bytes(4, "big")  # free-list count
+    path.write_bytes(raw)
+    with pytest.raises(TraceFormatError, match="damaged \\(quick_check"):
+        read_nsys(path, process=100)
+    assert len(read_nsys(path, process=300).traces) == 1  # the check is not repeated

@@ -180,11 +180,12 @@ class Activity(Metadata):
         n_int = int(np.count_nonzero(ok))
         ok &= (start >= 0) & (end >= start)
         dropped = n_int - int(np.count_nonzero(ok))
-        keep = np.flatnonzero(ok)
-        corr = self.int_column(cols, rt, "correlationId", -1)[keep]
-        cls = self.int_column(cols, rt, "eventClass", 0)[keep]
-        name_id = self.int_column(cols, rt, "nameId", -1)[keep]
-        start, end, gtid = start[keep], end[keep], gtid[keep]
+        keep = None if ok.all() else np.flatnonzero(ok)  # all valid: no copies
+        del ok
+        corr = select(self.int_column(cols, rt, "correlationId", -1), keep)
+        cls = select(self.int_column(cols, rt, "eventClass", 0), keep)
+        name_id = select(self.int_column(cols, rt, "nameId", -1), keep)
+        start, end, gtid = select(start, keep), select(end, keep), select(gtid, keep)
         del cols
         if dropped:
             self.notes.append(
@@ -193,9 +194,13 @@ class Activity(Metadata):
             )
         # every API row is kept (launches are found by correlation, never by API name)
         driver = self.enum_ids("ENUM_NSYS_EVENT_CLASS", ("TRACE_PROCESS_EVENT_CUDA_DRIVER",), (1,))
-        category = np.where(np.isin(cls, driver), CAT_CODE["driver"], CAT_CODE["runtime"])
+        category = np.where(
+            np.isin(cls, driver), np.int32(CAT_CODE["driver"]), np.int32(CAT_CODE["runtime"])
+        )
+        del cls
         names = self.names.add_string_ids(self.strings, name_id, "<CUDA API>")
-        return self._host_block(start, end, gtid, corr, category.astype(np.int32), names)
+        del name_id
+        return self._host_block(start, end, gtid, corr, category, names)
 
     def _host_block(
         self, start: I64, end: I64, gtid: I64, corr: I64, category: I32, names: I32
@@ -203,6 +208,7 @@ class Activity(Metadata):
         """Host rows; lane ``"thread {tid} ({name})"`` and thread_name from ThreadNames."""
         n = start.size
         codes, threads = pd.factorize(gtid)
+        codes = codes.astype(np.int32)
         threads = np.asarray(threads, dtype=np.int64)
         thread_names = self.thread_name_table(threads)
         lanes = np.empty(threads.size, dtype=object)

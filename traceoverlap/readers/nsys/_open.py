@@ -3,6 +3,7 @@ errors as one line."""
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 from pathlib import Path
 
@@ -46,9 +47,13 @@ def read_export(
     try:
         # one read transaction for the whole read: no writer can commit under it
         con.execute("BEGIN")
-        _check_integrity(con, shown)
+        reader = Reader(shown, export, con, keep_range, process)
+        if process is None:
+            _check_integrity(con, shown)
+        else:  # one check of the file per split: by the read of its first process
+            reader.check = functools.partial(_check_integrity, con, shown)
         con.execute("SELECT count(*) FROM sqlite_master").fetchone()
-        return Reader(shown, export, con, keep_range, process).read()
+        return reader.read()
     except sqlite3.OperationalError as exc:
         raise _sqlite_error(shown, exc) from exc
     except sqlite3.DatabaseError as exc:

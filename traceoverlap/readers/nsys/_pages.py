@@ -52,8 +52,8 @@ _CONST = np.array([0, -1, -1, -1, -1, -1, -1, 0, 0, 1, 0, 0, 0], dtype=np.int64)
 _BLOCK_ROWS = 1 << 15
 # Texts are decoded this many bytes at a time (the gather index is int64 per byte).
 _TEXT_BLOCK_BYTES = 1 << 20
-# Selected row numbers are fetched from SQLite this many at a time.
-_SQL_ROWS = 1 << 16
+# Selected row numbers are asked of SQLite for this many rowids at a time.
+_SQL_ROWS = 1 << 20
 
 
 def _size(st: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
@@ -176,13 +176,17 @@ class PageReader:
         if n and (lo, hi) != (1, n):
             raise Unsupported("rowids are not 1..n")
         cond, params = where
-        cur = self.con.execute(f"SELECT rowid - 1 FROM {_q(table)} WHERE {cond}", tuple(params))
         parts: list[I64] = []
-        while True:
-            got = cur.fetchmany(_SQL_ROWS)
-            if not got:
-                break
-            parts.append(np.fromiter((r[0] for r in got), np.int64, len(got)))
+        # a range of rowids at a time, as one text: a Python object per row would cost more
+        # than SQLite's scan itself
+        for lo in range(0, n, _SQL_ROWS):
+            (text,) = self.con.execute(
+                f"SELECT group_concat(rowid - 1) FROM {_q(table)} "
+                f"WHERE rowid > ? AND rowid <= ? AND ({cond})",
+                (lo, lo + _SQL_ROWS, *params),
+            ).fetchone()
+            if text:
+                parts.append(np.array(str(text).split(","), dtype=np.int64))
         rows = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
         if rows.size > 1 and not bool((rows[1:] > rows[:-1]).all()):
             rows = np.sort(rows)  # a table scan gives rowid order; a query plan might not

@@ -65,9 +65,10 @@ class Reader(ProcessPart, Ranks):
         self.gpu_pids = [int(p) for p in sorted(pd.unique(gpu.pid))]
         nvtx = self.read_nvtx()
         if self.process is not None:  # one process of a GPU capture: ranks from the whole file
-            groups, ranks, rank_source, world_size = self._ranks(
-                self.all_groups(), self.all_rank_texts()
-            )
+            everyone = self.all_groups()
+            if self.check is not None and everyone and self.process == min(everyone)[0]:
+                self.check()
+            groups, ranks, rank_source, world_size = self._ranks(everyone, self.all_rank_texts())
             host = Rows.concat([self.read_runtime(sorted({p for p, _ in groups})), nvtx.ranges])
             device_kind = "gpu"
         elif len(gpu):
@@ -106,15 +107,15 @@ class Reader(ProcessPart, Ranks):
             {
                 # columns with one value (the rank and pid of a one-process export, the
                 # collective fields nsys never has) are one value viewed n times, not n copies
-                "rank": shared_if_constant(rank.astype(np.int64, copy=False)),
+                "rank": shared_if_constant(rank),
                 "pid": shared_if_constant(rows.pid),
                 "device": rows.device,
                 "stream": rows.stream,
                 "tid": rows.tid,
-                "lane": self.lanes.categorical(rows.lane),
-                "thread_name": self.thread_names.categorical(rows.thread_name),
+                "lane": self.lanes.categorical(rows.pop("lane")),
+                "thread_name": self.thread_names.categorical(rows.pop("thread_name")),
                 "category": category.remove_unused_categories(),
-                "name": self.names.categorical(rows.name),
+                "name": self.names.categorical(rows.pop("name")),
                 "start_ns": rows.start,
                 "end_ns": rows.end,
                 "correlation": rows.correlation,
@@ -159,7 +160,9 @@ class Reader(ProcessPart, Ranks):
         if not mine.all():
             host = host.take(np.flatnonzero(mine))
             pos = pos[mine]
+        del gkey, mine
         blocks, rank_parts = [gpu, host], [gpu_rank, first[pos]]
+        del pos
         for pid, rs in by_pid.items():
             if len(rs) > 1:
                 idx = np.flatnonzero(host.pid == pid)

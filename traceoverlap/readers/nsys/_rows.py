@@ -22,12 +22,13 @@ def select(values: I64, keep: npt.NDArray[np.intp] | None) -> I64:
     return values if keep is None else values[keep]
 
 
-def shared_if_constant(values: I64) -> I64:
-    """``values``, or when every value is the same, that value viewed ``values.size`` times (a
-    read-only array of stride 0: no memory per row; the event table never writes its columns)."""
+def shared_if_constant(values: npt.NDArray[np.integer], dtype: type = np.int64) -> I64:
+    """``values`` as ``dtype``, or when every value is the same, that value viewed
+    ``values.size`` times (a read-only array of stride 0: no memory per row; the event table
+    never writes its columns)."""
     if values.size and bool((values == values[0]).all()):
-        return np.broadcast_to(values[:1], values.shape)
-    return values
+        return np.broadcast_to(values[:1].astype(dtype), values.shape)
+    return values.astype(dtype, copy=False)
 
 
 def pid_of(global_id: I64) -> I64:
@@ -53,6 +54,12 @@ class Rows:
     name: I32
     lane: I32
     thread_name: I32
+
+    def pop(self, column: str) -> I32:
+        """Column ``column``, left empty here (its memory goes with its last user)."""
+        values: I32 = getattr(self, column)
+        setattr(self, column, values[:0].copy())
+        return values
 
     def take(self, idx: npt.NDArray[np.intp]) -> Rows:
         return Rows(**{k: v[idx] for k, v in self.__dict__.items()})

@@ -61,6 +61,8 @@ class Schema:
         self.process = process
         #: when set, the rows every scan reads (instead of the process's)
         self.only: Where | None = None
+        #: the file's integrity check, when this read is the one to run it
+        self.check: Callable[[], None] | None = None
         self.keep_range = keep_range
         self.file = file
         self.con = con

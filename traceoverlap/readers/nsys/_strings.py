@@ -87,7 +87,7 @@ class Strings:
         sizes = [len(c) if u else -1 for c, u in zip(self._cats, self._unique, strict=True)]
         big = int(np.argmax(sizes)) if sizes and max(sizes) > 0 else -1
         rest = [b for b in range(len(self._cats)) if b != big]
-        lut = np.full(self._n, -1, dtype=np.int64)
+        lut = np.full(self._n, -1, dtype=np.int32)
         categories = np.zeros(0, dtype=object)
         if rest:
             pos = np.concatenate([np.arange(offsets[b], offsets[b + 1]) for b in rest])
@@ -108,7 +108,7 @@ class Strings:
             new = known < 0
             lut[pos[in_use]] = np.where(new, np.cumsum(new) - 1 + categories.size, known)
             categories = np.concatenate([categories, vals[new]])
-        return fast_categorical(lut[codes].astype(np.int32), category_index(categories))
+        return fast_categorical(lut[codes], category_index(categories))
 
 
 class StringIds:
