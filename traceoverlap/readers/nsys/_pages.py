@@ -48,6 +48,8 @@ _SMALL_SIZE = np.concatenate([_FIXED_SIZE, (np.arange(12, 128, dtype=np.int64) -
 _SHIFT = np.array([63, 56, 48, 40, 32, 16, 0, 63, 63, 63, 63, 63, 63], dtype=np.int64)
 _KIND = np.array([1, 0, 0, 0, 0, 0, 0, 2, 0, 0, 2, 2, 2], dtype=np.int8)
 _CONST = np.array([0, -1, -1, -1, -1, -1, -1, 0, 0, 1, 0, 0, 0], dtype=np.int64)
+# Page headers read at a time before their pages are handed back.
+_HEADER_PAGES = 4096
 # Rows decoded per block of leaf pages.
 _BLOCK_ROWS = 1 << 15
 # Texts are decoded this many bytes at a time (the gather index is int64 per byte).
@@ -119,13 +121,26 @@ class PageReader:
     def _page_header(self, page: int) -> int:
         return (page - 1) * self.page_size + (100 if page == 1 else 0)
 
+    def header_bytes(self, pages: I64, at: int) -> npt.NDArray[np.uint8]:
+        """Byte ``at`` of the b-tree page header of each of ``pages``: a few thousand pages at a
+        time, each handed back once read (a byte brings its whole page in: read all at once,
+        every leaf of the table would count in this process's memory)."""
+        out = np.empty(pages.size, dtype=np.uint8)
+        for a in range(0, pages.size, _HEADER_PAGES):
+            part = pages[a : a + _HEADER_PAGES]
+            out[a : a + part.size] = self.mm[
+                (part - 1) * self.page_size + np.where(part == 1, 100, 0) + at
+            ]
+            self.release(part)
+        return out
+
     def leaf_pages(self, root: int) -> I64:
         """The table's leaf pages, in key order."""
         level = [root]
         for _ in range(32):  # deeper than any real table: a cycle in a damaged file
             if any(not 1 <= p <= self.n_pages for p in level):
                 raise Unsupported("page number out of range")
-            types = self.mm[np.array([self._page_header(p) for p in level], dtype=np.int64)]
+            types = self.header_bytes(np.array(level, dtype=np.int64), 0)
             if (types == 13).all():
                 return np.array(level, dtype=np.int64)
             if not (types == 5).all():
@@ -186,7 +201,7 @@ class PageReader:
                 (lo, lo + _SQL_ROWS, *params),
             ).fetchone()
             if text:
-                parts.append(np.array(str(text).split(","), dtype=np.int64))
+                parts.append(np.fromstring(str(text), dtype=np.int64, sep=","))
         rows = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
         if rows.size > 1 and not bool((rows[1:] > rows[:-1]).all()):
             rows = np.sort(rows)  # a table scan gives rowid order; a query plan might not
@@ -281,7 +296,7 @@ class PageReader:
 
         leaves = self.leaf_pages(int(row[0]))
         hdr = (leaves - 1) * self.page_size + np.where(leaves == 1, 100, 0)
-        ncell = (self.mm[hdr + 3].astype(np.int64) << 8) | self.mm[hdr + 4]
+        ncell = (self.header_bytes(leaves, 3).astype(np.int64) << 8) | self.header_bytes(leaves, 4)
         if (hdr + 8 + 2 * ncell > (leaves - 1) * self.page_size + self.usable).any():
             raise Unsupported("cell pointer array outside the page")
         n = int(ncell.sum())
