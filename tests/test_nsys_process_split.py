@@ -78,6 +78,7 @@ def test_a_large_export_is_one_map_unit_per_process_with_the_same_numbers(
     monkeypatch.setattr(inputs, "SPLIT_MIN_BYTES", 0)
     assert map_units([path]) == [ProcessPart(str(path), p) for p in (100, 200, 300)]
     split = analyze(path)
+    pd.testing.assert_frame_equal(split.steps, analyze(path, jobs=2).steps)  # in 2 processes
     # per rank and step, on the device: from the first kernel's start (1 ms) to the last one's
     # end (10 ms) = 9 ms, compute 6 ms (1-7), communication 3 ms (7-10) all exposed, no idle;
     # the same from the whole file and from its processes
