@@ -51,11 +51,16 @@ read-only with SQLite's locking (a WAL's committed rows count; a file being writ
 error), inside one read transaction.
 
 Speed: the big tables are decoded straight from the file's pages into numpy columns
-(:mod:`._pages`, through :mod:`._scan`), then names become categorical codes with hash lookups; no per-row
-Python object except one ``str`` per NVTX text, and with ``keep_range`` (what ``analyze``
-passes) not even that for the ranges it refuses: they are tested a block of texts at a time as
-they are decoded and never held. Rows come out grouped by rank, so units are slices of the
-table. ``benchmarks/bench_nsys.py`` and docs/performance.md have the figures.
+(:mod:`._pages`, through :mod:`._scan`), then names become categorical codes with hash lookups;
+no per-row Python object except one ``str`` per NVTX text, and with ``keep_range`` (what
+``analyze`` passes) not even that for the ranges it refuses: they are tested a block of texts at
+a time as they are decoded and never held. Rows come out grouped by rank, so units are slices of
+the table.
+
+Memory: the map's pages are handed back as they are decoded; columns with one value are one
+value viewed n times. ``process=pid`` reads one process of a GPU capture (:mod:`._process`): the
+per-rank map reads a large multi-process export one process at a time, so its peak follows the
+largest process. ``benchmarks/bench_nsys.py`` and docs/performance.md have the figures.
 
 The modules, in the order a read goes through them:
 
