@@ -17,8 +17,6 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-import numpy as np
-
 from ._activity import Activity
 from ._nvtx import NvtxReader
 from ._rows import NvtxRows
@@ -39,7 +37,8 @@ def _groups(con: sqlite3.Connection, tables: list[str]) -> list[tuple[int, int]]
     found: set[tuple[int, int]] = set()
     for t in tables:
         sql = f"SELECT DISTINCT {pid_sql('globalPid')}, {dev} FROM {quote(t)} WHERE {_VALID_TIMES}"
-        found.update((int(p), int(np.int32(d))) for p, d in con.execute(sql))
+        # the device as read_gpu keeps it: int32 (wrapping, as astype does)
+        found.update((int(p), (int(d) + 2**31) % 2**32 - 2**31) for p, d in con.execute(sql))
     return sorted(found, key=lambda g: (g[1], g[0]))
 
 
