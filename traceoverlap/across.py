@@ -31,6 +31,7 @@ from .model import Timeline, TraceInfo, split_units
 from .options import AnalysisOptions
 from .rankmap import DetailRequest, analyze_unit
 from .results import Analysis, StepDetail
+from .schema import EXPOSED_COMM_NS, EXPOSED_WAIT_NS, STEP_NS
 
 if TYPE_CHECKING:
     from .collectives import Collectives
@@ -122,7 +123,7 @@ def default_step(analysis: Analysis) -> Any:
         return analysis.detail.step
     df = analysis.steps
     low = df[df["rank"] == df["rank"].min()]
-    order = np.argsort(low["step_ns"].to_numpy(np.int64), kind="stable")
+    order = np.argsort(low[STEP_NS.name].to_numpy(np.int64), kind="stable")
     return low["step"].iloc[int(order[(len(order) - 1) // 2])]
 
 
@@ -239,7 +240,7 @@ def _step_blame(coll: Collectives | None, label: Any, ranks: set[int]) -> pd.Dat
 
     b = coll.blame if coll is not None else empty_blame()
     b = b[(b["step"].astype(str) == str(label)).to_numpy() & b["rank"].isin(ranks).to_numpy()]
-    b = b.sort_values(["exposed_wait_ns", "rank"], ascending=[False, True], kind="stable")
+    b = b.sort_values([EXPOSED_WAIT_NS.name, "rank"], ascending=[False, True], kind="stable")
     b = b.reset_index(drop=True)
     return b.assign(line=[blame_line(r) for r in b.to_dict("records")])
 
@@ -293,8 +294,8 @@ def _rank_step(analysis: Analysis, unit: int, off: int, d: StepDetail, row: pd.S
         offset_ns=off,
         start_ns=d.start_ns - off,
         end_ns=d.end_ns - off,
-        step_ns=int(row["step_ns"]),
-        exposed_comm_ns=int(row["exposed_comm_ns"]),
+        step_ns=int(row[STEP_NS.name]),
+        exposed_comm_ns=int(row[EXPOSED_COMM_NS.name]),
         compute=shift(d.compute),
         comm=shift(d.comm),
         memory=shift(d.memory),

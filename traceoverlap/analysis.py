@@ -28,17 +28,40 @@ from . import intervals as iv
 from .bandwidth import add_bandwidth, family_bandwidth
 from .classify import Rules
 from .collectives import CauseSets, Collectives, match_collectives
-from .diagnosis import CAUSES, AdviceContext, findings, partial_hedge, verdict
+from .diagnosis import AdviceContext, findings, partial_hedge, verdict
 from .errors import TraceFormatError, UsageError
 from .inputs import expand_paths, from_folder, made_by_this_run, map_units, part_of, run_map
 from .intervals import GroupedIntervals
 from .job import blame_table, empty_blame, top_blame
-from .metrics import MEASURED, ratio
+from .metrics import ratio
 from .model import Timeline, TraceInfo, concat_timelines
 from .options import AnalysisOptions, StepSelection, Thresholds, build_options, describe_steps
 from .purpose import attach_purposes
 from .rankmap import DetailRequest, FileResult, UnitResult, map_file, map_timeline
 from .results import STEP_COLUMNS, Analysis, StepDetail
+from .schema import (
+    BOTTLENECK,
+    COMM_NS,
+    DEVICE,
+    EXPOSED_BY_CAUSE,
+    EXPOSED_COMM_NS,
+    EXPOSED_COMM_RATIO,
+    EXPOSED_TRANSFER_NS,
+    IDEAL_NS,
+    IDLE_NS,
+    IDLE_RATIO,
+    ITERATION_NS,
+    OVERLAP_NS,
+    OVERLAP_RATIO,
+    PID,
+    POTENTIAL_SPEEDUP,
+    RANK,
+    REASON,
+    STEP,
+    STEP_NS,
+    WAIT_KNOWN,
+    WAITED_FOR_RANK,
+)
 from .summary import summarize_run, unit_key
 
 PathLike = str | Path
@@ -515,34 +538,31 @@ def _step_table(
     cause_ns = {c: iv.grouped_length(s, win.n) for c, s in sets.by_name().items()}
     wait_known = _wait_known(units, win, coll)
     waited_for = _waited_for(coll, win.n)
-    step = base["step_ns"]
-    exposed_ns = base["exposed_comm_ns"]
-    df = pd.DataFrame(
-        {
-            "rank": np.array([traces[u].rank for u in unit_of], dtype=np.int64),
-            "device": pd.array([traces[u].device for u in unit_of], dtype=object),
-            "pid": pd.array([traces[u].pid for u in unit_of], dtype=object),
-            "step": pd.array(win.labels, dtype=object),
-            **{k: base[k] for k in MEASURED},
-            "exposed_wait_ns": cause_ns["wait"],
-            "exposed_transfer_ns": exposed_ns - cause_ns["wait"],
-            **{f"exposed_{c}_ns": cause_ns[c] for c in CAUSES[1:]},
-            "overlap_ratio": pd.array(ratio(base["overlap_ns"], base["comm_ns"]), dtype="Float64"),
-            "ideal_ns": base["ideal_ns"],
-            "potential_speedup": pd.array(ratio(step, base["ideal_ns"]), dtype="Float64"),
-            "exposed_comm_ratio": pd.array(ratio(exposed_ns, step), dtype="Float64"),
-            "idle_ratio": pd.array(ratio(base["idle_ns"], step), dtype="Float64"),
-            "iteration_ns": pd.arrays.IntegerArray(
-                base["iteration_ns"].astype(np.int64), base["iteration_ns"] < 0
-            ),
-            "bottleneck": "",
-            "reason": "",
-            "waited_for_rank": pd.array(waited_for, dtype=object),
-            "wait_known": wait_known.astype(bool),
-            "start_ns": base["start_ns"],
-            "end_ns": base["end_ns"],
-        }
-    )
+    step = base[STEP_NS.name]
+    exposed_ns = base[EXPOSED_COMM_NS.name]
+    cols: dict[str, Any] = {
+        **{k: v for k, v in base.items() if k in STEP_COLUMNS},
+        RANK.name: np.array([traces[u].rank for u in unit_of], dtype=np.int64),
+        DEVICE.name: pd.array([traces[u].device for u in unit_of], dtype=object),
+        PID.name: pd.array([traces[u].pid for u in unit_of], dtype=object),
+        STEP.name: pd.array(win.labels, dtype=object),
+        **{col.name: cause_ns[c] for c, col in EXPOSED_BY_CAUSE.items()},
+        EXPOSED_TRANSFER_NS.name: exposed_ns - cause_ns["wait"],
+        OVERLAP_RATIO.name: pd.array(
+            ratio(base[OVERLAP_NS.name], base[COMM_NS.name]), dtype="Float64"
+        ),
+        POTENTIAL_SPEEDUP.name: pd.array(ratio(step, base[IDEAL_NS.name]), dtype="Float64"),
+        EXPOSED_COMM_RATIO.name: pd.array(ratio(exposed_ns, step), dtype="Float64"),
+        IDLE_RATIO.name: pd.array(ratio(base[IDLE_NS.name], step), dtype="Float64"),
+        ITERATION_NS.name: pd.arrays.IntegerArray(
+            base[ITERATION_NS.name].astype(np.int64), base[ITERATION_NS.name] < 0
+        ),
+        BOTTLENECK.name: "",
+        REASON.name: "",
+        WAITED_FOR_RANK.name: pd.array(waited_for, dtype=object),
+        WAIT_KNOWN.name: wait_known.astype(bool),
+    }
+    df = pd.DataFrame({c: cols[c] for c in STEP_COLUMNS})
     verdicts = [
         verdict(
             row,
@@ -553,9 +573,9 @@ def _step_table(
         )
         for row, wf, wk in zip(df.to_dict("records"), waited_for, wait_known.tolist(), strict=True)
     ]
-    df["bottleneck"] = [v.bottleneck for v in verdicts]
-    df["reason"] = [v.reason for v in verdicts]
-    return df[list(STEP_COLUMNS)]
+    df[BOTTLENECK.name] = [v.bottleneck for v in verdicts]
+    df[REASON.name] = [v.reason for v in verdicts]
+    return df
 
 
 def _windows_frame(units: Sequence[UnitResult], win: _RunWindows) -> pd.DataFrame:

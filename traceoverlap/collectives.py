@@ -59,6 +59,7 @@ from .intervals import GroupedIntervals
 from .job import CREDIT_COLUMNS, credit_segments, empty_blame, waited_for_ranks
 from .metrics import ActivityRows
 from .model import Kind, Timeline, TraceInfo, per_category
+from .schema import ROOT_WAITED_FOR_NS, STEP_SKEW, STRAGGLERS
 from .steps import NO_LAUNCH, UnitSteps
 
 I64 = npt.NDArray[np.int64]
@@ -141,24 +142,9 @@ INSTANCE_COLUMNS = (
     "dst_rank",
     "last_arrival_ns",
 )
-STRAGGLER_COLUMNS = (
-    "rank",
-    "instances",
-    "last_count",
-    "last_ratio",
-    "waited_for_ns",
-    "wait_ns",
-    "exposed_waited_for_ns",
-)
-SKEW_COLUMNS = (
-    "step",
-    "n_ranks",
-    "slowest_rank",
-    "fastest_rank",
-    "max_step_ns",
-    "min_step_ns",
-    "skew_ns",
-)
+#: The straggler table as matching builds it (the reduce adds the blame chains' roots).
+STRAGGLER_COLUMNS = tuple(n for n in STRAGGLERS.names if n != ROOT_WAITED_FOR_NS.name)
+SKEW_COLUMNS = STEP_SKEW.names
 
 
 # --- collective kind from a name --------------------------------------------------------------

@@ -39,6 +39,7 @@ from .classify import Rules, kinds
 from .errors import UsageError
 from .model import KINDS, Timeline, split_units
 from .results import Analysis
+from .schema import BOTTLENECK, EXPOSED_COMM_NS, REASON, STEP_NS
 
 if TYPE_CHECKING:
     from .collectives import Collectives
@@ -283,10 +284,10 @@ def _analysis_events(
                 rank,
                 _TID["steps"] + TRACK_BLOCK * slot,
                 {
-                    "step_ns": int(row["step_ns"]),
-                    "exposed_comm_ns": int(row["exposed_comm_ns"]),
-                    "bottleneck": str(row["bottleneck"]),
-                    "reason": str(row["reason"]),
+                    STEP_NS.name: int(row[STEP_NS.name]),
+                    EXPOSED_COMM_NS.name: int(row[EXPOSED_COMM_NS.name]),
+                    BOTTLENECK.name: str(row[BOTTLENECK.name]),
+                    REASON.name: str(row[REASON.name]),
                 },
             )
         tid = _TID["exposed communication"] + TRACK_BLOCK * slot

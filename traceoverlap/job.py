@@ -24,6 +24,7 @@ import pandas as pd
 from . import intervals as iv
 from .fmt import ms_unit, pct
 from .intervals import GroupedIntervals
+from .schema import BLAME
 
 I64 = npt.NDArray[np.int64]
 
@@ -184,19 +185,7 @@ def waited_for_ranks(
     return target, latest
 
 
-BLAME_COLUMNS = (
-    "window",
-    "rank",
-    "step",
-    "waited_for_rank",
-    "exposed_wait_ns",
-    "chain",
-    "root_rank",
-    "lateness_ns",
-    "cause",
-    "cause_ns",
-    "explained_ratio",
-)
+BLAME_COLUMNS = BLAME.names
 #: The longest chain followed (ranks waiting for ranks waiting for ...).
 MAX_CHAIN = 8
 #: Causes are looked up for this many blame rows, most waiting first (each costs a scan of two

@@ -20,6 +20,7 @@ import pandas as pd
 
 from .model import TraceInfo
 from .options import AnalysisOptions
+from .schema import RATIO_METRICS, STEPS
 
 if TYPE_CHECKING:
     from .collectives import Collectives
@@ -28,40 +29,8 @@ if TYPE_CHECKING:
 I64 = npt.NDArray[np.int64]
 Spans = tuple[I64, I64]
 
-#: Step-row columns, in output order (README "JSON schema").
-STEP_COLUMNS: tuple[str, ...] = (
-    "rank",
-    "device",
-    "pid",
-    "step",
-    "step_ns",
-    "compute_ns",
-    "comm_ns",
-    "memory_ns",
-    "overlap_ns",
-    "exposed_comm_ns",
-    "idle_ns",
-    "other_steps_ns",
-    "compute_only_ns",
-    "memory_only_ns",
-    "exposed_wait_ns",
-    "exposed_transfer_ns",
-    "exposed_tail_ns",
-    "exposed_dependency_ns",
-    "exposed_host_ns",
-    "overlap_ratio",
-    "ideal_ns",
-    "potential_speedup",
-    "exposed_comm_ratio",
-    "idle_ratio",
-    "iteration_ns",
-    "bottleneck",
-    "reason",
-    "waited_for_rank",
-    "wait_known",
-    "start_ns",
-    "end_ns",
-)
+#: Step-row columns, in output order (:data:`traceoverlap.schema.STEPS`).
+STEP_COLUMNS: tuple[str, ...] = STEPS.names
 
 
 @dataclass(frozen=True)
@@ -116,7 +85,7 @@ class Summary:
 
     def aggregate(self, ratio: str) -> float | None:
         """A run aggregate ratio by name (``overlap_ratio``, ``exposed_comm_ratio``...)."""
-        if ratio not in ("overlap_ratio", "exposed_comm_ratio", "idle_ratio", "potential_speedup"):
+        if ratio not in RATIO_METRICS:
             raise KeyError(ratio)
         value: float | None = getattr(self, ratio)
         return value

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from .. import fmt
 from .._version import __version__
+from ..schema import OVERLAP_RATIO, STEP_NS
 from ._html_page import CSS, LOADER, PAGE
 from .compare_text import (
     _collective_cells,
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from ..comparison import Comparison
 
 # lower is better for every compared time; a higher overlap ratio is better
-_HIGHER_IS_BETTER = {"overlap_ratio"}
+_HIGHER_IS_BETTER = {OVERLAP_RATIO.name}
 
 
 def _cls(metric: str, delta: object) -> str:
@@ -92,7 +93,8 @@ def render(cmp: Comparison, *, plotlyjs: str = "embed") -> str:
     )
     # one time scale for both runs' per-step bars
     y_max = max(
-        float(cmp.baseline.steps["step_ns"].max()), float(cmp.candidate.steps["step_ns"].max())
+        float(cmp.baseline.steps[STEP_NS.name].max()),
+        float(cmp.candidate.steps[STEP_NS.name].max()),
     )
     y_max_ms = 1.05 * y_max / 1e6
     bodies = [top]

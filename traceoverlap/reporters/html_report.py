@@ -32,6 +32,20 @@ from ..errors import UsageError
 from ..fmt import duration as fmt_ns
 from ..fmt import size as fmt_bytes
 from ..purpose import PURPOSES
+from ..schema import (
+    BOTTLENECK,
+    EXPOSED_BY_CAUSE,
+    EXPOSED_COMM_NS,
+    EXPOSED_COMM_RATIO,
+    EXPOSED_WAIT_NS,
+    IDEAL_NS,
+    OVERLAP_RATIO,
+    POTENTIAL_SPEEDUP,
+    RANK,
+    REASON,
+    STEP,
+    STEP_NS,
+)
 from . import _html_across
 from . import _html_figures as figs
 from ._format import CAUSE_WORDS, several_devices
@@ -257,12 +271,12 @@ def _card(label: str, value: str, sub: str = "", cls: str = "") -> str:
 
 def _dominant_reason(steps: pd.DataFrame, dominant: str | None) -> str:
     """The reason of the median step among those of the dominant class (a real step's reason)."""
-    rows = steps[steps["bottleneck"] == dominant]
+    rows = steps[steps[BOTTLENECK.name] == dominant]
     if rows.empty:
         return ""
-    order = np.argsort(rows["step_ns"].to_numpy(dtype=np.int64), kind="stable")
+    order = np.argsort(rows[STEP_NS.name].to_numpy(dtype=np.int64), kind="stable")
     row = rows.iloc[int(order[(len(order) - 1) // 2])]
-    return f"rank {int(row['rank'])}, step {row['step']}: {row['reason']}"
+    return f"rank {int(row[RANK.name])}, step {row[STEP.name]}: {row[REASON.name]}"
 
 
 def _cards(analysis: Analysis) -> str:
@@ -271,31 +285,31 @@ def _cards(analysis: Analysis) -> str:
     cards = [
         _card(
             "median step",
-            fmt_ns(run.median("step_ns")),
-            f"p90 {fmt_ns(run.stat('step_ns', 'p90'))} · {scope}",
+            fmt_ns(run.median(STEP_NS.name)),
+            f"p90 {fmt_ns(run.stat(STEP_NS.name, 'p90'))} · {scope}",
         ),
         _card(
             "median exposed comm",
-            fmt_ns(run.median("exposed_comm_ns")),
-            f"{_pct(run.median('exposed_comm_ratio'))} of the step (median)",
+            fmt_ns(run.median(EXPOSED_COMM_NS.name)),
+            f"{_pct(run.median(EXPOSED_COMM_RATIO.name))} of the step (median)",
             "exposed",
         ),
         _card(
             "overlap ratio",
             _pct(run.overlap_ratio),
             "of all communication hidden behind compute; median step "
-            f"{_pct(run.median('overlap_ratio'))}",
+            f"{_pct(run.median(OVERLAP_RATIO.name))}",
             "overlap",
         ),
         _card(
             "median ideal step",
-            fmt_ns(run.median("ideal_ns")),
+            fmt_ns(run.median(IDEAL_NS.name)),
             "the step if all hideable communication were hidden",
         ),
         _card(
             "potential speedup",
             _speedup(run.potential_speedup),
-            f"total step time / total ideal; median step {_speedup(run.median('potential_speedup'))}",
+            f"total step time / total ideal; median step {_speedup(run.median(POTENTIAL_SPEEDUP.name))}",
         ),
     ]
     dominant = run.dominant_bottleneck
@@ -319,9 +333,9 @@ def _rank_table(analysis: Analysis) -> str:
             "<tr>"
             f"<td class='num'>{_e(r)}</td>"
             f"<td class='num'>{s.n_steps}</td>"
-            f"<td class='num'>{fmt_ns(s.median('step_ns'))}</td>"
-            f"<td class='num'>{fmt_ns(s.median('exposed_comm_ns'))}</td>"
-            f"<td class='num'>{fmt_ns(s.median('exposed_wait_ns'))}</td>"
+            f"<td class='num'>{fmt_ns(s.median(STEP_NS.name))}</td>"
+            f"<td class='num'>{fmt_ns(s.median(EXPOSED_COMM_NS.name))}</td>"
+            f"<td class='num'>{fmt_ns(s.median(EXPOSED_WAIT_NS.name))}</td>"
             f"<td class='num'>{_pct(s.overlap_ratio)}</td>"
             f"<td class='num'>{_speedup(s.potential_speedup)}</td>"
             f"<td>{_e(s.dominant_bottleneck or '–')}</td>"
@@ -507,9 +521,9 @@ def _timeline_text(analysis: Analysis, d: StepDetail) -> str:
         else f"{why}; choose another with <code>--timeline-step N</code> / "
     )
     causes = ", ".join(
-        f"{label} {fmt_ns(srow[f'exposed_{c}_ns'])}"
+        f"{label} {fmt_ns(srow[EXPOSED_BY_CAUSE[c].name])}"
         for c, label in CAUSE_WORDS.items()
-        if int(srow[f"exposed_{c}_ns"]) > 0
+        if int(srow[EXPOSED_BY_CAUSE[c].name]) > 0
     )
     return (
         f"<p class='explain'>{name[0].upper() + name[1:]} ({choose}"
@@ -566,9 +580,9 @@ def _collectives_table(analysis: Analysis, d: StepDetail) -> str:
         last = " <span class='tag'>last in step</span>" if int(r["end_ns"]) == last_end else ""
         same = " <span class='tag warn'>on a compute stream</span>" if r["same_stream"] else ""
         causes = ", ".join(
-            f"{c} {fmt_ns(int(r[f'exposed_{c}_ns']))}"
+            f"{c} {fmt_ns(int(r[EXPOSED_BY_CAUSE[c].name]))}"
             for c in CAUSES
-            if int(r[f"exposed_{c}_ns"]) > 0
+            if int(r[EXPOSED_BY_CAUSE[c].name]) > 0
         )
         wait = f"<td class='num'>{fmt_ns(int(r['wait_ns']))}</td>" if has_wait else ""
         queued = "–" if pd.isna(r["queued_ns"]) else fmt_ns(int(r["queued_ns"]))
@@ -634,8 +648,8 @@ def _across_ranks(analysis: Analysis) -> str:
     ]
     total, wait = int(per["dur_ns"].sum()), int(per["wait_ns"].sum())
     steps = analysis.steps
-    ew = int(steps["exposed_wait_ns"].sum())
-    ex = int(steps["exposed_comm_ns"].sum())
+    ew = int(steps[EXPOSED_WAIT_NS.name].sum())
+    ex = int(steps[EXPOSED_COMM_NS.name].sum())
     cards = [
         _card(
             "waiting in collectives",
