@@ -28,7 +28,7 @@ from . import intervals as iv
 from .bandwidth import add_bandwidth, family_bandwidth
 from .classify import Rules
 from .collectives import CauseSets, Collectives, match_collectives
-from .diagnosis import CAUSES, AdviceContext, findings, partial_hedge, verdict
+from .diagnosis import AdviceContext, findings, partial_hedge, verdict
 from .errors import TraceFormatError, UsageError
 from .inputs import expand_paths, from_folder, made_by_this_run, run_map
 from .intervals import GroupedIntervals
@@ -40,6 +40,7 @@ from .purpose import attach_purposes
 from .rankmap import DetailRequest, FileResult, UnitResult, map_file, map_timeline
 from .results import STEP_COLUMNS, Analysis, StepDetail
 from .summary import summarize_run, unit_key
+from .vocab import CAUSES, Cause
 
 PathLike = str | Path
 I64 = npt.NDArray[np.int64]
@@ -478,7 +479,7 @@ def _gather_pieces(units: Sequence[UnitResult], win: _RunWindows) -> tuple[I64, 
 def _gather_causes(units: Sequence[UnitResult], win: _RunWindows) -> dict[str, GroupedIntervals]:
     """The units' local cause sets (tail / dependency / host, ns) grouped by global window."""
     out: dict[str, GroupedIntervals] = {}
-    for c in ("tail", "dependency", "host"):
+    for c in CAUSES[1:]:
         sets = [u.causes[c] for u in units]
         out[c] = (
             _cat([g + int(win.offsets[i]) for i, (g, _, _) in enumerate(sets)]),
@@ -523,8 +524,8 @@ def _step_table(
             "pid": pd.array([traces[u].pid for u in unit_of], dtype=object),
             "step": pd.array(win.labels, dtype=object),
             **{k: base[k] for k in MEASURED},
-            "exposed_wait_ns": cause_ns["wait"],
-            "exposed_transfer_ns": exposed_ns - cause_ns["wait"],
+            "exposed_wait_ns": cause_ns[Cause.WAIT],
+            "exposed_transfer_ns": exposed_ns - cause_ns[Cause.WAIT],
             **{f"exposed_{c}_ns": cause_ns[c] for c in CAUSES[1:]},
             "overlap_ratio": pd.array(ratio(base["overlap_ns"], base["comm_ns"]), dtype=object),
             "ideal_ns": base["ideal_ns"],

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from .results import Analysis
+from .vocab import CAUSE_WORDS, Cause
 
 #: (step column, label) in report order.
 COMPARED_METRICS: tuple[tuple[str, str], ...] = (
@@ -34,10 +35,10 @@ COMPARED_METRICS: tuple[tuple[str, str], ...] = (
     ("comm_ns", "comm"),
     ("overlap_ratio", "overlap ratio"),
     ("exposed_comm_ns", "exposed comm"),
-    ("exposed_wait_ns", "  waiting for a peer"),
-    ("exposed_tail_ns", "  nothing left to compute"),
-    ("exposed_dependency_ns", "  compute waited for it"),
-    ("exposed_host_ns", "  host not ready"),
+    ("exposed_wait_ns", f"  {CAUSE_WORDS[Cause.WAIT]}"),
+    ("exposed_tail_ns", f"  {CAUSE_WORDS[Cause.TAIL]}"),
+    ("exposed_dependency_ns", f"  {CAUSE_WORDS[Cause.DEPENDENCY]}"),
+    ("exposed_host_ns", f"  {CAUSE_WORDS[Cause.HOST]}"),
     ("memory_only_ns", "memory only"),
     ("idle_ns", "idle"),
 )

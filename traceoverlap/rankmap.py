@@ -52,6 +52,7 @@ from .options import AnalysisOptions, compile_regex
 from .purpose import UnitStrategy, unit_purposes
 from .results import StepDetail
 from .steps import StepLabel, UnitSteps, assign_steps
+from .vocab import Cause
 
 I64 = npt.NDArray[np.int64]
 
@@ -380,7 +381,7 @@ def analyze_unit(
         parts=parts,
         marker_start_ns=steps.marker_start_ns,
         marker_end_ns=steps.marker_end_ns,
-        causes={"tail": lc.tail, "dependency": lc.dependency, "host": lc.host},
+        causes={Cause.TAIL: lc.tail, Cause.DEPENDENCY: lc.dependency, Cause.HOST: lc.host},
         instances=instances,
         pieces=pieces,
         piece_instance=piece_instance,

@@ -6,9 +6,9 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from .diagnosis import BOTTLENECKS
 from .metrics import NS_METRICS, RATIO_METRICS
 from .results import RunSummary, Stats, StepRef, Summary
+from .vocab import BOTTLENECKS
 
 
 def _as_float(values: pd.Series) -> npt.NDArray[np.float64]:

@@ -20,6 +20,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from ..fmt import duration as fmt_ns
+from ..vocab import Cause
 from . import _html_figures as figs
 
 if TYPE_CHECKING:
@@ -267,7 +268,7 @@ def _parts(
 ) -> None:
     width = 0.5 if collapsed else 0.66
     for (s, e), color, label in (
-        (wait, figs.COLORS["wait"], WAIT_LABEL),
+        (wait, figs.COLORS[Cause.WAIT], WAIT_LABEL),
         (transfer, figs.COLORS["comm"], TRANSFER_LABEL),
     ):
         keep = e > s

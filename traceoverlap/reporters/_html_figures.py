@@ -21,7 +21,7 @@ import plotly.graph_objects as go
 from .. import intervals as iv
 from ..fmt import duration as fmt_ns
 from ..fmt import size as fmt_bytes
-from ._format import CAUSE_WORDS
+from ..vocab import CAUSE_WORDS, Cause
 
 IntArray = npt.NDArray[np.int64]
 
@@ -32,10 +32,10 @@ COLORS: dict[str, str] = {
     "memory": "#999999",  # grey
     "overlap": "#009E73",  # bluish green: communication hidden behind compute
     "exposed": "#D55E00",  # vermillion: communication nothing hid
-    "wait": "#CC79A7",  # reddish purple: exposed comm spent waiting for a later rank
-    "tail": "#D55E00",  # vermillion: nothing left to compute under it
-    "dependency": "#F0E442",  # yellow: compute was queued but waited for it
-    "host": "#56B4E9",  # sky blue: the host had not launched the next compute
+    Cause.WAIT: "#CC79A7",  # reddish purple: exposed comm spent waiting for a later rank
+    Cause.TAIL: "#D55E00",  # vermillion: nothing left to compute under it
+    Cause.DEPENDENCY: "#F0E442",  # yellow: compute was queued but waited for it
+    Cause.HOST: "#56B4E9",  # sky blue: the host had not launched the next compute
     "idle": "#E3E3E3",
     "other_steps": "#B8C4D6",
 }
@@ -95,10 +95,10 @@ def step_components(steps: pd.DataFrame) -> pd.DataFrame:
 _PART_STYLE = {
     "compute_only_ns": ("compute only", COLORS["compute"]),
     "overlap_ns": ("overlapped comm", COLORS["overlap"]),
-    "exposed_wait_ns": (CAUSE_LABELS["wait"], COLORS["wait"]),
-    "exposed_tail_ns": (CAUSE_LABELS["tail"], COLORS["tail"]),
-    "exposed_dependency_ns": (CAUSE_LABELS["dependency"], COLORS["dependency"]),
-    "exposed_host_ns": (CAUSE_LABELS["host"], COLORS["host"]),
+    "exposed_wait_ns": (CAUSE_LABELS[Cause.WAIT], COLORS[Cause.WAIT]),
+    "exposed_tail_ns": (CAUSE_LABELS[Cause.TAIL], COLORS[Cause.TAIL]),
+    "exposed_dependency_ns": (CAUSE_LABELS[Cause.DEPENDENCY], COLORS[Cause.DEPENDENCY]),
+    "exposed_host_ns": (CAUSE_LABELS[Cause.HOST], COLORS[Cause.HOST]),
     "memory_only_ns": ("memory only", COLORS["memory"]),
     "other_steps_ns": ("other steps' work", COLORS["other_steps"]),
     "idle_ns": ("idle", COLORS["idle"]),
@@ -465,10 +465,10 @@ _LEGEND_RANK = {
     "communication": 2,
     "memory": 3,
     "overlapped": 4,
-    CAUSE_LABELS["wait"]: 5,
-    CAUSE_LABELS["tail"]: 6,
-    CAUSE_LABELS["dependency"]: 7,
-    CAUSE_LABELS["host"]: 8,
+    CAUSE_LABELS[Cause.WAIT]: 5,
+    CAUSE_LABELS[Cause.TAIL]: 6,
+    CAUSE_LABELS[Cause.DEPENDENCY]: 7,
+    CAUSE_LABELS[Cause.HOST]: 8,
     "phases": 9,
 }
 

@@ -27,14 +27,13 @@ import plotly.io as pio
 
 from .. import fmt
 from .._version import __version__
-from ..diagnosis import CAUSES
 from ..errors import UsageError
 from ..fmt import duration as fmt_ns
 from ..fmt import size as fmt_bytes
-from ..purpose import PURPOSES
+from ..vocab import CAUSE_WORDS, CAUSES, PURPOSES, Purpose
 from . import _html_across
 from . import _html_figures as figs
-from ._format import CAUSE_WORDS, several_devices
+from ._format import several_devices
 from ._html_page import CSS, LOADER, PAGE
 
 if TYPE_CHECKING:
@@ -556,7 +555,9 @@ def _collectives_table(analysis: Analysis, d: StepDetail) -> str:
         nbytes = inst["bytes"] if inst is not None else None
         bus = inst.get("busbw_gbps") if inst is not None else None
         bus_text = "–" if bus is None or pd.isna(bus) else f"{float(bus):.1f}"
-        purpose = str(inst.get("purpose") or "unknown") if inst is not None else "unknown"
+        purpose = (
+            str(inst.get("purpose") or Purpose.UNKNOWN) if inst is not None else Purpose.UNKNOWN
+        )
         group = []
         if inst is not None and inst["process_group"]:
             group.append(f"group {inst['process_group']}")

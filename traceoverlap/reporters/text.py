@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from rich import box
 from rich.table import Table
 
+from ..vocab import Bottleneck
 from ._format import (
     describe_inputs,
     finding_lines,
@@ -27,12 +28,12 @@ if TYPE_CHECKING:
     from ..results import Analysis
 
 _STYLE = {
-    "peer-wait-bound": "bold magenta",
-    "communication-bound": "bold red",
-    "exposed-communication": "yellow",
-    "memory-bound": "cyan",
-    "idle-bound": "magenta",
-    "compute-bound": "green",
+    Bottleneck.PEER_WAIT: "bold magenta",
+    Bottleneck.COMMUNICATION: "bold red",
+    Bottleneck.EXPOSED_COMMUNICATION: "yellow",
+    Bottleneck.MEMORY: "cyan",
+    Bottleneck.IDLE: "magenta",
+    Bottleneck.COMPUTE: "green",
 }
 
 
