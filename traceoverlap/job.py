@@ -24,6 +24,7 @@ import pandas as pd
 from . import intervals as iv
 from .fmt import ms_unit, pct
 from .intervals import GroupedIntervals
+from .vocab import STEP_MARKER_PREFIX
 
 I64 = npt.NDArray[np.int64]
 
@@ -33,7 +34,9 @@ HOST_RANGE_COLUMNS = ("name", "start_ns", "end_ns")
 #: (their union): time inside them is waiting, not doing.
 COMM_CALLS = "\x00comm"
 #: Names that are not "what the rank was doing": step markers, communication calls.
-_NOT_A_CAUSE = re.compile(r"(?i)^(ProfilerStep#|gloo:|nccl:|c10d::|record_param_comms)")
+_NOT_A_CAUSE = re.compile(
+    rf"(?i)^({re.escape(STEP_MARKER_PREFIX)}|gloo:|nccl:|c10d::|record_param_comms)"
+)
 
 
 def host_ranges(ev: pd.DataFrame, lo: int, hi: int) -> pd.DataFrame:
@@ -67,7 +70,7 @@ def host_ranges(ev: pd.DataFrame, lo: int, hi: int) -> pd.DataFrame:
     uniq = np.unique(names)
     comm_name = np.array([_NOT_A_CAUSE.match(n) is not None for n in uniq], dtype=bool)
     is_comm = comm_name[np.searchsorted(uniq, names)] if names.size else np.zeros(0, bool)
-    is_comm &= ~np.char.startswith(names.astype(str), "ProfilerStep#") if names.size else is_comm
+    is_comm &= ~np.char.startswith(names.astype(str), STEP_MARKER_PREFIX) if names.size else is_comm
     calls = iv.union(start[rows[is_comm]], end[rows[is_comm]])
     keep = (
         np.isin(rows, np.concatenate((op_rows, np.flatnonzero(on & is_ann))))

@@ -25,15 +25,17 @@ import pandas as pd
 from . import intervals as iv
 from .model import Kind, Timeline, per_category
 from .steps import NO_LAUNCH, UnitSteps
-from .vocab import Family, Purpose
+from .vocab import Family, Phase, Purpose
 
 I64 = npt.NDArray[np.int64]
 
 #: Host-range patterns, by what they tell (matched on the names of ranges around the launch).
 PATTERNS: dict[str, re.Pattern[str]] = {
-    "forward": re.compile(r"(?i)## forward ##|\.forward$|^forward$|_forward\b"),
-    "backward": re.compile(r"(?i)## backward ##|^backward$|autograd::engine::evaluate_function"),
-    "optimizer": re.compile(r"(?i)^Optimizer\.|## optimizer ##|^optimizer|optimizer_step"),
+    Phase.FORWARD: re.compile(r"(?i)## forward ##|\.forward$|^forward$|_forward\b"),
+    Phase.BACKWARD: re.compile(
+        r"(?i)## backward ##|^backward$|autograd::engine::evaluate_function"
+    ),
+    Phase.OPTIMIZER: re.compile(r"(?i)^Optimizer\.|## optimizer ##|^optimizer|optimizer_step"),
     "ddp": re.compile(r"DistributedDataParallel|Reducer|reducer|allreduce_hook|comm_hook"),
     "fsdp": re.compile(r"(?i)FSDP|FullyShard|fully_shard|zero_?[123]|deepspeed"),
     "reduce_scatter_base": re.compile(r"_reduce_scatter_base|reduce_scatter_tensor"),
@@ -146,7 +148,9 @@ def unit_purposes(
         per_category(names, lambda s: "DistributedDataParallel" in s, host, dtype=bool).any()
     )
     has_bwd = bool(
-        per_category(names, lambda s: bool(PATTERNS["backward"].search(s)), host, dtype=bool).any()
+        per_category(
+            names, lambda s: bool(PATTERNS[Phase.BACKWARD].search(s)), host, dtype=bool
+        ).any()
     )
     if inst.empty:
         return np.zeros(0, dtype=object), UnitStrategy(has_ddp, has_ddp, has_bwd, not steps.gpu)
@@ -159,7 +163,7 @@ def unit_purposes(
         )
     fam = inst["family"].astype(str).to_numpy()
     text = (inst["label"].astype(str) + " " + inst["kernel"].astype(str)).to_numpy()
-    in_bwd_ar = (fam == Family.ALL_REDUCE) & flag["backward"]
+    in_bwd_ar = (fam == Family.ALL_REDUCE) & flag[Phase.BACKWARD]
     win = inst["window"].to_numpy()
     per_win = (
         np.bincount(win[in_bwd_ar & (win >= 0)], minlength=1) if in_bwd_ar.any() else np.zeros(1)
@@ -189,7 +193,7 @@ def _purpose(
         return _allreduce_purpose(i, flag, ddp, bwd)
     if "broadcast" in low and ddp:
         return Purpose.DDP_BROADCAST
-    if bool(flag["optimizer"][i]):
+    if bool(flag[Phase.OPTIMIZER][i]):
         return Purpose.OPTIMIZER_COLLECTIVE
     return Purpose.UNKNOWN
 
@@ -216,13 +220,13 @@ def _fsdp_purpose(i: int, flag: dict[str, npt.NDArray[np.bool_]], low: str) -> s
 
 
 def _allreduce_purpose(i: int, flag: dict[str, npt.NDArray[np.bool_]], ddp: bool, bwd: bool) -> str:
-    if bool(flag["tensor_parallel"][i]) or (bool(flag["forward"][i]) and not bwd):
+    if bool(flag["tensor_parallel"][i]) or (bool(flag[Phase.FORWARD][i]) and not bwd):
         return Purpose.TP_ALLREDUCE
-    if bool(flag["ddp"][i]) or (ddp and bool(flag["backward"][i])):
+    if bool(flag["ddp"][i]) or (ddp and bool(flag[Phase.BACKWARD][i])):
         return Purpose.DDP_GRADIENT_ALLREDUCE
-    if bool(flag["optimizer"][i]):
+    if bool(flag[Phase.OPTIMIZER][i]):
         return Purpose.OPTIMIZER_COLLECTIVE
-    if bwd and not bool(flag["forward"][i]):
+    if bwd and not bool(flag[Phase.FORWARD][i]):
         return Purpose.GRADIENT_ALLREDUCE
     return Purpose.UNKNOWN
 

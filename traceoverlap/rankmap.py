@@ -51,14 +51,11 @@ from .namefilter import NameTest
 from .options import AnalysisOptions, compile_regex
 from .purpose import UnitStrategy, unit_purposes
 from .results import StepDetail
-from .steps import StepLabel, UnitSteps, assign_steps
-from .vocab import Cause
+from .steps import UnitSteps, assign_steps
+from .vocab import PHASE_RE, Cause, StepLabel
 
 I64 = npt.NDArray[np.int64]
 
-#: Ranges drawn as phases (``forward``, ``## backward ##``, ``DistributedDataParallel.forward``,
-#: ``Optimizer.step#SGD.step``, ``grad_sync``...).
-PHASE_RE = re.compile(r"(?i)forward|backward|optimi[sz]er|zero_grad|grad_sync")
 
 #: Host ranges that can explain why a rank was late (diagnosis.md §6, blame): data loading, a
 #: planted or real sleep, a host delay, a barrier or a host sync, checkpointing. The range filter
@@ -230,7 +227,6 @@ def _detail(
 
     lo, hi = int(steps.start_ns[window]), int(steps.end_ns[window])
     info = unit.traces[0]
-    from .options import compile_regex
 
     return StepDetail(
         rank=info.rank,
@@ -249,7 +245,7 @@ def _detail(
         overlap=pick(sets.overlap),
         exposed=pick(sets.exposed),
         exposed_by_cause={},
-        phases=_phases(ev, steps.gpu, lo, hi, compile_regex(options.step_pattern, "step_regex")),
+        phases=_phases(ev, steps.gpu, lo, hi, options.step_re),
         chosen=chosen,
     )
 

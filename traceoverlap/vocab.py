@@ -201,10 +201,23 @@ class Phase:
     ZERO_GRAD: Final = "zero_grad"
 
 
+#: The phases that are compute on a CPU unit whose only host ranges are the phases it marks.
+COMPUTE_PHASES: tuple[str, ...] = (Phase.FORWARD, Phase.BACKWARD, Phase.OPTIMIZER)
+
+#: Ranges drawn as phases (``forward``, ``## backward ##``, ``DistributedDataParallel.forward``,
+#: ``Optimizer.step#SGD.step``, ``grad_sync``...).
+PHASE_RE: Final = re.compile(
+    "(?i)"
+    + "|".join((Phase.FORWARD, Phase.BACKWARD, "optimi[sz]er", Phase.ZERO_GRAD, Phase.GRAD_SYNC))
+)
+
+
 # --- steps ---------------------------------------------------------------------------------------
 
-#: Step markers when nothing else is asked: what ``torch.profiler``'s ``prof.step()`` records.
-DEFAULT_STEP_REGEX: Final = r"^ProfilerStep#(\d+)$"
+#: What ``torch.profiler``'s ``prof.step()`` names its step ranges: ``ProfilerStep#<number>``.
+STEP_MARKER_PREFIX: Final = "ProfilerStep#"
+#: Step markers when nothing else is asked.
+DEFAULT_STEP_REGEX: Final = rf"^{STEP_MARKER_PREFIX}(\d+)$"
 #: :data:`DEFAULT_STEP_REGEX`, compiled once.
 STEP_RE: Final = re.compile(DEFAULT_STEP_REGEX)
 

@@ -20,7 +20,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from ..fmt import duration as fmt_ns
-from ..vocab import Cause
+from ..vocab import WHOLE_CAPTURE, Cause
 from . import _html_figures as figs
 
 if TYPE_CHECKING:
@@ -300,8 +300,10 @@ def section(x: StepAcross, plot: Callable[[str, go.Figure], str], merged: list[s
     """The section: what it shows, how the clocks were aligned, the figure."""
     d = across_figure(x)
     merged.extend(f"step across ranks: {m}" for m in d.merged)
-    step = "the whole capture" if str(x.step) == "all" else f"step {html.escape(str(x.step))}"
-    if str(x.step) == "all":
+    step = (
+        "the whole capture" if str(x.step) == WHOLE_CAPTURE else f"step {html.escape(str(x.step))}"
+    )
+    if str(x.step) == WHOLE_CAPTURE:
         why = "no step markers: each rank's whole capture is one window"
     else:
         why = "as asked" if x.chosen == "asked" else f"the median step of rank {x.median_of_rank}"

@@ -30,7 +30,7 @@ from .._version import __version__
 from ..errors import UsageError
 from ..fmt import duration as fmt_ns
 from ..fmt import size as fmt_bytes
-from ..vocab import CAUSE_WORDS, CAUSES, PURPOSES, Purpose
+from ..vocab import CAUSE_WORDS, CAUSES, PURPOSES, WHOLE_CAPTURE, Purpose
 from . import _html_across
 from . import _html_figures as figs
 from ._format import several_devices
@@ -178,7 +178,7 @@ def input_names(analysis: Analysis) -> list[str]:
 
 def _step_name(step: Any) -> str:
     """``step 5``, or ``the whole capture`` for the single window of an unmarked trace."""
-    return "the whole capture" if str(step) == "all" else f"step {_e(step)}"
+    return "the whole capture" if str(step) == WHOLE_CAPTURE else f"step {_e(step)}"
 
 
 def _unit(rank: int, device: Any, analysis: Analysis) -> str:
@@ -222,7 +222,7 @@ def _header(analysis: Analysis) -> str:
     steps = analysis.steps
     labels = sorted({str(s) for s in steps["step"]}, key=figs.step_sort_key)
     step_words = fmt.count(len(steps), "step")
-    if labels == ["all"]:
+    if labels == [WHOLE_CAPTURE]:
         step_words += " (no step markers: each rank's whole capture is one window)"
     else:
         step_words += f" ({_e(_step_list(labels))})"
@@ -502,7 +502,7 @@ def _timeline_text(analysis: Analysis, d: StepDetail) -> str:
     why = "as asked" if d.chosen == "asked" else "the median step by step time"
     choose = (
         ""
-        if str(d.step) == "all"
+        if str(d.step) == WHOLE_CAPTURE
         else f"{why}; choose another with <code>--timeline-step N</code> / "
     )
     causes = ", ".join(

@@ -27,6 +27,9 @@ from .across_ranks import render_across_ranks
 if TYPE_CHECKING:
     from ..results import Analysis
 
+#: Where the verdicts (and the causes, and the ``other`` part) are explained.
+VERDICTS_DOC = "docs/diagnosis.md"
+
 _STYLE = {
     Bottleneck.PEER_WAIT: "bold magenta",
     Bottleneck.COMMUNICATION: "bold red",
@@ -81,8 +84,7 @@ def render(analysis: Analysis, *, color: bool = False, width: int = 80) -> str:
     )
     console.print(
         ("nothing else " if other else "")
-        + "running); overlap = share of comm hidden behind compute"
-        + ("; README" if other else "; verdicts: README"),
+        + "running); overlap = share of comm hidden behind compute",
         style="dim",
     )
     if other:
@@ -90,6 +92,7 @@ def render(analysis: Analysis, *, color: bool = False, width: int = 80) -> str:
             "other: only other steps' work ran in the window (overlapping steps; not idle)",
             style="dim",
         )
+    console.print(f"verdicts: {VERDICTS_DOC}", style="dim")
     console.print()
     say(summary_lines(analysis))
     if analysis.findings or analysis.what_if:
