@@ -42,10 +42,15 @@ def norm_kind(label: str) -> str:
     return label.lower().replace("_", "")
 
 
+def kind_key(label: str) -> str:
+    """:func:`norm_kind` without spaces either: what family and bus-factor rules look into."""
+    return norm_kind(label).replace(" ", "")
+
+
 def family_of(label: str) -> str:
     """The advice family of a collective from its kind label (``AllReduce``, ``all_gather``,
     ``ncclDevKernel_SendRecv``, ``deep_ep::internode::dispatch``...)."""
-    key = norm_kind(label).replace(" ", "")
+    key = kind_key(label)
     if "allreduce" in key:
         return Family.ALL_REDUCE
     if "allgather" in key or "reducescatter" in key:
