@@ -36,9 +36,9 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from .model import GPU_ACTIVITY_CATEGORIES, KINDS, Kind, Timeline, per_category
+from .model import GPU_ACTIVITY_CATEGORIES, Kind, Timeline, per_category
 from .options import compile_regex
-from .vocab import COMPUTE_PHASES
+from .vocab import COMPUTE_PHASES, KINDS
 
 #: Communication kernels that do not carry "nccl" in their names: (family, regex, where the
 #: names come from). Matched case-insensitively anywhere in the kernel name.

@@ -37,9 +37,9 @@ import pandas as pd
 
 from .classify import Rules, kinds
 from .errors import UsageError
-from .model import KINDS, Timeline, split_units
+from .model import Timeline, split_units
 from .results import Analysis
-from .vocab import Cause
+from .vocab import KINDS, Cause
 
 if TYPE_CHECKING:
     from .collectives import Collectives

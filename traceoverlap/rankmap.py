@@ -40,7 +40,6 @@ from .job import host_ranges
 from .metrics import activity_rows, device_covered, step_parts, step_sets
 from .model import (
     GPU_ACTIVITY_CATEGORIES,
-    KINDS,
     LAUNCH_CATEGORIES,
     Kind,
     Timeline,
@@ -52,7 +51,7 @@ from .options import AnalysisOptions, compile_regex
 from .purpose import UnitStrategy, unit_purposes
 from .results import StepDetail
 from .steps import UnitSteps, assign_steps
-from .vocab import PHASE_RE, Cause, StepLabel
+from .vocab import KINDS, PHASE_RE, Cause, StepLabel
 
 I64 = npt.NDArray[np.int64]
 

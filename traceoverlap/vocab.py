@@ -13,6 +13,35 @@ from __future__ import annotations
 import re
 from typing import Final, NamedTuple
 
+# --- activity kinds (metrics.md "Activities and kinds") -----------------------------------------
+
+
+class ActivityKind:
+    """What an event is to the metrics (:class:`traceoverlap.model.Kind` holds their codes)."""
+
+    COMPUTE: Final = "compute"
+    COMM: Final = "comm"
+    MEMORY: Final = "memory"
+    NONE: Final = "none"
+
+
+#: Kinds the metrics use. ``none`` = not an activity (launches, ranges, sync records...).
+#: A kind is stored as its index in this tuple (the ``kind`` codes of :class:`~traceoverlap.model.Kind`).
+KINDS: tuple[str, ...] = (
+    ActivityKind.COMPUTE,
+    ActivityKind.COMM,
+    ActivityKind.MEMORY,
+    ActivityKind.NONE,
+)
+
+#: The activity kinds in words, as reports label them.
+KIND_WORDS: dict[str, str] = {
+    ActivityKind.COMPUTE: "compute",
+    ActivityKind.COMM: "communication",
+    ActivityKind.MEMORY: "memory",
+}
+
+
 # --- collective families (diagnosis.md §4) ----------------------------------------------------
 
 

@@ -20,7 +20,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from ..fmt import duration as fmt_ns
-from ..vocab import WHOLE_CAPTURE, Cause
+from ..vocab import KIND_WORDS, WHOLE_CAPTURE, Cause
 from . import _html_figures as figs
 
 if TYPE_CHECKING:
@@ -37,7 +37,6 @@ INSTANCE_BUDGET = 4000
 ROW_PX = 22
 WAIT_LABEL = "waiting for the last rank"
 TRANSFER_LABEL = "collective: transfer"
-_KIND_ROW = {"compute": "compute", "comm": "communication", "memory": "memory"}
 
 
 @dataclass
@@ -88,13 +87,13 @@ def across_figure(x: StepAcross) -> Drawing:
             ms, me, gap = figs.coarsen(s, e, RANK_SPAN_CAP)
             if gap:
                 merged.append(
-                    f"{name}, {_KIND_ROW[kind]}: {s.size:,} spans drawn as {ms.size:,} "
+                    f"{name}, {KIND_WORDS[kind]}: {s.size:,} spans drawn as {ms.size:,} "
                     f"(gaps up to {fmt_ns(gap)} closed)"
                 )
-            hover = _union_hover(name, _KIND_ROW[kind], ms, me, x.origin_ns)
+            hover = _union_hover(name, KIND_WORDS[kind], ms, me, x.origin_ns)
             width = 0.36 if collapsed else 0.66
             color = figs.COLORS[kind] if kind != "comm" else "rgba(230,159,0,0.45)"
-            label = "other communication" if kind == "comm" else figs.KIND_LABELS[kind]
+            label = "other communication" if kind == "comm" else KIND_WORDS[kind]
             bars.add(row, ms, me, color, label, hover, width=width)
         if with_phases and len(r.phases[2]):
             ps, pe, names = r.phases
@@ -105,7 +104,7 @@ def across_figure(x: StepAcross) -> Drawing:
 
 
 def _tick(name: str, part: str, first: bool) -> str:
-    label = _KIND_ROW.get(part, part)
+    label = KIND_WORDS.get(part, part)
     return f"<b>{name}</b>  {label}" if first else label
 
 

@@ -21,7 +21,7 @@ import plotly.graph_objects as go
 from .. import intervals as iv
 from ..fmt import duration as fmt_ns
 from ..fmt import size as fmt_bytes
-from ..vocab import CAUSE_WORDS, Cause
+from ..vocab import CAUSE_WORDS, KIND_WORDS, ActivityKind, Cause
 
 IntArray = npt.NDArray[np.int64]
 
@@ -40,11 +40,6 @@ COLORS: dict[str, str] = {
     "other_steps": "#B8C4D6",
 }
 CAUSE_LABELS: dict[str, str] = {c: f"exposed: {words}" for c, words in CAUSE_WORDS.items()}
-KIND_LABELS: dict[str, str] = {
-    "compute": "compute",
-    "comm": "communication",
-    "memory": "memory",
-}
 FONT = dict(
     family="system-ui, -apple-system, 'Segoe UI', Roboto, 'Helvetica Neue', Arial, sans-serif",
     size=13,
@@ -314,7 +309,7 @@ def timeline_figure(
         for kind in ("compute", "comm", "memory"):
             if kind in lane.intervals:
                 s, e = lane.intervals[kind]
-                bars.add(lane.label, s, e, COLORS[kind], KIND_LABELS[kind], lane.hover.get(kind))
+                bars.add(lane.label, s, e, COLORS[kind], KIND_WORDS[kind], lane.hover.get(kind))
     fig.update_layout(**_timeline_layout(rows, window_ns))
     return fig
 
@@ -461,9 +456,9 @@ def _timeline_layout(rows: Sequence[str], window_ns: int) -> dict[str, Any]:
 
 
 _LEGEND_RANK = {
-    "compute": 1,
-    "communication": 2,
-    "memory": 3,
+    KIND_WORDS[ActivityKind.COMPUTE]: 1,
+    KIND_WORDS[ActivityKind.COMM]: 2,
+    KIND_WORDS[ActivityKind.MEMORY]: 3,
     "overlapped": 4,
     CAUSE_LABELS[Cause.WAIT]: 5,
     CAUSE_LABELS[Cause.TAIL]: 6,

@@ -30,7 +30,7 @@ from .._version import __version__
 from ..errors import UsageError
 from ..fmt import duration as fmt_ns
 from ..fmt import size as fmt_bytes
-from ..vocab import CAUSE_WORDS, CAUSES, PURPOSES, WHOLE_CAPTURE, Purpose
+from ..vocab import CAUSE_WORDS, CAUSES, KIND_WORDS, PURPOSES, WHOLE_CAPTURE, Purpose
 from . import _html_across
 from . import _html_figures as figs
 from ._format import several_devices
@@ -447,17 +447,15 @@ def _timeline_lanes(page: Page, d: StepDetail, where: str) -> list[figs.Lane]:
             if (lane, kind) in detailed:
                 fl.intervals[kind] = (s, e)
                 fl.hover[kind] = figs.hover_texts(
-                    k.assign(start_ns=s - lo, dur_ns=e - s), lane, figs.KIND_LABELS[kind]
+                    k.assign(start_ns=s - lo, dur_ns=e - s), lane, KIND_WORDS[kind]
                 )
             else:
                 ms, me, gap = figs.coarsen(s, e, figs.SPAN_CAP)
                 fl.intervals[kind] = (ms, me)
-                fl.hover[kind] = figs.merged_hover(
-                    s, e, ms, me, lane, figs.KIND_LABELS[kind], lo, unit
-                )
+                fl.hover[kind] = figs.merged_hover(s, e, ms, me, lane, KIND_WORDS[kind], lo, unit)
                 how = f"closing gaps up to {fmt_ns(gap)}" if gap else "their union"
                 page.merged.append(
-                    f"{where} step {d.step}, {lane}, {figs.KIND_LABELS[kind]}: {len(k):,} {unit} "
+                    f"{where} step {d.step}, {lane}, {KIND_WORDS[kind]}: {len(k):,} {unit} "
                     f"drawn as {ms.size:,} merged span{'s' if ms.size != 1 else ''} ({how})"
                 )
         lanes.append(fl)
