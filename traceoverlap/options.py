@@ -29,11 +29,6 @@ from typing import Any
 from .errors import UsageError
 from .vocab import DEFAULT_STEP_REGEX, LOST_RATIO, STEP_RE, step_number
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
 
 @dataclass(frozen=True)
 class Thresholds:
@@ -191,6 +186,11 @@ def load_config(path: str | Path) -> dict[str, Any]:
     """Read and validate a TOML config file; returns flat keys (``comm_patterns``, ``step_regex``,
     ``lost_ratio``). Unknown sections or keys and values of the wrong type are errors naming the
     file and the key."""
+    if sys.version_info >= (3, 11):  # imported here: only a run with a config file needs it
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+
     p = Path(path)
     try:
         data = tomllib.loads(_config_text(p))
