@@ -238,6 +238,16 @@ class Phase:
 #: The phases that are compute on a CPU unit whose only host ranges are the phases it marks.
 COMPUTE_PHASES: tuple[str, ...] = (Phase.FORWARD, Phase.BACKWARD, Phase.OPTIMIZER)
 
+#: Where the reference workload's slow rank sleeps (``profile --slow-phase``). The workloads
+#: package never imports traceoverlap: it keeps its own copy (workloads/__main__.py).
+SLOW_PHASES: tuple[str, ...] = (
+    "dataloader",
+    Phase.FORWARD,
+    "pre-backward",
+    Phase.BACKWARD,
+    Phase.OPTIMIZER,
+)
+
 #: Ranges drawn as phases (``forward``, ``## backward ##``, ``DistributedDataParallel.forward``,
 #: ``Optimizer.step#SGD.step``, ``grad_sync``...).
 PHASE_RE: Final = re.compile(
