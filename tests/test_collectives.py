@@ -13,8 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from traceoverlap import analyze
-from traceoverlap.collectives import Collectives, collective_kind
+from traceoverlap.collectives import Collectives
 from traceoverlap.model import Timeline, TraceInfo, concat_timelines, make_events
+from traceoverlap.vocab import collective_kind
 
 MS = 1_000_000
 

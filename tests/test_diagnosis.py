@@ -12,8 +12,9 @@ import pytest
 from builders import MS, cpu_timeline, gpu_timeline
 
 from traceoverlap import analyze
-from traceoverlap.diagnosis import advice, family_of
+from traceoverlap.diagnosis import advice
 from traceoverlap.model import Timeline, concat_timelines
+from traceoverlap.vocab import family_of
 
 NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
 PARTS = [

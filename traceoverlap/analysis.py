@@ -63,6 +63,7 @@ from .schema import (
     WAITED_FOR_RANK,
 )
 from .summary import summarize_run, unit_key
+from .vocab import CAUSES, Cause
 
 PathLike = str | Path
 I64 = npt.NDArray[np.int64]
@@ -502,7 +503,7 @@ def _gather_pieces(units: Sequence[UnitResult], win: _RunWindows) -> tuple[I64, 
 def _gather_causes(units: Sequence[UnitResult], win: _RunWindows) -> dict[str, GroupedIntervals]:
     """The units' local cause sets (tail / dependency / host, ns) grouped by global window."""
     out: dict[str, GroupedIntervals] = {}
-    for c in ("tail", "dependency", "host"):
+    for c in CAUSES[1:]:
         sets = [u.causes[c] for u in units]
         out[c] = (
             _cat([g + int(win.offsets[i]) for i, (g, _, _) in enumerate(sets)]),
@@ -547,7 +548,7 @@ def _step_table(
         PID.name: pd.array([traces[u].pid for u in unit_of], dtype=object),
         STEP.name: pd.array(win.labels, dtype=object),
         **{col.name: cause_ns[c] for c, col in EXPOSED_BY_CAUSE.items()},
-        EXPOSED_TRANSFER_NS.name: exposed_ns - cause_ns["wait"],
+        EXPOSED_TRANSFER_NS.name: exposed_ns - cause_ns[Cause.WAIT],
         OVERLAP_RATIO.name: pd.array(
             ratio(base[OVERLAP_NS.name], base[COMM_NS.name]), dtype="Float64"
         ),

@@ -18,6 +18,7 @@ import click
 
 from ._version import __version__
 from .errors import TraceoverlapError, UsageError
+from .vocab import DEFAULT_STEP_REGEX, LOST_RATIO, SLOW_PHASES
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -155,7 +156,7 @@ def analysis_options(func: F) -> F:
         click.option(
             "--step-regex",
             metavar="REGEX",
-            help="Step marker regex (default '^ProfilerStep#(\\d+)$'); e.g. '^train_step' for "
+            help=f"Step marker regex (default '{DEFAULT_STEP_REGEX}'); e.g. '^train_step' for "
             "record_function/NVTX ranges. A regex that matches nothing is an error.",
         ),
         click.option(
@@ -177,7 +178,7 @@ def analysis_options(func: F) -> F:
             "--lost-threshold",
             type=click.FloatRange(0, 1),
             help="A step is compute-bound when the time the device was not computing is below "
-            "this share of the step (default 0.10).",
+            f"this share of the step (default {LOST_RATIO:.2f}).",
         ),
         click.option(
             "-j",
@@ -727,7 +728,7 @@ def _echo_analysis(result: Any) -> None:
 )
 @click.option(
     "--slow-phase",
-    type=click.Choice(["dataloader", "forward", "pre-backward", "backward", "optimizer"]),
+    type=click.Choice(list(SLOW_PHASES)),
     help="Where --slow-rank sleeps: at the start of that phase's range (pipeline forward/"
     "backward: in every micro-batch of its stage). Default: pre-backward, between forward and "
     "backward, in neither range.",

@@ -47,6 +47,7 @@ from .schema import (
     OVERLAP_RATIO,
     STEP_NS,
 )
+from .vocab import CAUSE_WORDS, PURPOSES, Cause, Purpose
 
 #: (step column, label) in report order.
 COMPARED_METRICS: tuple[tuple[str, str], ...] = (
@@ -55,10 +56,10 @@ COMPARED_METRICS: tuple[tuple[str, str], ...] = (
     (COMM_NS.name, "comm"),
     (OVERLAP_RATIO.name, "overlap ratio"),
     (EXPOSED_COMM_NS.name, "exposed comm"),
-    (EXPOSED_WAIT_NS.name, "  waiting for a peer"),
-    (EXPOSED_TAIL_NS.name, "  nothing left to compute"),
-    (EXPOSED_DEPENDENCY_NS.name, "  compute waited for it"),
-    (EXPOSED_HOST_NS.name, "  host not ready"),
+    (EXPOSED_WAIT_NS.name, f"  {CAUSE_WORDS[Cause.WAIT]}"),
+    (EXPOSED_TAIL_NS.name, f"  {CAUSE_WORDS[Cause.TAIL]}"),
+    (EXPOSED_DEPENDENCY_NS.name, f"  {CAUSE_WORDS[Cause.DEPENDENCY]}"),
+    (EXPOSED_HOST_NS.name, f"  {CAUSE_WORDS[Cause.HOST]}"),
     (MEMORY_ONLY_NS.name, "memory only"),
     (IDLE_NS.name, "idle"),
 )
@@ -158,7 +159,7 @@ def _by_order(df: pd.DataFrame, qualified: set[str]) -> pd.DataFrame:
     g = df.groupby([*_KEY, "position"], sort=True)["exposed_ns"]
     out = pd.DataFrame({"exposed_ns": g.median(), "count": g.size()}).reset_index()
     out["collective"] = [
-        f"{n} ({p or 'purpose unknown'}, {fmt.size(b, 'size unknown')}) #{k}"
+        f"{n} ({p or PURPOSES[Purpose.UNKNOWN]}, {fmt.size(b, 'size unknown')}) #{k}"
         if n in qualified
         else f"{n} #{k}"
         for n, p, b, k in zip(

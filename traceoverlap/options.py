@@ -27,9 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UsageError
-
-#: Step markers when nothing else is asked: what ``torch.profiler``'s ``prof.step()`` records.
-DEFAULT_STEP_REGEX = r"^ProfilerStep#(\d+)$"
+from .vocab import DEFAULT_STEP_REGEX, LOST_RATIO, STEP_RE, step_number
 
 
 @dataclass(frozen=True)
@@ -40,7 +38,7 @@ class Thresholds:
     (``step - compute_only - overlap``) is below this share of the step (diagnosis.md §2).
     """
 
-    lost_ratio: float = 0.10
+    lost_ratio: float = LOST_RATIO
 
     def __post_init__(self) -> None:
         if not _is_ratio(self.lost_ratio):
@@ -129,6 +127,11 @@ class AnalysisOptions:
     def step_pattern(self) -> str:
         return self.step_regex or DEFAULT_STEP_REGEX
 
+    @property
+    def step_re(self) -> re.Pattern[str]:
+        """The step marker regex, compiled (the default one is compiled once, in vocab)."""
+        return STEP_RE if self.step_regex is None else compile_regex(self.step_regex, "step_regex")
+
 
 def compile_regex(pattern: str, what: str) -> re.Pattern[str]:
     """``re.compile`` with an error that names where the pattern came from."""
@@ -163,8 +166,7 @@ def build_options(
         steps=selection,
         ranks=tuple(sorted(set(ranks))) if ranks is not None else None,
         comm_patterns=tuple(cfg.get("comm_patterns", ())) + tuple(comm_patterns),
-        thresholds=thresholds
-        or Thresholds(lost_ratio=cfg.get("lost_ratio", Thresholds.lost_ratio)),
+        thresholds=thresholds or Thresholds(lost_ratio=cfg.get("lost_ratio", LOST_RATIO)),
     )
 
 
@@ -249,14 +251,6 @@ def _validate(p: Path, key: str, expected: str, value: Any) -> Any:
     if not _is_ratio(value):
         raise bad()
     return float(value)
-
-
-def step_number(label: object) -> int | None:
-    """The number a step label carries (``5``, ``"5#2"`` -> 5), None for ``all``."""
-    if isinstance(label, int) and not isinstance(label, bool):
-        return label
-    m = re.fullmatch(r"(\d+)(?:#\d+)?", str(label))
-    return int(m.group(1)) if m else None
 
 
 def describe_steps(labels: Sequence[object]) -> str:

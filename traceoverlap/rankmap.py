@@ -41,7 +41,6 @@ from .job import host_ranges
 from .metrics import StepSets, activity_rows, device_covered, step_parts, step_sets
 from .model import (
     GPU_ACTIVITY_CATEGORIES,
-    KINDS,
     LAUNCH_CATEGORIES,
     Kind,
     Timeline,
@@ -52,13 +51,11 @@ from .namefilter import NameTest
 from .options import AnalysisOptions, compile_regex
 from .purpose import UnitStrategy, unit_purposes
 from .results import StepDetail
-from .steps import StepLabel, UnitSteps, assign_steps
+from .steps import UnitSteps, assign_steps
+from .vocab import KINDS, PHASE_RE, Cause, StepLabel
 
 I64 = npt.NDArray[np.int64]
 
-#: Ranges drawn as phases (``forward``, ``## backward ##``, ``DistributedDataParallel.forward``,
-#: ``Optimizer.step#SGD.step``, ``grad_sync``...).
-PHASE_RE = re.compile(r"(?i)forward|backward|optimi[sz]er|zero_grad|grad_sync")
 
 #: Host ranges that can explain why a rank was late (diagnosis.md §6, blame): data loading, a
 #: planted or real sleep, a host delay, a barrier or a host sync, checkpointing. The range filter
@@ -230,7 +227,6 @@ def _detail(
 
     lo, hi = int(steps.start_ns[window]), int(steps.end_ns[window])
     info = unit.traces[0]
-    from .options import compile_regex
 
     return StepDetail(
         rank=info.rank,
@@ -249,7 +245,7 @@ def _detail(
         overlap=pick(sets.overlap),
         exposed=pick(sets.exposed),
         exposed_by_cause={},
-        phases=_phases(ev, steps.gpu, lo, hi, compile_regex(options.step_pattern, "step_regex")),
+        phases=_phases(ev, steps.gpu, lo, hi, options.step_re),
         chosen=chosen,
     )
 
@@ -389,7 +385,7 @@ def analyze_unit(
         parts=parts,
         marker_start_ns=steps.marker_start_ns,
         marker_end_ns=steps.marker_end_ns,
-        causes={"tail": lc.tail, "dependency": lc.dependency, "host": lc.host},
+        causes={Cause.TAIL: lc.tail, Cause.DEPENDENCY: lc.dependency, Cause.HOST: lc.host},
         instances=instances,
         pieces=pieces,
         piece_instance=piece_instance,

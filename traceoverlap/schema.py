@@ -21,6 +21,8 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, replace
 
+from .vocab import Cause
+
 # --- what a column holds ------------------------------------------------------------------------
 
 #: JSON types: ``int``, ``float``, ``str``, ``bool``, ``label`` (an int, or a str such as
@@ -161,10 +163,10 @@ STEPS = Table(
 
 #: The exposed ns of a step (or a collective) per cause, in docs/diagnosis.md §3 order.
 EXPOSED_BY_CAUSE: dict[str, Column] = {
-    "wait": EXPOSED_WAIT_NS,
-    "tail": EXPOSED_TAIL_NS,
-    "dependency": EXPOSED_DEPENDENCY_NS,
-    "host": EXPOSED_HOST_NS,
+    Cause.WAIT: EXPOSED_WAIT_NS,
+    Cause.TAIL: EXPOSED_TAIL_NS,
+    Cause.DEPENDENCY: EXPOSED_DEPENDENCY_NS,
+    Cause.HOST: EXPOSED_HOST_NS,
 }
 #: The disjoint parts a step splits into (diagnosis.md §1); they sum to ``step_ns``.
 PARTS = (

@@ -6,7 +6,6 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from .diagnosis import BOTTLENECKS
 from .results import RunSummary, Stats, StepRef, Summary
 from .schema import (
     BOTTLENECK,
@@ -23,6 +22,7 @@ from .schema import (
     STEP,
     STEP_NS,
 )
+from .vocab import BOTTLENECKS
 
 
 def _as_float(values: pd.Series) -> npt.NDArray[np.float64]:

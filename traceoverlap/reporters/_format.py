@@ -30,6 +30,7 @@ from ..schema import (
     Column,
 )
 from ..summary import unit_key
+from ..vocab import CAUSE_WORDS, SHORT_BOTTLENECK
 
 if TYPE_CHECKING:
     from ..diagnosis import Finding
@@ -49,26 +50,6 @@ def make_console(file: IO[str], *, color: bool, width: int) -> Console:
         highlight=False,
         emoji=False,
     )
-
-
-#: Verdict names short enough for an 80-column table.
-SHORT_BOTTLENECK = {
-    "peer-wait-bound": "peer-wait",
-    "communication-bound": "comm-bound",
-    "exposed-communication": "exposed-comm",
-    "memory-bound": "memory-bound",
-    "idle-bound": "idle-bound",
-    "compute-bound": "compute",
-}
-
-
-#: Why communication was exposed, in words, in :data:`~traceoverlap.diagnosis.CAUSES` order.
-CAUSE_WORDS = {
-    "wait": "waiting for a peer",
-    "tail": "nothing left to compute",
-    "dependency": "compute waited for it",
-    "host": "host not ready",
-}
 
 
 def several_devices(analysis: Analysis) -> set[int]:

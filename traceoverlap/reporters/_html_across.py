@@ -20,6 +20,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from ..fmt import duration as fmt_ns
+from ..vocab import KIND_WORDS, WHOLE_CAPTURE, Cause
 from . import _html_figures as figs
 
 if TYPE_CHECKING:
@@ -36,7 +37,6 @@ INSTANCE_BUDGET = 4000
 ROW_PX = 22
 WAIT_LABEL = "waiting for the last rank"
 TRANSFER_LABEL = "collective: transfer"
-_KIND_ROW = {"compute": "compute", "comm": "communication", "memory": "memory"}
 
 
 @dataclass
@@ -87,13 +87,13 @@ def across_figure(x: StepAcross) -> Drawing:
             ms, me, gap = figs.coarsen(s, e, RANK_SPAN_CAP)
             if gap:
                 merged.append(
-                    f"{name}, {_KIND_ROW[kind]}: {s.size:,} spans drawn as {ms.size:,} "
+                    f"{name}, {KIND_WORDS[kind]}: {s.size:,} spans drawn as {ms.size:,} "
                     f"(gaps up to {fmt_ns(gap)} closed)"
                 )
-            hover = _union_hover(name, _KIND_ROW[kind], ms, me, x.origin_ns)
+            hover = _union_hover(name, KIND_WORDS[kind], ms, me, x.origin_ns)
             width = 0.36 if collapsed else 0.66
             color = figs.COLORS[kind] if kind != "comm" else "rgba(230,159,0,0.45)"
-            label = "other communication" if kind == "comm" else figs.KIND_LABELS[kind]
+            label = "other communication" if kind == "comm" else KIND_WORDS[kind]
             bars.add(row, ms, me, color, label, hover, width=width)
         if with_phases and len(r.phases[2]):
             ps, pe, names = r.phases
@@ -104,7 +104,7 @@ def across_figure(x: StepAcross) -> Drawing:
 
 
 def _tick(name: str, part: str, first: bool) -> str:
-    label = _KIND_ROW.get(part, part)
+    label = KIND_WORDS.get(part, part)
     return f"<b>{name}</b>  {label}" if first else label
 
 
@@ -267,7 +267,7 @@ def _parts(
 ) -> None:
     width = 0.5 if collapsed else 0.66
     for (s, e), color, label in (
-        (wait, figs.COLORS["wait"], WAIT_LABEL),
+        (wait, figs.COLORS[Cause.WAIT], WAIT_LABEL),
         (transfer, figs.COLORS["comm"], TRANSFER_LABEL),
     ):
         keep = e > s
@@ -299,8 +299,10 @@ def section(x: StepAcross, plot: Callable[[str, go.Figure], str], merged: list[s
     """The section: what it shows, how the clocks were aligned, the figure."""
     d = across_figure(x)
     merged.extend(f"step across ranks: {m}" for m in d.merged)
-    step = "the whole capture" if str(x.step) == "all" else f"step {html.escape(str(x.step))}"
-    if str(x.step) == "all":
+    step = (
+        "the whole capture" if str(x.step) == WHOLE_CAPTURE else f"step {html.escape(str(x.step))}"
+    )
+    if str(x.step) == WHOLE_CAPTURE:
         why = "no step markers: each rank's whole capture is one window"
     else:
         why = "as asked" if x.chosen == "asked" else f"the median step of rank {x.median_of_rank}"

@@ -34,7 +34,7 @@ from ..schema import (
     STEP,
     STEP_NS,
 )
-from ._format import CAUSE_WORDS
+from ..vocab import CAUSE_WORDS, KIND_WORDS, ActivityKind, Cause
 
 IntArray = npt.NDArray[np.int64]
 
@@ -45,19 +45,14 @@ COLORS: dict[str, str] = {
     "memory": "#999999",  # grey
     "overlap": "#009E73",  # bluish green: communication hidden behind compute
     "exposed": "#D55E00",  # vermillion: communication nothing hid
-    "wait": "#CC79A7",  # reddish purple: exposed comm spent waiting for a later rank
-    "tail": "#D55E00",  # vermillion: nothing left to compute under it
-    "dependency": "#F0E442",  # yellow: compute was queued but waited for it
-    "host": "#56B4E9",  # sky blue: the host had not launched the next compute
+    Cause.WAIT: "#CC79A7",  # reddish purple: exposed comm spent waiting for a later rank
+    Cause.TAIL: "#D55E00",  # vermillion: nothing left to compute under it
+    Cause.DEPENDENCY: "#F0E442",  # yellow: compute was queued but waited for it
+    Cause.HOST: "#56B4E9",  # sky blue: the host had not launched the next compute
     "idle": "#E3E3E3",
     "other_steps": "#B8C4D6",
 }
 CAUSE_LABELS: dict[str, str] = {c: f"exposed: {words}" for c, words in CAUSE_WORDS.items()}
-KIND_LABELS: dict[str, str] = {
-    "compute": "compute",
-    "comm": "communication",
-    "memory": "memory",
-}
 FONT = dict(
     family="system-ui, -apple-system, 'Segoe UI', Roboto, 'Helvetica Neue', Arial, sans-serif",
     size=13,
@@ -322,7 +317,7 @@ def timeline_figure(
         for kind in ("compute", "comm", "memory"):
             if kind in lane.intervals:
                 s, e = lane.intervals[kind]
-                bars.add(lane.label, s, e, COLORS[kind], KIND_LABELS[kind], lane.hover.get(kind))
+                bars.add(lane.label, s, e, COLORS[kind], KIND_WORDS[kind], lane.hover.get(kind))
     fig.update_layout(**_timeline_layout(rows, window_ns))
     return fig
 
@@ -469,14 +464,14 @@ def _timeline_layout(rows: Sequence[str], window_ns: int) -> dict[str, Any]:
 
 
 _LEGEND_RANK = {
-    "compute": 1,
-    "communication": 2,
-    "memory": 3,
+    KIND_WORDS[ActivityKind.COMPUTE]: 1,
+    KIND_WORDS[ActivityKind.COMM]: 2,
+    KIND_WORDS[ActivityKind.MEMORY]: 3,
     "overlapped": 4,
-    CAUSE_LABELS["wait"]: 5,
-    CAUSE_LABELS["tail"]: 6,
-    CAUSE_LABELS["dependency"]: 7,
-    CAUSE_LABELS["host"]: 8,
+    CAUSE_LABELS[Cause.WAIT]: 5,
+    CAUSE_LABELS[Cause.TAIL]: 6,
+    CAUSE_LABELS[Cause.DEPENDENCY]: 7,
+    CAUSE_LABELS[Cause.HOST]: 8,
     "phases": 9,
 }
 

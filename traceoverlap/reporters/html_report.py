@@ -27,11 +27,9 @@ import plotly.io as pio
 
 from .. import fmt
 from .._version import __version__
-from ..diagnosis import CAUSES
 from ..errors import UsageError
 from ..fmt import duration as fmt_ns
 from ..fmt import size as fmt_bytes
-from ..purpose import PURPOSES
 from ..schema import (
     BOTTLENECK,
     EXPOSED_BY_CAUSE,
@@ -46,9 +44,10 @@ from ..schema import (
     STEP,
     STEP_NS,
 )
+from ..vocab import CAUSE_WORDS, CAUSES, KIND_WORDS, PURPOSES, WHOLE_CAPTURE, Purpose
 from . import _html_across
 from . import _html_figures as figs
-from ._format import CAUSE_WORDS, several_devices
+from ._format import several_devices
 from ._html_page import CSS, LOADER, PAGE
 
 if TYPE_CHECKING:
@@ -193,7 +192,7 @@ def input_names(analysis: Analysis) -> list[str]:
 
 def _step_name(step: Any) -> str:
     """``step 5``, or ``the whole capture`` for the single window of an unmarked trace."""
-    return "the whole capture" if str(step) == "all" else f"step {_e(step)}"
+    return "the whole capture" if str(step) == WHOLE_CAPTURE else f"step {_e(step)}"
 
 
 def _unit(rank: int, device: Any, analysis: Analysis) -> str:
@@ -237,7 +236,7 @@ def _header(analysis: Analysis) -> str:
     steps = analysis.steps
     labels = sorted({str(s) for s in steps["step"]}, key=figs.step_sort_key)
     step_words = fmt.count(len(steps), "step")
-    if labels == ["all"]:
+    if labels == [WHOLE_CAPTURE]:
         step_words += " (no step markers: each rank's whole capture is one window)"
     else:
         step_words += f" ({_e(_step_list(labels))})"
@@ -462,17 +461,15 @@ def _timeline_lanes(page: Page, d: StepDetail, where: str) -> list[figs.Lane]:
             if (lane, kind) in detailed:
                 fl.intervals[kind] = (s, e)
                 fl.hover[kind] = figs.hover_texts(
-                    k.assign(start_ns=s - lo, dur_ns=e - s), lane, figs.KIND_LABELS[kind]
+                    k.assign(start_ns=s - lo, dur_ns=e - s), lane, KIND_WORDS[kind]
                 )
             else:
                 ms, me, gap = figs.coarsen(s, e, figs.SPAN_CAP)
                 fl.intervals[kind] = (ms, me)
-                fl.hover[kind] = figs.merged_hover(
-                    s, e, ms, me, lane, figs.KIND_LABELS[kind], lo, unit
-                )
+                fl.hover[kind] = figs.merged_hover(s, e, ms, me, lane, KIND_WORDS[kind], lo, unit)
                 how = f"closing gaps up to {fmt_ns(gap)}" if gap else "their union"
                 page.merged.append(
-                    f"{where} step {d.step}, {lane}, {figs.KIND_LABELS[kind]}: {len(k):,} {unit} "
+                    f"{where} step {d.step}, {lane}, {KIND_WORDS[kind]}: {len(k):,} {unit} "
                     f"drawn as {ms.size:,} merged span{'s' if ms.size != 1 else ''} ({how})"
                 )
         lanes.append(fl)
@@ -517,7 +514,7 @@ def _timeline_text(analysis: Analysis, d: StepDetail) -> str:
     why = "as asked" if d.chosen == "asked" else "the median step by step time"
     choose = (
         ""
-        if str(d.step) == "all"
+        if str(d.step) == WHOLE_CAPTURE
         else f"{why}; choose another with <code>--timeline-step N</code> / "
     )
     causes = ", ".join(
@@ -570,7 +567,9 @@ def _collectives_table(analysis: Analysis, d: StepDetail) -> str:
         nbytes = inst["bytes"] if inst is not None else None
         bus = inst.get("busbw_gbps") if inst is not None else None
         bus_text = "–" if bus is None or pd.isna(bus) else f"{float(bus):.1f}"
-        purpose = str(inst.get("purpose") or "unknown") if inst is not None else "unknown"
+        purpose = (
+            str(inst.get("purpose") or Purpose.UNKNOWN) if inst is not None else Purpose.UNKNOWN
+        )
         group = []
         if inst is not None and inst["process_group"]:
             group.append(f"group {inst['process_group']}")
