@@ -8,7 +8,7 @@ from _html_data import ddp_run
 from builders import MS, gpu_timeline
 from conftest import REAL_TRACES
 
-from traceoverlap import analyze
+from traceoverlap import analyze, step_detail
 from traceoverlap.across import step_across
 from traceoverlap.fmt import duration
 from traceoverlap.model import concat_timelines
@@ -41,7 +41,7 @@ def skewed_pair():
 
 def test_skewed_pair_on_one_clock():
     tl = skewed_pair()
-    a = analyze(tl, detail="auto")
+    a = analyze(tl)
     x = step_across(a, source=tl)
     # the offset comes from the all-reduce's end: 55 - 50 = 5 ms on rank 1 (estimated clocks)
     assert x.clock == "estimated"
@@ -68,7 +68,7 @@ def test_skewed_pair_on_one_clock():
 
 def test_report_section_draws_wait_and_transfer_with_hover():
     tl = skewed_pair()
-    a = analyze(tl, detail="auto")
+    a = analyze(tl)
     x = step_across(a, source=tl)
     page = render(a, plotlyjs="cdn", across=x)
     assert "Step 1 across ranks" in page and "(the median step of rank 0;" in page
@@ -88,7 +88,7 @@ def test_report_section_draws_wait_and_transfer_with_hover():
 
 def test_many_ranks_collapse_to_one_row_each():
     tl = ddp_run(20, steps=2)
-    a = analyze(tl, detail="auto")
+    a = analyze(tl)
     x = step_across(a, source=tl)
     d = _html_across.across_figure(x)
     assert d.collapsed
@@ -99,7 +99,7 @@ def test_many_ranks_collapse_to_one_row_each():
 
 def test_eight_ranks_row_groups():
     tl = ddp_run(8, steps=3)  # the median step, 2, has a memcpy
-    a = analyze(tl, detail="auto")
+    a = analyze(tl)
     d = _html_across.across_figure(step_across(a, source=tl))
     assert not d.collapsed
     ticks = list(d.fig.layout.yaxis.ticktext)
@@ -110,7 +110,7 @@ def test_eight_ranks_row_groups():
 
 def test_asked_step_and_missing_step():
     tl = ddp_run(2, steps=3)
-    a = analyze(tl, detail="auto")
+    a = analyze(tl)
     x = step_across(a, "3", source=tl)
     assert str(x.step) == "3" and x.chosen == "asked" and not x.missing
     with pytest.raises(Exception, match="no rank has such a step"):
@@ -119,9 +119,9 @@ def test_asked_step_and_missing_step():
 
 @pytest.mark.skipif(not DLRM.exists(), reason="shared real traces not present")
 def test_dlrm_median_step_across_8_ranks():
-    a = analyze(DLRM, detail="auto")
+    a = analyze(DLRM)
     x = step_across(a)
-    assert len(x.ranks) == 8 and str(x.step) == str(a.detail.step)
+    assert len(x.ranks) == 8 and str(x.step) == str(step_detail(a).step)
     # every matched instance of the step is on all 8 ranks and ends together (unix clocks)
     m = x.instances[x.instances["matched"]]
     assert (m.groupby("instance")["rank"].nunique() == 8).all()
@@ -142,7 +142,7 @@ def test_dlrm_median_step_across_8_ranks():
 
 def test_report_with_the_step_across_ranks_is_deterministic():
     tl = skewed_pair()
-    a = analyze(tl, detail="auto")
+    a = analyze(tl)
     one = render(a, plotlyjs="cdn", across=step_across(a, source=tl))
     two = render(a, plotlyjs="cdn", across=step_across(a, source=tl))
     assert one == two

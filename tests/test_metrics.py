@@ -3,7 +3,7 @@
 import pytest
 from builders import MS, cpu_timeline, gpu_timeline
 
-from traceoverlap import Thresholds, analyze
+from traceoverlap import AnalyzeOptions, Thresholds, analyze
 
 NCCL = "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)"
 
@@ -126,7 +126,7 @@ def test_thresholds_override():
         memcpy=[(7, 10 * MS, 14 * MS)],
     )
     assert _row(analyze(tl)).bottleneck == "exposed-communication"
-    r = _row(analyze(tl, thresholds=Thresholds(lost_ratio=0.4)))
+    r = _row(analyze(tl, AnalyzeOptions(thresholds=Thresholds(lost_ratio=0.4))))
     assert r.bottleneck == "compute-bound"
     assert "5.00 ms = 33.3%" in r.reason
 
@@ -272,7 +272,7 @@ def test_step_regex_and_range_filter():
         [("annotation", "train_step", "", i * 100, i * 100 + 50) for i in range(3)]
         + [("cpu_op", "aten::mm", "", i * 100, i * 100 + 10) for i in range(3)]
     )
-    res = analyze(tl, step_regex="^train_step", steps="1-2")
+    res = analyze(tl, AnalyzeOptions(step_regex="^train_step", steps="1-2"))
     assert res.steps["step"].tolist() == [1, 2]
     assert res.steps["compute_ns"].tolist() == [10, 10]
     # each step: window 50, compute 10, idle 40 (80 %) -> idle-bound
@@ -285,7 +285,7 @@ def test_user_comm_pattern():
         [("gemm", 7, 0, 10), ("myAllGatherKernel", 9, 5, 15)], steps=[("ProfilerStep#0", 0, 1)]
     )
     assert _row(analyze(tl)).comm_ns == 0
-    r = _row(analyze(tl, comm_patterns=["AllGather"]))
+    r = _row(analyze(tl, AnalyzeOptions(comm_patterns=["AllGather"])))
     # comm [5,15) = 10, overlap [5,10) = 5
     assert (r.comm_ns, r.overlap_ns) == (10, 5)
 

@@ -29,7 +29,7 @@ from hypothesis import HealthCheck, given, settings
 from oracle import Ev, oracle_steps
 from timeline_gen import FEATURES, Scenario, scenarios, to_timeline
 
-from traceoverlap import analyze
+from traceoverlap import AnalyzeOptions, analyze
 from traceoverlap.errors import TraceoverlapError
 
 FUZZ_EXAMPLES = int(os.environ.get("TRACEOVERLAP_FUZZ_EXAMPLES", "0"))
@@ -168,17 +168,17 @@ def disagreements(
     ):
         # a user's step regex that matches nothing is an error (issue 11), never a silent 'all'
         try:
-            analyze(timeline, step_regex=step_regex)
+            analyze(timeline, AnalyzeOptions(step_regex=step_regex))
         except TraceoverlapError:
             return []
         return ["the tool accepted a step regex that matches no range"]
     if not rows:
         try:
-            a = analyze(timeline, step_regex=step_regex)
+            a = analyze(timeline, AnalyzeOptions(step_regex=step_regex))
         except TraceoverlapError:
             return []
         return [f"oracle: no step at all; tool: {len(a.steps)} step rows"]
-    a = analyze(timeline, step_regex=step_regex)
+    a = analyze(timeline, AnalyzeOptions(step_regex=step_regex))
     df = a.steps
     check_invariants(df)
     by_device = "device" in df.columns
@@ -829,7 +829,7 @@ def _tool_rows(
     events: list[Ev], kind: str, n_ranks: int, regex: str | None
 ) -> list[dict[str, Any]]:
     try:
-        a = analyze(to_timeline(events, kind, n_ranks), step_regex=regex)
+        a = analyze(to_timeline(events, kind, n_ranks), AnalyzeOptions(step_regex=regex))
     except TraceoverlapError as exc:
         raise AssertionError(f"the tool refused the input: {exc}") from None
     check_invariants(a.steps)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from traceoverlap import analyze, rankmap
+from traceoverlap import AnalyzeOptions, analyze, rankmap
 from traceoverlap.errors import TraceFormatError
 
 
@@ -53,7 +53,7 @@ def test_deeply_nested_markers_are_refused_with_one_line(
     assert msg.startswith(f"{p}: step markers nest or overlap: 50 steps hold 2,000")
     assert "40 activities, 50 steps per activity" in msg and "\n" not in msg
     # selecting 3 steps: 3 x 40 = 120 pairs, analysed
-    a = analyze(p, steps="3-5")
+    a = analyze(p, AnalyzeOptions(steps="3-5"))
     assert sorted(str(x) for x in a.steps["step"].tolist()) == ["3", "4", "5"]
 
 

@@ -29,7 +29,7 @@ from .classify import Rules
 from .errors import UsageError
 from .model import Timeline, TraceInfo, split_units
 from .options import AnalysisOptions
-from .rankmap import DetailRequest, analyze_unit
+from .rankmap import unit_step_detail
 from .results import Analysis, StepDetail
 
 if TYPE_CHECKING:
@@ -115,11 +115,11 @@ class StepAcross:
         return int(m["instance"].nunique())
 
 
-def default_step(analysis: Analysis) -> Any:
-    """The step drawn across ranks when none is asked: the one-rank timeline's step, else the
-    lowest rank's median step by step time (the lower median)."""
-    if analysis.detail is not None:
-        return analysis.detail.step
+def default_step(analysis: Analysis, detail: StepDetail | None = None) -> Any:
+    """The step drawn across ranks when none is asked: the one-rank timeline's step
+    (``detail``), else the lowest rank's median step by step time (the lower median)."""
+    if detail is not None:
+        return detail.step
     df = analysis.steps
     low = df[df["rank"] == df["rank"].min()]
     order = np.argsort(low["step_ns"].to_numpy(np.int64), kind="stable")
@@ -130,24 +130,30 @@ def step_across(
     analysis: Analysis,
     step: Any = None,
     *,
+    detail: StepDetail | None = None,
     source: Timeline | None = None,
     rules: Rules | None = None,
     jobs: int | None = None,
 ) -> StepAcross:
     """Step ``step`` (None: :func:`default_step`) of every unit of ``analysis`` on one clock.
 
-    ``source``: the Timeline the analysis was made from, when it was made from one (else the
-    rank files named in ``analysis.traces`` are read again)."""
+    ``detail``: the one-rank timeline drawn beside it (:func:`traceoverlap.detail.step_detail`),
+    whose step is the default. ``source``: the Timeline the analysis was made from (default
+    :attr:`Analysis.source`; None: the rank files named in ``analysis.traces`` are read again)."""
     from pathlib import Path
 
     from .inputs import run_map
 
-    label = default_step(analysis) if step is None else step
+    label = default_step(analysis, detail) if step is None else step
     if step is not None:
         chosen = "asked"
     else:
-        chosen = analysis.detail.chosen if analysis.detail is not None else "median"
-    rules = (rules or Rules()).with_comm_patterns(analysis.options.comm_patterns)
+        chosen = detail.chosen if detail is not None else "median"
+    source = source if source is not None else analysis.source
+    if rules is not None or analysis.rules is None:
+        rules = (rules or Rules()).with_comm_patterns(analysis.options.comm_patterns)
+    else:
+        rules = analysis.rules  # the analysis' own: its comm patterns already in
     details: list[tuple[TraceInfo, StepDetail | None]] = []
     if source is not None:
         details.extend(_unit_details(source, analysis.options, rules, label))
@@ -160,9 +166,7 @@ def step_across(
     out = _assemble(analysis, label, chosen, details)
     if chosen != "median":
         return out
-    rank = (
-        analysis.detail.rank if analysis.detail is not None else int(analysis.steps["rank"].min())
-    )
+    rank = detail.rank if detail is not None else int(analysis.steps["rank"].min())
     return replace(out, median_of_rank=rank)
 
 
@@ -174,7 +178,7 @@ def _unit_details(
     out: list[tuple[TraceInfo, StepDetail | None]] = []
     for u in split_units(timeline):
         t = u.traces[0]
-        d = analyze_unit(u, options, rules, DetailRequest(t.rank, t.device, str(step))).detail
+        d = unit_step_detail(u, options, rules, str(step))
         out.append((t, None if d is None else replace(d, activities=d.activities.iloc[:0])))
     return out
 

@@ -24,9 +24,12 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import UsageError
+
+if TYPE_CHECKING:
+    from .classify import Rules
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -171,6 +174,41 @@ def build_options(
         thresholds=thresholds
         or Thresholds(lost_ratio=cfg.get("lost_ratio", Thresholds.lost_ratio)),
     )
+
+
+@dataclass(frozen=True)
+class AnalyzeOptions:
+    """What :func:`traceoverlap.analyze` takes besides its input; every field has a default.
+
+    ``step_regex``: the step marker regex (default :data:`DEFAULT_STEP_REGEX`); ``steps``:
+    ``"3-7"``, ``"3,5"``, ``"1010-"`` or a :class:`StepSelection`; ``ranks``: only these ranks
+    are shown (every rank given is still matched); ``comm_patterns``: extra regexes that count as
+    communication; ``thresholds``: verdict thresholds; ``config``: a validated config
+    (:func:`load_config`; the fields above win over it); ``rules``: classification rules
+    (default ``Rules()``); ``jobs``: parallel map processes; ``scheduler``: ``"local"`` or a Dask
+    scheduler address.
+    """
+
+    step_regex: str | None = None
+    steps: str | StepSelection | None = None
+    ranks: Iterable[int] | None = None
+    comm_patterns: Iterable[str] = ()
+    thresholds: Thresholds | None = None
+    config: Mapping[str, Any] | None = None
+    rules: Rules | None = None
+    jobs: int | None = None
+    scheduler: str | None = None
+
+    def analysis_options(self) -> AnalysisOptions:
+        """The validated :class:`AnalysisOptions` the analysis runs with."""
+        return build_options(
+            step_regex=self.step_regex,
+            steps=self.steps,
+            ranks=self.ranks,
+            comm_patterns=self.comm_patterns,
+            thresholds=self.thresholds,
+            config=self.config,
+        )
 
 
 #: section -> key -> what its value must be (checked by :func:`_validate`)

@@ -37,7 +37,14 @@ from .errors import NotATraceError, TraceFormatError
 from .hostwait import lane_calls, lane_codes, split_compute
 from .intervals import GroupedIntervals
 from .job import host_ranges
-from .metrics import activity_rows, device_covered, step_parts, step_sets
+from .metrics import (
+    ActivityRows,
+    StepSets,
+    activity_rows,
+    device_covered,
+    step_parts,
+    step_sets,
+)
 from .model import (
     GPU_ACTIVITY_CATEGORIES,
     KINDS,
@@ -68,16 +75,6 @@ HOST_CAUSE_RE = re.compile(
 
 
 @dataclass(frozen=True)
-class DetailRequest:
-    """Which step's :class:`StepDetail` a map should build: rank (and device) and step label
-    (None: the unit's median step by step time, the lower median)."""
-
-    rank: int | None
-    device: int | None = None
-    step: str | None = None
-
-
-@dataclass(frozen=True)
 class UnitResult:
     """One unit's compact analysis (see the module docstring)."""
 
@@ -94,7 +91,6 @@ class UnitResult:
     outside: int
     markers_found: int
     notes: tuple[str, ...]
-    detail: StepDetail | None = None
     #: when no step marker matched: the most frequent host range names (name, count)
     range_names: tuple[tuple[str, int], ...] = ()
     #: every step marker's label before the step selection
@@ -198,19 +194,43 @@ def _lane_order(acts: pd.DataFrame) -> tuple[str, ...]:
     )
 
 
+def unit_step_detail(
+    unit: Timeline, options: AnalysisOptions, rules: Rules, step: str
+) -> StepDetail | None:
+    """The :class:`StepDetail` of step ``step`` (a label) of one unit (a Timeline with exactly
+    one TraceInfo), in the unit's own window numbering, without the exposed spans by cause (they
+    need every rank: :func:`traceoverlap.detail.step_detail` adds them); None when the unit has
+    no such step. Classifies and measures the unit as :func:`analyze_unit` does, nothing more."""
+    kind = kinds(unit, rules)
+    steps = assign_steps(unit, kind, options)
+    hits = [i for i, lbl in enumerate(steps.labels) if str(lbl) == str(step)]
+    if not hits:
+        return None
+    acts = _activities(unit, kind, steps, rules)
+    return _detail(unit, steps, acts, step_sets(acts, len(steps)), hits[0], options)
+
+
+def _activities(
+    unit: Timeline, kind: npt.NDArray[np.int8], steps: UnitSteps, rules: Rules
+) -> ActivityRows:
+    """The unit's activities per window; on CPU units compute is cut around communication
+    calls (time inside a communication call is not compute, whatever op encloses it:
+    metrics.md)."""
+    ev = unit.events
+    acts = activity_rows(ev["start_ns"].to_numpy(), ev["end_ns"].to_numpy(), kind, steps)
+    if not steps.gpu:
+        acts = split_compute(acts, lane_codes(unit), lane_calls(unit, kind, rules))
+    return acts
+
+
 def _detail(
     unit: Timeline,
-    kind: npt.NDArray[np.int8],
     steps: UnitSteps,
-    acts_all: object,
-    sets: object,
+    acts_all: ActivityRows,
+    sets: StepSets,
     window: int,
     options: AnalysisOptions,
-    chosen: str,
 ) -> StepDetail:
-    from .metrics import ActivityRows, StepSets
-
-    assert isinstance(acts_all, ActivityRows) and isinstance(sets, StepSets)
     ev = unit.events
     sel = acts_all.group == window
     rows = acts_all.event_row[sel]
@@ -229,8 +249,6 @@ def _detail(
 
     lo, hi = int(steps.start_ns[window]), int(steps.end_ns[window])
     info = unit.traces[0]
-    from .options import compile_regex
-
     return StepDetail(
         rank=info.rank,
         device=info.device,
@@ -249,7 +267,6 @@ def _detail(
         exposed=pick(sets.exposed),
         exposed_by_cause={},
         phases=_phases(ev, steps.gpu, lo, hi, compile_regex(options.step_pattern, "step_regex")),
-        chosen=chosen,
     )
 
 
@@ -297,12 +314,7 @@ def _out_of_memory(path: str) -> tuple[str, str, str]:
     )
 
 
-def analyze_unit(
-    unit: Timeline,
-    options: AnalysisOptions,
-    rules: Rules,
-    detail: DetailRequest | None = None,
-) -> UnitResult:
+def analyze_unit(unit: Timeline, options: AnalysisOptions, rules: Rules) -> UnitResult:
     """The compact analysis of one unit (a Timeline with exactly one TraceInfo)."""
     info = unit.traces[0]
     ev = unit.events
@@ -311,10 +323,7 @@ def analyze_unit(
     start = ev["start_ns"].to_numpy()
     end = ev["end_ns"].to_numpy()
     _check_window_load(info.path, start, end, kind, steps)
-    acts = activity_rows(start, end, kind, steps)
-    if not steps.gpu:
-        # time inside communication calls is not compute, whatever op encloses it (metrics.md)
-        acts = split_compute(acts, lane_codes(unit), lane_calls(unit, kind, rules))
+    acts = _activities(unit, kind, steps, rules)
     n = len(steps)
     sets = step_sets(acts, n)
     # CPU units: every activity is clipped into each window it meets, so |W ∩ D| = |C ∪ M ∪ Y|
@@ -352,23 +361,6 @@ def analyze_unit(
     if unseen:
         notes.append(unseen)
 
-    det = None
-    if (
-        detail is not None
-        and n
-        and detail.rank == info.rank
-        and (detail.device is None or detail.device == info.device)
-    ):
-        if detail.step is None:
-            order = np.argsort(parts["step_ns"], kind="stable")
-            w = int(order[(len(order) - 1) // 2])
-            chosen = "median"
-        else:
-            hits = [i for i, lbl in enumerate(steps.labels) if str(lbl) == str(detail.step)]
-            w = hits[0] if hits else -1
-            chosen = "asked"
-        if w >= 0:
-            det = _detail(unit, kind, steps, acts, sets, w, options, chosen)
     ranges: tuple[tuple[str, int], ...] = ()
     if steps.markers_found == 0:
         ann = ev["name"][(ev["category"] == "annotation").to_numpy()].astype(str)
@@ -388,7 +380,6 @@ def analyze_unit(
         outside=steps.outside,
         markers_found=steps.markers_found,
         notes=tuple(notes),
-        detail=det,
         range_names=ranges,
         labels_found=steps.labels_found if n == 0 else (),
         host_ranges=host_ranges(ev, int(steps.start_ns.min()), int(steps.end_ns.max()))
@@ -426,13 +417,10 @@ def require_device_activity(timeline: Timeline, path: str) -> None:
 
 
 def map_timeline(
-    timeline: Timeline,
-    options: AnalysisOptions,
-    rules: Rules,
-    detail: DetailRequest | None = None,
+    timeline: Timeline, options: AnalysisOptions, rules: Rules
 ) -> tuple[UnitResult, ...]:
     """Every unit of an in-memory Timeline."""
-    return tuple(analyze_unit(u, options, rules, detail) for u in split_units(timeline))
+    return tuple(analyze_unit(u, options, rules) for u in split_units(timeline))
 
 
 _NCCL_RANGE_RE = r"nccl:"
@@ -459,13 +447,7 @@ def range_filter(options: AnalysisOptions, rules: Rules) -> Callable[[str], bool
 
 
 def _map_units(
-    path: str,
-    keep_range: Callable[[str], bool] | None,
-    options: AnalysisOptions,
-    rules: Rules,
-    detail: DetailRequest | None,
-    lowest_unit_detail: bool,
-    lowest_step: str | None,
+    path: str, keep_range: Callable[[str], bool] | None, options: AnalysisOptions, rules: Rules
 ) -> list[UnitResult]:
     from .readers import read_trace
 
@@ -473,27 +455,28 @@ def _map_units(
     require_device_activity(timeline, path)
     units = split_units(timeline)
     del timeline
-    out = []
-    for i, u in enumerate(units):
-        req = detail
-        if lowest_unit_detail and i == 0:
-            req = DetailRequest(u.traces[0].rank, u.traces[0].device, lowest_step)
-        out.append(analyze_unit(u, options, rules, req))
-    return out
+    return [analyze_unit(u, options, rules) for u in units]
 
 
-def map_file(
-    path: str,
-    options: AnalysisOptions,
-    rules: Rules,
-    detail: DetailRequest | None = None,
-    lowest_unit_detail: bool = False,
-    lowest_step: str | None = None,
-) -> FileResult:
-    """Read one trace file and analyse its units. ``lowest_unit_detail``: build the detail of the
-    file's lowest unit's step ``lowest_step`` (None: its median step) in the same pass (a
-    single-file run's default timeline)."""
-    args = (options, rules, detail, lowest_unit_detail, lowest_step)
+def read_units(path: str, options: AnalysisOptions, rules: Rules) -> list[Timeline]:
+    """The units of one trace file read as :func:`map_file` reads them (ranges filtered, and
+    all of them on a Nsight Systems export where a unit found no step marker): what a step's
+    detail is drawn from (:func:`traceoverlap.detail.step_detail`)."""
+    from .readers import read_trace
+
+    units = split_units(read_trace(Path(path), range_filter(options, rules)))
+    if any(
+        u.traces[0].format == "nsys"
+        and assign_steps(u, kinds(u, rules), options).markers_found == 0
+        for u in units
+    ):
+        units = split_units(read_trace(Path(path)))
+    return units
+
+
+def map_file(path: str, options: AnalysisOptions, rules: Rules) -> FileResult:
+    """Read one trace file and analyse its units."""
+    args = (options, rules)
     try:
         out = _map_units(path, range_filter(options, rules), *args)
         if any(u.markers_found == 0 and u.trace.format == "nsys" for u in out):
