@@ -37,7 +37,7 @@ from .metrics import MEASURED, ratio
 from .model import Timeline, TraceInfo, concat_timelines
 from .options import AnalysisOptions, AnalyzeOptions, Thresholds, describe_steps
 from .purpose import attach_purposes
-from .rankmap import FileResult, UnitResult, map_file, map_timeline
+from .rankmap import FileResult, UnitResult, map_file, map_timeline, require_device_activity
 from .results import STEP_COLUMNS, Analysis
 from .summary import summarize_run, unit_key
 
@@ -76,9 +76,11 @@ def analyze(
     aopts = opts.analysis_options()
     rules = (opts.rules or Rules()).with_comm_patterns(aopts.comm_patterns)
     skipped: list[str] = []
+    names = ["<timeline>"]
+    if not isinstance(source, Timeline):
+        names, source = _lone_stream(source)
     if isinstance(source, Timeline):
-        results = [FileResult("<timeline>", map_timeline(source, aopts, rules))]
-        names = ["<timeline>"]
+        results = [FileResult(names[0], map_timeline(source, aopts, rules))]
     else:
         names, results = _map_files(source, aopts, rules, opts, skipped)
     units = _merge(results)
@@ -93,6 +95,23 @@ def analyze(
         raise UsageError(_regex_matched_nothing(units, aopts.step_regex, names))
     result = _reduce(units, aopts, skipped, names)
     return replace(result, source=source if isinstance(source, Timeline) else None, rules=rules)
+
+
+def _lone_stream(
+    source: PathLike | Sequence[PathLike],
+) -> tuple[list[str], PathLike | Sequence[PathLike] | Timeline]:
+    """A single input that is standard input or a pipe is read here, once, and analysed as a
+    Timeline (kept, so that :func:`traceoverlap.detail.step_detail` can draw a step of it: a
+    stream cannot be read again); any other input is returned as it is."""
+    from .readers import read_trace
+    from .readers._input import is_stream
+
+    files = expand_paths(source)
+    if len(files) != 1 or not is_stream(files[0]):
+        return ["<timeline>"], source
+    timeline = read_trace(files[0])
+    require_device_activity(timeline, str(files[0]))
+    return [str(files[0])], timeline
 
 
 def _map_files(
