@@ -152,7 +152,7 @@ def test_dlrm_8_rank_report_renders_the_step_across_ranks(tmp_path):
     x = step_across(a)
     out = write_report(a, tmp_path / "dlrm.html", across=x)
     dom = check_in_browser(out, tmp_path, "report_dlrm_8ranks.png", 4200)
-    assert f"Step {x.step} across ranks" in dom and "arrived last in" in dom
+    assert f"Step {x.step} across ranks" in dom and "the other ranks waited most for" in dom
     # hover the first wait part drawn: it names the collective, its last arrival and the wait
     probe = tmp_path / "probe.html"
     page = out.read_text(encoding="utf-8")
