@@ -290,6 +290,19 @@ def test_user_comm_pattern():
     assert (r.comm_ns, r.overlap_ns) == (10, 5)
 
 
+def test_one_options_object_reused():
+    # the same options (patterns given as a generator) analyse two timelines alike: comm
+    # [5,15) = 10 and overlap [5,10) = 5 each time, as above; no options = every default
+    opts = AnalyzeOptions(comm_patterns=(p for p in ["AllGather"]))
+    tl = gpu_timeline(
+        [("gemm", 7, 0, 10), ("myAllGatherKernel", 9, 5, 15)], steps=[("ProfilerStep#0", 0, 1)]
+    )
+    for _ in range(2):
+        r = _row(analyze(tl, opts))
+        assert (r.comm_ns, r.overlap_ns) == (10, 5)
+    assert analyze(tl).steps.equals(analyze(tl, AnalyzeOptions()).steps)
+
+
 def test_summary_median_and_worst_step():
     # steps with exposed comm 0, 4, 2 (ms): worst = step 2 (4 ms); median step time of 10, 14, 12 = 12
     kernels, steps, launch = [], [], []

@@ -199,6 +199,14 @@ class AnalyzeOptions:
     jobs: int | None = None
     scheduler: str | None = None
 
+    def __post_init__(self) -> None:
+        # lists and generators become tuples: the options can be reused (and hashed); a string
+        # is left for build_options to refuse with its clear error
+        for name in ("ranks", "comm_patterns"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str | tuple):
+                object.__setattr__(self, name, tuple(value))
+
     def analysis_options(self) -> AnalysisOptions:
         """The validated :class:`AnalysisOptions` the analysis runs with."""
         return build_options(
