@@ -31,11 +31,6 @@ from .errors import UsageError
 if TYPE_CHECKING:
     from .classify import Rules
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
 #: Step markers when nothing else is asked: what ``torch.profiler``'s ``prof.step()`` records.
 DEFAULT_STEP_REGEX = r"^ProfilerStep#(\d+)$"
 
@@ -235,6 +230,11 @@ def load_config(path: str | Path) -> dict[str, Any]:
     """Read and validate a TOML config file; returns flat keys (``comm_patterns``, ``step_regex``,
     ``lost_ratio``). Unknown sections or keys and values of the wrong type are errors naming the
     file and the key."""
+    if sys.version_info >= (3, 11):  # imported here: only a run with a config file needs it
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+
     p = Path(path)
     try:
         data = tomllib.loads(_config_text(p))
