@@ -30,7 +30,7 @@ from .classify import Rules
 from .collectives import CauseSets, Collectives, match_collectives
 from .diagnosis import CAUSES, AdviceContext, findings, partial_hedge, verdict
 from .errors import TraceFormatError, UsageError
-from .inputs import expand_paths, from_folder, made_by_this_run, run_map
+from .inputs import expand_paths, from_folder, made_by_this_run, map_units, run_map
 from .intervals import GroupedIntervals
 from .job import blame_table, empty_blame, top_blame
 from .metrics import MEASURED, ratio
@@ -125,9 +125,10 @@ def _map_files(
     traces (or are empty outputs of this very run) are skipped with a note in ``skipped``."""
     files = expand_paths(source)
     listed = from_folder(source)
+    work = map_units(files)  # a large multi-process nsys export: one unit per process
     task = functools.partial(map_file, options=options, rules=rules)
     results = []
-    for res in run_map(files, task, jobs=opts.jobs, scheduler=opts.scheduler):
+    for res in run_map(work, task, jobs=opts.jobs, scheduler=opts.scheduler):
         assert isinstance(res, FileResult)
         if res.error is not None:
             path, reason, hint = res.error

@@ -18,6 +18,7 @@ import numpy as np
 
 from .classify import Rules
 from .errors import UsageError
+from .inputs import part_of
 from .model import Timeline, TraceInfo, split_units
 from .options import describe_steps
 from .rankmap import read_units, unit_step_detail
@@ -39,7 +40,7 @@ def step_detail(
     timelines = (
         split_units(analysis.source)
         if analysis.source is not None
-        else read_units(t.path, analysis.options, rules)
+        else read_units(part_of(t.path, t.pid), analysis.options, rules)
     )
     local = unit_step_detail(_same_unit(timelines, t), analysis.options, rules, str(label))
     if local is None:  # the same options on the same file: cannot happen unless it changed

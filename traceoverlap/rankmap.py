@@ -35,6 +35,7 @@ from .cpuwindows import UnitSets, cpu_windows, unit_sets, window_detail_rows
 from .diagnosis import local_causes
 from .errors import NotATraceError, TraceFormatError
 from .hostwait import lane_calls, lane_codes
+from .inputs import ProcessPart
 from .intervals import GroupedIntervals
 from .job import host_ranges
 from .metrics import ActivityRows, StepSets, activity_rows, device_covered, step_parts, step_sets
@@ -441,41 +442,48 @@ def range_filter(options: AnalysisOptions, rules: Rules) -> Callable[[str], bool
 
 
 def _map_units(
-    path: str, keep_range: Callable[[str], bool] | None, options: AnalysisOptions, rules: Rules
+    path: str,
+    keep_range: Callable[[str], bool] | None,
+    options: AnalysisOptions,
+    rules: Rules,
+    pid: int | None = None,
 ) -> list[UnitResult]:
     from .readers import read_trace
 
-    timeline = read_trace(Path(path), keep_range)
+    timeline = read_trace(Path(path), keep_range, pid)
     require_device_activity(timeline, path)
     units = split_units(timeline)
     del timeline
     return [analyze_unit(u, options, rules) for u in units]
 
 
-def read_units(path: str, options: AnalysisOptions, rules: Rules) -> list[Timeline]:
-    """The units of one trace file read as :func:`map_file` reads them (ranges filtered, and
-    all of them on a Nsight Systems export where a unit found no step marker): what a step's
-    detail is drawn from (:func:`traceoverlap.detail.step_detail`)."""
+def read_units(unit: str | ProcessPart, options: AnalysisOptions, rules: Rules) -> list[Timeline]:
+    """The units of one trace file (or one process of an export) read as :func:`map_file` reads
+    them (ranges filtered, and all of them on a Nsight Systems export where a unit found no step
+    marker): what a step's detail is drawn from (:func:`traceoverlap.detail.step_detail`)."""
     from .readers import read_trace
 
-    units = split_units(read_trace(Path(path), range_filter(options, rules)))
+    path, pid = (unit.path, unit.pid) if isinstance(unit, ProcessPart) else (unit, None)
+    units = split_units(read_trace(Path(path), range_filter(options, rules), pid))
     if any(
         u.traces[0].format == "nsys"
         and assign_steps(u, kinds(u, rules), options).markers_found == 0
         for u in units
     ):
-        units = split_units(read_trace(Path(path)))
+        units = split_units(read_trace(Path(path), None, pid))
     return units
 
 
-def map_file(path: str, options: AnalysisOptions, rules: Rules) -> FileResult:
-    """Read one trace file and analyse its units."""
+def map_file(unit: str | ProcessPart, options: AnalysisOptions, rules: Rules) -> FileResult:
+    """Read one trace file (or one process of an export: :class:`ProcessPart`) and analyse its
+    units."""
     args = (options, rules)
+    path, pid = (unit.path, unit.pid) if isinstance(unit, ProcessPart) else (unit, None)
     try:
-        out = _map_units(path, range_filter(options, rules), *args)
+        out = _map_units(path, range_filter(options, rules), *args, pid=pid)
         if any(u.markers_found == 0 and u.trace.format == "nsys" for u in out):
             # the no-marker hints name the ranges that repeat, whatever their names: read all
-            out = _map_units(path, None, *args)
+            out = _map_units(path, None, *args, pid=pid)
         return FileResult(path, tuple(out))
     except MemoryError:
         return FileResult(path, error=_out_of_memory(path))
