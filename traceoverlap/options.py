@@ -24,10 +24,13 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import UsageError
 from .vocab import DEFAULT_STEP_REGEX, LOST_RATIO, STEP_RE, step_number
+
+if TYPE_CHECKING:
+    from .classify import Rules
 
 
 @dataclass(frozen=True)
@@ -168,6 +171,49 @@ def build_options(
         comm_patterns=tuple(cfg.get("comm_patterns", ())) + tuple(comm_patterns),
         thresholds=thresholds or Thresholds(lost_ratio=cfg.get("lost_ratio", LOST_RATIO)),
     )
+
+
+@dataclass(frozen=True)
+class AnalyzeOptions:
+    """What :func:`traceoverlap.analyze` takes besides its input; every field has a default.
+
+    ``step_regex``: the step marker regex (default :data:`DEFAULT_STEP_REGEX`); ``steps``:
+    ``"3-7"``, ``"3,5"``, ``"1010-"`` or a :class:`StepSelection`; ``ranks``: only these ranks
+    are shown (every rank given is still matched); ``comm_patterns``: extra regexes that count as
+    communication; ``thresholds``: verdict thresholds; ``config``: a validated config
+    (:func:`load_config`; the fields above win over it); ``rules``: classification rules
+    (default ``Rules()``); ``jobs``: parallel map processes; ``scheduler``: ``"local"`` or a Dask
+    scheduler address.
+    """
+
+    step_regex: str | None = None
+    steps: str | StepSelection | None = None
+    ranks: Iterable[int] | None = None
+    comm_patterns: Iterable[str] = ()
+    thresholds: Thresholds | None = None
+    config: Mapping[str, Any] | None = None
+    rules: Rules | None = None
+    jobs: int | None = None
+    scheduler: str | None = None
+
+    def __post_init__(self) -> None:
+        # lists and generators become tuples: the options can be reused (and hashed); a string
+        # is left for build_options to refuse with its clear error
+        for name in ("ranks", "comm_patterns"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str | tuple):
+                object.__setattr__(self, name, tuple(value))
+
+    def analysis_options(self) -> AnalysisOptions:
+        """The validated :class:`AnalysisOptions` the analysis runs with."""
+        return build_options(
+            step_regex=self.step_regex,
+            steps=self.steps,
+            ranks=self.ranks,
+            comm_patterns=self.comm_patterns,
+            thresholds=self.thresholds,
+            config=self.config,
+        )
 
 
 #: section -> key -> what its value must be (checked by :func:`_validate`)

@@ -211,11 +211,14 @@ def _instance_hover(r: Any, name: str, origin: int, blame: dict[tuple[int, int],
         else:
             arrival = f"last arrival: rank {last}"
         lines.append(f"arrived {span}; {arrival}")
+        # who the wait was for: the job model's answer (the blame's), not the arrival order
+        target = None if pd.isna(r.waited_for_rank) else int(r.waited_for_rank)
+        whom = f" for rank {target}" if target is not None and int(r.wait_ns) else ""
         lines.append(
-            f"waited {fmt_ns(int(r.wait_ns))}, transfer {fmt_ns(int(r.transfer_ns))}, "
+            f"waited {fmt_ns(int(r.wait_ns))}{whom}, transfer {fmt_ns(int(r.transfer_ns))}, "
             f"exposed {fmt_ns(int(r.exposed_ns))}"
         )
-        chain = blame.get((int(r.rank), last)) if last is not None and int(r.wait_ns) else None
+        chain = blame.get((int(r.rank), target)) if target is not None and whom else None
         if chain:
             lines.append(f"in this step: {html.escape(chain.replace('<-', '←'))}")
     return "<br>".join(lines)
@@ -352,21 +355,20 @@ def section(x: StepAcross, plot: Callable[[str, go.Figure], str], merged: list[s
 
 def _lead(x: StepAcross, step: str) -> str:
     """Who the others waited for in this step, in one sentence (numbers from the analysis)."""
-    la = x.last_arrivals
+    wf = x.waited_for
     n = x.n_matched
-    if la.empty or n == 0:
+    if wf.empty or n == 0:
         return ""
-    top = la.iloc[0]
-    rank, count, waited = int(top["rank"]), int(top["last_count"]), int(top["waited_for_ns"])
-    if waited == 0:
-        return ""
+    top = wf.iloc[0]
+    rank, count = int(top["rank"]), int(top["instances"])
+    waited = int(top["exposed_waited_for_ns"])
     chains = "".join(
         f"<li>{html.escape(str(line).replace('<-', '←'))}</li>" for line in x.blame["line"].head(3)
     )
     return (
-        f"<p class='lead'>In {html.escape(step)}, <b>rank {rank}</b> arrived last in {count} of "
-        f"{n} matched collectives; the other ranks waited <b>{fmt_ns(waited)}</b> for it in "
-        "total (summed over ranks).</p>"
+        f"<p class='lead'>In {html.escape(step)}, the other ranks waited most for <b>rank "
+        f"{rank}</b>: <b>{fmt_ns(waited)}</b> of exposed waiting (summed over ranks) in {count} "
+        f"of {n} matched collectives.</p>"
         + (
             f"<p class='explain'>Who waited for whom, most exposed waiting first:</p><ul>{chains}</ul>"
             if chains

@@ -27,6 +27,7 @@ from .html_report import Page, plotly_script, sections
 
 if TYPE_CHECKING:
     from ..comparison import Comparison
+    from ..results import StepDetail
 
 # lower is better for every compared time; a higher overlap ratio is better
 _HIGHER_IS_BETTER = {OVERLAP_RATIO.name}
@@ -39,7 +40,14 @@ def _cls(metric: str, delta: object) -> str:
     return "better" if good else "worse"
 
 
-def render(cmp: Comparison, *, plotlyjs: str = "embed") -> str:
+def render(
+    cmp: Comparison,
+    *,
+    plotlyjs: str = "embed",
+    details: tuple[StepDetail | None, StepDetail | None] = (None, None),
+) -> str:
+    """The comparison page; ``details``: the baseline's and the candidate's step drawn as a
+    timeline (:func:`traceoverlap.detail.step_detail`), None: not drawn."""
     e = html.escape
     rows = []
     for r in cmp.metrics.to_dict("records"):
@@ -99,12 +107,12 @@ def render(cmp: Comparison, *, plotlyjs: str = "embed") -> str:
     y_max_ms = 1.05 * y_max / 1e6
     bodies = [top]
     n_plots = 0
-    for prefix, label, analysis in (
-        ("base", f"baseline: {cmp.baseline_label}", cmp.baseline),
-        ("cand", f"candidate: {cmp.candidate_label}", cmp.candidate),
+    for prefix, label, analysis, detail in (
+        ("base", f"baseline: {cmp.baseline_label}", cmp.baseline, details[0]),
+        ("cand", f"candidate: {cmp.candidate_label}", cmp.candidate, details[1]),
     ):
         page = Page(prefix=prefix)
-        inner = "\n".join(s for s in sections(analysis, page, y_max_ms) if s)
+        inner = "\n".join(s for s in sections(analysis, page, y_max_ms, detail=detail) if s)
         inner = inner.replace("id='", f"id='{prefix}-")
         bodies.append(
             f"<div class='run' id='{prefix}'><h1 class='run-title'>{e(label)}</h1>{inner}</div>"

@@ -1,9 +1,10 @@
 """The offline HTML report: one self-contained file that answers "where is my communication
 exposed, and why?" at a glance, then lets the reader drill into one step.
 
-    from traceoverlap import analyze
+    from traceoverlap import analyze, step_detail
     from traceoverlap.reporters.html_report import render
-    html = render(analyze("runs/bucketed", detail="auto"))
+    result = analyze("runs/bucketed")
+    html = render(result, detail=step_detail(result))
 
 Formatting only: the numbers come from the :class:`~traceoverlap.results.Analysis` (the step
 table, the summary, the findings, the collectives and the :class:`StepDetail` of the step drawn
@@ -70,12 +71,18 @@ def plotly_script(plotlyjs: str) -> str:
     return f'<script src="{plotly_cdn_url()}" charset="utf-8"></script>'
 
 
-def render(analysis: Analysis, *, plotlyjs: str = "embed", across: StepAcross | None = None) -> str:
-    """The report as one HTML string. The timeline drawn is ``analysis.detail`` (analyze with
-    ``detail="auto"`` or ``detail=(rank, step)``); without one the page says how to get it.
+def render(
+    analysis: Analysis,
+    *,
+    plotlyjs: str = "embed",
+    across: StepAcross | None = None,
+    detail: StepDetail | None = None,
+) -> str:
+    """The report as one HTML string. ``detail``: the step drawn as a timeline
+    (:func:`traceoverlap.detail.step_detail`); without one the page says how to get it.
     ``across``: one step of every rank on one clock (:func:`traceoverlap.across.step_across`)."""
     page = Page()
-    body = "\n".join(s for s in sections(analysis, page, across=across) if s)
+    body = "\n".join(s for s in sections(analysis, page, across=across, detail=detail) if s)
     title = "traceoverlap report: " + ", ".join(input_names(analysis))
     return PAGE.format(
         title=html.escape(title),
@@ -94,12 +101,14 @@ def write_report(
     *,
     plotlyjs: str = "embed",
     across: StepAcross | None = None,
+    detail: StepDetail | None = None,
 ) -> Path:
     """Render the report and write it to ``path`` (UTF-8, parent folders created); returns the
     path written."""
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render(analysis, plotlyjs=plotlyjs, across=across), encoding="utf-8")
+    page = render(analysis, plotlyjs=plotlyjs, across=across, detail=detail)
+    out.write_text(page, encoding="utf-8")
     return out
 
 
@@ -108,6 +117,7 @@ def sections(
     page: Page,
     y_max_ms: float | None = None,
     across: StepAcross | None = None,
+    detail: StepDetail | None = None,
 ) -> list[str]:
     """The report's sections in order (the compare page stacks two runs' sections)."""
     steps = analysis.steps.reset_index(drop=True)
@@ -120,14 +130,13 @@ def sections(
     ]
     if across is not None:
         out.append(_html_across.section(across, page.plot, page.merged))
-    detail = analysis.detail
     if detail is not None:
         out.append(_timeline_section(page, analysis, detail))
         out.append(_collectives_table(analysis, detail))
     else:
         out.append(
             "<section id='timeline'><h2>Timeline</h2><p class='explain'>No step was chosen to "
-            'draw: analyse with <code>detail="auto"</code> (what <code>traceoverlap '
+            "draw: pass <code>detail=step_detail(analysis)</code> (what <code>traceoverlap "
             "report</code> does).</p></section>"
         )
     if several:
