@@ -538,7 +538,8 @@ def map_graph_file(path: str, options: AnalysisOptions, rules: Rules) -> tuple[o
             kind = kinds(u, rules)
             steps = assign_steps(u, kind, options)
             calls = None if steps.gpu else comm_call_mask(u, rules)
-            out.append(unit_graph(u, kind, steps, calls))
+            ivs = None if steps.gpu else lane_calls(u, kind, rules)
+            out.append(unit_graph(u, kind, steps, calls, ivs))
         if not any(
             isinstance(g, UnitGraph) and not g.labels and g.trace.format == "nsys" for g in out
         ):

@@ -102,6 +102,7 @@ def to_dict(w: WhatIf) -> dict[str, Any]:
         "overlap_tax": {
             "total_ns": w.tax_ns,
             "overlap_ns": w.tax_overlap_ns,
+            "unmeasured_ns": w.tax_unmeasured_ns,
             "by_family_ns": dict(w.tax_by_family_ns),
             "steps_ns": list(w.tax_steps_ns),
             "rank_steps": [
