@@ -191,6 +191,43 @@ def test_tax_same_kernel_is_the_same_call_of_the_step() -> None:
     assert any("18.0 ms of the 18.0 ms of compute under communication" in n for n in w.notes)
 
 
+@pytest.mark.parametrize(
+    "name", ["overlap_8", "moe_slow_regen", "tp_slow", "fsdp", "real:kineto/dlrm_v100_8rank"]
+)
+def test_tax_compute_under_communication_is_the_analysis_overlap(name: str) -> None:
+    # the tax counts the time the step's compute_ns counts: its compute under communication is
+    # overlap_ns, per (rank, step), on runs with communication calls nested in ops
+    # (moe_slow_regen: waits inside _AllToAll; tp_slow, fsdp: calls inside autograd Functions)
+    # and on a GPU run (kernels on several streams)
+    from traceoverlap import analyze
+
+    path = real_trace(name[5:]) if name.startswith("real:") else FIXTURES / name
+    a = analyze(path, graph=True)
+    g = a.run_graph
+    assert g is not None
+    t = tax_table(g)
+    unit = {int(r): u for u, r in enumerate(g.unit_rank.tolist())}
+    col = {lbl: k for k, lbl in enumerate(g.step_labels)}
+    ours = [
+        int(t.step_overlap_ns[unit[r], col[str(s)]])
+        for r, s in zip(a.steps["rank"], a.steps["step"])
+    ]
+    assert ours == a.steps["overlap_ns"].tolist() and sum(ours) > 0
+
+
+def test_analyze_builds_the_run_graph_in_the_same_read() -> None:
+    # analyze(graph=True) carries each unit's graph from the map and joins them in the reduce:
+    # the same graph as whatif's own read
+    from traceoverlap import analyze
+
+    g = analyze(FIXTURES / "naive4_slow", graph=True).run_graph
+    h = load_graph(FIXTURES / "naive4_slow")
+    assert g is not None and g.start_ns.size == h.start_ns.size > 0
+    for f in ("unit", "lane", "start_ns", "end_ns", "kind", "window", "inst", "src", "dst"):
+        assert np.array_equal(getattr(g, f), getattr(h, f)), f
+    assert analyze(FIXTURES / "naive4_slow").run_graph is None  # only when asked
+
+
 @pytest.mark.parametrize("name", sorted(p.name for p in FIXTURES.iterdir() if p.is_dir()))
 def test_identity_on_fixtures(name: str) -> None:
     w = what_if(load_graph(FIXTURES / name), ["replay"])
@@ -255,6 +292,27 @@ def test_cli_text_and_bad_input(tmp_path: Path) -> None:
         assert r.exit_code == 2 and says in r.output and "Traceback" not in r.output
     missing = CliRunner().invoke(main, ["whatif", str(tmp_path / "nope.json")])
     assert missing.exit_code != 0 and "Traceback" not in missing.output
+
+
+def test_analyze_what_to_try_from_the_same_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    # "What to try" carries the top counterfactuals, from graphs built in the map (also when
+    # the map runs in worker processes); a graph over the node limit is left out, saying so
+    import traceoverlap.cli as cli
+
+    run = str(FIXTURES / "naive4_slow")
+    res = CliRunner().invoke(main, ["analyze", run, "--format", "markdown"])
+    # the same figure as whatif's own read gives
+    ns = what_if(load_graph(run), ["no-straggler"]).scenarios[0].step_ns
+    assert ns is not None
+    assert res.exit_code == 0 and f"what-if no-straggler: step {ns / MS:.2f} ms" in res.output
+    par = CliRunner().invoke(main, ["analyze", run, "--format", "markdown", "-j", "2"])
+    assert par.exit_code == 0 and par.output == res.output
+    monkeypatch.setattr(cli, "WHATIF_MAX_NODES", 10)
+    small = CliRunner().invoke(main, ["analyze", run, "--format", "markdown"])
+    n = load_graph(run).start_ns.size
+    assert small.exit_code == 0 and f"what-if left out: the run graph has {n:,} activities" in (
+        small.output
+    )
 
 
 def _run_step_ms(folder: str) -> float:

@@ -76,6 +76,7 @@ def analyze(
     jobs: int | None = None,
     scheduler: str | None = None,
     detail: str | tuple[int | None, Any] | None = None,
+    graph: bool = False,
 ) -> Analysis:
     """Analyze a trace, several rank traces, a folder, or a Timeline; see :class:`Analysis`.
 
@@ -84,7 +85,8 @@ def analyze(
     (:func:`traceoverlap.options.load_config`), explicit arguments win. ``jobs``: parallel map
     processes; ``scheduler``: ``"local"`` or a Dask scheduler address. ``detail``: ``"auto"``
     (the median step of the lowest rank) or ``(rank, step)``: also build that step's
-    :class:`StepDetail` (the HTML report's timeline).
+    :class:`StepDetail` (the HTML report's timeline). ``graph``: also the run graph of the
+    what-if (``Analysis.run_graph``, docs/whatif.md §1), from the same read.
     """
     options = build_options(
         step_regex=step_regex,
@@ -105,7 +107,8 @@ def analyze(
         if (request is None or request.rank is None) and detail is not None and source.traces:
             low = min(source.traces, key=lambda t: t.rank)
             request = DetailRequest(low.rank, None, request.step if request else None)
-        results = [FileResult("<timeline>", map_timeline(source, options, rules, request))]
+        mapped = map_timeline(source, options, rules, request, graph)
+        results = [FileResult("<timeline>", mapped)]
         names = ["<timeline>"]
     else:
         files = expand_paths(source)
@@ -119,6 +122,7 @@ def analyze(
             detail=request if request is not None and request.rank is not None else None,
             lowest_unit_detail=lowest and len(files) == 1,
             lowest_step=request.step if request is not None else None,
+            graph=graph,
         )
         results = []
         for res in run_map(files, task, jobs=jobs, scheduler=scheduler):
@@ -146,7 +150,18 @@ def analyze(
     result, sets = _reduce(units, options, skipped, names)
     if detail is not None and result.detail is None and units:
         result = _second_pass_detail(result, units, options, rules, request, sets, in_memory)
-    return result
+    return _with_run_graph(result, units)
+
+
+def _with_run_graph(result: Analysis, units: Sequence[UnitResult]) -> Analysis:
+    """The reduce side of the run graph (docs/whatif.md §1): the units' graphs, when the map
+    built them, joined (none when no unit has a step to replay)."""
+    from .rungraph import join_graphs
+
+    graphs = [u.graph for u in units if u.graph is not None]
+    if not any(g.labels for g in graphs):
+        return result
+    return replace(result, run_graph=join_graphs(graphs))
 
 
 def _request(detail: str | tuple[int | None, Any] | None) -> DetailRequest | None:

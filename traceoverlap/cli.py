@@ -200,7 +200,9 @@ def analysis_options(func: F) -> F:
     return func
 
 
-def run_analysis(paths: tuple[str, ...], detail: Any = None, **opts: Any) -> Any:
+def run_analysis(
+    paths: tuple[str, ...], detail: Any = None, graph: bool = False, **opts: Any
+) -> Any:
     """Build the library call from CLI options (config file first, explicit options win)."""
     from .analysis import analyze
     from .options import Thresholds, load_config
@@ -218,6 +220,7 @@ def run_analysis(paths: tuple[str, ...], detail: Any = None, **opts: Any) -> Any
         jobs=opts.get("jobs"),
         scheduler=opts.get("scheduler"),
         detail=detail,
+        graph=graph,
     )
 
 
@@ -335,9 +338,10 @@ def analyze(
 
     conditions = parse_conditions(fail_if)  # validate before the (possibly long) analysis
     check_outputs([output, html_path], paths, opts)
-    result = run_analysis(paths, detail="auto" if html_path else None, **opts)
-    if fmt in ("table", "markdown"):
-        result = with_what_if(result, paths, opts.get("step_regex"))
+    what = fmt in ("table", "markdown")
+    result = run_analysis(paths, detail="auto" if html_path else None, graph=what, **opts)
+    if what:
+        result = with_what_if(result)
     if fmt == "json":
         from .reporters.json_report import render as render_json
 
@@ -366,25 +370,34 @@ def analyze(
         raise GateFailed("fail-if met: " + "; ".join(failed))
 
 
-def with_what_if(result: Any, paths: tuple[str, ...], step_regex: str | None) -> Any:
-    """The analysis with its top counterfactuals (docs/whatif.md §3) for "What to try"; the run
-    graph is read again, so only for runs of at most :data:`WHATIF_MAX_UNITS` units."""
+def with_what_if(result: Any) -> Any:
+    """The analysis with its top counterfactuals (docs/whatif.md §3) for "What to try", replayed
+    on the run graph the analysis built in the same read; left out, with a line saying so, when
+    the graph has more than :data:`WHATIF_MAX_NODES` nodes."""
     import dataclasses
 
     from .reporters.whatif_report import top_lines
-    from .whatif import load_graph, what_if
+    from .whatif import what_if
 
-    if len(result.traces) > WHATIF_MAX_UNITS:
-        return result
-    try:
-        w = what_if(load_graph(list(paths), step_regex=step_regex))
-    except TraceoverlapError:
-        return result
-    return dataclasses.replace(result, what_if=tuple(top_lines(w)))
+    g = result.run_graph
+    lines: tuple[str, ...] = ()
+    if g is not None and g.start_ns.size > WHATIF_MAX_NODES:
+        lines = (
+            f"what-if left out: the run graph has {g.start_ns.size:,} activities (more than "
+            f"{WHATIF_MAX_NODES:,}: its replays would take minutes); run traceoverlap whatif",
+        )
+    elif g is not None:
+        try:
+            lines = tuple(top_lines(what_if(g)))
+        except TraceoverlapError:
+            lines = ()
+    return dataclasses.replace(result, what_if=lines, run_graph=None)
 
 
-#: analyze adds what-if lines to runs of at most this many units (the graph is a second read).
-WHATIF_MAX_UNITS = 64
+#: analyze replays the run graph for "What to try" up to this many nodes: about 15 replays (the
+#: scenarios and a fix-rank row per rank that matters) at ~4 µs per node each
+#: (benchmarks/bench_replay.py: 86 s for 20.5 M nodes on 2 cores): about a minute at the limit.
+WHATIF_MAX_NODES = 1_000_000
 
 
 # --- compare --------------------------------------------------------------------------------

@@ -51,6 +51,7 @@ from .namefilter import NameTest
 from .options import AnalysisOptions, compile_regex
 from .purpose import UnitStrategy, unit_purposes
 from .results import StepDetail
+from .rungraph import UnitGraph, unit_graph
 from .steps import StepLabel, UnitSteps, assign_steps
 
 I64 = npt.NDArray[np.int64]
@@ -103,6 +104,8 @@ class UnitResult:
     host_ranges: pd.DataFrame | None = None
     #: what the unit already does (DDP, bucketing, training, CPU), for advice (diagnosis.md §10)
     strategy: UnitStrategy | None = None
+    #: the unit's run graph (docs/whatif.md §1), when the map was asked for it
+    graph: UnitGraph | None = None
 
     @property
     def n_windows(self) -> int:
@@ -302,8 +305,10 @@ def analyze_unit(
     options: AnalysisOptions,
     rules: Rules,
     detail: DetailRequest | None = None,
+    graph: bool = False,
 ) -> UnitResult:
-    """The compact analysis of one unit (a Timeline with exactly one TraceInfo)."""
+    """The compact analysis of one unit (a Timeline with exactly one TraceInfo); ``graph``: with
+    its run graph (:class:`traceoverlap.rungraph.UnitGraph`) for the what-if."""
     info = unit.traces[0]
     ev = unit.events
     kind = kinds(unit, rules)
@@ -312,9 +317,11 @@ def analyze_unit(
     end = ev["end_ns"].to_numpy()
     _check_window_load(info.path, start, end, kind, steps)
     acts = activity_rows(start, end, kind, steps)
+    call_ivs = None
     if not steps.gpu:
         # time inside communication calls is not compute, whatever op encloses it (metrics.md)
-        acts = split_compute(acts, lane_codes(unit), lane_calls(unit, kind, rules))
+        call_ivs = lane_calls(unit, kind, rules)
+        acts = split_compute(acts, lane_codes(unit), call_ivs)
     n = len(steps)
     sets = step_sets(acts, n)
     # CPU units: every activity is clipped into each window it meets, so |W ∩ D| = |C ∪ M ∪ Y|
@@ -325,6 +332,7 @@ def analyze_unit(
     parts["end_ns"] = steps.end_ns
 
     calls = None
+    mask = None
     if not steps.gpu:
         mask = comm_call_mask(unit, rules)
         call_rows = activity_rows(
@@ -374,7 +382,12 @@ def analyze_unit(
         ann = ev["name"][(ev["category"] == "annotation").to_numpy()].astype(str)
         top = ann.value_counts().head(8)
         ranges = tuple((str(k), int(v)) for k, v in top.items())
+    run_graph = None
+    if graph:
+        # the run graph of this unit from the same read (docs/whatif.md §1: built in the map)
+        run_graph = unit_graph(unit, kind, steps, mask, call_ivs)
     return UnitResult(
+        graph=run_graph,
         trace=info,
         labels=steps.labels,
         parts=parts,
@@ -430,9 +443,10 @@ def map_timeline(
     options: AnalysisOptions,
     rules: Rules,
     detail: DetailRequest | None = None,
+    graph: bool = False,
 ) -> tuple[UnitResult, ...]:
     """Every unit of an in-memory Timeline."""
-    return tuple(analyze_unit(u, options, rules, detail) for u in split_units(timeline))
+    return tuple(analyze_unit(u, options, rules, detail, graph) for u in split_units(timeline))
 
 
 _NCCL_RANGE_RE = r"nccl:"
@@ -466,6 +480,7 @@ def _map_units(
     detail: DetailRequest | None,
     lowest_unit_detail: bool,
     lowest_step: str | None,
+    graph: bool = False,
 ) -> list[UnitResult]:
     from .readers import read_trace
 
@@ -478,7 +493,7 @@ def _map_units(
         req = detail
         if lowest_unit_detail and i == 0:
             req = DetailRequest(u.traces[0].rank, u.traces[0].device, lowest_step)
-        out.append(analyze_unit(u, options, rules, req))
+        out.append(analyze_unit(u, options, rules, req, graph))
     return out
 
 
@@ -489,11 +504,12 @@ def map_file(
     detail: DetailRequest | None = None,
     lowest_unit_detail: bool = False,
     lowest_step: str | None = None,
+    graph: bool = False,
 ) -> FileResult:
     """Read one trace file and analyse its units. ``lowest_unit_detail``: build the detail of the
     file's lowest unit's step ``lowest_step`` (None: its median step) in the same pass (a
-    single-file run's default timeline)."""
-    args = (options, rules, detail, lowest_unit_detail, lowest_step)
+    single-file run's default timeline). ``graph``: each unit with its run graph."""
+    args = (options, rules, detail, lowest_unit_detail, lowest_step, graph)
     try:
         out = _map_units(path, range_filter(options, rules), *args)
         if any(u.markers_found == 0 and u.trace.format == "nsys" for u in out):
@@ -529,7 +545,6 @@ def map_graph_file(path: str, options: AnalysisOptions, rules: Rules) -> tuple[o
     """The run-graph side of the map (docs/whatif.md §1): one file -> its units' graphs
     (:class:`traceoverlap.rungraph.UnitGraph`). Raises :class:`TraceFormatError` on bad input."""
     from .readers import read_trace
-    from .rungraph import UnitGraph, unit_graph
 
     out: list[object] = []
     for keep in (range_filter(options, rules), None):

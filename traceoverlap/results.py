@@ -24,6 +24,7 @@ from .options import AnalysisOptions
 if TYPE_CHECKING:
     from .collectives import Collectives
     from .diagnosis import Finding
+    from .rungraph import RunGraph
 
 I64 = npt.NDArray[np.int64]
 Spans = tuple[I64, I64]
@@ -194,6 +195,8 @@ class Analysis:
     exposed_spans: Mapping[str, tuple[I64, I64, I64]] | None = None
     #: what the top counterfactuals would buy (docs/whatif.md §3), one line each; set by the CLI
     what_if: tuple[str, ...] = ()
+    #: the run graph (docs/whatif.md §1) built in the same read, when analyze was asked for it
+    run_graph: RunGraph | None = None
 
     @property
     def ranks(self) -> list[int]:
