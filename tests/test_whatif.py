@@ -86,6 +86,29 @@ def test_comm_scenarios() -> None:
     assert _scenario_ms("no-host-gaps") == pytest.approx(59.95)
 
 
+def test_contention_note_only_where_compute_meets_more_communication() -> None:
+    # one rank, step [0, 50) ms: a [0, 10) and b [30, 40) on the main thread (b after a 20 ms
+    # host gap), an all-reduce [5, 35) on the gloo thread. Compute beside communication: a's
+    # [5, 10) + b's [30, 35) = 10 ms. no-host-gaps moves b to [10, 20), all of it beside the
+    # all-reduce: 5 + 10 = 15 ms, 5 ms more (>= 1 % of the 20 ms of compute): the note says the
+    # contention of those 5 ms is left out
+    ev = [
+        ("annotation", "ProfilerStep#1", "", 0, 50 * MS),
+        ("cpu_op", "a", "", 0, 10 * MS),
+        ("cpu_op", "b", "", 30 * MS, 40 * MS),
+        ("annotation", "gloo:all_reduce", "pt_gloo_runloop", 5 * MS, 35 * MS),
+    ]
+    w = what_if(graph_of([cpu_timeline(ev)]), ["replay", "no-host-gaps"])
+    replayed, gaps = w.scenarios
+    assert replayed.contention_ns == 0 and replayed.note == ""
+    assert gaps.contention_ns == 5 * MS
+    assert "5.0 ms more compute beside communication than the trace (10.0 -> 15.0 ms" in gaps.note
+    # removing the straggler of _straggler_run: nothing computes beside the all-reduce, before
+    # or after (mm ends before it, add starts after it): no note
+    fix = what_if(graph_of(_straggler_run()), ["fix-rank:1"]).scenarios[0]  # type: ignore[arg-type]
+    assert fix.contention_ns == 0 and fix.note == ""
+
+
 def _taxed_rank() -> list[tuple[str, str, str, int, int]]:
     # six 40 ms steps; op k at +1 ms in each: alone (1 ms) in steps 1-3, beside an all-reduce
     # [+0, +30) ms (2 ms) in steps 4-6: the same op (same name, first k of its step), 3 on each
@@ -272,6 +295,21 @@ def test_cli_json_schema_and_scenarios() -> None:
     assert 0 <= tax["total_ns"] <= tax["overlap_ns"]
     for row in tax["rank_steps"]:
         assert 0 <= row["overlap_tax_ns"] <= row["compute_under_comm_ns"]
+    assert 0 <= tax["unmeasured_ns"] <= tax["overlap_ns"]
+    assert all("contention_ns" in s for s in doc["scenarios"])
+
+
+def test_cli_says_where_contention_is_left_out() -> None:
+    # tp_slow: without rank 3's sleep, compute meets more communication (the note of each such
+    # scenario, in the table's notes and in the JSON); a scenario that moves nothing says nothing
+    run = str(FIXTURES / "tp_slow")
+    args = ["whatif", run, "--scenario", "replay", "--scenario", "no-straggler"]
+    doc = json.loads(CliRunner().invoke(main, [*args, "--format", "json"]).output)
+    replayed, fixed = doc["scenarios"]
+    assert replayed["contention_ns"] == 0 and replayed["note"] is None
+    assert fixed["contention_ns"] > 0 and "left out of the prediction" in fixed["note"]
+    text = CliRunner().invoke(main, args).output
+    assert f"  - no-straggler: {fixed['note']}" in text
 
 
 def test_cli_text_and_bad_input(tmp_path: Path) -> None:

@@ -49,17 +49,13 @@ def _covered(starts: I64, ends: I64, us: I64, ue: I64) -> I64:
     return (upto(ends) - upto(starts)).astype(np.int64)
 
 
-def compute_time(g: RunGraph) -> tuple[I64, I64]:
-    """Per node: its compute time and how much of it ran under its unit's communication (ns; 0
-    for non-compute nodes). A node's compute time is its duration less the communication calls
-    of its lane inside it (:func:`traceoverlap.hostwait.lane_calls`: a launch or a wait nested in
-    an op): the time the step's ``compute_ns`` counts (metrics.md), so the tax measures it too."""
-    n = g.start_ns.size
-    comp_ns = np.zeros(n, dtype=np.int64)
-    cov_ns = np.zeros(n, dtype=np.int64)
+def compute_pieces(g: RunGraph) -> tuple[I64, I64, I64]:
+    """The compute nodes cut around their lane's communication calls: (node, start, end) per
+    piece, in node order (the time the step's ``compute_ns`` counts, metrics.md)."""
     rows = np.flatnonzero(g.kind == Kind.COMPUTE)
     if rows.size == 0:
-        return comp_ns, cov_ns
+        z = np.zeros(0, np.int64)
+        return z, z.copy(), z.copy()
     acts = ActivityRows(
         np.zeros(rows.size, np.int64),
         g.kind[rows],
@@ -68,8 +64,20 @@ def compute_time(g: RunGraph) -> tuple[I64, I64]:
         rows.astype(np.int64),
     )
     pieces = split_compute(acts, g.lane, (g.call_lane, g.call_start_ns, g.call_end_ns))
-    node = pieces.event_row
-    ps, pe = pieces.start_ns, pieces.end_ns
+    return pieces.event_row, pieces.start_ns, pieces.end_ns
+
+
+def compute_time(g: RunGraph) -> tuple[I64, I64]:
+    """Per node: its compute time and how much of it ran under its unit's communication (ns; 0
+    for non-compute nodes). A node's compute time is its duration less the communication calls
+    of its lane inside it (:func:`traceoverlap.hostwait.lane_calls`: a launch or a wait nested in
+    an op): the time the step's ``compute_ns`` counts (metrics.md), so the tax measures it too."""
+    n = g.start_ns.size
+    comp_ns = np.zeros(n, dtype=np.int64)
+    cov_ns = np.zeros(n, dtype=np.int64)
+    node, ps, pe = compute_pieces(g)
+    if node.size == 0:
+        return comp_ns, cov_ns
     comp_ns += np.bincount(node, weights=pe - ps, minlength=n).astype(np.int64)
     cov = np.zeros(node.size, dtype=np.int64)
     comm = g.kind == Kind.COMM

@@ -57,7 +57,7 @@ def render_text(w: WhatIf) -> str:
         lines += [f"  {'rank':<18} {'step ms':>10} {'speedup':>8}"]
         for r in w.fix_rank:
             lines.append(f"  {r.name.split(':')[1]:<18} {_ms(r.step_ns):>10} {_x(r.speedup):>8}")
-    caveats = sorted({r.note for r in w.scenarios + w.fix_rank if r.note})
+    caveats = list(dict.fromkeys(f"{r.name}: {r.note}" for r in w.scenarios + w.fix_rank if r.note))
     if caveats or w.notes or w.findings:
         lines += ["", "Notes:"]
         lines += [f"  - {n}" for n in w.findings]
@@ -80,6 +80,7 @@ def _scenario(r: ScenarioResult) -> dict[str, Any]:
         "collectives": list(r.collectives),
         "steps_ns": list(r.steps_ns),
         "note": r.note or None,
+        "contention_ns": r.contention_ns,
     }
 
 
@@ -131,8 +132,13 @@ def top_lines(w: WhatIf, n: int = 3) -> list[str]:
         if r.name in seen:
             continue
         seen.add(r.name)
+        caveat = (
+            f"; {_ms(r.contention_ns)} ms more compute beside communication, its contention left out"
+            if r.contention_ns
+            else ""
+        )
         out.append(
-            f"what-if {r.name}: step {_ms(r.step_ns)} ms, {_x(r.speedup)} ({r.changed}; "
+            f"what-if {r.name}: step {_ms(r.step_ns)} ms, {_x(r.speedup)} ({r.changed}{caveat}; "
             "traceoverlap whatif)"
         )
         if len(out) == n:
