@@ -90,7 +90,7 @@ def test_contention_note_only_where_compute_meets_more_communication() -> None:
     # one rank, step [0, 50) ms: a [0, 10) and b [30, 40) on the main thread (b after a 20 ms
     # host gap), an all-reduce [5, 35) on the gloo thread. Compute beside communication: a's
     # [5, 10) + b's [30, 35) = 10 ms. no-host-gaps moves b to [10, 20), all of it beside the
-    # all-reduce: 5 + 10 = 15 ms, 5 ms more (>= 1 % of the 20 ms of compute): the note says the
+    # all-reduce: 5 + 10 = 15 ms, 5 ms more (>= 1 % of the run's 50 ms): the note says the
     # contention of those 5 ms is left out
     ev = [
         ("annotation", "ProfilerStep#1", "", 0, 50 * MS),

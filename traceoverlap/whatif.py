@@ -27,7 +27,7 @@ SCENARIO_RE = re.compile(
     r"comm-speed:\d+(\.\d+)?)$"
 )
 #: Said where a scenario runs compute beside communication that the trace did not (whatif.md
-#: §5): at least this share of the run's compute more than the trace.
+#: §5): at least this share of the run's time (every rank's steps) more than the trace.
 CONTENTION_MIN_RATIO = 0.01
 
 
@@ -52,11 +52,11 @@ def beside_ns(g: RunGraph, start: I64, end: I64) -> int:
 def contention(g: RunGraph, s: Schedule, replay_beside_ns: int) -> tuple[int, str]:
     """How much more compute the scenario's replay runs beside communication than the identity
     replay (a straggler gone, transfers moved), and the caveat that says so when it is at least
-    :data:`CONTENTION_MIN_RATIO` of the run's compute: the slowdown of that contention (the
+    :data:`CONTENTION_MIN_RATIO` of the run's time: the slowdown of that contention (the
     overlap tax, §4) is beyond replay and left out of the prediction. (0, "") otherwise."""
     more = beside_ns(g, s.start_ns, s.end_ns) - replay_beside_ns
-    comp = g.kind == Kind.COMPUTE
-    total = int((s.end_ns[comp] - s.start_ns[comp]).sum())
+    present = g.win_start_ns >= 0
+    total = int((g.win_end_ns - g.win_start_ns)[present].sum())  # the run: every rank's steps
     if more <= 0 or more < CONTENTION_MIN_RATIO * total:
         return 0, ""
     return more, (
