@@ -249,6 +249,14 @@ def test_analyze_builds_the_run_graph_in_the_same_read() -> None:
     for f in ("unit", "lane", "start_ns", "end_ns", "kind", "window", "inst", "src", "dst"):
         assert np.array_equal(getattr(g, f), getattr(h, f)), f
     assert analyze(FIXTURES / "naive4_slow").run_graph is None  # only when asked
+    # past graph_max_nodes the graphs stop travelling (the count stays): 4 files of about 1,470
+    # nodes each, a limit of 3,000: the third file's passes it, that file's and the fourth's
+    # graphs are dropped as they arrive, and the run graph is left out
+    n = h.start_ns.size
+    capped = analyze(FIXTURES / "naive4_slow", graph=True, graph_max_nodes=3000)
+    assert capped.run_graph is None and capped.run_graph_nodes == n
+    full = analyze(FIXTURES / "naive4_slow", graph=True, graph_max_nodes=n)
+    assert full.run_graph is not None and full.run_graph_nodes == n
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in FIXTURES.iterdir() if p.is_dir()))

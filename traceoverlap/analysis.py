@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -43,6 +43,7 @@ from .summary import summarize_run, unit_key
 
 PathLike = str | Path
 I64 = npt.NDArray[np.int64]
+_R = TypeVar("_R")
 
 #: Where a rank number was only guessed (no metadata said it): such ranks may be renumbered.
 GUESSED_RANK_SOURCES = frozenset({"default", "process-order"})
@@ -77,6 +78,7 @@ def analyze(
     scheduler: str | None = None,
     detail: str | tuple[int | None, Any] | None = None,
     graph: bool = False,
+    graph_max_nodes: int | None = None,
 ) -> Analysis:
     """Analyze a trace, several rank traces, a folder, or a Timeline; see :class:`Analysis`.
 
@@ -86,7 +88,9 @@ def analyze(
     processes; ``scheduler``: ``"local"`` or a Dask scheduler address. ``detail``: ``"auto"``
     (the median step of the lowest rank) or ``(rank, step)``: also build that step's
     :class:`StepDetail` (the HTML report's timeline). ``graph``: also the run graph of the
-    what-if (``Analysis.run_graph``, docs/whatif.md §1), from the same read.
+    what-if (``Analysis.run_graph``, docs/whatif.md §1), from the same read; past
+    ``graph_max_nodes`` nodes it is left out (``Analysis.run_graph_nodes`` says how many), and
+    the map's results stop carrying graphs, so the reduce holds about that many at most.
     """
     options = build_options(
         step_regex=step_regex,
@@ -107,8 +111,8 @@ def analyze(
         if (request is None or request.rank is None) and detail is not None and source.traces:
             low = min(source.traces, key=lambda t: t.rank)
             request = DetailRequest(low.rank, None, request.step if request else None)
-        mapped = map_timeline(source, options, rules, request, graph)
-        results = [FileResult("<timeline>", mapped)]
+        mapped = FileResult("<timeline>", map_timeline(source, options, rules, request, graph))
+        results = list(_graphs_capped([mapped], graph_max_nodes))
         names = ["<timeline>"]
     else:
         files = expand_paths(source)
@@ -125,7 +129,9 @@ def analyze(
             graph=graph,
         )
         results = []
-        for res in run_map(files, task, jobs=jobs, scheduler=scheduler):
+        for res in _graphs_capped(
+            run_map(files, task, jobs=jobs, scheduler=scheduler), graph_max_nodes
+        ):
             assert isinstance(res, FileResult)
             if res.error is not None:
                 path, reason, hint = res.error
@@ -153,15 +159,32 @@ def analyze(
     return _with_run_graph(result, units)
 
 
+def _graphs_capped(results: Iterable[_R], limit: int | None) -> Iterator[_R]:
+    """The map's results; once the run graphs seen so far pass ``limit`` nodes, each unit's
+    graph is dropped (its node count kept): the run graph will be left out anyway, and what is
+    held stays about ``limit`` nodes plus one file's."""
+    total = 0
+    for res in results:
+        if limit is not None and isinstance(res, FileResult):
+            total += sum(u.graph_nodes for u in res.units)
+            if total > limit:
+                units = tuple(replace(u, graph=None) for u in res.units)
+                res = cast(_R, replace(res, units=units))
+        yield res
+
+
 def _with_run_graph(result: Analysis, units: Sequence[UnitResult]) -> Analysis:
     """The reduce side of the run graph (docs/whatif.md §1): the units' graphs, when the map
-    built them, joined (none when no unit has a step to replay)."""
+    built them, joined (none when no unit has a step to replay, or when some were dropped)."""
     from .rungraph import join_graphs
 
+    nodes = sum(u.graph_nodes for u in units)
+    if any(u.graph is None and u.graph_nodes for u in units):
+        return replace(result, run_graph_nodes=nodes)
     graphs = [u.graph for u in units if u.graph is not None]
     if not any(g.labels for g in graphs):
         return result
-    return replace(result, run_graph=join_graphs(graphs))
+    return replace(result, run_graph=join_graphs(graphs), run_graph_nodes=nodes)
 
 
 def _request(detail: str | tuple[int | None, Any] | None) -> DetailRequest | None:

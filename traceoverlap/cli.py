@@ -221,6 +221,7 @@ def run_analysis(
         scheduler=opts.get("scheduler"),
         detail=detail,
         graph=graph,
+        graph_max_nodes=WHATIF_MAX_NODES if graph else None,
     )
 
 
@@ -381,10 +382,10 @@ def with_what_if(result: Any) -> Any:
 
     g = result.run_graph
     lines: tuple[str, ...] = ()
-    if g is not None and g.start_ns.size > WHATIF_MAX_NODES:
+    if result.run_graph_nodes > WHATIF_MAX_NODES:
         lines = (
-            f"what-if left out: the run graph has {g.start_ns.size:,} activities (more than "
-            f"{WHATIF_MAX_NODES:,}: its replays would take minutes); run traceoverlap whatif",
+            f"what-if left out: the run graph has {result.run_graph_nodes:,} activities (more "
+            f"than {WHATIF_MAX_NODES:,}: its replays would take minutes); run traceoverlap whatif",
         )
     elif g is not None:
         try:

@@ -104,8 +104,10 @@ class UnitResult:
     host_ranges: pd.DataFrame | None = None
     #: what the unit already does (DDP, bucketing, training, CPU), for advice (diagnosis.md §10)
     strategy: UnitStrategy | None = None
-    #: the unit's run graph (docs/whatif.md §1), when the map was asked for it
+    #: the unit's run graph (docs/whatif.md §1), when the map was asked for it (dropped, its
+    #: node count kept, when the run's graphs grow past the caller's limit)
     graph: UnitGraph | None = None
+    graph_nodes: int = 0
 
     @property
     def n_windows(self) -> int:
@@ -388,6 +390,7 @@ def analyze_unit(
         run_graph = unit_graph(unit, kind, steps, mask, call_ivs)
     return UnitResult(
         graph=run_graph,
+        graph_nodes=0 if run_graph is None else int(run_graph.start_ns.size),
         trace=info,
         labels=steps.labels,
         parts=parts,

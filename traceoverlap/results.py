@@ -195,8 +195,10 @@ class Analysis:
     exposed_spans: Mapping[str, tuple[I64, I64, I64]] | None = None
     #: what the top counterfactuals would buy (docs/whatif.md §3), one line each; set by the CLI
     what_if: tuple[str, ...] = ()
-    #: the run graph (docs/whatif.md §1) built in the same read, when analyze was asked for it
+    #: the run graph (docs/whatif.md §1) built in the same read, when analyze was asked for it;
+    #: its node count (also when it was left out for passing ``graph_max_nodes``)
     run_graph: RunGraph | None = None
+    run_graph_nodes: int = 0
 
     @property
     def ranks(self) -> list[int]:
