@@ -417,6 +417,42 @@ def test_huge_int_in_a_field_we_read_goes_through_the_lenient_path(tmp_path: Pat
     assert any(n.startswith("dropped 1 events with unusable ts/dur") for n in info.notes)
 
 
+@pytest.mark.parametrize(
+    "odd",
+    [
+        [],  # every other phase decodes to an empty struct on the typed path
+        [{"ph": "Z", "cat": "cpu_op", "name": "z", "pid": 5, "tid": 5, "ts": 1, "dur": 1}],
+        [{"cat": "cpu_op", "name": "no_ph", "pid": 5, "tid": 5, "ts": 1, "dur": 1}],
+    ],
+    ids=["known phases", "unknown phase", "no ph"],
+)
+def test_phases_other_than_x_and_m_add_no_rows(tmp_path: Path, odd: list[Any]) -> None:
+    # ph is the tag msgspec picks the struct from: flows (s / f), instants (i), counters (C)
+    # and async events (b / e) carry the same fields as the X rows but are never rows; an
+    # unknown phase or a missing ph sends the chunk to the lenient decoder, which must read the
+    # same rows (the two X events) and the thread name from the M event.
+    rows = [
+        _x("cpu_op", "aten::mm", 5, 6, 1.0, 2.0),
+        _x("cuda_runtime", "cudaLaunchKernel", 5, 6, 1.5, 0.5, correlation=3),
+    ]
+    other = [
+        {"ph": "M", "name": "thread_name", "pid": 5, "tid": 6, "args": {"name": "worker"}},
+        {"ph": "s", "cat": "ac2g", "name": "ac2g", "pid": 5, "tid": 6, "ts": 1.5, "id": 3},
+        {"ph": "f", "cat": "ac2g", "name": "ac2g", "pid": 0, "tid": 7, "ts": 2, "id": 3, "bp": "e"},
+        {"ph": "i", "name": "Iteration Start", "pid": 5, "tid": 6, "ts": 1, "s": "t"},
+        {"ph": "C", "cat": "cpu_op", "name": "mem", "pid": 5, "ts": 1, "args": {"bytes": 7}},
+        {"ph": "b", "cat": "cpu_op", "name": "async", "pid": 5, "tid": 6, "ts": 1, "id": 9},
+        {"ph": "e", "cat": "cpu_op", "name": "async", "pid": 5, "tid": 6, "ts": 2, "id": 9},
+    ]
+    tl = read_kineto(_write(tmp_path, {"traceEvents": other + rows + odd}))
+    e = tl.events
+    assert e["name"].astype(str).tolist() == ["aten::mm", "cudaLaunchKernel"]
+    # ts 1.0 µs -> 1000 ns, dur 2.0 µs -> end 3000 ns; the launch from 1500 to 2000 ns.
+    assert e["start_ns"].tolist() == [1_000, 1_500] and e["end_ns"].tolist() == [3_000, 2_000]
+    assert e["correlation"].tolist() == [-1, 3]
+    assert e["thread_name"].astype(str).tolist() == ["worker", "worker"]
+
+
 def test_us_to_ns_is_exact() -> None:
     # Decimal reference: ns = ts * 1000 computed exactly from the decimal text.
     texts = ["4455129191346.443", "4433508589109.605", "4468844205959.227", "0.001", "1.5"]

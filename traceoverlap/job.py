@@ -46,7 +46,7 @@ def host_ranges(ev: pd.DataFrame, lo: int, hi: int) -> pd.DataFrame:
     is_op = (cat == "cpu_op").to_numpy()
     is_ann = (cat == "annotation").to_numpy()
     tid = ev["tid"].to_numpy()
-    worker = (ev["thread_name"].astype(str) == "pt_gloo_runloop").to_numpy()
+    worker = (ev["thread_name"] == "pt_gloo_runloop").to_numpy(dtype=bool, na_value=False)
     ops = is_op & ~worker
     if not ops.any():
         return pd.DataFrame(columns=list(HOST_RANGE_COLUMNS))
@@ -63,29 +63,38 @@ def host_ranges(ev: pd.DataFrame, lo: int, hi: int) -> pd.DataFrame:
         top[1:] = start[op_rows][1:] >= reach[:-1]
         op_rows = op_rows[top]
     rows = np.flatnonzero(on & (is_ann | is_op))
-    names = ev["name"].to_numpy()[rows].astype(str)
-    uniq = np.unique(names)
-    comm_name = np.array([_NOT_A_CAUSE.match(n) is not None for n in uniq], dtype=bool)
-    is_comm = comm_name[np.searchsorted(uniq, names)] if names.size else np.zeros(0, bool)
-    is_comm &= ~np.char.startswith(names.astype(str), "ProfilerStep#") if names.size else is_comm
+    # the name tests run once per distinct name, not once per row
+    labels, code = _name_codes(ev["name"], rows)
+    comm_name = np.array([_NOT_A_CAUSE.match(n) is not None for n in labels], dtype=bool)
+    step_name = np.array([n.startswith("ProfilerStep#") for n in labels], dtype=bool)
+    is_comm = comm_name[code] & ~step_name[code]
     calls = iv.union(start[rows[is_comm]], end[rows[is_comm]])
-    keep = (
-        np.isin(rows, np.concatenate((op_rows, np.flatnonzero(on & is_ann))))
-        & ~comm_name[np.searchsorted(uniq, names)]
-        if names.size
-        else np.zeros(0, bool)
-    )
-    rows = rows[keep]
+    chosen = np.zeros(len(tid), dtype=bool)
+    chosen[op_rows] = True
+    keep = (chosen[rows] | is_ann[rows]) & ~comm_name[code]
+    rows, code = rows[keep], code[keep]
     return pd.DataFrame(
         {
-            "name": np.concatenate(
-                (ev["name"].to_numpy()[rows].astype(str), np.full(calls[0].size, COMM_CALLS))
-            ),
+            "name": np.concatenate((labels[code].astype(str), np.full(calls[0].size, COMM_CALLS))),
             "start_ns": np.concatenate((start[rows], calls[0])).astype(np.int64),
             "end_ns": np.concatenate((end[rows], calls[1])).astype(np.int64),
         },
         columns=list(HOST_RANGE_COLUMNS),
     )
+
+
+def _name_codes(names: pd.Series, rows: I64) -> tuple[npt.NDArray[np.str_], I64]:
+    """(distinct names, the code of each of ``rows``' names): from the categorical's codes when
+    it is one (no per-row string), else by sorting the names; names as ``astype(str)`` gives."""
+    if isinstance(names.dtype, pd.CategoricalDtype):
+        codes = names.cat.codes.to_numpy()[rows]
+        if not (codes < 0).any():
+            used, code = np.unique(codes, return_inverse=True)
+            labels = np.asarray(names.cat.categories, dtype=object)[used].astype(str)
+            return labels, code.astype(np.int64)
+    text = names.to_numpy()[rows].astype(str)
+    labels, code = np.unique(text, return_inverse=True)
+    return labels, code.astype(np.int64)
 
 
 CREDIT_COLUMNS = (

@@ -28,11 +28,6 @@ from typing import Any
 
 from .errors import UsageError
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
 #: Step markers when nothing else is asked: what ``torch.profiler``'s ``prof.step()`` records.
 DEFAULT_STEP_REGEX = r"^ProfilerStep#(\d+)$"
 
@@ -189,6 +184,11 @@ def load_config(path: str | Path) -> dict[str, Any]:
     """Read and validate a TOML config file; returns flat keys (``comm_patterns``, ``step_regex``,
     ``lost_ratio``). Unknown sections or keys and values of the wrong type are errors naming the
     file and the key."""
+    if sys.version_info >= (3, 11):  # imported here: only a run with a config file needs it
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+
     p = Path(path)
     try:
         data = tomllib.loads(_config_text(p))

@@ -16,6 +16,7 @@ are matched once per distinct name.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,7 +24,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from . import intervals as iv
-from .model import Kind, Timeline, per_category
+from .model import Kind, Timeline
 from .steps import NO_LAUNCH, UnitSteps
 
 I64 = npt.NDArray[np.int64]
@@ -115,13 +116,39 @@ def _query_times(
     return out
 
 
+class _HostNames:
+    """The names of a unit's host rows, for many name tests: the distinct names the rows use are
+    found once (:func:`~traceoverlap.model.per_category` per test would find them again each
+    time), and each test runs once per distinct name."""
+
+    def __init__(self, col: pd.Series, host: npt.NDArray[np.bool_]) -> None:
+        cats = col.cat.categories
+        self.codes = col.cat.codes.to_numpy()
+        self.host = host
+        seen = np.bincount(self.codes[host].astype(np.int64) + 1, minlength=len(cats) + 1)[1:]
+        self.used = np.flatnonzero(seen > 0)
+        self.names = [str(c) for c in cats.to_numpy(dtype=object)[self.used]]
+        self.size = len(cats)
+
+    def test(self, fn: Callable[[str], bool]) -> npt.NDArray[np.bool_]:
+        """``fn(name)`` per category code, as :func:`~traceoverlap.model.per_category` gives it
+        (False for the names the host rows do not use and, last, for a missing name)."""
+        out = np.zeros(self.size + 1, dtype=bool)
+        if self.used.size:
+            out[self.used] = np.array([fn(n) for n in self.names], dtype=bool)
+        return out
+
+    def rows(self, fn: Callable[[str], bool]) -> npt.NDArray[np.bool_]:
+        """The host rows whose name passes ``fn``."""
+        hit: npt.NDArray[np.bool_] = self.test(fn)[self.codes]
+        return self.host & hit
+
+
 def _inside(
-    ev: pd.DataFrame, host: npt.NDArray[np.bool_], rx: re.Pattern[str], t: I64
+    ev: pd.DataFrame, names: _HostNames, rx: re.Pattern[str], t: I64
 ) -> npt.NDArray[np.bool_]:
     """Per time in ``t``: inside a host range whose name matches ``rx``?"""
-    hit = per_category(ev["name"], lambda s: bool(rx.search(s)), host, dtype=bool)
-    m = np.zeros(len(ev), dtype=bool)
-    m[host] = hit[ev["name"].cat.codes.to_numpy()[host]]
+    m = names.rows(lambda s: bool(rx.search(s)))
     if not m.any() or t.size == 0:
         return np.zeros(t.size, dtype=bool)
     s, e = iv.union(ev["start_ns"].to_numpy()[m], ev["end_ns"].to_numpy()[m])
@@ -129,14 +156,10 @@ def _inside(
     return (k >= 0) & (t < e[np.maximum(k, 0)])
 
 
-def _last_call_names(
-    ev: pd.DataFrame, host: npt.NDArray[np.bool_], t: I64
-) -> npt.NDArray[np.object_]:
+def _last_call_names(ev: pd.DataFrame, names: _HostNames, t: I64) -> npt.NDArray[np.object_]:
     """CPU units: per time, the name of the last ``c10d::*`` call starting at or before it."""
     out = np.full(t.size, "", dtype=object)
-    hit = per_category(ev["name"], lambda s: bool(_COMM_CALL.search(s)), host, dtype=bool)
-    m = np.zeros(len(ev), dtype=bool)
-    m[host] = hit[ev["name"].cat.codes.to_numpy()[host]]
+    m = names.rows(lambda s: bool(_COMM_CALL.search(s)))
     idx = np.flatnonzero(m)
     if idx.size == 0 or t.size == 0:
         return out
@@ -145,8 +168,8 @@ def _last_call_names(
     idx, st = idx[order], st[order]
     k = np.searchsorted(st, t, side="right") - 1
     ok = k >= 0
-    names = ev["name"].to_numpy()
-    out[ok] = [str(names[idx[j]]) for j in k[ok].tolist()]
+    names_col = ev["name"].to_numpy()
+    out[ok] = [str(names_col[idx[j]]) for j in k[ok].tolist()]
     return out
 
 
@@ -157,21 +180,18 @@ def unit_purposes(
     ``family``, ``label``, ``kernel``, ``lane``, ``start_ns``, ``window``) and the unit's
     strategy."""
     ev = unit.events
-    cat = ev["category"].astype(str).to_numpy()
-    host = np.isin(cat, _HOST_CATEGORIES) & (ev["end_ns"].to_numpy() > ev["start_ns"].to_numpy())
-    names = ev["name"]
-    has_ddp = bool(
-        per_category(names, lambda s: "DistributedDataParallel" in s, host, dtype=bool).any()
+    host = ev["category"].isin(_HOST_CATEGORIES).to_numpy(dtype=bool, na_value=False) & (
+        ev["end_ns"].to_numpy() > ev["start_ns"].to_numpy()
     )
-    has_bwd = bool(
-        per_category(names, lambda s: bool(PATTERNS["backward"].search(s)), host, dtype=bool).any()
-    )
+    names = _HostNames(ev["name"], host)
+    has_ddp = bool(names.test(lambda s: "DistributedDataParallel" in s).any())
+    has_bwd = bool(names.test(lambda s: bool(PATTERNS["backward"].search(s))).any())
     if inst.empty:
         return np.zeros(0, dtype=object), UnitStrategy(has_ddp, has_ddp, has_bwd, not steps.gpu)
     t = _query_times(ev, kind, inst, steps)
-    flag = {k: _inside(ev, host, rx, t) for k, rx in PATTERNS.items()}
+    flag = {k: _inside(ev, names, rx, t) for k, rx in PATTERNS.items()}
     if not steps.gpu:
-        last = _last_call_names(ev, host, t)
+        last = _last_call_names(ev, names, t)
         flag["reduce_scatter_base"] |= np.array(
             [bool(PATTERNS["reduce_scatter_base"].search(s)) for s in last], dtype=bool
         )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import Any, ClassVar, Union
 
 import msgspec
 
@@ -42,15 +42,68 @@ _NO_ARGS = _Args()
 
 # No ``id``: only flows need it, and they are read in a second pass, only by traces that need
 # them. ts / dur default to NaN: an event without them is dropped, never given time 0.
-class _Event(msgspec.Struct, gc=False):
-    ph: str = ""
+#
+# ``ph`` is the tag of a tagged union: msgspec picks the struct from it, so an ``X`` event gets
+# the columns' fields, an ``M`` event the metadata's, and every other phase (a third of a
+# trace's events are ``s`` / ``f`` flow ends) an empty struct whose fields the C decoder skips
+# without building a single string (measured: ~40% less decode time, and less to free). A phase
+# outside :data:`PHASES`, or an event without ``ph``, fails validation and sends its chunk to
+# the lenient decoder, which reads it as before. ``ph`` stays readable as a class attribute.
+class _Event(msgspec.Struct, gc=False, tag_field="ph", tag="X"):
+    ph: ClassVar[str] = "X"
     cat: str = ""
     name: str = ""
     pid: int | str = -1
     tid: int | str = -1
     ts: float = math.nan
     dur: float = math.nan
-    args: _Args = _NO_ARGS  # shared, frozen: events without args (flows...) allocate nothing
+    args: _Args = _NO_ARGS  # shared, frozen: events without args allocate nothing
+
+
+class _MetaEvent(msgspec.Struct, gc=False, tag_field="ph", tag="M"):
+    """A metadata event: the thread / process names."""
+
+    ph: ClassVar[str] = "M"
+    cat: ClassVar[str] = ""
+    ts: ClassVar[float] = math.nan
+    dur: ClassVar[float] = math.nan
+    name: str = ""
+    pid: int | str = -1
+    tid: int | str = -1
+    args: _Args = _NO_ARGS
+
+
+class _Skipped(msgspec.Struct, gc=False, frozen=True):
+    """An event of a phase the read does not use: no field is decoded; it reads as an event
+    with every field missing."""
+
+    ph: ClassVar[str] = ""
+    cat: ClassVar[str] = ""
+    name: ClassVar[str] = ""
+    pid: ClassVar[int] = -1
+    tid: ClassVar[int] = -1
+    ts: ClassVar[float] = math.nan
+    dur: ClassVar[float] = math.nan
+    args: ClassVar[_Args] = _NO_ARGS
+
+
+#: The phases of the Chrome trace event format (its "Event Descriptions"), legacy ones included.
+PHASES = tuple("BEXiICbneSTpFstfPONDMVvRc()")
+_SKIPPED = tuple(
+    msgspec.defstruct(
+        f"_Skipped{ord(ph)}",
+        [],
+        bases=(_Skipped,),
+        namespace={"ph": ph},
+        tag_field="ph",
+        tag=ph,
+        gc=False,
+        frozen=True,
+    )
+    for ph in PHASES
+    if ph not in ("X", "M")
+)
+_ANY_EVENT: Any = Union[(_Event, _MetaEvent, *_SKIPPED)]  # noqa: UP007 (a runtime union)
 
 
 class _FlowEvent(msgspec.Struct, gc=False):
@@ -133,7 +186,7 @@ HEAD = msgspec.json.Decoder(Head)
 _ANY = msgspec.json.Decoder()
 RAW = msgspec.json.Decoder(msgspec.Raw)
 RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
-EVENTS = msgspec.json.Decoder(list[_Event])
+EVENTS = msgspec.json.Decoder(list[_ANY_EVENT])
 FLOWS = msgspec.json.Decoder(list[_FlowEvent])
 _LOOSE_EVENTS = msgspec.json.Decoder(list[_LooseEvent])
 _RAW_ARGS_EVENTS = msgspec.json.Decoder(list[_RawArgsEvent])
@@ -262,7 +315,7 @@ def _decode_deep(path: str, buf: Any, typed: EventsDecoder) -> Chunk:
 
 
 def _as_loose(e: Any) -> Any:
-    if isinstance(e, _Event):
+    if isinstance(e, (_Event, _MetaEvent, _Skipped)):
         a = e.args
         args = LooseArgs(
             a.device,

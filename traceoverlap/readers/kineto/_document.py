@@ -37,8 +37,11 @@ from ._decode import (
     too_deep,
 )
 
-#: Bytes of JSON decoded at once: bounds the live structs to one chunk's worth (~40k events).
-CHUNK_BYTES = 8 << 20
+#: Bytes of JSON decoded at once: bounds the live structs to one chunk's worth (~9k events).
+#: Small enough that a chunk's structs are still in the CPU's cache when their columns are
+#: taken and when they are freed: reading the 145 MB benchmark trace costs ~8% less CPU than
+#: with 8 MB chunks (measured at 1, 2 and 8 MB: 0.53, 0.53, 0.59 s).
+CHUNK_BYTES = 2 << 20
 #: Read this far into a gzip stream at most looking for ``"traceEvents"`` before giving up.
 _HEADER_MAX = 64 << 20
 

@@ -1,0 +1,90 @@
+"""The command's quick exit (``traceoverlap.__main__.run``): same exit codes, complete output,
+exit handlers run; anything unusual takes the normal exit."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from traceoverlap import __main__ as entry
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "workloads" / "ddp"
+
+
+def _run(*args: str, code: str | None = None) -> subprocess.CompletedProcess[str]:
+    argv = (
+        [sys.executable, "-m", "traceoverlap", *args]
+        if code is None
+        else [
+            sys.executable,
+            "-c",
+            code,
+            *args,
+        ]
+    )
+    return subprocess.run(argv, capture_output=True, text=True, timeout=300)
+
+
+def test_output_to_a_pipe_is_complete(tmp_path: Path) -> None:
+    piped = _run("analyze", str(FIXTURE), "--format", "json")
+    assert piped.returncode == 0, piped.stderr
+    out = tmp_path / "a.json"
+    written = _run("analyze", str(FIXTURE), "--format", "json", "-o", str(out))
+    assert written.returncode == 0, written.stderr
+    # the whole document came through the pipe: the same as the file, which parses
+    assert piped.stdout == out.read_text(encoding="utf-8")
+    assert json.loads(piped.stdout)["traces"]
+
+
+def test_error_exit_code_and_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json", encoding="utf-8")
+    out = _run("analyze", str(bad))
+    assert out.returncode == 2
+    assert out.stderr.count("\n") == 1 and str(bad) in out.stderr
+
+
+def test_exit_handlers_run_before_the_quick_exit() -> None:
+    code = (
+        "import atexit, sys\n"
+        "atexit.register(lambda: print('handler ran', flush=False))\n"
+        "from traceoverlap.__main__ import run\n"
+        "sys.argv = ['traceoverlap', '--version']\n"
+        "run()\n"
+    )
+    out = _run(code=code)
+    assert out.returncode == 0, out.stderr
+    assert "traceoverlap" in out.stdout and out.stdout.rstrip().endswith("handler ran")
+
+
+def test_a_message_exit_takes_the_normal_exit(monkeypatch: pytest.MonkeyPatch) -> None:
+    def main() -> None:
+        raise SystemExit("a message, not a code")
+
+    monkeypatch.setattr(entry, "main", main)
+    with pytest.raises(SystemExit) as exc:
+        entry.run()
+    assert exc.value.code == "a message, not a code"
+
+
+def test_a_running_thread_takes_the_normal_exit(monkeypatch: pytest.MonkeyPatch) -> None:
+    stop = threading.Event()
+    worker = threading.Thread(target=stop.wait)
+    worker.start()
+
+    def main() -> None:
+        raise SystemExit(0)
+
+    monkeypatch.setattr(entry, "main", main)
+    try:
+        with pytest.raises(SystemExit) as exc:
+            entry.run()
+        assert exc.value.code == 0
+    finally:
+        stop.set()
+        worker.join()
