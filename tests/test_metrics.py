@@ -1,5 +1,6 @@
 """Per-step metrics on hand-built timelines; every expected number is derived in a comment."""
 
+import pandas as pd
 import pytest
 from builders import MS, cpu_timeline, gpu_timeline
 
@@ -78,7 +79,7 @@ def test_exercise_2_communication_bound():
 
 def test_no_comm_gives_null_ratio_and_idle_bound():
     # kernels [0,10) and [30,40) ms: step 40, compute 20, busy 20, idle 20 = 50 % >= 20 % -> idle-bound;
-    # no comm -> overlap_ratio None (not 0, not NaN); exposed 0; ideal 40; speedup 1.0
+    # no comm -> overlap_ratio null (<NA>: not 0, not NaN); exposed 0; ideal 40; speedup 1.0
     r = _row(
         analyze(
             gpu_timeline(
@@ -86,7 +87,7 @@ def test_no_comm_gives_null_ratio_and_idle_bound():
             )
         )
     )
-    assert r.overlap_ratio is None
+    assert r.overlap_ratio is pd.NA
     assert (r.idle_ns, r.exposed_comm_ns, r.ideal_ns) == (20 * MS, 0, 40 * MS)
     assert r.bottleneck == "idle-bound"
     assert r.potential_speedup == pytest.approx(1.0)
@@ -308,4 +309,4 @@ def test_summary_median_and_worst_step():
     assert run.median("step_ns") == 12 * MS
     # aggregate overlap ratio: total overlap 0 / total comm 6 ms = 0.0 ; step 1 has no comm -> None
     assert run.overlap_ratio == 0.0
-    assert res.steps["overlap_ratio"].tolist()[0] is None
+    assert res.steps["overlap_ratio"].tolist()[0] is pd.NA  # null in the DataFrame: <NA>

@@ -102,7 +102,8 @@ def _norm_device(v: Any) -> int:
 
 def _same(a: Any, b: Any) -> bool:
     """Tool value a equals oracle value b: None only for None, ns as integers (never floats),
-    ratios to 1e-9, labels as text."""
+    ratios to 1e-9, labels as text. The DataFrame's null is pandas' NA (nullable columns)."""
+    a = None if a is pd.NA else a
     if a is None or b is None:
         return a is None and b is None
     if isinstance(b, bool) or isinstance(b, str):
@@ -136,9 +137,9 @@ def check_invariants(df: pd.DataFrame) -> None:
         assert 0 <= r["idle_ns"] <= r["step_ns"], dict(r)
         for ratio, denom in RATIOS.items():
             if ratio in r:
-                assert (r[ratio] is None) == (r[denom] == 0), (ratio, dict(r))
+                assert (r[ratio] is pd.NA) == (r[denom] == 0), (ratio, dict(r))
         if "potential_speedup" in r:
-            assert (r["potential_speedup"] is None) == (r["ideal_ns"] == 0), dict(r)
+            assert (r["potential_speedup"] is pd.NA) == (r["ideal_ns"] == 0), dict(r)
         if all(p in r for p in PARTS):
             assert sum(int(r[p]) for p in PARTS) == r["step_ns"], dict(r)
         if "exposed_wait_ns" in r and "exposed_transfer_ns" in r:

@@ -564,13 +564,13 @@ def _step_table(
             "exposed_wait_ns": cause_ns["wait"],
             "exposed_transfer_ns": exposed_ns - cause_ns["wait"],
             **{f"exposed_{c}_ns": cause_ns[c] for c in CAUSES[1:]},
-            "overlap_ratio": pd.array(ratio(base["overlap_ns"], base["comm_ns"]), dtype=object),
+            "overlap_ratio": pd.array(ratio(base["overlap_ns"], base["comm_ns"]), dtype="Float64"),
             "ideal_ns": base["ideal_ns"],
-            "potential_speedup": pd.array(ratio(step, base["ideal_ns"]), dtype=object),
-            "exposed_comm_ratio": pd.array(ratio(exposed_ns, step), dtype=object),
-            "idle_ratio": pd.array(ratio(base["idle_ns"], step), dtype=object),
-            "iteration_ns": pd.array(
-                [None if v < 0 else v for v in base["iteration_ns"].tolist()], dtype=object
+            "potential_speedup": pd.array(ratio(step, base["ideal_ns"]), dtype="Float64"),
+            "exposed_comm_ratio": pd.array(ratio(exposed_ns, step), dtype="Float64"),
+            "idle_ratio": pd.array(ratio(base["idle_ns"], step), dtype="Float64"),
+            "iteration_ns": pd.arrays.IntegerArray(
+                base["iteration_ns"].astype(np.int64), base["iteration_ns"] < 0
             ),
             "bottleneck": "",
             "reason": "",

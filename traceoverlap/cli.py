@@ -643,11 +643,29 @@ def _echo_analysis(result: Any) -> None:
 @main.command()
 @click.option(
     "--strategy",
-    type=click.Choice(["naive", "flat", "overlap", "bucketed", "ddp"]),
+    type=click.Choice(
+        ["naive", "flat", "overlap", "bucketed", "ddp", "tp", "pipeline", "fsdp", "moe"]
+    ),
     default="bucketed",
     show_default=True,
-    help="Gradient sync: naive (per-parameter, after backward), flat (one buffer, after backward), "
-    "overlap (per-parameter async, during backward), bucketed (async buckets), ddp.",
+    help="Data parallel, by gradient sync: naive (per-parameter, after backward), flat (one "
+    "buffer, after backward), overlap (per-parameter async, during backward), bucketed (async "
+    "buckets), ddp. Model parallel (an MLP of the preset's width): tp (tensor-parallel groups of "
+    "--tp-size + data parallel), pipeline (GPipe, a stage per rank, --micro-batches), fsdp "
+    "(all-gather before use, reduce-scatter after backward), moe (all-to-all to an expert per "
+    "rank).",
+)
+@click.option(
+    "--tp-size",
+    type=click.IntRange(1, None),
+    metavar="N",
+    help="tp: ranks per tensor-parallel group; must divide --world-size (default 2).",
+)
+@click.option(
+    "--micro-batches",
+    type=click.IntRange(1, None),
+    metavar="N",
+    help="pipeline: micro-batches per step; must divide the batch (default 4).",
 )
 @click.option(
     "--model",
@@ -719,7 +737,14 @@ def _echo_analysis(result: Any) -> None:
     type=click.FloatRange(0, None),
     default=0.0,
     metavar="MS",
-    help="... sleeping MS ms before each backward.",
+    help="... sleeping MS ms each step, at --slow-phase.",
+)
+@click.option(
+    "--slow-phase",
+    type=click.Choice(["dataloader", "forward", "pre-backward", "backward", "optimizer"]),
+    help="Where --slow-rank sleeps: at the start of that phase's range (pipeline forward/"
+    "backward: in every micro-batch of its stage). Default: pre-backward, between forward and "
+    "backward, in neither range.",
 )
 @click.option(
     "--host-delay-ms",
@@ -729,6 +754,16 @@ def _echo_analysis(result: Any) -> None:
     help="Every rank sleeps MS ms on the host after launching the step's all-reduces, before "
     "waiting for them and the optimizer (overlap/bucketed: communication in flight meets no "
     "compute; then the device idles).",
+)
+@click.option(
+    "--comm",
+    type=click.Choice(["on", "off"]),
+    default="on",
+    show_default=True,
+    help="off: the same program with every communication call skipped (same compute and "
+    "ranges): what compute costs without communication beside it (the overlap tax, "
+    "traceoverlap whatif). ddp still communicates in its first two iterations: it needs "
+    "--warmup >= 1.",
 )
 @click.option(
     "--nsys",
@@ -744,7 +779,7 @@ def _echo_analysis(result: Any) -> None:
 )
 @debug_option
 @handle_errors
-def profile(out: str | None, nsys: bool, timeout: float, **opts: Any) -> None:
+def profile(out: str | None, nsys: bool, timeout: float, comm: str, **opts: Any) -> None:
     """Run a reference data-parallel training workload, trace every rank, and analyze it.
 
     Needs PyTorch (pip install 'traceoverlap[workloads]'). Ranks use gloo on CPU, NCCL on
@@ -761,6 +796,9 @@ def profile(out: str | None, nsys: bool, timeout: float, **opts: Any) -> None:
       traceoverlap profile --strategy bucketed --host-delay-ms 60
       traceoverlap profile --strategy naive --model mlp --preset comm-heavy
       traceoverlap profile --strategy ddp --preset large --nsys --out runs/ddp-nsys
+      traceoverlap profile --strategy tp --world-size 4 --slow-rank 3 --slow-ms 40 --slow-phase forward
+      traceoverlap profile --strategy pipeline --micro-batches 4
+      traceoverlap profile --strategy overlap --comm off --out runs/overlap-commoff
     To run under torchrun yourself:
       torchrun --nproc-per-node 8 -m traceoverlap_workloads --strategy ddp --out runs/ddp
     """
@@ -769,7 +807,7 @@ def profile(out: str | None, nsys: bool, timeout: float, **opts: Any) -> None:
     from .analysis import analyze
     from .profile import ProfileOptions, run_profile
 
-    options = ProfileOptions(timeout_s=timeout, **opts)
+    options = ProfileOptions(timeout_s=timeout, comm=comm == "on", **opts)
     folder = Path(out or f"runs/{options.strategy}")
     traces = run_profile(options, folder, nsys=nsys)
     _echo_analysis(analyze([str(t) for t in traces]))

@@ -553,6 +553,11 @@ def _same_stream(
     return np.asarray((window >= 0) & compute_lane & delayed, dtype=bool)
 
 
+def _known_ns(ns: I64) -> pd.arrays.IntegerArray:
+    """ns with -1 (unknown) as <NA>: a nullable ``Int64`` column (docs/python-api.md)."""
+    return pd.arrays.IntegerArray(ns.astype(np.int64), ns < 0)
+
+
 def _queueing(
     ev: pd.DataFrame, c: _CommRows, head: I64, launch_row: I64, gpu: bool
 ) -> tuple[I64, I64]:
@@ -1287,8 +1292,9 @@ def _tables(
             "exposed_ns": inst["exposed_ns"].to_numpy(np.int64),
             **{f"exposed_{c}_ns": inst[f"exposed_{c}_ns"].to_numpy(np.int64) for c in CAUSES},
             "same_stream": inst["same_stream"].astype(bool).to_numpy(),
-            "queued_ns": inst["queued_ns"].to_numpy(np.int64),
-            "behind_comm_ns": inst["behind_comm_ns"].to_numpy(np.int64),
+            # nullable: <NA> where the launch is unknown (internally -1)
+            "queued_ns": _known_ns(inst["queued_ns"].to_numpy(np.int64)),
+            "behind_comm_ns": _known_ns(inst["behind_comm_ns"].to_numpy(np.int64)),
             "matched": inst["matched"].to_numpy(bool),
             "aligned_start_ns": inst["aligned_start"].to_numpy(np.int64),
             "aligned_end_ns": (inst["aligned_start"] + inst["dur_ns"]).to_numpy(np.int64),
@@ -1384,10 +1390,13 @@ def _straggler_table(
             "rank": rank_arr,
             "instances": count.to_numpy().astype(np.int64),
             "last_count": last_count.to_numpy().astype(np.int64),
-            "last_ratio": [
-                (lc / n if n and aligned else None)
-                for lc, n in zip(last_count.tolist(), count.tolist(), strict=True)
-            ],
+            "last_ratio": pd.array(
+                [
+                    (lc / n if n and aligned else None)
+                    for lc, n in zip(last_count.tolist(), count.tolist(), strict=True)
+                ],
+                dtype="Float64",
+            ),
             "waited_for_ns": waited_for.to_numpy().astype(np.int64),
             "wait_ns": own_wait.to_numpy().astype(np.int64),
             "exposed_waited_for_ns": credit.groupby("waited_for_rank")["exposed_wait_ns"]

@@ -11,10 +11,15 @@ nanoseconds out for medians (a median of two rows may fall between them).
   - ``step_speedup`` = baseline median step / candidate median step (> 1: the candidate is faster).
   - ``main_change``: the time metric (other than the step itself) whose median moved most.
   - the dominant verdict of each run and whether it changed.
-  - ``collectives``: collectives whose exposure changed most. A collective is identified across
-    runs by its kind and its position among the collectives of that kind within a step
-    (``all_reduce #3``), since the instances themselves differ between runs; its exposure is the
-    median over (rank, step) of that collective's exposed ns (0 where a run does not have it).
+  - ``collectives``: collectives whose exposure changed most. The instances themselves differ
+    between runs, so a collective is identified by its key (name, purpose, bytes when known) and
+    its order among the collectives of that key within a step (``all_reduce #3``;
+    ``paired_by`` = "order"); its exposure is the median over (rank, step) of that collective's
+    exposed ns (0 where a run does not have it). Pairing needs the runs' collectives to
+    correspond: when, within a family, the runs issue different keys or counts per step (30
+    per-parameter all-reduces against 3 buckets), that family is compared as a whole
+    (``AllReduce (the family per step)``, ``paired_by`` = "family": the median over (rank, step)
+    of the family's exposed ns summed per step), and a note says so.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from . import fmt
 from .results import Analysis
 
 #: (step column, label) in report order.
@@ -54,6 +60,7 @@ COLLECTIVE_COLUMNS = (
     "delta_ns",
     "baseline_count",
     "candidate_count",
+    "paired_by",
 )
 
 
@@ -97,42 +104,116 @@ def _median(steps: pd.DataFrame, col: str) -> float | None:
     return float(v.median()) if len(v) else None
 
 
-def _collective_profile(analysis: Analysis) -> pd.DataFrame:
-    """Per (kind, position within the step): median exposed ns over (rank, step), and count."""
+def _keyed(analysis: Analysis) -> pd.DataFrame:
+    """Every collective of every (rank, step) with its pairing key: ``family``, ``name``,
+    ``purpose`` ("" unknown), ``bytes`` (-1 unknown), in start order within its step."""
     coll = analysis.collectives
+    cols = ["unit", "window", "start_ns", "family", "name", "purpose", "bytes", "exposed_ns"]
     if coll is None or coll.per_rank.empty:
-        return pd.DataFrame(columns=["name", "position", "exposed_ns", "count"])
+        return pd.DataFrame(columns=cols)
     df = coll.per_rank.sort_values(["unit", "window", "start_ns"], kind="stable")
-    df = df.assign(position=df.groupby(["unit", "window", "name"]).cumcount() + 1)
-    g = df.groupby(["name", "position"], sort=True)
-    return pd.DataFrame(
-        {"exposed_ns": g["exposed_ns"].median(), "count": g["exposed_ns"].size()}
-    ).reset_index()
+    inst = coll.instances.drop_duplicates("instance")
+    nbytes = inst.set_index("instance")["bytes"] if "bytes" in inst.columns else None
+    b = df["instance"].map(nbytes) if nbytes is not None else pd.Series(np.nan, index=df.index)
+    purpose = df["purpose"] if "purpose" in df.columns else pd.Series("", index=df.index)
+    return df.assign(
+        family=df["family"].astype(str),
+        name=df["name"].astype(str),
+        purpose=purpose.fillna("").astype(str),
+        bytes=pd.to_numeric(b, errors="coerce").fillna(-1).astype(np.int64),
+    )[cols]
 
 
-def _per_step_counts(analysis: Analysis) -> dict[str, int]:
-    """Per collective kind: how many a step issues (median over (rank, step) of the count)."""
-    coll = analysis.collectives
-    if coll is None or coll.per_rank.empty:
+_KEY = ["name", "purpose", "bytes"]
+
+
+def _per_step(df: pd.DataFrame) -> dict[str, dict[tuple[str, str, int], int]]:
+    """Per family: how many of each (name, purpose, bytes) a step issues (the median over the
+    (rank, step)s that issue it)."""
+    if df.empty:
         return {}
-    n = coll.per_rank.groupby(["name", "unit", "window"]).size()
-    return {str(k): int(v) for k, v in n.groupby(level="name").median().items()}
-
-
-def _pairing_notes(baseline: Analysis, candidate: Analysis) -> list[str]:
-    """Collectives are paired by position within a step (``all_reduce #6`` with ``#6``): when
-    the runs issue a different number of a kind per step (30 per-parameter all-reduces vs 3
-    buckets), the pairs are not the same collective, and the comparison says so."""
-    b, c = _per_step_counts(baseline), _per_step_counts(candidate)
-    out = []
-    for name in sorted(set(b) & set(c)):
-        if b[name] != c[name]:
-            out.append(
-                f"the runs issue different {name} collectives per step ({b[name]} vs {c[name]}): "
-                f"'{name} #N' pairs the N-th of each step, not the same collective; compare the "
-                "totals (exposed comm) rather than the pairs"
-            )
+    n = df.groupby(["family", *_KEY, "unit", "window"]).size()
+    med = n.groupby(level=["family", *_KEY]).median()
+    out: dict[str, dict[tuple[str, str, int], int]] = {}
+    for (fam, name, purpose, nbytes), v in med.items():
+        out.setdefault(str(fam), {})[(str(name), str(purpose), int(nbytes))] = int(v)
     return out
+
+
+def _by_order(df: pd.DataFrame, qualified: set[str]) -> pd.DataFrame:
+    """Collectives paired by key and their order within the key in a step: median exposed ns over
+    (rank, step) and how many (rank, step) have it. ``qualified``: names shown with purpose
+    and size (a run issues that name with several)."""
+    cols = ["collective", "name", "position", "exposed_ns", "count", "paired_by"]
+    if df.empty:
+        return pd.DataFrame(columns=cols)
+    df = df.assign(position=df.groupby(["unit", "window", *_KEY]).cumcount() + 1)
+    g = df.groupby([*_KEY, "position"], sort=True)["exposed_ns"]
+    out = pd.DataFrame({"exposed_ns": g.median(), "count": g.size()}).reset_index()
+    out["collective"] = [
+        f"{n} ({p or 'purpose unknown'}, {fmt.size(b, 'size unknown')}) #{k}"
+        if n in qualified
+        else f"{n} #{k}"
+        for n, p, b, k in zip(
+            out["name"], out["purpose"], out["bytes"], out["position"], strict=True
+        )
+    ]
+    return out.assign(paired_by="order")[cols]
+
+
+def _by_family(df: pd.DataFrame) -> pd.DataFrame:
+    """Families compared as a whole: per (rank, step) the family's exposed ns summed, then the
+    median over (rank, step), and how many (rank, step) issue the family."""
+    cols = ["collective", "name", "position", "exposed_ns", "count", "paired_by"]
+    if df.empty:
+        return pd.DataFrame(columns=cols)
+    per = df.groupby(["family", "unit", "window"])["exposed_ns"].sum()
+    g = per.groupby(level="family")
+    out = pd.DataFrame({"exposed_ns": g.median(), "count": g.size()}).reset_index()
+    return out.assign(
+        collective=[f"{f} (the family per step)" for f in out["family"]],
+        name=out["family"],
+        position=0,
+        paired_by="family",
+    )[cols]
+
+
+def _describe(keys: dict[tuple[str, str, int], int]) -> str:
+    return ", ".join(
+        f"{n} {name}"
+        + (f" ({purpose}" + (f", {fmt.size(b)}" if b >= 0 else "") + ")" if purpose else "")
+        for (name, purpose, b), n in sorted(keys.items())
+    )
+
+
+def _profiles(
+    baseline: Analysis, candidate: Analysis, labels: tuple[str, str]
+) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
+    """Both runs' collective profiles, paired the same way, and the notes saying where the runs'
+    collectives do not correspond. A family is paired collective by collective (by name,
+    purpose and bytes, then order within the step) when both runs issue the same of each per
+    step; else (30 per-parameter all-reduces against 3 buckets) it is compared as a whole."""
+    kb, kc = _keyed(baseline), _keyed(candidate)
+    sb, sc = _per_step(kb), _per_step(kc)
+    whole = sorted(f for f in set(sb) & set(sc) if sb[f] != sc[f])
+    notes = [
+        f"{labels[0]} has {_describe(sb[f])} a step, {labels[1]} {_describe(sc[f])}: their {f} "
+        f"collectives do not correspond one to one, so {f} is compared by family only (its "
+        "exposed time per step)"
+        for f in whole
+    ]
+    qualified = set()
+    for per in (sb, sc):
+        for fam, keys in per.items():
+            names = [k[0] for k in keys]
+            qualified |= {n for n in names if names.count(n) > 1 and fam not in whole}
+
+    def profile(k: pd.DataFrame) -> pd.DataFrame:
+        fam = k["family"].isin(whole)
+        parts = [_by_order(k[~fam], qualified), _by_family(k[fam])]
+        return pd.concat([p for p in parts if not p.empty] or parts[:1], ignore_index=True)
+
+    return profile(kb), profile(kc), notes
 
 
 def _main_change(metrics: pd.DataFrame) -> str | None:
@@ -176,8 +257,9 @@ def compare(
     b_step, c_step = _median(baseline.steps, "step_ns"), _median(candidate.steps, "step_ns")
     speedup = b_step / c_step if b_step is not None and c_step else None
 
-    bp, cp = _collective_profile(baseline), _collective_profile(candidate)
-    both = bp.merge(cp, on=["name", "position"], how="outer", suffixes=("_b", "_c"))
+    bp, cp, pairing = _profiles(baseline, candidate, (baseline_label, candidate_label))
+    keys = ["collective", "name", "position", "paired_by"]
+    both = bp.merge(cp, on=keys, how="outer", suffixes=("_b", "_c"))
     both = both.fillna({"exposed_ns_b": 0.0, "exposed_ns_c": 0.0, "count_b": 0, "count_c": 0})
     both["delta"] = both["exposed_ns_c"] - both["exposed_ns_b"]
     both["abs"] = both["delta"].abs()
@@ -185,9 +267,7 @@ def compare(
     both = both[both["abs"] > 0].head(top)
     collectives = pd.DataFrame(
         {
-            "collective": [
-                f"{n} #{p}" for n, p in zip(both["name"], both["position"], strict=True)
-            ],
+            "collective": both["collective"].astype(str).to_numpy(),
             "name": both["name"].astype(str).to_numpy(),
             "position": both["position"].to_numpy().astype(np.int64),
             "baseline_exposed_ns": both["exposed_ns_b"].to_numpy().astype(float),
@@ -195,12 +275,13 @@ def compare(
             "delta_ns": both["delta"].to_numpy().astype(float),
             "baseline_count": both["count_b"].to_numpy().astype(np.int64),
             "candidate_count": both["count_c"].to_numpy().astype(np.int64),
+            "paired_by": both["paired_by"].astype(str).to_numpy(),
         },
         columns=list(COLLECTIVE_COLUMNS),
     )
     notes = [f"{baseline_label}: {n}" for n in baseline.notes]
     notes += [f"{candidate_label}: {n}" for n in candidate.notes]
-    notes[:0] = _pairing_notes(baseline, candidate) if not collectives.empty else []
+    notes[:0] = pairing
     nb, nc = len(baseline.traces), len(candidate.traces)
     if nb != nc:
         notes.insert(

@@ -1,7 +1,7 @@
 """Numbers as text, in one place: every reason line, table and page formats times and ratios here.
 
 Inside the program times are integer nanoseconds and ratios 0-1 floats; only text shows ms and %.
-A missing value (None, NaN) shows as ``-`` (or the given ``missing``).
+A missing value (None, NaN, pandas' NA) shows as ``-`` (or the given ``missing``).
 """
 
 from __future__ import annotations
@@ -10,9 +10,11 @@ import math
 import re
 from typing import Any
 
+import pandas as pd
+
 
 def _missing(x: Any) -> bool:
-    return x is None or (isinstance(x, float) and math.isnan(x))
+    return x is None or x is pd.NA or (isinstance(x, float) and math.isnan(x))
 
 
 def ms(ns: Any, digits: int = 2, missing: str = "-") -> str:

@@ -30,7 +30,11 @@ from pathlib import Path
 
 from .errors import TraceoverlapError, UsageError
 
-STRATEGIES = ("naive", "flat", "overlap", "bucketed", "ddp")
+#: data parallel (by gradient synchronisation), then model parallel (workloads/parallel.py)
+STRATEGIES = ("naive", "flat", "overlap", "bucketed", "ddp", "tp", "pipeline", "fsdp", "moe")
+DATA_PARALLEL = ("naive", "flat", "overlap", "bucketed", "ddp")
+#: where ``slow_rank`` sleeps (the workload's ``--slow-phase``)
+SLOW_PHASES = ("dataloader", "forward", "pre-backward", "backward", "optimizer")
 MODELS = ("gpt", "mlp")
 PRESETS = ("tiny", "small", "medium", "large", "xl", "comm-heavy")
 DTYPES = ("float32", "bfloat16", "float16")
@@ -47,7 +51,10 @@ class ProfileOptions:
     """What to run. ``None`` means the workload's default (which depends on CPU vs GPU).
 
     ``steps`` are profiled (active) iterations, ``warmup`` run-but-unrecorded ones before them;
-    ``bucket_mb`` is MiB; ``slow_ms`` is milliseconds ``slow_rank`` sleeps before each backward;
+    ``bucket_mb`` is MiB; ``slow_ms`` is milliseconds ``slow_rank`` sleeps at the start of
+    ``slow_phase`` (default: between forward and backward); ``comm`` False runs the same program
+    with every communication call skipped (the overlap tax's baseline); ``tp_size`` is the ranks
+    of a tensor-parallel group (``tp``), ``micro_batches`` a pipeline step's (``pipeline``);
     ``host_delay_ms`` is milliseconds every rank sleeps on the host after launching the step's
     all-reduces, before waiting for them and the optimizer; ``timeout_s`` bounds a stuck collective
     and the whole run (seconds).
@@ -66,7 +73,11 @@ class ProfileOptions:
     backend: str | None = None
     slow_rank: int | None = None
     slow_ms: float = 0.0
+    slow_phase: str | None = None
     host_delay_ms: float = 0.0
+    comm: bool = True
+    tp_size: int | None = None
+    micro_batches: int | None = None
     timeout_s: float = 600.0
 
     def __post_init__(self) -> None:
@@ -75,6 +86,7 @@ class ProfileOptions:
             (self.model, MODELS, "model"),
             (self.preset, PRESETS, "preset"),
             (self.dtype, DTYPES, "dtype"),
+            (self.slow_phase or SLOW_PHASES[0], SLOW_PHASES, "slow phase"),
         ):
             if value not in allowed:
                 raise UsageError(f"unknown {what} {value!r} (one of {', '.join(allowed)})")
@@ -86,6 +98,34 @@ class ProfileOptions:
             raise UsageError(f"--slow-rank {self.slow_rank} is not a rank of {self.world_size}")
         if self.host_delay_ms < 0:
             raise UsageError(f"--host-delay-ms must be >= 0, not {self.host_delay_ms:g}")
+        self._check_parallel()
+
+    def _check_parallel(self) -> None:
+        """The model-parallel switches fit the strategy and the world (the workload would stop
+        with the same message, after starting every rank)."""
+        if self.host_delay_ms > 0 and self.strategy not in DATA_PARALLEL:
+            raise UsageError(
+                "--host-delay-ms is for the data-parallel strategies "
+                f"({', '.join(DATA_PARALLEL)}); use --slow-ms with --slow-phase"
+            )
+        if self.tp_size is not None and self.strategy != "tp":
+            raise UsageError("--tp-size is for --strategy tp")
+        tp = self.tp_size if self.tp_size is not None else 2  # the workload's default
+        if self.strategy == "tp" and (tp < 1 or self.world_size % tp):
+            raise UsageError(f"--tp-size {tp} must divide the world size ({self.world_size})")
+        if self.micro_batches is not None:
+            if self.strategy != "pipeline":
+                raise UsageError("--micro-batches is for --strategy pipeline")
+            if self.micro_batches < 1:
+                raise UsageError(f"--micro-batches must be >= 1, not {self.micro_batches}")
+        if not self.comm and self.strategy == "ddp" and self.warmup < 1:
+            # ddp communicates while it is built and when it rebuilds its buckets: the first two
+            # iterations (one unprofiled, --wait, and the warmup) must absorb them
+            raise UsageError("--comm off with ddp needs --warmup >= 1 (ddp communicates at first)")
+        if self.slow_phase is not None and (self.slow_rank is None or self.slow_ms <= 0):
+            raise UsageError(
+                "--slow-phase says where --slow-rank sleeps: give --slow-rank and --slow-ms too"
+            )
 
 
 def workload_command(
@@ -101,12 +141,18 @@ def workload_command(
         "--batch-size": opts.batch_size,
         "--seq-len": opts.seq_len,
         "--backend": opts.backend,
+        "--tp-size": opts.tp_size,
+        "--micro-batches": opts.micro_batches,
     }
     for flag, value in optional.items():
         if value is not None:
             cmd += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
     if opts.slow_rank is not None and opts.slow_ms > 0:
         cmd += ["--slow-rank", str(opts.slow_rank), "--slow-ms", f"{opts.slow_ms:g}"]
+        if opts.slow_phase is not None:
+            cmd += ["--slow-phase", opts.slow_phase]
+    if not opts.comm:
+        cmd += ["--comm", "off"]
     if opts.host_delay_ms > 0:
         cmd += ["--host-delay-ms", f"{opts.host_delay_ms:g}"]
     cmd += ["--profiler", profiler, "--out", str(out)]

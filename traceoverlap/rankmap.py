@@ -22,7 +22,6 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from . import intervals as iv
 from .classify import (
     LOOKS_LIKE_COMM,
     Rules,
@@ -32,12 +31,13 @@ from .classify import (
     unseen_comm_note,
 )
 from .collectives import unit_instances
+from .cpuwindows import UnitSets, cpu_windows, unit_sets, window_detail_rows
 from .diagnosis import local_causes
 from .errors import NotATraceError, TraceFormatError
-from .hostwait import lane_calls, lane_codes, split_compute
+from .hostwait import lane_calls, lane_codes
 from .intervals import GroupedIntervals
 from .job import host_ranges
-from .metrics import activity_rows, device_covered, step_parts, step_sets
+from .metrics import StepSets, activity_rows, device_covered, step_parts, step_sets
 from .model import (
     GPU_ACTIVITY_CATEGORIES,
     KINDS,
@@ -258,10 +258,12 @@ def _detail(
     )
 
 
-#: Nested or overlapping CPU step markers put an activity in every window around it: the
-#: per-window interval algebra then costs (activities x markers). Refused past this many
-#: (activity, window) pairs when that is also over :data:`MAX_WINDOWS_PER_ACTIVITY` per activity
-#: (16M pairs took 3.6 GB and 46 s; non-overlapping markers give about one pair per activity).
+#: CPU units keep per window only their communication (its activities, and its exposed stretches
+#: and calls clipped to every window they meet: the collective pieces and local causes the
+#: cross-rank reduce reads), so nested or overlapping markers cost (communication x markers)
+#: there; the rest is O(n log n) (cpuwindows.py). Refused past this many (communication, window)
+#: pairs when that is also over :data:`MAX_WINDOWS_PER_ACTIVITY` per communication item (a
+#: safety cap: 1M pairs take about 250 MB; compute is never paired now).
 MAX_WINDOW_PAIRS = 4_000_000
 MAX_WINDOWS_PER_ACTIVITY = 16
 
@@ -272,17 +274,23 @@ def _check_window_load(
     end: npt.NDArray[np.int64],
     kind: npt.NDArray[np.int8],
     steps: UnitSteps,
+    unit: UnitSets,
 ) -> None:
+    """Refuse a CPU unit whose communication (activities, exposed stretches and calls) would be
+    paired with too many windows (:data:`MAX_WINDOW_PAIRS`)."""
     from .metrics import window_pairs
 
-    pairs = window_pairs(start, end, kind, steps)
-    n_act = max(1, int((kind < Kind.NONE).sum()))
-    if pairs > MAX_WINDOW_PAIRS and pairs > MAX_WINDOWS_PER_ACTIVITY * n_act:
+    comm = np.where(kind == Kind.COMM, Kind.COMM, Kind.NONE).astype(np.int8)
+    pairs = window_pairs(start, end, comm, steps)
+    pairs += unit.window_pieces(steps.start_ns, steps.end_ns)
+    items = int((kind == Kind.COMM).sum()) + unit.sets["exposed"][0].size + unit.calls[0].size
+    items = max(1, items)
+    if pairs > MAX_WINDOW_PAIRS and pairs > MAX_WINDOWS_PER_ACTIVITY * items:
         raise TraceFormatError(
             path,
-            f"step markers nest or overlap: {len(steps)} steps hold {pairs:,} (activity, step) "
-            f"pairs for {n_act:,} activities, {pairs // n_act} steps per activity on average, too "
-            "many to analyse",
+            f"step markers nest or overlap: {len(steps)} steps hold {pairs:,} (communication, "
+            f"step) pairs for {items:,} communication activities, exposed stretches and calls, "
+            f"{pairs // items} steps each on average, too many to analyse",
             "select fewer steps, or give a step regex that matches markers that do not nest",
         )
 
@@ -317,31 +325,27 @@ def analyze_unit(
     steps = assign_steps(unit, kind, options)
     start = ev["start_ns"].to_numpy()
     end = ev["end_ns"].to_numpy()
-    _check_window_load(info.path, start, end, kind, steps)
-    acts = activity_rows(start, end, kind, steps)
-    call_ivs = None
-    if not steps.gpu:
-        # time inside communication calls is not compute, whatever op encloses it (metrics.md)
-        call_ivs = lane_calls(unit, kind, rules)
-        acts = split_compute(acts, lane_codes(unit), call_ivs)
     n = len(steps)
-    sets = step_sets(acts, n)
-    # CPU units: every activity is clipped into each window it meets, so |W ∩ D| = |C ∪ M ∪ Y|
-    # (and compute is cut around communication calls: D from the raw ops would count them)
-    covered = device_covered(start, end, kind, steps) if steps.gpu else None
-    parts = step_parts(sets, steps, covered)
+    mask = call_ivs = None  # CPU units: the communication calls (the run graph keeps them)
+    if steps.gpu:
+        acts = activity_rows(start, end, kind, steps)
+        gpu_sets = step_sets(acts, n)
+        parts = step_parts(gpu_sets, steps, device_covered(start, end, kind, steps))
+        sets: StepSets | None = gpu_sets
+        exposed, calls = gpu_sets.exposed, None
+    else:
+        # each window's sets are the unit's clipped to it (cpuwindows.py): no (activity,
+        # window) table, whatever the markers' nesting; time inside communication calls is not
+        # compute, whatever op encloses it (metrics.md)
+        lanes, by_lane = lane_codes(unit), lane_calls(unit, kind, rules)
+        mask, call_ivs = comm_call_mask(unit, rules), by_lane
+        us = unit_sets(start, end, kind, lanes, by_lane, mask)
+        _check_window_load(info.path, start, end, kind, steps, us)
+        cw = cpu_windows(us, start, end, kind, steps)
+        acts, sets, parts, exposed, calls = cw.acts, None, cw.parts, cw.exposed, cw.calls
     parts["start_ns"] = steps.start_ns
     parts["end_ns"] = steps.end_ns
-
-    calls = None
-    mask = None
-    if not steps.gpu:
-        mask = comm_call_mask(unit, rules)
-        call_rows = activity_rows(
-            start, end, np.where(mask, Kind.COMPUTE, Kind.NONE).astype(np.int8), steps
-        )
-        calls = iv.grouped_union(call_rows.group, call_rows.start_ns, call_rows.end_ns, n)
-    lc = local_causes(sets.exposed, acts, steps, calls)
+    lc = local_causes(exposed, acts, steps, calls)
 
     instances, pieces, piece_instance = unit_instances(unit, kind, steps, acts, steps.launch_row)
     purposes, strategy = unit_purposes(unit, kind, steps, instances)
@@ -378,7 +382,10 @@ def analyze_unit(
             w = hits[0] if hits else -1
             chosen = "asked"
         if w >= 0:
-            det = _detail(unit, kind, steps, acts, sets, w, options, chosen)
+            w_acts, w_sets = acts, sets
+            if w_sets is None:  # CPU: the window's own rows
+                w_acts, w_sets = window_detail_rows(start, end, kind, steps, w, lanes, by_lane)
+            det = _detail(unit, kind, steps, w_acts, w_sets, w, options, chosen)
     ranges: tuple[tuple[str, int], ...] = ()
     if steps.markers_found == 0:
         ann = ev["name"][(ev["category"] == "annotation").to_numpy()].astype(str)

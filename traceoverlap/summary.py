@@ -13,8 +13,8 @@ from .results import RunSummary, Stats, StepRef, Summary
 
 def _as_float(values: pd.Series) -> npt.NDArray[np.float64]:
     """A metric column as floats, None -> NaN (ratio columns hold None where undefined)."""
-    if values.dtype != object:
-        return np.asarray(values.to_numpy(dtype=np.float64), dtype=np.float64)
+    if values.dtype != object:  # numpy, or nullable Float64 / Int64 (<NA> -> NaN)
+        return np.asarray(values.to_numpy(dtype=np.float64, na_value=np.nan), dtype=np.float64)
     return np.array([np.nan if v is None else float(v) for v in values.tolist()], dtype=float)
 
 

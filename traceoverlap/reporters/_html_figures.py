@@ -162,7 +162,7 @@ def exposed_heatmap(steps: pd.DataFrame) -> go.Figure:
     pv = steps.assign(
         step_label=steps["step"].astype(str),
         exposed_ms=steps["exposed_comm_ns"].astype(np.int64) / 1e6,
-        ratio=pd.to_numeric(steps["exposed_comm_ratio"], errors="coerce") * 100,
+        ratio=pd.to_numeric(steps["exposed_comm_ratio"], errors="coerce").astype(float) * 100,
     )
     step_order = sorted(set(pv["step_label"]), key=step_sort_key)
     ranks = sorted(pv["rank"].unique().tolist())

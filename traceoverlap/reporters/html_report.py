@@ -571,7 +571,7 @@ def _collectives_table(analysis: Analysis, d: StepDetail) -> str:
             if int(r[f"exposed_{c}_ns"]) > 0
         )
         wait = f"<td class='num'>{fmt_ns(int(r['wait_ns']))}</td>" if has_wait else ""
-        queued = "–" if int(r["queued_ns"]) < 0 else fmt_ns(int(r["queued_ns"]))
+        queued = "–" if pd.isna(r["queued_ns"]) else fmt_ns(int(r["queued_ns"]))
         out.append(
             "<tr>"
             f"<td class='name' title='{_e(r['kernel'])}'>"

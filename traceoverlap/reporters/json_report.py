@@ -74,12 +74,12 @@ def _valid_text(obj: Any) -> Any:
 
 
 def records(df: pd.DataFrame, columns: tuple[str, ...] | list[str]) -> list[dict[str, Any]]:
-    """Rows of ``df`` as dicts of plain values (NaN -> None), column by column."""
+    """Rows of ``df`` as dicts of plain values (NaN and NA -> None), column by column."""
     cols = [c for c in columns if c in df.columns]
     values = []
     for c in cols:
         v = df[c].tolist()
-        values.append([None if isinstance(x, float) and x != x else x for x in v])
+        values.append([None if x is pd.NA or (isinstance(x, float) and x != x) else x for x in v])
     return [dict(zip(cols, row, strict=True)) for row in zip(*values, strict=True)]
 
 
