@@ -1,6 +1,6 @@
 """Write small Nsight Systems-shaped SQLite exports for tests.
 
-Only the subset of the ``nsys export --type sqlite`` schema that the reader uses, with the real
+Only the subset of the ``nsys export --type=sqlite`` schema that the reader uses, with the real
 table and column names (checked against an Nsight Systems 2026.2 export, schema 3.25.0):
 StringIds, META_DATA_EXPORT, TARGET_INFO_SESSION_START_TIME, ANALYSIS_DETAILS, PROCESSES,
 ThreadNames, CUPTI_ACTIVITY_KIND_KERNEL / _MEMCPY / _MEMSET / _RUNTIME, NVTX_EVENTS.
@@ -366,7 +366,7 @@ def write_synthetic(
 
 def fake_nsys_export(tmp_path: Path, prepared: Path) -> Path:
     """A folder holding a stand-in `nsys` that "exports" by copying ``prepared`` to its
-    ``--output`` and logs each call's arguments to ``tmp_path / "calls.txt"``. Put the folder
+    ``--output=`` and logs each call's arguments to ``tmp_path / "calls.txt"``. Put the folder
     first on PATH."""
     bindir = tmp_path / "bin"
     bindir.mkdir()
@@ -375,7 +375,7 @@ def fake_nsys_export(tmp_path: Path, prepared: Path) -> Path:
     script.write_text(
         "#!/bin/sh\n"
         f'echo "$@" >> "{calls}"\n'
-        'while [ "$#" -gt 1 ]; do if [ "$1" = "--output" ]; then out="$2"; fi; shift; done\n'
+        'for a in "$@"; do case "$a" in --output=*) out="${a#--output=}";; esac; done\n'
         f'cp "{prepared}" "$out"\n'
     )
     script.chmod(script.stat().st_mode | stat.S_IXUSR)

@@ -605,7 +605,7 @@ def test_nsys_rep_without_nsys_says_how_to_export(
         read_trace(rep)
     msg = str(err.value)
     assert "report.nsys-rep" in msg and "Nsight Systems" in msg
-    assert "nsys export --type sqlite" in msg
+    assert "nsys export --type=sqlite --force-overwrite=true --output=report.sqlite" in msg
 
 
 def test_nsys_rep_with_fresh_export_beside_needs_no_nsys(
@@ -643,7 +643,7 @@ def test_nsys_rep_exported_once_and_cached(tmp_path: Path, monkeypatch: pytest.M
     assert tl.traces[0].path == str(rep) and tl.traces[0].rank == 2  # rank from the report's name
     read_trace(rep)
     lines = calls.read_text().splitlines()
-    assert len(lines) == 1 and "export --type sqlite" in lines[0]
+    assert len(lines) == 1 and "export --type=sqlite" in lines[0]
 
 
 # ---------------------------------------------------------------------------------------------

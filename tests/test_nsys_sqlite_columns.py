@@ -1,4 +1,4 @@
-"""The page decoder of traceoverlap/readers/_sqlite_columns.py against SQLite itself: every value
+"""The page decoder of traceoverlap/readers/nsys/_pages.py against SQLite itself: every value
 kind and record shape the file format has, in one table, must read exactly as ``SELECT`` reads it
 (which the fallback path does); files it does not decode are read through SQLite."""
 
@@ -11,14 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from traceoverlap.readers._sqlite_columns import (
-    INT,
-    NULL,
-    OTHER,
-    REFUSED,
-    _read_via_sql,
-    read_columns,
-)
+from traceoverlap.readers.nsys._columns import INT, NULL, OTHER, REFUSED
+from traceoverlap.readers.nsys._scan import _read_via_sql, read_columns
 
 # integers of every serial type (1, 2, 3, 4, 6 and 8 bytes, and the constants 0 and 1)
 EDGE_INTS = [0, 1, -1, 2, 127, 128, -128, -129, 255, 256, 32767, 32768, -32769, 2**23 - 1, 2**23]

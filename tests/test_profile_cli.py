@@ -18,11 +18,11 @@ from traceoverlap.profile import (
     capture_device,
     find_importer,
     importer_candidates,
-    nsys_export_command,
     nsys_profile_command,
     run_profile,
     workload_command,
 )
+from traceoverlap.readers.nsys._export import export_command
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from nsys_writer import NsysExport  # noqa: E402
@@ -87,7 +87,8 @@ def test_nsys_commands_wrap_the_workload_and_export_sqlite() -> None:
     # nsys owns CUPTI: the torch profiler must be off in the workload it runs
     assert workload[workload.index("--profiler") + 1] == "none"
 
-    export = nsys_export_command(Path("out/report.nsys-rep"), Path("out/report.sqlite"), "nsys")
+    # the one `nsys export` runner of the reader, used by profile too
+    export = export_command("nsys", Path("out/report.nsys-rep"), Path("out/report.sqlite"))
     assert export == [
         "nsys",
         "export",

@@ -30,7 +30,7 @@ from .classify import Rules
 from .collectives import CauseSets, Collectives, match_collectives
 from .diagnosis import CAUSES, AdviceContext, findings, partial_hedge, verdict
 from .errors import TraceFormatError, UsageError
-from .inputs import expand_paths, from_folder, made_by_this_run, run_map
+from .inputs import expand_paths, from_folder, made_by_this_run, map_units, part_of, run_map
 from .intervals import GroupedIntervals
 from .job import blame_table, empty_blame, top_blame
 from .metrics import MEASURED, ratio
@@ -119,19 +119,19 @@ def analyze(
         listed = from_folder(source)
         names = [str(f) for f in files]
         lowest = detail is not None and (request is None or request.rank is None)
+        work = map_units(files)  # a large multi-process nsys export: one unit per process
         task = functools.partial(
             map_file,
             options=options,
             rules=rules,
             detail=request if request is not None and request.rank is not None else None,
-            lowest_unit_detail=lowest and len(files) == 1,
+            lowest_unit_detail=lowest and len(work) == 1,
             lowest_step=request.step if request is not None else None,
             graph=graph,
         )
         results = []
-        for res in _graphs_capped(
-            run_map(files, task, jobs=jobs, scheduler=scheduler), graph_max_nodes
-        ):
+        answers = run_map(work, task, jobs=jobs, scheduler=scheduler)
+        for res in _graphs_capped(answers, graph_max_nodes):
             assert isinstance(res, FileResult)
             if res.error is not None:
                 path, reason, hint = res.error
@@ -744,7 +744,10 @@ def _second_pass_detail(
     if in_memory:
         return result  # built in the first pass when it exists
     res = map_file(
-        u.trace.path, options, rules, DetailRequest(u.trace.rank, u.trace.device, request.step)
+        part_of(u.trace.path, u.trace.pid),
+        options,
+        rules,
+        DetailRequest(u.trace.rank, u.trace.device, request.step),
     )
     if res.error is not None:
         raise TraceFormatError(*res.error)

@@ -13,6 +13,11 @@ Running the map (:func:`traceoverlap.rankmap.map_file`) over the files:
     machine): the workers read the rank files themselves (a shared filesystem), and only the
     compact per-rank results travel. Needs the ``[dask]`` extra.
 A progress bar goes to stderr on a terminal for inputs over :data:`PROGRESS_MIN_BYTES`.
+
+Units of the map (:func:`map_units`): one per file, except a Nsight Systems export of several GPU
+processes of at least :data:`SPLIT_MIN_BYTES`, which is one unit per process
+(:class:`ProcessPart`): each reads only its process's rows, so memory follows the largest process,
+not the file, and the processes of one export run in parallel like rank files.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import stat
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +40,9 @@ from .fmt import size as fmt_size
 PROGRESS_MIN_BYTES = 256 * 1024 * 1024
 #: Without an explicit ``jobs``, map files in parallel only when they add up to more than this.
 PARALLEL_MIN_BYTES = 16 * 1024 * 1024
+#: A Nsight Systems export of several GPU processes is one map unit per process from this size on
+#: (below it, the extra SQL scans of a split cost more than the memory they save).
+SPLIT_MIN_BYTES = PARALLEL_MIN_BYTES
 #: File names a folder's trace files end with.
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep")
 
@@ -161,18 +170,70 @@ def total_bytes(files: Sequence[Path]) -> int:
     return total
 
 
+@dataclass(frozen=True)
+class ProcessPart:
+    """One process (``pid``) of a multi-process Nsight Systems export: a unit of the map."""
+
+    path: str
+    pid: int
+
+    def __str__(self) -> str:
+        return self.path
+
+
+#: A unit of the map: a file (its path) or one process of an export.
+Unit = str | ProcessPart
+
+
+def map_units(files: Sequence[Path]) -> list[Path | ProcessPart]:
+    """The map's units: each file, or for a Nsight Systems export of at least
+    :data:`SPLIT_MIN_BYTES` with several GPU processes, each of its processes."""
+    out: list[Path | ProcessPart] = []
+    for f in files:
+        pids = _split(f)
+        out.extend([ProcessPart(str(f), p) for p in pids] if pids else [f])
+    return out
+
+
+def part_of(path: str, pid: int | None) -> Unit:
+    """The unit that holds process ``pid`` of the file ``path`` (as :func:`map_units` cuts it)."""
+    if pid is not None and pid in _split(Path(path)):
+        return ProcessPart(path, pid)
+    return path
+
+
+def _split(f: Path) -> list[int]:
+    if str(f) == "-" or not f.name.lower().endswith(".sqlite"):
+        return []
+    try:
+        if not stat.S_ISREG(f.stat().st_mode) or f.stat().st_size < SPLIT_MIN_BYTES:
+            return []
+    except OSError:
+        return []
+    from .readers import sniff_format
+    from .readers.nsys import nsys_processes
+
+    try:
+        if sniff_format(f) != "nsys-sqlite":
+            return []
+    except TraceFormatError:
+        return []  # the read says what is wrong
+    return nsys_processes(f)
+
+
 def run_map(
-    files: Sequence[Path],
-    task: Callable[[str], object],
+    files: Sequence[Path | ProcessPart],
+    task: Callable[[Unit], object],
     *,
     jobs: int | None = None,
     scheduler: str | None = None,
 ) -> Iterator[object]:
-    """``task(str(file))`` for every file, results in input order, in this process, in local
-    processes, or on a Dask cluster (see the module docstring)."""
+    """``task(str(file))`` (or ``task(part)``) for every unit, results in input order, in this
+    process, in local processes, or on a Dask cluster (see the module docstring)."""
     n = len(files)
     names = [str(f) for f in files]
-    size = total_bytes(files)
+    units: list[Unit] = [f if isinstance(f, ProcessPart) else str(f) for f in files]
+    size = total_bytes([Path(p) for p in dict.fromkeys(names)])
     progress = sys.stderr.isatty() and size >= PROGRESS_MIN_BYTES
     if "-" in names:
         # standard input belongs to this process: a worker would read nothing
@@ -183,18 +244,18 @@ def run_map(
             )
         jobs = 1
     if scheduler:
-        yield from _with_progress(_dask_map(names, task, scheduler, jobs), n, progress)
+        yield from _with_progress(_dask_map(units, task, scheduler, jobs), n, progress)
         return
     if jobs is None:
         jobs = default_jobs(n) if size >= PARALLEL_MIN_BYTES else 1
     jobs = max(1, min(jobs, n))
     if jobs == 1:
-        yield from _with_progress(map(task, names), n, progress)
+        yield from _with_progress(map(task, units), n, progress)
         return
-    yield from _with_progress(_process_map(names, task, jobs), n, progress)
+    yield from _with_progress(_process_map(units, task, jobs), n, progress)
 
 
-def _process_map(names: list[str], task: Callable[[str], object], jobs: int) -> Iterator[object]:
+def _process_map(names: list[Unit], task: Callable[[Unit], object], jobs: int) -> Iterator[object]:
     """``task`` over ``names`` in ``jobs`` processes, in order. When a worker dies (killed for
     memory, a crash in native code) the files not finished yet are read again one at a time, each
     in a fresh process: the one whose worker dies alone is named (with the memory it reached),
@@ -214,7 +275,7 @@ def _process_map(names: list[str], task: Callable[[str], object], jobs: int) -> 
             with ProcessPoolExecutor(max_workers=1) as pool:
                 res = pool.submit(task, name).result()
         except BrokenProcessPool:
-            raise worker_died(name) from None
+            raise worker_died(str(name)) from None
         yield res
 
 
@@ -237,7 +298,7 @@ def worker_died(name: str, detail: str = "") -> TraceFormatError:
 
 
 def _dask_map(
-    names: list[str], task: Callable[[str], object], scheduler: str, jobs: int | None
+    names: list[Unit], task: Callable[[Unit], object], scheduler: str, jobs: int | None
 ) -> Iterator[object]:
     try:
         from dask.distributed import Client, LocalCluster
@@ -275,8 +336,8 @@ def _check_scheduler(scheduler: str) -> None:
 
 
 def _dask_run(
-    names: list[str],
-    task: Callable[[str], object],
+    names: list[Unit],
+    task: Callable[[Unit], object],
     scheduler: str,
     jobs: int | None,
     Client: Any,  # noqa: N803 - the classes, imported by the caller
@@ -303,7 +364,7 @@ def _dask_run(
         futures = client.map(task, names, pure=False)
         # results in input order; each is a small per-rank summary
         for name, fut in zip(names, futures, strict=True):
-            yield _dask_result(name, fut)
+            yield _dask_result(str(name), fut)
             fut.release()  # type: ignore[no-untyped-call]
     finally:
         client.close()  # type: ignore[no-untyped-call]

@@ -10,7 +10,8 @@ lines and runs them as subprocesses, so the analyzer stays torch-free.
   brackets its active steps with cudaProfilerStart/Stop), on CPUs ``--capture-range=nvtx`` on the
   NVTX range :data:`CAPTURE_RANGE` that brackets the same steps. When nsys leaves a raw
   ``.qdstrm`` (Debian's nsight-systems 2022.4 cannot find its importer), the ``QdstrmImporter``
-  shipped beside nsys makes the ``.nsys-rep``; then ``nsys export --type=sqlite``:
+  shipped beside nsys makes the ``.nsys-rep``; then ``nsys export`` (the reader's runner,
+  :func:`traceoverlap.readers.nsys._export.run_nsys_export`):
   ``OUT/report.nsys-rep`` and ``OUT/report.sqlite``.
 """
 
@@ -193,18 +194,6 @@ def nsys_profile_command(
         "--force-overwrite=true",
         f"--output={report}",
         *workload,
-    ]
-
-
-def nsys_export_command(report: Path, sqlite: Path, nsys: str = "nsys") -> list[str]:
-    """``nsys export`` of ``report`` (an .nsys-rep) to the SQLite file ``sqlite``."""
-    return [
-        nsys,
-        "export",
-        "--type=sqlite",
-        "--force-overwrite=true",
-        f"--output={sqlite}",
-        str(report),
     ]
 
 
@@ -477,15 +466,7 @@ def run_profile(opts: ProfileOptions, out: Path, *, nsys: bool = False) -> list[
         if not qdstrm.is_file():
             raise _no_capture_error(out, device)
         _import_qdstrm(nsys_exe, qdstrm)
-    _export(nsys_exe, rep, sqlite)
+    from .readers.nsys._export import run_nsys_export  # the reader's runner (imported lazily)
+
+    run_nsys_export(nsys_exe, rep, sqlite)
     return [sqlite]
-
-
-def _export(nsys: str, rep: Path, sqlite: Path) -> None:
-    """``nsys export`` to SQLite; its progress bar is shown only when it fails."""
-    _run_quiet(
-        nsys_export_command(rep, sqlite, nsys),
-        sqlite,
-        "could not run nsys export",
-        f"nsys export of {rep} to SQLite failed",
-    )

@@ -35,6 +35,7 @@ from .cpuwindows import UnitSets, cpu_windows, unit_sets, window_detail_rows
 from .diagnosis import local_causes
 from .errors import NotATraceError, TraceFormatError
 from .hostwait import lane_calls, lane_codes
+from .inputs import ProcessPart
 from .intervals import GroupedIntervals
 from .job import host_ranges
 from .metrics import StepSets, activity_rows, device_covered, step_parts, step_sets
@@ -490,11 +491,12 @@ def _map_units(
     detail: DetailRequest | None,
     lowest_unit_detail: bool,
     lowest_step: str | None,
+    pid: int | None = None,
     graph: bool = False,
 ) -> list[UnitResult]:
     from .readers import read_trace
 
-    timeline = read_trace(Path(path), keep_range)
+    timeline = read_trace(Path(path), keep_range, pid)
     require_device_activity(timeline, path)
     units = split_units(timeline)
     del timeline
@@ -508,7 +510,7 @@ def _map_units(
 
 
 def map_file(
-    path: str,
+    unit: str | ProcessPart,
     options: AnalysisOptions,
     rules: Rules,
     detail: DetailRequest | None = None,
@@ -516,15 +518,17 @@ def map_file(
     lowest_step: str | None = None,
     graph: bool = False,
 ) -> FileResult:
-    """Read one trace file and analyse its units. ``lowest_unit_detail``: build the detail of the
-    file's lowest unit's step ``lowest_step`` (None: its median step) in the same pass (a
-    single-file run's default timeline). ``graph``: each unit with its run graph."""
-    args = (options, rules, detail, lowest_unit_detail, lowest_step, graph)
+    """Read one trace file (or one process of an export: :class:`ProcessPart`) and analyse its
+    units. ``lowest_unit_detail``: build the detail of the file's lowest unit's step
+    ``lowest_step`` (None: its median step) in the same pass (a single-file run's default
+    timeline). ``graph``: each unit with its run graph."""
+    args = (options, rules, detail, lowest_unit_detail, lowest_step)
+    path, pid = (unit.path, unit.pid) if isinstance(unit, ProcessPart) else (unit, None)
     try:
-        out = _map_units(path, range_filter(options, rules), *args)
+        out = _map_units(path, range_filter(options, rules), *args, pid=pid, graph=graph)
         if any(u.markers_found == 0 and u.trace.format == "nsys" for u in out):
             # the no-marker hints name the ranges that repeat, whatever their names: read all
-            out = _map_units(path, None, *args)
+            out = _map_units(path, None, *args, pid=pid, graph=graph)
         return FileResult(path, tuple(out))
     except MemoryError:
         return FileResult(path, error=_out_of_memory(path))

@@ -5,7 +5,7 @@ The format is sniffed from the first bytes, not the file extension (rank files a
 
 - gzip magic ``1f 8b`` or JSON (``{`` / ``[``, in UTF-8, UTF-16 or UTF-32, with or without a
   byte order mark): PyTorch profiler (Kineto) Chrome trace;
-- ``SQLite format 3\\0``: an Nsight Systems SQLite export (``nsys export --type sqlite``);
+- ``SQLite format 3\\0``: an Nsight Systems SQLite export (``nsys export --type=sqlite``);
 - an ``.nsys-rep`` file: an Nsight Systems report, exported through ``nsys``.
 
 ``-`` (standard input) and pipes (``<(zcat rank0.json.gz)``, a named FIFO) are read to their end
@@ -64,11 +64,16 @@ def sniff_format(path: str | Path) -> str:
     return fmt
 
 
-def read_trace(path: str | Path, keep_range: Callable[[str], bool] | None = None) -> Timeline:
+def read_trace(
+    path: str | Path,
+    keep_range: Callable[[str], bool] | None = None,
+    process: int | None = None,
+) -> Timeline:
     """Read one trace of any supported format into a :class:`Timeline` (format sniffed).
 
     ``path`` may be ``-`` for standard input, or a pipe. ``keep_range``: a Nsight Systems export
-    keeps only the NVTX ranges whose name it accepts (see :func:`.nsys.read_nsys`)."""
+    keeps only the NVTX ranges whose name it accepts (see :func:`.nsys.read_nsys`). ``process``:
+    only that process of a Nsight Systems SQLite export (:func:`.nsys.nsys_processes`)."""
     fmt = sniff_format(path)
     if fmt == "stream":
         data = read_stream(path)
@@ -92,6 +97,8 @@ def read_trace(path: str | Path, keep_range: Callable[[str], bool] | None = None
     if fmt == "nsys-sqlite":
         from .nsys import read_nsys
 
+        if process is not None:
+            return read_nsys(path, keep_range, process)
         return read_nsys(path) if keep_range is None else read_nsys(path, keep_range)
     from .nsys import read_nsys_rep
 

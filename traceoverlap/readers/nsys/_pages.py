@@ -23,9 +23,9 @@ errors (a damaged or locked file) surface from the SQLite path as ``sqlite3.Data
 
 from __future__ import annotations
 
+import mmap
 import sqlite3
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,16 +33,11 @@ import numpy as np
 import numpy.typing as npt
 from numpy.lib.stride_tricks import as_strided
 
+from ._columns import INT, REFUSED, Columns, Unsupported, Where, _q, rowid_alias
+
 I64 = npt.NDArray[np.int64]
-I8 = npt.NDArray[np.int8]
 Obj = npt.NDArray[np.object_]
 
-#: What a text that ``read_columns``' ``text_keep`` refused reads as (a NUL cannot start a text
-#: SQLite's text decoding gives here: NUL-separated decoding splits there).
-REFUSED = "\x00refused"
-
-#: Per-row kind of an integer column's value.
-INT, NULL, OTHER = 0, 1, 2
 
 # Byte size of the values of serial types 0-11 (12+ are blobs / texts of (N - 12) // 2 bytes).
 _FIXED_SIZE = np.array([0, 1, 2, 3, 4, 6, 8, 8, 0, 0, 0, 0], dtype=np.int64)
@@ -53,151 +48,14 @@ _SMALL_SIZE = np.concatenate([_FIXED_SIZE, (np.arange(12, 128, dtype=np.int64) -
 _SHIFT = np.array([63, 56, 48, 40, 32, 16, 0, 63, 63, 63, 63, 63, 63], dtype=np.int64)
 _KIND = np.array([1, 0, 0, 0, 0, 0, 0, 2, 0, 0, 2, 2, 2], dtype=np.int8)
 _CONST = np.array([0, -1, -1, -1, -1, -1, -1, 0, 0, 1, 0, 0, 0], dtype=np.int64)
+# Page headers read at a time before their pages are handed back.
+_HEADER_PAGES = 4096
 # Rows decoded per block of leaf pages.
 _BLOCK_ROWS = 1 << 15
 # Texts are decoded this many bytes at a time (the gather index is int64 per byte).
 _TEXT_BLOCK_BYTES = 1 << 20
-_SQL_CHUNK_ROWS = 1 << 16
-
-
-@dataclass
-class Columns:
-    """Some columns of one table, one entry per row in rowid order.
-
-    ``ints[c]`` holds the integer values of column ``c`` (0 where the value is not an integer) and
-    ``kinds[c]`` says per row whether it was an integer (:data:`INT`), NULL (:data:`NULL`) or
-    anything else (:data:`OTHER`: a real, text or blob). ``texts[c]`` holds ``str`` or ``None``
-    (NULL); blobs are decoded as UTF-8 text. ``bad_utf8`` counts texts that were not valid UTF-8
-    (decoded with U+FFFD replacement characters). ``via`` says how they were read.
-    """
-
-    n: int
-    ints: dict[str, I64] = field(default_factory=dict)
-    kinds: dict[str, I8] = field(default_factory=dict)
-    texts: dict[str, Obj] = field(default_factory=dict)
-    bad_utf8: int = 0
-    via: str = "pages"
-
-
-class _Unsupported(Exception):
-    """The file (or this table) is not one the page decoder handles: read through SQLite."""
-
-
-def _q(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
-def read_columns(
-    con: sqlite3.Connection,
-    path: Path,
-    table: str,
-    int_cols: Sequence[str] = (),
-    text_cols: Sequence[str] = (),
-    text_keep: Callable[[str], bool] | None = None,
-) -> Columns:
-    """Read ``int_cols`` and ``text_cols`` of ``table`` (names as the table declares them).
-
-    ``text_keep``: texts it refuses read as :data:`REFUSED` (one shared object), decided a block
-    of rows at a time, so that a column of a million texts the caller does not want is never
-    held in memory as a million strings.
-
-    ``con`` must be a read-only connection to ``path`` inside a read transaction. A column the
-    table declares as ``INTEGER PRIMARY KEY`` reads as the rowid it aliases.
-    """
-    info = con.execute(f"PRAGMA table_xinfo({_q(table)})").fetchall()
-    try:
-        reader = _PageReader(con, path)
-        reader.text_keep = text_keep
-        return reader.read(table, info, list(int_cols), list(text_cols))
-    except _Unsupported:
-        out = _read_via_sql(con, table, info, list(int_cols), list(text_cols))
-        if text_keep is not None:
-            for arr in out.texts.values():
-                _refuse(arr, text_keep)
-        return out
-
-
-def _refuse(texts: Obj, keep: Callable[[str], bool]) -> None:
-    """Replace (in place) the texts ``keep`` refuses by :data:`REFUSED`; None stays None."""
-    ok = np.fromiter((t is None or keep(t) for t in texts.tolist()), bool, texts.size)
-    texts[~ok] = REFUSED
-
-
-# ---------------------------------------------------------------------------------------------
-# through SQLite (the fallback)
-
-
-def _read_via_sql(
-    con: sqlite3.Connection,
-    table: str,
-    info: list[tuple[Any, ...]],
-    int_cols: list[str],
-    text_cols: list[str],
-) -> Columns:
-    """The same :class:`Columns` from ``SELECT``: a Python tuple per row (slow, always right)."""
-    alias = _rowid_alias(info)
-    wanted = int_cols + text_cols
-    sel = ", ".join("rowid" if c == alias else _q(c) for c in wanted) or "rowid"
-    ints: list[list[Any]] = [[] for _ in int_cols]
-    texts: list[list[Any]] = [[] for _ in text_cols]
-    old = con.text_factory
-    con.text_factory = bytes  # an invalid UTF-8 text must not abort the read
-    n = 0
-    try:
-        cur = con.execute(f"SELECT {sel} FROM {_q(table)}")
-        while True:
-            rows = cur.fetchmany(_SQL_CHUNK_ROWS)
-            if not rows:
-                break
-            n += len(rows)
-            for j in range(len(int_cols)):
-                ints[j].extend(r[j] for r in rows)
-            for j in range(len(text_cols)):
-                texts[j].extend(r[len(int_cols) + j] for r in rows)
-    finally:
-        con.text_factory = old
-    out = Columns(n=n, via="sql")
-    for name, vals in zip(int_cols, ints, strict=True):
-        kind = np.array(
-            [INT if type(v) is int else NULL if v is None else OTHER for v in vals], dtype=np.int8
-        )
-        values = np.zeros(n, dtype=np.int64)
-        if n:
-            ok = kind == INT
-            values[ok] = np.array([v for v in vals if type(v) is int], dtype=object).astype(
-                np.int64
-            )
-        out.ints[name] = values
-        out.kinds[name] = kind
-    for name, vals in zip(text_cols, texts, strict=True):
-        arr = np.empty(n, dtype=object)
-        bad = 0
-        for i, v in enumerate(vals):
-            if v is None:
-                continue
-            if isinstance(v, bytes):
-                try:
-                    arr[i] = v.decode("utf-8")
-                except UnicodeDecodeError:
-                    arr[i] = v.decode("utf-8", "replace")
-                    bad += 1
-            else:
-                arr[i] = str(v)
-        out.texts[name] = arr
-        out.bad_utf8 += bad
-    return out
-
-
-def _rowid_alias(info: list[tuple[Any, ...]]) -> str | None:
-    """The column that is the table's ``INTEGER PRIMARY KEY`` (stored as the rowid), if any."""
-    pks = [r for r in info if r[5]]
-    if len(pks) == 1 and str(pks[0][2]).strip().upper() == "INTEGER":
-        return str(pks[0][1])
-    return None
-
-
-# ---------------------------------------------------------------------------------------------
-# from the pages
+# Selected row numbers are asked of SQLite for this many rowids at a time.
+_SQL_ROWS = 1 << 20
 
 
 def _size(st: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
@@ -214,38 +72,40 @@ def _windows(mm: npt.NDArray[np.uint8], width: int) -> npt.NDArray[np.uint8]:
     return as_strided(mm, shape=(mm.size - width + 1, width), strides=(1, 1), writeable=False)
 
 
-class _PageReader:
+class PageReader:
     def __init__(self, con: sqlite3.Connection, path: Path) -> None:
         self.con = con
         self.path = path
         self.text_keep: Callable[[str], bool] | None = None
         mode = con.execute("PRAGMA journal_mode").fetchone()
         if mode is None or str(mode[0]).lower() == "wal":
-            raise _Unsupported("WAL database: its pages may be newer in the -wal file")
+            raise Unsupported("WAL database: its pages may be newer in the -wal file")
         for suffix in ("-journal", "-wal"):
             side = Path(f"{path}{suffix}")
             if side.exists() and side.stat().st_size > 0:
-                raise _Unsupported(f"{side.name} beside the file")
+                raise Unsupported(f"{side.name} beside the file")
         try:
             size = path.stat().st_size
         except OSError as exc:
-            raise _Unsupported(str(exc)) from None
+            raise Unsupported(str(exc)) from None
         if size < 512:
-            raise _Unsupported("too small")
+            raise Unsupported("too small")
         # +16 zero bytes of padding cannot be had from a read-only map: reads near the end of the
         # file go through a padded copy of its last page (see _read_be).
         # a plain ndarray over the map: np.memmap's own indexing costs a Python call per access
-        self.mm: npt.NDArray[np.uint8] = np.memmap(path, dtype=np.uint8, mode="r").view(np.ndarray)
+        mapped = np.memmap(path, dtype=np.uint8, mode="r")
+        self.map: mmap.mmap | None = getattr(mapped, "_mmap", None)
+        self.mm: npt.NDArray[np.uint8] = mapped.view(np.ndarray)
         head = self.mm[:100].tobytes()
         if head[:16] != b"SQLite format 3\x00":
-            raise _Unsupported("no SQLite header")
+            raise Unsupported("no SQLite header")
         page = int.from_bytes(head[16:18], "big")
         self.page_size = 65536 if page == 1 else page
         if self.page_size < 512 or self.page_size & (self.page_size - 1):
-            raise _Unsupported("bad page size")
+            raise Unsupported("bad page size")
         self.usable = self.page_size - head[20]
         if int.from_bytes(head[56:60], "big") not in (0, 1):
-            raise _Unsupported("text is not UTF-8")
+            raise Unsupported("text is not UTF-8")
         self.n_pages = self.mm.size // self.page_size
         # every offset as the start of a big-endian int64 (unaligned, overlapping): a gather of
         # 8-byte values in one indexing operation
@@ -261,28 +121,41 @@ class _PageReader:
     def _page_header(self, page: int) -> int:
         return (page - 1) * self.page_size + (100 if page == 1 else 0)
 
+    def header_bytes(self, pages: I64, at: int) -> npt.NDArray[np.uint8]:
+        """Byte ``at`` of the b-tree page header of each of ``pages``: a few thousand pages at a
+        time, each handed back once read (a byte brings its whole page in: read all at once,
+        every leaf of the table would count in this process's memory)."""
+        out = np.empty(pages.size, dtype=np.uint8)
+        for a in range(0, pages.size, _HEADER_PAGES):
+            part = pages[a : a + _HEADER_PAGES]
+            out[a : a + part.size] = self.mm[
+                (part - 1) * self.page_size + np.where(part == 1, 100, 0) + at
+            ]
+            self.release(part)
+        return out
+
     def leaf_pages(self, root: int) -> I64:
         """The table's leaf pages, in key order."""
         level = [root]
         for _ in range(32):  # deeper than any real table: a cycle in a damaged file
             if any(not 1 <= p <= self.n_pages for p in level):
-                raise _Unsupported("page number out of range")
-            types = self.mm[np.array([self._page_header(p) for p in level], dtype=np.int64)]
+                raise Unsupported("page number out of range")
+            types = self.header_bytes(np.array(level, dtype=np.int64), 0)
             if (types == 13).all():
                 return np.array(level, dtype=np.int64)
             if not (types == 5).all():
-                raise _Unsupported("not a rowid table b-tree")
+                raise Unsupported("not a rowid table b-tree")
             children: list[int] = []
             for p in level:
                 base = (p - 1) * self.page_size
                 h = self._page_header(p)
                 n = int(self.mm[h + 3]) << 8 | int(self.mm[h + 4])
                 if h + 12 + 2 * n > base + self.usable:
-                    raise _Unsupported("cell pointer array outside the page")
+                    raise Unsupported("cell pointer array outside the page")
                 ptr = self.mm[h + 12 : h + 12 + 2 * n].astype(np.int64)
                 cells = base + ((ptr[0::2] << 8) | ptr[1::2])
                 if n and (cells.min() < h + 12 or cells.max() + 4 > base + self.usable):
-                    raise _Unsupported("cell outside the page")
+                    raise Unsupported("cell outside the page")
                 kids = _windows(self.mm, 4)[cells].astype(np.int64)
                 children.extend(
                     ((kids[:, 0] << 24) | (kids[:, 1] << 16) | (kids[:, 2] << 8) | kids[:, 3])
@@ -291,7 +164,7 @@ class _PageReader:
                 )
                 children.append(int.from_bytes(self.mm[h + 8 : h + 12].tobytes(), "big"))
             level = children
-        raise _Unsupported("b-tree too deep")
+        raise Unsupported("b-tree too deep")
 
     def cells(self, leaves: I64, ncell: I64) -> tuple[I64, I64]:
         """File offset of every cell of ``leaves`` (key order) and the end of its page's usable
@@ -307,8 +180,53 @@ class _PageReader:
         limit = base[page_of] + self.usable
         first = hdr[page_of] + 8 + 2 * ncell[page_of]
         if total and ((cell < first) | (cell >= limit)).any():
-            raise _Unsupported("cell outside the page")
+            raise Unsupported("cell outside the page")
         return cell, limit
+
+    def selected_rows(self, table: str, n: int, where: Where) -> I64:
+        """Positions (0-based, in rowid order) of the rows ``where`` selects. Position is
+        ``rowid - 1``, which holds when the rowids are exactly 1..n (an export's tables are only
+        ever appended to); else the table is read through SQLite."""
+        lo, hi = self.con.execute(f"SELECT min(rowid), max(rowid) FROM {_q(table)}").fetchone()
+        if n and (lo, hi) != (1, n):
+            raise Unsupported("rowids are not 1..n")
+        cond, params = where
+        parts: list[I64] = []
+        # a range of rowids at a time, as one text: a Python object per row would cost more
+        # than SQLite's scan itself
+        for lo in range(0, n, _SQL_ROWS):
+            (text,) = self.con.execute(
+                f"SELECT group_concat(rowid - 1) FROM {_q(table)} "
+                f"WHERE rowid > ? AND rowid <= ? AND ({cond})",
+                (lo, lo + _SQL_ROWS, *params),
+            ).fetchone()
+            if text:
+                parts.append(np.fromstring(str(text), dtype=np.int64, sep=","))
+        rows = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+        if rows.size > 1 and not bool((rows[1:] > rows[:-1]).all()):
+            rows = np.sort(rows)  # a table scan gives rowid order; a query plan might not
+        return rows
+
+    def release(self, pages: I64) -> None:
+        """Hand the map's copies of ``pages`` (decoded, not needed again) back to the system:
+        they would otherwise count in this process's memory until the whole table is read. A
+        page read again is faulted back in from the file."""
+        if self.map is None or pages.size == 0:
+            return
+        os_page = mmap.PAGESIZE
+        pages = np.sort(pages)
+        # runs of consecutive pages, widened to whole system pages inside them
+        cut = np.flatnonzero(np.diff(pages) != 1) + 1
+        starts = (pages[np.r_[0, cut]] - 1) * self.page_size
+        ends = pages[np.r_[cut - 1, pages.size - 1]] * self.page_size
+        starts = -(-starts // os_page) * os_page
+        ends = ends // os_page * os_page
+        for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
+            if b > a:
+                try:
+                    self.map.madvise(mmap.MADV_DONTNEED, a, b - a)
+                except (OSError, ValueError, AttributeError):  # not Linux: they go at close
+                    return
 
     # -- decoding ---------------------------------------------------------------------------
 
@@ -322,7 +240,7 @@ class _PageReader:
         if big.size:
             p = pos[big]
             if p.max() + 9 > self.mm.size:
-                raise _Unsupported("varint past the end of the file")
+                raise Unsupported("varint past the end of the file")
             w = _windows(self.mm, 9)[p]
             stop = w[:, :8] < 0x80
             n = np.where(stop.any(axis=1), stop.argmax(axis=1) + 1, 9)
@@ -360,16 +278,17 @@ class _PageReader:
         info: list[tuple[Any, ...]],
         int_cols: list[str],
         text_cols: list[str],
+        where: Where | None = None,
     ) -> Columns:
         if any(r[6] for r in info):  # hidden / generated columns are not all stored
-            raise _Unsupported("generated columns")
+            raise Unsupported("generated columns")
         row = self.con.execute(
             "SELECT rootpage FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)
         ).fetchone()
         if row is None or type(row[0]) is not int or row[0] < 1:
-            raise _Unsupported("no root page")
+            raise Unsupported("no root page")
         names = [str(r[1]) for r in info]
-        alias = _rowid_alias(info)
+        alias = rowid_alias(info)
         position = {c: i for i, c in enumerate(names)}
         for c in int_cols + text_cols:
             if c not in position:
@@ -377,31 +296,47 @@ class _PageReader:
 
         leaves = self.leaf_pages(int(row[0]))
         hdr = (leaves - 1) * self.page_size + np.where(leaves == 1, 100, 0)
-        ncell = (self.mm[hdr + 3].astype(np.int64) << 8) | self.mm[hdr + 4]
+        ncell = (self.header_bytes(leaves, 3).astype(np.int64) << 8) | self.header_bytes(leaves, 4)
         if (hdr + 8 + 2 * ncell > (leaves - 1) * self.page_size + self.usable).any():
-            raise _Unsupported("cell pointer array outside the page")
+            raise Unsupported("cell pointer array outside the page")
         n = int(ncell.sum())
         (expected,) = self.con.execute(f"SELECT count(*) FROM {_q(table)}").fetchone()
         if n != expected:
-            raise _Unsupported("row count differs from SQLite's")
-        out = Columns(n=n)
+            raise Unsupported("row count differs from SQLite's")
+        wanted = None if where is None else self.selected_rows(table, n, where)
+        m = n if wanted is None else wanted.size
+        out = Columns(n=m)
         for c in int_cols:
-            out.ints[c] = np.empty(n, dtype=np.int64)
-            out.kinds[c] = np.empty(n, dtype=np.int8)
+            out.ints[c] = np.empty(m, dtype=np.int64)
+            out.kinds[c] = np.empty(m, dtype=np.int8)
         for c in text_cols:
-            out.texts[c] = np.empty(n, dtype=object)
+            out.texts[c] = np.empty(m, dtype=object)
         # Leaf pages are decoded a block at a time: the temporaries stay small and are reused,
         # only the output columns are allocated at full size.
         ends = np.cumsum(ncell)
-        lo_page, lo_row = 0, 0
+        lo_page, lo_row, done = 0, 0, 0
         while lo_row < n:
             hi_page = int(np.searchsorted(ends, lo_row + _BLOCK_ROWS, side="right"))
             hi_page = min(max(hi_page, lo_page + 1), leaves.size)
             hi_row = int(ends[hi_page - 1])
             cell, limit = self.cells(leaves[lo_page:hi_page], ncell[lo_page:hi_page])
-            self.decode(
-                out, slice(lo_row, hi_row), cell, limit, position, alias, int_cols, text_cols
-            )
+            if wanted is not None:  # only the selected rows of the block
+                a, b = np.searchsorted(wanted, [lo_row, hi_row])
+                pick = wanted[a:b] - lo_row
+                cell, limit = cell[pick], limit[pick]
+            if cell.size:
+                self.decode(
+                    out,
+                    slice(done, done + cell.size),
+                    cell,
+                    limit,
+                    position,
+                    alias,
+                    int_cols,
+                    text_cols,
+                )
+            done += cell.size
+            self.release(leaves[lo_page:hi_page])
             lo_page, lo_row = hi_page, hi_row
         return out
 
@@ -420,16 +355,16 @@ class _PageReader:
         payload, l1 = self.varint(cell)
         # rows larger than the page keep their tail on overflow pages
         if (payload > self.usable - 35).any():
-            raise _Unsupported("overflow pages")
+            raise Unsupported("overflow pages")
         rowid, l2 = self.varint(cell + l1, value_needed=alias in int_cols)
         rec = cell + l1 + l2
         record_end = rec + payload
         if (record_end > limit).any():
-            raise _Unsupported("record outside the page")
+            raise Unsupported("record outside the page")
         hsize, l3 = self.varint(rec)
         header_end = rec + hsize
         if ((hsize < l3) | (header_end > record_end)).any():
-            raise _Unsupported("bad record header")
+            raise Unsupported("bad record header")
         last = max((position[c] for c in int_cols + text_cols), default=-1)
         serial = self.serial_types(rec + l3, header_end, last + 1)  # (column, row)
         wanted = {position[c] for c in int_cols + text_cols}
@@ -441,7 +376,7 @@ class _PageReader:
                 offset[j] = body
             body = body + _size(serial[j])
         if (body > record_end).any():
-            raise _Unsupported("record longer than its cell")
+            raise Unsupported("record longer than its cell")
         for c in int_cols:
             if c == alias:
                 out.ints[c][rows] = rowid
@@ -489,7 +424,7 @@ class _PageReader:
                 out[j, idx] = st
                 p = p + ln
             if (p > stop).any():
-                raise _Unsupported("record header longer than declared")
+                raise Unsupported("record header longer than declared")
         return out
 
     def texts(self, st: I64, off: I64) -> tuple[Obj, int]:
@@ -498,7 +433,7 @@ class _PageReader:
         is_null = st == 0
         is_str = st >= 12
         if not (is_null | is_str).all():
-            raise _Unsupported("numbers in a text column")
+            raise Unsupported("numbers in a text column")
         length = np.where(is_str, (st - 12) >> 1, 0)
         out = np.empty(st.size, dtype=object)
         bad = 0

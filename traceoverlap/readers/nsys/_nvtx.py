@@ -1,0 +1,255 @@
+"""NVTX ranges (filtered by name as they are decoded) and the ``rank N`` texts."""
+
+from __future__ import annotations
+
+import re
+from typing import cast
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from ._activity import Activity
+from ._columns import INT, OTHER, REFUSED, Columns
+from ._rows import CAT_CODE, NvtxRows, Rows, pid_of
+from ._schema import NVTX, RangeFilter
+
+I64 = npt.NDArray[np.int64]
+Obj = npt.NDArray[np.object_]
+
+# NVTX event types (ENUM_NSYS_EVENT_TYPE) used when the export does not carry the enum table;
+# the same numbers in the 2022.4 and 2026.2 schemas.
+_NVTX_RANGE_TYPES_DEFAULT = (59, 60)
+_NVTX_RANGE_TYPE_NAMES = ("NvtxPushPopRange", "NvtxStartEndRange")
+_NVTX_MARK_TYPES_DEFAULT = (34,)
+_NVTX_MARK_TYPE_NAMES = ("NvtxMark",)
+
+_RANK_TEXT = re.compile(r"^\s*\[?\s*rank\s*[:=#_ ]?\s*(\d+)\s*\]?\s*$", re.IGNORECASE)
+
+
+def _ending_threads(cols: Columns, gtid: I64, is_range: npt.NDArray[np.bool_]) -> I64:
+    """A start/end range that another thread of its process ended belongs to that thread: a
+    collective marked from issue to completion ends on the worker thread that did the work."""
+    if "endGlobalTid" not in cols.ints:
+        return gtid
+    end_tid = cols.ints["endGlobalTid"]
+    moved = (
+        is_range
+        & (cols.kinds["endGlobalTid"] == INT)
+        & (end_tid != gtid)
+        & (pid_of(end_tid) == pid_of(gtid))
+    )
+    return np.where(moved, end_tid, gtid)
+
+
+def _rank_numbers(values: Obj) -> I64:
+    """Per string: N when it reads ``rank N``, else -1 (the pattern only where "rank" appears)."""
+    out = np.full(len(values), -1, dtype=np.int64)
+    if len(values) == 0:
+        return out
+    hint = np.fromiter(("ank" in v or "ANK" in v for v in values.tolist()), bool, len(values))
+    for i in np.flatnonzero(hint).tolist():
+        m = _RANK_TEXT.match(values[i])
+        if m is not None:
+            out[i] = int(m.group(1))
+    return out
+
+
+class NvtxReader(Activity):
+    def nvtx_text_keep(self) -> RangeFilter | None:
+        """The inline NVTX texts worth decoding: the ranges ``keep_range`` wants, and the texts
+        :func:`_rank_numbers` looks at for ``rank N`` (those with "ank" or "ANK")."""
+        wanted = self.keep_range
+        if wanted is None:
+            return None
+        including = getattr(wanted, "including", None)  # a namefilter.NameTest
+        if including is not None:
+            return cast(RangeFilter, including("ank", "ANK"))
+        return lambda t: "ank" in t or "ANK" in t or wanted(t)
+
+    def read_nvtx(self) -> NvtxRows:
+        """Every NVTX range of every process (placed later), and the ``rank N`` texts."""
+        empty = NvtxRows(Rows.empty(), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+        nv = self.table(NVTX)
+        if nv is None or not self.usable(nv, ("start", "end")):
+            return empty
+        cols = self.scan(
+            nv,
+            ["start", "end", "eventType", "globalTid", "endGlobalTid", "textId"],
+            ["text"],
+            self.nvtx_text_keep(),
+        )
+        if cols.n == 0:
+            return empty
+        start, end = cols.ints["start"], cols.ints["end"]
+        start_ok = cols.kinds["start"] == INT
+        is_range, is_mark = self.nvtx_types(cols, nv)
+        self.note_unfinished(cols, nv, is_range & ~is_mark & start_ok)
+        is_range &= self.valid_ranges(cols, nv, is_range)
+        gtid = self.thread_ids(cols, nv, self.gpu_pids)
+        if gtid is None:
+            return empty
+        gtid = _ending_threads(cols, gtid, is_range)
+        text = cols.texts.get("text")
+        text_id = self.int_column(cols, nv, "textId", -1)
+        if cols.bad_utf8:
+            self.notes.append(
+                f"{cols.bad_utf8} NVTX texts are not valid UTF-8: shown with replacement "
+                "characters."
+            )
+        del cols
+        # inline texts are factorized once, for the names and for the rank texts
+        cand = np.flatnonzero((is_mark | is_range) & start_ok)
+        text_code = np.full(is_range.size, -1, dtype=np.int64)
+        uniques = np.zeros(0, dtype=object)
+        if text is not None and cand.size:
+            codes, found = pd.factorize(text[cand])  # None -> -1
+            text_code[cand] = codes
+            uniques = np.asarray(found, dtype=object)
+        del text
+        rank_pid, rank_value = self.rank_texts(text_code[cand], uniques, text_id[cand], gtid[cand])
+        del cand
+        if self.keep_range is not None:
+            text_code, uniques = self.filter_ranges(is_range, text_code, uniques, text_id)
+        # NVTX names: COALESCE(text, StringIds.value)
+        keep = np.flatnonzero(is_range)
+        names = self.names.add_string_ids(self.strings, text_id[keep], "")
+        kept_code = text_code[keep]
+        inline = np.flatnonzero(kept_code >= 0)
+        if inline.size:
+            names[inline] = self.names.add_codes(kept_code[inline], uniques, unique=True)
+        del text_code
+        n = keep.size
+        ranges = self._host_block(
+            start[keep],
+            end[keep],
+            gtid[keep],
+            np.full(n, -1, dtype=np.int64),
+            np.full(n, CAT_CODE["annotation"], dtype=np.int32),
+            names,
+        )
+        return NvtxRows(ranges, rank_pid, rank_value)
+
+    def filter_ranges(
+        self,
+        is_range: npt.NDArray[np.bool_],
+        text_code: I64,
+        uniques: Obj,
+        text_id: I64,
+    ) -> tuple[I64, Obj]:
+        """Clear ``is_range`` (in place) for the ranges whose name ``keep_range`` refuses, each
+        distinct name tested once, and count them in a note; the inline texts come back compacted
+        to the ones still in use, so the refused ones are freed."""
+        assert self.keep_range is not None
+        test = self.keep_range
+        per_text = np.fromiter(
+            (t != REFUSED and test(t) for t in uniques.tolist()), bool, len(uniques)
+        )
+        inline = text_code >= 0
+        keep = np.where(inline, np.r_[per_text, False][text_code], False)
+        pooled = is_range & ~inline
+        if pooled.any():
+            ids, inverse = np.unique(text_id[pooled], return_inverse=True)
+            names = self.strings.lookup(ids)
+            per_id = np.fromiter((test(str(t)) for t in names.tolist()), bool, ids.size)
+            keep[pooled] = per_id[inverse]
+        dropped = int(np.count_nonzero(is_range & ~keep))
+        is_range &= keep
+        if dropped:
+            self.notes.append(
+                f"{dropped} NVTX ranges were not read: their names match no step, phase, "
+                "communication or wait pattern (the analysis uses no other range)."
+            )
+        used = np.flatnonzero(
+            per_text
+            & np.bincount(text_code[is_range & inline], minlength=len(uniques)).astype(bool)
+        )
+        remap = np.full(len(uniques) + 1, -1, dtype=np.int64)
+        remap[used] = np.arange(used.size)
+        return remap[text_code], uniques[used]
+
+    def nvtx_types(
+        self, cols: Columns, nv: str
+    ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+        """Which rows are ranges and which are marks; without the eventType column (or its value)
+        every row with an end is a range, and rows without one are marks."""
+        has_end = cols.kinds["end"] == INT
+        if "eventType" not in cols.ints:
+            self.notes.append(
+                f"Table {nv} has no eventType column: every row with an end was read as a range."
+            )
+            return np.ones(cols.n, dtype=bool), ~has_end
+        etype = cols.ints["eventType"]
+        etype_ok = cols.kinds["eventType"] == INT
+        range_types = self.enum_ids(
+            "ENUM_NSYS_EVENT_TYPE", _NVTX_RANGE_TYPE_NAMES, _NVTX_RANGE_TYPES_DEFAULT
+        )
+        mark_types = self.enum_ids(
+            "ENUM_NSYS_EVENT_TYPE", _NVTX_MARK_TYPE_NAMES, _NVTX_MARK_TYPES_DEFAULT
+        )
+        untyped = int(np.count_nonzero(~etype_ok))
+        if untyped:
+            self.notes.append(
+                f"{untyped} {nv} rows have no integer eventType: those with an end were read "
+                "as ranges."
+            )
+        return (
+            np.where(etype_ok, np.isin(etype, range_types), True),
+            np.where(etype_ok, np.isin(etype, mark_types), ~has_end),
+        )
+
+    def note_unfinished(self, cols: Columns, nv: str, is_range: npt.NDArray[np.bool_]) -> None:
+        """Count, in a note, the ranges never closed (``end`` NULL: a push without a pop, or a
+        capture stopped inside the range): they are dropped like those with ``end = -1``."""
+        from ._columns import NULL
+
+        open_ = np.flatnonzero(is_range & (cols.kinds["end"] == NULL))
+        if not open_.size:
+            return
+        some = open_[:50]
+        text = cols.texts.get("text")
+        named = [] if text is None else [str(t) for t in text[some] if t is not None]
+        if "textId" in cols.ints:
+            pos, hit = self.strings.find(cols.ints["textId"][some])
+            named += [str(v) for v in self.strings.values[pos[hit]]]
+        shown = f" ({', '.join(sorted(set(named))[:3])})" if named else ""
+        self.notes.append(
+            f"Dropped {open_.size} NVTX ranges of {nv} that were never closed{shown}: no end (a "
+            "push without a pop, or the capture stopped inside them)."
+        )
+
+    def valid_ranges(
+        self, cols: Columns, nv: str, is_range: npt.NDArray[np.bool_]
+    ) -> npt.NDArray[np.bool_]:
+        """Ranges with integer, non-negative, ordered times; the others are counted in notes
+        (ranges without an end are unfinished: not ranges, and not counted)."""
+        start, end = cols.ints["start"], cols.ints["end"]
+        start_ok = cols.kinds["start"] == INT
+        has_end = cols.kinds["end"] == INT
+        bad_time = int(np.count_nonzero(is_range & has_end & ~start_ok))
+        end_bad = int(np.count_nonzero(is_range & start_ok & (cols.kinds["end"] == OTHER)))
+        if bad_time + end_bad:
+            self.notes.append(
+                f"Dropped {bad_time + end_bad} NVTX ranges of {nv} whose start or end is not an "
+                "integer (text, real or blob)."
+            )
+        ok = has_end & start_ok
+        negative = is_range & ok & ((start < 0) | (end < start))
+        if negative.any():
+            self.notes.append(
+                f"Dropped {int(np.count_nonzero(negative))} NVTX ranges with negative timestamps "
+                "(before the capture start) or an end before their start."
+            )
+        return np.asarray(ok & ~negative, dtype=bool)
+
+    def rank_texts(self, text_code: I64, uniques: Obj, text_id: I64, gtid: I64) -> tuple[I64, I64]:
+        """(pid, N) of the NVTX rows (marks and ranges) whose text says ``rank N``: inline texts
+        by their factorized codes, registered ones through StringIds."""
+        per_text = np.r_[_rank_numbers(uniques), -1]  # code -1 (no inline text) picks the -1
+        rank = per_text[text_code]
+        pool_rank = _rank_numbers(self.strings.values)
+        if (pool_rank >= 0).any():
+            pos, hit = self.strings.find(text_id)
+            rank = np.where((text_code < 0) & hit, pool_rank[pos], rank)
+        found = rank >= 0
+        return pid_of(gtid[found]), rank[found]

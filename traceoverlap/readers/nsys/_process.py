@@ -1,0 +1,111 @@
+"""Reading one process of a multi-process export (a unit of the per-rank map).
+
+A process's rows are found by SQLite (``globalPid`` / ``globalTid`` -> pid, one C-level scan of
+that column) and only they are decoded, so reading one process holds that process's rows, not
+the file's. What the ranks are still depends on the whole file: the (pid, GPU) groups come from
+one ``SELECT DISTINCT`` over the GPU tables with the reader's own validity rules, and the
+``rank N`` NVTX texts of every process from the NVTX rows whose text may say so (``LIKE
+'%ank%'``), read through the same code as a whole read, so a process gets the rank it gets when
+the file is read whole. The notes of a process's read count that process's rows.
+
+:func:`gpu_processes` plans the split: the pids of a GPU capture with several processes, when
+every table the reader splits has the column that names the process.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from ._activity import Activity
+from ._nvtx import NvtxReader
+from ._rows import NvtxRows
+from ._schema import KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME, STRINGS, pid_sql, quote
+from ._strings import Strings
+
+#: The GPU tables, whose ``globalPid`` names the process of each row.
+GPU_TABLES = (KERNEL, MEMCPY, MEMSET)
+_VALID_TIMES = (
+    "typeof(\"start\") = 'integer' AND typeof(\"end\") = 'integer' "
+    'AND "start" >= 0 AND "end" >= "start"'
+)
+
+
+def _groups(con: sqlite3.Connection, tables: list[str]) -> list[tuple[int, int]]:
+    """(pid, device) of the GPU rows with valid times (as read_gpu keeps them), by device, pid."""
+    dev = '(CASE WHEN typeof("deviceId") = \'integer\' THEN "deviceId" ELSE -1 END)'
+    found: set[tuple[int, int]] = set()
+    for t in tables:
+        sql = f"SELECT DISTINCT {pid_sql('globalPid')}, {dev} FROM {quote(t)} WHERE {_VALID_TIMES}"
+        # the device as read_gpu keeps it: int32 (wrapping, as astype does)
+        found.update((int(p), (int(d) + 2**31) % 2**32 - 2**31) for p, d in con.execute(sql))
+    return sorted(found, key=lambda g: (g[1], g[0]))
+
+
+def gpu_processes(con: sqlite3.Connection) -> list[int]:
+    """The pids of the GPU processes when the export can be read one process at a time (GPU
+    tables with ``globalPid``, host tables with ``globalTid``) and has several; else []."""
+    tables = {
+        str(n).lower(): str(n)
+        for (n,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+    }
+
+    def cols(t: str) -> set[str]:
+        return {str(r[1]) for r in con.execute(f"PRAGMA table_info({quote(t)})")}
+
+    gpu = [tables[t.lower()] for t in GPU_TABLES if t.lower() in tables]
+    host = [tables[t.lower()] for t in (RUNTIME, NVTX) if t.lower() in tables]
+    need = {"start", "end", "deviceId", "globalPid"}
+    if not gpu or any(not need <= cols(t) for t in gpu):
+        return []
+    if any("globalTid" not in cols(t) for t in host) or STRINGS.lower() not in tables:
+        return []
+    pids = sorted({p for p, _ in _groups(con, gpu)})
+    return pids if len(pids) > 1 else []
+
+
+def processes_of(path: Path) -> list[int]:
+    """:func:`gpu_processes` of the export at ``path``; [] when it cannot be opened as one (the
+    read that follows says what is wrong)."""
+    try:
+        con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=2.0)
+    except sqlite3.Error:
+        return []
+    try:
+        return gpu_processes(con)
+    except sqlite3.Error:
+        return []
+    finally:
+        con.close()
+
+
+class ProcessPart(NvtxReader, Activity):
+    """What a one-process read needs from the whole file."""
+
+    def all_groups(self) -> list[tuple[int, int]]:
+        """Every (pid, device) group of the file, ordered as :meth:`assign_ranks` orders them."""
+        return _groups(self.con, [t for t in (self.table(n) for n in GPU_TABLES) if t])
+
+    def all_rank_texts(self) -> NvtxRows:
+        """The ``rank N`` NVTX texts of every process: the rows whose text, inline or in
+        StringIds, may contain "rank", read as a whole read reads them (its notes and names are
+        not this read's)."""
+        nv = self.table(NVTX)
+        if nv is None:
+            return self.read_nvtx()  # nothing to read: empty
+        have = set(self.columns(nv))
+        cond = []
+        if "text" in have:
+            cond.append("\"text\" LIKE '%ank%'")
+        strings = self.table(STRINGS)
+        if "textId" in have and strings is not None and self.has(strings, "id", "value"):
+            cond.append(
+                f'"textId" IN (SELECT "id" FROM {quote(strings)} WHERE "value" LIKE \'%ank%\')'
+            )
+        saved = (self.notes, self.names, self.lanes, self.thread_names, self.only)
+        self.notes, self.names, self.lanes, self.thread_names = [], Strings(), Strings(), Strings()
+        self.only = (" OR ".join(cond) or "0", ())
+        try:
+            return self.read_nvtx()
+        finally:
+            self.notes, self.names, self.lanes, self.thread_names, self.only = saved

@@ -1,0 +1,172 @@
+"""The reader: every table read once, rows placed on their ranks, the Timeline built."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from ...errors import TraceFormatError
+from ...model import CATEGORIES, Timeline, make_events, per_category
+from ._export import EXPORT_HINT
+from ._process import ProcessPart
+from ._ranks import Ranks
+from ._rows import Rows, shared_if_constant
+from ._schema import NVTX, STRINGS
+from ._strings import category_index
+
+I32 = npt.NDArray[np.int32]
+
+# Communication ranges a CPU program marks (the reference workloads' gloo:<collective>).
+_GLOO_RANGE = re.compile(r"^gloo:")
+
+
+def _ranks_running(events: pd.DataFrame, category: str, pattern: re.Pattern[str]) -> set[int]:
+    """Ranks with events of ``category`` whose name matches ``pattern``."""
+    cat_mask = (events["category"] == category).to_numpy()
+    matches = per_category(
+        events["name"], lambda n: pattern.search(n) is not None, rows=cat_mask, dtype=bool
+    )
+    hit = cat_mask & matches[events["name"].cat.codes.to_numpy()]
+    return {int(r) for r in pd.unique(events["rank"].to_numpy()[hit])}
+
+
+_NCCL = re.compile(r"nccl", re.IGNORECASE)
+
+
+class Reader(ProcessPart, Ranks):
+    # -- top level --------------------------------------------------------------------------
+
+    def read(self) -> Timeline:
+        strings = self.table(STRINGS)
+        is_nsys = (
+            strings is not None
+            or self.table("META_DATA_EXPORT") is not None
+            or self.table("EXPORT_META_DATA") is not None
+            or any(t.upper().startswith("CUPTI_ACTIVITY_KIND_") for t in self.tables)
+            or self.table(NVTX) is not None
+        )
+        if not is_nsys:
+            raise TraceFormatError(
+                self.path,
+                "an SQLite file but not an Nsight Systems export "
+                "(no StringIds, META_DATA_EXPORT or CUPTI_ACTIVITY_KIND_* tables)",
+                EXPORT_HINT,
+            )
+        if strings is not None:
+            self.strings = self.read_string_ids(strings)
+        version = self.format_version()
+        offset, clock = self.clock_offset()
+
+        gpu = self.read_gpu()
+        self.gpu_pids = [int(p) for p in sorted(pd.unique(gpu.pid))]
+        nvtx = self.read_nvtx()
+        if self.process is not None:  # one process of a GPU capture: ranks from the whole file
+            everyone = self.all_groups()
+            if self.check is not None and everyone and self.process == min(everyone)[0]:
+                self.check()
+            groups, ranks, rank_source, world_size = self._ranks(everyone, self.all_rank_texts())
+            host = Rows.concat([self.read_runtime(sorted({p for p, _ in groups})), nvtx.ranges])
+            device_kind = "gpu"
+        elif len(gpu):
+            groups, ranks, rank_source, world_size = self.assign_ranks(gpu, nvtx)
+            host = Rows.concat([self.read_runtime(sorted({p for p, _ in groups})), nvtx.ranges])
+            device_kind = "gpu"
+        else:
+            if len(nvtx.ranges) == 0:
+                raise TraceFormatError(
+                    self.path,
+                    "the export has no GPU activity and no NVTX ranges: nothing to analyze",
+                    "trace CUDA (`nsys profile -t cuda,nvtx`), or on CPU runs mark steps and "
+                    "phases with NVTX ranges (`nsys profile -t nvtx`)",
+                )
+            groups, ranks, rank_source, world_size = self.assign_cpu_ranks(nvtx)
+            host = nvtx.ranges
+            device_kind = "cpu"
+            self.notes.append(
+                "CPU capture (no CUDA activity in the export): each process's NVTX ranges are its "
+                "timeline (if the program did use a GPU, trace it: `nsys profile -t cuda,nvtx`)."
+            )
+        del nvtx
+        rows, rank = self.place(gpu, host, groups, ranks)
+        del host, gpu
+        rank = rows.group_by(rank)
+
+        category = pd.Categorical.from_codes(
+            rows.category, categories=category_index(np.array(CATEGORIES, dtype=object))
+        )
+        if offset:
+            rows.start += offset
+            rows.end += offset
+        n = len(rows)
+        events = make_events(
+            n,
+            {
+                # columns with one value (the rank and pid of a one-process export, the
+                # collective fields nsys never has) are one value viewed n times, not n copies
+                "rank": shared_if_constant(rank),
+                "pid": shared_if_constant(rows.pid),
+                "device": rows.device,
+                "stream": rows.stream,
+                "tid": rows.tid,
+                "lane": self.lanes.categorical(rows.pop("lane")),
+                "thread_name": self.thread_names.categorical(rows.pop("thread_name")),
+                "category": category.remove_unused_categories(),
+                "name": self.names.categorical(rows.pop("name")),
+                "start_ns": rows.start,
+                "end_ns": rows.end,
+                "correlation": rows.correlation,
+                "coll_bytes": np.broadcast_to(np.int64(-1), (n,)),
+                "seq": np.broadcast_to(np.int64(-1), (n,)),
+                "group_size": np.broadcast_to(np.int32(-1), (n,)),
+            },
+        )
+        traces = self.trace_infos(
+            groups, ranks, rank_source, world_size, version, clock, device_kind
+        )
+        if self.process is not None:
+            traces = tuple(t for t in traces if t.pid == self.process)
+        if device_kind == "gpu":
+            nccl = _ranks_running(events, "kernel", _NCCL)
+            traces = tuple(replace(t, backend="nccl") if t.rank in nccl else t for t in traces)
+        else:
+            gloo = _ranks_running(events, "annotation", _GLOO_RANGE)
+            traces = tuple(replace(t, backend="gloo") if t.rank in gloo else t for t in traces)
+        return Timeline(events, traces)
+
+    def place(
+        self, gpu: Rows, host: Rows, groups: list[tuple[int, int]], ranks: list[int]
+    ) -> tuple[Rows, I32]:
+        """All rows with their rank: GPU rows by (pid, device); host rows by pid, copied to every
+        rank of a process that drives several GPUs; host rows of processes outside the groups go."""
+        keys = np.array([(p << 32) | (d & 0xFFFFFFFF) for p, d in groups], dtype=np.int64)
+        order = np.argsort(keys)
+        gkey = (gpu.pid << 32) | (gpu.device.astype(np.int64) & 0xFFFFFFFF)
+        if gkey.size:
+            gpu_rank = np.asarray(ranks, dtype=np.int32)[order][np.searchsorted(keys[order], gkey)]
+        else:
+            gpu_rank = np.zeros(0, dtype=np.int32)
+
+        by_pid: dict[int, list[int]] = {}
+        for (pid, _), r in zip(groups, ranks, strict=True):
+            by_pid.setdefault(pid, []).append(r)
+        pids = np.array(sorted(by_pid), dtype=np.int64)
+        first = np.array([by_pid[int(p)][0] for p in pids], dtype=np.int32)
+        pos = np.minimum(np.searchsorted(pids, host.pid), max(pids.size - 1, 0))
+        mine = pids[pos] == host.pid
+        if not mine.all():
+            host = host.take(np.flatnonzero(mine))
+            pos = pos[mine]
+        del gkey, mine
+        blocks, rank_parts = [gpu, host], [gpu_rank, first[pos]]
+        del pos
+        for pid, rs in by_pid.items():
+            if len(rs) > 1:
+                idx = np.flatnonzero(host.pid == pid)
+                for r in rs[1:]:
+                    blocks.append(host.take(idx))
+                    rank_parts.append(np.full(idx.size, r, dtype=np.int32))
+        return Rows.concat(blocks), np.concatenate(rank_parts)
