@@ -235,6 +235,8 @@ NEW_FIXTURES: dict[str, tuple[int, int, set[str]]] = {
     "moe_slow": (4, 3, {"moe_dispatch", "moe_combine", "moe_dispatch_grad", "dp_allreduce"}),
     "naive_8": (2, 8, set()),
     "naive_slow": (2, 8, set()),
+    "naive4": (4, 8, set()),
+    "naive4_slow": (4, 8, set()),
     "overlap_8": (2, 8, set()),
     "overlap_commoff": (2, 8, set()),
 }
@@ -349,6 +351,7 @@ def test_commoff_fixture_has_no_communication_but_the_same_ranges() -> None:
 def test_slow_fixtures_sleep_only_on_the_planted_rank() -> None:
     for name, slow, ranks in (
         ("naive_slow", 1, 2),
+        ("naive4_slow", 1, 4),
         ("moe_slow", 2, 4),
         ("moe_slow_regen", 2, 4),
         ("pipeline_slow_last", 1, 2),
@@ -356,8 +359,8 @@ def test_slow_fixtures_sleep_only_on_the_planted_rank() -> None:
         for rank in range(ranks):
             n = sum(e["name"] == "straggler_sleep" for e in _ranges(_trace(name, rank)))
             assert (n > 0) == (rank == slow), (name, rank, n)
-    for name in ("naive_8", "overlap_8", "pipeline", "fsdp"):
-        for rank in range(2):
+    for name, ranks in (("naive_8", 2), ("naive4", 4), ("overlap_8", 2), ("fsdp", 2)):
+        for rank in range(ranks):
             assert not [e for e in _ranges(_trace(name, rank)) if e["name"] == "straggler_sleep"]
 
 

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -67,6 +67,7 @@ from .vocab import CAUSES, Cause
 
 PathLike = str | Path
 I64 = npt.NDArray[np.int64]
+_R = TypeVar("_R")
 
 #: Where a rank number was only guessed (no metadata said it): such ranks may be renumbered.
 GUESSED_RANK_SOURCES = frozenset({"default", "process-order"})
@@ -104,7 +105,8 @@ def analyze(
     if not isinstance(source, Timeline):
         names, source = _lone_stream(source)
     if isinstance(source, Timeline):
-        results = [FileResult(names[0], map_timeline(source, aopts, rules))]
+        mapped = FileResult(names[0], map_timeline(source, aopts, rules, opts.graph))
+        results = list(_graphs_capped([mapped], opts.graph_max_nodes))
     else:
         names, results = _map_files(source, aopts, rules, opts, skipped)
     units = _merge(results)
@@ -118,7 +120,36 @@ def analyze(
     if aopts.step_regex is not None and units and not any(u.markers_found for u in units):
         raise UsageError(_regex_matched_nothing(units, aopts.step_regex, names))
     result = _reduce(units, aopts, skipped, names)
-    return replace(result, source=source if isinstance(source, Timeline) else None, rules=rules)
+    result = replace(result, source=source if isinstance(source, Timeline) else None, rules=rules)
+    return _with_run_graph(result, units)
+
+
+def _graphs_capped(results: Iterable[_R], limit: int | None) -> Iterator[_R]:
+    """The map's results; once the run graphs seen so far pass ``limit`` nodes, each unit's
+    graph is dropped (its node count kept): the run graph will be left out anyway, and what is
+    held stays about ``limit`` nodes plus one file's."""
+    total = 0
+    for res in results:
+        if limit is not None and isinstance(res, FileResult):
+            total += sum(u.graph_nodes for u in res.units)
+            if total > limit:
+                units = tuple(replace(u, graph=None) for u in res.units)
+                res = cast(_R, replace(res, units=units))
+        yield res
+
+
+def _with_run_graph(result: Analysis, units: Sequence[UnitResult]) -> Analysis:
+    """The reduce side of the run graph (docs/whatif.md §1): the units' graphs, when the map
+    built them, joined (none when no unit has a step to replay, or when some were dropped)."""
+    from .rungraph import join_graphs
+
+    nodes = sum(u.graph_nodes for u in units)
+    if any(u.graph is None and u.graph_nodes for u in units):
+        return replace(result, run_graph_nodes=nodes)
+    graphs = [u.graph for u in units if u.graph is not None]
+    if not any(g.labels for g in graphs):
+        return result
+    return replace(result, run_graph=join_graphs(graphs), run_graph_nodes=nodes)
 
 
 def _lone_stream(
@@ -150,9 +181,10 @@ def _map_files(
     files = expand_paths(source)
     listed = from_folder(source)
     work = map_units(files)  # a large multi-process nsys export: one unit per process
-    task = functools.partial(map_file, options=options, rules=rules)
+    task = functools.partial(map_file, options=options, rules=rules, graph=opts.graph)
     results = []
-    for res in run_map(work, task, jobs=opts.jobs, scheduler=opts.scheduler):
+    answers = run_map(work, task, jobs=opts.jobs, scheduler=opts.scheduler)
+    for res in _graphs_capped(answers, opts.graph_max_nodes):
         assert isinstance(res, FileResult)
         if res.error is not None:
             path, reason, hint = res.error

@@ -201,7 +201,7 @@ def analysis_options(func: F) -> F:
     return func
 
 
-def run_analysis(paths: tuple[str, ...], **opts: Any) -> Any:
+def run_analysis(paths: tuple[str, ...], graph: bool = False, **opts: Any) -> Any:
     """Build the library call from CLI options (config file first, explicit options win)."""
     from .analysis import analyze
     from .options import AnalyzeOptions, Thresholds, load_config
@@ -217,6 +217,8 @@ def run_analysis(paths: tuple[str, ...], **opts: Any) -> Any:
         config=cfg,
         jobs=opts.get("jobs"),
         scheduler=opts.get("scheduler"),
+        graph=graph,
+        graph_max_nodes=WHATIF_MAX_NODES if graph else None,
     )
     return analyze(list(paths), options)
 
@@ -342,9 +344,10 @@ def analyze(
 
     conditions = parse_conditions(fail_if)  # validate before the (possibly long) analysis
     check_outputs([output, html_path], paths, opts)
-    result = run_analysis(paths, **opts)
-    if fmt in ("table", "markdown"):
-        result = with_what_if(result, paths, opts.get("step_regex"))
+    what = fmt in ("table", "markdown")
+    result = run_analysis(paths, graph=what, **opts)
+    if what:
+        result = with_what_if(result)
     if fmt == "json":
         from .reporters.json_report import render as render_json
 
@@ -373,25 +376,34 @@ def analyze(
         raise GateFailed("fail-if met: " + "; ".join(failed))
 
 
-def with_what_if(result: Any, paths: tuple[str, ...], step_regex: str | None) -> Any:
-    """The analysis with its top counterfactuals (docs/whatif.md §3) for "What to try"; the run
-    graph is read again, so only for runs of at most :data:`WHATIF_MAX_UNITS` units."""
+def with_what_if(result: Any) -> Any:
+    """The analysis with its top counterfactuals (docs/whatif.md §3) for "What to try", replayed
+    on the run graph the analysis built in the same read; left out, with a line saying so, when
+    the graph has more than :data:`WHATIF_MAX_NODES` nodes."""
     import dataclasses
 
     from .reporters.whatif_report import top_lines
-    from .whatif import load_graph, what_if
+    from .whatif import what_if
 
-    if len(result.traces) > WHATIF_MAX_UNITS:
-        return result
-    try:
-        w = what_if(load_graph(list(paths), step_regex=step_regex))
-    except TraceoverlapError:
-        return result
-    return dataclasses.replace(result, what_if=tuple(top_lines(w)))
+    g = result.run_graph
+    lines: tuple[str, ...] = ()
+    if result.run_graph_nodes > WHATIF_MAX_NODES:
+        lines = (
+            f"what-if left out: the run graph has {result.run_graph_nodes:,} activities (more "
+            f"than {WHATIF_MAX_NODES:,}: its replays would take minutes); run traceoverlap whatif",
+        )
+    elif g is not None:
+        try:
+            lines = tuple(top_lines(what_if(g)))
+        except TraceoverlapError:
+            lines = ()
+    return dataclasses.replace(result, what_if=lines, run_graph=None)
 
 
-#: analyze adds what-if lines to runs of at most this many units (the graph is a second read).
-WHATIF_MAX_UNITS = 64
+#: analyze replays the run graph for "What to try" up to this many nodes: about 15 replays (the
+#: scenarios and a fix-rank row per rank that matters) at ~4 µs per node each
+#: (benchmarks/bench_replay.py: 86 s for 20.5 M nodes on 2 cores): about a minute at the limit.
+WHATIF_MAX_NODES = 1_000_000
 
 
 # --- compare --------------------------------------------------------------------------------

@@ -183,7 +183,9 @@ class AnalyzeOptions:
     communication; ``thresholds``: verdict thresholds; ``config``: a validated config
     (:func:`load_config`; the fields above win over it); ``rules``: classification rules
     (default ``Rules()``); ``jobs``: parallel map processes; ``scheduler``: ``"local"`` or a Dask
-    scheduler address.
+    scheduler address; ``graph``: also build the what-if's run graph (docs/whatif.md §1) from the
+    same read (``Analysis.run_graph``); past ``graph_max_nodes`` nodes it is left out
+    (``Analysis.run_graph_nodes`` says how many) and the map's results stop carrying graphs.
     """
 
     step_regex: str | None = None
@@ -195,6 +197,8 @@ class AnalyzeOptions:
     rules: Rules | None = None
     jobs: int | None = None
     scheduler: str | None = None
+    graph: bool = False
+    graph_max_nodes: int | None = None
 
     def __post_init__(self) -> None:
         # lists and generators become tuples: the options can be reused (and hashed); a string

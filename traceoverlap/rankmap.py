@@ -51,6 +51,7 @@ from .namefilter import NameTest
 from .options import AnalysisOptions, compile_regex
 from .purpose import UnitStrategy, unit_purposes
 from .results import StepDetail
+from .rungraph import UnitGraph, unit_graph
 from .steps import UnitSteps, assign_steps
 from .vocab import KINDS, PHASE_RE, Cause, StepLabel
 
@@ -90,6 +91,10 @@ class UnitResult:
     host_ranges: pd.DataFrame | None = None
     #: what the unit already does (DDP, bucketing, training, CPU), for advice (diagnosis.md §10)
     strategy: UnitStrategy | None = None
+    #: the unit's run graph (docs/whatif.md §1), when the map was asked for it (dropped, its
+    #: node count kept, when the run's graphs grow past the caller's limit)
+    graph: UnitGraph | None = None
+    graph_nodes: int = 0
 
     @property
     def n_windows(self) -> int:
@@ -307,8 +312,11 @@ def _out_of_memory(path: str) -> tuple[str, str, str]:
     )
 
 
-def analyze_unit(unit: Timeline, options: AnalysisOptions, rules: Rules) -> UnitResult:
-    """The compact analysis of one unit (a Timeline with exactly one TraceInfo)."""
+def analyze_unit(
+    unit: Timeline, options: AnalysisOptions, rules: Rules, graph: bool = False
+) -> UnitResult:
+    """The compact analysis of one unit (a Timeline with exactly one TraceInfo); ``graph``: with
+    its run graph (:class:`traceoverlap.rungraph.UnitGraph`) for the what-if."""
     info = unit.traces[0]
     ev = unit.events
     kind = kinds(unit, rules)
@@ -316,6 +324,7 @@ def analyze_unit(unit: Timeline, options: AnalysisOptions, rules: Rules) -> Unit
     start = ev["start_ns"].to_numpy()
     end = ev["end_ns"].to_numpy()
     n = len(steps)
+    mask = call_ivs = None  # CPU units: the communication calls (the run graph keeps them)
     if steps.gpu:
         acts = activity_rows(start, end, kind, steps)
         gpu_sets = step_sets(acts, n)
@@ -326,7 +335,8 @@ def analyze_unit(unit: Timeline, options: AnalysisOptions, rules: Rules) -> Unit
         # window) table, whatever the markers' nesting; time inside communication calls is not
         # compute, whatever op encloses it (metrics.md)
         lanes, by_lane = lane_codes(unit), lane_calls(unit, kind, rules)
-        us = unit_sets(start, end, kind, lanes, by_lane, comm_call_mask(unit, rules))
+        mask, call_ivs = comm_call_mask(unit, rules), by_lane
+        us = unit_sets(start, end, kind, lanes, by_lane, mask)
         _check_window_load(info.path, start, end, kind, steps, us)
         cw = cpu_windows(us, start, end, kind, steps)
         acts, parts, exposed, calls = cw.acts, cw.parts, cw.exposed, cw.calls
@@ -358,7 +368,13 @@ def analyze_unit(unit: Timeline, options: AnalysisOptions, rules: Rules) -> Unit
         ann = ev["name"][(ev["category"] == "annotation").to_numpy()].astype(str)
         top = ann.value_counts().head(8)
         ranges = tuple((str(k), int(v)) for k, v in top.items())
+    run_graph = None
+    if graph:
+        # the run graph of this unit from the same read (docs/whatif.md §1: built in the map)
+        run_graph = unit_graph(unit, kind, steps, mask, call_ivs)
     return UnitResult(
+        graph=run_graph,
+        graph_nodes=0 if run_graph is None else int(run_graph.start_ns.size),
         trace=info,
         labels=steps.labels,
         parts=parts,
@@ -409,10 +425,10 @@ def require_device_activity(timeline: Timeline, path: str) -> None:
 
 
 def map_timeline(
-    timeline: Timeline, options: AnalysisOptions, rules: Rules
+    timeline: Timeline, options: AnalysisOptions, rules: Rules, graph: bool = False
 ) -> tuple[UnitResult, ...]:
-    """Every unit of an in-memory Timeline."""
-    return tuple(analyze_unit(u, options, rules) for u in split_units(timeline))
+    """Every unit of an in-memory Timeline; ``graph``: each with its run graph."""
+    return tuple(analyze_unit(u, options, rules, graph) for u in split_units(timeline))
 
 
 _NCCL_RANGE_RE = r"nccl:"
@@ -444,6 +460,7 @@ def _map_units(
     options: AnalysisOptions,
     rules: Rules,
     pid: int | None = None,
+    graph: bool = False,
 ) -> list[UnitResult]:
     from .readers import read_trace
 
@@ -451,7 +468,7 @@ def _map_units(
     require_device_activity(timeline, path)
     units = split_units(timeline)
     del timeline
-    return [analyze_unit(u, options, rules) for u in units]
+    return [analyze_unit(u, options, rules, graph) for u in units]
 
 
 def read_units(unit: str | ProcessPart, options: AnalysisOptions, rules: Rules) -> list[Timeline]:
@@ -471,16 +488,18 @@ def read_units(unit: str | ProcessPart, options: AnalysisOptions, rules: Rules) 
     return units
 
 
-def map_file(unit: str | ProcessPart, options: AnalysisOptions, rules: Rules) -> FileResult:
+def map_file(
+    unit: str | ProcessPart, options: AnalysisOptions, rules: Rules, graph: bool = False
+) -> FileResult:
     """Read one trace file (or one process of an export: :class:`ProcessPart`) and analyse its
-    units."""
+    units; ``graph``: each unit with its run graph (docs/whatif.md §1)."""
     args = (options, rules)
     path, pid = (unit.path, unit.pid) if isinstance(unit, ProcessPart) else (unit, None)
     try:
-        out = _map_units(path, range_filter(options, rules), *args, pid=pid)
+        out = _map_units(path, range_filter(options, rules), *args, pid=pid, graph=graph)
         if any(u.markers_found == 0 and u.trace.format == "nsys" for u in out):
             # the no-marker hints name the ranges that repeat, whatever their names: read all
-            out = _map_units(path, None, *args, pid=pid)
+            out = _map_units(path, None, *args, pid=pid, graph=graph)
         return FileResult(path, tuple(out))
     except MemoryError:
         return FileResult(path, error=_out_of_memory(path))
@@ -511,7 +530,6 @@ def map_graph_file(path: str, options: AnalysisOptions, rules: Rules) -> tuple[o
     """The run-graph side of the map (docs/whatif.md §1): one file -> its units' graphs
     (:class:`traceoverlap.rungraph.UnitGraph`). Raises :class:`TraceFormatError` on bad input."""
     from .readers import read_trace
-    from .rungraph import UnitGraph, unit_graph
 
     out: list[object] = []
     for keep in (range_filter(options, rules), None):
@@ -520,7 +538,8 @@ def map_graph_file(path: str, options: AnalysisOptions, rules: Rules) -> tuple[o
             kind = kinds(u, rules)
             steps = assign_steps(u, kind, options)
             calls = None if steps.gpu else comm_call_mask(u, rules)
-            out.append(unit_graph(u, kind, steps, calls))
+            ivs = None if steps.gpu else lane_calls(u, kind, rules)
+            out.append(unit_graph(u, kind, steps, calls, ivs))
         if not any(
             isinstance(g, UnitGraph) and not g.labels and g.trace.format == "nsys" for g in out
         ):

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from .classify import Rules
     from .collectives import Collectives
     from .diagnosis import Finding
+    from .rungraph import RunGraph
 
 I64 = npt.NDArray[np.int64]
 Spans = tuple[I64, I64]
@@ -168,6 +169,10 @@ class Analysis:
     what_if: tuple[str, ...] = ()
     source: Timeline | None = field(default=None, repr=False, compare=False)
     rules: Rules | None = field(default=None, repr=False, compare=False)
+    #: the run graph (docs/whatif.md §1) built in the same read, when analyze was asked for it;
+    #: its node count (also when it was left out for passing ``graph_max_nodes``)
+    run_graph: RunGraph | None = None
+    run_graph_nodes: int = 0
 
     @property
     def ranks(self) -> list[int]:

@@ -26,14 +26,16 @@ collective end times, as the matching does) and numbers the matched instances ac
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from .intervals import GroupedIntervals
 from .model import Kind, Timeline, TraceInfo
 from .steps import UnitSteps
 from .vocab import BLOCKED_MAX_NS, BLOCKED_PER
@@ -82,6 +84,12 @@ class UnitGraph:
     egap: I64
     instances: pd.DataFrame
     notes: tuple[str, ...]
+    #: CPU units: the communication calls of each compute thread (:func:`traceoverlap.hostwait.
+    #: lane_calls`: launches, waits; disjoint, sorted by lane then start), as (lane, start, end);
+    #: the time inside them is not compute (metrics.md), whatever node encloses it
+    call_lane: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
+    call_start_ns: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
+    call_end_ns: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
 
 
 def _top_level(lane: I64, start: I64, end: I64) -> npt.NDArray[np.bool_]:
@@ -134,9 +142,12 @@ def unit_graph(
     kind: npt.NDArray[np.int8],
     steps: UnitSteps,
     calls: npt.NDArray[np.bool_] | None = None,
+    call_ivs: GroupedIntervals | None = None,
 ) -> UnitGraph:
     """The graph of one unit (see the module docstring). ``calls`` (CPU units): the host events
-    that are communication calls on compute threads (launches, waits), kept as host nodes."""
+    that are communication calls on compute threads (launches, waits), kept as host nodes;
+    ``call_ivs``: their time per thread (:func:`traceoverlap.hostwait.lane_calls`, grouped by
+    its lane codes), kept for the overlap tax."""
     ev = unit.events
     start = ev["start_ns"].to_numpy().astype(np.int64)
     end = ev["end_ns"].to_numpy().astype(np.int64)
@@ -254,7 +265,36 @@ def unit_graph(
         egap=egap,
         instances=instances,
         notes=tuple(notes),
+        **_calls_on_lanes(unit, call_ivs, lane_uniq),
     )
+
+
+def _calls_on_lanes(
+    unit: Timeline, call_ivs: GroupedIntervals | None, lane_uniq: npt.ArrayLike
+) -> dict[str, I64]:
+    """``call_ivs`` (grouped by :func:`traceoverlap.hostwait.lane_codes`) on the graph's local
+    lanes; calls on a thread without nodes are dropped."""
+    z = np.zeros(0, np.int64)
+    if call_ivs is None or call_ivs[0].size == 0:
+        return {}
+    from .hostwait import lane_codes as thread_codes
+
+    cg, cs, ce = call_ivs
+    thread = thread_codes(unit)
+    ev_lane = unit.events["lane"].cat.codes.to_numpy().astype(np.int64)
+    # each thread code -> the event lane of its first event -> the graph's local lane
+    first = np.full(int(thread.max()) + 1, -1, dtype=np.int64)
+    first[thread[::-1]] = np.arange(thread.size)[::-1]
+    local = pd.Index(np.asarray(lane_uniq)).get_indexer(ev_lane[first[cg]]).astype(np.int64)
+    ok = local >= 0
+    if not ok.any():
+        return {"call_lane": z, "call_start_ns": z.copy(), "call_end_ns": z.copy()}
+    order = np.lexsort((cs[ok], local[ok]))
+    return {
+        "call_lane": local[ok][order],
+        "call_start_ns": cs[ok][order].astype(np.int64),
+        "call_end_ns": ce[ok][order].astype(np.int64),
+    }
 
 
 WAIT_RE = re.compile(r"(?i)wait")
@@ -537,6 +577,11 @@ class RunGraph:
     win_start_ns: I64
     win_end_ns: I64
     notes: tuple[str, ...]
+    #: the units' communication calls on compute threads (global lane, start, end; sorted by
+    #: lane then start): time inside them is not compute (the overlap tax reads it)
+    call_lane: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
+    call_start_ns: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
+    call_end_ns: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
 
     @property
     def n_units(self) -> int:
@@ -580,6 +625,7 @@ def join_graphs(graphs: Sequence[UnitGraph]) -> RunGraph:
     names: dict[str, int] = {}
     families: dict[str, int] = {}
     parts: dict[str, list[npt.NDArray[np.generic]]] = {}
+    calls: dict[str, list[I64]] = {}
     lane_base = 0
     node_base = 0
     lane_host: list[npt.NDArray[np.bool_]] = []
@@ -624,6 +670,9 @@ def join_graphs(graphs: Sequence[UnitGraph]) -> RunGraph:
         parts.setdefault("esrc", []).append(g.esrc + node_base)
         parts.setdefault("edst", []).append(g.edst + node_base)
         parts.setdefault("egap", []).append(g.egap)
+        calls.setdefault("lane", []).append(g.call_lane + lane_base)
+        calls.setdefault("start", []).append(g.call_start_ns - off[u])
+        calls.setdefault("end", []).append(g.call_end_ns - off[u])
         lane_host.append(g.lane_host)
         comm = np.zeros(len(g.lane_names), dtype=bool)
         comm[g.lane[g.kind == Kind.COMM]] = True
@@ -632,8 +681,14 @@ def join_graphs(graphs: Sequence[UnitGraph]) -> RunGraph:
         node_base += n
         notes.extend(g.notes)
     cat = {k: np.concatenate(v) if v else np.zeros(0, np.int64) for k, v in parts.items()}
-    return _sorted_graph(
+    rg = _sorted_graph(
         cat, graphs, lane_host, lane_comm, names, families, step_labels, wstart, wend, notes
+    )
+    c = {k: np.concatenate(v).astype(np.int64) for k, v in calls.items()}
+    if not c or c["lane"].size == 0:
+        return rg
+    return dataclasses.replace(
+        rg, call_lane=c["lane"], call_start_ns=c["start"], call_end_ns=c["end"]
     )
 
 

@@ -1,11 +1,16 @@
 """The overlap tax (docs/whatif.md §4): compute that ran beside communication, slower.
 
-Per unit, a compute node that ran mostly (>= 50 %) under the unit's communication is compared
-with the nodes of the same name, and the same n-th call of that name in their step (the same op
-of the same layer: the traces keep no shapes), on the same unit in other steps, that ran alone
-(no communication at all during them); with at least :data:`MIN_INSTANCES` on each side, its tax is max(0, duration - the median
-alone duration). The tax of a step is the sum over its nodes, capped by the step's overlap (it is
-time inside ``overlap_ns``). All steps of the rank are "nearby" (the traces hold a few steps).
+A node's time here is its *compute time*: its duration less the communication calls of its
+thread inside it (a launch or a wait nested in an op; CPU units), the time the step's
+``compute_ns`` counts (metrics.md); "under communication" is how much of that time the unit's
+communication covered. Per unit, a compute node that ran mostly (>= 50 %) under communication is
+compared with the nodes of the same kernel (:func:`same_kernel`: the same name and the same n-th
+call of that name in their step) on the same unit in other steps that ran alone (no
+communication at all during them); with at least :data:`MIN_INSTANCES` on each side, its tax is
+max(0, compute time - the median alone compute time). The tax of a step is the sum over its
+nodes, capped by the step's compute under communication (it is time inside ``overlap_ns``). All
+steps of the rank are "nearby" (the traces hold a few steps). Compute under communication with
+no comparison is reported as unmeasured, not as untaxed.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ import numpy.typing as npt
 import pandas as pd
 
 from . import intervals as iv
+from .hostwait import split_compute
+from .metrics import ActivityRows
 from .model import Kind
 from .rungraph import RunGraph
 
@@ -42,42 +49,88 @@ def _covered(starts: I64, ends: I64, us: I64, ue: I64) -> I64:
     return (upto(ends) - upto(starts)).astype(np.int64)
 
 
-def coverage(g: RunGraph) -> I64:
-    """Per node: how long its unit's communication ran during it (ns; 0 for non-compute)."""
-    cov = np.zeros(g.start_ns.size, dtype=np.int64)
+def compute_pieces(g: RunGraph) -> tuple[I64, I64, I64]:
+    """The compute nodes cut around their lane's communication calls: (node, start, end) per
+    piece, in node order (the time the step's ``compute_ns`` counts, metrics.md)."""
+    rows = np.flatnonzero(g.kind == Kind.COMPUTE)
+    if rows.size == 0:
+        z = np.zeros(0, np.int64)
+        return z, z.copy(), z.copy()
+    acts = ActivityRows(
+        np.zeros(rows.size, np.int64),
+        g.kind[rows],
+        g.start_ns[rows],
+        g.end_ns[rows],
+        rows.astype(np.int64),
+    )
+    pieces = split_compute(acts, g.lane, (g.call_lane, g.call_start_ns, g.call_end_ns))
+    return pieces.event_row, pieces.start_ns, pieces.end_ns
+
+
+def compute_time(g: RunGraph) -> tuple[I64, I64]:
+    """Per node: its compute time and how much of it ran under its unit's communication (ns; 0
+    for non-compute nodes). A node's compute time is its duration less the communication calls
+    of its lane inside it (:func:`traceoverlap.hostwait.lane_calls`: a launch or a wait nested in
+    an op): the time the step's ``compute_ns`` counts (metrics.md), so the tax measures it too."""
+    n = g.start_ns.size
+    comp_ns = np.zeros(n, dtype=np.int64)
+    cov_ns = np.zeros(n, dtype=np.int64)
+    node, ps, pe = compute_pieces(g)
+    if node.size == 0:
+        return comp_ns, cov_ns
+    comp_ns += np.bincount(node, weights=pe - ps, minlength=n).astype(np.int64)
+    cov = np.zeros(node.size, dtype=np.int64)
     comm = g.kind == Kind.COMM
-    comp = np.flatnonzero(g.kind == Kind.COMPUTE)
-    for u in np.unique(g.unit[comp]).tolist():  # a loop over units, not events
+    unit = g.unit[node]
+    for u in np.unique(unit).tolist():  # a loop over units, not events
         cm = comm & (g.unit == u)
         us, ue = iv.union(g.start_ns[cm], g.end_ns[cm])
-        rows = comp[g.unit[comp] == u]
-        cov[rows] = _covered(g.start_ns[rows], g.end_ns[rows], us, ue)
-    return cov
+        sel = unit == u
+        cov[sel] = _covered(ps[sel], pe[sel], us, ue)
+    cov_ns += np.bincount(node, weights=cov, minlength=n).astype(np.int64)
+    return comp_ns, cov_ns
+
+
+def same_kernel(g: RunGraph, rows: I64) -> I64:
+    """Per row: a code equal for the instances of "the same kernel" (§4: name, and shape or grid
+    where known): the traces keep no shapes, so the same name *and the same n-th call of that
+    name in its step* on the same unit, i.e. the same layer's op every step. Name alone mixes
+    shapes: on an MLP's backward the last layer's ``AddmmBackward0`` (0.12 ms, before the first
+    all-reduce starts) would be the "alone" reference of the hidden layers' (0.37 ms)."""
+    df = pd.DataFrame({"u": g.unit[rows], "n": g.name[rows], "w": g.window[rows]})
+    df["o"] = df.groupby(["u", "w", "n"], sort=False).cumcount()
+    return np.asarray(df.groupby(["u", "n", "o"], sort=False).ngroup(), dtype=np.int64)
 
 
 def node_tax(g: RunGraph) -> I64:
     """Per node: its overlap tax (ns), 0 where it ran alone or no comparison is possible."""
-    tax = np.zeros(g.start_ns.size, dtype=np.int64)
+    return _node_tax(g)[0]
+
+
+def _node_tax(g: RunGraph) -> tuple[I64, I64, npt.NDArray[np.bool_]]:
+    """Per node: its tax, its compute time under communication (:func:`compute_time`), and
+    whether it ran mostly under communication with no comparison possible (fewer than
+    :data:`MIN_INSTANCES` instances of the same kernel on either side: its tax is unknown)."""
+    n = g.start_ns.size
+    tax = np.zeros(n, dtype=np.int64)
+    blind = np.zeros(n, dtype=bool)
+    comp_ns, cov_ns = compute_time(g)
     comp = np.flatnonzero(g.kind == Kind.COMPUTE)
     if comp.size == 0:
-        return tax
-    cov = coverage(g)[comp]
-    dur = (g.end_ns - g.start_ns)[comp]
-    under = cov >= UNDER_RATIO * np.maximum(dur, 1)
-    alone = cov == 0
-    df = pd.DataFrame({"u": g.unit[comp], "n": g.name[comp], "w": g.window[comp], "d": dur})
-    # the same kernel: same name and the same n-th call of that name in its step (the same layer
-    # every step: names alone mix shapes, a first layer's op with a last one's)
-    df["o"] = df.groupby(["u", "w", "n"], sort=False).cumcount()
-    key = df.groupby(["u", "n", "o"], sort=False).ngroup().to_numpy()
+        return tax, cov_ns, blind
+    dur, cov = comp_ns[comp], cov_ns[comp]
+    under = (dur > 0) & (cov >= UNDER_RATIO * dur)
+    alone = (dur > 0) & (cov == 0)
+    key = same_kernel(g, comp)
     n_under = np.bincount(key, weights=under).astype(np.int64)
     n_alone = np.bincount(key, weights=alone).astype(np.int64)
-    alone_med = df[alone].assign(k=key[alone]).groupby("k")["d"].median()
+    alone_med = pd.Series(dur[alone]).groupby(key[alone]).median()
     med = pd.Series(key).map(alone_med).to_numpy(dtype=np.float64)
     ok = under & (n_under[key] >= MIN_INSTANCES) & (n_alone[key] >= MIN_INSTANCES)
     extra = np.where(ok, np.maximum(dur - np.nan_to_num(med), 0), 0)
     tax[comp] = np.round(extra).astype(np.int64)
-    return tax
+    blind[comp] = under & ~ok
+    return tax, cov_ns, blind
 
 
 @dataclass(frozen=True)
@@ -89,13 +142,15 @@ class TaxTable:
     step_overlap_ns: I64
     family_tax_ns: dict[str, int]
     findings: tuple[str, ...]
+    #: compute under communication (ns, run total) in nodes that ran mostly under it and have
+    #: no comparison (the same kernel never ran alone, or too few times): its tax is unknown
+    unmeasured_ns: int = 0
 
 
 def tax_table(g: RunGraph) -> TaxTable:
     """The tax per unit and step, per collective family, and the findings of §4."""
     nu, ns = g.win_start_ns.shape
-    tax = node_tax(g)
-    cov = coverage(g)
+    tax, cov, blind = _node_tax(g)
     ok = (g.window >= 0) & (g.kind == Kind.COMPUTE)
     idx = g.unit[ok] * ns + g.window[ok]
     step_overlap = np.bincount(idx, weights=cov[ok], minlength=nu * ns).astype(np.int64)
@@ -115,7 +170,10 @@ def tax_table(g: RunGraph) -> TaxTable:
             f"{who} hid {saved / 1e6:.1f} ms but compute ran {total / 1e6:.1f} ms slower beside "
             f"it: net gain {(saved - total) / 1e6:.1f} ms (overlap tax, whatif.md §4)"
         )
-    return TaxTable(step_tax.reshape(nu, ns), step_overlap.reshape(nu, ns), fam, tuple(findings))
+    unmeasured = int(cov[ok & blind].sum())
+    return TaxTable(
+        step_tax.reshape(nu, ns), step_overlap.reshape(nu, ns), fam, tuple(findings), unmeasured
+    )
 
 
 def _family_tax(g: RunGraph, tax: I64) -> dict[str, int]:

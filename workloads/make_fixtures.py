@@ -16,8 +16,8 @@ with a planted cause (see fixtures/workloads/README.md):
 - ``comm_heavy``: naive on the ``comm-heavy`` MLP preset: communication exceeds compute;
 - model parallel (parallel.py): ``tp_slow`` (4 ranks, rank 3 late in TP group {2,3}),
   ``pipeline``, ``pipeline_slow_last`` (a long last stage), ``fsdp``, ``moe_slow`` (4 ranks);
-- what-if pairs, 8 active steps: ``naive_slow`` / ``naive_8`` and ``overlap_8`` /
-  ``overlap_commoff`` (``--comm off``).
+- what-if pairs, 8 active steps: ``naive_slow`` / ``naive_8``, ``naive4_slow`` / ``naive4`` (4
+  ranks) and ``overlap_8`` / ``overlap_commoff`` (``--comm off``).
 
 Timings differ from run to run; tests on these files assert what the planted cause guarantees.
 
@@ -60,6 +60,9 @@ EIGHT = ["--steps", "8"]
 NAIVE = ["--strategy", "naive", "--model", "mlp", "--batch-size", "512", *EIGHT]
 RUNS["naive_8"] = NAIVE
 RUNS["naive_slow"] = [*NAIVE, "--slow-rank", "1", "--slow-ms", "40"]
+# no-straggler needs 4 or more ranks (whatif.md §5); the baseline is made right after the slow run
+RUNS["naive4_slow"] = [*NAIVE, "--world-size", "4", "--slow-rank", "1", "--slow-ms", "40"]
+RUNS["naive4"] = [*NAIVE, "--world-size", "4"]
 OVERLAP = ["--strategy", "overlap", "--model", "mlp", "--batch-size", "512", *EIGHT]
 RUNS["overlap_8"] = OVERLAP
 RUNS["overlap_commoff"] = [*OVERLAP, "--comm", "off"]

@@ -59,7 +59,7 @@ def render_text(w: WhatIf) -> str:
         lines += [f"  {'rank':<18} {'step ms':>10} {'speedup':>8}"]
         for r in w.fix_rank:
             lines.append(f"  {r.name.split(':')[1]:<18} {_ms(r.step_ns):>10} {_x(r.speedup):>8}")
-    caveats = sorted({r.note for r in w.scenarios + w.fix_rank if r.note})
+    caveats = list(dict.fromkeys(f"{r.name}: {r.note}" for r in w.scenarios + w.fix_rank if r.note))
     if caveats or w.notes or w.findings:
         lines += ["", "Notes:"]
         lines += [f"  - {n}" for n in w.findings]
@@ -82,6 +82,7 @@ def _scenario(r: ScenarioResult) -> dict[str, Any]:
         list(r.collectives),
         list(r.steps_ns),
         r.note or None,
+        r.contention_ns,
     )
     return dict(zip(SCENARIOS.names, values, strict=True))
 
@@ -97,6 +98,7 @@ def to_dict(w: WhatIf) -> dict[str, Any]:
     tax = (
         w.tax_ns,
         w.tax_overlap_ns,
+        w.tax_unmeasured_ns,
         dict(w.tax_by_family_ns),
         list(w.tax_steps_ns),
         [dict(zip(TAX_RANK_STEPS.names, r, strict=True)) for r in w.tax_rank_steps],
@@ -128,8 +130,13 @@ def top_lines(w: WhatIf, n: int = 3) -> list[str]:
         if r.name in seen:
             continue
         seen.add(r.name)
+        caveat = (
+            f"; {_ms(r.contention_ns)} ms more compute beside communication, its contention left out"
+            if r.contention_ns
+            else ""
+        )
         out.append(
-            f"what-if {r.name}: step {_ms(r.step_ns)} ms, {_x(r.speedup)} ({r.changed}; "
+            f"what-if {r.name}: step {_ms(r.step_ns)} ms, {_x(r.speedup)} ({r.changed}{caveat}; "
             "traceoverlap whatif)"
         )
         if len(out) == n:
