@@ -169,14 +169,14 @@ def make_job(folder: Path, ranks: int, mb: float) -> None:
 DASK_DRIVER = r"""
 import resource, sys, time
 from dask.distributed import Client, LocalCluster
-from traceoverlap import analyze
+from traceoverlap import AnalyzeOptions, analyze
 from traceoverlap.reporters.json_report import render
 if __name__ == "__main__":
     cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                            dashboard_address=None, silence_logs=40)
     client = Client(cluster)
     t0 = time.perf_counter()
-    text = render(analyze(sys.argv[1], scheduler=cluster.scheduler_address))
+    text = render(analyze(sys.argv[1], AnalyzeOptions(scheduler=cluster.scheduler_address)))
     wall = time.perf_counter() - t0
     workers = client.run(lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     driver = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -1,7 +1,7 @@
 """A brute-force, per-nanosecond oracle of the metrics / diagnosis contract.
 
 Written from the team docs (metrics.md, diagnosis.md) and the rules they leave open
-(_notes/SEMANTICS.md), NOT from traceoverlap's code: it imports nothing from traceoverlap, takes a
+(docs/oracle.md), NOT from traceoverlap's code: it imports nothing from traceoverlap, takes a
 plain list of events (:class:`Ev`) and decides every nanosecond of every step window literally, on
 boolean numpy masks. It is meant to be obviously right, not fast: keep inputs small (times within a
 few thousand ns of each other per process; a clock offset shifts a whole rank and costs nothing).
@@ -28,7 +28,8 @@ Rules implemented (each is cited where it is used):
   every unit that used that process group has exactly one activity with that seq (and there are
   at least two such units; SendRecv only in a group of exactly two: a transfer pairs two ranks).
   transfer = min duration, wait part on u = [s_u, s_u + dur_u - transfer).
-- Parts (diagnosis §1), causes (§3 + SEMANTICS), verdict (§2 + SEMANTICS), metrics (metrics.md).
+- Parts (diagnosis §1), causes (§3 + docs/oracle.md "Causes"), verdict (§2 + docs/oracle.md
+  "Parts and verdict"), metrics (metrics.md).
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ CPU_COMPUTE_EXCLUDE = tuple(
     re.compile(p) for p in (r"^c10d::", r"^record_param_comms$", r"^nccl:", r"^gloo:")
 )
 CPU_COMM_THREAD = (re.compile(r"pt_gloo_runloop"),)
-# SEMANTICS "dependency", CPU: a host event on a compute thread whose name is a communication call
+# docs/oracle.md "Causes" (dependency, CPU): a host event on a compute thread whose name is a communication call
 CPU_COMM_CALL = tuple(
     re.compile(p) for p in (r"^c10d::", r"^record_param_comms$", r"^nccl:", r"^gloo:", r"(?i)wait")
 )
@@ -241,7 +242,7 @@ def _cut_compute(u: _Unit) -> None:
 
 
 def _labels(markers: list[tuple[int, Ev]], rx: re.Pattern[str]) -> dict[int, Any]:
-    """trace index of each marker -> its label (SEMANTICS "Step markers and labels")."""
+    """trace index of each marker -> its label (docs/oracle.md "Step markers and labels")."""
     order = sorted(markers, key=lambda m: (m[1].start, m[0]))  # by start time, stable
     numbers: list[str | None] = []
     for _, e in order:
@@ -283,7 +284,7 @@ def _iteration(markers: list[tuple[int, Ev]], e: Ev) -> int | None:
 
 
 def _windows(u: _Unit, rx: re.Pattern[str]) -> list[_Window]:
-    # zero-length markers contain nothing and are ignored everywhere (SEMANTICS, docs/metrics.md)
+    # zero-length markers contain nothing and are ignored everywhere (docs/oracle.md, docs/metrics.md)
     markers = [
         (i, e) for i, e in u.host if e.cat == "annotation" and e.end > e.start and rx.search(e.name)
     ]
@@ -360,7 +361,7 @@ def _wait_parts(units: list[_Unit]) -> dict[tuple[int, int, int], list[tuple[int
 
 
 def _verdict(row: dict[str, Any], lost_ratio: float) -> str:
-    """diagnosis.md §2 with SEMANTICS's ties: compute-bound when lost < lost_ratio * step."""
+    """diagnosis.md §2 with docs/oracle.md's ties: compute-bound when lost < lost_ratio * step."""
     step = row["step_ns"]
     # §7: other steps' work in the window is not lost
     lost = step - row["compute_only_ns"] - row["overlap_ns"] - row["other_steps_ns"]
@@ -486,7 +487,7 @@ def _step_row(
         "exposed_dependency_ns": causes["dependency"],
         "exposed_host_ns": causes["host"],
     }
-    assert causes["wait"] == wait_part  # SEMANTICS: the cause equals the part
+    assert causes["wait"] == wait_part  # docs/oracle.md "Causes": the cause equals the part
     row["bottleneck"] = _verdict(row, lost_ratio)
     return row
 

@@ -7,8 +7,9 @@ import pytest
 from _html_data import ddp_run
 from builders import MS, gpu_timeline
 from conftest import REAL_TRACES
+from test_job_model import _rank
 
-from traceoverlap import analyze
+from traceoverlap import analyze, step_detail
 from traceoverlap.across import step_across
 from traceoverlap.fmt import duration
 from traceoverlap.model import concat_timelines
@@ -41,7 +42,7 @@ def skewed_pair():
 
 def test_skewed_pair_on_one_clock():
     tl = skewed_pair()
-    a = analyze(tl, detail="auto")
+    a = analyze(tl)
     x = step_across(a, source=tl)
     # the offset comes from the all-reduce's end: 55 - 50 = 5 ms on rank 1 (estimated clocks)
     assert x.clock == "estimated"
@@ -62,18 +63,18 @@ def test_skewed_pair_on_one_clock():
     # all communication of the step is that one instance: nothing left as "other communication"
     assert all(r.other_comm[0].size == 0 for r in x.ranks)
     assert x.ranks[0].comm[0].tolist() == [10 * MS] and x.ranks[0].comm[1].tolist() == [50 * MS]
-    la = x.last_arrivals
-    assert la.to_dict("records") == [{"rank": 1, "last_count": 1, "waited_for_ns": 30 * MS}]
+    assert inst["waited_for_rank"].tolist()[0] == 1  # the job model: rank 0 waited for rank 1
+    # rank 0's wait [10, 40) lies under its compute [0, 40): no exposed waiting to credit
+    assert x.waited_for.empty
 
 
 def test_report_section_draws_wait_and_transfer_with_hover():
     tl = skewed_pair()
-    a = analyze(tl, detail="auto")
+    a = analyze(tl)
     x = step_across(a, source=tl)
     page = render(a, plotlyjs="cdn", across=x)
     assert "Step 1 across ranks" in page and "(the median step of rank 0;" in page
-    assert "<b>rank 1</b> arrived last in 1 of 1 matched collectives" in page
-    assert f"waited <b>{duration(30 * MS)}</b>" in page
+    assert "the other ranks waited most for" not in page  # no exposed waiting (see above)
     assert "Clocks aligned on collective end times" in page and "rank 1 −5.00 ms" in page
     data = [t.to_plotly_json() for t in _html_across.across_figure(x).fig.data]
     wait = [t for t in data if t.get("name") == _html_across.WAIT_LABEL]
@@ -83,12 +84,12 @@ def test_report_section_draws_wait_and_transfer_with_hover():
     assert sorted(b for t in transfer for b in t["base"]) == [40.0, 40.0]
     hover = wait[0]["hovertext"][0]
     assert "last arrival: rank 1" in hover and f"waited {duration(30 * MS)}" in hover
-    assert f"transfer {duration(10 * MS)}" in hover
+    assert f"waited {duration(30 * MS)} for rank 1, transfer {duration(10 * MS)}" in hover
 
 
 def test_many_ranks_collapse_to_one_row_each():
     tl = ddp_run(20, steps=2)
-    a = analyze(tl, detail="auto")
+    a = analyze(tl)
     x = step_across(a, source=tl)
     d = _html_across.across_figure(x)
     assert d.collapsed
@@ -99,7 +100,7 @@ def test_many_ranks_collapse_to_one_row_each():
 
 def test_eight_ranks_row_groups():
     tl = ddp_run(8, steps=3)  # the median step, 2, has a memcpy
-    a = analyze(tl, detail="auto")
+    a = analyze(tl)
     d = _html_across.across_figure(step_across(a, source=tl))
     assert not d.collapsed
     ticks = list(d.fig.layout.yaxis.ticktext)
@@ -110,7 +111,7 @@ def test_eight_ranks_row_groups():
 
 def test_asked_step_and_missing_step():
     tl = ddp_run(2, steps=3)
-    a = analyze(tl, detail="auto")
+    a = analyze(tl)
     x = step_across(a, "3", source=tl)
     assert str(x.step) == "3" and x.chosen == "asked" and not x.missing
     with pytest.raises(Exception, match="no rank has such a step"):
@@ -119,9 +120,9 @@ def test_asked_step_and_missing_step():
 
 @pytest.mark.skipif(not DLRM.exists(), reason="shared real traces not present")
 def test_dlrm_median_step_across_8_ranks():
-    a = analyze(DLRM, detail="auto")
+    a = analyze(DLRM)
     x = step_across(a)
-    assert len(x.ranks) == 8 and str(x.step) == str(a.detail.step)
+    assert len(x.ranks) == 8 and str(x.step) == str(step_detail(a).step)
     # every matched instance of the step is on all 8 ranks and ends together (unix clocks)
     m = x.instances[x.instances["matched"]]
     assert (m.groupby("instance")["rank"].nunique() == 8).all()
@@ -142,7 +143,47 @@ def test_dlrm_median_step_across_8_ranks():
 
 def test_report_with_the_step_across_ranks_is_deterministic():
     tl = skewed_pair()
-    a = analyze(tl, detail="auto")
+    a = analyze(tl)
     one = render(a, plotlyjs="cdn", across=step_across(a, source=tl))
     two = render(a, plotlyjs="cdn", across=step_across(a, source=tl))
     assert one == two
+
+
+def concurrent_all_reduces():
+    """Three CPU ranks, two all-reduces of the world group at once on rank 0 (gloo threads 10
+    and 11), ms: A (seq 0): rank 0 [10,100), rank 1 [70,100), rank 2 [68,100); B (seq 1):
+    rank 0 [40,100), rank 1 [72,100), rank 2 [75,100). Every rank computes [0,10) only."""
+    spans = {0: ((10, 100), (40, 100)), 1: ((70, 100), (72, 100)), 2: ((68, 100), (75, 100))}
+    ranks = []
+    for r, (a, b) in spans.items():
+        rows = [("cpu_op", "aten::mm", 1, 0, 10)]
+        rows += [
+            ("annotation", "gloo:all_reduce", 10, *a),
+            ("annotation", "gloo:all_reduce", 11, *b),
+        ]
+        ranks.append(_rank(r, rows, (("0", (0, 1, 2)),), 3, threads=(10, 11)))
+    return concat_timelines(ranks)
+
+
+def test_across_names_whom_the_job_model_credits():
+    # A: last arrival rank 1 (70), transfer 30: waits rank 0 [10,70) 60, rank 2 [68,70) 2.
+    # B: last arrival rank 2 (75), transfer 25: waits rank 0 [40,75) 35, rank 1 [72,75) 3.
+    # Summed by last arrival (what the view used to show): rank 1 60 + 2 = 62 > rank 2 35 + 3 = 38.
+    # The job model credits each exposed-wait ns once: on rank 0, [40,70) lies in both wait parts
+    # and goes to B, whose last arrival came later (75 > 70): rank 1 gets [10,40) 30, rank 2
+    # [40,75) 35; plus rank 2's 2 (for rank 1) and rank 1's 3 (for rank 2). Nothing computes after
+    # 10 ms, so every wait ns is exposed: rank 2 38, rank 1 32. Rank 2 was waited for most.
+    a = analyze(concurrent_all_reduces())
+    x = step_across(a)
+    assert x.waited_for.to_dict("records") == [
+        {"rank": 2, "instances": 1, "exposed_waited_for_ns": 38 * MS},
+        {"rank": 1, "instances": 1, "exposed_waited_for_ns": 32 * MS},
+    ]
+    top = x.blame.iloc[0]  # the chains below the sentence say the same
+    assert (int(top["rank"]), int(top["waited_for_rank"])) == (0, 2)
+    page = render(a, plotlyjs="cdn", across=x)
+    assert (
+        "the other ranks waited most for <b>rank 2</b>: <b>"
+        + duration(38 * MS)
+        + "</b> of exposed waiting (summed over ranks) in 1 of 2 matched collectives"
+    ) in page

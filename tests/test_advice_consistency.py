@@ -11,8 +11,8 @@ from conftest import WORKLOAD_FIXTURES, real_trace
 
 from traceoverlap import analyze
 from traceoverlap.bandwidth import family_bandwidth
-from traceoverlap.purpose import PURPOSES
 from traceoverlap.results import Analysis
+from traceoverlap.vocab import PURPOSES
 
 REAL = [
     "kineto/a100_nccl_allreduce_rank0.json.gz",

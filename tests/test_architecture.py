@@ -70,3 +70,10 @@ def test_one_way_flow(path: Path) -> None:
         analysis = ("steps", "metrics", "collectives", "diagnosis", "analysis", "rankmap")
         assert not any(i.startswith(f"traceoverlap.{m}") for i in imports for m in analysis), name
     assert "torch" not in roots, f"{name} imports torch: the analyzer must not need it"
+
+
+def test_vocabulary_sits_at_the_bottom() -> None:
+    """Readers, the analysis and the reporters all use the vocabulary: it imports nothing from
+    traceoverlap, so any module may import it without a cycle or an upward import."""
+    imports = _imports(PKG / "vocab.py")
+    assert not {i for i in imports if i.split(".")[0] == "traceoverlap"}, imports

@@ -8,7 +8,7 @@ import pytest
 
 from traceoverlap.bandwidth import add_bandwidth, bus_factor, family_bandwidth
 from traceoverlap.diagnosis import advice
-from traceoverlap.purpose import PURPOSES
+from traceoverlap.vocab import PURPOSES
 
 MB = 1_000_000
 MS = 1_000_000

@@ -83,12 +83,12 @@ def test_config_values_of_the_wrong_type(tmp_path: Path, toml: str, needle: str)
 
 
 def test_python_api_validates_the_same_values(tmp_path: Path) -> None:
-    from traceoverlap import Thresholds, analyze
+    from traceoverlap import AnalyzeOptions, Thresholds, analyze
     from traceoverlap.errors import UsageError
 
     trace = write_trace(tmp_path / "t.json")
     with pytest.raises(UsageError, match="comm_patterns: expected a list of regexes"):
-        analyze(trace, comm_patterns="AllGather")  # type: ignore[arg-type]
+        analyze(trace, AnalyzeOptions(comm_patterns="AllGather"))  # type: ignore[arg-type]
     with pytest.raises(UsageError, match="lost_ratio: expected a number between 0 and 1"):
         Thresholds(lost_ratio=float("nan"))
     with pytest.raises(UsageError, match="lost_ratio"):

@@ -12,9 +12,10 @@ from conftest import REAL_TRACES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from traceoverlap import analyze
-from traceoverlap.collectives import Collectives, collective_kind
+from traceoverlap import AnalyzeOptions, analyze
+from traceoverlap.collectives import Collectives
 from traceoverlap.model import Timeline, TraceInfo, concat_timelines, make_events
+from traceoverlap.vocab import collective_kind
 
 MS = 1_000_000
 
@@ -320,8 +321,8 @@ def test_duplicate_rank_folder_is_refused(tmp_path: Path) -> None:
 def test_parallel_map_equals_sequential() -> None:
     from traceoverlap.reporters.json_report import render
 
-    one = render(analyze(_fixture("bucketed"), jobs=1))
-    two = render(analyze(_fixture("bucketed"), jobs=2))
+    one = render(analyze(_fixture("bucketed"), AnalyzeOptions(jobs=1)))
+    two = render(analyze(_fixture("bucketed"), AnalyzeOptions(jobs=2)))
     assert one == two
 
 
@@ -332,7 +333,7 @@ def test_parallel_map_reports_bad_file(tmp_path: Path) -> None:
     bad = tmp_path / "rank1.json"
     bad.write_text("{not json")
     with pytest.raises(TraceFormatError, match="rank1.json"):
-        analyze([tmp_path / "rank0.json.gz", bad], jobs=2)
+        analyze([tmp_path / "rank0.json.gz", bad], AnalyzeOptions(jobs=2))
 
 
 REAL = REAL_TRACES

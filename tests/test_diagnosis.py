@@ -11,9 +11,10 @@ from dataclasses import replace
 import pytest
 from builders import MS, cpu_timeline, gpu_timeline
 
-from traceoverlap import analyze
-from traceoverlap.diagnosis import advice, family_of
+from traceoverlap import AnalyzeOptions, analyze
+from traceoverlap.diagnosis import advice
 from traceoverlap.model import Timeline, concat_timelines
+from traceoverlap.vocab import family_of
 
 NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
 PARTS = [
@@ -29,7 +30,7 @@ CAUSES = ["exposed_wait_ns", "exposed_tail_ns", "exposed_dependency_ns", "expose
 
 
 def _row(tl: Timeline, **kw: object):
-    res = analyze(tl, **kw)
+    res = analyze(tl, AnalyzeOptions(**kw))
     assert len(res.steps) == 1
     return res, res.steps.iloc[0]
 
@@ -230,7 +231,7 @@ def test_comm_library_stream_with_helper_kernels_is_not_same_stream():
         [("ProfilerStep#1", 0, 200)],
         launch_at=[1, 1, 1],
     )
-    res = analyze(tl, comm_patterns=["deep_ep"])
+    res = analyze(tl, AnalyzeOptions(comm_patterns=["deep_ep"]))
     pr = res.collectives.per_rank
     assert len(pr) == 1 and pr["family"].iloc[0] == "AllToAll"
     assert not pr["same_stream"].any()

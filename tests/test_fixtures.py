@@ -22,6 +22,7 @@ import pytest
 from traceoverlap import intervals as iv
 from traceoverlap import load
 from traceoverlap.analysis import analyze
+from traceoverlap.detail import step_detail
 from traceoverlap.results import Analysis
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "workloads"
@@ -45,8 +46,7 @@ def events() -> dict[str, pd.DataFrame]:
 
 def _sets(name: str, rank: int, step: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """The interval sets of one step (compute, comm, busy, exposed...) from its StepDetail."""
-    d = analyze(FIXTURES / name, detail=(rank, step)).detail
-    assert d is not None
+    d = step_detail(analyze(FIXTURES / name), rank, step)
     return {k: getattr(d, k) for k in ("compute", "comm", "memory", "busy", "overlap", "exposed")}
 
 

@@ -10,14 +10,16 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _html_data import ddp_rank, ddp_run, dense_rank
 from conftest import REAL_TRACES
 
-from traceoverlap import analyze
+from traceoverlap import analyze, step_detail
 from traceoverlap.across import step_across
-from traceoverlap.reporters.html_report import write_report
+from traceoverlap.reporters import html_report
+from traceoverlap.results import Analysis
 
 REPO = Path(__file__).resolve().parents[1]
 OUTPUT = REPO / "tests" / "output"
@@ -36,6 +38,12 @@ pytestmark = [
 # Console lines that report a JavaScript problem. Chromium logs every console message at INFO
 # level, so the level cannot tell an error from a warning: match what errors say instead.
 JS_ERROR = re.compile(r"CONSOLE.*(Uncaught|Error\b|Error:|is not defined|Failed to load)")
+
+
+def write_report(a: Analysis, path: Path, step: object = None, **kw: Any) -> Path:
+    """The report with the timeline of ``step`` (default: the median) on the lowest rank, as
+    ``traceoverlap report`` draws it."""
+    return html_report.write_report(a, path, detail=step_detail(a, None, step), **kw)
 
 
 def chromium(url: str, tmp: Path, *extra: str) -> subprocess.CompletedProcess[str]:
@@ -96,14 +104,14 @@ def test_error_detector_sees_a_js_error(tmp_path):
 
 def test_two_rank_report_renders(tmp_path):
     tl = ddp_run(2, steps=3)
-    a = analyze(tl, detail="auto")
+    a = analyze(tl)
     out = write_report(a, tmp_path / "two_ranks.html", across=step_across(a, source=tl))
     dom = check_in_browser(out, tmp_path, "report_two_ranks.png", 3800)
     assert "Timeline of step 2 on rank 0" in dom and "Step 2 across ranks" in dom
 
 
 def test_dense_report_renders(tmp_path):
-    out = write_report(analyze(dense_rank(100_000), detail="auto"), tmp_path / "dense.html")
+    out = write_report(analyze(dense_rank(100_000)), tmp_path / "dense.html")
     check_in_browser(out, tmp_path, "report_dense.png", 1900)
 
 
@@ -111,9 +119,7 @@ def test_dense_report_renders(tmp_path):
 def test_large_step_renders_with_and_without_webgl(tmp_path, webgl):
     # 5 000 kernels + 100 all-reduces, every one its own hoverable bar (SVG): the page must draw
     # whether the browser has WebGL or not
-    out = write_report(
-        analyze(dense_rank(5_000, comm_every=50), detail="auto"), tmp_path / "gl.html"
-    )
+    out = write_report(analyze(dense_rank(5_000, comm_every=50)), tmp_path / "gl.html")
     assert '"type":"scattergl"' not in out.read_text(encoding="utf-8")
     flags = () if webgl else ("--disable-webgl",)
     shot = f"report_webgl_{'on' if webgl else 'off'}.png"
@@ -123,7 +129,7 @@ def test_large_step_renders_with_and_without_webgl(tmp_path, webgl):
 @pytest.mark.skipif(not FIXTURE.exists(), reason="fixtures/workloads not generated")
 def test_cpu_workload_report_renders(tmp_path):
     # the 2-rank CPU fixture, with the step across ranks
-    a = analyze(FIXTURE, detail="auto")
+    a = analyze(FIXTURE)
     out = write_report(a, tmp_path / "bucketed_slow.html", across=step_across(a))
     dom = check_in_browser(out, tmp_path, "report_bucketed_slow.png", 4000)
     assert "across ranks</h2>" in dom
@@ -142,11 +148,11 @@ setTimeout(function () {
 
 @pytest.mark.skipif(not DLRM.exists(), reason="shared real traces not present")
 def test_dlrm_8_rank_report_renders_the_step_across_ranks(tmp_path):
-    a = analyze(DLRM, detail="auto")
+    a = analyze(DLRM)
     x = step_across(a)
     out = write_report(a, tmp_path / "dlrm.html", across=x)
     dom = check_in_browser(out, tmp_path, "report_dlrm_8ranks.png", 4200)
-    assert f"Step {x.step} across ranks" in dom and "arrived last in" in dom
+    assert f"Step {x.step} across ranks" in dom and "the other ranks waited most for" in dom
     # hover the first wait part drawn: it names the collective, its last arrival and the wait
     probe = tmp_path / "probe.html"
     page = out.read_text(encoding="utf-8")
@@ -176,7 +182,7 @@ setTimeout(function () {
 def test_dlrm_pointing_at_a_wait_names_the_collective(tmp_path):
     # rank 1 waits the longest for rank 7 at the step's first all_to_all: pointing anywhere over
     # that purple bar names it (not the rank's other communication under it)
-    a = analyze(DLRM, detail="auto")
+    a = analyze(DLRM)
     out = write_report(a, tmp_path / "dlrm.html", across=step_across(a), plotlyjs="embed")
     probe = tmp_path / "mouse.html"
     page = out.read_text(encoding="utf-8")
@@ -191,7 +197,7 @@ def test_dlrm_pointing_at_a_wait_names_the_collective(tmp_path):
 
 @pytest.mark.skipif(not REAL.exists(), reason="shared real traces not present")
 def test_real_gpu_trace_report_renders(tmp_path):
-    out = write_report(analyze(REAL, detail="auto"), tmp_path / "a100.html")
+    out = write_report(analyze(REAL), tmp_path / "a100.html")
     dom = check_in_browser(out, tmp_path, "report_a100.png", 2500)
     assert "Timeline of step 4 on rank 0" in dom
 
@@ -210,7 +216,7 @@ setTimeout(function () {
 def test_timeline_hover_shows_name_duration_and_collective(tmp_path):
     # Hover the 5th all-reduce of step 2 (the exposed last bucket: 50-56 ms, 5 x 4 MiB, 2 ranks)
     # through plotly's own hover API, and read the hover box back from the page.
-    page = write_report(analyze(ddp_rank(0, 6, steps=3), detail=(0, 2)), tmp_path / "r.html")
+    page = write_report(analyze(ddp_rank(0, 6, steps=3)), tmp_path / "r.html", step=2)
     probe = tmp_path / "probe.html"
     probe.write_text(
         page.read_text(encoding="utf-8").replace("</body>", HOVER_PROBE + "</body>"),
@@ -240,7 +246,7 @@ setTimeout(function () {
 def test_timeline_hover_near_a_bar_edge_names_that_bar(tmp_path):
     # hovering anywhere over a bar names that bar: here the last all-reduce of step 2, 0.3 ms
     # after its start (the hover boxes used to come from markers at the bars' centres only)
-    page = write_report(analyze(ddp_rank(0, 6, steps=3), detail=(0, 2)), tmp_path / "r.html")
+    page = write_report(analyze(ddp_rank(0, 6, steps=3)), tmp_path / "r.html", step=2)
     probe = tmp_path / "edge.html"
     probe.write_text(
         page.read_text(encoding="utf-8").replace("</body>", EDGE_PROBE + "</body>"),

@@ -10,6 +10,7 @@ import base64
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -17,16 +18,24 @@ from _html_data import MS, ddp_rank, ddp_run, dense_rank
 from click.testing import CliRunner
 from conftest import REAL_TRACES
 
-from traceoverlap import analyze
+from traceoverlap import analyze, step_detail
 from traceoverlap import intervals as iv
 from traceoverlap.cli import main
 from traceoverlap.errors import UsageError
 from traceoverlap.reporters import _html_figures as figs
-from traceoverlap.reporters.html_report import render, write_report
+from traceoverlap.reporters.html_report import render as render_page
+from traceoverlap.reporters.html_report import write_report
+from traceoverlap.results import Analysis
 
 REPO = Path(__file__).resolve().parents[1]
 REAL = REAL_TRACES / "kineto" / "a100_nccl_allreduce_rank0.json.gz"
 FIXTURE = REPO / "fixtures" / "workloads" / "bucketed"
+
+
+def render(analysis: Analysis, rank: int | None = None, step: object = None, **kw: Any) -> str:
+    """The report with the timeline of ``step`` on ``rank`` (default: the lowest rank's median
+    step), as ``traceoverlap report`` draws it."""
+    return render_page(analysis, detail=step_detail(analysis, rank, step), **kw)
 
 
 def plot_spec(page: str, plot_id: str) -> tuple[list[dict], dict]:
@@ -60,12 +69,12 @@ def bar_spans(trace: dict) -> list[tuple[float, float]]:
 
 @pytest.fixture(scope="module")
 def one_rank():
-    return analyze(ddp_rank(0, 6, steps=3), detail="auto")
+    return analyze(ddp_rank(0, 6, steps=3))
 
 
 @pytest.fixture(scope="module")
 def two_ranks():
-    return analyze(ddp_run(2, steps=3), detail="auto")
+    return analyze(ddp_run(2, steps=3))
 
 
 # --- numbers drawn ------------------------------------------------------------------------------
@@ -110,7 +119,7 @@ def test_timeline_bands_and_lanes_are_the_step_sets(one_rank):
     # Step 2 window starts at the first kernel (t0). In ms from there: exposed comm = [50, 56);
     # overlapped = [10,16), [20,26), [30,36), [40,46); stream 40 = the five all-reduces;
     # stream 7 compute = ten 5 ms kernels (few enough to draw one by one); memory = [56, 58).
-    page = render(analyze(ddp_rank(0, 6, steps=3), detail=(0, 2)))
+    page = render(analyze(ddp_rank(0, 6, steps=3)), 0, 2)
     data, layout = plot_spec(page, "tov-plot-timeline")
     bars = [t for t in data if t["type"] == "bar"]
     rows = layout["yaxis"]["ticktext"]
@@ -143,17 +152,17 @@ def test_timeline_bands_and_lanes_are_the_step_sets(one_rank):
 def test_default_timeline_is_the_median_step(one_rank, two_ranks):
     # rank 0 step times: 56, 58, 58 ms (steps 1, 2, 3); sorted stably: 1, 2, 3; lower median = 2
     assert "Timeline of step 2 on rank 0" in render(one_rank)
-    assert "Timeline of step 3 on rank 0" in render(analyze(ddp_rank(0, 6, steps=3), detail=(0, 3)))
-    assert "Timeline of step 1 on rank 1" in render(analyze(ddp_run(2, steps=3), detail=(1, "1")))
+    assert "Timeline of step 3 on rank 0" in render(analyze(ddp_rank(0, 6, steps=3)), 0, 3)
+    assert "Timeline of step 1 on rank 1" in render(analyze(ddp_run(2, steps=3)), 1, "1")
     with pytest.raises(UsageError, match="no such step"):
-        analyze(ddp_rank(0, 6, steps=3), detail=(0, 9))
+        step_detail(analyze(ddp_rank(0, 6, steps=3)), 0, 9)
     with pytest.raises(UsageError, match="no such rank"):
-        analyze(ddp_rank(0, 6, steps=3), detail=(5, None))
+        step_detail(analyze(ddp_rank(0, 6, steps=3)), 5)
 
 
 def test_top_exposed_collectives_single_rank(one_rank):
     # Step 2: only the last all-reduce (50-56 ms, nothing computing) is exposed: 6 ms of 6 ms.
-    page = render(analyze(ddp_rank(0, 6, steps=3), detail=(0, 2)))
+    page = render(analyze(ddp_rank(0, 6, steps=3)), 0, 2)
     section = page[page.index("<section id='collectives'>") :]
     section = section[: section.index("</section>")]
     rows = re.findall(r"<tr>.*?</tr>", section)
@@ -191,7 +200,7 @@ def test_single_rank_has_no_heatmap(one_rank):
 def test_render_is_deterministic(two_ranks):
     a = render(two_ranks)
     assert a == render(two_ranks)
-    assert a == render(analyze(ddp_run(2, steps=3), detail="auto"))  # a fresh analysis
+    assert a == render(analyze(ddp_run(2, steps=3)))  # a fresh analysis
     assert '"uid"' not in a
 
 
@@ -212,7 +221,7 @@ def test_no_script_injection_from_names():
     ev["name"] = names.where(~names.str.startswith("void backward"), "</script><b>x</b>").astype(
         "category"
     )
-    page = render(analyze(type(tl)(ev, tl.traces), detail="auto"))
+    page = render(analyze(type(tl)(ev, tl.traces)))
     body = page[page.index("<main") :]
     assert "</script><b>" not in body
 
@@ -220,7 +229,7 @@ def test_no_script_injection_from_names():
 def test_dense_step_is_merged_and_stays_small():
     # 100 000 compute kernels of 2 µs with 1 µs gaps (+100 all-reduces): the union of the compute
     # lane still has 100 000 spans, more than SPAN_CAP, so every 1 µs gap is closed -> 1 span.
-    page = render(analyze(dense_rank(100_000), detail="auto"), plotlyjs="cdn")
+    page = render(analyze(dense_rank(100_000)), plotlyjs="cdn")
     assert "100,000 kernels drawn as 1 merged span (closing gaps up to 1.0 µs)" in page
     assert len(page) < 1_500_000
     data, _ = plot_spec(page, "tov-plot-timeline")
@@ -284,7 +293,7 @@ def test_write_report_returns_the_path(tmp_path, one_rank):
 def test_real_a100_trace():
     # README reference figures, step 4: comm 11 990 µs, overlap 1 830 µs, exposed 10 160 µs.
     # Step times 215.8 (4), 213.5 (5), 218.8 (6) ms: the lower median is step 4.
-    page = render(analyze(REAL, detail="auto"), plotlyjs="cdn")
+    page = render(analyze(REAL), plotlyjs="cdn")
     assert "Timeline of step 4 on rank 0" in page
     assert "10.16 ms exposed" in page
     assert "communication 11.99 ms of which 1.83 ms overlapped" in page

@@ -13,7 +13,7 @@ from conftest import REAL_TRACES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from traceoverlap import analyze
+from traceoverlap import AnalyzeOptions, analyze
 from traceoverlap import intervals as iv
 from traceoverlap.job import credit_segments
 from traceoverlap.model import Timeline, TraceInfo, concat_timelines, make_events
@@ -122,7 +122,7 @@ def test_tp_groups_rank2_waited_for_rank3() -> None:
 def test_rank_selection_matches_every_rank() -> None:
     """--rank 2 shows rank 2 only, but matching used all four: same 41 ms waiting for rank 3
     as in the full run (above); the summary and findings see rank 2's row only."""
-    a = analyze(concat_timelines(_tp_run()), ranks=[2])
+    a = analyze(concat_timelines(_tp_run()), AnalyzeOptions(ranks=[2]))
     assert a.steps["rank"].tolist() == [2]
     row = a.steps.iloc[0]
     assert row["exposed_wait_ns"] == 41 * MS and row["waited_for_rank"] == 3
@@ -247,7 +247,7 @@ def _inputs() -> list[Path]:
 
 
 def _check_bounded(path: Path, ranks: list[int] | None = None) -> None:
-    a = analyze(path, ranks=ranks)
+    a = analyze(path, AnalyzeOptions(ranks=ranks))
     c = a.collectives
     assert c is not None
     steps = a.steps
@@ -375,7 +375,7 @@ def test_tp_slow_rank_selected_keeps_the_diagnosis() -> None:
     """--rank 0 on tp_slow: rank 0's steps, the same waiting (matched over all four ranks) and
     the same chain to rank 3's sleep as the full run."""
     full = analyze(WORK / "tp_slow")
-    one = analyze(WORK / "tp_slow", ranks=[0])
+    one = analyze(WORK / "tp_slow", AnalyzeOptions(ranks=[0]))
     assert set(one.steps["rank"]) == {0}
     f0 = full.steps[full.steps["rank"] == 0].reset_index(drop=True)
     assert one.steps["exposed_wait_ns"].tolist() == f0["exposed_wait_ns"].tolist()

@@ -126,6 +126,26 @@ def test_cli_analyze_dash_reads_standard_input() -> None:
     assert "<stdin>" in out.stdout.decode()  # the trace is named as read
 
 
+def test_cli_report_draws_a_step_of_standard_input(tmp_path: Path) -> None:
+    # a stream cannot be read twice: the analysis keeps what it read, and the step drawn
+    # (ProfilerStep#1, the only one: the median) comes from it
+    doc = {
+        "traceEvents": [
+            {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1}
+            | {"ts": 0, "dur": 10},
+            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 2, "dur": 3},
+        ]
+    }
+    out = subprocess.run(
+        [sys.executable, "-m", "traceoverlap", "report", "-", "-o", str(tmp_path / "r.html")],
+        input=json.dumps(doc).encode(),
+        capture_output=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr.decode()
+    assert "Timeline of step 1 on rank 0" in (tmp_path / "r.html").read_text(encoding="utf-8")
+
+
 def test_expand_paths_keeps_dash() -> None:
     assert [str(p) for p in expand_paths(["-"])] == ["-"]
 

@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 from builders import MS, cpu_timeline, gpu_timeline
 
-from traceoverlap import Thresholds, analyze
+from traceoverlap import AnalyzeOptions, Thresholds, analyze
 
 NCCL = "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)"
 
@@ -127,7 +127,7 @@ def test_thresholds_override():
         memcpy=[(7, 10 * MS, 14 * MS)],
     )
     assert _row(analyze(tl)).bottleneck == "exposed-communication"
-    r = _row(analyze(tl, thresholds=Thresholds(lost_ratio=0.4)))
+    r = _row(analyze(tl, AnalyzeOptions(thresholds=Thresholds(lost_ratio=0.4))))
     assert r.bottleneck == "compute-bound"
     assert "5.00 ms = 33.3%" in r.reason
 
@@ -273,7 +273,7 @@ def test_step_regex_and_range_filter():
         [("annotation", "train_step", "", i * 100, i * 100 + 50) for i in range(3)]
         + [("cpu_op", "aten::mm", "", i * 100, i * 100 + 10) for i in range(3)]
     )
-    res = analyze(tl, step_regex="^train_step", steps="1-2")
+    res = analyze(tl, AnalyzeOptions(step_regex="^train_step", steps="1-2"))
     assert res.steps["step"].tolist() == [1, 2]
     assert res.steps["compute_ns"].tolist() == [10, 10]
     # each step: window 50, compute 10, idle 40 (80 %) -> idle-bound
@@ -286,9 +286,22 @@ def test_user_comm_pattern():
         [("gemm", 7, 0, 10), ("myAllGatherKernel", 9, 5, 15)], steps=[("ProfilerStep#0", 0, 1)]
     )
     assert _row(analyze(tl)).comm_ns == 0
-    r = _row(analyze(tl, comm_patterns=["AllGather"]))
+    r = _row(analyze(tl, AnalyzeOptions(comm_patterns=["AllGather"])))
     # comm [5,15) = 10, overlap [5,10) = 5
     assert (r.comm_ns, r.overlap_ns) == (10, 5)
+
+
+def test_one_options_object_reused():
+    # the same options (patterns given as a generator) analyse two timelines alike: comm
+    # [5,15) = 10 and overlap [5,10) = 5 each time, as above; no options = every default
+    opts = AnalyzeOptions(comm_patterns=(p for p in ["AllGather"]))
+    tl = gpu_timeline(
+        [("gemm", 7, 0, 10), ("myAllGatherKernel", 9, 5, 15)], steps=[("ProfilerStep#0", 0, 1)]
+    )
+    for _ in range(2):
+        r = _row(analyze(tl, opts))
+        assert (r.comm_ns, r.overlap_ns) == (10, 5)
+    assert analyze(tl).steps.equals(analyze(tl, AnalyzeOptions()).steps)
 
 
 def test_summary_median_and_worst_step():

@@ -22,7 +22,9 @@ from nsys_writer import MS, NVTX_MARK, NsysExport, write_synthetic  # noqa: E402
 
 import traceoverlap.inputs as inputs  # noqa: E402
 from traceoverlap.analysis import analyze  # noqa: E402
+from traceoverlap.detail import step_detail  # noqa: E402
 from traceoverlap.inputs import ProcessPart, map_units  # noqa: E402
+from traceoverlap.options import AnalyzeOptions  # noqa: E402
 from traceoverlap.readers.nsys import nsys_processes, read_nsys  # noqa: E402
 from traceoverlap.readers.nsys._scan import _read_via_sql, read_columns  # noqa: E402
 
@@ -78,7 +80,8 @@ def test_a_large_export_is_one_map_unit_per_process_with_the_same_numbers(
     monkeypatch.setattr(inputs, "SPLIT_MIN_BYTES", 0)
     assert map_units([path]) == [ProcessPart(str(path), p) for p in (100, 200, 300)]
     split = analyze(path)
-    pd.testing.assert_frame_equal(split.steps, analyze(path, jobs=2).steps)  # in 2 processes
+    # in 2 processes
+    pd.testing.assert_frame_equal(split.steps, analyze(path, AnalyzeOptions(jobs=2)).steps)
     # per rank and step, on the device: from the first kernel's start (1 ms) to the last one's
     # end (10 ms) = 9 ms, compute 6 ms (1-7), communication 3 ms (7-10) all exposed, no idle;
     # the same from the whole file and from its processes
@@ -91,6 +94,14 @@ def test_a_large_export_is_one_map_unit_per_process_with_the_same_numbers(
     # the op ranges no pattern wants: 2 per process, 6 in the file; a process's read counts its own
     assert any(n.startswith("6 NVTX ranges were not read") for n in whole.traces[0].notes)
     assert any(n.startswith("2 NVTX ranges were not read") for n in split.traces[0].notes)
+    # a step drawn from the split run reads that one process again: rank 1's window starts at
+    # its first kernel (1 ms), compute [+0, +6) and communication [+6, +9) ms, as from the whole
+    for a in (whole, split):
+        d = step_detail(a, rank=1)
+        lo = d.start_ns
+        assert d.rank == 1 and d.end_ns - lo == 9 * MS
+        assert [(d.compute[0] - lo).tolist(), (d.compute[1] - lo).tolist()] == [[0], [6 * MS]]
+        assert [(d.comm[0] - lo).tolist(), (d.comm[1] - lo).tolist()] == [[6 * MS], [9 * MS]]
 
 
 def test_the_synthetic_export_splits_into_equal_processes(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from nsys_writer import MS, NVTX_MARK, NsysExport  # noqa: E402
 
 from traceoverlap.classify import Rules  # noqa: E402
+from traceoverlap.model import split_units  # noqa: E402
 from traceoverlap.namefilter import (  # noqa: E402
     NameTest,
     alternation,
@@ -28,7 +29,13 @@ from traceoverlap.namefilter import (  # noqa: E402
     required_prefix,
 )
 from traceoverlap.options import AnalysisOptions, build_options  # noqa: E402
-from traceoverlap.rankmap import _map_units, map_file, range_filter  # noqa: E402
+from traceoverlap.rankmap import (  # noqa: E402
+    _map_units,
+    map_file,
+    range_filter,
+    read_units,
+    unit_step_detail,
+)
 from traceoverlap.readers.nsys import read_nsys  # noqa: E402
 
 T0 = 1_000 * MS
@@ -95,15 +102,22 @@ def test_user_patterns_are_kept(tmp_path: Path) -> None:
 def test_filtered_map_equals_unfiltered(tmp_path: Path) -> None:
     path = str(_export(tmp_path))
     opts, rules = AnalysisOptions(), Rules()
-    args = (opts, rules, None, True, None)
-    (full,) = _map_units(path, None, *args)
-    (res,) = map_file(path, *args).units
+    (full,) = _map_units(path, None, opts, rules)
+    (res,) = map_file(path, opts, rules).units
     assert res.labels == full.labels
     for k, v in full.parts.items():
         assert res.parts[k].tolist() == v.tolist(), k
     assert res.instances.equals(full.instances)
-    assert res.detail is not None and full.detail is not None
-    assert res.detail.phases[2] == full.detail.phases[2]
+    # a step's detail drawn from the filtered read has the phases, lanes and exposed spans of
+    # the unfiltered one
+    (filtered,) = read_units(path, opts, rules)
+    (unfiltered,) = split_units(read_nsys(path))
+    for step in res.labels:
+        d = unit_step_detail(filtered, opts, rules, str(step))
+        d_full = unit_step_detail(unfiltered, opts, rules, str(step))
+        assert d is not None and d_full is not None
+        assert d.phases[2] == d_full.phases[2] and d.lanes == d_full.lanes
+        assert d.exposed[0].tolist() == d_full.exposed[0].tolist()
     extra = [n for n in res.notes + res.trace.notes if n not in full.notes + full.trace.notes]
     assert len(extra) == 1 and extra[0].startswith("4 NVTX ranges were not read")
 

@@ -25,7 +25,7 @@ from nsys_writer import (  # noqa: E402
     global_tid,
 )
 
-from traceoverlap import analyze, load  # noqa: E402
+from traceoverlap import AnalyzeOptions, analyze, load  # noqa: E402
 from traceoverlap.errors import TraceFormatError  # noqa: E402
 from traceoverlap.readers import read_trace  # noqa: E402
 from traceoverlap.readers.nsys import read_nsys, read_nsys_rep  # noqa: E402
@@ -371,7 +371,7 @@ def test_minimal_older_schema(tmp_path: Path) -> None:
     assert (info.pid, info.device, info.format_version, info.clock) == (77, 0, None, "unix")
     k = tl.events[tl.events["category"] == "kernel"].iloc[0]
     assert (k["name"], k.start_ns) == ("sgemm", 1600000000000000000 + 5000)
-    r = _row(analyze(p, step_regex="^train_step$").steps, 0)
+    r = _row(analyze(p, AnalyzeOptions(step_regex="^train_step$")).steps, 0)
     assert (r.step_ns, r.compute_ns) == (4000, 4000)
 
 
@@ -469,7 +469,7 @@ def test_custom_step_regex_with_unregistered_text(tmp_path: Path) -> None:
     x.nvtx(9, T0, T0 + MS, "train_step", registered=False, event_type=NVTX_START_END)
     _exercise_2(x, 9, 0, T0, T0 + 5 * MS)
     path = x.write(tmp_path / "ts.sqlite")
-    r = _row(analyze(path, step_regex=r"^train_step$").steps, 0)
+    r = _row(analyze(path, AnalyzeOptions(step_regex=r"^train_step$")).steps, 0)
     assert (r.step_ns, r.overlap_ns, r.exposed_comm_ns, r.ideal_ns) == (
         140 * MS,
         60 * MS,

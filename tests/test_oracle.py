@@ -1,7 +1,7 @@
 """``analyze`` against a brute-force per-nanosecond oracle of the contract (issues 10 and 11).
 
 tests/oracle.py decides every nanosecond of every step literally, from metrics.md, diagnosis.md
-and _notes/SEMANTICS.md (it imports nothing from traceoverlap); tests/timeline_gen.py builds
+and docs/oracle.md (it imports nothing from traceoverlap); tests/timeline_gen.py builds
 random single- and multi-rank Timelines and the same events in the oracle's plain form.
 
 - ``test_agrees_with_oracle``: random runs without the generator features the tool is known to
@@ -29,7 +29,7 @@ from hypothesis import HealthCheck, given, settings
 from oracle import Ev, oracle_steps
 from timeline_gen import FEATURES, Scenario, scenarios, to_timeline
 
-from traceoverlap import analyze
+from traceoverlap import AnalyzeOptions, analyze
 from traceoverlap.errors import TraceoverlapError
 
 FUZZ_EXAMPLES = int(os.environ.get("TRACEOVERLAP_FUZZ_EXAMPLES", "0"))
@@ -169,17 +169,17 @@ def disagreements(
     ):
         # a user's step regex that matches nothing is an error (issue 11), never a silent 'all'
         try:
-            analyze(timeline, step_regex=step_regex)
+            analyze(timeline, AnalyzeOptions(step_regex=step_regex))
         except TraceoverlapError:
             return []
         return ["the tool accepted a step regex that matches no range"]
     if not rows:
         try:
-            a = analyze(timeline, step_regex=step_regex)
+            a = analyze(timeline, AnalyzeOptions(step_regex=step_regex))
         except TraceoverlapError:
             return []
         return [f"oracle: no step at all; tool: {len(a.steps)} step rows"]
-    a = analyze(timeline, step_regex=step_regex)
+    a = analyze(timeline, AnalyzeOptions(step_regex=step_regex))
     df = a.steps
     check_invariants(df)
     by_device = "device" in df.columns
@@ -553,7 +553,7 @@ REPRO: dict[
         {(0, 1): dict(step_ns=40, compute_ns=40, idle_ns=0, start_ns=20, end_ns=60)},
         "issue 11: correlation ids truncated to 32 bits in the launch join",
     ),
-    # two ProfilerStep#5 on one CPU rank: labels 5 and "5#2" (SEMANTICS); compute [0,150):
+    # two ProfilerStep#5 on one CPU rank: labels 5 and "5#2" (docs/oracle.md); compute [0,150):
     # step 5 = [0,100): compute 100; step "5#2" = [100,200): compute 50, idle 50
     "duplicate-step-number": (
         _cpu(0, [("ProfilerStep#5", 0, 100), ("ProfilerStep#5", 100, 200)], compute=[(0, 150)]),
@@ -566,7 +566,7 @@ REPRO: dict[
         },
         "issue 11: a duplicated ProfilerStep number renumbers the steps 0, 1 (no 'N#2', no note)",
     ),
-    # one process driving GPUs 0 and 1: two units (SEMANTICS "Units"); the step's marker belongs
+    # one process driving GPUs 0 and 1: two units (docs/oracle.md "Units"); the step's marker belongs
     # to both. device 0: kernel [10,50) -> step 40, compute 40; device 1: [20,100) -> step 80
     "two-devices-one-process": (
         _gpu(
@@ -579,7 +579,7 @@ REPRO: dict[
             (0, 0, 1): dict(step_ns=40, compute_ns=40, idle_ns=0),
             (0, 1, 1): dict(step_ns=80, compute_ns=80, idle_ns=0),
         },
-        "SEMANTICS Units: one row per (process, device), with a device column (not there yet)",
+        "docs/oracle.md Units: one row per (process, device), with a device column (not there yet)",
     ),
     # CPU ranks; all-reduce (pg 0, seq 0): rank 0 [150,200) lies after its only step [0,100),
     # rank 1 [100,200) inside its step [0,300). Matching is by (process group, seq), whatever the
@@ -597,7 +597,7 @@ REPRO: dict[
                 comm_ns=100, exposed_comm_ns=100, exposed_wait_ns=50, exposed_transfer_ns=50
             ),
         },
-        "SEMANTICS matching: an instance outside every step on one rank is not matched by the tool",
+        "docs/oracle.md Matching: an instance outside every step on one rank is not matched by the tool",
     ),
     # GPU ranks, ProfilerStep#1 [0,100) and #2 [100,200) each. Instance seq 0 is launched in step
     # 1, seq 1 in step 2. rank 0 (late): seq 0 [380,400), seq 1 [480,500). rank 1: seq 0 [300,400)
@@ -830,7 +830,7 @@ def _tool_rows(
     events: list[Ev], kind: str, n_ranks: int, regex: str | None
 ) -> list[dict[str, Any]]:
     try:
-        a = analyze(to_timeline(events, kind, n_ranks), step_regex=regex)
+        a = analyze(to_timeline(events, kind, n_ranks), AnalyzeOptions(step_regex=regex))
     except TraceoverlapError as exc:
         raise AssertionError(f"the tool refused the input: {exc}") from None
     check_invariants(a.steps)

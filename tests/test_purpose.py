@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from builders import gpu_timeline
 
-from traceoverlap import analyze
+from traceoverlap import AnalyzeOptions, analyze
 
 AR = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
 SR = "ncclDevKernel_SendRecv"
@@ -13,7 +13,7 @@ SR = "ncclDevKernel_SendRecv"
 
 def _purposes(kernels, ranges, launch_at, **kw):
     tl = gpu_timeline(kernels, [("ProfilerStep#1", 0, 200), *ranges], launch_at=launch_at)
-    res = analyze(tl, **kw)
+    res = analyze(tl, AnalyzeOptions(**kw))
     return res, sorted(set(res.collectives.instances["purpose"]))
 
 

@@ -15,19 +15,23 @@ import pytest
 from builders import gpu_timeline
 from conftest import WORKLOAD_FIXTURES
 
-from traceoverlap import analyze
+from traceoverlap import AnalyzeOptions, analyze
 from traceoverlap.reporters.json_report import render
 
 RUN = WORKLOAD_FIXTURES / "bucketed_slow"
 
 
 def test_local_processes_equal_this_process() -> None:
-    assert render(analyze(RUN, jobs=2)) == render(analyze(RUN, jobs=1))
+    assert render(analyze(RUN, AnalyzeOptions(jobs=2))) == render(
+        analyze(RUN, AnalyzeOptions(jobs=1))
+    )
 
 
 def test_dask_local_cluster_equals_this_process() -> None:
     pytest.importorskip("dask.distributed", reason="pip install 'traceoverlap[dask]'")
-    assert render(analyze(RUN, scheduler="local", jobs=2)) == render(analyze(RUN, jobs=1))
+    assert render(analyze(RUN, AnalyzeOptions(scheduler="local", jobs=2))) == render(
+        analyze(RUN, AnalyzeOptions(jobs=1))
+    )
 
 
 def _free_port() -> int:
@@ -83,7 +87,9 @@ def test_dask_cluster_by_address(tmp_path: Path) -> None:
         # the workers read the rank files themselves: give them a path they can see
         run = tmp_path / "run"
         shutil.copytree(RUN, run)
-        assert render(analyze(run, scheduler=address)) == render(analyze(run, jobs=1))
+        assert render(analyze(run, AnalyzeOptions(scheduler=address))) == render(
+            analyze(run, AnalyzeOptions(jobs=1))
+        )
     finally:
         for p in procs:
             p.terminate()
@@ -97,7 +103,7 @@ def test_unreachable_scheduler_is_one_clear_error() -> None:
     from traceoverlap.errors import UsageError
 
     with pytest.raises(UsageError, match="cannot connect to the Dask cluster"):
-        analyze(RUN, scheduler=f"tcp://127.0.0.1:{_free_port()}")
+        analyze(RUN, AnalyzeOptions(scheduler=f"tcp://127.0.0.1:{_free_port()}"))
 
 
 def test_many_steps_are_assigned_in_linear_time() -> None:

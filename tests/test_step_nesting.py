@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from traceoverlap import analyze, rankmap
+from traceoverlap import AnalyzeOptions, analyze, rankmap
 from traceoverlap.errors import TraceFormatError
 
 
@@ -57,7 +57,7 @@ def test_deeply_nested_communication_is_refused_with_one_line(
     assert "for 120 communication activities, exposed stretches and calls, 50 steps each" in msg
     assert "\n" not in msg
     # selecting 3 steps: 3 x 120 = 360 pairs, analysed
-    a = analyze(p, steps="3-5")
+    a = analyze(p, AnalyzeOptions(steps="3-5"))
     assert sorted(str(x) for x in a.steps["step"].tolist()) == ["3", "4", "5"]
 
 

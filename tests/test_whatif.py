@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from conftest import real_trace
 
 from traceoverlap.cli import main
+from traceoverlap.options import AnalyzeOptions
 from traceoverlap.replay import observed_params, replay, step_times
 from traceoverlap.tax import node_tax, tax_table
 from traceoverlap.whatif import graph_of, load_graph, scenario_params, what_if
@@ -225,7 +226,7 @@ def test_tax_compute_under_communication_is_the_analysis_overlap(name: str) -> N
     from traceoverlap import analyze
 
     path = real_trace(name[5:]) if name.startswith("real:") else FIXTURES / name
-    a = analyze(path, graph=True)
+    a = analyze(path, AnalyzeOptions(graph=True))
     g = a.run_graph
     assert g is not None
     t = tax_table(g)
@@ -243,7 +244,7 @@ def test_analyze_builds_the_run_graph_in_the_same_read() -> None:
     # the same graph as whatif's own read
     from traceoverlap import analyze
 
-    g = analyze(FIXTURES / "naive4_slow", graph=True).run_graph
+    g = analyze(FIXTURES / "naive4_slow", AnalyzeOptions(graph=True)).run_graph
     h = load_graph(FIXTURES / "naive4_slow")
     assert g is not None and g.start_ns.size == h.start_ns.size > 0
     for f in ("unit", "lane", "start_ns", "end_ns", "kind", "window", "inst", "src", "dst"):
@@ -253,9 +254,9 @@ def test_analyze_builds_the_run_graph_in_the_same_read() -> None:
     # nodes each, a limit of 3,000: the third file's passes it, that file's and the fourth's
     # graphs are dropped as they arrive, and the run graph is left out
     n = h.start_ns.size
-    capped = analyze(FIXTURES / "naive4_slow", graph=True, graph_max_nodes=3000)
+    capped = analyze(FIXTURES / "naive4_slow", AnalyzeOptions(graph=True, graph_max_nodes=3000))
     assert capped.run_graph is None and capped.run_graph_nodes == n
-    full = analyze(FIXTURES / "naive4_slow", graph=True, graph_max_nodes=n)
+    full = analyze(FIXTURES / "naive4_slow", AnalyzeOptions(graph=True, graph_max_nodes=n))
     assert full.run_graph is not None and full.run_graph_nodes == n
 
 

@@ -6,6 +6,8 @@ Library API (the CLI is a thin layer over it)::
     timeline = traceoverlap.load("rank0.json.gz")        # columnar Timeline
     result = traceoverlap.analyze("runs/bucketed/")      # Analysis
     result.steps                                          # DataFrame, one row per (rank, step)
+    result = traceoverlap.analyze("runs/x/", traceoverlap.AnalyzeOptions(steps="3-7"))
+    detail = traceoverlap.step_detail(result, rank=0, step=5)   # one step's timeline
 
 Names are imported on first use, so ``import traceoverlap`` (and ``traceoverlap --help``) does
 not pay for numpy and pandas.
@@ -21,13 +23,17 @@ from ._version import __version__
 if TYPE_CHECKING:
     from .analysis import analyze, load
     from .classify import Rules
+    from .detail import step_detail
     from .errors import TraceFormatError, TraceoverlapError
     from .model import Timeline, TraceInfo
-    from .options import Thresholds
-    from .results import Analysis
+    from .options import AnalyzeOptions, Thresholds
+    from .results import Analysis, StepDetail
 
 _LAZY = {
     "Analysis": "results",
+    "AnalyzeOptions": "options",
+    "StepDetail": "results",
+    "step_detail": "detail",
     "analyze": "analysis",
     "load": "analysis",
     "Rules": "classify",
@@ -40,7 +46,9 @@ _LAZY = {
 
 __all__ = [
     "Analysis",
+    "AnalyzeOptions",
     "Rules",
+    "StepDetail",
     "Thresholds",
     "Timeline",
     "TraceFormatError",
@@ -48,6 +56,7 @@ __all__ = [
     "TraceoverlapError",
     "analyze",
     "load",
+    "step_detail",
     "__version__",
 ]
 

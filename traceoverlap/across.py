@@ -29,8 +29,9 @@ from .classify import Rules
 from .errors import UsageError
 from .model import Timeline, TraceInfo, split_units
 from .options import AnalysisOptions
-from .rankmap import DetailRequest, analyze_unit
+from .rankmap import unit_step_detail
 from .results import Analysis, StepDetail
+from .schema import EXPOSED_COMM_NS, EXPOSED_WAIT_NS, STEP_NS
 
 if TYPE_CHECKING:
     from .collectives import Collectives
@@ -52,6 +53,7 @@ INSTANCE_COLUMNS = (
     "wait_ns",
     "transfer_ns",
     "last_rank",
+    "waited_for_rank",
     "n_ranks",
     "matched",
     "exposed_ns",
@@ -87,7 +89,11 @@ class StepAcross:
     ``origin_ns`` / ``end_ns``: the earliest aligned window start and the latest aligned end.
     ``instances``: one row per (instance, unit) of the step (:data:`INSTANCE_COLUMNS`), aligned
     ``start_ns`` / ``end_ns``; the wait part is ``[start, start + wait_ns)``, the transfer part
-    the rest; ``last_rank``: the last arrival (None: not matched, or a tie). ``missing``: ranks
+    the rest; ``last_rank``: the last arrival (None: not matched, or a tie); ``waited_for_rank``:
+    the rank the job model credits this rank's wait part to (docs/job-model.md: the last
+    arrival, a directed send/recv's peer, the latest other member for the last arrival itself;
+    None: no wait). ``waited_for``: per rank the others waited for in this step, the job
+    model's credit of their exposed waiting (:func:`_waited_for`). ``missing``: ranks
     given that have no such step. ``clock``: how the clocks were aligned (``unix``,
     ``estimated``) or None (not aligned: each rank on its own clock). ``chosen``: ``asked`` or
     ``median`` (the median step by step time of rank ``median_of_rank``).
@@ -101,7 +107,7 @@ class StepAcross:
     instances: pd.DataFrame
     missing: tuple[int, ...]
     clock: str | None
-    last_arrivals: pd.DataFrame
+    waited_for: pd.DataFrame
     #: ``chosen`` "median": the rank whose median step this is
     median_of_rank: int | None = None
     #: the job model's blame rows of this step on the drawn ranks (docs/job-model.md), most
@@ -115,14 +121,14 @@ class StepAcross:
         return int(m["instance"].nunique())
 
 
-def default_step(analysis: Analysis) -> Any:
-    """The step drawn across ranks when none is asked: the one-rank timeline's step, else the
-    lowest rank's median step by step time (the lower median)."""
-    if analysis.detail is not None:
-        return analysis.detail.step
+def default_step(analysis: Analysis, detail: StepDetail | None = None) -> Any:
+    """The step drawn across ranks when none is asked: the one-rank timeline's step
+    (``detail``), else the lowest rank's median step by step time (the lower median)."""
+    if detail is not None:
+        return detail.step
     df = analysis.steps
     low = df[df["rank"] == df["rank"].min()]
-    order = np.argsort(low["step_ns"].to_numpy(np.int64), kind="stable")
+    order = np.argsort(low[STEP_NS.name].to_numpy(np.int64), kind="stable")
     return low["step"].iloc[int(order[(len(order) - 1) // 2])]
 
 
@@ -130,24 +136,30 @@ def step_across(
     analysis: Analysis,
     step: Any = None,
     *,
+    detail: StepDetail | None = None,
     source: Timeline | None = None,
     rules: Rules | None = None,
     jobs: int | None = None,
 ) -> StepAcross:
     """Step ``step`` (None: :func:`default_step`) of every unit of ``analysis`` on one clock.
 
-    ``source``: the Timeline the analysis was made from, when it was made from one (else the
-    rank files named in ``analysis.traces`` are read again)."""
+    ``detail``: the one-rank timeline drawn beside it (:func:`traceoverlap.detail.step_detail`),
+    whose step is the default. ``source``: the Timeline the analysis was made from (default
+    :attr:`Analysis.source`; None: the rank files named in ``analysis.traces`` are read again)."""
     from pathlib import Path
 
     from .inputs import run_map
 
-    label = default_step(analysis) if step is None else step
+    label = default_step(analysis, detail) if step is None else step
     if step is not None:
         chosen = "asked"
     else:
-        chosen = analysis.detail.chosen if analysis.detail is not None else "median"
-    rules = (rules or Rules()).with_comm_patterns(analysis.options.comm_patterns)
+        chosen = detail.chosen if detail is not None else "median"
+    source = source if source is not None else analysis.source
+    if rules is not None or analysis.rules is None:
+        rules = (rules or Rules()).with_comm_patterns(analysis.options.comm_patterns)
+    else:
+        rules = analysis.rules  # the analysis' own: its comm patterns already in
     details: list[tuple[TraceInfo, StepDetail | None]] = []
     if source is not None:
         details.extend(_unit_details(source, analysis.options, rules, label))
@@ -160,9 +172,7 @@ def step_across(
     out = _assemble(analysis, label, chosen, details)
     if chosen != "median":
         return out
-    rank = (
-        analysis.detail.rank if analysis.detail is not None else int(analysis.steps["rank"].min())
-    )
+    rank = detail.rank if detail is not None else int(analysis.steps["rank"].min())
     return replace(out, median_of_rank=rank)
 
 
@@ -174,7 +184,7 @@ def _unit_details(
     out: list[tuple[TraceInfo, StepDetail | None]] = []
     for u in split_units(timeline):
         t = u.traces[0]
-        d = analyze_unit(u, options, rules, DetailRequest(t.rank, t.device, str(step))).detail
+        d = unit_step_detail(u, options, rules, str(step))
         out.append((t, None if d is None else replace(d, activities=d.activities.iloc[:0])))
     return out
 
@@ -217,7 +227,7 @@ def _assemble(
     inst = _instances(analysis, label, {r.unit: r.offset_ns for r in rows})
     rows = [_with_other_comm(r, inst) for r in rows]
     aligned = coll is not None and coll.clock is not None
-    last = _last_arrivals(inst if aligned else inst.iloc[:0])
+    waited = _waited_for(coll, label, {r.unit for r in rows}) if aligned else _waited_for(None)
     return StepAcross(
         step=label,
         chosen=chosen,
@@ -227,7 +237,7 @@ def _assemble(
         instances=inst,
         missing=missing,
         clock=None if coll is None else coll.clock,
-        last_arrivals=last,
+        waited_for=waited,
         blame=_step_blame(coll, label, {r.rank for r in rows}),
     )
 
@@ -239,28 +249,35 @@ def _step_blame(coll: Collectives | None, label: Any, ranks: set[int]) -> pd.Dat
 
     b = coll.blame if coll is not None else empty_blame()
     b = b[(b["step"].astype(str) == str(label)).to_numpy() & b["rank"].isin(ranks).to_numpy()]
-    b = b.sort_values(["exposed_wait_ns", "rank"], ascending=[False, True], kind="stable")
+    b = b.sort_values([EXPOSED_WAIT_NS.name, "rank"], ascending=[False, True], kind="stable")
     b = b.reset_index(drop=True)
     return b.assign(line=[blame_line(r) for r in b.to_dict("records")])
 
 
-def _last_arrivals(inst: pd.DataFrame) -> pd.DataFrame:
-    """Per rank that arrived last in a matched instance of the step: ``last_count`` (in how
-    many) and ``waited_for_ns`` (the other ranks' wait parts in those instances, summed), most
-    waited-for first."""
-    m = inst[inst["matched"].astype(bool) & inst["last_rank"].notna()]
-    cols = ["rank", "last_count", "waited_for_ns"]
-    if m.empty:
+def _waited_for(
+    coll: Collectives | None, label: Any = None, units: set[int] | None = None
+) -> pd.DataFrame:
+    """Per rank the drawn units waited for in step ``label``: ``exposed_waited_for_ns`` (their
+    exposed waiting credited to it by the job model, each ns once: docs/job-model.md) and
+    ``instances`` (in how many matched instances), most waited for first (then the lower rank).
+    The same credit as the blame rows, so the sentence and the chains below it agree."""
+    cols = ["rank", "instances", "exposed_waited_for_ns"]
+    cr = coll.credit if coll is not None else pd.DataFrame(columns=cols)
+    if cr.empty:
         return pd.DataFrame(columns=cols)
-    last = m["last_rank"].astype(np.int64)
-    others = m[last.to_numpy() != m["rank"].to_numpy()]
-    waited = others.groupby(others["last_rank"].astype(np.int64))["wait_ns"].sum()
-    count = m.drop_duplicates("instance")["last_rank"].astype(np.int64).value_counts()
-    out = pd.DataFrame({"rank": count.index.to_numpy(np.int64)})
-    out["last_count"] = count.to_numpy(np.int64)
-    out["waited_for_ns"] = waited.reindex(out["rank"]).fillna(0).to_numpy(np.int64)
-    out = out.sort_values(["waited_for_ns", "last_count", "rank"], ascending=[False, False, True])
-    return out.reset_index(drop=True)[cols]
+    m = (cr["step"].astype(str) == str(label)).to_numpy() & cr["unit"].isin(units or set())
+    cr = cr[m.to_numpy() & (cr["exposed_wait_ns"].to_numpy(np.int64) > 0)]
+    g = cr.groupby(cr["waited_for_rank"].astype(np.int64))
+    out = pd.DataFrame(
+        {
+            "rank": g.size().index.to_numpy(np.int64),
+            "instances": g["instance"].nunique().to_numpy(np.int64),
+            "exposed_waited_for_ns": g["exposed_wait_ns"].sum().to_numpy(np.int64),
+        },
+        columns=cols,
+    )
+    out = out.sort_values(["exposed_waited_for_ns", "rank"], ascending=[False, True])
+    return out.reset_index(drop=True)
 
 
 def _with_other_comm(r: RankStep, inst: pd.DataFrame) -> RankStep:
@@ -293,8 +310,8 @@ def _rank_step(analysis: Analysis, unit: int, off: int, d: StepDetail, row: pd.S
         offset_ns=off,
         start_ns=d.start_ns - off,
         end_ns=d.end_ns - off,
-        step_ns=int(row["step_ns"]),
-        exposed_comm_ns=int(row["exposed_comm_ns"]),
+        step_ns=int(row[STEP_NS.name]),
+        exposed_comm_ns=int(row[EXPOSED_COMM_NS.name]),
         compute=shift(d.compute),
         comm=shift(d.comm),
         memory=shift(d.memory),
@@ -328,6 +345,7 @@ def _instances(analysis: Analysis, label: Any, offsets: dict[int, int]) -> pd.Da
             # unmatched: nothing to compare with, the whole span counts as transfer
             "transfer_ns": np.where(matched, transfer, pr["dur_ns"].to_numpy(np.int64)),
             "last_rank": info["last_rank"].reindex(pr["instance"]).to_numpy(),
+            "waited_for_rank": pr["waited_for_rank"].to_numpy(),
             "n_ranks": info["n_ranks"].reindex(pr["instance"]).to_numpy(np.int64),
             "matched": matched,
             "exposed_ns": pr["exposed_ns"].to_numpy(np.int64),

@@ -28,18 +28,42 @@ from . import intervals as iv
 from .bandwidth import add_bandwidth, family_bandwidth
 from .classify import Rules
 from .collectives import CauseSets, Collectives, match_collectives
-from .diagnosis import CAUSES, AdviceContext, findings, partial_hedge, verdict
+from .diagnosis import AdviceContext, findings, partial_hedge, verdict
 from .errors import TraceFormatError, UsageError
-from .inputs import expand_paths, from_folder, made_by_this_run, map_units, part_of, run_map
+from .inputs import expand_paths, from_folder, made_by_this_run, map_units, run_map
 from .intervals import GroupedIntervals
 from .job import blame_table, empty_blame, top_blame
-from .metrics import MEASURED, ratio
+from .metrics import ratio
 from .model import Timeline, TraceInfo, concat_timelines
-from .options import AnalysisOptions, StepSelection, Thresholds, build_options, describe_steps
+from .options import AnalysisOptions, AnalyzeOptions, Thresholds, describe_steps
 from .purpose import attach_purposes
-from .rankmap import DetailRequest, FileResult, UnitResult, map_file, map_timeline
-from .results import STEP_COLUMNS, Analysis, StepDetail
+from .rankmap import FileResult, UnitResult, map_file, map_timeline, require_device_activity
+from .results import STEP_COLUMNS, Analysis
+from .schema import (
+    BOTTLENECK,
+    COMM_NS,
+    DEVICE,
+    EXPOSED_BY_CAUSE,
+    EXPOSED_COMM_NS,
+    EXPOSED_COMM_RATIO,
+    EXPOSED_TRANSFER_NS,
+    IDEAL_NS,
+    IDLE_NS,
+    IDLE_RATIO,
+    ITERATION_NS,
+    OVERLAP_NS,
+    OVERLAP_RATIO,
+    PID,
+    POTENTIAL_SPEEDUP,
+    RANK,
+    REASON,
+    STEP,
+    STEP_NS,
+    WAIT_KNOWN,
+    WAITED_FOR_RANK,
+)
 from .summary import summarize_run, unit_key
+from .vocab import CAUSES, Cause
 
 PathLike = str | Path
 I64 = npt.NDArray[np.int64]
@@ -65,97 +89,38 @@ def load(
 
 
 def analyze(
-    source: PathLike | Sequence[PathLike] | Timeline,
-    *,
-    step_regex: str | None = None,
-    steps: str | StepSelection | None = None,
-    ranks: Iterable[int] | None = None,
-    rules: Rules | None = None,
-    comm_patterns: Iterable[str] = (),
-    thresholds: Thresholds | None = None,
-    config: dict[str, Any] | None = None,
-    jobs: int | None = None,
-    scheduler: str | None = None,
-    detail: str | tuple[int | None, Any] | None = None,
-    graph: bool = False,
-    graph_max_nodes: int | None = None,
+    source: PathLike | Sequence[PathLike] | Timeline, options: AnalyzeOptions | None = None
 ) -> Analysis:
     """Analyze a trace, several rank traces, a folder, or a Timeline; see :class:`Analysis`.
 
-    ``steps``: ``"3-7"``, ``"3,5"``, ``"1010-"``; ``ranks``: only these ranks; ``comm_patterns``:
-    extra regexes that count as communication; ``config``: a validated config
-    (:func:`traceoverlap.options.load_config`), explicit arguments win. ``jobs``: parallel map
-    processes; ``scheduler``: ``"local"`` or a Dask scheduler address. ``detail``: ``"auto"``
-    (the median step of the lowest rank) or ``(rank, step)``: also build that step's
-    :class:`StepDetail` (the HTML report's timeline). ``graph``: also the run graph of the
-    what-if (``Analysis.run_graph``, docs/whatif.md §1), from the same read; past
-    ``graph_max_nodes`` nodes it is left out (``Analysis.run_graph_nodes`` says how many), and
-    the map's results stop carrying graphs, so the reduce holds about that many at most.
+    ``options``: step selection, thresholds, extra communication patterns, ranks shown, parallel
+    map (:class:`~traceoverlap.options.AnalyzeOptions`; default: all defaults). One step's
+    timeline is drawn afterwards, on demand: :func:`traceoverlap.detail.step_detail`.
     """
-    options = build_options(
-        step_regex=step_regex,
-        steps=steps,
-        ranks=ranks,
-        comm_patterns=comm_patterns,
-        thresholds=thresholds,
-        config=config,
-    )
-    rules = (rules or Rules()).with_comm_patterns(options.comm_patterns)
-    request = _request(detail)
-    if detail is not None and options.ranks and (request is None or request.rank is None):
-        # the default timeline is the lowest rank shown
-        request = DetailRequest(min(options.ranks), None, request.step if request else None)
+    opts = options or AnalyzeOptions()
+    aopts = opts.analysis_options()
+    rules = (opts.rules or Rules()).with_comm_patterns(aopts.comm_patterns)
     skipped: list[str] = []
-    in_memory = isinstance(source, Timeline)
+    names = ["<timeline>"]
+    if not isinstance(source, Timeline):
+        names, source = _lone_stream(source)
     if isinstance(source, Timeline):
-        if (request is None or request.rank is None) and detail is not None and source.traces:
-            low = min(source.traces, key=lambda t: t.rank)
-            request = DetailRequest(low.rank, None, request.step if request else None)
-        mapped = FileResult("<timeline>", map_timeline(source, options, rules, request, graph))
-        results = list(_graphs_capped([mapped], graph_max_nodes))
-        names = ["<timeline>"]
+        mapped = FileResult(names[0], map_timeline(source, aopts, rules, opts.graph))
+        results = list(_graphs_capped([mapped], opts.graph_max_nodes))
     else:
-        files = expand_paths(source)
-        listed = from_folder(source)
-        names = [str(f) for f in files]
-        lowest = detail is not None and (request is None or request.rank is None)
-        work = map_units(files)  # a large multi-process nsys export: one unit per process
-        task = functools.partial(
-            map_file,
-            options=options,
-            rules=rules,
-            detail=request if request is not None and request.rank is not None else None,
-            lowest_unit_detail=lowest and len(work) == 1,
-            lowest_step=request.step if request is not None else None,
-            graph=graph,
-        )
-        results = []
-        answers = run_map(work, task, jobs=jobs, scheduler=scheduler)
-        for res in _graphs_capped(answers, graph_max_nodes):
-            assert isinstance(res, FileResult)
-            if res.error is not None:
-                path, reason, hint = res.error
-                if res.path in listed and res.not_a_trace:
-                    skipped.append(f"skipped {path}: {reason}")
-                    continue
-                if res.path in listed and made_by_this_run(res.path):
-                    skipped.append(f"skipped {path}: empty, created by this run (a redirect?)")
-                    continue
-                raise TraceFormatError(path, reason, hint)
-            results.append(res)
+        names, results = _map_files(source, aopts, rules, opts, skipped)
     units = _merge(results)
-    if options.ranks is not None:
+    if aopts.ranks is not None:
         present = sorted({u.trace.rank for u in units})
-        missing = [r for r in options.ranks if r not in present]
+        missing = [r for r in aopts.ranks if r not in present]
         if missing:
             raise UsageError(f"ranks {missing}: not in the input (ranks present: {present})")
     # every rank given is matched; --rank only chooses what is shown (diagnosis.md §6)
     units.sort(key=lambda u: (u.trace.rank, -1 if u.trace.device is None else u.trace.device))
-    if options.step_regex is not None and units and not any(u.markers_found for u in units):
-        raise UsageError(_regex_matched_nothing(units, options.step_regex, names))
-    result, sets = _reduce(units, options, skipped, names)
-    if detail is not None and result.detail is None and units:
-        result = _second_pass_detail(result, units, options, rules, request, sets, in_memory)
+    if aopts.step_regex is not None and units and not any(u.markers_found for u in units):
+        raise UsageError(_regex_matched_nothing(units, aopts.step_regex, names))
+    result = _reduce(units, aopts, skipped, names)
+    result = replace(result, source=source if isinstance(source, Timeline) else None, rules=rules)
     return _with_run_graph(result, units)
 
 
@@ -187,16 +152,51 @@ def _with_run_graph(result: Analysis, units: Sequence[UnitResult]) -> Analysis:
     return replace(result, run_graph=join_graphs(graphs), run_graph_nodes=nodes)
 
 
-def _request(detail: str | tuple[int | None, Any] | None) -> DetailRequest | None:
-    """``(rank, step)`` -> a request; rank None: the lowest rank, step None: its median step."""
-    if detail is None or detail == "auto":
-        return None
-    if isinstance(detail, tuple) and len(detail) == 2:
-        rank, step = detail
-        return DetailRequest(
-            None if rank is None else int(rank), None, None if step is None else str(step)
-        )
-    raise UsageError(f"detail: expected 'auto' or (rank, step), got {detail!r}")
+def _lone_stream(
+    source: PathLike | Sequence[PathLike],
+) -> tuple[list[str], PathLike | Sequence[PathLike] | Timeline]:
+    """A single input that is standard input or a pipe is read here, once, and analysed as a
+    Timeline (kept, so that :func:`traceoverlap.detail.step_detail` can draw a step of it: a
+    stream cannot be read again); any other input is returned as it is."""
+    from .readers import read_trace
+    from .readers._input import is_stream
+
+    files = expand_paths(source)
+    if len(files) != 1 or not is_stream(files[0]):
+        return ["<timeline>"], source
+    timeline = read_trace(files[0])
+    require_device_activity(timeline, str(files[0]))
+    return [str(files[0])], timeline
+
+
+def _map_files(
+    source: PathLike | Sequence[PathLike],
+    options: AnalysisOptions,
+    rules: Rules,
+    opts: AnalyzeOptions,
+    skipped: list[str],
+) -> tuple[list[str], list[FileResult]]:
+    """The map over the input files: their names and results; files of a folder that are not
+    traces (or are empty outputs of this very run) are skipped with a note in ``skipped``."""
+    files = expand_paths(source)
+    listed = from_folder(source)
+    work = map_units(files)  # a large multi-process nsys export: one unit per process
+    task = functools.partial(map_file, options=options, rules=rules, graph=opts.graph)
+    results = []
+    answers = run_map(work, task, jobs=opts.jobs, scheduler=opts.scheduler)
+    for res in _graphs_capped(answers, opts.graph_max_nodes):
+        assert isinstance(res, FileResult)
+        if res.error is not None:
+            path, reason, hint = res.error
+            if res.path in listed and res.not_a_trace:
+                skipped.append(f"skipped {path}: {reason}")
+                continue
+            if res.path in listed and made_by_this_run(res.path):
+                skipped.append(f"skipped {path}: empty, created by this run (a redirect?)")
+                continue
+            raise TraceFormatError(path, reason, hint)
+        results.append(res)
+    return [str(f) for f in files], results
 
 
 # --- one run from several files ------------------------------------------------------------------
@@ -312,10 +312,9 @@ class _RunWindows:
 
 def _reduce(
     units: list[UnitResult], options: AnalysisOptions, skipped: list[str], names: list[str]
-) -> tuple[Analysis, CauseSets]:
+) -> Analysis:
     """The run's :class:`Analysis` from its units: collectives matched across ranks, exposed
-    time split by cause, the step table with verdicts, findings and notes; and the cause sets
-    (global window numbering) a second-pass detail needs."""
+    time split by cause, the step table with verdicts, findings and notes."""
     traces = tuple(u.trace for u in units)
     win = _run_windows(units)
     if win.n == 0:
@@ -377,11 +376,10 @@ def _reduce(
         notes=_notes(units, coll, skipped),
         options=options,
         unassigned=_unassigned(units),
-        detail=_first_detail(units, win, sets),
         windows=_windows_frame(units, win)[shown].reset_index(drop=True),
         exposed_spans=sets.by_name(),
     )
-    return analysis, sets
+    return analysis
 
 
 def _blame(units: Sequence[UnitResult], coll: Collectives, win: _RunWindows) -> pd.DataFrame:
@@ -516,7 +514,7 @@ def _gather_pieces(units: Sequence[UnitResult], win: _RunWindows) -> tuple[I64, 
 def _gather_causes(units: Sequence[UnitResult], win: _RunWindows) -> dict[str, GroupedIntervals]:
     """The units' local cause sets (tail / dependency / host, ns) grouped by global window."""
     out: dict[str, GroupedIntervals] = {}
-    for c in ("tail", "dependency", "host"):
+    for c in CAUSES[1:]:
         sets = [u.causes[c] for u in units]
         out[c] = (
             _cat([g + int(win.offsets[i]) for i, (g, _, _) in enumerate(sets)]),
@@ -552,34 +550,31 @@ def _step_table(
     cause_ns = {c: iv.grouped_length(s, win.n) for c, s in sets.by_name().items()}
     wait_known = _wait_known(units, win, coll)
     waited_for = _waited_for(coll, win.n)
-    step = base["step_ns"]
-    exposed_ns = base["exposed_comm_ns"]
-    df = pd.DataFrame(
-        {
-            "rank": np.array([traces[u].rank for u in unit_of], dtype=np.int64),
-            "device": pd.array([traces[u].device for u in unit_of], dtype=object),
-            "pid": pd.array([traces[u].pid for u in unit_of], dtype=object),
-            "step": pd.array(win.labels, dtype=object),
-            **{k: base[k] for k in MEASURED},
-            "exposed_wait_ns": cause_ns["wait"],
-            "exposed_transfer_ns": exposed_ns - cause_ns["wait"],
-            **{f"exposed_{c}_ns": cause_ns[c] for c in CAUSES[1:]},
-            "overlap_ratio": pd.array(ratio(base["overlap_ns"], base["comm_ns"]), dtype="Float64"),
-            "ideal_ns": base["ideal_ns"],
-            "potential_speedup": pd.array(ratio(step, base["ideal_ns"]), dtype="Float64"),
-            "exposed_comm_ratio": pd.array(ratio(exposed_ns, step), dtype="Float64"),
-            "idle_ratio": pd.array(ratio(base["idle_ns"], step), dtype="Float64"),
-            "iteration_ns": pd.arrays.IntegerArray(
-                base["iteration_ns"].astype(np.int64), base["iteration_ns"] < 0
-            ),
-            "bottleneck": "",
-            "reason": "",
-            "waited_for_rank": pd.array(waited_for, dtype=object),
-            "wait_known": wait_known.astype(bool),
-            "start_ns": base["start_ns"],
-            "end_ns": base["end_ns"],
-        }
-    )
+    step = base[STEP_NS.name]
+    exposed_ns = base[EXPOSED_COMM_NS.name]
+    cols: dict[str, Any] = {
+        **{k: v for k, v in base.items() if k in STEP_COLUMNS},
+        RANK.name: np.array([traces[u].rank for u in unit_of], dtype=np.int64),
+        DEVICE.name: pd.array([traces[u].device for u in unit_of], dtype=object),
+        PID.name: pd.array([traces[u].pid for u in unit_of], dtype=object),
+        STEP.name: pd.array(win.labels, dtype=object),
+        **{col.name: cause_ns[c] for c, col in EXPOSED_BY_CAUSE.items()},
+        EXPOSED_TRANSFER_NS.name: exposed_ns - cause_ns[Cause.WAIT],
+        OVERLAP_RATIO.name: pd.array(
+            ratio(base[OVERLAP_NS.name], base[COMM_NS.name]), dtype="Float64"
+        ),
+        POTENTIAL_SPEEDUP.name: pd.array(ratio(step, base[IDEAL_NS.name]), dtype="Float64"),
+        EXPOSED_COMM_RATIO.name: pd.array(ratio(exposed_ns, step), dtype="Float64"),
+        IDLE_RATIO.name: pd.array(ratio(base[IDLE_NS.name], step), dtype="Float64"),
+        ITERATION_NS.name: pd.arrays.IntegerArray(
+            base[ITERATION_NS.name].astype(np.int64), base[ITERATION_NS.name] < 0
+        ),
+        BOTTLENECK.name: "",
+        REASON.name: "",
+        WAITED_FOR_RANK.name: pd.array(waited_for, dtype=object),
+        WAIT_KNOWN.name: wait_known.astype(bool),
+    }
+    df = pd.DataFrame({c: cols[c] for c in STEP_COLUMNS})
     verdicts = [
         verdict(
             row,
@@ -590,9 +585,9 @@ def _step_table(
         )
         for row, wf, wk in zip(df.to_dict("records"), waited_for, wait_known.tolist(), strict=True)
     ]
-    df["bottleneck"] = [v.bottleneck for v in verdicts]
-    df["reason"] = [v.reason for v in verdicts]
-    return df[list(STEP_COLUMNS)]
+    df[BOTTLENECK.name] = [v.bottleneck for v in verdicts]
+    df[REASON.name] = [v.reason for v in verdicts]
+    return df
 
 
 def _windows_frame(units: Sequence[UnitResult], win: _RunWindows) -> pd.DataFrame:
@@ -611,16 +606,6 @@ def _windows_frame(units: Sequence[UnitResult], win: _RunWindows) -> pd.DataFram
             "marker_end_ns": np.concatenate([u.marker_end_ns for u in units]),
         }
     )
-
-
-def _first_detail(
-    units: Sequence[UnitResult], win: _RunWindows, sets: CauseSets
-) -> StepDetail | None:
-    """The step detail the map built (on the first unit that has one), in global numbering."""
-    for i, u in enumerate(units):
-        if u.detail is not None:
-            return _finish_detail(u.detail, int(win.offsets[i]), sets)
-    return None
 
 
 def _unassigned(units: Sequence[UnitResult]) -> dict[str, int]:
@@ -698,66 +683,6 @@ def _size_words(coll: Collectives, pr: pd.DataFrame) -> list[str]:
         bw = f", {float(bus):.1f} GB/s bus" if bus is not None and not pd.isna(bus) else ""
         out.append(f" [{int(b) / 1e6:.2f} MB{bw}]")
     return out
-
-
-def _finish_detail(d: StepDetail, offset: int, sets: CauseSets) -> StepDetail:
-    w = d.window + offset
-    by_cause = {}
-    for cause, s in sets.by_name().items():
-        m = s[0] == w
-        by_cause[cause] = (s[1][m], s[2][m])
-    return replace(d, window=w, exposed_by_cause=by_cause)
-
-
-def _second_pass_detail(
-    result: Analysis,
-    units: Sequence[UnitResult],
-    options: AnalysisOptions,
-    rules: Rules,
-    request: DetailRequest | None,
-    sets: CauseSets,
-    in_memory: bool,
-) -> Analysis:
-    """Build the asked step's detail by reading that one rank's file again (runs with several
-    files keep no events in memory). ``request`` None: the lowest rank's median step."""
-    if request is None or request.rank is None:
-        request = DetailRequest(
-            units[0].trace.rank, units[0].trace.device, request.step if request else None
-        )
-    idx = next(
-        (
-            i
-            for i, u in enumerate(units)
-            if u.trace.rank == request.rank
-            and (request.device is None or u.trace.device == request.device)
-        ),
-        None,
-    )
-    if idx is None:
-        raise UsageError(f"timeline rank {request.rank}: no such rank (ranks: {result.ranks})")
-    u = units[idx]
-    if request.step is not None and str(request.step) not in {str(x) for x in u.labels}:
-        raise UsageError(
-            f"timeline step {request.step}: rank {request.rank} has no such step "
-            f"(steps: {describe_steps(list(u.labels))})"
-        )
-    if in_memory:
-        return result  # built in the first pass when it exists
-    res = map_file(
-        part_of(u.trace.path, u.trace.pid),
-        options,
-        rules,
-        DetailRequest(u.trace.rank, u.trace.device, request.step),
-    )
-    if res.error is not None:
-        raise TraceFormatError(*res.error)
-    found = next(
-        (x.detail for x in res.units if x.trace.device == u.trace.device and x.detail), None
-    )
-    if found is None:
-        return result
-    offset = sum(x.n_windows for x in units[:idx])
-    return replace(result, detail=_finish_detail(found, offset, sets))
 
 
 def _regex_matched_nothing(units: Sequence[UnitResult], regex: str, names: list[str]) -> str:

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from .vocab import kind_key
+
 #: Ratios of the bytes-vs-duration check (see the module docstring).
 LATENCY_BYTES_RATIO = 4.0
 LATENCY_TIME_RATIO = 1.5
@@ -42,7 +44,7 @@ MIN_INSTANCES = 4
 
 def bus_factor(name: str, n: int | None) -> float | None:
     """NCCL's bus-bandwidth factor for a collective over ``n`` ranks (None: unknown)."""
-    key = name.lower().replace("_", "").replace(" ", "")
+    key = kind_key(name)
     if "allreduce" in key:
         return None if not n or n < 1 else 2 * (n - 1) / n
     if any(k in key for k in ("allgather", "reducescatter", "alltoall")):

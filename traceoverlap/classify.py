@@ -36,8 +36,9 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from .model import GPU_ACTIVITY_CATEGORIES, KINDS, Kind, Timeline, per_category
+from .model import GPU_ACTIVITY_CATEGORIES, Kind, Timeline, per_category
 from .options import compile_regex
+from .vocab import COMPUTE_PHASES, KINDS
 
 #: Communication kernels that do not carry "nccl" in their names: (family, regex, where the
 #: names come from). Matched case-insensitively anywhere in the kernel name.
@@ -118,7 +119,7 @@ class Rules:
     extra_comm: tuple[str, ...] = field(default=())
     # host ranges that are compute on CPU ranks without any cpu_op (NVTX-only captures: a CPU
     # run under Nsight Systems has no PyTorch profiler ops): the phases the program marks
-    cpu_compute_ranges: tuple[str, ...] = (r"^(forward|backward|optimizer)$",)
+    cpu_compute_ranges: tuple[str, ...] = (f"^({'|'.join(COMPUTE_PHASES)})$",)
 
     def with_comm_patterns(self, patterns: Sequence[str]) -> Rules:
         pats = tuple(patterns)

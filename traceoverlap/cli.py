@@ -18,6 +18,7 @@ import click
 
 from ._version import __version__
 from .errors import TraceoverlapError, UsageError
+from .vocab import DEFAULT_STEP_REGEX, LOST_RATIO, SLOW_PHASES
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -155,7 +156,7 @@ def analysis_options(func: F) -> F:
         click.option(
             "--step-regex",
             metavar="REGEX",
-            help="Step marker regex (default '^ProfilerStep#(\\d+)$'); e.g. '^train_step' for "
+            help=f"Step marker regex (default '{DEFAULT_STEP_REGEX}'); e.g. '^train_step' for "
             "record_function/NVTX ranges. A regex that matches nothing is an error.",
         ),
         click.option(
@@ -177,7 +178,7 @@ def analysis_options(func: F) -> F:
             "--lost-threshold",
             type=click.FloatRange(0, 1),
             help="A step is compute-bound when the time the device was not computing is below "
-            "this share of the step (default 0.10).",
+            f"this share of the step (default {LOST_RATIO:.2f}).",
         ),
         click.option(
             "-j",
@@ -200,46 +201,50 @@ def analysis_options(func: F) -> F:
     return func
 
 
-def run_analysis(
-    paths: tuple[str, ...], detail: Any = None, graph: bool = False, **opts: Any
-) -> Any:
+def run_analysis(paths: tuple[str, ...], graph: bool = False, **opts: Any) -> Any:
     """Build the library call from CLI options (config file first, explicit options win)."""
     from .analysis import analyze
-    from .options import Thresholds, load_config
+    from .options import AnalyzeOptions, Thresholds, load_config
 
     cfg = load_config(opts["config"]) if opts.get("config") else None
     lost = opts.get("lost_threshold")
-    return analyze(
-        list(paths),
+    options = AnalyzeOptions(
         step_regex=opts.get("step_regex"),
         steps=opts.get("steps"),
         ranks=opts.get("ranks") or None,
-        comm_patterns=list(opts.get("comm_patterns") or ()),
+        comm_patterns=tuple(opts.get("comm_patterns") or ()),
         thresholds=Thresholds(lost_ratio=lost) if lost is not None else None,
         config=cfg,
         jobs=opts.get("jobs"),
         scheduler=opts.get("scheduler"),
-        detail=detail,
         graph=graph,
         graph_max_nodes=WHATIF_MAX_NODES if graph else None,
     )
+    return analyze(list(paths), options)
 
 
 def html_report(
-    result: Any, plotlyjs: str = "embed", step: str | None = None, jobs: int | None = None
+    result: Any,
+    plotlyjs: str = "embed",
+    step: str | None = None,
+    jobs: int | None = None,
+    rank: int | None = None,
 ) -> str:
-    """The HTML report of ``result``, with the step across ranks when it has several ranks."""
+    """The HTML report of ``result``: the timeline of ``step`` on ``rank`` (None: the lowest
+    rank's median step), and the step across ranks when it has several ranks."""
     from pathlib import Path
 
+    from .detail import step_detail
     from .reporters.html_report import render as render_html
 
+    detail = step_detail(result, rank, step)
     across = None
     # the step across ranks reads the rank files again: not possible from standard input
     if result.multi_rank and all(Path(t.path).is_file() for t in result.traces):
         from .across import step_across
 
-        across = step_across(result, step, jobs=jobs)
-    return str(render_html(result, plotlyjs=plotlyjs, across=across))
+        across = step_across(result, step, detail=detail, jobs=jobs)
+    return str(render_html(result, plotlyjs=plotlyjs, across=across, detail=detail))
 
 
 def write_text(text: str, output: str | None) -> None:
@@ -340,7 +345,7 @@ def analyze(
     conditions = parse_conditions(fail_if)  # validate before the (possibly long) analysis
     check_outputs([output, html_path], paths, opts)
     what = fmt in ("table", "markdown")
-    result = run_analysis(paths, detail="auto" if html_path else None, graph=what, **opts)
+    result = run_analysis(paths, graph=what, **opts)
     if what:
         result = with_what_if(result)
     if fmt == "json":
@@ -462,9 +467,8 @@ def compare(
     from .reporters import compare_text as rep
 
     check_outputs([output, html_path], (baseline, candidate), opts)
-    detail = "auto" if html_path else None
-    base = run_analysis((baseline,), detail=detail, **opts)
-    cand = run_analysis((candidate,), detail=detail, **opts)
+    base = run_analysis((baseline,), **opts)
+    cand = run_analysis((candidate,), **opts)
     cmp = compare_runs(base, cand, baseline_label=baseline, candidate_label=candidate, top=top)
     if fmt == "json":
         text = rep.render_json(cmp)
@@ -475,9 +479,11 @@ def compare(
         text = rep.render_table(cmp, color=tty and output is None, width=width)
     write_text(text, output)
     if html_path:
+        from .detail import step_detail
         from .reporters.compare_html import render as render_compare
 
-        write_text(render_compare(cmp), html_path)
+        details = (step_detail(base), step_detail(cand))
+        write_text(render_compare(cmp, details=details), html_path)
         click.echo(f"wrote {html_path}", err=True)
 
 
@@ -532,13 +538,10 @@ def report(
       traceoverlap report runs/bucketed/ --timeline-step 5 --timeline-rank 1
       traceoverlap report trace.json --plotlyjs cdn -o small.html
     """
-    if timeline_rank is None and timeline_step is None:
-        detail: Any = "auto"
-    else:
-        detail = (timeline_rank, timeline_step)
     check_outputs([output], paths, opts)
-    result = run_analysis(paths, detail=detail, **opts)
-    write_text(html_report(result, plotlyjs, timeline_step, opts.get("jobs")), output)
+    result = run_analysis(paths, **opts)
+    page = html_report(result, plotlyjs, timeline_step, opts.get("jobs"), timeline_rank)
+    write_text(page, output)
     click.echo(f"wrote {output}", err=True)
 
 
@@ -741,7 +744,7 @@ def _echo_analysis(result: Any) -> None:
 )
 @click.option(
     "--slow-phase",
-    type=click.Choice(["dataloader", "forward", "pre-backward", "backward", "optimizer"]),
+    type=click.Choice(list(SLOW_PHASES)),
     help="Where --slow-rank sleeps: at the start of that phase's range (pipeline forward/"
     "backward: in every micro-batch of its stage). Default: pre-backward, between forward and "
     "backward, in neither range.",
@@ -852,7 +855,7 @@ def demo(out: str) -> None:
         click.echo(f"== {strategy}: profiling 2 ranks on CPU (gloo) ...", err=True)
         options = ProfileOptions(strategy=strategy, backend="gloo", world_size=2, preset="tiny")
         traces = run_profile(options, root / strategy)
-        results[strategy] = analyze([str(t) for t in traces], detail="auto")
+        results[strategy] = analyze([str(t) for t in traces])
         click.echo(f"\n== {strategy} ({root / strategy})")
         _echo_analysis(results[strategy])
 

@@ -44,7 +44,6 @@ ranks given" and the reports say so.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,12 +53,22 @@ import numpy.typing as npt
 import pandas as pd
 
 from . import intervals as iv
-from .diagnosis import CAUSES, family_of
 from .intervals import GroupedIntervals
 from .job import CREDIT_COLUMNS, credit_segments, empty_blame, waited_for_ranks
 from .metrics import ActivityRows
 from .model import Kind, Timeline, TraceInfo, per_category
+from .schema import ROOT_WAITED_FOR_NS, STEP_SKEW, STRAGGLERS
 from .steps import NO_LAUNCH, UnitSteps
+from .vocab import (
+    CAUSES,
+    FAMILIES,
+    NCCL_RANGE,
+    Cause,
+    Family,
+    collective_kind,
+    family_of,
+    norm_kind,
+)
 
 I64 = npt.NDArray[np.int64]
 
@@ -141,51 +150,9 @@ INSTANCE_COLUMNS = (
     "dst_rank",
     "last_arrival_ns",
 )
-STRAGGLER_COLUMNS = (
-    "rank",
-    "instances",
-    "last_count",
-    "last_ratio",
-    "waited_for_ns",
-    "wait_ns",
-    "exposed_waited_for_ns",
-)
-SKEW_COLUMNS = (
-    "step",
-    "n_ranks",
-    "slowest_rank",
-    "fastest_rank",
-    "max_step_ns",
-    "min_step_ns",
-    "skew_ns",
-)
-
-
-# --- collective kind from a name --------------------------------------------------------------
-
-_NCCL_KERNEL = re.compile(r"(?i)^(?:nccl|rccl|hccl)\w*?Kernel_([A-Za-z]+)")
-_LIB_PREFIX = re.compile(r"(?i)^(?:gloo|nccl|rccl|hccl|mpi|ucc)[:_](\w+)")
-#: ``nccl:all_to_all`` or PyTorch emit_nvtx's ``nccl:all_to_all, op_id = 12``
-_NCCL_RANGE = re.compile(r"nccl:(\w*)")
-
-
-def collective_kind(name: str) -> str:
-    """A collective's kind from an activity name: ``AllReduce``, ``all_reduce``, ``SendRecv``...
-
-    Unknown shapes give the name itself (so identical names still match one another).
-    """
-    m = _NCCL_KERNEL.search(name)
-    if m:
-        return m.group(1)
-    m = _LIB_PREFIX.search(name)
-    if m:
-        return m.group(1)
-    return name
-
-
-def _norm_kind(label: str) -> str:
-    # "allreduce" (Kineto args), "AllReduce" (kernel name) and "all_reduce" (gloo) are one kind
-    return label.lower().replace("_", "")
+#: The straggler table as matching builds it (the reduce adds the blame chains' roots).
+STRAGGLER_COLUMNS = tuple(n for n in STRAGGLERS.names if n != ROOT_WAITED_FOR_NS.name)
+SKEW_COLUMNS = STEP_SKEW.names
 
 
 # --- map side: one unit's instances ------------------------------------------------------------
@@ -198,7 +165,7 @@ def _enclosing_collective(ev: pd.DataFrame, launch_rows: I64) -> npt.NDArray[np.
     out = np.full(launch_rows.size, "", dtype=object)
     names = ev["name"]
     ann = (ev["category"] == "annotation").to_numpy()
-    coll_of = per_category(names, lambda c: m.group(1) if (m := _NCCL_RANGE.match(c)) else "", ann)
+    coll_of = per_category(names, lambda c: m.group(1) if (m := NCCL_RANGE.match(c)) else "", ann)
     codes = names.cat.codes.to_numpy()
     is_range = (coll_of[codes] != "") & ann
     ridx = np.flatnonzero(is_range)
@@ -318,7 +285,7 @@ def _comm_keys(
         given = np.where(given == "", around, given)
     label = np.where(given != "", given, parsed)
     label_code, label_uniq = pd.factorize(label)
-    kind_uniq = np.array([_norm_kind(str(x)) for x in label_uniq], dtype=object)
+    kind_uniq = np.array([norm_kind(str(x)) for x in label_uniq], dtype=object)
     kind_key = kind_uniq[label_code]
     kind_code, _ = pd.factorize(kind_key)
     pg = per_category(ev["process_group"], str, is_comm)[
@@ -474,7 +441,7 @@ def _instance_table(
             "end_ns": np.maximum.reduceat(ev["end_ns"].to_numpy()[rows_sorted], firsts),
         }
     )
-    inst["p2p"] = inst["family"] == "SendRecv"
+    inst["p2p"] = inst["family"] == Family.SEND_RECV
     return inst
 
 
@@ -654,10 +621,10 @@ class CauseSets:
 
     def by_name(self) -> dict[str, GroupedIntervals]:
         return {
-            "wait": self.wait,
-            "tail": self.tail,
-            "dependency": self.dependency,
-            "host": self.host,
+            Cause.WAIT: self.wait,
+            Cause.TAIL: self.tail,
+            Cause.DEPENDENCY: self.dependency,
+            Cause.HOST: self.host,
         }
 
 
@@ -1172,9 +1139,9 @@ def _cause_sets(
     )
     return CauseSets(
         wait=iv.grouped_intersect(total_exposed, wait_set, n_windows),
-        tail=iv.grouped_subtract(exposed["tail"], wait_set, n_windows),
-        dependency=iv.grouped_subtract(exposed["dependency"], wait_set, n_windows),
-        host=iv.grouped_subtract(exposed["host"], wait_set, n_windows),
+        tail=iv.grouped_subtract(exposed[Cause.TAIL], wait_set, n_windows),
+        dependency=iv.grouped_subtract(exposed[Cause.DEPENDENCY], wait_set, n_windows),
+        host=iv.grouped_subtract(exposed[Cause.HOST], wait_set, n_windows),
     )
 
 
@@ -1192,9 +1159,6 @@ def _instance_causes(
     inst["exposed_ns"] = total
 
 
-FAMILY_ORDER = ("AllReduce", "AllGather/ReduceScatter", "SendRecv", "AllToAll", "Other")
-
-
 def _family_causes(
     inst: pd.DataFrame, pieces: tuple[I64, I64, I64, I64], sets: CauseSets, n_windows: int
 ) -> pd.DataFrame:
@@ -1205,8 +1169,8 @@ def _family_causes(
     cols += ["same_stream_ns"]
     if p_inst.size == 0:
         return pd.DataFrame(columns=cols)
-    fam_code = {f: i for i, f in enumerate(FAMILY_ORDER)}
-    nf = len(FAMILY_ORDER)
+    fam_code = {f: i for i, f in enumerate(FAMILIES)}
+    nf = len(FAMILIES)
     fam = np.array([fam_code.get(f, nf - 1) for f in inst["family"]], dtype=np.int64)[p_inst]
     out: dict[str, I64] = {}
     for name, mask in (
@@ -1224,7 +1188,7 @@ def _family_causes(
     df = pd.DataFrame(
         {
             "window": idx // nf,
-            "family": np.array(FAMILY_ORDER, dtype=object)[idx % nf],
+            "family": np.array(FAMILIES, dtype=object)[idx % nf],
             **{f"exposed_{c}_ns": out[f"all:{c}"] for c in CAUSES},
             "same_stream_ns": sum(out[f"same:{c}"] for c in CAUSES),
         }

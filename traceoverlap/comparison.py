@@ -32,36 +32,44 @@ import pandas as pd
 
 from . import fmt
 from .results import Analysis
+from .schema import (
+    COMM_NS,
+    COMPARE_COLLECTIVES,
+    COMPARE_METRICS,
+    COMPUTE_NS,
+    EXPOSED_COMM_NS,
+    EXPOSED_DEPENDENCY_NS,
+    EXPOSED_HOST_NS,
+    EXPOSED_TAIL_NS,
+    EXPOSED_WAIT_NS,
+    IDLE_NS,
+    MEMORY_ONLY_NS,
+    OVERLAP_RATIO,
+    STEP_NS,
+)
+from .vocab import CAUSE_WORDS, PURPOSES, Cause, Purpose
 
 #: (step column, label) in report order.
 COMPARED_METRICS: tuple[tuple[str, str], ...] = (
-    ("step_ns", "step"),
-    ("compute_ns", "compute"),
-    ("comm_ns", "comm"),
-    ("overlap_ratio", "overlap ratio"),
-    ("exposed_comm_ns", "exposed comm"),
-    ("exposed_wait_ns", "  waiting for a peer"),
-    ("exposed_tail_ns", "  nothing left to compute"),
-    ("exposed_dependency_ns", "  compute waited for it"),
-    ("exposed_host_ns", "  host not ready"),
-    ("memory_only_ns", "memory only"),
-    ("idle_ns", "idle"),
+    (STEP_NS.name, "step"),
+    (COMPUTE_NS.name, "compute"),
+    (COMM_NS.name, "comm"),
+    (OVERLAP_RATIO.name, "overlap ratio"),
+    (EXPOSED_COMM_NS.name, "exposed comm"),
+    (EXPOSED_WAIT_NS.name, f"  {CAUSE_WORDS[Cause.WAIT]}"),
+    (EXPOSED_TAIL_NS.name, f"  {CAUSE_WORDS[Cause.TAIL]}"),
+    (EXPOSED_DEPENDENCY_NS.name, f"  {CAUSE_WORDS[Cause.DEPENDENCY]}"),
+    (EXPOSED_HOST_NS.name, f"  {CAUSE_WORDS[Cause.HOST]}"),
+    (MEMORY_ONLY_NS.name, "memory only"),
+    (IDLE_NS.name, "idle"),
 )
 #: Metrics a main change is chosen from.
-MAIN_CHANGE_METRICS = ("compute_ns", "comm_ns", "exposed_comm_ns", "memory_only_ns", "idle_ns")
-
-METRIC_COLUMNS = ("metric", "label", "baseline", "candidate", "delta", "change_ratio")
-COLLECTIVE_COLUMNS = (
-    "collective",
-    "name",
-    "position",
-    "baseline_exposed_ns",
-    "candidate_exposed_ns",
-    "delta_ns",
-    "baseline_count",
-    "candidate_count",
-    "paired_by",
+MAIN_CHANGE_METRICS = tuple(
+    c.name for c in (COMPUTE_NS, COMM_NS, EXPOSED_COMM_NS, MEMORY_ONLY_NS, IDLE_NS)
 )
+
+METRIC_COLUMNS = COMPARE_METRICS.names
+COLLECTIVE_COLUMNS = COMPARE_COLLECTIVES.names
 
 
 @dataclass(frozen=True)
@@ -151,7 +159,7 @@ def _by_order(df: pd.DataFrame, qualified: set[str]) -> pd.DataFrame:
     g = df.groupby([*_KEY, "position"], sort=True)["exposed_ns"]
     out = pd.DataFrame({"exposed_ns": g.median(), "count": g.size()}).reset_index()
     out["collective"] = [
-        f"{n} ({p or 'purpose unknown'}, {fmt.size(b, 'size unknown')}) #{k}"
+        f"{n} ({p or PURPOSES[Purpose.UNKNOWN]}, {fmt.size(b, 'size unknown')}) #{k}"
         if n in qualified
         else f"{n} #{k}"
         for n, p, b, k in zip(
@@ -236,25 +244,17 @@ def compare(
     rows = []
     both_multi = baseline.multi_rank and candidate.multi_rank
     for col, label in COMPARED_METRICS:
-        if col == "exposed_wait_ns" and not both_multi:
+        if col == EXPOSED_WAIT_NS.name and not both_multi:
             continue  # waiting for peers only compares between two multi-rank runs
         b, c = _median(baseline.steps, col), _median(candidate.steps, col)
         if b is None and c is None:
             continue
         delta = None if b is None or c is None else c - b
-        rows.append(
-            {
-                "metric": col,
-                "label": label,
-                "baseline": b,
-                "candidate": c,
-                "delta": delta,
-                "change_ratio": (delta / b) if (delta is not None and b) else None,
-            }
-        )
+        change = (delta / b) if (delta is not None and b) else None
+        rows.append(dict(zip(METRIC_COLUMNS, (col, label, b, c, delta, change), strict=True)))
     metrics = pd.DataFrame(rows, columns=list(METRIC_COLUMNS)).astype(object)
     metrics = metrics.where(metrics.notna(), None)
-    b_step, c_step = _median(baseline.steps, "step_ns"), _median(candidate.steps, "step_ns")
+    b_step, c_step = _median(baseline.steps, STEP_NS.name), _median(candidate.steps, STEP_NS.name)
     speedup = b_step / c_step if b_step is not None and c_step else None
 
     bp, cp, pairing = _profiles(baseline, candidate, (baseline_label, candidate_label))

@@ -39,24 +39,21 @@ from .job import blame_line
 from .metrics import ActivityRows
 from .model import Kind
 from .options import Thresholds
-from .purpose import PURPOSES
 from .steps import NO_LAUNCH, UnitSteps
+from .vocab import (
+    BLOCKED_MAX_NS,
+    BLOCKED_PER,
+    PURPOSES,
+    Bottleneck,
+    Cause,
+    Family,
+    FindingKind,
+    Purpose,
+)
 
 I64 = npt.NDArray[np.int64]
 
 
-#: Why an exposed nanosecond of communication was exposed (diagnosis.md §3), first match wins.
-CAUSES: tuple[str, ...] = ("wait", "tail", "dependency", "host")
-
-#: Verdict classes, in the order the summary lists them.
-BOTTLENECKS: tuple[str, ...] = (
-    "peer-wait-bound",
-    "communication-bound",
-    "exposed-communication",
-    "memory-bound",
-    "idle-bound",
-    "compute-bound",
-)
 #: Lost parts in tie-break order, with the name a reason uses.
 LOST_PARTS: tuple[tuple[str, str], ...] = (
     ("exposed_wait_ns", "waiting for a peer in collectives"),
@@ -93,12 +90,6 @@ def _first_starts(acts: ActivityRows, launch_start: I64) -> tuple[I64, I64, I64]
     new[1:] = (g[1:] != g[:-1]) | (s[1:] != s[:-1])
     first = np.flatnonzero(new)
     return g[first], s[first], np.minimum.reduceat(ls, first)
-
-
-#: diagnosis.md §8: a compute thread whose next op starts within this share of a communication's
-#: duration after it ends (at most :data:`BLOCKED_MAX_NS`) was blocked on it.
-BLOCKED_PER = 100  # 1 %: gap * 100 <= duration
-BLOCKED_MAX_NS = 500_000
 
 
 def blocked_comm(acts: ActivityRows, ug: I64, us: I64) -> tuple[I64, I64, I64]:
@@ -194,13 +185,13 @@ def verdict(
     step = int(row["step_ns"])
     compute, comm = int(row["compute_ns"]), int(row["comm_ns"])
     if step <= 0:
-        return Verdict("compute-bound", "empty window (0 ns): nothing to diagnose")
+        return Verdict(Bottleneck.COMPUTE, "empty window (0 ns): nothing to diagnose")
     # other steps' work in the window (overlapping steps, §7) is not lost time
     other = int(row.get("other_steps_ns", 0))
     lost = step - int(row["compute_only_ns"]) - int(row["overlap_ns"]) - other
     if lost < thresholds.lost_ratio * step:
         return Verdict(
-            "compute-bound",
+            Bottleneck.COMPUTE,
             f"the device computed for all but {_ms(lost)} = {_pct(lost / step)} of the step "
             f"(< {_pct(thresholds.lost_ratio)}): communication is hidden well enough",
         )
@@ -210,17 +201,17 @@ def verdict(
     share = f"{_ms(value)} = {_pct(value / step)} of the step"
     if key == "exposed_wait_ns":
         who = f"rank {waited_for}" if waited_for is not None else "a peer"
-        cls = "peer-wait-bound"
+        cls = Bottleneck.PEER_WAIT
         text = f"waiting for {who} in collectives {share}: it arrived late"
     elif key == "exposed_transfer_ns":
         if comm > compute:
-            cls = "communication-bound"
+            cls = Bottleneck.COMMUNICATION
             text = (
                 f"exposed transfer {share}, and comm {_ms(comm)} > compute {_ms(compute)}: "
                 f"even perfect overlap leaves {_ms(comm - compute)} exposed"
             )
         else:
-            cls = "exposed-communication"
+            cls = Bottleneck.EXPOSED_COMMUNICATION
             text = (
                 f"exposed transfer {share} while compute {_ms(compute)} >= comm "
                 f"{_ms(comm)}: a better schedule could hide it"
@@ -230,10 +221,10 @@ def verdict(
         elif partial:
             text += f" ({partial})"
     elif key == "idle_ns":
-        cls = "idle-bound"
+        cls = Bottleneck.IDLE
         text = f"idle {share}: nothing ran on the device (the host did not feed it)"
     else:
-        cls = "memory-bound"
+        cls = Bottleneck.MEMORY
         text = f"memcpy/memset alone {share}"
     second_key, second_label, second = parts[ranked[1]]
     if second > 0 and 2 * second >= value:
@@ -261,77 +252,77 @@ def partial_hedge(ranks_given: int, world_size: int | None) -> str | None:
 
 #: What to try per (cause or ``transfer-bound``, collective family from :func:`family_of`).
 _ADVICE: dict[tuple[str, str], str] = {
-    ("tail", "AllReduce"): (
+    (Cause.TAIL, Family.ALL_REDUCE): (
         "the last gradient all-reduce runs after backward with nothing left to compute: make the "
         "final bucket small (DDP bucket_cap_mb, or a smaller first bucket), order parameters so "
         "their gradients are ready in bucket order, and overlap the optimizer step with the "
         "remaining all-reduces"
     ),
-    ("tail", "AllGather/ReduceScatter"): (
+    (Cause.TAIL, Family.ALL_GATHER_REDUCE_SCATTER): (
         "the last reduce-scatter / all-gather of the step has no compute after it: with FSDP/ZeRO "
         "prefetch the next unit's all-gather earlier (backward_prefetch=BACKWARD_PRE, "
         "forward_prefetch=True) and keep the last layer's gradients reduce-scattered under the "
         "optimizer"
     ),
-    ("tail", "SendRecv"): (
+    (Cause.TAIL, Family.SEND_RECV): (
         "pipeline bubble at the end of the step: nothing computes while activations/gradients "
         "move between stages; use more micro-batches or an interleaved (virtual-stage) schedule "
         "to shrink the drain"
     ),
-    ("tail", "AllToAll"): (
+    (Cause.TAIL, Family.ALL_TO_ALL): (
         "the final expert-parallel combine has no compute after it: overlap dispatch/combine with "
         "computation of another micro-batch (two-batch overlap) or with shared-expert compute"
     ),
-    ("dependency", "AllReduce"): (
+    (Cause.DEPENDENCY, Family.ALL_REDUCE): (
         "compute was launched but waited for an all-reduce result (a synchronous all-reduce before "
         "the optimizer, or a stream wait on it): launch the all-reduces during backward (bucketed "
         "/ DDP), use gradient_as_bucket_view=True, and only wait where the result is needed"
     ),
-    ("dependency", "AllGather/ReduceScatter"): (
+    (Cause.DEPENDENCY, Family.ALL_GATHER_REDUCE_SCATTER): (
         "compute waited for the parameters being all-gathered (FSDP/ZeRO without prefetch): "
         "enable forward/backward prefetch, consider reshard_after_forward=False for the layers "
         "used again soon, or a larger FSDP unit"
     ),
-    ("dependency", "SendRecv"): (
+    (Cause.DEPENDENCY, Family.SEND_RECV): (
         "a pipeline stage waited for its input from the previous stage: rebalance the stages, "
         "use a 1F1B or interleaved schedule and more micro-batches so each stage has other work "
         "while it waits"
     ),
-    ("dependency", "AllToAll"): (
+    (Cause.DEPENDENCY, Family.ALL_TO_ALL): (
         "experts waited for the token dispatch: overlap dispatch/combine with computation (DeepEP "
         "hook-based overlap, two-batch overlap) and check the capacity factor / load balance"
     ),
-    ("host", "*"): (
+    (Cause.HOST, "*"): (
         "the host had not launched the next compute yet while communication ran: remove Python "
         "overhead and host syncs from the step (.item(), .cpu(), printing tensors), use CUDA "
         "graphs or torch.compile for launch-bound stretches, and more DataLoader workers / "
         "pin_memory for the input pipeline"
     ),
-    ("wait", "*"): (
+    (Cause.WAIT, "*"): (
         "ranks sat inside collectives waiting for a late peer: find why that rank is slow (its "
         "own step time, data loading, a slower or throttled GPU, uneven work per rank) and "
         "balance the load; faster communication would not help"
     ),
-    ("transfer-bound", "AllReduce"): (
+    (FindingKind.TRANSFER_BOUND, Family.ALL_REDUCE): (
         "there is more all-reduce than compute, so no schedule can hide it: move fewer bytes "
         "(bf16/fp16 or PowerSGD communication hooks), all-reduce less often (gradient "
         "accumulation with no_sync()), a larger per-GPU batch, or a faster interconnect"
     ),
-    ("transfer-bound", "AllGather/ReduceScatter"): (
+    (FindingKind.TRANSFER_BOUND, Family.ALL_GATHER_REDUCE_SCATTER): (
         "FSDP/ZeRO traffic exceeds compute: shard over fewer ranks (hybrid sharding within a "
         "node), keep parameters gathered longer (reshard_after_forward=False), lower-precision "
         "all-gather, or a larger batch per step"
     ),
-    ("transfer-bound", "SendRecv"): (
+    (FindingKind.TRANSFER_BOUND, Family.SEND_RECV): (
         "pipeline transfers exceed compute: fewer, larger micro-batches or fewer pipeline stages "
         "(more work per stage), or compress activations sent between stages"
     ),
-    ("transfer-bound", "AllToAll"): (
+    (FindingKind.TRANSFER_BOUND, Family.ALL_TO_ALL): (
         "expert-parallel all-to-all exceeds compute: lower the capacity factor, use fewer "
         "expert-parallel ranks per all-to-all (hierarchical / node-local dispatch), or "
         "low-precision dispatch"
     ),
-    ("transfer-bound", "Other"): (
+    (FindingKind.TRANSFER_BOUND, Family.OTHER): (
         "communication exceeds compute: move fewer bytes or move them faster"
     ),
 }
@@ -341,107 +332,107 @@ _ADVICE: dict[tuple[str, str], str] = {
 #: it wins over the family's advice. ``transfer-bound`` entries here never ask to move fewer bytes:
 #: that needs bandwidth evidence (see :func:`advice`).
 _PURPOSE_ADVICE: dict[tuple[str, str], str] = {
-    ("tail", "ddp-gradient-allreduce"): (
+    (Cause.TAIL, Purpose.DDP_GRADIENT_ALLREDUCE): (
         "DDP's last bucket is reduced after backward with nothing left to compute: make that "
         "bucket small (bucket_cap_mb; the last bucket holds the first layers' gradients) and run "
         "the optimizer per bucket as buckets finish (a DDP comm hook, or "
         "ZeroRedundancyOptimizer(overlap_with_ddp=True))"
     ),
-    ("dependency", "ddp-gradient-allreduce"): (
+    (Cause.DEPENDENCY, Purpose.DDP_GRADIENT_ALLREDUCE): (
         "the step waited for DDP's last buckets (the reducer's finalize waits for every bucket "
         "before the optimizer): a smaller last bucket (bucket_cap_mb), gradient_as_bucket_view="
         "True (no copy back after the wait), and the optimizer run per bucket as buckets finish"
     ),
-    ("transfer-bound", "ddp-gradient-allreduce"): (
+    (FindingKind.TRANSFER_BOUND, Purpose.DDP_GRADIENT_ALLREDUCE): (
         "DDP already overlaps its buckets with backward and there is still more all-reduce than "
         "compute: all-reduce less often (gradient accumulation with no_sync()) or give each rank "
         "more work per step (a larger per-rank batch)"
     ),
-    ("tail", "gradient-allreduce"): (
+    (Cause.TAIL, Purpose.GRADIENT_ALLREDUCE): (
         "the gradient all-reduces run after backward with nothing left to compute: launch them "
         "from gradient hooks during backward, a bucket at a time (or wrap the model in DDP), so "
         "they overlap the rest of backward"
     ),
-    ("dependency", "gradient-allreduce"): (
+    (Cause.DEPENDENCY, Purpose.GRADIENT_ALLREDUCE): (
         "compute waited for a synchronous gradient all-reduce: launch the all-reduces "
         "asynchronously from gradient hooks during backward, in buckets (or use DDP), and wait "
         "for them only before the optimizer"
     ),
-    ("transfer-bound", "gradient-allreduce"): (
+    (FindingKind.TRANSFER_BOUND, Purpose.GRADIENT_ALLREDUCE): (
         "there is more gradient all-reduce than compute: all-reduce less often (gradient "
         "accumulation) or give each rank more work per step (a larger per-rank batch)"
     ),
-    ("tail", "embedding-alltoall"): (
+    (Cause.TAIL, Purpose.EMBEDDING_ALLTOALL): (
         "the embedding all-to-all (TorchRec input / output dist) ends the step with nothing "
         "left to compute: pipeline it with the next batch's dense compute "
         "(TrainPipelineSparseDist) so the sparse data distribution runs a batch ahead"
     ),
-    ("dependency", "embedding-alltoall"): (
+    (Cause.DEPENDENCY, Purpose.EMBEDDING_ALLTOALL): (
         "the dense part waited for the embedding all-to-all (TorchRec input / output dist): "
         "pipeline the sparse data distribution a batch ahead (TrainPipelineSparseDist), and "
         "check that the sharding plan balances lookups across ranks (an uneven plan makes "
         "every rank wait for the busiest)"
     ),
-    ("transfer-bound", "embedding-alltoall"): (
+    (FindingKind.TRANSFER_BOUND, Purpose.EMBEDDING_ALLTOALL): (
         "the embedding all-to-all takes longer than the compute: pipeline it a batch ahead "
         "(TrainPipelineSparseDist) and rebalance the sharding plan (table-wise / row-wise / "
         "column-wise) so no rank's lookups dominate"
     ),
-    ("tail", "sequence-parallel-alltoall"): (
+    (Cause.TAIL, Purpose.SEQUENCE_PARALLEL_ALLTOALL): (
         "the attention all-to-all (sequence parallel, Ulysses) has nothing to compute under it: "
         "overlap it with another head group or micro-batch, or use a smaller sequence-parallel "
         "degree"
     ),
-    ("dependency", "sequence-parallel-alltoall"): (
+    (Cause.DEPENDENCY, Purpose.SEQUENCE_PARALLEL_ALLTOALL): (
         "attention waited for the sequence-parallel all-to-all (Ulysses): overlap the "
         "all-to-all of one head group with the attention of another, or use ring attention / a "
         "smaller sequence-parallel degree"
     ),
-    ("transfer-bound", "sequence-parallel-alltoall"): (
+    (FindingKind.TRANSFER_BOUND, Purpose.SEQUENCE_PARALLEL_ALLTOALL): (
         "the sequence-parallel all-to-all takes longer than the attention it feeds: a smaller "
         "sequence-parallel degree (more of the sequence per rank), or ring attention, which "
         "overlaps its transfers with the attention blocks"
     ),
-    ("tail", "tp-allreduce"): (
+    (Cause.TAIL, Purpose.TP_ALLREDUCE): (
         "the tensor-parallel all-reduce ends the forward with nothing to compute under it: fuse "
         "it with what follows (all-reduce + norm fusion), or a smaller tensor-parallel degree"
     ),
-    ("dependency", "tp-allreduce"): (
+    (Cause.DEPENDENCY, Purpose.TP_ALLREDUCE): (
         "each layer waits for its tensor-parallel all-reduce (it sits between the layer's "
         "matmuls): overlap it with the GEMMs (async / sequence-parallel TP: reduce-scatter + "
         "all-gather), fuse it with the next op, use a one-shot / custom all-reduce for small "
         "messages, or a smaller tensor-parallel degree"
     ),
-    ("transfer-bound", "tp-allreduce"): (
+    (FindingKind.TRANSFER_BOUND, Purpose.TP_ALLREDUCE): (
         "the tensor-parallel all-reduces take longer than the layers' compute: a smaller "
         "tensor-parallel degree (or TP only within a node), larger batches per forward so each "
         "all-reduce carries more work"
     ),
-    ("tail", "reducescatter-as-allreduce"): (
+    (Cause.TAIL, Purpose.REDUCESCATTER_AS_ALLREDUCE): (
         "gloo has no reduce-scatter: c10d::_reduce_scatter_base_ runs a full all-reduce and "
         "keeps a shard, so every rank receives all the data; with nothing left to compute it "
         "ends the step: run the sharded strategy on a backend with a native reduce-scatter "
         "(NCCL on GPUs), or shard over fewer ranks"
     ),
-    ("dependency", "reducescatter-as-allreduce"): (
+    (Cause.DEPENDENCY, Purpose.REDUCESCATTER_AS_ALLREDUCE): (
         "compute waited for a reduce-scatter that gloo runs as a full all-reduce "
         "(c10d::_reduce_scatter_base_): launch it asynchronously and wait only where the shard "
         "is needed; on a backend with a native reduce-scatter it moves (n-1)/n of the data "
         "instead of 2(n-1)/n"
     ),
-    ("transfer-bound", "reducescatter-as-allreduce"): (
+    (FindingKind.TRANSFER_BOUND, Purpose.REDUCESCATTER_AS_ALLREDUCE): (
         "the reduce-scatters (run by gloo as full all-reduces) take longer than the compute: a "
         "native reduce-scatter (NCCL) halves the traffic; or shard over fewer ranks"
     ),
-    ("tail", "ddp-broadcast"): (
+    (Cause.TAIL, Purpose.DDP_BROADCAST): (
         "DDP broadcasts its buffers at every forward (broadcast_buffers=True): set "
         "broadcast_buffers=False when buffers (BatchNorm statistics) need not match every step"
     ),
-    ("dependency", "ddp-broadcast"): (
+    (Cause.DEPENDENCY, Purpose.DDP_BROADCAST): (
         "the forward waited for DDP's buffer broadcast (broadcast_buffers=True): set "
         "broadcast_buffers=False when buffers (BatchNorm statistics) need not match every step"
     ),
-    ("dependency", "optimizer-collective"): (
+    (Cause.DEPENDENCY, Purpose.OPTIMIZER_COLLECTIVE): (
         "the optimizer step waited for a collective (a global norm for clipping, a ZeRO "
         "parameter gather): overlap it with the next forward (ZeRO overlap_comm) or compute it "
         "from values reduced during backward"
@@ -450,11 +441,11 @@ _PURPOSE_ADVICE: dict[tuple[str, str], str] = {
 
 #: All-to-all advice when nothing says it is MoE (no experts, no capacity factor).
 _ALLTOALL_ADVICE: dict[str, str] = {
-    "tail": (
+    Cause.TAIL: (
         "the last all-to-all of the step has no compute after it: start it earlier or overlap "
         "it with independent work of the next micro-batch"
     ),
-    "dependency": (
+    Cause.DEPENDENCY: (
         "compute waited for an all-to-all result: launch it asynchronously as early as its "
         "input is ready and wait only where its output is needed; check that every rank sends "
         "about the same amount (an uneven exchange makes all ranks wait for the largest)"
@@ -463,12 +454,12 @@ _ALLTOALL_ADVICE: dict[str, str] = {
 
 #: Advice for a run that already launches its gradient all-reduces during backward, in buckets.
 _BUCKETED_ADVICE: dict[tuple[str, str], str] = {
-    ("tail", "gradient-allreduce"): (
+    (Cause.TAIL, Purpose.GRADIENT_ALLREDUCE): (
         "the all-reduces are already launched during backward; the last ones have nothing left "
         "to compute under them: make the last bucket smaller and run the optimizer for each "
         "bucket as it finishes"
     ),
-    ("dependency", "gradient-allreduce"): (
+    (Cause.DEPENDENCY, Purpose.GRADIENT_ALLREDUCE): (
         "compute waited for all-reduces that are already launched during backward: wait for "
         "each only where its result is needed (the optimizer step per bucket as buckets "
         "finish), and make the last bucket smaller"
@@ -477,12 +468,12 @@ _BUCKETED_ADVICE: dict[tuple[str, str], str] = {
 
 #: CPU runs: what the host cause and idle mean there (no CUDA graphs, no pinned memory).
 _CPU_ADVICE: dict[str, str] = {
-    "host": (
+    Cause.HOST: (
         "the main thread had not started the next op while the communication ran: Python "
         "overhead, host-side work or data loading between the ops; move that work out of the "
         "step (more DataLoader workers, fewer per-step Python calls)"
     ),
-    "idle-bound": (
+    Bottleneck.IDLE: (
         "the process neither computed nor communicated: data loading, Python overhead, sleeps or "
         "blocking calls between the ops (more DataLoader workers, move that work out of the step)"
     ),
@@ -521,60 +512,60 @@ def advice(
     ``"bandwidth"`` (§9) and says latency or waiting when it is ``"latency"``."""
     if cpu and cause in _CPU_ADVICE:
         return _CPU_ADVICE[cause]
-    if cause == "transfer-bound" and bandwidth == "latency":
+    if cause == FindingKind.TRANSFER_BOUND and bandwidth == "latency":
         return _LATENCY_ADVICE
     text = None
     if bucketed:
         text = _BUCKETED_ADVICE.get((cause, purpose or ""))
     text = text or _PURPOSE_ADVICE.get((cause, purpose or ""))
-    if text is None and family == "AllToAll" and not (purpose or "").startswith("moe"):
-        if cause != "transfer-bound":
+    if text is None and family == Family.ALL_TO_ALL and not (purpose or "").startswith("moe"):
+        if cause != FindingKind.TRANSFER_BOUND:
             text = _ALLTOALL_ADVICE.get(cause)
         elif bandwidth == "bandwidth":
             text = (
                 "the all-to-all is bandwidth-bound and exceeds compute: send fewer bytes per "
                 "exchange (lower precision, fewer features per rank) or use a faster interconnect"
             )
-    if text is None and bucketed and (cause, family) == ("dependency", "AllReduce"):
+    if text is None and bucketed and (cause, family) == (Cause.DEPENDENCY, Family.ALL_REDUCE):
         text = _BUCKETING_ADVICE
     if text is None:
         text = (
             _ADVICE.get((cause, family))
             or _ADVICE.get((cause, "*"))
-            or _ADVICE.get((cause, "Other"))
+            or _ADVICE.get((cause, Family.OTHER))
             or (
                 "a better schedule could hide this communication: start it earlier, split it, "
                 "or reorder it so compute runs under it"
             )
         )
-        if cause == "transfer-bound" and bandwidth != "bandwidth":
-            text = _NO_BYTES_TRANSFER.get(family, _NO_BYTES_TRANSFER["Other"])
-    if cause == "transfer-bound" and bandwidth != "bandwidth":
+        if cause == FindingKind.TRANSFER_BOUND and bandwidth != "bandwidth":
+            text = _NO_BYTES_TRANSFER.get(family, _NO_BYTES_TRANSFER[Family.OTHER])
+    if cause == FindingKind.TRANSFER_BOUND and bandwidth != "bandwidth":
         text += "; " + _NO_BW_EVIDENCE
     return text
 
 
 #: A family's transfer-bound advice without what needs bandwidth evidence (§9).
 _NO_BYTES_TRANSFER: dict[str, str] = {
-    "AllReduce": (
+    Family.ALL_REDUCE: (
         "there is more all-reduce than compute, so no schedule can hide it: all-reduce less "
         "often (gradient accumulation with no_sync()) or give each rank more work per step (a "
         "larger per-rank batch)"
     ),
-    "AllGather/ReduceScatter": (
+    Family.ALL_GATHER_REDUCE_SCATTER: (
         "FSDP/ZeRO traffic exceeds compute: shard over fewer ranks (hybrid sharding within a "
         "node), keep parameters gathered longer (reshard_after_forward=False), or a larger batch "
         "per step"
     ),
-    "SendRecv": (
+    Family.SEND_RECV: (
         "pipeline transfers exceed compute: fewer, larger micro-batches or fewer pipeline stages "
         "(more work per stage)"
     ),
-    "AllToAll": (
+    Family.ALL_TO_ALL: (
         "the all-to-all exceeds compute: fewer ranks per all-to-all (node-local / hierarchical "
         "dispatch) or more compute per exchanged token"
     ),
-    "Other": (
+    Family.OTHER: (
         "more communication than compute, so no schedule can hide it: give each rank more work "
         "per communication (a larger per-rank batch, fewer or larger collectives)"
     ),
@@ -620,21 +611,6 @@ class AdviceContext:
         return None if bw is None else bw.verdict
 
 
-def family_of(label: str) -> str:
-    """The advice family of a collective from its kind label (``AllReduce``, ``all_gather``,
-    ``ncclDevKernel_SendRecv``, ``deep_ep::internode::dispatch``...)."""
-    key = label.lower().replace("_", "").replace(" ", "")
-    if "allreduce" in key:
-        return "AllReduce"
-    if "allgather" in key or "reducescatter" in key:
-        return "AllGather/ReduceScatter"
-    if "alltoall" in key or "dispatch" in key or "combine" in key or "deepep" in key:
-        return "AllToAll"
-    if "sendrecv" in key or key in ("send", "recv", "p2p") or key.startswith(("send", "recv")):
-        return "SendRecv"
-    return "Other"
-
-
 def _names(df: pd.DataFrame, col: str = "exposed_ns", limit: int = 3) -> tuple[str, ...]:
     """The collectives behind a finding, most exposed first: ``AllReduce #7 (rank 0 step 5,
     2.10 ms)``."""
@@ -673,17 +649,17 @@ def findings(
     """
     ctx = context or AdviceContext()
     if len(per_instance) and "purpose" not in per_instance.columns:
-        per_instance = per_instance.assign(purpose="unknown")
+        per_instance = per_instance.assign(purpose=Purpose.UNKNOWN)
     total_exposed = int(steps["exposed_comm_ns"].sum()) if len(steps) else 0
     total_step = int(steps["step_ns"].sum()) if len(steps) else 0
-    bound = set(np.flatnonzero((steps["bottleneck"] == "communication-bound").to_numpy()))
+    bound = set(np.flatnonzero((steps["bottleneck"] == Bottleneck.COMMUNICATION).to_numpy()))
     first = _same_stream_finding(per_instance, family_causes, total_exposed)
     ranked = [
         *_wait_finding(
             steps, per_instance, total_exposed, straggler, straggler_text, straggler_ns, blame
         ),
-        *_cause_findings("tail", family_causes, per_instance, bound, total_exposed, ctx),
-        *_cause_findings("dependency", family_causes, per_instance, bound, total_exposed, ctx),
+        *_cause_findings(Cause.TAIL, family_causes, per_instance, bound, total_exposed, ctx),
+        *_cause_findings(Cause.DEPENDENCY, family_causes, per_instance, bound, total_exposed, ctx),
         *_host_finding(steps, per_instance, total_exposed, ctx),
         *_transfer_bound_finding(
             steps, family_causes, per_instance, bound, total_exposed, ctx, partial
@@ -710,7 +686,7 @@ def _same_stream_finding(pi: pd.DataFrame, fc: pd.DataFrame, total_exposed: int)
     lanes = sorted(set(same["lane"].astype(str)))
     return [
         Finding(
-            kind="same_stream",
+            kind=FindingKind.SAME_STREAM,
             title=(
                 f"communication runs on a compute stream ({', '.join(lanes[:3])}): "
                 f"{len(same)} collective(s) cannot overlap compute by construction, "
@@ -769,9 +745,9 @@ def _wait_finding(
     lines = "; ".join(blame_line(b) for b in chains)
     return [
         Finding(
-            kind="wait",
+            kind=Cause.WAIT,
             title=title,
-            advice=(f"{lines}; " if lines else "") + advice("wait", "*"),
+            advice=(f"{lines}; " if lines else "") + advice(Cause.WAIT, "*"),
             family=_top_family(pi, "exposed_wait_ns") if len(pi) else None,
             exposed_ns=wait,
             share_ratio=_share(wait, total_exposed),
@@ -833,13 +809,15 @@ def _host_finding(
     host = int(steps["exposed_host_ns"].sum())
     if host <= 0:
         return []
-    fam = _top_family(pi, "exposed_host_ns") if len(pi) else "Other"
-    purpose = _top_purpose(pi[pi["family"] == fam], "exposed_host_ns") if len(pi) else "unknown"
+    fam = _top_family(pi, "exposed_host_ns") if len(pi) else Family.OTHER
+    purpose = (
+        _top_purpose(pi[pi["family"] == fam], "exposed_host_ns") if len(pi) else Purpose.UNKNOWN
+    )
     return [
         Finding(
-            kind="host",
-            title=_cause_title("host", fam, host, total_exposed, purpose),
-            advice=advice("host", fam, purpose, cpu=ctx.cpu, bucketed=ctx.bucketed),
+            kind=Cause.HOST,
+            title=_cause_title(Cause.HOST, fam, host, total_exposed, purpose),
+            advice=advice(Cause.HOST, fam, purpose, cpu=ctx.cpu, bucketed=ctx.bucketed),
             purpose=purpose,
             family=fam,
             exposed_ns=host,
@@ -872,14 +850,20 @@ def _transfer_bound_finding(
     rows = steps.iloc[sorted(bound)]
     ns = int(rows["exposed_transfer_ns"].sum())
     in_bound = fc[fc["window"].isin(bound)] if len(fc) else fc
-    fam = str(in_bound.groupby("family")["exposed_ns"].sum().idxmax()) if len(in_bound) else "Other"
+    fam = (
+        str(in_bound.groupby("family")["exposed_ns"].sum().idxmax())
+        if len(in_bound)
+        else Family.OTHER
+    )
     mine = pi[pi["window"].isin(bound)] if len(pi) else pi
-    purpose = _top_purpose(mine[mine["family"] == fam], "exposed_ns") if len(mine) else "unknown"
+    purpose = (
+        _top_purpose(mine[mine["family"] == fam], "exposed_ns") if len(mine) else Purpose.UNKNOWN
+    )
     bw = ctx.bandwidth.get(fam)
     bw_text = f"; {bw.text()}" if bw is not None else "; message sizes unknown"
     return [
         Finding(
-            kind="transfer-bound",
+            kind=FindingKind.TRANSFER_BOUND,
             title=(
                 f"{fam} ({_purpose_words(purpose)}): more communication than compute in "
                 f"{len(rows)} step(s) (comm {_ms(rows['comm_ns'].sum())} vs compute "
@@ -890,7 +874,7 @@ def _transfer_bound_finding(
                 "" if partial is None else f"{partial} before acting on this; if it is transfer: "
             )
             + advice(
-                "transfer-bound",
+                FindingKind.TRANSFER_BOUND,
                 fam,
                 purpose,
                 cpu=ctx.cpu,
@@ -917,14 +901,14 @@ def _transfer_bound_finding(
 #: decides it, the advice).
 _CLASS_ADVICE: tuple[tuple[str, str, str], ...] = (
     (
-        "memory-bound",
+        Bottleneck.MEMORY,
         "memory_only_ns",
         "memcpy/memset with no compute or communication under them: avoid host-device copies "
         "in the step (keep tensors on the device, pin_memory + non_blocking copies, fuse "
         "small copies) or overlap them with compute on a separate stream",
     ),
     (
-        "idle-bound",
+        Bottleneck.IDLE,
         "idle_ns",
         "nothing ran on the device: launch overhead (many tiny kernels: CUDA graphs, "
         "torch.compile), host synchronisation (.item(), .cpu()), a slow input pipeline "
@@ -942,12 +926,12 @@ def _class_findings(steps: pd.DataFrame, total_step: int, ctx: AdviceContext) ->
         if rows.empty:
             continue
         ns = int(rows[col].sum())
-        what = "idle" if cls == "idle-bound" else "memcpy/memset alone"
+        what = "idle" if cls == Bottleneck.IDLE else "memcpy/memset alone"
         out.append(
             Finding(
                 kind=cls,
                 title=_class_title(cls, what, rows, ns),
-                advice=advice(cls, "*", cpu=True) if ctx.cpu and cls == "idle-bound" else text,
+                advice=advice(cls, "*", cpu=True) if ctx.cpu and cls == Bottleneck.IDLE else text,
                 family=None,
                 exposed_ns=ns,
                 share_ratio=_share(ns, total_step),
@@ -974,33 +958,33 @@ def _share_text(ns: int, total: int) -> str:
 
 def _top_family(df: pd.DataFrame, col: str) -> str:
     if df.empty:
-        return "Other"
+        return Family.OTHER
     s = df.groupby("family")[col].sum().sort_values(ascending=False, kind="stable")
     return str(s.index[0])
 
 
 def _purpose_words(purpose: str | None) -> str:
     """How a title names a purpose: its words, or that it is unknown."""
-    if not purpose or purpose == "unknown":
-        return "purpose unknown"
+    if not purpose or purpose == Purpose.UNKNOWN:
+        return PURPOSES[Purpose.UNKNOWN]
     return PURPOSES.get(purpose, purpose)
 
 
 def _top_purpose(df: pd.DataFrame, col: str) -> str:
     """The purpose carrying most of ``col`` in ``df`` (``unknown`` when none)."""
     if df.empty or "purpose" not in df.columns or col not in df.columns:
-        return "unknown"
+        return Purpose.UNKNOWN
     s = df.groupby("purpose")[col].sum().sort_values(ascending=False, kind="stable")
     if s.empty or s.iloc[0] <= 0:
         s = df.groupby("purpose").size().sort_values(ascending=False, kind="stable")
-    return str(s.index[0]) if len(s) else "unknown"
+    return str(s.index[0]) if len(s) else Purpose.UNKNOWN
 
 
 def _cause_title(cause: str, family: str, ns: int, total: int, purpose: str | None = None) -> str:
     what = {
-        "tail": "nothing was left to compute under it",
-        "dependency": "compute was queued but waited for its result",
-        "host": "the host had not launched the next compute yet",
+        Cause.TAIL: "nothing was left to compute under it",
+        Cause.DEPENDENCY: "compute was queued but waited for its result",
+        Cause.HOST: "the host had not launched the next compute yet",
     }[cause]
     return (
         f"{family} ({_purpose_words(purpose)}): {_ms(ns)} exposed because {what}"

@@ -37,8 +37,10 @@ import pandas as pd
 
 from .classify import Rules, kinds
 from .errors import UsageError
-from .model import KINDS, Timeline, split_units
+from .model import Timeline, split_units
 from .results import Analysis
+from .schema import BOTTLENECK, EXPOSED_COMM_NS, REASON, STEP_NS
+from .vocab import KINDS, Cause
 
 if TYPE_CHECKING:
     from .collectives import Collectives
@@ -62,13 +64,18 @@ FIRST_LANE_TID = 10_000
 TRACK_BLOCK = 50
 #: Slice names of the exposed spans per cause.
 CAUSE_SLICE = {
-    "wait": "exposed: waiting for another rank",
-    "tail": "exposed: tail (nothing left to overlap)",
-    "dependency": "exposed: dependency (compute waits for it)",
-    "host": "exposed: host (GPU idle, launch late)",
+    Cause.WAIT: "exposed: waiting for another rank",
+    Cause.TAIL: "exposed: tail (nothing left to overlap)",
+    Cause.DEPENDENCY: "exposed: dependency (compute waits for it)",
+    Cause.HOST: "exposed: host (GPU idle, launch late)",
 }
 #: Chrome trace colour names per cause (honoured by chrome://tracing; Perfetto colours by name).
-CAUSE_COLOUR = {"wait": "terrible", "tail": "bad", "dependency": "yellow", "host": "grey"}
+CAUSE_COLOUR = {
+    Cause.WAIT: "terrible",
+    Cause.TAIL: "bad",
+    Cause.DEPENDENCY: "yellow",
+    Cause.HOST: "grey",
+}
 
 
 class _X(msgspec.Struct, omit_defaults=True):
@@ -283,10 +290,10 @@ def _analysis_events(
                 rank,
                 _TID["steps"] + TRACK_BLOCK * slot,
                 {
-                    "step_ns": int(row["step_ns"]),
-                    "exposed_comm_ns": int(row["exposed_comm_ns"]),
-                    "bottleneck": str(row["bottleneck"]),
-                    "reason": str(row["reason"]),
+                    STEP_NS.name: int(row[STEP_NS.name]),
+                    EXPOSED_COMM_NS.name: int(row[EXPOSED_COMM_NS.name]),
+                    BOTTLENECK.name: str(row[BOTTLENECK.name]),
+                    REASON.name: str(row[REASON.name]),
                 },
             )
         tid = _TID["exposed communication"] + TRACK_BLOCK * slot

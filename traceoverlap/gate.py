@@ -20,8 +20,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from .errors import UsageError
-from .metrics import NS_METRICS, RATIO_METRICS
 from .results import Summary
+from .schema import NS_METRICS, RATIO_METRICS
 
 _OPS: dict[str, Callable[[float, float], bool]] = {
     ">=": operator.ge,

@@ -29,10 +29,10 @@ import numpy.typing as npt
 
 from . import intervals as iv
 from .classify import Rules, name_mask
-from .diagnosis import BLOCKED_MAX_NS, BLOCKED_PER
 from .intervals import GroupedIntervals
 from .metrics import ActivityRows
 from .model import Kind, Timeline
+from .vocab import BLOCKED_MAX_NS, BLOCKED_PER
 
 I64 = npt.NDArray[np.int64]
 

@@ -24,6 +24,8 @@ import pandas as pd
 from . import intervals as iv
 from .fmt import ms_unit, pct
 from .intervals import GroupedIntervals
+from .schema import BLAME
+from .vocab import STEP_MARKER_PREFIX
 
 I64 = npt.NDArray[np.int64]
 
@@ -33,7 +35,9 @@ HOST_RANGE_COLUMNS = ("name", "start_ns", "end_ns")
 #: (their union): time inside them is waiting, not doing.
 COMM_CALLS = "\x00comm"
 #: Names that are not "what the rank was doing": step markers, communication calls.
-_NOT_A_CAUSE = re.compile(r"(?i)^(ProfilerStep#|gloo:|nccl:|c10d::|record_param_comms)")
+_NOT_A_CAUSE = re.compile(
+    rf"(?i)^({re.escape(STEP_MARKER_PREFIX)}|gloo:|nccl:|c10d::|record_param_comms)"
+)
 
 
 def host_ranges(ev: pd.DataFrame, lo: int, hi: int) -> pd.DataFrame:
@@ -66,7 +70,7 @@ def host_ranges(ev: pd.DataFrame, lo: int, hi: int) -> pd.DataFrame:
     # the name tests run once per distinct name, not once per row
     labels, code = _name_codes(ev["name"], rows)
     comm_name = np.array([_NOT_A_CAUSE.match(n) is not None for n in labels], dtype=bool)
-    step_name = np.array([n.startswith("ProfilerStep#") for n in labels], dtype=bool)
+    step_name = np.array([n.startswith(STEP_MARKER_PREFIX) for n in labels], dtype=bool)
     is_comm = comm_name[code] & ~step_name[code]
     calls = iv.union(start[rows[is_comm]], end[rows[is_comm]])
     chosen = np.zeros(len(tid), dtype=bool)
@@ -184,19 +188,7 @@ def waited_for_ranks(
     return target, latest
 
 
-BLAME_COLUMNS = (
-    "window",
-    "rank",
-    "step",
-    "waited_for_rank",
-    "exposed_wait_ns",
-    "chain",
-    "root_rank",
-    "lateness_ns",
-    "cause",
-    "cause_ns",
-    "explained_ratio",
-)
+BLAME_COLUMNS = BLAME.names
 #: The longest chain followed (ranks waiting for ranks waiting for ...).
 MAX_CHAIN = 8
 #: Causes are looked up for this many blame rows, most waiting first (each costs a scan of two

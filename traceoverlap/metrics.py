@@ -33,54 +33,23 @@ import numpy.typing as npt
 from . import intervals as iv
 from .intervals import GroupedIntervals
 from .model import Kind
+from .schema import (
+    COMM_NS,
+    COMPUTE_NS,
+    COMPUTE_ONLY_NS,
+    EXPOSED_COMM_NS,
+    IDEAL_NS,
+    IDLE_NS,
+    ITERATION_NS,
+    MEMORY_NS,
+    MEMORY_ONLY_NS,
+    OTHER_STEPS_NS,
+    OVERLAP_NS,
+    STEP_NS,
+)
 from .steps import UnitSteps
 
 I64 = npt.NDArray[np.int64]
-
-#: Time metrics of a step row, in report order (ns).
-NS_METRICS = (
-    "step_ns",
-    "compute_ns",
-    "comm_ns",
-    "memory_ns",
-    "overlap_ns",
-    "exposed_comm_ns",
-    "idle_ns",
-    "other_steps_ns",
-    "ideal_ns",
-    "compute_only_ns",
-    "memory_only_ns",
-    "exposed_wait_ns",
-    "exposed_transfer_ns",
-    "exposed_tail_ns",
-    "exposed_dependency_ns",
-    "exposed_host_ns",
-)
-#: What :func:`step_parts` measures per window (ns), in step-row order.
-MEASURED = (
-    "step_ns",
-    "compute_ns",
-    "comm_ns",
-    "memory_ns",
-    "overlap_ns",
-    "exposed_comm_ns",
-    "idle_ns",
-    "other_steps_ns",
-    "compute_only_ns",
-    "memory_only_ns",
-)
-#: Ratio metrics of a step row (0-1, speedup >= 1), None when the denominator is 0.
-RATIO_METRICS = ("overlap_ratio", "potential_speedup", "exposed_comm_ratio", "idle_ratio")
-#: The disjoint parts a step splits into (diagnosis.md §1); they sum to step_ns.
-PARTS = (
-    "compute_only_ns",
-    "overlap_ns",
-    "exposed_wait_ns",
-    "exposed_transfer_ns",
-    "memory_only_ns",
-    "other_steps_ns",
-    "idle_ns",
-)
 
 
 @dataclass(frozen=True)
@@ -226,18 +195,18 @@ def step_parts(sets: StepSets, steps: UnitSteps, device_ns: I64 | None = None) -
     busy = size(sets.busy)
     covered = busy if device_ns is None else np.maximum(device_ns, busy)
     return {
-        "step_ns": step,
-        "compute_ns": compute,
-        "comm_ns": comm,
-        "memory_ns": size(sets.memory),
-        "overlap_ns": overlap,
-        "exposed_comm_ns": exposed,
-        "idle_ns": step - covered,
-        "other_steps_ns": covered - busy,
-        "iteration_ns": steps.iteration_ns,
-        "ideal_ns": step - exposed + np.maximum(0, comm - compute),
-        "compute_only_ns": size(sets.compute_only),
-        "memory_only_ns": size(sets.memory_only),
+        STEP_NS.name: step,
+        COMPUTE_NS.name: compute,
+        COMM_NS.name: comm,
+        MEMORY_NS.name: size(sets.memory),
+        OVERLAP_NS.name: overlap,
+        EXPOSED_COMM_NS.name: exposed,
+        IDLE_NS.name: step - covered,
+        OTHER_STEPS_NS.name: covered - busy,
+        ITERATION_NS.name: steps.iteration_ns,
+        IDEAL_NS.name: step - exposed + np.maximum(0, comm - compute),
+        COMPUTE_ONLY_NS.name: size(sets.compute_only),
+        MEMORY_ONLY_NS.name: size(sets.memory_only),
     }
 
 

@@ -29,7 +29,7 @@ seq             int64       per-process-group sequence number when known, else -
 group_size      int32       collective group size when known, else -1
 ==============  ==========  ===============================================================
 
-:func:`traceoverlap.classify.classify` adds the ``kind`` column (one of :data:`KINDS`).
+:func:`traceoverlap.classify.classify` adds the ``kind`` column (one of :data:`traceoverlap.vocab.KINDS`).
 No per-event Python objects: build the table from numpy arrays with :func:`make_events`.
 """
 
@@ -66,10 +66,6 @@ CATEGORIES: tuple[str, ...] = (
 )
 GPU_ACTIVITY_CATEGORIES: tuple[str, ...] = ("kernel", "memcpy", "memset")
 LAUNCH_CATEGORIES: tuple[str, ...] = ("runtime", "driver")
-
-#: Kinds the metrics use. ``none`` = not an activity (launches, ranges, sync records...).
-#: A kind is stored as its index in this tuple (the ``kind`` codes of :class:`Kind`).
-KINDS: tuple[str, ...] = ("compute", "comm", "memory", "none")
 
 
 class Kind(enum.IntEnum):

@@ -24,12 +24,13 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import UsageError
+from .vocab import DEFAULT_STEP_REGEX, LOST_RATIO, STEP_RE, step_number
 
-#: Step markers when nothing else is asked: what ``torch.profiler``'s ``prof.step()`` records.
-DEFAULT_STEP_REGEX = r"^ProfilerStep#(\d+)$"
+if TYPE_CHECKING:
+    from .classify import Rules
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,7 @@ class Thresholds:
     (``step - compute_only - overlap``) is below this share of the step (diagnosis.md §2).
     """
 
-    lost_ratio: float = 0.10
+    lost_ratio: float = LOST_RATIO
 
     def __post_init__(self) -> None:
         if not _is_ratio(self.lost_ratio):
@@ -129,6 +130,11 @@ class AnalysisOptions:
     def step_pattern(self) -> str:
         return self.step_regex or DEFAULT_STEP_REGEX
 
+    @property
+    def step_re(self) -> re.Pattern[str]:
+        """The step marker regex, compiled (the default one is compiled once, in vocab)."""
+        return STEP_RE if self.step_regex is None else compile_regex(self.step_regex, "step_regex")
+
 
 def compile_regex(pattern: str, what: str) -> re.Pattern[str]:
     """``re.compile`` with an error that names where the pattern came from."""
@@ -163,9 +169,55 @@ def build_options(
         steps=selection,
         ranks=tuple(sorted(set(ranks))) if ranks is not None else None,
         comm_patterns=tuple(cfg.get("comm_patterns", ())) + tuple(comm_patterns),
-        thresholds=thresholds
-        or Thresholds(lost_ratio=cfg.get("lost_ratio", Thresholds.lost_ratio)),
+        thresholds=thresholds or Thresholds(lost_ratio=cfg.get("lost_ratio", LOST_RATIO)),
     )
+
+
+@dataclass(frozen=True)
+class AnalyzeOptions:
+    """What :func:`traceoverlap.analyze` takes besides its input; every field has a default.
+
+    ``step_regex``: the step marker regex (default :data:`DEFAULT_STEP_REGEX`); ``steps``:
+    ``"3-7"``, ``"3,5"``, ``"1010-"`` or a :class:`StepSelection`; ``ranks``: only these ranks
+    are shown (every rank given is still matched); ``comm_patterns``: extra regexes that count as
+    communication; ``thresholds``: verdict thresholds; ``config``: a validated config
+    (:func:`load_config`; the fields above win over it); ``rules``: classification rules
+    (default ``Rules()``); ``jobs``: parallel map processes; ``scheduler``: ``"local"`` or a Dask
+    scheduler address. ``graph``: also build the what-if's run graph in the same read
+    (``Analysis.run_graph``, docs/whatif.md §1); past ``graph_max_nodes`` nodes it is left out
+    (``Analysis.run_graph_nodes`` says how many) and the map stops carrying graphs.
+    """
+
+    step_regex: str | None = None
+    steps: str | StepSelection | None = None
+    ranks: Iterable[int] | None = None
+    comm_patterns: Iterable[str] = ()
+    thresholds: Thresholds | None = None
+    config: Mapping[str, Any] | None = None
+    rules: Rules | None = None
+    jobs: int | None = None
+    scheduler: str | None = None
+    graph: bool = False
+    graph_max_nodes: int | None = None
+
+    def __post_init__(self) -> None:
+        # lists and generators become tuples: the options can be reused (and hashed); a string
+        # is left for build_options to refuse with its clear error
+        for name in ("ranks", "comm_patterns"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str | tuple):
+                object.__setattr__(self, name, tuple(value))
+
+    def analysis_options(self) -> AnalysisOptions:
+        """The validated :class:`AnalysisOptions` the analysis runs with."""
+        return build_options(
+            step_regex=self.step_regex,
+            steps=self.steps,
+            ranks=self.ranks,
+            comm_patterns=self.comm_patterns,
+            thresholds=self.thresholds,
+            config=self.config,
+        )
 
 
 #: section -> key -> what its value must be (checked by :func:`_validate`)
@@ -249,14 +301,6 @@ def _validate(p: Path, key: str, expected: str, value: Any) -> Any:
     if not _is_ratio(value):
         raise bad()
     return float(value)
-
-
-def step_number(label: object) -> int | None:
-    """The number a step label carries (``5``, ``"5#2"`` -> 5), None for ``all``."""
-    if isinstance(label, int) and not isinstance(label, bool):
-        return label
-    m = re.fullmatch(r"(\d+)(?:#\d+)?", str(label))
-    return int(m.group(1)) if m else None
 
 
 def describe_steps(labels: Sequence[object]) -> str:

@@ -30,12 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import TraceoverlapError, UsageError
+from .vocab import SLOW_PHASES
 
 #: data parallel (by gradient synchronisation), then model parallel (workloads/parallel.py)
 STRATEGIES = ("naive", "flat", "overlap", "bucketed", "ddp", "tp", "pipeline", "fsdp", "moe")
 DATA_PARALLEL = ("naive", "flat", "overlap", "bucketed", "ddp")
-#: where ``slow_rank`` sleeps (the workload's ``--slow-phase``)
-SLOW_PHASES = ("dataloader", "forward", "pre-backward", "backward", "optimizer")
 MODELS = ("gpt", "mlp")
 PRESETS = ("tiny", "small", "medium", "large", "xl", "comm-heavy")
 DTYPES = ("float32", "bfloat16", "float16")

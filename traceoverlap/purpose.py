@@ -1,5 +1,5 @@
-"""What a collective is for (docs/diagnosis.md §10): the vocabulary of purposes and the rules that
-give one to each collective instance of a unit.
+"""What a collective is for (docs/diagnosis.md §10): the rules that give a purpose (the words:
+:data:`traceoverlap.vocab.PURPOSES`) to each collective instance of a unit.
 
 The purpose comes from where the instance was launched: the host ranges around its launch (GPU:
 its launch call's start; CPU units: its start, and the last ``c10d::*`` call before it, which is
@@ -26,33 +26,17 @@ import pandas as pd
 from . import intervals as iv
 from .model import Kind, Timeline
 from .steps import NO_LAUNCH, UnitSteps
+from .vocab import Family, Phase, Purpose
 
 I64 = npt.NDArray[np.int64]
 
-#: Every purpose, with the words a report uses.
-PURPOSES: dict[str, str] = {
-    "ddp-gradient-allreduce": "DDP gradient buckets in backward",
-    "ddp-broadcast": "DDP parameter / buffer broadcast",
-    "gradient-allreduce": "gradient all-reduce issued by the training loop, not DDP",
-    "fsdp-allgather": "FSDP / ZeRO parameter all-gather",
-    "fsdp-reducescatter": "FSDP / ZeRO gradient reduce-scatter",
-    "reducescatter-as-allreduce": "reduce-scatter that gloo runs as an all-reduce",
-    "embedding-alltoall": "TorchRec embedding all-to-all",
-    "moe-dispatch": "MoE token dispatch",
-    "moe-combine": "MoE expert combine",
-    "moe-alltoall": "MoE expert all-to-all",
-    "sequence-parallel-alltoall": "sequence-parallel attention all-to-all",
-    "tp-allreduce": "tensor-parallel all-reduce of activations (a forward, or its backward)",
-    "pipeline-p2p": "pipeline send / recv between stages",
-    "optimizer-collective": "collective inside the optimizer step",
-    "unknown": "purpose unknown",
-}
-
 #: Host-range patterns, by what they tell (matched on the names of ranges around the launch).
 PATTERNS: dict[str, re.Pattern[str]] = {
-    "forward": re.compile(r"(?i)## forward ##|\.forward$|^forward$|_forward\b"),
-    "backward": re.compile(r"(?i)## backward ##|^backward$|autograd::engine::evaluate_function"),
-    "optimizer": re.compile(r"(?i)^Optimizer\.|## optimizer ##|^optimizer|optimizer_step"),
+    Phase.FORWARD: re.compile(r"(?i)## forward ##|\.forward$|^forward$|_forward\b"),
+    Phase.BACKWARD: re.compile(
+        r"(?i)## backward ##|^backward$|autograd::engine::evaluate_function"
+    ),
+    Phase.OPTIMIZER: re.compile(r"(?i)^Optimizer\.|## optimizer ##|^optimizer|optimizer_step"),
     "ddp": re.compile(r"DistributedDataParallel|Reducer|reducer|allreduce_hook|comm_hook"),
     "fsdp": re.compile(r"(?i)FSDP|FullyShard|fully_shard|zero_?[123]|deepspeed"),
     "reduce_scatter_base": re.compile(r"_reduce_scatter_base|reduce_scatter_tensor"),
@@ -185,7 +169,7 @@ def unit_purposes(
     )
     names = _HostNames(ev["name"], host)
     has_ddp = bool(names.test(lambda s: "DistributedDataParallel" in s).any())
-    has_bwd = bool(names.test(lambda s: bool(PATTERNS["backward"].search(s))).any())
+    has_bwd = bool(names.test(lambda s: bool(PATTERNS[Phase.BACKWARD].search(s))).any())
     if inst.empty:
         return np.zeros(0, dtype=object), UnitStrategy(has_ddp, has_ddp, has_bwd, not steps.gpu)
     t = _query_times(ev, kind, inst, steps)
@@ -197,7 +181,7 @@ def unit_purposes(
         )
     fam = inst["family"].astype(str).to_numpy()
     text = (inst["label"].astype(str) + " " + inst["kernel"].astype(str)).to_numpy()
-    in_bwd_ar = (fam == "AllReduce") & flag["backward"]
+    in_bwd_ar = (fam == Family.ALL_REDUCE) & flag[Phase.BACKWARD]
     win = inst["window"].to_numpy()
     per_win = (
         np.bincount(win[in_bwd_ar & (win >= 0)], minlength=1) if in_bwd_ar.any() else np.zeros(1)
@@ -215,54 +199,54 @@ def _purpose(
 ) -> str:
     """The rules of the module docstring for instance ``i``, first match wins."""
     low = text.lower()
-    if fam == "AllReduce" and bool(flag["reduce_scatter_base"][i]):
-        return "reducescatter-as-allreduce"
-    if fam == "AllToAll" or "deep_ep" in low:
+    if fam == Family.ALL_REDUCE and bool(flag["reduce_scatter_base"][i]):
+        return Purpose.REDUCESCATTER_AS_ALLREDUCE
+    if fam == Family.ALL_TO_ALL or "deep_ep" in low:
         return _alltoall_purpose(i, flag, low)
-    if fam == "SendRecv":
-        return "pipeline-p2p" if bool(flag["pipeline"][i]) else "unknown"
-    if fam == "AllGather/ReduceScatter":
+    if fam == Family.SEND_RECV:
+        return Purpose.PIPELINE_P2P if bool(flag["pipeline"][i]) else Purpose.UNKNOWN
+    if fam == Family.ALL_GATHER_REDUCE_SCATTER:
         return _fsdp_purpose(i, flag, low)
-    if fam == "AllReduce":
+    if fam == Family.ALL_REDUCE:
         return _allreduce_purpose(i, flag, ddp, bwd)
     if "broadcast" in low and ddp:
-        return "ddp-broadcast"
-    if bool(flag["optimizer"][i]):
-        return "optimizer-collective"
-    return "unknown"
+        return Purpose.DDP_BROADCAST
+    if bool(flag[Phase.OPTIMIZER][i]):
+        return Purpose.OPTIMIZER_COLLECTIVE
+    return Purpose.UNKNOWN
 
 
 def _alltoall_purpose(i: int, flag: dict[str, npt.NDArray[np.bool_]], low: str) -> str:
     if bool(flag["torchrec"][i]):
-        return "embedding-alltoall"
+        return Purpose.EMBEDDING_ALLTOALL
     if bool(flag["sequence_parallel"][i]):
-        return "sequence-parallel-alltoall"
+        return Purpose.SEQUENCE_PARALLEL_ALLTOALL
     moe = bool(flag["moe"][i]) or "deep_ep" in low or "moe" in low
     if "dispatch" in low or (moe and bool(flag["moe_dispatch"][i])):
-        return "moe-dispatch"
+        return Purpose.MOE_DISPATCH
     if "combine" in low or (moe and bool(flag["moe_combine"][i])):
-        return "moe-combine"
-    return "moe-alltoall" if moe else "unknown"
+        return Purpose.MOE_COMBINE
+    return Purpose.MOE_ALLTOALL if moe else Purpose.UNKNOWN
 
 
 def _fsdp_purpose(i: int, flag: dict[str, npt.NDArray[np.bool_]], low: str) -> str:
     fsdp = bool(flag["fsdp"][i]) or "all_gather_base" in low or "allgather_into_tensor" in low
     if not fsdp and not ("reduce_scatter_base" in low or "reducescatter_tensor" in low):
-        return "unknown"
+        return Purpose.UNKNOWN
     gather = "gather" in low.replace("reducescatter", "").replace("reduce_scatter", "")
-    return "fsdp-allgather" if gather else "fsdp-reducescatter"
+    return Purpose.FSDP_ALLGATHER if gather else Purpose.FSDP_REDUCESCATTER
 
 
 def _allreduce_purpose(i: int, flag: dict[str, npt.NDArray[np.bool_]], ddp: bool, bwd: bool) -> str:
-    if bool(flag["tensor_parallel"][i]) or (bool(flag["forward"][i]) and not bwd):
-        return "tp-allreduce"
-    if bool(flag["ddp"][i]) or (ddp and bool(flag["backward"][i])):
-        return "ddp-gradient-allreduce"
-    if bool(flag["optimizer"][i]):
-        return "optimizer-collective"
-    if bwd and not bool(flag["forward"][i]):
-        return "gradient-allreduce"
-    return "unknown"
+    if bool(flag["tensor_parallel"][i]) or (bool(flag[Phase.FORWARD][i]) and not bwd):
+        return Purpose.TP_ALLREDUCE
+    if bool(flag["ddp"][i]) or (ddp and bool(flag[Phase.BACKWARD][i])):
+        return Purpose.DDP_GRADIENT_ALLREDUCE
+    if bool(flag[Phase.OPTIMIZER][i]):
+        return Purpose.OPTIMIZER_COLLECTIVE
+    if bwd and not bool(flag[Phase.FORWARD][i]):
+        return Purpose.GRADIENT_ALLREDUCE
+    return Purpose.UNKNOWN
 
 
 def attach_purposes(
@@ -273,8 +257,8 @@ def attach_purposes(
     give that is not ``unknown`` (``unknown`` when none)."""
     if per_rank.empty or "purpose" not in local.columns:
         return (
-            instances.assign(purpose=pd.array(["unknown"] * len(instances), dtype=object)),
-            per_rank.assign(purpose=pd.array(["unknown"] * len(per_rank), dtype=object)),
+            instances.assign(purpose=pd.array([Purpose.UNKNOWN] * len(instances), dtype=object)),
+            per_rank.assign(purpose=pd.array([Purpose.UNKNOWN] * len(per_rank), dtype=object)),
         )
     key = local[["unit", "lane", "start_ns", "purpose"]].drop_duplicates(
         ["unit", "lane", "start_ns"]
@@ -286,9 +270,9 @@ def attach_purposes(
         .astype({"start_ns": np.int64})
         .merge(key, on=["unit", "lane", "start_ns"], how="left")["purpose"]
     )
-    purpose = got.fillna("unknown").astype(str).to_numpy()
+    purpose = got.fillna(Purpose.UNKNOWN).astype(str).to_numpy()
     per_rank = per_rank.assign(purpose=pd.array(purpose, dtype=object))
-    known = per_rank[per_rank["purpose"] != "unknown"]
+    known = per_rank[per_rank["purpose"] != Purpose.UNKNOWN]
     best = (
         known.groupby(["instance", "purpose"])
         .size()
@@ -298,5 +282,7 @@ def attach_purposes(
         .set_index("instance")["purpose"]
     )
     got_p = instances["instance"].map(best.to_dict()).astype(object)
-    inst_p = np.array(["unknown" if pd.isna(v) else str(v) for v in got_p.tolist()], dtype=object)
+    inst_p = np.array(
+        [Purpose.UNKNOWN if pd.isna(v) else str(v) for v in got_p.tolist()], dtype=object
+    )
     return instances.assign(purpose=pd.array(inst_p, dtype=object)), per_rank

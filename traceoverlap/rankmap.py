@@ -38,10 +38,9 @@ from .hostwait import lane_calls, lane_codes
 from .inputs import ProcessPart
 from .intervals import GroupedIntervals
 from .job import host_ranges
-from .metrics import StepSets, activity_rows, device_covered, step_parts, step_sets
+from .metrics import ActivityRows, StepSets, activity_rows, device_covered, step_parts, step_sets
 from .model import (
     GPU_ACTIVITY_CATEGORIES,
-    KINDS,
     LAUNCH_CATEGORIES,
     Kind,
     Timeline,
@@ -53,13 +52,11 @@ from .options import AnalysisOptions, compile_regex
 from .purpose import UnitStrategy, unit_purposes
 from .results import StepDetail
 from .rungraph import UnitGraph, unit_graph
-from .steps import StepLabel, UnitSteps, assign_steps
+from .steps import UnitSteps, assign_steps
+from .vocab import KINDS, PHASE_RE, Cause, StepLabel
 
 I64 = npt.NDArray[np.int64]
 
-#: Ranges drawn as phases (``forward``, ``## backward ##``, ``DistributedDataParallel.forward``,
-#: ``Optimizer.step#SGD.step``, ``grad_sync``...).
-PHASE_RE = re.compile(r"(?i)forward|backward|optimi[sz]er|zero_grad|grad_sync")
 
 #: Host ranges that can explain why a rank was late (diagnosis.md §6, blame): data loading, a
 #: planted or real sleep, a host delay, a barrier or a host sync, checkpointing. The range filter
@@ -67,16 +64,6 @@ PHASE_RE = re.compile(r"(?i)forward|backward|optimi[sz]er|zero_grad|grad_sync")
 HOST_CAUSE_RE = re.compile(
     r"(?i)data_?loader|straggler|sleep|host_delay|barrier|synchroni[sz]e|checkpoint"
 )
-
-
-@dataclass(frozen=True)
-class DetailRequest:
-    """Which step's :class:`StepDetail` a map should build: rank (and device) and step label
-    (None: the unit's median step by step time, the lower median)."""
-
-    rank: int | None
-    device: int | None = None
-    step: str | None = None
 
 
 @dataclass(frozen=True)
@@ -96,7 +83,6 @@ class UnitResult:
     outside: int
     markers_found: int
     notes: tuple[str, ...]
-    detail: StepDetail | None = None
     #: when no step marker matched: the most frequent host range names (name, count)
     range_names: tuple[tuple[str, int], ...] = ()
     #: every step marker's label before the step selection
@@ -204,19 +190,37 @@ def _lane_order(acts: pd.DataFrame) -> tuple[str, ...]:
     )
 
 
+def unit_step_detail(
+    unit: Timeline, options: AnalysisOptions, rules: Rules, step: str
+) -> StepDetail | None:
+    """The :class:`StepDetail` of step ``step`` (a label) of one unit (a Timeline with exactly
+    one TraceInfo), in the unit's own window numbering, without the exposed spans by cause (they
+    need every rank: :func:`traceoverlap.detail.step_detail` adds them); None when the unit has
+    no such step. Classifies and measures the unit as :func:`analyze_unit` does, nothing more."""
+    kind = kinds(unit, rules)
+    steps = assign_steps(unit, kind, options)
+    hits = [i for i, lbl in enumerate(steps.labels) if str(lbl) == str(step)]
+    if not hits:
+        return None
+    w = hits[0]
+    start, end = unit.events["start_ns"].to_numpy(), unit.events["end_ns"].to_numpy()
+    if steps.gpu:
+        acts = activity_rows(start, end, kind, steps)
+        sets = step_sets(acts, len(steps))
+    else:  # CPU: the window's own rows, compute cut around the calls (cpuwindows.py)
+        lanes, by_lane = lane_codes(unit), lane_calls(unit, kind, rules)
+        acts, sets = window_detail_rows(start, end, kind, steps, w, lanes, by_lane)
+    return _detail(unit, steps, acts, sets, w, options)
+
+
 def _detail(
     unit: Timeline,
-    kind: npt.NDArray[np.int8],
     steps: UnitSteps,
-    acts_all: object,
-    sets: object,
+    acts_all: ActivityRows,
+    sets: StepSets,
     window: int,
     options: AnalysisOptions,
-    chosen: str,
 ) -> StepDetail:
-    from .metrics import ActivityRows, StepSets
-
-    assert isinstance(acts_all, ActivityRows) and isinstance(sets, StepSets)
     ev = unit.events
     sel = acts_all.group == window
     rows = acts_all.event_row[sel]
@@ -235,8 +239,6 @@ def _detail(
 
     lo, hi = int(steps.start_ns[window]), int(steps.end_ns[window])
     info = unit.traces[0]
-    from .options import compile_regex
-
     return StepDetail(
         rank=info.rank,
         device=info.device,
@@ -254,8 +256,7 @@ def _detail(
         overlap=pick(sets.overlap),
         exposed=pick(sets.exposed),
         exposed_by_cause={},
-        phases=_phases(ev, steps.gpu, lo, hi, compile_regex(options.step_pattern, "step_regex")),
-        chosen=chosen,
+        phases=_phases(ev, steps.gpu, lo, hi, options.step_re),
     )
 
 
@@ -312,11 +313,7 @@ def _out_of_memory(path: str) -> tuple[str, str, str]:
 
 
 def analyze_unit(
-    unit: Timeline,
-    options: AnalysisOptions,
-    rules: Rules,
-    detail: DetailRequest | None = None,
-    graph: bool = False,
+    unit: Timeline, options: AnalysisOptions, rules: Rules, graph: bool = False
 ) -> UnitResult:
     """The compact analysis of one unit (a Timeline with exactly one TraceInfo); ``graph``: with
     its run graph (:class:`traceoverlap.rungraph.UnitGraph`) for the what-if."""
@@ -332,7 +329,6 @@ def analyze_unit(
         acts = activity_rows(start, end, kind, steps)
         gpu_sets = step_sets(acts, n)
         parts = step_parts(gpu_sets, steps, device_covered(start, end, kind, steps))
-        sets: StepSets | None = gpu_sets
         exposed, calls = gpu_sets.exposed, None
     else:
         # each window's sets are the unit's clipped to it (cpuwindows.py): no (activity,
@@ -343,7 +339,7 @@ def analyze_unit(
         us = unit_sets(start, end, kind, lanes, by_lane, mask)
         _check_window_load(info.path, start, end, kind, steps, us)
         cw = cpu_windows(us, start, end, kind, steps)
-        acts, sets, parts, exposed, calls = cw.acts, None, cw.parts, cw.exposed, cw.calls
+        acts, parts, exposed, calls = cw.acts, cw.parts, cw.exposed, cw.calls
     parts["start_ns"] = steps.start_ns
     parts["end_ns"] = steps.end_ns
     lc = local_causes(exposed, acts, steps, calls)
@@ -367,26 +363,6 @@ def analyze_unit(
     if unseen:
         notes.append(unseen)
 
-    det = None
-    if (
-        detail is not None
-        and n
-        and detail.rank == info.rank
-        and (detail.device is None or detail.device == info.device)
-    ):
-        if detail.step is None:
-            order = np.argsort(parts["step_ns"], kind="stable")
-            w = int(order[(len(order) - 1) // 2])
-            chosen = "median"
-        else:
-            hits = [i for i, lbl in enumerate(steps.labels) if str(lbl) == str(detail.step)]
-            w = hits[0] if hits else -1
-            chosen = "asked"
-        if w >= 0:
-            w_acts, w_sets = acts, sets
-            if w_sets is None:  # CPU: the window's own rows
-                w_acts, w_sets = window_detail_rows(start, end, kind, steps, w, lanes, by_lane)
-            det = _detail(unit, kind, steps, w_acts, w_sets, w, options, chosen)
     ranges: tuple[tuple[str, int], ...] = ()
     if steps.markers_found == 0:
         ann = ev["name"][(ev["category"] == "annotation").to_numpy()].astype(str)
@@ -404,7 +380,7 @@ def analyze_unit(
         parts=parts,
         marker_start_ns=steps.marker_start_ns,
         marker_end_ns=steps.marker_end_ns,
-        causes={"tail": lc.tail, "dependency": lc.dependency, "host": lc.host},
+        causes={Cause.TAIL: lc.tail, Cause.DEPENDENCY: lc.dependency, Cause.HOST: lc.host},
         instances=instances,
         pieces=pieces,
         piece_instance=piece_instance,
@@ -412,7 +388,6 @@ def analyze_unit(
         outside=steps.outside,
         markers_found=steps.markers_found,
         notes=tuple(notes),
-        detail=det,
         range_names=ranges,
         labels_found=steps.labels_found if n == 0 else (),
         host_ranges=host_ranges(ev, int(steps.start_ns.min()), int(steps.end_ns.max()))
@@ -450,14 +425,10 @@ def require_device_activity(timeline: Timeline, path: str) -> None:
 
 
 def map_timeline(
-    timeline: Timeline,
-    options: AnalysisOptions,
-    rules: Rules,
-    detail: DetailRequest | None = None,
-    graph: bool = False,
+    timeline: Timeline, options: AnalysisOptions, rules: Rules, graph: bool = False
 ) -> tuple[UnitResult, ...]:
     """Every unit of an in-memory Timeline."""
-    return tuple(analyze_unit(u, options, rules, detail, graph) for u in split_units(timeline))
+    return tuple(analyze_unit(u, options, rules, graph) for u in split_units(timeline))
 
 
 _NCCL_RANGE_RE = r"nccl:"
@@ -488,9 +459,6 @@ def _map_units(
     keep_range: Callable[[str], bool] | None,
     options: AnalysisOptions,
     rules: Rules,
-    detail: DetailRequest | None,
-    lowest_unit_detail: bool,
-    lowest_step: str | None,
     pid: int | None = None,
     graph: bool = False,
 ) -> list[UnitResult]:
@@ -500,29 +468,32 @@ def _map_units(
     require_device_activity(timeline, path)
     units = split_units(timeline)
     del timeline
-    out = []
-    for i, u in enumerate(units):
-        req = detail
-        if lowest_unit_detail and i == 0:
-            req = DetailRequest(u.traces[0].rank, u.traces[0].device, lowest_step)
-        out.append(analyze_unit(u, options, rules, req, graph))
-    return out
+    return [analyze_unit(u, options, rules, graph) for u in units]
+
+
+def read_units(unit: str | ProcessPart, options: AnalysisOptions, rules: Rules) -> list[Timeline]:
+    """The units of one trace file (or one process of an export) read as :func:`map_file` reads
+    them (ranges filtered, and all of them on a Nsight Systems export where a unit found no step
+    marker): what a step's detail is drawn from (:func:`traceoverlap.detail.step_detail`)."""
+    from .readers import read_trace
+
+    path, pid = (unit.path, unit.pid) if isinstance(unit, ProcessPart) else (unit, None)
+    units = split_units(read_trace(Path(path), range_filter(options, rules), pid))
+    if any(
+        u.traces[0].format == "nsys"
+        and assign_steps(u, kinds(u, rules), options).markers_found == 0
+        for u in units
+    ):
+        units = split_units(read_trace(Path(path), None, pid))
+    return units
 
 
 def map_file(
-    unit: str | ProcessPart,
-    options: AnalysisOptions,
-    rules: Rules,
-    detail: DetailRequest | None = None,
-    lowest_unit_detail: bool = False,
-    lowest_step: str | None = None,
-    graph: bool = False,
+    unit: str | ProcessPart, options: AnalysisOptions, rules: Rules, graph: bool = False
 ) -> FileResult:
     """Read one trace file (or one process of an export: :class:`ProcessPart`) and analyse its
-    units. ``lowest_unit_detail``: build the detail of the file's lowest unit's step
-    ``lowest_step`` (None: its median step) in the same pass (a single-file run's default
-    timeline). ``graph``: each unit with its run graph."""
-    args = (options, rules, detail, lowest_unit_detail, lowest_step)
+    units; ``graph``: each unit with its run graph (docs/whatif.md §1)."""
+    args = (options, rules)
     path, pid = (unit.path, unit.pid) if isinstance(unit, ProcessPart) else (unit, None)
     try:
         out = _map_units(path, range_filter(options, rules), *args, pid=pid, graph=graph)

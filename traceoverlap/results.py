@@ -3,9 +3,10 @@
 - :class:`Analysis`: the step table (one row per (rank, device, step), columns
   :data:`STEP_COLUMNS`), the run and per-rank :class:`Summary`, the matched
   :class:`~traceoverlap.collectives.Collectives`, the :class:`~traceoverlap.diagnosis.Finding`
-  list (what to try), the notes, and optionally the :class:`StepDetail` of one step.
+  list (what to try) and the notes.
 - :class:`StepDetail`: everything the timeline of one step shows (its activities per lane, the
-  overlapped / exposed spans, the exposed spans by cause, the phases), computed in the analysis.
+  overlapped / exposed spans, the exposed spans by cause, the phases), built on demand from an
+  analysis by :func:`traceoverlap.detail.step_detail`.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from .model import TraceInfo
+from .model import Timeline, TraceInfo
 from .options import AnalysisOptions
+from .schema import RATIO_METRICS, STEPS
 
 if TYPE_CHECKING:
+    from .classify import Rules
     from .collectives import Collectives
     from .diagnosis import Finding
     from .rungraph import RunGraph
@@ -29,40 +32,8 @@ if TYPE_CHECKING:
 I64 = npt.NDArray[np.int64]
 Spans = tuple[I64, I64]
 
-#: Step-row columns, in output order (README "JSON schema").
-STEP_COLUMNS: tuple[str, ...] = (
-    "rank",
-    "device",
-    "pid",
-    "step",
-    "step_ns",
-    "compute_ns",
-    "comm_ns",
-    "memory_ns",
-    "overlap_ns",
-    "exposed_comm_ns",
-    "idle_ns",
-    "other_steps_ns",
-    "compute_only_ns",
-    "memory_only_ns",
-    "exposed_wait_ns",
-    "exposed_transfer_ns",
-    "exposed_tail_ns",
-    "exposed_dependency_ns",
-    "exposed_host_ns",
-    "overlap_ratio",
-    "ideal_ns",
-    "potential_speedup",
-    "exposed_comm_ratio",
-    "idle_ratio",
-    "iteration_ns",
-    "bottleneck",
-    "reason",
-    "waited_for_rank",
-    "wait_known",
-    "start_ns",
-    "end_ns",
-)
+#: Step-row columns, in output order (:data:`traceoverlap.schema.STEPS`).
+STEP_COLUMNS: tuple[str, ...] = STEPS.names
 
 
 @dataclass(frozen=True)
@@ -117,7 +88,7 @@ class Summary:
 
     def aggregate(self, ratio: str) -> float | None:
         """A run aggregate ratio by name (``overlap_ratio``, ``exposed_comm_ratio``...)."""
-        if ratio not in ("overlap_ratio", "exposed_comm_ratio", "idle_ratio", "potential_speedup"):
+        if ratio not in RATIO_METRICS:
             raise KeyError(ratio)
         value: float | None = getattr(self, ratio)
         return value
@@ -176,10 +147,12 @@ class Analysis:
     :data:`STEP_COLUMNS`. ``summary``: run and per-unit :class:`Summary`. ``collectives``: the
     collective instances (matched across ranks when there are several). ``findings``: what to
     try, most important first. ``notes``: caveats a reader must know. ``unassigned``: per unit
-    label, GPU activities in no step (launch missing or outside every marker). ``detail``: the
-    timeline of one step when it was asked for. ``exposed_spans``: per cause (wait, tail,
+    label, GPU activities in no step (launch missing or outside every marker). ``exposed_spans``: per cause (wait, tail,
     dependency, host), the exposed spans of every step as (global window, start ns, end ns) on
     each unit's own clock (``windows`` maps a window to its unit; the Perfetto export draws them).
+    ``source``: the Timeline analysed when the input was one (a reference, not a copy), else None
+    (the rank files named in ``traces`` are read again); ``rules``: the classification rules used.
+    Both serve :func:`traceoverlap.detail.step_detail`, which draws one step on demand.
     """
 
     traces: tuple[TraceInfo, ...]
@@ -190,14 +163,15 @@ class Analysis:
     notes: tuple[str, ...]
     options: AnalysisOptions
     unassigned: Mapping[str, int] = field(default_factory=dict)
-    detail: StepDetail | None = None
     windows: pd.DataFrame | None = None
     exposed_spans: Mapping[str, tuple[I64, I64, I64]] | None = None
     #: what the top counterfactuals would buy (docs/whatif.md §3), one line each; set by the CLI
     what_if: tuple[str, ...] = ()
+    source: Timeline | None = field(default=None, repr=False, compare=False)
+    rules: Rules | None = field(default=None, repr=False, compare=False)
     #: the run graph (docs/whatif.md §1) built in the same read, when analyze was asked for it;
     #: its node count (also when it was left out for passing ``graph_max_nodes``)
-    run_graph: RunGraph | None = None
+    run_graph: RunGraph | None = field(default=None, repr=False, compare=False)
     run_graph_nodes: int = 0
 
     @property

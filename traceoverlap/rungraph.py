@@ -38,13 +38,14 @@ import pandas as pd
 from .intervals import GroupedIntervals
 from .model import Kind, Timeline, TraceInfo
 from .steps import UnitSteps
+from .vocab import BLOCKED_MAX_NS, BLOCKED_PER
 
 I64 = npt.NDArray[np.int64]
 #: Node kind code of a host launch call (after the three activity kinds).
 LAUNCH = 3
 #: diagnosis.md §8: blocked when the next op starts within 1 % of the comm's duration, <= 0.5 ms.
-BLOCK_RATIO = 0.01
-BLOCK_MAX_NS = 500_000
+BLOCK_RATIO = 1 / BLOCKED_PER
+BLOCK_MAX_NS = BLOCKED_MAX_NS
 
 
 @dataclass(frozen=True)

@@ -33,13 +33,12 @@ import pandas as pd
 
 from .errors import TraceFormatError
 from .model import GPU_ACTIVITY_CATEGORIES, LAUNCH_CATEGORIES, Kind, Timeline, per_category
-from .options import AnalysisOptions, compile_regex, describe_steps, step_number
+from .options import AnalysisOptions, describe_steps
+from .vocab import WHOLE_CAPTURE, Phase, StepId, StepLabel, step_number
 
 I64 = npt.NDArray[np.int64]
 #: Launch start of an activity whose launch is unknown.
 NO_LAUNCH = np.iinfo(np.int64).min
-
-StepLabel = int | str
 
 
 @dataclass(frozen=True)
@@ -101,7 +100,7 @@ def marker_labels(names: list[str], rx: re.Pattern[str]) -> tuple[list[StepLabel
     for n in numbers:
         assert n is not None
         seen[n] += 1
-        labels.append(n if seen[n] == 1 else f"{n}#{seen[n]}")
+        labels.append(StepId(n, seen[n]).label)
     repeated = sorted(n for n, c in seen.items() if c > 1)
     note = None
     if repeated:
@@ -200,8 +199,9 @@ def _no_marker_note(ev: pd.DataFrame, pattern: str) -> str:
 
 
 _PHASE_LIKE = re.compile(
-    r"(?i)^(forward|backward|optimizer|grad_sync|zero_grad|## |aten::|autograd|c10d|nccl:|gloo:|"
-    r"record_param_comms|Optimizer\.|DistributedDataParallel)"
+    r"(?i)^("
+    + "|".join((Phase.FORWARD, Phase.BACKWARD, Phase.OPTIMIZER, Phase.GRAD_SYNC, Phase.ZERO_GRAD))
+    + r"|## |aten::|autograd|c10d|nccl:|gloo:|record_param_comms|Optimizer\.|DistributedDataParallel)"
 )
 
 
@@ -212,7 +212,7 @@ def assign_steps(
 ) -> UnitSteps:
     """Find the step windows of one unit and the step of each of its GPU activities."""
     pattern = options.step_pattern
-    rx = compile_regex(pattern, "step_regex")
+    rx = options.step_re
     ev = unit.events
     is_gpu = ev["category"].isin(GPU_ACTIVITY_CATEGORIES).to_numpy()
     gpu = bool(is_gpu.any())
@@ -317,7 +317,7 @@ def _whole_capture(
         event_window[act] = 0
     return UnitSteps(
         gpu,
-        ("all",),
+        (WHOLE_CAPTURE,),
         np.array([ev["start_ns"].to_numpy()[act].min()], np.int64),
         np.array([ev["end_ns"].to_numpy()[act].max()], np.int64),
         np.array([-1], np.int64),

@@ -6,9 +6,23 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from .diagnosis import BOTTLENECKS
-from .metrics import NS_METRICS, RATIO_METRICS
 from .results import RunSummary, Stats, StepRef, Summary
+from .schema import (
+    BOTTLENECK,
+    COMM_NS,
+    DEVICE,
+    EXPOSED_COMM_NS,
+    IDEAL_NS,
+    IDLE_NS,
+    NS_METRICS,
+    OVERLAP_NS,
+    RANK,
+    RATIO_METRICS,
+    REASON,
+    STEP,
+    STEP_NS,
+)
+from .vocab import BOTTLENECKS
 
 
 def _as_float(values: pd.Series) -> npt.NDArray[np.float64]:
@@ -33,15 +47,15 @@ def _stats(values: pd.Series) -> Stats:
 
 
 def _ref(row: pd.Series) -> StepRef:
-    dev = row["device"]
+    dev = row[DEVICE.name]
     return StepRef(
-        rank=int(row["rank"]),
+        rank=int(row[RANK.name]),
         device=None if dev is None or pd.isna(dev) else int(dev),
-        step=row["step"],
-        step_ns=int(row["step_ns"]),
-        exposed_comm_ns=int(row["exposed_comm_ns"]),
-        bottleneck=str(row["bottleneck"]),
-        reason=str(row["reason"]),
+        step=row[STEP.name],
+        step_ns=int(row[STEP_NS.name]),
+        exposed_comm_ns=int(row[EXPOSED_COMM_NS.name]),
+        bottleneck=str(row[BOTTLENECK.name]),
+        reason=str(row[REASON.name]),
     )
 
 
@@ -53,19 +67,19 @@ def summarize(df: pd.DataFrame) -> Summary:
         return Summary(n_steps=0)
     metrics = {col: _stats(df[col]) for col in NS_METRICS + RATIO_METRICS if col in df.columns}
     totals = {col: int(df[col].astype(np.int64).sum()) for col in NS_METRICS if col in df.columns}
-    tc, ts, ti = totals["comm_ns"], totals["step_ns"], totals["ideal_ns"]
-    counts = df["bottleneck"].value_counts()
+    tc, ts, ti = totals[COMM_NS.name], totals[STEP_NS.name], totals[IDEAL_NS.name]
+    counts = df[BOTTLENECK.name].value_counts()
     bottlenecks = {b: int(counts.get(b, 0)) for b in BOTTLENECKS if counts.get(b, 0)}
     dominant = max(BOTTLENECKS, key=lambda b: (int(counts.get(b, 0)), -BOTTLENECKS.index(b)))
-    worst = df.loc[df["exposed_comm_ns"].astype(np.int64).idxmax()]
-    slowest = df.loc[df["step_ns"].astype(np.int64).idxmax()]
+    worst = df.loc[df[EXPOSED_COMM_NS.name].astype(np.int64).idxmax()]
+    slowest = df.loc[df[STEP_NS.name].astype(np.int64).idxmax()]
     return Summary(
         n_steps=int(len(df)),
         metrics=metrics,
         totals=totals,
-        overlap_ratio=totals["overlap_ns"] / tc if tc else None,
-        exposed_comm_ratio=totals["exposed_comm_ns"] / ts if ts else None,
-        idle_ratio=totals["idle_ns"] / ts if ts else None,
+        overlap_ratio=totals[OVERLAP_NS.name] / tc if tc else None,
+        exposed_comm_ratio=totals[EXPOSED_COMM_NS.name] / ts if ts else None,
+        idle_ratio=totals[IDLE_NS.name] / ts if ts else None,
         potential_speedup=ts / ti if ti else None,
         bottlenecks=bottlenecks,
         dominant_bottleneck=dominant,
@@ -84,10 +98,10 @@ def summarize_run(df: pd.DataFrame) -> RunSummary:
     """The run summary and one per unit."""
     per: dict[str, Summary] = {}
     if not df.empty:
-        dev = df["device"].astype(object)
+        dev = df[DEVICE.name].astype(object)
         keyed = df.assign(_d=dev.where(dev.notna(), -1))
-        n_units = keyed.groupby("rank")["_d"].nunique()
-        for (rank, d), g in keyed.groupby(["rank", "_d"], sort=True):
+        n_units = keyed.groupby(RANK.name)["_d"].nunique()
+        for (rank, d), g in keyed.groupby([RANK.name, "_d"], sort=True):
             several = int(n_units[rank]) > 1
             per[unit_key(int(rank), None if d == -1 else int(d), several)] = summarize(g)
     return RunSummary(run=summarize(df), ranks=per)

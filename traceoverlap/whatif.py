@@ -20,6 +20,7 @@ from .errors import TraceFormatError, UsageError
 from .model import Kind, Timeline
 from .replay import Params, Schedule, StepTimes, observed_params, replay, step_times
 from .rungraph import RunGraph, UnitGraph, join_graphs
+from .vocab import Family
 
 I64 = npt.NDArray[np.int64]
 SCENARIO_RE = re.compile(
@@ -270,7 +271,7 @@ def default_scenarios(g: RunGraph) -> list[str]:
     names = ["replay"]
     if np.unique(g.unit_rank).size >= 2:
         names.append("no-straggler")
-    names += [f"hide:{f}" for f in g.families if f and f != "Other"]
+    names += [f"hide:{f}" for f in g.families if f and f != Family.OTHER]
     names += ["comm-speed:2", "no-host-gaps", "no-overlap-tax"]
     return names
 

@@ -11,7 +11,26 @@ from typing import IO, TYPE_CHECKING
 from rich.console import Console
 
 from .. import fmt
+from ..schema import (
+    BOTTLENECK,
+    COMM_NS,
+    COMPUTE_NS,
+    DEVICE,
+    EXPOSED_BY_CAUSE,
+    EXPOSED_COMM_NS,
+    IDEAL_NS,
+    IDLE_NS,
+    MEMORY_ONLY_NS,
+    OTHER_STEPS_NS,
+    OVERLAP_RATIO,
+    RANK,
+    RATIO,
+    STEP,
+    STEP_NS,
+    Column,
+)
 from ..summary import unit_key
+from ..vocab import CAUSE_WORDS, SHORT_BOTTLENECK
 
 if TYPE_CHECKING:
     from ..diagnosis import Finding
@@ -33,43 +52,28 @@ def make_console(file: IO[str], *, color: bool, width: int) -> Console:
     )
 
 
-#: Verdict names short enough for an 80-column table.
-SHORT_BOTTLENECK = {
-    "peer-wait-bound": "peer-wait",
-    "communication-bound": "comm-bound",
-    "exposed-communication": "exposed-comm",
-    "memory-bound": "memory-bound",
-    "idle-bound": "idle-bound",
-    "compute-bound": "compute",
-}
-
-
-#: Why communication was exposed, in words, in :data:`~traceoverlap.diagnosis.CAUSES` order.
-CAUSE_WORDS = {
-    "wait": "waiting for a peer",
-    "tail": "nothing left to compute",
-    "dependency": "compute waited for it",
-    "host": "host not ready",
-}
-
-
 def several_devices(analysis: Analysis) -> set[int]:
     """Ranks whose process drove several GPUs (their rows carry the device)."""
     ranks = [t.rank for t in analysis.traces]
     return {r for r in ranks if ranks.count(r) > 1}
 
 
-#: The step table of the terminal and Markdown reports: times in ms, overlap ratio in %.
+#: The step table of the terminal and Markdown reports: after the unit and the step, the step
+#: columns shown (header, column): times in ms, ratios in %; then the verdict.
+STEP_TABLE_COLUMNS: tuple[tuple[str, Column], ...] = (
+    ("step ms", STEP_NS),
+    ("compute", COMPUTE_NS),
+    ("exposed", EXPOSED_COMM_NS),
+    ("memory", MEMORY_ONLY_NS),
+    ("idle", IDLE_NS),
+    ("other", OTHER_STEPS_NS),
+    ("comm", COMM_NS),
+    ("overlap", OVERLAP_RATIO),
+)
 STEP_TABLE = (
     "rank",
     "step",
-    "step ms",
-    "compute",
-    "exposed",
-    "memory",
-    "idle",
-    "comm",
-    "overlap",
+    *(h for h, c in STEP_TABLE_COLUMNS if c is not OTHER_STEPS_NS),
     "bottleneck",
 )
 
@@ -77,40 +81,43 @@ STEP_TABLE = (
 def has_other_steps(analysis: Analysis) -> bool:
     """Do some steps' windows hold other steps' work (diagnosis.md §7)?"""
     st = analysis.steps
-    return "other_steps_ns" in st.columns and bool((st["other_steps_ns"] > 0).any())
+    col = OTHER_STEPS_NS.name
+    return col in st.columns and bool((st[col] > 0).any())
+
+
+def _shown(analysis: Analysis) -> tuple[tuple[str, Column], ...]:
+    """:data:`STEP_TABLE_COLUMNS`, ``other`` (other steps' work) only when some step has it, so
+    that the row still adds up."""
+    other = has_other_steps(analysis)
+    return tuple((h, c) for h, c in STEP_TABLE_COLUMNS if other or c is not OTHER_STEPS_NS)
 
 
 def step_table_header(analysis: Analysis) -> tuple[str, ...]:
-    """:data:`STEP_TABLE`, with an ``other`` column (other steps' work) after ``idle`` when
-    some step has it, so that the row still adds up."""
-    if not has_other_steps(analysis):
-        return STEP_TABLE
-    i = STEP_TABLE.index("idle") + 1
-    return STEP_TABLE[:i] + ("other",) + STEP_TABLE[i:]
+    """:data:`STEP_TABLE`, with an ``other`` column after ``idle`` when some step has it."""
+    return ("rank", "step", *(h for h, _ in _shown(analysis)), "bottleneck")
+
+
+def _cell(column: Column, value: object) -> str:
+    return fmt.pct(value) if column.unit == RATIO else fmt.ms(value)
 
 
 def step_table_rows(analysis: Analysis) -> Iterator[tuple[list[str], str]]:
     """Per (unit, step): the cells under :func:`step_table_header` (the verdict shortened to fit
     80 columns), and the verdict itself."""
     several = several_devices(analysis)
-    other = has_other_steps(analysis)
-    for r in analysis.steps.itertuples(index=False):
-        times: tuple[int, ...] = (
-            r.step_ns,
-            r.compute_ns,
-            r.exposed_comm_ns,
-            r.memory_only_ns,
-            r.idle_ns,
-        )
-        times += ((r.other_steps_ns,) if other else ()) + (r.comm_ns,)
+    shown = _shown(analysis)
+    st = analysis.steps
+    columns = [st[c.name].tolist() for _, c in shown]
+    units, steps = st[RANK.name].tolist(), st[STEP.name].tolist()
+    devices, verdicts = st[DEVICE.name].tolist(), st[BOTTLENECK.name].tolist()
+    for i, verdict in enumerate(verdicts):
         cells = [
-            unit_key(r.rank, r.device, r.rank in several),
-            str(r.step),
-            *(fmt.ms(ns) for ns in times),
-            fmt.pct(r.overlap_ratio),
-            SHORT_BOTTLENECK.get(r.bottleneck, r.bottleneck),
+            unit_key(units[i], devices[i], units[i] in several),
+            str(steps[i]),
+            *(_cell(c, values[i]) for (_, c), values in zip(shown, columns, strict=True)),
+            SHORT_BOTTLENECK.get(verdict, verdict),
         ]
-        yield cells, r.bottleneck
+        yield cells, verdict
 
 
 def describe_inputs(analysis: Analysis) -> list[str]:
@@ -141,29 +148,33 @@ def summary_lines(analysis: Analysis) -> list[str]:
     run = analysis.summary.run
     n_units = len(analysis.traces)
     mean = {k: (s.mean or 0.0) for k, s in run.metrics.items()}
+
+    def ms(column: Column) -> str:
+        return fmt.ms(mean[column.name])
+
     n = run.n_steps
     lines = [
         f"{fmt.count(n, 'step')} on {fmt.count(n_units, 'rank')}; per step (mean, the parts add "
         "up to the step):",
-        f"  step {fmt.ms(mean['step_ns'])} ms = compute {fmt.ms(mean['compute_ns'])} + exposed "
-        f"comm {fmt.ms(mean['exposed_comm_ns'])} + memory {fmt.ms(mean['memory_only_ns'])} + idle "
-        f"{fmt.ms(mean['idle_ns'])}"
+        f"  step {ms(STEP_NS)} ms = compute {ms(COMPUTE_NS)} + exposed comm "
+        f"{ms(EXPOSED_COMM_NS)} + memory {ms(MEMORY_ONLY_NS)} + idle {ms(IDLE_NS)}"
         + (
-            f" + other steps' work {fmt.ms(mean['other_steps_ns'])}"
-            if mean.get("other_steps_ns", 0) > 0
+            f" + other steps' work {ms(OTHER_STEPS_NS)}"
+            if mean.get(OTHER_STEPS_NS.name, 0) > 0
             else ""
         ),
     ]
-    exposed = run.totals.get("exposed_comm_ns", 0)
+    exposed = run.totals.get(EXPOSED_COMM_NS.name, 0)
     if exposed:
-        causes = [(label, run.totals.get(f"exposed_{c}_ns", 0)) for c, label in CAUSE_WORDS.items()]
+        causes = [
+            (label, run.totals.get(EXPOSED_BY_CAUSE[c].name, 0)) for c, label in CAUSE_WORDS.items()
+        ]
         shown = ", ".join(f"{label} {fmt.pct(ns / exposed)}" for label, ns in causes if ns > 0)
         lines.append(f"  exposed comm {fmt.pct(run.exposed_comm_ratio)} of step time; why: {shown}")
     lines += [
         f"  overlap ratio {fmt.pct(run.overlap_ratio)} of comm hidden behind compute (comm "
-        f"{fmt.ms(mean['comm_ns'])} ms per step)",
-        f"  ideal step {fmt.ms(mean['ideal_ns'])} ms -> potential speedup "
-        f"{fmt.speedup(run.potential_speedup)}",
+        f"{ms(COMM_NS)} ms per step)",
+        f"  ideal step {ms(IDEAL_NS)} ms -> potential speedup {fmt.speedup(run.potential_speedup)}",
     ]
     if run.dominant_bottleneck:
         others = ", ".join(

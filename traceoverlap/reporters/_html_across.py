@@ -20,6 +20,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from ..fmt import duration as fmt_ns
+from ..vocab import KIND_WORDS, WHOLE_CAPTURE, Cause
 from . import _html_figures as figs
 
 if TYPE_CHECKING:
@@ -36,7 +37,6 @@ INSTANCE_BUDGET = 4000
 ROW_PX = 22
 WAIT_LABEL = "waiting for the last rank"
 TRANSFER_LABEL = "collective: transfer"
-_KIND_ROW = {"compute": "compute", "comm": "communication", "memory": "memory"}
 
 
 @dataclass
@@ -87,13 +87,13 @@ def across_figure(x: StepAcross) -> Drawing:
             ms, me, gap = figs.coarsen(s, e, RANK_SPAN_CAP)
             if gap:
                 merged.append(
-                    f"{name}, {_KIND_ROW[kind]}: {s.size:,} spans drawn as {ms.size:,} "
+                    f"{name}, {KIND_WORDS[kind]}: {s.size:,} spans drawn as {ms.size:,} "
                     f"(gaps up to {fmt_ns(gap)} closed)"
                 )
-            hover = _union_hover(name, _KIND_ROW[kind], ms, me, x.origin_ns)
+            hover = _union_hover(name, KIND_WORDS[kind], ms, me, x.origin_ns)
             width = 0.36 if collapsed else 0.66
             color = figs.COLORS[kind] if kind != "comm" else "rgba(230,159,0,0.45)"
-            label = "other communication" if kind == "comm" else figs.KIND_LABELS[kind]
+            label = "other communication" if kind == "comm" else KIND_WORDS[kind]
             bars.add(row, ms, me, color, label, hover, width=width)
         if with_phases and len(r.phases[2]):
             ps, pe, names = r.phases
@@ -104,7 +104,7 @@ def across_figure(x: StepAcross) -> Drawing:
 
 
 def _tick(name: str, part: str, first: bool) -> str:
-    label = _KIND_ROW.get(part, part)
+    label = KIND_WORDS.get(part, part)
     return f"<b>{name}</b>  {label}" if first else label
 
 
@@ -211,11 +211,14 @@ def _instance_hover(r: Any, name: str, origin: int, blame: dict[tuple[int, int],
         else:
             arrival = f"last arrival: rank {last}"
         lines.append(f"arrived {span}; {arrival}")
+        # who the wait was for: the job model's answer (the blame's), not the arrival order
+        target = None if pd.isna(r.waited_for_rank) else int(r.waited_for_rank)
+        whom = f" for rank {target}" if target is not None and int(r.wait_ns) else ""
         lines.append(
-            f"waited {fmt_ns(int(r.wait_ns))}, transfer {fmt_ns(int(r.transfer_ns))}, "
+            f"waited {fmt_ns(int(r.wait_ns))}{whom}, transfer {fmt_ns(int(r.transfer_ns))}, "
             f"exposed {fmt_ns(int(r.exposed_ns))}"
         )
-        chain = blame.get((int(r.rank), last)) if last is not None and int(r.wait_ns) else None
+        chain = blame.get((int(r.rank), target)) if target is not None and whom else None
         if chain:
             lines.append(f"in this step: {html.escape(chain.replace('<-', '←'))}")
     return "<br>".join(lines)
@@ -267,7 +270,7 @@ def _parts(
 ) -> None:
     width = 0.5 if collapsed else 0.66
     for (s, e), color, label in (
-        (wait, figs.COLORS["wait"], WAIT_LABEL),
+        (wait, figs.COLORS[Cause.WAIT], WAIT_LABEL),
         (transfer, figs.COLORS["comm"], TRANSFER_LABEL),
     ):
         keep = e > s
@@ -299,8 +302,10 @@ def section(x: StepAcross, plot: Callable[[str, go.Figure], str], merged: list[s
     """The section: what it shows, how the clocks were aligned, the figure."""
     d = across_figure(x)
     merged.extend(f"step across ranks: {m}" for m in d.merged)
-    step = "the whole capture" if str(x.step) == "all" else f"step {html.escape(str(x.step))}"
-    if str(x.step) == "all":
+    step = (
+        "the whole capture" if str(x.step) == WHOLE_CAPTURE else f"step {html.escape(str(x.step))}"
+    )
+    if str(x.step) == WHOLE_CAPTURE:
         why = "no step markers: each rank's whole capture is one window"
     else:
         why = "as asked" if x.chosen == "asked" else f"the median step of rank {x.median_of_rank}"
@@ -350,21 +355,20 @@ def section(x: StepAcross, plot: Callable[[str, go.Figure], str], merged: list[s
 
 def _lead(x: StepAcross, step: str) -> str:
     """Who the others waited for in this step, in one sentence (numbers from the analysis)."""
-    la = x.last_arrivals
+    wf = x.waited_for
     n = x.n_matched
-    if la.empty or n == 0:
+    if wf.empty or n == 0:
         return ""
-    top = la.iloc[0]
-    rank, count, waited = int(top["rank"]), int(top["last_count"]), int(top["waited_for_ns"])
-    if waited == 0:
-        return ""
+    top = wf.iloc[0]
+    rank, count = int(top["rank"]), int(top["instances"])
+    waited = int(top["exposed_waited_for_ns"])
     chains = "".join(
         f"<li>{html.escape(str(line).replace('<-', '←'))}</li>" for line in x.blame["line"].head(3)
     )
     return (
-        f"<p class='lead'>In {html.escape(step)}, <b>rank {rank}</b> arrived last in {count} of "
-        f"{n} matched collectives; the other ranks waited <b>{fmt_ns(waited)}</b> for it in "
-        "total (summed over ranks).</p>"
+        f"<p class='lead'>In {html.escape(step)}, the other ranks waited most for <b>rank "
+        f"{rank}</b>: <b>{fmt_ns(waited)}</b> of exposed waiting (summed over ranks) in {count} "
+        f"of {n} matched collectives.</p>"
         + (
             f"<p class='explain'>Who waited for whom, most exposed waiting first:</p><ul>{chains}</ul>"
             if chains

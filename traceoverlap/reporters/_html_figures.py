@@ -21,7 +21,20 @@ import plotly.graph_objects as go
 from .. import intervals as iv
 from ..fmt import duration as fmt_ns
 from ..fmt import size as fmt_bytes
-from ._format import CAUSE_WORDS
+from ..schema import (
+    COMPUTE_ONLY_NS,
+    EXPOSED_BY_CAUSE,
+    EXPOSED_COMM_NS,
+    EXPOSED_COMM_RATIO,
+    IDLE_NS,
+    MEMORY_ONLY_NS,
+    OTHER_STEPS_NS,
+    OVERLAP_NS,
+    RANK,
+    STEP,
+    STEP_NS,
+)
+from ..vocab import CAUSE_WORDS, KIND_WORDS, ActivityKind, Cause
 
 IntArray = npt.NDArray[np.int64]
 
@@ -32,19 +45,14 @@ COLORS: dict[str, str] = {
     "memory": "#999999",  # grey
     "overlap": "#009E73",  # bluish green: communication hidden behind compute
     "exposed": "#D55E00",  # vermillion: communication nothing hid
-    "wait": "#CC79A7",  # reddish purple: exposed comm spent waiting for a later rank
-    "tail": "#D55E00",  # vermillion: nothing left to compute under it
-    "dependency": "#F0E442",  # yellow: compute was queued but waited for it
-    "host": "#56B4E9",  # sky blue: the host had not launched the next compute
+    Cause.WAIT: "#CC79A7",  # reddish purple: exposed comm spent waiting for a later rank
+    Cause.TAIL: "#D55E00",  # vermillion: nothing left to compute under it
+    Cause.DEPENDENCY: "#F0E442",  # yellow: compute was queued but waited for it
+    Cause.HOST: "#56B4E9",  # sky blue: the host had not launched the next compute
     "idle": "#E3E3E3",
     "other_steps": "#B8C4D6",
 }
 CAUSE_LABELS: dict[str, str] = {c: f"exposed: {words}" for c, words in CAUSE_WORDS.items()}
-KIND_LABELS: dict[str, str] = {
-    "compute": "compute",
-    "comm": "communication",
-    "memory": "memory",
-}
 FONT = dict(
     family="system-ui, -apple-system, 'Segoe UI', Roboto, 'Helvetica Neue', Arial, sans-serif",
     size=13,
@@ -81,40 +89,35 @@ def base_layout(**kw: Any) -> dict[str, Any]:
 # --- per-step stacked bars ----------------------------------------------------------------
 
 
+#: The parts of a step in the bars, bottom up: (label, colour) per step column.
+_PART_STYLE = {
+    COMPUTE_ONLY_NS.name: ("compute only", COLORS["compute"]),
+    OVERLAP_NS.name: ("overlapped comm", COLORS["overlap"]),
+    **{col.name: (CAUSE_LABELS[c], COLORS[c]) for c, col in EXPOSED_BY_CAUSE.items()},
+    MEMORY_ONLY_NS.name: ("memory only", COLORS["memory"]),
+    OTHER_STEPS_NS.name: ("other steps' work", COLORS["other_steps"]),
+    IDLE_NS.name: ("idle", COLORS["idle"]),
+}
+
+
 def step_components(steps: pd.DataFrame) -> pd.DataFrame:
     """The parts a step's time splits into, straight from the step table (ns): compute only,
     overlapped, the exposed communication by cause (waiting for a peer, nothing left to compute,
     compute waited for it, host not ready), memory only and idle. They add up to ``step_ns``
     (docs/diagnosis.md §1 and §3)."""
-    cols = ["compute_only_ns", "overlap_ns"]
-    cols += [f"exposed_{c}_ns" for c in CAUSE_LABELS]
-    cols += ["memory_only_ns", "other_steps_ns", "idle_ns"]
-    return steps[cols].astype(np.int64)
-
-
-_PART_STYLE = {
-    "compute_only_ns": ("compute only", COLORS["compute"]),
-    "overlap_ns": ("overlapped comm", COLORS["overlap"]),
-    "exposed_wait_ns": (CAUSE_LABELS["wait"], COLORS["wait"]),
-    "exposed_tail_ns": (CAUSE_LABELS["tail"], COLORS["tail"]),
-    "exposed_dependency_ns": (CAUSE_LABELS["dependency"], COLORS["dependency"]),
-    "exposed_host_ns": (CAUSE_LABELS["host"], COLORS["host"]),
-    "memory_only_ns": ("memory only", COLORS["memory"]),
-    "other_steps_ns": ("other steps' work", COLORS["other_steps"]),
-    "idle_ns": ("idle", COLORS["idle"]),
-}
+    return steps[list(_PART_STYLE)].astype(np.int64)
 
 
 def step_bars(steps: pd.DataFrame, several_ranks: bool, y_max_ms: float | None = None) -> go.Figure:
     """Stacked bar per (rank, step) of the parts in :func:`step_components` (only the parts some
     step has). ``y_max_ms``: a fixed y range (two runs side by side share one scale)."""
     parts = step_components(steps)
-    labels = [str(s) for s in steps["step"]]
-    x: Any = [[f"rank {r}" for r in steps["rank"]], labels] if several_ranks else labels
-    step_ms = (steps["step_ns"].astype(np.int64) / 1e6).round(4).to_numpy()
+    labels = [str(s) for s in steps[STEP.name]]
+    x: Any = [[f"rank {r}" for r in steps[RANK.name]], labels] if several_ranks else labels
+    step_ms = (steps[STEP_NS.name].astype(np.int64) / 1e6).round(4).to_numpy()
     fig = go.Figure()
     for col, (name, color) in _PART_STYLE.items():
-        if not (parts[col] > 0).any() and col not in ("compute_only_ns", "idle_ns"):
+        if not (parts[col] > 0).any() and col not in (COMPUTE_ONLY_NS.name, IDLE_NS.name):
             continue
         ms = (parts[col] / 1e6).round(4).to_numpy()
         fig.add_trace(
@@ -160,9 +163,9 @@ def step_bars(steps: pd.DataFrame, several_ranks: bool, y_max_ms: float | None =
 def exposed_heatmap(steps: pd.DataFrame) -> go.Figure:
     """Rank x step heatmap of exposed communication (ms), numbers from the step table."""
     pv = steps.assign(
-        step_label=steps["step"].astype(str),
-        exposed_ms=steps["exposed_comm_ns"].astype(np.int64) / 1e6,
-        ratio=pd.to_numeric(steps["exposed_comm_ratio"], errors="coerce").astype(float) * 100,
+        step_label=steps[STEP.name].astype(str),
+        exposed_ms=steps[EXPOSED_COMM_NS.name].astype(np.int64) / 1e6,
+        ratio=pd.to_numeric(steps[EXPOSED_COMM_RATIO.name], errors="coerce").astype(float) * 100,
     )
     step_order = sorted(set(pv["step_label"]), key=step_sort_key)
     ranks = sorted(pv["rank"].unique().tolist())
@@ -314,7 +317,7 @@ def timeline_figure(
         for kind in ("compute", "comm", "memory"):
             if kind in lane.intervals:
                 s, e = lane.intervals[kind]
-                bars.add(lane.label, s, e, COLORS[kind], KIND_LABELS[kind], lane.hover.get(kind))
+                bars.add(lane.label, s, e, COLORS[kind], KIND_WORDS[kind], lane.hover.get(kind))
     fig.update_layout(**_timeline_layout(rows, window_ns))
     return fig
 
@@ -461,14 +464,14 @@ def _timeline_layout(rows: Sequence[str], window_ns: int) -> dict[str, Any]:
 
 
 _LEGEND_RANK = {
-    "compute": 1,
-    "communication": 2,
-    "memory": 3,
+    KIND_WORDS[ActivityKind.COMPUTE]: 1,
+    KIND_WORDS[ActivityKind.COMM]: 2,
+    KIND_WORDS[ActivityKind.MEMORY]: 3,
     "overlapped": 4,
-    CAUSE_LABELS["wait"]: 5,
-    CAUSE_LABELS["tail"]: 6,
-    CAUSE_LABELS["dependency"]: 7,
-    CAUSE_LABELS["host"]: 8,
+    CAUSE_LABELS[Cause.WAIT]: 5,
+    CAUSE_LABELS[Cause.TAIL]: 6,
+    CAUSE_LABELS[Cause.DEPENDENCY]: 7,
+    CAUSE_LABELS[Cause.HOST]: 8,
     "phases": 9,
 }
 

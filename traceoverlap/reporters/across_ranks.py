@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .. import fmt
+from ..schema import EXPOSED_COMM_NS, EXPOSED_WAIT_NS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -42,8 +43,8 @@ def across_ranks_lines(coll: Collectives, steps: pd.DataFrame) -> list[str]:
         f"later rank ({fmt.pct(wait / total if total else None)}), {fmt.ms(total - wait)} ms "
         "transfer"
     )
-    ew = int(steps["exposed_wait_ns"].sum())
-    ex = int(steps["exposed_comm_ns"].sum())
+    ew = int(steps[EXPOSED_WAIT_NS.name].sum())
+    ex = int(steps[EXPOSED_COMM_NS.name].sum())
     if ex:
         lines.append(
             f"  exposed communication (the step parts): {fmt.ms(ew)} ms waiting "

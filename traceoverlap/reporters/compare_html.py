@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from .. import fmt
 from .._version import __version__
+from ..schema import OVERLAP_RATIO, STEP_NS
 from ._html_page import CSS, LOADER, PAGE
 from .compare_text import (
     _collective_cells,
@@ -26,9 +27,10 @@ from .html_report import Page, plotly_script, sections
 
 if TYPE_CHECKING:
     from ..comparison import Comparison
+    from ..results import StepDetail
 
 # lower is better for every compared time; a higher overlap ratio is better
-_HIGHER_IS_BETTER = {"overlap_ratio"}
+_HIGHER_IS_BETTER = {OVERLAP_RATIO.name}
 
 
 def _cls(metric: str, delta: object) -> str:
@@ -38,7 +40,14 @@ def _cls(metric: str, delta: object) -> str:
     return "better" if good else "worse"
 
 
-def render(cmp: Comparison, *, plotlyjs: str = "embed") -> str:
+def render(
+    cmp: Comparison,
+    *,
+    plotlyjs: str = "embed",
+    details: tuple[StepDetail | None, StepDetail | None] = (None, None),
+) -> str:
+    """The comparison page; ``details``: the baseline's and the candidate's step drawn as a
+    timeline (:func:`traceoverlap.detail.step_detail`), None: not drawn."""
     e = html.escape
     rows = []
     for r in cmp.metrics.to_dict("records"):
@@ -92,17 +101,18 @@ def render(cmp: Comparison, *, plotlyjs: str = "embed") -> str:
     )
     # one time scale for both runs' per-step bars
     y_max = max(
-        float(cmp.baseline.steps["step_ns"].max()), float(cmp.candidate.steps["step_ns"].max())
+        float(cmp.baseline.steps[STEP_NS.name].max()),
+        float(cmp.candidate.steps[STEP_NS.name].max()),
     )
     y_max_ms = 1.05 * y_max / 1e6
     bodies = [top]
     n_plots = 0
-    for prefix, label, analysis in (
-        ("base", f"baseline: {cmp.baseline_label}", cmp.baseline),
-        ("cand", f"candidate: {cmp.candidate_label}", cmp.candidate),
+    for prefix, label, analysis, detail in (
+        ("base", f"baseline: {cmp.baseline_label}", cmp.baseline, details[0]),
+        ("cand", f"candidate: {cmp.candidate_label}", cmp.candidate, details[1]),
     ):
         page = Page(prefix=prefix)
-        inner = "\n".join(s for s in sections(analysis, page, y_max_ms) if s)
+        inner = "\n".join(s for s in sections(analysis, page, y_max_ms, detail=detail) if s)
         inner = inner.replace("id='", f"id='{prefix}-")
         bodies.append(
             f"<div class='run' id='{prefix}'><h1 class='run-title'>{e(label)}</h1>{inner}</div>"

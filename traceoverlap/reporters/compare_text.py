@@ -17,6 +17,7 @@ from rich.table import Table
 
 from .. import fmt
 from .._version import __version__
+from ..schema import OVERLAP_RATIO, STEP_NS
 from ._format import make_console
 from .json_report import SCHEMA_VERSION, encode, records
 
@@ -76,7 +77,7 @@ def main_change_text(cmp: Comparison) -> str | None:
 
 def headline(cmp: Comparison) -> str:
     """One sentence: the speedup and what moved most (plain text)."""
-    step = cmp.metric("step_ns")
+    step = cmp.metric(STEP_NS.name)
     parts = []
     if cmp.step_speedup is not None:
         parts.append(
@@ -84,7 +85,7 @@ def headline(cmp: Comparison) -> str:
             f"{fmt.ms(step['baseline'])} -> {fmt.ms(step['candidate'])} ms)"
         )
     try:
-        ov = cmp.metric("overlap_ratio")
+        ov = cmp.metric(OVERLAP_RATIO.name)
     except KeyError:
         ov = {"baseline": None, "candidate": None}
     if ov["baseline"] is not None or ov["candidate"] is not None:

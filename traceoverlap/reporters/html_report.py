@@ -1,9 +1,10 @@
 """The offline HTML report: one self-contained file that answers "where is my communication
 exposed, and why?" at a glance, then lets the reader drill into one step.
 
-    from traceoverlap import analyze
+    from traceoverlap import analyze, step_detail
     from traceoverlap.reporters.html_report import render
-    html = render(analyze("runs/bucketed", detail="auto"))
+    result = analyze("runs/bucketed")
+    html = render(result, detail=step_detail(result))
 
 Formatting only: the numbers come from the :class:`~traceoverlap.results.Analysis` (the step
 table, the summary, the findings, the collectives and the :class:`StepDetail` of the step drawn
@@ -27,14 +28,27 @@ import plotly.io as pio
 
 from .. import fmt
 from .._version import __version__
-from ..diagnosis import CAUSES
 from ..errors import UsageError
 from ..fmt import duration as fmt_ns
 from ..fmt import size as fmt_bytes
-from ..purpose import PURPOSES
+from ..schema import (
+    BOTTLENECK,
+    EXPOSED_BY_CAUSE,
+    EXPOSED_COMM_NS,
+    EXPOSED_COMM_RATIO,
+    EXPOSED_WAIT_NS,
+    IDEAL_NS,
+    OVERLAP_RATIO,
+    POTENTIAL_SPEEDUP,
+    RANK,
+    REASON,
+    STEP,
+    STEP_NS,
+)
+from ..vocab import CAUSE_WORDS, CAUSES, KIND_WORDS, PURPOSES, WHOLE_CAPTURE, Purpose
 from . import _html_across
 from . import _html_figures as figs
-from ._format import CAUSE_WORDS, several_devices
+from ._format import several_devices
 from ._html_page import CSS, LOADER, PAGE
 
 if TYPE_CHECKING:
@@ -57,12 +71,18 @@ def plotly_script(plotlyjs: str) -> str:
     return f'<script src="{plotly_cdn_url()}" charset="utf-8"></script>'
 
 
-def render(analysis: Analysis, *, plotlyjs: str = "embed", across: StepAcross | None = None) -> str:
-    """The report as one HTML string. The timeline drawn is ``analysis.detail`` (analyze with
-    ``detail="auto"`` or ``detail=(rank, step)``); without one the page says how to get it.
+def render(
+    analysis: Analysis,
+    *,
+    plotlyjs: str = "embed",
+    across: StepAcross | None = None,
+    detail: StepDetail | None = None,
+) -> str:
+    """The report as one HTML string. ``detail``: the step drawn as a timeline
+    (:func:`traceoverlap.detail.step_detail`); without one the page says how to get it.
     ``across``: one step of every rank on one clock (:func:`traceoverlap.across.step_across`)."""
     page = Page()
-    body = "\n".join(s for s in sections(analysis, page, across=across) if s)
+    body = "\n".join(s for s in sections(analysis, page, across=across, detail=detail) if s)
     title = "traceoverlap report: " + ", ".join(input_names(analysis))
     return PAGE.format(
         title=html.escape(title),
@@ -81,12 +101,14 @@ def write_report(
     *,
     plotlyjs: str = "embed",
     across: StepAcross | None = None,
+    detail: StepDetail | None = None,
 ) -> Path:
     """Render the report and write it to ``path`` (UTF-8, parent folders created); returns the
     path written."""
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render(analysis, plotlyjs=plotlyjs, across=across), encoding="utf-8")
+    page = render(analysis, plotlyjs=plotlyjs, across=across, detail=detail)
+    out.write_text(page, encoding="utf-8")
     return out
 
 
@@ -95,6 +117,7 @@ def sections(
     page: Page,
     y_max_ms: float | None = None,
     across: StepAcross | None = None,
+    detail: StepDetail | None = None,
 ) -> list[str]:
     """The report's sections in order (the compare page stacks two runs' sections)."""
     steps = analysis.steps.reset_index(drop=True)
@@ -107,14 +130,13 @@ def sections(
     ]
     if across is not None:
         out.append(_html_across.section(across, page.plot, page.merged))
-    detail = analysis.detail
     if detail is not None:
         out.append(_timeline_section(page, analysis, detail))
         out.append(_collectives_table(analysis, detail))
     else:
         out.append(
             "<section id='timeline'><h2>Timeline</h2><p class='explain'>No step was chosen to "
-            'draw: analyse with <code>detail="auto"</code> (what <code>traceoverlap '
+            "draw: pass <code>detail=step_detail(analysis)</code> (what <code>traceoverlap "
             "report</code> does).</p></section>"
         )
     if several:
@@ -179,7 +201,7 @@ def input_names(analysis: Analysis) -> list[str]:
 
 def _step_name(step: Any) -> str:
     """``step 5``, or ``the whole capture`` for the single window of an unmarked trace."""
-    return "the whole capture" if str(step) == "all" else f"step {_e(step)}"
+    return "the whole capture" if str(step) == WHOLE_CAPTURE else f"step {_e(step)}"
 
 
 def _unit(rank: int, device: Any, analysis: Analysis) -> str:
@@ -223,7 +245,7 @@ def _header(analysis: Analysis) -> str:
     steps = analysis.steps
     labels = sorted({str(s) for s in steps["step"]}, key=figs.step_sort_key)
     step_words = fmt.count(len(steps), "step")
-    if labels == ["all"]:
+    if labels == [WHOLE_CAPTURE]:
         step_words += " (no step markers: each rank's whole capture is one window)"
     else:
         step_words += f" ({_e(_step_list(labels))})"
@@ -257,12 +279,12 @@ def _card(label: str, value: str, sub: str = "", cls: str = "") -> str:
 
 def _dominant_reason(steps: pd.DataFrame, dominant: str | None) -> str:
     """The reason of the median step among those of the dominant class (a real step's reason)."""
-    rows = steps[steps["bottleneck"] == dominant]
+    rows = steps[steps[BOTTLENECK.name] == dominant]
     if rows.empty:
         return ""
-    order = np.argsort(rows["step_ns"].to_numpy(dtype=np.int64), kind="stable")
+    order = np.argsort(rows[STEP_NS.name].to_numpy(dtype=np.int64), kind="stable")
     row = rows.iloc[int(order[(len(order) - 1) // 2])]
-    return f"rank {int(row['rank'])}, step {row['step']}: {row['reason']}"
+    return f"rank {int(row[RANK.name])}, step {row[STEP.name]}: {row[REASON.name]}"
 
 
 def _cards(analysis: Analysis) -> str:
@@ -271,31 +293,31 @@ def _cards(analysis: Analysis) -> str:
     cards = [
         _card(
             "median step",
-            fmt_ns(run.median("step_ns")),
-            f"p90 {fmt_ns(run.stat('step_ns', 'p90'))} · {scope}",
+            fmt_ns(run.median(STEP_NS.name)),
+            f"p90 {fmt_ns(run.stat(STEP_NS.name, 'p90'))} · {scope}",
         ),
         _card(
             "median exposed comm",
-            fmt_ns(run.median("exposed_comm_ns")),
-            f"{_pct(run.median('exposed_comm_ratio'))} of the step (median)",
+            fmt_ns(run.median(EXPOSED_COMM_NS.name)),
+            f"{_pct(run.median(EXPOSED_COMM_RATIO.name))} of the step (median)",
             "exposed",
         ),
         _card(
             "overlap ratio",
             _pct(run.overlap_ratio),
             "of all communication hidden behind compute; median step "
-            f"{_pct(run.median('overlap_ratio'))}",
+            f"{_pct(run.median(OVERLAP_RATIO.name))}",
             "overlap",
         ),
         _card(
             "median ideal step",
-            fmt_ns(run.median("ideal_ns")),
+            fmt_ns(run.median(IDEAL_NS.name)),
             "the step if all hideable communication were hidden",
         ),
         _card(
             "potential speedup",
             _speedup(run.potential_speedup),
-            f"total step time / total ideal; median step {_speedup(run.median('potential_speedup'))}",
+            f"total step time / total ideal; median step {_speedup(run.median(POTENTIAL_SPEEDUP.name))}",
         ),
     ]
     dominant = run.dominant_bottleneck
@@ -319,9 +341,9 @@ def _rank_table(analysis: Analysis) -> str:
             "<tr>"
             f"<td class='num'>{_e(r)}</td>"
             f"<td class='num'>{s.n_steps}</td>"
-            f"<td class='num'>{fmt_ns(s.median('step_ns'))}</td>"
-            f"<td class='num'>{fmt_ns(s.median('exposed_comm_ns'))}</td>"
-            f"<td class='num'>{fmt_ns(s.median('exposed_wait_ns'))}</td>"
+            f"<td class='num'>{fmt_ns(s.median(STEP_NS.name))}</td>"
+            f"<td class='num'>{fmt_ns(s.median(EXPOSED_COMM_NS.name))}</td>"
+            f"<td class='num'>{fmt_ns(s.median(EXPOSED_WAIT_NS.name))}</td>"
             f"<td class='num'>{_pct(s.overlap_ratio)}</td>"
             f"<td class='num'>{_speedup(s.potential_speedup)}</td>"
             f"<td>{_e(s.dominant_bottleneck or '–')}</td>"
@@ -448,17 +470,15 @@ def _timeline_lanes(page: Page, d: StepDetail, where: str) -> list[figs.Lane]:
             if (lane, kind) in detailed:
                 fl.intervals[kind] = (s, e)
                 fl.hover[kind] = figs.hover_texts(
-                    k.assign(start_ns=s - lo, dur_ns=e - s), lane, figs.KIND_LABELS[kind]
+                    k.assign(start_ns=s - lo, dur_ns=e - s), lane, KIND_WORDS[kind]
                 )
             else:
                 ms, me, gap = figs.coarsen(s, e, figs.SPAN_CAP)
                 fl.intervals[kind] = (ms, me)
-                fl.hover[kind] = figs.merged_hover(
-                    s, e, ms, me, lane, figs.KIND_LABELS[kind], lo, unit
-                )
+                fl.hover[kind] = figs.merged_hover(s, e, ms, me, lane, KIND_WORDS[kind], lo, unit)
                 how = f"closing gaps up to {fmt_ns(gap)}" if gap else "their union"
                 page.merged.append(
-                    f"{where} step {d.step}, {lane}, {figs.KIND_LABELS[kind]}: {len(k):,} {unit} "
+                    f"{where} step {d.step}, {lane}, {KIND_WORDS[kind]}: {len(k):,} {unit} "
                     f"drawn as {ms.size:,} merged span{'s' if ms.size != 1 else ''} ({how})"
                 )
         lanes.append(fl)
@@ -503,13 +523,13 @@ def _timeline_text(analysis: Analysis, d: StepDetail) -> str:
     why = "as asked" if d.chosen == "asked" else "the median step by step time"
     choose = (
         ""
-        if str(d.step) == "all"
+        if str(d.step) == WHOLE_CAPTURE
         else f"{why}; choose another with <code>--timeline-step N</code> / "
     )
     causes = ", ".join(
-        f"{label} {fmt_ns(srow[f'exposed_{c}_ns'])}"
+        f"{label} {fmt_ns(srow[EXPOSED_BY_CAUSE[c].name])}"
         for c, label in CAUSE_WORDS.items()
-        if int(srow[f"exposed_{c}_ns"]) > 0
+        if int(srow[EXPOSED_BY_CAUSE[c].name]) > 0
     )
     return (
         f"<p class='explain'>{name[0].upper() + name[1:]} ({choose}"
@@ -556,7 +576,9 @@ def _collectives_table(analysis: Analysis, d: StepDetail) -> str:
         nbytes = inst["bytes"] if inst is not None else None
         bus = inst.get("busbw_gbps") if inst is not None else None
         bus_text = "–" if bus is None or pd.isna(bus) else f"{float(bus):.1f}"
-        purpose = str(inst.get("purpose") or "unknown") if inst is not None else "unknown"
+        purpose = (
+            str(inst.get("purpose") or Purpose.UNKNOWN) if inst is not None else Purpose.UNKNOWN
+        )
         group = []
         if inst is not None and inst["process_group"]:
             group.append(f"group {inst['process_group']}")
@@ -566,9 +588,9 @@ def _collectives_table(analysis: Analysis, d: StepDetail) -> str:
         last = " <span class='tag'>last in step</span>" if int(r["end_ns"]) == last_end else ""
         same = " <span class='tag warn'>on a compute stream</span>" if r["same_stream"] else ""
         causes = ", ".join(
-            f"{c} {fmt_ns(int(r[f'exposed_{c}_ns']))}"
+            f"{c} {fmt_ns(int(r[EXPOSED_BY_CAUSE[c].name]))}"
             for c in CAUSES
-            if int(r[f"exposed_{c}_ns"]) > 0
+            if int(r[EXPOSED_BY_CAUSE[c].name]) > 0
         )
         wait = f"<td class='num'>{fmt_ns(int(r['wait_ns']))}</td>" if has_wait else ""
         queued = "–" if pd.isna(r["queued_ns"]) else fmt_ns(int(r["queued_ns"]))
@@ -634,8 +656,8 @@ def _across_ranks(analysis: Analysis) -> str:
     ]
     total, wait = int(per["dur_ns"].sum()), int(per["wait_ns"].sum())
     steps = analysis.steps
-    ew = int(steps["exposed_wait_ns"].sum())
-    ex = int(steps["exposed_comm_ns"].sum())
+    ew = int(steps[EXPOSED_WAIT_NS.name].sum())
+    ex = int(steps[EXPOSED_COMM_NS.name].sum())
     cards = [
         _card(
             "waiting in collectives",

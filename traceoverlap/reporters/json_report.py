@@ -17,6 +17,7 @@ import pandas as pd
 
 from .._version import __version__
 from ..results import STEP_COLUMNS
+from ..schema import BLAME, COLLECTIVE_PER_RANK, COLLECTIVES, STEP_SKEW, STRAGGLERS
 
 if TYPE_CHECKING:
     from ..collectives import Collectives
@@ -90,53 +91,21 @@ def step_records(analysis: Analysis) -> list[dict[str, Any]]:
 
 def collectives_dict(coll: Collectives) -> dict[str, Any]:
     per: dict[int, dict[str, dict[str, Any]]] = {}
-    fields = (
-        "start_ns",
-        "dur_ns",
-        "wait_ns",
-        "exposed_ns",
-        "exposed_wait_ns",
-        "exposed_tail_ns",
-        "exposed_dependency_ns",
-        "exposed_host_ns",
-        "same_stream",
-        "queued_ns",
-        "behind_comm_ns",
-        "lane",
-    )
+    fields = COLLECTIVE_PER_RANK.names
+    # null without a launch record (CPU work, or a kernel whose launch was cut)
+    no_launch = [c.name for c in COLLECTIVE_PER_RANK.columns if c.nullable]
     several = coll.per_rank.groupby("rank")["unit"].nunique() if len(coll.per_rank) else None
     for r in records(coll.per_rank, ["instance", "rank", "device", *fields]):
         key = str(r["rank"])
         if several is not None and int(several.get(r["rank"], 1)) > 1:
             key = f"{r['rank']}:{r['device']}"
         row = {f: r[f] for f in fields}
-        for f in ("queued_ns", "behind_comm_ns"):
+        for f in no_launch:
             if row[f] is not None and row[f] < 0:
-                row[f] = None  # no launch record (CPU work, or a kernel whose launch was cut)
+                row[f] = None
         per.setdefault(int(r["instance"]), {})[key] = row
     colls = []
-    for r in records(
-        coll.instances,
-        [
-            "instance",
-            "name",
-            "family",
-            "process_group",
-            "seq",
-            "bytes",
-            "group_ranks",
-            "algbw_gbps",
-            "busbw_gbps",
-            "purpose",
-            "step",
-            "ranks",
-            "matched",
-            "transfer_ns",
-            "wait_ns",
-            "last_rank",
-            "exposed_ns",
-        ],
-    ):
+    for r in records(coll.instances, COLLECTIVES.names):
         r["ranks"] = list(r["ranks"])
         r["per_rank"] = per.get(int(r["instance"]), {})
         colls.append(r)
@@ -150,12 +119,10 @@ def collectives_dict(coll: Collectives) -> dict[str, Any]:
             "partial": coll.partial,
             "matched": coll.n_matched,
             "inconsistent": coll.n_inconsistent,
-            "ranks": records(coll.stragglers, list(coll.stragglers.columns)),
-            "steps": records(coll.step_skew, list(coll.step_skew.columns)),
+            "ranks": records(coll.stragglers, STRAGGLERS.names),
+            "steps": records(coll.step_skew, STEP_SKEW.names),
         },
-        "blame": [
-            {**b, "chain": list(b["chain"])} for b in records(coll.blame, list(coll.blame.columns))
-        ],
+        "blame": [{**b, "chain": list(b["chain"])} for b in records(coll.blame, BLAME.names)],
     }
 
 

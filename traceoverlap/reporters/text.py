@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from rich import box
 from rich.table import Table
 
+from ..vocab import Bottleneck
 from ._format import (
     describe_inputs,
     finding_lines,
@@ -26,13 +27,16 @@ from .across_ranks import render_across_ranks
 if TYPE_CHECKING:
     from ..results import Analysis
 
+#: Where the verdicts (and the causes, and the ``other`` part) are explained.
+VERDICTS_DOC = "docs/diagnosis.md"
+
 _STYLE = {
-    "peer-wait-bound": "bold magenta",
-    "communication-bound": "bold red",
-    "exposed-communication": "yellow",
-    "memory-bound": "cyan",
-    "idle-bound": "magenta",
-    "compute-bound": "green",
+    Bottleneck.PEER_WAIT: "bold magenta",
+    Bottleneck.COMMUNICATION: "bold red",
+    Bottleneck.EXPOSED_COMMUNICATION: "yellow",
+    Bottleneck.MEMORY: "cyan",
+    Bottleneck.IDLE: "magenta",
+    Bottleneck.COMPUTE: "green",
 }
 
 
@@ -80,8 +84,7 @@ def render(analysis: Analysis, *, color: bool = False, width: int = 80) -> str:
     )
     console.print(
         ("nothing else " if other else "")
-        + "running); overlap = share of comm hidden behind compute"
-        + ("; README" if other else "; verdicts: README"),
+        + "running); overlap = share of comm hidden behind compute",
         style="dim",
     )
     if other:
@@ -89,6 +92,7 @@ def render(analysis: Analysis, *, color: bool = False, width: int = 80) -> str:
             "other: only other steps' work ran in the window (overlapping steps; not idle)",
             style="dim",
         )
+    console.print(f"verdicts: {VERDICTS_DOC}", style="dim")
     console.print()
     say(summary_lines(analysis))
     if analysis.findings or analysis.what_if:

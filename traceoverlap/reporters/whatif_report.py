@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from ..schema import OVERLAP_TAX, REPLAY, REPLAY_STEPS, SCENARIOS, TAX_RANK_STEPS
+
 if TYPE_CHECKING:
     from ..whatif import ScenarioResult, WhatIf
 
@@ -71,46 +73,42 @@ def render_text(w: WhatIf) -> str:
 
 
 def _scenario(r: ScenarioResult) -> dict[str, Any]:
-    return {
-        "name": r.name,
-        "step_ns": r.step_ns,
-        "speedup": r.speedup,
-        "changed": r.changed,
-        "ranks": list(r.ranks),
-        "collectives": list(r.collectives),
-        "steps_ns": list(r.steps_ns),
-        "note": r.note or None,
-        "contention_ns": r.contention_ns,
-    }
+    values = (
+        r.name,
+        r.step_ns,
+        r.speedup,
+        r.changed,
+        list(r.ranks),
+        list(r.collectives),
+        list(r.steps_ns),
+        r.note or None,
+        r.contention_ns,
+    )
+    return dict(zip(SCENARIOS.names, values, strict=True))
 
 
 def to_dict(w: WhatIf) -> dict[str, Any]:
+    steps = zip(w.step_labels, w.observed_ns, w.replayed_ns, w.error_ratio, strict=True)
+    replay = (
+        w.median_error_ratio,
+        w.max_error_ratio,
+        w.rounds,
+        [dict(zip(REPLAY_STEPS.names, s, strict=True)) for s in steps],
+    )
+    tax = (
+        w.tax_ns,
+        w.tax_overlap_ns,
+        w.tax_unmeasured_ns,
+        dict(w.tax_by_family_ns),
+        list(w.tax_steps_ns),
+        [dict(zip(TAX_RANK_STEPS.names, r, strict=True)) for r in w.tax_rank_steps],
+    )
     return {
         "schema_version": WHATIF_SCHEMA_VERSION,
-        "replay": {
-            "median_error_ratio": w.median_error_ratio,
-            "max_error_ratio": w.max_error_ratio,
-            "rounds": w.rounds,
-            "steps": [
-                {"step": lbl, "observed_ns": o, "replayed_ns": r, "error_ratio": e}
-                for lbl, o, r, e in zip(
-                    w.step_labels, w.observed_ns, w.replayed_ns, w.error_ratio, strict=True
-                )
-            ],
-        },
+        "replay": dict(zip(REPLAY.names, replay, strict=True)),
         "scenarios": [_scenario(r) for r in w.scenarios],
         "fix_rank": [_scenario(r) for r in w.fix_rank],
-        "overlap_tax": {
-            "total_ns": w.tax_ns,
-            "overlap_ns": w.tax_overlap_ns,
-            "unmeasured_ns": w.tax_unmeasured_ns,
-            "by_family_ns": dict(w.tax_by_family_ns),
-            "steps_ns": list(w.tax_steps_ns),
-            "rank_steps": [
-                {"rank": r, "step": st, "overlap_tax_ns": t, "compute_under_comm_ns": o}
-                for r, st, t, o in w.tax_rank_steps
-            ],
-        },
+        "overlap_tax": dict(zip(OVERLAP_TAX.names, tax, strict=True)),
         "findings": list(w.findings),
         "notes": list(w.notes),
     }

@@ -18,6 +18,7 @@ import pandas as pd
 
 from ...errors import TraceFormatError
 from ...model import CATEGORIES, Timeline, make_events
+from ...vocab import STEP_RE
 from ._categories import (
     ACCELERATOR_CATS,
     AS_WHAT,
@@ -36,7 +37,6 @@ from ._values import INT32_MAX, INT64_MAX, checked_ns, to_int
 # Above this, a ts without baseTimeNanoseconds can only be absolute epoch microseconds
 # (1e15 us = 2001-09-09); relative traces start near 0 or at a monotonic clock (days, not decades).
 _EPOCH_US_THRESHOLD = 1e15
-_STEP_MARKER = re.compile(r"^ProfilerStep#\d+$")
 _THREAD_LABEL = re.compile(r"^thread\s+\d+\s+\((.*)\)\s*$")
 
 
@@ -284,7 +284,7 @@ def _on_host_process(rows: _Rows, gpu_side: np.ndarray, host_pid: int, notes: li
 def _steps_as_annotations(cat: np.ndarray, name: np.ndarray, names: list[str]) -> None:
     """Older traces record ``ProfilerStep#N`` as an operator; it is the profiler's step range:
     recategorised as an annotation (in place)."""
-    step_codes = [i for i, v in enumerate(names) if _STEP_MARKER.match(v)]
+    step_codes = [i for i, v in enumerate(names) if STEP_RE.match(v)]
     if step_codes:
         is_step = np.isin(name, step_codes) & (cat == MODEL_CODE["cpu_op"])
         cat[is_step] = MODEL_CODE["annotation"]
