@@ -171,7 +171,7 @@ class Analysis:
     rules: Rules | None = field(default=None, repr=False, compare=False)
     #: the run graph (docs/whatif.md §1) built in the same read, when analyze was asked for it;
     #: its node count (also when it was left out for passing ``graph_max_nodes``)
-    run_graph: RunGraph | None = None
+    run_graph: RunGraph | None = field(default=None, repr=False, compare=False)
     run_graph_nodes: int = 0
 
     @property

@@ -462,8 +462,7 @@ SCENARIOS = Table(
         Column("note", STR, NONE, "a caveat (not a prediction there...)", True),
         _ns(
             "contention_ns",
-            "more compute beside communication than in the identity replay, when the note says "
-            "so (run total; 0 otherwise): contention the prediction leaves out",
+            "more compute beside communication than the trace (0: none)",
             stats=False,
         ),
     ),
@@ -474,11 +473,7 @@ OVERLAP_TAX = Table(
     (
         _ns("total_ns", "the tax over the run", stats=False),
         replace(OVERLAP_NS, meaning="the overlap it is part of", stats=False),
-        _ns(
-            "unmeasured_ns",
-            "compute under communication whose tax could not be measured (no alone instances)",
-            stats=False,
-        ),
+        _ns("unmeasured_ns", "compute under communication with no alone instance", stats=False),
         Column("by_family_ns", OBJECT, NS, "the tax per collective family"),
         Column("steps_ns", FLOAT_LIST, NS, "the tax of each step (mean over ranks)"),
         Column("rank_steps", OBJECT, NONE, "per (rank, step): whatif_tax_rank_steps"),
