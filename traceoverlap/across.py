@@ -31,7 +31,7 @@ from .model import Timeline, TraceInfo, split_units
 from .options import AnalysisOptions
 from .rankmap import unit_step_detail
 from .results import Analysis, StepDetail
-from .schema import EXPOSED_COMM_NS, EXPOSED_WAIT_NS, STEP_NS
+from .schema import EXPOSED_COMM_NS, EXPOSED_NS, EXPOSED_WAIT_NS, STEP_NS, WAIT_NS, WAITED_FOR_RANK
 
 if TYPE_CHECKING:
     from .collectives import Collectives
@@ -50,13 +50,13 @@ INSTANCE_COLUMNS = (
     "seq",
     "start_ns",
     "end_ns",
-    "wait_ns",
+    WAIT_NS.name,
     "transfer_ns",
     "last_rank",
-    "waited_for_rank",
+    WAITED_FOR_RANK.name,
     "n_ranks",
     "matched",
-    "exposed_ns",
+    EXPOSED_NS.name,
 )
 
 
@@ -266,13 +266,13 @@ def _waited_for(
     if cr.empty:
         return pd.DataFrame(columns=cols)
     m = (cr["step"].astype(str) == str(label)).to_numpy() & cr["unit"].isin(units or set())
-    cr = cr[m.to_numpy() & (cr["exposed_wait_ns"].to_numpy(np.int64) > 0)]
-    g = cr.groupby(cr["waited_for_rank"].astype(np.int64))
+    cr = cr[m.to_numpy() & (cr[EXPOSED_WAIT_NS.name].to_numpy(np.int64) > 0)]
+    g = cr.groupby(cr[WAITED_FOR_RANK.name].astype(np.int64))
     out = pd.DataFrame(
         {
             "rank": g.size().index.to_numpy(np.int64),
             "instances": g["instance"].nunique().to_numpy(np.int64),
-            "exposed_waited_for_ns": g["exposed_wait_ns"].sum().to_numpy(np.int64),
+            "exposed_waited_for_ns": g[EXPOSED_WAIT_NS.name].sum().to_numpy(np.int64),
         },
         columns=cols,
     )
@@ -341,14 +341,14 @@ def _instances(analysis: Analysis, label: Any, offsets: dict[int, int]) -> pd.Da
             "seq": info["seq"].reindex(pr["instance"]).to_numpy(),
             "start_ns": pr["start_ns"].to_numpy(np.int64) - off,
             "end_ns": pr["end_ns"].to_numpy(np.int64) - off,
-            "wait_ns": pr["wait_ns"].to_numpy(np.int64),
+            WAIT_NS.name: pr[WAIT_NS.name].to_numpy(np.int64),
             # unmatched: nothing to compare with, the whole span counts as transfer
             "transfer_ns": np.where(matched, transfer, pr["dur_ns"].to_numpy(np.int64)),
             "last_rank": info["last_rank"].reindex(pr["instance"]).to_numpy(),
-            "waited_for_rank": pr["waited_for_rank"].to_numpy(),
+            WAITED_FOR_RANK.name: pr[WAITED_FOR_RANK.name].to_numpy(),
             "n_ranks": info["n_ranks"].reindex(pr["instance"]).to_numpy(np.int64),
             "matched": matched,
-            "exposed_ns": pr["exposed_ns"].to_numpy(np.int64),
+            EXPOSED_NS.name: pr[EXPOSED_NS.name].to_numpy(np.int64),
         },
         columns=list(INSTANCE_COLUMNS),
     ).reset_index(drop=True)

@@ -47,6 +47,7 @@ from .schema import (
     EXPOSED_COMM_NS,
     EXPOSED_COMM_RATIO,
     EXPOSED_TRANSFER_NS,
+    EXPOSED_WAIT_NS,
     IDEAL_NS,
     IDLE_NS,
     IDLE_RATIO,
@@ -57,6 +58,7 @@ from .schema import (
     POTENTIAL_SPEEDUP,
     RANK,
     REASON,
+    ROOT_WAITED_FOR_NS,
     STEP,
     STEP_NS,
     WAIT_KNOWN,
@@ -323,7 +325,7 @@ def _reduce(
         {
             "rank": [traces[u].rank for u in win.unit_of],
             "step": win.labels,
-            "step_ns": win.parts["step_ns"],
+            STEP_NS.name: win.parts[STEP_NS.name],
         }
     )
     local = _gather_instances(units, win)
@@ -406,7 +408,7 @@ def _root_ns(coll: Collectives, rank: int) -> int:
     """The exposed waiting that traces back to ``rank`` (its blame chains' roots), else the
     exposed waiting credited to it directly."""
     row = coll.stragglers.set_index("rank").loc[rank]
-    root = int(row.get("root_waited_for_ns", 0))
+    root = int(row.get(ROOT_WAITED_FOR_NS.name, 0))
     return root if root > 0 else int(row["exposed_waited_for_ns"])
 
 
@@ -414,7 +416,7 @@ def _with_roots(st: pd.DataFrame, blame: pd.DataFrame) -> pd.DataFrame:
     """The straggler table with ``root_waited_for_ns`` (the exposed waiting whose blame chain
     ends at the rank; sums to the run's exposed wait like the credit), most blamed first."""
     roots = (
-        blame.groupby("root_rank")["exposed_wait_ns"].sum()
+        blame.groupby("root_rank")[EXPOSED_WAIT_NS.name].sum()
         if len(blame)
         else pd.Series(dtype=np.int64)
     )
@@ -422,7 +424,7 @@ def _with_roots(st: pd.DataFrame, blame: pd.DataFrame) -> pd.DataFrame:
         root_waited_for_ns=roots.reindex(st["rank"].to_numpy(), fill_value=0).to_numpy(np.int64)
     )
     st = st.sort_values(
-        ["root_waited_for_ns", "exposed_waited_for_ns", "last_count", "rank"],
+        [ROOT_WAITED_FOR_NS.name, "exposed_waited_for_ns", "last_count", "rank"],
         ascending=[False, False, False, True],
         kind="stable",
     )
@@ -531,7 +533,9 @@ def _wait_known(
     a unit whose collectives were matched across ranks (or that has no communication at all)."""
     multi = len(units) > 1
     matched_units = set(coll.per_rank.loc[coll.per_rank["matched"].astype(bool), "unit"].tolist())
-    has_comm = np.bincount(win.unit_of, weights=win.parts["comm_ns"] > 0, minlength=len(units)) > 0
+    has_comm = (
+        np.bincount(win.unit_of, weights=win.parts[COMM_NS.name] > 0, minlength=len(units)) > 0
+    )
     known = np.array([multi and (u in matched_units or not has_comm[u]) for u in range(len(units))])
     return np.asarray(known[win.unit_of])
 
@@ -631,11 +635,11 @@ def _waited_for(coll: Collectives, n_windows: int) -> list[int | None]:
     cr = coll.credit
     if cr.empty:
         return out
-    tot = cr.groupby(["window", "waited_for_rank"])["exposed_wait_ns"].sum().reset_index()
+    tot = cr.groupby(["window", WAITED_FOR_RANK.name])[EXPOSED_WAIT_NS.name].sum().reset_index()
     tot = tot.sort_values(
-        ["window", "exposed_wait_ns", "waited_for_rank"], ascending=[True, False, True]
+        ["window", EXPOSED_WAIT_NS.name, WAITED_FOR_RANK.name], ascending=[True, False, True]
     )
-    for w, r in tot.drop_duplicates("window")[["window", "waited_for_rank"]].itertuples(
+    for w, r in tot.drop_duplicates("window")[["window", WAITED_FOR_RANK.name]].itertuples(
         index=False
     ):
         out[int(w)] = int(r)

@@ -57,7 +57,19 @@ from .intervals import GroupedIntervals
 from .job import CREDIT_COLUMNS, credit_segments, empty_blame, waited_for_ranks
 from .metrics import ActivityRows
 from .model import Kind, Timeline, TraceInfo, per_category
-from .schema import ROOT_WAITED_FOR_NS, STEP_SKEW, STRAGGLERS
+from .schema import (
+    EXPOSED_DEPENDENCY_NS,
+    EXPOSED_HOST_NS,
+    EXPOSED_NS,
+    EXPOSED_TAIL_NS,
+    EXPOSED_WAIT_NS,
+    ROOT_WAITED_FOR_NS,
+    STEP_NS,
+    STEP_SKEW,
+    STRAGGLERS,
+    WAIT_NS,
+    WAITED_FOR_RANK,
+)
 from .steps import NO_LAUNCH, UnitSteps
 from .vocab import (
     CAUSES,
@@ -113,19 +125,19 @@ PER_RANK_COLUMNS = (
     "start_ns",
     "end_ns",
     "dur_ns",
-    "wait_ns",
-    "exposed_ns",
-    "exposed_wait_ns",
-    "exposed_tail_ns",
-    "exposed_dependency_ns",
-    "exposed_host_ns",
+    WAIT_NS.name,
+    EXPOSED_NS.name,
+    EXPOSED_WAIT_NS.name,
+    EXPOSED_TAIL_NS.name,
+    EXPOSED_DEPENDENCY_NS.name,
+    EXPOSED_HOST_NS.name,
     "same_stream",
     "queued_ns",
     "behind_comm_ns",
     "matched",
     "aligned_start_ns",
     "aligned_end_ns",
-    "waited_for_rank",
+    WAITED_FOR_RANK.name,
 )
 INSTANCE_COLUMNS = (
     "instance",
@@ -139,9 +151,9 @@ INSTANCE_COLUMNS = (
     "step",
     "start_ns",
     "transfer_ns",
-    "wait_ns",
+    WAIT_NS.name,
     "last_rank",
-    "exposed_ns",
+    EXPOSED_NS.name,
     "matched",
     "group",
     "members",
@@ -929,10 +941,10 @@ def match_collectives(
 
     # wait / transfer per matched (instance, unit)
     m["transfer_ns"] = m.groupby("key")["dur_ns"].transform("min").astype(np.int64)
-    m["wait_ns"] = (m["dur_ns"] - m["transfer_ns"]).astype(np.int64)
+    m[WAIT_NS.name] = (m["dur_ns"] - m["transfer_ns"]).astype(np.int64)
     _p2p_waits(m)
-    inst["wait_ns"] = (
-        pd.Series(m["wait_ns"].to_numpy(), index=m.index)
+    inst[WAIT_NS.name] = (
+        pd.Series(m[WAIT_NS.name].to_numpy(), index=m.index)
         .reindex(inst.index)
         .fillna(0)
         .to_numpy(np.int64)
@@ -982,7 +994,7 @@ def _arrivals(inst: pd.DataFrame, m: pd.DataFrame, unit_rank: I64) -> None:
         m["key"].to_numpy(np.int64),
         rank,
         m["aligned_start"].to_numpy(np.int64),
-        inst.loc[idx, "wait_ns"].to_numpy(np.int64),
+        inst.loc[idx, WAIT_NS.name].to_numpy(np.int64),
         peer,
     )
     inst.loc[idx, "last_arrival"] = latest
@@ -1001,7 +1013,7 @@ def _credit(
     """The credit table (docs/job-model.md): every exposed-wait ns once, to the rank waited for."""
     p_inst, p_win, p_s, p_e = pieces
     start = inst["start_ns"].to_numpy(np.int64)
-    w_end = start + inst["wait_ns"].to_numpy(np.int64)
+    w_end = start + inst[WAIT_NS.name].to_numpy(np.int64)
     w, row, ns = credit_segments(
         p_inst,
         p_win,
@@ -1020,8 +1032,8 @@ def _credit(
             "rank": unit_rank[unit] if unit.size else np.zeros(0, np.int64),
             "step": labels[w] if w.size else np.zeros(0, object),
             "instance": row_instance.reindex(row).to_numpy(np.int64),
-            "waited_for_rank": inst["waited_for"].to_numpy(np.int64)[row],
-            "exposed_wait_ns": ns,
+            WAITED_FOR_RANK.name: inst["waited_for"].to_numpy(np.int64)[row],
+            EXPOSED_WAIT_NS.name: ns,
         },
         columns=list(CREDIT_COLUMNS),
     )
@@ -1056,7 +1068,7 @@ def _p2p_waits(m: pd.DataFrame) -> None:
     keys = d["key"].to_numpy()
     latest = pd.Series(a_start).groupby(keys).transform("max").to_numpy(np.int64)
     wait = np.clip(np.minimum(a_end, latest) - a_start, 0, None).astype(np.int64)
-    m.loc[directed, "wait_ns"] = wait
+    m.loc[directed, WAIT_NS.name] = wait
     m.loc[directed, "transfer_ns"] = d["dur_ns"].to_numpy(np.int64) - wait
 
 
@@ -1128,7 +1140,7 @@ def _cause_sets(
     ``[start, start + wait)`` of its instance on that unit, clipped to the piece."""
     p_inst, p_win, p_s, p_e = pieces
     w_start = inst["start_ns"].to_numpy(np.int64)[p_inst]
-    w_end = w_start + inst["wait_ns"].to_numpy(np.int64)[p_inst]
+    w_end = w_start + inst[WAIT_NS.name].to_numpy(np.int64)[p_inst]
     wait_set = iv.grouped_union(p_win, np.maximum(p_s, w_start), np.minimum(p_e, w_end), n_windows)
     parts = list(exposed.values())
     total_exposed = iv.grouped_union(
@@ -1156,7 +1168,7 @@ def _instance_causes(
         ns = np.bincount(p_inst, weights=cov, minlength=len(inst)).astype(np.int64)
         inst[f"exposed_{cause}_ns"] = ns
         total += ns
-    inst["exposed_ns"] = total
+    inst[EXPOSED_NS.name] = total
 
 
 def _family_causes(
@@ -1165,7 +1177,7 @@ def _family_causes(
     """Exposed ns per (window, collective family, cause), each ns counted once per family (the
     instances of a family are unioned first), plus the part on compute streams (same_stream)."""
     p_inst, p_win, p_s, p_e = pieces
-    cols = ["window", "family", "exposed_ns", *(f"exposed_{c}_ns" for c in CAUSES)]
+    cols = ["window", "family", EXPOSED_NS.name, *(f"exposed_{c}_ns" for c in CAUSES)]
     cols += ["same_stream_ns"]
     if p_inst.size == 0:
         return pd.DataFrame(columns=cols)
@@ -1193,8 +1205,8 @@ def _family_causes(
             "same_stream_ns": sum(out[f"same:{c}"] for c in CAUSES),
         }
     )
-    df["exposed_ns"] = sum(df[f"exposed_{c}_ns"] for c in CAUSES)
-    return df.loc[df["exposed_ns"] > 0, cols].reset_index(drop=True)
+    df[EXPOSED_NS.name] = sum(df[f"exposed_{c}_ns"] for c in CAUSES)
+    return df.loc[df[EXPOSED_NS.name] > 0, cols].reset_index(drop=True)
 
 
 def _unit_name(traces: Sequence[TraceInfo], u: int) -> str:
@@ -1252,8 +1264,8 @@ def _tables(
             "start_ns": inst["start_ns"].to_numpy(np.int64),
             "end_ns": inst["end_ns"].to_numpy(np.int64),
             "dur_ns": inst["dur_ns"].to_numpy(np.int64),
-            "wait_ns": inst["wait_ns"].to_numpy(np.int64),
-            "exposed_ns": inst["exposed_ns"].to_numpy(np.int64),
+            WAIT_NS.name: inst[WAIT_NS.name].to_numpy(np.int64),
+            EXPOSED_NS.name: inst[EXPOSED_NS.name].to_numpy(np.int64),
             **{f"exposed_{c}_ns": inst[f"exposed_{c}_ns"].to_numpy(np.int64) for c in CAUSES},
             "same_stream": inst["same_stream"].astype(bool).to_numpy(),
             # nullable: <NA> where the launch is unknown (internally -1)
@@ -1262,7 +1274,7 @@ def _tables(
             "matched": inst["matched"].to_numpy(bool),
             "aligned_start_ns": inst["aligned_start"].to_numpy(np.int64),
             "aligned_end_ns": (inst["aligned_start"] + inst["dur_ns"]).to_numpy(np.int64),
-            "waited_for_rank": [(int(r) if r >= 0 else None) for r in inst["waited_for"]],
+            WAITED_FOR_RANK.name: [(int(r) if r >= 0 else None) for r in inst["waited_for"]],
         },
         columns=list(PER_RANK_COLUMNS),
     )
@@ -1288,9 +1300,9 @@ def _tables(
             "step": first["step"].to_numpy(),
             "start_ns": g["start_ns"].min().to_numpy(np.int64),
             "transfer_ns": g["dur_ns"].min().to_numpy(np.int64),
-            "wait_ns": g["wait_ns"].sum().to_numpy(np.int64),
+            WAIT_NS.name: g[WAIT_NS.name].sum().to_numpy(np.int64),
             "last_rank": [None] * len(first),
-            "exposed_ns": g["exposed_ns"].sum().to_numpy(np.int64),
+            EXPOSED_NS.name: g[EXPOSED_NS.name].sum().to_numpy(np.int64),
             "matched": first["matched"].to_numpy(bool),
             "group": [str(x) for x in gi["group_key"].first().tolist()],
             "members": gi["members"].first().tolist(),
@@ -1333,7 +1345,7 @@ def _straggler_table(
     rank_arr = np.unique(ranks)
     pr = per_rank[per_rank["matched"].astype(bool)] if len(per_rank) else per_rank
     count = pr.groupby("rank")["instance"].size().reindex(rank_arr, fill_value=0)
-    own_wait = pr.groupby("rank")["wait_ns"].sum().reindex(rank_arr, fill_value=0)
+    own_wait = pr.groupby("rank")[WAIT_NS.name].sum().reindex(rank_arr, fill_value=0)
     last_count = pd.Series(0, index=rank_arr, dtype=np.int64)
     waited_for = pd.Series(0, index=rank_arr, dtype=np.int64)
     inst = instances[instances["last_rank"].notna().to_numpy()] if len(instances) else instances
@@ -1342,9 +1354,9 @@ def _straggler_table(
         last_count = last.value_counts().reindex(rank_arr, fill_value=0).astype(np.int64)
     if aligned and len(pr):
         # every wait ns (hidden or not) of the others, credited as the exposed ones are
-        wf = pr[pr["waited_for_rank"].notna().to_numpy()]
+        wf = pr[pr[WAITED_FOR_RANK.name].notna().to_numpy()]
         waited_for = (
-            wf.groupby(wf["waited_for_rank"].astype(np.int64))["wait_ns"]
+            wf.groupby(wf[WAITED_FOR_RANK.name].astype(np.int64))[WAIT_NS.name]
             .sum()
             .reindex(rank_arr, fill_value=0)
             .astype(np.int64)
@@ -1362,8 +1374,8 @@ def _straggler_table(
                 dtype="Float64",
             ),
             "waited_for_ns": waited_for.to_numpy().astype(np.int64),
-            "wait_ns": own_wait.to_numpy().astype(np.int64),
-            "exposed_waited_for_ns": credit.groupby("waited_for_rank")["exposed_wait_ns"]
+            WAIT_NS.name: own_wait.to_numpy().astype(np.int64),
+            "exposed_waited_for_ns": credit.groupby(WAITED_FOR_RANK.name)[EXPOSED_WAIT_NS.name]
             .sum()
             .reindex(rank_arr, fill_value=0)
             .to_numpy()
@@ -1383,21 +1395,21 @@ def step_skew(steps: pd.DataFrame) -> pd.DataFrame:
     """Per step label on two or more ranks: slowest and fastest rank, and the skew (ns)."""
     if steps.empty:
         return pd.DataFrame(columns=list(SKEW_COLUMNS))
-    df = steps[["rank", "step", "step_ns"]].copy()
+    df = steps[["rank", "step", STEP_NS.name]].copy()
     df["key"] = df["step"].astype(str)
-    df["step_ns"] = df["step_ns"].astype(np.int64)
+    df[STEP_NS.name] = df[STEP_NS.name].astype(np.int64)
     n_ranks = df.groupby("key", sort=False)["rank"].nunique()
     df = df[df["key"].map(n_ranks).to_numpy() >= 2]
     if df.empty:
         return pd.DataFrame(columns=list(SKEW_COLUMNS))
-    hi = df.sort_values(["key", "step_ns", "rank"], ascending=[True, False, True], kind="stable")
-    lo = df.sort_values(["key", "step_ns", "rank"], ascending=[True, True, True], kind="stable")
+    hi = df.sort_values(["key", STEP_NS.name, "rank"], ascending=[True, False, True], kind="stable")
+    lo = df.sort_values(["key", STEP_NS.name, "rank"], ascending=[True, True, True], kind="stable")
     hi = hi.drop_duplicates("key").set_index("key")
     lo = lo.drop_duplicates("key").set_index("key")
     order = df.drop_duplicates("key")
     keys = order["key"].to_numpy()
-    max_ns = hi["step_ns"].reindex(keys).to_numpy().astype(np.int64)
-    min_ns = lo["step_ns"].reindex(keys).to_numpy().astype(np.int64)
+    max_ns = hi[STEP_NS.name].reindex(keys).to_numpy().astype(np.int64)
+    min_ns = lo[STEP_NS.name].reindex(keys).to_numpy().astype(np.int64)
     return pd.DataFrame(
         {
             "step": order["step"].to_numpy(dtype=object),

@@ -40,6 +40,7 @@ from .schema import (
     EXPOSED_COMM_NS,
     EXPOSED_DEPENDENCY_NS,
     EXPOSED_HOST_NS,
+    EXPOSED_NS,
     EXPOSED_TAIL_NS,
     EXPOSED_WAIT_NS,
     IDLE_NS,
@@ -116,7 +117,7 @@ def _keyed(analysis: Analysis) -> pd.DataFrame:
     """Every collective of every (rank, step) with its pairing key: ``family``, ``name``,
     ``purpose`` ("" unknown), ``bytes`` (-1 unknown), in start order within its step."""
     coll = analysis.collectives
-    cols = ["unit", "window", "start_ns", "family", "name", "purpose", "bytes", "exposed_ns"]
+    cols = ["unit", "window", "start_ns", "family", "name", "purpose", "bytes", EXPOSED_NS.name]
     if coll is None or coll.per_rank.empty:
         return pd.DataFrame(columns=cols)
     df = coll.per_rank.sort_values(["unit", "window", "start_ns"], kind="stable")
@@ -152,12 +153,12 @@ def _by_order(df: pd.DataFrame, qualified: set[str]) -> pd.DataFrame:
     """Collectives paired by key and their order within the key in a step: median exposed ns over
     (rank, step) and how many (rank, step) have it. ``qualified``: names shown with purpose
     and size (a run issues that name with several)."""
-    cols = ["collective", "name", "position", "exposed_ns", "count", "paired_by"]
+    cols = ["collective", "name", "position", EXPOSED_NS.name, "count", "paired_by"]
     if df.empty:
         return pd.DataFrame(columns=cols)
     df = df.assign(position=df.groupby(["unit", "window", *_KEY]).cumcount() + 1)
-    g = df.groupby([*_KEY, "position"], sort=True)["exposed_ns"]
-    out = pd.DataFrame({"exposed_ns": g.median(), "count": g.size()}).reset_index()
+    g = df.groupby([*_KEY, "position"], sort=True)[EXPOSED_NS.name]
+    out = pd.DataFrame({EXPOSED_NS.name: g.median(), "count": g.size()}).reset_index()
     out["collective"] = [
         f"{n} ({p or PURPOSES[Purpose.UNKNOWN]}, {fmt.size(b, 'size unknown')}) #{k}"
         if n in qualified
@@ -172,12 +173,12 @@ def _by_order(df: pd.DataFrame, qualified: set[str]) -> pd.DataFrame:
 def _by_family(df: pd.DataFrame) -> pd.DataFrame:
     """Families compared as a whole: per (rank, step) the family's exposed ns summed, then the
     median over (rank, step), and how many (rank, step) issue the family."""
-    cols = ["collective", "name", "position", "exposed_ns", "count", "paired_by"]
+    cols = ["collective", "name", "position", EXPOSED_NS.name, "count", "paired_by"]
     if df.empty:
         return pd.DataFrame(columns=cols)
-    per = df.groupby(["family", "unit", "window"])["exposed_ns"].sum()
+    per = df.groupby(["family", "unit", "window"])[EXPOSED_NS.name].sum()
     g = per.groupby(level="family")
-    out = pd.DataFrame({"exposed_ns": g.median(), "count": g.size()}).reset_index()
+    out = pd.DataFrame({EXPOSED_NS.name: g.median(), "count": g.size()}).reset_index()
     return out.assign(
         collective=[f"{f} (the family per step)" for f in out["family"]],
         name=out["family"],

@@ -32,6 +32,20 @@ from .hostwait import split_compute
 from .intervals import GroupedIntervals
 from .metrics import ActivityRows, StepSets, activity_rows, step_sets
 from .model import Kind
+from .schema import (
+    COMM_NS,
+    COMPUTE_NS,
+    COMPUTE_ONLY_NS,
+    EXPOSED_COMM_NS,
+    IDEAL_NS,
+    IDLE_NS,
+    ITERATION_NS,
+    MEMORY_NS,
+    MEMORY_ONLY_NS,
+    OTHER_STEPS_NS,
+    OVERLAP_NS,
+    STEP_NS,
+)
 from .steps import UnitSteps
 
 I64 = npt.NDArray[np.int64]
@@ -165,18 +179,18 @@ def cpu_windows(
     compute, comm, overlap = size["compute"], size["comm"], size["overlap"]
     exposed = comm - overlap
     parts = {
-        "step_ns": step,
-        "compute_ns": compute,
-        "comm_ns": comm,
-        "memory_ns": size["memory"],
-        "overlap_ns": overlap,
-        "exposed_comm_ns": exposed,
-        "idle_ns": step - size["busy"],
-        "other_steps_ns": np.zeros(ws.size, dtype=np.int64),
-        "iteration_ns": steps.iteration_ns,
-        "ideal_ns": step - exposed + np.maximum(0, comm - compute),
-        "compute_only_ns": size["compute_only"],
-        "memory_only_ns": size["memory_only"],
+        STEP_NS.name: step,
+        COMPUTE_NS.name: compute,
+        COMM_NS.name: comm,
+        MEMORY_NS.name: size["memory"],
+        OVERLAP_NS.name: overlap,
+        EXPOSED_COMM_NS.name: exposed,
+        IDLE_NS.name: step - size["busy"],
+        OTHER_STEPS_NS.name: np.zeros(ws.size, dtype=np.int64),
+        ITERATION_NS.name: steps.iteration_ns,
+        IDEAL_NS.name: step - exposed + np.maximum(0, comm - compute),
+        COMPUTE_ONLY_NS.name: size["compute_only"],
+        MEMORY_ONLY_NS.name: size["memory_only"],
     }
     comm_rows = activity_rows(start, end, np.where(kind == Kind.COMM, kind, Kind.NONE), steps)
     starts = _compute_starts(unit.pieces, comm_rows, ws, we, compute > 0)

@@ -23,6 +23,7 @@ from .model import Timeline, TraceInfo, split_units
 from .options import describe_steps
 from .rankmap import read_units, unit_step_detail
 from .results import Analysis, StepDetail
+from .schema import STEP_NS
 
 
 def step_detail(
@@ -76,7 +77,7 @@ def _choose(
     rows = win[mine]
     if step is None:
         # the step table's rows are the windows' rows, in the same order
-        step_ns = analysis.steps["step_ns"].to_numpy(np.int64)[mine]
+        step_ns = analysis.steps[STEP_NS.name].to_numpy(np.int64)[mine]
         pos = int(np.argsort(step_ns, kind="stable")[(len(step_ns) - 1) // 2])
     else:
         hits = np.flatnonzero((rows["step"].astype(str) == str(step)).to_numpy())

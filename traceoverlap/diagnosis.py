@@ -39,6 +39,22 @@ from .job import blame_line
 from .metrics import ActivityRows
 from .model import Kind
 from .options import Thresholds
+from .schema import (
+    COMM_NS,
+    COMPUTE_NS,
+    COMPUTE_ONLY_NS,
+    EXPOSED_COMM_NS,
+    EXPOSED_HOST_NS,
+    EXPOSED_NS,
+    EXPOSED_TRANSFER_NS,
+    EXPOSED_WAIT_NS,
+    IDLE_NS,
+    MEMORY_ONLY_NS,
+    OTHER_STEPS_NS,
+    OVERLAP_NS,
+    STEP_NS,
+    WAITED_FOR_RANK,
+)
 from .steps import NO_LAUNCH, UnitSteps
 from .vocab import (
     BLOCKED_MAX_NS,
@@ -56,10 +72,10 @@ I64 = npt.NDArray[np.int64]
 
 #: Lost parts in tie-break order, with the name a reason uses.
 LOST_PARTS: tuple[tuple[str, str], ...] = (
-    ("exposed_wait_ns", "waiting for a peer in collectives"),
-    ("exposed_transfer_ns", "exposed communication (transfer)"),
-    ("idle_ns", "idle"),
-    ("memory_only_ns", "memcpy/memset alone"),
+    (EXPOSED_WAIT_NS.name, "waiting for a peer in collectives"),
+    (EXPOSED_TRANSFER_NS.name, "exposed communication (transfer)"),
+    (IDLE_NS.name, "idle"),
+    (MEMORY_ONLY_NS.name, "memcpy/memset alone"),
 )
 
 
@@ -182,13 +198,13 @@ def verdict(
     deciding numbers. ``row`` holds the step's ``*_ns`` fields; ``waited_for`` names the rank
     this step waited for most (or None); ``partial``: the hedge of a run with ranks missing
     (:func:`partial_hedge`), said on every verdict that exposed transfer decides."""
-    step = int(row["step_ns"])
-    compute, comm = int(row["compute_ns"]), int(row["comm_ns"])
+    step = int(row[STEP_NS.name])
+    compute, comm = int(row[COMPUTE_NS.name]), int(row[COMM_NS.name])
     if step <= 0:
         return Verdict(Bottleneck.COMPUTE, "empty window (0 ns): nothing to diagnose")
     # other steps' work in the window (overlapping steps, §7) is not lost time
-    other = int(row.get("other_steps_ns", 0))
-    lost = step - int(row["compute_only_ns"]) - int(row["overlap_ns"]) - other
+    other = int(row.get(OTHER_STEPS_NS.name, 0))
+    lost = step - int(row[COMPUTE_ONLY_NS.name]) - int(row[OVERLAP_NS.name]) - other
     if lost < thresholds.lost_ratio * step:
         return Verdict(
             Bottleneck.COMPUTE,
@@ -199,11 +215,11 @@ def verdict(
     ranked = sorted(range(len(parts)), key=lambda i: (-parts[i][2], i))
     key, label, value = parts[ranked[0]]
     share = f"{_ms(value)} = {_pct(value / step)} of the step"
-    if key == "exposed_wait_ns":
+    if key == EXPOSED_WAIT_NS.name:
         who = f"rank {waited_for}" if waited_for is not None else "a peer"
         cls = Bottleneck.PEER_WAIT
         text = f"waiting for {who} in collectives {share}: it arrived late"
-    elif key == "exposed_transfer_ns":
+    elif key == EXPOSED_TRANSFER_NS.name:
         if comm > compute:
             cls = Bottleneck.COMMUNICATION
             text = (
@@ -220,7 +236,7 @@ def verdict(
             text += " (one rank only: waiting for peers cannot be told apart from transfer)"
         elif partial:
             text += f" ({partial})"
-    elif key == "idle_ns":
+    elif key == IDLE_NS.name:
         cls = Bottleneck.IDLE
         text = f"idle {share}: nothing ran on the device (the host did not feed it)"
     else:
@@ -611,7 +627,7 @@ class AdviceContext:
         return None if bw is None else bw.verdict
 
 
-def _names(df: pd.DataFrame, col: str = "exposed_ns", limit: int = 3) -> tuple[str, ...]:
+def _names(df: pd.DataFrame, col: str = EXPOSED_NS.name, limit: int = 3) -> tuple[str, ...]:
     """The collectives behind a finding, most exposed first: ``AllReduce #7 (rank 0 step 5,
     2.10 ms)``."""
     hit = df[df[col] > 0]
@@ -650,8 +666,8 @@ def findings(
     ctx = context or AdviceContext()
     if len(per_instance) and "purpose" not in per_instance.columns:
         per_instance = per_instance.assign(purpose=Purpose.UNKNOWN)
-    total_exposed = int(steps["exposed_comm_ns"].sum()) if len(steps) else 0
-    total_step = int(steps["step_ns"].sum()) if len(steps) else 0
+    total_exposed = int(steps[EXPOSED_COMM_NS.name].sum()) if len(steps) else 0
+    total_step = int(steps[STEP_NS.name].sum()) if len(steps) else 0
     bound = set(np.flatnonzero((steps["bottleneck"] == Bottleneck.COMMUNICATION).to_numpy()))
     first = _same_stream_finding(per_instance, family_causes, total_exposed)
     ranked = [
@@ -698,7 +714,7 @@ def _same_stream_finding(pi: pd.DataFrame, fc: pd.DataFrame, total_exposed: int)
                 "serialises with every kernel around it), and wait for it only where its "
                 "result is needed"
             ),
-            family=_top_family(same, "exposed_ns"),
+            family=_top_family(same, EXPOSED_NS.name),
             exposed_ns=ns,
             share_ratio=_share(ns, total_exposed),
             collectives=_names(same) or _names(same.assign(one=1), "one"),
@@ -724,7 +740,7 @@ def _wait_finding(
     naming the rank most waited for and the part of it credited to that rank
     (``straggler_ns``, docs/job-model.md: never more than the whole); its share of all exposed
     communication."""
-    wait = int(steps["exposed_wait_ns"].sum())
+    wait = int(steps[EXPOSED_WAIT_NS.name].sum())
     if wait <= 0:
         return []
     if straggler is not None and straggler_ns is not None:
@@ -748,14 +764,14 @@ def _wait_finding(
             kind=Cause.WAIT,
             title=title,
             advice=(f"{lines}; " if lines else "") + advice(Cause.WAIT, "*"),
-            family=_top_family(pi, "exposed_wait_ns") if len(pi) else None,
+            family=_top_family(pi, EXPOSED_WAIT_NS.name) if len(pi) else None,
             exposed_ns=wait,
             share_ratio=_share(wait, total_exposed),
-            collectives=_names(pi, "exposed_wait_ns") if len(pi) else (),
+            collectives=_names(pi, EXPOSED_WAIT_NS.name) if len(pi) else (),
             evidence={
-                "exposed_wait_ns": wait,
-                "exposed_comm_ns": total_exposed,
-                "waited_for_rank": straggler,
+                EXPOSED_WAIT_NS.name: wait,
+                EXPOSED_COMM_NS.name: total_exposed,
+                WAITED_FOR_RANK.name: straggler,
                 "exposed_waited_for_ns": straggler_ns,
                 "blame": [{**b, "chain": list(b["chain"]), "line": blame_line(b)} for b in chains],
             },
@@ -794,7 +810,7 @@ def _cause_findings(
                 exposed_ns=int(ns),
                 share_ratio=_share(int(ns), total_exposed),
                 collectives=_names(mine, col) if len(mine) else (),
-                evidence={col: int(ns), "exposed_comm_ns": total_exposed},
+                evidence={col: int(ns), EXPOSED_COMM_NS.name: total_exposed},
                 purpose=purpose,
             )
         )
@@ -806,12 +822,12 @@ def _host_finding(
 ) -> list[Finding]:
     """The ``host`` finding (0 or 1): all exposed ns whose next compute was not launched yet
     (``exposed_host_ns`` of the steps), advised for the family carrying most of it."""
-    host = int(steps["exposed_host_ns"].sum())
+    host = int(steps[EXPOSED_HOST_NS.name].sum())
     if host <= 0:
         return []
-    fam = _top_family(pi, "exposed_host_ns") if len(pi) else Family.OTHER
+    fam = _top_family(pi, EXPOSED_HOST_NS.name) if len(pi) else Family.OTHER
     purpose = (
-        _top_purpose(pi[pi["family"] == fam], "exposed_host_ns") if len(pi) else Purpose.UNKNOWN
+        _top_purpose(pi[pi["family"] == fam], EXPOSED_HOST_NS.name) if len(pi) else Purpose.UNKNOWN
     )
     return [
         Finding(
@@ -822,10 +838,10 @@ def _host_finding(
             family=fam,
             exposed_ns=host,
             share_ratio=_share(host, total_exposed),
-            collectives=_names(pi, "exposed_host_ns") if len(pi) else (),
+            collectives=_names(pi, EXPOSED_HOST_NS.name) if len(pi) else (),
             evidence={
-                "exposed_host_ns": host,
-                "exposed_comm_ns": total_exposed,
+                EXPOSED_HOST_NS.name: host,
+                EXPOSED_COMM_NS.name: total_exposed,
                 "top_family": fam,
             },
         )
@@ -848,16 +864,16 @@ def _transfer_bound_finding(
     if not bound:
         return []
     rows = steps.iloc[sorted(bound)]
-    ns = int(rows["exposed_transfer_ns"].sum())
+    ns = int(rows[EXPOSED_TRANSFER_NS.name].sum())
     in_bound = fc[fc["window"].isin(bound)] if len(fc) else fc
     fam = (
-        str(in_bound.groupby("family")["exposed_ns"].sum().idxmax())
+        str(in_bound.groupby("family")[EXPOSED_NS.name].sum().idxmax())
         if len(in_bound)
         else Family.OTHER
     )
     mine = pi[pi["window"].isin(bound)] if len(pi) else pi
     purpose = (
-        _top_purpose(mine[mine["family"] == fam], "exposed_ns") if len(mine) else Purpose.UNKNOWN
+        _top_purpose(mine[mine["family"] == fam], EXPOSED_NS.name) if len(mine) else Purpose.UNKNOWN
     )
     bw = ctx.bandwidth.get(fam)
     bw_text = f"; {bw.text()}" if bw is not None else "; message sizes unknown"
@@ -888,9 +904,9 @@ def _transfer_bound_finding(
             collectives=_names(mine) if len(mine) else (),
             evidence={
                 "steps": int(len(rows)),
-                "comm_ns": int(rows["comm_ns"].sum()),
-                "compute_ns": int(rows["compute_ns"].sum()),
-                "exposed_transfer_ns": ns,
+                COMM_NS.name: int(rows[COMM_NS.name].sum()),
+                COMPUTE_NS.name: int(rows[COMPUTE_NS.name].sum()),
+                EXPOSED_TRANSFER_NS.name: ns,
                 "bandwidth": None if bw is None else bw.verdict,
             },
         )
@@ -902,14 +918,14 @@ def _transfer_bound_finding(
 _CLASS_ADVICE: tuple[tuple[str, str, str], ...] = (
     (
         Bottleneck.MEMORY,
-        "memory_only_ns",
+        MEMORY_ONLY_NS.name,
         "memcpy/memset with no compute or communication under them: avoid host-device copies "
         "in the step (keep tensors on the device, pin_memory + non_blocking copies, fuse "
         "small copies) or overlap them with compute on a separate stream",
     ),
     (
         Bottleneck.IDLE,
-        "idle_ns",
+        IDLE_NS.name,
         "nothing ran on the device: launch overhead (many tiny kernels: CUDA graphs, "
         "torch.compile), host synchronisation (.item(), .cpu()), a slow input pipeline "
         "(DataLoader workers, pin_memory), or a late peer the trace cannot show",
@@ -935,7 +951,11 @@ def _class_findings(steps: pd.DataFrame, total_step: int, ctx: AdviceContext) ->
                 family=None,
                 exposed_ns=ns,
                 share_ratio=_share(ns, total_step),
-                evidence={col: ns, "step_ns": int(rows["step_ns"].sum()), "steps": int(len(rows))},
+                evidence={
+                    col: ns,
+                    STEP_NS.name: int(rows[STEP_NS.name].sum()),
+                    "steps": int(len(rows)),
+                },
             )
         )
     return out
@@ -944,8 +964,8 @@ def _class_findings(steps: pd.DataFrame, total_step: int, ctx: AdviceContext) ->
 def _class_title(cls: str, what: str, rows: pd.DataFrame, ns: int) -> str:
     """``idle-bound in 3 step(s): idle 9.00 ms = 60.0% of those steps``; when those steps
     computed most of their time the title says so, naming the loss as their largest (§2)."""
-    step = max(int(rows["step_ns"].sum()), 1)
-    computing = int(rows["compute_only_ns"].sum()) + int(rows["overlap_ns"].sum())
+    step = max(int(rows[STEP_NS.name].sum()), 1)
+    computing = int(rows[COMPUTE_ONLY_NS.name].sum()) + int(rows[OVERLAP_NS.name].sum())
     head = f"{cls} in {len(rows)} step(s): {what} {_ms(ns)} = {_pct(ns / step)} of those steps"
     if 2 * computing >= step:
         head += f", their largest loss (they computed {_pct(computing / step)} of the time)"

@@ -39,7 +39,15 @@ from .classify import Rules, kinds
 from .errors import UsageError
 from .model import Timeline, split_units
 from .results import Analysis
-from .schema import BOTTLENECK, EXPOSED_COMM_NS, REASON, STEP_NS
+from .schema import (
+    BOTTLENECK,
+    EXPOSED_COMM_NS,
+    EXPOSED_NS,
+    REASON,
+    STEP_NS,
+    WAIT_NS,
+    WAITED_FOR_RANK,
+)
 from .vocab import KINDS, Cause
 
 if TYPE_CHECKING:
@@ -316,7 +324,7 @@ def _exposed_events(
                 float(us(b - a)),
                 rank,
                 tid,
-                {"cause": cause, "exposed_ns": b - a},
+                {"cause": cause, EXPOSED_NS.name: b - a},
                 CAUSE_COLOUR.get(cause),
             )
 
@@ -347,7 +355,7 @@ def _instance_rows(analysis: Analysis, slot: Sequence[int]) -> pd.DataFrame:
     pr = coll.per_rank.reset_index(drop=True)
     start = pr["start_ns"].to_numpy(np.int64)
     end = pr["end_ns"].to_numpy(np.int64)
-    wait = pr["wait_ns"].to_numpy(np.int64)
+    wait = pr[WAIT_NS.name].to_numpy(np.int64)
     waiting = (wait > 0) & pr["matched"].to_numpy(bool)
     coll_k = np.zeros(len(pr), np.int64)
     wait_k = np.full(len(pr), -1, np.int64)
@@ -378,10 +386,10 @@ def _blame_lines(coll: Collectives, pr: pd.DataFrame, last_rank: Any) -> list[st
     if blame.empty:
         return [None] * len(pr)
     lines = {
-        (int(b["window"]), int(b["rank"]), int(b["waited_for_rank"])): blame_line(b)
+        (int(b["window"]), int(b["rank"]), int(b[WAITED_FOR_RANK.name])): blame_line(b)
         for b in blame.to_dict("records")
     }
-    target = pr["waited_for_rank"] if "waited_for_rank" in pr else pd.Series(last_rank)
+    target = pr[WAITED_FOR_RANK.name] if WAITED_FOR_RANK.name in pr else pd.Series(last_rank)
     return [
         None if pd.isna(t) else lines.get((int(w), int(r), int(t)))
         for w, r, t in zip(pr["window"], pr["rank"], target, strict=True)
@@ -399,9 +407,9 @@ def _collective_events(rows: pd.DataFrame, rank: int, off: int) -> Iterator[_X]:
             "matched": bool(r.matched),
             "step": str(r.step),
             "last_arrival_rank": last,
-            "wait_ns": wait,
+            WAIT_NS.name: wait,
             "transfer_ns": int(r.transfer_ns) if bool(r.matched) else None,
-            "exposed_ns": int(r.exposed_ns),
+            EXPOSED_NS.name: int(r.exposed_ns),
         }
         yield _X(
             f"{r.name} #{int(r.instance)}",
@@ -425,7 +433,7 @@ def _collective_events(rows: pd.DataFrame, rank: int, off: int) -> Iterator[_X]:
                 int(r.wait_tid),
                 {
                     "instance": int(r.instance),
-                    "wait_ns": wait,
+                    WAIT_NS.name: wait,
                     "last_arrival_rank": last,
                     "blame": r.blame,
                 },

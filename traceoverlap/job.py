@@ -24,7 +24,7 @@ import pandas as pd
 from . import intervals as iv
 from .fmt import ms_unit, pct
 from .intervals import GroupedIntervals
-from .schema import BLAME
+from .schema import BLAME, EXPOSED_WAIT_NS, WAIT_NS, WAITED_FOR_RANK
 from .vocab import STEP_MARKER_PREFIX
 
 I64 = npt.NDArray[np.int64]
@@ -107,8 +107,8 @@ CREDIT_COLUMNS = (
     "rank",
     "step",
     "instance",
-    "waited_for_rank",
-    "exposed_wait_ns",
+    WAITED_FOR_RANK.name,
+    EXPOSED_WAIT_NS.name,
 )
 
 
@@ -232,9 +232,9 @@ class _Arrivals:
         first[1:] = inst[order][1:] != inst[order][:-1]
         sel = order[first]
         self.i_inst, self.i_first, self.i_rank = inst[sel], a[sel], rank[sel]
-        w = (pr["wait_ns"].to_numpy() > 0) & pr["waited_for_rank"].notna().to_numpy()
-        target = np.where(w, pr["waited_for_rank"].fillna(-1).to_numpy(), -1).astype(np.int64)
-        wait = pr["wait_ns"].to_numpy(np.int64)
+        w = (pr[WAIT_NS.name].to_numpy() > 0) & pr[WAITED_FOR_RANK.name].notna().to_numpy()
+        target = np.where(w, pr[WAITED_FOR_RANK.name].fillna(-1).to_numpy(), -1).astype(np.int64)
+        wait = pr[WAIT_NS.name].to_numpy(np.int64)
         wo = np.flatnonzero(w)
         wo = wo[np.argsort(rank[wo], kind="stable")]
         self.w_rank = rank[wo]
@@ -372,12 +372,12 @@ def blame_table(
     clock). One small loop per row (rows are windows x credited ranks, not events)."""
     if credit.empty:
         return empty_blame()
-    key = ["window", "rank", "step", "waited_for_rank"]
+    key = ["window", "rank", "step", WAITED_FOR_RANK.name]
     cr = credit.assign(step=credit["step"].astype(str))
-    by_inst = cr.groupby([*key, "instance"], sort=True)["exposed_wait_ns"].sum().reset_index()
-    top = by_inst.sort_values([*key, "exposed_wait_ns"], ascending=[*[True] * 4, False])
+    by_inst = cr.groupby([*key, "instance"], sort=True)[EXPOSED_WAIT_NS.name].sum().reset_index()
+    top = by_inst.sort_values([*key, EXPOSED_WAIT_NS.name], ascending=[*[True] * 4, False])
     top = top.drop_duplicates(key)
-    total = cr.groupby(key, sort=True)["exposed_wait_ns"].sum()
+    total = cr.groupby(key, sort=True)[EXPOSED_WAIT_NS.name].sum()
     arr = _Arrivals(per_rank, window_start, offsets)
     cache: dict[int | None, _Ranges] = {}
 
@@ -422,8 +422,8 @@ def blame_table(
                 "window": int(row.window),
                 "rank": int(row.rank),
                 "step": row.step,
-                "waited_for_rank": int(row.waited_for_rank),
-                "exposed_wait_ns": int(row.total_ns),
+                WAITED_FOR_RANK.name: int(row.waited_for_rank),
+                EXPOSED_WAIT_NS.name: int(row.total_ns),
                 "chain": tuple(chain),
                 "root_rank": q,
                 "lateness_ns": int(late),
@@ -433,7 +433,7 @@ def blame_table(
             }
         )
     df = pd.DataFrame(out, columns=list(BLAME_COLUMNS))
-    return df.sort_values(["window", "waited_for_rank"], kind="stable").reset_index(drop=True)
+    return df.sort_values(["window", WAITED_FOR_RANK.name], kind="stable").reset_index(drop=True)
 
 
 def blame_line(b: Mapping[str, Any]) -> str:
@@ -466,9 +466,9 @@ def top_blame(blame: pd.DataFrame, limit: int = 3) -> pd.DataFrame:
     if blame.empty:
         return blame
     b = blame.assign(cause=blame["cause"].fillna(""))
-    key = ["rank", "waited_for_rank", "chain", "root_rank", "cause"]
-    g = b.groupby(key, sort=False)[["exposed_wait_ns", "lateness_ns", "cause_ns"]].sum()
-    g = g.reset_index().sort_values(["exposed_wait_ns", "rank"], ascending=[False, True])
+    key = ["rank", WAITED_FOR_RANK.name, "chain", "root_rank", "cause"]
+    g = b.groupby(key, sort=False)[[EXPOSED_WAIT_NS.name, "lateness_ns", "cause_ns"]].sum()
+    g = g.reset_index().sort_values([EXPOSED_WAIT_NS.name, "rank"], ascending=[False, True])
     g["cause"] = [c or None for c in g["cause"]]
     late = g["lateness_ns"].to_numpy(np.int64)
     g["explained_ratio"] = [

@@ -52,6 +52,7 @@ from .options import AnalysisOptions, compile_regex
 from .purpose import UnitStrategy, unit_purposes
 from .results import StepDetail
 from .rungraph import UnitGraph, unit_graph
+from .schema import COMM_NS, OTHER_STEPS_NS, STEP_NS
 from .steps import UnitSteps, assign_steps
 from .vocab import KINDS, PHASE_RE, Cause, StepLabel
 
@@ -117,10 +118,10 @@ def _comm_hint(unit: Timeline, kind: npt.NDArray[np.int8], parts: dict[str, I64]
     look like communication (custom all-reduce, expert-parallel dispatch...) that were counted as
     compute, with the --comm-pattern to add."""
     info = unit.traces[0]
-    step = int(parts["step_ns"].sum())
+    step = int(parts[STEP_NS.name].sum())
     if not info.world_size or info.world_size < 2 or step <= 0:
         return None
-    if int(parts["comm_ns"].sum()) >= 0.01 * step:
+    if int(parts[COMM_NS.name].sum()) >= 0.01 * step:
         return None
     ev = unit.events
     comp = np.flatnonzero((kind == Kind.COMPUTE) & (ev["category"] == "kernel").to_numpy())
@@ -352,7 +353,7 @@ def analyze_unit(
     hint = _comm_hint(unit, kind, parts) if n else None
     if hint:
         notes.append(hint)
-    other = int(parts["other_steps_ns"].sum()) if n else 0
+    other = int(parts[OTHER_STEPS_NS.name].sum()) if n else 0
     if other:
         notes.append(
             f"steps overlap on the device: {other / 1e6:.2f} ms of step windows held only other "

@@ -20,6 +20,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from ..fmt import duration as fmt_ns
+from ..schema import WAIT_NS, WAITED_FOR_RANK
 from ..vocab import KIND_WORDS, WHOLE_CAPTURE, Cause
 from . import _html_figures as figs
 
@@ -240,7 +241,7 @@ def _add_instances(
     unit_pos = {r.unit: i for i, r in enumerate(x.ranks)}
     detailed = 2 * len(inst) <= INSTANCE_BUDGET
     blame = {
-        (int(b["rank"]), int(b["waited_for_rank"])): str(b["line"])
+        (int(b["rank"]), int(b[WAITED_FOR_RANK.name])): str(b["line"])
         for b in x.blame.to_dict("records")
     }
     for unit, sub in inst.groupby("unit", sort=True):
@@ -249,7 +250,7 @@ def _add_instances(
         name = rank_label(x.ranks[i], multi_dev)
         s = sub["start_ns"].to_numpy(np.int64)
         e = sub["end_ns"].to_numpy(np.int64)
-        w = s + sub["wait_ns"].to_numpy(np.int64)
+        w = s + sub[WAIT_NS.name].to_numpy(np.int64)
         hover: list[str] | None = None
         if detailed:
             hover = [

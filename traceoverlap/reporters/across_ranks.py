@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .. import fmt
-from ..schema import EXPOSED_COMM_NS, EXPOSED_WAIT_NS
+from ..schema import EXPOSED_COMM_NS, EXPOSED_WAIT_NS, ROOT_WAITED_FOR_NS, WAIT_NS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -37,7 +37,7 @@ def across_ranks_lines(coll: Collectives, steps: pd.DataFrame) -> list[str]:
     if matched.empty:
         return lines
     total = int(matched["dur_ns"].sum())
-    wait = int(matched["wait_ns"].sum())
+    wait = int(matched[WAIT_NS.name].sum())
     lines.append(
         f"  collective time {fmt.ms(total)} ms (all ranks): {fmt.ms(wait)} ms waiting for a "
         f"later rank ({fmt.pct(wait / total if total else None)}), {fmt.ms(total - wait)} ms "
@@ -60,7 +60,7 @@ def across_ranks_lines(coll: Collectives, steps: pd.DataFrame) -> list[str]:
                 f"({fmt.ms(r['exposed_waited_for_ns'])} exposed"
                 + (
                     f"; {fmt.ms(r['root_waited_for_ns'])} traces back to it)"
-                    if r.get("root_waited_for_ns", 0) != r["exposed_waited_for_ns"]
+                    if r.get(ROOT_WAITED_FOR_NS.name, 0) != r["exposed_waited_for_ns"]
                     else ")"
                 )
             )

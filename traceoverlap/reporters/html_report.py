@@ -36,6 +36,7 @@ from ..schema import (
     EXPOSED_BY_CAUSE,
     EXPOSED_COMM_NS,
     EXPOSED_COMM_RATIO,
+    EXPOSED_NS,
     EXPOSED_WAIT_NS,
     IDEAL_NS,
     OVERLAP_RATIO,
@@ -44,6 +45,7 @@ from ..schema import (
     REASON,
     STEP,
     STEP_NS,
+    WAIT_NS,
 )
 from ..vocab import CAUSE_WORDS, CAUSES, KIND_WORDS, PURPOSES, WHOLE_CAPTURE, Purpose
 from . import _html_across
@@ -561,8 +563,8 @@ def _collectives_table(analysis: Analysis, d: StepDetail) -> str:
     if pr.empty:
         return head + "<p class='explain'>This step has no communication.</p></section>"
     info = coll.instances.set_index("instance") if coll is not None else pd.DataFrame()
-    top = pr.sort_values(["exposed_ns", "start_ns"], ascending=[False, True], kind="stable")
-    top = top[top["exposed_ns"] > 0].head(TOP_COLLECTIVES)
+    top = pr.sort_values([EXPOSED_NS.name, "start_ns"], ascending=[False, True], kind="stable")
+    top = top[top[EXPOSED_NS.name] > 0].head(TOP_COLLECTIVES)
     if top.empty:
         return head + (
             f"<p class='explain'>None: all {len(pr):,} collectives of this step were hidden "
@@ -584,7 +586,7 @@ def _collectives_table(analysis: Analysis, d: StepDetail) -> str:
             group.append(f"group {inst['process_group']}")
         if inst is not None and not pd.isna(inst["seq"]):
             group.append(f"seq {int(inst['seq'])}")
-        dur, exposed = int(r["dur_ns"]), int(r["exposed_ns"])
+        dur, exposed = int(r["dur_ns"]), int(r[EXPOSED_NS.name])
         last = " <span class='tag'>last in step</span>" if int(r["end_ns"]) == last_end else ""
         same = " <span class='tag warn'>on a compute stream</span>" if r["same_stream"] else ""
         causes = ", ".join(
@@ -654,7 +656,7 @@ def _across_ranks(analysis: Analysis) -> str:
         "early waits for the last one: its duration minus the shortest duration of that "
         "collective on any rank is <i>waiting</i>, the rest is <i>transfer</i>.</p>",
     ]
-    total, wait = int(per["dur_ns"].sum()), int(per["wait_ns"].sum())
+    total, wait = int(per["dur_ns"].sum()), int(per[WAIT_NS.name].sum())
     steps = analysis.steps
     ew = int(steps[EXPOSED_WAIT_NS.name].sum())
     ex = int(steps[EXPOSED_COMM_NS.name].sum())
