@@ -113,36 +113,6 @@ class Ranks(Metadata):
 
     # -- per-rank descriptions --------------------------------------------------------------
 
-    def gpu_names(self) -> dict[tuple[int, int], str]:
-        """(pid, CUDA device ordinal) -> GPU name, when the export describes its GPUs.
-
-        ``TARGET_INFO_CUDA_DEVICE`` maps each process's CUDA ordinal (``cudaId``, what kernels
-        carry as ``deviceId``) to a GPU (``gpuId``): under ``CUDA_VISIBLE_DEVICES`` two processes'
-        device 0 can be different GPUs. ``TARGET_INFO_GPU`` names the GPUs (``id``, ``name``).
-        """
-        gpu = self.table("TARGET_INFO_GPU")
-        if gpu is None or not self.has(gpu, "id", "name"):
-            return {}
-        names = {
-            int(i): str(n)
-            for i, n in self.rows(f"SELECT id, name FROM {quote(gpu)}")
-            if int_or_none(i) is not None and n
-        }
-        out: dict[tuple[int, int], str] = {}
-        cuda = self.table("TARGET_INFO_CUDA_DEVICE")
-        if cuda is not None and self.has(cuda, "gpuId", "cudaId", "pid"):
-            for pid, cuda_id, gpu_id in self.rows(f"SELECT pid, cudaId, gpuId FROM {quote(cuda)}"):
-                if (
-                    None not in (int_or_none(pid), int_or_none(cuda_id), int_or_none(gpu_id))
-                    and gpu_id in names
-                ):
-                    out[(int(pid), int(cuda_id))] = names[int(gpu_id)]
-        if not out and len(set(names.values())) == 1:
-            # one GPU model in the machine: every device is that model
-            only = next(iter(names.values()))
-            out = {(-1, -1): only}
-        return out
-
     def trace_infos(
         self,
         groups: list[tuple[int, int]],
