@@ -61,9 +61,10 @@ def _any_search(patterns: Sequence[str]) -> Callable[[str], bool] | None:
 
 
 def literals(body: str) -> list[str] | None:
-    """The strings a regex made only of alternatives of literal characters and small character
-    classes matches (``optimi[sz]er|wait`` -> optimiser, optimizer, wait), or None."""
-    if _META.difference("|[]").intersection(body):
+    """The strings a regex made only of alternatives of literal characters, small character
+    classes and optional ones matches (``optimi[sz]er|data_?loader`` -> optimiser, optimizer,
+    data_loader, dataloader), or None."""
+    if _META.difference("|[]?").intersection(body):
         return None
     out: list[str] = []
     for alt in body.split("|"):
@@ -76,12 +77,14 @@ def literals(body: str) -> list[str] | None:
                 if not chars or not chars.isalnum():
                     return None
                 k = close + 1
-            elif alt[k] == "]":
+            elif alt[k] in "]?":  # a stray ], or a ? that follows no character (?? too)
                 return None
             else:
                 chars = alt[k]
                 k += 1
-            options = [o + c for o in options for c in chars]
+            optional = alt[k : k + 1] == "?"
+            k += optional
+            options = [o + c for o in options for c in chars] + (options if optional else [])
             if len(options) > 64:
                 return None
         if "" in options:
@@ -155,8 +158,16 @@ class NameTest:
                 need = None
                 break
             need.append(lit)
-        self._needles = need
-        self._folded = list(plan.folded) if not plan.folded_rx else None
+        if need is not None and not plan.folded_rx:
+            # searched in the lowered block: a name containing a needle contains its lowered
+            # form there (a superset of the candidates, which is all the prefilter needs), and a
+            # needle that contains another needle finds no name that one does not
+            lowered = {n.lower() for n in need} | set(plan.folded)
+            self._needles: list[str] | None = sorted(
+                n for n in lowered if not any(m != n and m in n for m in lowered)
+            )
+        else:
+            self._needles = None
 
     def __call__(self, name: str) -> bool:
         return self.test(name)
@@ -169,13 +180,12 @@ class NameTest:
         """Per name of ``joined`` (names each ending at the NUL at ``ends``): can it match? None
         when this cannot be told from substrings (patterns without a required literal, or
         non-ASCII text, whose case folding differs)."""
-        if self._needles is None or self._folded is None or not joined.isascii():
+        if self._needles is None or not joined.isascii():
             return None
         out = np.zeros(ends.size, dtype=bool)
         hits: list[int] = []
-        for needle, hay in [(n, joined) for n in self._needles] + [
-            (n, joined.lower()) for n in self._folded
-        ]:
+        hay = joined.lower()  # ASCII: every character stays where it was
+        for needle in self._needles:
             k = hay.find(needle)
             while k >= 0:
                 hits.append(k)
