@@ -55,6 +55,25 @@ def _rank_numbers(values: Obj) -> I64:
     return out
 
 
+def _factorize_texts(texts: Obj) -> tuple[I64, Obj]:
+    """``pd.factorize`` of the inline texts (None -> -1), the texts the range filter refused
+    (:data:`REFUSED`, most of an ``emit_nvtx`` capture's) given one code after the others' without
+    hashing them: a hash table sized for every row was the read's largest temporary."""
+    refused = texts == REFUSED
+    if not refused.any():
+        codes, found = pd.factorize(texts)
+        return codes.astype(np.int64, copy=False), np.asarray(found, dtype=object)
+    codes = np.full(texts.size, -1, dtype=np.int64)
+    rest = np.flatnonzero(~refused)
+    part, found = pd.factorize(texts[rest])
+    codes[rest] = part
+    codes[refused] = len(found)
+    uniques = np.empty(len(found) + 1, dtype=object)
+    uniques[: len(found)] = np.asarray(found, dtype=object)
+    uniques[-1] = REFUSED
+    return codes, uniques
+
+
 class NvtxReader(Activity):
     def nvtx_text_keep(self) -> RangeFilter | None:
         """The inline NVTX texts worth decoding: the ranges ``keep_range`` wants, and the texts
@@ -103,9 +122,7 @@ class NvtxReader(Activity):
         text_code = np.full(is_range.size, -1, dtype=np.int64)
         uniques = np.zeros(0, dtype=object)
         if text is not None and cand.size:
-            codes, found = pd.factorize(text[cand])  # None -> -1
-            text_code[cand] = codes
-            uniques = np.asarray(found, dtype=object)
+            text_code[cand], uniques = _factorize_texts(text[cand])
         del text
         rank_pid, rank_value = self.rank_texts(text_code[cand], uniques, text_id[cand], gtid[cand])
         del cand

@@ -53,7 +53,7 @@ _HEADER_PAGES = 4096
 # Rows decoded per block of leaf pages.
 _BLOCK_ROWS = 1 << 15
 # Texts are decoded this many bytes at a time (the gather index is int64 per byte).
-_TEXT_BLOCK_BYTES = 1 << 20
+_TEXT_BLOCK_BYTES = 1 << 18
 # Selected row numbers are asked of SQLite for this many rowids at a time.
 _SQL_ROWS = 1 << 20
 
@@ -447,7 +447,8 @@ class PageReader:
             ln = length[start:stop]
             sep = cum[start:stop] - base - 1  # where each text's terminating NUL goes
             first = sep - ln
-            idx = np.repeat(off[start:stop] - first, ln + 1) + np.arange(int(sep[-1]) + 1)
+            idx = np.repeat(off[start:stop] - first, ln + 1)
+            idx += np.arange(int(sep[-1]) + 1)  # in place: one index-sized temporary less
             idx[sep] = 0
             buf = self.mm[idx]
             buf[sep] = 0

@@ -10,6 +10,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ...model import CATEGORIES
+from ._heap import LARGE_ROWS, release_freed
 
 I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]
@@ -73,10 +74,13 @@ class Rows:
         if not blocks:
             return Rows.empty()
         out: dict[str, npt.NDArray[Any]] = {}
+        large = sum(len(b) for b in blocks) >= LARGE_ROWS
         for k in Rows.__annotations__:
             out[k] = np.concatenate([getattr(b, k) for b in blocks])
             for b in blocks:
                 setattr(b, k, np.empty(0, dtype=getattr(b, k).dtype))  # a [:0] view would pin it
+            if large:  # the blocks' columns, just freed, make room for the next column
+                release_freed()
         return Rows(**out)
 
     def group_by(self, rank: I32) -> I32:
