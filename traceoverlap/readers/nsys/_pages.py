@@ -187,7 +187,11 @@ class PageReader:
         """Positions (0-based, in rowid order) of the rows ``where`` selects. Position is
         ``rowid - 1``, which holds when the rowids are exactly 1..n (an export's tables are only
         ever appended to); else the table is read through SQLite."""
-        lo, hi = self.con.execute(f"SELECT min(rowid), max(rowid) FROM {_q(table)}").fetchone()
+        # two subqueries: SQLite answers a lone min(rowid) / max(rowid) from the b-tree's ends,
+        # but both in one SELECT scan the whole table
+        lo, hi = self.con.execute(
+            f"SELECT (SELECT min(rowid) FROM {_q(table)}), (SELECT max(rowid) FROM {_q(table)})"
+        ).fetchone()
         if n and (lo, hi) != (1, n):
             raise Unsupported("rowids are not 1..n")
         cond, params = where
