@@ -68,3 +68,25 @@ def test_the_analysis_range_filter_has_a_prefilter() -> None:
     assert cand is not None
     assert cand.tolist() == [False, True, True, False]
     assert [keep(n) for n in names] == [False, True, True, False]
+
+
+@given(
+    st.lists(
+        st.text(alphabet=st.sampled_from("xXyYzZaAbB:#_\u212a\x00 "), max_size=10),
+        min_size=1,
+        max_size=10,
+    )
+)
+def test_candidates_with_short_and_non_ascii_needles(names: list[str]) -> None:
+    # one-character needles (x), pairs across a NUL or a ":" and a needle no ASCII block holds
+    test = NameTest(["x", r"^Yz", "b:#", "\u212aa", "(?i)zab"])
+    joined = "\x00".join(names) + "\x00"
+    ends = np.cumsum([len(n) + 1 for n in names]) - 1
+    cand = test.candidates(joined, ends)
+    if not joined.isascii():
+        assert cand is None
+        return
+    assert cand is not None
+    for name, c in zip(names, cand.tolist(), strict=True):
+        if test(name):
+            assert c, name
