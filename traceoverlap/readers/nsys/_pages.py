@@ -52,7 +52,8 @@ _CONST = np.array([0, -1, -1, -1, -1, -1, -1, 0, 0, 1, 0, 0, 0], dtype=np.int64)
 _HEADER_PAGES = 4096
 # Rows decoded per block of leaf pages.
 _BLOCK_ROWS = 1 << 15
-# Texts are decoded this many bytes at a time (the gather index is int64 per byte).
+# Texts are decoded this many bytes at a time (the gather index is int64 per byte: 2 MB here;
+# 1 MB blocks made it 8 MB, and a one-process read's peak RSS 163 MB instead of 145 MB).
 _TEXT_BLOCK_BYTES = 1 << 18
 # Selected row numbers are asked of SQLite for this many rowids at a time.
 _SQL_ROWS = 1 << 20
