@@ -183,4 +183,4 @@ class Reader(ProcessPart, Ranks):
                 for r in rs[1:]:
                     blocks.append(host.take(idx))
                     rank_parts.append(np.full(idx.size, r, dtype=np.int32))
-        return Rows.concat(blocks), np.concatenate(rank_parts)
+        return Rows.concat(blocks, trim=True), np.concatenate(rank_parts)

@@ -66,15 +66,17 @@ class Rows:
         return Rows(**{k: v[idx] for k, v in self.__dict__.items()})
 
     @staticmethod
-    def concat(blocks: Sequence[Rows]) -> Rows:
+    def concat(blocks: Sequence[Rows], trim: bool = False) -> Rows:
         """Stack blocks column by column, emptying the blocks' columns as it goes, so that the
-        peak holds one extra column rather than a second copy of everything."""
+        peak holds one extra column rather than a second copy of everything. ``trim``: hand
+        each column's freed blocks back to the system before the next (see :mod:`._heap`; the
+        read's last and largest concatenation: pages handed back cost a fault when reused)."""
         if len(blocks) == 1:
             return blocks[0]
         if not blocks:
             return Rows.empty()
         out: dict[str, npt.NDArray[Any]] = {}
-        large = sum(len(b) for b in blocks) >= LARGE_ROWS
+        large = trim and sum(len(b) for b in blocks) >= LARGE_ROWS
         for k in Rows.__annotations__:
             out[k] = np.concatenate([getattr(b, k) for b in blocks])
             for b in blocks:
