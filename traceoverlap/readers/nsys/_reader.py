@@ -42,6 +42,9 @@ def _used_categories(codes: I32) -> pd.Categorical:
     """The source categories of rows with :data:`CATEGORIES` codes, as
     ``Categorical.from_codes(...).remove_unused_categories()`` gives them, without the sort of
     every row that pandas' version does (three int64 temporaries of the whole table)."""
+    if codes.size == 0:  # pandas' own, for its empty categories' dtype
+        full = category_index(np.array(CATEGORIES, dtype=object))
+        return pd.Categorical.from_codes(codes, categories=full).remove_unused_categories()
     used = np.bincount(codes, minlength=len(CATEGORIES)).astype(bool)
     remap = (np.cumsum(used) - 1).astype(np.int8)
     cats = np.array(CATEGORIES, dtype=object)[used]
