@@ -5,11 +5,13 @@ a document; the collective metadata of the few rows that carry it (:class:`Colle
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from itertools import chain
 from operator import attrgetter, itemgetter
 from typing import Any
 
 import numpy as np
 
+from .._shape import shape_codes
 from ._categories import (
     FLOW_CATS,
     FLOW_TARGET_CODES,
@@ -20,7 +22,7 @@ from ._categories import (
     SRC_CATS,
     model_lut,
 )
-from ._decode import LOOSE_EMPTY, Chunk, LooseArgs
+from ._decode import LOOSE_EMPTY, NO_DIMS, Chunk, LooseArgs
 from ._values import INT64_MAX, MAX_WORLD_SIZE, float_array, id_array, int_array, int_field, to_int
 
 
@@ -43,6 +45,8 @@ _GET_ARGS = attrgetter("args")
 _GET_CORR = attrgetter("args.correlation")
 _GET_DEVICE = attrgetter("args.device")
 _GET_STREAM = attrgetter("args.stream")
+_GET_GRID = attrgetter("args.grid")
+_GET_BLOCK = attrgetter("args.block")
 
 
 class Columns:
@@ -65,6 +69,7 @@ class Columns:
         self.device: list[np.ndarray] = []
         self.stream: list[np.ndarray] = []
         self.corr: list[np.ndarray] = []
+        self.shape: list[np.ndarray] = []  # kernels' launch shape codes (int32), -1: none
         # Collective args of the few rows that have them, as arrays (no struct outlives its
         # chunk: kept ones would pin the allocator's pools and scatter later chunks' objects):
         # (rows, coll_name codes, bytes, process_group codes, seq, group_size).
@@ -119,6 +124,7 @@ class Columns:
         lut = KNOWN_LUT if len(self.src) == len(SRC_CATS) else model_lut(self.src)
         model = lut[cat]
         self._add_args(kept, model, chunk.loose)
+        self._add_shapes(kept, model, chunk.loose)
         self._add_collectives(kept, model, name)
         self.offset += len(kept)
 
@@ -174,6 +180,19 @@ class Columns:
         self.device.append(device)
         self.stream.append(stream)
 
+    def _add_shapes(self, kept: list[Any], model: np.ndarray, loose: bool) -> None:
+        """The launch shape code of each kernel (``args.grid`` and ``args.block``,
+        :mod:`.._shape`); -1 on other rows and on kernels without a readable one."""
+        shape = np.full(len(kept), -1, dtype=np.int32)
+        sel = np.flatnonzero(model == MODEL_CODE["kernel"])
+        if len(sel):
+            picked = _pick(kept, sel)
+            dims = np.empty((len(sel), 6), dtype=np.int64)
+            dims[:, :3] = _dims(list(map(_GET_GRID, picked)), loose)
+            dims[:, 3:] = _dims(list(map(_GET_BLOCK, picked)), loose)
+            shape[sel] = shape_codes(dims)
+        self.shape.append(shape)
+
     def _add_collectives(self, kept: list[Any], model: np.ndarray, name: np.ndarray) -> None:
         """The collective args of the kept events that have them. PyTorch writes them on
         ``record_param_comms`` ops, and Kineto copies them onto the kernels (and MTIA ``hccl::``
@@ -209,6 +228,29 @@ def _int_column(items: list[Any], get: attrgetter[Any], n: int, loose: bool) -> 
         except (TypeError, ValueError, OverflowError):
             pass
     return int_array(list(map(get, items)), -1, loose)
+
+
+def _dims(values: list[Any], loose: bool) -> np.ndarray:
+    """n x 3 int64 from ``args.grid`` or ``args.block`` values: three ints each after a typed
+    decode; after a lenient one, anything else (a list of another length, strings, floats, a
+    value beyond int64) is unknown (-1)."""
+    n = len(values)
+    if not loose:
+        try:
+            return np.fromiter(chain.from_iterable(values), np.int64, 3 * n).reshape(n, 3)
+        except (TypeError, ValueError, OverflowError):
+            pass
+    return np.array([_three_ints(v) for v in values], dtype=np.int64).reshape(n, 3)
+
+
+def _three_ints(v: Any) -> tuple[int, int, int]:
+    if (
+        isinstance(v, (list, tuple))
+        and len(v) == 3
+        and all(type(x) is int and -INT64_MAX <= x <= INT64_MAX for x in v)
+    ):
+        return (v[0], v[1], v[2])
+    return NO_DIMS
 
 
 def _str_list(values: list[Any]) -> list[str]:

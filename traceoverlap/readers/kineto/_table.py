@@ -55,6 +55,7 @@ class _Rows:
     device: np.ndarray  # args.device, -1: none
     stream: np.ndarray  # args.stream, -1: none
     corr: np.ndarray  # args.correlation, -1: none
+    shape: np.ndarray  # kernels' launch shape code (int32), -1: none
     coll: CollectiveColumns
 
     @classmethod
@@ -72,10 +73,11 @@ class _Rows:
             device=np.concatenate(cols.device),
             stream=np.concatenate(cols.stream),
             corr=np.concatenate(cols.corr),
+            shape=np.concatenate(cols.shape),
             coll=collective_columns(len(src), cols),
         )
         cols.cat = cols.ts = cols.dur = cols.pid = cols.tid = []
-        cols.device = cols.stream = cols.corr = cols.name = []
+        cols.device = cols.stream = cols.corr = cols.name = cols.shape = []
         return rows
 
     def take(self, keep: np.ndarray) -> _Rows:
@@ -159,6 +161,7 @@ def build_timeline(p: str, head: Meta, cols: Columns) -> Timeline:
         "process_group": _from_codes(rows.coll.process_group, categories=rows.coll.groups),
         "seq": rows.coll.seq,
         "group_size": rows.coll.group_size,
+        "shape": rows.shape,
     }
     return Timeline(make_events(len(start), columns), (info,))
 
