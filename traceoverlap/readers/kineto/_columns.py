@@ -45,8 +45,7 @@ _GET_ARGS = attrgetter("args")
 _GET_CORR = attrgetter("args.correlation")
 _GET_DEVICE = attrgetter("args.device")
 _GET_STREAM = attrgetter("args.stream")
-_GET_GRID = attrgetter("args.grid")
-_GET_BLOCK = attrgetter("args.block")
+_GET_DIMS = attrgetter("args.grid", "args.block")
 
 
 class Columns:
@@ -69,7 +68,8 @@ class Columns:
         self.device: list[np.ndarray] = []
         self.stream: list[np.ndarray] = []
         self.corr: list[np.ndarray] = []
-        self.shape: list[np.ndarray] = []  # kernels' launch shape codes (int32), -1: none
+        # kernels' launch shapes: (rows, n x 6 grid and block dims), -1 where unreadable
+        self.shape: list[tuple[np.ndarray, np.ndarray]] = []
         # Collective args of the few rows that have them, as arrays (no struct outlives its
         # chunk: kept ones would pin the allocator's pools and scatter later chunks' objects):
         # (rows, coll_name codes, bytes, process_group codes, seq, group_size).
@@ -181,17 +181,12 @@ class Columns:
         self.stream.append(stream)
 
     def _add_shapes(self, kept: list[Any], model: np.ndarray, loose: bool) -> None:
-        """The launch shape code of each kernel (``args.grid`` and ``args.block``,
-        :mod:`.._shape`); -1 on other rows and on kernels without a readable one."""
-        shape = np.full(len(kept), -1, dtype=np.int32)
+        """The launch shape (``args.grid`` and ``args.block``) of the chunk's kernels, kept as
+        (rows, n x 6 dims) and coded once for all chunks by :func:`shape_column`."""
         sel = np.flatnonzero(model == MODEL_CODE["kernel"])
         if len(sel):
-            picked = _pick(kept, sel)
-            dims = np.empty((len(sel), 6), dtype=np.int64)
-            dims[:, :3] = _dims(list(map(_GET_GRID, picked)), loose)
-            dims[:, 3:] = _dims(list(map(_GET_BLOCK, picked)), loose)
-            shape[sel] = shape_codes(dims)
-        self.shape.append(shape)
+            dims = _dims(list(map(_GET_DIMS, _pick(kept, sel))), loose)
+            self.shape.append((sel + self.offset, dims))
 
     def _add_collectives(self, kept: list[Any], model: np.ndarray, name: np.ndarray) -> None:
         """The collective args of the kept events that have them. PyTorch writes them on
@@ -230,17 +225,19 @@ def _int_column(items: list[Any], get: attrgetter[Any], n: int, loose: bool) -> 
     return int_array(list(map(get, items)), -1, loose)
 
 
-def _dims(values: list[Any], loose: bool) -> np.ndarray:
-    """n x 3 int64 from ``args.grid`` or ``args.block`` values: three ints each after a typed
+def _dims(values: list[tuple[Any, Any]], loose: bool) -> np.ndarray:
+    """n x 6 int64 from (``args.grid``, ``args.block``) pairs: three ints each after a typed
     decode; after a lenient one, anything else (a list of another length, strings, floats, a
     value beyond int64) is unknown (-1)."""
     n = len(values)
     if not loose:
         try:
-            return np.fromiter(chain.from_iterable(values), np.int64, 3 * n).reshape(n, 3)
+            flat = chain.from_iterable(chain.from_iterable(values))
+            return np.fromiter(flat, np.int64, 6 * n).reshape(n, 6)
         except (TypeError, ValueError, OverflowError):
             pass
-    return np.array([_three_ints(v) for v in values], dtype=np.int64).reshape(n, 3)
+    six = [(*_three_ints(g), *_three_ints(b)) for g, b in values]
+    return np.array(six, dtype=np.int64).reshape(n, 6)
 
 
 def _three_ints(v: Any) -> tuple[int, int, int]:
@@ -251,6 +248,17 @@ def _three_ints(v: Any) -> tuple[int, int, int]:
     ):
         return (v[0], v[1], v[2])
     return NO_DIMS
+
+
+def shape_column(n: int, cols: Columns) -> np.ndarray:
+    """The ``shape`` column (int32) of all ``n`` rows: the kernels' codes (:mod:`.._shape`),
+    -1 elsewhere; ``cols`` lets go of the dims."""
+    shape = np.full(n, -1, dtype=np.int32)
+    if cols.shape:
+        rows = np.concatenate([r for r, _ in cols.shape])
+        shape[rows] = shape_codes(np.concatenate([d for _, d in cols.shape]))
+    cols.shape = []
+    return shape
 
 
 def _str_list(values: list[Any]) -> list[str]:

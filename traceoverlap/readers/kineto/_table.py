@@ -29,7 +29,7 @@ from ._categories import (
     UNMAPPED_DEVICE_CATS,
     model_lut,
 )
-from ._columns import Codes, CollectiveColumns, Columns, collective_columns
+from ._columns import Codes, CollectiveColumns, Columns, collective_columns, shape_column
 from ._joins import collective_args_from_launching_op, fill_correlation_from_flows
 from ._metadata import Meta, base_ns, trace_info
 from ._values import INT32_MAX, INT64_MAX, checked_ns, to_int
@@ -73,11 +73,11 @@ class _Rows:
             device=np.concatenate(cols.device),
             stream=np.concatenate(cols.stream),
             corr=np.concatenate(cols.corr),
-            shape=np.concatenate(cols.shape),
+            shape=shape_column(len(src), cols),
             coll=collective_columns(len(src), cols),
         )
         cols.cat = cols.ts = cols.dur = cols.pid = cols.tid = []
-        cols.device = cols.stream = cols.corr = cols.name = cols.shape = []
+        cols.device = cols.stream = cols.corr = cols.name = []
         return rows
 
     def take(self, keep: np.ndarray) -> _Rows:
