@@ -80,10 +80,10 @@ def _shapes(tmp_path: Path, doc: dict[str, Any]) -> dict[tuple[str, int], int]:
     return {(str(n), int(s)): int(c) for n, s, c in zip(ev["name"], t, ev["shape"], strict=True)}
 
 
-# a grid of two ints, of strings, of floats, beyond uint64, not a list: not a shape (the chunk
-# goes through the lenient decoder, whose reading of the other kernels must not change); beyond
-# int64 but within uint64: decoded, then not a shape either
-ODD = [None, [4, 1], ["4", "1", "1"], [4.5, 1, 1], [2**64, 1, 1], "x", [2**63, 1, 1]]
+# a grid of two ints or four, of strings, of floats, beyond uint64, not a list: not a shape (the
+# chunk goes through the lenient decoder, whose reading of the other kernels must not change);
+# beyond int64 but within uint64: decoded, then not a shape either
+ODD = [None, [4, 1], [4, 1, 1, 1], ["4", "1", "1"], [4.5, 1, 1], [2**64, 1, 1], "x", [2**63, 1, 1]]
 
 
 @pytest.mark.parametrize("odd", ODD)
