@@ -401,7 +401,10 @@ def test_cli_says_where_contention_is_left_out() -> None:
     assert replayed["contention_ns"] == 0 and replayed["note"] is None
     assert fixed["contention_ns"] > 0 and "left out of the prediction" in fixed["note"]
     text = CliRunner().invoke(main, args).output
-    assert f"  - no-straggler: {fixed['note']}" in text
+    # one line per caveat (the contention one and the shared-cores one), naming its scenarios
+    for part in fixed["note"].split("; "):
+        (line,) = [ln for ln in text.splitlines() if ln.endswith(f": {part}")]
+        assert line.startswith("  - ") and "no-straggler" in line[: -len(part)].split(", ")[0]
 
 
 def test_cli_text_and_bad_input(tmp_path: Path) -> None:
@@ -626,3 +629,31 @@ def test_guessed_stream_wait_edge() -> None:
     base = step_times(g, replay(g, p)).replayed_ns[0, 0]
     fast = step_times(g, replay(g, scenario_params(g, p, "comm-speed:2"))).replayed_ns[0, 0]
     assert base - fast == 5 * MS
+
+
+def test_shared_cpu_cores_caveat_on_a_faster_step() -> None:
+    # naive_slow: 2 gloo ranks on one machine (host_name "vm" in both traces). fix-rank:1 removes
+    # rank 1's 40 ms sleep: the replay keeps every op's duration, so the same work of both ranks
+    # runs in a shorter step on the same cores, a contention the replay cannot see (whatif.md §5):
+    # the caveat names the ranks and the host; the identity replay (speedup 1.00) carries none
+    import dataclasses
+
+    from traceoverlap.whatif import shared_cpu_hosts
+
+    g = load_graph(FIXTURES / "naive_slow")
+    assert shared_cpu_hosts(g) == [("vm", [0, 1])]
+    w = what_if(g, ["replay", "fix-rank:1"])
+    replayed, fixed = w.scenarios
+    assert "share the CPU cores of host vm" not in replayed.note
+    assert fixed.speedup is not None and fixed.speedup > 1.05
+    assert fixed.note.startswith("ranks 0,1 share the CPU cores of host vm")
+    # ranks on two machines, or on GPUs, share no cores: no caveat
+    apart = dataclasses.replace(g, unit_host=("a", "b"))
+    assert shared_cpu_hosts(apart) == []
+    assert "CPU cores" not in what_if(apart, ["fix-rank:1"]).scenarios[0].note
+    gpus = dataclasses.replace(g, unit_gpu=np.ones(2, dtype=bool))
+    assert "CPU cores" not in what_if(gpus, ["fix-rank:1"]).scenarios[0].note
+    # the text report says it once, naming every scenario it applies to
+    out = CliRunner().invoke(main, ["whatif", str(FIXTURES / "naive_slow")])
+    lines = [ln for ln in out.output.splitlines() if "share the CPU cores" in ln]
+    assert out.exit_code == 0 and len(lines) == 1 and "fix-rank:1" in lines[0]

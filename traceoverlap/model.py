@@ -229,6 +229,8 @@ class TraceInfo:
     process_groups: tuple[tuple[str, tuple[int, ...]], ...] = ()
     #: thread ids of the host process's gloo worker threads (``pt_gloo_runloop``), ascending
     gloo_threads: tuple[int, ...] = ()
+    #: the machine the rank ran on (Kineto ``host_name``), when the trace says
+    host: str | None = None
 
     def with_notes(self, *notes: str) -> TraceInfo:
         return replace(self, notes=self.notes + tuple(notes))

@@ -589,6 +589,10 @@ class RunGraph:
     call_end_ns: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
     #: per node: the kernel's launch shape code, -1 unknown (the overlap tax's "same kernel")
     shape: I32 = field(default_factory=lambda: np.zeros(0, np.int32))
+    #: per unit: the machine it ran on (``TraceInfo.host``, None unknown) and whether it computes
+    #: on a GPU (else its compute shares the host's CPU cores with the other CPU units there)
+    unit_host: tuple[str | None, ...] = ()
+    unit_gpu: npt.NDArray[np.bool_] = field(default_factory=lambda: np.zeros(0, bool))
 
     @property
     def n_units(self) -> int:
@@ -691,6 +695,11 @@ def join_graphs(graphs: Sequence[UnitGraph]) -> RunGraph:
     cat = {k: np.concatenate(v) if v else np.zeros(0, np.int64) for k, v in parts.items()}
     rg = _sorted_graph(
         cat, graphs, lane_host, lane_comm, names, families, step_labels, wstart, wend, notes
+    )
+    rg = dataclasses.replace(
+        rg,
+        unit_host=tuple(g.trace.host for g in graphs),
+        unit_gpu=np.array([g.trace.device_kind == "gpu" for g in graphs], dtype=bool),
     )
     c = {k: np.concatenate(v).astype(np.int64) for k, v in calls.items()}
     if not c or c["lane"].size == 0:

@@ -315,3 +315,7 @@ LOST_RATIO: Final = 0.10
 #: communication's duration after it ends (and at most :data:`BLOCKED_MAX_NS`) was blocked on it.
 BLOCKED_PER: Final = 100  # 1 %: gap * 100 <= duration
 BLOCKED_MAX_NS: Final = 500_000
+
+#: The words of the what-if caveat for CPU ranks sharing a host's cores (whatif.md §5) that name
+#: it: ``analyze``'s "What to try" line says it shorter.
+SHARED_CPU_MARK = "share the CPU cores of host"

@@ -20,7 +20,7 @@ from .errors import TraceFormatError, UsageError
 from .model import Kind, Timeline
 from .replay import Params, Schedule, StepTimes, observed_params, replay, step_times
 from .rungraph import RunGraph, UnitGraph, join_graphs
-from .vocab import Family
+from .vocab import SHARED_CPU_MARK, Family
 
 I64 = npt.NDArray[np.int64]
 SCENARIO_RE = re.compile(
@@ -64,6 +64,45 @@ def contention(g: RunGraph, s: Schedule, replay_beside_ns: int) -> tuple[int, st
         f"runs {more / 1e6:.1f} ms more compute beside communication than the trace "
         f"({replay_beside_ns / 1e6:.1f} -> {(replay_beside_ns + more) / 1e6:.1f} ms, all "
         "ranks and steps): the slowdown of that contention is left out of the prediction"
+    )
+
+
+#: Said for CPU ranks sharing a host where a scenario shortens the step by at least this much.
+SHARED_CPU_MIN_SPEEDUP = 1.05
+
+
+def _rank_list(ranks: Sequence[int]) -> str:
+    """``0-3`` for consecutive ranks, else ``0,2,5``."""
+    rs = sorted(set(ranks))
+    if len(rs) > 2 and rs == list(range(rs[0], rs[-1] + 1)):
+        return f"{rs[0]}-{rs[-1]}"
+    return ",".join(str(r) for r in rs)
+
+
+def shared_cpu_hosts(g: RunGraph) -> list[tuple[str, list[int]]]:
+    """(host, ranks) for each host (``TraceInfo.host``) where two or more ranks compute on CPU:
+    their compute and their gloo transfers share the host's cores."""
+    by_host: dict[str, list[int]] = {}
+    for u, host in enumerate(g.unit_host):
+        if host is not None and u < g.unit_gpu.size and not g.unit_gpu[u]:
+            by_host.setdefault(host, []).append(int(g.unit_rank[u]))
+    return [(h, rs) for h, rs in by_host.items() if len(set(rs)) >= 2]
+
+
+def shared_cpu_note(g: RunGraph, speedup: float | None) -> str:
+    """whatif.md §5: a scenario that shortens the step of CPU ranks sharing a host runs the same
+    work (the replay keeps every op's duration) more densely on the same cores, a contention the
+    replay cannot see (a straggler's sleep left them free; removing it makes the others collide).
+    The caveat where the speedup is at least :data:`SHARED_CPU_MIN_SPEEDUP`, else ""."""
+    if speedup is None or speedup < SHARED_CPU_MIN_SPEEDUP:
+        return ""
+    hosts = shared_cpu_hosts(g)
+    if not hosts:
+        return ""
+    where = "; ".join(f"ranks {_rank_list(rs)} {SHARED_CPU_MARK} {h}" for h, rs in hosts)
+    return (
+        f"{where} (compute and communication threads): the faster step runs the same work more "
+        "densely on them, and the slowdown of that contention is left out of the prediction"
     )
 
 
@@ -285,6 +324,7 @@ def _result(
     changed, ranks, colls = _changed(g, name)
     per = tuple(None if not np.isfinite(v) else float(v) for v in st.run_replayed_ns)
     more, note = contention(g, sched, beside)
+    note = "; ".join(n for n in (note, shared_cpu_note(g, speedup)) if n)
     return ScenarioResult(name, step, speedup, changed, ranks, colls, per, note, more)
 
 

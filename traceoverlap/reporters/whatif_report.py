@@ -7,6 +7,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from ..schema import OVERLAP_TAX, REPLAY, REPLAY_STEPS, SCENARIOS, TAX_RANK_STEPS
+from ..vocab import SHARED_CPU_MARK
 
 if TYPE_CHECKING:
     from ..whatif import ScenarioResult, WhatIf
@@ -59,7 +60,7 @@ def render_text(w: WhatIf) -> str:
         lines += [f"  {'rank':<18} {'step ms':>10} {'speedup':>8}"]
         for r in w.fix_rank:
             lines.append(f"  {r.name.split(':')[1]:<18} {_ms(r.step_ns):>10} {_x(r.speedup):>8}")
-    caveats = list(dict.fromkeys(f"{r.name}: {r.note}" for r in w.scenarios + w.fix_rank if r.note))
+    caveats = _caveats(w)
     if caveats or w.notes or w.findings:
         lines += ["", "Notes:"]
         lines += [f"  - {n}" for n in w.findings]
@@ -70,6 +71,15 @@ def render_text(w: WhatIf) -> str:
         "(docs/whatif.md)"
     )
     return "\n".join(lines) + "\n"
+
+
+def _caveats(w: WhatIf) -> list[str]:
+    """One line per distinct caveat, naming the scenarios it applies to."""
+    by_note: dict[str, list[str]] = {}
+    for r in w.scenarios + w.fix_rank:
+        for part in r.note.split("; ") if r.note else ():
+            by_note.setdefault(part, []).append(r.name)
+    return [f"{', '.join(dict.fromkeys(names))}: {note}" for note, names in by_note.items()]
 
 
 def _scenario(r: ScenarioResult) -> dict[str, Any]:
@@ -135,6 +145,8 @@ def top_lines(w: WhatIf, n: int = 3) -> list[str]:
             if r.contention_ns
             else ""
         )
+        if SHARED_CPU_MARK in r.note:
+            caveat += "; ranks share CPU cores, contention for them left out"
         out.append(
             f"what-if {r.name}: step {_ms(r.step_ns)} ms, {_x(r.speedup)} ({r.changed}{caveat}; "
             "traceoverlap whatif)"

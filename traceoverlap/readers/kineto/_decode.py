@@ -185,10 +185,17 @@ class Head(msgspec.Struct):
     deviceProperties: msgspec.Raw = msgspec.Raw(b"")
     distributedInfo: msgspec.Raw = msgspec.Raw(b"")
     baseTimeNanoseconds: msgspec.Raw = msgspec.Raw(b"")
+    host_name: msgspec.Raw = msgspec.Raw(b"")
 
 
 #: The top-level fields read besides the events.
-META_FIELDS = ("schemaVersion", "deviceProperties", "distributedInfo", "baseTimeNanoseconds")
+META_FIELDS = (
+    "schemaVersion",
+    "deviceProperties",
+    "distributedInfo",
+    "baseTimeNanoseconds",
+    "host_name",
+)
 
 HEAD = msgspec.json.Decoder(Head)
 _ANY = msgspec.json.Decoder()

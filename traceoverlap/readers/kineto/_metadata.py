@@ -36,6 +36,7 @@ class Meta:
         self.deviceProperties: Any = values["deviceProperties"]
         self.distributedInfo: Any = values["distributedInfo"]
         self.baseTimeNanoseconds: Any = values["baseTimeNanoseconds"]
+        self.host_name: Any = values["host_name"]
 
 
 def _short(v: Any) -> str:
@@ -103,6 +104,7 @@ def trace_info(
         notes=tuple(notes),
         process_groups=_process_groups(head.distributedInfo),
         gloo_threads=gloo_threads,
+        host=head.host_name if isinstance(head.host_name, str) and head.host_name else None,
     )
 
 
