@@ -17,6 +17,9 @@ import msgspec
 
 from ...errors import TraceFormatError
 
+#: ``args.grid`` / ``args.block`` when absent
+NO_DIMS = (-1, -1, -1)
+
 
 # gc=False: the structs hold no cycles, and untracked objects keep the collector from rescanning
 # hundreds of thousands of them (measured: ~3x faster decode). Ints default to -1 ("none") so the
@@ -35,6 +38,9 @@ class _Args(msgspec.Struct, gc=False, frozen=True):
     pg_name: str | int | None = msgspec.field(default=None, name="Process Group Name")
     seq: int | None = msgspec.field(default=None, name="Seq")
     seq_lower: int | None = msgspec.field(default=None, name="seq")
+    # kernels' launch shape (only kernels and some launches carry them): three ints each
+    grid: tuple[int, int, int] = NO_DIMS
+    block: tuple[int, int, int] = NO_DIMS
 
 
 _NO_ARGS = _Args()
@@ -132,6 +138,8 @@ class LooseArgs(msgspec.Struct, gc=False):
     pg_name: Any = msgspec.field(default=None, name="Process Group Name")
     seq: Any = msgspec.field(default=None, name="Seq")
     seq_lower: Any = msgspec.field(default=None, name="seq")
+    grid: Any = NO_DIMS
+    block: Any = NO_DIMS
 
 
 LOOSE_EMPTY = LooseArgs()
@@ -337,6 +345,8 @@ def _as_loose(e: Any) -> Any:
             a.pg_name,
             a.seq,
             a.seq_lower,
+            a.grid,
+            a.block,
         )
         return _LooseEvent(e.ph, e.cat, e.name, e.pid, e.tid, e.ts, e.dur, None, args)
     return e

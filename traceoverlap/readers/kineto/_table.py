@@ -29,7 +29,7 @@ from ._categories import (
     UNMAPPED_DEVICE_CATS,
     model_lut,
 )
-from ._columns import Codes, CollectiveColumns, Columns, collective_columns
+from ._columns import Codes, CollectiveColumns, Columns, collective_columns, shape_column
 from ._joins import collective_args_from_launching_op, fill_correlation_from_flows
 from ._metadata import Meta, base_ns, trace_info
 from ._values import INT32_MAX, INT64_MAX, checked_ns, to_int
@@ -55,6 +55,7 @@ class _Rows:
     device: np.ndarray  # args.device, -1: none
     stream: np.ndarray  # args.stream, -1: none
     corr: np.ndarray  # args.correlation, -1: none
+    shape: np.ndarray  # kernels' launch shape code (int32), -1: none
     coll: CollectiveColumns
 
     @classmethod
@@ -72,6 +73,7 @@ class _Rows:
             device=np.concatenate(cols.device),
             stream=np.concatenate(cols.stream),
             corr=np.concatenate(cols.corr),
+            shape=shape_column(len(src), cols),
             coll=collective_columns(len(src), cols),
         )
         cols.cat = cols.ts = cols.dur = cols.pid = cols.tid = []
@@ -159,6 +161,7 @@ def build_timeline(p: str, head: Meta, cols: Columns) -> Timeline:
         "process_group": _from_codes(rows.coll.process_group, categories=rows.coll.groups),
         "seq": rows.coll.seq,
         "group_size": rows.coll.group_size,
+        "shape": rows.shape,
     }
     return Timeline(make_events(len(start), columns), (info,))
 
