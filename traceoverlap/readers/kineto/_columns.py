@@ -9,9 +9,10 @@ from itertools import chain
 from operator import attrgetter, itemgetter
 from typing import Any
 
+import msgspec
 import numpy as np
 
-from .._shape import shape_codes
+from .._shape import input_dims_codes, shape_codes
 from ._categories import (
     FLOW_CATS,
     FLOW_TARGET_CODES,
@@ -46,6 +47,7 @@ _GET_CORR = attrgetter("args.correlation")
 _GET_DEVICE = attrgetter("args.device")
 _GET_STREAM = attrgetter("args.stream")
 _GET_DIMS = attrgetter("args.grid", "args.block")
+_GET_INPUT_DIMS = attrgetter("args.input_dims")
 
 
 class Columns:
@@ -70,6 +72,9 @@ class Columns:
         self.corr: list[np.ndarray] = []
         # kernels' launch shapes: (rows, n x 6 grid and block dims), -1 where unreadable
         self.shape: list[tuple[np.ndarray, np.ndarray]] = []
+        # CPU ops' Input Dims codes (:func:`.._shape.input_dims_codes`): (rows, codes) of the
+        # ops that have them
+        self.op_shape: list[tuple[np.ndarray, np.ndarray]] = []
         # Collective args of the few rows that have them, as arrays (no struct outlives its
         # chunk: kept ones would pin the allocator's pools and scatter later chunks' objects):
         # (rows, coll_name codes, bytes, process_group codes, seq, group_size).
@@ -187,6 +192,12 @@ class Columns:
         if len(sel):
             dims = _dims(list(map(_GET_DIMS, _pick(kept, sel))), loose)
             self.shape.append((sel + self.offset, dims))
+        ops = np.flatnonzero(model == MODEL_CODE["cpu_op"])
+        if len(ops):
+            codes = _input_dims(list(map(_GET_INPUT_DIMS, _pick(kept, ops))), loose)
+            known = codes >= 0
+            if known.any():
+                self.op_shape.append((ops[known] + self.offset, codes[known]))
 
     def _add_collectives(self, kept: list[Any], model: np.ndarray, name: np.ndarray) -> None:
         """The collective args of the kept events that have them. PyTorch writes them on
@@ -225,6 +236,19 @@ def _int_column(items: list[Any], get: attrgetter[Any], n: int, loose: bool) -> 
     return int_array(list(map(get, items)), -1, loose)
 
 
+def _input_dims(values: list[Any], loose: bool) -> np.ndarray:
+    """Per CPU op: the code of its ``Input Dims`` (:func:`.._shape.input_dims_codes`), -1
+    where it has none. Typed decode: raw JSON texts (empty when absent); lenient: values."""
+    n = len(values)
+    if loose:
+        texts = [b"" if v is None else msgspec.json.encode(v) for v in values]
+    else:
+        if not n or not np.fromiter(map(len, values), np.int64, n).any():
+            return np.full(n, -1, dtype=np.int32)
+        texts = list(map(bytes, values))
+    return input_dims_codes(texts)
+
+
 def _dims(values: list[tuple[Any, Any]], loose: bool) -> np.ndarray:
     """n x 6 int64 from (``args.grid``, ``args.block``) pairs: three ints each after a typed
     decode; after a lenient one, anything else (a list of another length, strings, floats, a
@@ -252,12 +276,15 @@ def _three_ints(v: Any) -> tuple[int, int, int]:
 
 def shape_column(n: int, cols: Columns) -> np.ndarray:
     """The ``shape`` column (int32) of all ``n`` rows: the kernels' codes (:mod:`.._shape`),
-    -1 elsewhere; ``cols`` lets go of the dims."""
+    CPU ops' Input Dims codes, -1 elsewhere; ``cols`` lets go of the dims."""
     shape = np.full(n, -1, dtype=np.int32)
     if cols.shape:
         rows = np.concatenate([r for r, _ in cols.shape])
         shape[rows] = shape_codes(np.concatenate([d for _, d in cols.shape]))
+    for rows, codes in cols.op_shape:
+        shape[rows] = codes
     cols.shape = []
+    cols.op_shape = []
     return shape
 
 

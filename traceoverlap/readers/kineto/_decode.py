@@ -19,6 +19,8 @@ from ...errors import TraceFormatError
 
 #: ``args.grid`` / ``args.block`` when absent
 NO_DIMS = (-1, -1, -1)
+#: ``args["Input Dims"]`` when absent (profiles without ``record_shapes``)
+NO_INPUT_DIMS = msgspec.Raw(b"")
 
 
 # gc=False: the structs hold no cycles, and untracked objects keep the collector from rescanning
@@ -41,6 +43,8 @@ class _Args(msgspec.Struct, gc=False, frozen=True):
     # kernels' launch shape (only kernels and some launches carry them): three ints each
     grid: tuple[int, int, int] = NO_DIMS
     block: tuple[int, int, int] = NO_DIMS
+    # CPU ops' input shapes (``record_shapes=True``), kept raw: only hashed, per distinct text
+    input_dims: msgspec.Raw = msgspec.field(default=NO_INPUT_DIMS, name="Input Dims")
 
 
 _NO_ARGS = _Args()
@@ -140,6 +144,7 @@ class LooseArgs(msgspec.Struct, gc=False):
     seq_lower: Any = msgspec.field(default=None, name="seq")
     grid: Any = NO_DIMS
     block: Any = NO_DIMS
+    input_dims: Any = msgspec.field(default=None, name="Input Dims")
 
 
 LOOSE_EMPTY = LooseArgs()
@@ -347,9 +352,15 @@ def _as_loose(e: Any) -> Any:
             a.seq_lower,
             a.grid,
             a.block,
+            _raw_value(a.input_dims),
         )
         return _LooseEvent(e.ph, e.cat, e.name, e.pid, e.tid, e.ts, e.dur, None, args)
     return e
+
+
+def _raw_value(raw: msgspec.Raw) -> Any:
+    """A raw value decoded (None when absent or unreadable)."""
+    return any_or_none(raw) if len(raw) else None
 
 
 def any_or_none(raw: msgspec.Raw, default: Any = None) -> Any:
