@@ -10,13 +10,14 @@ MS = 1_000_000
 
 
 def gpu_timeline(
-    kernels: Sequence[tuple[str, int, int, int]],
+    kernels: Sequence[tuple[str, int, int, int] | tuple[str, int, int, int, int]],
     steps: Sequence[tuple[str, int, int]] = (),
     launch_at: Sequence[int] | None = None,
     rank: int = 0,
     memcpy: Sequence[tuple[int, int, int]] = (),
 ) -> Timeline:
-    """kernels: (name, stream, start_ns, end_ns); steps: (marker name, start_ns, end_ns) host ranges.
+    """kernels: (name, stream, start_ns, end_ns[, shape]) (shape: the launch shape code, default
+    -1); steps: (marker name, start_ns, end_ns) host ranges.
 
     Each kernel/memcpy gets a cudaLaunchKernel row with its own correlation id, launched at
     ``launch_at[i]`` (default: inside the first step marker, or at 0).
@@ -26,11 +27,11 @@ def gpu_timeline(
         rows.append(
             dict(category="annotation", name=name, start_ns=s, end_ns=e, tid=1, lane="thread 1")
         )
-    acts = [(n, st, s, e, "kernel") for n, st, s, e in kernels] + [
-        ("Memcpy DtoD", st, s, e, "memcpy") for st, s, e in memcpy
+    acts = [(k[0], k[1], k[2], k[3], "kernel", k[4] if len(k) > 4 else -1) for k in kernels] + [
+        ("Memcpy DtoD", st, s, e, "memcpy", -1) for st, s, e in memcpy
     ]
     default_launch = steps[0][1] if steps else 0
-    for i, (name, stream, s, e, cat) in enumerate(acts):
+    for i, (name, stream, s, e, cat, shape) in enumerate(acts):
         corr = i + 1
         t = launch_at[i] if launch_at is not None else default_launch
         rows.append(
@@ -54,6 +55,7 @@ def gpu_timeline(
                 stream=stream,
                 device=0,
                 lane=f"stream {stream}",
+                shape=shape,
             )
         )
     return _timeline(rows, rank, "gpu")
@@ -86,6 +88,7 @@ def _timeline(rows: list[dict[str, object]], rank: int, device_kind: str) -> Tim
         "tid": -1,
         "lane": "",
         "thread_name": "",
+        "shape": -1,
     }
     cols = {
         k: [r.get(k, defaults.get(k)) for r in rows]
@@ -100,6 +103,7 @@ def _timeline(rows: list[dict[str, object]], rank: int, device_kind: str) -> Tim
             "tid",
             "lane",
             "thread_name",
+            "shape",
         )
     }
     cols["rank"] = [rank] * len(rows)  # type: ignore[list-item]

@@ -38,7 +38,9 @@ _SCHEMA: dict[str, str] = {
         "start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL, "
         "contextId INTEGER NOT NULL, streamId INTEGER NOT NULL, correlationId INTEGER, "
         "globalPid INTEGER, demangledName INTEGER NOT NULL, shortName INTEGER NOT NULL, "
-        "mangledName INTEGER, gridX INTEGER NOT NULL DEFAULT 1"
+        "mangledName INTEGER, gridX INTEGER NOT NULL DEFAULT 1, gridY INTEGER NOT NULL DEFAULT 1, "
+        "gridZ INTEGER NOT NULL DEFAULT 1, blockX INTEGER NOT NULL DEFAULT 1, "
+        "blockY INTEGER NOT NULL DEFAULT 1, blockZ INTEGER NOT NULL DEFAULT 1"
     ),
     "CUPTI_ACTIVITY_KIND_MEMCPY": (
         "start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL, "
@@ -161,8 +163,11 @@ class NsysExport:
         event_class: int = 0,
         tid: int | None = None,
         demangled: str | None = None,
+        grid: tuple[int, int, int] = (1, 1, 1),
+        block: tuple[int, int, int] = (1, 1, 1),
     ) -> int:
-        """A kernel; ``launch``: host time of its launch call (None: no launch row). -> correlation."""
+        """A kernel; ``launch``: host time of its launch call (None: no launch row); ``grid`` /
+        ``block``: its launch shape. -> correlation."""
         corr = self._launch(pid, launch, api, event_class, tid)
         self._add(
             "CUPTI_ACTIVITY_KIND_KERNEL",
@@ -177,7 +182,8 @@ class NsysExport:
                 self.string(demangled or f"{name}(float*, int)"),
                 self.string(name),
                 None,
-                1,
+                *grid,
+                *block,
             ),
         )
         return corr
@@ -334,7 +340,7 @@ def write_synthetic(
                 f"INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL {series} SELECT {k0}, "
                 f"{k0} + 3000 + 100 * (i % 7), {proc}, 1, CASE WHEN i % 10 = 9 THEN 20 ELSE 7 END, "
                 f"101 + i, {gpid}, CASE WHEN i % 10 = 9 THEN {nccl} ELSE 1 + i % 300 END, "
-                f"CASE WHEN i % 10 = 9 THEN {nccl} ELSE 1 + i % 300 END, NULL, 1 FROM r"
+                f"CASE WHEN i % 10 = 9 THEN {nccl} ELSE 1 + i % 300 END, NULL, 1, 1, 1, 1, 1, 1 FROM r"
             )
             con.execute(
                 f"INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME {series} SELECT {k0} - 20000, "

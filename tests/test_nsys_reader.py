@@ -371,6 +371,7 @@ def test_minimal_older_schema(tmp_path: Path) -> None:
     assert (info.pid, info.device, info.format_version, info.clock) == (77, 0, None, "unix")
     k = tl.events[tl.events["category"] == "kernel"].iloc[0]
     assert (k["name"], k.start_ns) == ("sgemm", 1600000000000000000 + 5000)
+    assert k["shape"] == -1  # no gridX..blockZ columns: no launch shape
     r = _row(analyze(p, AnalyzeOptions(step_regex="^train_step$")).steps, 0)
     assert (r.step_ns, r.compute_ns) == (4000, 4000)
 
@@ -499,9 +500,15 @@ def test_no_nvtx_table_gives_one_window_all(tmp_path: Path) -> None:
 # equivalence with the Kineto reader
 
 
+def _dims(i: int) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """The launch shape (grid, block) of the i-th GPU activity of the equivalence run."""
+    return (1 + i % 3, 2, 1), (128 if i % 2 else 256, 1, 1)
+
+
 def _kineto_json(path: Path, base_ns: int, spec: dict[str, list[tuple]]) -> Path:  # type: ignore[type-arg]
     """A minimal Chrome trace: ProfilerStep#N user annotations, cuda_runtime launches, kernels and
-    a memcpy with args.correlation / stream / device. ``ts`` are µs relative to base_ns."""
+    a memcpy with args.correlation / stream / device (kernels: grid / block, :func:`_dims`).
+    ``ts`` are µs relative to base_ns."""
     us = lambda ns: ns / 1000.0  # noqa: E731
     ev: list[dict[str, object]] = []
     for name, s, e in spec["steps"]:
@@ -542,6 +549,9 @@ def _kineto_json(path: Path, base_ns: int, spec: dict[str, list[tuple]]) -> Path
                 "args": {"correlation": corr, "stream": stream, "device": 0},
             }
         )
+        if cat == "kernel":
+            grid, block = _dims(corr)
+            ev[-1]["args"].update(grid=list(grid), block=list(block))  # type: ignore[attr-defined]
     path.write_text(json.dumps({"traceEvents": ev, "baseTimeNanoseconds": base_ns}))
     return path
 
@@ -575,9 +585,10 @@ def test_same_run_as_kineto_and_nsys_gives_identical_metrics(tmp_path: Path) -> 
     x.process(300)
     for name, s, e in spec["steps"]:
         x.nvtx(300, s, e, name)
-    for cat, name, stream, s, e, launch in gpu:
+    for i, (cat, name, stream, s, e, launch) in enumerate(gpu, start=1):
         if cat == "kernel":
-            x.kernel(300, 0, stream, s, e, name, launch=launch)
+            grid, block = _dims(i)
+            x.kernel(300, 0, stream, s, e, name, launch=launch, grid=grid, block=block)
         else:
             x.memcpy(300, 0, stream, s, e, launch=launch)
     npath = x.write(tmp_path / "run.sqlite")
@@ -589,6 +600,14 @@ def test_same_run_as_kineto_and_nsys_gives_identical_metrics(tmp_path: Path) -> 
     r = _row(n, 2)
     assert (r.step_ns, r.memory_ns, r.idle_ns, r.overlap_ns) == (152 * MS, 2 * MS, 10 * MS, 60 * MS)
     assert (r.start_ns, r.end_ns) == (base + g2, base + g2 + 152 * MS)
+    # the launch shape code is the same function of (grid, block) in both readers: per kernel
+    # (in start order) the same code; 6 distinct (grid, block) pairs (grid x 1..3, block 128 or
+    # 256: i % 3 and i % 2 cycle through all 6 over 17 kernels); memcpy and host rows -1
+    ke, ne = read_trace(kpath).events, read_trace(npath).events
+    ks, ns = (e[e["category"] == "kernel"].sort_values("start_ns")["shape"] for e in (ke, ne))
+    assert ks.tolist() == ns.tolist() and ks.nunique() == 6 and (ks >= 0).all()
+    assert set(ke.loc[ke["category"] != "kernel", "shape"]) == {-1}
+    assert set(ne.loc[ne["category"] != "kernel", "shape"]) == {-1}
 
 
 # ---------------------------------------------------------------------------------------------

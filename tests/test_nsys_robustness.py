@@ -61,7 +61,8 @@ def test_rows_committed_to_a_wal_are_read(tmp_path: Path) -> None:
     writer.execute("PRAGMA wal_autocheckpoint = 0")
     writer.execute(
         f"INSERT INTO {KERNEL} SELECT 10000000, 12000000, deviceId, contextId, streamId, 103, "
-        f"globalPid, demangledName, shortName, mangledName, gridX FROM {KERNEL} LIMIT 1"
+        f"globalPid, demangledName, shortName, mangledName, gridX, gridY, gridZ, blockX, blockY, "
+        f"blockZ FROM {KERNEL} LIMIT 1"
     )
     writer.execute(
         "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME SELECT 300000, 302000, eventClass, globalTid, "
@@ -139,8 +140,8 @@ def test_kernels_whose_start_is_not_an_integer_are_dropped_with_a_note(
     con.execute(f"ALTER TABLE k2 RENAME TO {KERNEL}")
     con.execute(
         f"INSERT INTO {KERNEL} SELECT {bad}, 9000000, deviceId, contextId, streamId, "
-        f"correlationId, globalPid, demangledName, shortName, mangledName, gridX FROM {KERNEL} "
-        "LIMIT 1"
+        f"correlationId, globalPid, demangledName, shortName, mangledName, gridX, gridY, gridZ, "
+        f"blockX, blockY, blockZ FROM {KERNEL} LIMIT 1"
     )
     con.commit()
     con.close()

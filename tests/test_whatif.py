@@ -8,13 +8,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from builders import MS, cpu_timeline
+from builders import MS, cpu_timeline, gpu_timeline
 from click.testing import CliRunner
 from conftest import real_trace
 
 from traceoverlap.cli import main
 from traceoverlap.replay import observed_params, replay, step_times
-from traceoverlap.tax import node_tax, tax_table
+from traceoverlap.tax import compute_time, node_tax, tax_table
 from traceoverlap.whatif import graph_of, load_graph, scenario_params, what_if
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "workloads"
@@ -212,6 +212,90 @@ def test_tax_same_kernel_is_the_same_call_of_the_step() -> None:
     w = what_if(g, ["replay"])
     assert w.tax_unmeasured_ns == 18 * MS
     assert any("18.0 ms of the 18.0 ms of compute under communication" in n for n in w.notes)
+
+
+NCCL_AR = "ncclKernel_AllReduce_RING_LL_Sum_float"
+GRID_A, GRID_B = 11, 22  # two launch shape codes of "gemm" (two grids)
+
+
+def _gpu_steps(per_step: list[list[tuple[str, int, int, int, int]]]) -> object:
+    """A GPU run of len(per_step) steps of 10 ms: step s's marker [10 s, 10 s + 0.5) ms on the
+    host, each kernel (name, stream, start, end, shape; times in µs from the step start) launched
+    inside it, 1 µs apart."""
+    kernels, launches, steps = [], [], []
+    for s, ks in enumerate(per_step):
+        t0 = s * 10 * MS
+        steps.append((f"ProfilerStep#{s + 1}", t0, t0 + MS // 2))
+        for i, (name, stream, a, b, shape) in enumerate(ks):
+            kernels.append((name, stream, t0 + a * US, t0 + b * US, shape))
+            launches.append(t0 + (i + 1) * US)
+    return gpu_timeline(kernels, steps, launch_at=launches)
+
+
+def test_tax_same_kernel_is_name_and_launch_shape_on_gpu() -> None:
+    # six steps. Steps 1-3: gemm/A [1, 2) ms alone (1.0 ms), then gemm/B [4, 6) alone (2.0 ms).
+    # Steps 4-6: gemm/B [1, 3) alone (2.0 ms), an all-reduce [4, 8) on stream 20, gemm/A
+    # [5, 6.3) under it (1.3 ms). The same kernel is (name, shape): A alone 3 x 1.0 ms, under
+    # 3 x 1.3 ms: tax 3 x (1.3 - 1.0) = 0.9 ms, 0.3 ms in each of steps 4-6 (within their
+    # compute under communication, A's 1.3 ms). B (same name, another grid) never ran under
+    # communication and is not mixed in. By name alone the alone median would be B's 2.0 ms
+    # (1, 1, 1, 2 x 6): no tax; by n-th call (A first in steps 1-3, second in 4-6) A's under
+    # calls would meet B's alone ones (2.0 ms): no tax either.
+    quiet = [("gemm", 7, 1000, 2000, GRID_A), ("gemm", 7, 4000, 6000, GRID_B)]
+    busy = [
+        ("gemm", 7, 1000, 3000, GRID_B),
+        (NCCL_AR, 20, 4000, 8000, -1),
+        ("gemm", 7, 5000, 6300, GRID_A),
+    ]
+    g = graph_of([_gpu_steps([quiet] * 3 + [busy] * 3)])  # type: ignore[list-item]
+    t = tax_table(g)
+    assert t.step_tax_ns.ravel().tolist() == [0, 0, 0, 300 * US, 300 * US, 300 * US]
+    assert t.step_overlap_ns.ravel().tolist() == [0, 0, 0, 1300 * US, 1300 * US, 1300 * US]
+    assert t.family_tax_ns == {"AllReduce": 900 * US} and t.unmeasured_ns == 0
+
+
+def test_tax_without_launch_shapes_falls_back_to_the_nth_call() -> None:
+    # the same kernels on GPU without shapes (-1): "k" runs twice a step, call 1 [1, 2) ms
+    # alone (1.0 ms) every step, call 2 [4, 7) ms alone (3.0 ms) in steps 1-3 and [4, 7.3) under
+    # an all-reduce [3.5, 8) in steps 4-6 (3.3 ms). The same kernel is the same n-th call: call
+    # 2's tax is 3 x (3.3 - 3.0) = 0.9 ms (by name alone the alone median would be call 1's
+    # 1.0 ms: 3 x 2.3 = 6.9 ms). A shape on one of them makes it another kernel, not a call
+    # of the others: with call 1 shaped (A), call 2 is still the first unshaped call: 0.9 ms.
+    def run(shape1: int) -> object:
+        quiet = [("k", 7, 1000, 2000, shape1), ("k", 7, 4000, 7000, -1)]
+        busy = [("k", 7, 1000, 2000, shape1), (NCCL_AR, 20, 3500, 8000, -1)]
+        busy.append(("k", 7, 4000, 7300, -1))
+        return graph_of([_gpu_steps([quiet] * 3 + [busy] * 3)])  # type: ignore[list-item]
+
+    for shape1 in (-1, GRID_A):
+        t = tax_table(run(shape1))  # type: ignore[arg-type]
+        assert t.step_tax_ns.ravel().tolist() == [0, 0, 0, 300 * US, 300 * US, 300 * US]
+        assert t.unmeasured_ns == 0
+
+
+@pytest.mark.parametrize(
+    "rel",
+    [
+        "kineto/a100_nccl_allreduce_rank0.json.gz",
+        "kineto/amd_mi300x_ddp8_resnet_actckpt_rccl_rank0.json.gz",
+    ],
+)
+def test_real_gpu_traces_have_a_measured_tax(rel: str) -> None:
+    # the same GEMM / elementwise kernel (name and grid) runs in every layer, some beside
+    # NCCL / RCCL and some alone: the tax is measured (by n-th call alone it was all unmeasured:
+    # the n-th call of a kernel is always beside communication or always alone)
+    g = load_graph(real_trace(rel))
+    t = tax_table(g)
+    overlap = int(t.step_overlap_ns.sum())
+    assert 0 < int(t.step_tax_ns.sum()) <= overlap
+    assert (t.step_tax_ns <= t.step_overlap_ns).all()
+    # taxed nodes (measured) and the unmeasured ones are disjoint parts of the compute under
+    # communication; a node's tax is less than its compute time (its reference ran > 0)
+    comp, cov = compute_time(g)
+    tax = node_tax(g)
+    taxed = tax > 0
+    assert (tax[taxed] < comp[taxed]).all()
+    assert 0 < int(cov[taxed].sum()) and int(cov[taxed].sum()) + t.unmeasured_ns <= overlap
 
 
 @pytest.mark.parametrize(

@@ -27,6 +27,8 @@ coll_bytes      int64       message size in bytes when known, else -1
 process_group   category    process group name/id when known, else ``""``
 seq             int64       per-process-group sequence number when known, else -1
 group_size      int32       collective group size when known, else -1
+shape           int32       kernel launch shape code (grid, block), else -1
+                            (:mod:`traceoverlap.readers._shape`: the same in every reader)
 ==============  ==========  ===============================================================
 
 :func:`traceoverlap.classify.classify` adds the ``kind`` column (one of :data:`traceoverlap.vocab.KINDS`).
@@ -89,6 +91,7 @@ _INT_COLUMNS: dict[str, str] = {
     "coll_bytes": "int64",
     "seq": "int64",
     "group_size": "int32",
+    "shape": "int32",
 }
 _INT_DEFAULTS: dict[str, int] = {
     "rank": 0,
@@ -100,6 +103,7 @@ _INT_DEFAULTS: dict[str, int] = {
     "coll_bytes": -1,
     "seq": -1,
     "group_size": -1,
+    "shape": -1,
 }
 #: Column order of the event table.
 COLUMNS: tuple[str, ...] = (
@@ -120,6 +124,7 @@ COLUMNS: tuple[str, ...] = (
     "process_group",
     "seq",
     "group_size",
+    "shape",
 )
 
 

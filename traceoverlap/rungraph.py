@@ -41,6 +41,7 @@ from .steps import UnitSteps
 from .vocab import BLOCKED_MAX_NS, BLOCKED_PER
 
 I64 = npt.NDArray[np.int64]
+I32 = npt.NDArray[np.int32]
 #: Node kind code of a host launch call (after the three activity kinds).
 LAUNCH = 3
 #: diagnosis.md §8: blocked when the next op starts within 1 % of the comm's duration, <= 0.5 ms.
@@ -90,6 +91,9 @@ class UnitGraph:
     call_lane: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
     call_start_ns: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
     call_end_ns: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
+    #: per node: the kernel's launch shape code (the Timeline's ``shape``), -1 unknown (host
+    #: nodes, traces without grids)
+    shape: I32 = field(default_factory=lambda: np.zeros(0, np.int32))
 
 
 def _top_level(lane: I64, start: I64, end: I64) -> npt.NDArray[np.bool_]:
@@ -266,6 +270,7 @@ def unit_graph(
         instances=instances,
         notes=tuple(notes),
         **_calls_on_lanes(unit, call_ivs, lane_uniq),
+        shape=ev["shape"].to_numpy()[all_rows].astype(np.int32),
     )
 
 
@@ -582,6 +587,8 @@ class RunGraph:
     call_lane: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
     call_start_ns: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
     call_end_ns: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
+    #: per node: the kernel's launch shape code, -1 unknown (the overlap tax's "same kernel")
+    shape: I32 = field(default_factory=lambda: np.zeros(0, np.int32))
     #: per unit: the machine it ran on (``TraceInfo.host``, None unknown) and whether it computes
     #: on a GPU (else its compute shares the host's CPU cores with the other CPU units there)
     unit_host: tuple[str | None, ...] = ()
@@ -664,6 +671,7 @@ def join_graphs(graphs: Sequence[UnitGraph]) -> RunGraph:
         parts.setdefault("kind", []).append(g.kind)
         parts.setdefault("window", []).append(win.astype(np.int64))
         parts.setdefault("name", []).append(name_map[g.name] if n else np.zeros(0, np.int64))
+        parts.setdefault("shape", []).append(g.shape)
         parts.setdefault("role", []).append(role[g.lane] if n else np.zeros(0, np.int64))
         parts.setdefault("inst", []).append(gk)
         parts.setdefault("family", []).append(fam)
@@ -789,4 +797,5 @@ def _sorted_graph(
         win_start_ns=wstart,
         win_end_ns=wend,
         notes=tuple(notes),
+        shape=cat["shape"].astype(np.int32)[order],
     )

@@ -4,8 +4,9 @@ A node's time here is its *compute time*: its duration less the communication ca
 thread inside it (a launch or a wait nested in an op; CPU units), the time the step's
 ``compute_ns`` counts (metrics.md); "under communication" is how much of that time the unit's
 communication covered. Per unit, a compute node that ran mostly (>= 50 %) under communication is
-compared with the nodes of the same kernel (:func:`same_kernel`: the same name and the same n-th
-call of that name in their step) on the same unit in other steps that ran alone (no
+compared with the nodes of the same kernel (:func:`same_kernel`: the same name and launch shape
+where the trace gives one, GPU kernels' grid and block, in any layer and step; else the same name
+and the same n-th call of that name in its step) on the same unit that ran alone (no
 communication at all during them); with at least :data:`MIN_INSTANCES` on each side, its tax is
 max(0, compute time - the median alone compute time). The tax of a step is the sum over its
 nodes, capped by the step's compute under communication (it is time inside ``overlap_ns``). All
@@ -93,13 +94,24 @@ def compute_time(g: RunGraph) -> tuple[I64, I64]:
 
 def same_kernel(g: RunGraph, rows: I64) -> I64:
     """Per row: a code equal for the instances of "the same kernel" (§4: name, and shape or grid
-    where known): the traces keep no shapes, so the same name *and the same n-th call of that
-    name in its step* on the same unit, i.e. the same layer's op every step. Name alone mixes
-    shapes: on an MLP's backward the last layer's ``AddmmBackward0`` (0.12 ms, before the first
-    all-reduce starts) would be the "alone" reference of the hidden layers' (0.37 ms)."""
-    df = pd.DataFrame({"u": g.unit[rows], "n": g.name[rows], "w": g.window[rows]})
-    df["o"] = df.groupby(["u", "w", "n"], sort=False).cumcount()
-    return np.asarray(df.groupby(["u", "n", "o"], sort=False).ngroup(), dtype=np.int64)
+    where known), on the same unit:
+
+    - a node whose launch shape is known (GPU kernels: grid and block, the Timeline's ``shape``)
+      is the same kernel as every node of the same name and shape, across layers and steps: the
+      same GEMM of every identical layer is one kernel, so the layers that ran alone are the
+      reference of those that ran beside communication;
+    - a node without one (CPU ops, kernels of traces without grids) is the same kernel as the
+      nodes of the same name *and the same n-th call of that name in its step* (counting the
+      calls without a shape; the same layer's op every step): name alone mixes shapes (on an MLP's backward the last layer's
+      ``AddmmBackward0``, 0.12 ms and before the first all-reduce starts, would be the "alone"
+      reference of the hidden layers', 0.37 ms)."""
+    shape = g.shape[rows].astype(np.int64)
+    known = shape >= 0
+    df = pd.DataFrame({"u": g.unit[rows], "n": g.name[rows], "w": g.window[rows], "k": known})
+    nth = df.groupby(["u", "w", "n", "k"], sort=False).cumcount().to_numpy()
+    # known: (unit, name, shape); unknown: (unit, name, n-th call without a shape in its step)
+    df["o"] = np.where(known, shape, nth)
+    return np.asarray(df.groupby(["u", "n", "k", "o"], sort=False).ngroup(), dtype=np.int64)
 
 
 def node_tax(g: RunGraph) -> I64:

@@ -392,13 +392,21 @@ def _check_targets(g: RunGraph, names: Sequence[str]) -> None:
             )
 
 
-def _unmeasured_note(unmeasured_ns: int, overlap_ns: int) -> str:
+def _unmeasured_note(unmeasured_ns: int, overlap_ns: int, shaped: bool = False) -> str:
+    """``shaped``: some nodes have a launch shape (GPU kernels' grid and block), so the same
+    kernel is the same name and shape for them (:func:`traceoverlap.tax.same_kernel`)."""
     share = f" ({100 * unmeasured_ns / overlap_ns:.0f} %)" if overlap_ns else ""
+    which = (
+        "kernels and ops that never ran alone 3 or more times (the same name and launch shape, "
+        "grid and block, where the trace has one, else the same n-th call in its step)"
+        if shaped
+        else "ops that never ran alone in 3 or more steps (the same op, same n-th call in its "
+        "step: a regular program overlaps it every step)"
+    )
     return (
         f"overlap tax: {unmeasured_ns / 1e6:.1f} ms of the {overlap_ns / 1e6:.1f} ms of compute "
-        f"under communication{share} is in ops that never ran alone in 3 or more steps (the same "
-        "op, same n-th call in its step: a regular program overlaps it every step): their tax is "
-        "not measured, so the tax and no-overlap-tax are lower bounds"
+        f"under communication{share} is in {which}: their tax is not measured, so the tax and "
+        "no-overlap-tax are lower bounds"
     )
 
 
@@ -440,7 +448,8 @@ def what_if(g: RunGraph, scenarios: Iterable[str] | None = None) -> WhatIf:
     notes = _merge_notes(g.notes)
     notes += _error_notes(g, err)
     if tt.unmeasured_ns:
-        notes.append(_unmeasured_note(tt.unmeasured_ns, int(tt.step_overlap_ns.sum())))
+        shaped = bool((g.shape >= 0).any())
+        notes.append(_unmeasured_note(tt.unmeasured_ns, int(tt.step_overlap_ns.sum()), shaped))
     if not s.settled:
         notes.append(f"the replay did not settle in {s.rounds} rounds: its times are a lower bound")
 

@@ -275,6 +275,8 @@ def _train(args: argparse.Namespace, rank: int, world_size: int, device: torch.d
                 wait=args.wait, warmup=args.warmup, active=args.steps, repeat=1
             ),
             on_trace_ready=write_trace,
+            # input shapes: the overlap tax tells the same op on the same sizes (whatif.md §4)
+            record_shapes=True,
         )
         profiler.start()
 

@@ -5,11 +5,14 @@ a document; the collective metadata of the few rows that carry it (:class:`Colle
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from itertools import chain
 from operator import attrgetter, itemgetter
 from typing import Any
 
+import msgspec
 import numpy as np
 
+from .._shape import input_dims_codes, shape_codes
 from ._categories import (
     FLOW_CATS,
     FLOW_TARGET_CODES,
@@ -20,7 +23,7 @@ from ._categories import (
     SRC_CATS,
     model_lut,
 )
-from ._decode import LOOSE_EMPTY, Chunk, LooseArgs
+from ._decode import LOOSE_EMPTY, NO_DIMS, Chunk, LooseArgs
 from ._values import INT64_MAX, MAX_WORLD_SIZE, float_array, id_array, int_array, int_field, to_int
 
 
@@ -43,6 +46,8 @@ _GET_ARGS = attrgetter("args")
 _GET_CORR = attrgetter("args.correlation")
 _GET_DEVICE = attrgetter("args.device")
 _GET_STREAM = attrgetter("args.stream")
+_GET_DIMS = attrgetter("args.grid", "args.block")
+_GET_INPUT_DIMS = attrgetter("args.input_dims")
 
 
 class Columns:
@@ -65,6 +70,11 @@ class Columns:
         self.device: list[np.ndarray] = []
         self.stream: list[np.ndarray] = []
         self.corr: list[np.ndarray] = []
+        # kernels' launch shapes: (rows, n x 6 grid and block dims), -1 where unreadable
+        self.shape: list[tuple[np.ndarray, np.ndarray]] = []
+        # CPU ops' Input Dims codes (:func:`.._shape.input_dims_codes`): (rows, codes) of the
+        # ops that have them
+        self.op_shape: list[tuple[np.ndarray, np.ndarray]] = []
         # Collective args of the few rows that have them, as arrays (no struct outlives its
         # chunk: kept ones would pin the allocator's pools and scatter later chunks' objects):
         # (rows, coll_name codes, bytes, process_group codes, seq, group_size).
@@ -119,6 +129,7 @@ class Columns:
         lut = KNOWN_LUT if len(self.src) == len(SRC_CATS) else model_lut(self.src)
         model = lut[cat]
         self._add_args(kept, model, chunk.loose)
+        self._add_shapes(kept, model, chunk.loose)
         self._add_collectives(kept, model, name)
         self.offset += len(kept)
 
@@ -174,6 +185,20 @@ class Columns:
         self.device.append(device)
         self.stream.append(stream)
 
+    def _add_shapes(self, kept: list[Any], model: np.ndarray, loose: bool) -> None:
+        """The launch shape (``args.grid`` and ``args.block``) of the chunk's kernels, kept as
+        (rows, n x 6 dims) and coded once for all chunks by :func:`shape_column`."""
+        sel = np.flatnonzero(model == MODEL_CODE["kernel"])
+        if len(sel):
+            dims = _dims(list(map(_GET_DIMS, _pick(kept, sel))), loose)
+            self.shape.append((sel + self.offset, dims))
+        ops = np.flatnonzero(model == MODEL_CODE["cpu_op"])
+        if len(ops):
+            codes = _input_dims(list(map(_GET_INPUT_DIMS, _pick(kept, ops))), loose)
+            known = codes >= 0
+            if known.any():
+                self.op_shape.append((ops[known] + self.offset, codes[known]))
+
     def _add_collectives(self, kept: list[Any], model: np.ndarray, name: np.ndarray) -> None:
         """The collective args of the kept events that have them. PyTorch writes them on
         ``record_param_comms`` ops, and Kineto copies them onto the kernels (and MTIA ``hccl::``
@@ -209,6 +234,58 @@ def _int_column(items: list[Any], get: attrgetter[Any], n: int, loose: bool) -> 
         except (TypeError, ValueError, OverflowError):
             pass
     return int_array(list(map(get, items)), -1, loose)
+
+
+def _input_dims(values: list[Any], loose: bool) -> np.ndarray:
+    """Per CPU op: the code of its ``Input Dims`` (:func:`.._shape.input_dims_codes`), -1
+    where it has none. Typed decode: raw JSON texts (empty when absent); lenient: values."""
+    n = len(values)
+    if loose:
+        texts = [b"" if v is None else msgspec.json.encode(v) for v in values]
+    else:
+        if not n or not np.fromiter(map(len, values), np.int64, n).any():
+            return np.full(n, -1, dtype=np.int32)
+        texts = list(map(bytes, values))
+    return input_dims_codes(texts)
+
+
+def _dims(values: list[tuple[Any, Any]], loose: bool) -> np.ndarray:
+    """n x 6 int64 from (``args.grid``, ``args.block``) pairs: three ints each after a typed
+    decode; after a lenient one, anything else (a list of another length, strings, floats, a
+    value beyond int64) is unknown (-1)."""
+    n = len(values)
+    if not loose:
+        try:
+            flat = chain.from_iterable(chain.from_iterable(values))
+            return np.fromiter(flat, np.int64, 6 * n).reshape(n, 6)
+        except (TypeError, ValueError, OverflowError):
+            pass
+    six = [(*_three_ints(g), *_three_ints(b)) for g, b in values]
+    return np.array(six, dtype=np.int64).reshape(n, 6)
+
+
+def _three_ints(v: Any) -> tuple[int, int, int]:
+    if (
+        isinstance(v, (list, tuple))
+        and len(v) == 3
+        and all(type(x) is int and -INT64_MAX <= x <= INT64_MAX for x in v)
+    ):
+        return (v[0], v[1], v[2])
+    return NO_DIMS
+
+
+def shape_column(n: int, cols: Columns) -> np.ndarray:
+    """The ``shape`` column (int32) of all ``n`` rows: the kernels' codes (:mod:`.._shape`),
+    CPU ops' Input Dims codes, -1 elsewhere; ``cols`` lets go of the dims."""
+    shape = np.full(n, -1, dtype=np.int32)
+    if cols.shape:
+        rows = np.concatenate([r for r, _ in cols.shape])
+        shape[rows] = shape_codes(np.concatenate([d for _, d in cols.shape]))
+    for rows, codes in cols.op_shape:
+        shape[rows] = codes
+    cols.shape = []
+    cols.op_shape = []
+    return shape
 
 
 def _str_list(values: list[Any]) -> list[str]:

@@ -17,6 +17,11 @@ import msgspec
 
 from ...errors import TraceFormatError
 
+#: ``args.grid`` / ``args.block`` when absent
+NO_DIMS = (-1, -1, -1)
+#: ``args["Input Dims"]`` when absent (profiles without ``record_shapes``)
+NO_INPUT_DIMS = msgspec.Raw(b"")
+
 
 # gc=False: the structs hold no cycles, and untracked objects keep the collector from rescanning
 # hundreds of thousands of them (measured: ~3x faster decode). Ints default to -1 ("none") so the
@@ -35,6 +40,11 @@ class _Args(msgspec.Struct, gc=False, frozen=True):
     pg_name: str | int | None = msgspec.field(default=None, name="Process Group Name")
     seq: int | None = msgspec.field(default=None, name="Seq")
     seq_lower: int | None = msgspec.field(default=None, name="seq")
+    # kernels' launch shape (only kernels and some launches carry them): three ints each
+    grid: tuple[int, int, int] = NO_DIMS
+    block: tuple[int, int, int] = NO_DIMS
+    # CPU ops' input shapes (``record_shapes=True``), kept raw: only hashed, per distinct text
+    input_dims: msgspec.Raw = msgspec.field(default=NO_INPUT_DIMS, name="Input Dims")
 
 
 _NO_ARGS = _Args()
@@ -132,6 +142,9 @@ class LooseArgs(msgspec.Struct, gc=False):
     pg_name: Any = msgspec.field(default=None, name="Process Group Name")
     seq: Any = msgspec.field(default=None, name="Seq")
     seq_lower: Any = msgspec.field(default=None, name="seq")
+    grid: Any = NO_DIMS
+    block: Any = NO_DIMS
+    input_dims: Any = msgspec.field(default=None, name="Input Dims")
 
 
 LOOSE_EMPTY = LooseArgs()
@@ -337,9 +350,17 @@ def _as_loose(e: Any) -> Any:
             a.pg_name,
             a.seq,
             a.seq_lower,
+            a.grid,
+            a.block,
+            _raw_value(a.input_dims),
         )
         return _LooseEvent(e.ph, e.cat, e.name, e.pid, e.tid, e.ts, e.dur, None, args)
     return e
+
+
+def _raw_value(raw: msgspec.Raw) -> Any:
+    """A raw value decoded (None when absent or unreadable)."""
+    return any_or_none(raw) if len(raw) else None
 
 
 def any_or_none(raw: msgspec.Raw, default: Any = None) -> Any:

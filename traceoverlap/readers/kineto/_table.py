@@ -19,6 +19,7 @@ import pandas as pd
 from ...errors import TraceFormatError
 from ...model import CATEGORIES, Timeline, make_events
 from ...vocab import STEP_RE
+from .._shape import inherit_nested
 from ._categories import (
     ACCELERATOR_CATS,
     AS_WHAT,
@@ -29,7 +30,7 @@ from ._categories import (
     UNMAPPED_DEVICE_CATS,
     model_lut,
 )
-from ._columns import Codes, CollectiveColumns, Columns, collective_columns
+from ._columns import Codes, CollectiveColumns, Columns, collective_columns, shape_column
 from ._joins import collective_args_from_launching_op, fill_correlation_from_flows
 from ._metadata import Meta, base_ns, trace_info
 from ._values import INT32_MAX, INT64_MAX, checked_ns, to_int
@@ -55,6 +56,7 @@ class _Rows:
     device: np.ndarray  # args.device, -1: none
     stream: np.ndarray  # args.stream, -1: none
     corr: np.ndarray  # args.correlation, -1: none
+    shape: np.ndarray  # kernels' launch shape code (int32), -1: none
     coll: CollectiveColumns
 
     @classmethod
@@ -72,6 +74,7 @@ class _Rows:
             device=np.concatenate(cols.device),
             stream=np.concatenate(cols.stream),
             corr=np.concatenate(cols.corr),
+            shape=shape_column(len(src), cols),
             coll=collective_columns(len(src), cols),
         )
         cols.cat = cols.ts = cols.dur = cols.pid = cols.tid = []
@@ -159,8 +162,22 @@ def build_timeline(p: str, head: Meta, cols: Columns) -> Timeline:
         "process_group": _from_codes(rows.coll.process_group, categories=rows.coll.groups),
         "seq": rows.coll.seq,
         "group_size": rows.coll.group_size,
+        "shape": _op_shapes(rows, start, end),
     }
     return Timeline(make_events(len(start), columns), (info,))
+
+
+def _op_shapes(rows: _Rows, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """The shape column: CPU ops without ``Input Dims`` of their own take their first nested
+    op's (:func:`.._shape.inherit_nested`); nothing to do in traces without shapes."""
+    is_op = rows.cat == MODEL_CODE["cpu_op"]
+    if not (rows.shape[is_op] >= 0).any():
+        return rows.shape
+    thread = np.zeros(len(start), dtype=np.int64)
+    thread[is_op] = np.unique(
+        np.stack([rows.pid[is_op], rows.tid[is_op]]), axis=1, return_inverse=True
+    )[1].reshape(-1)
+    return inherit_nested(rows.shape, is_op, thread, start, end)
 
 
 def _times_ns(

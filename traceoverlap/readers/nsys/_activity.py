@@ -9,6 +9,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from ...errors import TraceFormatError
+from .._shape import shape_codes
 from ._columns import Columns
 from ._export import EXPORT_HINT
 from ._metadata import Metadata
@@ -26,6 +27,10 @@ _MEMCPY_LABELS = {
     9: "Host-to-Host",
     10: "Peer-to-Peer",
 }
+
+
+#: The launch shape columns (grid, block) of each GPU table that has them, read when present.
+_DIMS = {"kernel": ["gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ"]}
 
 
 class Activity(Metadata):
@@ -55,7 +60,8 @@ class Activity(Metadata):
             elif category == "memcpy":
                 name_col = "copyKind"
             wanted = ["start", "end", "deviceId", "streamId", "correlationId", "globalPid"]
-            cols = self.scan(t, wanted + ([name_col] if name_col else []))
+            dims = _DIMS.get(category, [])
+            cols = self.scan(t, wanted + dims + ([name_col] if name_col else []))
             if cols.n == 0:
                 continue
             ok = self.valid_times(cols, t, "GPU activities")
@@ -75,8 +81,9 @@ class Activity(Metadata):
             corr = select(self.int_column(cols, t, "correlationId", -1), keep)
             gpid = select(gpid, keep)
             name_id = select(self.int_column(cols, t, name_col, -1), keep) if name_col else None
-            del cols
             n = start.size
+            shape = self.launch_shapes(cols, t, dims, keep)
+            del cols
             if category == "kernel":
                 assert name_id is not None
                 if self.table(STRINGS) is None:
@@ -112,6 +119,7 @@ class Activity(Metadata):
                     name=names,
                     lane=self.lanes.add_codes(codes, lane_names),
                     thread_name=self.thread_names.add_const("", n),
+                    shape=shape,
                 )
             )
         if dropped:
@@ -120,6 +128,18 @@ class Activity(Metadata):
                 "(before the capture start) or an end before their start."
             )
         return Rows.concat(blocks)
+
+    def launch_shapes(
+        self, cols: Columns, table: str, dims: list[str], keep: npt.NDArray[np.intp] | None
+    ) -> I32:
+        """The launch shape code of each kept row (:mod:`.._shape`) from the ``dims`` columns
+        (grid x, y, z, block x, y, z), -1 everywhere without them; a column the table lacks,
+        or a value that is not an integer, reads as -1: no shape."""
+        n = cols.n if keep is None else keep.size
+        if not dims:
+            return np.full(n, -1, dtype=np.int32)
+        six = np.stack([select(self.int_column(cols, table, d, -1), keep) for d in dims], axis=1)
+        return shape_codes(six)
 
     def sole_host_global_pid(self, table: str) -> int:
         """For a GPU table without globalPid: the one process that made CUDA calls, if only one."""
@@ -228,4 +248,5 @@ class Activity(Metadata):
             name=names,
             lane=self.lanes.add_codes(codes, lanes),
             thread_name=self.thread_names.add_codes(codes, thread_names),
+            shape=np.broadcast_to(np.int32(-1), (n,)),
         )

@@ -139,6 +139,7 @@ class Reader(ProcessPart, Ranks):
                 "coll_bytes": np.broadcast_to(np.int64(-1), (n,)),
                 "seq": np.broadcast_to(np.int64(-1), (n,)),
                 "group_size": np.broadcast_to(np.int32(-1), (n,)),
+                "shape": shared_if_constant(rows.shape, np.int32),
             },
         )
         traces = self.trace_infos(

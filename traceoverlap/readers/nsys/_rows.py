@@ -55,6 +55,8 @@ class Rows:
     name: I32
     lane: I32
     thread_name: I32
+    #: kernels' launch shape code (:mod:`.._shape`), -1: none
+    shape: I32
 
     def pop(self, column: str) -> I32:
         """Column ``column``, left empty here (its memory goes with its last user)."""
@@ -99,7 +101,7 @@ class Rows:
     @staticmethod
     def empty() -> Rows:
         z, z32 = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32)
-        return Rows(z, z, z, z32, z, z, z, z32, z32, z32, z32)
+        return Rows(z, z, z, z32, z, z, z, z32, z32, z32, z32, z32)
 
     def __len__(self) -> int:
         return int(self.start.size)
