@@ -61,9 +61,10 @@ def _any_search(patterns: Sequence[str]) -> Callable[[str], bool] | None:
 
 
 def literals(body: str) -> list[str] | None:
-    """The strings a regex made only of alternatives of literal characters and small character
-    classes matches (``optimi[sz]er|wait`` -> optimiser, optimizer, wait), or None."""
-    if _META.difference("|[]").intersection(body):
+    """The strings a regex made only of alternatives of literal characters, small character
+    classes and optional ones matches (``optimi[sz]er|data_?loader`` -> optimiser, optimizer,
+    data_loader, dataloader), or None."""
+    if _META.difference("|[]?").intersection(body):
         return None
     out: list[str] = []
     for alt in body.split("|"):
@@ -76,12 +77,14 @@ def literals(body: str) -> list[str] | None:
                 if not chars or not chars.isalnum():
                     return None
                 k = close + 1
-            elif alt[k] == "]":
+            elif alt[k] in "]?":  # a stray ], or a ? that follows no character (?? too)
                 return None
             else:
                 chars = alt[k]
                 k += 1
-            options = [o + c for o in options for c in chars]
+            optional = alt[k : k + 1] == "?"
+            k += optional
+            options = [o + c for o in options for c in chars] + (options if optional else [])
             if len(options) > 64:
                 return None
         if "" in options:
@@ -141,8 +144,8 @@ def _plan(patterns: Sequence[str]) -> _Plan:
 
 class NameTest:
     """``name -> any(re.search(p, name) for p in patterns)`` (call it), plus :meth:`candidates`:
-    for a block of names joined by NUL characters, which names can match at all, found with C
-    substring searches over the whole block, so that the per-name test runs only on those."""
+    for a block of names joined by NUL characters, which names can match at all, found with a few
+    numpy operations over the whole block, so that the per-name test runs only on those."""
 
     def __init__(self, patterns: Sequence[str]) -> None:
         self.patterns = list(dict.fromkeys(patterns))
@@ -155,8 +158,27 @@ class NameTest:
                 need = None
                 break
             need.append(lit)
-        self._needles = need
-        self._folded = list(plan.folded) if not plan.folded_rx else None
+        if need is not None and not plan.folded_rx:
+            # searched in the lowered block: a name containing a needle contains its lowered
+            # form there (a superset of the candidates, which is all the prefilter needs), and a
+            # needle that contains another needle finds no name that one does not
+            lowered = {n.lower() for n in need} | set(plan.folded)
+            self._needles: list[str] | None = sorted(
+                n for n in lowered if not any(m != n and m in n for m in lowered)
+            )
+        else:
+            self._needles = None
+        # the needles as character-pair codes (one-character needles as codes); a needle that
+        # is not ASCII is in no ASCII block, the only blocks the prefilter answers for
+        ascii_needles = [n for n in self._needles or [] if n.isascii()]
+        self._pairs = [
+            np.array(
+                [ord(a) << 8 | ord(b) for a, b in zip(n[:-1], n[1:], strict=True)], dtype=np.int64
+            )
+            for n in ascii_needles
+            if len(n) > 1
+        ]
+        self._singles = np.array([ord(n) for n in ascii_needles if len(n) == 1], dtype=np.uint8)
 
     def __call__(self, name: str) -> bool:
         return self.test(name)
@@ -168,20 +190,28 @@ class NameTest:
     def candidates(self, joined: str, ends: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_] | None:
         """Per name of ``joined`` (names each ending at the NUL at ``ends``): can it match? None
         when this cannot be told from substrings (patterns without a required literal, or
-        non-ASCII text, whose case folding differs)."""
-        if self._needles is None or self._folded is None or not joined.isascii():
+        non-ASCII text, whose case folding differs).
+
+        A name can match only if its lowered text contains a needle, and so every two-character
+        pair of that needle: per needle, the pair rarest in this block is looked for, all needles
+        at once (one table lookup per character of the block, instead of one substring search
+        per needle)."""
+        if self._needles is None or not joined.isascii():
             return None
         out = np.zeros(ends.size, dtype=bool)
-        hits: list[int] = []
-        for needle, hay in [(n, joined) for n in self._needles] + [
-            (n, joined.lower()) for n in self._folded
-        ]:
-            k = hay.find(needle)
-            while k >= 0:
-                hits.append(k)
-                k = hay.find(needle, k + 1)
-        if hits:
-            out[np.searchsorted(ends, np.array(hits, dtype=np.int64))] = True
+        # ASCII: every character stays where it was, one byte each
+        hay = np.frombuffer(joined.lower().encode("ascii"), dtype=np.uint8)
+        pairs = hay[:-1].astype(np.uint16)
+        pairs <<= 8
+        pairs |= hay[1:]
+        count = np.bincount(pairs, minlength=1 << 16)
+        wanted = np.zeros(1 << 16, dtype=bool)
+        for codes in self._pairs:
+            wanted[codes[np.argmin(count[codes])]] = True
+        hits = np.flatnonzero(wanted[pairs])
+        if self._singles.size:
+            hits = np.concatenate([hits, np.flatnonzero(np.isin(hay, self._singles))])
+        out[np.searchsorted(ends, hits)] = True
         return out
 
 

@@ -19,6 +19,7 @@ in it (:func:`inherit_nested`), the node the wrapper runs.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -41,11 +42,23 @@ def shape_codes(dims: npt.NDArray[np.int64]) -> I32:
     """Per row of ``dims`` (n x 6: grid x, y, z, block x, y, z): its shape code, in
     [0, 2**31), or -1 where a dimension is below 1 (unknown)."""
     dims = np.asarray(dims, dtype=np.int64).reshape(-1, 6)
-    h = np.zeros(dims.shape[0], dtype=np.uint64)
-    for j in range(6):
-        h = _mix(h + _GOLDEN + dims[:, j].astype(np.uint64))
+    return column_shape_codes([dims[:, j] for j in range(6)])
+
+
+def column_shape_codes(columns: Sequence[npt.NDArray[np.int64]]) -> I32:
+    """:func:`shape_codes` of the six dimensions given as six columns (grid x, y, z, block x,
+    y, z), hashed one column at a time: no n x 6 copy of a large table."""
+    if len(columns) != 6:
+        raise ValueError(f"shape codes need 6 dimension columns, got {len(columns)}")
+    n = len(columns[0])
+    h = np.zeros(n, dtype=np.uint64)
+    known = np.ones(n, dtype=bool)
+    for col in columns:
+        h = _mix(h + _GOLDEN + np.asarray(col, dtype=np.int64).astype(np.uint64))
+        known &= np.asarray(col) >= 1
     code = (h >> np.uint64(33)).astype(np.int32)
-    return np.where((dims >= 1).all(axis=1), code, np.int32(-1)).astype(np.int32)
+    code[~known] = -1
+    return code
 
 
 _SPACE = b" \t\r\n"

@@ -9,7 +9,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from ...errors import TraceFormatError
-from .._shape import shape_codes
+from .._shape import column_shape_codes
 from ._columns import Columns
 from ._export import EXPORT_HINT
 from ._metadata import Metadata
@@ -138,8 +138,7 @@ class Activity(Metadata):
         n = cols.n if keep is None else keep.size
         if not dims:
             return np.full(n, -1, dtype=np.int32)
-        six = np.stack([select(self.int_column(cols, table, d, -1), keep) for d in dims], axis=1)
-        return shape_codes(six)
+        return column_shape_codes([select(self.int_column(cols, table, d, -1), keep) for d in dims])
 
     def sole_host_global_pid(self, table: str) -> int:
         """For a GPU table without globalPid: the one process that made CUDA calls, if only one."""

@@ -24,6 +24,9 @@ _NVTX_RANGE_TYPE_NAMES = ("NvtxPushPopRange", "NvtxStartEndRange")
 _NVTX_MARK_TYPES_DEFAULT = (34,)
 _NVTX_MARK_TYPE_NAMES = ("NvtxMark",)
 
+#: Strings joined at a time by :func:`_containing`.
+_JOIN_BLOCK = 1 << 16
+
 _RANK_TEXT = re.compile(r"^\s*\[?\s*rank\s*[:=#_ ]?\s*(\d+)\s*\]?\s*$", re.IGNORECASE)
 
 
@@ -42,17 +45,55 @@ def _ending_threads(cols: Columns, gtid: I64, is_range: npt.NDArray[np.bool_]) -
     return np.where(moved, end_tid, gtid)
 
 
+def _containing(values: Obj, needles: tuple[str, ...]) -> npt.NDArray[np.intp]:
+    """Indices of the strings that contain one of ``needles`` (none of which holds a NUL): C
+    substring searches over blocks of strings joined by NULs, instead of a Python test each."""
+    found: list[npt.NDArray[np.intp]] = []
+    for a in range(0, len(values), _JOIN_BLOCK):
+        texts = values[a : a + _JOIN_BLOCK].tolist()
+        # where each string's NUL separator is (the last one's: the end of the joined text)
+        ends = np.cumsum(np.fromiter(map(len, texts), np.int64, len(texts)) + 1) - 1
+        joined = "\x00".join(texts)
+        hits: list[int] = []
+        for needle in needles:
+            k = joined.find(needle)
+            while k >= 0:
+                hits.append(k)
+                k = joined.find(needle, k + 1)
+        if hits:
+            found.append(a + np.unique(np.searchsorted(ends, np.array(hits, dtype=np.int64))))
+    return np.concatenate(found) if found else np.zeros(0, dtype=np.intp)
+
+
 def _rank_numbers(values: Obj) -> I64:
     """Per string: N when it reads ``rank N``, else -1 (the pattern only where "rank" appears)."""
     out = np.full(len(values), -1, dtype=np.int64)
     if len(values) == 0:
         return out
-    hint = np.fromiter(("ank" in v or "ANK" in v for v in values.tolist()), bool, len(values))
-    for i in np.flatnonzero(hint).tolist():
+    for i in _containing(values, ("ank", "ANK")).tolist():
         m = _RANK_TEXT.match(values[i])
         if m is not None:
             out[i] = int(m.group(1))
     return out
+
+
+def _factorize_texts(texts: Obj) -> tuple[I64, Obj]:
+    """``pd.factorize`` of the inline texts (None -> -1), the texts the range filter refused
+    (:data:`REFUSED`, most of an ``emit_nvtx`` capture's) given one code after the others' without
+    hashing them: a hash table sized for every row was the read's largest temporary."""
+    refused = texts == REFUSED
+    if not refused.any():
+        codes, found = pd.factorize(texts)
+        return codes.astype(np.int64, copy=False), np.asarray(found, dtype=object)
+    codes = np.full(texts.size, -1, dtype=np.int64)
+    rest = np.flatnonzero(~refused)
+    part, found = pd.factorize(texts[rest])
+    codes[rest] = part
+    codes[refused] = len(found)
+    uniques = np.empty(len(found) + 1, dtype=object)
+    uniques[: len(found)] = np.asarray(found, dtype=object)
+    uniques[-1] = REFUSED
+    return codes, uniques
 
 
 class NvtxReader(Activity):
@@ -103,9 +144,7 @@ class NvtxReader(Activity):
         text_code = np.full(is_range.size, -1, dtype=np.int64)
         uniques = np.zeros(0, dtype=object)
         if text is not None and cand.size:
-            codes, found = pd.factorize(text[cand])  # None -> -1
-            text_code[cand] = codes
-            uniques = np.asarray(found, dtype=object)
+            text_code[cand], uniques = _factorize_texts(text[cand])
         del text
         rank_pid, rank_value = self.rank_texts(text_code[cand], uniques, text_id[cand], gtid[cand])
         del cand

@@ -12,11 +12,12 @@ import pandas as pd
 from ...errors import TraceFormatError
 from ...model import CATEGORIES, Timeline, make_events, per_category
 from ._export import EXPORT_HINT
+from ._heap import release_freed
 from ._process import ProcessPart
 from ._ranks import Ranks
 from ._rows import Rows, shared_if_constant
 from ._schema import NVTX, STRINGS
-from ._strings import category_index
+from ._strings import category_index, fast_categorical
 
 I32 = npt.NDArray[np.int32]
 
@@ -35,6 +36,19 @@ def _ranks_running(events: pd.DataFrame, category: str, pattern: re.Pattern[str]
 
 
 _NCCL = re.compile(r"nccl", re.IGNORECASE)
+
+
+def _used_categories(codes: I32) -> pd.Categorical:
+    """The source categories of rows with :data:`CATEGORIES` codes, as
+    ``Categorical.from_codes(...).remove_unused_categories()`` gives them, without the sort of
+    every row that pandas' version does (three int64 temporaries of the whole table)."""
+    if codes.size == 0:  # pandas' own, for its empty categories' dtype
+        full = category_index(np.array(CATEGORIES, dtype=object))
+        return pd.Categorical.from_codes(codes, categories=full).remove_unused_categories()
+    used = np.bincount(codes, minlength=len(CATEGORIES)).astype(bool)
+    remap = (np.cumsum(used) - 1).astype(np.int8)
+    cats = np.array(CATEGORIES, dtype=object)[used]
+    return fast_categorical(remap[codes], category_index(cats))
 
 
 class Reader(ProcessPart, Ranks):
@@ -62,8 +76,10 @@ class Reader(ProcessPart, Ranks):
         offset, clock = self.clock_offset()
 
         gpu = self.read_gpu()
+        release_freed()  # each table's scan temporaries (see ._heap)
         self.gpu_pids = [int(p) for p in sorted(pd.unique(gpu.pid))]
         nvtx = self.read_nvtx()
+        release_freed()
         if self.process is not None:  # one process of a GPU capture: ranks from the whole file
             everyone = self.all_groups()
             if self.check is not None and everyone and self.process == min(everyone)[0]:
@@ -93,11 +109,12 @@ class Reader(ProcessPart, Ranks):
         del nvtx
         rows, rank = self.place(gpu, host, groups, ranks)
         del host, gpu
-        rank = rows.group_by(rank)
+        release_freed()
+        # the rank as the event table holds it (one value viewed n times when constant)
+        rank_col = shared_if_constant(rows.group_by(rank))
+        del rank
 
-        category = pd.Categorical.from_codes(
-            rows.category, categories=category_index(np.array(CATEGORIES, dtype=object))
-        )
+        category = _used_categories(rows.pop("category"))
         if offset:
             rows.start += offset
             rows.end += offset
@@ -107,14 +124,14 @@ class Reader(ProcessPart, Ranks):
             {
                 # columns with one value (the rank and pid of a one-process export, the
                 # collective fields nsys never has) are one value viewed n times, not n copies
-                "rank": shared_if_constant(rank),
-                "pid": shared_if_constant(rows.pid),
+                "rank": rank_col,
+                "pid": shared_if_constant(rows.pop("pid")),
                 "device": rows.device,
                 "stream": rows.stream,
                 "tid": rows.tid,
                 "lane": self.lanes.categorical(rows.pop("lane")),
                 "thread_name": self.thread_names.categorical(rows.pop("thread_name")),
-                "category": category.remove_unused_categories(),
+                "category": category,
                 "name": self.names.categorical(rows.pop("name")),
                 "start_ns": rows.start,
                 "end_ns": rows.end,
@@ -170,4 +187,4 @@ class Reader(ProcessPart, Ranks):
                 for r in rs[1:]:
                     blocks.append(host.take(idx))
                     rank_parts.append(np.full(idx.size, r, dtype=np.int32))
-        return Rows.concat(blocks), np.concatenate(rank_parts)
+        return Rows.concat(blocks, trim=True), np.concatenate(rank_parts)

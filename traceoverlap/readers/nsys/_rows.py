@@ -10,6 +10,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ...model import CATEGORIES
+from ._heap import LARGE_ROWS, release_freed
 
 I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]
@@ -67,18 +68,23 @@ class Rows:
         return Rows(**{k: v[idx] for k, v in self.__dict__.items()})
 
     @staticmethod
-    def concat(blocks: Sequence[Rows]) -> Rows:
+    def concat(blocks: Sequence[Rows], trim: bool = False) -> Rows:
         """Stack blocks column by column, emptying the blocks' columns as it goes, so that the
-        peak holds one extra column rather than a second copy of everything."""
+        peak holds one extra column rather than a second copy of everything. ``trim``: hand
+        each column's freed blocks back to the system before the next (see :mod:`._heap`; the
+        read's last and largest concatenation: pages handed back cost a fault when reused)."""
         if len(blocks) == 1:
             return blocks[0]
         if not blocks:
             return Rows.empty()
         out: dict[str, npt.NDArray[Any]] = {}
+        large = trim and sum(len(b) for b in blocks) >= LARGE_ROWS
         for k in Rows.__annotations__:
             out[k] = np.concatenate([getattr(b, k) for b in blocks])
             for b in blocks:
                 setattr(b, k, np.empty(0, dtype=getattr(b, k).dtype))  # a [:0] view would pin it
+            if large:  # the blocks' columns, just freed, make room for the next column
+                release_freed()
         return Rows(**out)
 
     def group_by(self, rank: I32) -> I32:
