@@ -487,30 +487,51 @@ def test_closed_loop_no_straggler_on_four_ranks() -> None:
     assert abs(predicted / MS - measured) / measured <= 0.20
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open (issue 22): the committed pair has no slowdown to predict. overlap_commoff "
-    "(recorded under load 5-9) has MORE compute than overlap_8 (7.85 ms vs 6.05: measured "
-    "speedup -1.80 ms); the tax (0.04 ms a step) predicts 5.80 ms: 26 % off. 71 % of "
-    "overlap_8's compute under communication is in backward ops that are under communication "
-    "in every step (no alone instance of the same op: tax unmeasured). Reruns (docs/whatif.md): "
-    "11-18 % off on quiet mlp pairs, 4-10 % on gpt pairs, where the measured speedups "
-    "(-2.0..+0.7 ms) are within the reruns' own spread",
-)
-def test_closed_loop_tax_predicts_the_compute_without_communication() -> None:
-    # overlap_8 and overlap_commoff: the same program, with and without communication. The
-    # overlapped run's compute minus its overlap tax predicts the comm-off compute within 25 %
+TAX_PAIRS = [
+    # ddp_8 / ddp_commoff (default GPT, 2 gloo ranks, 8 steps, input shapes recorded, made on a
+    # quiet machine, the comm-off run right after): DDP's first bucket is ready only after the
+    # last layers' backward, which runs alone; the same ops on the same sizes in earlier layers
+    # run beside the all-reduces: compute 10.49 ms, tax 0.69 ms (6.1 of 54.8 ms unmeasured),
+    # predicted 9.79 ms against 9.90 measured (-1 %)
+    ("ddp_8", "ddp_commoff"),
+    pytest.param(
+        "gpt_overlap_8",
+        "gpt_overlap_commoff",
+        marks=pytest.mark.xfail(
+            strict=True,
+            reason="open (issue 22): per-parameter hooks start the first all-reduce with the "
+            "first gradient, so every backward op of every layer runs beside communication in "
+            "every step: 83.4 of 104.4 ms of compute under communication has no alone instance "
+            "of the same op (name and input sizes) and its tax is unmeasured; compute 13.93 ms "
+            "less a 0.20 ms tax predicts 13.77 against 10.49 measured (+31 %). A second quiet "
+            "pair: +44 % (docs/whatif.md)",
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize(("overlapped", "commoff"), TAX_PAIRS)
+def test_closed_loop_tax_predicts_the_compute_without_communication(
+    overlapped: str, commoff: str
+) -> None:
+    # the same program with and without communication: the overlapped run's compute minus its
+    # overlap tax predicts the comm-off run's compute within 25 % (whatif.md §5; medians over the
+    # 8 steps of the per-step mean over ranks)
     from traceoverlap import analyze
 
     def compute_ms(folder: str) -> np.ndarray:
         a = analyze(FIXTURES / folder)
         return a.steps.groupby("step", sort=False)["compute_ns"].mean().to_numpy() / MS
 
-    w = what_if(load_graph(FIXTURES / "overlap_8"), ["replay"])
+    w = what_if(load_graph(FIXTURES / overlapped), ["replay"])
     tax = np.array([t or 0.0 for t in w.tax_steps_ns]) / MS
-    predicted = float(np.median(compute_ms("overlap_8") - tax))
-    measured = float(np.median(compute_ms("overlap_commoff")))
+    assert tax.max() > 0  # a tax was measured: the pair tests it, not the compute's noise
+    observed = compute_ms(overlapped)
+    predicted = float(np.median(observed - tax))
+    measured = float(np.median(compute_ms(commoff)))
     assert abs(predicted - measured) / measured <= 0.25
+    # and the tax is what brings it there: closer than the compute as it ran (ddp_8: 6 % off)
+    assert abs(predicted - measured) < abs(float(np.median(observed)) - measured)
 
 
 def test_tax_on_the_overlap_fixture_is_inside_the_overlap() -> None:

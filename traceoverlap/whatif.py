@@ -393,12 +393,13 @@ def _check_targets(g: RunGraph, names: Sequence[str]) -> None:
 
 
 def _unmeasured_note(unmeasured_ns: int, overlap_ns: int, shaped: bool = False) -> str:
-    """``shaped``: some nodes have a launch shape (GPU kernels' grid and block), so the same
-    kernel is the same name and shape for them (:func:`traceoverlap.tax.same_kernel`)."""
+    """``shaped``: some nodes have a shape (GPU kernels' grid and block, CPU ops' input sizes),
+    so the same kernel is the same name and shape for them (:func:`traceoverlap.tax.same_kernel`)."""
     share = f" ({100 * unmeasured_ns / overlap_ns:.0f} %)" if overlap_ns else ""
     which = (
-        "kernels and ops that never ran alone 3 or more times (the same name and launch shape, "
-        "grid and block, where the trace has one, else the same n-th call in its step)"
+        "kernels and ops that never ran alone 3 or more times (the same name and shape, a "
+        "kernel's grid and block or an op's input sizes, where the trace has one, else the same "
+        "n-th call in its step)"
         if shaped
         else "ops that never ran alone in 3 or more steps (the same op, same n-th call in its "
         "step: a regular program overlaps it every step)"

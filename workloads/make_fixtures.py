@@ -17,7 +17,8 @@ with a planted cause (see fixtures/workloads/README.md):
 - model parallel (parallel.py): ``tp_slow`` (4 ranks, rank 3 late in TP group {2,3}),
   ``pipeline``, ``pipeline_slow_last`` (a long last stage), ``fsdp``, ``moe_slow`` (4 ranks);
 - what-if pairs, 8 active steps: ``naive_slow`` / ``naive_8``, ``naive4_slow`` / ``naive4`` (4
-  ranks) and ``overlap_8`` / ``overlap_commoff`` (``--comm off``).
+  ranks), ``overlap_8`` / ``overlap_commoff`` (``--comm off``), ``ddp_8`` / ``ddp_commoff`` and
+  ``gpt_overlap_8`` / ``gpt_overlap_commoff`` (input shapes recorded).
 
 Timings differ from run to run; tests on these files assert what the planted cause guarantees.
 
@@ -66,6 +67,13 @@ RUNS["naive4"] = [*NAIVE, "--world-size", "4"]
 OVERLAP = ["--strategy", "overlap", "--model", "mlp", "--batch-size", "512", *EIGHT]
 RUNS["overlap_8"] = OVERLAP
 RUNS["overlap_commoff"] = [*OVERLAP, "--comm", "off"]
+# the overlap tax's closed loop on runs with input shapes (record_shapes: the tax's "same op",
+# whatif.md §4), the default GPT: DDP (its last layers' backward runs before the first bucket is
+# ready: alone instances exist) and per-parameter overlap (every backward op beside communication)
+RUNS["ddp_8"] = ["--strategy", "ddp", *EIGHT]
+RUNS["ddp_commoff"] = ["--strategy", "ddp", *EIGHT, "--comm", "off"]
+RUNS["gpt_overlap_8"] = ["--strategy", "overlap", *EIGHT]
+RUNS["gpt_overlap_commoff"] = ["--strategy", "overlap", *EIGHT, "--comm", "off"]
 
 
 NSYS_FIXTURE = "bucketed_cpu_2rank.sqlite"
