@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-import numpy as np
+from conftest import name_candidates
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -48,9 +48,7 @@ def test_any_match_with_optional_characters_is_re_search(name: str) -> None:
 )
 def test_candidates_with_optional_characters_cover_every_match(names: list[str]) -> None:
     test = NameTest(_OPTIONAL)
-    joined = "\x00".join(names) + "\x00"
-    ends = np.cumsum([len(n) + 1 for n in names]) - 1
-    cand = test.candidates(joined, ends)
+    cand, joined = name_candidates(test, names)
     assert cand is not None  # every pattern has literals to look for
     for name, c in zip(names, cand.tolist(), strict=True):
         if test(name):
@@ -62,9 +60,7 @@ def test_the_analysis_range_filter_has_a_prefilter() -> None:
     # literal to look for: the reader tests only the texts that contain one
     keep = range_filter(AnalysisOptions(), Rules())
     names = ["aten::mm, seq = 1", "DataLoader.next", "ProfilerStep#4", "aten::add"]
-    joined = "\x00".join(names) + "\x00"
-    ends = np.cumsum([len(n) + 1 for n in names]) - 1
-    cand = keep.candidates(joined, ends)
+    cand, joined = name_candidates(keep, names)
     assert cand is not None
     assert cand.tolist() == [False, True, True, False]
     assert [keep(n) for n in names] == [False, True, True, False]
@@ -80,9 +76,7 @@ def test_the_analysis_range_filter_has_a_prefilter() -> None:
 def test_candidates_with_short_and_non_ascii_needles(names: list[str]) -> None:
     # one-character needles (x), pairs across a NUL or a ":" and a needle no ASCII block holds
     test = NameTest(["x", r"^Yz", "b:#", "\u212aa", "(?i)zab"])
-    joined = "\x00".join(names) + "\x00"
-    ends = np.cumsum([len(n) + 1 for n in names]) - 1
-    cand = test.candidates(joined, ends)
+    cand, joined = name_candidates(test, names)
     if not joined.isascii():
         assert cand is None
         return
