@@ -531,7 +531,11 @@ def test_closed_loop_tax_predicts_the_compute_without_communication(
     measured = float(np.median(compute_ms(commoff)))
     assert abs(predicted - measured) / measured <= 0.25
     # and the tax is what brings it there: closer than the compute as it ran (ddp_8: 6 % off)
-    assert abs(predicted - measured) < abs(float(np.median(observed)) - measured)
+    ran = float(np.median(observed))
+    assert abs(predicted - measured) < abs(ran - measured)
+    # read as "how much faster" (whatif.md §5): the predicted speedup within 25 % of the
+    # measured one (ddp_8: 10.49 - 9.79 = 0.70 ms predicted, 10.49 - 9.90 = 0.59 measured: 18 %)
+    assert abs((ran - predicted) - (ran - measured)) <= 0.25 * (ran - measured)
 
 
 def test_tax_on_the_overlap_fixture_is_inside_the_overlap() -> None:
