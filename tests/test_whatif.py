@@ -682,3 +682,25 @@ def test_shared_cpu_cores_caveat_on_a_faster_step() -> None:
     out = CliRunner().invoke(main, ["whatif", str(FIXTURES / "naive_slow")])
     lines = [ln for ln in out.output.splitlines() if "share the CPU cores" in ln]
     assert out.exit_code == 0 and len(lines) == 1 and "fix-rank:1" in lines[0]
+
+
+def test_shared_cpu_cores_from_an_nsys_export(tmp_path: Path) -> None:
+    # the bundled CPU nsys export (2 gloo ranks under one nsys session) names its machine in
+    # TARGET_INFO_SYSTEM_ENV (Hostname "vm"): its faster scenarios get the shared-cores caveat;
+    # an export without that table names no host and gets none (nothing is guessed)
+    import sqlite3
+
+    from traceoverlap.readers.nsys import read_nsys
+    from traceoverlap.whatif import shared_cpu_hosts
+
+    src = FIXTURES.parent / "nsys" / "bucketed_cpu_2rank.sqlite"
+    assert [t.host for t in read_nsys(src).traces] == ["vm", "vm"]
+    assert shared_cpu_hosts(load_graph(src)) == [("vm", [0, 1])]
+    bare = tmp_path / "bare.sqlite"
+    bare.write_bytes(src.read_bytes())
+    con = sqlite3.connect(bare)
+    con.execute("DROP TABLE TARGET_INFO_SYSTEM_ENV")
+    con.commit()
+    con.close()
+    assert [t.host for t in read_nsys(bare).traces] == [None, None]
+    assert shared_cpu_hosts(load_graph(bare)) == []

@@ -49,6 +49,16 @@ class Metadata(Schema):
         self.notes.append("The export has no META_DATA_EXPORT table: schema version unknown.")
         return None
 
+    def hostname(self) -> str | None:
+        """The machine the capture ran on (``TARGET_INFO_SYSTEM_ENV``'s ``Hostname``), when the
+        export says: ranks of one export on one host share its CPU cores (docs/whatif.md)."""
+        env = self.table("TARGET_INFO_SYSTEM_ENV")
+        if env is None or not self.has(env, "name", "value"):
+            return None
+        row = self.rows(f"SELECT value FROM {quote(env)} WHERE name = 'Hostname' LIMIT 1")
+        value = row[0][0] if row else None
+        return value if isinstance(value, str) and value else None
+
     def clock_offset(self) -> tuple[int, str]:
         """Nanoseconds to add to export timestamps to get unix-epoch time, and the clock name.
 

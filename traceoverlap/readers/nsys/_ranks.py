@@ -125,6 +125,7 @@ class Ranks(Metadata):
     ) -> tuple[TraceInfo, ...]:
         gpu_names = self.gpu_names() if device_kind == "gpu" else {}
         procs = self.process_names()
+        host = self.hostname()
         infos = []
         for (pid, device), rank in zip(groups, ranks, strict=True):
             notes = list(dict.fromkeys(self.notes))
@@ -155,6 +156,7 @@ class Ranks(Metadata):
                     pid=pid,
                     device=device if device_kind == "gpu" else None,
                     notes=tuple(notes),
+                    host=host,
                 )
             )
         return tuple(sorted(infos, key=lambda t: t.rank))
