@@ -162,22 +162,19 @@ def build_timeline(p: str, head: Meta, cols: Columns) -> Timeline:
         "process_group": _from_codes(rows.coll.process_group, categories=rows.coll.groups),
         "seq": rows.coll.seq,
         "group_size": rows.coll.group_size,
-        "shape": _op_shapes(rows, start, end),
+        "shape": _op_shapes(rows, np.asarray(lane.codes, dtype=np.int64), start, end),
     }
     return Timeline(make_events(len(start), columns), (info,))
 
 
-def _op_shapes(rows: _Rows, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+def _op_shapes(rows: _Rows, lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """The shape column: CPU ops without ``Input Dims`` of their own take their first nested
-    op's (:func:`.._shape.inherit_nested`); nothing to do in traces without shapes."""
+    op's on their thread (``lane``: one code per host (pid, tid), :func:`_lanes`;
+    :func:`.._shape.inherit_nested`); nothing to do in traces without shapes."""
     is_op = rows.cat == MODEL_CODE["cpu_op"]
     if not (rows.shape[is_op] >= 0).any():
         return rows.shape
-    thread = np.zeros(len(start), dtype=np.int64)
-    thread[is_op] = np.unique(
-        np.stack([rows.pid[is_op], rows.tid[is_op]]), axis=1, return_inverse=True
-    )[1].reshape(-1)
-    return inherit_nested(rows.shape, is_op, thread, start, end)
+    return inherit_nested(rows.shape, is_op, lane, start, end)
 
 
 def _times_ns(
