@@ -386,3 +386,18 @@ def fake_nsys_export(tmp_path: Path, prepared: Path) -> Path:
     )
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
     return bindir
+
+
+def damage_free_list(path: Path) -> None:
+    """Damage ``path`` the way only ``PRAGMA quick_check`` sees: free-list pages (a table
+    filled, then emptied) and a header free-list count (bytes 36-39) 3 more than there are."""
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE junk(x)")
+    con.executemany("INSERT INTO junk VALUES (?)", [("a" * 500,)] * 50)
+    con.commit()
+    con.execute("DELETE FROM junk")  # pages go to the free list
+    con.commit()
+    con.close()
+    raw = bytearray(path.read_bytes())
+    raw[36:40] = (int.from_bytes(raw[36:40], "big") + 3).to_bytes(4, "big")
+    path.write_bytes(raw)

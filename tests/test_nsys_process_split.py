@@ -18,7 +18,13 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from nsys_writer import MS, NVTX_MARK, NsysExport, write_synthetic  # noqa: E402
+from nsys_writer import (  # noqa: E402
+    MS,
+    NVTX_MARK,
+    NsysExport,
+    damage_free_list,
+    write_synthetic,
+)
 
 import traceoverlap.inputs as inputs  # noqa: E402
 from traceoverlap.analysis import analyze  # noqa: E402
@@ -136,21 +142,10 @@ def test_a_row_selection_reads_the_same_rows_from_the_pages_and_through_sqlite(
 def test_a_damaged_export_is_refused_by_the_read_of_its_first_process(tmp_path: Path) -> None:
     # PRAGMA quick_check scans the whole file: a split runs it once, in its first (lowest pid)
     # process's read, and that error stops the run like any file's
-    import sqlite3
-
     from traceoverlap.errors import TraceFormatError
 
     path = _three_ranks(tmp_path)
-    con = sqlite3.connect(path)
-    con.execute("CREATE TABLE junk(x)")
-    con.executemany("INSERT INTO junk VALUES (?)", [("a" * 500,)] * 50)
-    con.commit()
-    con.execute("DELETE FROM junk")  # pages go to the free list
-    con.commit()
-    con.close()
-    raw = bytearray(path.read_bytes())
-    raw[36:40] = (int.from_bytes(raw[36:40], "big") + 3).to_bytes(4, "big")  # free-list count
-    path.write_bytes(raw)
+    damage_free_list(path)
     with pytest.raises(TraceFormatError, match="damaged \\(quick_check"):
         read_nsys(path, process=100)
     assert len(read_nsys(path, process=300).traces) == 1  # the check is not repeated

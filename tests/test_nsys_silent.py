@@ -14,7 +14,7 @@ from conftest import WORKLOAD_FIXTURES
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from nsys_writer import MS, NsysExport  # noqa: E402
+from nsys_writer import MS, NsysExport, damage_free_list  # noqa: E402
 
 from traceoverlap.errors import TraceFormatError  # noqa: E402
 from traceoverlap.readers.nsys import read_nsys  # noqa: E402
@@ -75,17 +75,7 @@ def test_nvtx_range_never_closed_gets_a_note(tmp_path: Path) -> None:
 
 def test_quick_check_damage_is_refused(tmp_path: Path) -> None:
     p = _export(tmp_path, kernels=300)
-    con = sqlite3.connect(p)
-    con.execute("CREATE TABLE junk(x)")
-    con.executemany("INSERT INTO junk VALUES (?)", [("a" * 500,)] * 50)
-    con.commit()
-    con.execute("DELETE FROM junk")  # pages go to the free list
-    con.commit()
-    con.close()
-    raw = bytearray(p.read_bytes())
-    # header bytes 36-39: the free-list page count; 3 more than there are
-    raw[36:40] = (int.from_bytes(raw[36:40], "big") + 3).to_bytes(4, "big")
-    p.write_bytes(raw)
+    damage_free_list(p)
     with pytest.raises(TraceFormatError) as err:
         read_nsys(p)
     msg = str(err.value)
