@@ -16,7 +16,7 @@ no comparison is reported as unmeasured, not as untaxed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -157,6 +157,8 @@ class TaxTable:
     #: compute under communication (ns, run total) in nodes that ran mostly under it and have
     #: no comparison (the same kernel never ran alone, or too few times): its tax is unknown
     unmeasured_ns: int = 0
+    #: per node of the graph: its tax (:func:`node_tax`), for the replay's ``no-overlap-tax``
+    node_tax_ns: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
 
 
 def tax_table(g: RunGraph) -> TaxTable:
@@ -184,7 +186,12 @@ def tax_table(g: RunGraph) -> TaxTable:
         )
     unmeasured = int(cov[ok & blind].sum())
     return TaxTable(
-        step_tax.reshape(nu, ns), step_overlap.reshape(nu, ns), fam, tuple(findings), unmeasured
+        step_tax.reshape(nu, ns),
+        step_overlap.reshape(nu, ns),
+        fam,
+        tuple(findings),
+        unmeasured,
+        tax,
     )
 
 

@@ -414,7 +414,7 @@ def _unmeasured_note(unmeasured_ns: int, overlap_ns: int, shaped: bool = False) 
 def what_if(g: RunGraph, scenarios: Iterable[str] | None = None) -> WhatIf:
     """Identity replay (its error per step) and the scenarios (default: :func:`default_scenarios`),
     plus one ``fix-rank:R`` per rank."""
-    from .tax import node_tax, tax_table
+    from .tax import tax_table
 
     names = list(scenarios) if scenarios else default_scenarios(g)
     for n in names:
@@ -431,7 +431,8 @@ def what_if(g: RunGraph, scenarios: Iterable[str] | None = None) -> WhatIf:
     with np.errstate(invalid="ignore", divide="ignore"):
         err = np.where(obs > 0, np.abs(rep - obs) / obs, np.nan)
     base = _median(rep)
-    tax = node_tax(g)
+    tt = tax_table(g)  # the per-node tax once: the scenarios' and the tables'
+    tax = tt.node_tax_ns
     beside = beside_ns(g, s.start_ns, s.end_ns)  # the identity replay's
     results = [_result(g, n, _run(g, scenario_params(g, p, n, tax)), base, beside) for n in names]
     fix = []
@@ -439,7 +440,6 @@ def what_if(g: RunGraph, scenarios: Iterable[str] | None = None) -> WhatIf:
         for r in ranks_that_matter(g, p):
             n = f"fix-rank:{r}"
             fix.append(_result(g, n, _run(g, scenario_params(g, p, n, tax)), base, beside))
-    tt = tax_table(g)
     present = g.win_start_ns >= 0
     cnt = present.sum(axis=0)
     tax_steps = tuple(
