@@ -7,6 +7,7 @@ Scenario names: ``replay``, ``no-straggler``, ``fix-rank:R``, ``hide:FAMILY``, `
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ import pandas as pd
 
 from .errors import TraceFormatError, UsageError
 from .model import Kind, Timeline
+from .onerun import one_run
 from .replay import Params, Schedule, StepTimes, observed_params, replay, step_times
 from .rungraph import RunGraph, UnitGraph, join_graphs
 from .vocab import SHARED_CPU_MARK, Family
@@ -167,7 +169,7 @@ def load_graph(
     files = expand_paths(paths)
     listed = from_folder(paths)
     task = functools.partial(map_graph_task, options=options, rules=rules)
-    units: list[UnitGraph] = []
+    per_file: list[list[UnitGraph]] = []
     for res in run_map(files, task, jobs=jobs):
         if isinstance(res, FileResult):
             assert res.error is not None
@@ -175,8 +177,29 @@ def load_graph(
                 continue
             raise TraceFormatError(*res.error)
         assert isinstance(res, tuple)
-        units.extend(u for u in res if isinstance(u, UnitGraph))
-    return _joined(units, str(paths))
+        per_file.append([u for u in res if isinstance(u, UnitGraph)])
+    # the rules analyze obeys: guessed ranks renumbered, files that cannot be one run refused
+    given = [u for units in per_file for u in units]
+    run = one_run(per_file, _graph_span)
+    return _joined([_renumbered(a, b) for a, b in zip(given, run, strict=True)], str(paths))
+
+
+def _renumbered(given: UnitGraph, joined: UnitGraph) -> UnitGraph:
+    """A unit whose guessed rank :func:`one_run` changed: its notes say the new rank, and why."""
+    old, new = given.trace.rank, joined.trace.rank
+    if old == new:
+        return joined
+    notes = tuple(
+        f"rank {new}: {n[len(f'rank {old}: ') :]}" if n.startswith(f"rank {old}: ") else n
+        for n in joined.notes
+    )
+    return dataclasses.replace(joined, notes=(*notes, f"rank {new}: {joined.trace.notes[-1]}"))
+
+
+def _graph_span(u: UnitGraph) -> tuple[int, int] | None:
+    if not u.labels:
+        return None
+    return int(u.win_start_ns.min()), int(u.win_end_ns.max())
 
 
 def graph_of(timelines: Sequence[Timeline], step_regex: str | None = None) -> RunGraph:
