@@ -9,6 +9,7 @@ from test_cli_analyze import write_trace
 from traceoverlap import analyze
 from traceoverlap.errors import UsageError
 from traceoverlap.inputs import expand_paths
+from traceoverlap.whatif import load_graph
 
 
 def _strip_rank(path: Path) -> Path:
@@ -40,6 +41,23 @@ def test_declared_duplicate_rank_is_refused(tmp_path):
     write_trace(tmp_path / "b.json", comm_ms=5)
     with pytest.raises(UsageError, match=r"rank 0 appears in two traces \(.*a.json and .*b.json"):
         analyze(tmp_path)
+
+
+def test_whatif_joins_rank_files_by_the_same_rules(tmp_path):
+    # the run graph of whatif reads the same units as analyze: guessed ranks are renumbered in
+    # file order (a.json rank 0, b.json rank 1) instead of two units both called rank 0 ...
+    for sub in ("guessed", "clash"):
+        (tmp_path / sub).mkdir()
+    _strip_rank(write_trace(tmp_path / "guessed" / "a.json"))
+    _strip_rank(write_trace(tmp_path / "guessed" / "b.json", comm_ms=5))
+    g = load_graph(tmp_path / "guessed")
+    assert g.unit_rank.tolist() == [0, 1]
+    assert any(n.startswith("rank 1: no rank recorded in") for n in g.notes)
+    # ... and two files that both declare rank 0 are refused, naming both, as analyze does
+    write_trace(tmp_path / "clash" / "a.json")
+    write_trace(tmp_path / "clash" / "b.json", comm_ms=5)
+    with pytest.raises(UsageError, match=r"rank 0 appears in two traces \(.*a.json and .*b.json"):
+        load_graph(tmp_path / "clash")
 
 
 def test_report_next_to_its_export_is_read_once(tmp_path):

@@ -704,3 +704,54 @@ def test_shared_cpu_cores_from_an_nsys_export(tmp_path: Path) -> None:
     con.close()
     assert [t.host for t in read_nsys(bare).traces] == [None, None]
     assert shared_cpu_hosts(load_graph(bare)) == []
+
+
+def _steps_run(transfers_ms: tuple[float, ...]) -> list[object]:
+    """Two ranks, one 60 ms step per transfer: per step (offset k * 60 ms) both ranks run
+    aten::mm [0, 10), the launch call [10, 10.1), gloo:all_reduce [10.1, 10.1 + T_k) on the gloo
+    thread and aten::add from 0.05 ms after it for 5 ms: both arrive at 10.1 ms, so each rank's
+    transfer after the last arrival in step k is T_k."""
+    ranks = []
+    for r in range(2):
+        ev = []
+        for k, t in enumerate(transfers_ms):
+            o = k * 60 * MS
+            end = o + 10 * MS + 100 * US + int(t * MS)
+            ev += [
+                ("annotation", f"ProfilerStep#{k + 1}", "", o, o + 60 * MS),
+                ("cpu_op", "aten::mm", "", o, o + 10 * MS),
+                ("cpu_op", "c10d::allreduce_", "", o + 10 * MS, o + 10 * MS + 100 * US),
+                ("annotation", "gloo:all_reduce", "pt_gloo_runloop", o + 10 * MS + 100 * US, end),
+                ("cpu_op", "aten::add", "", end + 50 * US, end + 5 * MS + 50 * US),
+            ]
+        ranks.append(cpu_timeline(ev, rank=r))
+    return ranks
+
+
+def test_transfer_spread_note_where_transfers_vary_by_a_tenth_of_the_step() -> None:
+    # transfers 2, 2, 14 ms: each rank's per-step sums range 2-14 ms, a spread of 12 ms = 20 %
+    # of the 60 ms step (>= 10 %): the note names the range and the share
+    w = what_if(graph_of(_steps_run((2, 2, 14))), ["replay"])  # type: ignore[arg-type]
+    assert w.scenarios[0].step_ns == 60 * MS
+    note = [n for n in w.notes if n.startswith("transfers vary")]
+    assert len(note) == 1
+    assert "2.0-14.0 ms a step after the last arrivals, 20 % of the median step" in note[0]
+    # 2, 2, 6 ms: a spread of 4 ms = 6.7 % of the step: no note
+    w = what_if(graph_of(_steps_run((2, 2, 6))), ["replay"])  # type: ignore[arg-type]
+    assert not any(n.startswith("transfers vary") for n in w.notes)
+    # two steps are too few to speak of a spread (2 and 14 ms: 20 %, but only two steps)
+    w = what_if(graph_of(_steps_run((2, 14))), ["replay"])  # type: ignore[arg-type]
+    assert not any(n.startswith("transfers vary") for n in w.notes)
+
+
+def test_text_report_shows_each_scenarios_range_of_steps() -> None:
+    # fix-rank:1 on _steps_run: nothing to fix (both ranks alike), so its steps are the
+    # replay's: 60 ms each; the range column reads 60.0-60.0; one step gives "-"
+    from traceoverlap.reporters.whatif_report import render_text
+
+    text = render_text(what_if(graph_of(_steps_run((2, 2, 14))), ["replay", "fix-rank:1"]))  # type: ignore[arg-type]
+    row = next(line for line in text.splitlines() if line.strip().startswith("fix-rank:1"))
+    assert row.split()[1:4] == ["60.00", "60.0-60.0", "1.00x"]
+    one = render_text(what_if(graph_of(_straggler_run()), ["replay"]))  # type: ignore[arg-type]
+    row = next(line for line in one.splitlines() if line.strip().startswith("replay"))
+    assert row.split()[1:4] == ["60.00", "-", "1.00x"]

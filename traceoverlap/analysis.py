@@ -35,6 +35,7 @@ from .intervals import GroupedIntervals
 from .job import blame_table, empty_blame, top_blame
 from .metrics import ratio
 from .model import Timeline, TraceInfo, concat_timelines
+from .onerun import one_run
 from .options import AnalysisOptions, AnalyzeOptions, Thresholds, describe_steps
 from .purpose import attach_purposes
 from .rankmap import FileResult, UnitResult, map_file, map_timeline, require_device_activity
@@ -70,11 +71,6 @@ from .vocab import CAUSES, Cause
 PathLike = str | Path
 I64 = npt.NDArray[np.int64]
 _R = TypeVar("_R")
-
-#: Where a rank number was only guessed (no metadata said it): such ranks may be renumbered.
-GUESSED_RANK_SOURCES = frozenset({"default", "process-order"})
-#: Two unix-clock traces whose captures are further apart than this cannot be one run.
-CLOCK_GAP_NS = 60 * 1_000_000_000
 
 
 def load(
@@ -205,87 +201,14 @@ def _map_files(
 
 
 def _merge(results: Sequence[FileResult]) -> list[UnitResult]:
-    """The units of every file as one run; refuse files that cannot be one run.
-
-    A rank number that was only guessed (no metadata) and is already taken gets the next free
-    number, with a note. Two files that both say they are rank R, traces that disagree on the
-    world size, and unix-clock captures that do not overlap in time are refused.
-    """
-    units: list[UnitResult] = []
-    owner: dict[int, str] = {}
-    for res in results:
-        file_units = _renumber_guessed(list(res.units), set(owner))
-        for u in file_units:
-            t = u.trace
-            if t.rank in owner and owner[t.rank] != t.path:
-                raise UsageError(
-                    f"rank {t.rank} appears in two traces ({owner[t.rank]} and {t.path}): they "
-                    "cannot be one run; analyse them separately"
-                )
-        for u in file_units:
-            owner[u.trace.rank] = u.trace.path
-        units.extend(file_units)
-    _check_world_sizes(units)
-    _check_clocks(units)
-    return units
+    """The units of every file as one run (:func:`traceoverlap.onerun.one_run`)."""
+    return one_run([res.units for res in results], _unit_span)
 
 
-def _renumber_guessed(file_units: list[UnitResult], taken: set[int]) -> list[UnitResult]:
-    """Units whose rank was only guessed and is taken get the next free rank, with a note."""
-    taken = set(taken)
-    mapping: dict[int, int] = {}
-    for u in file_units:
-        r = u.trace.rank
-        if r in taken and r not in mapping and u.trace.rank_source in GUESSED_RANK_SOURCES:
-            free = next(x for x in range(len(taken) + len(file_units) + 1) if x not in taken)
-            mapping[r] = free
-            taken.add(free)
-    out = []
-    for u in file_units:
-        t = u.trace
-        if t.rank in mapping:
-            new = mapping[t.rank]
-            note = (
-                f"no rank recorded in {t.path}; numbered rank {new} in file order "
-                f"(rank {t.rank} was already taken)"
-            )
-            u = replace(u, trace=replace(t, rank=new, notes=t.notes + (note,)))
-        out.append(u)
-    return out
-
-
-def _check_world_sizes(units: Sequence[UnitResult]) -> None:
-    sizes: dict[int, str] = {}
-    for u in units:
-        if u.trace.world_size:
-            sizes.setdefault(u.trace.world_size, u.trace.path)
-    if len(sizes) > 1:
-        shown = ", ".join(f"{w} in {p}" for w, p in sorted(sizes.items()))
-        raise UsageError(
-            f"the traces disagree on the world size ({shown}): they cannot be one run; analyse "
-            "them separately"
-        )
-
-
-def _check_clocks(units: Sequence[UnitResult]) -> None:
-    spans = []
-    for u in units:
-        if u.trace.clock != "unix" or not u.n_windows:
-            continue
-        spans.append((int(u.parts["start_ns"].min()), int(u.parts["end_ns"].max()), u.trace.path))
-    if len(spans) < 2:
-        return
-    spans.sort()
-    reach_end, reach_path = spans[0][1], spans[0][2]
-    for s, e, path in spans[1:]:
-        if s > reach_end + CLOCK_GAP_NS:
-            gap = (s - reach_end) / 1e9
-            raise UsageError(
-                f"{path} starts {gap:.0f} s after {reach_path} ends (both on unix time): traces "
-                "that do not overlap in time cannot be one run; analyse them separately"
-            )
-        if e > reach_end:
-            reach_end, reach_path = e, path
+def _unit_span(u: UnitResult) -> tuple[int, int] | None:
+    if not u.n_windows:
+        return None
+    return int(u.parts["start_ns"].min()), int(u.parts["end_ns"].max())
 
 
 # --- the reduce ---------------------------------------------------------------------------------

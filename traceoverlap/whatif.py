@@ -7,6 +7,7 @@ Scenario names: ``replay``, ``no-straggler``, ``fix-rank:R``, ``hide:FAMILY``, `
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ import pandas as pd
 
 from .errors import TraceFormatError, UsageError
 from .model import Kind, Timeline
+from .onerun import one_run
 from .replay import Params, Schedule, StepTimes, observed_params, replay, step_times
 from .rungraph import RunGraph, UnitGraph, join_graphs
 from .vocab import SHARED_CPU_MARK, Family
@@ -167,7 +169,7 @@ def load_graph(
     files = expand_paths(paths)
     listed = from_folder(paths)
     task = functools.partial(map_graph_task, options=options, rules=rules)
-    units: list[UnitGraph] = []
+    per_file: list[list[UnitGraph]] = []
     for res in run_map(files, task, jobs=jobs):
         if isinstance(res, FileResult):
             assert res.error is not None
@@ -175,8 +177,29 @@ def load_graph(
                 continue
             raise TraceFormatError(*res.error)
         assert isinstance(res, tuple)
-        units.extend(u for u in res if isinstance(u, UnitGraph))
-    return _joined(units, str(paths))
+        per_file.append([u for u in res if isinstance(u, UnitGraph)])
+    # the rules analyze obeys: guessed ranks renumbered, files that cannot be one run refused
+    given = [u for units in per_file for u in units]
+    run = one_run(per_file, _graph_span)
+    return _joined([_renumbered(a, b) for a, b in zip(given, run, strict=True)], str(paths))
+
+
+def _renumbered(given: UnitGraph, joined: UnitGraph) -> UnitGraph:
+    """A unit whose guessed rank :func:`one_run` changed: its notes say the new rank, and why."""
+    old, new = given.trace.rank, joined.trace.rank
+    if old == new:
+        return joined
+    notes = tuple(
+        f"rank {new}: {n[len(f'rank {old}: ') :]}" if n.startswith(f"rank {old}: ") else n
+        for n in joined.notes
+    )
+    return dataclasses.replace(joined, notes=(*notes, f"rank {new}: {joined.trace.notes[-1]}"))
+
+
+def _graph_span(u: UnitGraph) -> tuple[int, int] | None:
+    if not u.labels:
+        return None
+    return int(u.win_start_ns.min()), int(u.win_end_ns.max())
 
 
 def graph_of(timelines: Sequence[Timeline], step_regex: str | None = None) -> RunGraph:
@@ -378,6 +401,43 @@ def _error_notes(g: RunGraph, err: npt.NDArray[np.float64]) -> list[str]:
     ]
 
 
+#: Said where one rank's transfers (after the last arrival, a step's sum) vary between steps by at
+#: least this share of the median step: half the closed-loop tolerance of whatif.md §5 (20 %).
+TRANSFER_SPREAD_MIN_RATIO = 0.10
+#: ... over at least this many steps with matched collectives on that rank.
+TRANSFER_SPREAD_MIN_STEPS = 3
+
+
+def transfer_spread_note(g: RunGraph, p: Params, step_ns: float | None) -> str:
+    """whatif.md §5: every scenario keeps each matched collective's transfer after its last
+    arrival (``post_ns``) as the trace shows it in that step. Where one rank's transfers, summed
+    per step, vary between steps by at least :data:`TRANSFER_SPREAD_MIN_RATIO` of the median
+    replayed step (``step_ns``), the per-step predictions carry that variation: say so, with
+    the widest rank's range. "" otherwise."""
+    sel = (g.inst >= 0) & (g.window >= 0)
+    if not step_ns or not sel.any():
+        return ""
+    nw = len(g.step_labels)
+    key = g.unit[sel] * nw + g.window[sel]
+    total = np.bincount(key, weights=p.post_ns[sel], minlength=g.n_units * nw)
+    has = np.bincount(key, minlength=g.n_units * nw) > 0
+    total, has = total.reshape(g.n_units, nw), has.reshape(g.n_units, nw)
+    best: tuple[float, int, float, float] | None = None
+    for u in range(g.n_units):
+        t = total[u, has[u]]
+        if t.size >= TRANSFER_SPREAD_MIN_STEPS and (best is None or np.ptp(t) > best[0]):
+            best = (float(np.ptp(t)), u, float(t.min()), float(t.max()))
+    if best is None or best[0] < TRANSFER_SPREAD_MIN_RATIO * step_ns:
+        return ""
+    spread, u, lo, hi = best
+    return (
+        f"transfers vary from step to step (rank {int(g.unit_rank[u])}: {lo / 1e6:.1f}-"
+        f"{hi / 1e6:.1f} ms a step after the last arrivals, {100 * spread / step_ns:.0f} % of the "
+        "median step): every scenario keeps each step's own transfers, so compare its median "
+        "step with the median of several measured steps, not with one"
+    )
+
+
 def _check_targets(g: RunGraph, names: Sequence[str]) -> None:
     """fix-rank names a rank of the run, hide a collective family it has."""
     ranks = sorted(int(r) for r in np.unique(g.unit_rank))
@@ -448,6 +508,9 @@ def what_if(g: RunGraph, scenarios: Iterable[str] | None = None) -> WhatIf:
     )
     notes = _merge_notes(g.notes)
     notes += _error_notes(g, err)
+    spread = transfer_spread_note(g, p, base)
+    if spread:
+        notes.append(spread)
     if tt.unmeasured_ns:
         shaped = bool((g.shape >= 0).any())
         notes.append(_unmeasured_note(tt.unmeasured_ns, int(tt.step_overlap_ns.sum()), shaped))

@@ -28,6 +28,12 @@ def _pct(v: float | None) -> str:
     return "-" if v is None else f"{100 * v:.2f}%"
 
 
+def _range(steps_ns: tuple[float | None, ...]) -> str:
+    """The smallest and largest per-step value ("-" with fewer than two steps)."""
+    v = [x for x in steps_ns if x is not None]
+    return "-" if len(v) < 2 else f"{min(v) / 1e6:.1f}-{max(v) / 1e6:.1f}"
+
+
 def _row(r: ScenarioResult) -> str:
     who = []
     if r.ranks:
@@ -36,9 +42,10 @@ def _row(r: ScenarioResult) -> str:
         )
     if r.collectives:
         who.append(",".join(r.collectives))
-    return f"  {r.name:<18} {_ms(r.step_ns):>10} {_x(r.speedup):>8}  {r.changed}" + (
-        f" ({'; '.join(who)})" if who else ""
-    )
+    return (
+        f"  {r.name:<18} {_ms(r.step_ns):>10} {_range(r.steps_ns):>13} {_x(r.speedup):>8}  "
+        f"{r.changed}"
+    ) + (f" ({'; '.join(who)})" if who else "")
 
 
 def render_text(w: WhatIf) -> str:
@@ -53,13 +60,19 @@ def render_text(w: WhatIf) -> str:
     ]
     if bad:
         lines.append("  steps the replay does not reproduce within 5 %: " + ", ".join(bad))
-    lines += ["", f"  {'scenario':<18} {'step ms':>10} {'speedup':>8}  what changed"]
+    lines += [
+        "",
+        f"  {'scenario':<18} {'step ms':>10} {'steps range':>13} {'speedup':>8}  what changed",
+    ]
     lines += [_row(r) for r in w.scenarios]
     if w.fix_rank:
         lines += ["", "Fixing rank R buys (R runs like the median of its peers):"]
-        lines += [f"  {'rank':<18} {'step ms':>10} {'speedup':>8}"]
+        lines += [f"  {'rank':<18} {'step ms':>10} {'steps range':>13} {'speedup':>8}"]
         for r in w.fix_rank:
-            lines.append(f"  {r.name.split(':')[1]:<18} {_ms(r.step_ns):>10} {_x(r.speedup):>8}")
+            lines.append(
+                f"  {r.name.split(':')[1]:<18} {_ms(r.step_ns):>10} {_range(r.steps_ns):>13} "
+                f"{_x(r.speedup):>8}"
+            )
     caveats = _caveats(w)
     if caveats or w.notes or w.findings:
         lines += ["", "Notes:"]
@@ -67,8 +80,8 @@ def render_text(w: WhatIf) -> str:
         lines += [f"  - {n}" for n in caveats]
         lines += [f"  - {n}" for n in w.notes]
     lines.append(
-        "step ms: per step the mean over ranks of the replayed step, median over steps "
-        "(docs/whatif.md)"
+        "step ms: per step the mean over ranks of the replayed step, median over steps; steps "
+        "range: the smallest and largest of those steps (docs/whatif.md)"
     )
     return "\n".join(lines) + "\n"
 
