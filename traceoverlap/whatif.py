@@ -7,10 +7,9 @@ Scenario names: ``replay``, ``no-straggler``, ``fix-rank:R``, ``hide:FAMILY``, `
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -193,7 +192,7 @@ def _renumbered(given: UnitGraph, joined: UnitGraph) -> UnitGraph:
         f"rank {new}: {n[len(f'rank {old}: ') :]}" if n.startswith(f"rank {old}: ") else n
         for n in joined.notes
     )
-    return dataclasses.replace(joined, notes=(*notes, f"rank {new}: {joined.trace.notes[-1]}"))
+    return replace(joined, notes=(*notes, f"rank {new}: {joined.trace.notes[-1]}"))
 
 
 def _graph_span(u: UnitGraph) -> tuple[int, int] | None:
