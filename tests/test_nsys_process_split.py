@@ -33,6 +33,7 @@ from traceoverlap.inputs import ProcessPart, map_units  # noqa: E402
 from traceoverlap.options import AnalyzeOptions  # noqa: E402
 from traceoverlap.readers.nsys import nsys_processes, read_nsys  # noqa: E402
 from traceoverlap.readers.nsys._scan import _read_via_sql, read_columns  # noqa: E402
+from traceoverlap.whatif import load_graph, what_if  # noqa: E402
 
 
 def _three_ranks(tmp_path: Path) -> Path:
@@ -108,6 +109,42 @@ def test_a_large_export_is_one_map_unit_per_process_with_the_same_numbers(
         assert d.rank == 1 and d.end_ns - lo == 9 * MS
         assert [(d.compute[0] - lo).tolist(), (d.compute[1] - lo).tolist()] == [[0], [6 * MS]]
         assert [(d.comm[0] - lo).tolist(), (d.comm[1] - lo).tolist()] == [[6 * MS], [9 * MS]]
+
+
+def test_whatif_reads_a_large_export_one_process_at_a_time_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the run graph's map takes the same units as analyze's: split into its three processes,
+    # the export gives the same graph (ranks 0-2 from the NVTX texts, 2 kernels + 2 launches a
+    # step on each: 3 x 2 x 4 nodes) and the same replay (not exact: the export's two launch
+    # calls of a step overlap on their thread, 100-2100 and 200-2200 ns, and the replay keeps
+    # lane order, 1.9 us later); the ranks are alike, so no-straggler changes nothing
+    import traceoverlap.rankmap as rankmap
+
+    path = _three_ranks(tmp_path)
+    whole = load_graph(path)
+    monkeypatch.setattr(inputs, "SPLIT_MIN_BYTES", 0)
+    seen: list[object] = []
+    task = rankmap.map_graph_task
+
+    def spy(unit: object, **kw: object) -> object:
+        seen.append(unit)
+        return task(unit, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(rankmap, "map_graph_task", spy)
+    split = load_graph(path)
+    assert seen == [ProcessPart(str(path), p) for p in (100, 200, 300)]
+    assert whole.unit_rank.tolist() == split.unit_rank.tolist() == [0, 1, 2]
+    assert whole.start_ns.size == split.start_ns.size == 3 * 2 * 4
+    for col in ("start_ns", "end_ns", "kind", "window", "inst"):
+        assert np.array_equal(getattr(whole, col), getattr(split, col)), col
+    got = []
+    for g in (whole, split):
+        w = what_if(g, ["replay", "no-straggler"])
+        assert w.scenarios[0].step_ns == w.scenarios[1].step_ns
+        got.append((w.observed_ns, w.replayed_ns, w.scenarios[0].step_ns))
+    assert got[0] == got[1]
+    assert got[0][0] == (9 * MS, 9 * MS)  # the first kernel's start (1 ms) to the end (10 ms)
 
 
 def test_the_synthetic_export_splits_into_equal_processes(tmp_path: Path) -> None:

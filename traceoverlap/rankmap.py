@@ -513,12 +513,13 @@ def map_file(
 
 
 def map_graph_task(
-    path: str, options: AnalysisOptions, rules: Rules
+    unit: str | ProcessPart, options: AnalysisOptions, rules: Rules
 ) -> FileResult | tuple[object, ...]:
     """:func:`map_graph_file` for a worker process: errors come back as a :class:`FileResult`
     (plain values cross process boundaries)."""
+    path = unit.path if isinstance(unit, ProcessPart) else unit
     try:
-        return map_graph_file(path, options, rules)
+        return map_graph_file(unit, options, rules)
     except TraceFormatError as exc:
         return FileResult(
             path,
@@ -527,15 +528,19 @@ def map_graph_task(
         )
 
 
-def map_graph_file(path: str, options: AnalysisOptions, rules: Rules) -> tuple[object, ...]:
-    """The run-graph side of the map (docs/whatif.md §1): one file -> its units' graphs
+def map_graph_file(
+    unit: str | ProcessPart, options: AnalysisOptions, rules: Rules
+) -> tuple[object, ...]:
+    """The run-graph side of the map (docs/whatif.md §1): one file (or one process of an
+    export, :class:`ProcessPart`, as :func:`map_file` reads it) -> its units' graphs
     (:class:`traceoverlap.rungraph.UnitGraph`). Raises :class:`TraceFormatError` on bad input."""
     from .readers import read_trace
 
+    path, pid = (unit.path, unit.pid) if isinstance(unit, ProcessPart) else (unit, None)
     out: list[object] = []
     for keep in (range_filter(options, rules), None):
         out = []
-        for u in split_units(read_trace(Path(path), keep)):
+        for u in split_units(read_trace(Path(path), keep, pid)):
             kind = kinds(u, rules)
             steps = assign_steps(u, kind, options)
             calls = None if steps.gpu else comm_call_mask(u, rules)

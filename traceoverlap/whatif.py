@@ -154,12 +154,13 @@ def load_graph(
     step_regex: str | None = None,
     jobs: int | None = None,
 ) -> RunGraph:
-    """Read the files and build the run graph: the map per file (here or in ``jobs`` local
-    processes, as :func:`traceoverlap.inputs.run_map` decides), then the reduce."""
+    """Read the files and build the run graph: the map per file, or per process of a large
+    export (:func:`traceoverlap.inputs.map_units`, as ``analyze``), here or in ``jobs`` local
+    processes (as :func:`traceoverlap.inputs.run_map` decides), then the reduce."""
     import functools
 
     from .classify import Rules
-    from .inputs import expand_paths, from_folder, run_map
+    from .inputs import expand_paths, from_folder, map_units, run_map
     from .options import build_options
     from .rankmap import FileResult, map_graph_task
 
@@ -169,7 +170,8 @@ def load_graph(
     listed = from_folder(paths)
     task = functools.partial(map_graph_task, options=options, rules=rules)
     per_file: list[list[UnitGraph]] = []
-    for res in run_map(files, task, jobs=jobs):
+    # the map's units as analyze makes them: a large export of several processes, one a process
+    for res in run_map(map_units(files), task, jobs=jobs):
         if isinstance(res, FileResult):
             assert res.error is not None
             if res.path in listed and res.not_a_trace:
