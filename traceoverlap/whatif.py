@@ -402,8 +402,8 @@ def _error_notes(g: RunGraph, err: npt.NDArray[np.float64]) -> list[str]:
     ]
 
 
-#: Said where one rank's transfers (after the last arrival, a step's sum) vary between steps by at
-#: least this share of the median step: half the closed-loop tolerance of whatif.md §5 (20 %).
+#: Said where the time one rank's transfers (after the last arrival) were under way varies between
+#: steps by at least this share of the median step: half the closed-loop tolerance of whatif.md §5 (20 %).
 TRANSFER_SPREAD_MIN_RATIO = 0.10
 #: ... over at least this many steps with matched collectives on that rank.
 TRANSFER_SPREAD_MIN_STEPS = 3
@@ -411,31 +411,37 @@ TRANSFER_SPREAD_MIN_STEPS = 3
 
 def transfer_spread_note(g: RunGraph, p: Params, step_ns: float | None) -> str:
     """whatif.md §5: every scenario keeps each matched collective's transfer after its last
-    arrival (``post_ns``) as the trace shows it in that step. Where one rank's transfers, summed
-    per step, vary between steps by at least :data:`TRANSFER_SPREAD_MIN_RATIO` of the median
-    replayed step (``step_ns``), the per-step predictions carry that variation: say so, with
-    the widest rank's range. "" otherwise."""
-    sel = (g.inst >= 0) & (g.window >= 0)
+    arrival (``post_ns``: the node's [end - post, end)) as the trace shows it in that step.
+    Per rank and step, the time some transfer was under way (the union of those intervals: two
+    at once count once, so it never exceeds the step). Where that varies between steps by at
+    least :data:`TRANSFER_SPREAD_MIN_RATIO` of the median replayed step (``step_ns``), the
+    per-step predictions carry that variation: say so, with the widest rank's range. ""
+    otherwise."""
+    from . import intervals as iv
+
+    sel = (g.inst >= 0) & (g.window >= 0) & (p.post_ns > 0)
     if not step_ns or not sel.any():
         return ""
     nw = len(g.step_labels)
+    n = g.n_units * nw
     key = g.unit[sel] * nw + g.window[sel]
-    total = np.bincount(key, weights=p.post_ns[sel], minlength=g.n_units * nw)
-    has = np.bincount(key, minlength=g.n_units * nw) > 0
-    total, has = total.reshape(g.n_units, nw), has.reshape(g.n_units, nw)
-    best: tuple[float, int, float, float] | None = None
+    end = g.end_ns[sel]
+    busy = iv.grouped_length(iv.grouped_union(key, end - p.post_ns[sel], end, n), n)
+    has = np.bincount(key, minlength=n) > 0
+    busy, has = busy.reshape(g.n_units, nw), has.reshape(g.n_units, nw)
+    best: tuple[int, int, int, int] | None = None
     for u in range(g.n_units):
-        t = total[u, has[u]]
+        t = busy[u, has[u]]
         if t.size >= TRANSFER_SPREAD_MIN_STEPS and (best is None or np.ptp(t) > best[0]):
-            best = (float(np.ptp(t)), u, float(t.min()), float(t.max()))
+            best = (int(np.ptp(t)), u, int(t.min()), int(t.max()))
     if best is None or best[0] < TRANSFER_SPREAD_MIN_RATIO * step_ns:
         return ""
-    spread, u, lo, hi = best
+    _, u, lo, hi = best
     return (
         f"transfers vary from step to step (rank {int(g.unit_rank[u])}: {lo / 1e6:.1f}-"
-        f"{hi / 1e6:.1f} ms a step after the last arrivals, {100 * spread / step_ns:.0f} % of the "
-        "median step): every scenario keeps each step's own transfers, so compare its median "
-        "step with the median of several measured steps, not with one"
+        f"{hi / 1e6:.1f} ms a step after the last arrivals, against a median step of "
+        f"{step_ns / 1e6:.1f} ms): every scenario keeps each step's own transfers, so compare its "
+        "median step with the median of several measured steps, not with one"
     )
 
 
