@@ -4,6 +4,7 @@ exit handlers run; anything unusual takes the normal exit."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -88,3 +89,46 @@ def test_a_running_thread_takes_the_normal_exit(monkeypatch: pytest.MonkeyPatch)
     finally:
         stop.set()
         worker.join()
+
+
+def test_the_command_asks_openblas_for_one_thread() -> None:
+    # numpy's OpenBLAS starts a thread per core at import; the analysis does no linear algebra:
+    # the command sets OPENBLAS_NUM_THREADS=1 before numpy loads, unless the user chose a value
+    code = (
+        "import os, sys\n"
+        "from traceoverlap.__main__ import run\n"
+        "import atexit\n"
+        "atexit.register(lambda: print('blas', os.environ.get('OPENBLAS_NUM_THREADS')))\n"
+        "sys.argv = ['traceoverlap', 'analyze', sys.argv[1], '--format', 'json', '-o', "
+        "os.devnull]\n"
+        "run()\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    ours = subprocess.run(
+        [sys.executable, "-c", code, str(FIXTURE)], capture_output=True, text=True, env=env
+    )
+    assert ours.returncode == 0, ours.stderr
+    assert ours.stdout.strip() == "blas 1"
+    theirs = subprocess.run(
+        [sys.executable, "-c", code, str(FIXTURE)],
+        capture_output=True,
+        text=True,
+        env={**env, "OPENBLAS_NUM_THREADS": "4"},
+    )
+    assert theirs.returncode == 0 and theirs.stdout.strip() == "blas 4"
+
+
+def test_programs_started_for_the_user_get_their_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from traceoverlap import _blas
+
+    monkeypatch.delenv(_blas.VAR, raising=False)
+    monkeypatch.delitem(sys.modules, "numpy", raising=False)  # as before numpy is imported
+    monkeypatch.setattr(_blas, "_set_here", False)
+    assert _blas.user_env() is None  # nothing changed yet: the environment is theirs
+    _blas.one_thread()
+    assert os.environ[_blas.VAR] == "1"
+    env = _blas.user_env()
+    assert env is not None and _blas.VAR not in env and env["PATH"] == os.environ["PATH"]
+    monkeypatch.delenv(_blas.VAR)

@@ -7,6 +7,7 @@ import os
 import sys
 import threading
 
+from ._blas import one_thread
 from .cli import main
 
 
@@ -21,6 +22,7 @@ def run() -> None:
     exception escaping with ``--debug``, a thread still running, an exit "code" that is a
     message) takes the normal exit.
     """
+    one_thread()
     try:
         main()
     except SystemExit as exc:

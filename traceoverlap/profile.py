@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ._blas import user_env
 from .errors import TraceoverlapError, UsageError
 from .vocab import SLOW_PHASES
 
@@ -256,6 +257,7 @@ def capture_device(opts: ProfileOptions, python: str | None = None) -> str:
             stderr=subprocess.DEVNULL,
             timeout=300,
             check=False,
+            env=user_env(),
         ).returncode
     except (OSError, subprocess.TimeoutExpired):
         return "cpu"
@@ -286,7 +288,7 @@ def _stderr_fd() -> int | None:
 
 def _run(cmd: Sequence[str], what: str) -> None:
     try:
-        rc = subprocess.run(list(cmd), check=False).returncode
+        rc = subprocess.run(list(cmd), check=False, env=user_env()).returncode
     except OSError as exc:
         raise TraceoverlapError(f"could not start {what}: {exc}") from None
     if rc != 0:
@@ -304,6 +306,7 @@ def _run_quiet(cmd: Sequence[str], output: Path, cannot_start: str, failed: str)
             errors="replace",
             timeout=3600,
             check=False,
+            env=user_env(),
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise TraceoverlapError(f"{cannot_start}: {exc}") from None
@@ -371,7 +374,9 @@ def _run_nsys_profile(cmd: Sequence[str], timeout_s: float) -> None:
 
 def _run_nsys_once(cmd: Sequence[str], timeout_s: float) -> int:
     try:
-        proc = subprocess.Popen(list(cmd), stdout=_stderr_fd(), start_new_session=True)
+        proc = subprocess.Popen(
+            list(cmd), stdout=_stderr_fd(), start_new_session=True, env=user_env()
+        )
     except OSError as exc:
         raise TraceoverlapError(f"could not start nsys profile: {exc}") from None
     try:
