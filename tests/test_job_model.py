@@ -621,3 +621,76 @@ def test_text_across_ranks_waiting_is_the_credited_total() -> None:
     assert int(c.stragglers["exposed_waited_for_ns"].sum()) == ew
     line = next(x for x in across_ranks_lines(c, a.steps) if "exposed communication" in x)
     assert f"{fmt.ms(ew)} ms waiting" in line
+
+
+def _optimizer_sleep_run(first_step: bool = True) -> list[Timeline]:
+    """2 ranks (one group), rank 1 sleeping in its optimizer, after its step's last collective:
+    its next step starts late, so it arrives late at the next collective. Main thread (tid 1):
+    ``aten::mm`` and an ``optimizer`` range; the all-reduces on gloo thread 10.
+
+    rank 0: step A [0,60): mm [0,40), all-reduce [40,50), optimizer [50,60);
+            step B [60,145): mm [60,100), all-reduce [100,135), optimizer [135,145).
+    rank 1: step A [0,90): mm [0,40), all-reduce [40,50), optimizer [50,90) holding
+            ``straggler_sleep`` [55,85); step B [90,145): mm [90,130), all-reduce [130,135),
+            optimizer [135,145).
+
+    ``first_step=False`` drops step A (a capture that begins at step B)."""
+    out = []
+    for r in (0, 1):
+        b0 = 60 if r == 0 else 90
+        rows: list[tuple[str, str, int, int, int]] = [
+            ("cpu_op", "aten::mm", 1, b0, b0 + 40),
+            ("annotation", "gloo:all_reduce", 10, b0 + 40 if r == 0 else 130, 135),
+            ("annotation", "optimizer", 1, 135, 145),
+        ]
+        if first_step:
+            rows += [
+                ("annotation", "ProfilerStep#2", 1, b0, 145),
+                ("cpu_op", "aten::mm", 1, 0, 40),
+                ("annotation", "gloo:all_reduce", 10, 40, 50),
+                ("annotation", "optimizer", 1, 50, b0),
+            ]
+            if r == 1:
+                rows += [("annotation", "straggler_sleep", 1, 55, 85)]
+        step = (0, b0) if first_step else (b0, 145)
+        out.append(_rank(r, rows, (("0", (0, 1)),), 2, threads=(10, 11), step=step))
+    return out
+
+
+def test_blame_finds_a_sleep_after_the_last_collective_of_the_step() -> None:
+    """Step B's all-reduce: rank 0 arrives at 100, rank 1 at 130 (lateness 30); rank 0 waits
+    [100,130) = 30 for rank 1. Since their step B began (rank 0 at 60, rank 1 at 90) both ran
+    mm 40 and nothing else: no range ran longer. The lateness was there at step B's start: it
+    built up since the two were last in step, at the end of step A's all-reduce (50 on both).
+    Since 50: rank 1 ran optimizer 40 (the sleep 30 inside it) and mm 40; rank 0 optimizer 10
+    and mm 40. Excess: optimizer 30, straggler_sleep 30; the innermost (least time: 30 < 40)
+    is named: straggler_sleep, 30 of 30 ms, 100 % explained."""
+    a = analyze(concat_timelines(_optimizer_sleep_run()))
+    c = a.collectives
+    assert c is not None
+    b = c.blame[c.blame["step"] == "2"].set_index("rank")
+    assert b.loc[0, "waited_for_rank"] == 1 and b.loc[0, "exposed_wait_ns"] == 30 * MS
+    assert b.loc[0, "cause"] == "straggler_sleep"
+    assert (b.loc[0, "lateness_ns"], b.loc[0, "cause_ns"]) == (30 * MS, 30 * MS)
+    assert pd.isna(b.loc[0, "late_at_start_ns"])  # an earlier shared collective was there
+    wait = next(f for f in a.findings if f.kind == "wait")
+    assert "rank 1's `straggler_sleep` ran 30.00 ms longer than its early peer's" in wait.advice
+
+
+def test_blame_says_when_the_lateness_began_before_the_capture() -> None:
+    """The same run captured from step B: no earlier collective of the two, so the windows are
+    the step starts, where both ran mm 40: unexplained. Rank 1 began step B at 90, rank 0 at 60:
+    30 ms late already, all of its 30 ms lateness, so the line says the cause precedes the
+    capture (late_at_start_ns = 30 ms)."""
+    a = analyze(concat_timelines(_optimizer_sleep_run(first_step=False)))
+    c = a.collectives
+    assert c is not None
+    b = c.blame.set_index("rank")
+    assert b.loc[0, "cause"] is None or b.loc[0, "explained_ratio"] < 0.5
+    assert b.loc[0, "late_at_start_ns"] == 30 * MS
+    wait = next(f for f in a.findings if f.kind == "wait")
+    assert (
+        "rank 1 was late by 30.00 ms: unexplained (it began its step 30.00 ms after its peer, "
+        "before the first collective of the two that the trace holds: the cause precedes the "
+        "capture)"
+    ) in wait.advice

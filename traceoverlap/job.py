@@ -210,6 +210,7 @@ class _Arrivals:
     def __init__(self, per_rank: pd.DataFrame, window_start: I64, offsets: dict[int, int]) -> None:
         pr = per_rank[per_rank["matched"].astype(bool).to_numpy()]
         a = pr["aligned_start_ns"].to_numpy(np.int64)
+        end = pr["aligned_end_ns"].to_numpy(np.int64)
         inst = pr["instance"].to_numpy(np.int64)
         rank = pr["rank"].to_numpy(np.int64)
         unit = pr["unit"].to_numpy(np.int64)
@@ -225,7 +226,11 @@ class _Arrivals:
         first_k = np.ones(order.size, dtype=bool)
         first_k[1:] = k[order][1:] != k[order][:-1]
         sel = order[first_k]
-        self.k, self.a, self.ws = k[sel], a[sel], ws[sel]
+        self.k, self.a, self.ws, self.e = k[sel], a[sel], ws[sel], end[sel]
+        # per rank, its instances (for the last point two ranks were in step): sorted by rank
+        by_rank = np.argsort(self.k % self.n_ranks, kind="stable")
+        self.r_rank = (self.k % self.n_ranks)[by_rank]
+        self.r_inst, self.r_e = (self.k // self.n_ranks)[by_rank], self.e[by_rank]
         # per instance: its first arrival (ties: the lowest rank)
         order = np.lexsort((rank, a, inst))
         first = np.ones(order.size, dtype=bool)
@@ -284,27 +289,63 @@ class _Arrivals:
 
     def follow(self, inst: int, rank: int) -> tuple[int, int] | None:
         """(rank waited for, instance) when ``rank``, late in ``inst``, spent at least half of
-        its lateness more than the first arrival waiting for others since the start of its
-        step (a delay that propagates: it waited early in the step, then computed late), else
+        its lateness more than the first arrival waiting for others in the windows of
+        :meth:`windows` (a delay that propagates: it waited earlier, then computed late), else
         None."""
-        lo, hi = self.lateness(inst, rank)
+        early, e_lo, lo, r_lo, hi = self.windows(inst, rank)
         if hi <= lo:
             return None
-        f = self._first(inst)
-        early = f[1] if f is not None else rank
-        mine, tgt, where = self._waiting(rank, self._start(inst, rank, lo), hi)
-        theirs, _, _ = self._waiting(early, self._start(inst, early, lo), lo)
+        mine, tgt, where = self._waiting(rank, r_lo, hi)
+        theirs, _, _ = self._waiting(early, e_lo, lo)
         if tgt < 0 or 2 * (mine - theirs) < hi - lo:
             return None
         return tgt, where
 
+    def _in_step(self, inst: int, rank: int, early: int, hi: int, lo: int) -> tuple[int, int]:
+        """Where ``rank`` (arriving at ``hi``) and ``early`` (arriving at ``lo``) were last in
+        step before ``inst``: the end, on each, of the latest other instance both had finished
+        before arriving at ``inst`` (aligned). A lateness can only build up since then: a
+        delay before it was absorbed there. (-1, -1) when they shared none."""
+        b0 = int(np.searchsorted(self.r_rank, rank, side="left"))
+        b1 = int(np.searchsorted(self.r_rank, rank, side="right"))
+        ins, ends = self.r_inst[b0:b1], self.r_e[b0:b1]
+        cand = np.flatnonzero((ends <= hi) & (ins != inst))
+        if cand.size == 0:
+            return -1, -1
+        key = ins[cand] * self.n_ranks + early
+        j = np.minimum(np.searchsorted(self.k, key), self.k.size - 1)
+        ok = (self.k[j] == key) & (self.e[j] <= lo)
+        if not ok.any():
+            return -1, -1
+        best = int(np.argmax(np.where(ok, ends[cand], np.iinfo(np.int64).min)))
+        return int(ends[cand[best]]), int(self.e[j[best]])
+
     def windows(self, inst: int, rank: int) -> tuple[int, int, int, int, int]:
-        """(first-arrival rank, its [step start, arrival), ``rank``'s [step start, arrival)),
-        aligned: what the root and its early peer did since their steps began."""
+        """(first-arrival rank, its [since, arrival), ``rank``'s [since, arrival)), aligned:
+        what the root and its early peer did since their steps began or, when earlier, since
+        the end of the latest other instance both had finished (:meth:`_in_step`). A
+        straggler that sleeps after its step's last collective (in the optimizer) starts its
+        next step late: the time since that step's start does not hold the sleep, the time
+        since the last shared collective does."""
         f = self._first(inst)
         early = f[1] if f is not None else rank
         lo, hi = self.lateness(inst, rank)
-        return early, self._start(inst, early, lo), lo, self._start(inst, rank, lo), hi
+        r_start, e_start = self._start(inst, rank, lo), self._start(inst, early, lo)
+        r_since, e_since = self._in_step(inst, rank, early, hi, lo) if early != rank else (-1, -1)
+        if r_since < 0 or r_since >= r_start:
+            return early, e_start, lo, r_start, hi
+        return early, e_since, lo, r_since, hi
+
+    def late_at_start(self, inst: int, rank: int) -> int | None:
+        """How late ``rank`` already began its step, against the first arrival of ``inst``
+        (aligned), when the trace holds no earlier instance of the two to compare from: the
+        lateness began before the capture. None when it does, or when ``rank`` came first."""
+        f = self._first(inst)
+        early = f[1] if f is not None else rank
+        lo, hi = self.lateness(inst, rank)
+        if early == rank or self._in_step(inst, rank, early, hi, lo)[0] >= 0:
+            return None
+        return self._start(inst, rank, lo) - self._start(inst, early, lo)
 
 
 class _Ranges:
@@ -340,9 +381,10 @@ def _cause(
     root: _Ranges, root_win: tuple[int, int], peer: _Ranges | None, peer_win: tuple[int, int]
 ) -> tuple[str | None, int]:
     """The range of the root's main thread that ran longest beyond the same range on its early
-    peer, both since the start of their steps (own clocks): (name, excess ns); among names
-    within 90 % of the largest excess, the one the root spent least time in (the innermost:
-    ``straggler_sleep`` rather than the ``forward`` around it). (None, 0) when none ran longer."""
+    peer, both over the windows of :meth:`_Arrivals.windows` (own clocks): (name, excess ns);
+    among names within 90 % of the largest excess, the one the root spent least time in (the
+    innermost: ``straggler_sleep`` rather than the ``forward`` around it). (None, 0) when none
+    ran longer."""
     mine = root.totals(*root_win)
     theirs = peer.totals(*peer_win) if peer is not None else {}
     if not mine:
@@ -430,9 +472,11 @@ def blame_table(
                 "cause": cause,
                 "cause_ns": cause_ns,
                 "explained_ratio": (cause_ns / late) if late > 0 else None,
+                "late_at_start_ns": arr.late_at_start(inst, q) if n < MAX_CAUSE_ROWS else None,
             }
         )
     df = pd.DataFrame(out, columns=list(BLAME_COLUMNS))
+    df["late_at_start_ns"] = pd.array(df["late_at_start_ns"].tolist(), dtype="Int64")
     return df.sort_values(["window", WAITED_FOR_RANK.name], kind="stable").reset_index(drop=True)
 
 
@@ -452,7 +496,15 @@ def blame_line(b: Mapping[str, Any]) -> str:
         return text + f" <- rank {root} was not measurably late: unexplained"
     # a ratio column holding None comes back from pandas as NaN: both mean "not known"
     if b["cause"] is None or ratio is None or ratio != ratio or ratio < EXPLAINED_RATIO:
-        return text + f" <- rank {root} was late by {ms_unit(int(b['lateness_ns']))}: unexplained"
+        text += f" <- rank {root} was late by {ms_unit(int(b['lateness_ns']))}: unexplained"
+        before = b.get("late_at_start_ns")
+        if before is not None and before == before and 2 * int(before) >= int(b["lateness_ns"]):
+            # late from its step's start, and nothing earlier in the trace to compare with
+            text += (
+                f" (it began its step {ms_unit(int(before))} after its peer, before the first "
+                "collective of the two that the trace holds: the cause precedes the capture)"
+            )
+        return text
     return text + (
         f" <- rank {root}'s `{b['cause']}` ran {ms_unit(int(b['cause_ns']))} longer than its "
         f"early peer's, of its {ms_unit(int(b['lateness_ns']))} lateness ({pct(ratio)} explained)"
@@ -460,16 +512,28 @@ def blame_line(b: Mapping[str, Any]) -> str:
 
 
 def top_blame(blame: pd.DataFrame, limit: int = 3) -> pd.DataFrame:
-    """The blame rows summed over steps per (waiting rank, chain, cause), most waiting first:
-    what the reports print (``exposed_wait_ns``, ``lateness_ns`` and ``cause_ns`` summed;
+    """The blame rows summed over steps per (waiting rank, chain, cause, whether the lateness
+    began before the capture), most waiting first: what the reports print
+    (``exposed_wait_ns``, ``lateness_ns``, ``cause_ns`` and ``late_at_start_ns`` summed;
     ``explained_ratio`` recomputed from the sums)."""
     if blame.empty:
         return blame
-    b = blame.assign(cause=blame["cause"].fillna(""))
-    key = ["rank", WAITED_FOR_RANK.name, "chain", "root_rank", "cause"]
-    g = b.groupby(key, sort=False)[[EXPOSED_WAIT_NS.name, "lateness_ns", "cause_ns"]].sum()
+    before = blame["late_at_start_ns"]
+    b = blame.assign(
+        cause=blame["cause"].fillna(""),
+        before=before.notna().to_numpy(),
+        late_at_start_ns=before.fillna(0).to_numpy(np.int64),
+    )
+    key = ["rank", WAITED_FOR_RANK.name, "chain", "root_rank", "cause", "before"]
+    summed = [EXPOSED_WAIT_NS.name, "lateness_ns", "cause_ns", "late_at_start_ns"]
+    g = b.groupby(key, sort=False)[summed].sum()
     g = g.reset_index().sort_values([EXPOSED_WAIT_NS.name, "rank"], ascending=[False, True])
     g["cause"] = [c or None for c in g["cause"]]
+    g["late_at_start_ns"] = pd.array(
+        [int(v) if k else None for v, k in zip(g["late_at_start_ns"], g["before"], strict=True)],
+        dtype="Int64",
+    )
+    g = g.drop(columns="before")
     late = g["lateness_ns"].to_numpy(np.int64)
     g["explained_ratio"] = [
         (int(c) / int(x)) if x > 0 else None for c, x in zip(g["cause_ns"], late, strict=True)

@@ -375,6 +375,14 @@ BLAME = Table(
         Column("cause", STR, NONE, "the root's range that ran longest beyond its peer's", True),
         Column("cause_ns", INT, NS, "that excess, at most lateness_ns", True),
         Column("explained_ratio", FLOAT, RATIO, "cause_ns / lateness_ns", True),
+        Column(
+            "late_at_start_ns",
+            INT,
+            NS,
+            "the root's step start minus its early peer's, when the trace holds no earlier "
+            "collective of the two (the lateness began before the capture); null otherwise",
+            True,
+        ),
     ),
 )
 
