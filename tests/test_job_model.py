@@ -694,3 +694,23 @@ def test_blame_says_when_the_lateness_began_before_the_capture() -> None:
         "before the first collective of the two that the trace holds: the cause precedes the "
         "capture)"
     ) in wait.advice
+
+
+def test_ddp_optimizer_slow_names_the_sleep_after_the_last_collective() -> None:
+    """ddp_optimizer_slow: rank 1 sleeps 30 ms in its optimizer, after its step's last bucket
+    (fixtures/workloads/README.md). Rank 0 waits for it in each step's first bucket. Steps 3
+    and 4: the cause is rank 1's ``straggler_sleep``, at least half of the lateness. Step 2, the
+    first captured: the sleep came before the capture (rank 1 began the step late, no earlier
+    collective in the trace): late_at_start_ns is at least half the lateness and the line says
+    the cause precedes the capture."""
+    a = analyze(WORK / "ddp_optimizer_slow")
+    b0 = _largest_wait_per_step(a, 0).set_index("step")
+    assert sorted(b0.index) == ["2", "3", "4"] and set(b0["root_rank"]) == {1}
+    later = b0.loc[["3", "4"]]
+    assert set(later["cause"]) == {"straggler_sleep"}
+    assert (later["explained_ratio"] >= 0.5).all()
+    first = b0.loc["2"]
+    assert 2 * int(first["late_at_start_ns"]) >= int(first["lateness_ns"])
+    wait = next(f for f in a.findings if f.kind == "wait")
+    assert "rank 1's `straggler_sleep` ran" in wait.advice
+    assert "the cause precedes the capture" in wait.advice

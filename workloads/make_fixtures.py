@@ -55,6 +55,9 @@ RUNS["pipeline_slow_last"] += SLOW_FORWARD
 RUNS["fsdp"] = ["--strategy", "fsdp"]
 RUNS["moe_slow"] = ["--strategy", "moe", "--world-size", "4", "--slow-rank", "2", "--slow-ms", "30"]
 RUNS["moe_slow"] += SLOW_FORWARD
+# a straggler after its step's last collective: it starts its next step late
+RUNS["ddp_optimizer_slow"] = ["--strategy", "ddp", "--model", "mlp", "--slow-rank", "1"]
+RUNS["ddp_optimizer_slow"] += ["--slow-ms", "30", "--slow-phase", "optimizer"]
 # What-if closed-loop pairs (whatif.md §5): 8 active steps, the same run with and without the
 # cause. The tiny MLP keeps 8 steps of 2 ranks small.
 EIGHT = ["--steps", "8"]
