@@ -86,6 +86,69 @@ def test_comm_scenarios() -> None:
     assert _scenario_ms("no-host-gaps") == pytest.approx(59.95)
 
 
+def _resumed_early(r: int, mm_ms: int, busy_until_us: int | None = None) -> object:
+    """:func:`_rank` with the main thread resuming 0.2 ms *before* the all-reduce's recorded end
+    (add [49.8, 55) ms: gloo closes its range a moment after releasing the waiter);
+    ``busy_until_us``: an op [mm + 0.1 ms, that) keeps the thread busy instead of waiting."""
+    rows = [e for e in _rank(r, mm_ms) if e[1] != "aten::add"]
+    rows.append(("cpu_op", "aten::add", "", 49_800 * US, 55 * MS))
+    if busy_until_us is not None:
+        rows.append(("cpu_op", "aten::mul", "", mm_ms * MS + 100 * US, busy_until_us * US))
+    return cpu_timeline(rows, rank=r)
+
+
+def test_a_thread_resuming_just_before_the_recorded_end_waited_for_it() -> None:
+    # both ranks: the main thread idle from the call's end (rank 0 10.1, rank 1 40.1 ms) to
+    # 49.8, all of it under the all-reduce, resuming 0.2 ms before its recorded end (<= 0.5 ms):
+    # a blocking edge all-reduce -> add with gap -0.2 ms on each rank
+    run = [_resumed_early(0, 10), _resumed_early(1, 40)]
+    g = graph_of(run)  # type: ignore[arg-type]
+    blocked = (g.gap < 0) & ~g.src_start
+    assert blocked.sum() == 2 and set(g.gap[blocked].tolist()) == {-200 * US}
+    w = what_if(g, ["replay", "fix-rank:1"])
+    assert w.max_error_ratio == 0.0
+    # fix-rank:1: both arrive at 10.1, the 9.9 ms transfer ends at 20, add resumes 0.2 ms
+    # before: [19.8, 25), the step's 5 ms margin after it kept: 30 ms. Without the edge the
+    # add's 39.7 ms gap on rank 0 would be "host time" copied to rank 1: no gain at all
+    assert w.scenarios[1].step_ns == pytest.approx(30 * MS)
+
+
+def test_a_busy_thread_did_not_wait_for_the_end() -> None:
+    # rank 0's main thread runs mul [10.1, 49.7) ms: busy until 0.1 ms before the add, not
+    # idle across the last 0.5 ms before the all-reduce's end: no edge on rank 0; rank 1 keeps
+    # its edge
+    run = [_resumed_early(0, 10, busy_until_us=49_700), _resumed_early(1, 40)]
+    g = graph_of(run)  # type: ignore[arg-type]
+    blocked = (g.gap < 0) & ~g.src_start
+    assert blocked.sum() == 1 and int(g.unit[g.dst[blocked]][0]) == 1
+
+
+def test_fix_rank_takes_a_peer_start_for_a_rank_late_from_before_the_capture() -> None:
+    # rank 1 slept before the capture began: its step marker and mm start at 30 ms (mm [30, 40),
+    # its all-reduce [40.1, 50)); rank 0's at 0 (mm [0, 10), waiting in its all-reduce [10.1,
+    # 50)); both add [50.05, 55). Steps: rank 0 [0, 60) = 60, rank 1 [30, 60) = 30: replay 45.
+    # Rank 1's late start is the gap the trace began with: fix-rank:1 gives it rank 0's (mm at
+    # 0): both arrive at 10.1, end at 20, add [20.05, 25): rank 0's step 60 - 30 = 30, rank 1's
+    # moves whole (begin and end 30 ms earlier): 30. Mean 30 ms
+    def rows(start_ms: int) -> list[tuple[str, str, str, int, int]]:
+        s, m = start_ms * MS, (start_ms + 10) * MS
+        return [
+            ("annotation", "ProfilerStep#1", "", s, 60 * MS),
+            ("cpu_op", "aten::mm", "", s, m),
+            ("cpu_op", "c10d::allreduce_", "", m, m + 100 * US),
+            ("annotation", "gloo:all_reduce", "pt_gloo_runloop", m + 100 * US, 50 * MS),
+            ("cpu_op", "aten::add", "", 50 * MS + 50 * US, 55 * MS),
+        ]
+
+    run = [cpu_timeline(rows(0), rank=0), cpu_timeline(rows(30), rank=1)]
+    w = what_if(graph_of(run), ["replay", "fix-rank:1", "fix-rank:0"])
+    replayed, fix1, fix0 = (s.step_ns for s in w.scenarios)
+    assert replayed == pytest.approx(45 * MS) and fix1 == pytest.approx(30 * MS)
+    # fix-rank:0: rank 0 is never given a later start than its own (its first step, measured
+    # from its first start, would read 30 ms shorter): nothing moves
+    assert fix0 == pytest.approx(45 * MS)
+
+
 def test_contention_note_only_where_compute_meets_more_communication() -> None:
     # one rank, step [0, 50) ms: a [0, 10) and b [30, 40) on the main thread (b after a 20 ms
     # host gap), an all-reduce [5, 35) on the gloo thread. Compute beside communication: a's

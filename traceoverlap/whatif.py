@@ -19,7 +19,7 @@ import pandas as pd
 from .errors import TraceFormatError, UsageError
 from .model import Kind, Timeline
 from .onerun import one_run
-from .replay import Params, Schedule, StepTimes, observed_params, replay, step_times
+from .replay import NEG, Params, Schedule, StepTimes, observed_params, replay, step_times
 from .rungraph import RunGraph, UnitGraph, join_graphs
 from .vocab import SHARED_CPU_MARK, Family
 
@@ -259,7 +259,31 @@ def _like_peers(g: RunGraph, p: Params, target: npt.NDArray[np.bool_], peers_of:
         peers = ~target
     dur = np.where(change, _peer_median(g, p.dur_ns, peers), p.dur_ns)
     slack = np.where(target, _peer_median(g, p.slack_ns, peers), p.slack_ns)
-    return Params(dur.astype(np.int64), slack.astype(np.int64), p.post_ns, p.floor_ns)
+    return Params(
+        dur.astype(np.int64), slack.astype(np.int64), p.post_ns, _floors(g, p, target, peers)
+    )
+
+
+def _floors(
+    g: RunGraph, p: Params, target: npt.NDArray[np.bool_], peers: npt.NDArray[np.bool_]
+) -> I64:
+    """The observed starts of the ``target`` lanes' first nodes (their gap from the run's first
+    start, which the trace began with: a rank still late from before the capture) replaced by
+    the median of the ``peers`` at the same position, where a peer has one and it is earlier."""
+    own = p.floor_ns > NEG
+    if not (target & own).any():
+        return p.floor_ns
+    t0 = int(g.start_ns.min())
+    rel = np.where(own, p.floor_ns - t0, 0).astype(np.int64)
+    with_floor = peers & own
+    med = _peer_median(g, rel, with_floor)
+    has_peer = np.zeros(g.pos.size, dtype=bool)
+    if with_floor.any():
+        has_peer = np.isin(g.pos, g.pos[with_floor])
+    change = target & own & has_peer
+    # only ever earlier: a unit's first step is measured from its first start, so a later start
+    # would read as a shorter step (a rank that began early is not what the scenario fixes)
+    return np.where(change, np.minimum(t0 + med, p.floor_ns), p.floor_ns).astype(np.int64)
 
 
 def _comm_scaled(g: RunGraph, p: Params, which: npt.NDArray[np.bool_], factor: float) -> Params:
