@@ -604,6 +604,15 @@ def test_blame_line_words() -> None:
         {**base, "lateness_ns": 40_000_000, "cause_ns": 10_000_000, "explained_ratio": 0.25}
     )
     assert line.endswith("rank 1 was late by 40.00 ms: unexplained")
+    # late_at_start_ns as a nullable Int64 column gives it back: NA (not known) or a value; the
+    # capture clause only when it is at least half the lateness (30 of 40 ms: 75 %)
+    late = {**base, "lateness_ns": 40_000_000, "cause_ns": 0, "explained_ratio": 0.0}
+    assert blame_line({**late, "late_at_start_ns": pd.NA}).endswith("40.00 ms: unexplained")
+    assert blame_line({**late, "late_at_start_ns": 10_000_000}).endswith("40.00 ms: unexplained")
+    assert blame_line({**late, "late_at_start_ns": 30_000_000}).endswith(
+        "(it began its step 30.00 ms after its peer, before the first collective of the two "
+        "that the trace holds: the cause precedes the capture)"
+    )
 
 
 def test_text_across_ranks_waiting_is_the_credited_total() -> None:

@@ -498,7 +498,7 @@ def blame_line(b: Mapping[str, Any]) -> str:
     if b["cause"] is None or ratio is None or ratio != ratio or ratio < EXPLAINED_RATIO:
         text += f" <- rank {root} was late by {ms_unit(int(b['lateness_ns']))}: unexplained"
         before = b.get("late_at_start_ns")
-        if before is not None and before == before and 2 * int(before) >= int(b["lateness_ns"]):
+        if before is not None and not pd.isna(before) and 2 * int(before) >= int(b["lateness_ns"]):
             # late from its step's start, and nothing earlier in the trace to compare with
             text += (
                 f" (it began its step {ms_unit(int(before))} after its peer, before the first "
