@@ -292,7 +292,7 @@ class _Arrivals:
         its lateness more than the first arrival waiting for others in the windows of
         :meth:`windows` (a delay that propagates: it waited earlier, then computed late), else
         None."""
-        early, e_lo, lo, r_lo, hi = self.windows(inst, rank)
+        early, e_lo, lo, r_lo, hi, _ = self.windows(inst, rank)
         if hi <= lo:
             return None
         mine, tgt, where = self._waiting(rank, r_lo, hi)
@@ -320,32 +320,27 @@ class _Arrivals:
         best = int(np.argmax(np.where(ok, ends[cand], np.iinfo(np.int64).min)))
         return int(ends[cand[best]]), int(self.e[j[best]])
 
-    def windows(self, inst: int, rank: int) -> tuple[int, int, int, int, int]:
-        """(first-arrival rank, its [since, arrival), ``rank``'s [since, arrival)), aligned:
-        what the root and its early peer did since their steps began or, when earlier, since
-        the end of the latest other instance both had finished (:meth:`_in_step`). A
-        straggler that sleeps after its step's last collective (in the optimizer) starts its
-        next step late: the time since that step's start does not hold the sleep, the time
-        since the last shared collective does."""
+    def windows(self, inst: int, rank: int) -> tuple[int, int, int, int, int, int | None]:
+        """(first-arrival rank, its [since, arrival), ``rank``'s [since, arrival), late at
+        start), aligned: what the root and its early peer did since their steps began or, when
+        earlier, since the end of the latest other instance both had finished
+        (:meth:`_in_step`). A straggler that sleeps after its step's last collective (in the
+        optimizer) starts its next step late: the time since that step's start does not hold
+        the sleep, the time since the last shared collective does. "Late at start": when the
+        trace holds no earlier instance of the two, how late ``rank`` already began its step
+        (the lateness began before the capture); None when it does, or ``rank`` came first."""
         f = self._first(inst)
         early = f[1] if f is not None else rank
         lo, hi = self.lateness(inst, rank)
         r_start, e_start = self._start(inst, rank, lo), self._start(inst, early, lo)
-        r_since, e_since = self._in_step(inst, rank, early, hi, lo) if early != rank else (-1, -1)
-        if r_since < 0 or r_since >= r_start:
-            return early, e_start, lo, r_start, hi
-        return early, e_since, lo, r_since, hi
-
-    def late_at_start(self, inst: int, rank: int) -> int | None:
-        """How late ``rank`` already began its step, against the first arrival of ``inst``
-        (aligned), when the trace holds no earlier instance of the two to compare from: the
-        lateness began before the capture. None when it does, or when ``rank`` came first."""
-        f = self._first(inst)
-        early = f[1] if f is not None else rank
-        lo, hi = self.lateness(inst, rank)
-        if early == rank or self._in_step(inst, rank, early, hi, lo)[0] >= 0:
-            return None
-        return self._start(inst, rank, lo) - self._start(inst, early, lo)
+        if early == rank:
+            return early, e_start, lo, r_start, hi, None
+        r_since, e_since = self._in_step(inst, rank, early, hi, lo)
+        if r_since < 0:
+            return early, e_start, lo, r_start, hi, r_start - e_start
+        if r_since >= r_start:
+            return early, e_start, lo, r_start, hi, None
+        return early, e_since, lo, r_since, hi, None
 
 
 class _Ranges:
@@ -443,7 +438,7 @@ def blame_table(
             q, inst = nxt
             chain.append(q)
         lo, hi = arr.lateness(inst, q)
-        early, e_lo, e_hi, r_lo, r_hi = arr.windows(inst, q)
+        early, e_lo, e_hi, r_lo, r_hi, late_at_start = arr.windows(inst, q)
         ru, eu = unit_of_rank.get(q), unit_of_rank.get(early)
         ro = offsets.get(ru, 0) if ru is not None else 0
         eo = offsets.get(eu, 0) if eu is not None else 0
@@ -472,7 +467,7 @@ def blame_table(
                 "cause": cause,
                 "cause_ns": cause_ns,
                 "explained_ratio": (cause_ns / late) if late > 0 else None,
-                "late_at_start_ns": arr.late_at_start(inst, q) if n < MAX_CAUSE_ROWS else None,
+                "late_at_start_ns": late_at_start if n < MAX_CAUSE_ROWS else None,
             }
         )
     df = pd.DataFrame(out, columns=list(BLAME_COLUMNS))
