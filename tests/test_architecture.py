@@ -50,10 +50,14 @@ def test_one_way_flow(path: Path) -> None:
     in_reporters = name.startswith("traceoverlap.reporters")
     if name == "traceoverlap.__main__":
         # the CLI, the standard library's exit machinery (the quick exit after a command), and
-        # the OpenBLAS setting made before numpy loads (traceoverlap._blas: standard library only)
+        # the OpenBLAS setting made before numpy loads (traceoverlap._blas) and the collector
+        # paused while the modules load (traceoverlap._collector): standard library only
         allowed = {"traceoverlap.cli", "traceoverlap.cli.main", "__future__.annotations"}
         allowed |= {"traceoverlap._blas", "traceoverlap._blas.one_thread"}
+        allowed |= {"traceoverlap._collector", "traceoverlap._collector.pause"}
+        allowed |= {"traceoverlap._collector.resume"}
         assert _imports(PKG / "_blas.py") <= {"__future__", "__future__.annotations", "os", "sys"}
+        assert _imports(PKG / "_collector.py") <= {"__future__", "__future__.annotations", "gc"}
         allowed |= {"__future__", "atexit", "os", "sys", "threading"}
         assert imports <= allowed, imports
         return

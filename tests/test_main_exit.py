@@ -132,3 +132,50 @@ def test_programs_started_for_the_user_get_their_environment(
     env = _blas.user_env()
     assert env is not None and _blas.VAR not in env and env["PATH"] == os.environ["PATH"]
     monkeypatch.delenv(_blas.VAR)
+
+
+def test_the_collector_is_paused_while_modules_load_and_back_for_the_analysis() -> None:
+    # traceoverlap._collector: off from the start of the command until the analysis begins
+    # (then on, with what the imports built frozen); a library caller is never touched.
+    code = (
+        "import gc, os, sys\n"
+        "import traceoverlap.analysis as a\n"
+        "from traceoverlap.__main__ import run\n"
+        "seen = []\n"
+        "real = a.analyze\n"
+        "a.analyze = lambda *x, **k: (seen.append(gc.isenabled()), real(*x, **k))[1]\n"
+        "import traceoverlap.cli as c\n"
+        "import atexit\n"
+        "atexit.register(lambda: print('before', seen, 'after', gc.isenabled(),"
+        " gc.get_freeze_count() > 0))\n"
+        "sys.argv = ['traceoverlap', 'analyze', sys.argv[1], '--format', 'json', '-o', "
+        "os.devnull]\n"
+        "run()\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(FIXTURE)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "before [False] after True True"
+
+
+def test_the_collector_is_left_alone_for_a_library_caller() -> None:
+    import gc
+
+    from traceoverlap import _collector
+
+    before = (gc.isenabled(), gc.get_freeze_count())
+    _collector.resume()  # nothing paused it: no freeze, nothing changed
+    assert (gc.isenabled(), gc.get_freeze_count()) == before and not _collector._paused
+
+
+def test_an_in_process_run_gives_the_collector_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a command that ends before any analysis (here --version) leaves the collector as it was
+    import gc
+
+    from traceoverlap import __main__ as entry
+
+    monkeypatch.setattr(sys, "argv", ["traceoverlap", "--version"])
+    monkeypatch.setattr(entry.os, "_exit", lambda code: (_ for _ in ()).throw(SystemExit(code)))
+    assert gc.isenabled()
+    with pytest.raises(SystemExit):
+        entry.run()
+    assert gc.isenabled()

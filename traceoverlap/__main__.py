@@ -8,6 +8,7 @@ import sys
 import threading
 
 from ._blas import one_thread
+from ._collector import pause, resume
 from .cli import main
 
 
@@ -22,6 +23,7 @@ def run() -> None:
     exception escaping with ``--debug``, a thread still running, an exit "code" that is a
     message) takes the normal exit.
     """
+    pause()  # until the command's modules are loaded (traceoverlap._collector)
     one_thread()
     try:
         main()
@@ -33,6 +35,8 @@ def run() -> None:
             raise
     else:  # pragma: no cover - click's standalone mode always exits
         code = 0
+    finally:
+        resume()  # a command that analysed nothing (--help, an error) did not turn it back on
     atexit._run_exitfuncs()
     try:
         sys.stdout.flush()

@@ -25,6 +25,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from . import intervals as iv
+from ._collector import resume
 from .bandwidth import add_bandwidth, family_bandwidth
 from .classify import Rules
 from .collectives import CauseSets, Collectives, match_collectives
@@ -95,6 +96,7 @@ def analyze(
     map (:class:`~traceoverlap.options.AnalyzeOptions`; default: all defaults). One step's
     timeline is drawn afterwards, on demand: :func:`traceoverlap.detail.step_detail`.
     """
+    resume()  # the command's modules are loaded (traceoverlap._collector)
     opts = options or AnalyzeOptions()
     aopts = opts.analysis_options()
     rules = (opts.rules or Rules()).with_comm_patterns(aopts.comm_patterns)
@@ -599,17 +601,16 @@ def _size_words(coll: Collectives, pr: pd.DataFrame) -> list[str]:
     inst = coll.instances
     if "busbw_gbps" not in inst.columns or inst.empty:
         return [""] * len(pr)
-    by = inst.set_index("instance")
-    out = []
-    for i in pr["instance"].tolist():
-        b = by.at[i, "bytes"] if i in by.index else None
-        bus = by.at[i, "busbw_gbps"] if i in by.index else None
-        if b is None or pd.isna(b) or int(b) <= 0:
-            out.append("")
-            continue
-        bw = f", {float(bus):.1f} GB/s bus" if bus is not None and not pd.isna(bus) else ""
-        out.append(f" [{int(b) / 1e6:.2f} MB{bw}]")
-    return out
+    by = inst.drop_duplicates("instance").set_index("instance")
+    at = pr["instance"]
+    size = by["bytes"].reindex(at).to_numpy(dtype=np.float64, na_value=np.nan)
+    bus = by["busbw_gbps"].reindex(at).to_numpy(dtype=np.float64, na_value=np.nan)
+    return [
+        ""
+        if not b > 0
+        else f" [{int(b) / 1e6:.2f} MB" + ("]" if w != w else f", {w:.1f} GB/s bus]")
+        for b, w in zip(size.tolist(), bus.tolist(), strict=True)
+    ]
 
 
 def _regex_matched_nothing(units: Sequence[UnitResult], regex: str, names: list[str]) -> str:

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ._collector import resume
 from .errors import TraceFormatError, UsageError
 from .fmt import size as fmt_size
 
@@ -230,6 +231,7 @@ def run_map(
 ) -> Iterator[object]:
     """``task(str(file))`` (or ``task(part)``) for every unit, results in input order, in this
     process, in local processes, or on a Dask cluster (see the module docstring)."""
+    resume()  # the modules are loaded; workers must not inherit a paused collector
     n = len(files)
     names = [str(f) for f in files]
     units: list[Unit] = [f if isinstance(f, ProcessPart) else str(f) for f in files]

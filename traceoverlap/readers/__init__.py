@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from .._collector import resume
 from ..errors import TraceFormatError
 from ..model import Timeline
 from ._input import STDIN, file_error, is_stream, label, read_stream, sniff_bytes
@@ -74,6 +75,7 @@ def read_trace(
     ``path`` may be ``-`` for standard input, or a pipe. ``keep_range``: a Nsight Systems export
     keeps only the NVTX ranges whose name it accepts (see :func:`.nsys.read_nsys`). ``process``:
     only that process of a Nsight Systems SQLite export (:func:`.nsys.nsys_processes`)."""
+    resume()  # the command's modules are loaded (traceoverlap._collector)
     fmt = sniff_format(path)
     if fmt == "stream":
         data = read_stream(path)
