@@ -821,3 +821,19 @@ def test_text_report_shows_each_scenarios_range_of_steps() -> None:
     one = render_text(what_if(graph_of(_straggler_run()), ["replay"]))  # type: ignore[arg-type]
     row = next(line for line in one.splitlines() if line.strip().startswith("replay"))
     assert row.split()[1:4] == ["60.00", "-", "1.00x"]
+
+
+def test_text_report_columns_line_up_with_a_long_scenario_name() -> None:
+    # FSDP-style run: hide:AllGather/ReduceScatter (28 characters) is longer than the default
+    # name column; every row's "step ms" value must still end under its heading
+    from traceoverlap.reporters.whatif_report import render_text
+
+    text = render_text(what_if(load_graph(FIXTURES / "fsdp")))
+    lines = text.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.strip().startswith("scenario"))
+    rows = lines[head + 1 : lines.index("", head)]
+    assert any(r.strip().startswith("hide:AllGather/ReduceScatter") for r in rows)
+    end = lines[head].index("step ms") + len("step ms")
+    for row in rows:
+        value = row.split()[1]
+        assert row.index(" " + value + " ") + 1 + len(value) == end, row

@@ -34,7 +34,7 @@ def _range(steps_ns: tuple[float | None, ...]) -> str:
     return "-" if len(v) < 2 else f"{min(v) / 1e6:.1f}-{max(v) / 1e6:.1f}"
 
 
-def _row(r: ScenarioResult) -> str:
+def _row(r: ScenarioResult, width: int = 18) -> str:
     who = []
     if r.ranks:
         who.append(
@@ -43,7 +43,7 @@ def _row(r: ScenarioResult) -> str:
     if r.collectives:
         who.append(",".join(r.collectives))
     return (
-        f"  {r.name:<18} {_ms(r.step_ns):>10} {_range(r.steps_ns):>13} {_x(r.speedup):>8}  "
+        f"  {r.name:<{width}} {_ms(r.step_ns):>10} {_range(r.steps_ns):>13} {_x(r.speedup):>8}  "
         f"{r.changed}"
     ) + (f" ({'; '.join(who)})" if who else "")
 
@@ -60,17 +60,19 @@ def render_text(w: WhatIf) -> str:
     ]
     if bad:
         lines.append("  steps the replay does not reproduce within 5 %: " + ", ".join(bad))
+    # one width for both tables: the longest scenario name (hide:AllGather/ReduceScatter...)
+    width = max([18, *(len(r.name) for r in w.scenarios)])
     lines += [
         "",
-        f"  {'scenario':<18} {'step ms':>10} {'steps range':>13} {'speedup':>8}  what changed",
+        f"  {'scenario':<{width}} {'step ms':>10} {'steps range':>13} {'speedup':>8}  what changed",
     ]
-    lines += [_row(r) for r in w.scenarios]
+    lines += [_row(r, width) for r in w.scenarios]
     if w.fix_rank:
         lines += ["", "Fixing rank R buys (R runs like the median of its peers):"]
-        lines += [f"  {'rank':<18} {'step ms':>10} {'steps range':>13} {'speedup':>8}"]
+        lines += [f"  {'rank':<{width}} {'step ms':>10} {'steps range':>13} {'speedup':>8}"]
         for r in w.fix_rank:
             lines.append(
-                f"  {r.name.split(':')[1]:<18} {_ms(r.step_ns):>10} {_range(r.steps_ns):>13} "
+                f"  {r.name.split(':')[1]:<{width}} {_ms(r.step_ns):>10} {_range(r.steps_ns):>13} "
                 f"{_x(r.speedup):>8}"
             )
     caveats = _caveats(w)
