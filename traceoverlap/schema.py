@@ -482,6 +482,11 @@ OVERLAP_TAX = Table(
         _ns("total_ns", "the tax over the run", stats=False),
         replace(OVERLAP_NS, meaning="the overlap it is part of", stats=False),
         _ns("unmeasured_ns", "compute under communication with no alone instance", stats=False),
+        _ns(
+            "estimated_ns",
+            "the part of total_ns estimated there (excess over the op's median instance)",
+            stats=False,
+        ),
         Column("by_family_ns", OBJECT, NS, "the tax per collective family"),
         Column("steps_ns", FLOAT_LIST, NS, "the tax of each step (mean over ranks)"),
         Column("rank_steps", OBJECT, NONE, "per (rank, step): whatif_tax_rank_steps"),

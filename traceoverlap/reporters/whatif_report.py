@@ -124,6 +124,7 @@ def to_dict(w: WhatIf) -> dict[str, Any]:
         w.tax_ns,
         w.tax_overlap_ns,
         w.tax_unmeasured_ns,
+        w.tax_estimated_ns,
         dict(w.tax_by_family_ns),
         list(w.tax_steps_ns),
         [dict(zip(TAX_RANK_STEPS.names, r, strict=True)) for r in w.tax_rank_steps],
