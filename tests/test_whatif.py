@@ -922,3 +922,16 @@ def test_estimated_tax_matches_a_brute_force_oracle(durations_ms: list[int], alo
     assert int(t.step_tax_ns.sum()) == round(want)
     assert t.estimated_ns == (round(want) if est else 0)
     assert t.unmeasured_ns == (sum(u) * MS if not (len(a) >= 3 and len(u) >= 3) else 0)
+
+
+def test_tax_note_names_ranks_sharing_cpu_cores() -> None:
+    # gpt_overlap_8: 2 gloo ranks on one host's cores, compute under communication: the tax
+    # counts compute beside its own rank's communication; the note says what it leaves out.
+    # dlrm_v100_8rank: GPU ranks, no such note
+    cpu = what_if(load_graph(FIXTURES / "gpt_overlap_8"), ["replay"])
+    assert any(
+        "ranks 0,1 share the CPU cores of host" in n and "other ranks" in n for n in cpu.notes
+    )
+    gpu = what_if(load_graph(real_trace("kineto/dlrm_v100_8rank")), ["replay"])
+    assert gpu.tax_overlap_ns > 0
+    assert not any("other ranks' threads" in n for n in gpu.notes)

@@ -557,6 +557,13 @@ def what_if(g: RunGraph, scenarios: Iterable[str] | None = None) -> WhatIf:
                 tt.unmeasured_ns, int(tt.step_overlap_ns.sum()), shaped, tt.estimated_ns
             )
         )
+    hosts = shared_cpu_hosts(g) if tt.step_overlap_ns.any() else []
+    if hosts:
+        where = "; ".join(f"ranks {_rank_list(rs)} {SHARED_CPU_MARK} {h}" for h, rs in hosts)
+        notes.append(
+            f"overlap tax: {where}: their compute also slows beside the other ranks' threads, "
+            "which the tax (compute beside its own rank's communication) does not count"
+        )
     if not s.settled:
         notes.append(f"the replay did not settle in {s.rounds} rounds: its times are a lower bound")
 
