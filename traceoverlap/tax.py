@@ -16,7 +16,9 @@ Compute under communication with no such comparison (the kernel ran alone fewer 
 :data:`MIN_INSTANCES` times: with per-parameter hooks every backward op overlaps communication
 in every step) is reported as *unmeasured*, and its tax is *estimated* from the kernel's own
 instances: max(0, compute time - the median compute time of all its instances on the unit), for
-kernels that ran at least :data:`MIN_INSTANCES` times. The estimate sees the instances that
+kernels that ran at least :data:`MIN_INSTANCES` times, except ops that make a communication call
+(nested in them: they wait there for their peers, so their excess is not contention). The
+estimate sees the instances that
 stalled beside communication (a core taken by the gloo threads, a kernel waiting for SMs), not a
 slowdown shared by every instance, and it counts the run's ordinary jitter as tax; it is kept
 apart (:attr:`TaxTable.estimated_ns`) and named in the output.
@@ -165,7 +167,10 @@ def node_tax_detail(g: RunGraph) -> NodeTax:
     # the unmeasured ones: their kernel's median instance (any side) is the reference
     n_all = np.bincount(key, weights=dur > 0).astype(np.int64)
     typical = pd.Series(np.where(dur > 0, dur, np.nan)).groupby(key).transform("median")
-    est = under & ~ok & (n_all[key] >= MIN_INSTANCES)
+    # an op that makes a communication call (nested in it) waits there for its peers: its
+    # excess over its median is that waiting as much as contention, so no estimate for it
+    calls = comp_ns[comp] < (g.end_ns[comp] - g.start_ns[comp])
+    est = under & ~ok & ~calls & (n_all[key] >= MIN_INSTANCES)
     ref = np.where(ok, np.nan_to_num(med), typical.to_numpy(dtype=np.float64))
     extra = np.where(ok | est, np.maximum(dur - np.nan_to_num(ref), 0), 0)
     tax[comp] = np.round(extra).astype(np.int64)
@@ -189,6 +194,9 @@ class TaxTable:
     #: the part of the tax (ns, run total, capped like the steps') that is the estimate of
     #: unmeasured nodes: their excess over their kernel's median instance
     estimated_ns: int = 0
+    #: the part of ``unmeasured_ns`` in nodes with no estimate either (an op that makes a
+    #: communication call, or a kernel that ran fewer than :data:`MIN_INSTANCES` times)
+    unestimated_ns: int = 0
     #: per node of the graph: its tax (:func:`node_tax`), for the replay's ``no-overlap-tax``
     node_tax_ns: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
 
@@ -227,6 +235,7 @@ def tax_table(g: RunGraph) -> TaxTable:
             f"it{how}: net gain {(saved - total) / 1e6:.1f} ms (overlap tax, whatif.md §4)"
         )
     unmeasured = int(cov[ok & blind].sum())
+    unestimated = int(cov[ok & blind & ~est].sum())
     return TaxTable(
         step_tax.reshape(nu, ns),
         step_overlap.reshape(nu, ns),
@@ -234,6 +243,7 @@ def tax_table(g: RunGraph) -> TaxTable:
         tuple(findings),
         unmeasured,
         estimated,
+        unestimated,
         tax,
     )
 

@@ -487,7 +487,11 @@ def _check_targets(g: RunGraph, names: Sequence[str]) -> None:
 
 
 def _unmeasured_note(
-    unmeasured_ns: int, overlap_ns: int, shaped: bool = False, estimated_ns: int = 0
+    unmeasured_ns: int,
+    overlap_ns: int,
+    shaped: bool = False,
+    estimated_ns: int = 0,
+    unestimated_ns: int = 0,
 ) -> str:
     """``shaped``: some nodes have a shape (GPU kernels' grid and block, CPU ops' input sizes),
     so the same kernel is the same name and shape for them (:func:`traceoverlap.tax.same_kernel`);
@@ -501,13 +505,24 @@ def _unmeasured_note(
         else "ops that never ran alone in 3 or more steps (the same op, same n-th call in its "
         "step: a regular program overlaps it every step)"
     )
-    return (
+    text = (
         f"overlap tax: {unmeasured_ns / 1e6:.1f} ms of the {overlap_ns / 1e6:.1f} ms of compute "
-        f"under communication{share} is in {which}: nothing alone to compare it with, so its "
-        f"tax ({estimated_ns / 1e6:.1f} ms of the total) is estimated as each instance's excess "
-        "over the median instance of its op: it sees instances that stalled beside "
-        "communication, not a slowdown every instance shares, and counts ordinary jitter as tax"
+        f"under communication{share} is in {which}: nothing alone to compare it with"
     )
+    if unmeasured_ns > unestimated_ns:
+        text += (
+            f"; its tax there ({estimated_ns / 1e6:.1f} ms of the total) is estimated as each "
+            "instance's excess over the median instance of its op: it sees instances that "
+            "stalled beside communication, not a slowdown every instance shares, and counts "
+            "ordinary jitter as tax"
+        )
+    if unestimated_ns:
+        text += (
+            f"; {unestimated_ns / 1e6:.1f} ms of it is not estimated either (ops that make a "
+            "communication call, whose time includes waiting for their peers, or that ran "
+            "fewer than 3 times): the tax is a lower bound there"
+        )
+    return text
 
 
 def what_if(g: RunGraph, scenarios: Iterable[str] | None = None) -> WhatIf:
@@ -554,7 +569,11 @@ def what_if(g: RunGraph, scenarios: Iterable[str] | None = None) -> WhatIf:
         shaped = bool((g.shape >= 0).any())
         notes.append(
             _unmeasured_note(
-                tt.unmeasured_ns, int(tt.step_overlap_ns.sum()), shaped, tt.estimated_ns
+                tt.unmeasured_ns,
+                int(tt.step_overlap_ns.sum()),
+                shaped,
+                tt.estimated_ns,
+                tt.unestimated_ns,
             )
         )
     hosts = shared_cpu_hosts(g) if tt.step_overlap_ns.any() else []
