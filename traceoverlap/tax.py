@@ -16,7 +16,7 @@ Compute under communication with no such comparison (the kernel ran alone fewer 
 :data:`MIN_INSTANCES` times: with per-parameter hooks every backward op overlaps communication
 in every step) is reported as *unmeasured*, and its tax is *estimated* from the kernel's own
 instances: max(0, compute time - the median compute time of all its instances on the unit), for
-kernels that ran at least :data:`MIN_INSTANCES` times, except ops that make a communication call
+kernels that ran at least :data:`MIN_ESTIMATE_INSTANCES` times, except ops that make a communication call
 (nested in them: they wait there for their peers, so their excess is not contention). The
 estimate sees the instances that
 stalled beside communication (a core taken by the gloo threads, a kernel waiting for SMs), not a
@@ -41,6 +41,9 @@ from .rungraph import RunGraph
 
 I64 = npt.NDArray[np.int64]
 MIN_INSTANCES = 3
+#: The estimate of an unmeasured node needs this many instances of its kernel: the median of
+#: three always has one above it, and the estimate would read the spread of three numbers.
+MIN_ESTIMATE_INSTANCES = 5
 UNDER_RATIO = 0.5
 #: A finding when the tax eats at least this share of what the overlap saved.
 FINDING_RATIO = 0.25
@@ -141,7 +144,7 @@ class NodeTax(NamedTuple):
     #: :data:`MIN_INSTANCES` instances of the same kernel on either side)
     unmeasured: npt.NDArray[np.bool_]
     #: an unmeasured node whose tax is estimated: its excess over the median of all the
-    #: instances of its kernel (which ran at least :data:`MIN_INSTANCES` times)
+    #: instances of its kernel (which ran at least :data:`MIN_ESTIMATE_INSTANCES` times)
     estimated: npt.NDArray[np.bool_]
 
 
@@ -170,7 +173,7 @@ def node_tax_detail(g: RunGraph) -> NodeTax:
     # an op that makes a communication call (nested in it) waits there for its peers: its
     # excess over its median is that waiting as much as contention, so no estimate for it
     calls = comp_ns[comp] < (g.end_ns[comp] - g.start_ns[comp])
-    est = under & ~ok & ~calls & (n_all[key] >= MIN_INSTANCES)
+    est = under & ~ok & ~calls & (n_all[key] >= MIN_ESTIMATE_INSTANCES)
     ref = np.where(ok, np.nan_to_num(med), typical.to_numpy(dtype=np.float64))
     extra = np.where(ok | est, np.maximum(dur - np.nan_to_num(ref), 0), 0)
     tax[comp] = np.round(extra).astype(np.int64)
@@ -195,7 +198,7 @@ class TaxTable:
     #: unmeasured nodes: their excess over their kernel's median instance
     estimated_ns: int = 0
     #: the part of ``unmeasured_ns`` in nodes with no estimate either (an op that makes a
-    #: communication call, or a kernel that ran fewer than :data:`MIN_INSTANCES` times)
+    #: communication call, or a kernel that ran fewer than :data:`MIN_ESTIMATE_INSTANCES` times)
     unestimated_ns: int = 0
     #: per node of the graph: its tax (:func:`node_tax`), for the replay's ``no-overlap-tax``
     node_tax_ns: I64 = field(default_factory=lambda: np.zeros(0, np.int64))

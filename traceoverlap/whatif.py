@@ -520,7 +520,7 @@ def _unmeasured_note(
         text += (
             f"; {unestimated_ns / 1e6:.1f} ms of it is not estimated either (ops that make a "
             "communication call, whose time includes waiting for their peers, or that ran "
-            "fewer than 3 times): the tax is a lower bound there"
+            "fewer than 5 times): the tax is a lower bound there"
         )
     return text
 
