@@ -228,11 +228,8 @@ def tax_table(g: RunGraph) -> TaxTable:
     estimated = int(np.round(step_est.sum()))
     if saved > 0 and total >= FINDING_RATIO * saved:
         who = max(fam, key=lambda f: fam[f]) if fam else "communication"
-        how = (
-            f" ({estimated / 1e6:.1f} ms of it estimated: ops that never ran alone)"
-            if estimated
-            else ""
-        )
+        est_ms = f"{estimated / 1e6:.1f}"
+        how = f" ({est_ms} ms of it estimated: ops that never ran alone)" if est_ms != "0.0" else ""
         findings.append(
             f"{who} hid {saved / 1e6:.1f} ms but compute ran {total / 1e6:.1f} ms slower beside "
             f"it{how}: net gain {(saved - total) / 1e6:.1f} ms (overlap tax, whatif.md §4)"
