@@ -15,13 +15,13 @@ steps of the rank are "nearby" (the traces hold a few steps).
 Compute under communication with no such comparison (the kernel ran alone fewer than
 :data:`MIN_INSTANCES` times: with per-parameter hooks every backward op overlaps communication
 in every step) is reported as *unmeasured*, and its tax is *estimated* from the kernel's own
-instances: max(0, compute time - the median compute time of all its instances on the unit), for
-kernels that ran at least :data:`MIN_ESTIMATE_INSTANCES` times, except ops that make a communication call
-(nested in them: they wait there for their peers, so their excess is not contention). The
-estimate sees the instances that
-stalled beside communication (a core taken by the gloo threads, a kernel waiting for SMs), not a
-slowdown shared by every instance, and it counts the run's ordinary jitter as tax; it is kept
-apart (:attr:`TaxTable.estimated_ns`) and named in the output.
+instances: max(0, compute time - the median compute time of all its instances on the unit),
+for kernels that ran at least :data:`MIN_ESTIMATE_INSTANCES` times, except ops that make a
+communication call (nested in them: they wait there for their peers, so their excess is not
+contention). The estimate sees the instances that stalled beside communication (a core taken
+by the gloo threads, a kernel waiting for SMs), not a slowdown shared by every instance, and it
+counts the run's ordinary jitter as tax; it is kept apart (:attr:`TaxTable.estimated_ns`) and
+named in the output.
 """
 
 from __future__ import annotations
@@ -215,8 +215,7 @@ def tax_table(g: RunGraph) -> TaxTable:
     step_tax = np.minimum(raw_tax, step_overlap)
     # the estimated share of each step's tax, under the same cap (proportionally)
     raw_est = np.bincount(idx, weights=np.where(est, tax, 0)[ok], minlength=nu * ns)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        step_est = np.where(raw_tax > 0, raw_est * step_tax / np.maximum(raw_tax, 1), 0)
+    step_est = raw_est * step_tax / np.maximum(raw_tax, 1)  # raw_est is 0 where raw_tax is
     fam = _family_tax(g, tax)
     raw = sum(fam.values())
     total_capped = int(step_tax.sum())
