@@ -17,8 +17,18 @@ from traceoverlap import AnalyzeOptions, analyze
 from traceoverlap import intervals as iv
 from traceoverlap.job import credit_segments
 from traceoverlap.model import Timeline, TraceInfo, concat_timelines, make_events
+from traceoverlap.results import Analysis
 
 MS = 1_000_000
+
+
+def _blame_by_rank(a: Analysis) -> pd.DataFrame:
+    """The analysis's wait-blame table, one row per rank (the run has collectives)."""
+    c = a.collectives
+    assert c is not None
+    return c.blame.set_index("rank")
+
+
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
 #: gloo worker threads: the default group's (created first: lower ids), then the TP group's
@@ -295,9 +305,7 @@ def test_blame_follows_the_chain_to_the_root() -> None:
     [0,50) and ``aten::mm`` 10; rank 2 ran ``aten::mm`` 10 in [0,10): the sleep ran 40 longer,
     40 of 40 ms, 100 % explained. Rank 2's own row: it waited 40 for rank 3, same cause."""
     a = analyze(concat_timelines(_tp_run(rank2_global=57, rank3_global=56)))
-    c = a.collectives
-    assert c is not None
-    b = c.blame.set_index("rank")
+    b = _blame_by_rank(a)
     assert b.loc[0, "waited_for_rank"] == 2 and b.loc[0, "exposed_wait_ns"] == 42 * MS
     assert b.loc[0, "chain"] == (2, 3) and b.loc[0, "root_rank"] == 3
     assert b.loc[0, "cause"] == "straggler_sleep"
@@ -321,9 +329,7 @@ def test_blame_says_unexplained_below_half() -> None:
         ev[ev["name"].astype(str) != "straggler_sleep"].reset_index(drop=True), run[3].traces
     )
     a = analyze(concat_timelines(run))
-    c = a.collectives
-    assert c is not None
-    b = c.blame.set_index("rank")
+    b = _blame_by_rank(a)
     assert b.loc[2, "root_rank"] == 3 and b.loc[2, "cause"] is None
     wait = next(f for f in a.findings if f.kind == "wait")
     assert "rank 3 was late by 40.00 ms: unexplained" in wait.advice
@@ -692,9 +698,7 @@ def test_blame_says_when_the_lateness_began_before_the_capture() -> None:
     30 ms late already, all of its 30 ms lateness, so the line says the cause precedes the
     capture (late_at_start_ns = 30 ms)."""
     a = analyze(concat_timelines(_optimizer_sleep_run(first_step=False)))
-    c = a.collectives
-    assert c is not None
-    b = c.blame.set_index("rank")
+    b = _blame_by_rank(a)
     assert b.loc[0, "cause"] is None or b.loc[0, "explained_ratio"] < 0.5
     assert b.loc[0, "late_at_start_ns"] == 30 * MS
     wait = next(f for f in a.findings if f.kind == "wait")
