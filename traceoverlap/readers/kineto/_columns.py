@@ -4,6 +4,8 @@ a document; the collective metadata of the few rows that carry it (:class:`Colle
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from itertools import chain
 from operator import attrgetter, itemgetter
@@ -23,8 +25,35 @@ from ._categories import (
     SRC_CATS,
     model_lut,
 )
-from ._decode import LOOSE_EMPTY, NO_DIMS, Chunk, LooseArgs
+from ._decode import ANY_EVENT, LOOSE_EMPTY, NO_DIMS, Chunk, LooseArgs
 from ._values import INT64_MAX, MAX_WORLD_SIZE, float_array, id_array, int_array, int_field, to_int
+
+
+def _load_scanner() -> Any:
+    """The C scanner (_kscan.c), built at install where a C compiler is available; else None."""
+    try:
+        from . import _kscan
+    except ImportError:  # pragma: no cover - installs without a compiler
+        return None
+    return _kscan
+
+
+_kscan = _load_scanner()
+
+#: Which path reads a Kineto document's events: "c" (the columnar scanner, with the msgspec path
+#: for what it leaves to it) or "msgspec" (no scanner built, or ``TRACEOVERLAP_KSCAN=0``).
+SCANNER = (
+    "c" if _kscan is not None and os.environ.get("TRACEOVERLAP_KSCAN", "1") != "0" else "msgspec"
+)
+
+_ONE_EVENT = msgspec.json.Decoder(ANY_EVENT)
+_ONE_STR = msgspec.json.Decoder(str)
+_DECODE_ERRORS = (
+    msgspec.ValidationError,
+    msgspec.DecodeError,
+    UnicodeDecodeError,
+    RecursionError,
+)
 
 
 class Codes(dict[str, int]):
@@ -133,6 +162,129 @@ class Columns:
         self._add_collectives(kept, model, name)
         self.offset += len(kept)
 
+    def add_scanned(self, buf: Any) -> bool:
+        """Take the columns of one JSON array of events (``buf``) with the C scanner; False,
+        having taken nothing, when the msgspec path must read it (no scanner, or a chunk the
+        scanner leaves to it: invalid JSON, invalid UTF-8, a value the typed decode refuses).
+
+        The result is the one :meth:`add` gives for the same chunk decoded by
+        :data:`._decode.EVENTS`: the scanner returns the common fields as columns and, for the
+        events it does not read itself (metadata, odd types, collective args), their byte spans,
+        which are decoded here by the same typed decoder and written the same way.
+        """
+        if SCANNER != "c" or _kscan is None:
+            return False
+        got = _kscan.scan(buf)
+        if got is None:
+            return False
+        scanned = _Scanned(got)
+        flagged: list[tuple[int, Any]] = []
+        metas: list[Any] = []
+        try:
+            for row, start, end in scanned.python:
+                event = _ONE_EVENT.decode(buf[start:end])
+                if row < 0:
+                    metas.append(event)
+                else:
+                    flagged.append((row, event))
+            strings = [_raw_string(raw) for raw in scanned.strings]
+        except _DECODE_ERRORS:
+            return False
+        self._add_metadata(metas)
+        if scanned.rows == 0:
+            return True
+        scanned.take_flagged(flagged, strings)
+        ignored = np.fromiter((c in IGNORED_CATS for c in strings), bool, len(strings))
+        kept = np.flatnonzero(~ignored[scanned.cat])
+        if not len(kept):
+            return True
+        self._add_scanned_rows(scanned, strings, kept, flagged)
+        return True
+
+    def _add_scanned_rows(
+        self, sc: _Scanned, strings: list[str], kept: np.ndarray, flagged: list[tuple[int, Any]]
+    ) -> None:
+        """:meth:`add`'s columns of the kept rows of a scanned chunk (``flagged``: the rows the
+        scanner left to the typed decode, with their events)."""
+        n = len(kept)
+        whole = n == sc.rows
+
+        def pick(a: np.ndarray) -> np.ndarray:
+            return a if whole else a[kept]
+
+        # rows of the flagged events among the kept ones, in row order, with their events
+        at = np.full(sc.rows, -1, dtype=np.int64)
+        at[kept] = np.arange(n)
+        fl = [(int(at[row]), ev) for row, ev in flagged if at[row] >= 0]
+        cat = _first_seen_codes(pick(sc.cat), strings, self.src, np.int16)
+        name = _first_seen_codes(pick(sc.name), strings, self.names, np.int32)
+        self.ts.append(pick(sc.ts))
+        self.dur.append(pick(sc.dur))
+        self.pid.append(_with_flagged(pick(sc.pid), fl, _GET_PID))
+        self.tid.append(_with_flagged(pick(sc.tid), fl, _GET_TID))
+        self.cat.append(cat)
+        self.name.append(name)
+        lut = KNOWN_LUT if len(self.src) == len(SRC_CATS) else model_lut(self.src)
+        model = lut[cat]
+        # as _add_args: correlation of launches and device rows; device / stream of device
+        # rows, in two groups (with and without a correlation), each decided as one column
+        target = np.isin(model, FLOW_TARGET_CODES)
+        gpu = np.isin(model, GPU_SIDE_CODES)
+        corr = np.where(target, pick(sc.corr), -1)
+        device = np.where(gpu, pick(sc.device), -1)
+        stream = np.where(gpu, pick(sc.stream), -1)
+        if fl:
+            corr = _with_flagged(corr, [f for f in fl if target[f[0]]], _GET_CORR)
+            for group in (target & gpu, ~target & gpu):
+                sub = [f for f in fl if group[f[0]]]
+                device = _with_flagged(device, sub, _GET_DEVICE)
+                stream = _with_flagged(stream, sub, _GET_STREAM)
+        self.corr.append(corr)
+        self.device.append(device)
+        self.stream.append(stream)
+        self._add_scanned_shapes(sc, pick, model, fl)
+        rpc = self.names.get("record_param_comms", -1)
+        kernel = model == MODEL_CODE["kernel"]
+        coll = [
+            (r, ev.args)
+            for r, ev in fl
+            if (kernel[r] or name[r] == rpc) and ev.args.coll_name is not None
+        ]
+        if coll:
+            rows = np.array([r for r, _ in coll], dtype=np.int64)
+            values = collective_values([a for _, a in coll], self.coll_names, self.pg_names)
+            self.coll.append((rows + self.offset, *values))
+        self.offset += n
+
+    def _add_scanned_shapes(
+        self,
+        sc: _Scanned,
+        pick: Callable[[np.ndarray], np.ndarray],
+        model: np.ndarray,
+        fl: list[tuple[int, Any]],
+    ) -> None:
+        """As :meth:`_add_shapes`, from the scanned columns."""
+        kernels = np.flatnonzero(model == MODEL_CODE["kernel"])
+        if len(kernels):
+            dims = pick(sc.dims)[kernels]
+            sub = [(r, ev) for r, ev in fl if model[r] == MODEL_CODE["kernel"]]
+            if sub:
+                where = np.searchsorted(kernels, [r for r, _ in sub])
+                dims[where] = _dims([_GET_DIMS(ev) for _, ev in sub], False)
+            self.shape.append((kernels + self.offset, dims))
+        ops = np.flatnonzero(model == MODEL_CODE["cpu_op"])
+        if len(ops):
+            local = pick(sc.input_dims)[ops]
+            per = input_dims_codes(sc.texts) if sc.texts else np.zeros(0, dtype=np.int32)
+            codes = np.where(local >= 0, per[np.maximum(local, 0)] if len(per) else -1, -1)
+            sub = [(r, ev) for r, ev in fl if model[r] == MODEL_CODE["cpu_op"]]
+            if sub:
+                where = np.searchsorted(ops, [r for r, _ in sub])
+                codes[where] = _input_dims([_GET_INPUT_DIMS(ev) for _, ev in sub], False)
+            known = codes >= 0
+            if known.any():
+                self.op_shape.append((ops[known] + self.offset, codes[known].astype(np.int32)))
+
     def _add_metadata(self, events: list[Any]) -> None:
         for e in [e for e in events if e.ph == "M"]:
             if e.name in ("thread_name", "process_name") and e.args is not None:
@@ -213,6 +365,83 @@ class Columns:
             args = [cargs[i] for i in has]
             values = collective_values(args, self.coll_names, self.pg_names)
             self.coll.append((cand[has] + self.offset, *values))
+
+
+class _Scanned:
+    """The C scanner's result for one chunk, as numpy views of its buffers (see _kscan.c)."""
+
+    def __init__(self, got: tuple[Any, ...]) -> None:
+        (rows, cat, name, ts, dur, pid, tid, corr, device, stream, dims, idims) = got[:12]
+        self.rows: int = rows
+        self.strings: list[bytes] = got[12]
+        self.texts: list[bytes] = got[13]
+        self.python: list[list[int]] = np.frombuffer(got[14], np.int64).reshape(-1, 3).tolist()
+        self.cat = np.frombuffer(cat, np.int32)
+        self.name = np.frombuffer(name, np.int32)
+        self.ts = np.frombuffer(ts, np.float64)
+        self.dur = np.frombuffer(dur, np.float64)
+        self.pid = np.frombuffer(pid, np.int64)
+        self.tid = np.frombuffer(tid, np.int64)
+        self.corr = np.frombuffer(corr, np.int64)
+        self.device = np.frombuffer(device, np.int64)
+        self.stream = np.frombuffer(stream, np.int64)
+        self.dims = np.frombuffer(dims, np.int64).reshape(-1, 6)
+        self.input_dims = np.frombuffer(idims, np.int32)
+
+    def take_flagged(self, flagged: list[tuple[int, Any]], strings: list[str]) -> None:
+        """Overwrite the rows of the events decoded in Python with what the typed decode read:
+        category, name (new strings get new local ids), ts, dur and ``Input Dims``. pid, tid,
+        correlation, device, stream and dims are taken from the events by the caller, which
+        decides their columns as :meth:`Columns.add` does."""
+        if not flagged:
+            return
+        self.cat, self.name = self.cat.copy(), self.name.copy()
+        self.ts, self.dur = self.ts.copy(), self.dur.copy()
+        index = {s: i for i, s in enumerate(strings)}
+
+        def local(s: str) -> int:
+            if s not in index:
+                index[s] = len(strings)
+                strings.append(s)
+            return index[s]
+
+        for row, ev in flagged:
+            self.cat[row] = local(ev.cat)
+            self.name[row] = local(ev.name)
+            self.ts[row] = ev.ts
+            self.dur[row] = ev.dur
+
+
+def _raw_string(raw: bytes) -> str:
+    """A JSON string's contents as the scanner found them (UTF-8 checked), decoded."""
+    return _ONE_STR.decode(b'"' + raw + b'"') if b"\\" in raw else raw.decode("utf-8")
+
+
+def _first_seen_codes(
+    local: np.ndarray, strings: list[str], codes: Codes, dtype: Any
+) -> np.ndarray:
+    """Global codes of a column of local string ids, new codes given in order of first
+    appearance (as coding the rows one by one gives them)."""
+    uniq, first = np.unique(local, return_index=True)
+    lut = np.zeros(len(strings), dtype=dtype)
+    for lid in uniq[np.argsort(first, kind="stable")].tolist():
+        lut[lid] = codes[strings[lid]]
+    out: np.ndarray = lut[local]
+    return out
+
+
+def _with_flagged(
+    column: np.ndarray, fl: list[tuple[int, Any]], get: attrgetter[Any]
+) -> np.ndarray:
+    """``column`` with the rows of ``fl`` (row, event) set to ``get(event)``, the values decided
+    together as :func:`_int_column` decides a column: plain ints as they are, and if any is not
+    one, all of them through :func:`.._values.int_array` (the other rows are plain ints, which
+    both ways keep)."""
+    if not fl:
+        return column
+    out = column.copy()
+    out[[r for r, _ in fl]] = int_array([get(ev) for _, ev in fl], -1, False)
+    return out
 
 
 def _normalise_loose(events: list[Any]) -> None:

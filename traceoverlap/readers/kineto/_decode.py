@@ -113,7 +113,7 @@ _SKIPPED = tuple(
     for ph in PHASES
     if ph not in ("X", "M")
 )
-_ANY_EVENT: Any = Union[(_Event, _MetaEvent, *_SKIPPED)]  # noqa: UP007 (a runtime union)
+ANY_EVENT: Any = Union[(_Event, _MetaEvent, *_SKIPPED)]  # noqa: UP007 (a runtime union)
 
 
 class _FlowEvent(msgspec.Struct, gc=False):
@@ -206,7 +206,7 @@ HEAD = msgspec.json.Decoder(Head)
 _ANY = msgspec.json.Decoder()
 RAW = msgspec.json.Decoder(msgspec.Raw)
 RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
-EVENTS = msgspec.json.Decoder(list[_ANY_EVENT])
+EVENTS = msgspec.json.Decoder(list[ANY_EVENT])
 FLOWS = msgspec.json.Decoder(list[_FlowEvent])
 _LOOSE_EVENTS = msgspec.json.Decoder(list[_LooseEvent])
 _RAW_ARGS_EVENTS = msgspec.json.Decoder(list[_RawArgsEvent])

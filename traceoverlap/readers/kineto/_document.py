@@ -144,25 +144,26 @@ def _decode_chunks_in_place(
             if cut is None:
                 return pos
         try:
-            chunk = _decode_in_place(path, data, pos, cut)
+            _take_in_place(path, data, pos, cut, cols)
         except msgspec.DecodeError:
             return None
-        cols.add(chunk)
-        del chunk
         pos = src.done_with(cut.end() - 2)  # whitespace just before the next event's "{"
 
 
-def _decode_in_place(path: str, data: Any, pos: int, cut: re.Match[bytes]) -> Chunk:
-    """Decode the events from ``data[pos]`` (``[`` or whitespace) to the boundary ``cut`` without
-    copying them: the comma of the cut becomes ``]`` and ``data[pos]`` becomes ``[`` while the
-    chunk is decoded, then both are restored. Raises ``msgspec.DecodeError`` if the chunk is
-    not a JSON array (a cut inside an event)."""
+def _take_in_place(path: str, data: Any, pos: int, cut: re.Match[bytes], cols: Columns) -> None:
+    """Take the events from ``data[pos]`` (``[`` or whitespace) to the boundary ``cut`` into
+    ``cols`` without copying them: the comma of the cut becomes ``]`` and ``data[pos]`` becomes
+    ``[`` while the chunk is read (by the C scanner, else decoded), then both are restored.
+    Raises ``msgspec.DecodeError`` if the chunk is not a JSON array (a cut inside an event)."""
     comma = data.find(b",", cut.start(), cut.end())
     was = data[pos]
     data[pos] = _OPEN
     data[comma] = _CLOSE
     try:
-        return decode_chunk(path, memoryview(data)[pos : comma + 1])
+        view = memoryview(data)[pos : comma + 1]
+        if not cols.add_scanned(view):
+            cols.add(decode_chunk(path, view))
+        del view
     finally:
         data[pos] = was
         data[comma] = _COMMA
@@ -353,21 +354,32 @@ def event_batches(
     start: int,
     end: int,
     typed: EventsDecoder = EVENTS,
+    scan_into: Columns | None = None,
 ) -> Iterator[Chunk]:
     """Decode the events array ``data[start:end]`` chunk by chunk (the general path: copies).
 
     Chunks are cut at event boundaries found by :data:`EVENT_SPLIT`, so no per-event raw
     object is made; traces not written one event per line fall back to per-event raw slices.
+    ``scan_into``: the chunks the C scanner reads go straight into these columns
+    (:meth:`Columns.add_scanned`); only the others are yielded, decoded.
     """
+
+    def decoded(buf: bytes) -> Chunk | None:
+        if scan_into is not None and scan_into.add_scanned(buf):
+            return None
+        return decode_chunk(path, buf, typed)
+
     view = memoryview(data)
     pos, end = start + 1, end - 1  # inside the brackets
     while pos < end:
         m = EVENT_SPLIT.search(data, pos + CHUNK_BYTES, end) if pos + CHUNK_BYTES < end else None
         stop = m.start() + 1 if m else end
         try:
-            yield decode_chunk(path, b"".join((b"[", view[pos:stop], b"]")), typed)
+            chunk = decoded(b"".join((b"[", view[pos:stop], b"]")))
         except msgspec.DecodeError:
             break  # a boundary inside an event: per-event slices for the rest
+        if chunk is not None:
+            yield chunk
         if m is None:
             return
         pos = m.end() - 1
@@ -381,4 +393,6 @@ def event_batches(
         raise _decode_error(path, data, exc) from None
     step = 32768
     for i in range(0, len(raws), step):
-        yield decode_chunk(path, b"[" + b",".join(raws[i : i + step]) + b"]", typed)
+        chunk = decoded(b"[" + b",".join(raws[i : i + step]) + b"]")
+        if chunk is not None:
+            yield chunk
