@@ -112,7 +112,9 @@ from traceoverlap.reporters import json_report
 c1 = time.process_time()
 import traceoverlap.readers as rd
 from traceoverlap.readers.kineto import _columns, _document, _table
-acc = dict.fromkeys(("decode", "columns", "table", "read", "unit", "reduce", "render"), 0.0)
+acc = dict.fromkeys(
+    ("scan", "decode", "columns", "table", "read", "unit", "reduce", "render"), 0.0
+)
 def wrap(owner, name, key):
     f = getattr(owner, name)
     def timed(*a, **k):
@@ -122,6 +124,8 @@ def wrap(owner, name, key):
         finally:
             acc[key] += time.process_time() - c
     setattr(owner, name, timed)
+if hasattr(_columns.Columns, "add_scanned"):  # a checkout with the C scanner
+    wrap(_columns.Columns, "add_scanned", "scan")
 wrap(_document, "decode_chunk", "decode")
 wrap(_columns.Columns, "add", "columns")
 wrap(_table, "build_timeline", "table")
@@ -143,9 +147,10 @@ getattr(entry, "run", cli.main)()
 PHASES = (
     ("interpreter start", "start"),
     ("imports before reading a byte", "imports"),
+    ("read: C scanner (events -> columns)", "scan"),
     ("read: msgspec decode of the events", "decode"),
     ("read: structs -> numpy columns", "columns"),
-    ("read: the rest (chunk cuts, freeing structs)", "read_rest"),
+    ("read: the rest (chunk cuts, tail, freeing)", "read_rest"),
     ("read: Timeline build", "table"),
     ("per-rank analysis", "unit"),
     ("reduce (matching, findings, summaries)", "reduce"),
@@ -158,7 +163,7 @@ PHASES = (
 def _phases(run: Run, stderr: str) -> dict[str, float]:
     line = next(x for x in stderr.splitlines() if x.startswith("PHASES "))
     d = {k: float(v) for k, v in (kv.split("=") for kv in line.split()[1:])}
-    d["read_rest"] = d["read"] - d["decode"] - d["columns"] - d["table"]
+    d["read_rest"] = d["read"] - d["scan"] - d["decode"] - d["columns"] - d["table"]
     d["rest"] = d["end"] - d["start"] - d["imports"] - d["read"]
     d["rest"] -= d["unit"] + d["reduce"] + d["render"]
     d["exit"] = run.cpu - d["end"]

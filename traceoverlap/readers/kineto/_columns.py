@@ -228,8 +228,8 @@ class Columns:
         model = lut[cat]
         # as _add_args: correlation of launches and device rows; device / stream of device
         # rows, in two groups (with and without a correlation), each decided as one column
-        target = np.isin(model, FLOW_TARGET_CODES)
-        gpu = np.isin(model, GPU_SIDE_CODES)
+        target = np.isin(lut, FLOW_TARGET_CODES)[cat]  # per source category, then per row
+        gpu = np.isin(lut, GPU_SIDE_CODES)[cat]
         corr = np.where(target, pick(sc.corr), -1)
         device = np.where(gpu, pick(sc.device), -1)
         stream = np.where(gpu, pick(sc.stream), -1)
@@ -422,9 +422,12 @@ def _first_seen_codes(
 ) -> np.ndarray:
     """Global codes of a column of local string ids, new codes given in order of first
     appearance (as coding the rows one by one gives them)."""
-    uniq, first = np.unique(local, return_index=True)
+    n = len(local)
+    first = np.full(len(strings), n, dtype=np.int64)
+    np.minimum.at(first, local, np.arange(n))  # O(n): no sort of the rows
+    present = np.flatnonzero(first < n)
     lut = np.zeros(len(strings), dtype=dtype)
-    for lid in uniq[np.argsort(first, kind="stable")].tolist():
+    for lid in present[np.argsort(first[present])].tolist():
         lut[lid] = codes[strings[lid]]
     out: np.ndarray = lut[local]
     return out
