@@ -28,7 +28,6 @@ import re
 import stat
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -262,7 +261,8 @@ def _process_map(names: list[Unit], task: Callable[[Unit], object], jobs: int) -
     memory, a crash in native code) the files not finished yet are read again one at a time, each
     in a fresh process: the one whose worker dies alone is named (with the memory it reached),
     and a file that only failed beside others gets its result after all."""
-    from concurrent.futures.process import BrokenProcessPool
+    # imported here: multiprocessing costs ~10 ms to import, and one file needs no pool
+    from concurrent.futures.process import BrokenProcessPool, ProcessPoolExecutor
 
     done = 0
     try:
