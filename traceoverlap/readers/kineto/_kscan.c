@@ -233,6 +233,17 @@ static inline int is_hex(uint8_t c) {
     return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
 }
 
+#if defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define SWAR 1
+/* 0x80 in each byte of w that is '"', '\\', < 0x20 or >= 0x80 (exact: no carry crosses a byte) */
+static inline uint64_t special_bytes(uint64_t w) {
+    const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
+    const uint64_t low7 = 0x7f7f7f7f7f7f7f7fULL;
+    uint64_t below = ~(((w & low7) + ones * (0x80 - 0x20)) | w) & highs;
+    return zero_bytes(w ^ (ones * '"')) | zero_bytes(w ^ (ones * '\\')) | below | (w & highs);
+}
+#endif
+
 /* A string at ps->p (the opening quote). Sets the content span [*s, *e) and whether it holds
  * an escape. BAIL on anything JSON or strict UTF-8 refuses. */
 static int parse_string(P *ps, const uint8_t **s, const uint8_t **e, int *escaped) {
@@ -240,17 +251,12 @@ static int parse_string(P *ps, const uint8_t **s, const uint8_t **e, int *escape
     *s = p;
     *escaped = 0;
     for (;;) {
-#if defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-        /* eight bytes at a time, to the first that is '"', '\\', < 0x20 or >= 0x80 (exact
-         * masks: no carry crosses a byte) */
+#ifdef SWAR
+        /* eight bytes at a time, to the first that is '"', '\\', < 0x20 or >= 0x80 */
         while (end - p >= 8) {
             uint64_t w;
             memcpy(&w, p, 8);
-            const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
-            const uint64_t low7 = 0x7f7f7f7f7f7f7f7fULL;
-            uint64_t below = ~(((w & low7) + ones * (0x80 - 0x20)) | w) & highs;
-            uint64_t hit = zero_bytes(w ^ (ones * '"')) | zero_bytes(w ^ (ones * '\\')) | below |
-                           (w & highs);
+            uint64_t hit = special_bytes(w);
             if (hit) {
                 p += __builtin_ctzll(hit) >> 3;
                 break;
@@ -288,6 +294,31 @@ static int parse_string(P *ps, const uint8_t **s, const uint8_t **e, int *escape
         if (!n) return BAIL;
         p += n;
     }
+}
+
+/* A key: as parse_string, inlined for the common short plain key (its closing quote within
+ * 24 bytes, nothing special before it). */
+static inline __attribute__((always_inline)) int parse_key(P *ps, const uint8_t **s,
+                                                           const uint8_t **e, int *escaped) {
+#ifdef SWAR
+    const uint8_t *p = ps->p + 1, *end = ps->end;
+    for (int k = 0; k < 3 && end - p >= 8; k++) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        uint64_t hit = special_bytes(w);
+        if (hit) {
+            const uint8_t *q = p + (__builtin_ctzll(hit) >> 3);
+            if (*q != '"') break;
+            *s = ps->p + 1;
+            *e = q;
+            *escaped = 0;
+            ps->p = q + 1;
+            return OK;
+        }
+        p += 8;
+    }
+#endif
+    return parse_string(ps, s, e, escaped);
 }
 
 /* A number at ps->p, validated by JSON's grammar. */
@@ -445,7 +476,7 @@ static int skip_container(P *ps, uint8_t close) {
             const uint8_t *s, *e;
             int esc;
             if (ps->p >= ps->end || *ps->p != '"') return BAIL;
-            if (parse_string(ps, &s, &e, &esc)) return BAIL;
+            if (parse_key(ps, &s, &e, &esc)) return BAIL;
             skip_ws(ps);
             if (ps->p >= ps->end || *ps->p != ':') return BAIL;
             ps->p++;
@@ -650,7 +681,7 @@ static int parse_args(P *ps, Ev *ev, Out *o) {
         const uint8_t *s, *e;
         int esc, r;
         if (ps->p >= ps->end || *ps->p != '"') return BAIL;
-        if (parse_string(ps, &s, &e, &esc)) return BAIL;
+        if (parse_key(ps, &s, &e, &esc)) return BAIL;
         skip_ws(ps);
         if (ps->p >= ps->end || *ps->p != ':') return BAIL;
         ps->p++;
@@ -768,7 +799,7 @@ static int parse_event(P *ps, Out *o) {
         const uint8_t *s, *e;
         int esc, r;
         if (ps->p >= ps->end || *ps->p != '"') return BAIL;
-        if (parse_string(ps, &s, &e, &esc)) return BAIL;
+        if (parse_key(ps, &s, &e, &esc)) return BAIL;
         if (esc) return BAIL; /* an escaped key at the top of an event: msgspec decides all */
         skip_ws(ps);
         if (ps->p >= ps->end || *ps->p != ':') return BAIL;
