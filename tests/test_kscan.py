@@ -378,3 +378,15 @@ def test_mutated_documents_never_crash_and_still_match(
         elif at < len(data):
             data[at] = byte
     _check(bytes(data))
+
+
+def test_the_scanner_can_be_switched_off() -> None:
+    # TRACEOVERLAP_KSCAN=0: the msgspec path reads everything (what an install without a C
+    # compiler does), for comparing the two or working around a scanner bug
+    import subprocess
+    import sys
+
+    code = "from traceoverlap.readers.kineto import _columns; print(_columns.SCANNER)"
+    env = {**os.environ, "TRACEOVERLAP_KSCAN": "0"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.stdout.strip() == "msgspec", out.stderr
