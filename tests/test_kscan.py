@@ -390,3 +390,29 @@ def test_the_scanner_can_be_switched_off() -> None:
     env = {**os.environ, "TRACEOVERLAP_KSCAN": "0"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.stdout.strip() == "msgspec", out.stderr
+
+
+@needs_scanner
+@pytest.mark.parametrize("layout", ["compact", "array", "indent"])
+def test_other_layouts_read_the_same(
+    layout: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # not one event per line (json.dumps without indent, Chrome's bare array, indent=1): the
+    # general path, whose chunks the scanner reads too
+    import gzip
+
+    doc = json.loads(gzip.open(FIXTURES / "moe_slow" / "rank1.json.gz").read())
+    text = {
+        "compact": lambda: json.dumps(doc),
+        "array": lambda: json.dumps(doc["traceEvents"]),
+        "indent": lambda: json.dumps(doc, indent=1),
+    }[layout]()
+    path = tmp_path / "rank1.json"
+    path.write_text(text)
+    monkeypatch.setattr(_columns, "SCANNER", "c")
+    fast = read_kineto(path)
+    monkeypatch.setattr(_columns, "SCANNER", "msgspec")
+    slow = read_kineto(path)
+    for column in fast.events.columns:
+        assert fast.events[column].equals(slow.events[column]), column
+    assert len(fast.events) > 1000
