@@ -28,7 +28,8 @@ FIXTURES = HERE.parent / "fixtures" / "workloads"
 REAL = Path(
     os.environ.get("TRACEOVERLAP_REAL_TRACES", str(HERE.parent.parent / "shared" / "real-traces"))
 )
-EXAMPLES = int(os.environ.get("TRACEOVERLAP_FUZZ_EXAMPLES", "300"))
+# random documents per property (TRACEOVERLAP_FUZZ_EXAMPLES=5000 for a campaign; 0: the default)
+EXAMPLES = int(os.environ.get("TRACEOVERLAP_FUZZ_EXAMPLES", "0")) or 200
 
 needs_scanner = pytest.mark.skipif(
     _columns._kscan is None, reason="the C scanner is not built (no C compiler at install)"
