@@ -38,6 +38,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__GNUC__)
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define ALWAYS_INLINE inline
+#endif
+
 #define MAX_DEPTH 256
 #define N_DIMS 6
 
@@ -298,8 +304,8 @@ static int parse_string(P *ps, const uint8_t **s, const uint8_t **e, int *escape
 
 /* A key: as parse_string, inlined for the common short plain key (its closing quote within
  * 24 bytes, nothing special before it). */
-static inline __attribute__((always_inline)) int parse_key(P *ps, const uint8_t **s,
-                                                           const uint8_t **e, int *escaped) {
+static ALWAYS_INLINE int parse_key(P *ps, const uint8_t **s, const uint8_t **e,
+                                   int *escaped) {
 #ifdef SWAR
     const uint8_t *p = ps->p + 1, *end = ps->end;
     for (int k = 0; k < 3 && end - p >= 8; k++) {
