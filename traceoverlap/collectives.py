@@ -56,7 +56,7 @@ from . import intervals as iv
 from .intervals import GroupedIntervals
 from .job import CREDIT_COLUMNS, credit_segments, empty_blame, waited_for_ranks
 from .metrics import ActivityRows
-from .model import Kind, Timeline, TraceInfo, per_category
+from .model import Kind, Timeline, TraceInfo, per_category, values_at
 from .schema import (
     EXPOSED_DEPENDENCY_NS,
     EXPOSED_HOST_NS,
@@ -448,7 +448,7 @@ def _instance_table(
             "family": family_uniq[c.label_code[head]],
             "process_group": c.process_group[head],
             "bytes": np.maximum.reduceat(ev["coll_bytes"].to_numpy()[rows_sorted], firsts),
-            "lane": ev["lane"].to_numpy()[first_row].astype(str),
+            "lane": values_at(ev["lane"], first_row).astype(str),
             "start_ns": np.minimum.reduceat(ev["start_ns"].to_numpy()[rows_sorted], firsts),
             "end_ns": np.maximum.reduceat(ev["end_ns"].to_numpy()[rows_sorted], firsts),
         }

@@ -24,7 +24,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from . import intervals as iv
-from .model import Kind, Timeline
+from .model import Kind, Timeline, in_categories, values_at
 from .steps import NO_LAUNCH, UnitSteps
 from .vocab import Family, Phase, Purpose
 
@@ -85,7 +85,7 @@ def _query_times(
     launch = steps.launch_start_ns[rows]
     acts = pd.DataFrame(
         {
-            "lane": ev["lane"].to_numpy()[rows].astype(str),
+            "lane": values_at(ev["lane"], rows).astype(str),
             "start_ns": ev["start_ns"].to_numpy()[rows].astype(np.int64),
             "launch": launch,
         }
@@ -152,8 +152,8 @@ def _last_call_names(ev: pd.DataFrame, names: _HostNames, t: I64) -> npt.NDArray
     idx, st = idx[order], st[order]
     k = np.searchsorted(st, t, side="right") - 1
     ok = k >= 0
-    names_col = ev["name"].to_numpy()
-    out[ok] = [str(names_col[idx[j]]) for j in k[ok].tolist()]
+    names_col = values_at(ev["name"], idx)
+    out[ok] = [str(names_col[j]) for j in k[ok].tolist()]
     return out
 
 
@@ -164,7 +164,7 @@ def unit_purposes(
     ``family``, ``label``, ``kernel``, ``lane``, ``start_ns``, ``window``) and the unit's
     strategy."""
     ev = unit.events
-    host = ev["category"].isin(_HOST_CATEGORIES).to_numpy(dtype=bool, na_value=False) & (
+    host = in_categories(ev["category"], _HOST_CATEGORIES) & (
         ev["end_ns"].to_numpy() > ev["start_ns"].to_numpy()
     )
     names = _HostNames(ev["name"], host)

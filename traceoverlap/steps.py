@@ -32,7 +32,15 @@ import numpy.typing as npt
 import pandas as pd
 
 from .errors import TraceFormatError
-from .model import GPU_ACTIVITY_CATEGORIES, LAUNCH_CATEGORIES, Kind, Timeline, per_category
+from .model import (
+    GPU_ACTIVITY_CATEGORIES,
+    LAUNCH_CATEGORIES,
+    Kind,
+    Timeline,
+    in_categories,
+    per_category,
+    values_at,
+)
 from .options import AnalysisOptions, describe_steps
 from .vocab import WHOLE_CAPTURE, Phase, StepId, StepLabel, step_number
 
@@ -155,7 +163,7 @@ def join_launches(ev: pd.DataFrame, gidx: I64) -> I64:
     repeats), -1 when the trace has none."""
     corr = ev["correlation"].to_numpy()
     pid = ev["pid"].to_numpy()
-    lidx = np.flatnonzero(ev["category"].isin(LAUNCH_CATEGORIES).to_numpy() & (corr >= 0))
+    lidx = np.flatnonzero(in_categories(ev["category"], LAUNCH_CATEGORIES) & (corr >= 0))
     out = np.full(gidx.size, -1, dtype=np.int64)
     if lidx.size == 0 or gidx.size == 0:
         return out
@@ -214,7 +222,7 @@ def assign_steps(
     pattern = options.step_pattern
     rx = options.step_re
     ev = unit.events
-    is_gpu = ev["category"].isin(GPU_ACTIVITY_CATEGORIES).to_numpy()
+    is_gpu = in_categories(ev["category"], GPU_ACTIVITY_CATEGORIES)
     gpu = bool(is_gpu.any())
     notes: list[str] = []
     midx = _marker_rows(ev, rx, notes)
@@ -235,7 +243,7 @@ def assign_steps(
         notes.append(_no_marker_note(ev, pattern))
         whole = _whole_capture(ev, act, gpu, launches, notes)
         return replace(whole, iteration_ns=np.full(len(whole), -1, dtype=np.int64))
-    names = ev["name"].to_numpy()[midx].astype(str).tolist()
+    names = values_at(ev["name"], midx).astype(str).tolist()
     labels, repeat_note = marker_labels(names, rx)
     if repeat_note:
         notes.append(repeat_note)
