@@ -143,9 +143,7 @@ def local_causes(
     n = len(steps)
     ug, us, ulaunch = _first_starts(acts, steps.launch_start_ns)
     # tail zone: from the last compute start of the window (or the window start) to its end
-    last = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
-    if ug.size:
-        np.maximum.at(last, ug, us)
+    last = iv.group_min_max(ug, us, us, n)[1]
     tail_start = np.where(last == np.iinfo(np.int64).min, steps.start_ns, last)
     tail = iv.grouped_union(np.arange(n, dtype=np.int64), tail_start, steps.end_ns, n)
     if steps.gpu:

@@ -119,15 +119,40 @@ GroupedIntervals = tuple[IntArray, IntArray, IntArray]
 _AXIS = 2**62
 
 
+def group_min_max(
+    groups: IntArray, lo_values: IntArray, hi_values: IntArray, n_groups: int
+) -> tuple[IntArray, IntArray]:
+    """Per group ``0..n_groups-1``: the least of ``lo_values`` and the greatest of ``hi_values``
+    of its rows (int64 max / min for a group without rows); ``groups`` non-negative.
+
+    ``np.minimum.at`` / ``np.maximum.at`` cost ~50 ns per row; rows sorted by group (a stable
+    radix sort when the group ids fit 16 bits) and reduced per run cost a few."""
+    lo = np.full(n_groups, _I64_MAX, dtype=np.int64)
+    hi = np.full(n_groups, _I64_MIN, dtype=np.int64)
+    if groups.size == 0:
+        return lo, hi
+    if not (groups[1:] >= groups[:-1]).all():
+        if n_groups > np.iinfo(np.int16).max:  # a comparison sort would cost more than .at
+            np.minimum.at(lo, groups, lo_values)
+            np.maximum.at(hi, groups, hi_values)
+            return lo, hi
+        order = np.argsort(groups.astype(np.int16), kind="stable")
+        groups, lo_values, hi_values = groups[order], lo_values[order], hi_values[order]
+    new = np.ones(groups.size, dtype=bool)
+    new[1:] = groups[1:] != groups[:-1]
+    first = np.flatnonzero(new)
+    g = groups[first]
+    lo[g] = np.minimum.reduceat(lo_values, first)
+    hi[g] = np.maximum.reduceat(hi_values, first)
+    return lo, hi
+
+
 def _widths(
     groups: IntArray, starts: IntArray, ends: IntArray, n_groups: int
 ) -> tuple[IntArray, IntArray, npt.NDArray[np.float64]]:
     """Per group: origin (earliest start), top (latest end) and slot width as floats (an int64
     subtraction could itself overflow on absurd inputs)."""
-    origin = np.full(n_groups, _I64_MAX, dtype=np.int64)
-    np.minimum.at(origin, groups, starts)
-    top = np.full(n_groups, _I64_MIN, dtype=np.int64)
-    np.maximum.at(top, groups, ends)
+    origin, top = group_min_max(groups, starts, ends, n_groups)
     used = origin != _I64_MAX
     origin[~used] = 0
     top[~used] = 0

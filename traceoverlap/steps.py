@@ -32,6 +32,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from .errors import TraceFormatError
+from .intervals import group_min_max
 from .model import (
     GPU_ACTIVITY_CATEGORIES,
     LAUNCH_CATEGORIES,
@@ -464,10 +465,7 @@ def _marker_spans(
 ) -> tuple[I64, I64, npt.NDArray[np.bool_]]:
     """Per marker: [min start, max end) of the activities assigned to it (``m_of``: the marker
     of each activity, ``start``/``end`` in ns), and whether it has any."""
-    lo = np.full(n_markers, np.iinfo(np.int64).max, dtype=np.int64)
-    hi = np.full(n_markers, np.iinfo(np.int64).min, dtype=np.int64)
-    np.minimum.at(lo, m_of, start)
-    np.maximum.at(hi, m_of, end)
+    lo, hi = group_min_max(m_of, start, end, n_markers)
     return lo, hi, np.bincount(m_of, minlength=n_markers) > 0
 
 
