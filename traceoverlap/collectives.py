@@ -179,7 +179,7 @@ def _enclosing_collective(ev: pd.DataFrame, launch_rows: I64) -> npt.NDArray[np.
     ann = (ev["category"] == "annotation").to_numpy()
     coll_of = per_category(names, lambda c: m.group(1) if (m := NCCL_RANGE.match(c)) else "", ann)
     codes = names.cat.codes.to_numpy()
-    is_range = (coll_of[codes] != "") & ann
+    is_range = (coll_of != "")[codes] & ann  # tested per name: no object per row
     ridx = np.flatnonzero(is_range)
     ok = launch_rows >= 0
     if ridx.size == 0 or not ok.any():
