@@ -28,6 +28,7 @@ from ._categories import (
     LAUNCH_CODES,
     MODEL_CODE,
     UNMAPPED_DEVICE_CATS,
+    codes_in,
     model_lut,
 )
 from ._columns import Codes, CollectiveColumns, Columns, collective_columns, shape_column
@@ -124,7 +125,7 @@ def build_timeline(p: str, head: Meta, cols: Columns) -> Timeline:
     )
     if flow_note:
         notes.append(flow_note)
-    gpu_side = np.isin(rows.cat, GPU_SIDE_CODES)
+    gpu_side = codes_in(rows.cat, GPU_SIDE_CODES)
     host_pid = _host_pid(rows, gpu_side)
     rows = _on_host_process(rows, gpu_side, host_pid, notes)
     thread_names = _thread_names(cols.meta)
@@ -208,15 +209,15 @@ def _unanalysed_device_rows(rows: _Rows, src_codes: Codes, notes: list[str]) -> 
     known = rows.cat >= 0
     if known.all() and not hpu.any():
         return np.zeros(len(rows.cat), dtype=bool)
-    host_cats = np.isin(rows.cat, [MODEL_CODE["cpu_op"], MODEL_CODE["annotation"]])
-    launch = np.isin(rows.cat, LAUNCH_CODES)
+    host_cats = codes_in(rows.cat, [MODEL_CODE["cpu_op"], MODEL_CODE["annotation"]])
+    launch = codes_in(rows.cat, LAUNCH_CODES)
     host_pids = pd.unique(rows.pid[host_cats | (launch & ~hpu)])
     if len(host_pids):
         off_host = ~np.isin(rows.pid, host_pids)
     else:
         off_host = np.ones(len(rows.pid), dtype=bool)
     device_cats = [src_codes.get(c, -1) for c in UNMAPPED_DEVICE_CATS]
-    unmapped = ~known & (off_host | np.isin(rows.src, device_cats))
+    unmapped = ~known & (off_host | codes_in(rows.src, device_cats))
     not_analysed: np.ndarray = unmapped | (hpu & off_host & bool(len(host_pids)))
     if not_analysed.any():
         src_names = list(src_codes)
@@ -230,7 +231,7 @@ def _unanalysed_device_rows(rows: _Rows, src_codes: Codes, notes: list[str]) -> 
 
 def _note_accelerators(rows: _Rows, src_codes: Codes, keep: np.ndarray, notes: list[str]) -> None:
     """Say how the kept events of accelerators other than CUDA / ROCm were read."""
-    accel = keep & np.isin(rows.src, [src_codes[c] for c in ACCELERATOR_CATS])
+    accel = keep & codes_in(rows.src, [src_codes[c] for c in ACCELERATOR_CATS])
     if accel.any():
         src_names = list(src_codes)
         by_src = Counter(src_names[c] for c in rows.src[accel].tolist())
@@ -268,7 +269,7 @@ def _clock(head: Meta, base_ok: bool, ts: np.ndarray) -> str:
 def _host_pid(rows: _Rows, gpu_side: np.ndarray) -> int:
     """The rank's host process: the pid of most launches, else of most host rows, else 0."""
     pid = rows.pid
-    host_pid = _mode(pid[np.isin(rows.cat, LAUNCH_CODES) & (pid >= 0)])
+    host_pid = _mode(pid[codes_in(rows.cat, LAUNCH_CODES) & (pid >= 0)])
     if host_pid is None:
         host_pid = _mode(pid[~gpu_side & (pid >= 0)])
     return 0 if host_pid is None else host_pid
@@ -300,7 +301,7 @@ def _steps_as_annotations(cat: np.ndarray, name: np.ndarray, names: list[str]) -
     recategorised as an annotation (in place)."""
     step_codes = [i for i, v in enumerate(names) if STEP_RE.match(v)]
     if step_codes:
-        is_step = np.isin(name, step_codes) & (cat == MODEL_CODE["cpu_op"])
+        is_step = codes_in(name, step_codes) & (cat == MODEL_CODE["cpu_op"])
         cat[is_step] = MODEL_CODE["annotation"]
 
 
@@ -316,7 +317,7 @@ def _lanes(
     n = len(pid)
     several_devices = len(pd.unique(device[gpu_side])) > 1
     lane_codes = np.zeros(n, dtype=np.int64)
-    tname_codes = np.zeros(n, dtype=np.int64)
+    tname_codes = np.zeros(n, dtype=np.int32)
     lane_labels: list[str] = []
     tname_labels: list[str] = [""]
     host = ~gpu_side
@@ -330,7 +331,7 @@ def _lanes(
                 tname_labels.append(tn)
             tn_idx.append(tname_labels.index(tn))
         lane_codes[host] = inv
-        tname_codes[host] = np.array(tn_idx, dtype=np.int64)[inv]
+        tname_codes[host] = np.array(tn_idx, dtype=np.int32)[inv]
     if gpu_side.any():
         uniq, inv = _factorize_pairs(device[gpu_side], stream[gpu_side])
         first = len(lane_labels)
@@ -339,14 +340,30 @@ def _lanes(
         lane_codes[gpu_side] = inv + first
     # Two host processes may share a tid label: merge identical labels into one category.
     label_codes, label_uniques = pd.factorize(np.array(lane_labels, dtype=object))
-    lane = _from_codes(label_codes[lane_codes].astype(np.int32), categories=label_uniques)
-    tname = _from_codes(tname_codes.astype(np.int32), categories=tname_labels)
+    lane = _from_codes(label_codes.astype(np.int32)[lane_codes], categories=label_uniques)
+    tname = _from_codes(tname_codes, categories=tname_labels)
     return lane, tname
 
 
 def _factorize_pairs(a: np.ndarray, b: np.ndarray) -> tuple[list[tuple[int, int]], np.ndarray]:
-    """Distinct (a, b) pairs (in order of appearance) and each row's pair number (hash-based:
-    much faster than ``np.unique(axis=0)``, which sorts)."""
+    """Distinct (a, b) pairs (in order of appearance) and each row's pair number.
+
+    Rows come in long runs of one pair (a thread's ops, a stream's kernels: a few hundred runs
+    in 400 000 rows), so only the first row of each run is factorized (the first appearance of
+    a pair is always one) and the codes repeated over the runs."""
+    n = len(a)
+    new = np.ones(n, dtype=bool)
+    new[1:] = (a[1:] != a[:-1]) | (b[1:] != b[:-1])
+    heads = np.flatnonzero(new)
+    if heads.size > n // 2:  # no runs to speak of
+        return _factorize_rows(a, b)
+    pairs, codes = _factorize_rows(a[heads], b[heads])
+    return pairs, np.repeat(codes, np.diff(np.append(heads, n)))
+
+
+def _factorize_rows(a: np.ndarray, b: np.ndarray) -> tuple[list[tuple[int, int]], np.ndarray]:
+    """:func:`_factorize_pairs` row by row (hash-based: much faster than
+    ``np.unique(axis=0)``, which sorts)."""
     ca, ua = pd.factorize(a)
     cb, ub = pd.factorize(b)
     nb = max(len(ub), 1)
