@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -185,9 +185,12 @@ def _times_ns(
     (the row is then dropped, never given a made-up time); a negative duration becomes 0."""
     start, ok = checked_ns(rows.ts, base)
     neg = rows.dur < 0  # NaN compares False
-    dur_ns, ok_dur = checked_ns(np.where(neg, 0.0, rows.dur), 0)
-    ok &= ok_dur & (dur_ns <= INT64_MAX - np.maximum(start, 0))
-    end = start + np.where(ok, dur_ns, 0)
+    dur_ns, ok_dur = checked_ns(np.where(neg, 0.0, rows.dur) if neg.any() else rows.dur, 0)
+    if ok.all() and ok_dur.all() and int(dur_ns.max()) <= INT64_MAX - max(int(start.max()), 0):
+        end = start + dur_ns  # every row fits (the row-by-row test below would pass them all)
+    else:
+        ok &= ok_dur & (dur_ns <= INT64_MAX - np.maximum(start, 0))
+        end = start + np.where(ok, dur_ns, 0)
     known = rows.cat >= 0
     bad_time = ~ok & known
     if bad_time.any():
@@ -279,21 +282,22 @@ def _on_host_process(rows: _Rows, gpu_side: np.ndarray, host_pid: int, notes: li
     """GPU-side rows moved onto the process that launched them, so that (pid, correlation) joins
     kernels to launches: Kineto gives them the device as pid and the stream as tid, used when
     ``args`` has no device / stream. Host rows get device and stream -1."""
-    device = np.where(gpu_side & (rows.device < 0), rows.pid, rows.device)
-    stream = np.where(gpu_side & (rows.stream < 0), rows.tid, rows.stream)
+    # in place: the columns are this table's own (a fresh copy per column costs page faults)
+    host = ~gpu_side
+    device, stream = rows.device, rows.stream
+    np.copyto(device, rows.pid, where=gpu_side & (device < 0))
+    np.copyto(stream, rows.tid, where=gpu_side & (stream < 0))
     bad_dev = gpu_side & (device > INT32_MAX)
     if bad_dev.any():
         notes.append(
             f"{int(bad_dev.sum())} device events have a device id beyond int32; given device -1"
         )
-        device = np.where(bad_dev, -1, device)
-    return replace(
-        rows,
-        pid=np.where(gpu_side, host_pid, rows.pid),
-        tid=np.where(gpu_side, -1, rows.tid),
-        device=np.where(gpu_side, device, -1),
-        stream=np.where(gpu_side, stream, -1),
-    )
+        device[bad_dev] = -1
+    rows.pid[gpu_side] = host_pid
+    rows.tid[gpu_side] = -1
+    device[host] = -1
+    stream[host] = -1
+    return rows
 
 
 def _steps_as_annotations(cat: np.ndarray, name: np.ndarray, names: list[str]) -> None:

@@ -35,8 +35,14 @@ def us_to_ns(us: np.ndarray) -> np.ndarray:
     """
     us = np.asarray(us, dtype=np.float64)
     ip = np.floor(us)
-    frac = us - ip
-    ns: np.ndarray = ip.astype(np.int64) * 1000 + np.rint(frac * 1000.0).astype(np.int64)
+    # the same operations in place: a column's temporaries are fresh pages (faults) otherwise
+    frac = np.subtract(us, ip)
+    np.multiply(frac, 1000.0, out=frac)
+    np.rint(frac, out=frac)
+    ns: np.ndarray = ip.astype(np.int64)
+    del ip
+    ns *= 1000
+    ns += frac.astype(np.int64)
     return ns
 
 
