@@ -171,3 +171,14 @@ def test_grouped_ops_equal_per_group_ops(xs: list, ys: list) -> None:
         for q, (s0, e0) in enumerate(zip(qs[m].tolist(), qe[m].tolist(), strict=True)):
             inside = iv.intersect(ua, iv.union([s0], [e0]))
             assert cov[q] == int((inside[1] - inside[0]).sum())
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(-3, 40), max_size=40), st.booleans())
+def test_unique_inverse_equals_np_unique(xs: list, wide: bool) -> None:
+    # small non-negative keys take the presence table; a negative or huge key, np.unique
+    a = np.array(xs, dtype=np.int64) * (1 << 30 if wide else 1)
+    u, inv = iv.unique_inverse(a)
+    want_u, want_inv = np.unique(a, return_inverse=True)
+    assert u.tolist() == want_u.tolist() and inv.tolist() == want_inv.tolist()
+    assert u.dtype == np.int64 and inv.dtype == np.int64

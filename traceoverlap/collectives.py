@@ -518,7 +518,7 @@ def _same_stream(
     q_key = window * n_lanes + lane_codes[first_row] + 1
     # time per (window, lane) key: compute and communication (activity sums; enough for a share)
     dur = acts.end_ns - acts.start_ns
-    keys, inv = np.unique(key, return_inverse=True)
+    keys, inv = iv.unique_inverse(key)
     comp_t = np.bincount(inv, weights=np.where(comp, dur, 0), minlength=keys.size)
     comm_t = np.bincount(inv, weights=np.where(comm, dur, 0), minlength=keys.size)
     k = np.searchsorted(keys, q_key)

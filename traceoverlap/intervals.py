@@ -125,26 +125,39 @@ def group_min_max(
     """Per group ``0..n_groups-1``: the least of ``lo_values`` and the greatest of ``hi_values``
     of its rows (int64 max / min for a group without rows); ``groups`` non-negative.
 
-    ``np.minimum.at`` / ``np.maximum.at`` cost ~50 ns per row; rows sorted by group (a stable
-    radix sort when the group ids fit 16 bits) and reduced per run cost a few."""
+    ``np.minimum.at`` / ``np.maximum.at`` cost ~50 ns per row. Rows come in runs of one group
+    (a window's activities; two sorted sets one after the other): each run is reduced at C
+    speed (``reduceat``) and only the runs' results, a few hundred, go through ``.at``."""
     lo = np.full(n_groups, _I64_MAX, dtype=np.int64)
     hi = np.full(n_groups, _I64_MIN, dtype=np.int64)
     if groups.size == 0:
         return lo, hi
-    if not (groups[1:] >= groups[:-1]).all():
-        if n_groups > np.iinfo(np.int16).max:  # a comparison sort would cost more than .at
-            np.minimum.at(lo, groups, lo_values)
-            np.maximum.at(hi, groups, hi_values)
-            return lo, hi
-        order = np.argsort(groups.astype(np.int16), kind="stable")
-        groups, lo_values, hi_values = groups[order], lo_values[order], hi_values[order]
     new = np.ones(groups.size, dtype=bool)
-    new[1:] = groups[1:] != groups[:-1]
+    np.not_equal(groups[1:], groups[:-1], out=new[1:])
     first = np.flatnonzero(new)
     g = groups[first]
-    lo[g] = np.minimum.reduceat(lo_values, first)
-    hi[g] = np.maximum.reduceat(hi_values, first)
+    run_lo = np.minimum.reduceat(lo_values, first)
+    run_hi = np.maximum.reduceat(hi_values, first)
+    if (g[1:] > g[:-1]).all():  # sorted: one run per group
+        lo[g] = run_lo
+        hi[g] = run_hi
+    else:
+        np.minimum.at(lo, g, run_lo)
+        np.maximum.at(hi, g, run_hi)
     return lo, hi
+
+
+def unique_inverse(values: IntArray) -> tuple[IntArray, IntArray]:
+    """``np.unique(values, return_inverse=True)`` for non-negative keys of a small range (a
+    window times a lane): by a presence table instead of a sort, the same answer."""
+    if values.size == 0 or values.min() < 0 or values.max() >= 1 << 22:
+        u, inv = np.unique(values, return_inverse=True)
+        return u, inv.astype(np.int64)
+    present = np.bincount(values, minlength=1) > 0
+    u = np.flatnonzero(present)
+    lut = np.zeros(present.size, dtype=np.int64)
+    lut[u] = np.arange(u.size, dtype=np.int64)
+    return u.astype(values.dtype), lut[values]
 
 
 def _widths(

@@ -169,7 +169,8 @@ def join_launches(ev: pd.DataFrame, gidx: I64) -> I64:
     if lidx.size == 0 or gidx.size == 0:
         return out
     gcorr, gpid = corr[gidx], pid[gidx]
-    for p in np.unique(gpid).tolist():
+    one = bool((gpid == gpid[0]).all())  # one process (the usual case): no sort to find it
+    for p in [int(gpid[0])] if one else np.unique(gpid).tolist():
         mine = np.flatnonzero((gpid == p) & (gcorr >= 0))
         lp = lidx[pid[lidx] == p]
         if mine.size == 0 or lp.size == 0:
