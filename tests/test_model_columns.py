@@ -15,6 +15,11 @@ def test_in_categories_is_isin() -> None:
     assert in_categories(text, ("a",)).tolist() == [True, False, False]
     for values in (("a", "x"), ("c", "b"), ()):
         assert in_categories(col, values).tolist() == col.isin(list(values)).tolist()
+    # more than a handful of wanted values: the lookup-table path
+    many = pd.Series(pd.Categorical([f"n{i % 13}" for i in range(40)] + [None]))
+    wanted = tuple(f"n{i}" for i in range(0, 13, 1) if i % 4)
+    assert len(wanted) > 8
+    assert in_categories(many, wanted).tolist() == many.isin(list(wanted)).tolist()
 
 
 def test_values_at_is_to_numpy_then_take() -> None:

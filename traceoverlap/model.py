@@ -158,18 +158,25 @@ def per_category(
 def in_categories(col: pd.Series, values: Sequence[str]) -> npt.NDArray[np.bool_]:
     """Per row: is the value one of ``values``? (``col.isin(values)``, a missing value never).
 
-    For a categorical column the test is one table lookup per row by code: pandas'
-    ``Series.isin`` hashes every row's code (~5 ms per 430 000 rows against ~0.3 ms), and the
-    analysis asks it of the category column several times per unit."""
+    For a categorical column the test is made on the codes: one comparison per wanted code
+    (a table lookup when there are many). pandas' ``Series.isin`` hashes every row's code
+    (~5 ms per 430 000 rows against ~0.2 ms), and the analysis asks it of the category column
+    several times per unit."""
     if not isinstance(col.dtype, pd.CategoricalDtype):
         return np.asarray(col.isin(list(values)).to_numpy(dtype=bool, na_value=False), dtype=bool)
     arr = col.array
     assert isinstance(arr, pd.Categorical)
     idx = arr.categories.get_indexer(list(values))
+    idx = idx[idx >= 0]
+    if idx.size <= 8:  # a comparison per code: indexing by int8 codes first widens them
+        out = np.zeros(len(arr.codes), dtype=bool)
+        for c in idx.tolist():
+            out |= arr.codes == c
+        return out
     hit = np.zeros(len(arr.categories) + 1, dtype=bool)  # the last entry: code -1, missing
-    hit[idx[idx >= 0]] = True
-    out: npt.NDArray[np.bool_] = hit[arr.codes]
-    return out
+    hit[idx] = True
+    lut: npt.NDArray[np.bool_] = hit[arr.codes]
+    return lut
 
 
 def values_at(col: pd.Series, rows: npt.NDArray[np.int64]) -> npt.NDArray[Any]:
