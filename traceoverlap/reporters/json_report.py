@@ -94,7 +94,9 @@ def collectives_dict(coll: Collectives) -> dict[str, Any]:
     fields = COLLECTIVE_PER_RANK.names
     # null without a launch record (CPU work, or a kernel whose launch was cut)
     no_launch = [c.name for c in COLLECTIVE_PER_RANK.columns if c.nullable]
-    several = coll.per_rank.groupby("rank")["unit"].nunique() if len(coll.per_rank) else None
+    several = (
+        coll.per_rank.groupby("rank")["unit"].nunique().to_dict() if len(coll.per_rank) else None
+    )
     for r in records(coll.per_rank, ["instance", "rank", "device", *fields]):
         key = str(r["rank"])
         if several is not None and int(several.get(r["rank"], 1)) > 1:
