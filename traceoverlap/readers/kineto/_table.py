@@ -146,7 +146,8 @@ def build_timeline(p: str, head: Meta, cols: Columns) -> Timeline:
 
     info = trace_info(p, head, rows.cat, rows.device, host_pid, clock, notes, gloo_threads)
     columns: dict[str, Any] = {
-        "rank": info.rank,
+        # one value: a stride-0 view, not a column of copies (as the nsys reader does)
+        "rank": np.broadcast_to(np.int64(info.rank), (len(start),)),
         "pid": rows.pid,
         "device": rows.device,
         "stream": rows.stream,
@@ -163,19 +164,19 @@ def build_timeline(p: str, head: Meta, cols: Columns) -> Timeline:
         "process_group": _from_codes(rows.coll.process_group, categories=rows.coll.groups),
         "seq": rows.coll.seq,
         "group_size": rows.coll.group_size,
-        "shape": _op_shapes(rows, np.asarray(lane.codes, dtype=np.int64), start, end),
+        "shape": _op_shapes(rows, lane, start, end),
     }
     return Timeline(make_events(len(start), columns), (info,))
 
 
-def _op_shapes(rows: _Rows, lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+def _op_shapes(rows: _Rows, lane: pd.Categorical, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """The shape column: CPU ops without ``Input Dims`` of their own take their first nested
     op's on their thread (``lane``: one code per host (pid, tid), :func:`_lanes`;
     :func:`.._shape.inherit_nested`); nothing to do in traces without shapes."""
     is_op = rows.cat == MODEL_CODE["cpu_op"]
     if not (rows.shape[is_op] >= 0).any():
         return rows.shape
-    return inherit_nested(rows.shape, is_op, lane, start, end)
+    return inherit_nested(rows.shape, is_op, np.asarray(lane.codes, dtype=np.int64), start, end)
 
 
 def _times_ns(
@@ -187,7 +188,8 @@ def _times_ns(
     neg = rows.dur < 0  # NaN compares False
     dur_ns, ok_dur = checked_ns(np.where(neg, 0.0, rows.dur) if neg.any() else rows.dur, 0)
     if ok.all() and ok_dur.all() and int(dur_ns.max()) <= INT64_MAX - max(int(start.max()), 0):
-        end = start + dur_ns  # every row fits (the row-by-row test below would pass them all)
+        # every row fits (the row-by-row test below would pass them all); dur_ns becomes end
+        end = np.add(start, dur_ns, out=dur_ns)
     else:
         ok &= ok_dur & (dur_ns <= INT64_MAX - np.maximum(start, 0))
         end = start + np.where(ok, dur_ns, 0)
@@ -317,16 +319,29 @@ def _lanes(
     stream: np.ndarray,
     tnames: dict[tuple[int, int], str],
 ) -> tuple[pd.Categorical, pd.Categorical]:
-    """Lane and thread-name categoricals, built per distinct (pid, tid) / (device, stream)."""
+    """Lane and thread-name categoricals, built per distinct (pid, tid) / (device, stream).
+
+    Rows come in runs on one lane (a thread's ops, a stream's kernels: ~1 000 runs in 430 000
+    rows): the pairs are found among the first rows of the runs (a pair's first appearance is
+    always one, so the order of appearance is kept) and each run's codes repeated, in the codes'
+    final width, with no per-row copy of the four columns."""
     n = len(pid)
     several_devices = len(pd.unique(device[gpu_side])) > 1
-    lane_codes = np.zeros(n, dtype=np.int64)
-    tname_codes = np.zeros(n, dtype=np.int32)
+    new = np.ones(n, dtype=bool)
+    if n > 1:
+        new[1:] = gpu_side[1:] != gpu_side[:-1]
+        for col in (pid, tid, device, stream):
+            new[1:] |= col[1:] != col[:-1]
+    heads = np.flatnonzero(new)
+    lengths = np.diff(np.append(heads, n))
+    on_gpu = gpu_side[heads]
+    run_lane = np.zeros(heads.size, dtype=np.int64)
+    run_tname = np.zeros(heads.size, dtype=np.int64)
     lane_labels: list[str] = []
     tname_labels: list[str] = [""]
-    host = ~gpu_side
-    if host.any():
-        uniq, inv = _factorize_pairs(pid[host], tid[host])
+    host = heads[~on_gpu]
+    if host.size:
+        uniq, inv = _factorize_rows(pid[host], tid[host])
         tn_idx = []
         for kp, kt in uniq:
             tn = tnames.get((kp, kt), "")
@@ -334,40 +349,36 @@ def _lanes(
             if tn not in tname_labels:
                 tname_labels.append(tn)
             tn_idx.append(tname_labels.index(tn))
-        lane_codes[host] = inv
-        tname_codes[host] = np.array(tn_idx, dtype=np.int32)[inv]
-    if gpu_side.any():
-        uniq, inv = _factorize_pairs(device[gpu_side], stream[gpu_side])
+        run_lane[~on_gpu] = inv
+        run_tname[~on_gpu] = np.array(tn_idx, dtype=np.int64)[inv]
+    gpu = heads[on_gpu]
+    if gpu.size:
+        uniq, inv = _factorize_rows(device[gpu], stream[gpu])
         first = len(lane_labels)
         for kd, ks in uniq:
             lane_labels.append((f"gpu {kd} " if several_devices else "") + f"stream {ks}")
-        lane_codes[gpu_side] = inv + first
+        run_lane[on_gpu] = inv + first
     # Two host processes may share a tid label: merge identical labels into one category.
     label_codes, label_uniques = pd.factorize(np.array(lane_labels, dtype=object))
-    lane = _from_codes(label_codes.astype(np.int32)[lane_codes], categories=label_uniques)
-    tname = _from_codes(tname_codes, categories=tname_labels)
+    lane_codes = _narrow(label_codes[run_lane], len(label_uniques))
+    tname_codes = _narrow(run_tname, len(tname_labels))
+    lane = _from_codes(np.repeat(lane_codes, lengths), categories=label_uniques)
+    tname = _from_codes(np.repeat(tname_codes, lengths), categories=tname_labels)
     return lane, tname
 
 
-def _factorize_pairs(a: np.ndarray, b: np.ndarray) -> tuple[list[tuple[int, int]], np.ndarray]:
-    """Distinct (a, b) pairs (in order of appearance) and each row's pair number.
-
-    Rows come in long runs of one pair (a thread's ops, a stream's kernels: a few hundred runs
-    in 400 000 rows), so only the first row of each run is factorized (the first appearance of
-    a pair is always one) and the codes repeated over the runs."""
-    n = len(a)
-    new = np.ones(n, dtype=bool)
-    new[1:] = (a[1:] != a[:-1]) | (b[1:] != b[:-1])
-    heads = np.flatnonzero(new)
-    if heads.size > n // 2:  # no runs to speak of
-        return _factorize_rows(a, b)
-    pairs, codes = _factorize_rows(a[heads], b[heads])
-    return pairs, np.repeat(codes, np.diff(np.append(heads, n)))
+def _narrow(codes: np.ndarray, n_categories: int) -> np.ndarray:
+    """Codes in the width pandas gives a categorical of ``n_categories`` (it would convert
+    wider ones, another column-sized copy)."""
+    for dtype in (np.int8, np.int16, np.int32):
+        if n_categories < np.iinfo(dtype).max:
+            return codes.astype(dtype)
+    return codes.astype(np.int64)
 
 
 def _factorize_rows(a: np.ndarray, b: np.ndarray) -> tuple[list[tuple[int, int]], np.ndarray]:
-    """:func:`_factorize_pairs` row by row (hash-based: much faster than
-    ``np.unique(axis=0)``, which sorts)."""
+    """Distinct (a, b) pairs (in order of appearance) and each row's pair number (hash-based:
+    much faster than ``np.unique(axis=0)``, which sorts)."""
     ca, ua = pd.factorize(a)
     cb, ub = pd.factorize(b)
     nb = max(len(ub), 1)
