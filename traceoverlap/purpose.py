@@ -266,29 +266,36 @@ def attach_purposes(
             instances.assign(purpose=pd.array([Purpose.UNKNOWN] * len(instances), dtype=object)),
             per_rank.assign(purpose=pd.array([Purpose.UNKNOWN] * len(per_rank), dtype=object)),
         )
-    key = local[["unit", "lane", "start_ns", "purpose"]].drop_duplicates(
-        ["unit", "lane", "start_ns"]
+    # a few hundred rows: plain dicts, where a pandas merge / groupby / sort cost milliseconds
+    of: dict[tuple[int, str, int], str] = {}  # (unit, lane, start) -> the first row's purpose
+    for k, p in zip(
+        zip(
+            local["unit"].tolist(),
+            local["lane"].astype(str).tolist(),
+            local["start_ns"].astype(np.int64).tolist(),
+            strict=True,
+        ),
+        local["purpose"].tolist(),
+        strict=True,
+    ):
+        of.setdefault(k, p)
+    keys = zip(
+        per_rank["unit"].tolist(),
+        per_rank["lane"].astype(str).tolist(),
+        per_rank["start_ns"].astype(np.int64).tolist(),
+        strict=True,
     )
-    key = key.assign(lane=key["lane"].astype(str), start_ns=key["start_ns"].astype(np.int64))
-    pr = per_rank.assign(lane=per_rank["lane"].astype(str))
-    got = (
-        pr[["unit", "lane", "start_ns"]]
-        .astype({"start_ns": np.int64})
-        .merge(key, on=["unit", "lane", "start_ns"], how="left")["purpose"]
-    )
-    purpose = got.fillna(Purpose.UNKNOWN).astype(str).to_numpy()
-    per_rank = per_rank.assign(purpose=pd.array(purpose, dtype=object))
-    known = per_rank[per_rank["purpose"] != Purpose.UNKNOWN]
-    best = (
-        known.groupby(["instance", "purpose"])
-        .size()
-        .reset_index(name="n")
-        .sort_values(["instance", "n", "purpose"], ascending=[True, False, True], kind="stable")
-        .drop_duplicates("instance")
-        .set_index("instance")["purpose"]
-    )
-    got_p = instances["instance"].map(best.to_dict()).astype(object)
+    purpose = [Purpose.UNKNOWN if pd.isna(p := of.get(k)) else str(p) for k in keys]
+    per_rank = per_rank.assign(purpose=pd.array(np.array(purpose, dtype=object), dtype=object))
+    # per instance: the purpose most of its ranks give that is not unknown (ties: the first
+    # purpose in sort order)
+    counts: dict[int, dict[str, int]] = {}
+    for i, p in zip(per_rank["instance"].tolist(), purpose, strict=True):
+        if p != Purpose.UNKNOWN:
+            per = counts.setdefault(i, {})
+            per[p] = per.get(p, 0) + 1
+    best = {i: min(per, key=lambda p: (-per[p], p)) for i, per in counts.items()}
     inst_p = np.array(
-        [Purpose.UNKNOWN if pd.isna(v) else str(v) for v in got_p.tolist()], dtype=object
+        [best.get(i, Purpose.UNKNOWN) for i in instances["instance"].tolist()], dtype=object
     )
     return instances.assign(purpose=pd.array(inst_p, dtype=object)), per_rank

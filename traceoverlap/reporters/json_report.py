@@ -79,8 +79,14 @@ def records(df: pd.DataFrame, columns: tuple[str, ...] | list[str]) -> list[dict
     cols = [c for c in columns if c in df.columns]
     values = []
     for c in cols:
-        v = df[c].tolist()
-        values.append([None if x is pd.NA or (isinstance(x, float) and x != x) else x for x in v])
+        col = df[c]
+        v = col.tolist()
+        if isinstance(col.dtype, np.dtype) and col.dtype.kind in "iub":  # never NaN or NA
+            values.append(v)
+        else:
+            values.append(
+                [None if x is pd.NA or (isinstance(x, float) and x != x) else x for x in v]
+            )
     return [dict(zip(cols, row, strict=True)) for row in zip(*values, strict=True)]
 
 
