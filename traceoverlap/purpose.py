@@ -82,19 +82,27 @@ def _query_times(
     if not steps.gpu or inst.empty:
         return t
     rows = np.flatnonzero(kind == Kind.COMM)
-    launch = steps.launch_start_ns[rows]
-    acts = pd.DataFrame(
-        {
-            "lane": values_at(ev["lane"], rows).astype(str),
-            "start_ns": ev["start_ns"].to_numpy()[rows].astype(np.int64),
-            "launch": launch,
-        }
-    ).drop_duplicates(["lane", "start_ns"])
-    key = pd.DataFrame({"lane": inst["lane"].astype(str), "start_ns": t})
-    got = key.merge(acts, on=["lane", "start_ns"], how="left")["launch"].to_numpy()
-    ok = ~pd.isna(got)
+    # (lane, start) -> the launch of the first comm activity there: a dict, where a pandas
+    # merge cost milliseconds for a few thousand rows
+    first: dict[tuple[str, int], int] = {}
+    for k, v in zip(
+        zip(
+            values_at(ev["lane"], rows).astype(str).tolist(),
+            ev["start_ns"].to_numpy()[rows].astype(np.int64).tolist(),
+            strict=True,
+        ),
+        steps.launch_start_ns[rows].tolist(),
+        strict=True,
+    ):
+        first.setdefault(k, v)
+    got = [first.get(k) for k in zip(inst["lane"].astype(str).tolist(), t.tolist(), strict=True)]
+    ok = np.array([g is not None for g in got], dtype=bool)
     out: I64 = t.copy()
-    vals = np.where(ok, got, NO_LAUNCH).astype(np.int64)
+    if ok.all():
+        vals = np.array(got, dtype=np.int64)
+    else:  # through float64, as the merge's column with gaps was
+        gaps = np.array([np.nan if g is None else g for g in got], dtype=np.float64)
+        vals = np.where(ok, gaps, NO_LAUNCH).astype(np.int64)
     has = ok & (vals != NO_LAUNCH)
     out[has] = vals[has]
     return out
