@@ -92,7 +92,11 @@ def _name_mask(
     """Per row: is it one of ``rows`` and does its (categorical) name match ``rx``? Evaluated
     once per distinct name those rows use."""
     per_name = per_category(names, lambda s: rx.search(s) is not None, rows, dtype=bool)
-    return np.asarray(per_name[names.cat.codes.to_numpy()], dtype=bool) & rows
+    # only the selected rows look their name up (annotations are a handful of the rows)
+    idx = np.flatnonzero(rows)
+    out = np.zeros(len(names), dtype=bool)
+    out[idx] = per_name[names.cat.codes.to_numpy()[idx]]
+    return out
 
 
 def marker_labels(names: list[str], rx: re.Pattern[str]) -> tuple[list[StepLabel], str | None]:
