@@ -1411,7 +1411,7 @@ def _straggler_table(
 
 def step_skew(steps: pd.DataFrame) -> pd.DataFrame:
     """Per step label on two or more ranks: slowest and fastest rank, and the skew (ns)."""
-    if steps.empty:
+    if steps.empty or steps["rank"].nunique() < 2:  # one rank: no step is on two
         return pd.DataFrame(columns=list(SKEW_COLUMNS))
     df = steps[["rank", "step", STEP_NS.name]].copy()
     df["key"] = df["step"].astype(str)
