@@ -22,6 +22,39 @@ def test_range_pairs_by_hand():
     assert i.size == 0 and j.size == 0
 
 
+def test_group_min_max_by_hand():
+    # groups 2, 0, 2, 0 (unsorted) of 4 groups: group 0 has lo 5, 1 -> 1 and hi 7, 9 -> 9; group
+    # 2 has lo 3, 8 -> 3 and hi 4, 10 -> 10; groups 1 and 3 have no row: int64 max / min
+    big, small = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+    g = np.array([2, 0, 2, 0])
+    lo, hi = iv.group_min_max(g, np.array([3, 5, 8, 1]), np.array([4, 7, 10, 9]), 4)
+    assert lo.tolist() == [1, big, 3, big] and hi.tolist() == [9, small, 10, small]
+    lo, hi = iv.group_min_max(
+        np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), 2
+    )
+    assert lo.tolist() == [big, big] and hi.tolist() == [small, small]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 5), st.integers(-50, 50), st.integers(-50, 50)), max_size=30),
+    st.booleans(),
+)
+def test_group_min_max_equals_ufunc_at(rows: list, many: bool) -> None:
+    # what it replaces: np.minimum.at / np.maximum.at into int64 max / min (many groups: the
+    # path for group ids beyond 16 bits)
+    n = 40000 if many else 6
+    g = np.array([r[0] * (n // 6) for r in rows], dtype=np.int64)
+    a = np.array([r[1] for r in rows], dtype=np.int64)
+    b = np.array([r[2] for r in rows], dtype=np.int64)
+    lo = np.full(n, np.iinfo(np.int64).max)
+    hi = np.full(n, np.iinfo(np.int64).min)
+    np.minimum.at(lo, g, a)
+    np.maximum.at(hi, g, b)
+    got_lo, got_hi = iv.group_min_max(g, a, b, n)
+    assert got_lo.tolist() == lo.tolist() and got_hi.tolist() == hi.tolist()
+
+
 def test_intersect_and_subtract_by_hand():
     a = iv.union([0, 10], [6, 20])  # [0,6) [10,20)
     b = iv.union([4, 12, 18], [11, 14, 30])  # [4,11) [12,14) [18,30)
@@ -138,3 +171,14 @@ def test_grouped_ops_equal_per_group_ops(xs: list, ys: list) -> None:
         for q, (s0, e0) in enumerate(zip(qs[m].tolist(), qe[m].tolist(), strict=True)):
             inside = iv.intersect(ua, iv.union([s0], [e0]))
             assert cov[q] == int((inside[1] - inside[0]).sum())
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(-3, 40), max_size=40), st.booleans())
+def test_unique_inverse_equals_np_unique(xs: list, wide: bool) -> None:
+    # small non-negative keys take the presence table; a negative or huge key, np.unique
+    a = np.array(xs, dtype=np.int64) * (1 << 30 if wide else 1)
+    u, inv = iv.unique_inverse(a)
+    want_u, want_inv = np.unique(a, return_inverse=True)
+    assert u.tolist() == want_u.tolist() and inv.tolist() == want_inv.tolist()
+    assert u.dtype == np.int64 and inv.dtype == np.int64

@@ -323,3 +323,22 @@ def test_summary_median_and_worst_step():
     # aggregate overlap ratio: total overlap 0 / total comm 6 ms = 0.0 ; step 1 has no comm -> None
     assert run.overlap_ratio == 0.0
     assert res.steps["overlap_ratio"].tolist()[0] is pd.NA  # null in the DataFrame: <NA>
+
+
+def test_busy_set_is_the_union_of_every_activity() -> None:
+    # step_sets takes busy from the compute, comm and memory sets; it must be the union of the
+    # activities themselves: window 0: compute [0,5) comm [3,9) memory [20,22), window 1:
+    # comm [0,2) memory [1,4) [10,11) -> busy [0,9) [20,22) and [0,4) [10,11)
+    import numpy as np
+
+    from traceoverlap import intervals as iv
+    from traceoverlap.metrics import ActivityRows, step_sets
+
+    g = np.array([0, 0, 0, 1, 1, 1], dtype=np.int64)
+    kind = np.array([0, 1, 2, 1, 2, 2], dtype=np.int8)
+    s = np.array([0, 3, 20, 0, 1, 10], dtype=np.int64)
+    e = np.array([5, 9, 22, 2, 4, 11], dtype=np.int64)
+    sets = step_sets(ActivityRows(g, kind, s, e, np.arange(6, dtype=np.int64)), 2)
+    assert [x.tolist() for x in sets.busy] == [[0, 0, 1, 1], [0, 20, 0, 10], [9, 22, 4, 11]]
+    want = iv.grouped_union(g, s, e, 2)
+    assert all(a.tolist() == b.tolist() for a, b in zip(sets.busy, want, strict=True))

@@ -119,3 +119,54 @@ def test_tp_slow_run_tp_and_dp_allreduces():
     a = analyze(Path(__file__).parent.parent / "fixtures" / "workloads" / "tp_slow")
     counts = a.collectives.per_rank.groupby("purpose").size().to_dict()
     assert counts == {"tp-allreduce": 4 * 3 * 7, "gradient-allreduce": 4 * 3}
+
+
+def test_attach_purposes_majority_of_ranks_by_hand() -> None:
+    import pandas as pd
+
+    from traceoverlap.purpose import attach_purposes
+
+    # local instances: (unit, lane, start) -> purpose; the second (0, "stream 7", 10) row is a
+    # duplicate key: the first row's purpose wins
+    local = pd.DataFrame(
+        {
+            "unit": [0, 0, 1, 2, 0],
+            "lane": ["stream 7", "stream 7", "stream 7", "stream 7", "stream 7"],
+            "start_ns": [10, 30, 11, 12, 10],
+            "purpose": [
+                "fsdp_allgather",
+                "unknown",
+                "ddp_gradient_allreduce",
+                "fsdp_allgather",
+                "x",
+            ],
+        }
+    )
+    # instance 0 on units 0, 1, 2: fsdp 2 votes, ddp 1 -> fsdp; instance 1: unit 0 says unknown
+    # and unit 1 matches no local row (unknown) -> unknown; instance 2: a 1-1 tie -> the first
+    # purpose in sort order; instance 3 has no per-rank row -> unknown
+    per_rank = pd.DataFrame(
+        {
+            "instance": [0, 0, 0, 1, 1, 2, 2],
+            "unit": [0, 1, 2, 0, 1, 1, 2],
+            "lane": ["stream 7"] * 7,
+            "start_ns": [10, 11, 12, 30, 99, 11, 12],
+        }
+    )
+    instances = pd.DataFrame({"instance": [0, 1, 2, 3]})
+    inst, pr = attach_purposes(instances, per_rank, local)
+    assert pr["purpose"].tolist() == [
+        "fsdp_allgather",
+        "ddp_gradient_allreduce",
+        "fsdp_allgather",
+        "unknown",
+        "unknown",
+        "ddp_gradient_allreduce",
+        "fsdp_allgather",
+    ]
+    assert inst["purpose"].tolist() == [
+        "fsdp_allgather",
+        "unknown",
+        "ddp_gradient_allreduce",
+        "unknown",
+    ]

@@ -576,15 +576,24 @@ def _finding_rows(coll: Collectives, df: pd.DataFrame, traces: Sequence[TraceInf
     if pr.empty:
         return pr.assign(display=[], where=[])
     several = len(traces) > 1
-    pos = pr.groupby(["unit", "window", "name"]).cumcount() + 1
+    keys = pr[["unit", "window", "name"]]
+    if bool(keys.isna().to_numpy().any()):  # groupby leaves null keys out (never in practice)
+        pos = (pr.groupby(["unit", "window", "name"]).cumcount() + 1).tolist()
+    else:  # the n-th row of its (unit, window, name), counted in a dict: a few hundred rows
+        seen: dict[tuple[Any, ...], int] = {}
+        pos = []
+        for k in zip(*(keys[c].tolist() for c in keys.columns), strict=True):
+            seen[k] = seen.get(k, 0) + 1
+            pos.append(seen[k])
     sizes = _size_words(coll, pr)
     return pr.assign(
         display=[
-            f"{short_name(str(n))} #{p}{z}" for n, p, z in zip(pr["name"], pos, sizes, strict=True)
+            f"{short_name(str(n))} #{p}{z}"
+            for n, p, z in zip(pr["name"].tolist(), pos, sizes, strict=True)
         ],
         where=[
             (f"rank {r} step {s}" if several else f"step {s}")
-            for r, s in zip(pr["rank"], pr["step"], strict=True)
+            for r, s in zip(pr["rank"].tolist(), pr["step"].tolist(), strict=True)
         ],
     )
 
@@ -601,16 +610,26 @@ def _size_words(coll: Collectives, pr: pd.DataFrame) -> list[str]:
     inst = coll.instances
     if "busbw_gbps" not in inst.columns or inst.empty:
         return [""] * len(pr)
-    by = inst.drop_duplicates("instance").set_index("instance")
-    at = pr["instance"]
-    size = by["bytes"].reindex(at).to_numpy(dtype=np.float64, na_value=np.nan)
-    bus = by["busbw_gbps"].reindex(at).to_numpy(dtype=np.float64, na_value=np.nan)
+    # the first row of each instance, looked up by dict (a reindex costs more at this size)
+    of: dict[Any, tuple[Any, Any]] = {}
+    for i, nb, bw in zip(
+        inst["instance"].tolist(), inst["bytes"].tolist(), inst["busbw_gbps"].tolist(), strict=True
+    ):
+        of.setdefault(i, (nb, bw))
+    got = [of.get(i, (None, None)) for i in pr["instance"].tolist()]
+    size = np.array([_float_or_nan(x) for x, _ in got], dtype=np.float64)
+    bus = np.array([_float_or_nan(x) for _, x in got], dtype=np.float64)
     return [
         ""
         if not b > 0
         else f" [{int(b) / 1e6:.2f} MB" + ("]" if w != w else f", {w:.1f} GB/s bus]")
         for b, w in zip(size.tolist(), bus.tolist(), strict=True)
     ]
+
+
+def _float_or_nan(x: Any) -> float:
+    """``to_numpy(dtype=float64, na_value=nan)`` of one value: None / NA / NaN -> NaN."""
+    return np.nan if x is None or x is pd.NA or (isinstance(x, float) and x != x) else float(x)
 
 
 def _regex_matched_nothing(units: Sequence[UnitResult], regex: str, names: list[str]) -> str:

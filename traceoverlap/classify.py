@@ -36,7 +36,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from .model import GPU_ACTIVITY_CATEGORIES, Kind, Timeline, per_category
+from .model import GPU_ACTIVITY_CATEGORIES, Kind, Timeline, in_categories, per_category
 from .options import compile_regex
 from .vocab import COMPUTE_PHASES, KINDS
 
@@ -139,8 +139,14 @@ def name_mask(
     per_name = per_category(
         names, lambda s: any(rx.search(s) is not None for rx in rxs), rows, dtype=bool
     )
-    out = np.asarray(per_name[names.cat.codes.to_numpy()], dtype=bool)
-    return out if rows is None else out & rows
+    codes = names.cat.codes.to_numpy()
+    if rows is None:
+        return np.asarray(per_name[codes], dtype=bool)
+    # only the selected rows look their name up (a kernel mask selects a tenth of the table)
+    idx = np.flatnonzero(rows)
+    out = np.zeros(len(names), dtype=bool)
+    out[idx] = per_name[codes[idx]]
+    return out
 
 
 def kinds(unit: Timeline, rules: Rules | None = None) -> npt.NDArray[np.int8]:
@@ -153,7 +159,7 @@ def kinds(unit: Timeline, rules: Rules | None = None) -> npt.NDArray[np.int8]:
         return kind
     cat = ev["category"]
     is_kernel = (cat == "kernel").to_numpy()
-    is_gpu = cat.isin(GPU_ACTIVITY_CATEGORIES).to_numpy()
+    is_gpu = in_categories(cat, GPU_ACTIVITY_CATEGORIES)
     if is_gpu.any():
         comm = name_mask(ev["name"], rules.gpu_comm + rules.extra_comm, is_kernel)
         mem = name_mask(ev["name"], rules.gpu_memory, is_kernel)

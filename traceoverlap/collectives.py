@@ -56,7 +56,7 @@ from . import intervals as iv
 from .intervals import GroupedIntervals
 from .job import CREDIT_COLUMNS, credit_segments, empty_blame, waited_for_ranks
 from .metrics import ActivityRows
-from .model import Kind, Timeline, TraceInfo, per_category
+from .model import Kind, Timeline, TraceInfo, per_category, values_at
 from .schema import (
     EXPOSED_DEPENDENCY_NS,
     EXPOSED_HOST_NS,
@@ -179,7 +179,7 @@ def _enclosing_collective(ev: pd.DataFrame, launch_rows: I64) -> npt.NDArray[np.
     ann = (ev["category"] == "annotation").to_numpy()
     coll_of = per_category(names, lambda c: m.group(1) if (m := NCCL_RANGE.match(c)) else "", ann)
     codes = names.cat.codes.to_numpy()
-    is_range = (coll_of[codes] != "") & ann
+    is_range = (coll_of != "")[codes] & ann  # tested per name: no object per row
     ridx = np.flatnonzero(is_range)
     ok = launch_rows >= 0
     if ridx.size == 0 or not ok.any():
@@ -448,7 +448,7 @@ def _instance_table(
             "family": family_uniq[c.label_code[head]],
             "process_group": c.process_group[head],
             "bytes": np.maximum.reduceat(ev["coll_bytes"].to_numpy()[rows_sorted], firsts),
-            "lane": ev["lane"].to_numpy()[first_row].astype(str),
+            "lane": values_at(ev["lane"], first_row).astype(str),
             "start_ns": np.minimum.reduceat(ev["start_ns"].to_numpy()[rows_sorted], firsts),
             "end_ns": np.maximum.reduceat(ev["end_ns"].to_numpy()[rows_sorted], firsts),
         }
@@ -518,7 +518,7 @@ def _same_stream(
     q_key = window * n_lanes + lane_codes[first_row] + 1
     # time per (window, lane) key: compute and communication (activity sums; enough for a share)
     dur = acts.end_ns - acts.start_ns
-    keys, inv = np.unique(key, return_inverse=True)
+    keys, inv = iv.unique_inverse(key)
     comp_t = np.bincount(inv, weights=np.where(comp, dur, 0), minlength=keys.size)
     comm_t = np.bincount(inv, weights=np.where(comm, dur, 0), minlength=keys.size)
     k = np.searchsorted(keys, q_key)
@@ -1240,15 +1240,16 @@ def _tables(
     inst["device"] = [traces[int(u)].device for u in inst["unit"]]
     inst["matched"] = inst["key"] >= 0
     # one group per matched key, one per unmatched local instance
-    grp = np.where(inst["matched"], inst["key"], -1 - np.arange(len(inst)))
-    inst["_grp"] = grp
-    inst["_first"] = inst.groupby("_grp")["start_ns"].transform("min").to_numpy()
-    # number the groups by their first start (ties by group key): rank of each group's key
-    first_of = inst.groupby("_grp", sort=True)["_first"].first()
-    ordered = first_of.reset_index().sort_values(["_first", "_grp"], kind="stable")["_grp"]
-    rank_of = pd.Series(np.arange(len(ordered)), index=ordered.to_numpy())
-    inst["instance"] = rank_of.reindex(grp).to_numpy().astype(np.int64)
-    inst = inst.sort_values(["instance", "unit"], kind="stable").reset_index(drop=True)
+    grp = np.where(inst["matched"], inst["key"], -1 - np.arange(len(inst))).astype(np.int64)
+    # number the groups by their first start (ties by group key): numpy on a few hundred rows,
+    # where pandas' groupby / sort / reindex cost milliseconds
+    ugrp, ginv = np.unique(grp, return_inverse=True)
+    gfirst = iv.group_min_max(ginv, *(2 * (inst["start_ns"].to_numpy(np.int64),)), ugrp.size)[0]
+    rank_of = np.empty(ugrp.size, dtype=np.int64)
+    rank_of[np.lexsort((ugrp, gfirst))] = np.arange(ugrp.size, dtype=np.int64)
+    inst["instance"] = rank_of[ginv]
+    by = np.lexsort((inst["unit"].to_numpy(np.int64), inst["instance"].to_numpy()))  # stable
+    inst = inst.take(by).reset_index(drop=True)
     per_rank = pd.DataFrame(
         {
             "instance": inst["instance"].to_numpy().astype(np.int64),
@@ -1279,41 +1280,58 @@ def _tables(
         columns=list(PER_RANK_COLUMNS),
     )
     row_instance = pd.Series(inst["instance"].to_numpy(np.int64), index=inst["_row"].to_numpy())
-    g = per_rank.groupby("instance", sort=True)
-    first = g.head(1).set_index("instance")
-    gi = inst.groupby("instance", sort=True)
+    # rows sorted by instance: each instance's rows are a run, its first row starts it
+    ids = inst["instance"].to_numpy(np.int64)
+    new = np.ones(ids.size, dtype=bool)
+    new[1:] = ids[1:] != ids[:-1]
+    heads = np.flatnonzero(new)
+    sizes = np.diff(np.append(heads, ids.size))
+    first = per_rank.iloc[heads]
+    matched = first["matched"].to_numpy(bool)
+
+    def firsts(col: str) -> list[Any]:
+        """Per instance, ``inst.groupby("instance")[col].first()``: the first non-null value."""
+        values = inst[col]
+        if bool(values.isna().any()):  # first() skips nulls (never there in practice)
+            return list(values.groupby(ids, sort=True).first().tolist())
+        return list(values.to_numpy()[heads].tolist())
+
+    def per_run(col: pd.Series, op: np.ufunc) -> I64:
+        return np.asarray(op.reduceat(col.to_numpy(np.int64), heads), dtype=np.int64)
+
+    nbytes = inst["bytes"]
+    if nbytes.dtype == np.int64:
+        most = per_run(nbytes, np.maximum).tolist()
+    else:
+        most = nbytes.groupby(ids, sort=True).max().tolist()
     out = pd.DataFrame(
         {
-            "instance": first.index.to_numpy().astype(np.int64),
+            "instance": ids[heads],
             "name": first["name"].to_numpy(),
             "family": first["family"].to_numpy(),
-            "process_group": [(p or None) for p in gi["process_group"].first().tolist()],
-            "seq": [(int(s) if s >= 0 else None) for s in gi["seq"].first().tolist()],
-            "bytes": [(int(b) if b >= 0 else None) for b in gi["bytes"].max().tolist()],
-            "n_ranks": g.size().to_numpy().astype(np.int64),
+            "process_group": [(p or None) for p in firsts("process_group")],
+            "seq": [(int(s) if s >= 0 else None) for s in firsts("seq")],
+            "bytes": [(int(b) if b >= 0 else None) for b in most],
+            "n_ranks": sizes.astype(np.int64),
             "ranks": [
                 tuple(x.tolist())
-                for x in np.split(
-                    per_rank["rank"].to_numpy(np.int64), np.cumsum(g.size().to_numpy())[:-1]
-                )
+                for x in np.split(per_rank["rank"].to_numpy(np.int64), np.cumsum(sizes)[:-1])
             ],
             "step": first["step"].to_numpy(),
-            "start_ns": g["start_ns"].min().to_numpy(np.int64),
-            "transfer_ns": g["dur_ns"].min().to_numpy(np.int64),
-            WAIT_NS.name: g[WAIT_NS.name].sum().to_numpy(np.int64),
+            "start_ns": per_run(per_rank["start_ns"], np.minimum),
+            "transfer_ns": per_run(per_rank["dur_ns"], np.minimum),
+            WAIT_NS.name: per_run(per_rank[WAIT_NS.name], np.add),
             "last_rank": [None] * len(first),
-            EXPOSED_NS.name: g[EXPOSED_NS.name].sum().to_numpy(np.int64),
-            "matched": first["matched"].to_numpy(bool),
-            "group": [str(x) for x in gi["group_key"].first().tolist()],
-            "members": gi["members"].first().tolist(),
-            "p2p": gi["p2p"].first().astype(bool).to_numpy(),
-            "src_rank": [(int(x) if x >= 0 else None) for x in gi["src_rank"].first().tolist()],
-            "dst_rank": [(int(x) if x >= 0 else None) for x in gi["dst_rank"].first().tolist()],
+            EXPOSED_NS.name: per_run(per_rank[EXPOSED_NS.name], np.add),
+            "matched": matched,
+            "group": [str(x) for x in firsts("group_key")],
+            "members": firsts("members"),
+            "p2p": np.array(firsts("p2p"), dtype=bool),
+            "src_rank": [(int(x) if x >= 0 else None) for x in firsts("src_rank")],
+            "dst_rank": [(int(x) if x >= 0 else None) for x in firsts("dst_rank")],
             "last_arrival_ns": [
                 (int(x) if f else None)
-                for x, f in zip(
-                    gi["last_arrival"].first().tolist(), first["matched"].tolist(), strict=True
-                )
+                for x, f in zip(firsts("last_arrival"), matched.tolist(), strict=True)
             ],
         },
         columns=list(INSTANCE_COLUMNS),
@@ -1393,7 +1411,7 @@ def _straggler_table(
 
 def step_skew(steps: pd.DataFrame) -> pd.DataFrame:
     """Per step label on two or more ranks: slowest and fastest rank, and the skew (ns)."""
-    if steps.empty:
+    if steps.empty or steps["rank"].nunique() < 2:  # one rank: no step is on two
         return pd.DataFrame(columns=list(SKEW_COLUMNS))
     df = steps[["rank", "step", STEP_NS.name]].copy()
     df["key"] = df["step"].astype(str)

@@ -143,9 +143,7 @@ def local_causes(
     n = len(steps)
     ug, us, ulaunch = _first_starts(acts, steps.launch_start_ns)
     # tail zone: from the last compute start of the window (or the window start) to its end
-    last = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
-    if ug.size:
-        np.maximum.at(last, ug, us)
+    last = iv.group_min_max(ug, us, us, n)[1]
     tail_start = np.where(last == np.iinfo(np.int64).min, steps.start_ns, last)
     tail = iv.grouped_union(np.arange(n, dtype=np.int64), tail_start, steps.end_ns, n)
     if steps.gpu:
@@ -630,10 +628,15 @@ class AdviceContext:
 def _names(df: pd.DataFrame, col: str = EXPOSED_NS.name, limit: int = 3) -> tuple[str, ...]:
     """The collectives behind a finding, most exposed first: ``AllReduce #7 (rank 0 step 5,
     2.10 ms)``."""
-    hit = df[df[col] > 0]
-    top = hit.sort_values([col, "start_ns"], ascending=[False, True], kind="stable")
+    # only the four columns used, and no itertuples (a namedtuple type per call)
+    cols = list(dict.fromkeys(("display", "where", col, "start_ns")))
+    hit = df.loc[(df[col] > 0).to_numpy(), cols]
+    top = hit.sort_values([col, "start_ns"], ascending=[False, True], kind="stable").head(limit)
     return tuple(
-        f"{r.display} ({r.where}, {_ms(getattr(r, col))})" for r in top.head(limit).itertuples()
+        f"{d} ({w}, {_ms(v)})"
+        for d, w, v in zip(
+            top["display"].tolist(), top["where"].tolist(), top[col].tolist(), strict=True
+        )
     )
 
 

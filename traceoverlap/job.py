@@ -60,7 +60,9 @@ def host_ranges(ev: pd.DataFrame, lo: int, hi: int) -> pd.DataFrame:
     end = ev["end_ns"].to_numpy()
     on = (tid == main) & (end > lo) & (start < hi)
     op_rows = np.flatnonzero(on & is_op)
-    op_rows = op_rows[np.lexsort((-end[op_rows], start[op_rows]))]
+    op_start = start[op_rows]
+    if not (op_start[1:] > op_start[:-1]).all():  # else already in that order (the usual case)
+        op_rows = op_rows[np.lexsort((-end[op_rows], op_start))]
     if op_rows.size:
         reach = np.maximum.accumulate(end[op_rows])
         top = np.ones(op_rows.size, dtype=bool)
@@ -77,9 +79,14 @@ def host_ranges(ev: pd.DataFrame, lo: int, hi: int) -> pd.DataFrame:
     chosen[op_rows] = True
     keep = (chosen[rows] | is_ann[rows]) & ~comm_name[code]
     rows, code = rows[keep], code[keep]
+    # an object column of the few distinct name objects: a text column would build a string
+    # per row (a third of this function's time), and only _Ranges reads it
+    names = np.concatenate(
+        (labels.astype(object)[code], np.full(calls[0].size, COMM_CALLS, dtype=object))
+    )
     return pd.DataFrame(
         {
-            "name": np.concatenate((labels[code].astype(str), np.full(calls[0].size, COMM_CALLS))),
+            "name": pd.array(names, dtype=object),
             "start_ns": np.concatenate((start[rows], calls[0])).astype(np.int64),
             "end_ns": np.concatenate((end[rows], calls[1])).astype(np.int64),
         },
@@ -93,9 +100,12 @@ def _name_codes(names: pd.Series, rows: I64) -> tuple[npt.NDArray[np.str_], I64]
     if isinstance(names.dtype, pd.CategoricalDtype):
         codes = names.cat.codes.to_numpy()[rows]
         if not (codes < 0).any():
-            used, code = np.unique(codes, return_inverse=True)
+            # np.unique(codes, return_inverse=True) without its sort: the codes used, ascending
+            used = np.flatnonzero(np.bincount(codes, minlength=len(names.cat.categories)))
+            lut = np.zeros(len(names.cat.categories), dtype=np.int64)
+            lut[used] = np.arange(used.size, dtype=np.int64)
             labels = np.asarray(names.cat.categories, dtype=object)[used].astype(str)
-            return labels, code.astype(np.int64)
+            return labels, lut[codes]
     text = names.to_numpy()[rows].astype(str)
     labels, code = np.unique(text, return_inverse=True)
     return labels, code.astype(np.int64)

@@ -149,13 +149,23 @@ def step_sets(acts: ActivityRows, n_windows: int) -> StepSets:
         return iv.grouped_union(acts.group[m], acts.start_ns[m], acts.end_ns[m], n_windows)
 
     compute, comm, memory = union_of(Kind.COMPUTE), union_of(Kind.COMM), union_of(Kind.MEMORY)
-    busy = iv.grouped_union(acts.group, acts.start_ns, acts.end_ns, n_windows)
     cm = iv.grouped_union(
         np.concatenate((compute[0], comm[0])),
         np.concatenate((compute[1], comm[1])),
         np.concatenate((compute[2], comm[2])),
         n_windows,
     )
+    if bool((acts.kind > Kind.MEMORY).any() or (acts.kind < 0).any()):
+        busy = iv.grouped_union(acts.group, acts.start_ns, acts.end_ns, n_windows)
+    else:
+        # every activity is compute, comm or memory (as activity_rows gives them): the union
+        # of all is C ∪ M ∪ Y, taken from the three sets' (far fewer) intervals
+        busy = iv.grouped_union(
+            np.concatenate((cm[0], memory[0])),
+            np.concatenate((cm[1], memory[1])),
+            np.concatenate((cm[2], memory[2])),
+            n_windows,
+        )
     return StepSets(
         compute=compute,
         comm=comm,

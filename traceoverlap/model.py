@@ -155,6 +155,40 @@ def per_category(
     return out
 
 
+def in_categories(col: pd.Series, values: Sequence[str]) -> npt.NDArray[np.bool_]:
+    """Per row: is the value one of ``values``? (``col.isin(values)``, a missing value never).
+
+    For a categorical column the test is made on the codes: one comparison per wanted code
+    (a table lookup when there are many). pandas' ``Series.isin`` hashes every row's code
+    (~5 ms per 430 000 rows against ~0.2 ms), and the analysis asks it of the category column
+    several times per unit."""
+    if not isinstance(col.dtype, pd.CategoricalDtype):
+        return np.asarray(col.isin(list(values)).to_numpy(dtype=bool, na_value=False), dtype=bool)
+    arr = col.array
+    assert isinstance(arr, pd.Categorical)
+    idx = arr.categories.get_indexer(list(values))
+    idx = idx[idx >= 0]
+    if idx.size <= 8:  # a comparison per code: indexing by int8 codes first widens them
+        out = np.zeros(len(arr.codes), dtype=bool)
+        for c in idx.tolist():
+            out |= arr.codes == c
+        return out
+    hit = np.zeros(len(arr.categories) + 1, dtype=bool)  # the last entry: code -1, missing
+    hit[idx] = True
+    lut: npt.NDArray[np.bool_] = hit[arr.codes]
+    return lut
+
+
+def values_at(col: pd.Series, rows: npt.NDArray[np.int64]) -> npt.NDArray[Any]:
+    """``col.to_numpy()[rows]`` (row numbers): for a categorical column, the values of those
+    rows only, without first turning every row of the column into an object (~5 ms per
+    430 000 rows, for the few hundred rows asked)."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        return np.asarray(col.array.take(rows))
+    out: npt.NDArray[Any] = col.to_numpy()[rows]
+    return out
+
+
 def make_events(n: int, columns: Mapping[str, Any]) -> pd.DataFrame:
     """Build an event table of ``n`` rows from column arrays (or scalars broadcast to ``n``).
 
@@ -274,7 +308,7 @@ class Timeline:
         """Ranks with at least one GPU activity: these follow the GPU rules, the rest the CPU rules."""
         ev = self.events
         return np.unique(
-            ev["rank"].to_numpy()[ev["category"].isin(GPU_ACTIVITY_CATEGORIES).to_numpy()]
+            ev["rank"].to_numpy()[in_categories(ev["category"], GPU_ACTIVITY_CATEGORIES)]
         )
 
     def select_ranks(self, ranks: Sequence[int]) -> Timeline:
@@ -298,7 +332,7 @@ def split_units(timeline: Timeline) -> list[Timeline]:
     ev = timeline.events
     rank = ev["rank"].to_numpy()
     device = ev["device"].to_numpy()
-    is_gpu = ev["category"].isin(GPU_ACTIVITY_CATEGORIES).to_numpy()
+    is_gpu = in_categories(ev["category"], GPU_ACTIVITY_CATEGORIES)
     units: list[Timeline] = []
     # rows grouped by rank (as the nsys reader gives them): a rank's rows are a slice, which
     # pandas shares with the table instead of copying it

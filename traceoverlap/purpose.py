@@ -24,7 +24,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from . import intervals as iv
-from .model import Kind, Timeline
+from .model import Kind, Timeline, in_categories, values_at
 from .steps import NO_LAUNCH, UnitSteps
 from .vocab import Family, Phase, Purpose
 
@@ -82,19 +82,27 @@ def _query_times(
     if not steps.gpu or inst.empty:
         return t
     rows = np.flatnonzero(kind == Kind.COMM)
-    launch = steps.launch_start_ns[rows]
-    acts = pd.DataFrame(
-        {
-            "lane": ev["lane"].to_numpy()[rows].astype(str),
-            "start_ns": ev["start_ns"].to_numpy()[rows].astype(np.int64),
-            "launch": launch,
-        }
-    ).drop_duplicates(["lane", "start_ns"])
-    key = pd.DataFrame({"lane": inst["lane"].astype(str), "start_ns": t})
-    got = key.merge(acts, on=["lane", "start_ns"], how="left")["launch"].to_numpy()
-    ok = ~pd.isna(got)
+    # (lane, start) -> the launch of the first comm activity there: a dict, where a pandas
+    # merge cost milliseconds for a few thousand rows
+    first: dict[tuple[str, int], int] = {}
+    for k, v in zip(
+        zip(
+            values_at(ev["lane"], rows).astype(str).tolist(),
+            ev["start_ns"].to_numpy()[rows].astype(np.int64).tolist(),
+            strict=True,
+        ),
+        steps.launch_start_ns[rows].tolist(),
+        strict=True,
+    ):
+        first.setdefault(k, v)
+    got = [first.get(k) for k in zip(inst["lane"].astype(str).tolist(), t.tolist(), strict=True)]
+    ok = np.array([g is not None for g in got], dtype=bool)
     out: I64 = t.copy()
-    vals = np.where(ok, got, NO_LAUNCH).astype(np.int64)
+    if ok.all():
+        vals = np.array(got, dtype=np.int64)
+    else:  # through float64, as the merge's column with gaps was
+        gaps = np.array([np.nan if g is None else g for g in got], dtype=np.float64)
+        vals = np.where(ok, gaps, NO_LAUNCH).astype(np.int64)
     has = ok & (vals != NO_LAUNCH)
     out[has] = vals[has]
     return out
@@ -103,16 +111,22 @@ def _query_times(
 class _HostNames:
     """The names of a unit's host rows, for many name tests: the distinct names the rows use are
     found once (:func:`~traceoverlap.model.per_category` per test would find them again each
-    time), and each test runs once per distinct name."""
+    time), and each test runs once per distinct name. The host rows are grouped by name once,
+    so that the rows of the names a test passes are gathered directly: a dozen tests each
+    masking every row of the unit cost more than the rest of the purposes together."""
 
     def __init__(self, col: pd.Series, host: npt.NDArray[np.bool_]) -> None:
         cats = col.cat.categories
-        self.codes = col.cat.codes.to_numpy()
-        self.host = host
-        seen = np.bincount(self.codes[host].astype(np.int64) + 1, minlength=len(cats) + 1)[1:]
-        self.used = np.flatnonzero(seen > 0)
+        rows = np.flatnonzero(host)
+        code = col.cat.codes.to_numpy()[rows]  # -1: a missing name
+        counts = np.bincount(code.astype(np.int64) + 1, minlength=len(cats) + 1)
+        self.used = np.flatnonzero(counts[1:] > 0)
         self.names = [str(c) for c in cats.to_numpy(dtype=object)[self.used]]
         self.size = len(cats)
+        # the host rows by name code (ascending rows within a name; a stable sort of the small
+        # integer codes is a radix sort); name code c spans [first[c + 1], first[c + 2]) of it
+        self._by_name = rows[np.argsort(code, kind="stable")]
+        self._first = np.concatenate(([0], np.cumsum(counts)))
 
     def test(self, fn: Callable[[str], bool]) -> npt.NDArray[np.bool_]:
         """``fn(name)`` per category code, as :func:`~traceoverlap.model.per_category` gives it
@@ -122,20 +136,21 @@ class _HostNames:
             out[self.used] = np.array([fn(n) for n in self.names], dtype=bool)
         return out
 
-    def rows(self, fn: Callable[[str], bool]) -> npt.NDArray[np.bool_]:
-        """The host rows whose name passes ``fn``."""
-        hit: npt.NDArray[np.bool_] = self.test(fn)[self.codes]
-        return self.host & hit
+    def rows(self, fn: Callable[[str], bool]) -> I64:
+        """The host rows whose name passes ``fn``, ascending."""
+        hit = np.flatnonzero(self.test(fn)[: self.size])
+        pos = iv.range_pairs(self._first[hit + 1], self._first[hit + 2])[1]
+        return np.sort(self._by_name[pos])
 
 
 def _inside(
     ev: pd.DataFrame, names: _HostNames, rx: re.Pattern[str], t: I64
 ) -> npt.NDArray[np.bool_]:
     """Per time in ``t``: inside a host range whose name matches ``rx``?"""
-    m = names.rows(lambda s: bool(rx.search(s)))
-    if not m.any() or t.size == 0:
+    rows = names.rows(lambda s: bool(rx.search(s)))
+    if rows.size == 0 or t.size == 0:
         return np.zeros(t.size, dtype=bool)
-    s, e = iv.union(ev["start_ns"].to_numpy()[m], ev["end_ns"].to_numpy()[m])
+    s, e = iv.union(ev["start_ns"].to_numpy()[rows], ev["end_ns"].to_numpy()[rows])
     k = np.searchsorted(s, t, side="right") - 1
     return (k >= 0) & (t < e[np.maximum(k, 0)])
 
@@ -143,8 +158,7 @@ def _inside(
 def _last_call_names(ev: pd.DataFrame, names: _HostNames, t: I64) -> npt.NDArray[np.object_]:
     """CPU units: per time, the name of the last ``c10d::*`` call starting at or before it."""
     out = np.full(t.size, "", dtype=object)
-    m = names.rows(lambda s: bool(_COMM_CALL.search(s)))
-    idx = np.flatnonzero(m)
+    idx = names.rows(lambda s: bool(_COMM_CALL.search(s)))
     if idx.size == 0 or t.size == 0:
         return out
     st = ev["start_ns"].to_numpy()[idx]
@@ -152,8 +166,8 @@ def _last_call_names(ev: pd.DataFrame, names: _HostNames, t: I64) -> npt.NDArray
     idx, st = idx[order], st[order]
     k = np.searchsorted(st, t, side="right") - 1
     ok = k >= 0
-    names_col = ev["name"].to_numpy()
-    out[ok] = [str(names_col[idx[j]]) for j in k[ok].tolist()]
+    names_col = values_at(ev["name"], idx)
+    out[ok] = [str(names_col[j]) for j in k[ok].tolist()]
     return out
 
 
@@ -164,7 +178,7 @@ def unit_purposes(
     ``family``, ``label``, ``kernel``, ``lane``, ``start_ns``, ``window``) and the unit's
     strategy."""
     ev = unit.events
-    host = ev["category"].isin(_HOST_CATEGORIES).to_numpy(dtype=bool, na_value=False) & (
+    host = in_categories(ev["category"], _HOST_CATEGORIES) & (
         ev["end_ns"].to_numpy() > ev["start_ns"].to_numpy()
     )
     names = _HostNames(ev["name"], host)
@@ -260,29 +274,36 @@ def attach_purposes(
             instances.assign(purpose=pd.array([Purpose.UNKNOWN] * len(instances), dtype=object)),
             per_rank.assign(purpose=pd.array([Purpose.UNKNOWN] * len(per_rank), dtype=object)),
         )
-    key = local[["unit", "lane", "start_ns", "purpose"]].drop_duplicates(
-        ["unit", "lane", "start_ns"]
+    # a few hundred rows: plain dicts, where a pandas merge / groupby / sort cost milliseconds
+    of: dict[tuple[int, str, int], str] = {}  # (unit, lane, start) -> the first row's purpose
+    for k, p in zip(
+        zip(
+            local["unit"].tolist(),
+            local["lane"].astype(str).tolist(),
+            local["start_ns"].astype(np.int64).tolist(),
+            strict=True,
+        ),
+        local["purpose"].tolist(),
+        strict=True,
+    ):
+        of.setdefault(k, p)
+    keys = zip(
+        per_rank["unit"].tolist(),
+        per_rank["lane"].astype(str).tolist(),
+        per_rank["start_ns"].astype(np.int64).tolist(),
+        strict=True,
     )
-    key = key.assign(lane=key["lane"].astype(str), start_ns=key["start_ns"].astype(np.int64))
-    pr = per_rank.assign(lane=per_rank["lane"].astype(str))
-    got = (
-        pr[["unit", "lane", "start_ns"]]
-        .astype({"start_ns": np.int64})
-        .merge(key, on=["unit", "lane", "start_ns"], how="left")["purpose"]
-    )
-    purpose = got.fillna(Purpose.UNKNOWN).astype(str).to_numpy()
-    per_rank = per_rank.assign(purpose=pd.array(purpose, dtype=object))
-    known = per_rank[per_rank["purpose"] != Purpose.UNKNOWN]
-    best = (
-        known.groupby(["instance", "purpose"])
-        .size()
-        .reset_index(name="n")
-        .sort_values(["instance", "n", "purpose"], ascending=[True, False, True], kind="stable")
-        .drop_duplicates("instance")
-        .set_index("instance")["purpose"]
-    )
-    got_p = instances["instance"].map(best.to_dict()).astype(object)
+    purpose = [Purpose.UNKNOWN if pd.isna(p := of.get(k)) else str(p) for k in keys]
+    per_rank = per_rank.assign(purpose=pd.array(np.array(purpose, dtype=object), dtype=object))
+    # per instance: the purpose most of its ranks give that is not unknown (ties: the first
+    # purpose in sort order)
+    counts: dict[int, dict[str, int]] = {}
+    for i, p in zip(per_rank["instance"].tolist(), purpose, strict=True):
+        if p != Purpose.UNKNOWN:
+            per = counts.setdefault(i, {})
+            per[p] = per.get(p, 0) + 1
+    best = {i: min(per, key=lambda p: (-per[p], p)) for i, per in counts.items()}
     inst_p = np.array(
-        [Purpose.UNKNOWN if pd.isna(v) else str(v) for v in got_p.tolist()], dtype=object
+        [best.get(i, Purpose.UNKNOWN) for i in instances["instance"].tolist()], dtype=object
     )
     return instances.assign(purpose=pd.array(inst_p, dtype=object)), per_rank

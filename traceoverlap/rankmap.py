@@ -45,6 +45,7 @@ from .model import (
     Kind,
     Timeline,
     TraceInfo,
+    in_categories,
     split_units,
 )
 from .namefilter import NameTest
@@ -408,9 +409,9 @@ def require_device_activity(timeline: Timeline, path: str) -> None:
     as the device's work."""
     ev = timeline.events
     cat = ev["category"]
-    if bool(cat.isin(GPU_ACTIVITY_CATEGORIES).any()):
+    if bool(in_categories(cat, GPU_ACTIVITY_CATEGORIES).any()):
         return
-    calls = cat.isin(LAUNCH_CATEGORIES).to_numpy()
+    calls = in_categories(cat, LAUNCH_CATEGORIES)
     if not calls.any():
         return
     launches = int(name_mask(ev["name"], (r"(?i)launch",), calls).sum())

@@ -36,7 +36,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from .intervals import GroupedIntervals
-from .model import Kind, Timeline, TraceInfo
+from .model import Kind, Timeline, TraceInfo, in_categories
 from .steps import UnitSteps
 from .vocab import BLOCKED_MAX_NS, BLOCKED_PER
 
@@ -475,7 +475,7 @@ def _stream_wait_edges(
     z = np.zeros(0, np.int64)
     from .model import per_category
 
-    host_call = ev["category"].isin(["runtime", "driver"]).to_numpy()
+    host_call = in_categories(ev["category"], ("runtime", "driver"))
     is_wait = per_category(ev["name"], lambda n: bool(STREAM_WAIT_RE.search(n)), host_call, bool)
     waits = np.flatnonzero(host_call & is_wait[ev["name"].cat.codes.to_numpy()])
     launch_node = src  # launch node (local index) -> device node, one pair per launched activity

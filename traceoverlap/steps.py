@@ -32,7 +32,16 @@ import numpy.typing as npt
 import pandas as pd
 
 from .errors import TraceFormatError
-from .model import GPU_ACTIVITY_CATEGORIES, LAUNCH_CATEGORIES, Kind, Timeline, per_category
+from .intervals import group_min_max
+from .model import (
+    GPU_ACTIVITY_CATEGORIES,
+    LAUNCH_CATEGORIES,
+    Kind,
+    Timeline,
+    in_categories,
+    per_category,
+    values_at,
+)
 from .options import AnalysisOptions, describe_steps
 from .vocab import WHOLE_CAPTURE, Phase, StepId, StepLabel, step_number
 
@@ -83,7 +92,11 @@ def _name_mask(
     """Per row: is it one of ``rows`` and does its (categorical) name match ``rx``? Evaluated
     once per distinct name those rows use."""
     per_name = per_category(names, lambda s: rx.search(s) is not None, rows, dtype=bool)
-    return np.asarray(per_name[names.cat.codes.to_numpy()], dtype=bool) & rows
+    # only the selected rows look their name up (annotations are a handful of the rows)
+    idx = np.flatnonzero(rows)
+    out = np.zeros(len(names), dtype=bool)
+    out[idx] = per_name[names.cat.codes.to_numpy()[idx]]
+    return out
 
 
 def marker_labels(names: list[str], rx: re.Pattern[str]) -> tuple[list[StepLabel], str | None]:
@@ -155,12 +168,13 @@ def join_launches(ev: pd.DataFrame, gidx: I64) -> I64:
     repeats), -1 when the trace has none."""
     corr = ev["correlation"].to_numpy()
     pid = ev["pid"].to_numpy()
-    lidx = np.flatnonzero(ev["category"].isin(LAUNCH_CATEGORIES).to_numpy() & (corr >= 0))
+    lidx = np.flatnonzero(in_categories(ev["category"], LAUNCH_CATEGORIES) & (corr >= 0))
     out = np.full(gidx.size, -1, dtype=np.int64)
     if lidx.size == 0 or gidx.size == 0:
         return out
     gcorr, gpid = corr[gidx], pid[gidx]
-    for p in np.unique(gpid).tolist():
+    one = bool((gpid == gpid[0]).all())  # one process (the usual case): no sort to find it
+    for p in [int(gpid[0])] if one else np.unique(gpid).tolist():
         mine = np.flatnonzero((gpid == p) & (gcorr >= 0))
         lp = lidx[pid[lidx] == p]
         if mine.size == 0 or lp.size == 0:
@@ -214,7 +228,7 @@ def assign_steps(
     pattern = options.step_pattern
     rx = options.step_re
     ev = unit.events
-    is_gpu = ev["category"].isin(GPU_ACTIVITY_CATEGORIES).to_numpy()
+    is_gpu = in_categories(ev["category"], GPU_ACTIVITY_CATEGORIES)
     gpu = bool(is_gpu.any())
     notes: list[str] = []
     midx = _marker_rows(ev, rx, notes)
@@ -235,7 +249,7 @@ def assign_steps(
         notes.append(_no_marker_note(ev, pattern))
         whole = _whole_capture(ev, act, gpu, launches, notes)
         return replace(whole, iteration_ns=np.full(len(whole), -1, dtype=np.int64))
-    names = ev["name"].to_numpy()[midx].astype(str).tolist()
+    names = values_at(ev["name"], midx).astype(str).tolist()
     labels, repeat_note = marker_labels(names, rx)
     if repeat_note:
         notes.append(repeat_note)
@@ -456,10 +470,7 @@ def _marker_spans(
 ) -> tuple[I64, I64, npt.NDArray[np.bool_]]:
     """Per marker: [min start, max end) of the activities assigned to it (``m_of``: the marker
     of each activity, ``start``/``end`` in ns), and whether it has any."""
-    lo = np.full(n_markers, np.iinfo(np.int64).max, dtype=np.int64)
-    hi = np.full(n_markers, np.iinfo(np.int64).min, dtype=np.int64)
-    np.minimum.at(lo, m_of, start)
-    np.maximum.at(hi, m_of, end)
+    lo, hi = group_min_max(m_of, start, end, n_markers)
     return lo, hi, np.bincount(m_of, minlength=n_markers) > 0
 
 

@@ -101,7 +101,15 @@ def summarize_run(df: pd.DataFrame) -> RunSummary:
         dev = df[DEVICE.name].astype(object)
         keyed = df.assign(_d=dev.where(dev.notna(), -1))
         n_units = keyed.groupby(RANK.name)["_d"].nunique()
-        for (rank, d), g in keyed.groupby([RANK.name, "_d"], sort=True):
+        groups = list(keyed.groupby([RANK.name, "_d"], sort=True))
+        if len(groups) == 1 and len(groups[0][1]) == len(df):
+            # one unit: its summary is the run's (the same rows, in order), computed once
+            (rank, d), _ = groups[0]
+            run = summarize(df)
+            several = int(n_units[rank]) > 1
+            per[unit_key(int(rank), None if d == -1 else int(d), several)] = run
+            return RunSummary(run=run, ranks=per)
+        for (rank, d), g in groups:
             several = int(n_units[rank]) > 1
             per[unit_key(int(rank), None if d == -1 else int(d), several)] = summarize(g)
     return RunSummary(run=summarize(df), ranks=per)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..fmt import duration
-from ..model import GPU_ACTIVITY_CATEGORIES, Timeline
+from ..model import GPU_ACTIVITY_CATEGORIES, Timeline, in_categories
 
 __all__ = ["drop_clock_glitches", "MARGIN_NS"]
 
@@ -26,7 +26,7 @@ def drop_clock_glitches(tl: Timeline) -> Timeline:
     ev = tl.events
     if ev.empty:
         return tl
-    is_gpu = ev["category"].isin(GPU_ACTIVITY_CATEGORIES).to_numpy()
+    is_gpu = in_categories(ev["category"], GPU_ACTIVITY_CATEGORIES)
     if not is_gpu.any() or is_gpu.all():
         return tl
     start = ev["start_ns"].to_numpy()

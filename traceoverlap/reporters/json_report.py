@@ -79,8 +79,14 @@ def records(df: pd.DataFrame, columns: tuple[str, ...] | list[str]) -> list[dict
     cols = [c for c in columns if c in df.columns]
     values = []
     for c in cols:
-        v = df[c].tolist()
-        values.append([None if x is pd.NA or (isinstance(x, float) and x != x) else x for x in v])
+        col = df[c]
+        v = col.tolist()
+        if isinstance(col.dtype, np.dtype) and col.dtype.kind in "iub":  # never NaN or NA
+            values.append(v)
+        else:
+            values.append(
+                [None if x is pd.NA or (isinstance(x, float) and x != x) else x for x in v]
+            )
     return [dict(zip(cols, row, strict=True)) for row in zip(*values, strict=True)]
 
 
@@ -94,7 +100,9 @@ def collectives_dict(coll: Collectives) -> dict[str, Any]:
     fields = COLLECTIVE_PER_RANK.names
     # null without a launch record (CPU work, or a kernel whose launch was cut)
     no_launch = [c.name for c in COLLECTIVE_PER_RANK.columns if c.nullable]
-    several = coll.per_rank.groupby("rank")["unit"].nunique() if len(coll.per_rank) else None
+    several = (
+        coll.per_rank.groupby("rank")["unit"].nunique().to_dict() if len(coll.per_rank) else None
+    )
     for r in records(coll.per_rank, ["instance", "rank", "device", *fields]):
         key = str(r["rank"])
         if several is not None and int(several.get(r["rank"], 1)) > 1:

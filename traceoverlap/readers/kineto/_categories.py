@@ -150,3 +150,16 @@ GPU_ACTIVITY_CODES = _codes("kernel", "memcpy", "memset")
 FLOW_TARGET_CODES = _codes("kernel", "memcpy", "memset", "sync", "runtime", "driver")
 #: Launches: host-side API calls, joined to the device work by correlation.
 LAUNCH_CODES = _codes("runtime", "driver")
+
+
+def codes_in(codes: np.ndarray, wanted: Iterable[int]) -> np.ndarray:
+    """``np.isin(codes, wanted)`` for the handful of codes a category test names: one
+    comparison per wanted code (``np.isin`` sorts or builds a table: ~6 ms per 430 000 int8
+    codes, against ~0.1 ms). Many wanted codes take ``np.isin``."""
+    w = [int(x) for x in wanted]
+    if len(w) > 8:
+        return np.isin(codes, w)
+    out = np.zeros(codes.shape, dtype=bool)
+    for x in w:
+        out |= codes == x
+    return out

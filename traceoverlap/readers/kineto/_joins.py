@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._categories import FLOW_TARGET_CODES, LAUNCH_CODES, MODEL_CODE
+from ._categories import FLOW_TARGET_CODES, LAUNCH_CODES, MODEL_CODE, codes_in
 from ._columns import CollectiveColumns
 from ._values import checked_ns
 
@@ -26,8 +26,10 @@ def fill_correlation_from_flows(
     ``id``. Each end binds to the X event on the same (pid, tid) that starts at the flow's ts, else
     to the one that encloses it (the latest-starting one). Returns a note, or None if unused.
     """
-    targets = np.isin(cat, FLOW_TARGET_CODES) & (corr < 0)
-    if not flows or not targets.any():
+    if not flows:
+        return None
+    targets = codes_in(cat, FLOW_TARGET_CODES) & (corr < 0)
+    if not targets.any():
         return None
     fid = np.concatenate([f[1] for f in flows])
     fpid = np.concatenate([f[2] for f in flows])
@@ -101,7 +103,7 @@ def _launches(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(kernels, their launches): the kernels of ``kern`` whose launch (a runtime / driver row of
     the host process with the same correlation) is there, and that launch's row for each."""
-    launch = np.flatnonzero(np.isin(cat, LAUNCH_CODES) & (corr >= 0) & (pid == host_pid))
+    launch = np.flatnonzero(codes_in(cat, LAUNCH_CODES) & (corr >= 0) & (pid == host_pid))
     if len(launch) == 0:
         return kern[:0], launch
     order = np.argsort(corr[launch], kind="stable")

@@ -14,7 +14,7 @@ import numpy as np
 
 from ...model import TraceInfo
 from .._input import rank_from_filename
-from ._categories import GPU_ACTIVITY_CODES
+from ._categories import GPU_ACTIVITY_CODES, codes_in
 from ._decode import META_FIELDS, Head, any_or_none
 from ._values import INT32_MAX, INT64_MAX, MAX_WORLD_SIZE, int_field
 
@@ -81,7 +81,7 @@ def trace_info(
     source = "distributedInfo"
     if rank is None:
         rank, source = _rank_without_distributed_info(p, notes)
-    gpu_rows = np.isin(cat, GPU_ACTIVITY_CODES)
+    gpu_rows = codes_in(cat, GPU_ACTIVITY_CODES)
     device_kind = "gpu" if gpu_rows.any() else "cpu"
     used = sorted(set(np.unique(device[gpu_rows]).tolist())) if gpu_rows.any() else []
     names = _device_names(head.deviceProperties)

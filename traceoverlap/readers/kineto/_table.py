@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -28,6 +28,7 @@ from ._categories import (
     LAUNCH_CODES,
     MODEL_CODE,
     UNMAPPED_DEVICE_CATS,
+    codes_in,
     model_lut,
 )
 from ._columns import Codes, CollectiveColumns, Columns, collective_columns, shape_column
@@ -124,7 +125,7 @@ def build_timeline(p: str, head: Meta, cols: Columns) -> Timeline:
     )
     if flow_note:
         notes.append(flow_note)
-    gpu_side = np.isin(rows.cat, GPU_SIDE_CODES)
+    gpu_side = codes_in(rows.cat, GPU_SIDE_CODES)
     host_pid = _host_pid(rows, gpu_side)
     rows = _on_host_process(rows, gpu_side, host_pid, notes)
     thread_names = _thread_names(cols.meta)
@@ -145,7 +146,8 @@ def build_timeline(p: str, head: Meta, cols: Columns) -> Timeline:
 
     info = trace_info(p, head, rows.cat, rows.device, host_pid, clock, notes, gloo_threads)
     columns: dict[str, Any] = {
-        "rank": info.rank,
+        # one value: a stride-0 view, not a column of copies (as the nsys reader does)
+        "rank": np.broadcast_to(np.int64(info.rank), (len(start),)),
         "pid": rows.pid,
         "device": rows.device,
         "stream": rows.stream,
@@ -162,19 +164,19 @@ def build_timeline(p: str, head: Meta, cols: Columns) -> Timeline:
         "process_group": _from_codes(rows.coll.process_group, categories=rows.coll.groups),
         "seq": rows.coll.seq,
         "group_size": rows.coll.group_size,
-        "shape": _op_shapes(rows, np.asarray(lane.codes, dtype=np.int64), start, end),
+        "shape": _op_shapes(rows, lane, start, end),
     }
     return Timeline(make_events(len(start), columns), (info,))
 
 
-def _op_shapes(rows: _Rows, lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+def _op_shapes(rows: _Rows, lane: pd.Categorical, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """The shape column: CPU ops without ``Input Dims`` of their own take their first nested
     op's on their thread (``lane``: one code per host (pid, tid), :func:`_lanes`;
     :func:`.._shape.inherit_nested`); nothing to do in traces without shapes."""
     is_op = rows.cat == MODEL_CODE["cpu_op"]
     if not (rows.shape[is_op] >= 0).any():
         return rows.shape
-    return inherit_nested(rows.shape, is_op, lane, start, end)
+    return inherit_nested(rows.shape, is_op, np.asarray(lane.codes, dtype=np.int64), start, end)
 
 
 def _times_ns(
@@ -184,9 +186,13 @@ def _times_ns(
     (the row is then dropped, never given a made-up time); a negative duration becomes 0."""
     start, ok = checked_ns(rows.ts, base)
     neg = rows.dur < 0  # NaN compares False
-    dur_ns, ok_dur = checked_ns(np.where(neg, 0.0, rows.dur), 0)
-    ok &= ok_dur & (dur_ns <= INT64_MAX - np.maximum(start, 0))
-    end = start + np.where(ok, dur_ns, 0)
+    dur_ns, ok_dur = checked_ns(np.where(neg, 0.0, rows.dur) if neg.any() else rows.dur, 0)
+    if ok.all() and ok_dur.all() and int(dur_ns.max()) <= INT64_MAX - max(int(start.max()), 0):
+        # every row fits (the row-by-row test below would pass them all); dur_ns becomes end
+        end = np.add(start, dur_ns, out=dur_ns)
+    else:
+        ok &= ok_dur & (dur_ns <= INT64_MAX - np.maximum(start, 0))
+        end = start + np.where(ok, dur_ns, 0)
     known = rows.cat >= 0
     bad_time = ~ok & known
     if bad_time.any():
@@ -208,15 +214,15 @@ def _unanalysed_device_rows(rows: _Rows, src_codes: Codes, notes: list[str]) -> 
     known = rows.cat >= 0
     if known.all() and not hpu.any():
         return np.zeros(len(rows.cat), dtype=bool)
-    host_cats = np.isin(rows.cat, [MODEL_CODE["cpu_op"], MODEL_CODE["annotation"]])
-    launch = np.isin(rows.cat, LAUNCH_CODES)
+    host_cats = codes_in(rows.cat, [MODEL_CODE["cpu_op"], MODEL_CODE["annotation"]])
+    launch = codes_in(rows.cat, LAUNCH_CODES)
     host_pids = pd.unique(rows.pid[host_cats | (launch & ~hpu)])
     if len(host_pids):
         off_host = ~np.isin(rows.pid, host_pids)
     else:
         off_host = np.ones(len(rows.pid), dtype=bool)
     device_cats = [src_codes.get(c, -1) for c in UNMAPPED_DEVICE_CATS]
-    unmapped = ~known & (off_host | np.isin(rows.src, device_cats))
+    unmapped = ~known & (off_host | codes_in(rows.src, device_cats))
     not_analysed: np.ndarray = unmapped | (hpu & off_host & bool(len(host_pids)))
     if not_analysed.any():
         src_names = list(src_codes)
@@ -230,7 +236,7 @@ def _unanalysed_device_rows(rows: _Rows, src_codes: Codes, notes: list[str]) -> 
 
 def _note_accelerators(rows: _Rows, src_codes: Codes, keep: np.ndarray, notes: list[str]) -> None:
     """Say how the kept events of accelerators other than CUDA / ROCm were read."""
-    accel = keep & np.isin(rows.src, [src_codes[c] for c in ACCELERATOR_CATS])
+    accel = keep & codes_in(rows.src, [src_codes[c] for c in ACCELERATOR_CATS])
     if accel.any():
         src_names = list(src_codes)
         by_src = Counter(src_names[c] for c in rows.src[accel].tolist())
@@ -268,7 +274,7 @@ def _clock(head: Meta, base_ok: bool, ts: np.ndarray) -> str:
 def _host_pid(rows: _Rows, gpu_side: np.ndarray) -> int:
     """The rank's host process: the pid of most launches, else of most host rows, else 0."""
     pid = rows.pid
-    host_pid = _mode(pid[np.isin(rows.cat, LAUNCH_CODES) & (pid >= 0)])
+    host_pid = _mode(pid[codes_in(rows.cat, LAUNCH_CODES) & (pid >= 0)])
     if host_pid is None:
         host_pid = _mode(pid[~gpu_side & (pid >= 0)])
     return 0 if host_pid is None else host_pid
@@ -278,21 +284,22 @@ def _on_host_process(rows: _Rows, gpu_side: np.ndarray, host_pid: int, notes: li
     """GPU-side rows moved onto the process that launched them, so that (pid, correlation) joins
     kernels to launches: Kineto gives them the device as pid and the stream as tid, used when
     ``args`` has no device / stream. Host rows get device and stream -1."""
-    device = np.where(gpu_side & (rows.device < 0), rows.pid, rows.device)
-    stream = np.where(gpu_side & (rows.stream < 0), rows.tid, rows.stream)
+    # in place: the columns are this table's own (a fresh copy per column costs page faults)
+    host = ~gpu_side
+    device, stream = rows.device, rows.stream
+    np.copyto(device, rows.pid, where=gpu_side & (device < 0))
+    np.copyto(stream, rows.tid, where=gpu_side & (stream < 0))
     bad_dev = gpu_side & (device > INT32_MAX)
     if bad_dev.any():
         notes.append(
             f"{int(bad_dev.sum())} device events have a device id beyond int32; given device -1"
         )
-        device = np.where(bad_dev, -1, device)
-    return replace(
-        rows,
-        pid=np.where(gpu_side, host_pid, rows.pid),
-        tid=np.where(gpu_side, -1, rows.tid),
-        device=np.where(gpu_side, device, -1),
-        stream=np.where(gpu_side, stream, -1),
-    )
+        device[bad_dev] = -1
+    rows.pid[gpu_side] = host_pid
+    rows.tid[gpu_side] = -1
+    device[host] = -1
+    stream[host] = -1
+    return rows
 
 
 def _steps_as_annotations(cat: np.ndarray, name: np.ndarray, names: list[str]) -> None:
@@ -300,7 +307,7 @@ def _steps_as_annotations(cat: np.ndarray, name: np.ndarray, names: list[str]) -
     recategorised as an annotation (in place)."""
     step_codes = [i for i, v in enumerate(names) if STEP_RE.match(v)]
     if step_codes:
-        is_step = np.isin(name, step_codes) & (cat == MODEL_CODE["cpu_op"])
+        is_step = codes_in(name, step_codes) & (cat == MODEL_CODE["cpu_op"])
         cat[is_step] = MODEL_CODE["annotation"]
 
 
@@ -312,16 +319,29 @@ def _lanes(
     stream: np.ndarray,
     tnames: dict[tuple[int, int], str],
 ) -> tuple[pd.Categorical, pd.Categorical]:
-    """Lane and thread-name categoricals, built per distinct (pid, tid) / (device, stream)."""
+    """Lane and thread-name categoricals, built per distinct (pid, tid) / (device, stream).
+
+    Rows come in runs on one lane (a thread's ops, a stream's kernels: ~1 000 runs in 430 000
+    rows): the pairs are found among the first rows of the runs (a pair's first appearance is
+    always one, so the order of appearance is kept) and each run's codes repeated, in the codes'
+    final width, with no per-row copy of the four columns."""
     n = len(pid)
     several_devices = len(pd.unique(device[gpu_side])) > 1
-    lane_codes = np.zeros(n, dtype=np.int64)
-    tname_codes = np.zeros(n, dtype=np.int64)
+    new = np.ones(n, dtype=bool)
+    if n > 1:
+        new[1:] = gpu_side[1:] != gpu_side[:-1]
+        for col in (pid, tid, device, stream):
+            new[1:] |= col[1:] != col[:-1]
+    heads = np.flatnonzero(new)
+    lengths = np.diff(np.append(heads, n))
+    on_gpu = gpu_side[heads]
+    run_lane = np.zeros(heads.size, dtype=np.int64)
+    run_tname = np.zeros(heads.size, dtype=np.int64)
     lane_labels: list[str] = []
     tname_labels: list[str] = [""]
-    host = ~gpu_side
-    if host.any():
-        uniq, inv = _factorize_pairs(pid[host], tid[host])
+    host = heads[~on_gpu]
+    if host.size:
+        uniq, inv = _factorize_rows(pid[host], tid[host])
         tn_idx = []
         for kp, kt in uniq:
             tn = tnames.get((kp, kt), "")
@@ -329,22 +349,34 @@ def _lanes(
             if tn not in tname_labels:
                 tname_labels.append(tn)
             tn_idx.append(tname_labels.index(tn))
-        lane_codes[host] = inv
-        tname_codes[host] = np.array(tn_idx, dtype=np.int64)[inv]
-    if gpu_side.any():
-        uniq, inv = _factorize_pairs(device[gpu_side], stream[gpu_side])
+        run_lane[~on_gpu] = inv
+        run_tname[~on_gpu] = np.array(tn_idx, dtype=np.int64)[inv]
+    gpu = heads[on_gpu]
+    if gpu.size:
+        uniq, inv = _factorize_rows(device[gpu], stream[gpu])
         first = len(lane_labels)
         for kd, ks in uniq:
             lane_labels.append((f"gpu {kd} " if several_devices else "") + f"stream {ks}")
-        lane_codes[gpu_side] = inv + first
+        run_lane[on_gpu] = inv + first
     # Two host processes may share a tid label: merge identical labels into one category.
     label_codes, label_uniques = pd.factorize(np.array(lane_labels, dtype=object))
-    lane = _from_codes(label_codes[lane_codes].astype(np.int32), categories=label_uniques)
-    tname = _from_codes(tname_codes.astype(np.int32), categories=tname_labels)
+    lane_codes = _narrow(label_codes[run_lane], len(label_uniques))
+    tname_codes = _narrow(run_tname, len(tname_labels))
+    lane = _from_codes(np.repeat(lane_codes, lengths), categories=label_uniques)
+    tname = _from_codes(np.repeat(tname_codes, lengths), categories=tname_labels)
     return lane, tname
 
 
-def _factorize_pairs(a: np.ndarray, b: np.ndarray) -> tuple[list[tuple[int, int]], np.ndarray]:
+def _narrow(codes: np.ndarray, n_categories: int) -> np.ndarray:
+    """Codes in the width pandas gives a categorical of ``n_categories`` (it would convert
+    wider ones, another column-sized copy)."""
+    for dtype in (np.int8, np.int16, np.int32):
+        if n_categories < np.iinfo(dtype).max:
+            return codes.astype(dtype)
+    return codes.astype(np.int64)
+
+
+def _factorize_rows(a: np.ndarray, b: np.ndarray) -> tuple[list[tuple[int, int]], np.ndarray]:
     """Distinct (a, b) pairs (in order of appearance) and each row's pair number (hash-based:
     much faster than ``np.unique(axis=0)``, which sorts)."""
     ca, ua = pd.factorize(a)
