@@ -466,6 +466,25 @@ static inline int num_int(const Num *n, int64_t *out) {
     return 1;
 }
 
+/* After a member of an object or an array: a ',' (MORE: the next member follows) or the closing
+ * byte (DONE), white space skipped; BAIL on anything else. */
+enum { MORE = 3, DONE = 4 };
+
+static inline int after_member(P *ps, uint8_t close) {
+    skip_ws(ps);
+    if (ps->p >= ps->end) return BAIL;
+    if (*ps->p == ',') {
+        ps->p++;
+        skip_ws(ps);
+        return MORE;
+    }
+    if (*ps->p == close) {
+        ps->p++;
+        return DONE;
+    }
+    return BAIL;
+}
+
 static int skip_value(P *ps);
 
 static int skip_container(P *ps, uint8_t close) {
@@ -490,19 +509,12 @@ static int skip_container(P *ps, uint8_t close) {
         }
         int r = skip_value(ps);
         if (r) return r;
-        skip_ws(ps);
-        if (ps->p >= ps->end) return BAIL;
-        if (*ps->p == ',') {
-            ps->p++;
-            skip_ws(ps);
-            continue;
-        }
-        if (*ps->p == close) {
-            ps->p++;
+        r = after_member(ps, close);
+        if (r == DONE) {
             ps->depth--;
             return OK;
         }
-        return BAIL;
+        if (r != MORE) return r;
     }
 }
 
@@ -735,19 +747,12 @@ static int parse_args(P *ps, Ev *ev, Out *o) {
             if (seen & bit) ev->flag = 1; /* a duplicate: msgspec keeps the last */
             seen |= bit;
         }
-        skip_ws(ps);
-        if (ps->p >= ps->end) return BAIL;
-        if (*ps->p == ',') {
-            ps->p++;
-            skip_ws(ps);
-            continue;
-        }
-        if (*ps->p == '}') {
-            ps->p++;
+        r = after_member(ps, '}');
+        if (r == DONE) {
             ps->depth--;
             return OK;
         }
-        return BAIL;
+        if (r != MORE) return r;
     }
 }
 
@@ -854,18 +859,9 @@ static int parse_event(P *ps, Out *o) {
         if (r) return r;
         if (seen & bit) ev.flag = 1; /* a duplicate: msgspec keeps the last */
         seen |= bit;
-        skip_ws(ps);
-        if (ps->p >= ps->end) return BAIL;
-        if (*ps->p == ',') {
-            ps->p++;
-            skip_ws(ps);
-            continue;
-        }
-        if (*ps->p == '}') {
-            ps->p++;
-            break;
-        }
-        return BAIL;
+        r = after_member(ps, '}');
+        if (r == DONE) break;
+        if (r != MORE) return r;
     }
     ps->depth--;
     if (!ev.has_ph || ev.ph_e - ev.ph_s != 1 || !known_phase(ev.ph_s[0])) return BAIL;
@@ -890,18 +886,9 @@ static int parse_array(P *ps, Out *o) {
         for (;;) {
             int r = parse_event(ps, o);
             if (r) return r;
-            skip_ws(ps);
-            if (ps->p >= ps->end) return BAIL;
-            if (*ps->p == ',') {
-                ps->p++;
-                skip_ws(ps);
-                continue;
-            }
-            if (*ps->p == ']') {
-                ps->p++;
-                break;
-            }
-            return BAIL;
+            r = after_member(ps, ']');
+            if (r == DONE) break;
+            if (r != MORE) return r;
         }
     }
     skip_ws(ps);
