@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -82,29 +83,40 @@ def _query_times(
     if not steps.gpu or inst.empty:
         return t
     rows = np.flatnonzero(kind == Kind.COMM)
-    # (lane, start) -> the launch of the first comm activity there: a dict, where a pandas
-    # merge cost milliseconds for a few thousand rows
-    first: dict[tuple[str, int], int] = {}
-    for k, v in zip(
-        zip(
-            values_at(ev["lane"], rows).astype(str).tolist(),
-            ev["start_ns"].to_numpy()[rows].astype(np.int64).tolist(),
-            strict=True,
-        ),
-        steps.launch_start_ns[rows].tolist(),
-        strict=True,
-    ):
-        first.setdefault(k, v)
-    got = [first.get(k) for k in zip(inst["lane"].astype(str).tolist(), t.tolist(), strict=True)]
-    ok = np.array([g is not None for g in got], dtype=bool)
+    # per instance, the first comm activity at its (lane, start), and that activity's launch
+    j = _first_match(
+        (inst["lane"].astype(str).to_numpy(dtype=object), t),
+        (values_at(ev["lane"], rows).astype(str), ev["start_ns"].to_numpy()[rows]),
+    )
+    ok = j >= 0
+    launch = np.asarray(steps.launch_start_ns, dtype=np.int64)[rows][np.maximum(j, 0)]
     out: I64 = t.copy()
     if ok.all():
-        vals = np.array(got, dtype=np.int64)
+        vals = launch
     else:  # through float64, as the merge's column with gaps was
-        gaps = np.array([np.nan if g is None else g for g in got], dtype=np.float64)
-        vals = np.where(ok, gaps, NO_LAUNCH).astype(np.int64)
+        vals = np.where(ok, launch.astype(np.float64), NO_LAUNCH).astype(np.int64)
     has = ok & (vals != NO_LAUNCH)
     out[has] = vals[has]
+    return out
+
+
+def _first_match(query: tuple[npt.NDArray[Any], ...], cand: tuple[npt.NDArray[Any], ...]) -> I64:
+    """Per query row, the index of the first candidate row (in candidate order) whose key
+    columns all equal the query's, -1 when none: pandas' ``drop_duplicates`` then a left
+    ``merge``, without a Python object per row. The columns (ints or strings) are coded
+    together, column by column, into one int key per row."""
+    nq = len(query[0])
+    key = np.zeros(nq + len(cand[0]), dtype=np.int64)
+    for q, c in zip(query, cand, strict=True):
+        codes, uniques = pd.factorize(np.concatenate((np.asarray(q), np.asarray(c))))
+        key = pd.factorize(key * (len(uniques) + 1) + codes)[0].astype(np.int64)
+    ck, qk = key[nq:], key[:nq]
+    uniq, first = np.unique(ck, return_index=True)  # the first candidate of each key
+    out = np.full(nq, -1, dtype=np.int64)
+    if uniq.size:
+        at = np.minimum(np.searchsorted(uniq, qk), uniq.size - 1)
+        ok = uniq[at] == qk
+        out[ok] = first[at[ok]]
     return out
 
 
@@ -274,36 +286,37 @@ def attach_purposes(
             instances.assign(purpose=pd.array([Purpose.UNKNOWN] * len(instances), dtype=object)),
             per_rank.assign(purpose=pd.array([Purpose.UNKNOWN] * len(per_rank), dtype=object)),
         )
-    # a few hundred rows: plain dicts, where a pandas merge / groupby / sort cost milliseconds
-    of: dict[tuple[int, str, int], str] = {}  # (unit, lane, start) -> the first row's purpose
-    for k, p in zip(
-        zip(
-            local["unit"].tolist(),
-            local["lane"].astype(str).tolist(),
-            local["start_ns"].astype(np.int64).tolist(),
-            strict=True,
+    j = _first_match(
+        (
+            per_rank["unit"].to_numpy(),
+            per_rank["lane"].astype(str).to_numpy(dtype=object),
+            per_rank["start_ns"].to_numpy(np.int64),
         ),
-        local["purpose"].tolist(),
-        strict=True,
-    ):
-        of.setdefault(k, p)
-    keys = zip(
-        per_rank["unit"].tolist(),
-        per_rank["lane"].astype(str).tolist(),
-        per_rank["start_ns"].astype(np.int64).tolist(),
-        strict=True,
+        (
+            local["unit"].to_numpy(),
+            local["lane"].astype(str).to_numpy(dtype=object),
+            local["start_ns"].to_numpy(np.int64),
+        ),
     )
-    purpose = [Purpose.UNKNOWN if pd.isna(p := of.get(k)) else str(p) for k in keys]
-    per_rank = per_rank.assign(purpose=pd.array(np.array(purpose, dtype=object), dtype=object))
+    got = local["purpose"].to_numpy(dtype=object)[np.maximum(j, 0)]
+    missing = (j < 0) | pd.isna(got)
+    purpose = np.full(j.size, Purpose.UNKNOWN, dtype=object)
+    purpose[~missing] = pd.Series(got[~missing], dtype=object).astype(str).to_numpy(dtype=object)
+    per_rank = per_rank.assign(purpose=pd.array(purpose, dtype=object))
     # per instance: the purpose most of its ranks give that is not unknown (ties: the first
     # purpose in sort order)
-    counts: dict[int, dict[str, int]] = {}
-    for i, p in zip(per_rank["instance"].tolist(), purpose, strict=True):
-        if p != Purpose.UNKNOWN:
-            per = counts.setdefault(i, {})
-            per[p] = per.get(p, 0) + 1
-    best = {i: min(per, key=lambda p: (-per[p], p)) for i, per in counts.items()}
-    inst_p = np.array(
-        [best.get(i, Purpose.UNKNOWN) for i in instances["instance"].tolist()], dtype=object
-    )
+    known = purpose != Purpose.UNKNOWN
+    ids = per_rank["instance"].to_numpy(np.int64)[known]
+    code, labels = pd.factorize(purpose[known], sort=True)
+    pair, n = np.unique(ids * max(len(labels), 1) + code, return_counts=True)
+    p_inst, p_code = pair // max(len(labels), 1), pair % max(len(labels), 1)
+    order = np.lexsort((p_code, -n, p_inst))  # per instance: most ranks, then sort order
+    head = order[np.r_[True, p_inst[order][1:] != p_inst[order][:-1]]] if order.size else order
+    best_inst, best_label = p_inst[head], np.asarray(labels, dtype=object)[p_code[head]]
+    want = instances["instance"].to_numpy(np.int64)
+    at = np.minimum(np.searchsorted(best_inst, want), max(best_inst.size - 1, 0))
+    hit = (best_inst.size > 0) & (best_inst[at] == want) if best_inst.size else np.zeros(0, bool)
+    inst_p = np.full(want.size, Purpose.UNKNOWN, dtype=object)
+    if best_inst.size:
+        inst_p[hit] = best_label[at[hit]]
     return instances.assign(purpose=pd.array(inst_p, dtype=object)), per_rank
