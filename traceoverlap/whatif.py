@@ -436,26 +436,32 @@ TRANSFER_SPREAD_MIN_RATIO = 0.10
 TRANSFER_SPREAD_MIN_STEPS = 3
 
 
-def transfer_spread_note(g: RunGraph, p: Params, step_ns: float | None) -> str:
-    """whatif.md §5: every scenario keeps each matched collective's transfer after its last
-    arrival (``post_ns``: the node's [end - post, end)) as the trace shows it in that step.
-    Per rank and step, the time some transfer was under way (the union of those intervals: two
-    at once count once, so it never exceeds the step). Where that varies between steps by at
-    least :data:`TRANSFER_SPREAD_MIN_RATIO` of the median replayed step (``step_ns``), the
-    per-step predictions carry that variation: say so, with the widest rank's range. ""
-    otherwise."""
+def transfer_busy_ns(g: RunGraph, p: Params) -> tuple[I64, npt.NDArray[np.bool_]]:
+    """Per unit and step window (``(n_units, n_steps)``): how long some matched collective's
+    transfer after its last arrival (``post_ns``: the node's [end - post, end)) was under way on
+    that unit, the union of those intervals (two at once count once, so it never exceeds the
+    step); and whether the unit had any there."""
     from . import intervals as iv
 
-    sel = (g.inst >= 0) & (g.window >= 0) & (p.post_ns > 0)
-    if not step_ns or not sel.any():
-        return ""
     nw = len(g.step_labels)
     n = g.n_units * nw
+    sel = (g.inst >= 0) & (g.window >= 0) & (p.post_ns > 0)
     key = g.unit[sel] * nw + g.window[sel]
     end = g.end_ns[sel]
     busy = iv.grouped_length(iv.grouped_union(key, end - p.post_ns[sel], end, n), n)
     has = np.bincount(key, minlength=n) > 0
-    busy, has = busy.reshape(g.n_units, nw), has.reshape(g.n_units, nw)
+    return busy.reshape(g.n_units, nw).astype(np.int64), has.reshape(g.n_units, nw)
+
+
+def transfer_spread_note(g: RunGraph, p: Params, step_ns: float | None) -> str:
+    """whatif.md §5: every scenario keeps each matched collective's transfer after its last
+    arrival as the trace shows it in that step. Per rank and step, the time some transfer was
+    under way (:func:`transfer_busy_ns`). Where that varies between steps by at least
+    :data:`TRANSFER_SPREAD_MIN_RATIO` of the median replayed step (``step_ns``), the per-step
+    predictions carry that variation: say so, with the widest rank's range. "" otherwise."""
+    if not step_ns or not ((g.inst >= 0) & (g.window >= 0) & (p.post_ns > 0)).any():
+        return ""
+    busy, has = transfer_busy_ns(g, p)
     best: tuple[int, int, int, int] | None = None
     for u in range(g.n_units):
         t = busy[u, has[u]]
