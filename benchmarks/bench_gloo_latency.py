@@ -70,13 +70,17 @@ def _tcp_ping_pong(nbytes: int, iters: int) -> list[float]:
     return out
 
 
-def _worker(rank: int, port: int, kb: int, iters: int, q: Any) -> None:
+def _worker(rank: int, port: int, kb: int, iters: int, loop: str, q: Any) -> None:
     import torch
     import torch.distributed as dist
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=2)
+    if loop == "idle":
+        from traceoverlap_workloads.train import idle_gloo_loops
+
+        idle_gloo_loops()
     a, b = torch.ones(kb * 256), torch.ones(kb * 256)  # kb KiB of float32 each
     results = {}
     for case in CASES:
@@ -117,17 +121,27 @@ def main() -> None:
     )
     ap.add_argument("--iters", type=int, default=150, help="timed iterations per case")
     ap.add_argument("--port", type=int, default=29541)
+    ap.add_argument(
+        "--loop",
+        choices=("default", "idle"),
+        default="default",
+        help="idle: the gloo TCP loop threads at SCHED_IDLE (the workloads' --gloo-loop idle)",
+    )
     args = ap.parse_args()
     try:
         import torch.multiprocessing as mp
     except ImportError:
         sys.exit("bench_gloo_latency: needs torch (pip install -e '.[workloads]')")
-    print(f"{os.cpu_count()} cores; {args.kb} KiB, {args.iters} iterations per case")
+    print(
+        f"{os.cpu_count()} cores; {args.kb} KiB, {args.iters} iterations per case; "
+        f"gloo loop threads: {args.loop}"
+    )
     print(_summary("tcp ping-pong", _tcp_ping_pong(args.kb * 1024, args.iters)))
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     procs = [
-        ctx.Process(target=_worker, args=(r, args.port, args.kb, args.iters, q)) for r in range(2)
+        ctx.Process(target=_worker, args=(r, args.port, args.kb, args.iters, args.loop, q))
+        for r in range(2)
     ]
     for p in procs:
         p.start()

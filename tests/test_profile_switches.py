@@ -14,7 +14,13 @@ from conftest import one_error_line
 
 from traceoverlap.cli import main
 from traceoverlap.errors import UsageError
-from traceoverlap.profile import SLOW_PHASES, STRATEGIES, ProfileOptions, workload_command
+from traceoverlap.profile import (
+    GLOO_LOOPS,
+    SLOW_PHASES,
+    STRATEGIES,
+    ProfileOptions,
+    workload_command,
+)
 
 
 def _workload_main() -> Any:
@@ -32,6 +38,7 @@ def test_profile_knows_every_strategy_and_phase_of_the_workload() -> None:
     choices = {a.dest: tuple(a.choices or ()) for a in wl.build_parser()._actions}
     assert STRATEGIES == choices["strategy"] == wl.STRATEGIES
     assert SLOW_PHASES == choices["slow_phase"] == wl.SLOW_PHASES
+    assert GLOO_LOOPS == choices["gloo_loop"]
     help_text = CliRunner().invoke(main, ["profile", "--help"]).output
     for word in ("tp|pipeline|fsdp|moe", "--slow-phase", "--comm [on|off]", "--tp-size"):
         assert word in help_text, word
@@ -57,6 +64,11 @@ def test_model_parallel_switches_reach_the_workload_command() -> None:
     args = parser.parse_args(cmd[3:])
     assert (args.strategy, args.tp_size, args.slow_phase) == ("tp", 4, "forward")
     assert parser.parse_args(pp[3:]).comm == "off"
+    idle = workload_command(ProfileOptions(gloo_loop="idle"), Path("o"), python="py")
+    assert _after(idle, "--gloo-loop") == "idle" and "--gloo-loop" not in plain
+    assert parser.parse_args(idle[3:]).gloo_loop == "idle"
+    with pytest.raises(UsageError, match="unknown gloo loop"):
+        ProfileOptions(gloo_loop="spin")
 
 
 @pytest.mark.parametrize(

@@ -769,6 +769,16 @@ def _echo_analysis(result: Any) -> None:
     "--warmup >= 1.",
 )
 @click.option(
+    "--gloo-loop",
+    type=click.Choice(["default", "idle"]),
+    default="default",
+    show_default=True,
+    help="gloo on CPU: idle runs gloo's TCP loop threads at SCHED_IDLE. They poll while a "
+    "transfer is under way, and on a machine with few cores a thread they wake can wait a "
+    "scheduler tick behind them (transfers stall 4 ms at random). idle steadies transfers for "
+    "what-if closed loops; communication beside compute then progresses only on idle cores.",
+)
+@click.option(
     "--nsys",
     is_flag=True,
     help="Trace with Nsight Systems (nsys on PATH) instead of the PyTorch profiler.",

@@ -37,6 +37,8 @@ from .vocab import SLOW_PHASES
 STRATEGIES = ("naive", "flat", "overlap", "bucketed", "ddp", "tp", "pipeline", "fsdp", "moe")
 DATA_PARALLEL = ("naive", "flat", "overlap", "bucketed", "ddp")
 MODELS = ("gpt", "mlp")
+#: ``--gloo-loop``: the priority of gloo's TCP loop threads (the workload's switch).
+GLOO_LOOPS = ("default", "idle")
 PRESETS = ("tiny", "small", "medium", "large", "xl", "comm-heavy")
 DTYPES = ("float32", "bfloat16", "float16")
 BACKENDS = ("gloo", "nccl")
@@ -58,7 +60,8 @@ class ProfileOptions:
     of a tensor-parallel group (``tp``), ``micro_batches`` a pipeline step's (``pipeline``);
     ``host_delay_ms`` is milliseconds every rank sleeps on the host after launching the step's
     all-reduces, before waiting for them and the optimizer; ``timeout_s`` bounds a stuck collective
-    and the whole run (seconds).
+    and the whole run (seconds); ``gloo_loop`` ``"idle"`` runs gloo's TCP loop threads at
+    SCHED_IDLE (steadier CPU transfers for what-if closed loops, docs/whatif.md).
     """
 
     strategy: str = "bucketed"
@@ -80,6 +83,7 @@ class ProfileOptions:
     tp_size: int | None = None
     micro_batches: int | None = None
     timeout_s: float = 600.0
+    gloo_loop: str = "default"
 
     def __post_init__(self) -> None:
         for value, allowed, what in (
@@ -97,6 +101,8 @@ class ProfileOptions:
             raise UsageError("--world-size and --steps must be >= 1, --warmup >= 0")
         if self.slow_rank is not None and not 0 <= self.slow_rank < self.world_size:
             raise UsageError(f"--slow-rank {self.slow_rank} is not a rank of {self.world_size}")
+        if self.gloo_loop not in GLOO_LOOPS:
+            raise UsageError(f"unknown gloo loop {self.gloo_loop!r} (default or idle)")
         if self.host_delay_ms < 0:
             raise UsageError(f"--host-delay-ms must be >= 0, not {self.host_delay_ms:g}")
         self._check_parallel()
@@ -156,6 +162,8 @@ def workload_command(
         cmd += ["--comm", "off"]
     if opts.host_delay_ms > 0:
         cmd += ["--host-delay-ms", f"{opts.host_delay_ms:g}"]
+    if opts.gloo_loop != "default":
+        cmd += ["--gloo-loop", opts.gloo_loop]
     cmd += ["--profiler", profiler, "--out", str(out)]
     return cmd
 

@@ -108,6 +108,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="default: nccl when CUDA is available, else gloo",
     )
     p.add_argument(
+        "--gloo-loop",
+        choices=("default", "idle"),
+        default="default",
+        help="gloo on CPU: idle runs each rank's gloo TCP loop threads (gloo_tcp_loop) at "
+        "SCHED_IDLE once its process groups exist. That thread polls while a transfer is under "
+        "way; on a machine with few cores a thread it wakes can wait behind it for a scheduler "
+        "tick (4 ms at HZ=250), which makes transfers stall at random "
+        "(benchmarks/bench_gloo_latency.py --loop idle). idle: steadier transfers, for what-if "
+        "closed loops; the loop then runs only on an otherwise idle core, so communication "
+        "beside compute progresses less (not the reference behaviour)",
+    )
+    p.add_argument(
         "--slow-rank",
         type=int,
         default=-1,

@@ -238,6 +238,27 @@ def _step(
         torch.cuda.synchronize()
 
 
+def idle_gloo_loops() -> int:
+    """Put this process's gloo TCP loop threads (``gloo_tcp_loop``, one per gloo device: each
+    process group that made its own) at SCHED_IDLE (``--gloo-loop idle``); how many. Linux
+    only (``/proc/self/task``); 0 elsewhere."""
+    n = 0
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return 0
+    for t in tasks:
+        try:
+            with open(f"/proc/self/task/{t}/comm") as f:
+                if not f.read().startswith("gloo_tcp_loop"):
+                    continue
+            os.sched_setscheduler(int(t), os.SCHED_IDLE, os.sched_param(0))
+            n += 1
+        except (OSError, AttributeError):  # the thread ended, or no SCHED_IDLE here
+            continue
+    return n
+
+
 def _train(args: argparse.Namespace, rank: int, world_size: int, device: torch.device) -> None:
     comm.set_enabled(args.comm == "on")
     wl = build_workload(args, rank, world_size, device)
@@ -280,6 +301,14 @@ def _train(args: argparse.Namespace, rank: int, world_size: int, device: torch.d
         )
         profiler.start()
 
+    if getattr(args, "gloo_loop", "default") == "idle" and dist.get_backend() == "gloo":
+        n = idle_gloo_loops()
+        if rank == 0:
+            print(
+                f"traceoverlap-workloads: {n} gloo_tcp_loop thread(s) of rank 0 at SCHED_IDLE",
+                file=sys.stderr,
+                flush=True,
+            )
     under_nsys = args.profiler == "none"
     capture = contextlib.ExitStack()
     step_ms: list[float] = []
