@@ -604,21 +604,32 @@ def _run_step_ms(folder: str) -> float:
 
 
 @pytest.mark.parametrize(
-    ("slow", "base"),
+    ("slow", "base", "rank"),
     [
-        ("naive_slow", "naive_8"),
-        ("bucketed_slow", "bucketed"),
-        ("slow_rank", "bucketed"),
-        ("naive4_slow", "naive4"),
+        ("naive_slow", "naive_8", 1),
+        ("bucketed_slow", "bucketed", 1),
+        ("slow_rank", "bucketed", 1),
+        ("naive4_slow", "naive4", 1),
+        # the asynchronous strategies, gloo's TCP loop threads at SCHED_IDLE (--gloo-loop idle):
+        # bucketed GPT with rank 1 sleeping 40 ms before backward, DDP GPT with rank 0 sleeping
+        # 25 ms in its optimizer (the straggler starts its next step late), 8 steps each, the
+        # baseline right after; the last of three generations made (docs/whatif.md, Measured:
+        # every generation's figures): 31.1 ms predicted against 29.1 (+7 %), 27.0 against 24.9
+        # (+9 %)
+        ("bucketed_idle_slow", "bucketed_idle", 1),
+        ("ddp_idle_slow", "ddp_idle", 0),
     ],
 )
-def test_closed_loop_fix_rank_predicts_the_run_without_the_straggler(slow: str, base: str) -> None:
+def test_closed_loop_fix_rank_predicts_the_run_without_the_straggler(
+    slow: str, base: str, rank: int
+) -> None:
     # naive_slow: naive_8 with rank 1 sleeping 40 ms before backward (real gloo runs, 8 steps);
-    # bucketed_slow / slow_rank: bucketed with rank 1 sleeping 20 / 40 ms (3 steps). fix-rank:1
+    # bucketed_slow / slow_rank: bucketed with rank 1 sleeping 20 / 40 ms (3 steps). fix-rank:R
     # on the slow run must predict the run without it within 20 % (whatif.md §5)
-    w = what_if(load_graph(FIXTURES / slow), ["fix-rank:1"])
-    predicted = w.scenarios[0].step_ns
-    assert predicted is not None
+    w = what_if(load_graph(FIXTURES / slow), ["replay", f"fix-rank:{rank}"])
+    replayed, predicted = (s.step_ns for s in w.scenarios)
+    assert replayed is not None and predicted is not None
+    assert predicted < replayed  # the straggler's sleep is gone
     measured = _run_step_ms(base)
     assert abs(predicted / MS - measured) / measured <= 0.20
 

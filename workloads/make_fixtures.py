@@ -18,7 +18,8 @@ with a planted cause (see fixtures/workloads/README.md):
   ``pipeline``, ``pipeline_slow_last`` (a long last stage), ``fsdp``, ``moe_slow`` (4 ranks);
 - what-if pairs, 8 active steps: ``naive_slow`` / ``naive_8``, ``naive4_slow`` / ``naive4`` (4
   ranks), ``overlap_8`` / ``overlap_commoff`` (``--comm off``), ``ddp_8`` / ``ddp_commoff`` and
-  ``gpt_overlap_8`` / ``gpt_overlap_commoff`` (input shapes recorded).
+  ``gpt_overlap_8`` / ``gpt_overlap_commoff`` (input shapes recorded), ``bucketed_idle_slow`` /
+  ``bucketed_idle`` and ``ddp_idle_slow`` / ``ddp_idle`` (``--gloo-loop idle``).
 
 Timings differ from run to run; tests on these files assert what the planted cause guarantees.
 
@@ -75,6 +76,24 @@ RUNS["overlap_commoff"] = [*OVERLAP, "--comm", "off"]
 # ready: alone instances exist) and per-parameter overlap (every backward op beside communication)
 RUNS["ddp_8"] = ["--strategy", "ddp", *EIGHT]
 RUNS["ddp_commoff"] = ["--strategy", "ddp", *EIGHT, "--comm", "off"]
+# fix-rank's closed loop on the asynchronous strategies (whatif.md §5), gloo's TCP loop threads at
+# SCHED_IDLE (--gloo-loop idle: without it a thread the loop wakes can wait a scheduler tick
+# behind it, and the transfers of a slow run and its rerun differ by more than the tolerance);
+# each baseline made right after its slow run
+IDLE = [*EIGHT, "--gloo-loop", "idle"]
+RUNS["bucketed_idle_slow"] = [
+    "--strategy",
+    "bucketed",
+    *IDLE,
+    "--slow-rank",
+    "1",
+    "--slow-ms",
+    "40",
+]
+RUNS["bucketed_idle"] = ["--strategy", "bucketed", *IDLE]
+RUNS["ddp_idle_slow"] = ["--strategy", "ddp", *IDLE, "--slow-rank", "0", "--slow-ms", "25"]
+RUNS["ddp_idle_slow"] += ["--slow-phase", "optimizer"]
+RUNS["ddp_idle"] = ["--strategy", "ddp", *IDLE]
 RUNS["gpt_overlap_8"] = ["--strategy", "overlap", *EIGHT]
 RUNS["gpt_overlap_commoff"] = ["--strategy", "overlap", *EIGHT, "--comm", "off"]
 
