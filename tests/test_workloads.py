@@ -649,6 +649,9 @@ def test_gloo_loop_idle_lowers_every_loop_thread_and_still_trains(tmp_path: Path
     m = re.search(r"(\d+) gloo_tcp_loop thread\(s\) of rank 0 at SCHED_IDLE", res.stderr)
     assert m is not None and int(m.group(1)) >= 1, res.stderr
     assert len(list(tmp_path.glob("rank*.json.gz"))) == 4
+    # more ranks than cores: the starving loop threads are named in a warning
+    crowded = f"warning: 4 ranks on {os.cpu_count()} cores" in res.stderr
+    assert crowded == ((os.cpu_count() or 1) < 4), res.stderr
 
 
 def test_idle_gloo_loops_touches_only_gloo_loop_threads(monkeypatch: pytest.MonkeyPatch) -> None:

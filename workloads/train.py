@@ -303,9 +303,17 @@ def _train(args: argparse.Namespace, rank: int, world_size: int, device: torch.d
 
     if getattr(args, "gloo_loop", "default") == "idle" and dist.get_backend() == "gloo":
         n = idle_gloo_loops()
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
         if rank == 0:
+            crowded = (
+                f"; warning: {local} ranks on {os.cpu_count()} cores, every core busy with "
+                "compute: the loop threads may starve and transfers wait for idle cores"
+                if local > (os.cpu_count() or 1)
+                else ""
+            )
             print(
-                f"traceoverlap-workloads: {n} gloo_tcp_loop thread(s) of rank 0 at SCHED_IDLE",
+                f"traceoverlap-workloads: {n} gloo_tcp_loop thread(s) of rank 0 at SCHED_IDLE"
+                + crowded,
                 file=sys.stderr,
                 flush=True,
             )
