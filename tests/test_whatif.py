@@ -893,6 +893,8 @@ def test_transfer_spread_note_where_transfers_vary_by_a_tenth_of_the_step() -> N
         "(rank 0: 2.0-14.0 ms a step after the last arrivals, against a median step of " in note[0]
     )
     assert "60.0 ms)" in note[0]
+    # CPU ranks (gloo): the note says what steadies gloo's transfers
+    assert note[0].endswith("--gloo-loop idle steadies the transfers (docs/workloads.md)")
     # 2, 2, 6 ms: a spread of 4 ms = 6.7 % of the step: no note
     w = what_if(graph_of(_steps_run((2, 2, 6))), ["replay"])  # type: ignore[arg-type]
     assert not any(n.startswith("transfers vary") for n in w.notes)

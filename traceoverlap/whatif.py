@@ -436,6 +436,14 @@ TRANSFER_SPREAD_MIN_RATIO = 0.10
 TRANSFER_SPREAD_MIN_STEPS = 3
 
 
+#: Added to the transfer-spread note of a CPU rank (docs/whatif.md, Measured; docs/workloads.md).
+GLOO_LOOP_HINT = (
+    "; on CPU, gloo's TCP loop threads poll during a transfer and a thread they wake can wait a "
+    "scheduler tick behind them on a shared core: the reference workloads' --gloo-loop idle "
+    "steadies the transfers (docs/workloads.md)"
+)
+
+
 def transfer_busy_ns(g: RunGraph, p: Params) -> tuple[I64, npt.NDArray[np.bool_]]:
     """Per unit and step window (``(n_units, n_steps)``): how long some matched collective's
     transfer after its last arrival (``post_ns``: the node's [end - post, end)) was under way on
@@ -470,11 +478,13 @@ def transfer_spread_note(g: RunGraph, p: Params, step_ns: float | None) -> str:
     if best is None or best[0] < TRANSFER_SPREAD_MIN_RATIO * step_ns:
         return ""
     _, u, lo, hi = best
+    cpu = g.unit_gpu.size > u and not bool(g.unit_gpu[u])
     return (
         f"transfers vary from step to step (rank {int(g.unit_rank[u])}: {lo / 1e6:.1f}-"
         f"{hi / 1e6:.1f} ms a step after the last arrivals, against a median step of "
         f"{step_ns / 1e6:.1f} ms): every scenario keeps each step's own transfers, so compare its "
         "median step with the median of several measured steps, not with one"
+        + (GLOO_LOOP_HINT if cpu else "")
     )
 
 
