@@ -53,6 +53,24 @@ def test_dask_killed_worker_is_one_line_and_quiet(
     assert "distributed" not in capfd.readouterr().err
 
 
+@pytest.mark.slow
+def test_dask_workers_start_with_distributed_logging_off(tmp_path: Path) -> None:
+    # the workers a local cluster starts (and restarts) configure distributed's logging when they
+    # import it: the map hands them Dask's logging.distributed = critical through the
+    # environment, and gives the caller's environment back afterwards
+    import logging
+    import os
+
+    pytest.importorskip("distributed")
+    from traceoverlap.inputs import DASK_LOG_ENV
+
+    before = os.environ.get(DASK_LOG_ENV)
+    files = _files(tmp_path, "a.json")
+    got = list(run_map(files, _killer.log_level, jobs=1, scheduler="local"))
+    assert got == [f"{logging.CRITICAL} critical"]
+    assert os.environ.get(DASK_LOG_ENV) == before
+
+
 @pytest.mark.parametrize("address", ["foo", "tcp://head", "http://head:8786", "tcp://"])
 def test_bad_scheduler_address_is_one_line(tmp_path: Path, address: str) -> None:
     pytest.importorskip("distributed")

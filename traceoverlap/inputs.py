@@ -319,11 +319,24 @@ def _dask_map(
     levels = [q.level for q in quiet]  # distributed.client has its own level and handler
     for q in quiet:
         q.setLevel(logging.CRITICAL)
+    # worker processes a local cluster starts, or restarts after one died, configure their
+    # logging from Dask's config when they import distributed: the environment reaches them
+    # (silence_logs did not always: a restarted worker once printed an INFO line)
+    env_before = os.environ.get(DASK_LOG_ENV)
+    os.environ[DASK_LOG_ENV] = "critical"
     try:
         yield from _dask_run(names, task, scheduler, jobs, Client, LocalCluster)
     finally:
         for q, level in zip(quiet, levels, strict=True):
             q.setLevel(level)
+        if env_before is None:
+            os.environ.pop(DASK_LOG_ENV, None)
+        else:
+            os.environ[DASK_LOG_ENV] = env_before
+
+
+#: Dask's config key ``logging.distributed`` as an environment variable (read at import).
+DASK_LOG_ENV = "DASK_LOGGING__DISTRIBUTED"
 
 
 _SCHEDULER_ADDRESS = re.compile(r"^(tcp|tls|ucx|ws|wss)://[^/\s:]+:\d{1,5}/?$")
