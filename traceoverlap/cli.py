@@ -18,7 +18,7 @@ import click
 
 from ._version import __version__
 from .errors import TraceoverlapError, UsageError
-from .vocab import DEFAULT_STEP_REGEX, LOST_RATIO, SLOW_PHASES
+from .vocab import DEFAULT_STEP_REGEX, GLOO_LOOPS, LOST_RATIO, SLOW_PHASES
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -770,7 +770,7 @@ def _echo_analysis(result: Any) -> None:
 )
 @click.option(
     "--gloo-loop",
-    type=click.Choice(["default", "idle"]),
+    type=click.Choice(list(GLOO_LOOPS)),
     default="default",
     show_default=True,
     help="gloo on CPU: idle runs gloo's TCP loop threads at SCHED_IDLE. They poll while a "

@@ -31,14 +31,12 @@ from pathlib import Path
 
 from ._blas import user_env
 from .errors import TraceoverlapError, UsageError
-from .vocab import SLOW_PHASES
+from .vocab import GLOO_LOOPS, SLOW_PHASES
 
 #: data parallel (by gradient synchronisation), then model parallel (workloads/parallel.py)
 STRATEGIES = ("naive", "flat", "overlap", "bucketed", "ddp", "tp", "pipeline", "fsdp", "moe")
 DATA_PARALLEL = ("naive", "flat", "overlap", "bucketed", "ddp")
 MODELS = ("gpt", "mlp")
-#: ``--gloo-loop``: the priority of gloo's TCP loop threads (the workload's switch).
-GLOO_LOOPS = ("default", "idle")
 PRESETS = ("tiny", "small", "medium", "large", "xl", "comm-heavy")
 DTYPES = ("float32", "bfloat16", "float16")
 BACKENDS = ("gloo", "nccl")

@@ -248,6 +248,10 @@ SLOW_PHASES: tuple[str, ...] = (
     Phase.OPTIMIZER,
 )
 
+#: ``profile --gloo-loop``: the priority of gloo's TCP loop threads in the reference workload
+#: (workloads/__main__.py keeps its own copy, like :data:`SLOW_PHASES`).
+GLOO_LOOPS: tuple[str, ...] = ("default", "idle")
+
 #: Ranges drawn as phases (``forward``, ``## backward ##``, ``DistributedDataParallel.forward``,
 #: ``Optimizer.step#SGD.step``, ``grad_sync``...).
 PHASE_RE: Final = re.compile(

@@ -467,9 +467,9 @@ def transfer_spread_note(g: RunGraph, p: Params, step_ns: float | None) -> str:
     under way (:func:`transfer_busy_ns`). Where that varies between steps by at least
     :data:`TRANSFER_SPREAD_MIN_RATIO` of the median replayed step (``step_ns``), the per-step
     predictions carry that variation: say so, with the widest rank's range. "" otherwise."""
-    if not step_ns or not ((g.inst >= 0) & (g.window >= 0) & (p.post_ns > 0)).any():
-        return ""
     busy, has = transfer_busy_ns(g, p)
+    if not step_ns or not has.any():
+        return ""
     best: tuple[int, int, int, int] | None = None
     for u in range(g.n_units):
         t = busy[u, has[u]]
