@@ -117,9 +117,9 @@ t0 = time.perf_counter()
 from traceoverlap.readers.nsys import read_nsys
 keep = None
 if sys.argv[3] == "filtered":  # the ranges analyze reads (steps, phases, comm, waits)
-    from traceoverlap.classify import Rules
-    from traceoverlap.options import AnalysisOptions
-    from traceoverlap.rankmap import range_filter
+    from traceoverlap.rank.classify import Rules
+    from traceoverlap.core.options import AnalysisOptions
+    from traceoverlap.rank.unit import range_filter
     keep = range_filter(AnalysisOptions(), Rules())
 t1, c1 = time.perf_counter(), time.process_time()
 if sys.argv[1] == "-":  # imports only: the fixed part of every peak

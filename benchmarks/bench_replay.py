@@ -19,9 +19,9 @@ import time
 
 import numpy as np
 
-from traceoverlap.replay import Params, observed_params, replay
-from traceoverlap.rungraph import RunGraph
-from traceoverlap.whatif import scenario_params
+from traceoverlap.whatif.graph import RunGraph
+from traceoverlap.whatif.replay import Params, observed_params, replay
+from traceoverlap.whatif.scenarios import scenario_params
 
 COLLS = 20
 

@@ -42,8 +42,8 @@ from typing import Any
 import numpy as np
 
 from traceoverlap import analyze
-from traceoverlap.replay import observed_params
-from traceoverlap.whatif import load_graph, transfer_busy_ns, what_if
+from traceoverlap.whatif.replay import observed_params
+from traceoverlap.whatif.scenarios import load_graph, transfer_busy_ns, what_if
 
 MS = 1e6
 

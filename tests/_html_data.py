@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from traceoverlap.model import Timeline, TraceInfo, concat_timelines, make_events
+from traceoverlap.core.model import Timeline, TraceInfo, concat_timelines, make_events
 
 MS = 1_000_000
 

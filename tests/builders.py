@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from traceoverlap.model import Timeline, TraceInfo, make_events
+from traceoverlap.core.model import Timeline, TraceInfo, make_events
 
 MS = 1_000_000
 

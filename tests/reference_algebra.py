@@ -1,6 +1,6 @@
 """Plain-Python interval algebra for the independent derivations in the real-trace tests.
 
-Deliberately not traceoverlap.intervals: a second, obviously-correct implementation (sort and
+Deliberately not traceoverlap.core.intervals: a second, obviously-correct implementation (sort and
 sweep over lists) so the tests do not check the library against itself.
 """
 

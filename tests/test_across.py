@@ -10,11 +10,11 @@ from conftest import REAL_TRACES
 from test_job_model import _rank
 
 from traceoverlap import analyze, step_detail
-from traceoverlap.across import step_across
-from traceoverlap.fmt import duration
-from traceoverlap.model import concat_timelines
+from traceoverlap.core.fmt import duration
+from traceoverlap.core.model import concat_timelines
 from traceoverlap.reporters import _html_across
 from traceoverlap.reporters.html_report import render
+from traceoverlap.run.across import step_across
 
 AR = "ncclKernel_AllReduce_RING_LL_Sum_float"
 DLRM = REAL_TRACES / "kineto" / "dlrm_v100_8rank"

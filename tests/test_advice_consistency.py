@@ -10,9 +10,9 @@ import pytest
 from conftest import WORKLOAD_FIXTURES, real_trace
 
 from traceoverlap import analyze
-from traceoverlap.bandwidth import family_bandwidth
-from traceoverlap.results import Analysis
-from traceoverlap.vocab import PURPOSES
+from traceoverlap.core.vocab import PURPOSES
+from traceoverlap.run.bandwidth import family_bandwidth
+from traceoverlap.run.results import Analysis
 
 REAL = [
     "kineto/a100_nccl_allreduce_rank0.json.gz",

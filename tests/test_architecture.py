@@ -1,8 +1,10 @@
-"""The flow stays one-way: file -> reader -> Timeline -> steps -> metrics -> reporter.
+"""The house shows its flow: one package per stage, each importing only the stages before it.
 
-Checked on the source (ast), so a stray import fails here instead of in review:
-only the CLI imports click, only reporters import plotly, nothing below the reporters imports a
-reporter or the CLI, the readers know nothing of the analysis, and the analysis never imports torch.
+    core < readers < rank < run < whatif < reporters < record < cli
+
+Checked on the source (ast, type-checking imports included), so a stray import fails here
+instead of in review: only the CLI imports click, only reporters import plotly, the reduce never
+sees events (except the documented re-reads), and the analysis never imports torch.
 """
 
 from __future__ import annotations
@@ -13,6 +15,33 @@ from pathlib import Path
 import pytest
 
 PKG = Path(__file__).resolve().parents[1] / "traceoverlap"
+
+#: The stages, in import order: a module may import its own stage and the ones before it.
+STAGES = ("core", "readers", "rank", "run", "whatif", "reporters", "record", "cli")
+
+#: Top-level modules and what they may import: the lazy public API (``traceoverlap.analyze``...),
+#: the entry point, and the names the Python API documents (docs/python-api.md), each the same
+#: module object as its home in core.
+TOP_LEVEL = {
+    "traceoverlap": {"core", "rank", "run"},
+    "traceoverlap.__main__": {"core", "cli"},
+    "traceoverlap._version": set(),
+    "traceoverlap.options": {"core"},
+    "traceoverlap.schema": {"core"},
+    "traceoverlap.vocab": {"core"},
+}
+
+#: The reduce works on the units' compact results. These modules of run/ read events on purpose:
+#: ``analysis`` runs the map (and ``load`` returns a whole Timeline for exploring), ``detail`` and
+#: ``across`` read one step of a unit again to draw it (the analysis keeps no events), and
+#: ``results`` types ``Analysis.source``, the Timeline an analysis was made from when it was given
+#: one (a stream cannot be read twice).
+RUN_READS_EVENTS = {
+    "traceoverlap.run.analysis",
+    "traceoverlap.run.detail",
+    "traceoverlap.run.across",
+    "traceoverlap.run.results",
+}
 
 
 def _imports(path: Path) -> set[str]:
@@ -32,6 +61,7 @@ def _imports(path: Path) -> set[str]:
                 out.update(f"{mod}.{a.name}" for a in node.names)
             elif node.module:
                 out.add(node.module)
+                out.update(f"{node.module}.{a.name}" for a in node.names)
     return out
 
 
@@ -39,48 +69,88 @@ MODULES = sorted(p for p in PKG.rglob("*.py"))
 
 
 def _name(p: Path) -> str:
-    return ".".join(p.relative_to(PKG.parent).with_suffix("").parts)
+    parts = p.relative_to(PKG.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _stage(name: str) -> str | None:
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in STAGES else None
+
+
+def _stages_imported(imports: set[str]) -> set[str]:
+    out = set()
+    for i in imports:
+        parts = i.split(".")
+        if parts[0] == "traceoverlap" and len(parts) > 1 and parts[1] in STAGES:
+            out.add(parts[1])
+    return out
+
+
+def test_every_module_is_in_a_stage() -> None:
+    loose = [_name(p) for p in MODULES if _stage(_name(p)) is None and _name(p) not in TOP_LEVEL]
+    assert not loose, f"modules outside the stage packages: {loose}"
 
 
 @pytest.mark.parametrize("path", MODULES, ids=_name)
-def test_one_way_flow(path: Path) -> None:
+def test_stages_import_only_earlier_stages(path: Path) -> None:
     name = _name(path)
-    imports = _imports(path)
-    roots = {i.split(".")[0] for i in imports}
-    in_reporters = name.startswith("traceoverlap.reporters")
-    if name == "traceoverlap.__main__":
-        # the CLI, the standard library's exit machinery (the quick exit after a command), and
-        # the OpenBLAS setting made before numpy loads (traceoverlap._blas) and the collector
-        # paused while the modules load (traceoverlap._collector): standard library only
-        allowed = {"traceoverlap.cli", "traceoverlap.cli.main", "__future__.annotations"}
-        allowed |= {"traceoverlap._blas", "traceoverlap._blas.one_thread"}
-        allowed |= {"traceoverlap._collector", "traceoverlap._collector.pause"}
-        allowed |= {"traceoverlap._collector.resume"}
-        assert _imports(PKG / "_blas.py") <= {"__future__", "__future__.annotations", "os", "sys"}
-        assert _imports(PKG / "_collector.py") <= {"__future__", "__future__.annotations", "gc"}
-        allowed |= {"__future__", "atexit", "os", "sys", "threading"}
-        assert imports <= allowed, imports
+    used = _stages_imported(_imports(path))
+    stage = _stage(name)
+    if stage is None:
+        assert used <= TOP_LEVEL[name], (name, used)
         return
-    if name != "traceoverlap.cli":
+    later = {s for s in used if STAGES.index(s) > STAGES.index(stage)}
+    assert not later, f"{name} ({stage}) imports the later stage(s) {sorted(later)}"
+
+
+@pytest.mark.parametrize("path", MODULES, ids=_name)
+def test_libraries_stay_in_their_layer(path: Path) -> None:
+    name = _name(path)
+    roots = {i.split(".")[0] for i in _imports(path)}
+    stage = _stage(name)
+    if stage != "cli":
         assert "click" not in roots, f"{name} imports click: only the CLI may"
-        assert not any(i.startswith("traceoverlap.cli") for i in imports), name
-    if not in_reporters:
+    if stage != "reporters":
         assert "plotly" not in roots, f"{name} imports plotly: only reporters may"
-        assert "rich" not in roots or name in ("traceoverlap.inputs",), (
-            f"{name} imports rich: formatting belongs to the reporters"
+    if stage not in ("reporters", "cli"):
+        assert "rich" not in roots or name == "traceoverlap.run.parallel", (
+            f"{name} imports rich: formatting belongs to the reporters (and the map's progress bar)"
         )
-        if name != "traceoverlap.cli":
-            assert not any(i.startswith("traceoverlap.reporters") for i in imports), (
-                f"{name} imports a reporter: reporters format the analysis, never the reverse"
-            )
-    if name.startswith("traceoverlap.readers"):
-        analysis = ("steps", "metrics", "collectives", "diagnosis", "analysis", "rankmap")
-        assert not any(i.startswith(f"traceoverlap.{m}") for i in imports for m in analysis), name
-    assert "torch" not in roots, f"{name} imports torch: the analyzer must not need it"
+    if stage not in ("record",):
+        assert "torch" not in roots, f"{name} imports torch: the analyzer must not need it"
+
+
+@pytest.mark.parametrize("path", [p for p in MODULES if _stage(_name(p)) == "run"], ids=_name)
+def test_the_reduce_never_sees_events(path: Path) -> None:
+    name = _name(path)
+    if name in RUN_READS_EVENTS:
+        return
+    imports = _imports(path)
+    reads = {i for i in imports if i.startswith("traceoverlap.readers") and "paths" not in i}
+    assert not reads, f"{name} reads traces ({reads}): the reduce gets the units' results"
+    assert "traceoverlap.core.model.Timeline" not in imports, (
+        f"{name} takes a Timeline: the reduce gets the units' compact results, not events"
+    )
+
+
+def test_the_entry_point_imports_only_the_cli() -> None:
+    # the CLI, the standard library's exit machinery (the quick exit after a command), and the
+    # OpenBLAS setting made before numpy loads (core._blas) and the collector paused while the
+    # modules load (core._collector): standard library only
+    imports = _imports(PKG / "__main__.py")
+    allowed = {"traceoverlap.cli", "traceoverlap.cli.main", "__future__.annotations"}
+    allowed |= {"traceoverlap.core._blas", "traceoverlap.core._blas.one_thread"}
+    allowed |= {"traceoverlap.core._collector", "traceoverlap.core._collector.pause"}
+    allowed |= {"traceoverlap.core._collector.resume"}
+    allowed |= {"__future__", "atexit", "os", "sys", "threading"}
+    assert imports <= allowed, imports
+    assert _imports(PKG / "core/_blas.py") <= {"__future__", "__future__.annotations", "os", "sys"}
+    assert _imports(PKG / "core/_collector.py") <= {"__future__", "__future__.annotations", "gc"}
 
 
 def test_vocabulary_sits_at_the_bottom() -> None:
     """Readers, the analysis and the reporters all use the vocabulary: it imports nothing from
     traceoverlap, so any module may import it without a cycle or an upward import."""
-    imports = _imports(PKG / "vocab.py")
+    imports = _imports(PKG / "core/vocab.py")
     assert not {i for i in imports if i.split(".")[0] == "traceoverlap"}, imports

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from traceoverlap.bandwidth import add_bandwidth, bus_factor, family_bandwidth
-from traceoverlap.diagnosis import advice
-from traceoverlap.vocab import PURPOSES
+from traceoverlap.core.vocab import PURPOSES
+from traceoverlap.run.bandwidth import add_bandwidth, bus_factor, family_bandwidth
+from traceoverlap.run.findings import advice
 
 MB = 1_000_000
 MS = 1_000_000

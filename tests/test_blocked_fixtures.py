@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from traceoverlap import analyze, load
-from traceoverlap import intervals as iv
+from traceoverlap.core import intervals as iv
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "workloads"
 

@@ -84,7 +84,7 @@ def test_config_values_of_the_wrong_type(tmp_path: Path, toml: str, needle: str)
 
 def test_python_api_validates_the_same_values(tmp_path: Path) -> None:
     from traceoverlap import AnalyzeOptions, Thresholds, analyze
-    from traceoverlap.errors import UsageError
+    from traceoverlap.core.errors import UsageError
 
     trace = write_trace(tmp_path / "t.json")
     with pytest.raises(UsageError, match="comm_patterns: expected a list of regexes"):

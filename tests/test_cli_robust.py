@@ -164,8 +164,8 @@ def test_compare_table_fits_its_width() -> None:
     from conftest import WORKLOAD_FIXTURES
 
     from traceoverlap import analyze
-    from traceoverlap.comparison import compare
     from traceoverlap.reporters.compare_text import render_table
+    from traceoverlap.run.compare import compare
 
     base, cand = WORKLOAD_FIXTURES / "naive", WORKLOAD_FIXTURES / "bucketed"
     cmp = compare(analyze(base), analyze(cand), baseline_label="b", candidate_label="c")

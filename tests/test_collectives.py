@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from traceoverlap import AnalyzeOptions, analyze
-from traceoverlap.collectives import Collectives
-from traceoverlap.model import Timeline, TraceInfo, concat_timelines, make_events
-from traceoverlap.vocab import collective_kind
+from traceoverlap.core.model import Timeline, TraceInfo, concat_timelines, make_events
+from traceoverlap.core.vocab import collective_kind
+from traceoverlap.run.matching import Collectives
 
 MS = 1_000_000
 
@@ -309,7 +309,7 @@ def test_missing_rank_folder_is_noted(tmp_path: Path) -> None:
 
 def test_duplicate_rank_folder_is_refused(tmp_path: Path) -> None:
     # two files both saying they are rank 1 cannot be one run (diagnosis.md §5): one clear error
-    from traceoverlap.errors import UsageError
+    from traceoverlap.core.errors import UsageError
 
     for f in ("rank0.json.gz", "rank1.json.gz"):
         shutil.copy(_fixture("bucketed") / f, tmp_path / f)
@@ -327,7 +327,7 @@ def test_parallel_map_equals_sequential() -> None:
 
 
 def test_parallel_map_reports_bad_file(tmp_path: Path) -> None:
-    from traceoverlap.errors import TraceFormatError
+    from traceoverlap.core.errors import TraceFormatError
 
     shutil.copy(_fixture("bucketed") / "rank0.json.gz", tmp_path / "rank0.json.gz")
     bad = tmp_path / "rank1.json"
@@ -436,7 +436,7 @@ def test_split_properties(comp0: list, comp1: list, comm0: list, comm1: list) ->
 
 def test_rank_notes_name_the_missing_ranks() -> None:
     # 3 of a world of 4 given: rank 2 is named; ranks beyond the world are flagged
-    from traceoverlap.analysis import rank_notes
+    from traceoverlap.run.analysis import rank_notes
 
     def tl(ranks: list[int], world: int) -> list[TraceInfo]:
         return [TraceInfo(path=f"r{r}", format="kineto", rank=r, world_size=world) for r in ranks]

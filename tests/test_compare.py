@@ -12,9 +12,9 @@ from click.testing import CliRunner
 
 from traceoverlap import analyze
 from traceoverlap.cli import main
-from traceoverlap.comparison import compare
-from traceoverlap.model import Timeline, TraceInfo, make_events
+from traceoverlap.core.model import Timeline, TraceInfo, make_events
 from traceoverlap.reporters.compare_text import headline, main_change_text
+from traceoverlap.run.compare import compare
 
 MS = 1_000_000
 WORKLOADS = Path(__file__).resolve().parents[1] / "fixtures" / "workloads"

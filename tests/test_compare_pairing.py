@@ -8,8 +8,8 @@ import numpy as np
 from conftest import WORKLOAD_FIXTURES
 
 from traceoverlap import analyze
-from traceoverlap.comparison import compare
-from traceoverlap.model import Timeline, TraceInfo, make_events
+from traceoverlap.core.model import Timeline, TraceInfo, make_events
+from traceoverlap.run.compare import compare
 
 MS = 1_000_000
 

@@ -12,16 +12,17 @@ from hypothesis import HealthCheck, given, settings
 from timeline_gen import scenarios
 
 from traceoverlap import analyze
-from traceoverlap.classify import Rules, comm_call_mask, kinds
-from traceoverlap.collectives import unit_instances
-from traceoverlap.cpuwindows import cpu_windows, unit_sets
-from traceoverlap.diagnosis import local_causes
-from traceoverlap.hostwait import lane_calls, lane_codes, split_compute
-from traceoverlap.intervals import grouped_union
-from traceoverlap.metrics import Kind, activity_rows, step_parts, step_sets
-from traceoverlap.model import split_units
-from traceoverlap.options import AnalysisOptions
-from traceoverlap.steps import assign_steps
+from traceoverlap.core.intervals import grouped_union
+from traceoverlap.core.model import split_units
+from traceoverlap.core.options import AnalysisOptions
+from traceoverlap.core.rules import Rules
+from traceoverlap.rank.causes import local_causes
+from traceoverlap.rank.classify import comm_call_mask, kinds
+from traceoverlap.rank.cpuwindows import cpu_windows, unit_sets
+from traceoverlap.rank.hostwait import lane_calls, lane_codes, split_compute
+from traceoverlap.rank.instances import unit_instances
+from traceoverlap.rank.metrics import Kind, activity_rows, step_parts, step_sets
+from traceoverlap.rank.steps import assign_steps
 
 FUZZ_EXAMPLES = int(os.environ.get("TRACEOVERLAP_FUZZ_EXAMPLES", "0"))
 

@@ -12,9 +12,9 @@ import pytest
 from builders import MS, cpu_timeline, gpu_timeline
 
 from traceoverlap import AnalyzeOptions, analyze
-from traceoverlap.diagnosis import advice
-from traceoverlap.model import Timeline, concat_timelines
-from traceoverlap.vocab import family_of
+from traceoverlap.core.model import Timeline, concat_timelines
+from traceoverlap.core.vocab import family_of
+from traceoverlap.run.findings import advice
 
 NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
 PARTS = [

@@ -17,9 +17,9 @@ from click.testing import CliRunner
 from conftest import WORKLOAD_FIXTURES, real_trace
 
 import traceoverlap
-from traceoverlap import export
 from traceoverlap.cli import main
-from traceoverlap.collectives import TOLERANCE_NS
+from traceoverlap.reporters import perfetto as export
+from traceoverlap.run.matching import TOLERANCE_NS
 
 DLRM = "kineto/dlrm_v100_8rank"
 

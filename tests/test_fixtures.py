@@ -19,11 +19,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from traceoverlap import intervals as iv
 from traceoverlap import load
-from traceoverlap.analysis import analyze
-from traceoverlap.detail import step_detail
-from traceoverlap.results import Analysis
+from traceoverlap.core import intervals as iv
+from traceoverlap.run.analysis import analyze
+from traceoverlap.run.detail import step_detail
+from traceoverlap.run.results import Analysis
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "workloads"
 STRATEGIES = ("naive", "flat", "overlap", "bucketed", "ddp")

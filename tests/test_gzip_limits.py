@@ -11,8 +11,9 @@ from click.testing import CliRunner
 from test_cli_analyze import write_trace
 
 from traceoverlap.cli import main
-from traceoverlap.errors import TraceFormatError
-from traceoverlap.readers import _input, read_trace
+from traceoverlap.core.errors import TraceFormatError
+from traceoverlap.readers import _bytes as _input
+from traceoverlap.readers import read_trace
 
 
 def _bomb(path: Path, mib: int) -> Path:

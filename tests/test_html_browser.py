@@ -17,9 +17,9 @@ from _html_data import ddp_rank, ddp_run, dense_rank
 from conftest import REAL_TRACES
 
 from traceoverlap import analyze, step_detail
-from traceoverlap.across import step_across
 from traceoverlap.reporters import html_report
-from traceoverlap.results import Analysis
+from traceoverlap.run.across import step_across
+from traceoverlap.run.results import Analysis
 
 REPO = Path(__file__).resolve().parents[1]
 OUTPUT = REPO / "tests" / "output"

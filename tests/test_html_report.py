@@ -19,13 +19,13 @@ from click.testing import CliRunner
 from conftest import REAL_TRACES
 
 from traceoverlap import analyze, step_detail
-from traceoverlap import intervals as iv
 from traceoverlap.cli import main
-from traceoverlap.errors import UsageError
+from traceoverlap.core import intervals as iv
+from traceoverlap.core.errors import UsageError
 from traceoverlap.reporters import _html_figures as figs
 from traceoverlap.reporters.html_report import render as render_page
 from traceoverlap.reporters.html_report import write_report
-from traceoverlap.results import Analysis
+from traceoverlap.run.results import Analysis
 
 REPO = Path(__file__).resolve().parents[1]
 REAL = REAL_TRACES / "kineto" / "a100_nccl_allreduce_rank0.json.gz"

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from test_cli_analyze import write_trace
 
 from traceoverlap.cli import main
-from traceoverlap.fmt import safe_text
+from traceoverlap.core.fmt import safe_text
 
 OSC = "\x1b]0;PWNED\x07"  # sets the window title
 CLIP = "\x1b]52;c;cHduZWQ=\x1b\\"  # writes the clipboard

@@ -4,7 +4,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from traceoverlap import intervals as iv
+from traceoverlap.core import intervals as iv
 
 
 def test_union_merges_overlapping_and_touching():

@@ -15,10 +15,10 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from traceoverlap import AnalyzeOptions, analyze
-from traceoverlap import intervals as iv
-from traceoverlap.job import credit_segments
-from traceoverlap.model import Timeline, TraceInfo, concat_timelines, make_events
-from traceoverlap.results import Analysis
+from traceoverlap.core import intervals as iv
+from traceoverlap.core.model import Timeline, TraceInfo, concat_timelines, make_events
+from traceoverlap.run.job import credit_segments
+from traceoverlap.run.results import Analysis
 
 MS = 1_000_000
 
@@ -483,7 +483,7 @@ def test_credit_segments_match_brute_force(parts: list, cut: list) -> None:
 def test_gloo_pools_from_thread_ids() -> None:
     """Pools: consecutive ids, at most 2 a pool. (10, 11, 20, 21) -> pools 0 0 1 1;
     (10, 11, 12) -> 0 0 1 (a third thread starts a new pool); (10, 20) -> 0 1 (lone threads)."""
-    from traceoverlap.collectives import gloo_pools
+    from traceoverlap.rank.instances import gloo_pools
 
     def pools(t: list[int]) -> list[int]:
         return gloo_pools(np.array(t, dtype=np.int64)).tolist()
@@ -603,7 +603,7 @@ def test_credit_end_to_end_against_brute_force(
 
 
 def test_blame_line_words() -> None:
-    from traceoverlap.job import blame_line
+    from traceoverlap.run.job import blame_line
 
     base = {"rank": 0, "exposed_wait_ns": 3_220_000, "chain": (1,), "cause": "grad_sync"}
     # a root with no measured lateness (ratio NaN, as pandas gives back a None) is not explained
@@ -639,7 +639,7 @@ def test_text_across_ranks_waiting_is_the_credited_total() -> None:
     # used to sum the instances' exposed waits (26.60 ms: ns where two instances were exposed
     # together counted twice) next to per-rank credits summing to 21.36 ms. One number: the
     # step parts' exposed wait, which the per-rank credits add up to exactly.
-    from traceoverlap import fmt
+    from traceoverlap.core import fmt
     from traceoverlap.reporters.across_ranks import across_ranks_lines
 
     a = analyze(WORK / "bucketed")

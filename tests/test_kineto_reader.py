@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from conftest import REAL_TRACES
 
-from traceoverlap.errors import TraceFormatError
+from traceoverlap.core.errors import TraceFormatError
 from traceoverlap.readers.kineto import rank_from_filename, read_kineto, us_to_ns
 
 REAL = REAL_TRACES / "kineto" / "a100_nccl_allreduce_rank0.json.gz"

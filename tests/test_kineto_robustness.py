@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import traceoverlap
-from traceoverlap.errors import TraceFormatError
-from traceoverlap.readers import _input
+from traceoverlap.core.errors import TraceFormatError
+from traceoverlap.readers import _bytes as _input
 from traceoverlap.readers.kineto import MAX_WORLD_SIZE, _document, read_kineto
 
 INT64_MAX = 2**63 - 1

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from traceoverlap.analysis import expand_paths
-from traceoverlap.errors import TraceFormatError
-from traceoverlap.readers import _input, read_trace, sniff_format
+from traceoverlap.core.errors import TraceFormatError
+from traceoverlap.readers import _bytes as _input
+from traceoverlap.readers import read_trace, sniff_format
+from traceoverlap.run.analysis import expand_paths
 
 DOC = {
     "traceEvents": [

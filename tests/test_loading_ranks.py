@@ -7,9 +7,9 @@ import pytest
 from test_cli_analyze import write_trace
 
 from traceoverlap import analyze
-from traceoverlap.errors import UsageError
-from traceoverlap.inputs import expand_paths
-from traceoverlap.whatif import load_graph
+from traceoverlap.core.errors import UsageError
+from traceoverlap.readers.paths import expand_paths
+from traceoverlap.whatif.scenarios import load_graph
 
 
 def _strip_rank(path: Path) -> Path:

@@ -121,7 +121,7 @@ def test_the_command_asks_openblas_for_one_thread() -> None:
 def test_programs_started_for_the_user_get_their_environment(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from traceoverlap import _blas
+    from traceoverlap.core import _blas
 
     monkeypatch.delenv(_blas.VAR, raising=False)
     monkeypatch.delitem(sys.modules, "numpy", raising=False)  # as before numpy is imported
@@ -135,11 +135,11 @@ def test_programs_started_for_the_user_get_their_environment(
 
 
 def test_the_collector_is_paused_while_modules_load_and_back_for_the_analysis() -> None:
-    # traceoverlap._collector: off from the start of the command until the analysis begins
+    # traceoverlap.core._collector: off from the start of the command until the analysis begins
     # (then on, with what the imports built frozen); a library caller is never touched.
     code = (
         "import gc, os, sys\n"
-        "import traceoverlap.analysis as a\n"
+        "import traceoverlap.run.analysis as a\n"
         "from traceoverlap.__main__ import run\n"
         "seen = []\n"
         "real = a.analyze\n"
@@ -160,7 +160,7 @@ def test_the_collector_is_paused_while_modules_load_and_back_for_the_analysis() 
 def test_the_collector_is_left_alone_for_a_library_caller() -> None:
     import gc
 
-    from traceoverlap import _collector
+    from traceoverlap.core import _collector
 
     before = (gc.isenabled(), gc.get_freeze_count())
     _collector.resume()  # nothing paused it: no freeze, nothing changed

@@ -154,7 +154,7 @@ def test_gpu_activity_without_launch_is_counted_and_noted():
     # break B's launch: its runtime row now has another correlation id
     runtime_b = ev.index[(ev["category"] == "runtime") & (ev["correlation"] == 2)][0]
     ev.loc[runtime_b, "correlation"] = 99
-    from traceoverlap.model import Timeline
+    from traceoverlap.core.model import Timeline
 
     res = analyze(Timeline(ev, tl.traces))
     assert res.unassigned == {"0": 1}
@@ -331,8 +331,8 @@ def test_busy_set_is_the_union_of_every_activity() -> None:
     # comm [0,2) memory [1,4) [10,11) -> busy [0,9) [20,22) and [0,4) [10,11)
     import numpy as np
 
-    from traceoverlap import intervals as iv
-    from traceoverlap.metrics import ActivityRows, step_sets
+    from traceoverlap.core import intervals as iv
+    from traceoverlap.rank.metrics import ActivityRows, step_sets
 
     g = np.array([0, 0, 0, 1, 1, 1], dtype=np.int64)
     kind = np.array([0, 1, 2, 1, 2, 2], dtype=np.int8)

@@ -3,7 +3,7 @@
 import numpy as np
 import pandas as pd
 
-from traceoverlap.model import in_categories, values_at
+from traceoverlap.core.model import in_categories, values_at
 
 
 def test_in_categories_is_isin() -> None:

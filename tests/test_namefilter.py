@@ -10,10 +10,10 @@ from conftest import name_candidates
 from hypothesis import given
 from hypothesis import strategies as st
 
-from traceoverlap.classify import Rules
-from traceoverlap.namefilter import NameTest, any_match, literals
-from traceoverlap.options import AnalysisOptions
-from traceoverlap.rankmap import HOST_CAUSE_RE, range_filter
+from traceoverlap.core.options import AnalysisOptions
+from traceoverlap.core.rules import Rules
+from traceoverlap.rank.namefilter import NameTest, any_match, literals
+from traceoverlap.rank.unit import HOST_CAUSE_RE, range_filter
 
 _OPTIONAL = [
     HOST_CAUSE_RE.pattern,

@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from nsys_writer import NsysExport, fake_nsys_export  # noqa: E402
 
-from traceoverlap.errors import TraceFormatError  # noqa: E402
+from traceoverlap.core.errors import TraceFormatError
 from traceoverlap.readers.nsys import _export as nsys_reader  # noqa: E402
 from traceoverlap.readers.nsys import read_nsys_rep  # noqa: E402
 

@@ -26,14 +26,14 @@ from nsys_writer import (  # noqa: E402
     write_synthetic,
 )
 
-import traceoverlap.inputs as inputs  # noqa: E402
-from traceoverlap.analysis import analyze  # noqa: E402
-from traceoverlap.detail import step_detail  # noqa: E402
-from traceoverlap.inputs import ProcessPart, map_units  # noqa: E402
-from traceoverlap.options import AnalyzeOptions  # noqa: E402
+import traceoverlap.readers.paths as inputs  # noqa: E402
+from traceoverlap.core.options import AnalyzeOptions
 from traceoverlap.readers.nsys import nsys_processes, read_nsys  # noqa: E402
 from traceoverlap.readers.nsys._scan import _read_via_sql, read_columns  # noqa: E402
-from traceoverlap.whatif import load_graph, what_if  # noqa: E402
+from traceoverlap.readers.paths import ProcessPart, map_units
+from traceoverlap.run.analysis import analyze
+from traceoverlap.run.detail import step_detail
+from traceoverlap.whatif.scenarios import load_graph, what_if
 
 
 def _three_ranks(tmp_path: Path) -> Path:
@@ -119,7 +119,7 @@ def test_whatif_reads_a_large_export_one_process_at_a_time_too(
     # step on each: 3 x 2 x 4 nodes) and the same replay (not exact: the export's two launch
     # calls of a step overlap on their thread, 100-2100 and 200-2200 ns, and the replay keeps
     # lane order, 1.9 us later); the ranks are alike, so no-straggler changes nothing
-    import traceoverlap.rankmap as rankmap
+    import traceoverlap.rank.unit as rankmap
 
     path = _three_ranks(tmp_path)
     whole = load_graph(path)
@@ -179,7 +179,7 @@ def test_a_row_selection_reads_the_same_rows_from_the_pages_and_through_sqlite(
 def test_a_damaged_export_is_refused_by_the_read_of_its_first_process(tmp_path: Path) -> None:
     # PRAGMA quick_check scans the whole file: a split runs it once, in its first (lowest pid)
     # process's read, and that error stops the run like any file's
-    from traceoverlap.errors import TraceFormatError
+    from traceoverlap.core.errors import TraceFormatError
 
     path = _three_ranks(tmp_path)
     damage_free_list(path)

@@ -15,8 +15,8 @@ from click.testing import CliRunner
 
 from traceoverlap import analyze, load
 from traceoverlap.cli import main
-from traceoverlap.errors import TraceoverlapError
-from traceoverlap.profile import ProfileOptions, find_importer, run_profile
+from traceoverlap.core.errors import TraceoverlapError
+from traceoverlap.record.workloads import ProfileOptions, find_importer, run_profile
 
 pytestmark = pytest.mark.slow
 
@@ -118,7 +118,7 @@ def test_a_run_that_never_opens_the_capture_range_is_one_clear_error(
     # The real nsys around a program that never opens traceoverlap:capture writes no report.
     _need_nsys()
     monkeypatch.setattr(
-        "traceoverlap.profile.workload_command",
+        "traceoverlap.record.workloads.workload_command",
         lambda *a, **k: [sys.executable, "-c", "print('no steps here')"],
     )
     with pytest.raises(TraceoverlapError, match="wrote no report") as err:

@@ -20,22 +20,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from nsys_writer import MS, NVTX_MARK, NsysExport  # noqa: E402
 
-from traceoverlap.classify import Rules  # noqa: E402
-from traceoverlap.model import split_units  # noqa: E402
-from traceoverlap.namefilter import (  # noqa: E402
-    NameTest,
-    alternation,
-    any_match,
-    required_prefix,
-)
-from traceoverlap.options import AnalysisOptions, build_options  # noqa: E402
-from traceoverlap.rankmap import (  # noqa: E402
-    _map_units,
-    map_file,
-    range_filter,
-    read_units,
-    unit_step_detail,
-)
+from traceoverlap.core.model import split_units
+from traceoverlap.core.options import AnalysisOptions, build_options
+from traceoverlap.core.rules import Rules
+from traceoverlap.rank.namefilter import NameTest, alternation, any_match, required_prefix
+from traceoverlap.rank.unit import _map_units, map_file, range_filter, read_units, unit_step_detail
 from traceoverlap.readers.nsys import read_nsys  # noqa: E402
 
 T0 = 1_000 * MS

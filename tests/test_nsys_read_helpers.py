@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from traceoverlap.model import CATEGORIES
+from traceoverlap.core.model import CATEGORIES
 from traceoverlap.readers.nsys import _nvtx
 from traceoverlap.readers.nsys._columns import REFUSED
 from traceoverlap.readers.nsys._nvtx import (

@@ -26,7 +26,7 @@ from nsys_writer import (  # noqa: E402
 )
 
 from traceoverlap import AnalyzeOptions, analyze, load  # noqa: E402
-from traceoverlap.errors import TraceFormatError  # noqa: E402
+from traceoverlap.core.errors import TraceFormatError
 from traceoverlap.readers import read_trace  # noqa: E402
 from traceoverlap.readers.nsys import read_nsys, read_nsys_rep  # noqa: E402
 from traceoverlap.reporters.json_report import step_records  # noqa: E402

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from traceoverlap import profile
-from traceoverlap.errors import TraceoverlapError
+from traceoverlap.core.errors import TraceoverlapError
+from traceoverlap.record import workloads as profile
 
 
 def _fake_nsys(tmp_path: Path, fail_times: int) -> Path:

@@ -20,8 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from nsys_writer import MS, NVTX_MARK, NsysExport, global_pid, global_tid  # noqa: E402
 
 from traceoverlap import analyze  # noqa: E402
-from traceoverlap.errors import TraceFormatError  # noqa: E402
-from traceoverlap.model import make_events  # noqa: E402
+from traceoverlap.core.errors import TraceFormatError
+from traceoverlap.core.model import make_events
 from traceoverlap.readers.nsys import read_nsys  # noqa: E402
 
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"

@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from nsys_writer import MS, NsysExport, damage_free_list  # noqa: E402
 
-from traceoverlap.errors import TraceFormatError  # noqa: E402
+from traceoverlap.core.errors import TraceFormatError
 from traceoverlap.readers.nsys import read_nsys  # noqa: E402
 
 FIXTURE = WORKLOAD_FIXTURES.parent / "nsys" / "bucketed_cpu_2rank.sqlite"

@@ -30,7 +30,7 @@ from oracle import Ev, oracle_steps
 from timeline_gen import FEATURES, Scenario, scenarios, to_timeline
 
 from traceoverlap import AnalyzeOptions, analyze
-from traceoverlap.errors import TraceoverlapError
+from traceoverlap.core.errors import TraceoverlapError
 
 FUZZ_EXAMPLES = int(os.environ.get("TRACEOVERLAP_FUZZ_EXAMPLES", "0"))
 

@@ -1,5 +1,5 @@
 """Output files (issue 21): never written over an input, written atomically, never blocking on a
-named pipe (traceoverlap.outputs, wired into analyze / compare / report)."""
+named pipe (traceoverlap.reporters.outputs, wired into analyze / compare / report)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from conftest import one_error_line
 from test_cli_analyze import write_trace
 
 from traceoverlap.cli import main
-from traceoverlap.errors import UsageError
-from traceoverlap.outputs import check_outputs, write_output
+from traceoverlap.core.errors import UsageError
+from traceoverlap.reporters.outputs import check_outputs, write_output
 
 
 def run(*args: str):  # noqa: ANN201

@@ -72,7 +72,7 @@ def test_mtia_dma_request_is_memory_placed_by_time():
     # [0, 100) launches gemm [0, 40); a dma_request [40, 70) has no launch: it is memory, and
     # goes to step 1 by its start (40 is inside the marker [0, 100)). Window [0, 70): compute 40,
     # memory only 30, idle 0; the note says how it was placed.
-    from traceoverlap.model import Timeline
+    from traceoverlap.core.model import Timeline
 
     tl = gpu_timeline(
         [("gemm", 7, 0, 40), ("dma_request", 9, 40, 70)], [("ProfilerStep#1", 0, 100)]

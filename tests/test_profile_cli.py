@@ -12,8 +12,9 @@ import pytest
 from click.testing import CliRunner
 
 from traceoverlap.cli import main
-from traceoverlap.errors import TraceoverlapError, UsageError
-from traceoverlap.profile import (
+from traceoverlap.core.errors import TraceoverlapError, UsageError
+from traceoverlap.readers.nsys._export import export_command
+from traceoverlap.record.workloads import (
     ProfileOptions,
     capture_device,
     find_importer,
@@ -22,7 +23,6 @@ from traceoverlap.profile import (
     run_profile,
     workload_command,
 )
-from traceoverlap.readers.nsys._export import export_command
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from nsys_writer import NsysExport  # noqa: E402
@@ -196,7 +196,7 @@ def _fake_nsys(
     # the stand-in first, and no real QdstrmImporter reachable on PATH
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{Path(sys.executable).parent}")
     # the stand-in never runs the workload: no need for torch here
-    monkeypatch.setattr("traceoverlap.profile.check_workloads_runnable", lambda: None)
+    monkeypatch.setattr("traceoverlap.record.workloads.check_workloads_runnable", lambda: None)
     return log
 
 
@@ -279,7 +279,7 @@ def test_a_failing_nsys_is_reported_with_its_exit_code(
     )
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setattr("traceoverlap.profile.NSYS_RETRY_WAIT_S", 0.0)
+    monkeypatch.setattr("traceoverlap.record.workloads.NSYS_RETRY_WAIT_S", 0.0)
     # tried twice (nsys fails now and then beside another nsys), then one line
     with pytest.raises(TraceoverlapError, match=r"nsys profile failed 2 times \(exit 7\)"):
         run_profile(ProfileOptions(backend="nccl"), tmp_path / "o", nsys=True)

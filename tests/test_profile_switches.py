@@ -13,8 +13,8 @@ from click.testing import CliRunner
 from conftest import one_error_line
 
 from traceoverlap.cli import main
-from traceoverlap.errors import UsageError
-from traceoverlap.profile import (
+from traceoverlap.core.errors import UsageError
+from traceoverlap.record.workloads import (
     GLOO_LOOPS,
     SLOW_PHASES,
     STRATEGIES,

@@ -124,7 +124,7 @@ def test_tp_slow_run_tp_and_dp_allreduces():
 def test_attach_purposes_majority_of_ranks_by_hand() -> None:
     import pandas as pd
 
-    from traceoverlap.purpose import attach_purposes
+    from traceoverlap.run.purpose import attach_purposes
 
     # local instances: (unit, lane, start) -> purpose; the second (0, "stream 7", 10) row is a
     # duplicate key: the first row's purpose wins

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from traceoverlap.errors import TraceFormatError
-from traceoverlap.readers import _input, read_trace, sniff_format
+from traceoverlap.core.errors import TraceFormatError
+from traceoverlap.readers import _bytes as _input
+from traceoverlap.readers import read_trace, sniff_format
 from traceoverlap.readers.kineto import rank_from_filename as kineto_rank_from_filename
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from traceoverlap.errors import TraceFormatError
-from traceoverlap.model import Timeline, TraceInfo, empty_events
+from traceoverlap.core.errors import TraceFormatError
+from traceoverlap.core.model import Timeline, TraceInfo, empty_events
 from traceoverlap.readers import read_trace, sniff_format
 
 DOC = {

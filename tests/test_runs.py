@@ -10,8 +10,8 @@ import pytest
 from builders import MS, gpu_timeline
 
 from traceoverlap import analyze
-from traceoverlap.errors import UsageError
-from traceoverlap.model import Timeline, TraceInfo, concat_timelines, make_events
+from traceoverlap.core.errors import UsageError
+from traceoverlap.core.model import Timeline, TraceInfo, concat_timelines, make_events
 
 NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
 
@@ -176,7 +176,7 @@ def test_no_markers_suggests_the_repeating_ranges() -> None:
             "tid": 1,
         },
     )
-    from traceoverlap.model import concat_timelines as cat
+    from traceoverlap.core.model import concat_timelines as cat
 
     both = cat([Timeline(ev, tl.traces), Timeline(extra, tl.traces)])
     res = analyze(Timeline(both.events, tl.traces))

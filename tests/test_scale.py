@@ -100,7 +100,7 @@ def test_dask_cluster_by_address(tmp_path: Path) -> None:
 @pytest.mark.slow  # waits for the connection timeout
 def test_unreachable_scheduler_is_one_clear_error() -> None:
     pytest.importorskip("dask.distributed", reason="pip install 'traceoverlap[dask]'")
-    from traceoverlap.errors import UsageError
+    from traceoverlap.core.errors import UsageError
 
     with pytest.raises(UsageError, match="cannot connect to the Dask cluster"):
         analyze(RUN, AnalyzeOptions(scheduler=f"tcp://127.0.0.1:{_free_port()}"))

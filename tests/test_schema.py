@@ -1,4 +1,4 @@
-"""Every output table is declared once, in traceoverlap/schema.py: the outputs write exactly its
+"""Every output table is declared once, in traceoverlap/core/schema.py: the outputs write exactly its
 columns, and the docs agree with it (docs/schema.md is generated from it; the prose docs name no
 column it lacks, and define every step metric it has)."""
 
@@ -14,12 +14,13 @@ from pathlib import Path
 import pytest
 from conftest import REPO, WORKLOAD_FIXTURES
 
-from traceoverlap import analyze, schema
-from traceoverlap.comparison import compare
-from traceoverlap.diagnosis import Finding
+from traceoverlap import analyze
+from traceoverlap.core import schema
 from traceoverlap.reporters import compare_text, csv_report, json_report, whatif_report
-from traceoverlap.results import Stats, StepRef, Summary
-from traceoverlap.whatif import ScenarioResult, WhatIf
+from traceoverlap.run.compare import compare
+from traceoverlap.run.findings import Finding
+from traceoverlap.run.results import Stats, StepRef, Summary
+from traceoverlap.whatif.scenarios import ScenarioResult, WhatIf
 
 DOCS = REPO / "docs"
 PROSE = [*sorted(p for p in DOCS.glob("*.md") if p.name != "schema.md"), REPO / "README.md"]
@@ -56,7 +57,7 @@ DECLARED = {c.name for t in schema.TABLES for c in t.columns}
 def test_docs_table_is_generated_from_the_schema() -> None:
     text = (DOCS / "schema.md").read_text(encoding="utf-8")
     assert text == schema.markdown(), (
-        "docs/schema.md is stale: python -m traceoverlap.schema --markdown > docs/schema.md"
+        "docs/schema.md is stale: python -m traceoverlap.core.schema --markdown > docs/schema.md"
     )
 
 
@@ -64,7 +65,7 @@ def test_docs_table_is_generated_from_the_schema() -> None:
 def test_docs_name_no_undeclared_column(doc: Path) -> None:
     column_like = {n for n in _named(doc) if _COLUMN_LIKE.fullmatch(n)}
     extra = column_like - DECLARED - set(NOT_COLUMNS)
-    assert not extra, f"{doc.name} documents columns traceoverlap/schema.py lacks: {sorted(extra)}"
+    assert not extra, f"{doc.name} documents columns traceoverlap/core/schema.py lacks: {sorted(extra)}"
 
 
 def test_every_step_metric_is_defined_in_the_docs() -> None:
@@ -148,7 +149,7 @@ def test_names_say_their_unit(table: schema.Table) -> None:
 def test_summaries_and_the_gate_cover_every_step_metric() -> None:
     stats = [c.name for c in schema.STEPS.columns if c.stats]
     assert sorted(schema.NS_METRICS + schema.RATIO_METRICS) == sorted(stats)
-    from traceoverlap.gate import GATE_METRICS
+    from traceoverlap.run.gate import GATE_METRICS
 
     assert set(GATE_METRICS) == set(stats)
 

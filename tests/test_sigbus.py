@@ -30,7 +30,7 @@ def test_analyze_of_a_file_truncated_while_read_is_one_line(tmp_path: Path) -> N
     trace = write_trace(tmp_path / "rank0.json")
     code = f"""
 import os, sys
-from traceoverlap.readers import kineto, _input
+from traceoverlap.readers import kineto, _bytes as _input
 real = _input.read_raw
 def read_then_truncate(path):
     data = real(path)

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from traceoverlap import AnalyzeOptions, analyze, rankmap
-from traceoverlap.errors import TraceFormatError
+from traceoverlap import AnalyzeOptions, analyze
+from traceoverlap.core.errors import TraceFormatError
+from traceoverlap.rank import unit as rankmap
 
 
 def _cpu_trace(

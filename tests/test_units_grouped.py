@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from traceoverlap.model import Timeline, TraceInfo, make_events, split_units
+from traceoverlap.core.model import Timeline, TraceInfo, make_events, split_units
 
 
 def _timeline(rank: list[int]) -> Timeline:

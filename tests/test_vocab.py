@@ -1,4 +1,4 @@
-"""The vocabulary is declared once (traceoverlap/vocab.py): step labels read and written in one
+"""The vocabulary is declared once (traceoverlap/core/vocab.py): step labels read and written in one
 place, every word and default found once in the code, the docs stating the defaults the code has."""
 
 from __future__ import annotations
@@ -10,10 +10,17 @@ from pathlib import Path
 
 import pytest
 
-import traceoverlap.options
-from traceoverlap import vocab
-from traceoverlap.steps import marker_labels
-from traceoverlap.vocab import BLOCKED_MAX_NS, BLOCKED_PER, LOST_RATIO, STEP_RE, StepId, step_number
+import traceoverlap.core.options
+from traceoverlap.core import vocab
+from traceoverlap.core.vocab import (
+    BLOCKED_MAX_NS,
+    BLOCKED_PER,
+    LOST_RATIO,
+    STEP_RE,
+    StepId,
+    step_number,
+)
+from traceoverlap.rank.steps import marker_labels
 
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "traceoverlap"
@@ -97,7 +104,7 @@ def test_docs_state_the_defaults_the_code_has() -> None:
     assert f"`lost_ratio` × step (default {two}" in diagnosis
     assert f"--lost-threshold {two}" in cli and f"lost_ratio = {two}" in cli
     assert f"under {pct} of it" in numbers and f"(under {pct} lost)" in numbers
-    assert f"lost_ratio = {two}" in (traceoverlap.options.__doc__ or "")
+    assert f"lost_ratio = {two}" in (traceoverlap.core.options.__doc__ or "")
     # diagnosis.md §8: gap × 100 ≤ duration and gap ≤ 500 000 ns
     assert f"gap × {BLOCKED_PER} ≤ duration" in diagnosis
     assert f"gap ≤ {BLOCKED_MAX_NS:,} ns".replace(",", " ") in diagnosis

@@ -16,9 +16,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from traceoverlap.cli import main
-from traceoverlap.replay import observed_params, replay, step_times
-from traceoverlap.tax import compute_time, node_tax, node_tax_detail, tax_table
-from traceoverlap.whatif import graph_of, load_graph, scenario_params, what_if
+from traceoverlap.whatif.graph import run_graph
+from traceoverlap.whatif.replay import observed_params, replay, step_times
+from traceoverlap.whatif.scenarios import graph_of, load_graph, scenario_params, what_if
+from traceoverlap.whatif.tax import compute_time, node_tax, node_tax_detail, tax_table
 
 FUZZ_EXAMPLES = int(os.environ.get("TRACEOVERLAP_FUZZ_EXAMPLES", "0"))
 
@@ -458,7 +459,7 @@ def test_tax_compute_under_communication_is_the_analysis_overlap(name: str) -> N
 
     path = real_trace(name[5:]) if name.startswith("real:") else FIXTURES / name
     a = analyze(path, AnalyzeOptions(graph=True))
-    g = a.run_graph
+    g = run_graph(a)
     assert g is not None
     t = tax_table(g)
     unit = {int(r): u for u, r in enumerate(g.unit_rank.tolist())}
@@ -471,24 +472,24 @@ def test_tax_compute_under_communication_is_the_analysis_overlap(name: str) -> N
 
 
 def test_analyze_builds_the_run_graph_in_the_same_read() -> None:
-    # analyze(graph=True) carries each unit's graph from the map and joins them in the reduce:
-    # the same graph as whatif's own read
+    # analyze(graph=True) carries each unit's graph from the map, and the what-if stage joins
+    # them: the same graph as whatif's own read
     from traceoverlap import AnalyzeOptions, analyze
 
-    g = analyze(FIXTURES / "naive4_slow", AnalyzeOptions(graph=True)).run_graph
+    g = run_graph(analyze(FIXTURES / "naive4_slow", AnalyzeOptions(graph=True)))
     h = load_graph(FIXTURES / "naive4_slow")
     assert g is not None and g.start_ns.size == h.start_ns.size > 0
     for f in ("unit", "lane", "start_ns", "end_ns", "kind", "window", "inst", "src", "dst"):
         assert np.array_equal(getattr(g, f), getattr(h, f)), f
-    assert analyze(FIXTURES / "naive4_slow").run_graph is None  # only when asked
+    assert analyze(FIXTURES / "naive4_slow").unit_graphs is None  # only when asked
     # past graph_max_nodes the graphs stop travelling (the count stays): 4 files of about 1,470
     # nodes each, a limit of 3,000: the third file's passes it, that file's and the fourth's
     # graphs are dropped as they arrive, and the run graph is left out
     n = h.start_ns.size
     capped = analyze(FIXTURES / "naive4_slow", AnalyzeOptions(graph=True, graph_max_nodes=3000))
-    assert capped.run_graph is None and capped.run_graph_nodes == n
+    assert capped.unit_graphs is None and capped.run_graph_nodes == n
     full = analyze(FIXTURES / "naive4_slow", AnalyzeOptions(graph=True, graph_max_nodes=n))
-    assert full.run_graph is not None and full.run_graph_nodes == n
+    assert run_graph(full) is not None and full.run_graph_nodes == n
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in FIXTURES.iterdir() if p.is_dir()))
@@ -817,7 +818,7 @@ def test_shared_cpu_cores_caveat_on_a_faster_step() -> None:
     # the caveat names the ranks and the host; the identity replay (speedup 1.00) carries none
     import dataclasses
 
-    from traceoverlap.whatif import shared_cpu_hosts
+    from traceoverlap.whatif.scenarios import shared_cpu_hosts
 
     g = load_graph(FIXTURES / "naive_slow")
     assert shared_cpu_hosts(g) == [("vm", [0, 1])]
@@ -845,7 +846,7 @@ def test_shared_cpu_cores_from_an_nsys_export(tmp_path: Path) -> None:
     import sqlite3
 
     from traceoverlap.readers.nsys import read_nsys
-    from traceoverlap.whatif import shared_cpu_hosts
+    from traceoverlap.whatif.scenarios import shared_cpu_hosts
 
     src = FIXTURES.parent / "nsys" / "bucketed_cpu_2rank.sqlite"
     assert [t.host for t in read_nsys(src).traces] == ["vm", "vm"]

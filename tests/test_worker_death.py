@@ -13,8 +13,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _killer  # noqa: E402
 
-from traceoverlap.errors import TraceFormatError, UsageError  # noqa: E402
-from traceoverlap.inputs import run_map  # noqa: E402
+from traceoverlap.core.errors import TraceFormatError, UsageError
+from traceoverlap.run.parallel import run_map
 
 
 def _files(tmp_path: Path, *names: str) -> list[Path]:
@@ -62,7 +62,7 @@ def test_dask_workers_start_with_distributed_logging_off(tmp_path: Path) -> None
     import os
 
     pytest.importorskip("distributed")
-    from traceoverlap.inputs import DASK_LOG_ENV
+    from traceoverlap.run.parallel import DASK_LOG_ENV
 
     before = os.environ.get(DASK_LOG_ENV)
     files = _files(tmp_path, "a.json")
@@ -109,7 +109,7 @@ def test_dask_client_logging_is_quiet_while_mapping(
     pytest.importorskip("distributed")
     import logging
 
-    import traceoverlap.inputs as inputs
+    import traceoverlap.run.parallel as inputs
 
     client_log = logging.getLogger("distributed.client")
     before = client_log.level
@@ -137,7 +137,7 @@ def test_out_of_memory_after_reading_names_the_input(
     from click.testing import CliRunner
     from test_cli_analyze import write_trace
 
-    import traceoverlap.analysis as analysis
+    import traceoverlap.run.analysis as analysis
     from traceoverlap.cli import main
 
     def no_memory(*a: object, **k: object) -> None:

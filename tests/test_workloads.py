@@ -134,7 +134,7 @@ def test_cli_rejects_bad_step_counts() -> None:
 def test_host_delay_sleeps_between_the_launches_and_the_optimizer(
     strategy: str, after: str, before: str, tmp_path: Path
 ) -> None:
-    from traceoverlap.analysis import load
+    from traceoverlap.run.analysis import load
 
     proc = _run(
         [
@@ -387,7 +387,7 @@ ONE_STEP = ["--wait", "0", "--warmup", "1", "--steps", "1"]
 
 
 def _events(tmp_path: Path) -> Any:
-    from traceoverlap.analysis import load
+    from traceoverlap.run.analysis import load
 
     return load(sorted(tmp_path.glob("rank*.json.gz"))).events
 

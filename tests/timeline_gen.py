@@ -3,7 +3,7 @@ plain form (tests/oracle.py), so a property test can compare ``analyze`` with th
 
 A :class:`Scenario` holds the plain events (trace order = the Timeline's row order) and what each
 rank's trace says about itself; :meth:`Scenario.timeline` builds the Timeline with
-``traceoverlap.model.make_events``. Times are small (within ~0..2500 ns of each rank's clock
+``traceoverlap.core.model.make_events``. Times are small (within ~0..2500 ns of each rank's clock
 offset) so the oracle's per-nanosecond masks stay cheap.
 
 What the strategies cover is switched by feature names (:data:`FEATURES`), so a test can leave out
@@ -21,7 +21,7 @@ from hypothesis import assume
 from hypothesis import strategies as st
 from oracle import Ev, marker_report, oracle_steps
 
-from traceoverlap.model import Timeline, TraceInfo, make_events
+from traceoverlap.core.model import Timeline, TraceInfo, make_events
 
 #: Everything the generator can produce; a scenario strategy takes a subset.
 FEATURES = frozenset(

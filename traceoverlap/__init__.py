@@ -9,6 +9,12 @@ Library API (the CLI is a thin layer over it)::
     result = traceoverlap.analyze("runs/x/", traceoverlap.AnalyzeOptions(steps="3-7"))
     detail = traceoverlap.step_detail(result, rank=0, step=5)   # one step's timeline
 
+The code is laid out by stage, each package importing only the ones before it: ``core`` (the
+words and the table), ``readers``, ``rank`` (the per-rank map), ``run`` (the cross-rank reduce),
+``whatif``, ``reporters``, ``record`` and ``cli`` (CONTRIBUTING.md). ``traceoverlap.options``,
+``traceoverlap.schema`` and ``traceoverlap.vocab`` stay importable by those names (the Python API,
+docs/python-api.md).
+
 Names are imported on first use, so ``import traceoverlap`` (and ``traceoverlap --help``) does
 not pay for numpy and pandas.
 """
@@ -21,27 +27,28 @@ from typing import TYPE_CHECKING, Any
 from ._version import __version__
 
 if TYPE_CHECKING:
-    from .analysis import analyze, load
-    from .classify import Rules
-    from .detail import step_detail
-    from .errors import TraceFormatError, TraceoverlapError
-    from .model import Timeline, TraceInfo
-    from .options import AnalyzeOptions, Thresholds
-    from .results import Analysis, StepDetail
+    from .core.errors import TraceFormatError, TraceoverlapError
+    from .core.model import Timeline, TraceInfo
+    from .core.options import AnalyzeOptions, Thresholds
+    from .core.rules import Rules
+    from .rank.detail import StepDetail
+    from .run.analysis import analyze, load
+    from .run.detail import step_detail
+    from .run.results import Analysis
 
 _LAZY = {
-    "Analysis": "results",
-    "AnalyzeOptions": "options",
-    "StepDetail": "results",
-    "step_detail": "detail",
-    "analyze": "analysis",
-    "load": "analysis",
-    "Rules": "classify",
-    "Thresholds": "options",
-    "Timeline": "model",
-    "TraceInfo": "model",
-    "TraceFormatError": "errors",
-    "TraceoverlapError": "errors",
+    "Analysis": "run.results",
+    "AnalyzeOptions": "core.options",
+    "StepDetail": "rank.detail",
+    "step_detail": "run.detail",
+    "analyze": "run.analysis",
+    "load": "run.analysis",
+    "Rules": "core.rules",
+    "Thresholds": "core.options",
+    "Timeline": "core.model",
+    "TraceInfo": "core.model",
+    "TraceFormatError": "core.errors",
+    "TraceoverlapError": "core.errors",
 }
 
 __all__ = [

@@ -7,9 +7,9 @@ import os
 import sys
 import threading
 
-from ._blas import one_thread
-from ._collector import pause, resume
 from .cli import main
+from .core._blas import one_thread
+from .core._collector import pause, resume
 
 
 def run() -> None:
@@ -23,7 +23,7 @@ def run() -> None:
     exception escaping with ``--debug``, a thread still running, an exit "code" that is a
     message) takes the normal exit.
     """
-    pause()  # until the command's modules are loaded (traceoverlap._collector)
+    pause()  # until the command's modules are loaded (traceoverlap.core._collector)
     one_thread()
     try:
         main()

@@ -21,10 +21,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .._collector import resume
-from ..errors import TraceFormatError
-from ..model import Timeline
-from ._input import STDIN, file_error, is_stream, label, read_stream, sniff_bytes
+from ..core._collector import resume
+from ..core.errors import TraceFormatError
+from ..core.model import Timeline
+from ._bytes import STDIN, file_error, is_stream, label, read_stream, sniff_bytes
 
 F = TypeVar("F", bound=Any)
 
@@ -75,7 +75,7 @@ def read_trace(
     ``path`` may be ``-`` for standard input, or a pipe. ``keep_range``: a Nsight Systems export
     keeps only the NVTX ranges whose name it accepts (see :func:`.nsys.read_nsys`). ``process``:
     only that process of a Nsight Systems SQLite export (:func:`.nsys.nsys_processes`)."""
-    resume()  # the command's modules are loaded (traceoverlap._collector)
+    resume()  # the command's modules are loaded (traceoverlap.core._collector)
     fmt = sniff_format(path)
     if fmt == "stream":
         data = read_stream(path)

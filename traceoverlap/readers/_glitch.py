@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..fmt import duration
-from ..model import GPU_ACTIVITY_CATEGORIES, Timeline, in_categories
+from ..core.fmt import duration
+from ..core.model import GPU_ACTIVITY_CATEGORIES, Timeline, in_categories
 
 __all__ = ["drop_clock_glitches", "MARGIN_NS"]
 

@@ -1,6 +1,6 @@
 """Text shared by the reporters: inputs, summary, what to try (terminal and Markdown), the words
 for units and causes (the HTML report too). Formatting only: every number comes from the
-:class:`~traceoverlap.results.Analysis`."""
+:class:`~traceoverlap.run.results.Analysis`."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import IO, TYPE_CHECKING
 
 from rich.console import Console
 
-from .. import fmt
-from ..schema import (
+from ..core import fmt
+from ..core.schema import (
     BOTTLENECK,
     COMM_NS,
     COMPUTE_NS,
@@ -29,12 +29,12 @@ from ..schema import (
     STEP_NS,
     Column,
 )
-from ..summary import unit_key
-from ..vocab import CAUSE_WORDS, SHORT_BOTTLENECK
+from ..core.vocab import CAUSE_WORDS, SHORT_BOTTLENECK
+from ..run.summary import unit_key
 
 if TYPE_CHECKING:
-    from ..diagnosis import Finding
-    from ..results import Analysis
+    from ..run.findings import Finding
+    from ..run.results import Analysis
 
 
 def make_console(file: IO[str], *, color: bool, width: int) -> Console:

@@ -1,7 +1,7 @@
 """The report's "step across ranks": one step of every rank on one clock, side by side.
 
 Formatting only: the spans, the clock offsets and every collective's wait and transfer parts
-come from :class:`~traceoverlap.across.StepAcross` (built by the analysis side). What this
+come from :class:`~traceoverlap.run.across.StepAcross` (built by the analysis side). What this
 module decides is how to draw them: up to :data:`EXPANDED_MAX_RANKS` ranks, a group of rows per
 rank (phases, compute, communication, memory); beyond, one row per rank with merged spans, and
 the page says so.
@@ -19,13 +19,13 @@ import numpy.typing as npt
 import pandas as pd
 import plotly.graph_objects as go
 
-from ..fmt import duration as fmt_ns
-from ..schema import WAIT_NS, WAITED_FOR_RANK
-from ..vocab import KIND_WORDS, WHOLE_CAPTURE, Cause
+from ..core.fmt import duration as fmt_ns
+from ..core.schema import WAIT_NS, WAITED_FOR_RANK
+from ..core.vocab import KIND_WORDS, WHOLE_CAPTURE, Cause
 from . import _html_figures as figs
 
 if TYPE_CHECKING:
-    from ..across import RankStep, StepAcross
+    from ..run.across import RankStep, StepAcross
 
 I64 = npt.NDArray[np.int64]
 

@@ -1,7 +1,7 @@
 """Plotly figures of the HTML report: per-step stacked bars, one-step timeline, rank x step heatmap.
 
 Formatting only: every duration drawn here comes from the analysis (the step table and the
-:class:`~traceoverlap.results.StepDetail` of one step). What this module decides is how to
+:class:`~traceoverlap.rank.detail.StepDetail` of one step). What this module decides is how to
 *draw* them within a size budget: dense lanes are drawn as merged spans (see :func:`coarsen`),
 and every merge is reported back to the page so the reader knows what was simplified.
 """
@@ -18,10 +18,10 @@ import numpy.typing as npt
 import pandas as pd
 import plotly.graph_objects as go
 
-from .. import intervals as iv
-from ..fmt import duration as fmt_ns
-from ..fmt import size as fmt_bytes
-from ..schema import (
+from ..core import intervals as iv
+from ..core.fmt import duration as fmt_ns
+from ..core.fmt import size as fmt_bytes
+from ..core.schema import (
     COMPUTE_ONLY_NS,
     EXPOSED_BY_CAUSE,
     EXPOSED_COMM_NS,
@@ -34,7 +34,7 @@ from ..schema import (
     STEP,
     STEP_NS,
 )
-from ..vocab import CAUSE_WORDS, KIND_WORDS, ActivityKind, Cause
+from ..core.vocab import CAUSE_WORDS, KIND_WORDS, ActivityKind, Cause
 
 IntArray = npt.NDArray[np.int64]
 

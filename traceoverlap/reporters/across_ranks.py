@@ -1,6 +1,6 @@
 """Text for the cross-rank section of the report: wait vs transfer and the stragglers.
 
-Formatting only; the numbers come from :class:`traceoverlap.collectives.Collectives`.
+Formatting only; the numbers come from :class:`traceoverlap.run.matching.Collectives`.
 """
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .. import fmt
-from ..schema import EXPOSED_COMM_NS, EXPOSED_WAIT_NS, ROOT_WAITED_FOR_NS, WAIT_NS
+from ..core import fmt
+from ..core.schema import EXPOSED_COMM_NS, EXPOSED_WAIT_NS, ROOT_WAITED_FOR_NS, WAIT_NS
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ..collectives import Collectives
+    from ..run.matching import Collectives
 
 
 def across_ranks_lines(coll: Collectives, steps: pd.DataFrame) -> list[str]:

@@ -12,9 +12,9 @@ import html
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import fmt
 from .._version import __version__
-from ..schema import OVERLAP_RATIO, STEP_NS
+from ..core import fmt
+from ..core.schema import OVERLAP_RATIO, STEP_NS
 from ._html_page import CSS, LOADER, PAGE
 from .compare_text import (
     _collective_cells,
@@ -26,8 +26,8 @@ from .compare_text import (
 from .html_report import Page, plotly_script, sections
 
 if TYPE_CHECKING:
-    from ..comparison import Comparison
-    from ..results import StepDetail
+    from ..rank.detail import StepDetail
+    from ..run.compare import Comparison
 
 # lower is better for every compared time; a higher overlap ratio is better
 _HIGHER_IS_BETTER = {OVERLAP_RATIO.name}
@@ -47,7 +47,7 @@ def render(
     details: tuple[StepDetail | None, StepDetail | None] = (None, None),
 ) -> str:
     """The comparison page; ``details``: the baseline's and the candidate's step drawn as a
-    timeline (:func:`traceoverlap.detail.step_detail`), None: not drawn."""
+    timeline (:func:`traceoverlap.run.detail.step_detail`), None: not drawn."""
     e = html.escape
     rows = []
     for r in cmp.metrics.to_dict("records"):

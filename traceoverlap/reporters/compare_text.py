@@ -15,15 +15,15 @@ from typing import TYPE_CHECKING, Any
 from rich import box
 from rich.table import Table
 
-from .. import fmt
 from .._version import __version__
-from ..schema import OVERLAP_RATIO, STEP_NS
+from ..core import fmt
+from ..core.schema import OVERLAP_RATIO, STEP_NS
 from ._format import make_console
 from .json_report import SCHEMA_VERSION, encode, records
 
 if TYPE_CHECKING:
-    from ..comparison import Comparison
-    from ..results import Analysis
+    from ..run.compare import Comparison
+    from ..run.results import Analysis
 
 
 def _is_ratio(metric: str) -> bool:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from .json_report import step_records
 
 if TYPE_CHECKING:
-    from ..results import Analysis
+    from ..run.results import Analysis
 
 
 def render(analysis: Analysis) -> str:

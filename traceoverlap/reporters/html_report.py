@@ -6,7 +6,7 @@ exposed, and why?" at a glance, then lets the reader drill into one step.
     result = analyze("runs/bucketed")
     html = render(result, detail=step_detail(result))
 
-Formatting only: the numbers come from the :class:`~traceoverlap.results.Analysis` (the step
+Formatting only: the numbers come from the :class:`~traceoverlap.run.results.Analysis` (the step
 table, the summary, the findings, the collectives and the :class:`StepDetail` of the step drawn
 as a timeline). The output is deterministic (fixed element ids, sorted JSON keys, no timestamps)
 so two renderings of the same analysis are identical byte for byte.
@@ -26,12 +26,12 @@ import pandas as pd
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from .. import fmt
 from .._version import __version__
-from ..errors import UsageError
-from ..fmt import duration as fmt_ns
-from ..fmt import size as fmt_bytes
-from ..schema import (
+from ..core import fmt
+from ..core.errors import UsageError
+from ..core.fmt import duration as fmt_ns
+from ..core.fmt import size as fmt_bytes
+from ..core.schema import (
     BOTTLENECK,
     EXPOSED_BY_CAUSE,
     EXPOSED_COMM_NS,
@@ -47,15 +47,16 @@ from ..schema import (
     STEP_NS,
     WAIT_NS,
 )
-from ..vocab import CAUSE_WORDS, CAUSES, KIND_WORDS, PURPOSES, WHOLE_CAPTURE, Purpose
+from ..core.vocab import CAUSE_WORDS, CAUSES, KIND_WORDS, PURPOSES, WHOLE_CAPTURE, Purpose
 from . import _html_across
 from . import _html_figures as figs
 from ._format import several_devices
 from ._html_page import CSS, LOADER, PAGE
 
 if TYPE_CHECKING:
-    from ..across import StepAcross
-    from ..results import Analysis, StepDetail
+    from ..rank.detail import StepDetail
+    from ..run.across import StepAcross
+    from ..run.results import Analysis
 
 PLOTLYJS_MODES = ("embed", "cdn")
 TOP_COLLECTIVES = 10
@@ -81,8 +82,8 @@ def render(
     detail: StepDetail | None = None,
 ) -> str:
     """The report as one HTML string. ``detail``: the step drawn as a timeline
-    (:func:`traceoverlap.detail.step_detail`); without one the page says how to get it.
-    ``across``: one step of every rank on one clock (:func:`traceoverlap.across.step_across`)."""
+    (:func:`traceoverlap.run.detail.step_detail`); without one the page says how to get it.
+    ``across``: one step of every rank on one clock (:func:`traceoverlap.run.across.step_across`)."""
     page = Page()
     body = "\n".join(s for s in sections(analysis, page, across=across, detail=detail) if s)
     title = "traceoverlap report: " + ", ".join(input_names(analysis))
@@ -267,7 +268,7 @@ def _header(analysis: Analysis) -> str:
 
 
 def _step_list(labels: list[str]) -> str:
-    from ..options import describe_steps
+    from ..core.options import describe_steps
 
     return "steps " + describe_steps(labels)
 

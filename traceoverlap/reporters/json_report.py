@@ -16,12 +16,12 @@ import numpy as np
 import pandas as pd
 
 from .._version import __version__
-from ..results import STEP_COLUMNS
-from ..schema import BLAME, COLLECTIVE_PER_RANK, COLLECTIVES, STEP_SKEW, STRAGGLERS
+from ..core.schema import BLAME, COLLECTIVE_PER_RANK, COLLECTIVES, STEP_SKEW, STRAGGLERS
+from ..run.results import STEP_COLUMNS
 
 if TYPE_CHECKING:
-    from ..collectives import Collectives
-    from ..results import Analysis
+    from ..run.matching import Collectives
+    from ..run.results import Analysis
 
 SCHEMA_VERSION = 2
 

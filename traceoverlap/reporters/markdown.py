@@ -14,7 +14,7 @@ from ._format import (
 from .across_ranks import across_ranks_lines
 
 if TYPE_CHECKING:
-    from ..results import Analysis
+    from ..run.results import Analysis
 
 
 def render(analysis: Analysis) -> str:

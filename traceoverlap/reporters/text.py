@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from rich import box
 from rich.table import Table
 
-from ..vocab import Bottleneck
+from ..core.vocab import Bottleneck
 from ._format import (
     describe_inputs,
     finding_lines,
@@ -25,7 +25,7 @@ from ._format import (
 from .across_ranks import render_across_ranks
 
 if TYPE_CHECKING:
-    from ..results import Analysis
+    from ..run.results import Analysis
 
 #: Where the verdicts (and the causes, and the ``other`` part) are explained.
 VERDICTS_DOC = "docs/diagnosis.md"

@@ -1,16 +1,16 @@
 """``traceoverlap whatif``: the scenarios table, the "fixing rank R buys" table, JSON
-(docs/whatif.md §3). Formats a :class:`traceoverlap.whatif.WhatIf`; computes nothing."""
+(docs/whatif.md §3). Formats a :class:`traceoverlap.whatif.scenarios.WhatIf`; computes nothing."""
 
 from __future__ import annotations
 
 import json
 from typing import TYPE_CHECKING, Any
 
-from ..schema import OVERLAP_TAX, REPLAY, REPLAY_STEPS, SCENARIOS, TAX_RANK_STEPS
-from ..vocab import SHARED_CPU_MARK
+from ..core.schema import OVERLAP_TAX, REPLAY, REPLAY_STEPS, SCENARIOS, TAX_RANK_STEPS
+from ..core.vocab import SHARED_CPU_MARK
 
 if TYPE_CHECKING:
-    from ..whatif import ScenarioResult, WhatIf
+    from ..whatif.scenarios import ScenarioResult, WhatIf
 
 #: Version of the ``whatif --format json`` document.
 WHATIF_SCHEMA_VERSION = 1

@@ -40,7 +40,7 @@ The modules, in the order the bytes flow through them:
 - :mod:`._decode`: a chunk of JSON events -> typed structs (and the lenient fallbacks);
 - :mod:`._columns`: the scanner's columns, or structs -> numpy columns, accumulated over the
   chunks;
-- :mod:`._table`: the columns -> the :class:`~traceoverlap.model.Timeline` of one rank;
+- :mod:`._table`: the columns -> the :class:`~traceoverlap.core.model.Timeline` of one rank;
 - :mod:`._joins`: correlation ids from flows, collective args from the launching op;
 - :mod:`._metadata`: the top-level fields (rank, world size, devices, base time);
 - :mod:`._categories` (what Kineto's categories mean) and :mod:`._values` (odd JSON values,
@@ -55,9 +55,9 @@ from typing import Any
 
 import msgspec
 
-from ...errors import NotATraceError
-from ...model import Timeline
-from .._input import Buffer, is_gzip, label, prepare, rank_from_filename, read_raw
+from ...core.errors import NotATraceError
+from ...core.model import Timeline
+from .._bytes import Buffer, is_gzip, label, prepare, rank_from_filename, read_raw
 from . import _document
 from ._categories import CATEGORY_MAP
 from ._columns import DTYPE_BYTES, Columns
@@ -81,7 +81,7 @@ def read_kineto(path: str | Path, data: bytes | bytearray | None = None) -> Time
 
     One file is one rank. ``path`` may be ``-`` (standard input) or a pipe; ``data``, when given,
     is the file's content already read (gzip or not) and ``path`` only names it. Returns a
-    :class:`Timeline` whose events follow the column contract of :mod:`traceoverlap.model`
+    :class:`Timeline` whose events follow the column contract of :mod:`traceoverlap.core.model`
     (integer ns; unix-epoch ns when the trace has ``baseTimeNanoseconds`` or absolute epoch-µs
     timestamps, see ``TraceInfo.clock``). Raises :class:`TraceFormatError` naming the file for
     anything that is not a readable trace.

@@ -11,9 +11,9 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from ...model import CATEGORIES
+from ...core.model import CATEGORIES
 
-#: Kineto ``cat`` -> :data:`traceoverlap.model.CATEGORIES`.
+#: Kineto ``cat`` -> :data:`traceoverlap.core.model.CATEGORIES`.
 #:
 #: The category strings are ``toString(ActivityType)`` of pytorch/kineto
 #: ``libkineto/include/ActivityType.h`` (the ``_activityTypeNames`` table; earlier versions kept

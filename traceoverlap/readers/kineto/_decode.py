@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Union
 
 import msgspec
 
-from ...errors import TraceFormatError
+from ...core.errors import TraceFormatError
 
 #: ``args.grid`` / ``args.block`` when absent
 NO_DIMS = (-1, -1, -1)

@@ -20,8 +20,8 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from ...errors import TraceFormatError
-from .._input import Buffer, gunzip_pieces, is_plain_utf8
+from ...core.errors import TraceFormatError
+from .._bytes import Buffer, gunzip_pieces, is_plain_utf8
 from ._columns import Columns
 from ._decode import (
     EVENT_SPLIT,

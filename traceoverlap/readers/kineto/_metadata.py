@@ -1,5 +1,5 @@
 """The trace's top-level fields (rank, world size, devices, base time, schema version) and the
-:class:`~traceoverlap.model.TraceInfo` of a rank.
+:class:`~traceoverlap.core.model.TraceInfo` of a rank.
 
 A field that is present but unusable is ignored with a note saying what was expected; the rank
 then comes from the file name, else is assumed 0, and the first note says which.
@@ -12,8 +12,8 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from ...model import TraceInfo
-from .._input import rank_from_filename
+from ...core.model import TraceInfo
+from .._bytes import rank_from_filename
 from ._categories import GPU_ACTIVITY_CODES, codes_in
 from ._decode import META_FIELDS, Head, any_or_none
 from ._values import INT32_MAX, INT64_MAX, MAX_WORLD_SIZE, int_field

@@ -1,4 +1,4 @@
-"""The columns read -> the :class:`~traceoverlap.model.Timeline` of one rank.
+"""The columns read -> the :class:`~traceoverlap.core.model.Timeline` of one rank.
 
 Times become exact integer ns; a row whose time is unusable, or that is device work this tool
 cannot place, is dropped and counted in a note; GPU rows are put on the rank's host process (so
@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ...errors import TraceFormatError
-from ...model import CATEGORIES, Timeline, make_events
-from ...vocab import STEP_RE
+from ...core.errors import TraceFormatError
+from ...core.model import CATEGORIES, Timeline, make_events
+from ...core.vocab import STEP_RE
 from .._shape import inherit_nested
 from ._categories import (
     ACCELERATOR_CATS,

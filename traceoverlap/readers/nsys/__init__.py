@@ -34,7 +34,7 @@ collective and close it when the collective completes (the completion callback o
 gloo's ``pt_gloo_runloop`` thread, whose lane the range is then drawn on, as Kineto draws gloo's
 work items), so communication means *the collective in flight*, from issue to completion, which
 includes time queued behind earlier collectives. Such ranges are classified like gloo's own work items
-(:mod:`traceoverlap.classify`); a CPU capture without any says so in its notes instead of
+(:mod:`traceoverlap.rank.classify`); a CPU capture without any says so in its notes instead of
 reporting zero communication.
 
 Times are integer nanoseconds as the export stores them, shifted to unix-epoch nanoseconds when
@@ -81,8 +81,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ...errors import TraceFormatError
-from ...model import Timeline
+from ...core.errors import TraceFormatError
+from ...core.model import Timeline
 from ._export import exported
 from ._open import SQLITE_MAGIC, read_export
 from ._process import processes_of

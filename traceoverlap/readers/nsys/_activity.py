@@ -8,7 +8,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from ...errors import TraceFormatError
+from ...core.errors import TraceFormatError
 from .._shape import column_shape_codes
 from ._columns import Columns
 from ._export import EXPORT_HINT

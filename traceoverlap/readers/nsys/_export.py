@@ -17,7 +17,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from ...errors import TraceFormatError
+from ...core.errors import TraceFormatError
 
 #: What to tell a user whose export cannot be read or made.
 EXPORT_HINT = (

@@ -7,8 +7,8 @@ import functools
 import sqlite3
 from pathlib import Path
 
-from ...errors import TraceFormatError
-from ...model import Timeline
+from ...core.errors import TraceFormatError
+from ...core.model import Timeline
 from ._export import EXPORT_HINT
 from ._reader import Reader
 from ._schema import RangeFilter

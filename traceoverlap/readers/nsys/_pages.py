@@ -483,7 +483,7 @@ class PageReader:
     def kept(self, text: str, sep: I64, parts: list[str]) -> npt.NDArray[np.bool_]:
         """``text_keep`` of each of ``parts`` (the NUL-separated texts of ``text``, each ending
         at ``sep``); a keep test with a ``candidates(text, sep)`` method (see
-        :class:`traceoverlap.namefilter.NameTest`) is asked only about the texts that can pass."""
+        :class:`traceoverlap.rank.namefilter.NameTest`) is asked only about the texts that can pass."""
         keep = self.text_keep
         assert keep is not None
         find = getattr(keep, "candidates", None)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ...model import TraceInfo
-from .._input import rank_from_filename
+from ...core.model import TraceInfo
+from .._bytes import rank_from_filename
 from ._metadata import Metadata
 from ._rows import NvtxRows, Rows
 from ._schema import int_or_none, quote

@@ -9,8 +9,8 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from ...errors import TraceFormatError
-from ...model import CATEGORIES, Timeline, make_events, per_category
+from ...core.errors import TraceFormatError
+from ...core.model import CATEGORIES, Timeline, make_events, per_category
 from ._export import EXPORT_HINT
 from ._heap import release_freed
 from ._process import ProcessPart

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ...model import CATEGORIES
+from ...core.model import CATEGORIES
 from ._heap import LARGE_ROWS, release_freed
 
 I64 = npt.NDArray[np.int64]
@@ -90,7 +90,7 @@ class Rows:
     def group_by(self, rank: I32) -> I32:
         """Reorder the rows (in place, one column at a time) so that each rank's rows are
         contiguous, keeping their order within a rank (a stable sort): then
-        :func:`traceoverlap.model.split_units` cuts units as views instead of copies."""
+        :func:`traceoverlap.core.model.split_units` cuts units as views instead of copies."""
         if rank.size < 2 or bool((rank[1:] >= rank[:-1]).all()):
             return rank
         order = np.argsort(rank, kind="stable")

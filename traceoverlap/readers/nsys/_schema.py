@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ...errors import TraceFormatError
+from ...core.errors import TraceFormatError
 from ._columns import INT, OTHER, Columns, Where
 from ._export import EXPORT_HINT
 from ._scan import read_columns

@@ -21,7 +21,7 @@ def fast_categorical(codes: npt.NDArray[np.integer], categories: pd.Index) -> pd
 
 
 def category_index(values: Obj) -> pd.Index:
-    """Categories with the dtype :func:`traceoverlap.model.make_events` gives (str on pandas 3),
+    """Categories with the dtype :func:`traceoverlap.core.model.make_events` gives (str on pandas 3),
     so that timelines of every reader concatenate."""
     return pd.Index(values if len(values) else np.zeros(0, dtype=object))
 

@@ -1,0 +1,139 @@
+"""Name -> kind rules, as data.
+
+The defaults follow the metrics contract (docs/metrics.md "Activities and kinds"), extended with
+the communication libraries that do not carry "nccl" in their kernel names
+(:data:`KNOWN_COMM_FAMILIES`).
+
+GPU units (the unit has at least one kernel / memcpy / memset):
+  - comm: a kernel whose name contains ``nccl`` or starts with ``rccl`` / ``hccl`` (any case),
+    or matches one of the known communication families, or a user pattern
+  - memory: memcpy and memset activities
+  - compute: every other kernel
+  - everything else (sync records, launches, host ops, ranges): not activity (``none``)
+
+CPU units (e.g. gloo on CPU):
+  - comm: events named ``gloo:*`` (the work of gloo's ``pt_gloo_runloop`` threads)
+  - compute: ``cpu_op`` events on other threads, except the ops that launch or wait for
+    communication (``c10d::*``, ``record_param_comms``, ``nccl:*``, ``gloo:*``)
+  - a unit with no ``cpu_op`` at all (NVTX ranges only: a CPU run under Nsight Systems): compute
+    is the phases the program marks (``forward``, ``backward``, ``optimizer``:
+    :attr:`Rules.cpu_compute_ranges`), comm the ``gloo:*`` ranges it marks around its
+    collectives; when such an Nsight Systems unit has none, :func:`unseen_comm_note` says the
+    capture cannot show communication (rather than none happening).
+
+Users extend the rules with ``--comm-pattern REGEX`` or a TOML config (:mod:`options`).
+Patterns are Python regexes matched with ``re.search``; they are evaluated once per distinct
+name (the name column is categorical), never per event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from ..core.model import GPU_ACTIVITY_CATEGORIES, Kind, Timeline, in_categories, per_category
+from ..core.options import compile_regex
+from ..core.rules import Rules
+from ..core.vocab import KINDS
+
+
+def name_mask(
+    names: pd.Series, patterns: Sequence[str], rows: npt.NDArray[np.bool_] | None = None
+) -> npt.NDArray[np.bool_]:
+    """Per row of a categorical column: does any pattern match? Each distinct name used by the
+    selected ``rows`` is tested once (all rows when None); rows outside the selection read False."""
+    if not patterns:
+        return np.zeros(len(names), dtype=bool)
+    rxs = [compile_regex(p, "rules") for p in patterns]
+    per_name = per_category(
+        names, lambda s: any(rx.search(s) is not None for rx in rxs), rows, dtype=bool
+    )
+    codes = names.cat.codes.to_numpy()
+    if rows is None:
+        return np.asarray(per_name[codes], dtype=bool)
+    # only the selected rows look their name up (a kernel mask selects a tenth of the table)
+    idx = np.flatnonzero(rows)
+    out = np.zeros(len(names), dtype=bool)
+    out[idx] = per_name[codes[idx]]
+    return out
+
+
+def kinds(unit: Timeline, rules: Rules | None = None) -> npt.NDArray[np.int8]:
+    """The :class:`~traceoverlap.core.model.Kind` code of every event of ONE unit (no table copy)."""
+    rules = rules or Rules()
+    ev = unit.events
+    n = len(ev)
+    kind = np.full(n, Kind.NONE, dtype=np.int8)
+    if n == 0:
+        return kind
+    cat = ev["category"]
+    is_kernel = (cat == "kernel").to_numpy()
+    is_gpu = in_categories(cat, GPU_ACTIVITY_CATEGORIES)
+    if is_gpu.any():
+        comm = name_mask(ev["name"], rules.gpu_comm + rules.extra_comm, is_kernel)
+        mem = name_mask(ev["name"], rules.gpu_memory, is_kernel)
+        kind[is_kernel] = Kind.COMPUTE
+        kind[is_kernel & mem] = Kind.MEMORY
+        kind[is_kernel & comm] = Kind.COMM
+        kind[is_gpu & ~is_kernel] = Kind.MEMORY
+        return kind
+    is_op = (cat == "cpu_op").to_numpy()
+    host = is_op | (cat == "annotation").to_numpy()
+    comm = name_mask(ev["name"], rules.cpu_comm + rules.extra_comm, host)
+    excluded = name_mask(ev["name"], rules.cpu_compute_exclude + rules.extra_comm, is_op)
+    comm_thread = name_mask(ev["thread_name"], rules.cpu_comm_threads, is_op)
+    kind[is_op & ~excluded & ~comm_thread] = Kind.COMPUTE
+    if not is_op.any() and rules.cpu_compute_ranges:
+        # no host ops at all (NVTX ranges only: a CPU run under Nsight Systems): the phases the
+        # program marks are its compute
+        ann = (cat == "annotation").to_numpy()
+        kind[name_mask(ev["name"], rules.cpu_compute_ranges, ann)] = Kind.COMPUTE
+    kind[host & comm] = Kind.COMM
+    return kind
+
+
+def unseen_comm_note(unit: Timeline, kind: npt.NDArray[np.int8]) -> str | None:
+    """For a CPU unit read from Nsight Systems with no communication activity: nsys does not see
+    gloo's work, so zero communication there means "not visible", not "none"."""
+    info = unit.traces[0]
+    if info.format != "nsys" or info.device_kind != "cpu" or (kind == Kind.COMM).any():
+        return None
+    return (
+        "this capture has no communication activity the tool can see (CPU run under nsys: "
+        "without the PyTorch profiler there are no gloo:* work items, and the program marked no "
+        "collective as an NVTX range named gloo:<collective>, as the reference workloads do); "
+        "its communication numbers are not measured, not zero"
+    )
+
+
+def comm_call_mask(unit: Timeline, rules: Rules | None = None) -> npt.NDArray[np.bool_]:
+    """CPU units: host events on compute threads during which the thread was blocked in a
+    communication call (diagnosis.md §3, the CPU form of ``dependency``)."""
+    rules = rules or Rules()
+    ev = unit.events
+    cat = ev["category"]
+    host = (cat == "cpu_op").to_numpy() | (cat == "annotation").to_numpy()
+    calls = name_mask(ev["name"], rules.cpu_comm_calls, host)
+    comm_thread = name_mask(ev["thread_name"], rules.cpu_comm_threads, calls)
+    return np.asarray(calls & ~comm_thread, dtype=bool)
+
+
+def classify(timeline: Timeline, rules: Rules | None = None) -> Timeline:
+    """A Timeline whose events carry a ``kind`` column (compute / comm / memory / none), each
+    rank classified by its own rules (GPU rules when it has GPU activity). For the Python API
+    (:func:`traceoverlap.load`); the analysis itself keeps kinds as an array per unit."""
+    ev = timeline.events
+    kind = np.full(len(ev), Kind.NONE, dtype=np.int8)
+    ranks = np.unique(ev["rank"].to_numpy())
+    if ranks.size == 1:
+        kind[:] = kinds(timeline, rules)
+    else:
+        rank = ev["rank"].to_numpy()
+        for r in ranks.tolist():
+            rows = np.flatnonzero(rank == r)
+            kind[rows] = kinds(Timeline(ev.iloc[rows], timeline.traces), rules)
+    out = ev.assign(kind=pd.Categorical.from_codes(kind, list(KINDS)))
+    return Timeline(out, timeline.traces)

@@ -1,0 +1,245 @@
+"""CPU units: the numbers and sets of every step window without an (activity, window) table.
+
+A CPU step counts everything inside its own marker range (docs/metrics.md "Steps"): an activity
+falls in every window around it, so nested or overlapping markers would make the per-window
+algebra of :mod:`traceoverlap.rank.metrics` cost activities x markers (4,000 nested markers over
+4,000 ops: 16M rows, 3.2 GB). Every set it builds is a set of the whole unit clipped to the
+window, since clipping commutes with union, intersection and difference:
+
+    C_W = C ∩ W,  M_W = M ∩ W,  (M_W − C_W) = (M − C) ∩ W,  ...
+
+so each set is built once for the unit (compute cut around its lane's communication calls, as
+:func:`traceoverlap.rank.hostwait.split_compute` does), and ``|X ∩ W|`` per window is two binary
+searches in its prefix sums (:func:`traceoverlap.core.intervals.grouped_covered`). What stays per
+window is what the later stages carry per window anyway: the exposed set and the communication
+calls clipped to each window (the local causes split them), and the communication activities of
+each window (the collective pieces). The local causes also read compute starts per window: the
+last one (the tail zone) and, for each communication of the window, the first one at or after
+its end (blocked waits); only those are kept (:func:`cpu_windows` says why they suffice).
+
+Cost: O(n log n) in the unit's events plus the size of those per-window outputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from ..core import intervals as iv
+from ..core.intervals import GroupedIntervals
+from ..core.model import Kind
+from ..core.schema import (
+    COMM_NS,
+    COMPUTE_NS,
+    COMPUTE_ONLY_NS,
+    EXPOSED_COMM_NS,
+    IDEAL_NS,
+    IDLE_NS,
+    ITERATION_NS,
+    MEMORY_NS,
+    MEMORY_ONLY_NS,
+    OTHER_STEPS_NS,
+    OVERLAP_NS,
+    STEP_NS,
+)
+from .hostwait import split_compute
+from .metrics import ActivityRows, StepSets, activity_rows, step_sets
+from .steps import UnitSteps
+
+I64 = npt.NDArray[np.int64]
+Intervals = tuple[I64, I64]
+
+
+@dataclass(frozen=True)
+class CpuWindows:
+    """Per window of a CPU unit: ``parts`` (the numbers of
+    :func:`traceoverlap.rank.metrics.step_parts`, ns), ``exposed`` (M − C, grouped by window),
+    ``calls`` (the communication calls, grouped by window) and ``acts``: the communication
+    activities of every window (clipped to it) and, as compute rows, only the compute starts the
+    local causes read (their ``end_ns`` is the window's end)."""
+
+    parts: dict[str, I64]
+    exposed: GroupedIntervals
+    calls: GroupedIntervals
+    acts: ActivityRows
+
+
+def clip_to_windows(x: Intervals, ws: I64, we: I64) -> GroupedIntervals:
+    """A disjoint sorted set clipped to every window ``[ws, we)``, grouped by window (the pieces
+    of one window sorted, the empty ones dropped)."""
+    xs, xe = x
+    lo = np.searchsorted(xe, ws, side="right")  # first interval ending after the window starts
+    hi = np.searchsorted(xs, we, side="left")  # first interval starting at or after its end
+    w, j = iv.range_pairs(lo.astype(np.int64), hi.astype(np.int64))
+    s = np.maximum(xs[j], ws[w])
+    e = np.minimum(xe[j], we[w])
+    ok = e > s
+    return w[ok].astype(np.int64), s[ok], e[ok]
+
+
+def _length_in(x: Intervals, ws: I64, we: I64) -> I64:
+    """``|x ∩ [ws, we)|`` per window, for a disjoint sorted set ``x``."""
+    z = np.zeros(ws.size, dtype=np.int64)
+    return iv.grouped_covered((np.zeros(x[0].size, np.int64), x[0], x[1]), z, ws, we, 1)
+
+
+@dataclass(frozen=True)
+class UnitSets:
+    """A CPU unit's sets, each disjoint and sorted (ns): ``sets`` (compute C, comm M, memory Y,
+    busy, overlap C ∩ M, exposed M − C, compute_only, memory_only), ``calls`` (its
+    communication calls) and ``pieces``: its compute cut around its lane's communication calls."""
+
+    sets: dict[str, Intervals]
+    calls: Intervals
+    pieces: ActivityRows
+
+    def window_pieces(self, ws: I64, we: I64) -> int:
+        """How many pieces the exposed and call sets make once clipped to every window
+        ``[ws, we)`` (what :func:`cpu_windows` builds for them)."""
+        n = 0
+        for xs, xe in (self.sets["exposed"], self.calls):
+            lo = np.searchsorted(xe, ws, side="right")
+            hi = np.searchsorted(xs, we, side="left")
+            n += int(np.maximum(hi - lo, 0).sum())
+        return n
+
+
+def unit_sets(
+    start: I64,
+    end: I64,
+    kind: npt.NDArray[np.int8],
+    lane: I64,
+    lane_calls: GroupedIntervals,
+    call_mask: npt.NDArray[np.bool_],
+) -> UnitSets:
+    """The unit's sets (:class:`UnitSets`). ``lane`` / ``lane_calls``: each event's thread and
+    each thread's communication calls (:mod:`traceoverlap.rank.hostwait`); ``call_mask``: the events
+    that are communication calls (:func:`traceoverlap.rank.classify.comm_call_mask`)."""
+    act = np.flatnonzero(kind < Kind.NONE)
+    rows = ActivityRows(
+        np.zeros(act.size, np.int64), kind[act], start[act], end[act], act.astype(np.int64)
+    )
+    rows = split_compute(rows, lane, lane_calls)
+
+    def union_of(m: npt.NDArray[np.bool_]) -> Intervals:
+        s, e = iv.union(rows.start_ns[m], rows.end_ns[m])
+        return s, e
+
+    c = union_of(rows.kind == Kind.COMPUTE)
+    m = union_of(rows.kind == Kind.COMM)
+    y = union_of(rows.kind == Kind.MEMORY)
+    cm = iv.union(np.concatenate((c[0], m[0])), np.concatenate((c[1], m[1])))
+    sets = {
+        "compute": c,
+        "comm": m,
+        "memory": y,
+        "busy": union_of(np.ones(rows.kind.size, dtype=bool)),
+        "overlap": iv.intersect(c, m),
+        "exposed": iv.subtract(m, c),
+        "compute_only": iv.subtract(c, m),
+        "memory_only": iv.subtract(y, cm),
+    }
+    calls = iv.union(start[call_mask], end[call_mask])
+    return UnitSets(sets, calls, rows.select(rows.kind == Kind.COMPUTE))
+
+
+def _compute_starts(
+    pieces: ActivityRows, comm: ActivityRows, ws: I64, we: I64, has_compute: npt.NDArray[np.bool_]
+) -> ActivityRows:
+    """Per window, the compute starts the local causes read (diagnosis.local_causes): the latest
+    (max(window start, the last piece start before the window's end), where the window holds
+    compute) and, per communication row, the first piece start at or after its end that is
+    before the window's end. Pieces starting before a window are clipped to its start, which is
+    before every communication end of the window, so neither answer changes when the other
+    starts are left out."""
+    order = np.argsort(pieces.start_ns, kind="stable")
+    ps, prow = pieces.start_ns[order], pieces.event_row[order]
+    k = np.searchsorted(ps, we, side="left") - 1
+    tail_w = np.flatnonzero(has_compute & (k >= 0))
+    tail_s = np.maximum(ws[tail_w], ps[k[tail_w]])
+    j = np.searchsorted(ps, comm.end_ns, side="left")
+    jj = np.minimum(j, max(ps.size - 1, 0))
+    nxt = (j < ps.size) & (ps[jj] < we[comm.group]) if ps.size else np.zeros(0, dtype=bool)
+    g = np.concatenate((tail_w, comm.group[nxt])).astype(np.int64)
+    s = np.concatenate((tail_s, ps[jj[nxt]])).astype(np.int64)
+    row = np.concatenate((prow[k[tail_w]], prow[jj[nxt]])).astype(np.int64)
+    return ActivityRows(g, np.full(g.size, Kind.COMPUTE, np.int8), s, we[g], row)
+
+
+def cpu_windows(
+    unit: UnitSets, start: I64, end: I64, kind: npt.NDArray[np.int8], steps: UnitSteps
+) -> CpuWindows:
+    """The per-window numbers and sets of a CPU unit whose sets are ``unit`` (see the module
+    docstring)."""
+    ws, we = steps.start_ns.astype(np.int64), steps.end_ns.astype(np.int64)
+    size = {k: _length_in(v, ws, we) for k, v in unit.sets.items()}
+    step = (we - ws).astype(np.int64)
+    compute, comm, overlap = size["compute"], size["comm"], size["overlap"]
+    exposed = comm - overlap
+    parts = {
+        STEP_NS.name: step,
+        COMPUTE_NS.name: compute,
+        COMM_NS.name: comm,
+        MEMORY_NS.name: size["memory"],
+        OVERLAP_NS.name: overlap,
+        EXPOSED_COMM_NS.name: exposed,
+        IDLE_NS.name: step - size["busy"],
+        OTHER_STEPS_NS.name: np.zeros(ws.size, dtype=np.int64),
+        ITERATION_NS.name: steps.iteration_ns,
+        IDEAL_NS.name: step - exposed + np.maximum(0, comm - compute),
+        COMPUTE_ONLY_NS.name: size["compute_only"],
+        MEMORY_ONLY_NS.name: size["memory_only"],
+    }
+    comm_rows = activity_rows(start, end, np.where(kind == Kind.COMM, kind, Kind.NONE), steps)
+    starts = _compute_starts(unit.pieces, comm_rows, ws, we, compute > 0)
+    acts = ActivityRows(
+        np.concatenate((comm_rows.group, starts.group)),
+        np.concatenate((comm_rows.kind, starts.kind)),
+        np.concatenate((comm_rows.start_ns, starts.start_ns)),
+        np.concatenate((comm_rows.end_ns, starts.end_ns)),
+        np.concatenate((comm_rows.event_row, starts.event_row)),
+    )
+    return CpuWindows(
+        parts=parts,
+        exposed=clip_to_windows(unit.sets["exposed"], ws, we),
+        calls=clip_to_windows(unit.calls, ws, we),
+        acts=acts,
+    )
+
+
+def window_detail_rows(
+    start: I64,
+    end: I64,
+    kind: npt.NDArray[np.int8],
+    steps: UnitSteps,
+    window: int,
+    lane: I64,
+    lane_calls: GroupedIntervals,
+) -> tuple[ActivityRows, StepSets]:
+    """Every activity of one window (clipped, compute cut around the calls) and its sets, grouped
+    as ``window``: what a step's detail (its timeline) draws."""
+    from dataclasses import replace
+
+    one = replace(
+        steps,
+        labels=(steps.labels[window],),
+        start_ns=steps.start_ns[window : window + 1],
+        end_ns=steps.end_ns[window : window + 1],
+    )
+    acts = split_compute(activity_rows(start, end, kind, one), lane, lane_calls)
+    sets = step_sets(acts, 1)
+
+    def regroup(s: GroupedIntervals) -> GroupedIntervals:
+        return np.full(s[0].size, window, dtype=np.int64), s[1], s[2]
+
+    acts = ActivityRows(
+        np.full(acts.group.size, window, dtype=np.int64),
+        acts.kind,
+        acts.start_ns,
+        acts.end_ns,
+        acts.event_row,
+    )
+    regrouped = StepSets(**{f: regroup(getattr(sets, f)) for f in StepSets.__dataclass_fields__})
+    return acts, regrouped

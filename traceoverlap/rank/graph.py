@@ -1,0 +1,549 @@
+"""The run graph (docs/whatif.md §1): activities and launch calls as columnar arrays, with the
+edges a replay needs.
+
+Per unit (the map side, :func:`unit_graph`): one node per kept activity (compute, comm, memory;
+on host threads only the top-level ones: a nested op's time is inside its parent) and, on GPU
+units, one node per launch call of a kept activity. Nodes carry their observed start and end.
+Edges:
+
+1. lane order: the nodes of one lane (stream or thread) in start order;
+2. launch: a device activity starts no earlier than its launch call starts;
+3. cross-stream sync: guessed from the host's ``cudaStreamWaitEvent`` calls (the readers keep no
+   stream arguments), counted in a note (:func:`_stream_wait_edges`);
+4. collectives: the nodes of a matched instance (matched per process group by
+   :mod:`traceoverlap.run.matching`, read through :func:`match_units`, the one adapter) end no
+   earlier than the last member's arrival + what followed it on that member (transfer);
+   point-to-point pairs are instances of two members, so the recv ends no earlier than the send
+   starts + transfer;
+5. blocking calls (CPU units, diagnosis.md §8): a compute thread's next op that starts within 1 %
+   of a communication's duration (at most 0.5 ms) after it ends depends on that end; a wait call,
+   and an op that launched a collective from inside and ended after it, end no earlier than the
+   collective's end (plus what followed it in the trace).
+
+The reduce (:func:`join_graphs`) concatenates the units, puts them on one clock (offsets from
+collective end times, as the matching does) and numbers the matched instances across units.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from ..core.intervals import GroupedIntervals
+from ..core.model import Kind, Timeline, TraceInfo, in_categories
+from ..core.vocab import BLOCKED_MAX_NS, BLOCKED_PER
+from .steps import UnitSteps
+
+I64 = npt.NDArray[np.int64]
+I32 = npt.NDArray[np.int32]
+#: Node kind code of a host launch call (after the three activity kinds).
+LAUNCH = 3
+#: diagnosis.md §8: blocked when the next op starts within 1 % of the comm's duration, <= 0.5 ms.
+BLOCK_RATIO = 1 / BLOCKED_PER
+BLOCK_MAX_NS = BLOCKED_MAX_NS
+#: A node resuming just before a comm's recorded end waited for it when the comm covered this
+#: share of the idle stretch before it (:func:`_blocking_edges`).
+BLOCK_COVER = 0.9
+
+
+@dataclass(frozen=True)
+class UnitGraph:
+    """One unit's nodes and edges (indices are local to the unit).
+
+    Per node: ``lane`` (code into ``lane_names``), ``start_ns``/``end_ns`` (observed),
+    ``kind`` (0 compute, 1 comm, 2 memory, 3 launch call), ``window`` (step window, -1 none),
+    ``name`` (code into ``names``), ``inst`` (local collective instance, -1 none).
+    Per lane: ``lane_host`` (a CPU thread), ``lane_role`` (the same role on every rank: host or
+    device, communication lane or not, n-th by first use). Edges ``src``/``dst`` (launch and
+    blocking edges; ``src_start``: the edge leaves at the source's start, a launch).
+    ``instances``: the local instance table of :mod:`traceoverlap.run.matching`."""
+
+    trace: TraceInfo
+    labels: tuple[object, ...]
+    win_start_ns: I64
+    win_end_ns: I64
+    lane: I64
+    start_ns: I64
+    end_ns: I64
+    kind: npt.NDArray[np.int8]
+    window: I64
+    name: I64
+    inst: I64
+    lane_names: tuple[str, ...]
+    lane_host: npt.NDArray[np.bool_]
+    lane_role: tuple[str, ...]
+    names: tuple[str, ...]
+    src: I64
+    dst: I64
+    src_start: npt.NDArray[np.bool_]
+    gap: I64
+    esrc: I64
+    edst: I64
+    egap: I64
+    instances: pd.DataFrame
+    notes: tuple[str, ...]
+    #: CPU units: the communication calls of each compute thread (:func:`traceoverlap.rank.hostwait.
+    #: lane_calls`: launches, waits; disjoint, sorted by lane then start), as (lane, start, end);
+    #: the time inside them is not compute (metrics.md), whatever node encloses it
+    call_lane: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
+    call_start_ns: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
+    call_end_ns: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
+    #: per node: the kernel's launch shape code (the Timeline's ``shape``), -1 unknown (host
+    #: nodes, traces without grids)
+    shape: I32 = field(default_factory=lambda: np.zeros(0, np.int32))
+
+
+def _top_level(lane: I64, start: I64, end: I64) -> npt.NDArray[np.bool_]:
+    """Per row (sorted by lane, start, -end): not inside an earlier row of its lane."""
+    n = lane.size
+    keep = np.ones(n, dtype=bool)
+    if n < 2:
+        return keep
+    # running max of the previous ends within a lane: offset lanes so maxima never cross
+    base = start.min() if n else 0
+    span = int(max(end.max() - base, 1)) + 1
+    shifted = (end - base) + lane * span
+    prev = np.maximum.accumulate(shifted)
+    keep[1:] = (start[1:] - base) + lane[1:] * span >= prev[:-1]
+    return keep
+
+
+def _windows_of(start: I64, steps: UnitSteps) -> I64:
+    """CPU units: the window containing each start (-1 none; the first of overlapping ones)."""
+    ws, we = steps.start_ns, steps.end_ns
+    if ws.size == 0:
+        return np.full(start.size, -1, dtype=np.int64)
+    order = np.argsort(ws, kind="stable")
+    j = np.searchsorted(ws[order], start, side="right") - 1
+    ok = j >= 0
+    jj = np.maximum(j, 0)
+    inside = ok & (start < we[order][jj])
+    return np.where(inside, order[jj], -1).astype(np.int64)
+
+
+def _lane_roles(
+    lane: I64, host: npt.NDArray[np.bool_], has_comm: npt.NDArray[np.bool_], first: I64
+) -> tuple[str, ...]:
+    """Per lane: ``host|device`` + ``comm|work`` + its order of first use within that class."""
+    n = host.size
+    roles = [""] * n
+    cls = host.astype(np.int64) * 2 + has_comm.astype(np.int64)
+    order = np.lexsort((np.arange(n), first, cls))
+    counts: dict[int, int] = {}
+    for i in order.tolist():
+        c = int(cls[i])
+        k = counts.get(c, 0)
+        counts[c] = k + 1
+        roles[i] = f"{'host' if host[i] else 'device'}-{'comm' if c % 2 else 'work'}-{k}"
+    return tuple(roles)
+
+
+def unit_graph(
+    unit: Timeline,
+    kind: npt.NDArray[np.int8],
+    steps: UnitSteps,
+    calls: npt.NDArray[np.bool_] | None = None,
+    call_ivs: GroupedIntervals | None = None,
+) -> UnitGraph:
+    """The graph of one unit (see the module docstring). ``calls`` (CPU units): the host events
+    that are communication calls on compute threads (launches, waits), kept as host nodes;
+    ``call_ivs``: their time per thread (:func:`traceoverlap.rank.hostwait.lane_calls`, grouped by
+    its lane codes), kept for the overlap tax."""
+    ev = unit.events
+    start = ev["start_ns"].to_numpy().astype(np.int64)
+    end = ev["end_ns"].to_numpy().astype(np.int64)
+    lane_codes = ev["lane"].cat.codes.to_numpy().astype(np.int64)
+    is_act = kind < Kind.NONE
+    if steps.gpu:
+        rows = np.flatnonzero(is_act & (steps.event_window >= 0))
+        window = steps.event_window[rows]
+    else:
+        call = calls if calls is not None else np.zeros(len(ev), dtype=bool)
+        rows = np.flatnonzero(is_act | call)
+        o = np.lexsort((-end[rows], start[rows], lane_codes[rows]))
+        rows = rows[o]
+        rows = rows[_top_level(lane_codes[rows], start[rows], end[rows])]
+        window = _windows_of(start[rows], steps)
+        rows, window = rows[window >= 0], window[window >= 0]
+    node_kind = kind[rows].astype(np.int8)
+    node_kind[node_kind == Kind.NONE] = LAUNCH
+    src = dst = np.zeros(0, np.int64)
+    launch_rows = np.zeros(0, np.int64)
+    if steps.gpu:
+        lr = steps.launch_row[rows]
+        has = lr >= 0
+        launch_rows, inv = np.unique(lr[has], return_inverse=True)
+        src = rows.size + inv.astype(np.int64)
+        dst = np.flatnonzero(has).astype(np.int64)
+    all_rows = np.concatenate([rows, launch_rows])
+    notes: list[str] = []
+    n_launch = launch_rows.size
+    lwin = np.full(n_launch, np.iinfo(np.int64).max, dtype=np.int64)
+    if n_launch:
+        np.minimum.at(lwin, src - rows.size, window[dst])
+    all_window = np.concatenate([window, lwin]).astype(np.int64)
+    all_kind = np.concatenate([node_kind, np.full(n_launch, LAUNCH, np.int8)])
+    src_start = np.ones(src.size, dtype=bool)
+    lane_local, lane_uniq = pd.factorize(lane_codes[all_rows])
+    lane_local = lane_local.astype(np.int64)
+    cats = ev["lane"].cat.categories.to_numpy(dtype=object)
+    lane_names = tuple(str(cats[c]) for c in lane_uniq)
+    n_lanes = len(lane_names)
+    lane_host = np.zeros(n_lanes, dtype=bool)
+    lane_host[lane_local] = ev["stream"].to_numpy()[all_rows] < 0
+    has_comm = np.zeros(n_lanes, dtype=bool)
+    has_comm[lane_local[all_kind == Kind.COMM]] = True
+    first = np.full(n_lanes, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first, lane_local, start[all_rows])
+    roles = _lane_roles(lane_local, lane_host, has_comm, first)
+    name_codes, name_uniq = pd.factorize(ev["name"].cat.codes.to_numpy()[all_rows])
+    ncats = ev["name"].cat.categories.to_numpy(dtype=object)
+    names = tuple(str(ncats[c]) if c >= 0 else "" for c in name_uniq)
+    inst_of_row, instances = instance_rows(unit, kind, steps)
+    inst = inst_of_row[all_rows]
+    esrc = edst = egap = np.zeros(0, np.int64)
+    gap = np.zeros(src.size, dtype=np.int64)
+    if not steps.gpu:
+        nodes = _Nodes(lane_local, start[all_rows], end[all_rows], all_kind, name_codes, names)
+        bs, bd, bg = _blocking_edges(nodes, has_comm)
+        lp_src, lp_gap = _launch_points(ev, calls, rows, lane_codes, nodes)
+        ls, ld, lg = _launch_edges(nodes, lp_src, lp_gap)
+        esrc, edst = _wait_edges(nodes)
+        # an op that launched a collective from inside and ended after it (a blocking call
+        # inside an autograd Function, a synchronous all_reduce in a module) waited for it
+        inside = (nodes.kind[ls] != LAUNCH) & (nodes.end[ld] <= nodes.end[ls])
+        esrc = np.concatenate([esrc, ld[inside]])
+        edst = np.concatenate([edst, ls[inside]])
+        egap = (nodes.end[edst] - nodes.end[esrc]).astype(np.int64)
+        src = np.concatenate([src, bs, ls])
+        dst = np.concatenate([dst, bd, ld])
+        gap = np.concatenate([gap, bg, lg])
+        src_start = np.concatenate(
+            [src_start, np.zeros(bs.size, dtype=bool), np.ones(ls.size, dtype=bool)]
+        )
+        if (all_kind == LAUNCH).any() and not (all_kind == Kind.COMM).any():
+            notes.append(
+                f"rank {unit.traces[0].rank}: communication calls but no communication activity "
+                "(gloo point-to-point leaves none): its waits are host gaps to the replay, so "
+                "no-host-gaps and the straggler scenarios are not predictions here"
+            )
+        if ls.size == 0 and (all_kind == Kind.COMM).any():
+            notes.append(
+                f"rank {unit.traces[0].rank}: communication calls and communication activities "
+                "could not be paired in order; communication keeps its observed gaps"
+            )
+    else:
+        gs, gd, note = _stream_wait_edges(ev, lane_codes, all_rows, all_kind, src, dst, start, end)
+        src, dst = np.concatenate([src, gs]), np.concatenate([dst, gd])
+        src_start = np.concatenate([src_start, np.zeros(gs.size, dtype=bool)])
+        gap = np.concatenate([gap, np.zeros(gs.size, dtype=np.int64)])
+        dev_work = int((~lane_host & ~has_comm).sum())
+        dev_comm = int((~lane_host & has_comm).sum())
+        if dev_work and dev_comm:
+            notes.append(f"rank {unit.traces[0].rank}: {note}")
+    return UnitGraph(
+        trace=unit.traces[0],
+        labels=tuple(steps.labels),
+        win_start_ns=steps.start_ns.astype(np.int64),
+        win_end_ns=steps.end_ns.astype(np.int64),
+        lane=lane_local,
+        start_ns=start[all_rows],
+        end_ns=end[all_rows],
+        kind=all_kind,
+        window=all_window,
+        name=name_codes.astype(np.int64),
+        inst=inst,
+        lane_names=lane_names,
+        lane_host=lane_host,
+        lane_role=roles,
+        names=names,
+        src=src.astype(np.int64),
+        dst=dst.astype(np.int64),
+        src_start=src_start,
+        gap=gap,
+        esrc=esrc.astype(np.int64),
+        edst=edst.astype(np.int64),
+        egap=egap,
+        instances=instances,
+        notes=tuple(notes),
+        **_calls_on_lanes(unit, call_ivs, lane_uniq),
+        shape=ev["shape"].to_numpy()[all_rows].astype(np.int32),
+    )
+
+
+def _calls_on_lanes(
+    unit: Timeline, call_ivs: GroupedIntervals | None, lane_uniq: npt.ArrayLike
+) -> dict[str, I64]:
+    """``call_ivs`` (grouped by :func:`traceoverlap.rank.hostwait.lane_codes`) on the graph's local
+    lanes; calls on a thread without nodes are dropped."""
+    z = np.zeros(0, np.int64)
+    if call_ivs is None or call_ivs[0].size == 0:
+        return {}
+    from .hostwait import lane_codes as thread_codes
+
+    cg, cs, ce = call_ivs
+    thread = thread_codes(unit)
+    ev_lane = unit.events["lane"].cat.codes.to_numpy().astype(np.int64)
+    # each thread code -> the event lane of its first event -> the graph's local lane
+    first = np.full(int(thread.max()) + 1, -1, dtype=np.int64)
+    first[thread[::-1]] = np.arange(thread.size)[::-1]
+    local = pd.Index(np.asarray(lane_uniq)).get_indexer(ev_lane[first[cg]]).astype(np.int64)
+    ok = local >= 0
+    if not ok.any():
+        return {"call_lane": z, "call_start_ns": z.copy(), "call_end_ns": z.copy()}
+    order = np.lexsort((cs[ok], local[ok]))
+    return {
+        "call_lane": local[ok][order],
+        "call_start_ns": cs[ok][order].astype(np.int64),
+        "call_end_ns": ce[ok][order].astype(np.int64),
+    }
+
+
+WAIT_RE = re.compile(r"(?i)wait")
+
+
+@dataclass(frozen=True)
+class _Nodes:
+    """A unit's nodes while its edges are found (local indices)."""
+
+    lane: I64
+    start: I64
+    end: I64
+    kind: npt.NDArray[np.int8]
+    name: I64
+    names: tuple[str, ...]
+
+    def is_wait(self) -> npt.NDArray[np.bool_]:
+        w = np.array([bool(WAIT_RE.search(s)) for s in self.names], dtype=bool)
+        if w.size == 0:
+            return np.zeros(self.kind.size, dtype=bool)
+        return np.asarray((self.kind == LAUNCH) & w[self.name], dtype=bool)
+
+
+def _enclosing(nodes: _Nodes, lane: I64, t: I64) -> I64:
+    """Per (lane, t): the node of that lane running at t (the latest started), -1 none."""
+    if nodes.start.size == 0 or t.size == 0:
+        return np.full(t.size, -1, dtype=np.int64)
+    base = int(min(nodes.start.min(), t.min()))
+    span = int(max(nodes.end.max(), t.max()) - base) + 1
+    order = np.lexsort((nodes.start, nodes.lane))
+    key = nodes.lane[order] * span + (nodes.start[order] - base)
+    j = np.searchsorted(key, lane * span + (t - base), side="right") - 1
+    jj = order[np.maximum(j, 0)]
+    ok = (j >= 0) & (nodes.lane[jj] == lane) & (nodes.end[jj] >= t)
+    return np.where(ok, jj, -1).astype(np.int64)
+
+
+def _launch_points(
+    ev: pd.DataFrame,
+    calls: npt.NDArray[np.bool_] | None,
+    rows: I64,
+    lane_codes: I64,
+    nodes: _Nodes,
+) -> tuple[I64, I64]:
+    """CPU units: every communication call that is not a wait, in start order, as (node, gap):
+    the call's own node (gap 0), or the top-level node it ran inside (gap: from that node's
+    start to the call's start)."""
+    z = np.zeros(0, np.int64)
+    if calls is None or not calls.any():
+        return z, z
+    from ..core.model import per_category
+
+    wait = per_category(ev["name"], lambda s: bool(WAIT_RE.search(s)), calls, bool)
+    is_wait = wait[ev["name"].cat.codes.to_numpy()]
+    crow = np.flatnonzero(calls & ~is_wait)
+    start = ev["start_ns"].to_numpy().astype(np.int64)
+    crow = crow[np.argsort(start[crow], kind="stable")]
+    local_lane = pd.Index(pd.unique(lane_codes[rows]))
+    ln = local_lane.get_indexer(lane_codes[crow]).astype(np.int64)
+    enc = np.where(ln >= 0, _enclosing(nodes, np.maximum(ln, 0), start[crow]), -1)
+    ok = enc >= 0
+    return enc[ok].astype(np.int64), (start[crow][ok] - nodes.start[enc[ok]]).astype(np.int64)
+
+
+def _launch_edges(nodes: _Nodes, lp_src: I64, lp_gap: I64) -> tuple[I64, I64, I64]:
+    """The n-th launch point -> the n-th communication activity (start order), when the counts
+    agree and the launch does not come after the activity started."""
+    z = np.zeros(0, np.int64)
+    comm = np.flatnonzero(nodes.kind == Kind.COMM)
+    comm = comm[np.argsort(nodes.start[comm], kind="stable")]
+    if comm.size == 0 or lp_src.size != comm.size:
+        return z, z, z
+    ok = nodes.start[lp_src] + lp_gap <= nodes.start[comm]
+    return lp_src[ok], comm[ok].astype(np.int64), lp_gap[ok]
+
+
+def _wait_edges(nodes: _Nodes) -> tuple[I64, I64]:
+    """End edges: a wait call ends no earlier than the communication activity that ended last
+    inside it."""
+    z = np.zeros(0, np.int64)
+    waits = np.flatnonzero(nodes.is_wait())
+    comm = np.flatnonzero(nodes.kind == Kind.COMM)
+    if waits.size == 0 or comm.size == 0:
+        return z, z
+    by_end = comm[np.argsort(nodes.end[comm], kind="stable")]
+    j = np.searchsorted(nodes.end[by_end], nodes.end[waits], side="right") - 1
+    jj = np.maximum(j, 0)
+    ok = (j >= 0) & (nodes.end[by_end][jj] >= nodes.start[waits])
+    return by_end[jj[ok]].astype(np.int64), waits[ok].astype(np.int64)
+
+
+def _blocking_edges(nodes: _Nodes, lane_comm: npt.NDArray[np.bool_]) -> tuple[I64, I64, I64]:
+    """diagnosis.md §8: comm node -> the first node of a compute lane that starts within
+    min(1 % of the comm's duration, 0.5 ms) after the comm ends, with the gap observed (>= 0).
+
+    Also, with a negative gap, the node that starts up to :data:`BLOCK_MAX_NS` *before* the
+    comm's recorded end after an idle stretch of its lane, begun before that, that the comm
+    covered for at least :data:`BLOCK_COVER` of it: the thread waited while the communication
+    ran and resumed when it completed; the communication thread closed its range a moment
+    later (measured on gloo runs: 0.09-0.26 ms before the end, more than 1 % of a 7.5 ms
+    all-reduce). Without the edge that wait would be host time to the replay, and a straggler
+    scenario would copy it to the rank it fixes."""
+    lane, start, end, kind = nodes.lane, nodes.start, nodes.end, nodes.kind
+    comm = np.flatnonzero(kind == Kind.COMM)
+    srcs: list[I64] = []
+    dsts: list[I64] = []
+    gaps: list[I64] = []
+    z = np.zeros(0, np.int64)
+    if comm.size == 0:
+        return z, z.copy(), z.copy()
+    slack = np.minimum((end[comm] - start[comm]) * BLOCK_RATIO, BLOCK_MAX_NS).astype(np.int64)
+    early = end[comm] - BLOCK_MAX_NS
+    for ln in np.flatnonzero(~lane_comm).tolist():  # a loop over lanes, not events
+        on = np.flatnonzero((lane == ln) & (kind != Kind.COMM))
+        if on.size == 0:
+            continue
+        on = on[np.argsort(start[on], kind="stable")]
+        s_on = start[on]
+        j = np.searchsorted(s_on, end[comm], side="left")
+        ok = j < on.size
+        jj = np.minimum(j, on.size - 1)
+        ok &= s_on[jj] - end[comm] <= slack
+        # just before the end: the first node starting in [end - 0.5 ms, end), after an idle
+        # stretch [the end of everything before it, its start) that began before that window
+        # and that the comm mostly covered
+        k = np.searchsorted(s_on, early, side="left")
+        kk = np.minimum(k, on.size - 1)
+        running = np.maximum.accumulate(end[on])
+        idle_from = running[np.maximum(k - 1, 0)]
+        idle = s_on[kk] - idle_from
+        covered = s_on[kk] - np.maximum(idle_from, start[comm])
+        before = (k > 0) & (k < on.size) & (s_on[kk] < end[comm]) & (idle_from <= early)
+        before &= covered >= BLOCK_COVER * idle
+        ok &= ~before  # the resumption is the node just before the end, not a later one
+        srcs += [comm[ok], comm[before]]
+        dsts += [on[jj[ok]], on[kk[before]]]
+        gaps += [np.zeros(int(ok.sum()), np.int64), (s_on[kk] - end[comm])[before]]
+    if not srcs:
+        return z, z.copy(), z.copy()
+    return (
+        np.concatenate(srcs).astype(np.int64),
+        np.concatenate(dsts).astype(np.int64),
+        np.concatenate(gaps).astype(np.int64),
+    )
+
+
+STREAM_WAIT_RE = re.compile(r"(?i)streamwaitevent")
+NO_SYNC = (
+    "no cross-stream sync in the trace (0 sync edges guessed): communication and compute "
+    "streams replay independently except through their launches"
+)
+
+
+def _stream_wait_edges(
+    ev: pd.DataFrame,
+    lane_codes: I64,
+    all_rows: I64,
+    kind: npt.NDArray[np.int8],
+    src: I64,
+    dst: I64,
+    start: I64,
+    end: I64,
+) -> tuple[I64, I64, str]:
+    """GPU units: cross-stream sync edges guessed from the host's ``cudaStreamWaitEvent`` calls
+    (the readers keep no stream arguments). After a wait call, the next activity its thread
+    launches waits for the last activity of the other class (communication vs not) that the
+    thread launched before the call: PyTorch's pattern around NCCL (the NCCL stream waits for the
+    compute stream before a collective, the compute stream for the NCCL stream after). A guess
+    the trace contradicts (the target started before the source ended) is dropped."""
+    z = np.zeros(0, np.int64)
+    from ..core.model import per_category
+
+    host_call = in_categories(ev["category"], ("runtime", "driver"))
+    is_wait = per_category(ev["name"], lambda n: bool(STREAM_WAIT_RE.search(n)), host_call, bool)
+    waits = np.flatnonzero(host_call & is_wait[ev["name"].cat.codes.to_numpy()])
+    launch_node = src  # launch node (local index) -> device node, one pair per launched activity
+    if waits.size == 0 or launch_node.size == 0:
+        return z, z, NO_SYNC
+    lrow = all_rows[launch_node]
+    t_launch = start[lrow]
+    lthread = lane_codes[lrow]
+    dev = dst
+    is_comm = kind[dev] == Kind.COMM
+    gs: list[I64] = []
+    gd: list[I64] = []
+    for th in np.unique(lthread).tolist():  # a loop over launching threads, not events
+        sel = np.flatnonzero(lthread == th)
+        sel = sel[np.argsort(t_launch[sel], kind="stable")]
+        w = waits[lane_codes[waits] == th]
+        if w.size == 0:
+            continue
+        tw = start[w]
+        nxt = np.searchsorted(t_launch[sel], tw, side="left")
+        ok = nxt < sel.size
+        tgt = sel[nxt[ok]]
+        # the last launch before the wait of the other class than the target
+        for cls in (True, False):
+            pool = sel[is_comm[sel] == cls]
+            if pool.size == 0:
+                continue
+            want = ok.copy()
+            want[ok] = is_comm[tgt] != cls
+            k = np.searchsorted(t_launch[pool], tw[want], side="left") - 1
+            has = k >= 0
+            t_want = sel[nxt[want]][has]
+            s_node = dev[pool[k[has]]]
+            d_node = dev[t_want]
+            good = end[all_rows[s_node]] <= start[all_rows[d_node]]
+            gs.append(s_node[good])
+            gd.append(d_node[good])
+    if not gs:
+        return z, z, NO_SYNC
+    s_all = np.concatenate(gs).astype(np.int64)
+    d_all = np.concatenate(gd).astype(np.int64)
+    pair = np.unique(np.stack([s_all, d_all]), axis=1) if s_all.size else np.zeros((2, 0), np.int64)
+    return (
+        pair[0].astype(np.int64),
+        pair[1].astype(np.int64),
+        f"{pair.shape[1]} cross-stream sync edge(s) guessed from {waits.size} "
+        "cudaStreamWaitEvent call(s) (no stream arguments read; guesses the trace contradicts "
+        "dropped)",
+    )
+
+
+# --- the per-unit half of the collective matching -------------------------------------------------
+
+
+def instance_rows(
+    unit: Timeline, kind: npt.NDArray[np.int8], steps: UnitSteps
+) -> tuple[I64, pd.DataFrame]:
+    """Per event row of the unit: its local collective instance (-1 none), and the local instance
+    table (``local``, ``group_key``, ``kind_key``, ``seq``, ``ordinal``, ``p2p``, ``family``,
+    ``label``). Reads :mod:`traceoverlap.run.matching` (today's per-group matching keys)."""
+    from .instances import _comm_keys, _instance_table, _number_instances
+
+    ev = unit.events
+    out = np.full(len(ev), -1, dtype=np.int64)
+    cols = ["local", "group_key", "kind_key", "seq", "ordinal", "p2p", "family", "label"]
+    if not (kind == Kind.COMM).any():
+        return out, pd.DataFrame(columns=cols)
+    info = unit.traces[0] if unit.traces else None
+    c = _comm_keys(ev, kind, steps.gpu, steps.launch_row, info)
+    local, order, firsts = _number_instances(c)
+    inst = _instance_table(ev, kind, c, order, firsts)
+    out[c.rows] = local
+    return out, inst.reset_index(drop=True)

@@ -1,0 +1,107 @@
+"""Who waited for whom: the credit of exposed waiting (docs/job-model.md, diagnosis.md §6).
+
+Every exposed-wait nanosecond of a unit lies in the wait part of at least one matched instance
+on that unit. It is credited once: to the rank that instance waited for (its last arrival; a
+directed send/recv: the peer), and where the wait parts of several instances overlap on the
+unit, to the instance whose last arrival came latest (then the higher row). The credit of a
+window therefore sums exactly to that window's ``exposed_wait_ns``.
+
+Columnar: the wait parts are cut at every boundary into elementary segments per window, each
+segment takes the highest-priority wait part covering it (a sorted range join, no Python loop),
+and the exposed wait set is measured inside each segment.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from ..core import intervals as iv
+from ..core.vocab import STEP_MARKER_PREFIX
+
+I64 = npt.NDArray[np.int64]
+
+
+#: What a root rank was doing: the ranges of its main thread (docs/job-model.md, Blame).
+HOST_RANGE_COLUMNS = ("name", "start_ns", "end_ns")
+#: The name of the rows of :func:`host_ranges` that hold the main thread's communication calls
+#: (their union): time inside them is waiting, not doing.
+COMM_CALLS = "\x00comm"
+#: Names that are not "what the rank was doing": step markers, communication calls.
+_NOT_A_CAUSE = re.compile(
+    rf"(?i)^({re.escape(STEP_MARKER_PREFIX)}|gloo:|nccl:|c10d::|record_param_comms)"
+)
+
+
+def host_ranges(ev: pd.DataFrame, lo: int, hi: int) -> pd.DataFrame:
+    """A unit's main-thread ranges inside [lo, hi) that can name what it was doing
+    (:data:`HOST_RANGE_COLUMNS`): every ``record_function`` / NVTX range (annotation) and the
+    top-level ``cpu_op`` s (those no other op of the thread encloses), never step markers or
+    communication calls. The main thread is the host thread with the most ``cpu_op`` s outside
+    gloo's workers. Columnar, a few rows per op at most."""
+    cat = ev["category"]
+    is_op = (cat == "cpu_op").to_numpy()
+    is_ann = (cat == "annotation").to_numpy()
+    tid = ev["tid"].to_numpy()
+    worker = (ev["thread_name"] == "pt_gloo_runloop").to_numpy(dtype=bool, na_value=False)
+    ops = is_op & ~worker
+    if not ops.any():
+        return pd.DataFrame(columns=list(HOST_RANGE_COLUMNS))
+    t_ids, counts = np.unique(tid[ops], return_counts=True)
+    main = int(t_ids[np.argmax(counts)])
+    start = ev["start_ns"].to_numpy()
+    end = ev["end_ns"].to_numpy()
+    on = (tid == main) & (end > lo) & (start < hi)
+    op_rows = np.flatnonzero(on & is_op)
+    op_start = start[op_rows]
+    if not (op_start[1:] > op_start[:-1]).all():  # else already in that order (the usual case)
+        op_rows = op_rows[np.lexsort((-end[op_rows], op_start))]
+    if op_rows.size:
+        reach = np.maximum.accumulate(end[op_rows])
+        top = np.ones(op_rows.size, dtype=bool)
+        top[1:] = start[op_rows][1:] >= reach[:-1]
+        op_rows = op_rows[top]
+    rows = np.flatnonzero(on & (is_ann | is_op))
+    # the name tests run once per distinct name, not once per row
+    labels, code = _name_codes(ev["name"], rows)
+    comm_name = np.array([_NOT_A_CAUSE.match(n) is not None for n in labels], dtype=bool)
+    step_name = np.array([n.startswith(STEP_MARKER_PREFIX) for n in labels], dtype=bool)
+    is_comm = comm_name[code] & ~step_name[code]
+    calls = iv.union(start[rows[is_comm]], end[rows[is_comm]])
+    chosen = np.zeros(len(tid), dtype=bool)
+    chosen[op_rows] = True
+    keep = (chosen[rows] | is_ann[rows]) & ~comm_name[code]
+    rows, code = rows[keep], code[keep]
+    # an object column of the few distinct name objects: a text column would build a string
+    # per row (a third of this function's time), and only _Ranges reads it
+    names = np.concatenate(
+        (labels.astype(object)[code], np.full(calls[0].size, COMM_CALLS, dtype=object))
+    )
+    return pd.DataFrame(
+        {
+            "name": pd.array(names, dtype=object),
+            "start_ns": np.concatenate((start[rows], calls[0])).astype(np.int64),
+            "end_ns": np.concatenate((end[rows], calls[1])).astype(np.int64),
+        },
+        columns=list(HOST_RANGE_COLUMNS),
+    )
+
+
+def _name_codes(names: pd.Series, rows: I64) -> tuple[npt.NDArray[np.str_], I64]:
+    """(distinct names, the code of each of ``rows``' names): from the categorical's codes when
+    it is one (no per-row string), else by sorting the names; names as ``astype(str)`` gives."""
+    if isinstance(names.dtype, pd.CategoricalDtype):
+        codes = names.cat.codes.to_numpy()[rows]
+        if not (codes < 0).any():
+            # np.unique(codes, return_inverse=True) without its sort: the codes used, ascending
+            used = np.flatnonzero(np.bincount(codes, minlength=len(names.cat.categories)))
+            lut = np.zeros(len(names.cat.categories), dtype=np.int64)
+            lut[used] = np.arange(used.size, dtype=np.int64)
+            labels = np.asarray(names.cat.categories, dtype=object)[used].astype(str)
+            return labels, lut[codes]
+    text = names.to_numpy()[rows].astype(str)
+    labels, code = np.unique(text, return_inverse=True)
+    return labels, code.astype(np.int64)

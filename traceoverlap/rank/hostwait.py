@@ -1,0 +1,145 @@
+"""CPU units: the time a thread spends inside a communication call is not compute on it.
+
+metrics.md "Kinds": on a CPU unit compute is the ``cpu_op`` events except the ops that launch
+or wait for communication. A call made inside an enclosing op (a custom
+``torch.autograd.Function`` such as Megatron's ``_ReduceFromTP`` or FSDP's linear, its
+``...Backward`` node) would otherwise count the call, and the wait in it, as compute. So, per
+lane (thread): compute = (union of the lane's compute ops) − (union of the lane's communication
+calls), where a communication call is
+
+- a ``cpu_op`` the compute rule excludes (``c10d::*``, ``record_param_comms``, ``nccl:*``,
+  ``gloo:*`` and the user's ``--comm-pattern`` names), and
+- a blocked wait: a stretch of the lane between two consecutive host-event boundaries (starts
+  or ends of its ``cpu_op`` / range events), the first of them an end where no event starts
+  (the thread is between ops, never inside a leaf op), in which a communication activity of the unit ends,
+  when the next boundary follows that end within 1 % of the communication's duration and at most
+  0.5 ms (diagnosis.md §8's blocked rule): the wait is [max(gap start, communication start),
+  next boundary). A blocking
+  ``Work.wait()`` is no operator: it leaves only such a gap, ending right after the awaited
+  ``gloo:*`` work.
+
+The compute activity rows are cut into pieces around these calls; every piece keeps the
+``event_row`` of its op. A unit without ``cpu_op`` (NVTX ranges only) is not cut.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from ..core import intervals as iv
+from ..core.intervals import GroupedIntervals
+from ..core.model import Kind, Timeline
+from ..core.rules import Rules
+from ..core.vocab import BLOCKED_MAX_NS, BLOCKED_PER
+from .classify import name_mask
+from .metrics import ActivityRows
+
+I64 = npt.NDArray[np.int64]
+
+
+def lane_codes(unit: Timeline) -> I64:
+    """Per event: its thread's code (0..n-1), one per distinct (pid, tid)."""
+    ev = unit.events
+    if len(ev) == 0:
+        return np.zeros(0, np.int64)
+    key = np.stack((ev["pid"].to_numpy(np.int64), ev["tid"].to_numpy(np.int64)), axis=1)
+    _, inv = np.unique(key, axis=0, return_inverse=True)
+    return np.asarray(inv, dtype=np.int64).reshape(-1)
+
+
+def _waits(
+    lane: I64, start: I64, end: I64, host: npt.NDArray[np.bool_], kind: npt.NDArray[np.int8]
+) -> tuple[I64, I64, I64]:
+    """Blocked waits (lane, start, end) on the lanes that have compute."""
+    z = np.zeros(0, np.int64)
+    comp_lanes = np.unique(lane[kind == Kind.COMPUTE])
+    comm = np.flatnonzero(kind == Kind.COMM)
+    if comp_lanes.size == 0 or comm.size == 0:
+        return z, z.copy(), z.copy()
+    on = host & np.isin(lane, comp_lanes)
+    bk = np.concatenate((lane[on], lane[on]))
+    bt = np.concatenate((start[on], end[on]))
+    # at one instant, ends before starts: the last boundary before a time is a start when an
+    # op starts there (the thread is then inside that op)
+    is_start = np.repeat(np.array([True, False]), int(on.sum()))
+    order = np.lexsort((is_start, bt, bk))
+    bk, bt, is_start = bk[order], bt[order], is_start[order]
+    # every (communication end, compute lane) pair
+    q_lane = np.tile(comp_lanes, comm.size)
+    ce = np.repeat(end[comm], comp_lanes.size)
+    dur = np.repeat(end[comm] - start[comm], comp_lanes.size)
+    j = iv.next_at_or_after(q_lane, ce, bk, bt)
+    prev = j - 1
+    # the gap opens where an op returned (never inside a leaf op: after its start)
+    ok = (j > 0) & (bk[np.maximum(prev, 0)] == q_lane) & ~is_start[np.maximum(prev, 0)]
+    gap = bt[np.maximum(j, 0)] - ce
+    ok &= (gap * BLOCKED_PER <= dur) & (gap <= BLOCKED_MAX_NS)
+    cs = np.repeat(start[comm], comp_lanes.size)
+    # the wait: from the gap's start (or the communication's, when later) to the resumption
+    return q_lane[ok], np.maximum(bt[prev[ok]], cs[ok]), bt[j[ok]]
+
+
+def lane_calls(
+    unit: Timeline, kind: npt.NDArray[np.int8], rules: Rules | None = None
+) -> GroupedIntervals:
+    """Per lane that has compute (group = lane code): the union of its communication calls (see
+    the module doc)."""
+    rules = rules or Rules()
+    ev = unit.events
+    cat = ev["category"]
+    host = (cat == "cpu_op").to_numpy() | (cat == "annotation").to_numpy()
+    is_op = (cat == "cpu_op").to_numpy()
+    if not is_op.any():
+        # NVTX-only capture (a CPU run under nsys): compute is the marked phases and the
+        # `gloo:*` ranges are the collectives in flight, not calls: nothing to cut
+        z = np.zeros(0, np.int64)
+        return z, z.copy(), z.copy()
+    lane = lane_codes(unit)
+    comp_lanes = np.unique(lane[kind == Kind.COMPUTE])
+    call = name_mask(ev["name"], rules.cpu_compute_exclude + rules.extra_comm, is_op)
+    call &= np.isin(lane, comp_lanes)
+    start = ev["start_ns"].to_numpy().astype(np.int64)
+    end = ev["end_ns"].to_numpy().astype(np.int64)
+    wl, ws, we = _waits(lane, start, end, host, kind)
+    n_lanes = int(lane.max()) + 1 if lane.size else 0
+    return iv.grouped_union(
+        np.concatenate((lane[call], wl)),
+        np.concatenate((start[call], ws)),
+        np.concatenate((end[call], we)),
+        n_lanes,
+    )
+
+
+def split_compute(acts: ActivityRows, lane: I64, calls: GroupedIntervals) -> ActivityRows:
+    """``acts`` with every compute row cut around its lane's communication calls (``calls``:
+    disjoint per lane, sorted by lane then start); other rows unchanged. Pieces keep the row's
+    window, kind and ``event_row``; empty pieces vanish."""
+    cg, cs, ce = calls
+    comp = acts.kind == Kind.COMPUTE
+    if cg.size == 0 or not comp.any():
+        return acts
+    rows = np.flatnonzero(comp)
+    la = lane[acts.event_row[rows]]
+    s, e = acts.start_ns[rows], acts.end_ns[rows]
+    # overlapping calls of the lane: indices lo..hi-1 (end > s and start < e)
+    lo = iv.next_at_or_after(la, s + 1, cg, ce)
+    hi = iv.next_at_or_after(la, e, cg, cs)
+    hi = np.where(hi < 0, np.searchsorted(cg, la, side="right"), hi)
+    lo = np.where(lo < 0, hi, np.minimum(lo, hi))
+    # piece k of a row (k = lo..hi): from s or the end of call k-1 to the start of call k or e
+    r, k = iv.range_pairs(lo, hi + 1)
+    ps = np.where(k == lo[r], s[r], ce[np.maximum(k - 1, 0)])
+    pe = np.where(k == hi[r], e[r], cs[np.minimum(k, cs.size - 1)])
+    keep = pe > ps
+    r, ps, pe = r[keep], ps[keep], pe[keep]
+    other = np.flatnonzero(~comp)
+    src = np.concatenate((rows[r], other))
+    order = np.argsort(src, kind="stable")
+    return ActivityRows(
+        acts.group[src][order],
+        acts.kind[src][order],
+        np.concatenate((ps, acts.start_ns[other]))[order],
+        np.concatenate((pe, acts.end_ns[other]))[order],
+        acts.event_row[src][order],
+    )

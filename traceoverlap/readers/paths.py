@@ -1,0 +1,202 @@
+"""Inputs of an analysis: which files to read, and running the per-rank map over them.
+
+Files: each file as given; a folder's trace files (sorted, not recursive; ``x.nsys-rep`` next to
+its own export ``x.sqlite`` is read once). Files in a folder that are not traces (a stray
+``config.json``, this tool's own ``-o result.json``) are skipped with a note.
+
+Running the map (:func:`traceoverlap.rank.unit.map_file`) over the files:
+  - in this process (``jobs=1``, the default for small inputs);
+  - in ``jobs`` local processes (default ``min(files, cores)`` once the inputs pass
+    :data:`PARALLEL_MIN_BYTES`), each sending back only its file's compact results, so at most
+    ``jobs`` raw traces are in memory at once;
+  - on a Dask cluster (``scheduler="tcp://host:8786"``, or ``"local"`` for a LocalCluster on this
+    machine): the workers read the rank files themselves (a shared filesystem), and only the
+    compact per-rank results travel. Needs the ``[dask]`` extra.
+A progress bar goes to stderr on a terminal for inputs over :data:`PROGRESS_MIN_BYTES`.
+
+Units of the map (:func:`map_units`): one per file, except a Nsight Systems export of several GPU
+processes of at least :data:`SPLIT_MIN_BYTES`, which is one unit per process
+(:class:`ProcessPart`): each reads only its process's rows, so memory follows the largest process,
+not the file, and the processes of one export run in parallel like rank files.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..core.errors import TraceFormatError, UsageError
+
+#: A Nsight Systems export of several GPU processes is one map unit per process from this size on
+#: (below it, the extra SQL scans of a split cost more than the memory they save).
+SPLIT_MIN_BYTES = 16 * 1024 * 1024
+#: File names a folder's trace files end with.
+TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep")
+
+
+def _is_trace_name(p: Path) -> bool:
+    name = p.name.lower()
+    return any(name.endswith(s) for s in TRACE_SUFFIXES)
+
+
+def expand_paths(paths: str | Path | Sequence[str | Path]) -> list[Path]:
+    """Files to read: each file as given; each folder's trace files (sorted, not recursive)."""
+    items = [paths] if isinstance(paths, str | Path) else list(paths)
+    if not items:
+        raise UsageError("no input: give a trace file, several files, or a folder of rank traces")
+    out: list[Path] = []
+    for item in items:
+        p = Path(item)
+        _check_path(p)
+        if p.is_dir():
+            found = sorted(q for q in p.iterdir() if q.is_file() and _is_trace_name(q))
+            exported = {q.name[: -len(".sqlite")] for q in found if q.name.endswith(".sqlite")}
+            found = [
+                q
+                for q in found
+                if not (q.name.endswith(".nsys-rep") and q.name[: -len(".nsys-rep")] in exported)
+            ]
+            if not found:
+                raise TraceFormatError(
+                    p, "folder holds no trace files", f"expected {', '.join(TRACE_SUFFIXES)} files"
+                )
+            out.extend(found)
+        elif p.exists() or str(item) == "-":
+            out.append(p)
+        else:
+            raise TraceFormatError(p, "no such file or folder", "check the path")
+    _refuse_repeats(out)
+    return out
+
+
+def _refuse_repeats(files: list[Path]) -> None:
+    """The same file named twice (or named and found in a folder, or through a link) would be
+    counted as two ranks: one clear error."""
+    seen: dict[tuple[int, int], Path] = {}
+    for f in files:
+        if str(f) == "-":
+            continue
+        try:
+            st = os.stat(f)
+        except OSError:
+            continue
+        key = (st.st_dev, st.st_ino)
+        if key in seen:
+            raise UsageError(
+                f"{f}: the same file as {seen[key]}, given twice; give each rank file once"
+            )
+        seen[key] = f
+
+
+def _check_path(p: Path) -> None:
+    """A path the system cannot even look up (a name over 255 bytes, a path over 4096, a
+    loop of links) is one clear error, not an OSError from ``is_dir``."""
+    try:
+        os.stat(p)
+    except (FileNotFoundError, NotADirectoryError, ValueError):
+        return  # said below ("no such file or folder"), or standard input
+    except OSError as exc:
+        raise TraceFormatError(
+            p, f"cannot look the path up ({exc.strerror or exc})", "check the path"
+        ) from None
+
+
+def made_by_this_run(path: str) -> bool:
+    """Whether ``path`` is an empty file this run created or writes to: standard output or error
+    redirected into the folder being analysed (``analyze . -f json > out.json``), or an empty
+    file created after this process started."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    if st.st_size or not stat.S_ISREG(st.st_mode):
+        return False
+    for fd in (1, 2):
+        try:
+            out = os.fstat(fd)
+        except OSError:
+            continue
+        if (out.st_dev, out.st_ino) == (st.st_dev, st.st_ino):
+            return True
+    try:
+        started = os.stat(f"/proc/{os.getpid()}").st_ctime
+    except OSError:
+        return False
+    return st.st_ctime >= started - 1.0  # the shell opens a redirect just before exec
+
+
+def from_folder(paths: str | Path | Sequence[str | Path]) -> set[str]:
+    """The files that :func:`expand_paths` found by listing a folder (not named by the user)."""
+    items = [paths] if isinstance(paths, str | Path) else list(paths)
+    out: set[str] = set()
+    for item in items:
+        p = Path(item)
+        if p.is_dir():
+            out.update(str(q) for q in p.iterdir())
+    return out
+
+
+def total_bytes(files: Sequence[Path]) -> int:
+    total = 0
+    for f in files:
+        try:
+            st = f.stat()
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            total += st.st_size
+    return total
+
+
+@dataclass(frozen=True)
+class ProcessPart:
+    """One process (``pid``) of a multi-process Nsight Systems export: a unit of the map."""
+
+    path: str
+    pid: int
+
+    def __str__(self) -> str:
+        return self.path
+
+
+#: A unit of the map: a file (its path) or one process of an export.
+Unit = str | ProcessPart
+
+
+def map_units(files: Sequence[Path]) -> list[Path | ProcessPart]:
+    """The map's units: each file, or for a Nsight Systems export of at least
+    :data:`SPLIT_MIN_BYTES` with several GPU processes, each of its processes."""
+    out: list[Path | ProcessPart] = []
+    for f in files:
+        pids = _split(f)
+        out.extend([ProcessPart(str(f), p) for p in pids] if pids else [f])
+    return out
+
+
+def part_of(path: str, pid: int | None) -> Unit:
+    """The unit that holds process ``pid`` of the file ``path`` (as :func:`map_units` cuts it)."""
+    if pid is not None and pid in _split(Path(path)):
+        return ProcessPart(path, pid)
+    return path
+
+
+def _split(f: Path) -> list[int]:
+    if str(f) == "-" or not f.name.lower().endswith(".sqlite"):
+        return []
+    try:
+        if not stat.S_ISREG(f.stat().st_mode) or f.stat().st_size < SPLIT_MIN_BYTES:
+            return []
+    except OSError:
+        return []
+    from . import sniff_format
+    from .nsys import nsys_processes
+
+    try:
+        if sniff_format(f) != "nsys-sqlite":
+            return []
+    except TraceFormatError:
+        return []  # the read says what is wrong
+    return nsys_processes(f)

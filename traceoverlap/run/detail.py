@@ -1,0 +1,101 @@
+"""One step's detail, on demand: what the HTML report's timeline of one step draws.
+
+:func:`step_detail` takes a finished :class:`~traceoverlap.run.results.Analysis` and builds the
+:class:`~traceoverlap.rank.detail.StepDetail` of one (rank, step): its activities per lane, the
+unions and the overlapped / exposed spans, the exposed spans by cause, the phases. The analysis
+keeps no events, so the one unit drawn is read again: from the Timeline the analysis was made
+from (:attr:`Analysis.source`), else from its rank file (one file's events in memory, only for
+the steps a report draws). Nothing here changes a number of the analysis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from ..core.errors import UsageError
+from ..core.model import Timeline, TraceInfo, split_units
+from ..core.options import describe_steps
+from ..core.rules import Rules
+from ..core.schema import STEP_NS
+from ..rank.detail import StepDetail
+from ..rank.unit import read_units, unit_step_detail
+from ..readers.paths import part_of
+from .results import Analysis
+
+
+def step_detail(
+    analysis: Analysis, rank: int | None = None, step: Any = None, *, device: int | None = None
+) -> StepDetail:
+    """The :class:`StepDetail` of ``step`` on ``rank`` (and ``device``, for a process that drove
+    several GPUs).
+
+    ``rank`` None: the lowest rank in the step table; ``step`` None: that unit's median step by
+    step time (the lower median; :attr:`StepDetail.chosen` says ``median``, else ``asked``).
+    Raises :class:`UsageError` when the rank or step is not in the analysis."""
+    unit, window, label = _choose(analysis, rank, step, device)
+    t = analysis.traces[unit]
+    rules = analysis.rules or Rules().with_comm_patterns(analysis.options.comm_patterns)
+    timelines = (
+        split_units(analysis.source)
+        if analysis.source is not None
+        else read_units(part_of(t.path, t.pid), analysis.options, rules)
+    )
+    local = unit_step_detail(_same_unit(timelines, t), analysis.options, rules, str(label))
+    if local is None:  # the same options on the same file: cannot happen unless it changed
+        raise UsageError(f"{t.path}: step {label} of rank {t.rank} not found on reading it again")
+    spans = analysis.exposed_spans or {}
+    by_cause = {c: (s[1][s[0] == window], s[2][s[0] == window]) for c, s in spans.items()}
+    return replace(
+        local,
+        rank=t.rank,
+        window=window,
+        exposed_by_cause=by_cause,
+        chosen="median" if step is None else "asked",
+    )
+
+
+def _choose(
+    analysis: Analysis, rank: int | None, step: Any, device: int | None
+) -> tuple[int, int, Any]:
+    """(unit index, global window, step label) of the step asked for."""
+    win = analysis.windows
+    if win is None or win.empty:
+        raise UsageError("no steps in the analysis: no step to draw")
+    if rank is None:
+        rank = int(analysis.steps["rank"].min())
+    m = (win["rank"] == rank).to_numpy()
+    if device is not None:
+        m &= (win["device"] == device).to_numpy()
+    if not m.any():
+        shown = sorted({int(r) for r in win["rank"].tolist()})
+        raise UsageError(f"timeline rank {rank}: no such rank (ranks: {shown})")
+    unit = int(win["unit"].to_numpy()[m][0])
+    mine = (win["unit"] == unit).to_numpy()
+    rows = win[mine]
+    if step is None:
+        # the step table's rows are the windows' rows, in the same order
+        step_ns = analysis.steps[STEP_NS.name].to_numpy(np.int64)[mine]
+        pos = int(np.argsort(step_ns, kind="stable")[(len(step_ns) - 1) // 2])
+    else:
+        hits = np.flatnonzero((rows["step"].astype(str) == str(step)).to_numpy())
+        if hits.size == 0:
+            raise UsageError(
+                f"timeline step {step}: rank {rank} has no such step "
+                f"(steps: {describe_steps(list(rows['step']))})"
+            )
+        pos = int(hits[0])
+    return unit, int(rows["window"].iloc[pos]), rows["step"].iloc[pos]
+
+
+def _same_unit(units: Sequence[Timeline], t: TraceInfo) -> Timeline:
+    """The unit read again that is the analysis' unit ``t``: same process and device (a rank
+    only guessed may have been renumbered since), the same rank first."""
+    same = [u for u in units if (u.traces[0].pid, u.traces[0].device) == (t.pid, t.device)]
+    same.sort(key=lambda u: u.traces[0].rank != t.rank)
+    if not same:
+        raise UsageError(f"{t.path}: rank {t.rank} not found on reading it again")
+    return same[0]

@@ -1,0 +1,462 @@
+"""Who waited for whom: the credit of exposed waiting (docs/job-model.md, diagnosis.md §6).
+
+Every exposed-wait nanosecond of a unit lies in the wait part of at least one matched instance
+on that unit. It is credited once: to the rank that instance waited for (its last arrival; a
+directed send/recv: the peer), and where the wait parts of several instances overlap on the
+unit, to the instance whose last arrival came latest (then the higher row). The credit of a
+window therefore sums exactly to that window's ``exposed_wait_ns``.
+
+Columnar: the wait parts are cut at every boundary into elementary segments per window, each
+segment takes the highest-priority wait part covering it (a sorted range join, no Python loop),
+and the exposed wait set is measured inside each segment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from ..core import intervals as iv
+from ..core.fmt import ms_unit, pct
+from ..core.intervals import GroupedIntervals
+from ..core.schema import BLAME, EXPOSED_WAIT_NS, WAIT_NS, WAITED_FOR_RANK
+from ..rank.hostranges import COMM_CALLS, HOST_RANGE_COLUMNS
+
+I64 = npt.NDArray[np.int64]
+CREDIT_COLUMNS = (
+    "window",
+    "unit",
+    "rank",
+    "step",
+    "instance",
+    WAITED_FOR_RANK.name,
+    EXPOSED_WAIT_NS.name,
+)
+
+
+def credit_segments(
+    row: I64,
+    window: I64,
+    start: I64,
+    end: I64,
+    priority: I64,
+    exposed_wait: GroupedIntervals,
+    n_windows: int,
+) -> tuple[I64, I64, I64]:
+    """Exposed wait ns per (window, row): ``row``/``window``/``start``/``end`` are the wait parts
+    (one per instance piece; ``row`` the instance row it belongs to), ``priority`` per part
+    (higher wins where parts overlap; ties: the higher row). ``exposed_wait``: the grouped
+    disjoint exposed-wait set per window, which the parts must cover. Returns (window, row, ns)
+    with ns > 0."""
+    keep = end > start
+    row, window, start, end, priority = (x[keep] for x in (row, window, start, end, priority))
+    z = np.zeros(0, np.int64)
+    n = row.size
+    if n == 0:
+        return z, z.copy(), z.copy()
+    pw = np.concatenate((window, window))
+    pt = np.concatenate((start, end))
+    order = np.lexsort((pt, pw))
+    sw, st = pw[order], pt[order]
+    new = np.ones(2 * n, dtype=bool)
+    new[1:] = (sw[1:] != sw[:-1]) | (st[1:] != st[:-1])
+    inv = np.empty(2 * n, dtype=np.int64)
+    inv[order] = np.cumsum(new) - 1
+    bw, bt = sw[new], st[new]
+    lo, hi = inv[:n], inv[n:]
+    part, seg = iv.range_pairs(lo, hi)
+    # per segment, the covering part with the highest (priority, row)
+    by = np.lexsort((-row[part], -priority[part], seg))
+    seg_s, part_s = seg[by], part[by]
+    first = np.ones(seg_s.size, dtype=bool)
+    first[1:] = seg_s[1:] != seg_s[:-1]
+    win_seg, who = seg_s[first], part_s[first]
+    ns = iv.grouped_covered(exposed_wait, bw[win_seg], bt[win_seg], bt[win_seg + 1], n_windows)
+    df = pd.DataFrame({"w": bw[win_seg], "r": row[who], "ns": ns})
+    df = df[df["ns"] > 0].groupby(["w", "r"], sort=True)["ns"].sum().reset_index()
+    return (
+        df["w"].to_numpy(np.int64),
+        df["r"].to_numpy(np.int64),
+        df["ns"].to_numpy(np.int64),
+    )
+
+
+def waited_for_ranks(
+    key: I64,
+    unit_rank: I64,
+    aligned_start: I64,
+    wait_ns: I64,
+    peer: I64,
+) -> tuple[I64, I64]:
+    """Per matched (instance, unit) row: the rank its wait part is credited to (-1: no wait) and
+    the priority of its wait part (the instance's latest aligned start).
+
+    ``key``: matched instance key per row; ``peer``: for a directed send/recv, the other rank
+    (else -1). A collective's rows are credited to its last arrival (latest aligned start); on a
+    tie, the lowest-numbered tied rank. The last arrival's own wait part (durations, not
+    arrivals, decide waits: noise in end times) goes to the latest of the *other* members, so
+    no rank is ever credited with its own waiting."""
+    df = pd.DataFrame({"key": key, "rank": unit_rank, "a": aligned_start})
+    latest = df.groupby("key")["a"].transform("max").to_numpy(np.int64)
+    by = df.sort_values(["key", "a", "rank"], ascending=[True, False, True], kind="stable")
+    nth = by.groupby("key").cumcount().to_numpy()
+    top1 = pd.Series(by["rank"].to_numpy()[nth == 0], index=by["key"].to_numpy()[nth == 0])
+    top2 = pd.Series(by["rank"].to_numpy()[nth == 1], index=by["key"].to_numpy()[nth == 1])
+    t1 = top1.reindex(key).to_numpy(np.int64)
+    t2 = top2.reindex(key).fillna(-1).to_numpy(np.int64)
+    target = np.where((t1 == unit_rank) & (t2 >= 0), t2, t1)
+    target = np.where(peer >= 0, peer, target)
+    target = np.where(wait_ns > 0, target, -1).astype(np.int64)
+    return target, latest
+
+
+BLAME_COLUMNS = BLAME.names
+#: The longest chain followed (ranks waiting for ranks waiting for ...).
+MAX_CHAIN = 8
+#: Causes are looked up for this many blame rows, most waiting first (each costs a scan of two
+#: ranks' ranges); the rest keep their chain with no cause (a run of 1,000s of rank-steps).
+MAX_CAUSE_ROWS = 2000
+#: Below this share of its lateness a cause is "unexplained" (diagnosis.md §6).
+EXPLAINED_RATIO = 0.5
+
+
+def empty_blame() -> pd.DataFrame:
+    return pd.DataFrame(columns=list(BLAME_COLUMNS))
+
+
+class _Arrivals:
+    """Lookups over the matched arrivals (aligned clock), as sorted arrays (no per-row Python
+    objects): per instance its first arrival (time and rank), per (instance, rank) that rank's
+    arrival and its step window's start, per rank its wait parts."""
+
+    def __init__(self, per_rank: pd.DataFrame, window_start: I64, offsets: dict[int, int]) -> None:
+        pr = per_rank[per_rank["matched"].astype(bool).to_numpy()]
+        a = pr["aligned_start_ns"].to_numpy(np.int64)
+        end = pr["aligned_end_ns"].to_numpy(np.int64)
+        inst = pr["instance"].to_numpy(np.int64)
+        rank = pr["rank"].to_numpy(np.int64)
+        unit = pr["unit"].to_numpy(np.int64)
+        off_of = np.zeros(int(unit.max()) + 1 if unit.size else 1, dtype=np.int64)
+        for u, o in offsets.items():
+            if 0 <= u < off_of.size:
+                off_of[u] = o
+        ws = window_start[pr["window"].to_numpy(np.int64)] - off_of[unit] if len(pr) else a
+        self.n_ranks = int(rank.max()) + 1 if rank.size else 1
+        # per (instance, rank): sorted keys; the earliest of several units of one rank
+        k = inst * self.n_ranks + rank
+        order = np.lexsort((a, k))
+        first_k = np.ones(order.size, dtype=bool)
+        first_k[1:] = k[order][1:] != k[order][:-1]
+        sel = order[first_k]
+        self.k, self.a, self.ws, self.e = k[sel], a[sel], ws[sel], end[sel]
+        # per rank, its instances (for the last point two ranks were in step): sorted by rank
+        by_rank = np.argsort(self.k % self.n_ranks, kind="stable")
+        self.r_rank = (self.k % self.n_ranks)[by_rank]
+        self.r_inst, self.r_e = (self.k // self.n_ranks)[by_rank], self.e[by_rank]
+        # per instance: its first arrival (ties: the lowest rank)
+        order = np.lexsort((rank, a, inst))
+        first = np.ones(order.size, dtype=bool)
+        first[1:] = inst[order][1:] != inst[order][:-1]
+        sel = order[first]
+        self.i_inst, self.i_first, self.i_rank = inst[sel], a[sel], rank[sel]
+        w = (pr[WAIT_NS.name].to_numpy() > 0) & pr[WAITED_FOR_RANK.name].notna().to_numpy()
+        target = np.where(w, pr[WAITED_FOR_RANK.name].fillna(-1).to_numpy(), -1).astype(np.int64)
+        wait = pr[WAIT_NS.name].to_numpy(np.int64)
+        wo = np.flatnonzero(w)
+        wo = wo[np.argsort(rank[wo], kind="stable")]
+        self.w_rank = rank[wo]
+        self.w_start, self.w_end = a[wo], a[wo] + wait[wo]
+        self.w_target, self.w_inst = target[wo], inst[wo]
+
+    def _lookup(self, inst: int, rank: int) -> int:
+        """Position of (inst, rank) in the per-arrival arrays, -1 when absent."""
+        key = inst * self.n_ranks + rank
+        j = int(np.searchsorted(self.k, key))
+        return j if j < self.k.size and int(self.k[j]) == key else -1
+
+    def _first(self, inst: int) -> tuple[int, int] | None:
+        j = int(np.searchsorted(self.i_inst, inst))
+        if j < self.i_inst.size and int(self.i_inst[j]) == inst:
+            return int(self.i_first[j]), int(self.i_rank[j])
+        return None
+
+    def lateness(self, inst: int, rank: int) -> tuple[int, int]:
+        """[first arrival, ``rank``'s arrival) of an instance, aligned."""
+        f = self._first(inst)
+        lo = f[0] if f is not None else 0
+        j = self._lookup(inst, rank)
+        return lo, max(lo, int(self.a[j]) if j >= 0 else lo)
+
+    def _start(self, inst: int, rank: int, default: int) -> int:
+        j = self._lookup(inst, rank)
+        return int(self.ws[j]) if j >= 0 else default
+
+    def _waiting(self, rank: int, lo: int, hi: int) -> tuple[int, int, int]:
+        """(ns ``rank`` waited in [lo, hi), the rank it waited for most there, in which
+        instance); (0, -1, -1) when none."""
+        b0 = int(np.searchsorted(self.w_rank, rank, side="left"))
+        b1 = int(np.searchsorted(self.w_rank, rank, side="right"))
+        if b0 == b1 or hi <= lo:
+            return 0, -1, -1
+        ov = np.clip(
+            np.minimum(self.w_end[b0:b1], hi) - np.maximum(self.w_start[b0:b1], lo), 0, None
+        )
+        if int(ov.sum()) == 0:
+            return 0, -1, -1
+        tg = self.w_target[b0:b1]
+        uniq, inv = np.unique(tg, return_inverse=True)
+        tgt = int(uniq[int(np.argmax(np.bincount(inv, weights=ov)))])
+        j = int(np.argmax(np.where(tg == tgt, ov, -1)))
+        return int(ov.sum()), tgt, int(self.w_inst[b0 + j])
+
+    def follow(self, inst: int, rank: int) -> tuple[int, int] | None:
+        """(rank waited for, instance) when ``rank``, late in ``inst``, spent at least half of
+        its lateness more than the first arrival waiting for others in the windows of
+        :meth:`windows` (a delay that propagates: it waited earlier, then computed late), else
+        None."""
+        early, e_lo, lo, r_lo, hi, _ = self.windows(inst, rank)
+        if hi <= lo:
+            return None
+        mine, tgt, where = self._waiting(rank, r_lo, hi)
+        theirs, _, _ = self._waiting(early, e_lo, lo)
+        if tgt < 0 or 2 * (mine - theirs) < hi - lo:
+            return None
+        return tgt, where
+
+    def _in_step(self, inst: int, rank: int, early: int, hi: int, lo: int) -> tuple[int, int]:
+        """Where ``rank`` (arriving at ``hi``) and ``early`` (arriving at ``lo``) were last in
+        step before ``inst``: the end, on each, of the latest other instance both had finished
+        before arriving at ``inst`` (aligned). A lateness can only build up since then: a
+        delay before it was absorbed there. (-1, -1) when they shared none."""
+        b0 = int(np.searchsorted(self.r_rank, rank, side="left"))
+        b1 = int(np.searchsorted(self.r_rank, rank, side="right"))
+        ins, ends = self.r_inst[b0:b1], self.r_e[b0:b1]
+        cand = np.flatnonzero((ends <= hi) & (ins != inst))
+        if cand.size == 0:
+            return -1, -1
+        key = ins[cand] * self.n_ranks + early
+        j = np.minimum(np.searchsorted(self.k, key), self.k.size - 1)
+        ok = (self.k[j] == key) & (self.e[j] <= lo)
+        if not ok.any():
+            return -1, -1
+        best = int(np.argmax(np.where(ok, ends[cand], np.iinfo(np.int64).min)))
+        return int(ends[cand[best]]), int(self.e[j[best]])
+
+    def windows(self, inst: int, rank: int) -> tuple[int, int, int, int, int, int | None]:
+        """(first-arrival rank, its [since, arrival), ``rank``'s [since, arrival), late at
+        start), aligned: what the root and its early peer did since their steps began or, when
+        earlier, since the end of the latest other instance both had finished
+        (:meth:`_in_step`). A straggler that sleeps after its step's last collective (in the
+        optimizer) starts its next step late: the time since that step's start does not hold
+        the sleep, the time since the last shared collective does. "Late at start": when the
+        trace holds no earlier instance of the two, how late ``rank`` already began its step
+        (the lateness began before the capture); None when it does, or ``rank`` came first."""
+        f = self._first(inst)
+        early = f[1] if f is not None else rank
+        lo, hi = self.lateness(inst, rank)
+        r_start, e_start = self._start(inst, rank, lo), self._start(inst, early, lo)
+        if early == rank:
+            return early, e_start, lo, r_start, hi, None
+        r_since, e_since = self._in_step(inst, rank, early, hi, lo)
+        if r_since < 0:
+            return early, e_start, lo, r_start, hi, r_start - e_start
+        if r_since >= r_start:
+            return early, e_start, lo, r_start, hi, None
+        return early, e_since, lo, r_since, hi, None
+
+
+class _Ranges:
+    """One unit's host ranges as arrays: name codes, spans, and its communication calls."""
+
+    def __init__(self, ranges: pd.DataFrame | None) -> None:
+        if ranges is None or ranges.empty:
+            ranges = pd.DataFrame(columns=list(HOST_RANGE_COLUMNS))
+        names = ranges["name"].to_numpy(dtype=object)
+        comm = names == COMM_CALLS
+        codes, uniq = pd.factorize(names[~comm])
+        self.codes = codes.astype(np.int64)
+        self.names = np.asarray(uniq, dtype=object)
+        self.s = ranges["start_ns"].to_numpy(np.int64)[~comm]
+        self.e = ranges["end_ns"].to_numpy(np.int64)[~comm]
+        cs = ranges["start_ns"].to_numpy(np.int64)[comm]
+        self.calls = (np.zeros(cs.size, np.int64), cs, ranges["end_ns"].to_numpy(np.int64)[comm])
+
+    def totals(self, lo: int, hi: int) -> dict[str, int]:
+        """Per range name: its time inside [lo, hi) (own clock) outside communication calls (a
+        range around a send that waited did not *do* anything for that long)."""
+        if self.s.size == 0 or hi <= lo:
+            return {}
+        a = np.maximum(self.s, lo)
+        b = np.maximum(np.minimum(self.e, hi), a)
+        inside = iv.grouped_covered(self.calls, np.zeros(a.size, np.int64), a, b, 1)
+        per = np.bincount(self.codes, weights=(b - a) - inside, minlength=self.names.size)
+        hit = np.flatnonzero(per > 0)
+        return {str(self.names[i]): int(per[i]) for i in hit.tolist()}
+
+
+def _cause(
+    root: _Ranges, root_win: tuple[int, int], peer: _Ranges | None, peer_win: tuple[int, int]
+) -> tuple[str | None, int]:
+    """The range of the root's main thread that ran longest beyond the same range on its early
+    peer, both over the windows of :meth:`_Arrivals.windows` (own clocks): (name, excess ns);
+    among names within 90 % of the largest excess, the one the root spent least time in (the
+    innermost: ``straggler_sleep`` rather than the ``forward`` around it). (None, 0) when none
+    ran longer."""
+    mine = root.totals(*root_win)
+    theirs = peer.totals(*peer_win) if peer is not None else {}
+    if not mine:
+        return None, 0
+    excess = {n: v - theirs.get(n, 0) for n, v in mine.items()}
+    best = max(excess.values())
+    if best <= 0:
+        return None, 0
+    near = [n for n, x in excess.items() if 10 * x >= 9 * best]
+    name = min(near, key=lambda n: (mine[n], n))
+    return name, int(excess[name])
+
+
+def blame_table(
+    credit: pd.DataFrame,
+    per_rank: pd.DataFrame,
+    host: dict[int, pd.DataFrame | None],
+    unit_of_rank: dict[int, int],
+    offsets: dict[int, int],
+    window_start: I64,
+) -> pd.DataFrame:
+    """One row per (waiting window, rank credited) (:data:`BLAME_COLUMNS`): follow the credited
+    rank while it was itself waiting (:meth:`_Arrivals.follow`) to the rank it waited for, until
+    a rank that was not; then the range of that root rank's main thread that ran longest beyond
+    the same range on the instance's first arrival (``host``: per unit its ranges, own clock;
+    ``offsets``: own clock - aligned clock; ``window_start``: per global window its start, own
+    clock). One small loop per row (rows are windows x credited ranks, not events)."""
+    if credit.empty:
+        return empty_blame()
+    key = ["window", "rank", "step", WAITED_FOR_RANK.name]
+    cr = credit.assign(step=credit["step"].astype(str))
+    by_inst = cr.groupby([*key, "instance"], sort=True)[EXPOSED_WAIT_NS.name].sum().reset_index()
+    top = by_inst.sort_values([*key, EXPOSED_WAIT_NS.name], ascending=[*[True] * 4, False])
+    top = top.drop_duplicates(key)
+    total = cr.groupby(key, sort=True)[EXPOSED_WAIT_NS.name].sum()
+    arr = _Arrivals(per_rank, window_start, offsets)
+    cache: dict[int | None, _Ranges] = {}
+
+    def ranges_of(u: int | None) -> _Ranges:
+        if u not in cache:
+            cache[u] = _Ranges(host.get(u) if u is not None else None)
+        return cache[u]
+
+    totals = total.reindex(pd.MultiIndex.from_frame(top[key])).to_numpy(np.int64)
+    top = top.assign(total_ns=totals).sort_values(
+        ["total_ns", "window", "rank"], ascending=[False, True, True], kind="stable"
+    )
+    out = []
+    for n, row in enumerate(top.itertuples(index=False)):
+        q, inst = int(row.waited_for_rank), int(row.instance)
+        chain = [q]
+        for _ in range(MAX_CHAIN):
+            nxt = arr.follow(inst, q)
+            if nxt is None or nxt[0] in chain or nxt[0] == int(row.rank):
+                break
+            q, inst = nxt
+            chain.append(q)
+        lo, hi = arr.lateness(inst, q)
+        early, e_lo, e_hi, r_lo, r_hi, late_at_start = arr.windows(inst, q)
+        ru, eu = unit_of_rank.get(q), unit_of_rank.get(early)
+        ro = offsets.get(ru, 0) if ru is not None else 0
+        eo = offsets.get(eu, 0) if eu is not None else 0
+        cause, cause_ns = (
+            _cause(
+                ranges_of(ru),
+                (r_lo + ro, r_hi + ro),
+                ranges_of(eu) if early != q else None,
+                (e_lo + eo, e_hi + eo),
+            )
+            if n < MAX_CAUSE_ROWS
+            else (None, 0)
+        )
+        late = hi - lo
+        cause_ns = min(cause_ns, late)
+        out.append(
+            {
+                "window": int(row.window),
+                "rank": int(row.rank),
+                "step": row.step,
+                WAITED_FOR_RANK.name: int(row.waited_for_rank),
+                EXPOSED_WAIT_NS.name: int(row.total_ns),
+                "chain": tuple(chain),
+                "root_rank": q,
+                "lateness_ns": int(late),
+                "cause": cause,
+                "cause_ns": cause_ns,
+                "explained_ratio": (cause_ns / late) if late > 0 else None,
+                "late_at_start_ns": late_at_start if n < MAX_CAUSE_ROWS else None,
+            }
+        )
+    df = pd.DataFrame(out, columns=list(BLAME_COLUMNS))
+    df["late_at_start_ns"] = pd.array(df["late_at_start_ns"].tolist(), dtype="Int64")
+    return df.sort_values(["window", WAITED_FOR_RANK.name], kind="stable").reset_index(drop=True)
+
+
+def blame_line(b: Mapping[str, Any]) -> str:
+    """``rank 0 waited 41.00 ms for rank 2 <- rank 2 waited for rank 3 <- rank 3's
+    `straggler_sleep` ran 40.00 ms longer than its early peer's, of its 40.00 ms lateness
+    (100% explained)``."""
+    chain = list(b["chain"])
+    text = f"rank {b['rank']} waited {ms_unit(int(b['exposed_wait_ns']))} for rank {chain[0]}"
+    for a, c in zip(chain, chain[1:], strict=False):
+        text += f" <- rank {a} was itself waiting for rank {c}"
+    ratio = b["explained_ratio"]
+    root = chain[-1]
+    if int(b["lateness_ns"]) <= 0:
+        # the root ended its previous work no later than its early peer: the wait is end-time
+        # noise or work the trace does not show, not a measured lateness
+        return text + f" <- rank {root} was not measurably late: unexplained"
+    # a ratio column holding None comes back from pandas as NaN: both mean "not known"
+    if b["cause"] is None or ratio is None or ratio != ratio or ratio < EXPLAINED_RATIO:
+        text += f" <- rank {root} was late by {ms_unit(int(b['lateness_ns']))}: unexplained"
+        before = b.get("late_at_start_ns")
+        if before is not None and not pd.isna(before) and 2 * int(before) >= int(b["lateness_ns"]):
+            # late from its step's start, and nothing earlier in the trace to compare with
+            text += (
+                f" (it began its step {ms_unit(int(before))} after its peer, before the first "
+                "collective of the two that the trace holds: the cause precedes the capture)"
+            )
+        return text
+    return text + (
+        f" <- rank {root}'s `{b['cause']}` ran {ms_unit(int(b['cause_ns']))} longer than its "
+        f"early peer's, of its {ms_unit(int(b['lateness_ns']))} lateness ({pct(ratio)} explained)"
+    )
+
+
+def top_blame(blame: pd.DataFrame, limit: int = 3) -> pd.DataFrame:
+    """The blame rows summed over steps per (waiting rank, chain, cause, whether the lateness
+    began before the capture), most waiting first: what the reports print
+    (``exposed_wait_ns``, ``lateness_ns``, ``cause_ns`` and ``late_at_start_ns`` summed;
+    ``explained_ratio`` recomputed from the sums)."""
+    if blame.empty:
+        return blame
+    before = blame["late_at_start_ns"]
+    b = blame.assign(
+        cause=blame["cause"].fillna(""),
+        before=before.notna().to_numpy(),
+        late_at_start_ns=before.fillna(0).to_numpy(np.int64),
+    )
+    key = ["rank", WAITED_FOR_RANK.name, "chain", "root_rank", "cause", "before"]
+    summed = [EXPOSED_WAIT_NS.name, "lateness_ns", "cause_ns", "late_at_start_ns"]
+    g = b.groupby(key, sort=False)[summed].sum()
+    g = g.reset_index().sort_values([EXPOSED_WAIT_NS.name, "rank"], ascending=[False, True])
+    g["cause"] = [c or None for c in g["cause"]]
+    g["late_at_start_ns"] = pd.array(
+        [int(v) if k else None for v, k in zip(g["late_at_start_ns"], g["before"], strict=True)],
+        dtype="Int64",
+    )
+    g = g.drop(columns="before")
+    late = g["lateness_ns"].to_numpy(np.int64)
+    g["explained_ratio"] = [
+        (int(c) / int(x)) if x > 0 else None for c, x in zip(g["cause_ns"], late, strict=True)
+    ]
+    return g.head(limit).reset_index(drop=True)

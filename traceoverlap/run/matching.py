@@ -1,0 +1,1010 @@
+"""Collectives: one instance per rank, matched across ranks; waiting vs transfer; stragglers.
+
+Exposed communication on one rank is often another rank's late arrival. This module finds every
+collective *instance* of a unit (map side, :func:`unit_instances`) and matches them across the
+units of a run (reduce side, :func:`match_collectives`).
+
+Instances of a unit (its ``comm`` activities):
+  - When an activity carries a process group and a sequence number (newer Kineto copies
+    ``Process Group Name`` and ``Seq`` onto NCCL kernels), the instance is (process group, seq);
+    several kernels of one (group, seq) form one instance.
+  - Otherwise the n-th activity of the same collective kind in the same group is one instance.
+    The kind is the trace's collective name when given, else parsed from the activity name
+    (``ncclKernel_AllReduce_RING_LL_Sum_float`` / ``ncclDevKernel_AllReduce_...`` ->
+    ``AllReduce``, ``gloo:all_reduce`` -> ``all_reduce``). On GPU units without a process group
+    the NCCL stream stands in for it (streams numbered per unit in order of first use).
+
+Groups (diagnosis.md §6, docs/job-model.md): an activity's group comes from the trace's args, the
+rank's only ``pg_config`` group, its gloo worker pool (CPU) or its NCCL stream (GPU, one group);
+otherwise it is :data:`UNKNOWN_GROUP` and never matched.
+
+Matching across units: an instance must be present on every unit given that is a member of its
+group; when counts differ a note names them and only what all have is matched. Point-to-point:
+in a group of two, the n-th send of a rank pairs with the n-th recv of the other (their wait is
+the time before the peer started); undirected SendRecv only when the group has two members.
+Waiting is then credited once (:mod:`traceoverlap.job`).
+
+Clocks (docs/diagnosis.md §5): every unit's clock offset is estimated from collective END times
+(a collective completes together on every rank), relative to the lowest unit, as the median
+difference over matched instances. A matched instance is *consistent* when, after removing the
+offsets, its intervals on all units share an instant (within :data:`TOLERANCE_NS`); inconsistent
+matches are counted in a note and not used for waiting or stragglers. On unix clocks an offset
+beyond :data:`MAX_UNIX_SKEW_NS` is not believed (the matching, not the clocks, is off) and 0 is
+used.
+
+Per consistent instance (integer ns): ``transfer_ns`` = the shortest duration across units;
+each unit's ``wait_ns`` = its duration - transfer; the wait part on a unit is
+``[start, start + wait_ns)``; ``last_rank`` = the unit with the latest aligned start (None on a
+tie). Each unit's exposed time of the instance is split by cause (diagnosis.md §3).
+
+Stragglers: per unit, how often it arrived last and the total time the others waited in the
+instances where it did (``waited_for_ns``). With fewer ranks than the world, these are "among the
+ranks given" and the reports say so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from ..core import intervals as iv
+from ..core.intervals import GroupedIntervals
+from ..core.model import TraceInfo
+from ..core.schema import (
+    EXPOSED_DEPENDENCY_NS,
+    EXPOSED_HOST_NS,
+    EXPOSED_NS,
+    EXPOSED_TAIL_NS,
+    EXPOSED_WAIT_NS,
+    ROOT_WAITED_FOR_NS,
+    STEP_NS,
+    STEP_SKEW,
+    STRAGGLERS,
+    WAIT_NS,
+    WAITED_FOR_RANK,
+)
+from ..core.vocab import (
+    CAUSES,
+    FAMILIES,
+    Cause,
+)
+from ..rank.instances import UNKNOWN_GROUP, known_ns
+from .job import CREDIT_COLUMNS, credit_segments, empty_blame, waited_for_ranks
+
+I64 = npt.NDArray[np.int64]
+
+#: Timestamp jitter allowed when checking that a matched instance's spans share an instant.
+TOLERANCE_NS = 10_000
+#: Largest clock offset believed between ranks that both claim unix time.
+MAX_UNIX_SKEW_NS = 10_000_000
+
+
+PER_RANK_COLUMNS = (
+    "instance",
+    "unit",
+    "rank",
+    "device",
+    "step",
+    "window",
+    "name",
+    "kernel",
+    "family",
+    "lane",
+    "start_ns",
+    "end_ns",
+    "dur_ns",
+    WAIT_NS.name,
+    EXPOSED_NS.name,
+    EXPOSED_WAIT_NS.name,
+    EXPOSED_TAIL_NS.name,
+    EXPOSED_DEPENDENCY_NS.name,
+    EXPOSED_HOST_NS.name,
+    "same_stream",
+    "queued_ns",
+    "behind_comm_ns",
+    "matched",
+    "aligned_start_ns",
+    "aligned_end_ns",
+    WAITED_FOR_RANK.name,
+)
+INSTANCE_COLUMNS = (
+    "instance",
+    "name",
+    "family",
+    "process_group",
+    "seq",
+    "bytes",
+    "n_ranks",
+    "ranks",
+    "step",
+    "start_ns",
+    "transfer_ns",
+    WAIT_NS.name,
+    "last_rank",
+    EXPOSED_NS.name,
+    "matched",
+    "group",
+    "members",
+    "p2p",
+    "src_rank",
+    "dst_rank",
+    "last_arrival_ns",
+)
+#: The straggler table as matching builds it (the reduce adds the blame chains' roots).
+STRAGGLER_COLUMNS = tuple(n for n in STRAGGLERS.names if n != ROOT_WAITED_FOR_NS.name)
+SKEW_COLUMNS = STEP_SKEW.names
+
+
+# --- reduce side: matching across units ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Collectives:
+    """Collective instances of a run, matched across ranks (see the module docstring).
+
+    ``instances``: one row per instance (:data:`INSTANCE_COLUMNS`), matched across ranks or, when
+    it could not be, one row per unit's own instance (``matched`` false, ``n_ranks`` 1).
+    ``per_rank``: one row per (instance, unit) (:data:`PER_RANK_COLUMNS`) with the exposed time
+    split by cause. ``stragglers``: one row per unit, most waited-for first. ``step_skew``: one row
+    per step label present on two or more units. ``clock``: ``unix``, ``estimated`` (offsets from
+    collective end times) or None (no arrival order). ``partial``: fewer ranks than the world.
+    """
+
+    instances: pd.DataFrame
+    per_rank: pd.DataFrame
+    stragglers: pd.DataFrame
+    step_skew: pd.DataFrame
+    notes: tuple[str, ...]
+    clock: str | None
+    n_matched: int
+    n_inconsistent: int
+    ranks_given: int
+    world_size: int | None
+    credit: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(CREDIT_COLUMNS)))
+    groups: pd.DataFrame = field(default_factory=pd.DataFrame)
+    blame: pd.DataFrame = field(default_factory=empty_blame)
+    #: per unit index: the clock offset (ns) removed from its times to put it on the run's one
+    #: clock (aligned = raw - offset; 0 for units without consistent matched instances)
+    offsets_ns: tuple[int, ...] = ()
+
+    @property
+    def aligned(self) -> bool:
+        """Start times compare across ranks (arrival order is known)."""
+        return self.clock is not None
+
+    @property
+    def partial(self) -> bool:
+        return self.world_size is not None and self.ranks_given < self.world_size
+
+    @property
+    def top_straggler(self) -> int | None:
+        """The rank credited with the most exposed waiting (docs/job-model.md), or None."""
+        s = self.stragglers
+        if s.empty or int(s["last_count"].max()) == 0 or int(s["exposed_waited_for_ns"].max()) == 0:
+            return None
+        return int(s["rank"].iloc[0])
+
+
+@dataclass(frozen=True)
+class CauseSets:
+    """Per window (global index): the exposed set split by cause, as grouped disjoint sets."""
+
+    wait: GroupedIntervals
+    tail: GroupedIntervals
+    dependency: GroupedIntervals
+    host: GroupedIntervals
+
+    def by_name(self) -> dict[str, GroupedIntervals]:
+        return {
+            Cause.WAIT: self.wait,
+            Cause.TAIL: self.tail,
+            Cause.DEPENDENCY: self.dependency,
+            Cause.HOST: self.host,
+        }
+
+
+def _describe_group(g: str) -> str:
+    if g == UNKNOWN_GROUP:
+        return "an unknown group"
+    if g.startswith("\x00stream#"):
+        return f"NCCL stream #{g[len(chr(0)) + len('stream#') :]}"
+    return f"group {g!r}" if g else "the default group"
+
+
+def group_members(traces: Sequence[TraceInfo]) -> dict[str, tuple[int, ...]]:
+    """Process group name -> its ranks, from every trace's ``pg_config`` (first seen wins)."""
+    out: dict[str, tuple[int, ...]] = {}
+    for t in traces:
+        for name, ranks in t.process_groups:
+            out.setdefault(name, tuple(sorted(ranks)))
+    return out
+
+
+def _p2p_direction(
+    inst: pd.DataFrame, unit_rank: npt.NDArray[np.int64], members: dict[object, tuple[int, ...]]
+) -> tuple[npt.NDArray[np.object_], I64, I64]:
+    """Directed point-to-point (diagnosis.md §6): a ``send`` / ``recv`` in a group of two pairs
+    with the opposite call on the other member. Per row: the kind key to match on
+    (``p2p:<src>><dst>`` for a directed send/recv, else the row's own), the sending and the
+    receiving rank (-1 when not a directed p2p). The n-th send of ``a`` to ``b`` then meets the
+    n-th recv of ``b`` from ``a``: never a send with a send."""
+    kind = inst["kind_key"].to_numpy(dtype=object).copy()
+    src = np.full(len(inst), -1, dtype=np.int64)
+    dst = np.full(len(inst), -1, dtype=np.int64)
+    if inst.empty:
+        return kind, src, dst
+    is_send = np.isin(kind, ["send", "isend"])
+    is_recv = np.isin(kind, ["recv", "irecv", "recvanysource"])
+    rank = unit_rank[inst["unit"].to_numpy(np.int64)]
+    pair = {g: m for g, m in members.items() if len(m) == 2}
+    gk = inst["group_key"]
+    m0 = gk.map({g: m[0] for g, m in pair.items()}).fillna(-1).to_numpy(np.int64)
+    m1 = gk.map({g: m[1] for g, m in pair.items()}).fillna(-1).to_numpy(np.int64)
+    ok = (is_send | is_recv) & (m0 >= 0) & ((rank == m0) | (rank == m1))
+    peer = np.where(rank == m0, m1, m0)
+    src[ok] = np.where(is_send, rank, peer)[ok]
+    dst[ok] = np.where(is_send, peer, rank)[ok]
+    if ok.any():
+        names = pd.Series(src[ok]).astype(str) + ">" + pd.Series(dst[ok]).astype(str)
+        kind[ok] = ("p2p:" + names).to_numpy(dtype=object)
+    return kind, src, dst
+
+
+def _group_table(
+    inst: pd.DataFrame, traces: Sequence[TraceInfo]
+) -> tuple[dict[object, tuple[int, ...]], dict[object, tuple[int, ...]]]:
+    """Per group key: its members (ranks; from ``pg_config`` when known, else the ranks that
+    ran its collectives) and the units given that are members."""
+    known = group_members(traces)
+    unit_rank = [t.rank for t in traces]
+    members: dict[object, tuple[int, ...]] = {}
+    units_of: dict[object, tuple[int, ...]] = {}
+    for g, us in inst.groupby("group_key")["unit"].unique().items():
+        shown = sorted({int(u) for u in us})
+        if str(g) in known:
+            members[g] = known[str(g)]
+            units_of[g] = tuple(
+                sorted(set(shown) | {u for u, r in enumerate(unit_rank) if r in known[str(g)]})
+            )
+        else:
+            members[g] = tuple(sorted({unit_rank[u] for u in shown}))
+            units_of[g] = tuple(shown)
+    return members, units_of
+
+
+def _match(
+    inst: pd.DataFrame,
+    units: Sequence[int],
+    unit_label: dict[int, str],
+    traces: Sequence[TraceInfo],
+) -> tuple[npt.NDArray[np.int64], list[str], pd.DataFrame]:
+    """Per local instance row: its matched instance key (-1 unmatched), notes, and per row its
+    group's members and p2p direction (columns ``members``, ``match_kind``, ``src_rank``,
+    ``dst_rank``). Matching is the n-th instance within a group (diagnosis.md §6)."""
+    notes: list[str] = []
+    key = np.full(len(inst), -1, dtype=np.int64)
+    extra = pd.DataFrame(
+        {
+            "members": pd.Series([()] * len(inst), dtype=object, index=inst.index),
+            "src_rank": -1,
+            "dst_rank": -1,
+        },
+        index=inst.index,
+    )
+    if inst.empty:
+        return key, notes, extra
+    unit_rank = np.array([t.rank for t in traces], dtype=np.int64)
+    members, units_of = _group_table(inst, traces)
+    match_kind, src, dst = _p2p_direction(inst, unit_rank, members)
+    extra["members"] = [members.get(g, ()) for g in inst["group_key"]]
+    extra["src_rank"], extra["dst_rank"] = src, dst
+    unknown = (inst["group_key"] == UNKNOWN_GROUP).to_numpy()
+    if unknown.any():
+        notes.append(
+            f"{int(unknown.sum())} communication activit{'y' if unknown.sum() == 1 else 'ies'} "
+            "whose process group cannot be told (the ranks run several groups; no group in the "
+            "trace args, and no gloo worker pool or single NCCL stream to tell it by) were not "
+            "matched: a match across groups is worse than none; their exposed time counts as "
+            "transfer"
+        )
+    if len(units) < 2:
+        return key, notes, extra
+    for g, us in units_of.items():
+        shown = set(inst.loc[inst["group_key"] == g, "unit"].astype(int).tolist())
+        missing = sorted(set(us) - shown)
+        named = not str(g).startswith("\x00") and g != ""
+        if missing and not named:
+            notes.append(
+                f"collectives of {_describe_group(str(g))} appear on "
+                f"{_labels(sorted(shown), unit_label)} but not on {_labels(missing, unit_label)}"
+            )
+    work = inst.assign(match_kind=match_kind)
+    keys = ["group_key", "match_kind", "seq", "ordinal"]
+    ids = work.groupby(keys, sort=False).ngroup().to_numpy()
+    n_present = pd.Series(ids).map(pd.Series(ids).value_counts()).to_numpy()
+    exp = np.array([len(units_of.get(g, ())) for g in inst["group_key"]], dtype=np.int64)
+    complete = (n_present == exp) & (exp >= 2) & ~unknown
+    p2p = inst["p2p"].to_numpy(dtype=bool)
+    undirected = p2p & (src < 0)
+    wide = undirected & (exp > 2)
+    paired = np.zeros(len(inst), dtype=bool)
+    if wide.any() and all(t.clock == "unix" for t in traces):
+        paired = _pair_by_end(inst, wide, unit_rank, key, src, dst, int(ids.max()) + 1)
+        if paired.any():
+            notes.append(
+                f"{int(paired.sum()) // 2} send/recv pair(s) in groups of more than two ranks were "
+                "paired by end time (a blocking transfer ends together on both sides; the trace "
+                f"names no peer), within {P2P_END_TOLERANCE_NS / 1e6:g} ms"
+            )
+    if (wide & ~paired).any():
+        n = int((wide & ~paired).sum())
+        notes.append(
+            f"{n} point-to-point transfer(s) (SendRecv / send / recv) in groups of more than two "
+            "ranks were not matched: a transfer pairs two ranks and the trace does not say which; "
+            "their exposed time counts as transfer"
+        )
+    complete &= ~wide
+    extra["src_rank"], extra["dst_rank"] = src, dst
+    extra.loc[paired, "members"] = pd.Series(
+        [(int(a), int(b)) for a, b in zip(src[paired], dst[paired], strict=True)],
+        index=extra.index[paired],
+        dtype=object,
+    )
+    notes.extend(_count_notes(work[~wide], ids[~wide], complete[~wide], units_of, unit_label))
+    for g, us in units_of.items():
+        if len(us) == 1 and str(g) and not str(g).startswith("\x00"):
+            notes.append(
+                f"collectives of {_describe_group(str(g))} appear only on {unit_label[us[0]]}: "
+                "nothing to match them with (is a rank trace missing?)"
+            )
+    key[complete] = ids[complete]
+    return key, notes, extra
+
+
+#: How far apart the ends of a send and its recv may be when paired by end time (unix clocks).
+P2P_END_TOLERANCE_NS = 1_000_000
+
+
+def _pair_by_end(
+    inst: pd.DataFrame,
+    wide: npt.NDArray[np.bool_],
+    unit_rank: npt.NDArray[np.int64],
+    key: npt.NDArray[np.int64],
+    src: npt.NDArray[np.int64],
+    dst: npt.NDArray[np.int64],
+    next_key: int,
+) -> npt.NDArray[np.bool_]:
+    """Sends and recvs of groups of more than two ranks whose peer the trace does not name,
+    paired by end time (in place: ``key``, ``src``, ``dst``): a send on one rank and a recv on
+    another, in the same group, whose spans overlap and whose ends are within
+    :data:`P2P_END_TOLERANCE_NS`, closest ends first, each used once. Returns the rows paired."""
+    kind = inst["kind_key"].to_numpy(dtype=object)
+    send = np.flatnonzero(wide & np.isin(kind, ["send", "isend"]))
+    recv = np.flatnonzero(wide & np.isin(kind, ["recv", "irecv", "recvanysource"]))
+    out = np.zeros(len(inst), dtype=bool)
+    if send.size == 0 or recv.size == 0:
+        return out
+    end = inst["end_ns"].to_numpy(np.int64)
+    start = inst["start_ns"].to_numpy(np.int64)
+    unit = inst["unit"].to_numpy(np.int64)
+    group = inst["group_key"].to_numpy(dtype=object)
+    recv = recv[np.argsort(end[recv], kind="stable")]
+    lo = np.searchsorted(end[recv], end[send] - P2P_END_TOLERANCE_NS, side="left")
+    hi = np.searchsorted(end[recv], end[send] + P2P_END_TOLERANCE_NS, side="right")
+    i, j = iv.range_pairs(lo.astype(np.int64), hi.astype(np.int64))
+    a, b = send[i], recv[j]
+    ok = (unit[a] != unit[b]) & (group[a] == group[b])
+    ok &= (start[a] < end[b]) & (start[b] < end[a])
+    a, b = a[ok], b[ok]
+    order = np.lexsort((b, a, np.abs(end[a] - end[b])))
+    for x, y in zip(a[order].tolist(), b[order].tolist(), strict=True):
+        if out[x] or out[y]:
+            continue
+        out[x] = out[y] = True
+        key[x] = key[y] = next_key
+        next_key += 1
+        src[x] = src[y] = unit_rank[unit[x]]
+        dst[x] = dst[y] = unit_rank[unit[y]]
+    return out
+
+
+def _count_notes(
+    work: pd.DataFrame,
+    ids: npt.NDArray[np.int64],
+    complete: npt.NDArray[np.bool_],
+    units_of: dict[object, tuple[int, ...]],
+    unit_label: dict[int, str],
+) -> list[str]:
+    """A note per (group, kind) whose instance counts differ across its member units."""
+    notes: list[str] = []
+    w = work[work["group_key"] != UNKNOWN_GROUP]
+    counts = w.groupby(["group_key", "match_kind", "unit"], sort=True).size()
+    for (g, k), per in counts.groupby(level=[0, 1], sort=True):
+        vals = per.droplevel([0, 1])
+        expected = len(units_of.get(g, ()))
+        if str(k).startswith("p2p:"):
+            expected = 2
+        if vals.nunique() > 1 or len(vals) != expected:
+            sel = (work["group_key"] == g).to_numpy() & (work["match_kind"] == k).to_numpy()
+            lab = work.loc[sel, "label"].iloc[0]
+            desc = ", ".join(
+                f"{unit_label[int(u)]}: {c}" for u, c in zip(vals.index, vals.tolist(), strict=True)
+            )
+            n_ok = len(np.unique(ids[sel & complete]))
+            notes.append(
+                f"{lab} in {_describe_group(str(g))}: instance counts differ across ranks "
+                f"({desc}); matched the {n_ok} present on every rank, the rest left unmatched"
+            )
+    return notes
+
+
+def _labels(units: Sequence[int] | npt.NDArray[np.int64], unit_label: dict[int, str]) -> str:
+    return ", ".join(unit_label[int(u)] for u in sorted(int(x) for x in units))
+
+
+def _offsets(m: pd.DataFrame, use: npt.NDArray[np.bool_]) -> dict[int, int]:
+    """Clock offset of each unit relative to the lowest unit that shares instances with it,
+    as the median end-time difference over the matched instances in ``use`` (BFS over units)."""
+    sub = m[use]
+    off: dict[int, int] = {}
+    if sub.empty:
+        return off
+    ends = sub.pivot_table(index="key", columns="unit", values="end_ns", aggfunc="max")
+    cols = [int(c) for c in ends.columns]
+    for root in cols:
+        if root in off:
+            continue
+        off[root] = 0
+        frontier = [root]
+        while frontier:
+            a = frontier.pop()
+            for b in cols:
+                if b in off:
+                    continue
+                both = ends[[a, b]].dropna()
+                if both.empty:
+                    continue
+                d = (both[b].to_numpy(np.int64) - both[a].to_numpy(np.int64)).astype(np.float64)
+                off[b] = off[a] + int(np.median(d))
+                frontier.append(b)
+    return off
+
+
+def match_collectives(
+    inst: pd.DataFrame,
+    pieces: tuple[I64, I64, I64, I64],
+    exposed: dict[str, GroupedIntervals],
+    n_windows: int,
+    traces: Sequence[TraceInfo],
+    window_labels: Sequence[object],
+    steps: pd.DataFrame,
+) -> tuple[Collectives, CauseSets, pd.DataFrame]:
+    """Match the units' instances and split every exposed ns by cause, across ranks.
+
+    ``inst``: all units' local instances (:data:`LOCAL_COLUMNS` plus ``unit`` and the global
+    ``window``); ``pieces``: (instance row, window, start, end) of every instance piece (union of
+    its activities per window); ``exposed``: the local cause sets ``tail``, ``dependency``,
+    ``host`` per global window. Returns the collectives, the final cause sets (with ``wait``),
+    and the exposed ns per (window, collective family, cause) used by the findings.
+    """
+    units = list(range(len(traces)))
+    unit_label = {u: _unit_name(traces, u) for u in units}
+    notes: list[str] = []
+    key, match_notes, extra = _match(inst, units, unit_label, traces)
+    notes.extend(match_notes)
+    inst = inst.assign(
+        key=key,
+        dur_ns=(inst["end_ns"] - inst["start_ns"]).astype(np.int64),
+        members=extra["members"].to_numpy(),
+        src_rank=extra["src_rank"].to_numpy(np.int64),
+        dst_rank=extra["dst_rank"].to_numpy(np.int64),
+    )
+    unix = bool(traces) and all(t.clock == "unix" for t in traces)
+    m, n_inconsistent, clock, offsets = _align_clocks(inst, unix, notes)
+
+    # wait / transfer per matched (instance, unit)
+    m["transfer_ns"] = m.groupby("key")["dur_ns"].transform("min").astype(np.int64)
+    m[WAIT_NS.name] = (m["dur_ns"] - m["transfer_ns"]).astype(np.int64)
+    _p2p_waits(m)
+    inst[WAIT_NS.name] = (
+        pd.Series(m[WAIT_NS.name].to_numpy(), index=m.index)
+        .reindex(inst.index)
+        .fillna(0)
+        .to_numpy(np.int64)
+    )
+    unit_rank = np.array([t.rank for t in traces], dtype=np.int64)
+    _arrivals(inst, m, unit_rank)
+    sets = _cause_sets(inst, pieces, exposed, n_windows)
+    _instance_causes(inst, pieces, sets, n_windows)
+
+    family_causes = _family_causes(inst, pieces, sets, n_windows)
+    instances, per_rank, row_instance = _tables(inst, m, traces, window_labels, clock)
+    credit = _credit(inst, pieces, sets, n_windows, row_instance, unit_rank, window_labels)
+    coll = Collectives(
+        instances=instances,
+        per_rank=per_rank,
+        stragglers=_straggler_table(per_rank, instances, unit_rank, clock is not None, credit),
+        step_skew=step_skew(steps),
+        notes=tuple(notes),
+        clock=clock,
+        n_matched=int(m["key"].nunique()) if len(m) else 0,
+        n_inconsistent=n_inconsistent,
+        ranks_given=len({t.rank for t in traces}),
+        world_size=max((t.world_size or 0 for t in traces), default=0) or None,
+        credit=credit,
+        groups=_groups_frame(inst, traces),
+        offsets_ns=tuple(int(offsets.get(u, 0)) if clock else 0 for u in units),
+    )
+    return coll, sets, family_causes
+
+
+def _arrivals(inst: pd.DataFrame, m: pd.DataFrame, unit_rank: I64) -> None:
+    """Per row of ``inst`` (in place): ``aligned_start`` (own start where not matched),
+    ``last_arrival`` (its instance's latest aligned start, -1 unmatched) and ``waited_for``
+    (the rank its wait part is credited to, -1 when it has no wait): docs/job-model.md."""
+    inst["aligned_start"] = inst["start_ns"].to_numpy(np.int64)
+    inst["last_arrival"] = -1
+    inst["waited_for"] = -1
+    if m.empty:
+        return
+    idx = m.index
+    inst.loc[idx, "aligned_start"] = m["aligned_start"].to_numpy(np.int64)
+    peer = inst.loc[idx, "src_rank"].to_numpy(np.int64)
+    rank = unit_rank[inst.loc[idx, "unit"].to_numpy(np.int64)]
+    dst = inst.loc[idx, "dst_rank"].to_numpy(np.int64)
+    peer = np.where(peer == rank, dst, peer)
+    target, latest = waited_for_ranks(
+        m["key"].to_numpy(np.int64),
+        rank,
+        m["aligned_start"].to_numpy(np.int64),
+        inst.loc[idx, WAIT_NS.name].to_numpy(np.int64),
+        peer,
+    )
+    inst.loc[idx, "last_arrival"] = latest
+    inst.loc[idx, "waited_for"] = target
+
+
+def _credit(
+    inst: pd.DataFrame,
+    pieces: tuple[I64, I64, I64, I64],
+    sets: CauseSets,
+    n_windows: int,
+    row_instance: pd.Series,
+    unit_rank: I64,
+    window_labels: Sequence[object],
+) -> pd.DataFrame:
+    """The credit table (docs/job-model.md): every exposed-wait ns once, to the rank waited for."""
+    p_inst, p_win, p_s, p_e = pieces
+    start = inst["start_ns"].to_numpy(np.int64)
+    w_end = start + inst[WAIT_NS.name].to_numpy(np.int64)
+    w, row, ns = credit_segments(
+        p_inst,
+        p_win,
+        np.maximum(p_s, start[p_inst]),
+        np.minimum(p_e, w_end[p_inst]),
+        inst["last_arrival"].to_numpy(np.int64)[p_inst],
+        sets.wait,
+        n_windows,
+    )
+    unit = inst["unit"].to_numpy(np.int64)[row]
+    labels = np.array(list(window_labels) + ["-"], dtype=object)
+    return pd.DataFrame(
+        {
+            "window": w,
+            "unit": unit,
+            "rank": unit_rank[unit] if unit.size else np.zeros(0, np.int64),
+            "step": labels[w] if w.size else np.zeros(0, object),
+            "instance": row_instance.reindex(row).to_numpy(np.int64),
+            WAITED_FOR_RANK.name: inst["waited_for"].to_numpy(np.int64)[row],
+            EXPOSED_WAIT_NS.name: ns,
+        },
+        columns=list(CREDIT_COLUMNS),
+    )
+
+
+def _groups_frame(inst: pd.DataFrame, traces: Sequence[TraceInfo]) -> pd.DataFrame:
+    """One row per group key seen: its members (docs/job-model.md)."""
+    cols = ["group", "members", "n_instances"]
+    if inst.empty:
+        return pd.DataFrame(columns=cols)
+    g = inst.groupby("group_key", sort=True)
+    return pd.DataFrame(
+        {
+            "group": [str(k) for k in g.size().index],
+            "members": g["members"].first().tolist(),
+            "n_instances": g.size().to_numpy(np.int64),
+        },
+        columns=cols,
+    )
+
+
+def _p2p_waits(m: pd.DataFrame) -> None:
+    """Directed point-to-point pairs (in place): each side's wait part is the time before its
+    peer started, on the aligned clock (the receiver's is the pipeline bubble, waited for the
+    sending stage); its transfer the rest of its span (diagnosis.md §6)."""
+    directed = (m["src_rank"] >= 0).to_numpy() if "src_rank" in m else np.zeros(len(m), bool)
+    if not directed.any():
+        return
+    d = m[directed]
+    a_start = d["aligned_start"].to_numpy(np.int64)
+    a_end = a_start + d["dur_ns"].to_numpy(np.int64)
+    keys = d["key"].to_numpy()
+    latest = pd.Series(a_start).groupby(keys).transform("max").to_numpy(np.int64)
+    wait = np.clip(np.minimum(a_end, latest) - a_start, 0, None).astype(np.int64)
+    m.loc[directed, WAIT_NS.name] = wait
+    m.loc[directed, "transfer_ns"] = d["dur_ns"].to_numpy(np.int64) - wait
+
+
+def _align_clocks(
+    inst: pd.DataFrame, unix: bool, notes: list[str]
+) -> tuple[pd.DataFrame, int, str | None, dict[int, int]]:
+    """The consistent matched rows (with ``aligned_start``), the number of inconsistent matched
+    instances (unmatched in ``inst``, in place), how clocks were aligned (see the module
+    docstring) and the offset of each unit that has matched instances."""
+    m = inst[inst["key"] >= 0].copy()
+    if m.empty:
+        m["aligned_start"] = np.zeros(0, np.int64)
+        return m, 0, None, {}
+    keys_m = m["key"].to_numpy()
+
+    def consistent_with(offsets: dict[int, int]) -> npt.NDArray[np.bool_]:
+        o = m["unit"].map(offsets).fillna(0).to_numpy(np.int64)
+        latest = pd.Series(m["start_ns"].to_numpy(np.int64) - o).groupby(keys_m).transform("max")
+        first_end = pd.Series(m["end_ns"].to_numpy(np.int64) - o).groupby(keys_m).transform("min")
+        return np.asarray(latest.to_numpy() < first_end.to_numpy() + TOLERANCE_NS)
+
+    # a send and its recv need not end together: offsets come from the collectives when any
+    coll_rows = (m["src_rank"] < 0).to_numpy() if "src_rank" in m else np.ones(len(m), bool)
+    base = coll_rows if coll_rows.any() else np.ones(len(m), dtype=bool)
+    estimated = _offsets(m, base)
+    ok_est = consistent_with(estimated)
+    if (ok_est & base).any() and not ok_est.all():  # re-estimate from the consistent ones only
+        estimated = _offsets(m, ok_est & base)
+        ok_est = consistent_with(estimated)
+    candidates = [(ok_est, estimated)]
+    if unix:
+        # ranks that all claim unix time: offsets far beyond clock sync mean the matching, not
+        # the clocks, is off; and on noisy end times (gloo on CPU) zero may fit better
+        if any(abs(v) > MAX_UNIX_SKEW_NS for v in estimated.values()):
+            notes.append(
+                "clock offsets estimated from collective end times exceed "
+                f"{MAX_UNIX_SKEW_NS / 1e6:.0f} ms although every rank claims unix time: not "
+                "applied (the matched instances, not the clocks, look off)"
+            )
+            candidates = []
+        zeros = {u: 0 for u in estimated}
+        candidates.insert(0, (consistent_with(zeros), zeros))
+    ok, off = max(candidates, key=lambda c: int(c[0].sum()))
+    bad_keys = set(keys_m[~ok].tolist())
+    if bad_keys:
+        notes.append(
+            f"{len(bad_keys)} of {m['key'].nunique()} matched collective instances are not "
+            "consistent in time (after aligning the rank clocks, their spans on the ranks never "
+            "overlap): they are not used for waiting or stragglers"
+        )
+        inst.loc[inst["key"].isin(bad_keys).to_numpy(), "key"] = -1
+    m = m[ok].copy()
+    m["aligned_start"] = m["start_ns"].to_numpy(np.int64) - m["unit"].map(off).fillna(0).to_numpy(
+        np.int64
+    )
+    clock = None
+    if len(m):
+        clock = "unix" if unix and all(v == 0 for v in off.values()) else "estimated"
+    return m, len(bad_keys), clock, off
+
+
+def _cause_sets(
+    inst: pd.DataFrame,
+    pieces: tuple[I64, I64, I64, I64],
+    exposed: dict[str, GroupedIntervals],
+    n_windows: int,
+) -> CauseSets:
+    """Waiting carved out of the local causes: the wait part of every piece is
+    ``[start, start + wait)`` of its instance on that unit, clipped to the piece."""
+    p_inst, p_win, p_s, p_e = pieces
+    w_start = inst["start_ns"].to_numpy(np.int64)[p_inst]
+    w_end = w_start + inst[WAIT_NS.name].to_numpy(np.int64)[p_inst]
+    wait_set = iv.grouped_union(p_win, np.maximum(p_s, w_start), np.minimum(p_e, w_end), n_windows)
+    parts = list(exposed.values())
+    total_exposed = iv.grouped_union(
+        np.concatenate([x[0] for x in parts]),
+        np.concatenate([x[1] for x in parts]),
+        np.concatenate([x[2] for x in parts]),
+        n_windows,
+    )
+    return CauseSets(
+        wait=iv.grouped_intersect(total_exposed, wait_set, n_windows),
+        tail=iv.grouped_subtract(exposed[Cause.TAIL], wait_set, n_windows),
+        dependency=iv.grouped_subtract(exposed[Cause.DEPENDENCY], wait_set, n_windows),
+        host=iv.grouped_subtract(exposed[Cause.HOST], wait_set, n_windows),
+    )
+
+
+def _instance_causes(
+    inst: pd.DataFrame, pieces: tuple[I64, I64, I64, I64], sets: CauseSets, n_windows: int
+) -> None:
+    """Per (instance, unit), in place: exposed ns by cause, summed over its pieces."""
+    p_inst, p_win, p_s, p_e = pieces
+    total = np.zeros(len(inst), dtype=np.int64)
+    for cause, s in sets.by_name().items():
+        cov = iv.grouped_covered(s, p_win, p_s, p_e, n_windows)
+        ns = np.bincount(p_inst, weights=cov, minlength=len(inst)).astype(np.int64)
+        inst[f"exposed_{cause}_ns"] = ns
+        total += ns
+    inst[EXPOSED_NS.name] = total
+
+
+def _family_causes(
+    inst: pd.DataFrame, pieces: tuple[I64, I64, I64, I64], sets: CauseSets, n_windows: int
+) -> pd.DataFrame:
+    """Exposed ns per (window, collective family, cause), each ns counted once per family (the
+    instances of a family are unioned first), plus the part on compute streams (same_stream)."""
+    p_inst, p_win, p_s, p_e = pieces
+    cols = ["window", "family", EXPOSED_NS.name, *(f"exposed_{c}_ns" for c in CAUSES)]
+    cols += ["same_stream_ns"]
+    if p_inst.size == 0:
+        return pd.DataFrame(columns=cols)
+    fam_code = {f: i for i, f in enumerate(FAMILIES)}
+    nf = len(FAMILIES)
+    fam = np.array([fam_code.get(f, nf - 1) for f in inst["family"]], dtype=np.int64)[p_inst]
+    out: dict[str, I64] = {}
+    for name, mask in (
+        ("all", np.ones(p_inst.size, dtype=bool)),
+        ("same", inst["same_stream"].to_numpy(bool)[p_inst]),
+    ):
+        g, a, b = iv.grouped_union(p_win[mask] * nf + fam[mask], p_s[mask], p_e[mask])
+        w = g // nf
+        for cause, cs in sets.by_name().items():
+            cov = iv.grouped_covered(cs, w, a, b, n_windows)
+            out[f"{name}:{cause}"] = np.bincount(g, weights=cov, minlength=n_windows * nf).astype(
+                np.int64
+            )
+    idx = np.arange(n_windows * nf)
+    df = pd.DataFrame(
+        {
+            "window": idx // nf,
+            "family": np.array(FAMILIES, dtype=object)[idx % nf],
+            **{f"exposed_{c}_ns": out[f"all:{c}"] for c in CAUSES},
+            "same_stream_ns": sum(out[f"same:{c}"] for c in CAUSES),
+        }
+    )
+    df[EXPOSED_NS.name] = sum(df[f"exposed_{c}_ns"] for c in CAUSES)
+    return df.loc[df[EXPOSED_NS.name] > 0, cols].reset_index(drop=True)
+
+
+def _unit_name(traces: Sequence[TraceInfo], u: int) -> str:
+    t = traces[u]
+    same_rank = sum(1 for x in traces if x.rank == t.rank)
+    if same_rank > 1 and t.device is not None:
+        return f"rank {t.rank} (GPU {t.device})"
+    return f"rank {t.rank}"
+
+
+def _tables(
+    inst: pd.DataFrame,
+    m: pd.DataFrame,
+    traces: Sequence[TraceInfo],
+    window_labels: Sequence[object],
+    clock: str | None,
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.Series]:
+    """The instance table (matched instances and each unit's unmatched ones, numbered by first
+    start), the per-(instance, unit) table, and per row of ``inst`` its instance id."""
+    inst = inst[inst["window"] >= 0].copy()
+    if inst.empty:
+        return (
+            pd.DataFrame(columns=list(INSTANCE_COLUMNS)),
+            pd.DataFrame(columns=list(PER_RANK_COLUMNS)),
+            pd.Series(np.zeros(0, np.int64)),
+        )
+    inst["_row"] = inst.index.to_numpy()
+    labels = np.array(list(window_labels) + ["-"], dtype=object)
+    inst["step"] = labels[inst["window"].to_numpy()]
+    inst["rank"] = [traces[int(u)].rank for u in inst["unit"]]
+    inst["device"] = [traces[int(u)].device for u in inst["unit"]]
+    inst["matched"] = inst["key"] >= 0
+    # one group per matched key, one per unmatched local instance
+    grp = np.where(inst["matched"], inst["key"], -1 - np.arange(len(inst))).astype(np.int64)
+    # number the groups by their first start (ties by group key): numpy on a few hundred rows,
+    # where pandas' groupby / sort / reindex cost milliseconds
+    ugrp, ginv = np.unique(grp, return_inverse=True)
+    gfirst = iv.group_min_max(ginv, *(2 * (inst["start_ns"].to_numpy(np.int64),)), ugrp.size)[0]
+    rank_of = np.empty(ugrp.size, dtype=np.int64)
+    rank_of[np.lexsort((ugrp, gfirst))] = np.arange(ugrp.size, dtype=np.int64)
+    inst["instance"] = rank_of[ginv]
+    by = np.lexsort((inst["unit"].to_numpy(np.int64), inst["instance"].to_numpy()))  # stable
+    inst = inst.take(by).reset_index(drop=True)
+    per_rank = pd.DataFrame(
+        {
+            "instance": inst["instance"].to_numpy().astype(np.int64),
+            "unit": inst["unit"].to_numpy().astype(np.int64),
+            "rank": inst["rank"].to_numpy().astype(np.int64),
+            "device": inst["device"].astype(object).to_numpy(),
+            "step": inst["step"].to_numpy(),
+            "window": inst["window"].to_numpy().astype(np.int64),
+            "name": inst["label"].astype(str).to_numpy(),
+            "kernel": inst["kernel"].astype(str).to_numpy(),
+            "family": inst["family"].to_numpy(),
+            "lane": inst["lane"].astype(str).to_numpy(),
+            "start_ns": inst["start_ns"].to_numpy(np.int64),
+            "end_ns": inst["end_ns"].to_numpy(np.int64),
+            "dur_ns": inst["dur_ns"].to_numpy(np.int64),
+            WAIT_NS.name: inst[WAIT_NS.name].to_numpy(np.int64),
+            EXPOSED_NS.name: inst[EXPOSED_NS.name].to_numpy(np.int64),
+            **{f"exposed_{c}_ns": inst[f"exposed_{c}_ns"].to_numpy(np.int64) for c in CAUSES},
+            "same_stream": inst["same_stream"].astype(bool).to_numpy(),
+            # nullable: <NA> where the launch is unknown (internally -1)
+            "queued_ns": known_ns(inst["queued_ns"].to_numpy(np.int64)),
+            "behind_comm_ns": known_ns(inst["behind_comm_ns"].to_numpy(np.int64)),
+            "matched": inst["matched"].to_numpy(bool),
+            "aligned_start_ns": inst["aligned_start"].to_numpy(np.int64),
+            "aligned_end_ns": (inst["aligned_start"] + inst["dur_ns"]).to_numpy(np.int64),
+            WAITED_FOR_RANK.name: [(int(r) if r >= 0 else None) for r in inst["waited_for"]],
+        },
+        columns=list(PER_RANK_COLUMNS),
+    )
+    row_instance = pd.Series(inst["instance"].to_numpy(np.int64), index=inst["_row"].to_numpy())
+    # rows sorted by instance: each instance's rows are a run, its first row starts it
+    ids = inst["instance"].to_numpy(np.int64)
+    new = np.ones(ids.size, dtype=bool)
+    new[1:] = ids[1:] != ids[:-1]
+    heads = np.flatnonzero(new)
+    sizes = np.diff(np.append(heads, ids.size))
+    first = per_rank.iloc[heads]
+    matched = first["matched"].to_numpy(bool)
+
+    def firsts(col: str) -> list[Any]:
+        """Per instance, ``inst.groupby("instance")[col].first()``: the first non-null value."""
+        values = inst[col]
+        if bool(values.isna().any()):  # first() skips nulls (never there in practice)
+            return list(values.groupby(ids, sort=True).first().tolist())
+        return list(values.to_numpy()[heads].tolist())
+
+    def per_run(col: pd.Series, op: np.ufunc) -> I64:
+        return np.asarray(op.reduceat(col.to_numpy(np.int64), heads), dtype=np.int64)
+
+    nbytes = inst["bytes"]
+    if nbytes.dtype == np.int64:
+        most = per_run(nbytes, np.maximum).tolist()
+    else:
+        most = nbytes.groupby(ids, sort=True).max().tolist()
+    out = pd.DataFrame(
+        {
+            "instance": ids[heads],
+            "name": first["name"].to_numpy(),
+            "family": first["family"].to_numpy(),
+            "process_group": [(p or None) for p in firsts("process_group")],
+            "seq": [(int(s) if s >= 0 else None) for s in firsts("seq")],
+            "bytes": [(int(b) if b >= 0 else None) for b in most],
+            "n_ranks": sizes.astype(np.int64),
+            "ranks": [
+                tuple(x.tolist())
+                for x in np.split(per_rank["rank"].to_numpy(np.int64), np.cumsum(sizes)[:-1])
+            ],
+            "step": first["step"].to_numpy(),
+            "start_ns": per_run(per_rank["start_ns"], np.minimum),
+            "transfer_ns": per_run(per_rank["dur_ns"], np.minimum),
+            WAIT_NS.name: per_run(per_rank[WAIT_NS.name], np.add),
+            "last_rank": [None] * len(first),
+            EXPOSED_NS.name: per_run(per_rank[EXPOSED_NS.name], np.add),
+            "matched": matched,
+            "group": [str(x) for x in firsts("group_key")],
+            "members": firsts("members"),
+            "p2p": np.array(firsts("p2p"), dtype=bool),
+            "src_rank": [(int(x) if x >= 0 else None) for x in firsts("src_rank")],
+            "dst_rank": [(int(x) if x >= 0 else None) for x in firsts("dst_rank")],
+            "last_arrival_ns": [
+                (int(x) if f else None)
+                for x, f in zip(firsts("last_arrival"), matched.tolist(), strict=True)
+            ],
+        },
+        columns=list(INSTANCE_COLUMNS),
+    )
+    if clock is not None and len(m):
+        # arrival order: the unit with the latest aligned start, None on a tie
+        key_to_inst = inst.loc[inst["matched"], ["key", "instance"]].drop_duplicates()
+        al = m[["key", "unit", "aligned_start"]].merge(key_to_inst, on="key", how="inner")
+        latest = al.groupby("instance")["aligned_start"].transform("max")
+        at_latest = al[al["aligned_start"].to_numpy() == latest.to_numpy()]
+        ties = at_latest.groupby("instance").size()
+        last = {
+            int(r.instance): traces[int(r.unit)].rank
+            for r in at_latest.itertuples(index=False)
+            if int(ties[r.instance]) == 1
+        }
+        out["last_rank"] = [last.get(int(i)) for i in out["instance"]]
+    out["last_rank"] = out["last_rank"].astype(object)
+    return out, per_rank, row_instance
+
+
+def _straggler_table(
+    per_rank: pd.DataFrame,
+    instances: pd.DataFrame,
+    ranks: I64,
+    aligned: bool,
+    credit: pd.DataFrame,
+) -> pd.DataFrame:
+    rank_arr = np.unique(ranks)
+    pr = per_rank[per_rank["matched"].astype(bool)] if len(per_rank) else per_rank
+    count = pr.groupby("rank")["instance"].size().reindex(rank_arr, fill_value=0)
+    own_wait = pr.groupby("rank")[WAIT_NS.name].sum().reindex(rank_arr, fill_value=0)
+    last_count = pd.Series(0, index=rank_arr, dtype=np.int64)
+    waited_for = pd.Series(0, index=rank_arr, dtype=np.int64)
+    inst = instances[instances["last_rank"].notna().to_numpy()] if len(instances) else instances
+    if aligned and len(inst):
+        last = inst["last_rank"].astype(np.int64)
+        last_count = last.value_counts().reindex(rank_arr, fill_value=0).astype(np.int64)
+    if aligned and len(pr):
+        # every wait ns (hidden or not) of the others, credited as the exposed ones are
+        wf = pr[pr[WAITED_FOR_RANK.name].notna().to_numpy()]
+        waited_for = (
+            wf.groupby(wf[WAITED_FOR_RANK.name].astype(np.int64))[WAIT_NS.name]
+            .sum()
+            .reindex(rank_arr, fill_value=0)
+            .astype(np.int64)
+        )
+    out = pd.DataFrame(
+        {
+            "rank": rank_arr,
+            "instances": count.to_numpy().astype(np.int64),
+            "last_count": last_count.to_numpy().astype(np.int64),
+            "last_ratio": pd.array(
+                [
+                    (lc / n if n and aligned else None)
+                    for lc, n in zip(last_count.tolist(), count.tolist(), strict=True)
+                ],
+                dtype="Float64",
+            ),
+            "waited_for_ns": waited_for.to_numpy().astype(np.int64),
+            WAIT_NS.name: own_wait.to_numpy().astype(np.int64),
+            "exposed_waited_for_ns": credit.groupby(WAITED_FOR_RANK.name)[EXPOSED_WAIT_NS.name]
+            .sum()
+            .reindex(rank_arr, fill_value=0)
+            .to_numpy()
+            .astype(np.int64),
+        },
+        columns=list(STRAGGLER_COLUMNS),
+    )
+    out = out.sort_values(
+        ["exposed_waited_for_ns", "last_count", "rank"],
+        ascending=[False, False, True],
+        kind="stable",
+    )
+    return out.reset_index(drop=True)
+
+
+def step_skew(steps: pd.DataFrame) -> pd.DataFrame:
+    """Per step label on two or more ranks: slowest and fastest rank, and the skew (ns)."""
+    if steps.empty or steps["rank"].nunique() < 2:  # one rank: no step is on two
+        return pd.DataFrame(columns=list(SKEW_COLUMNS))
+    df = steps[["rank", "step", STEP_NS.name]].copy()
+    df["key"] = df["step"].astype(str)
+    df[STEP_NS.name] = df[STEP_NS.name].astype(np.int64)
+    n_ranks = df.groupby("key", sort=False)["rank"].nunique()
+    df = df[df["key"].map(n_ranks).to_numpy() >= 2]
+    if df.empty:
+        return pd.DataFrame(columns=list(SKEW_COLUMNS))
+    hi = df.sort_values(["key", STEP_NS.name, "rank"], ascending=[True, False, True], kind="stable")
+    lo = df.sort_values(["key", STEP_NS.name, "rank"], ascending=[True, True, True], kind="stable")
+    hi = hi.drop_duplicates("key").set_index("key")
+    lo = lo.drop_duplicates("key").set_index("key")
+    order = df.drop_duplicates("key")
+    keys = order["key"].to_numpy()
+    max_ns = hi[STEP_NS.name].reindex(keys).to_numpy().astype(np.int64)
+    min_ns = lo[STEP_NS.name].reindex(keys).to_numpy().astype(np.int64)
+    return pd.DataFrame(
+        {
+            "step": order["step"].to_numpy(dtype=object),
+            "n_ranks": n_ranks.reindex(keys).to_numpy().astype(np.int64),
+            "slowest_rank": hi["rank"].reindex(keys).to_numpy().astype(np.int64),
+            "fastest_rank": lo["rank"].reindex(keys).to_numpy().astype(np.int64),
+            "max_step_ns": max_ns,
+            "min_step_ns": min_ns,
+            "skew_ns": max_ns - min_ns,
+        },
+        columns=list(SKEW_COLUMNS),
+    )

@@ -1,0 +1,641 @@
+"""Counterfactuals (docs/whatif.md §3): change durations or gaps of the run graph, replay, and
+report the run's step time (per step the mean over ranks, then the median over steps).
+
+Scenario names: ``replay``, ``no-straggler``, ``fix-rank:R``, ``hide:FAMILY``, ``comm-speed:F``,
+``no-host-gaps``, ``no-overlap-tax``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from ..core.errors import TraceFormatError, UsageError
+from ..core.model import Kind, Timeline
+from ..core.vocab import SHARED_CPU_MARK, Family
+from ..rank.graph import UnitGraph
+from ..run.onerun import one_run
+from .graph import RunGraph, join_graphs
+from .replay import NEG, Params, Schedule, StepTimes, observed_params, replay, step_times
+
+I64 = npt.NDArray[np.int64]
+SCENARIO_RE = re.compile(
+    r"^(replay|no-straggler|no-host-gaps|no-overlap-tax|fix-rank:\d+|hide:\S+|"
+    r"comm-speed:\d+(\.\d+)?)$"
+)
+#: Said where a scenario runs compute beside communication that the trace did not (whatif.md
+#: §5): at least this share of the run's time (every rank's steps) more than the trace.
+CONTENTION_MIN_RATIO = 0.01
+
+
+def beside_ns(g: RunGraph, start: I64, end: I64) -> int:
+    """Run total over units of the compute that ran beside communication (compute time: the
+    nodes less the communication calls inside them, as ``overlap_ns`` counts it), with the nodes
+    at ``start`` / ``end`` (the trace's, or a replay's: each piece moves with its node and ends
+    no later than it)."""
+    from ..core import intervals as iv
+    from .tax import compute_pieces
+
+    n = g.n_units
+    node, ps, pe = compute_pieces(g)
+    shift = start[node] - g.start_ns[node]
+    ps, pe = ps + shift, np.minimum(pe + shift, end[node])
+    comm = g.kind == Kind.COMM
+    a = iv.grouped_union(g.unit[node], ps, pe, n)
+    b = iv.grouped_union(g.unit[comm], start[comm], end[comm], n)
+    return int(iv.grouped_length(iv.grouped_intersect(a, b, n), n).sum())
+
+
+def contention(g: RunGraph, s: Schedule, replay_beside_ns: int) -> tuple[int, str]:
+    """How much more compute the scenario's replay runs beside communication than the identity
+    replay (a straggler gone, transfers moved), and the caveat that says so when it is at least
+    :data:`CONTENTION_MIN_RATIO` of the run's time: the slowdown of that contention (the
+    overlap tax, §4) is beyond replay and left out of the prediction. (0, "") otherwise."""
+    more = beside_ns(g, s.start_ns, s.end_ns) - replay_beside_ns
+    present = g.win_start_ns >= 0
+    total = int((g.win_end_ns - g.win_start_ns)[present].sum())  # the run: every rank's steps
+    if more <= 0 or more < CONTENTION_MIN_RATIO * total:
+        return 0, ""
+    return more, (
+        f"runs {more / 1e6:.1f} ms more compute beside communication than the trace "
+        f"({replay_beside_ns / 1e6:.1f} -> {(replay_beside_ns + more) / 1e6:.1f} ms, all "
+        "ranks and steps): the slowdown of that contention is left out of the prediction"
+    )
+
+
+#: Said for CPU ranks sharing a host where a scenario shortens the step by at least this much.
+SHARED_CPU_MIN_SPEEDUP = 1.05
+
+
+def _rank_list(ranks: Sequence[int]) -> str:
+    """``0-3`` for consecutive ranks, else ``0,2,5``."""
+    rs = sorted(set(ranks))
+    if len(rs) > 2 and rs == list(range(rs[0], rs[-1] + 1)):
+        return f"{rs[0]}-{rs[-1]}"
+    return ",".join(str(r) for r in rs)
+
+
+def shared_cpu_hosts(g: RunGraph) -> list[tuple[str, list[int]]]:
+    """(host, ranks) for each host (``TraceInfo.host``) where two or more ranks compute on CPU:
+    their compute and their gloo transfers share the host's cores."""
+    by_host: dict[str, list[int]] = {}
+    for u, host in enumerate(g.unit_host):
+        if host is not None and u < g.unit_gpu.size and not g.unit_gpu[u]:
+            by_host.setdefault(host, []).append(int(g.unit_rank[u]))
+    return [(h, rs) for h, rs in by_host.items() if len(set(rs)) >= 2]
+
+
+def shared_cpu_note(g: RunGraph, speedup: float | None) -> str:
+    """whatif.md §5: a scenario that shortens the step of CPU ranks sharing a host runs the same
+    work (the replay keeps every op's duration) more densely on the same cores, a contention the
+    replay cannot see (a straggler's sleep left them free; removing it makes the others collide).
+    The caveat where the speedup is at least :data:`SHARED_CPU_MIN_SPEEDUP`, else ""."""
+    if speedup is None or speedup < SHARED_CPU_MIN_SPEEDUP:
+        return ""
+    hosts = shared_cpu_hosts(g)
+    if not hosts:
+        return ""
+    where = "; ".join(f"ranks {_rank_list(rs)} {SHARED_CPU_MARK} {h}" for h, rs in hosts)
+    return (
+        f"{where} (compute and communication threads): the faster step runs the same work more "
+        "densely on them, and the slowdown of that contention is left out of the prediction"
+    )
+
+
+@dataclass(frozen=True)
+class ScenarioResult:
+    name: str
+    step_ns: float | None
+    speedup: float | None
+    changed: str
+    ranks: tuple[int, ...] = ()
+    collectives: tuple[str, ...] = ()
+    steps_ns: tuple[float | None, ...] = ()
+    note: str = ""
+    #: how much more compute ran beside communication in this replay than in the identity
+    #: replay, when that is enough for the note (ns, run total; 0 otherwise)
+    contention_ns: int = 0
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """The identity replay's error and every scenario asked."""
+
+    step_labels: tuple[str, ...]
+    observed_ns: tuple[float | None, ...]
+    replayed_ns: tuple[float | None, ...]
+    error_ratio: tuple[float | None, ...]
+    median_error_ratio: float | None
+    max_error_ratio: float | None
+    scenarios: tuple[ScenarioResult, ...]
+    fix_rank: tuple[ScenarioResult, ...]
+    notes: tuple[str, ...] = field(default=())
+    rounds: int = 0
+    #: overlap tax (§4): run total, the comm-covered compute it is part of, per family, and per
+    #: step the mean over ranks; findings when the tax eats a quarter of the saving
+    tax_ns: int = 0
+    tax_overlap_ns: int = 0
+    tax_by_family_ns: tuple[tuple[str, int], ...] = ()
+    tax_steps_ns: tuple[float | None, ...] = ()
+    findings: tuple[str, ...] = ()
+    #: per (rank, step) with compute under communication: (rank, step, overlap_tax_ns, overlap)
+    tax_rank_steps: tuple[tuple[int, str, int, int], ...] = ()
+    #: compute under communication whose tax could not be measured (no alone instances)
+    tax_unmeasured_ns: int = 0
+    #: the part of ``tax_ns`` estimated on that compute (its excess over its kernel's median
+    #: instance, :mod:`traceoverlap.whatif.tax`)
+    tax_estimated_ns: int = 0
+
+
+def load_graph(
+    paths: str | Path | Sequence[str | Path],
+    step_regex: str | None = None,
+    jobs: int | None = None,
+) -> RunGraph:
+    """Read the files and build the run graph: the map per file, or per process of a large
+    export (:func:`traceoverlap.readers.paths.map_units`, as ``analyze``), here or in ``jobs`` local
+    processes (as :func:`traceoverlap.run.parallel.run_map` decides), then the reduce."""
+    import functools
+
+    from ..core.options import build_options
+    from ..core.rules import Rules
+    from ..rank.unit import FileResult, map_graph_task
+    from ..readers.paths import expand_paths, from_folder, map_units
+    from ..run.parallel import run_map
+
+    options = build_options(step_regex=step_regex)
+    rules = Rules().with_comm_patterns(options.comm_patterns)
+    files = expand_paths(paths)
+    listed = from_folder(paths)
+    task = functools.partial(map_graph_task, options=options, rules=rules)
+    per_file: list[list[UnitGraph]] = []
+    # the map's units as analyze makes them: a large export of several processes, one a process
+    for res in run_map(map_units(files), task, jobs=jobs):
+        if isinstance(res, FileResult):
+            assert res.error is not None
+            if res.path in listed and res.not_a_trace:
+                continue
+            raise TraceFormatError(*res.error)
+        assert isinstance(res, tuple)
+        per_file.append([u for u in res if isinstance(u, UnitGraph)])
+    # the rules analyze obeys: guessed ranks renumbered, files that cannot be one run refused
+    given = [u for units in per_file for u in units]
+    run = one_run(per_file, _graph_span)
+    return _joined([_renumbered(a, b) for a, b in zip(given, run, strict=True)], str(paths))
+
+
+def _renumbered(given: UnitGraph, joined: UnitGraph) -> UnitGraph:
+    """A unit whose guessed rank :func:`one_run` changed: its notes say the new rank, and why."""
+    old, new = given.trace.rank, joined.trace.rank
+    if old == new:
+        return joined
+    notes = tuple(
+        f"rank {new}: {n[len(f'rank {old}: ') :]}" if n.startswith(f"rank {old}: ") else n
+        for n in joined.notes
+    )
+    return replace(joined, notes=(*notes, f"rank {new}: {joined.trace.notes[-1]}"))
+
+
+def _graph_span(u: UnitGraph) -> tuple[int, int] | None:
+    if not u.labels:
+        return None
+    return int(u.win_start_ns.min()), int(u.win_end_ns.max())
+
+
+def graph_of(timelines: Sequence[Timeline], step_regex: str | None = None) -> RunGraph:
+    """The run graph of in-memory Timelines (one per rank, or one holding several)."""
+    from ..core.model import split_units
+    from ..core.options import build_options
+    from ..core.rules import Rules
+    from ..rank.classify import comm_call_mask, kinds
+    from ..rank.graph import unit_graph
+    from ..rank.hostwait import lane_calls
+    from ..rank.steps import assign_steps
+
+    options = build_options(step_regex=step_regex)
+    rules = Rules()
+    units = []
+    for t in timelines:
+        for u in split_units(t):
+            kind = kinds(u, rules)
+            steps = assign_steps(u, kind, options)
+            cpu = not steps.gpu
+            calls = comm_call_mask(u, rules) if cpu else None
+            units.append(
+                unit_graph(u, kind, steps, calls, lane_calls(u, kind, rules) if cpu else None)
+            )
+    return _joined(units, "<timeline>")
+
+
+def _joined(units: list[UnitGraph], where: str) -> RunGraph:
+    units.sort(key=lambda u: (u.trace.rank, -1 if u.trace.device is None else u.trace.device))
+    if not units or not any(u.labels for u in units):
+        raise TraceFormatError(where, "no step found to replay", "check the step regex")
+    return join_graphs(units)
+
+
+def _median(x: npt.NDArray[np.float64]) -> float | None:
+    x = x[np.isfinite(x)]
+    return float(np.median(x)) if x.size else None
+
+
+def _peer_median(g: RunGraph, values: I64, peers: npt.NDArray[np.bool_]) -> I64:
+    """Per node: the median of ``values`` over the ``peers`` nodes at the same position
+    (its own value where no peer has that position)."""
+    df = pd.DataFrame({"pos": g.pos[peers], "v": values[peers]})
+    med = df.groupby("pos")["v"].median()
+    out = pd.Series(g.pos).map(med).to_numpy(dtype=np.float64)
+    return np.where(np.isnan(out), values, np.round(out)).astype(np.int64)
+
+
+def _like_peers(g: RunGraph, p: Params, target: npt.NDArray[np.bool_], peers_of: str) -> Params:
+    """Durations and host gaps of the ``target`` nodes replaced by the median of their peers
+    (``all`` ranks, or the ``others``) at the same position. Matched collectives keep theirs:
+    their waiting comes out of the replay."""
+    change = target & (g.inst < 0)
+    if peers_of == "all":
+        peers = np.ones(g.pos.size, dtype=bool)
+    else:
+        peers = ~target
+    dur = np.where(change, _peer_median(g, p.dur_ns, peers), p.dur_ns)
+    slack = np.where(target, _peer_median(g, p.slack_ns, peers), p.slack_ns)
+    return Params(
+        dur.astype(np.int64), slack.astype(np.int64), p.post_ns, _floors(g, p, target, peers)
+    )
+
+
+def _floors(
+    g: RunGraph, p: Params, target: npt.NDArray[np.bool_], peers: npt.NDArray[np.bool_]
+) -> I64:
+    """The observed starts of the ``target`` lanes' first nodes (their gap from the run's first
+    start, which the trace began with: a rank still late from before the capture) replaced by
+    the median of the ``peers`` at the same position, where a peer has one and it is earlier."""
+    own = p.floor_ns > NEG
+    if not (target & own).any():
+        return p.floor_ns
+    t0 = int(g.start_ns.min())
+    rel = np.where(own, p.floor_ns - t0, 0).astype(np.int64)
+    with_floor = peers & own
+    med = _peer_median(g, rel, with_floor)
+    has_peer = np.zeros(g.pos.size, dtype=bool)
+    if with_floor.any():
+        has_peer = np.isin(g.pos, g.pos[with_floor])
+    change = target & own & has_peer
+    # only ever earlier: a unit's first step is measured from its first start, so a later start
+    # would read as a shorter step (a rank that began early is not what the scenario fixes)
+    return np.where(change, np.minimum(t0 + med, p.floor_ns), p.floor_ns).astype(np.int64)
+
+
+def _comm_scaled(g: RunGraph, p: Params, which: npt.NDArray[np.bool_], factor: float) -> Params:
+    """The transfer part of the ``which`` communication nodes divided by ``factor`` (inf: 0)."""
+    comm = which & (g.kind == Kind.COMM)
+    dur = np.where(comm, (p.dur_ns / factor).astype(np.int64), p.dur_ns)
+    post = np.where(comm & (g.inst >= 0), (p.post_ns / factor).astype(np.int64), p.post_ns)
+    return Params(dur.astype(np.int64), p.slack_ns, post.astype(np.int64), p.floor_ns)
+
+
+def scenario_params(g: RunGraph, p: Params, name: str, tax: I64 | None = None) -> Params:
+    """The parameters of one named scenario."""
+    if name == "replay":
+        return p
+    if name == "no-straggler":
+        return _like_peers(g, p, np.ones(g.pos.size, dtype=bool), "all")
+    if name.startswith("fix-rank:"):
+        r = int(name.split(":", 1)[1])
+        return _like_peers(g, p, g.unit_rank[g.unit] == r, "others")
+    if name.startswith("hide:"):
+        fam = name.split(":", 1)[1]
+        codes = [i for i, f in enumerate(g.families) if f.lower() == fam.lower()]
+        which = np.isin(g.family, codes) if codes else np.zeros(g.pos.size, dtype=bool)
+        return _comm_scaled(g, p, which, float("inf"))
+    if name.startswith("comm-speed:"):
+        f = float(name.split(":", 1)[1])
+        if f <= 0:
+            raise UsageError(f"scenario {name}: the factor must be > 0")
+        return _comm_scaled(g, p, np.ones(g.pos.size, dtype=bool), f)
+    if name == "no-host-gaps":
+        host = g.lane_host[g.lane] & ~g.lane_comm[g.lane]
+        return Params(
+            p.dur_ns, np.where(host, 0, p.slack_ns).astype(np.int64), p.post_ns, p.floor_ns
+        )
+    if name == "no-overlap-tax":
+        t = tax if tax is not None else np.zeros(g.pos.size, dtype=np.int64)
+        return Params((p.dur_ns - t).astype(np.int64), p.slack_ns, p.post_ns, p.floor_ns)
+    raise UsageError(
+        f"unknown scenario {name!r}: use replay, no-straggler, fix-rank:R, hide:FAMILY, "
+        "comm-speed:F, no-host-gaps or no-overlap-tax"
+    )
+
+
+def _changed(g: RunGraph, name: str) -> tuple[str, tuple[int, ...], tuple[str, ...]]:
+    ranks = tuple(int(r) for r in np.unique(g.unit_rank))
+    fams = tuple(f for f in g.families if f)
+    if name == "replay":
+        return "nothing (identity)", (), ()
+    if name == "no-straggler":
+        return "every rank runs like the median rank at each position", ranks, ()
+    if name.startswith("fix-rank:"):
+        r = int(name.split(":", 1)[1])
+        return f"rank {r} runs like the median of its peers", (r,), ()
+    if name.startswith("hide:"):
+        fam = name.split(":", 1)[1]
+        return f"{fam} transfers delay nothing", ranks, (fam,)
+    if name.startswith("comm-speed:"):
+        return f"every transfer {name.split(':', 1)[1]}x faster", ranks, fams
+    if name == "no-host-gaps":
+        return "host gaps between launches / ops set to 0", ranks, ()
+    return "compute beside communication at its uncontended speed", ranks, fams
+
+
+def _run(g: RunGraph, p: Params) -> tuple[StepTimes, Schedule]:
+    s = replay(g, p)
+    return step_times(g, s), s
+
+
+def default_scenarios(g: RunGraph) -> list[str]:
+    """Every scenario that applies to the run: replay, no-straggler (2+ ranks), one hide per
+    family, comm-speed:2, no-host-gaps, no-overlap-tax."""
+    names = ["replay"]
+    if np.unique(g.unit_rank).size >= 2:
+        names.append("no-straggler")
+    names += [f"hide:{f}" for f in g.families if f and f != Family.OTHER]
+    names += ["comm-speed:2", "no-host-gaps", "no-overlap-tax"]
+    return names
+
+
+def _result(
+    g: RunGraph, name: str, run: tuple[StepTimes, Schedule], base: float | None, beside: int
+) -> ScenarioResult:
+    st, sched = run
+    step = _median(st.run_replayed_ns)
+    speedup = base / step if base is not None and step else None
+    changed, ranks, colls = _changed(g, name)
+    per = tuple(None if not np.isfinite(v) else float(v) for v in st.run_replayed_ns)
+    more, note = contention(g, sched, beside)
+    note = "; ".join(n for n in (note, shared_cpu_note(g, speedup)) if n)
+    return ScenarioResult(name, step, speedup, changed, ranks, colls, per, note, more)
+
+
+#: At most this many ranks get a "fixing rank R buys" row.
+FIX_RANK_ROWS = 8
+
+
+def ranks_that_matter(g: RunGraph, p: Params, n: int = FIX_RANK_ROWS) -> list[int]:
+    """The ``n`` ranks whose own work (durations and gaps of their non-collective nodes) is the
+    longest: the ones whose fixing can buy the most."""
+    own = (g.inst < 0).astype(np.int64)
+    work = np.bincount(g.unit, weights=(p.dur_ns + p.slack_ns) * own, minlength=g.n_units)
+    per_rank = pd.Series(work).groupby(g.unit_rank).sum().sort_values(ascending=False)
+    return [int(r) for r in per_rank.index[:n]]
+
+
+def _merge_notes(notes: Sequence[str]) -> list[str]:
+    """Per-rank notes that say the same thing, said once with the ranks listed."""
+    same: dict[str, list[str]] = {}
+    out: list[str] = []
+    for note in notes:
+        m = re.match(r"^rank (\d+): (.*)$", note)
+        if m is None:
+            out.append(note)
+            continue
+        if m.group(2) not in same:
+            same[m.group(2)] = []
+            out.append(m.group(2))
+        same[m.group(2)].append(m.group(1))
+    return [f"rank(s) {', '.join(same[x])}: {x}" if x in same else x for x in out]
+
+
+def _error_notes(g: RunGraph, err: npt.NDArray[np.float64]) -> list[str]:
+    """Steps the identity replay misses by more than 5 %, and why where the graph says."""
+    from .replay import broken_edges
+
+    bad = np.flatnonzero(np.nan_to_num(err) > 0.05)
+    if bad.size == 0:
+        return []
+    b = broken_edges(g)
+    ok = g.window >= 0
+    per = np.bincount(g.window[ok], weights=b[ok], minlength=len(g.step_labels))
+    parts = [
+        f"step {g.step_labels[k]}: {int(per[k])} activities started before an edge allowed"
+        for k in bad.tolist()
+    ]
+    return [
+        "identity replay misses by more than 5 % (" + "; ".join(parts) + "): the trace breaks "
+        "its own order there (host/device clock skew, overlapping ops on a lane, a clipped "
+        "capture) or holds a dependency the graph does not read (cross-stream syncs)"
+    ]
+
+
+#: Said where the time one rank's transfers (after the last arrival) were under way varies between
+#: steps by at least this share of the median step: half the closed-loop tolerance of whatif.md §5 (20 %).
+TRANSFER_SPREAD_MIN_RATIO = 0.10
+#: ... over at least this many steps with matched collectives on that rank.
+TRANSFER_SPREAD_MIN_STEPS = 3
+
+
+#: Added to the transfer-spread note of a CPU rank (docs/whatif.md, Measured; docs/workloads.md).
+GLOO_LOOP_HINT = (
+    "; on CPU, gloo's TCP loop threads poll during a transfer and a thread they wake can wait a "
+    "scheduler tick behind them on a shared core: the reference workloads' --gloo-loop idle "
+    "steadies the transfers (docs/workloads.md)"
+)
+
+
+def transfer_busy_ns(g: RunGraph, p: Params) -> tuple[I64, npt.NDArray[np.bool_]]:
+    """Per unit and step window (``(n_units, n_steps)``): how long some matched collective's
+    transfer after its last arrival (``post_ns``: the node's [end - post, end)) was under way on
+    that unit, the union of those intervals (two at once count once, so it never exceeds the
+    step); and whether the unit had any there."""
+    from ..core import intervals as iv
+
+    nw = len(g.step_labels)
+    n = g.n_units * nw
+    sel = (g.inst >= 0) & (g.window >= 0) & (p.post_ns > 0)
+    key = g.unit[sel] * nw + g.window[sel]
+    end = g.end_ns[sel]
+    busy = iv.grouped_length(iv.grouped_union(key, end - p.post_ns[sel], end, n), n)
+    has = np.bincount(key, minlength=n) > 0
+    return busy.reshape(g.n_units, nw).astype(np.int64), has.reshape(g.n_units, nw)
+
+
+def transfer_spread_note(g: RunGraph, p: Params, step_ns: float | None) -> str:
+    """whatif.md §5: every scenario keeps each matched collective's transfer after its last
+    arrival as the trace shows it in that step. Per rank and step, the time some transfer was
+    under way (:func:`transfer_busy_ns`). Where that varies between steps by at least
+    :data:`TRANSFER_SPREAD_MIN_RATIO` of the median replayed step (``step_ns``), the per-step
+    predictions carry that variation: say so, with the widest rank's range. "" otherwise."""
+    busy, has = transfer_busy_ns(g, p)
+    if not step_ns or not has.any():
+        return ""
+    best: tuple[int, int, int, int] | None = None
+    for u in range(g.n_units):
+        t = busy[u, has[u]]
+        if t.size >= TRANSFER_SPREAD_MIN_STEPS and (best is None or np.ptp(t) > best[0]):
+            best = (int(np.ptp(t)), u, int(t.min()), int(t.max()))
+    if best is None or best[0] < TRANSFER_SPREAD_MIN_RATIO * step_ns:
+        return ""
+    _, u, lo, hi = best
+    cpu = g.unit_gpu.size > u and not bool(g.unit_gpu[u])
+    return (
+        f"transfers vary from step to step (rank {int(g.unit_rank[u])}: {lo / 1e6:.1f}-"
+        f"{hi / 1e6:.1f} ms a step after the last arrivals, against a median step of "
+        f"{step_ns / 1e6:.1f} ms): every scenario keeps each step's own transfers, so compare its "
+        "median step with the median of several measured steps, not with one"
+        + (GLOO_LOOP_HINT if cpu else "")
+    )
+
+
+def _check_targets(g: RunGraph, names: Sequence[str]) -> None:
+    """fix-rank names a rank of the run, hide a collective family it has."""
+    ranks = sorted(int(r) for r in np.unique(g.unit_rank))
+    fams = [f for f in g.families if f]
+    for n in names:
+        if n.startswith("fix-rank:") and int(n.split(":", 1)[1]) not in ranks:
+            raise UsageError(f"scenario {n}: no such rank in the input (ranks: {ranks})")
+        if n.startswith("hide:") and n.split(":", 1)[1].lower() not in [f.lower() for f in fams]:
+            raise UsageError(
+                f"scenario {n}: no such collective family in the run "
+                f"(families: {', '.join(fams) or 'none'})"
+            )
+
+
+def _unmeasured_note(
+    unmeasured_ns: int,
+    overlap_ns: int,
+    shaped: bool = False,
+    estimated_ns: int = 0,
+    unestimated_ns: int = 0,
+) -> str:
+    """``shaped``: some nodes have a shape (GPU kernels' grid and block, CPU ops' input sizes),
+    so the same kernel is the same name and shape for them (:func:`traceoverlap.whatif.tax.same_kernel`);
+    ``estimated_ns``: the tax estimated on that compute (:mod:`traceoverlap.whatif.tax`)."""
+    share = f" ({100 * unmeasured_ns / overlap_ns:.0f} %)" if overlap_ns else ""
+    which = (
+        "kernels and ops that never ran alone 3 or more times (the same name and shape, a "
+        "kernel's grid and block or an op's input sizes, where the trace has one, else the same "
+        "n-th call in its step)"
+        if shaped
+        else "ops that never ran alone in 3 or more steps (the same op, same n-th call in its "
+        "step: a regular program overlaps it every step)"
+    )
+    text = (
+        f"overlap tax: {unmeasured_ns / 1e6:.1f} ms of the {overlap_ns / 1e6:.1f} ms of compute "
+        f"under communication{share} is in {which}: nothing alone to compare it with"
+    )
+    if unmeasured_ns > unestimated_ns:
+        text += (
+            f"; its tax there ({estimated_ns / 1e6:.1f} ms of the total) is estimated as each "
+            "instance's excess over the median instance of its op: it sees instances that "
+            "stalled beside communication, not a slowdown every instance shares, and counts "
+            "ordinary jitter as tax"
+        )
+    if unestimated_ns:
+        text += (
+            f"; {unestimated_ns / 1e6:.1f} ms of it is not estimated either (ops that make a "
+            "communication call, whose time includes waiting for their peers, or that ran "
+            "fewer than 5 times): the tax is a lower bound there"
+        )
+    return text
+
+
+def what_if(g: RunGraph, scenarios: Iterable[str] | None = None) -> WhatIf:
+    """Identity replay (its error per step) and the scenarios (default: :func:`default_scenarios`),
+    plus one ``fix-rank:R`` per rank."""
+    from .tax import tax_table
+
+    names = list(scenarios) if scenarios else default_scenarios(g)
+    for n in names:
+        if not SCENARIO_RE.match(n):
+            raise UsageError(
+                f"unknown scenario {n!r}: use replay, no-straggler, fix-rank:R, hide:FAMILY, "
+                "comm-speed:F, no-host-gaps or no-overlap-tax"
+            )
+    _check_targets(g, names)
+    p = observed_params(g)
+    ident, s = _run(g, p)
+    obs = ident.run_observed_ns
+    rep = ident.run_replayed_ns
+    with np.errstate(invalid="ignore", divide="ignore"):
+        err = np.where(obs > 0, np.abs(rep - obs) / obs, np.nan)
+    base = _median(rep)
+    tt = tax_table(g)  # the per-node tax once: the scenarios' and the tables'
+    tax = tt.node_tax_ns
+    beside = beside_ns(g, s.start_ns, s.end_ns)  # the identity replay's
+    results = [_result(g, n, _run(g, scenario_params(g, p, n, tax)), base, beside) for n in names]
+    fix = []
+    if np.unique(g.unit_rank).size >= 2:
+        for r in ranks_that_matter(g, p):
+            n = f"fix-rank:{r}"
+            fix.append(_result(g, n, _run(g, scenario_params(g, p, n, tax)), base, beside))
+    present = g.win_start_ns >= 0
+    cnt = present.sum(axis=0)
+    tax_steps = tuple(
+        float(t) / int(c) if c else None
+        for t, c in zip(np.where(present, tt.step_tax_ns, 0).sum(axis=0), cnt, strict=True)
+    )
+    notes = _merge_notes(g.notes)
+    notes += _error_notes(g, err)
+    spread = transfer_spread_note(g, p, base)
+    if spread:
+        notes.append(spread)
+    if tt.unmeasured_ns:
+        shaped = bool((g.shape >= 0).any())
+        notes.append(
+            _unmeasured_note(
+                tt.unmeasured_ns,
+                int(tt.step_overlap_ns.sum()),
+                shaped,
+                tt.estimated_ns,
+                tt.unestimated_ns,
+            )
+        )
+    hosts = shared_cpu_hosts(g) if tt.step_overlap_ns.any() else []
+    if hosts:
+        where = "; ".join(f"ranks {_rank_list(rs)} {SHARED_CPU_MARK} {h}" for h, rs in hosts)
+        notes.append(
+            f"overlap tax: {where}: their compute also slows beside the other ranks' threads, "
+            "which the tax (compute beside its own rank's communication) does not count"
+        )
+    if not s.settled:
+        notes.append(f"the replay did not settle in {s.rounds} rounds: its times are a lower bound")
+
+    def opt(x: float) -> float | None:
+        return float(x) if np.isfinite(x) else None
+
+    return WhatIf(
+        step_labels=g.step_labels,
+        observed_ns=tuple(opt(x) for x in obs),
+        replayed_ns=tuple(opt(x) for x in rep),
+        error_ratio=tuple(opt(x) for x in err),
+        median_error_ratio=_median(err),
+        max_error_ratio=float(np.nanmax(err)) if np.isfinite(err).any() else None,
+        scenarios=tuple(results),
+        fix_rank=tuple(sorted(fix, key=lambda r: -(r.speedup or 0))),
+        notes=tuple(notes),
+        rounds=s.rounds,
+        tax_ns=int(tt.step_tax_ns.sum()),
+        tax_overlap_ns=int(tt.step_overlap_ns.sum()),
+        tax_unmeasured_ns=tt.unmeasured_ns,
+        tax_estimated_ns=tt.estimated_ns,
+        tax_by_family_ns=tuple(sorted(tt.family_tax_ns.items(), key=lambda kv: -kv[1])),
+        tax_steps_ns=tax_steps,
+        findings=tt.findings,
+        tax_rank_steps=tuple(
+            (
+                int(g.unit_rank[u]),
+                g.step_labels[k],
+                int(tt.step_tax_ns[u, k]),
+                int(tt.step_overlap_ns[u, k]),
+            )
+            for u, k in zip(*np.nonzero(present & (tt.step_overlap_ns > 0)), strict=True)
+        ),
+    )
+
+
+__all__ = ["WhatIf", "ScenarioResult", "load_graph", "what_if", "scenario_params"]
