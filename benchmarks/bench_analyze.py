@@ -106,7 +106,11 @@ import atexit, sys, time
 sys.path.insert(0, sys.argv[2])
 c0 = time.process_time()
 import traceoverlap.cli as cli
-from traceoverlap import analysis, gate, inputs, rankmap
+try:  # the stage packages (issue 34), or a checkout from before them
+    from traceoverlap.run import analysis, gate, parallel
+    from traceoverlap.rank import unit as rankmap
+except ImportError:
+    from traceoverlap import analysis, gate, inputs, rankmap
 from traceoverlap.readers import kineto
 from traceoverlap.reporters import json_report
 c1 = time.process_time()

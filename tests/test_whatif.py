@@ -579,7 +579,7 @@ def test_cli_text_and_bad_input(tmp_path: Path) -> None:
 def test_analyze_what_to_try_from_the_same_read(monkeypatch: pytest.MonkeyPatch) -> None:
     # "What to try" carries the top counterfactuals, from graphs built in the map (also when
     # the map runs in worker processes); a graph over the node limit is left out, saying so
-    import traceoverlap.cli as cli
+    import traceoverlap.cli._common as cli
 
     run = str(FIXTURES / "naive4_slow")
     res = CliRunner().invoke(main, ["analyze", run, "--format", "markdown"])

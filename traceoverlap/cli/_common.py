@@ -1,0 +1,262 @@
+"""What every command shares: one-line errors, the option stack of the analysing commands,
+building the library call from it, and writing outputs."""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from ..core.errors import TraceoverlapError
+from ..core.vocab import DEFAULT_STEP_REGEX, LOST_RATIO
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _debug_wanted(ctx: click.Context) -> bool:
+    return bool(ctx.find_root().params.get("debug")) or bool(ctx.params.get("debug"))
+
+
+def handle_errors(func: F) -> F:
+    """Turn library errors into one clear line and a non-zero exit (no traceback)."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        ctx = click.get_current_context()
+        kwargs.pop("debug", None)
+        debug = _debug_wanted(ctx)
+        try:
+            return func(*args, **kwargs)
+        except TraceoverlapError as exc:
+            if debug:
+                raise
+            from ..core.fmt import safe_text
+
+            click.echo(f"traceoverlap: error: {safe_text(str(exc))}", err=True)
+            sys.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            click.echo("traceoverlap: interrupted", err=True)
+            sys.exit(130)
+        except BrokenPipeError:
+            # the reader went away (`| head`): not an error of ours; silence the final flush
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            sys.exit(0)
+        except MemoryError:
+            if debug:
+                raise
+            click.echo(f"traceoverlap: error: {_out_of_memory(kwargs)}", err=True)
+            sys.exit(2)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _out_of_memory(kwargs: dict[str, Any]) -> str:
+    """The out-of-memory line: naming the input; Dask advice only when there are several ranks
+    to spread (a folder, several files)."""
+    paths = list(kwargs.get("paths") or ()) or [
+        p for p in (kwargs.get("baseline"), kwargs.get("candidate")) if p
+    ]
+    several = len(paths) > 1 or any(os.path.isdir(p) for p in paths)
+    where = f"{', '.join(paths)[:300]}: " if paths else ""
+    advice = (
+        "analyse fewer ranks at once (--rank), or spread them over a Dask cluster (--scheduler)"
+        if several
+        else "free memory, or analyse it on a machine with more"
+    )
+    return f"{where}out of memory; {advice}"
+
+
+debug_option = click.option(
+    "--debug", is_flag=True, help="Show full tracebacks instead of one-line errors."
+)
+
+
+# --- shared options -------------------------------------------------------------------------
+
+
+def analysis_options(func: F) -> F:
+    """Options every analysing command shares (analyze, report, compare)."""
+    options = [
+        click.option(
+            "--steps",
+            "steps",
+            metavar="SPEC",
+            help="Only these step numbers: 3-7, 3,5, 1010- (from 1010 on) or -5 "
+            "(ProfilerStep numbers, or ordinals for --step-regex ranges without a number).",
+        ),
+        click.option(
+            "--rank",
+            "ranks",
+            type=int,
+            multiple=True,
+            metavar="R",
+            help="Only this rank (repeatable).",
+        ),
+        click.option(
+            "--step-regex",
+            metavar="REGEX",
+            help=f"Step marker regex (default '{DEFAULT_STEP_REGEX}'); e.g. '^train_step' for "
+            "record_function/NVTX ranges. A regex that matches nothing is an error.",
+        ),
+        click.option(
+            "--comm-pattern",
+            "comm_patterns",
+            multiple=True,
+            metavar="REGEX",
+            help="Extra kernel/op names that count as communication (repeatable), e.g. "
+            "'my_allreduce'. NCCL/RCCL/HCCL, DeepEP, symmetric-memory, vLLM/TRT-LLM custom "
+            "all-reduce, NVSHMEM and MSCCL kernels are known already.",
+        ),
+        click.option(
+            "--config",
+            type=click.Path(dir_okay=False),
+            help="TOML file with [classify] comm_patterns, [steps] step_regex, [thresholds] "
+            "lost_ratio (README 'Configuration'); options given here win.",
+        ),
+        click.option(
+            "--lost-threshold",
+            type=click.FloatRange(0, 1),
+            help="A step is compute-bound when the time the device was not computing is below "
+            f"this share of the step (default {LOST_RATIO:.2f}).",
+        ),
+        click.option(
+            "-j",
+            "--jobs",
+            type=click.IntRange(1, None),
+            help="Analyse rank files in N processes (default: min(files, cores) once the inputs "
+            "pass 16 MB; 1 for small inputs, where process start-up costs more than it saves).",
+        ),
+        click.option(
+            "--scheduler",
+            metavar="ADDRESS",
+            help="Run the per-rank analysis on Dask: 'local' (a LocalCluster here, --jobs "
+            "workers) or a scheduler address such as tcp://host:8786 (workers read the rank "
+            "files themselves; needs pip install 'traceoverlap[dask]').",
+        ),
+        debug_option,
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def run_analysis(paths: tuple[str, ...], graph: bool = False, **opts: Any) -> Any:
+    """Build the library call from CLI options (config file first, explicit options win)."""
+    from ..core.options import AnalyzeOptions, Thresholds, load_config
+    from ..run.analysis import analyze
+
+    cfg = load_config(opts["config"]) if opts.get("config") else None
+    lost = opts.get("lost_threshold")
+    options = AnalyzeOptions(
+        step_regex=opts.get("step_regex"),
+        steps=opts.get("steps"),
+        ranks=opts.get("ranks") or None,
+        comm_patterns=tuple(opts.get("comm_patterns") or ()),
+        thresholds=Thresholds(lost_ratio=lost) if lost is not None else None,
+        config=cfg,
+        jobs=opts.get("jobs"),
+        scheduler=opts.get("scheduler"),
+        graph=graph,
+        graph_max_nodes=WHATIF_MAX_NODES if graph else None,
+    )
+    return analyze(list(paths), options)
+
+
+def html_report(
+    result: Any,
+    plotlyjs: str = "embed",
+    step: str | None = None,
+    jobs: int | None = None,
+    rank: int | None = None,
+) -> str:
+    """The HTML report of ``result``: the timeline of ``step`` on ``rank`` (None: the lowest
+    rank's median step), and the step across ranks when it has several ranks."""
+    from pathlib import Path
+
+    from ..reporters.html_report import render as render_html
+    from ..run.detail import step_detail
+
+    detail = step_detail(result, rank, step)
+    across = None
+    # the step across ranks reads the rank files again: not possible from standard input
+    if result.multi_rank and all(Path(t.path).is_file() for t in result.traces):
+        from ..run.across import step_across
+
+        across = step_across(result, step, detail=detail, jobs=jobs)
+    return str(render_html(result, plotlyjs=plotlyjs, across=across, detail=detail))
+
+
+def write_text(text: str, output: str | None) -> None:
+    """``text`` to ``output`` (stdout when None), with a clear error when it cannot be written.
+
+    Text formats lose terminal control sequences and control characters that trace strings may
+    hold (:func:`traceoverlap.core.fmt.safe_text`; our own colours stay on a terminal); an HTML page
+    escapes its text itself (and embeds plotly.js, which is left alone)."""
+    from ..core.fmt import safe_text
+
+    to_stdout = not output or output == "-"
+    if not text[:100].lstrip().lower().startswith(("<!doctype html", "<html")):
+        text = safe_text(text, keep_sgr=to_stdout and sys.stdout.isatty())
+    if to_stdout:
+        click.echo(text, nl=False)
+        return
+    from ..reporters.outputs import write_output
+
+    write_output(text, str(output))
+
+
+def check_outputs(outputs: list[str | None], paths: tuple[str, ...], opts: dict[str, Any]) -> None:
+    """Refuse, before analysing, outputs that would replace an input (traceoverlap.reporters.outputs)."""
+    from ..reporters.outputs import check_outputs as check
+
+    check(outputs, [*paths, *([opts["config"]] if opts.get("config") else [])])
+
+
+def _terminal() -> tuple[bool, int]:
+    import shutil
+
+    tty = sys.stdout.isatty()
+    return tty, shutil.get_terminal_size((80, 24)).columns if tty else 80
+
+
+def with_what_if(result: Any) -> Any:
+    """The analysis with its top counterfactuals (docs/whatif.md §3) for "What to try", replayed
+    on the run graph the analysis built in the same read; left out, with a line saying so, when
+    the graph has more than :data:`WHATIF_MAX_NODES` nodes."""
+    import dataclasses
+
+    from ..reporters.whatif_report import top_lines
+    from ..whatif.graph import run_graph
+    from ..whatif.scenarios import what_if
+
+    g = run_graph(result)
+    lines: tuple[str, ...] = ()
+    if result.run_graph_nodes > WHATIF_MAX_NODES:
+        lines = (
+            f"what-if left out: the run graph has {result.run_graph_nodes:,} activities (more "
+            f"than {WHATIF_MAX_NODES:,}: its replays would take minutes); run traceoverlap whatif",
+        )
+    elif g is not None:
+        try:
+            lines = tuple(top_lines(what_if(g)))
+        except TraceoverlapError:
+            lines = ()
+    return dataclasses.replace(result, what_if=lines, unit_graphs=None)
+
+
+#: analyze replays the run graph for "What to try" up to this many nodes: about 15 replays (the
+#: scenarios and a fix-rank row per rank that matters) at ~4 µs per node each
+#: (benchmarks/bench_replay.py: 86 s for 20.5 M nodes on 2 cores): about a minute at the limit.
+WHATIF_MAX_NODES = 1_000_000
+
+
+def _echo_analysis(result: Any) -> None:
+    from ..reporters.text import render as render_text
+
+    tty, width = _terminal()
+    write_text(render_text(result, color=tty, width=width), None)

@@ -1,0 +1,113 @@
+"""`traceoverlap analyze`: the per-rank, per-step table, why, and what to try."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from ._common import (
+    _terminal,
+    analysis_options,
+    check_outputs,
+    handle_errors,
+    html_report,
+    run_analysis,
+    with_what_if,
+    write_text,
+)
+
+# --- analyze --------------------------------------------------------------------------------
+
+
+@click.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option(
+    "-f",
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json", "csv", "markdown"]),
+    default="table",
+    show_default=True,
+    help="Output format. json has a stable schema (README 'JSON schema').",
+)
+@click.option(
+    "-o", "--output", type=click.Path(dir_okay=False), help="Write to FILE instead of stdout."
+)
+@click.option(
+    "--html", "html_path", type=click.Path(dir_okay=False), help="Also write the HTML report."
+)
+@click.option(
+    "--fail-if",
+    "fail_if",
+    multiple=True,
+    metavar="COND",
+    help="Exit 3 when COND holds for the run, e.g. 'exposed_comm_ratio>0.2' or "
+    "'exposed_wait_ns>5ms' (README 'CI gate').",
+)
+@analysis_options
+@handle_errors
+def analyze(
+    paths: tuple[str, ...],
+    fmt: str,
+    output: str | None,
+    html_path: str | None,
+    fail_if: tuple[str, ...],
+    **opts: Any,
+) -> None:
+    """Per-rank, per-step overlap of communication and computation, and why.
+
+    PATHS: a Kineto trace (.json / .json.gz), an Nsight Systems export (.sqlite, or .nsys-rep
+    with nsys installed), several of them, or a folder of rank traces.
+
+    \b
+    For every (rank, step): step time split into compute, exposed communication,
+    memory copies and idle; how much communication was hidden behind compute;
+    why the exposed part was exposed (waiting for a late peer, nothing left to
+    compute, compute waiting for it, host not ready); the verdict with the
+    numbers that decided it; then what to try.
+
+    \b
+    Examples:
+      traceoverlap analyze rank0.json.gz
+      traceoverlap analyze runs/bucketed/ --format json -o result.json
+      traceoverlap analyze trace.json --steps 3-7 --rank 0
+      traceoverlap analyze trace.json --step-regex '^train_step'
+      traceoverlap analyze runs/x/ --fail-if 'exposed_comm_ratio>0.2'
+      traceoverlap analyze runs/job/ -j 8                        # 8 local processes
+      traceoverlap analyze /shared/job/ --scheduler tcp://head:8786   # a Dask cluster
+    """
+    from ..run.gate import failed_conditions, parse_conditions
+
+    conditions = parse_conditions(fail_if)  # validate before the (possibly long) analysis
+    check_outputs([output, html_path], paths, opts)
+    what = fmt in ("table", "markdown")
+    result = run_analysis(paths, graph=what, **opts)
+    if what:
+        result = with_what_if(result)
+    if fmt == "json":
+        from ..reporters.json_report import render as render_json
+
+        text = render_json(result)
+    elif fmt == "csv":
+        from ..reporters.csv_report import render as render_csv
+
+        text = render_csv(result)
+    elif fmt == "markdown":
+        from ..reporters.markdown import render as render_md
+
+        text = render_md(result)
+    else:
+        from ..reporters.text import render as render_text
+
+        tty, width = _terminal()
+        text = render_text(result, color=tty and output is None, width=width)
+    write_text(text, output)
+    if html_path:
+        write_text(html_report(result, jobs=opts.get("jobs")), html_path)
+        click.echo(f"wrote {html_path}", err=True)
+    failed = failed_conditions(conditions, result.summary.run)
+    if failed:
+        from ..core.errors import GateFailed
+
+        raise GateFailed("fail-if met: " + "; ".join(failed))
