@@ -26,15 +26,20 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-REAL = Path(os.environ.get("TRACEOVERLAP_REAL_TRACES", ROOT.parent / "shared" / "real-traces"))
+#: where the fixtures are read from: outputs name their inputs, so two checkouts compare only when
+#: both read the same files (a second work tree: TRACEOVERLAP_SNAPSHOT_INPUTS=/path/to/first)
+INPUTS = Path(os.environ.get("TRACEOVERLAP_SNAPSHOT_INPUTS", ROOT))
+REAL = Path(os.environ.get("TRACEOVERLAP_REAL_TRACES", INPUTS.parent / "shared" / "real-traces"))
 
 
 def inputs() -> dict[str, str]:
     found = {
-        f"w-{p.name}": str(p) for p in sorted((ROOT / "fixtures/workloads").iterdir()) if p.is_dir()
+        f"w-{p.name}": str(p)
+        for p in sorted((INPUTS / "fixtures/workloads").iterdir())
+        if p.is_dir()
     }
-    found["gloo_collectives"] = str(ROOT / "fixtures/gloo_collectives")
-    found["nsys_fixture"] = str(ROOT / "fixtures/nsys/bucketed_cpu_2rank.sqlite")
+    found["gloo_collectives"] = str(INPUTS / "fixtures/gloo_collectives")
+    found["nsys_fixture"] = str(INPUTS / "fixtures/nsys/bucketed_cpu_2rank.sqlite")
     real = {
         "real-dlrm": REAL / "kineto/dlrm_v100_8rank",
         "real-a100": REAL / "kineto/a100_nccl_allreduce_rank0.json.gz",
@@ -59,7 +64,7 @@ def cases() -> list[tuple[str, list[str]]]:
             (f"{name}/whatif-text", ["whatif", path]),
             (f"{name}/whatif-json", ["whatif", path, "--format", "json"]),
         ]
-    w = ROOT / "fixtures/workloads"
+    w = INPUTS / "fixtures/workloads"
     out += [
         ("variants/report-embed", ["report", str(w / "bucketed"), "-o", "report.html"]),
         ("variants/steps-rank", ["analyze", str(w / "slow_rank"), "--steps", "3-4", "--rank", "1"]),
