@@ -373,3 +373,33 @@ def test_transfer_is_called_transfer():
     tl = gpu_timeline([("gemm", 7, 0, 50), (NCCL, 20, 50, 100)], [("ProfilerStep#1", 0, 1)])
     _, r = _row(tl)
     assert r.exposed_transfer_ns == 50 and "exposed transfer" in r.reason
+
+
+def test_a_new_kind_of_lost_time_is_one_registry_entry(monkeypatch: pytest.MonkeyPatch) -> None:
+    # verdicts come from the LOST_PARTS registry, not an if-ladder: one more LostPart and a step
+    # whose largest loss it is gets its verdict. Step 10 ms, compute alone 2 ms, nothing
+    # overlapped: lost = 10 - 2 = 8 ms (80 % >= the 10 % threshold); parts: idle 2 ms and the new
+    # part 6 ms, so the new part decides and idle (2 ms, not within 2x of 6) is no runner-up.
+    from traceoverlap.core.options import Thresholds
+    from traceoverlap.run import verdicts as vd
+
+    extra = vd.LostPart(
+        "blocked_ns", "blocked in a call", lambda f: vd.Verdict("blocked", f"blocked {f.share}")
+    )
+    monkeypatch.setattr(vd, "LOST_PARTS", (*vd.LOST_PARTS, extra))
+    ms = 1_000_000
+    row = {
+        "step_ns": 10 * ms,
+        "compute_ns": 2 * ms,
+        "comm_ns": 0,
+        "compute_only_ns": 2 * ms,
+        "overlap_ns": 0,
+        "exposed_wait_ns": 0,
+        "exposed_transfer_ns": 0,
+        "idle_ns": 2 * ms,
+        "memory_only_ns": 0,
+        "blocked_ns": 6 * ms,
+    }
+    v = vd.verdict(row, Thresholds())
+    assert v.bottleneck == "blocked"
+    assert v.reason == "blocked 6.00 ms = 60.0% of the step"

@@ -1,28 +1,16 @@
-"""Why a step is slow and why its communication was exposed (docs/diagnosis.md).
+"""The verdict of each step (docs/diagnosis.md §2), from the parts the metrics already hold.
 
-Three things live here, all computed from numbers the metrics already hold:
-
-1. **Causes** of every exposed nanosecond (M - C) of a step, first match wins:
-   ``wait`` (inside the wait part of a matched collective: a peer was late; cross-rank, applied
-   in :mod:`traceoverlap.collectives`), ``tail`` (no compute of the step starts after it),
-   ``dependency`` (the next compute was already launched: it waited for this communication; on
-   CPU units: the compute thread was blocked in a communication call) and ``host`` (the host had
-   not launched the next compute yet). :func:`local_causes` splits the exposed set of one unit
-   into tail / dependency / host; waiting is carved out of them later, across ranks.
-2. The **verdict** of each step (:func:`verdict`): ``compute-bound`` when the time the device
-   was not computing is below ``lost_ratio`` of the step, else the largest lost part names the
-   class. The reason shows the deciding numbers and the runner-up when it is within 2x.
-3. **Findings** (:func:`findings`): what to try, chosen by cause and collective family, naming
-   the collectives and the numbers behind it (``same_stream`` first: the classic bug).
-
-Precise edges (ns ``t`` is the nanosecond [t, t+1)): ``tail`` when t >= the latest start of a
-compute activity of the step; ``dependency`` when the compute activities that start next after
-t include one whose launch call started strictly before t.
+``compute-bound`` when the time the device was not computing is below ``lost_ratio`` of the
+step; else the largest lost part names the class. The lost parts are a registry,
+:data:`LOST_PARTS`, in tie-break order: each names its step column, the words a reason uses for
+it, and how it words the verdict when it is the largest. A new part (a new kind of lost time)
+is one entry there. The reason shows the deciding numbers, and the runner-up when it is within
+2x.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,22 +39,80 @@ from ..core.vocab import (
 I64 = npt.NDArray[np.int64]
 
 
-#: Lost parts in tie-break order, with the name a reason uses.
-LOST_PARTS: tuple[tuple[str, str], ...] = (
-    (EXPOSED_WAIT_NS.name, "waiting for a peer in collectives"),
-    (EXPOSED_TRANSFER_NS.name, "exposed communication (transfer)"),
-    (IDLE_NS.name, "idle"),
-    (MEMORY_ONLY_NS.name, "memcpy/memset alone"),
-)
-
-
-# --- verdicts ---------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Verdict:
     bottleneck: str
     reason: str
+
+
+@dataclass(frozen=True)
+class _Facts:
+    """What a lost part's wording may use: its share of the step (already worded), the step's
+    compute and communication, the rank waited for, and the hedges."""
+
+    share: str
+    compute: int
+    comm: int
+    waited_for: str | None
+    wait_known: bool
+    partial: str | None
+
+
+def _peer_wait(f: _Facts) -> Verdict:
+    who = f"rank {f.waited_for}" if f.waited_for is not None else "a peer"
+    return Verdict(
+        Bottleneck.PEER_WAIT, f"waiting for {who} in collectives {f.share}: it arrived late"
+    )
+
+
+def _transfer(f: _Facts) -> Verdict:
+    compute, comm = f.compute, f.comm
+    if comm > compute:
+        cls = Bottleneck.COMMUNICATION
+        text = (
+            f"exposed transfer {f.share}, and comm {_ms(comm)} > compute {_ms(compute)}: "
+            f"even perfect overlap leaves {_ms(comm - compute)} exposed"
+        )
+    else:
+        cls = Bottleneck.EXPOSED_COMMUNICATION
+        text = (
+            f"exposed transfer {f.share} while compute {_ms(compute)} >= comm "
+            f"{_ms(comm)}: a better schedule could hide it"
+        )
+    if not f.wait_known and comm > 0:
+        text += " (one rank only: waiting for peers cannot be told apart from transfer)"
+    elif f.partial:
+        text += f" ({f.partial})"
+    return Verdict(cls, text)
+
+
+def _idle(f: _Facts) -> Verdict:
+    return Verdict(
+        Bottleneck.IDLE, f"idle {f.share}: nothing ran on the device (the host did not feed it)"
+    )
+
+
+def _memory(f: _Facts) -> Verdict:
+    return Verdict(Bottleneck.MEMORY, f"memcpy/memset alone {f.share}")
+
+
+@dataclass(frozen=True)
+class LostPart:
+    """One kind of lost time a verdict can name: its step column, the words a reason (and a
+    runner-up) uses for it, and the verdict it gives when it is the step's largest."""
+
+    column: str
+    label: str
+    decide: Callable[[_Facts], Verdict]
+
+
+#: The verdict registry: the lost parts in tie-break order (the first wins a tie).
+LOST_PARTS: tuple[LostPart, ...] = (
+    LostPart(EXPOSED_WAIT_NS.name, "waiting for a peer in collectives", _peer_wait),
+    LostPart(EXPOSED_TRANSFER_NS.name, "exposed communication (transfer)", _transfer),
+    LostPart(IDLE_NS.name, "idle", _idle),
+    LostPart(MEMORY_ONLY_NS.name, "memcpy/memset alone", _memory),
+)
 
 
 def verdict(
@@ -93,46 +139,21 @@ def verdict(
             f"the device computed for all but {_ms(lost)} = {_pct(lost / step)} of the step "
             f"(< {_pct(thresholds.lost_ratio)}): communication is hidden well enough",
         )
-    parts = [(key, label, int(row[key])) for key, label in LOST_PARTS]
-    ranked = sorted(range(len(parts)), key=lambda i: (-parts[i][2], i))
-    key, label, value = parts[ranked[0]]
+    values = [int(row[part.column]) for part in LOST_PARTS]
+    ranked = sorted(range(len(values)), key=lambda i: (-values[i], i))
+    top, value = LOST_PARTS[ranked[0]], values[ranked[0]]
     share = f"{_ms(value)} = {_pct(value / step)} of the step"
-    if key == EXPOSED_WAIT_NS.name:
-        who = f"rank {waited_for}" if waited_for is not None else "a peer"
-        cls = Bottleneck.PEER_WAIT
-        text = f"waiting for {who} in collectives {share}: it arrived late"
-    elif key == EXPOSED_TRANSFER_NS.name:
-        if comm > compute:
-            cls = Bottleneck.COMMUNICATION
-            text = (
-                f"exposed transfer {share}, and comm {_ms(comm)} > compute {_ms(compute)}: "
-                f"even perfect overlap leaves {_ms(comm - compute)} exposed"
-            )
-        else:
-            cls = Bottleneck.EXPOSED_COMMUNICATION
-            text = (
-                f"exposed transfer {share} while compute {_ms(compute)} >= comm "
-                f"{_ms(comm)}: a better schedule could hide it"
-            )
-        if not wait_known and comm > 0:
-            text += " (one rank only: waiting for peers cannot be told apart from transfer)"
-        elif partial:
-            text += f" ({partial})"
-    elif key == IDLE_NS.name:
-        cls = Bottleneck.IDLE
-        text = f"idle {share}: nothing ran on the device (the host did not feed it)"
-    else:
-        cls = Bottleneck.MEMORY
-        text = f"memcpy/memset alone {share}"
-    second_key, second_label, second = parts[ranked[1]]
+    decided = top.decide(_Facts(share, compute, comm, waited_for, wait_known, partial))
+    text = decided.reason
+    second_part, second = LOST_PARTS[ranked[1]], values[ranked[1]]
     if second > 0 and 2 * second >= value:
-        text += f"; runner-up: {second_label} {_ms(second)} = {_pct(second / step)}"
+        text += f"; runner-up: {second_part.label} {_ms(second)} = {_pct(second / step)}"
     computing = step - lost - other
     if 2 * computing >= step:
         # the wording follows the size of the loss (§6): a step that mostly computes says so
         # first, and names its largest loss
         text = f"mostly computing ({_pct(computing / step)} of the step); largest loss: " + text
-    return Verdict(cls, text)
+    return Verdict(decided.bottleneck, text)
 
 
 def partial_hedge(ranks_given: int, world_size: int | None) -> str | None:
