@@ -1,4 +1,4 @@
-"""Name -> kind rules, as data.
+"""Name -> kind rules, as data (applied by :mod:`traceoverlap.rank.classify`).
 
 The defaults follow the metrics contract (docs/metrics.md "Activities and kinds"), extended with
 the communication libraries that do not carry "nccl" in their kernel names
@@ -21,7 +21,7 @@ CPU units (e.g. gloo on CPU):
     collectives; when such an Nsight Systems unit has none, :func:`unseen_comm_note` says the
     capture cannot show communication (rather than none happening).
 
-Users extend the rules with ``--comm-pattern REGEX`` or a TOML config (:mod:`options`).
+Users extend the rules with ``--comm-pattern REGEX`` or a TOML config (:mod:`traceoverlap.core.options`).
 Patterns are Python regexes matched with ``re.search``; they are evaluated once per distinct
 name (the name column is categorical), never per event.
 """

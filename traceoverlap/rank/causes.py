@@ -1,19 +1,12 @@
-"""Why a step is slow and why its communication was exposed (docs/diagnosis.md).
+"""The local causes of exposed communication (docs/diagnosis.md §3), per unit: the map's half.
 
-Three things live here, all computed from numbers the metrics already hold:
-
-1. **Causes** of every exposed nanosecond (M - C) of a step, first match wins:
-   ``wait`` (inside the wait part of a matched collective: a peer was late; cross-rank, applied
-   in :mod:`traceoverlap.collectives`), ``tail`` (no compute of the step starts after it),
-   ``dependency`` (the next compute was already launched: it waited for this communication; on
-   CPU units: the compute thread was blocked in a communication call) and ``host`` (the host had
-   not launched the next compute yet). :func:`local_causes` splits the exposed set of one unit
-   into tail / dependency / host; waiting is carved out of them later, across ranks.
-2. The **verdict** of each step (:func:`verdict`): ``compute-bound`` when the time the device
-   was not computing is below ``lost_ratio`` of the step, else the largest lost part names the
-   class. The reason shows the deciding numbers and the runner-up when it is within 2x.
-3. **Findings** (:func:`findings`): what to try, chosen by cause and collective family, naming
-   the collectives and the numbers behind it (``same_stream`` first: the classic bug).
+Every exposed nanosecond (M - C) of a step has one cause, first match wins: ``wait`` (inside the
+wait part of a matched collective: a peer was late; carved out later, across ranks, by
+:mod:`traceoverlap.run.matching`), ``tail`` (no compute of the step starts after it),
+``dependency`` (the next compute was already launched: it waited for this communication; on CPU
+units: the compute thread was blocked in a communication call) and ``host`` (the host had not
+launched the next compute yet). :func:`local_causes` splits the exposed set of one unit into
+tail / dependency / host.
 
 Precise edges (ns ``t`` is the nanosecond [t, t+1)): ``tail`` when t >= the latest start of a
 compute activity of the step; ``dependency`` when the compute activities that start next after

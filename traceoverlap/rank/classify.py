@@ -1,29 +1,7 @@
-"""Name -> kind rules, as data.
-
-The defaults follow the metrics contract (docs/metrics.md "Activities and kinds"), extended with
-the communication libraries that do not carry "nccl" in their kernel names
-(:data:`KNOWN_COMM_FAMILIES`).
-
-GPU units (the unit has at least one kernel / memcpy / memset):
-  - comm: a kernel whose name contains ``nccl`` or starts with ``rccl`` / ``hccl`` (any case),
-    or matches one of the known communication families, or a user pattern
-  - memory: memcpy and memset activities
-  - compute: every other kernel
-  - everything else (sync records, launches, host ops, ranges): not activity (``none``)
-
-CPU units (e.g. gloo on CPU):
-  - comm: events named ``gloo:*`` (the work of gloo's ``pt_gloo_runloop`` threads)
-  - compute: ``cpu_op`` events on other threads, except the ops that launch or wait for
-    communication (``c10d::*``, ``record_param_comms``, ``nccl:*``, ``gloo:*``)
-  - a unit with no ``cpu_op`` at all (NVTX ranges only: a CPU run under Nsight Systems): compute
-    is the phases the program marks (``forward``, ``backward``, ``optimizer``:
-    :attr:`Rules.cpu_compute_ranges`), comm the ``gloo:*`` ranges it marks around its
-    collectives; when such an Nsight Systems unit has none, :func:`unseen_comm_note` says the
-    capture cannot show communication (rather than none happening).
-
-Users extend the rules with ``--comm-pattern REGEX`` or a TOML config (:mod:`options`).
-Patterns are Python regexes matched with ``re.search``; they are evaluated once per distinct
-name (the name column is categorical), never per event.
+"""Applying the classification rules (:mod:`traceoverlap.core.rules`, the data) to a unit: each
+event's kind (compute, comm, memory or none), as the metrics contract says (docs/metrics.md
+"Activities and kinds"). Patterns are evaluated once per distinct name (the name column is
+categorical), never per event.
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
-"""What an analysis produces: typed, frozen results that reporters only format.
-
-- :class:`Analysis`: the step table (one row per (rank, device, step), columns
-  :data:`STEP_COLUMNS`), the run and per-rank :class:`Summary`, the matched
-  :class:`~traceoverlap.run.matching.Collectives`, the :class:`~traceoverlap.run.findings.Finding`
-  list (what to try) and the notes.
-- :class:`StepDetail`: everything the timeline of one step shows (its activities per lane, the
-  overlapped / exposed spans, the exposed spans by cause, the phases), built on demand from an
-  analysis by :func:`traceoverlap.run.detail.step_detail`.
+"""One step's detail: everything the timeline of one (rank, step) shows (:class:`StepDetail`),
+built by the map's :func:`traceoverlap.rank.unit.unit_step_detail` from one unit's events, on
+demand (:func:`traceoverlap.run.detail.step_detail`).
 """
 
 from __future__ import annotations

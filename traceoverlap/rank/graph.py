@@ -11,7 +11,7 @@ Edges:
 3. cross-stream sync: guessed from the host's ``cudaStreamWaitEvent`` calls (the readers keep no
    stream arguments), counted in a note (:func:`_stream_wait_edges`);
 4. collectives: the nodes of a matched instance (matched per process group by
-   :mod:`traceoverlap.run.matching`, read through :func:`match_units`, the one adapter) end no
+   :mod:`traceoverlap.run.matching`, read through :func:`traceoverlap.whatif.graph.match_units`, the one adapter) end no
    earlier than the last member's arrival + what followed it on that member (transfer);
    point-to-point pairs are instances of two members, so the recv ends no earlier than the send
    starts + transfer;
@@ -20,8 +20,9 @@ Edges:
    and an op that launched a collective from inside and ended after it, end no earlier than the
    collective's end (plus what followed it in the trace).
 
-The reduce (:func:`join_graphs`) concatenates the units, puts them on one clock (offsets from
-collective end times, as the matching does) and numbers the matched instances across units.
+The join (:func:`traceoverlap.whatif.graph.join_graphs`) concatenates the units, puts them on one
+clock (offsets from collective end times, as the matching does) and numbers the matched
+instances across units.
 """
 
 from __future__ import annotations

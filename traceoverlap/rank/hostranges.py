@@ -1,14 +1,5 @@
-"""Who waited for whom: the credit of exposed waiting (docs/job-model.md, diagnosis.md §6).
-
-Every exposed-wait nanosecond of a unit lies in the wait part of at least one matched instance
-on that unit. It is credited once: to the rank that instance waited for (its last arrival; a
-directed send/recv: the peer), and where the wait parts of several instances overlap on the
-unit, to the instance whose last arrival came latest (then the higher row). The credit of a
-window therefore sums exactly to that window's ``exposed_wait_ns``.
-
-Columnar: the wait parts are cut at every boundary into elementary segments per window, each
-segment takes the highest-priority wait part covering it (a sorted range join, no Python loop),
-and the exposed wait set is measured inside each segment.
+"""What a rank's host was doing: the ranges of its main thread, kept by the map for the blame
+chains of the reduce (docs/job-model.md, Blame; :mod:`traceoverlap.run.job`).
 """
 
 from __future__ import annotations

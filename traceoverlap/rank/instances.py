@@ -1,8 +1,8 @@
-"""Collectives: one instance per rank, matched across ranks; waiting vs transfer; stragglers.
+"""Collective instances of one unit: the map's half of the collectives (docs/diagnosis.md §5-6).
 
 Exposed communication on one rank is often another rank's late arrival. This module finds every
-collective *instance* of a unit (map side, :func:`unit_instances`) and matches them across the
-units of a run (reduce side, :func:`match_collectives`).
+collective *instance* of a unit (:func:`unit_instances`); :mod:`traceoverlap.run.matching`
+matches them across the units of a run.
 
 Instances of a unit (its ``comm`` activities):
   - When an activity carries a process group and a sequence number (newer Kineto copies
@@ -17,29 +17,6 @@ Instances of a unit (its ``comm`` activities):
 Groups (diagnosis.md §6, docs/job-model.md): an activity's group comes from the trace's args, the
 rank's only ``pg_config`` group, its gloo worker pool (CPU) or its NCCL stream (GPU, one group);
 otherwise it is :data:`UNKNOWN_GROUP` and never matched.
-
-Matching across units: an instance must be present on every unit given that is a member of its
-group; when counts differ a note names them and only what all have is matched. Point-to-point:
-in a group of two, the n-th send of a rank pairs with the n-th recv of the other (their wait is
-the time before the peer started); undirected SendRecv only when the group has two members.
-Waiting is then credited once (:mod:`traceoverlap.run.job`).
-
-Clocks (docs/diagnosis.md §5): every unit's clock offset is estimated from collective END times
-(a collective completes together on every rank), relative to the lowest unit, as the median
-difference over matched instances. A matched instance is *consistent* when, after removing the
-offsets, its intervals on all units share an instant (within :data:`TOLERANCE_NS`); inconsistent
-matches are counted in a note and not used for waiting or stragglers. On unix clocks an offset
-beyond :data:`MAX_UNIX_SKEW_NS` is not believed (the matching, not the clocks, is off) and 0 is
-used.
-
-Per consistent instance (integer ns): ``transfer_ns`` = the shortest duration across units;
-each unit's ``wait_ns`` = its duration - transfer; the wait part on a unit is
-``[start, start + wait_ns)``; ``last_rank`` = the unit with the latest aligned start (None on a
-tie). Each unit's exposed time of the instance is split by cause (diagnosis.md §3).
-
-Stragglers: per unit, how often it arrived last and the total time the others waited in the
-instances where it did (``waited_for_ns``). With fewer ranks than the world, these are "among the
-ranks given" and the reports say so.
 """
 
 from __future__ import annotations

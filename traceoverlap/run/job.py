@@ -9,6 +9,9 @@ window therefore sums exactly to that window's ``exposed_wait_ns``.
 Columnar: the wait parts are cut at every boundary into elementary segments per window, each
 segment takes the highest-priority wait part covering it (a sorted range join, no Python loop),
 and the exposed wait set is measured inside each segment.
+
+Blame chains (:func:`blame_table`) follow each wait to the rank at its end and name what that
+rank was doing from the host ranges the map kept (:mod:`traceoverlap.rank.hostranges`).
 """
 
 from __future__ import annotations

@@ -1,28 +1,13 @@
-"""Collectives: one instance per rank, matched across ranks; waiting vs transfer; stragglers.
+"""Collectives across ranks: matching the units' instances, waiting vs transfer, stragglers.
 
-Exposed communication on one rank is often another rank's late arrival. This module finds every
-collective *instance* of a unit (map side, :func:`unit_instances`) and matches them across the
-units of a run (reduce side, :func:`match_collectives`).
-
-Instances of a unit (its ``comm`` activities):
-  - When an activity carries a process group and a sequence number (newer Kineto copies
-    ``Process Group Name`` and ``Seq`` onto NCCL kernels), the instance is (process group, seq);
-    several kernels of one (group, seq) form one instance.
-  - Otherwise the n-th activity of the same collective kind in the same group is one instance.
-    The kind is the trace's collective name when given, else parsed from the activity name
-    (``ncclKernel_AllReduce_RING_LL_Sum_float`` / ``ncclDevKernel_AllReduce_...`` ->
-    ``AllReduce``, ``gloo:all_reduce`` -> ``all_reduce``). On GPU units without a process group
-    the NCCL stream stands in for it (streams numbered per unit in order of first use).
-
-Groups (diagnosis.md §6, docs/job-model.md): an activity's group comes from the trace's args, the
-rank's only ``pg_config`` group, its gloo worker pool (CPU) or its NCCL stream (GPU, one group);
-otherwise it is :data:`UNKNOWN_GROUP` and never matched.
+The units' collective instances (:mod:`traceoverlap.rank.instances`, the map) are matched across
+the units of a run here (:func:`match_collectives`, the reduce).
 
 Matching across units: an instance must be present on every unit given that is a member of its
 group; when counts differ a note names them and only what all have is matched. Point-to-point:
 in a group of two, the n-th send of a rank pairs with the n-th recv of the other (their wait is
 the time before the peer started); undirected SendRecv only when the group has two members.
-Waiting is then credited once (:mod:`traceoverlap.job`).
+Waiting is then credited once (:mod:`traceoverlap.run.job`).
 
 Clocks (docs/diagnosis.md §5): every unit's clock offset is estimated from collective END times
 (a collective completes together on every rank), relative to the lowest unit, as the median

@@ -1,8 +1,5 @@
-"""Inputs of an analysis: which files to read, and running the per-rank map over them.
-
-Files: each file as given; a folder's trace files (sorted, not recursive; ``x.nsys-rep`` next to
-its own export ``x.sqlite`` is read once). Files in a folder that are not traces (a stray
-``config.json``, this tool's own ``-o result.json``) are skipped with a note.
+"""Running the per-rank map over an analysis's units (:func:`run_map`): here, in processes, or on
+Dask. Which files and units there are is :mod:`traceoverlap.readers.paths`'s.
 
 Running the map (:func:`traceoverlap.rank.unit.map_file`) over the files:
   - in this process (``jobs=1``, the default for small inputs);
@@ -13,11 +10,6 @@ Running the map (:func:`traceoverlap.rank.unit.map_file`) over the files:
     machine): the workers read the rank files themselves (a shared filesystem), and only the
     compact per-rank results travel. Needs the ``[dask]`` extra.
 A progress bar goes to stderr on a terminal for inputs over :data:`PROGRESS_MIN_BYTES`.
-
-Units of the map (:func:`map_units`): one per file, except a Nsight Systems export of several GPU
-processes of at least :data:`SPLIT_MIN_BYTES`, which is one unit per process
-(:class:`ProcessPart`): each reads only its process's rows, so memory follows the largest process,
-not the file, and the processes of one export run in parallel like rank files.
 """
 
 from __future__ import annotations

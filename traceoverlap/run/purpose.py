@@ -1,16 +1,6 @@
-"""What a collective is for (docs/diagnosis.md §10): the rules that give a purpose (the words:
-:data:`traceoverlap.core.vocab.PURPOSES`) to each collective instance of a unit.
-
-The purpose comes from where the instance was launched: the host ranges around its launch (GPU:
-its launch call's start; CPU units: its start, and the last ``c10d::*`` call before it, which is
-the op that queued it), read as the phase (forward / backward / optimizer), the launching op
-(DDP's reducer, FSDP's all-gather, TorchRec's embedding all-to-all, MoE dispatch / combine, a
-tensor-parallel all-reduce of an inference forward, pipeline send / recv, gloo's reduce-scatter
-run as an all-reduce) and the strategy the unit shows (DDP, bucketed all-reduces during backward).
-A purpose no rule gives is ``unknown``: said, never guessed.
-
-Everything is computed per unit with one interval union per pattern and binary searches; names
-are matched once per distinct name.
+"""The purposes of a run's collectives (docs/diagnosis.md §10), across ranks: each rank's
+instance gets its unit's purpose (decided by the map, :mod:`traceoverlap.rank.purpose`), and each
+matched instance the purpose most of its ranks give that is not ``unknown``.
 """
 
 from __future__ import annotations

@@ -4,9 +4,8 @@
   :data:`STEP_COLUMNS`), the run and per-rank :class:`Summary`, the matched
   :class:`~traceoverlap.run.matching.Collectives`, the :class:`~traceoverlap.run.findings.Finding`
   list (what to try) and the notes.
-- :class:`StepDetail`: everything the timeline of one step shows (its activities per lane, the
-  overlapped / exposed spans, the exposed spans by cause, the phases), built on demand from an
-  analysis by :func:`traceoverlap.run.detail.step_detail`.
+- :class:`~traceoverlap.rank.detail.StepDetail` (everything the timeline of one step shows) is
+  built on demand from an analysis by :func:`traceoverlap.run.detail.step_detail`.
 """
 
 from __future__ import annotations

@@ -1,27 +1,10 @@
-"""The run graph (docs/whatif.md §1): activities and launch calls as columnar arrays, with the
-edges a replay needs.
+"""The run graph of a run (docs/whatif.md §1): the units' graphs (:mod:`traceoverlap.rank.graph`,
+built by the map) joined.
 
-Per unit (the map side, :func:`unit_graph`): one node per kept activity (compute, comm, memory;
-on host threads only the top-level ones: a nested op's time is inside its parent) and, on GPU
-units, one node per launch call of a kept activity. Nodes carry their observed start and end.
-Edges:
-
-1. lane order: the nodes of one lane (stream or thread) in start order;
-2. launch: a device activity starts no earlier than its launch call starts;
-3. cross-stream sync: guessed from the host's ``cudaStreamWaitEvent`` calls (the readers keep no
-   stream arguments), counted in a note (:func:`_stream_wait_edges`);
-4. collectives: the nodes of a matched instance (matched per process group by
-   :mod:`traceoverlap.collectives`, read through :func:`match_units`, the one adapter) end no
-   earlier than the last member's arrival + what followed it on that member (transfer);
-   point-to-point pairs are instances of two members, so the recv ends no earlier than the send
-   starts + transfer;
-5. blocking calls (CPU units, diagnosis.md §8): a compute thread's next op that starts within 1 %
-   of a communication's duration (at most 0.5 ms) after it ends depends on that end; a wait call,
-   and an op that launched a collective from inside and ended after it, end no earlier than the
-   collective's end (plus what followed it in the trace).
-
-The reduce (:func:`join_graphs`) concatenates the units, puts them on one clock (offsets from
-collective end times, as the matching does) and numbers the matched instances across units.
+:func:`join_graphs` concatenates the units, puts them on one clock (offsets from collective end
+times, as the matching does) and numbers the matched instances across units, matched per process
+group by :mod:`traceoverlap.run.matching` through :func:`match_units`, the one adapter.
+:func:`run_graph` joins the graphs an analysis kept.
 """
 
 from __future__ import annotations
