@@ -269,6 +269,44 @@ def test_cli_export_from_standard_input_says_to_save_it(tmp_path: Path) -> None:
     assert "save it to a file" in err and "Traceback" not in err
 
 
+def test_cli_export_interrupted_keeps_the_old_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An interrupt in the middle of write_trace (rank events already written) leaves the old
+    file as it was and no temporary file: the export is a temporary file replaced when whole."""
+    out = tmp_path / "run.json"
+    out.write_bytes(b'{"old": true}')
+    write = export._Writer.write
+    calls = []
+
+    def interrupted(self: Any, events: Any) -> int:
+        calls.append(len(events))
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return write(self, events)
+
+    monkeypatch.setattr(export._Writer, "write", interrupted)
+    r = CliRunner().invoke(main, ["export", str(WORKLOAD_FIXTURES / "bucketed"), "-o", str(out)])
+    assert r.exit_code == 130 and "interrupted" in r.output, r.output
+    assert len(calls) == 3 and sum(calls[:2]) > 0
+    assert out.read_bytes() == b'{"old": true}'
+    assert [p.name for p in tmp_path.iterdir()] == ["run.json"]
+
+
+def test_cli_export_to_standard_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(main, ["export", str(WORKLOAD_FIXTURES / "bucketed"), "-o", "-"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout_bytes)
+    assert doc["traceEvents"] and doc["otherData"]["generator"] == "traceoverlap export"
+    assert "wrote standard output: 2 ranks" in r.stderr
+    assert list(tmp_path.iterdir()) == []  # no file named "-"
+    # the same bytes as the file
+    f = CliRunner().invoke(main, ["export", str(WORKLOAD_FIXTURES / "bucketed"), "-o", "f.json"])
+    assert f.exit_code == 0 and f.stdout_bytes == b""
+    assert (tmp_path / "f.json").read_bytes() == r.stdout_bytes
+
+
 def test_cli_export_unwritable(tmp_path: Path) -> None:
     out = tmp_path / "missing" / "run.json"
     r = CliRunner().invoke(main, ["export", str(WORKLOAD_FIXTURES / "bucketed"), "-o", str(out)])

@@ -18,13 +18,13 @@ from _html_data import MS, ddp_rank, ddp_run, dense_rank
 from click.testing import CliRunner
 from conftest import REAL_TRACES
 
-from traceoverlap import analyze, step_detail
+from traceoverlap import analyze, report_parts, step_detail
 from traceoverlap.cli import main
 from traceoverlap.core import intervals as iv
 from traceoverlap.core.errors import UsageError
 from traceoverlap.reporters import _html_figures as figs
 from traceoverlap.reporters.html_report import render as render_page
-from traceoverlap.reporters.html_report import write_report
+from traceoverlap.reporters.html_report import render_parts, write_report
 from traceoverlap.run.results import Analysis
 
 REPO = Path(__file__).resolve().parents[1]
@@ -282,6 +282,33 @@ def test_report_command_and_analyze_html_write_the_same_file(tmp_path):
     res = runner.invoke(main, ["report", str(FIXTURE), "-o", str(out), "--timeline-step", "99"])
     assert res.exit_code == 2
     assert "timeline step 99" in res.output and "Traceback" not in res.output
+
+
+@pytest.mark.skipif(not FIXTURE.exists(), reason="fixtures/workloads not generated")
+def test_report_parts_and_render_parts_make_the_report_commands_page(tmp_path):
+    """A Python user makes the page `traceoverlap report` writes without code from cli/: the data
+    (report_parts: the timeline and the step across ranks) then the page (render_parts)."""
+    out = tmp_path / "r.html"
+    args = ["--plotlyjs", "cdn", "--timeline-step", "3", "--timeline-rank", "1"]
+    res = CliRunner().invoke(main, ["report", str(FIXTURE), "-o", str(out), *args])
+    assert res.exit_code == 0, res.output
+    result = analyze(FIXTURE)
+    parts = report_parts(result, step="3", rank=1)
+    assert (parts.detail.rank, str(parts.detail.step), parts.detail.chosen) == (1, "3", "asked")
+    assert parts.across is not None and str(parts.across.step) == "3"
+    page = render_parts(result, parts, plotlyjs="cdn")
+    assert page.encode("utf-8", "surrogateescape") == out.read_bytes()
+    # the defaults: the lowest rank's median step, on every rank
+    parts = report_parts(result)
+    assert parts.detail.rank == 0 and parts.detail.chosen == "median"
+    assert parts.across is not None and parts.across.step == parts.detail.step
+
+
+def test_report_parts_of_one_rank_have_no_step_across(one_rank):
+    parts = report_parts(one_rank)
+    assert parts.across is None and parts.detail.chosen == "median"
+    with pytest.raises(UsageError, match="timeline step 99"):
+        report_parts(one_rank, step="99")
 
 
 def test_write_report_returns_the_path(tmp_path, one_rank):

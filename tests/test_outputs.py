@@ -14,7 +14,7 @@ from test_cli_analyze import write_trace
 
 from traceoverlap.cli import main
 from traceoverlap.core.errors import UsageError
-from traceoverlap.reporters.outputs import check_outputs, write_output
+from traceoverlap.reporters.outputs import check_outputs, open_output, write_output
 
 
 def run(*args: str):  # noqa: ANN201
@@ -183,4 +183,77 @@ def test_export_output_over_an_input_or_to_a_lone_fifo_is_one_line(tmp_path: Pat
     fifo = tmp_path / "out.fifo"
     os.mkfifo(fifo)
     line = one_error_line(run("export", str(t), "-o", str(fifo)))
-    assert "cannot write the output" in line
+    assert "named pipe with no reader" in line  # as for every other output
+
+
+def test_open_output_replaces_the_file_only_when_the_block_ends(tmp_path: Path) -> None:
+    out = tmp_path / "o.json"
+    out.write_text("old")
+    out.chmod(0o640)
+    with open_output(str(out)) as fh:
+        fh.write(b"new ")
+        assert out.read_text() == "old"  # not yet: a temporary file beside it
+        assert len(list(tmp_path.iterdir())) == 2
+        fh.write(b"file")
+    assert out.read_text() == "new file" and stat.S_IMODE(out.stat().st_mode) == 0o640
+    assert [p.name for p in tmp_path.iterdir()] == ["o.json"]
+
+
+@pytest.mark.parametrize("exc", [RuntimeError("boom"), KeyboardInterrupt()], ids=type)
+def test_open_output_error_in_the_block_keeps_the_old_file(
+    tmp_path: Path, exc: BaseException
+) -> None:
+    out = tmp_path / "o.json"
+    out.write_text("old")
+    with pytest.raises(type(exc)), open_output(str(out)) as fh:  # the block's own error
+        fh.write(b"x" * 100_000)
+        raise exc
+    assert out.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["o.json"]
+    new = tmp_path / "new.json"
+    with pytest.raises(RuntimeError), open_output(str(new)) as fh:
+        fh.write(b"partial")
+        raise RuntimeError("boom")
+    assert [p.name for p in tmp_path.iterdir()] == ["o.json"]  # no new file, no temporary one
+
+
+def test_open_output_two_writers_of_one_path_each_write_whole_files(tmp_path: Path) -> None:
+    out = tmp_path / "o.json"
+    with open_output(str(out)) as first:
+        first.write(b"first")
+        with open_output(str(out)) as second:
+            second.write(b"second")
+        assert out.read_text() == "second"
+    assert out.read_text() == "first" and [p.name for p in tmp_path.iterdir()] == ["o.json"]
+
+
+def test_open_output_symlink_fifo_and_device(tmp_path: Path) -> None:
+    target = tmp_path / "real.json"
+    target.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    with open_output(str(link)) as fh:
+        fh.write(b"new")
+    assert link.is_symlink() and target.read_text() == "new"
+    fifo = tmp_path / "out.fifo"
+    os.mkfifo(fifo)
+    ran = False
+    with pytest.raises(UsageError, match="named pipe with no reader"), open_output(str(fifo)):
+        ran = True
+    assert not ran  # refused before the block runs
+    fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        with open_output(str(fifo)) as fh:
+            fh.write(b"hello")
+        assert os.read(fd, 100) == b"hello"
+    finally:
+        os.close(fd)
+    with pytest.raises(UsageError, match="is a folder"), open_output(str(tmp_path)):
+        pass
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
+def test_open_output_write_error_names_the_output() -> None:
+    # a character device is written directly: the full disk is the write's error
+    with pytest.raises(UsageError, match="/dev/full: cannot write the output"):
+        with open_output("/dev/full") as fh:
+            fh.write(b"x" * 100_000)

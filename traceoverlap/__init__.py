@@ -8,6 +8,7 @@ Library API (the CLI is a thin layer over it)::
     result.steps                                          # DataFrame, one row per (rank, step)
     result = traceoverlap.analyze("runs/x/", traceoverlap.AnalyzeOptions(steps="3-7"))
     detail = traceoverlap.step_detail(result, rank=0, step=5)   # one step's timeline
+    parts = traceoverlap.report_parts(result)            # what the HTML report draws
 
 The code is laid out by stage, each package importing only the ones before it: ``core`` (the
 words and the table), ``readers``, ``rank`` (the per-rank map), ``run`` (the cross-rank reduce),
@@ -33,13 +34,15 @@ if TYPE_CHECKING:
     from .core.rules import Rules
     from .rank.detail import StepDetail
     from .run.analysis import analyze, load
-    from .run.detail import step_detail
+    from .run.detail import ReportParts, report_parts, step_detail
     from .run.results import Analysis
 
 _LAZY = {
     "Analysis": "run.results",
     "AnalyzeOptions": "core.options",
+    "ReportParts": "run.detail",
     "StepDetail": "rank.detail",
+    "report_parts": "run.detail",
     "step_detail": "run.detail",
     "analyze": "run.analysis",
     "load": "run.analysis",
@@ -54,6 +57,7 @@ _LAZY = {
 __all__ = [
     "Analysis",
     "AnalyzeOptions",
+    "ReportParts",
     "Rules",
     "StepDetail",
     "Thresholds",
@@ -63,6 +67,7 @@ __all__ = [
     "TraceoverlapError",
     "analyze",
     "load",
+    "report_parts",
     "step_detail",
     "__version__",
 ]

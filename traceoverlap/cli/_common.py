@@ -174,21 +174,13 @@ def html_report(
     jobs: int | None = None,
     rank: int | None = None,
 ) -> str:
-    """The HTML report of ``result``: the timeline of ``step`` on ``rank`` (None: the lowest
-    rank's median step), and the step across ranks when it has several ranks."""
-    from pathlib import Path
+    """The HTML report of ``result``: its parts from the library (the timeline of ``step`` on
+    ``rank``, the step across ranks), then the page."""
+    from ..reporters.html_report import render_parts
+    from ..run.detail import report_parts
 
-    from ..reporters.html_report import render as render_html
-    from ..run.detail import step_detail
-
-    detail = step_detail(result, rank, step)
-    across = None
-    # the step across ranks reads the rank files again: not possible from standard input
-    if result.multi_rank and all(Path(t.path).is_file() for t in result.traces):
-        from ..run.across import step_across
-
-        across = step_across(result, step, detail=detail, jobs=jobs)
-    return str(render_html(result, plotlyjs=plotlyjs, across=across, detail=detail))
+    parts = report_parts(result, step=step, rank=rank, jobs=jobs)
+    return render_parts(result, parts, plotlyjs=plotlyjs)
 
 
 def write_text(text: str, output: str | None) -> None:

@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from ..reporters.formats import choose, formats, suffix_help
 from ._common import (
     _terminal,
     analysis_options,
@@ -26,13 +27,15 @@ from ._common import (
     "-f",
     "--format",
     "fmt",
-    type=click.Choice(["table", "json", "csv", "markdown"]),
-    default="table",
-    show_default=True,
-    help="Output format. json has a stable schema (README 'JSON schema').",
+    type=click.Choice(list(formats("analysis"))),
+    help=f"Output format. Default: from -o FILE's suffix ({suffix_help('analysis')}), else "
+    "table; --format always wins. json has a stable schema (README 'JSON schema').",
 )
 @click.option(
-    "-o", "--output", type=click.Path(dir_okay=False), help="Write to FILE instead of stdout."
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False),
+    help="Write to FILE instead of stdout (its suffix chooses the format).",
 )
 @click.option(
     "--html", "html_path", type=click.Path(dir_okay=False), help="Also write the HTML report."
@@ -49,7 +52,7 @@ from ._common import (
 @handle_errors
 def analyze(
     paths: tuple[str, ...],
-    fmt: str,
+    fmt: str | None,
     output: str | None,
     html_path: str | None,
     fail_if: tuple[str, ...],
@@ -70,7 +73,7 @@ def analyze(
     \b
     Examples:
       traceoverlap analyze rank0.json.gz
-      traceoverlap analyze runs/bucketed/ --format json -o result.json
+      traceoverlap analyze runs/bucketed/ -o result.json        # json: from the suffix
       traceoverlap analyze trace.json --steps 3-7 --rank 0
       traceoverlap analyze trace.json --step-regex '^train_step'
       traceoverlap analyze runs/x/ --fail-if 'exposed_comm_ratio>0.2'
@@ -81,28 +84,13 @@ def analyze(
 
     conditions = parse_conditions(fail_if)  # validate before the (possibly long) analysis
     check_outputs([output, html_path], paths, opts)
-    what = fmt in ("table", "markdown")
+    form = choose("analysis", fmt, output)
+    what = form.what_to_try
     result = run_analysis(paths, graph=what, **opts)
     if what:
         result = with_what_if(result)
-    if fmt == "json":
-        from ..reporters.json_report import render as render_json
-
-        text = render_json(result)
-    elif fmt == "csv":
-        from ..reporters.csv_report import render as render_csv
-
-        text = render_csv(result)
-    elif fmt == "markdown":
-        from ..reporters.markdown import render as render_md
-
-        text = render_md(result)
-    else:
-        from ..reporters.text import render as render_text
-
-        tty, width = _terminal()
-        text = render_text(result, color=tty and output is None, width=width)
-    write_text(text, output)
+    tty, width = _terminal()
+    write_text(form.render(result, color=tty and output is None, width=width), output)
     if html_path:
         write_text(html_report(result, jobs=opts.get("jobs")), html_path)
         click.echo(f"wrote {html_path}", err=True)

@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from ..reporters.formats import choose, formats, suffix_help
 from ._common import (
     _terminal,
     analysis_options,
@@ -25,13 +26,15 @@ from ._common import (
     "-f",
     "--format",
     "fmt",
-    type=click.Choice(["table", "json", "markdown"]),
-    default="table",
-    show_default=True,
-    help="Output format. json has a top-level step_speedup.",
+    type=click.Choice(list(formats("compare"))),
+    help=f"Output format. Default: from -o FILE's suffix ({suffix_help('compare')}), else "
+    "table; --format always wins. json has a top-level step_speedup.",
 )
 @click.option(
-    "-o", "--output", type=click.Path(dir_okay=False), help="Write to FILE instead of stdout."
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False),
+    help="Write to FILE instead of stdout (its suffix chooses the format).",
 )
 @click.option(
     "--top",
@@ -51,7 +54,7 @@ from ._common import (
 def compare(
     baseline: str,
     candidate: str,
-    fmt: str,
+    fmt: str | None,
     output: str | None,
     top: int,
     html_path: str | None,
@@ -72,21 +75,15 @@ def compare(
       traceoverlap compare before.json.gz after.json.gz --format json
       traceoverlap compare runs/naive runs/bucketed --html compare.html
     """
-    from ..reporters import compare_text as rep
     from ..run.compare import compare as compare_runs
 
     check_outputs([output, html_path], (baseline, candidate), opts)
+    form = choose("compare", fmt, output)
     base = run_analysis((baseline,), **opts)
     cand = run_analysis((candidate,), **opts)
     cmp = compare_runs(base, cand, baseline_label=baseline, candidate_label=candidate, top=top)
-    if fmt == "json":
-        text = rep.render_json(cmp)
-    elif fmt == "markdown":
-        text = rep.render_markdown(cmp)
-    else:
-        tty, width = _terminal()
-        text = rep.render_table(cmp, color=tty and output is None, width=width)
-    write_text(text, output)
+    tty, width = _terminal()
+    write_text(form.render(cmp, color=tty and output is None, width=width), output)
     if html_path:
         from ..reporters.compare_html import render as render_compare
         from ..run.detail import step_detail

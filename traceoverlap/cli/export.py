@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
+import sys
 from typing import Any
 
 import click
 
-from ..core.errors import UsageError
 from ._common import analysis_options, check_outputs, handle_errors, run_analysis
 
 # --- export: the run on one clock for Perfetto (issue 23) -----------------------------------
@@ -16,7 +15,12 @@ from ._common import analysis_options, check_outputs, handle_errors, run_analysi
 @click.command("export")
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @click.option(
-    "-o", "--output", required=True, metavar="FILE", help="Trace Event Format JSON to write."
+    "-o",
+    "--output",
+    required=True,
+    metavar="FILE",
+    help="Trace Event Format JSON to write ('-': standard output). Written atomically: an "
+    "interrupted export leaves the old file as it was.",
 )
 @analysis_options
 @handle_errors
@@ -30,24 +34,24 @@ def export_cmd(paths: tuple[str, ...], output: str, **opts: Any) -> None:
     \b
     Examples:
       traceoverlap export runs/bucketed/ -o run.json      then open run.json in ui.perfetto.dev
+      traceoverlap export runs/bucketed/ -o - | gzip > run.json.gz
     """
+    from ..reporters.outputs import open_output
     from ..reporters.perfetto import write_trace
 
     check_outputs([output], paths, opts)
     result = run_analysis(paths, **opts)
-    try:
-        # O_NONBLOCK: a named pipe nobody reads is an error (ENXIO), not a hang
-        fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK, 0o666)
-        os.set_blocking(fd, True)
-        with os.fdopen(fd, "wb") as fh:
+    if output == "-":
+        out = sys.stdout.buffer
+        stats = write_trace(result, out)
+        out.flush()
+    else:
+        # a temporary file beside it, replacing it only once whole (reporters/outputs.py)
+        with open_output(output) as fh:
             stats = write_trace(result, fh)
-    except OSError as exc:
-        raise UsageError(
-            f"{output}: cannot write the output ({exc.strerror or exc}); check that the folder "
-            "exists and is writable"
-        ) from None
     n = sum(stats.events.values())
+    where = "standard output" if output == "-" else output
     click.echo(
-        f"wrote {output}: {len(stats.events)} ranks, {n:,} events, {stats.flows} wait arrows",
+        f"wrote {where}: {len(stats.events)} ranks, {n:,} events, {stats.flows} wait arrows",
         err=True,
     )

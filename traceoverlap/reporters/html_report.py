@@ -1,10 +1,10 @@
 """The offline HTML report: one self-contained file that answers "where is my communication
 exposed, and why?" at a glance, then lets the reader drill into one step.
 
-    from traceoverlap import analyze, step_detail
-    from traceoverlap.reporters.html_report import render
+    from traceoverlap import analyze, report_parts
+    from traceoverlap.reporters.html_report import render_parts
     result = analyze("runs/bucketed")
-    html = render(result, detail=step_detail(result))
+    html = render_parts(result, report_parts(result))   # what `traceoverlap report` writes
 
 Formatting only: the numbers come from the :class:`~traceoverlap.run.results.Analysis` (the step
 table, the summary, the findings, the collectives and the :class:`StepDetail` of the step drawn
@@ -56,6 +56,7 @@ from ._html_page import CSS, LOADER, PAGE
 if TYPE_CHECKING:
     from ..rank.detail import StepDetail
     from ..run.across import StepAcross
+    from ..run.detail import ReportParts
     from ..run.results import Analysis
 
 PLOTLYJS_MODES = ("embed", "cdn")
@@ -96,6 +97,13 @@ def render(
         version=html.escape(__version__),
         n_plots=len(page.plot_ids),
     )
+
+
+def render_parts(analysis: Analysis, parts: ReportParts, *, plotlyjs: str = "embed") -> str:
+    """The report of ``traceoverlap report`` as one HTML string: ``parts`` from
+    :func:`traceoverlap.run.detail.report_parts` (the step drawn as a timeline, and across
+    ranks)."""
+    return render(analysis, plotlyjs=plotlyjs, across=parts.across, detail=parts.detail)
 
 
 def write_report(

@@ -11,20 +11,31 @@
   is written only when a reader is already there (opened with ``O_NONBLOCK``), never waited on
   forever; a character device (``/dev/null``, a terminal) is written directly; anything else
   (a socket, a folder) is refused.
+- :func:`open_output` is the same for an output written in pieces (``traceoverlap export``
+  streams the run): a context manager yielding a binary file; the temporary file replaces the
+  target only when the ``with`` block ends without an error, and is removed on any error or
+  interrupt (the old file stays whole, no temporary file is left). :func:`write_output` is one
+  ``write`` into it.
+
+Errors writing the output (a full disk, a missing folder) are :class:`UsageError` naming it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import io
 import os
 import re
 import stat
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any, BinaryIO
 
 from ..core.errors import UsageError
 
-__all__ = ["check_outputs", "write_output", "is_own_json"]
+__all__ = ["check_outputs", "write_output", "open_output", "is_own_json"]
 
 _OWN_JSON = re.compile(rb'^\s*\{\s*"schema_version"\s*:')
 
@@ -98,6 +109,18 @@ def check_outputs(outputs: Sequence[str | None], inputs: Sequence[str | Path]) -
 
 def write_output(text: str, output: str) -> None:
     """Write ``text`` (UTF-8) to the file ``output``; see the module docstring."""
+    with open_output(output) as fh:
+        fh.write(text.encode("utf-8", "surrogateescape"))
+
+
+@contextlib.contextmanager
+def open_output(output: str) -> Iterator[BinaryIO]:
+    """The file ``output`` open for writing bytes, written atomically: see the module docstring.
+
+    A regular file (or a new one) is a temporary file beside the target (a symlink's target) that
+    replaces it when the block ends; on any error or interrupt in the block the temporary file is
+    removed and the old file is left as it was. A named pipe with a reader and a character device
+    are written directly; anything else is refused before the block runs."""
     target = os.path.realpath(output)
     try:
         st = os.stat(target)
@@ -105,11 +128,67 @@ def write_output(text: str, output: str) -> None:
         st = None
     except OSError as exc:
         raise _cannot_write(output, exc) from None
-    data = text.encode("utf-8", "surrogateescape")
     if st is not None and not stat.S_ISREG(st.st_mode):
-        _write_special(output, target, st.st_mode, data)
+        fh = _Output(_open_special(output, target, st.st_mode), output)
+        try:
+            yield fh
+            fh.close()
+        except BaseException:
+            _discard(fh)
+            raise
         return
-    _write_atomic(output, target, data, st)
+    folder, name = os.path.split(target)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{name[:100]}.", suffix=".tmp", dir=folder or ".")
+    except OSError as exc:
+        raise _cannot_write(output, exc) from None
+    fh = _Output(fd, output)
+    try:
+        yield fh
+        fh.close()
+        try:
+            os.chmod(tmp, stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~_umask())
+            os.replace(tmp, target)
+        except OSError as exc:
+            raise _cannot_write(output, exc) from None
+    except BaseException:
+        _discard(fh)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+class _Output(io.BufferedWriter):
+    """A binary file on ``fd`` whose write errors (a full disk...) are :class:`UsageError`
+    naming ``output``; errors of the code writing into it pass as they are."""
+
+    def __init__(self, fd: int, output: str) -> None:
+        super().__init__(io.FileIO(fd, "w"))
+        self.output = output
+
+    def write(self, data: Any) -> int:
+        try:
+            return super().write(data)
+        except OSError as exc:
+            raise _cannot_write(self.output, exc) from None
+
+    def flush(self) -> None:
+        try:
+            super().flush()
+        except OSError as exc:
+            raise _cannot_write(self.output, exc) from None
+
+    def close(self) -> None:
+        try:
+            super().close()
+        except OSError as exc:
+            raise _cannot_write(self.output, exc) from None
+
+
+def _discard(fh: _Output) -> None:
+    """Close ``fh`` after an error: the error that stopped the writing is the one to report."""
+    with contextlib.suppress(Exception):
+        fh.close()
 
 
 def _cannot_write(output: str, exc: OSError) -> UsageError:
@@ -119,7 +198,9 @@ def _cannot_write(output: str, exc: OSError) -> UsageError:
     )
 
 
-def _write_special(output: str, target: str, mode: int, data: bytes) -> None:
+def _open_special(output: str, target: str, mode: int) -> int:
+    """A descriptor open for writing on the named pipe or character device ``target``, never
+    waiting for a pipe's reader; anything else is refused."""
     if stat.S_ISDIR(mode):
         raise UsageError(f"{output}: is a folder; give a file name for the output")
     if not (stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)):
@@ -127,39 +208,17 @@ def _write_special(output: str, target: str, mode: int, data: bytes) -> None:
     try:
         fd = os.open(target, os.O_WRONLY | os.O_NONBLOCK)
     except OSError as exc:
-        if exc.errno == 6:  # ENXIO: a named pipe nobody reads
+        if exc.errno == errno.ENXIO:  # a named pipe nobody reads
             raise UsageError(
                 f"{output}: named pipe with no reader; start the reader first, or give a file"
             ) from None
         raise _cannot_write(output, exc) from None
     try:
         os.set_blocking(fd, True)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
     except OSError as exc:
-        raise _cannot_write(output, exc) from None
-    finally:
         os.close(fd)
-
-
-def _write_atomic(output: str, target: str, data: bytes, st: os.stat_result | None) -> None:
-    folder, name = os.path.split(target)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{name[:100]}.", suffix=".tmp", dir=folder or ".")
-    except OSError as exc:
         raise _cannot_write(output, exc) from None
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.chmod(tmp, stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~_umask())
-        os.replace(tmp, target)
-    except OSError as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise _cannot_write(output, exc) from None
+    return fd
 
 
 def _umask() -> int:

@@ -1,4 +1,5 @@
-"""One step's detail, on demand: what the HTML report's timeline of one step draws.
+"""One step's detail, on demand: what the HTML report's timeline of one step draws, and
+:func:`report_parts`, everything the report draws beyond the analysis.
 
 :func:`step_detail` takes a finished :class:`~traceoverlap.run.results.Analysis` and builds the
 :class:`~traceoverlap.rank.detail.StepDetail` of one (rank, step): its activities per lane, the
@@ -6,12 +7,20 @@ unions and the overlapped / exposed spans, the exposed spans by cause, the phase
 keeps no events, so the one unit drawn is read again: from the Timeline the analysis was made
 from (:attr:`Analysis.source`), else from its rank file (one file's events in memory, only for
 the steps a report draws). Nothing here changes a number of the analysis.
+
+:func:`report_parts` is the data half of ``traceoverlap report`` (and ``analyze --html``): the
+one-rank timeline, then the same step across ranks when there are several and their files can be
+read again; :func:`traceoverlap.reporters.html_report.render_parts` draws them::
+
+    parts = report_parts(result, step="5")
+    html = render_parts(result, parts)
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,7 +33,40 @@ from ..core.schema import STEP_NS
 from ..rank.detail import StepDetail
 from ..rank.unit import read_units, unit_step_detail
 from ..readers.paths import part_of
+from .across import StepAcross, step_across
 from .results import Analysis
+
+
+@dataclass(frozen=True)
+class ReportParts:
+    """What the HTML report draws beyond the analysis (:func:`report_parts`)."""
+
+    #: the step drawn as a timeline, on one rank
+    detail: StepDetail
+    #: that step on every rank on one clock; None with one rank, or when the rank files cannot be
+    #: read again (standard input)
+    across: StepAcross | None
+
+
+def report_parts(
+    analysis: Analysis,
+    *,
+    step: Any = None,
+    rank: int | None = None,
+    jobs: int | None = None,
+) -> ReportParts:
+    """The parts of the HTML report of ``analysis``: the timeline of ``step`` on ``rank``
+    (:func:`step_detail`; None: the lowest rank's median step), and the same step across ranks
+    (:func:`traceoverlap.run.across.step_across`, reading the rank files again in ``jobs``
+    processes) when the analysis has several ranks and their files are there to read.
+
+    Raises :class:`UsageError` when the rank or step is not in the analysis."""
+    detail = step_detail(analysis, rank, step)
+    across = None
+    # the step across ranks reads the rank files again: not possible from standard input
+    if analysis.multi_rank and all(Path(t.path).is_file() for t in analysis.traces):
+        across = step_across(analysis, step, detail=detail, jobs=jobs)
+    return ReportParts(detail=detail, across=across)
 
 
 def step_detail(
