@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from traceoverlap.readers.formats import FORMATS
+
 PKG = Path(__file__).resolve().parents[1] / "traceoverlap"
 
 #: The stages, in import order: a module may import its own stage and the ones before it.
@@ -156,8 +158,8 @@ def test_vocabulary_sits_at_the_bottom() -> None:
     assert not {i for i in imports if i.split(".")[0] == "traceoverlap"}, imports
 
 
-#: The names a format goes by: the readers' (``sniff_format``) and ``TraceInfo.format``'s.
-FORMAT_NAMES = {"kineto", "nsys", "nsys-sqlite", "nsys-rep"}
+#: The names a format goes by: ``TraceInfo.format``'s and the registry's (``sniff_format``).
+FORMAT_NAMES = {"kineto", "nsys"} | {f.name for f in FORMATS}
 
 
 def _format_tests(tree: ast.AST) -> list[int]:

@@ -15,7 +15,7 @@ Running the map (:func:`traceoverlap.rank.unit.map_file`) over the files:
 A progress bar goes to stderr on a terminal for inputs over :data:`PROGRESS_MIN_BYTES`.
 
 Units of the map (:func:`map_units`): one per file, except a Nsight Systems export of several GPU
-processes of at least :data:`SPLIT_MIN_BYTES`, which is one unit per process
+processes of at least :data:`NSYS_SPLIT_MIN_BYTES`, which is one unit per process
 (:class:`ProcessPart`): each reads only its process's rows, so memory follows the largest process,
 not the file, and the processes of one export run in parallel like rank files.
 """
