@@ -43,17 +43,38 @@ def _is_trace_name(p: Path) -> bool:
     return any(name.endswith(s) for s in TRACE_SUFFIXES)
 
 
-def expand_paths(paths: str | Path | Sequence[str | Path]) -> list[Path]:
-    """Files to read: each file as given; each folder's trace files (sorted, not recursive)."""
+@dataclass(frozen=True)
+class Inputs:
+    """The inputs of one analysis, resolved once (:func:`resolve_inputs`) and passed on: the
+    folders are listed, the files checked and the repeats refused a single time."""
+
+    #: the files to read: each file as given, each folder's trace files (sorted)
+    files: tuple[Path, ...]
+    #: every entry of the folders given, as listed (``str``): a file found there rather than
+    #: named by the user is skipped with a note when it is not a trace
+    listed: frozenset[str]
+
+    @property
+    def names(self) -> list[str]:
+        """The files as messages name them."""
+        return [str(f) for f in self.files]
+
+
+def resolve_inputs(paths: str | Path | Sequence[str | Path]) -> Inputs:
+    """The :class:`Inputs` of ``paths``: each file as given; each folder's trace files (sorted,
+    not recursive), listed once."""
     items = [paths] if isinstance(paths, str | Path) else list(paths)
     if not items:
         raise UsageError("no input: give a trace file, several files, or a folder of rank traces")
     out: list[Path] = []
+    listed: set[str] = set()
     for item in items:
         p = Path(item)
         _check_path(p)
         if p.is_dir():
-            found = _read_once(sorted(q for q in p.iterdir() if q.is_file() and _is_trace_name(q)))
+            entries = list(p.iterdir())
+            listed.update(str(q) for q in entries)
+            found = _read_once(sorted(q for q in entries if q.is_file() and _is_trace_name(q)))
             if not found:
                 raise TraceFormatError(
                     p, "folder holds no trace files", f"expected {', '.join(TRACE_SUFFIXES)} files"
@@ -64,7 +85,12 @@ def expand_paths(paths: str | Path | Sequence[str | Path]) -> list[Path]:
         else:
             raise TraceFormatError(p, "no such file or folder", "check the path")
     _refuse_repeats(out)
-    return out
+    return Inputs(tuple(out), frozenset(listed))
+
+
+def expand_paths(paths: str | Path | Sequence[str | Path]) -> list[Path]:
+    """Files to read: each file as given; each folder's trace files (sorted, not recursive)."""
+    return list(resolve_inputs(paths).files)
 
 
 def _read_once(found: list[Path]) -> list[Path]:
