@@ -436,6 +436,8 @@ def range_filter(options: AnalysisOptions, rules: Rules) -> Callable[[str], bool
     ``rules`` and ``options``). A reader may drop the others (an ``emit_nvtx`` capture's million
     op ranges); only the no-marker hints read every range name, so :func:`map_file` reads again
     unfiltered when a unit finds no step marker."""
+    # the step regex was validated by its options, and the phase and cause patterns are ours:
+    # only the rules' patterns (a caller may build its own Rules) are checked here
     patterns = [options.step_pattern, PHASE_RE.pattern, HOST_CAUSE_RE.pattern, _NCCL_RANGE_RE]
     for group in (
         rules.cpu_comm,
@@ -444,9 +446,9 @@ def range_filter(options: AnalysisOptions, rules: Rules) -> Callable[[str], bool
         rules.cpu_comm_calls,
         rules.cpu_compute_ranges,
     ):
+        for p in group:
+            compile_regex(p, "range patterns")
         patterns.extend(group)
-    for p in patterns:
-        compile_regex(p, "range patterns")
     return NameTest(patterns)
 
 
