@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from traceoverlap.readers.formats import FORMATS
+
 PKG = Path(__file__).resolve().parents[1] / "traceoverlap"
 
 #: The stages, in import order: a module may import its own stage and the ones before it.
@@ -154,3 +156,45 @@ def test_vocabulary_sits_at_the_bottom() -> None:
     traceoverlap, so any module may import it without a cycle or an upward import."""
     imports = _imports(PKG / "core/vocab.py")
     assert not {i for i in imports if i.split(".")[0] == "traceoverlap"}, imports
+
+
+#: The names a format goes by: ``TraceInfo.format``'s and the registry's (``sniff_format``).
+FORMAT_NAMES = {"kineto", "nsys"} | {f.name for f in FORMATS}
+
+
+def _format_tests(tree: ast.AST) -> list[int]:
+    """Lines of ``tree`` that compare a value with a format name (``==``, ``!=``, ``in`` a
+    literal tuple / list / set, or a ``match`` case)."""
+
+    def names(node: ast.AST) -> bool:
+        if isinstance(node, ast.Constant):
+            return isinstance(node.value, str) and node.value in FORMAT_NAMES
+        if isinstance(node, ast.Tuple | ast.List | ast.Set):
+            return any(names(e) for e in node.elts)
+        return False
+
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare) and any(names(n) for n in (node.left, *node.comparators)):
+            lines.append(node.lineno)
+        elif isinstance(node, ast.MatchValue) and names(node.value):
+            lines.append(node.value.lineno)
+    return lines
+
+
+@pytest.mark.parametrize("path", [p for p in MODULES if _stage(_name(p)) != "readers"], ids=_name)
+def test_only_readers_decide_on_the_format_name(path: Path) -> None:
+    """Outside readers/ the format is data (printed, in the JSON): what a capture can show
+    travels as ``TraceInfo`` fields set by its reader (``host_comm_seen``, ``ranges_filtered``,
+    ``multiprocess_capture``), so a new format is a reader and a registry entry, and nothing
+    downstream tests its name."""
+    lines = _format_tests(ast.parse(path.read_text(encoding="utf-8")))
+    assert not lines, f"{_name(path)} decides on a format name at lines {lines}"
+
+
+def test_the_format_name_check_finds_one() -> None:
+    tree = ast.parse(
+        'a = t.format == "nsys"\nb = f in ("x", "kineto")\nc = t.format != "csv"\n'
+        'match f:\n    case "nsys-rep":\n        pass\n'
+    )
+    assert _format_tests(tree) == [1, 2, 5]

@@ -65,3 +65,22 @@ def test_report_next_to_its_export_is_read_once(tmp_path):
     (tmp_path / "run.sqlite").write_bytes(b"")
     (tmp_path / "other.nsys-rep").write_bytes(b"binary report")
     assert [p.name for p in expand_paths(tmp_path)] == ["other.nsys-rep", "run.sqlite"]
+
+
+def test_a_folder_is_listed_once_per_analysis(tmp_path, monkeypatch):
+    # the analysis resolves its inputs once and passes them on: the folder is listed once (it
+    # was listed three times: for a lone pipe, for the files, for the files found in a folder),
+    # and a stray non-trace file found there is still skipped with a note
+    write_trace(tmp_path / "rank0.json")
+    (tmp_path / "config.json").write_text('{"lr": 0.1}')
+    listed: list[str] = []
+    iterdir = Path.iterdir
+
+    def spy(self):
+        listed.append(str(self))
+        return iterdir(self)
+
+    monkeypatch.setattr(Path, "iterdir", spy)
+    res = analyze(tmp_path)
+    assert listed == [str(tmp_path)]
+    assert any(n.startswith(f"skipped {tmp_path / 'config.json'}") for n in res.notes), res.notes

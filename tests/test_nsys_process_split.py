@@ -1,7 +1,7 @@
 """A multi-process Nsight Systems export read one process at a time (issue 20).
 
 The per-rank map cuts a large export of several GPU processes into one unit per process
-(``inputs.map_units``); each unit reads only its process's rows (``read_nsys(process=pid)``),
+(``paths.map_units``); each unit reads only its process's rows (``read_nsys(process=pid)``),
 with the ranks the whole file gives them. Here: the units are the processes, each process's
 events are exactly the whole read's rows of that process, and ``analyze`` gives the same numbers
 either way (only the counts in the notes differ: a process's read counts its own rows).
@@ -10,6 +10,7 @@ either way (only the counts in the notes differ: a process's read counts its own
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +27,7 @@ from nsys_writer import (  # noqa: E402
     write_synthetic,
 )
 
-import traceoverlap.readers.paths as inputs  # noqa: E402
+import traceoverlap.readers.formats as formats  # noqa: E402
 from traceoverlap.core.options import AnalyzeOptions
 from traceoverlap.readers.nsys import nsys_processes, read_nsys  # noqa: E402
 from traceoverlap.readers.nsys._scan import _read_via_sql, read_columns  # noqa: E402
@@ -34,6 +35,12 @@ from traceoverlap.readers.paths import ProcessPart, map_units
 from traceoverlap.run.analysis import analyze
 from traceoverlap.run.detail import step_detail
 from traceoverlap.whatif.scenarios import load_graph, what_if
+
+
+def _split_at_any_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cut every export into processes, however small (the registry's ``split_min_bytes``)."""
+    every = tuple(replace(f, split_min_bytes=0) for f in formats.FORMATS)
+    monkeypatch.setattr(formats, "FORMATS", every)
 
 
 def _three_ranks(tmp_path: Path) -> Path:
@@ -84,7 +91,7 @@ def test_a_large_export_is_one_map_unit_per_process_with_the_same_numbers(
     path = _three_ranks(tmp_path)
     assert map_units([path]) == [path]  # small: read whole
     whole = analyze(path)
-    monkeypatch.setattr(inputs, "SPLIT_MIN_BYTES", 0)
+    _split_at_any_size(monkeypatch)
     assert map_units([path]) == [ProcessPart(str(path), p) for p in (100, 200, 300)]
     split = analyze(path)
     # in 2 processes
@@ -123,7 +130,7 @@ def test_whatif_reads_a_large_export_one_process_at_a_time_too(
 
     path = _three_ranks(tmp_path)
     whole = load_graph(path)
-    monkeypatch.setattr(inputs, "SPLIT_MIN_BYTES", 0)
+    _split_at_any_size(monkeypatch)
     seen: list[object] = []
     task = rankmap.map_graph_task
 

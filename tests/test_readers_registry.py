@@ -80,3 +80,48 @@ def test_unknown_empty_missing_and_folder(tmp_path: Path) -> None:
         read_trace(tmp_path / "missing.json")
     with pytest.raises(TraceFormatError, match="directory"):
         read_trace(tmp_path)
+
+
+def test_the_registry_gives_the_words_and_suffixes() -> None:
+    # the texts users read, word for word as before the registry: built from its entries
+    from traceoverlap.readers import SUPPORTED
+    from traceoverlap.readers.paths import TRACE_SUFFIXES
+
+    assert SUPPORTED == (
+        "PyTorch profiler / Kineto Chrome-trace JSON (.json, .json.gz), "
+        "Nsight Systems SQLite export (.sqlite) or report (.nsys-rep)"
+    )
+    assert TRACE_SUFFIXES == (".json", ".json.gz", ".sqlite", ".nsys-rep")
+
+
+def test_the_surest_sniff_wins() -> None:
+    from traceoverlap.readers.formats import sniff_bytes
+
+    def name(head: bytes, file: str = "") -> str | None:
+        fmt = sniff_bytes(head, file)
+        return None if fmt is None else fmt.name
+
+    # content beats a name: JSON called .nsys-rep is JSON, an export called .nsys-rep an export
+    assert name(b'{"traceEvents": []}', "x.nsys-rep") == "kineto"
+    assert name(b"SQLite format 3\x00", "x.nsys-rep") == "nsys-sqlite"
+    # a name beats a guess: whitespace only so far says nothing
+    assert name(b"   \n", "x.nsys-rep") == "nsys-rep" and name(b"   \n", "x.qdrep") == "nsys-rep"
+    assert name(b"   \n") == "kineto"  # the JSON reader then says what is wrong
+    # gzip and UTF-16 JSON by content; anything else is nothing
+    assert name(gzip.compress(b"{}")) == "kineto" and name('{"a": 1}'.encode("utf-16")) == "kineto"
+    assert name(b"\x00\x01binary", "profile.bin") is None
+
+
+def test_a_format_that_needs_a_file_is_refused_from_a_pipe(tmp_path: Path) -> None:
+    import os
+    import threading
+
+    fifo = tmp_path / "export.fifo"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=fifo.write_bytes, args=(b"SQLite format 3\x00" + b"\0" * 84,))
+    writer.start()
+    with pytest.raises(
+        TraceFormatError, match="an Nsight Systems export cannot be read from a pipe"
+    ):
+        read_trace(fifo)
+    writer.join()

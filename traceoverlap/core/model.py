@@ -244,7 +244,7 @@ class TraceInfo:
     """
 
     path: str
-    format: str  # "kineto" | "nsys"
+    format: str  # "kineto" | "nsys": shown in reports and JSON; decisions use the fields below
     rank: int
     world_size: int | None = None
     backend: str | None = None
@@ -265,6 +265,21 @@ class TraceInfo:
     gloo_threads: tuple[int, ...] = ()
     #: the machine the rank ran on (Kineto ``host_name``), when the trace says
     host: str | None = None
+    # What the capture can show, set by its reader: the analysis and the reports decide on these,
+    # never on ``format`` (which is only printed), so a new reader states them and nothing
+    # downstream changes. Not part of ``to_dict``: they describe the format, not the rank.
+    #: host-side communication work shows by itself (Kineto records gloo's work items); False
+    #: when only ranges the program marks can show it (Nsight Systems sees no gloo work), so a
+    #: CPU unit without communication has it unseen, not absent
+    host_comm_seen: bool = True
+    #: the reader kept only the host ranges the analysis's range filter accepted (Nsight Systems:
+    #: an ``emit_nvtx`` capture's million op ranges are never read); a unit that finds no step
+    #: marker is read again without the filter, for the no-marker hints
+    ranges_filtered: bool = False
+    #: the input records every process of the profiled command (Nsight Systems), not one rank's
+    #: process (Kineto): this unit is one (process, GPU) group of it, told from the others by its
+    #: pid and GPU number, which the reports therefore show
+    multiprocess_capture: bool = False
 
     def with_notes(self, *notes: str) -> TraceInfo:
         return replace(self, notes=self.notes + tuple(notes))

@@ -100,19 +100,25 @@ class StepSelection:
 
 @dataclass(frozen=True)
 class AnalysisOptions:
-    """Everything an analysis depends on besides its inputs (see :func:`traceoverlap.analyze`)."""
+    """Everything an analysis depends on besides its inputs (see :func:`traceoverlap.analyze`).
+
+    ``step_re``: the step marker regex, validated and compiled here, once; the map's units use
+    it as it is (:data:`~traceoverlap.core.vocab.STEP_RE` when ``step_regex`` is None)."""
 
     step_regex: str | None = None
     steps: StepSelection | None = None
     ranks: tuple[int, ...] | None = None
     comm_patterns: tuple[str, ...] = ()
     thresholds: Thresholds = field(default_factory=Thresholds)
+    step_re: re.Pattern[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        step_re = STEP_RE
         if self.step_regex is not None:
             if not isinstance(self.step_regex, str):
                 raise UsageError(f"step_regex: expected a regex string, got {self.step_regex!r}")
-            compile_regex(self.step_regex, "step_regex")
+            step_re = compile_regex(self.step_regex, "step_regex")
+        object.__setattr__(self, "step_re", step_re)  # frozen: set once, here
         if isinstance(self.comm_patterns, str) or not all(
             isinstance(p, str) for p in self.comm_patterns
         ):
@@ -129,11 +135,6 @@ class AnalysisOptions:
     @property
     def step_pattern(self) -> str:
         return self.step_regex or DEFAULT_STEP_REGEX
-
-    @property
-    def step_re(self) -> re.Pattern[str]:
-        """The step marker regex, compiled (the default one is compiled once, in vocab)."""
-        return STEP_RE if self.step_regex is None else compile_regex(self.step_regex, "step_regex")
 
 
 def compile_regex(pattern: str, what: str) -> re.Pattern[str]:

@@ -74,10 +74,11 @@ def kinds(unit: Timeline, rules: Rules | None = None) -> npt.NDArray[np.int8]:
 
 
 def unseen_comm_note(unit: Timeline, kind: npt.NDArray[np.int8]) -> str | None:
-    """For a CPU unit read from Nsight Systems with no communication activity: nsys does not see
-    gloo's work, so zero communication there means "not visible", not "none"."""
+    """For a CPU unit with no communication activity from a capture that does not see host-side
+    communication (Nsight Systems does not see gloo's work): zero communication there means "not
+    visible", not "none"."""
     info = unit.traces[0]
-    if info.format != "nsys" or info.device_kind != "cpu" or (kind == Kind.COMM).any():
+    if info.host_comm_seen or info.device_kind != "cpu" or (kind == Kind.COMM).any():
         return None
     return (
         "this capture has no communication activity the tool can see (CPU run under nsys: "

@@ -436,6 +436,8 @@ def range_filter(options: AnalysisOptions, rules: Rules) -> Callable[[str], bool
     ``rules`` and ``options``). A reader may drop the others (an ``emit_nvtx`` capture's million
     op ranges); only the no-marker hints read every range name, so :func:`map_file` reads again
     unfiltered when a unit finds no step marker."""
+    # the step regex was validated by its options, and the phase and cause patterns are ours:
+    # only the rules' patterns (a caller may build its own Rules) are checked here
     patterns = [options.step_pattern, PHASE_RE.pattern, HOST_CAUSE_RE.pattern, _NCCL_RANGE_RE]
     for group in (
         rules.cpu_comm,
@@ -444,9 +446,9 @@ def range_filter(options: AnalysisOptions, rules: Rules) -> Callable[[str], bool
         rules.cpu_comm_calls,
         rules.cpu_compute_ranges,
     ):
+        for p in group:
+            compile_regex(p, "range patterns")
         patterns.extend(group)
-    for p in patterns:
-        compile_regex(p, "range patterns")
     return NameTest(patterns)
 
 
@@ -469,15 +471,14 @@ def _map_units(
 
 def read_units(unit: str | ProcessPart, options: AnalysisOptions, rules: Rules) -> list[Timeline]:
     """The units of one trace file (or one process of an export) read as :func:`map_file` reads
-    them (ranges filtered, and all of them on a Nsight Systems export where a unit found no step
+    them (ranges filtered, and all of them where the reader filtered them and a unit found no step
     marker): what a step's detail is drawn from (:func:`traceoverlap.run.detail.step_detail`)."""
     from ..readers import read_trace
 
     path, pid = (unit.path, unit.pid) if isinstance(unit, ProcessPart) else (unit, None)
     units = split_units(read_trace(Path(path), range_filter(options, rules), pid))
     if any(
-        u.traces[0].format == "nsys"
-        and assign_steps(u, kinds(u, rules), options).markers_found == 0
+        u.traces[0].ranges_filtered and assign_steps(u, kinds(u, rules), options).markers_found == 0
         for u in units
     ):
         units = split_units(read_trace(Path(path), None, pid))
@@ -493,7 +494,7 @@ def map_file(
     path, pid = (unit.path, unit.pid) if isinstance(unit, ProcessPart) else (unit, None)
     try:
         out = _map_units(path, range_filter(options, rules), *args, pid=pid, graph=graph)
-        if any(u.markers_found == 0 and u.trace.format == "nsys" for u in out):
+        if any(u.markers_found == 0 and u.trace.ranges_filtered for u in out):
             # the no-marker hints name the ranges that repeat, whatever their names: read all
             out = _map_units(path, None, *args, pid=pid, graph=graph)
         return FileResult(path, tuple(out))
@@ -542,7 +543,7 @@ def map_graph_file(
             ivs = None if steps.gpu else lane_calls(u, kind, rules)
             out.append(unit_graph(u, kind, steps, calls, ivs))
         if not any(
-            isinstance(g, UnitGraph) and not g.labels and g.trace.format == "nsys" for g in out
+            isinstance(g, UnitGraph) and not g.labels and g.trace.ranges_filtered for g in out
         ):
             break  # else: read every range, as map_file does
     return tuple(out)

@@ -1,7 +1,8 @@
-"""Trace readers, one module per input format, and :func:`read_trace`, which picks one by content.
+"""Trace readers, one package per input format, and :func:`read_trace`, which picks one by content.
 
-The format is sniffed from the first bytes, not the file extension (rank files are often renamed,
-``.pt.trace.json`` / ``.json.gz`` / no extension at all):
+The formats are declared once, in :data:`.formats.FORMATS`; the format is sniffed from the first
+bytes, not the file extension (rank files are often renamed, ``.pt.trace.json`` / ``.json.gz`` /
+no extension at all):
 
 - gzip magic ``1f 8b`` or JSON (``{`` / ``[``, in UTF-8, UTF-16 or UTF-32, with or without a
   byte order mark): PyTorch profiler (Kineto) Chrome trace;
@@ -10,7 +11,8 @@ The format is sniffed from the first bytes, not the file extension (rank files a
 
 ``-`` (standard input) and pipes (``<(zcat rank0.json.gz)``, a named FIFO) are read to their end
 into memory, and the format is sniffed from those bytes: a pipe can be read only once. Only
-Kineto JSON can come that way (SQLite needs a file).
+formats that say so (:attr:`.formats.Format.from_pipe`: Kineto JSON) can come that way (SQLite
+needs a file).
 
 Readers are imported lazily, so reading one format never pays for the others.
 """
@@ -24,27 +26,29 @@ from typing import Any, TypeVar
 from ..core._collector import resume
 from ..core.errors import TraceFormatError
 from ..core.model import Timeline
-from ._bytes import STDIN, file_error, is_stream, label, read_stream, sniff_bytes
+from . import formats
+from ._bytes import STDIN, file_error, is_stream, label, read_stream
 
 F = TypeVar("F", bound=Any)
 
-__all__ = ["read_trace", "sniff_format", "SUPPORTED", "STDIN"]
+__all__ = ["read_trace", "sniff_format", "SUPPORTED", "STDIN", "STREAM"]
 
 #: What to tell a user whose file we cannot read.
-SUPPORTED = (
-    "PyTorch profiler / Kineto Chrome-trace JSON (.json, .json.gz), "
-    "Nsight Systems SQLite export (.sqlite) or report (.nsys-rep)"
-)
+SUPPORTED = formats.supported()
+#: What :func:`sniff_format` answers for standard input and pipes (not a format: their bytes are
+#: sniffed once read).
+STREAM = "stream"
 
 
 def sniff_format(path: str | Path) -> str:
-    """``"kineto"``, ``"nsys-sqlite"`` or ``"nsys-rep"`` from the file's first bytes (and name);
-    ``"stream"`` for ``-`` and pipes, which are not opened here (reading would consume them).
+    """The name of the file's format (:data:`.formats.FORMATS`: ``"kineto"``, ``"nsys-sqlite"``,
+    ``"nsys-rep"``) from its first bytes (and name); :data:`STREAM` for ``-`` and pipes, which
+    are not opened here (reading would consume them).
 
     Raises :class:`TraceFormatError` for a missing, empty, unreadable or unrecognised file.
     """
     if is_stream(path):
-        return "stream"
+        return STREAM
     p = Path(path)
     if p.is_dir():
         raise file_error(p, "directory")
@@ -52,17 +56,17 @@ def sniff_format(path: str | Path) -> str:
         raise file_error(p, "device")
     try:
         with open(p, "rb") as f:
-            head = f.read(64)
+            head = f.read(formats.SNIFF_BYTES)
     except FileNotFoundError:
         raise file_error(p, "missing") from None
     except OSError as exc:
         raise TraceFormatError(p, f"cannot read the file: {exc.strerror or exc}") from None
     if not head:
         raise file_error(p, "empty")
-    fmt = sniff_bytes(head, p.name)
+    fmt = formats.sniff_bytes(head, p.name)
     if fmt is None:
         raise TraceFormatError(p, "unrecognised file format", f"supported: {SUPPORTED}")
-    return fmt
+    return fmt.name
 
 
 def read_trace(
@@ -72,39 +76,26 @@ def read_trace(
 ) -> Timeline:
     """Read one trace of any supported format into a :class:`Timeline` (format sniffed).
 
-    ``path`` may be ``-`` for standard input, or a pipe. ``keep_range``: a Nsight Systems export
-    keeps only the NVTX ranges whose name it accepts (see :func:`.nsys.read_nsys`). ``process``:
-    only that process of a Nsight Systems SQLite export (:func:`.nsys.nsys_processes`)."""
+    ``path`` may be ``-`` for standard input, or a pipe. ``keep_range``: a reader that can
+    (:attr:`.formats.Format.filters_ranges`: Nsight Systems) keeps only the host ranges whose
+    name it accepts (see :func:`.nsys.read_nsys`). ``process``: only that process of a file that
+    is cut into processes (:attr:`.formats.Format.processes`: a Nsight Systems SQLite export)."""
     resume()  # the command's modules are loaded (traceoverlap.core._collector)
-    fmt = sniff_format(path)
-    if fmt == "stream":
-        data = read_stream(path)
-        fmt = sniff_bytes(bytes(data[:64])) or "unknown"
-        if fmt == "kineto":
-            from .kineto import read_kineto
-
-            return read_kineto(path, data)
-        shown = label(path)
-        if fmt == "nsys-sqlite":  # sniffed without a name: never "nsys-rep"
-            raise TraceFormatError(
-                shown,
-                "an Nsight Systems export cannot be read from a pipe or standard input",
-                "save it to a file and pass the file",
-            )
+    name = sniff_format(path)
+    if name != STREAM:
+        return formats.format_named(name).read(path, keep_range, process)
+    data = read_stream(path)
+    fmt = formats.sniff_bytes(bytes(data[: formats.SNIFF_BYTES]))  # no name: a pipe has none
+    shown = label(path)
+    if fmt is None:
         raise TraceFormatError(shown, "unrecognised data format", f"supported: {SUPPORTED}")
-    if fmt == "kineto":
-        from .kineto import read_kineto
-
-        return read_kineto(path)
-    if fmt == "nsys-sqlite":
-        from .nsys import read_nsys
-
-        if process is not None:
-            return read_nsys(path, keep_range, process)
-        return read_nsys(path) if keep_range is None else read_nsys(path, keep_range)
-    from .nsys import read_nsys_rep
-
-    return read_nsys_rep(path) if keep_range is None else read_nsys_rep(path, keep_range)
+    if not fmt.from_pipe:
+        raise TraceFormatError(
+            shown,
+            f"{fmt.noun} cannot be read from a pipe or standard input",
+            "save it to a file and pass the file",
+        )
+    return fmt.read(path, data=data)
 
 
 def _safe_reader(read: F) -> F:

@@ -44,7 +44,8 @@ __all__ = [
     "gunzip_pieces",
     "prepare",
     "is_plain_utf8",
-    "sniff_bytes",
+    "starts_json",
+    "is_blank",
 ]
 
 #: What a trace's bytes live in: a private memory map (plain files) or a bytearray.
@@ -68,7 +69,6 @@ GZIP_RATIO_FROM_BYTES = 256 << 20
 GZIP_MAX_BYTES = 64 << 30
 
 _GZIP_MAGIC = b"\x1f\x8b"
-_SQLITE_MAGIC = b"SQLite format 3\x00"
 _UTF8_BOM = b"\xef\xbb\xbf"
 # Longest first: the UTF-32 LE mark begins with the UTF-16 LE one.
 _BOMS = (
@@ -157,29 +157,30 @@ def is_plain_utf8(head: bytes) -> bool:
     return _unicode_encoding(head[:4]) is None and not head.startswith(_UTF8_BOM)
 
 
-def sniff_bytes(head: bytes, name: str = "") -> str | None:
-    """``"kineto"``, ``"nsys-sqlite"`` or ``"nsys-rep"`` from a file's first bytes (and its name
-    for ``.nsys-rep``, a binary format); None when nothing matches."""
-    if head.startswith(_SQLITE_MAGIC):
-        return "nsys-sqlite"
+def _without_utf8_boms(head: bytes) -> bytes:
+    while head.startswith(_UTF8_BOM):  # an editor may have added a second one
+        head = head[len(_UTF8_BOM) :]
+    return head
+
+
+def starts_json(head: bytes) -> bool:
+    """Whether a file's first bytes start gzip (the JSON reader inflates it) or a JSON text:
+    ``{`` / ``[`` after whitespace, in UTF-8 (byte order marks allowed), UTF-16 or UTF-32."""
     if head.startswith(_GZIP_MAGIC):
-        return "kineto"
+        return True
     enc = _unicode_encoding(head)
     if enc is not None:
         # Decode what we have of it (an odd trailing byte is dropped) and look at the text.
         chars = head[: len(head) - len(head) % 4].decode(enc, errors="ignore").lstrip("\ufeff")
         if chars.lstrip()[:1] in ("{", "["):
-            return "kineto"
-    text = head
-    while text.startswith(_UTF8_BOM):
-        text = text[len(_UTF8_BOM) :]
-    if text.lstrip(_WS)[:1] in (b"{", b"["):
-        return "kineto"
-    if name.endswith(".nsys-rep") or name.endswith(".qdrep"):
-        return "nsys-rep"
-    if not text.strip(_WS):
-        return "kineto"  # whitespace only so far: let the JSON reader judge the rest
-    return None
+            return True
+    return _without_utf8_boms(head).lstrip(_WS)[:1] in (b"{", b"[")
+
+
+def is_blank(head: bytes) -> bool:
+    """Whether a file's first bytes are whitespace only (after UTF-8 byte order marks): nothing
+    says yet what the file is."""
+    return not _without_utf8_boms(head).strip(_WS)
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,8 +1,9 @@
 """Inputs of an analysis: which files to read, and running the per-rank map over them.
 
-Files: each file as given; a folder's trace files (sorted, not recursive; ``x.nsys-rep`` next to
-its own export ``x.sqlite`` is read once). Files in a folder that are not traces (a stray
-``config.json``, this tool's own ``-o result.json``) are skipped with a note.
+Files: each file as given; a folder's trace files (sorted, not recursive: the names end with a
+suffix of :data:`.formats.FORMATS`; ``x.nsys-rep`` next to its own export ``x.sqlite`` is read
+once). Files in a folder that are not traces (a stray ``config.json``, this tool's own ``-o
+result.json``) are skipped with a note.
 
 Running the map (:func:`traceoverlap.rank.unit.map_file`) over the files:
   - in this process (``jobs=1``, the default for small inputs);
@@ -14,8 +15,9 @@ Running the map (:func:`traceoverlap.rank.unit.map_file`) over the files:
     compact per-rank results travel. Needs the ``[dask]`` extra.
 A progress bar goes to stderr on a terminal for inputs over :data:`PROGRESS_MIN_BYTES`.
 
-Units of the map (:func:`map_units`): one per file, except a Nsight Systems export of several GPU
-processes of at least :data:`SPLIT_MIN_BYTES`, which is one unit per process
+Units of the map (:func:`map_units`): one per file, except a file of a format that cuts a large
+file into processes (:attr:`.formats.Format.processes`: a Nsight Systems export of several GPU
+processes, from :data:`.formats.NSYS_SPLIT_MIN_BYTES` on), which is one unit per process
 (:class:`ProcessPart`): each reads only its process's rows, so memory follows the largest process,
 not the file, and the processes of one export run in parallel like rank files.
 """
@@ -29,12 +31,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.errors import TraceFormatError, UsageError
+from . import formats, sniff_format
+from ._bytes import STDIN
 
-#: A Nsight Systems export of several GPU processes is one map unit per process from this size on
-#: (below it, the extra SQL scans of a split cost more than the memory they save).
-SPLIT_MIN_BYTES = 16 * 1024 * 1024
-#: File names a folder's trace files end with.
-TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep")
+#: File names a folder's trace files end with (every format's suffixes).
+TRACE_SUFFIXES = formats.trace_suffixes()
 
 
 def _is_trace_name(p: Path) -> bool:
@@ -42,23 +43,38 @@ def _is_trace_name(p: Path) -> bool:
     return any(name.endswith(s) for s in TRACE_SUFFIXES)
 
 
-def expand_paths(paths: str | Path | Sequence[str | Path]) -> list[Path]:
-    """Files to read: each file as given; each folder's trace files (sorted, not recursive)."""
+@dataclass(frozen=True)
+class Inputs:
+    """The inputs of one analysis, resolved once (:func:`resolve_inputs`) and passed on: the
+    folders are listed, the files checked and the repeats refused a single time."""
+
+    #: the files to read: each file as given, each folder's trace files (sorted)
+    files: tuple[Path, ...]
+    #: every entry of the folders given, as listed (``str``): a file found there rather than
+    #: named by the user is skipped with a note when it is not a trace
+    listed: frozenset[str]
+
+    @property
+    def names(self) -> list[str]:
+        """The files as messages name them."""
+        return [str(f) for f in self.files]
+
+
+def resolve_inputs(paths: str | Path | Sequence[str | Path]) -> Inputs:
+    """The :class:`Inputs` of ``paths``: each file as given; each folder's trace files (sorted,
+    not recursive), listed once."""
     items = [paths] if isinstance(paths, str | Path) else list(paths)
     if not items:
         raise UsageError("no input: give a trace file, several files, or a folder of rank traces")
     out: list[Path] = []
+    listed: set[str] = set()
     for item in items:
         p = Path(item)
         _check_path(p)
         if p.is_dir():
-            found = sorted(q for q in p.iterdir() if q.is_file() and _is_trace_name(q))
-            exported = {q.name[: -len(".sqlite")] for q in found if q.name.endswith(".sqlite")}
-            found = [
-                q
-                for q in found
-                if not (q.name.endswith(".nsys-rep") and q.name[: -len(".nsys-rep")] in exported)
-            ]
+            entries = list(p.iterdir())
+            listed.update(str(q) for q in entries)
+            found = _read_once(sorted(q for q in entries if q.is_file() and _is_trace_name(q)))
             if not found:
                 raise TraceFormatError(
                     p, "folder holds no trace files", f"expected {', '.join(TRACE_SUFFIXES)} files"
@@ -69,7 +85,24 @@ def expand_paths(paths: str | Path | Sequence[str | Path]) -> list[Path]:
         else:
             raise TraceFormatError(p, "no such file or folder", "check the path")
     _refuse_repeats(out)
-    return out
+    return Inputs(tuple(out), frozenset(listed))
+
+
+def expand_paths(paths: str | Path | Sequence[str | Path]) -> list[Path]:
+    """Files to read: each file as given; each folder's trace files (sorted, not recursive)."""
+    return list(resolve_inputs(paths).files)
+
+
+def _read_once(found: list[Path]) -> list[Path]:
+    """A folder's trace files without those whose export is beside them
+    (:attr:`.formats.Format.read_instead`: ``x.nsys-rep`` beside ``x.sqlite``): one is read."""
+    names = {q.name for q in found}
+    instead = [(s, f.read_instead) for f in formats.FORMATS if f.read_instead for s in f.suffixes]
+    return [
+        q
+        for q in found
+        if not any(q.name.endswith(s) and q.name[: -len(s)] + e in names for s, e in instead)
+    ]
 
 
 def _refuse_repeats(files: list[Path]) -> None:
@@ -167,8 +200,8 @@ Unit = str | ProcessPart
 
 
 def map_units(files: Sequence[Path]) -> list[Path | ProcessPart]:
-    """The map's units: each file, or for a Nsight Systems export of at least
-    :data:`SPLIT_MIN_BYTES` with several GPU processes, each of its processes."""
+    """The map's units: each file, or each process of a file that its format cuts into processes
+    (:func:`_split`)."""
     out: list[Path | ProcessPart] = []
     for f in files:
         pids = _split(f)
@@ -184,19 +217,22 @@ def part_of(path: str, pid: int | None) -> Unit:
 
 
 def _split(f: Path) -> list[int]:
-    if str(f) == "-" or not f.name.lower().endswith(".sqlite"):
+    """The processes of ``f`` read one at a time, each a unit of the map: a regular file whose
+    name and content are of a format that cuts files into processes
+    (:attr:`.formats.Format.processes`), of at least its ``split_min_bytes``; else []."""
+    name = f.name.lower()
+    cut = [x for x in formats.FORMATS if x.processes is not None and name.endswith(x.suffixes)]
+    if str(f) == STDIN or not cut:
         return []
     try:
-        if not stat.S_ISREG(f.stat().st_mode) or f.stat().st_size < SPLIT_MIN_BYTES:
-            return []
+        st = f.stat()
     except OSError:
         return []
-    from . import sniff_format
-    from .nsys import nsys_processes
-
+    cut = [x for x in cut if stat.S_ISREG(st.st_mode) and st.st_size >= x.split_min_bytes]
+    if not cut:
+        return []
     try:
-        if sniff_format(f) != "nsys-sqlite":
-            return []
+        found = sniff_format(f)
     except TraceFormatError:
         return []  # the read says what is wrong
-    return nsys_processes(f)
+    return next((x.split(f) for x in cut if x.name == found), [])

@@ -132,11 +132,11 @@ def describe_inputs(analysis: Analysis) -> list[str]:
             bits.append(t.backend)
         if t.device_kind == "gpu":
             name = t.devices[0] if t.devices else ""
-            dev = f"GPU {t.device}" if t.rank in several or t.format == "nsys" else "GPU"
+            dev = f"GPU {t.device}" if t.rank in several or t.multiprocess_capture else "GPU"
             bits.append(f"{dev} {name}".strip())
         else:
             bits.append(t.devices[0] if t.devices else "CPU")
-        if t.pid is not None and t.format == "nsys":
+        if t.pid is not None and t.multiprocess_capture:
             bits.append(f"pid {t.pid}")
         lines.append(f"{t.path}: " + " · ".join(bits))
     return lines

@@ -59,7 +59,7 @@ from ..core.schema import (
 from ..core.vocab import CAUSES, Cause
 from ..rank.metrics import ratio
 from ..rank.unit import FileResult, UnitResult, map_file, map_timeline, require_device_activity
-from ..readers.paths import expand_paths, from_folder, made_by_this_run, map_units
+from ..readers.paths import Inputs, expand_paths, made_by_this_run, map_units, resolve_inputs
 from .bandwidth import add_bandwidth, family_bandwidth
 from .findings import AdviceContext, findings
 from .job import blame_table, empty_blame, top_blame
@@ -103,14 +103,17 @@ def analyze(
     aopts = opts.analysis_options()
     rules = (opts.rules or Rules()).with_comm_patterns(aopts.comm_patterns)
     skipped: list[str] = []
-    names = ["<timeline>"]
-    if not isinstance(source, Timeline):
-        names, source = _lone_stream(source)
+    timeline: Timeline | None
     if isinstance(source, Timeline):
-        mapped = FileResult(names[0], map_timeline(source, aopts, rules, opts.graph))
+        names, timeline = ["<timeline>"], source
+    else:
+        inputs = resolve_inputs(source)  # once: the folders listed, the files checked
+        names, timeline = inputs.names, _lone_stream(inputs)
+    if timeline is not None:
+        mapped = FileResult(names[0], map_timeline(timeline, aopts, rules, opts.graph))
         results = list(_graphs_capped([mapped], opts.graph_max_nodes))
     else:
-        names, results = _map_files(source, aopts, rules, opts, skipped)
+        results = _map_files(inputs, aopts, rules, opts, skipped)
     units = _merge(results)
     if aopts.ranks is not None:
         present = sorted({u.trace.rank for u in units})
@@ -122,7 +125,7 @@ def analyze(
     if aopts.step_regex is not None and units and not any(u.markers_found for u in units):
         raise UsageError(_regex_matched_nothing(units, aopts.step_regex, names))
     result = _reduce(units, aopts, skipped, names)
-    result = replace(result, source=source if isinstance(source, Timeline) else None, rules=rules)
+    result = replace(result, source=timeline, rules=rules)
     return _with_run_graph(result, units)
 
 
@@ -152,35 +155,31 @@ def _with_run_graph(result: Analysis, units: Sequence[UnitResult]) -> Analysis:
     return replace(result, unit_graphs=tuple(graphs), run_graph_nodes=nodes)
 
 
-def _lone_stream(
-    source: PathLike | Sequence[PathLike],
-) -> tuple[list[str], PathLike | Sequence[PathLike] | Timeline]:
+def _lone_stream(inputs: Inputs) -> Timeline | None:
     """A single input that is standard input or a pipe is read here, once, and analysed as a
     Timeline (kept, so that :func:`traceoverlap.run.detail.step_detail` can draw a step of it: a
-    stream cannot be read again); any other input is returned as it is."""
+    stream cannot be read again); None for any other input."""
     from ..readers import read_trace
     from ..readers._bytes import is_stream
 
-    files = expand_paths(source)
-    if len(files) != 1 or not is_stream(files[0]):
-        return ["<timeline>"], source
-    timeline = read_trace(files[0])
-    require_device_activity(timeline, str(files[0]))
-    return [str(files[0])], timeline
+    if len(inputs.files) != 1 or not is_stream(inputs.files[0]):
+        return None
+    timeline = read_trace(inputs.files[0])
+    require_device_activity(timeline, str(inputs.files[0]))
+    return timeline
 
 
 def _map_files(
-    source: PathLike | Sequence[PathLike],
+    inputs: Inputs,
     options: AnalysisOptions,
     rules: Rules,
     opts: AnalyzeOptions,
     skipped: list[str],
-) -> tuple[list[str], list[FileResult]]:
-    """The map over the input files: their names and results; files of a folder that are not
-    traces (or are empty outputs of this very run) are skipped with a note in ``skipped``."""
-    files = expand_paths(source)
-    listed = from_folder(source)
-    work = map_units(files)  # a large multi-process nsys export: one unit per process
+) -> list[FileResult]:
+    """The map over the input files: their results; files of a folder that are not traces (or
+    are empty outputs of this very run) are skipped with a note in ``skipped``."""
+    listed = inputs.listed
+    work = map_units(inputs.files)  # a file its format cuts into processes: one unit each
     task = functools.partial(map_file, options=options, rules=rules, graph=opts.graph)
     results = []
     answers = run_map(work, task, jobs=opts.jobs, scheduler=opts.scheduler)
@@ -196,7 +195,7 @@ def _map_files(
                 continue
             raise TraceFormatError(path, reason, hint)
         results.append(res)
-    return [str(f) for f in files], results
+    return results
 
 
 # --- one run from several files ------------------------------------------------------------------

@@ -157,6 +157,9 @@ class Ranks(Metadata):
                     device=device if device_kind == "gpu" else None,
                     notes=tuple(notes),
                     host=host,
+                    host_comm_seen=False,  # gloo's work is invisible to nsys (see the package)
+                    ranges_filtered=self.keep_range is not None,
+                    multiprocess_capture=True,
                 )
             )
         return tuple(sorted(infos, key=lambda t: t.rank))
