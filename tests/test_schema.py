@@ -65,7 +65,9 @@ def test_docs_table_is_generated_from_the_schema() -> None:
 def test_docs_name_no_undeclared_column(doc: Path) -> None:
     column_like = {n for n in _named(doc) if _COLUMN_LIKE.fullmatch(n)}
     extra = column_like - DECLARED - set(NOT_COLUMNS)
-    assert not extra, f"{doc.name} documents columns traceoverlap/core/schema.py lacks: {sorted(extra)}"
+    assert not extra, (
+        f"{doc.name} documents columns traceoverlap/core/schema.py lacks: {sorted(extra)}"
+    )
 
 
 def test_every_step_metric_is_defined_in_the_docs() -> None:
