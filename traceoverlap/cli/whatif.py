@@ -9,16 +9,31 @@ from ._common import check_outputs, debug_option, handle_errors, write_text
 # --- whatif (issue 22) ----------------------------------------------------------------------
 
 
-@click.command()
+class _ScenarioOption(click.Option):
+    """``--scenario``: its help lists the scenarios registered when it is shown
+    (:mod:`traceoverlap.whatif.registry`, which loads no numpy)."""
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        from ..whatif.registry import option_help
+
+        self.help = option_help()
+        return super().get_help_record(ctx)
+
+
+class _WhatifCommand(click.Command):
+    """``whatif --help`` ends with every registered scenario and its line of help."""
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        from ..whatif.registry import SCENARIOS
+
+        with formatter.section("Scenarios"):
+            formatter.write_dl([(s.spelling, s.help) for s in SCENARIOS.values()])
+        super().format_epilog(ctx, formatter)
+
+
+@click.command(cls=_WhatifCommand)
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
-@click.option(
-    "--scenario",
-    "scenarios",
-    multiple=True,
-    metavar="NAME",
-    help="replay, no-straggler, fix-rank:R, hide:FAMILY, comm-speed:F, no-host-gaps, "
-    "no-overlap-tax (repeatable; default: every one that applies).",
-)
+@click.option("--scenario", "scenarios", cls=_ScenarioOption, multiple=True, metavar="NAME")
 @click.option(
     "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
 )

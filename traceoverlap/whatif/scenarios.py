@@ -1,8 +1,7 @@
 """Counterfactuals (docs/whatif.md §3): change durations or gaps of the run graph, replay, and
 report the run's step time (per step the mean over ranks, then the median over steps).
 
-Scenario names: ``replay``, ``no-straggler``, ``fix-rank:R``, ``hide:FAMILY``, ``comm-speed:F``,
-``no-host-gaps``, ``no-overlap-tax``.
+The scenarios, what they change and when they run: :mod:`traceoverlap.whatif.registry`.
 """
 
 from __future__ import annotations
@@ -16,19 +15,17 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from ..core.errors import TraceFormatError, UsageError
+from ..core.errors import TraceFormatError
 from ..core.model import Kind, Timeline
-from ..core.vocab import SHARED_CPU_MARK, Family
+from ..core.vocab import SHARED_CPU_MARK
 from ..rank.graph import UnitGraph
 from ..run.onerun import one_run
+from . import registry
 from .graph import RunGraph, join_graphs
-from .replay import NEG, Params, Schedule, StepTimes, observed_params, replay, step_times
+from .replay import Params, Schedule, StepTimes, observed_params, replay, step_times
+from .transforms import no_tax
 
 I64 = npt.NDArray[np.int64]
-SCENARIO_RE = re.compile(
-    r"^(replay|no-straggler|no-host-gaps|no-overlap-tax|fix-rank:\d+|hide:\S+|"
-    r"comm-speed:\d+(\.\d+)?)$"
-)
 #: Said where a scenario runs compute beside communication that the trace did not (whatif.md
 #: §5): at least this share of the run's time (every rank's steps) more than the trace.
 CONTENTION_MIN_RATIO = 0.01
@@ -245,112 +242,11 @@ def _median(x: npt.NDArray[np.float64]) -> float | None:
     return float(np.median(x)) if x.size else None
 
 
-def _peer_median(g: RunGraph, values: I64, peers: npt.NDArray[np.bool_]) -> I64:
-    """Per node: the median of ``values`` over the ``peers`` nodes at the same position
-    (its own value where no peer has that position)."""
-    df = pd.DataFrame({"pos": g.pos[peers], "v": values[peers]})
-    med = df.groupby("pos")["v"].median()
-    out = pd.Series(g.pos).map(med).to_numpy(dtype=np.float64)
-    return np.where(np.isnan(out), values, np.round(out)).astype(np.int64)
-
-
-def _like_peers(g: RunGraph, p: Params, target: npt.NDArray[np.bool_], peers_of: str) -> Params:
-    """Durations and host gaps of the ``target`` nodes replaced by the median of their peers
-    (``all`` ranks, or the ``others``) at the same position. Matched collectives keep theirs:
-    their waiting comes out of the replay."""
-    change = target & (g.inst < 0)
-    if peers_of == "all":
-        peers = np.ones(g.pos.size, dtype=bool)
-    else:
-        peers = ~target
-    dur = np.where(change, _peer_median(g, p.dur_ns, peers), p.dur_ns)
-    slack = np.where(target, _peer_median(g, p.slack_ns, peers), p.slack_ns)
-    return Params(
-        dur.astype(np.int64), slack.astype(np.int64), p.post_ns, _floors(g, p, target, peers)
-    )
-
-
-def _floors(
-    g: RunGraph, p: Params, target: npt.NDArray[np.bool_], peers: npt.NDArray[np.bool_]
-) -> I64:
-    """The observed starts of the ``target`` lanes' first nodes (their gap from the run's first
-    start, which the trace began with: a rank still late from before the capture) replaced by
-    the median of the ``peers`` at the same position, where a peer has one and it is earlier."""
-    own = p.floor_ns > NEG
-    if not (target & own).any():
-        return p.floor_ns
-    t0 = int(g.start_ns.min())
-    rel = np.where(own, p.floor_ns - t0, 0).astype(np.int64)
-    with_floor = peers & own
-    med = _peer_median(g, rel, with_floor)
-    has_peer = np.zeros(g.pos.size, dtype=bool)
-    if with_floor.any():
-        has_peer = np.isin(g.pos, g.pos[with_floor])
-    change = target & own & has_peer
-    # only ever earlier: a unit's first step is measured from its first start, so a later start
-    # would read as a shorter step (a rank that began early is not what the scenario fixes)
-    return np.where(change, np.minimum(t0 + med, p.floor_ns), p.floor_ns).astype(np.int64)
-
-
-def _comm_scaled(g: RunGraph, p: Params, which: npt.NDArray[np.bool_], factor: float) -> Params:
-    """The transfer part of the ``which`` communication nodes divided by ``factor`` (inf: 0)."""
-    comm = which & (g.kind == Kind.COMM)
-    dur = np.where(comm, (p.dur_ns / factor).astype(np.int64), p.dur_ns)
-    post = np.where(comm & (g.inst >= 0), (p.post_ns / factor).astype(np.int64), p.post_ns)
-    return Params(dur.astype(np.int64), p.slack_ns, post.astype(np.int64), p.floor_ns)
-
-
 def scenario_params(g: RunGraph, p: Params, name: str, tax: I64 | None = None) -> Params:
-    """The parameters of one named scenario."""
-    if name == "replay":
-        return p
-    if name == "no-straggler":
-        return _like_peers(g, p, np.ones(g.pos.size, dtype=bool), "all")
-    if name.startswith("fix-rank:"):
-        r = int(name.split(":", 1)[1])
-        return _like_peers(g, p, g.unit_rank[g.unit] == r, "others")
-    if name.startswith("hide:"):
-        fam = name.split(":", 1)[1]
-        codes = [i for i, f in enumerate(g.families) if f.lower() == fam.lower()]
-        which = np.isin(g.family, codes) if codes else np.zeros(g.pos.size, dtype=bool)
-        return _comm_scaled(g, p, which, float("inf"))
-    if name.startswith("comm-speed:"):
-        f = float(name.split(":", 1)[1])
-        if f <= 0:
-            raise UsageError(f"scenario {name}: the factor must be > 0")
-        return _comm_scaled(g, p, np.ones(g.pos.size, dtype=bool), f)
-    if name == "no-host-gaps":
-        host = g.lane_host[g.lane] & ~g.lane_comm[g.lane]
-        return Params(
-            p.dur_ns, np.where(host, 0, p.slack_ns).astype(np.int64), p.post_ns, p.floor_ns
-        )
-    if name == "no-overlap-tax":
-        t = tax if tax is not None else np.zeros(g.pos.size, dtype=np.int64)
-        return Params((p.dur_ns - t).astype(np.int64), p.slack_ns, p.post_ns, p.floor_ns)
-    raise UsageError(
-        f"unknown scenario {name!r}: use replay, no-straggler, fix-rank:R, hide:FAMILY, "
-        "comm-speed:F, no-host-gaps or no-overlap-tax"
-    )
-
-
-def _changed(g: RunGraph, name: str) -> tuple[str, tuple[int, ...], tuple[str, ...]]:
-    ranks = tuple(int(r) for r in np.unique(g.unit_rank))
-    fams = tuple(f for f in g.families if f)
-    if name == "replay":
-        return "nothing (identity)", (), ()
-    if name == "no-straggler":
-        return "every rank runs like the median rank at each position", ranks, ()
-    if name.startswith("fix-rank:"):
-        r = int(name.split(":", 1)[1])
-        return f"rank {r} runs like the median of its peers", (r,), ()
-    if name.startswith("hide:"):
-        fam = name.split(":", 1)[1]
-        return f"{fam} transfers delay nothing", ranks, (fam,)
-    if name.startswith("comm-speed:"):
-        return f"every transfer {name.split(':', 1)[1]}x faster", ranks, fams
-    if name == "no-host-gaps":
-        return "host gaps between launches / ops set to 0", ranks, ()
-    return "compute beside communication at its uncontended speed", ranks, fams
+    """The parameters of one named scenario (:mod:`traceoverlap.whatif.registry`); ``tax``: the
+    overlap tax per node (``no-overlap-tax``; default none)."""
+    s, arg = registry.check(g, name)
+    return s.apply(g, p, arg, tax if tax is not None else no_tax(g))
 
 
 def _run(g: RunGraph, p: Params) -> tuple[StepTimes, Schedule]:
@@ -359,14 +255,9 @@ def _run(g: RunGraph, p: Params) -> tuple[StepTimes, Schedule]:
 
 
 def default_scenarios(g: RunGraph) -> list[str]:
-    """Every scenario that applies to the run: replay, no-straggler (2+ ranks), one hide per
-    family, comm-speed:2, no-host-gaps, no-overlap-tax."""
-    names = ["replay"]
-    if np.unique(g.unit_rank).size >= 2:
-        names.append("no-straggler")
-    names += [f"hide:{f}" for f in g.families if f and f != Family.OTHER]
-    names += ["comm-speed:2", "no-host-gaps", "no-overlap-tax"]
-    return names
+    """Every scenario that applies to the run (each registry entry's ``defaults``): replay,
+    no-straggler (2+ ranks), one hide per family, comm-speed:2, no-host-gaps, no-overlap-tax."""
+    return registry.default_names(g)
 
 
 def _result(
@@ -375,7 +266,8 @@ def _result(
     st, sched = run
     step = _median(st.run_replayed_ns)
     speedup = base / step if base is not None and step else None
-    changed, ranks, colls = _changed(g, name)
+    scenario, arg = registry.parse(name)
+    changed, ranks, colls = scenario.changed(g, arg)
     per = tuple(None if not np.isfinite(v) else float(v) for v in st.run_replayed_ns)
     more, note = contention(g, sched, beside)
     note = "; ".join(n for n in (note, shared_cpu_note(g, speedup)) if n)
@@ -491,20 +383,6 @@ def transfer_spread_note(g: RunGraph, p: Params, step_ns: float | None) -> str:
     )
 
 
-def _check_targets(g: RunGraph, names: Sequence[str]) -> None:
-    """fix-rank names a rank of the run, hide a collective family it has."""
-    ranks = sorted(int(r) for r in np.unique(g.unit_rank))
-    fams = [f for f in g.families if f]
-    for n in names:
-        if n.startswith("fix-rank:") and int(n.split(":", 1)[1]) not in ranks:
-            raise UsageError(f"scenario {n}: no such rank in the input (ranks: {ranks})")
-        if n.startswith("hide:") and n.split(":", 1)[1].lower() not in [f.lower() for f in fams]:
-            raise UsageError(
-                f"scenario {n}: no such collective family in the run "
-                f"(families: {', '.join(fams) or 'none'})"
-            )
-
-
 def _unmeasured_note(
     unmeasured_ns: int,
     overlap_ns: int,
@@ -550,13 +428,10 @@ def what_if(g: RunGraph, scenarios: Iterable[str] | None = None) -> WhatIf:
     from .tax import tax_table
 
     names = list(scenarios) if scenarios else default_scenarios(g)
+    for n in names:  # every name known before any is checked against the run
+        registry.parse(n)
     for n in names:
-        if not SCENARIO_RE.match(n):
-            raise UsageError(
-                f"unknown scenario {n!r}: use replay, no-straggler, fix-rank:R, hide:FAMILY, "
-                "comm-speed:F, no-host-gaps or no-overlap-tax"
-            )
-    _check_targets(g, names)
+        registry.check(g, n)
     p = observed_params(g)
     ident, s = _run(g, p)
     obs = ident.run_observed_ns
