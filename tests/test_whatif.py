@@ -579,7 +579,7 @@ def test_cli_text_and_bad_input(tmp_path: Path) -> None:
 def test_analyze_what_to_try_from_the_same_read(monkeypatch: pytest.MonkeyPatch) -> None:
     # "What to try" carries the top counterfactuals, from graphs built in the map (also when
     # the map runs in worker processes); a graph over the node limit is left out, saying so
-    import traceoverlap.cli._common as cli
+    import traceoverlap.whatif.advice as advice
 
     run = str(FIXTURES / "naive4_slow")
     res = CliRunner().invoke(main, ["analyze", run, "--format", "markdown"])
@@ -589,12 +589,37 @@ def test_analyze_what_to_try_from_the_same_read(monkeypatch: pytest.MonkeyPatch)
     assert res.exit_code == 0 and f"what-if no-straggler: step {ns / MS:.2f} ms" in res.output
     par = CliRunner().invoke(main, ["analyze", run, "--format", "markdown", "-j", "2"])
     assert par.exit_code == 0 and par.output == res.output
-    monkeypatch.setattr(cli, "WHATIF_MAX_NODES", 10)
+    monkeypatch.setattr(advice, "MAX_NODES", 10)
     small = CliRunner().invoke(main, ["analyze", run, "--format", "markdown"])
     n = load_graph(run).start_ns.size
     assert small.exit_code == 0 and f"what-if left out: the run graph has {n:,} activities" in (
         small.output
     )
+
+
+def test_advise_gives_a_python_user_what_to_try() -> None:
+    # the library gives "What to try"'s what-if as data (traceoverlap.whatif.advise), and the
+    # reporters word it: the Markdown of the library call is the command's
+    from traceoverlap import AnalyzeOptions, analyze
+    from traceoverlap.reporters import markdown
+    from traceoverlap.whatif import Advice, advise
+
+    run = FIXTURES / "naive4_slow"
+    a = analyze(run, AnalyzeOptions(graph=True))
+    got = advise(a)
+    names = [r.name for r in got.scenarios]
+    speedups = [r.speedup or 0 for r in got.scenarios]
+    assert 0 < len(names) <= 3 and len(set(names)) == len(names) and "replay" not in names
+    assert speedups == sorted(speedups, reverse=True) and min(speedups) > 1.01
+    assert not got.left_out and got.nodes == a.run_graph_nodes > 0
+    res = CliRunner().invoke(main, ["analyze", str(run), "--format", "markdown"])
+    assert res.exit_code == 0 and markdown.render(a, got) == res.output
+    # past the node limit: left out, with the count, nothing replayed
+    big = advise(a, max_nodes=10)
+    assert big.left_out and big.scenarios == () and big.nodes == a.run_graph_nodes
+    assert "what-if left out" in markdown.render(a, big)
+    # an analysis made without its graph has nothing to add
+    assert advise(analyze(run)) == Advice()
 
 
 def _run_step_ms(folder: str) -> float:

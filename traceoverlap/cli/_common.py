@@ -145,8 +145,11 @@ def analysis_options(func: F) -> F:
     return func
 
 
-def run_analysis(paths: tuple[str, ...], graph: bool = False, **opts: Any) -> Any:
-    """Build the library call from CLI options (config file first, explicit options win)."""
+def run_analysis(
+    paths: tuple[str, ...], graph: bool = False, graph_max_nodes: int | None = None, **opts: Any
+) -> Any:
+    """Build the library call from CLI options (config file first, explicit options win);
+    ``graph``: with the run graph for the what-if, left out past ``graph_max_nodes``."""
     from ..core.options import AnalyzeOptions, Thresholds, load_config
     from ..run.analysis import analyze
 
@@ -162,7 +165,7 @@ def run_analysis(paths: tuple[str, ...], graph: bool = False, **opts: Any) -> An
         jobs=opts.get("jobs"),
         scheduler=opts.get("scheduler"),
         graph=graph,
-        graph_max_nodes=WHATIF_MAX_NODES if graph else None,
+        graph_max_nodes=graph_max_nodes,
     )
     return analyze(list(paths), options)
 
@@ -222,37 +225,6 @@ def _terminal() -> tuple[bool, int]:
 
     tty = sys.stdout.isatty()
     return tty, shutil.get_terminal_size((80, 24)).columns if tty else 80
-
-
-def with_what_if(result: Any) -> Any:
-    """The analysis with its top counterfactuals (docs/whatif.md §3) for "What to try", replayed
-    on the run graph the analysis built in the same read; left out, with a line saying so, when
-    the graph has more than :data:`WHATIF_MAX_NODES` nodes."""
-    import dataclasses
-
-    from ..reporters.whatif_report import top_lines
-    from ..whatif.graph import run_graph
-    from ..whatif.scenarios import what_if
-
-    g = run_graph(result)
-    lines: tuple[str, ...] = ()
-    if result.run_graph_nodes > WHATIF_MAX_NODES:
-        lines = (
-            f"what-if left out: the run graph has {result.run_graph_nodes:,} activities (more "
-            f"than {WHATIF_MAX_NODES:,}: its replays would take minutes); run traceoverlap whatif",
-        )
-    elif g is not None:
-        try:
-            lines = tuple(top_lines(what_if(g)))
-        except TraceoverlapError:
-            lines = ()
-    return dataclasses.replace(result, what_if=lines, unit_graphs=None)
-
-
-#: analyze replays the run graph for "What to try" up to this many nodes: about 15 replays (the
-#: scenarios and a fix-rank row per rank that matters) at ~4 µs per node each
-#: (benchmarks/bench_replay.py: 86 s for 20.5 M nodes on 2 cores): about a minute at the limit.
-WHATIF_MAX_NODES = 1_000_000
 
 
 def _echo_analysis(result: Any) -> None:

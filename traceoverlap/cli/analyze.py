@@ -13,7 +13,6 @@ from ._common import (
     handle_errors,
     html_report,
     run_analysis,
-    with_what_if,
     write_text,
 )
 
@@ -81,10 +80,17 @@ def analyze(
 
     conditions = parse_conditions(fail_if)  # validate before the (possibly long) analysis
     check_outputs([output, html_path], paths, opts)
-    what = fmt in ("table", "markdown")
-    result = run_analysis(paths, graph=what, **opts)
-    if what:
-        result = with_what_if(result)
+    advice = None
+    if fmt in ("table", "markdown"):  # "What to try" adds what the what-if would buy
+        import dataclasses
+
+        from ..whatif.advice import MAX_NODES, advise
+
+        result = run_analysis(paths, graph=True, graph_max_nodes=MAX_NODES, **opts)
+        advice = advise(result)
+        result = dataclasses.replace(result, unit_graphs=None)  # their memory, for the outputs
+    else:
+        result = run_analysis(paths, **opts)
     if fmt == "json":
         from ..reporters.json_report import render as render_json
 
@@ -96,12 +102,12 @@ def analyze(
     elif fmt == "markdown":
         from ..reporters.markdown import render as render_md
 
-        text = render_md(result)
+        text = render_md(result, advice)
     else:
         from ..reporters.text import render as render_text
 
         tty, width = _terminal()
-        text = render_text(result, color=tty and output is None, width=width)
+        text = render_text(result, color=tty and output is None, width=width, advice=advice)
     write_text(text, output)
     if html_path:
         write_text(html_report(result, jobs=opts.get("jobs")), html_path)
