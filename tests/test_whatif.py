@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -574,6 +575,60 @@ def test_cli_text_and_bad_input(tmp_path: Path) -> None:
         assert r.exit_code == 2 and says in r.output and "Traceback" not in r.output
     missing = CliRunner().invoke(main, ["whatif", str(tmp_path / "nope.json")])
     assert missing.exit_code != 0 and "Traceback" not in missing.output
+
+
+def test_whatif_takes_the_analysis_options(tmp_path: Path) -> None:
+    # whatif reads its input as analyze does, with the same option stack (its graph is
+    # analyze's): an extra communication pattern reaches the run graph (ddp's optimizer ops
+    # become communication, family Other), from the command line or a config file
+    run = str(FIXTURES / "ddp")
+
+    def doc(*args: str) -> Any:
+        res = CliRunner().invoke(main, ["whatif", run, "--format", "json", *args])
+        assert res.exit_code == 0, res.output
+        return json.loads(res.output)
+
+    def collectives(d: Any) -> list[str]:
+        (speed,) = [s for s in d["scenarios"] if s["name"] == "comm-speed:2"]
+        return list(speed["collectives"])
+
+    plain = doc()
+    assert collectives(plain) == ["AllReduce"]
+    extra = doc("--comm-pattern", "optimizer")
+    assert collectives(extra) == ["AllReduce", "Other"]
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[classify]\ncomm_patterns = ["optimizer"]\n')
+    assert doc("--config", str(cfg)) == extra
+    # --steps: the graph holds only those steps
+    steps = doc("--steps", "3-4")["replay"]["steps"]
+    assert [s["step"] for s in steps] == ["3", "4"]
+    # --rank is checked, and the replay keeps every rank; the verdicts' threshold is not read
+    assert doc("--rank", "1") == plain == doc("--lost-threshold", "0.5")
+    bad = CliRunner().invoke(main, ["whatif", run, "--rank", "9"])
+    assert bad.exit_code == 2 and "ranks [9]: not in the input" in bad.output
+
+
+def test_the_documented_python_names() -> None:
+    # docs/whatif.md: traceoverlap.whatif.what_if(traceoverlap.whatif.load_graph(paths), [...]);
+    # load_graph takes analyze's options
+    import traceoverlap.whatif as whatif
+    from traceoverlap import AnalyzeOptions
+
+    w = whatif.what_if(whatif.load_graph(FIXTURES / "ddp"), ["replay"])
+    assert [r.name for r in w.scenarios] == ["replay"]
+    g = whatif.load_graph(FIXTURES / "ddp", options=AnalyzeOptions(comm_patterns=["optimizer"]))
+    assert "Other" in g.families
+    assert all(getattr(whatif, name) is not None for name in whatif.__all__)
+    # an analysis without its graph (or one left out past its limit) says so
+    from traceoverlap import analyze
+    from traceoverlap.core.errors import TraceFormatError, UsageError
+    from traceoverlap.whatif.scenarios import analysis_graph
+
+    with pytest.raises(TraceFormatError, match="no run graph to replay"):
+        analysis_graph(analyze(FIXTURES / "ddp"))
+    capped = analyze(FIXTURES / "ddp", AnalyzeOptions(graph=True, graph_max_nodes=10))
+    with pytest.raises(UsageError, match="activities\\) was left out past graph_max_nodes"):
+        analysis_graph(capped)
 
 
 def test_analyze_what_to_try_from_the_same_read(monkeypatch: pytest.MonkeyPatch) -> None:

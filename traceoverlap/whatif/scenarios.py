@@ -15,13 +15,14 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from ..core.errors import TraceFormatError
+from ..core.errors import TraceFormatError, UsageError
 from ..core.model import Kind, Timeline
+from ..core.options import AnalyzeOptions
 from ..core.vocab import SHARED_CPU_MARK
 from ..rank.graph import UnitGraph
-from ..run.onerun import one_run
+from ..run.results import Analysis
 from . import registry
-from .graph import RunGraph, join_graphs
+from .graph import RunGraph, join_graphs, run_graph
 from .replay import Params, Schedule, StepTimes, observed_params, replay, step_times
 from .transforms import no_tax
 
@@ -154,55 +155,40 @@ def load_graph(
     paths: str | Path | Sequence[str | Path],
     step_regex: str | None = None,
     jobs: int | None = None,
+    options: AnalyzeOptions | None = None,
 ) -> RunGraph:
-    """Read the files and build the run graph: the map per file, or per process of a large
-    export (:func:`traceoverlap.readers.paths.map_units`, as ``analyze``), here or in ``jobs`` local
-    processes (as :func:`traceoverlap.run.parallel.run_map` decides), then the reduce."""
-    import functools
+    """The run graph of the input, read as ``analyze`` reads it (the map per file, or per
+    process of a large export; files that are not traces skipped, ranks joined into one run, the
+    options obeyed): ``analyze(paths, options)`` with every unit's graph, then
+    :func:`analysis_graph`. ``step_regex`` and ``jobs`` set those fields of ``options``."""
+    from ..run.analysis import analyze
 
-    from ..core.options import build_options
-    from ..core.rules import Rules
-    from ..rank.unit import FileResult, map_graph_task
-    from ..readers.paths import expand_paths, from_folder, map_units
-    from ..run.parallel import run_map
-
-    options = build_options(step_regex=step_regex)
-    rules = Rules().with_comm_patterns(options.comm_patterns)
-    files = expand_paths(paths)
-    listed = from_folder(paths)
-    task = functools.partial(map_graph_task, options=options, rules=rules)
-    per_file: list[list[UnitGraph]] = []
-    # the map's units as analyze makes them: a large export of several processes, one a process
-    for res in run_map(map_units(files), task, jobs=jobs):
-        if isinstance(res, FileResult):
-            assert res.error is not None
-            if res.path in listed and res.not_a_trace:
-                continue
-            raise TraceFormatError(*res.error)
-        assert isinstance(res, tuple)
-        per_file.append([u for u in res if isinstance(u, UnitGraph)])
-    # the rules analyze obeys: guessed ranks renumbered, files that cannot be one run refused
-    given = [u for units in per_file for u in units]
-    run = one_run(per_file, _graph_span)
-    return _joined([_renumbered(a, b) for a, b in zip(given, run, strict=True)], str(paths))
+    opts = options or AnalyzeOptions()
+    if step_regex is not None:
+        opts = replace(opts, step_regex=step_regex)
+    if jobs is not None:
+        opts = replace(opts, jobs=jobs)
+    return analysis_graph(analyze(paths, replace(opts, graph=True, graph_max_nodes=None)))
 
 
-def _renumbered(given: UnitGraph, joined: UnitGraph) -> UnitGraph:
-    """A unit whose guessed rank :func:`one_run` changed: its notes say the new rank, and why."""
-    old, new = given.trace.rank, joined.trace.rank
-    if old == new:
-        return joined
-    notes = tuple(
-        f"rank {new}: {n[len(f'rank {old}: ') :]}" if n.startswith(f"rank {old}: ") else n
-        for n in joined.notes
+def analysis_graph(analysis: Analysis) -> RunGraph:
+    """The run graph of an analysis made with ``AnalyzeOptions(graph=True)``
+    (:func:`traceoverlap.whatif.graph.run_graph`); an error saying why where it has none."""
+    g = run_graph(analysis)
+    if g is not None:
+        return g
+    if analysis.run_graph_nodes:
+        raise UsageError(
+            f"the run graph ({analysis.run_graph_nodes:,} activities) was left out past "
+            "graph_max_nodes; analyse without that limit to replay it"
+        )
+    paths = list(dict.fromkeys(t.path for t in analysis.traces)) or ["<timeline>"]
+    where = paths[0] if len(paths) == 1 else f"{len(paths)} inputs ({paths[0]}, ...)"
+    raise TraceFormatError(
+        where,
+        "no run graph to replay (no step found, or the analysis was made without its graph)",
+        "check the step regex; analyse with AnalyzeOptions(graph=True)",
     )
-    return replace(joined, notes=(*notes, f"rank {new}: {joined.trace.notes[-1]}"))
-
-
-def _graph_span(u: UnitGraph) -> tuple[int, int] | None:
-    if not u.labels:
-        return None
-    return int(u.win_start_ns.min()), int(u.win_end_ns.max())
 
 
 def graph_of(timelines: Sequence[Timeline], step_regex: str | None = None) -> RunGraph:
@@ -513,4 +499,12 @@ def what_if(g: RunGraph, scenarios: Iterable[str] | None = None) -> WhatIf:
     )
 
 
-__all__ = ["WhatIf", "ScenarioResult", "load_graph", "what_if", "scenario_params"]
+__all__ = [
+    "WhatIf",
+    "ScenarioResult",
+    "analysis_graph",
+    "graph_of",
+    "load_graph",
+    "what_if",
+    "scenario_params",
+]
