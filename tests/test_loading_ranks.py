@@ -6,9 +6,10 @@ from pathlib import Path
 import pytest
 from test_cli_analyze import write_trace
 
-from traceoverlap import analyze
+from traceoverlap import AnalyzeOptions, analyze
 from traceoverlap.core.errors import UsageError
 from traceoverlap.readers.paths import expand_paths
+from traceoverlap.whatif.graph import run_graph
 from traceoverlap.whatif.scenarios import load_graph
 
 
@@ -53,6 +54,10 @@ def test_whatif_joins_rank_files_by_the_same_rules(tmp_path):
     g = load_graph(tmp_path / "guessed")
     assert g.unit_rank.tolist() == [0, 1]
     assert any(n.startswith("rank 1: no rank recorded in") for n in g.notes)
+    # the graph analyze builds for "What to try" is numbered the same way
+    a = analyze(tmp_path / "guessed", AnalyzeOptions(graph=True))
+    h = run_graph(a)
+    assert h is not None and h.unit_rank.tolist() == [0, 1] and h.notes == g.notes
     # ... and two files that both declare rank 0 are refused, naming both, as analyze does
     write_trace(tmp_path / "clash" / "a.json")
     write_trace(tmp_path / "clash" / "b.json", comm_ms=5)

@@ -121,24 +121,24 @@ def test_a_large_export_is_one_map_unit_per_process_with_the_same_numbers(
 def test_whatif_reads_a_large_export_one_process_at_a_time_too(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # the run graph's map takes the same units as analyze's: split into its three processes,
+    # the run graph is analyze's (its map builds each unit's graph): split into its three processes,
     # the export gives the same graph (ranks 0-2 from the NVTX texts, 2 kernels + 2 launches a
     # step on each: 3 x 2 x 4 nodes) and the same replay (not exact: the export's two launch
     # calls of a step overlap on their thread, 100-2100 and 200-2200 ns, and the replay keeps
     # lane order, 1.9 us later); the ranks are alike, so no-straggler changes nothing
-    import traceoverlap.rank.unit as rankmap
+    import traceoverlap.run.analysis as analysis
 
     path = _three_ranks(tmp_path)
     whole = load_graph(path)
     _split_at_any_size(monkeypatch)
     seen: list[object] = []
-    task = rankmap.map_graph_task
+    task = analysis.map_file
 
     def spy(unit: object, **kw: object) -> object:
         seen.append(unit)
         return task(unit, **kw)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(rankmap, "map_graph_task", spy)
+    monkeypatch.setattr(analysis, "map_file", spy)
     split = load_graph(path)
     assert seen == [ProcessPart(str(path), p) for p in (100, 200, 300)]
     assert whole.unit_rank.tolist() == split.unit_rank.tolist() == [0, 1, 2]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -576,10 +577,64 @@ def test_cli_text_and_bad_input(tmp_path: Path) -> None:
     assert missing.exit_code != 0 and "Traceback" not in missing.output
 
 
+def test_whatif_takes_the_analysis_options(tmp_path: Path) -> None:
+    # whatif reads its input as analyze does, with the same option stack (its graph is
+    # analyze's): an extra communication pattern reaches the run graph (ddp's optimizer ops
+    # become communication, family Other), from the command line or a config file
+    run = str(FIXTURES / "ddp")
+
+    def doc(*args: str) -> Any:
+        res = CliRunner().invoke(main, ["whatif", run, "--format", "json", *args])
+        assert res.exit_code == 0, res.output
+        return json.loads(res.output)
+
+    def collectives(d: Any) -> list[str]:
+        (speed,) = [s for s in d["scenarios"] if s["name"] == "comm-speed:2"]
+        return list(speed["collectives"])
+
+    plain = doc()
+    assert collectives(plain) == ["AllReduce"]
+    extra = doc("--comm-pattern", "optimizer")
+    assert collectives(extra) == ["AllReduce", "Other"]
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[classify]\ncomm_patterns = ["optimizer"]\n')
+    assert doc("--config", str(cfg)) == extra
+    # --steps: the graph holds only those steps
+    steps = doc("--steps", "3-4")["replay"]["steps"]
+    assert [s["step"] for s in steps] == ["3", "4"]
+    # --rank is checked, and the replay keeps every rank; the verdicts' threshold is not read
+    assert doc("--rank", "1") == plain == doc("--lost-threshold", "0.5")
+    bad = CliRunner().invoke(main, ["whatif", run, "--rank", "9"])
+    assert bad.exit_code == 2 and "ranks [9]: not in the input" in bad.output
+
+
+def test_the_documented_python_names() -> None:
+    # docs/whatif.md: traceoverlap.whatif.what_if(traceoverlap.whatif.load_graph(paths), [...]);
+    # load_graph takes analyze's options
+    import traceoverlap.whatif as whatif
+    from traceoverlap import AnalyzeOptions
+
+    w = whatif.what_if(whatif.load_graph(FIXTURES / "ddp"), ["replay"])
+    assert [r.name for r in w.scenarios] == ["replay"]
+    g = whatif.load_graph(FIXTURES / "ddp", options=AnalyzeOptions(comm_patterns=["optimizer"]))
+    assert "Other" in g.families
+    assert all(getattr(whatif, name) is not None for name in whatif.__all__)
+    # an analysis without its graph (or one left out past its limit) says so
+    from traceoverlap import analyze
+    from traceoverlap.core.errors import TraceFormatError, UsageError
+    from traceoverlap.whatif.scenarios import analysis_graph
+
+    with pytest.raises(TraceFormatError, match="no run graph to replay"):
+        analysis_graph(analyze(FIXTURES / "ddp"))
+    capped = analyze(FIXTURES / "ddp", AnalyzeOptions(graph=True, graph_max_nodes=10))
+    with pytest.raises(UsageError, match="activities\\) was left out past graph_max_nodes"):
+        analysis_graph(capped)
+
+
 def test_analyze_what_to_try_from_the_same_read(monkeypatch: pytest.MonkeyPatch) -> None:
     # "What to try" carries the top counterfactuals, from graphs built in the map (also when
     # the map runs in worker processes); a graph over the node limit is left out, saying so
-    import traceoverlap.cli._common as cli
+    import traceoverlap.whatif.advice as advice
 
     run = str(FIXTURES / "naive4_slow")
     res = CliRunner().invoke(main, ["analyze", run, "--format", "markdown"])
@@ -589,12 +644,37 @@ def test_analyze_what_to_try_from_the_same_read(monkeypatch: pytest.MonkeyPatch)
     assert res.exit_code == 0 and f"what-if no-straggler: step {ns / MS:.2f} ms" in res.output
     par = CliRunner().invoke(main, ["analyze", run, "--format", "markdown", "-j", "2"])
     assert par.exit_code == 0 and par.output == res.output
-    monkeypatch.setattr(cli, "WHATIF_MAX_NODES", 10)
+    monkeypatch.setattr(advice, "MAX_NODES", 10)
     small = CliRunner().invoke(main, ["analyze", run, "--format", "markdown"])
     n = load_graph(run).start_ns.size
     assert small.exit_code == 0 and f"what-if left out: the run graph has {n:,} activities" in (
         small.output
     )
+
+
+def test_advise_gives_a_python_user_what_to_try() -> None:
+    # the library gives "What to try"'s what-if as data (traceoverlap.whatif.advise), and the
+    # reporters word it: the Markdown of the library call is the command's
+    from traceoverlap import AnalyzeOptions, analyze
+    from traceoverlap.reporters import markdown
+    from traceoverlap.whatif import Advice, advise
+
+    run = FIXTURES / "naive4_slow"
+    a = analyze(run, AnalyzeOptions(graph=True))
+    got = advise(a)
+    names = [r.name for r in got.scenarios]
+    speedups = [r.speedup or 0 for r in got.scenarios]
+    assert 0 < len(names) <= 3 and len(set(names)) == len(names) and "replay" not in names
+    assert speedups == sorted(speedups, reverse=True) and min(speedups) > 1.01
+    assert not got.left_out and got.nodes == a.run_graph_nodes > 0
+    res = CliRunner().invoke(main, ["analyze", str(run), "--format", "markdown"])
+    assert res.exit_code == 0 and markdown.render(a, got) == res.output
+    # past the node limit: left out, with the count, nothing replayed
+    big = advise(a, max_nodes=10)
+    assert big.left_out and big.scenarios == () and big.nodes == a.run_graph_nodes
+    assert "what-if left out" in markdown.render(a, big)
+    # an analysis made without its graph has nothing to add
+    assert advise(analyze(run)) == Advice()
 
 
 def _run_step_ms(folder: str) -> float:

@@ -80,14 +80,33 @@ debug_option = click.option(
 
 
 def analysis_options(func: F) -> F:
-    """Options every analysing command shares (analyze, report, compare)."""
-    options = [
+    """Options every analysing command shares (analyze, report, export, compare, whatif)."""
+    return analysis_options_with()(func)
+
+
+def analysis_options_with(**helps: str) -> Callable[[F], F]:
+    """:func:`analysis_options` with the help of some options replaced (keyed by parameter
+    name: ``ranks``, ``lost_threshold``...): what they do for this command."""
+
+    def decorate(func: F) -> F:
+        for option in reversed(_analysis_option_list(helps)):
+            func = option(func)
+        return func
+
+    return decorate
+
+
+def _analysis_option_list(helps: dict[str, str]) -> list[Callable[[Any], Any]]:
+    return [
         click.option(
             "--steps",
             "steps",
             metavar="SPEC",
-            help="Only these step numbers: 3-7, 3,5, 1010- (from 1010 on) or -5 "
-            "(ProfilerStep numbers, or ordinals for --step-regex ranges without a number).",
+            help=helps.get(
+                "steps",
+                "Only these step numbers: 3-7, 3,5, 1010- (from 1010 on) or -5 "
+                "(ProfilerStep numbers, or ordinals for --step-regex ranges without a number).",
+            ),
         ),
         click.option(
             "--rank",
@@ -95,58 +114,76 @@ def analysis_options(func: F) -> F:
             type=int,
             multiple=True,
             metavar="R",
-            help="Only this rank (repeatable).",
+            help=helps.get("ranks", "Only this rank (repeatable)."),
         ),
         click.option(
             "--step-regex",
             metavar="REGEX",
-            help=f"Step marker regex (default '{DEFAULT_STEP_REGEX}'); e.g. '^train_step' for "
-            "record_function/NVTX ranges. A regex that matches nothing is an error.",
+            help=helps.get(
+                "step_regex",
+                f"Step marker regex (default '{DEFAULT_STEP_REGEX}'); e.g. '^train_step' for "
+                "record_function/NVTX ranges. A regex that matches nothing is an error.",
+            ),
         ),
         click.option(
             "--comm-pattern",
             "comm_patterns",
             multiple=True,
             metavar="REGEX",
-            help="Extra kernel/op names that count as communication (repeatable), e.g. "
-            "'my_allreduce'. NCCL/RCCL/HCCL, DeepEP, symmetric-memory, vLLM/TRT-LLM custom "
-            "all-reduce, NVSHMEM and MSCCL kernels are known already.",
+            help=helps.get(
+                "comm_patterns",
+                "Extra kernel/op names that count as communication (repeatable), e.g. "
+                "'my_allreduce'. NCCL/RCCL/HCCL, DeepEP, symmetric-memory, vLLM/TRT-LLM custom "
+                "all-reduce, NVSHMEM and MSCCL kernels are known already.",
+            ),
         ),
         click.option(
             "--config",
             type=click.Path(dir_okay=False),
-            help="TOML file with [classify] comm_patterns, [steps] step_regex, [thresholds] "
-            "lost_ratio (README 'Configuration'); options given here win.",
+            help=helps.get(
+                "config",
+                "TOML file with [classify] comm_patterns, [steps] step_regex, [thresholds] "
+                "lost_ratio (README 'Configuration'); options given here win.",
+            ),
         ),
         click.option(
             "--lost-threshold",
             type=click.FloatRange(0, 1),
-            help="A step is compute-bound when the time the device was not computing is below "
-            f"this share of the step (default {LOST_RATIO:.2f}).",
+            help=helps.get(
+                "lost_threshold",
+                "A step is compute-bound when the time the device was not computing is below "
+                f"this share of the step (default {LOST_RATIO:.2f}).",
+            ),
         ),
         click.option(
             "-j",
             "--jobs",
             type=click.IntRange(1, None),
-            help="Analyse rank files in N processes (default: min(files, cores) once the inputs "
-            "pass 16 MB; 1 for small inputs, where process start-up costs more than it saves).",
+            help=helps.get(
+                "jobs",
+                "Analyse rank files in N processes (default: min(files, cores) once the inputs "
+                "pass 16 MB; 1 for small inputs, where process start-up costs more than it saves).",
+            ),
         ),
         click.option(
             "--scheduler",
             metavar="ADDRESS",
-            help="Run the per-rank analysis on Dask: 'local' (a LocalCluster here, --jobs "
-            "workers) or a scheduler address such as tcp://host:8786 (workers read the rank "
-            "files themselves; needs pip install 'traceoverlap[dask]').",
+            help=helps.get(
+                "scheduler",
+                "Run the per-rank analysis on Dask: 'local' (a LocalCluster here, --jobs "
+                "workers) or a scheduler address such as tcp://host:8786 (workers read the rank "
+                "files themselves; needs pip install 'traceoverlap[dask]').",
+            ),
         ),
         debug_option,
     ]
-    for option in reversed(options):
-        func = option(func)
-    return func
 
 
-def run_analysis(paths: tuple[str, ...], graph: bool = False, **opts: Any) -> Any:
-    """Build the library call from CLI options (config file first, explicit options win)."""
+def run_analysis(
+    paths: tuple[str, ...], graph: bool = False, graph_max_nodes: int | None = None, **opts: Any
+) -> Any:
+    """Build the library call from CLI options (config file first, explicit options win);
+    ``graph``: with the run graph for the what-if, left out past ``graph_max_nodes``."""
     from ..core.options import AnalyzeOptions, Thresholds, load_config
     from ..run.analysis import analyze
 
@@ -162,7 +199,7 @@ def run_analysis(paths: tuple[str, ...], graph: bool = False, **opts: Any) -> An
         jobs=opts.get("jobs"),
         scheduler=opts.get("scheduler"),
         graph=graph,
-        graph_max_nodes=WHATIF_MAX_NODES if graph else None,
+        graph_max_nodes=graph_max_nodes,
     )
     return analyze(list(paths), options)
 
@@ -214,37 +251,6 @@ def _terminal() -> tuple[bool, int]:
 
     tty = sys.stdout.isatty()
     return tty, shutil.get_terminal_size((80, 24)).columns if tty else 80
-
-
-def with_what_if(result: Any) -> Any:
-    """The analysis with its top counterfactuals (docs/whatif.md §3) for "What to try", replayed
-    on the run graph the analysis built in the same read; left out, with a line saying so, when
-    the graph has more than :data:`WHATIF_MAX_NODES` nodes."""
-    import dataclasses
-
-    from ..reporters.whatif_report import top_lines
-    from ..whatif.graph import run_graph
-    from ..whatif.scenarios import what_if
-
-    g = run_graph(result)
-    lines: tuple[str, ...] = ()
-    if result.run_graph_nodes > WHATIF_MAX_NODES:
-        lines = (
-            f"what-if left out: the run graph has {result.run_graph_nodes:,} activities (more "
-            f"than {WHATIF_MAX_NODES:,}: its replays would take minutes); run traceoverlap whatif",
-        )
-    elif g is not None:
-        try:
-            lines = tuple(top_lines(what_if(g)))
-        except TraceoverlapError:
-            lines = ()
-    return dataclasses.replace(result, what_if=lines, unit_graphs=None)
-
-
-#: analyze replays the run graph for "What to try" up to this many nodes: about 15 replays (the
-#: scenarios and a fix-rank row per rank that matters) at ~4 µs per node each
-#: (benchmarks/bench_replay.py: 86 s for 20.5 M nodes on 2 cores): about a minute at the limit.
-WHATIF_MAX_NODES = 1_000_000
 
 
 def _echo_analysis(result: Any) -> None:

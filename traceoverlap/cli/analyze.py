@@ -14,7 +14,6 @@ from ._common import (
     handle_errors,
     html_report,
     run_analysis,
-    with_what_if,
     write_text,
 )
 
@@ -85,12 +84,21 @@ def analyze(
     conditions = parse_conditions(fail_if)  # validate before the (possibly long) analysis
     check_outputs([output, html_path], paths, opts)
     form = choose("analysis", fmt, output)
-    what = form.what_to_try
-    result = run_analysis(paths, graph=what, **opts)
-    if what:
-        result = with_what_if(result)
+    advice = None
+    if form.what_to_try:  # "What to try" adds what the what-if would buy
+        import dataclasses
+
+        from ..whatif.advice import MAX_NODES, advise
+
+        result = run_analysis(paths, graph=True, graph_max_nodes=MAX_NODES, **opts)
+        advice = advise(result)
+        result = dataclasses.replace(result, unit_graphs=None)  # their memory, for the outputs
+    else:
+        result = run_analysis(paths, **opts)
     tty, width = _terminal()
-    write_text(form.render(result, color=tty and output is None, width=width), output)
+    write_text(
+        form.render(result, color=tty and output is None, width=width, advice=advice), output
+    )
     if html_path:
         write_text(html_report(result, jobs=opts.get("jobs")), html_path)
         click.echo(f"wrote {html_path}", err=True)

@@ -61,10 +61,13 @@ class Format:
             "Callable[..., Any]", getattr(importlib.import_module(f"{__package__}.{module}"), name)
         )
 
-    def render(self, obj: Any, *, color: bool = False, width: int = 80) -> str:
-        """``obj`` in this format; ``color`` and ``width`` are for a styled (terminal) format."""
-        fn = self.function()
-        return str(fn(obj, color=color, width=width) if self.styled else fn(obj))
+    def render(self, obj: Any, *, color: bool = False, width: int = 80, advice: Any = None) -> str:
+        """``obj`` in this format; ``color`` and ``width`` are for a styled (terminal) format,
+        ``advice`` (:func:`traceoverlap.whatif.advise`) for one that shows "What to try"."""
+        kwargs: dict[str, Any] = {"color": color, "width": width} if self.styled else {}
+        if self.what_to_try:
+            kwargs["advice"] = advice
+        return str(self.function()(obj, **kwargs))
 
 
 #: Every output format, each kind's in ``--format`` order; a suffix names one format per kind.

@@ -23,9 +23,11 @@ from ._format import (
     summary_lines,
 )
 from .across_ranks import render_across_ranks
+from .whatif_report import advice_lines
 
 if TYPE_CHECKING:
     from ..run.results import Analysis
+    from ..whatif.advice import Advice
 
 #: Where the verdicts (and the causes, and the ``other`` part) are explained.
 VERDICTS_DOC = "docs/diagnosis.md"
@@ -64,7 +66,11 @@ def _wrap(line: str, width: int) -> str:
     return textwrap.fill(line, width=width, subsequent_indent=cont, break_on_hyphens=False)
 
 
-def render(analysis: Analysis, *, color: bool = False, width: int = 80) -> str:
+def render(
+    analysis: Analysis, *, color: bool = False, width: int = 80, advice: Advice | None = None
+) -> str:
+    """The table, the summary, "What to try" (the findings, then ``advice``: what the what-if
+    would buy, :func:`traceoverlap.whatif.advise`), the notes and the run across ranks."""
     buf = io.StringIO()
     console = make_console(buf, color=color, width=width)
     wrap = max(width, 80)
@@ -95,11 +101,12 @@ def render(analysis: Analysis, *, color: bool = False, width: int = 80) -> str:
     console.print(f"verdicts: {VERDICTS_DOC}", style="dim")
     console.print()
     say(summary_lines(analysis))
-    if analysis.findings or analysis.what_if:
+    what_if = advice_lines(advice) if advice is not None else []
+    if analysis.findings or what_if:
         console.print()
         console.print("What to try:", style="bold")
         say(["  " + line for line in finding_lines(analysis.findings)])
-        say(["  - " + line for line in analysis.what_if])
+        say(["  - " + line for line in what_if])
     if analysis.notes:
         console.print()
         console.print("Notes:", style="bold")

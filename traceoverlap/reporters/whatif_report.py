@@ -1,5 +1,7 @@
 """``traceoverlap whatif``: the scenarios table, the "fixing rank R buys" table, JSON
-(docs/whatif.md §3). Formats a :class:`traceoverlap.whatif.scenarios.WhatIf`; computes nothing."""
+(docs/whatif.md §3); and the what-if lines of analyze's "What to try". Formats a
+:class:`traceoverlap.whatif.scenarios.WhatIf` or :class:`traceoverlap.whatif.advice.Advice`;
+computes nothing."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from ..core.schema import OVERLAP_TAX, REPLAY, REPLAY_STEPS, SCENARIOS, TAX_RANK
 from ..core.vocab import SHARED_CPU_MARK
 
 if TYPE_CHECKING:
+    from ..whatif.advice import Advice
     from ..whatif.scenarios import ScenarioResult, WhatIf
 
 #: Version of the ``whatif --format json`` document.
@@ -144,29 +147,26 @@ def render_json(w: WhatIf) -> str:
     return json.dumps(to_dict(w), indent=2) + "\n"
 
 
-def top_lines(w: WhatIf, n: int = 3) -> list[str]:
-    """The ``n`` scenarios that buy the most (speedup > 1 %), one line each, for analyze."""
-    best = sorted(
-        (r for r in w.scenarios + w.fix_rank if r.name != "replay" and (r.speedup or 0) > 1.01),
-        key=lambda r: -(r.speedup or 0),
+def advice_lines(a: Advice) -> list[str]:
+    """The what-if lines of analyze's "What to try": one per scenario that buys the most, then
+    the overlap-tax findings; or one saying the what-if was left out."""
+    if a.left_out:
+        return [
+            f"what-if left out: the run graph has {a.nodes:,} activities (more than "
+            f"{a.max_nodes:,}: its replays would take minutes); run traceoverlap whatif"
+        ]
+    return [_top_line(r) for r in a.scenarios] + [f"overlap tax: {f}" for f in a.findings]
+
+
+def _top_line(r: ScenarioResult) -> str:
+    caveat = (
+        f"; {_ms(r.contention_ns)} ms more compute beside communication, its contention left out"
+        if r.contention_ns
+        else ""
     )
-    seen: set[str] = set()
-    out = []
-    for r in best:
-        if r.name in seen:
-            continue
-        seen.add(r.name)
-        caveat = (
-            f"; {_ms(r.contention_ns)} ms more compute beside communication, its contention left out"
-            if r.contention_ns
-            else ""
-        )
-        if SHARED_CPU_MARK in r.note:
-            caveat += "; ranks share CPU cores, contention for them left out"
-        out.append(
-            f"what-if {r.name}: step {_ms(r.step_ns)} ms, {_x(r.speedup)} ({r.changed}{caveat}; "
-            "traceoverlap whatif)"
-        )
-        if len(out) == n:
-            break
-    return out + [f"overlap tax: {f}" for f in w.findings]
+    if SHARED_CPU_MARK in r.note:
+        caveat += "; ranks share CPU cores, contention for them left out"
+    return (
+        f"what-if {r.name}: step {_ms(r.step_ns)} ms, {_x(r.speedup)} ({r.changed}{caveat}; "
+        "traceoverlap whatif)"
+    )

@@ -57,6 +57,7 @@ from ..core.schema import (
     WAITED_FOR_RANK,
 )
 from ..core.vocab import CAUSES, Cause
+from ..rank.graph import UnitGraph
 from ..rank.metrics import ratio
 from ..rank.unit import FileResult, UnitResult, map_file, map_timeline, require_device_activity
 from ..readers.paths import Inputs, expand_paths, made_by_this_run, map_units, resolve_inputs
@@ -149,10 +150,23 @@ def _with_run_graph(result: Analysis, units: Sequence[UnitResult]) -> Analysis:
     nodes = sum(u.graph_nodes for u in units)
     if any(u.graph is None and u.graph_nodes for u in units):
         return replace(result, run_graph_nodes=nodes)
-    graphs = [u.graph for u in units if u.graph is not None]
+    graphs = [_as_numbered(u.graph, u.trace) for u in units if u.graph is not None]
     if not any(g.labels for g in graphs):
         return result
     return replace(result, unit_graphs=tuple(graphs), run_graph_nodes=nodes)
+
+
+def _as_numbered(graph: UnitGraph, trace: TraceInfo) -> UnitGraph:
+    """A unit's graph under the rank :func:`one_run` gave the unit (``trace``): where a guessed
+    rank was renumbered, the graph's notes say the new rank, and why."""
+    old, new = graph.trace.rank, trace.rank
+    if old == new:
+        return graph
+    notes = tuple(
+        f"rank {new}: {n[len(f'rank {old}: ') :]}" if n.startswith(f"rank {old}: ") else n
+        for n in graph.notes
+    )
+    return replace(graph, trace=trace, notes=(*notes, f"rank {new}: {trace.notes[-1]}"))
 
 
 def _lone_stream(inputs: Inputs) -> Timeline | None:

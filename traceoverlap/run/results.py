@@ -129,8 +129,6 @@ class Analysis:
     unassigned: Mapping[str, int] = field(default_factory=dict)
     windows: pd.DataFrame | None = None
     exposed_spans: Mapping[str, tuple[I64, I64, I64]] | None = None
-    #: what the top counterfactuals would buy (docs/whatif.md §3), one line each; set by the CLI
-    what_if: tuple[str, ...] = ()
     source: Timeline | None = field(default=None, repr=False, compare=False)
     rules: Rules | None = field(default=None, repr=False, compare=False)
     #: every unit's run graph (docs/whatif.md §1) built in the same read, when analyze was asked

@@ -1,8 +1,7 @@
 """Counterfactuals (docs/whatif.md §3): change durations or gaps of the run graph, replay, and
 report the run's step time (per step the mean over ranks, then the median over steps).
 
-Scenario names: ``replay``, ``no-straggler``, ``fix-rank:R``, ``hide:FAMILY``, ``comm-speed:F``,
-``no-host-gaps``, ``no-overlap-tax``.
+The scenarios, what they change and when they run: :mod:`traceoverlap.whatif.registry`.
 """
 
 from __future__ import annotations
@@ -18,17 +17,16 @@ import pandas as pd
 
 from ..core.errors import TraceFormatError, UsageError
 from ..core.model import Kind, Timeline
-from ..core.vocab import SHARED_CPU_MARK, Family
+from ..core.options import AnalyzeOptions
+from ..core.vocab import SHARED_CPU_MARK
 from ..rank.graph import UnitGraph
-from ..run.onerun import one_run
-from .graph import RunGraph, join_graphs
-from .replay import NEG, Params, Schedule, StepTimes, observed_params, replay, step_times
+from ..run.results import Analysis
+from . import registry
+from .graph import RunGraph, join_graphs, run_graph
+from .replay import Params, Schedule, StepTimes, observed_params, replay, step_times
+from .transforms import no_tax
 
 I64 = npt.NDArray[np.int64]
-SCENARIO_RE = re.compile(
-    r"^(replay|no-straggler|no-host-gaps|no-overlap-tax|fix-rank:\d+|hide:\S+|"
-    r"comm-speed:\d+(\.\d+)?)$"
-)
 #: Said where a scenario runs compute beside communication that the trace did not (whatif.md
 #: §5): at least this share of the run's time (every rank's steps) more than the trace.
 CONTENTION_MIN_RATIO = 0.01
@@ -157,55 +155,40 @@ def load_graph(
     paths: str | Path | Sequence[str | Path],
     step_regex: str | None = None,
     jobs: int | None = None,
+    options: AnalyzeOptions | None = None,
 ) -> RunGraph:
-    """Read the files and build the run graph: the map per file, or per process of a large
-    export (:func:`traceoverlap.readers.paths.map_units`, as ``analyze``), here or in ``jobs`` local
-    processes (as :func:`traceoverlap.run.parallel.run_map` decides), then the reduce."""
-    import functools
+    """The run graph of the input, read as ``analyze`` reads it (the map per file, or per
+    process of a large export; files that are not traces skipped, ranks joined into one run, the
+    options obeyed): ``analyze(paths, options)`` with every unit's graph, then
+    :func:`analysis_graph`. ``step_regex`` and ``jobs`` set those fields of ``options``."""
+    from ..run.analysis import analyze
 
-    from ..core.options import build_options
-    from ..core.rules import Rules
-    from ..rank.unit import FileResult, map_graph_task
-    from ..readers.paths import expand_paths, from_folder, map_units
-    from ..run.parallel import run_map
-
-    options = build_options(step_regex=step_regex)
-    rules = Rules().with_comm_patterns(options.comm_patterns)
-    files = expand_paths(paths)
-    listed = from_folder(paths)
-    task = functools.partial(map_graph_task, options=options, rules=rules)
-    per_file: list[list[UnitGraph]] = []
-    # the map's units as analyze makes them: a large export of several processes, one a process
-    for res in run_map(map_units(files), task, jobs=jobs):
-        if isinstance(res, FileResult):
-            assert res.error is not None
-            if res.path in listed and res.not_a_trace:
-                continue
-            raise TraceFormatError(*res.error)
-        assert isinstance(res, tuple)
-        per_file.append([u for u in res if isinstance(u, UnitGraph)])
-    # the rules analyze obeys: guessed ranks renumbered, files that cannot be one run refused
-    given = [u for units in per_file for u in units]
-    run = one_run(per_file, _graph_span)
-    return _joined([_renumbered(a, b) for a, b in zip(given, run, strict=True)], str(paths))
+    opts = options or AnalyzeOptions()
+    if step_regex is not None:
+        opts = replace(opts, step_regex=step_regex)
+    if jobs is not None:
+        opts = replace(opts, jobs=jobs)
+    return analysis_graph(analyze(paths, replace(opts, graph=True, graph_max_nodes=None)))
 
 
-def _renumbered(given: UnitGraph, joined: UnitGraph) -> UnitGraph:
-    """A unit whose guessed rank :func:`one_run` changed: its notes say the new rank, and why."""
-    old, new = given.trace.rank, joined.trace.rank
-    if old == new:
-        return joined
-    notes = tuple(
-        f"rank {new}: {n[len(f'rank {old}: ') :]}" if n.startswith(f"rank {old}: ") else n
-        for n in joined.notes
+def analysis_graph(analysis: Analysis) -> RunGraph:
+    """The run graph of an analysis made with ``AnalyzeOptions(graph=True)``
+    (:func:`traceoverlap.whatif.graph.run_graph`); an error saying why where it has none."""
+    g = run_graph(analysis)
+    if g is not None:
+        return g
+    if analysis.run_graph_nodes:
+        raise UsageError(
+            f"the run graph ({analysis.run_graph_nodes:,} activities) was left out past "
+            "graph_max_nodes; analyse without that limit to replay it"
+        )
+    paths = list(dict.fromkeys(t.path for t in analysis.traces)) or ["<timeline>"]
+    where = paths[0] if len(paths) == 1 else f"{len(paths)} inputs ({paths[0]}, ...)"
+    raise TraceFormatError(
+        where,
+        "no run graph to replay (no step found, or the analysis was made without its graph)",
+        "check the step regex; analyse with AnalyzeOptions(graph=True)",
     )
-    return replace(joined, notes=(*notes, f"rank {new}: {joined.trace.notes[-1]}"))
-
-
-def _graph_span(u: UnitGraph) -> tuple[int, int] | None:
-    if not u.labels:
-        return None
-    return int(u.win_start_ns.min()), int(u.win_end_ns.max())
 
 
 def graph_of(timelines: Sequence[Timeline], step_regex: str | None = None) -> RunGraph:
@@ -245,112 +228,11 @@ def _median(x: npt.NDArray[np.float64]) -> float | None:
     return float(np.median(x)) if x.size else None
 
 
-def _peer_median(g: RunGraph, values: I64, peers: npt.NDArray[np.bool_]) -> I64:
-    """Per node: the median of ``values`` over the ``peers`` nodes at the same position
-    (its own value where no peer has that position)."""
-    df = pd.DataFrame({"pos": g.pos[peers], "v": values[peers]})
-    med = df.groupby("pos")["v"].median()
-    out = pd.Series(g.pos).map(med).to_numpy(dtype=np.float64)
-    return np.where(np.isnan(out), values, np.round(out)).astype(np.int64)
-
-
-def _like_peers(g: RunGraph, p: Params, target: npt.NDArray[np.bool_], peers_of: str) -> Params:
-    """Durations and host gaps of the ``target`` nodes replaced by the median of their peers
-    (``all`` ranks, or the ``others``) at the same position. Matched collectives keep theirs:
-    their waiting comes out of the replay."""
-    change = target & (g.inst < 0)
-    if peers_of == "all":
-        peers = np.ones(g.pos.size, dtype=bool)
-    else:
-        peers = ~target
-    dur = np.where(change, _peer_median(g, p.dur_ns, peers), p.dur_ns)
-    slack = np.where(target, _peer_median(g, p.slack_ns, peers), p.slack_ns)
-    return Params(
-        dur.astype(np.int64), slack.astype(np.int64), p.post_ns, _floors(g, p, target, peers)
-    )
-
-
-def _floors(
-    g: RunGraph, p: Params, target: npt.NDArray[np.bool_], peers: npt.NDArray[np.bool_]
-) -> I64:
-    """The observed starts of the ``target`` lanes' first nodes (their gap from the run's first
-    start, which the trace began with: a rank still late from before the capture) replaced by
-    the median of the ``peers`` at the same position, where a peer has one and it is earlier."""
-    own = p.floor_ns > NEG
-    if not (target & own).any():
-        return p.floor_ns
-    t0 = int(g.start_ns.min())
-    rel = np.where(own, p.floor_ns - t0, 0).astype(np.int64)
-    with_floor = peers & own
-    med = _peer_median(g, rel, with_floor)
-    has_peer = np.zeros(g.pos.size, dtype=bool)
-    if with_floor.any():
-        has_peer = np.isin(g.pos, g.pos[with_floor])
-    change = target & own & has_peer
-    # only ever earlier: a unit's first step is measured from its first start, so a later start
-    # would read as a shorter step (a rank that began early is not what the scenario fixes)
-    return np.where(change, np.minimum(t0 + med, p.floor_ns), p.floor_ns).astype(np.int64)
-
-
-def _comm_scaled(g: RunGraph, p: Params, which: npt.NDArray[np.bool_], factor: float) -> Params:
-    """The transfer part of the ``which`` communication nodes divided by ``factor`` (inf: 0)."""
-    comm = which & (g.kind == Kind.COMM)
-    dur = np.where(comm, (p.dur_ns / factor).astype(np.int64), p.dur_ns)
-    post = np.where(comm & (g.inst >= 0), (p.post_ns / factor).astype(np.int64), p.post_ns)
-    return Params(dur.astype(np.int64), p.slack_ns, post.astype(np.int64), p.floor_ns)
-
-
 def scenario_params(g: RunGraph, p: Params, name: str, tax: I64 | None = None) -> Params:
-    """The parameters of one named scenario."""
-    if name == "replay":
-        return p
-    if name == "no-straggler":
-        return _like_peers(g, p, np.ones(g.pos.size, dtype=bool), "all")
-    if name.startswith("fix-rank:"):
-        r = int(name.split(":", 1)[1])
-        return _like_peers(g, p, g.unit_rank[g.unit] == r, "others")
-    if name.startswith("hide:"):
-        fam = name.split(":", 1)[1]
-        codes = [i for i, f in enumerate(g.families) if f.lower() == fam.lower()]
-        which = np.isin(g.family, codes) if codes else np.zeros(g.pos.size, dtype=bool)
-        return _comm_scaled(g, p, which, float("inf"))
-    if name.startswith("comm-speed:"):
-        f = float(name.split(":", 1)[1])
-        if f <= 0:
-            raise UsageError(f"scenario {name}: the factor must be > 0")
-        return _comm_scaled(g, p, np.ones(g.pos.size, dtype=bool), f)
-    if name == "no-host-gaps":
-        host = g.lane_host[g.lane] & ~g.lane_comm[g.lane]
-        return Params(
-            p.dur_ns, np.where(host, 0, p.slack_ns).astype(np.int64), p.post_ns, p.floor_ns
-        )
-    if name == "no-overlap-tax":
-        t = tax if tax is not None else np.zeros(g.pos.size, dtype=np.int64)
-        return Params((p.dur_ns - t).astype(np.int64), p.slack_ns, p.post_ns, p.floor_ns)
-    raise UsageError(
-        f"unknown scenario {name!r}: use replay, no-straggler, fix-rank:R, hide:FAMILY, "
-        "comm-speed:F, no-host-gaps or no-overlap-tax"
-    )
-
-
-def _changed(g: RunGraph, name: str) -> tuple[str, tuple[int, ...], tuple[str, ...]]:
-    ranks = tuple(int(r) for r in np.unique(g.unit_rank))
-    fams = tuple(f for f in g.families if f)
-    if name == "replay":
-        return "nothing (identity)", (), ()
-    if name == "no-straggler":
-        return "every rank runs like the median rank at each position", ranks, ()
-    if name.startswith("fix-rank:"):
-        r = int(name.split(":", 1)[1])
-        return f"rank {r} runs like the median of its peers", (r,), ()
-    if name.startswith("hide:"):
-        fam = name.split(":", 1)[1]
-        return f"{fam} transfers delay nothing", ranks, (fam,)
-    if name.startswith("comm-speed:"):
-        return f"every transfer {name.split(':', 1)[1]}x faster", ranks, fams
-    if name == "no-host-gaps":
-        return "host gaps between launches / ops set to 0", ranks, ()
-    return "compute beside communication at its uncontended speed", ranks, fams
+    """The parameters of one named scenario (:mod:`traceoverlap.whatif.registry`); ``tax``: the
+    overlap tax per node (``no-overlap-tax``; default none)."""
+    s, arg = registry.check(g, name)
+    return s.apply(g, p, arg, tax if tax is not None else no_tax(g))
 
 
 def _run(g: RunGraph, p: Params) -> tuple[StepTimes, Schedule]:
@@ -359,14 +241,9 @@ def _run(g: RunGraph, p: Params) -> tuple[StepTimes, Schedule]:
 
 
 def default_scenarios(g: RunGraph) -> list[str]:
-    """Every scenario that applies to the run: replay, no-straggler (2+ ranks), one hide per
-    family, comm-speed:2, no-host-gaps, no-overlap-tax."""
-    names = ["replay"]
-    if np.unique(g.unit_rank).size >= 2:
-        names.append("no-straggler")
-    names += [f"hide:{f}" for f in g.families if f and f != Family.OTHER]
-    names += ["comm-speed:2", "no-host-gaps", "no-overlap-tax"]
-    return names
+    """Every scenario that applies to the run (each registry entry's ``defaults``): replay,
+    no-straggler (2+ ranks), one hide per family, comm-speed:2, no-host-gaps, no-overlap-tax."""
+    return registry.default_names(g)
 
 
 def _result(
@@ -375,7 +252,8 @@ def _result(
     st, sched = run
     step = _median(st.run_replayed_ns)
     speedup = base / step if base is not None and step else None
-    changed, ranks, colls = _changed(g, name)
+    scenario, arg = registry.parse(name)
+    changed, ranks, colls = scenario.changed(g, arg)
     per = tuple(None if not np.isfinite(v) else float(v) for v in st.run_replayed_ns)
     more, note = contention(g, sched, beside)
     note = "; ".join(n for n in (note, shared_cpu_note(g, speedup)) if n)
@@ -491,20 +369,6 @@ def transfer_spread_note(g: RunGraph, p: Params, step_ns: float | None) -> str:
     )
 
 
-def _check_targets(g: RunGraph, names: Sequence[str]) -> None:
-    """fix-rank names a rank of the run, hide a collective family it has."""
-    ranks = sorted(int(r) for r in np.unique(g.unit_rank))
-    fams = [f for f in g.families if f]
-    for n in names:
-        if n.startswith("fix-rank:") and int(n.split(":", 1)[1]) not in ranks:
-            raise UsageError(f"scenario {n}: no such rank in the input (ranks: {ranks})")
-        if n.startswith("hide:") and n.split(":", 1)[1].lower() not in [f.lower() for f in fams]:
-            raise UsageError(
-                f"scenario {n}: no such collective family in the run "
-                f"(families: {', '.join(fams) or 'none'})"
-            )
-
-
 def _unmeasured_note(
     unmeasured_ns: int,
     overlap_ns: int,
@@ -550,13 +414,10 @@ def what_if(g: RunGraph, scenarios: Iterable[str] | None = None) -> WhatIf:
     from .tax import tax_table
 
     names = list(scenarios) if scenarios else default_scenarios(g)
+    for n in names:  # every name known before any is checked against the run
+        registry.parse(n)
     for n in names:
-        if not SCENARIO_RE.match(n):
-            raise UsageError(
-                f"unknown scenario {n!r}: use replay, no-straggler, fix-rank:R, hide:FAMILY, "
-                "comm-speed:F, no-host-gaps or no-overlap-tax"
-            )
-    _check_targets(g, names)
+        registry.check(g, n)
     p = observed_params(g)
     ident, s = _run(g, p)
     obs = ident.run_observed_ns
@@ -638,4 +499,12 @@ def what_if(g: RunGraph, scenarios: Iterable[str] | None = None) -> WhatIf:
     )
 
 
-__all__ = ["WhatIf", "ScenarioResult", "load_graph", "what_if", "scenario_params"]
+__all__ = [
+    "WhatIf",
+    "ScenarioResult",
+    "analysis_graph",
+    "graph_of",
+    "load_graph",
+    "what_if",
+    "scenario_params",
+]
