@@ -161,17 +161,6 @@ def made_by_this_run(path: str) -> bool:
     return st.st_ctime >= started - 1.0  # the shell opens a redirect just before exec
 
 
-def from_folder(paths: str | Path | Sequence[str | Path]) -> set[str]:
-    """The files that :func:`expand_paths` found by listing a folder (not named by the user)."""
-    items = [paths] if isinstance(paths, str | Path) else list(paths)
-    out: set[str] = set()
-    for item in items:
-        p = Path(item)
-        if p.is_dir():
-            out.update(str(q) for q in p.iterdir())
-    return out
-
-
 def total_bytes(files: Sequence[Path]) -> int:
     total = 0
     for f in files:
