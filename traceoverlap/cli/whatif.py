@@ -43,7 +43,13 @@ class _WhatifCommand(click.Command):
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @click.option("--scenario", "scenarios", cls=_ScenarioOption, multiple=True, metavar="NAME")
 @click.option(
-    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="text: a row per scenario, then fixing each rank that matters; json: the same as data "
+    "(docs/whatif.md).",
 )
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write to a file.")
 @analysis_options_with(
