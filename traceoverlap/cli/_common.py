@@ -258,3 +258,34 @@ def _echo_analysis(result: Any) -> None:
 
     tty, width = _terminal()
     write_text(render_text(result, color=tty, width=width), None)
+
+
+def format_options(kind: str, about: str) -> Callable[[F], F]:
+    """``-f/--format`` with the choices of the reporters' registry for ``kind`` (``analysis``,
+    ``compare``) and ``-o FILE``, whose suffix chooses the format when ``--format`` is not given
+    (:func:`traceoverlap.reporters.formats.choose`); ``about``: what the command's formats hold."""
+    from ..reporters.formats import formats, suffix_help
+
+    options = [
+        click.option(
+            "-f",
+            "--format",
+            "fmt",
+            type=click.Choice(list(formats(kind))),
+            help=f"Output format. Default: from -o FILE's suffix ({suffix_help(kind)}), else "
+            f"table; --format always wins. {about}",
+        ),
+        click.option(
+            "-o",
+            "--output",
+            type=click.Path(dir_okay=False),
+            help="Write to FILE instead of stdout (its suffix chooses the format).",
+        ),
+    ]
+
+    def decorate(func: F) -> F:
+        for option in reversed(options):
+            func = option(func)
+        return func
+
+    return decorate

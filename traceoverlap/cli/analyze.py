@@ -6,11 +6,12 @@ from typing import Any
 
 import click
 
-from ..reporters.formats import choose, formats, suffix_help
+from ..reporters.formats import choose
 from ._common import (
     _terminal,
     analysis_options,
     check_outputs,
+    format_options,
     handle_errors,
     html_report,
     run_analysis,
@@ -22,20 +23,7 @@ from ._common import (
 
 @click.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
-@click.option(
-    "-f",
-    "--format",
-    "fmt",
-    type=click.Choice(list(formats("analysis"))),
-    help=f"Output format. Default: from -o FILE's suffix ({suffix_help('analysis')}), else "
-    "table; --format always wins. json has a stable schema (README 'JSON schema').",
-)
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False),
-    help="Write to FILE instead of stdout (its suffix chooses the format).",
-)
+@format_options("analysis", "json has a stable schema (README 'JSON schema').")
 @click.option(
     "--html", "html_path", type=click.Path(dir_okay=False), help="Also write the HTML report."
 )

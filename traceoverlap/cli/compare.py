@@ -6,11 +6,12 @@ from typing import Any
 
 import click
 
-from ..reporters.formats import choose, formats, suffix_help
+from ..reporters.formats import choose
 from ._common import (
     _terminal,
     analysis_options,
     check_outputs,
+    format_options,
     handle_errors,
     run_analysis,
     write_text,
@@ -22,20 +23,7 @@ from ._common import (
 @click.command()
 @click.argument("baseline", type=click.Path())
 @click.argument("candidate", type=click.Path())
-@click.option(
-    "-f",
-    "--format",
-    "fmt",
-    type=click.Choice(list(formats("compare"))),
-    help=f"Output format. Default: from -o FILE's suffix ({suffix_help('compare')}), else "
-    "table; --format always wins. json has a top-level step_speedup.",
-)
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False),
-    help="Write to FILE instead of stdout (its suffix chooses the format).",
-)
+@format_options("compare", "json has a top-level step_speedup.")
 @click.option(
     "--top",
     type=click.IntRange(0, None),

@@ -1,19 +1,10 @@
-"""Inputs of an analysis: which files to read, and running the per-rank map over them.
+"""Inputs of an analysis: which files to read, and the map's units. Running the map over them
+is :mod:`traceoverlap.run.parallel`'s.
 
 Files: each file as given; a folder's trace files (sorted, not recursive: the names end with a
 suffix of :data:`.formats.FORMATS`; ``x.nsys-rep`` next to its own export ``x.sqlite`` is read
 once). Files in a folder that are not traces (a stray ``config.json``, this tool's own ``-o
 result.json``) are skipped with a note.
-
-Running the map (:func:`traceoverlap.rank.unit.map_file`) over the files:
-  - in this process (``jobs=1``, the default for small inputs);
-  - in ``jobs`` local processes (default ``min(files, cores)`` once the inputs pass
-    :data:`PARALLEL_MIN_BYTES`), each sending back only its file's compact results, so at most
-    ``jobs`` raw traces are in memory at once;
-  - on a Dask cluster (``scheduler="tcp://host:8786"``, or ``"local"`` for a LocalCluster on this
-    machine): the workers read the rank files themselves (a shared filesystem), and only the
-    compact per-rank results travel. Needs the ``[dask]`` extra.
-A progress bar goes to stderr on a terminal for inputs over :data:`PROGRESS_MIN_BYTES`.
 
 Units of the map (:func:`map_units`): one per file, except a file of a format that cuts a large
 file into processes (:attr:`.formats.Format.processes`: a Nsight Systems export of several GPU
