@@ -137,5 +137,7 @@ def test_whatif_help_lists_the_scenarios_without_numpy() -> None:
         "finally:\n"
         "    print('numpy' in sys.modules, 'pandas' in sys.modules)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
     assert "no-overlap-tax" in out.stdout and out.stdout.splitlines()[-1] == "False False"
