@@ -143,7 +143,7 @@ def _analysis_option_list(helps: dict[str, str]) -> list[Callable[[Any], Any]]:
             help=helps.get(
                 "config",
                 "TOML file with [classify] comm_patterns, [steps] step_regex, [thresholds] "
-                "lost_ratio (README 'Configuration'); options given here win.",
+                "lost_ratio (docs/cli.md 'Configuration file'); options given here win.",
             ),
         ),
         click.option(

@@ -23,7 +23,7 @@ from ._common import (
 
 @click.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
-@format_options("analysis", "json has a stable schema (README 'JSON schema').")
+@format_options("analysis", "json has a stable schema (docs/cli.md 'JSON schema').")
 @click.option(
     "--html", "html_path", type=click.Path(dir_okay=False), help="Also write the HTML report."
 )
@@ -33,7 +33,7 @@ from ._common import (
     multiple=True,
     metavar="COND",
     help="Exit 3 when COND holds for the run, e.g. 'exposed_comm_ratio>0.2' or "
-    "'exposed_wait_ns>5ms' (README 'CI gate').",
+    "'exposed_wait_ns>5ms' (docs/cli.md 'CI gate').",
 )
 @analysis_options
 @handle_errors

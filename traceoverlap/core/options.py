@@ -228,8 +228,8 @@ _CONFIG_KEYS: dict[str, dict[str, str]] = {
     "thresholds": {"lost_ratio": "a number between 0 and 1"},
 }
 _RENAMED = {
-    ("thresholds", "exposed_ratio"): "thresholds.lost_ratio (schema 2 verdicts, see README)",
-    ("thresholds", "idle_ratio"): "thresholds.lost_ratio (schema 2 verdicts, see README)",
+    ("thresholds", "exposed_ratio"): "thresholds.lost_ratio (docs/diagnosis.md §2)",
+    ("thresholds", "idle_ratio"): "thresholds.lost_ratio (docs/diagnosis.md §2)",
 }
 
 
@@ -250,7 +250,9 @@ def load_config(path: str | Path) -> dict[str, Any]:
     except IsADirectoryError:
         raise UsageError(f"{p}: is a folder, not a config file") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{p}: not valid TOML ({exc}); see README 'Configuration'") from None
+        raise UsageError(
+            f"{p}: not valid TOML ({exc}); see docs/cli.md 'Configuration file'"
+        ) from None
     except OSError as exc:
         raise UsageError(f"{p}: cannot read the config file ({exc.strerror or exc})") from None
     out: dict[str, Any] = {}

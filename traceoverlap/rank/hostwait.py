@@ -1,7 +1,7 @@
 """CPU units: the time a thread spends inside a communication call is not compute on it.
 
-metrics.md "Kinds": on a CPU unit compute is the ``cpu_op`` events except the ops that launch
-or wait for communication. A call made inside an enclosing op (a custom
+metrics.md "Activities and kinds": on a CPU unit compute is the ``cpu_op`` events except the
+ops that launch or wait for communication. A call made inside an enclosing op (a custom
 ``torch.autograd.Function`` such as Megatron's ``_ReduceFromTP`` or FSDP's linear, its
 ``...Backward`` node) would otherwise count the call, and the wait in it, as compute. So, per
 lane (thread): compute = (union of the lane's compute ops) − (union of the lane's communication

@@ -65,7 +65,7 @@ GZIP_MAX_INFLATE_RATIO = 200
 #: ... once past this many bytes (small files with a high ratio are harmless) ...
 GZIP_RATIO_FROM_BYTES = 256 << 20
 #: ... and never to more than this many bytes. Both are overridden by the environment variables
-#: ``TRACEOVERLAP_GZIP_MAX_RATIO`` and ``TRACEOVERLAP_GZIP_MAX_BYTES`` (README "Limits").
+#: ``TRACEOVERLAP_GZIP_MAX_RATIO`` and ``TRACEOVERLAP_GZIP_MAX_BYTES`` (docs/inputs.md "Inputs").
 GZIP_MAX_BYTES = 64 << 30
 
 _GZIP_MAGIC = b"\x1f\x8b"

@@ -92,8 +92,8 @@ PAGE = """<!DOCTYPE html>
 <body>
 <main data-plots="{n_plots}">
 {body}
-<footer>Made by traceoverlap {version}. What every number means: the README's "What every number
-means", and docs/metrics.md and docs/diagnosis.md in the traceoverlap repository.</footer>
+<footer>Made by traceoverlap {version}. What every number means: docs/numbers.md in the
+traceoverlap repository (the contracts: docs/metrics.md and docs/diagnosis.md).</footer>
 </main>
 </body>
 </html>

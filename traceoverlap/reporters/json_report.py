@@ -1,4 +1,5 @@
-"""JSON output: one object with a stable, documented schema (README "JSON schema").
+"""JSON output: one object with a stable, documented schema (docs/cli.md "JSON schema"; every
+column in docs/schema.md).
 
 ``schema_version`` changes only when a field changes meaning or disappears; new fields may be
 added within a version. Times are integer nanoseconds, ratios floats in 0-1 (speedups >= 1) or
