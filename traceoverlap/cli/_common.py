@@ -247,10 +247,15 @@ def check_outputs(outputs: list[str | None], paths: tuple[str, ...], opts: dict[
 
 
 def _terminal() -> tuple[bool, int]:
+    """Is standard output a terminal, and its width: the terminal's, else ``$COLUMNS`` when set
+    (a pipe to a pager, the docs' examples), else 80; never under 40."""
     import shutil
 
     tty = sys.stdout.isatty()
-    return tty, shutil.get_terminal_size((80, 24)).columns if tty else 80
+    if tty:
+        return tty, max(40, shutil.get_terminal_size((80, 24)).columns)
+    columns = os.environ.get("COLUMNS", "")
+    return tty, max(40, int(columns)) if columns.isdigit() else 80
 
 
 def _echo_analysis(result: Any) -> None:
