@@ -541,6 +541,21 @@ def test_cli_json_schema_and_scenarios() -> None:
     assert all("contention_ns" in s for s in doc["scenarios"])
 
 
+def _note_items(text: str) -> list[str]:
+    """The ``  - `` items of a whatif text report, each joined back from its wrapped lines."""
+    items: list[str] = []
+    inside = False
+    for ln in text.splitlines():
+        if ln.startswith("  - "):
+            items.append(ln)
+            inside = True
+        elif inside and ln.startswith("    "):
+            items[-1] += " " + ln.strip()
+        else:
+            inside = False
+    return items
+
+
 def test_cli_says_where_contention_is_left_out() -> None:
     # tp_slow: without rank 3's sleep, compute meets more communication (the note of each such
     # scenario, in the table's notes and in the JSON); a scenario that moves nothing says nothing
@@ -553,7 +568,7 @@ def test_cli_says_where_contention_is_left_out() -> None:
     text = CliRunner().invoke(main, args).output
     # one line per caveat (the contention one and the shared-cores one), naming its scenarios
     for part in fixed["note"].split("; "):
-        (line,) = [ln for ln in text.splitlines() if ln.endswith(f": {part}")]
+        (line,) = [ln for ln in _note_items(text) if ln.endswith(f": {part}")]
         assert line.startswith("  - ") and "no-straggler" in line[: -len(part)].split(", ")[0]
 
 
@@ -915,7 +930,7 @@ def test_shared_cpu_cores_caveat_on_a_faster_step() -> None:
     assert "CPU cores" not in what_if(gpus, ["fix-rank:1"]).scenarios[0].note
     # the text report says it once, naming every scenario it applies to
     out = CliRunner().invoke(main, ["whatif", str(FIXTURES / "naive_slow")])
-    lines = [ln for ln in out.output.splitlines() if "share the CPU cores" in ln]
+    lines = [ln for ln in _note_items(out.output) if "share the CPU cores" in ln]
     assert out.exit_code == 0 and len(lines) == 1 and "fix-rank:1" in lines[0]
 
 
@@ -1005,7 +1020,8 @@ def test_text_report_columns_line_up_with_a_long_scenario_name() -> None:
     text = render_text(what_if(load_graph(FIXTURES / "fsdp")))
     lines = text.splitlines()
     head = next(i for i, line in enumerate(lines) if line.strip().startswith("scenario"))
-    rows = lines[head + 1 : lines.index("", head)]
+    # a row's "what changed" may continue on lines of its own (wrapped, indented six)
+    rows = [r for r in lines[head + 1 : lines.index("", head)] if not r.startswith("      ")]
     assert any(r.strip().startswith("hide:AllGather/ReduceScatter") for r in rows)
     end = lines[head].index("step ms") + len("step ms")
     for row in rows:

@@ -35,6 +35,13 @@ from ._common import (
     help="Exit 3 when COND holds for the run, e.g. 'exposed_comm_ratio>0.2' or "
     "'exposed_wait_ns>5ms' (docs/cli.md 'CI gate').",
 )
+@click.option(
+    "-v",
+    "--verbose",
+    is_flag=True,
+    help="The table format in full: every finding of 'What to try', each whole, with the "
+    "collectives behind it (by default each takes at most 4 lines; json has everything).",
+)
 @analysis_options
 @handle_errors
 def analyze(
@@ -43,6 +50,7 @@ def analyze(
     output: str | None,
     html_path: str | None,
     fail_if: tuple[str, ...],
+    verbose: bool,
     **opts: Any,
 ) -> None:
     """Per-rank, per-step overlap of communication and computation, and why.
@@ -85,7 +93,10 @@ def analyze(
         result = run_analysis(paths, **opts)
     tty, width = _terminal()
     write_text(
-        form.render(result, color=tty and output is None, width=width, advice=advice), output
+        form.render(
+            result, color=tty and output is None, width=width, advice=advice, verbose=verbose
+        ),
+        output,
     )
     if html_path:
         write_text(html_report(result, jobs=opts.get("jobs")), html_path)

@@ -203,15 +203,23 @@ def profile(out: str | None, nsys: bool, timeout: float, comm: str, **opts: Any)
     show_default=True,
     help="Folder for the two runs' traces (and HTML reports).",
 )
+@click.option(
+    "-v",
+    "--verbose",
+    is_flag=True,
+    help="Each run's whole analyze output (its table, what to try, the ranks), not only its "
+    "summary.",
+)
 @debug_option
 @handle_errors
-def demo(out: str) -> None:
+def demo(out: str, verbose: bool) -> None:
     """Profile two strategies on this CPU and show what overlap buys (about a minute).
 
     Runs the tiny GPT on 2 ranks with gloo, once with `naive` gradient sync (after
     backward: nothing hidden) and once `bucketed` (async buckets during backward),
-    analyzes both, prints both tables and the comparison, and writes an HTML report
-    per run. Needs PyTorch (pip install 'traceoverlap[workloads]').
+    analyzes both, prints each run's summary and the comparison (about a screen; with
+    --verbose each run's whole table and what to try), and writes an HTML report per run.
+    Needs PyTorch (pip install 'traceoverlap[workloads]').
 
     \b
     Examples:
@@ -233,22 +241,57 @@ def demo(out: str) -> None:
         options = ProfileOptions(strategy=strategy, backend="gloo", world_size=2, preset="tiny")
         traces = run_profile(options, root / strategy)
         results[strategy] = analyze([str(t) for t in traces])
-        click.echo(f"\n== {strategy} ({root / strategy})")
-        _echo_analysis(results[strategy])
-
-    from ..reporters import compare_text as rep
-    from ..run.compare import compare as compare_runs
-
-    click.echo("\n== naive -> bucketed")
-    cmp = compare_runs(
-        results["naive"], results["bucketed"], baseline_label="naive", candidate_label="bucketed"
-    )
     tty, width = _terminal()
-    write_text(rep.render_table(cmp, color=tty, width=width), None)
-
+    write_text(demo_text(results, str(root), color=tty, width=width, verbose=verbose), None)
     for strategy, result in results.items():
         write_text(html_report(result), str(root / strategy / "report.html"))
-    click.echo(
-        f"\ntraces: {root / 'naive'}/rank*.json.gz and {root / 'bucketed'}/rank*.json.gz; "
-        f"reports: {root / 'naive' / 'report.html'}, {root / 'bucketed' / 'report.html'}"
+
+
+def demo_text(
+    results: dict[str, Any],
+    root: str,
+    *,
+    color: bool = False,
+    width: int = 80,
+    verbose: bool = False,
+) -> str:
+    """What ``demo`` prints once both runs are analyzed: each run's summary (with ``verbose``
+    its whole analyze output), then the comparison and where the files are; wrapped to
+    ``width`` columns."""
+    from ..reporters import compare_text as rep
+    from ..reporters._format import summary_lines, wrap
+    from ..reporters.text import render
+    from ..run.compare import compare as compare_runs
+
+    width = max(width, 80)
+    parts = []
+    for strategy, result in results.items():
+        parts.append(f"== {strategy} ({root}/{strategy})")
+        if verbose:
+            parts.append(render(result, color=color, width=width, verbose=True).rstrip("\n"))
+        else:
+            for line in summary_lines(result):
+                if line.startswith("  most exposed"):  # with --verbose, or analyze
+                    continue
+                indent = " " * (len(line) - len(line.lstrip(" ")))
+                parts += wrap(line.lstrip(" "), width, indent, indent + "    ")
+        parts.append("")
+    naive, bucketed = results["naive"], results["bucketed"]
+    cmp = compare_runs(naive, bucketed, baseline_label="naive", candidate_label="bucketed")
+    parts.append("== naive -> bucketed")
+    parts.append(rep.render_table(cmp, color=color, width=width).rstrip("\n"))
+    parts.append("")
+    files = (
+        f"traces: {root}/naive/rank*.json.gz and {root}/bucketed/rank*.json.gz; reports: "
+        f"{root}/naive/report.html, {root}/bucketed/report.html"
     )
+    parts += wrap(files, width, "", "  ")
+    if not verbose:
+        parts += wrap(
+            f"each run's table and what to try: traceoverlap analyze {root}/bucketed (or demo "
+            "--verbose)",
+            width,
+            "",
+            "  ",
+        )
+    return "\n".join(parts) + "\n"

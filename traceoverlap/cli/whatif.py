@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from ._common import (
+    _terminal,
     analysis_options_with,
     check_outputs,
     handle_errors,
@@ -85,4 +86,4 @@ def whatif(
     # the run graph as analyze's "What to try" builds it, here without a node limit
     g = analysis_graph(run_analysis(paths, graph=True, **opts))
     w = what_if(g, scenarios or None)
-    write_text(render_json(w) if fmt == "json" else render_text(w), output)
+    write_text(render_json(w) if fmt == "json" else render_text(w, width=_terminal()[1]), output)

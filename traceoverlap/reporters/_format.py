@@ -5,6 +5,7 @@ for units and causes (the HTML report too). Formatting only: every number comes 
 from __future__ import annotations
 
 import os
+import textwrap
 from collections.abc import Iterator
 from typing import IO, TYPE_CHECKING
 
@@ -192,6 +193,67 @@ def summary_lines(analysis: Analysis) -> list[str]:
             f"{worst.bottleneck}: {worst.reason}"
         )
     return lines
+
+
+#: The most lines one item of "What to try" takes in the terminal without ``--verbose``: the
+#: number and the cause (the title), the fix (``try:``) and what it buys (the what-if lines).
+ITEM_LINES = 4
+#: Marks text cut to fit :data:`ITEM_LINES`.
+CUT = " …"
+
+
+def wrap(text: str, width: int, indent: str = "", cont: str | None = None) -> list[str]:
+    """``text`` in lines of at most ``width`` columns, broken at spaces only: a file name or a
+    path is never split (one longer than the line gets a line of its own); continuation lines
+    start with ``cont`` (``indent`` and four spaces when not given)."""
+    return textwrap.wrap(
+        text,
+        width=width,
+        initial_indent=indent,
+        subsequent_indent=indent + "    " if cont is None else cont,
+        break_long_words=False,
+        break_on_hyphens=False,
+    ) or [indent.rstrip()]
+
+
+def wrap_cut(text: str, width: int, lines: int, indent: str, cont: str) -> list[str]:
+    """:func:`wrap`, cut to ``lines`` lines when longer: at the last ``"; "`` (a clause) that
+    fits, else at the last word that fits, marked with :data:`CUT`."""
+    full = wrap(text, width, indent, cont)
+    if len(full) <= lines:
+        return full
+    clauses = text.split("; ")
+    for k in range(len(clauses) - 1, 0, -1):
+        out = wrap("; ".join(clauses[:k]) + ";" + CUT, width, indent, cont)
+        if len(out) <= lines:
+            return out
+    words = text.split(" ")
+    for k in range(len(words) - 1, 0, -1):
+        out = wrap(" ".join(words[:k]) + CUT, width, indent, cont)
+        if len(out) <= lines:
+            return out
+    return wrap(words[0] + CUT, width, indent, cont)
+
+
+def finding_item(
+    i: int, f: Finding, width: int, *, verbose: bool, indent: str = "  "
+) -> tuple[list[str], bool]:
+    """One item of "What to try" in the terminal, and whether it was shortened: whole with
+    ``verbose`` (the title, ``try:`` and ``where:``, the collectives behind it), else the title
+    and ``try:`` within :data:`ITEM_LINES` lines (the title at most half of them: the fix is
+    what the reader came for)."""
+    head = f"{indent}{i}. "
+    body = " " * len(head)
+    if verbose:
+        lines = wrap(f.title, width, head, body)
+        lines += wrap(f"try: {f.advice}", width, body, body + "    ")
+        if f.collectives:
+            lines += wrap(f"where: {'; '.join(f.collectives[:3])}", width, body, body + "    ")
+        return lines, False
+    title = wrap_cut(f.title, width, ITEM_LINES // 2, head, body)
+    advice = wrap_cut(f"try: {f.advice}", width, ITEM_LINES - len(title), body, body + "    ")
+    cut = title[-1].endswith(CUT) or advice[-1].endswith(CUT) or bool(f.collectives)
+    return title + advice, cut
 
 
 def finding_lines(findings: tuple[Finding, ...], limit: int = 4) -> list[str]:

@@ -106,6 +106,7 @@ def render_across_ranks(coll: Collectives, steps: pd.DataFrame, width: int = 80)
                 initial_indent=indent,
                 subsequent_indent=indent + "  ",
                 break_on_hyphens=False,
+                break_long_words=False,  # a path stays whole
             )
         )
     return "\n".join(out)

@@ -18,7 +18,7 @@ from rich.table import Table
 from .._version import __version__
 from ..core import fmt
 from ..core.schema import OVERLAP_RATIO, STEP_NS
-from ._format import make_console
+from ._format import make_console, wrap
 from .json_report import SCHEMA_VERSION, encode, records
 
 if TYPE_CHECKING:
@@ -143,11 +143,21 @@ def _bottleneck_text(counts: dict[str, int]) -> str:
     return ", ".join(f"{k} {v}" for k, v in counts.items()) or "-"
 
 
-def render_table(cmp: Comparison, *, color: bool = False, width: int = 80) -> str:
+def render_table(
+    cmp: Comparison, *, color: bool = False, width: int = 80, verbose: bool = False
+) -> str:
+    """The comparison for a terminal, wrapped to ``width`` (at least 80) columns at spaces (a
+    path stays whole); ``verbose`` changes nothing: every line is shown."""
     buf = io.StringIO()
     console = make_console(buf, color=color, width=width)
-    console.print(f"baseline:  {cmp.baseline_label}", markup=False, soft_wrap=True)
-    console.print(f"candidate: {cmp.candidate_label}", markup=False, soft_wrap=True)
+    width = max(width, 80)
+
+    def say(text: str, indent: str = "", cont: str = "    ") -> None:
+        for line in wrap(text, width, indent, cont):
+            console.print(line, markup=False, soft_wrap=True)
+
+    say(f"baseline:  {cmp.baseline_label}")
+    say(f"candidate: {cmp.candidate_label}")
     console.print()
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, header_style="bold")
     for col, just in (
@@ -162,20 +172,19 @@ def render_table(cmp: Comparison, *, color: bool = False, width: int = 80) -> st
         unit = "" if _is_ratio(str(r["metric"])) else " ms"
         table.add_row(str(r["label"]) + unit, *_metric_cells(r))
     console.print(table)
-    console.print(f"step_speedup: {fmt.speedup(cmp.step_speedup)}", markup=False)
+    say(f"step_speedup: {fmt.speedup(cmp.step_speedup)}")
     change = main_change_text(cmp)
     if change:
-        console.print(f"main change: {change}", markup=False)
+        say(f"main change: {change}")
     verdict = (
         f"changed: {cmp.baseline_bottleneck} -> {cmp.candidate_bottleneck}"
         if cmp.bottleneck_changed
         else f"unchanged: {cmp.baseline_bottleneck}"
     )
-    console.print(
+    say(
         f"bottleneck {verdict} "
         f"(steps: {_bottleneck_text(cmp.baseline_bottlenecks)} -> "
-        f"{_bottleneck_text(cmp.candidate_bottlenecks)})",
-        markup=False,
+        f"{_bottleneck_text(cmp.candidate_bottlenecks)})"
     )
     if not cmp.collectives.empty:
         console.print()
@@ -190,7 +199,7 @@ def render_table(cmp: Comparison, *, color: bool = False, width: int = 80) -> st
         console.print()
         console.print("Notes:", style="bold")
         for n in cmp.notes:
-            console.print(f"  - {n}", markup=False)  # wrapped at the width, like the table
+            say(n, "  - ", "    ")
     return buf.getvalue()
 
 

@@ -49,7 +49,7 @@ class Format:
     suffixes: tuple[str, ...]
     #: ``module:function`` in :mod:`traceoverlap.reporters`: ``function(obj) -> str``
     renderer: str
-    #: a terminal table: the function also takes ``color=`` and ``width=``
+    #: a terminal table: the function also takes ``color=``, ``width=`` and ``verbose=``
     styled: bool = False
     #: shows "What to try": ``analyze`` replays the run graph for it (docs/whatif.md §3)
     what_to_try: bool = False
@@ -61,10 +61,21 @@ class Format:
             "Callable[..., Any]", getattr(importlib.import_module(f"{__package__}.{module}"), name)
         )
 
-    def render(self, obj: Any, *, color: bool = False, width: int = 80, advice: Any = None) -> str:
-        """``obj`` in this format; ``color`` and ``width`` are for a styled (terminal) format,
-        ``advice`` (:func:`traceoverlap.whatif.advise`) for one that shows "What to try"."""
-        kwargs: dict[str, Any] = {"color": color, "width": width} if self.styled else {}
+    def render(
+        self,
+        obj: Any,
+        *,
+        color: bool = False,
+        width: int = 80,
+        advice: Any = None,
+        verbose: bool = False,
+    ) -> str:
+        """``obj`` in this format; ``color``, ``width`` and ``verbose`` (every line whole) are for
+        a styled (terminal) format, ``advice`` (:func:`traceoverlap.whatif.advise`) for one that
+        shows "What to try"."""
+        kwargs: dict[str, Any] = (
+            {"color": color, "width": width, "verbose": verbose} if self.styled else {}
+        )
         if self.what_to_try:
             kwargs["advice"] = advice
         return str(self.function()(obj, **kwargs))

@@ -6,7 +6,6 @@ Fits an 80-column terminal; colours only when writing to a terminal (and NO_COLO
 from __future__ import annotations
 
 import io
-import textwrap
 from typing import TYPE_CHECKING
 
 from rich import box
@@ -14,13 +13,16 @@ from rich.table import Table
 
 from ..core.vocab import Bottleneck
 from ._format import (
+    ITEM_LINES,
     describe_inputs,
-    finding_lines,
+    finding_item,
     has_other_steps,
     make_console,
     step_table_header,
     step_table_rows,
     summary_lines,
+    wrap,
+    wrap_cut,
 )
 from .across_ranks import render_across_ranks
 from .whatif_report import advice_lines
@@ -40,6 +42,37 @@ _STYLE = {
     Bottleneck.IDLE: "magenta",
     Bottleneck.COMPUTE: "green",
 }
+
+
+def _cut_to_item(text: str, width: int, indent: str, cont: str) -> list[str]:
+    return wrap_cut(text, width, ITEM_LINES, indent, cont)
+
+
+def _what_to_try(
+    analysis: Analysis, what_if: list[str], width: int, verbose: bool
+) -> tuple[list[str], list[str]]:
+    """The items of "What to try" (findings, then the what-if lines), wrapped and, unless
+    ``verbose``, shortened; and the note saying what ``--verbose`` adds, when it adds some."""
+    shown = analysis.findings if verbose else analysis.findings[:ITEMS]
+    more = len(analysis.findings) - len(shown)
+    out: list[str] = []
+    cut = False
+    for i, finding in enumerate(shown, 1):
+        lines, shortened = finding_item(i, finding, width, verbose=verbose)
+        cut = cut or shortened
+        out += lines
+    for line in what_if:
+        lines = (wrap if verbose else _cut_to_item)(line, width, "  - ", "      ")
+        cut = cut or lines[-1].endswith("…")
+        out += lines
+    if not (cut or more):
+        return out, []
+    extra = f"{more} more finding(s), " if more else ""
+    note = (
+        f"(--verbose: {extra}each item whole, with the collectives behind it; "
+        "--format json: everything)"
+    )
+    return out, wrap(note, width, "  ", "   ")
 
 
 def build_table(analysis: Analysis) -> Table:
@@ -63,21 +96,37 @@ def build_table(analysis: Analysis) -> Table:
 def _wrap(line: str, width: int) -> str:
     indent = " " * (len(line) - len(line.lstrip(" ")))
     cont = indent + ("   " if line.lstrip()[:1].isdigit() else "    ")
-    return textwrap.fill(line, width=width, subsequent_indent=cont, break_on_hyphens=False)
+    return "\n".join(wrap(line.lstrip(" "), width, indent, cont))
+
+
+#: What to try's items without ``--verbose``; the rest are counted.
+ITEMS = 4
 
 
 def render(
-    analysis: Analysis, *, color: bool = False, width: int = 80, advice: Advice | None = None
+    analysis: Analysis,
+    *,
+    color: bool = False,
+    width: int = 80,
+    advice: Advice | None = None,
+    verbose: bool = False,
 ) -> str:
     """The table, the summary, "What to try" (the findings, then ``advice``: what the what-if
-    would buy, :func:`traceoverlap.whatif.advise`), the notes and the run across ranks."""
+    would buy, :func:`traceoverlap.whatif.advise`), the notes and the run across ranks, wrapped
+    to ``width`` (at least 80) columns. Each item of "What to try" takes at most
+    :data:`~._format.ITEM_LINES` lines, and at most :data:`ITEMS` findings are shown, unless
+    ``verbose``: then every finding is whole, with the collectives behind it (as in JSON)."""
     buf = io.StringIO()
     console = make_console(buf, color=color, width=width)
-    wrap = max(width, 80)
+    wrap_at = max(width, 80)
 
     def say(lines: list[str]) -> None:
         for line in lines:
-            console.print(_wrap(line, wrap), soft_wrap=True, markup=False)
+            console.print(_wrap(line, wrap_at), soft_wrap=True, markup=False)
+
+    def say_wrapped(lines: list[str]) -> None:
+        for line in lines:
+            console.print(line, soft_wrap=True, markup=False)
 
     say(describe_inputs(analysis))
     other = has_other_steps(analysis)
@@ -105,8 +154,10 @@ def render(
     if analysis.findings or what_if:
         console.print()
         console.print("What to try:", style="bold")
-        say(["  " + line for line in finding_lines(analysis.findings)])
-        say(["  - " + line for line in what_if])
+        lines, note = _what_to_try(analysis, what_if, wrap_at, verbose)
+        say_wrapped(lines)
+        for line in note:
+            console.print(line, style="dim", soft_wrap=True, markup=False)
     if analysis.notes:
         console.print()
         console.print("Notes:", style="bold")
@@ -114,7 +165,7 @@ def render(
     if analysis.multi_rank and analysis.collectives is not None:
         console.print()
         console.print(
-            render_across_ranks(analysis.collectives, analysis.steps, wrap),
+            render_across_ranks(analysis.collectives, analysis.steps, wrap_at),
             soft_wrap=True,
             markup=False,
         )

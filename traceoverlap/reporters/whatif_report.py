@@ -47,11 +47,43 @@ def _row(r: ScenarioResult, width: int = 18) -> str:
         who.append(",".join(r.collectives))
     return (
         f"  {r.name:<{width}} {_ms(r.step_ns):>10} {_range(r.steps_ns):>13} {_x(r.speedup):>8}  "
-        f"{r.changed}"
+        f"{_CHANGED}{r.changed}"
     ) + (f" ({'; '.join(who)})" if who else "")
 
 
-def render_text(w: WhatIf) -> str:
+def render_text(w: WhatIf, width: int = 80) -> str:
+    """The scenarios, fixing each rank, the notes, wrapped to ``width`` (at least 80) columns at
+    spaces: a scenario's "what changed" continues under its column when that leaves 30 columns,
+    else indented six."""
+    width = max(width, 80)
+    return "\n".join(_fit(line, width) for line in _text_lines(w)) + "\n"
+
+
+def _fit(line: str, width: int) -> str:
+    from ._format import wrap
+
+    head, sep, rest = line.partition(_CHANGED)
+    if sep:  # a scenario row: "what changed" is the only text that wraps
+        col = len(head)
+        if col + len(rest) <= width:
+            return head + rest
+        cont = " " * (col if width - col >= 30 else 6)
+        first = wrap(rest, width - col, "", "")[0]
+        more = rest[len(first) :].strip()
+        return "\n".join([head + first, *(wrap(more, width, cont, cont) if more else [])])
+    if len(line) <= width:
+        return line
+    if line.startswith("  - "):  # a note
+        return "\n".join(wrap(line[4:], width, "  - ", "    "))
+    indent = " " * (len(line) - len(line.lstrip(" ")))
+    return "\n".join(wrap(line.lstrip(" "), width, indent, indent + "  "))
+
+
+#: Between a scenario row's numbers and what changed (where :func:`_fit` wraps the row).
+_CHANGED = "\0"
+
+
+def _text_lines(w: WhatIf) -> list[str]:
     lines = [
         f"Identity replay: per-step error median {_pct(w.median_error_ratio)}, max "
         f"{_pct(w.max_error_ratio)} over {len(w.step_labels)} step(s) ({w.rounds} rounds)",
@@ -88,7 +120,7 @@ def render_text(w: WhatIf) -> str:
         "step ms: per step the mean over ranks of the replayed step, median over steps; steps "
         "range: the smallest and largest of those steps (docs/whatif.md)"
     )
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _caveats(w: WhatIf) -> list[str]:
