@@ -10,6 +10,7 @@ the page says so.
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -364,7 +365,7 @@ def _lead(x: StepAcross, step: str) -> str:
     rank, count = int(top["rank"]), int(top["instances"])
     waited = int(top["exposed_waited_for_ns"])
     chains = "".join(
-        f"<li>{html.escape(str(line).replace('<-', '←'))}</li>" for line in x.blame["line"].head(3)
+        f"<li>{_md(str(line).replace('<-', '←'))}</li>" for line in x.blame["line"].head(3)
     )
     return (
         f"<p class='lead'>In {html.escape(step)}, the other ranks waited most for <b>rank "
@@ -376,6 +377,11 @@ def _lead(x: StepAcross, step: str) -> str:
             else ""
         )
     )
+
+
+def _md(text: str) -> str:
+    """Escaped, each Markdown `name` as <code>name</code> (the blame lines quote functions)."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
 
 
 def _signed_ms(ns: int) -> str:

@@ -23,8 +23,9 @@ table { border-collapse: collapse; width: 100%; font-size: 14px; }
 th, td { text-align: left; padding: 6px 10px; border-bottom: 1px solid var(--line); vertical-align: top; }
 th { font-weight: 600; color: #3c4043; background: #fafafa; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
-td.path { word-break: break-all; font: 13px/1.4 ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; }
-td.name { font: 13px/1.4 ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; word-break: break-all; }
+td { word-break: normal; overflow-wrap: normal; }
+td.path, td.name { font: 13px/1.4 ui-monospace, SFMono-Regular, Menlo, Consolas, monospace;
+                   overflow-wrap: anywhere; }
 .caveats { margin-top: 12px; background: #fff8e1; border: 1px solid #f3d27a; border-radius: 8px; padding: 8px 14px; }
 .caveats h3 { margin: 2px 0 4px; }
 .caveats ul { margin: 0; padding-left: 20px; }

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -198,6 +199,20 @@ def _e(x: Any) -> str:
     return html.escape(str(x))
 
 
+_CODE = re.compile(r"`([^`]+)`")
+
+
+def _md(x: Any) -> str:
+    """Text that may quote names in Markdown backticks (findings, reasons, notes): escaped, each
+    `name` as <code>name</code>."""
+    return _CODE.sub(r"<code>\1</code>", html.escape(str(x)))
+
+
+def _ms(ns: Any, digits: int = 2) -> str:
+    """A table cell of a column in ms (its heading says so): one unit per column."""
+    return fmt.ms(ns, digits, missing="–")
+
+
 def _pct(x: Any) -> str:
     return fmt.pct(x, missing="–")
 
@@ -250,7 +265,7 @@ def _header(analysis: Analysis) -> str:
     if analysis.notes:
         notes = (
             "<div class='caveats'><h3>Caveats</h3><ul>"
-            + "".join(f"<li>{_e(n)}</li>" for n in analysis.notes)
+            + "".join(f"<li>{_md(n)}</li>" for n in analysis.notes)
             + "</ul></div>"
         )
     steps = analysis.steps
@@ -336,7 +351,7 @@ def _cards(analysis: Analysis) -> str:
         f"<div class='verdict'><span class='label'>dominant verdict</span> "
         f"<b>{_e(dominant or '–')}</b> <span class='muted'>in "
         f"{run.bottlenecks.get(dominant or '', 0)} of {run.n_steps} steps</span>"
-        f"<div class='sub'>{_e(_dominant_reason(analysis.steps, dominant))}</div></div>"
+        f"<div class='sub'>{_md(_dominant_reason(analysis.steps, dominant))}</div></div>"
     )
     out = "<section id='summary'><h2>Summary</h2><div class='cards'>" + "".join(cards) + "</div>"
     out += verdict
@@ -352,9 +367,9 @@ def _rank_table(analysis: Analysis) -> str:
             "<tr>"
             f"<td class='num'>{_e(r)}</td>"
             f"<td class='num'>{s.n_steps}</td>"
-            f"<td class='num'>{fmt_ns(s.median(STEP_NS.name))}</td>"
-            f"<td class='num'>{fmt_ns(s.median(EXPOSED_COMM_NS.name))}</td>"
-            f"<td class='num'>{fmt_ns(s.median(EXPOSED_WAIT_NS.name))}</td>"
+            f"<td class='num'>{_ms(s.median(STEP_NS.name))}</td>"
+            f"<td class='num'>{_ms(s.median(EXPOSED_COMM_NS.name))}</td>"
+            f"<td class='num'>{_ms(s.median(EXPOSED_WAIT_NS.name))}</td>"
             f"<td class='num'>{_pct(s.overlap_ratio)}</td>"
             f"<td class='num'>{_speedup(s.potential_speedup)}</td>"
             f"<td>{_e(s.dominant_bottleneck or '–')}</td>"
@@ -362,7 +377,8 @@ def _rank_table(analysis: Analysis) -> str:
         )
     return (
         "<h3>Per rank</h3><table class='data'><thead><tr><th>rank</th><th>steps</th>"
-        "<th>median step</th><th>median exposed</th><th>of which waiting</th>"
+        "<th class='num'>median step (ms)</th><th class='num'>median exposed (ms)</th>"
+        "<th class='num'>of which waiting (ms)</th>"
         "<th>overlap ratio</th><th>potential speedup</th><th>dominant verdict</th>"
         "</tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
     )
@@ -377,13 +393,13 @@ def _findings(analysis: Analysis) -> str:
         where = ""
         if f.collectives:
             where = (
-                "<div class='where'>where: " + "; ".join(_e(c) for c in f.collectives) + "</div>"
+                "<div class='where'>where: " + "; ".join(_md(c) for c in f.collectives) + "</div>"
             )
         share = f" · {_pct(f.share_ratio)}" if f.share_ratio is not None else ""
         items.append(
-            f"<li class='finding {_e(f.kind)}'><b>{_e(f.title)}</b>"
+            f"<li class='finding {_e(f.kind)}'><b>{_md(f.title)}</b>"
             f"<div class='evidence muted'>{_e(f.kind)}{share} · {fmt_ns(f.exposed_ns)}</div>"
-            f"<div class='advice'>{_e(f.advice)}</div>{where}</li>"
+            f"<div class='advice'>{_md(f.advice)}</div>{where}</li>"
         )
     return (
         "<section id='next'><h2>What to try next</h2><p class='explain'>Chosen from why the "
@@ -599,12 +615,12 @@ def _collectives_table(analysis: Analysis, d: StepDetail) -> str:
         last = " <span class='tag'>last in step</span>" if int(r["end_ns"]) == last_end else ""
         same = " <span class='tag warn'>on a compute stream</span>" if r["same_stream"] else ""
         causes = ", ".join(
-            f"{c} {fmt_ns(int(r[EXPOSED_BY_CAUSE[c].name]))}"
+            f"{c} {_ms(int(r[EXPOSED_BY_CAUSE[c].name]), 3)} ms"
             for c in CAUSES
             if int(r[EXPOSED_BY_CAUSE[c].name]) > 0
         )
-        wait = f"<td class='num'>{fmt_ns(int(r['wait_ns']))}</td>" if has_wait else ""
-        queued = "–" if pd.isna(r["queued_ns"]) else fmt_ns(int(r["queued_ns"]))
+        wait = f"<td class='num'>{_ms(int(r['wait_ns']), 3)}</td>" if has_wait else ""
+        queued = "–" if pd.isna(r["queued_ns"]) else _ms(int(r["queued_ns"]), 3)
         out.append(
             "<tr>"
             f"<td class='name' title='{_e(r['kernel'])}'>"
@@ -614,13 +630,13 @@ def _collectives_table(analysis: Analysis, d: StepDetail) -> str:
             f"<td class='num'>{fmt_bytes(nbytes)}</td>"
             f"<td class='num'>{bus_text}</td>"
             f"<td>{_e(' · '.join(group) or r['lane'])}</td>"
-            f"<td class='num'>+{fmt_ns(int(r['start_ns']) - d.start_ns)}</td>"
-            f"<td class='num'>{fmt_ns(dur)}</td>" + wait + f"<td class='num'>{queued}</td>"
-            f"<td class='num exposed-text'>{fmt_ns(exposed)}</td>"
+            f"<td class='num'>+{_ms(int(r['start_ns']) - d.start_ns, 3)}</td>"
+            f"<td class='num'>{_ms(dur, 3)}</td>" + wait + f"<td class='num'>{queued}</td>"
+            f"<td class='num exposed-text'>{_ms(exposed, 3)}</td>"
             f"<td>{_e(causes)}</td>"
             "</tr>"
         )
-    wait_head = "<th class='num'>waiting for peers</th>" if has_wait else ""
+    wait_head = "<th class='num'>waiting for peers (ms)</th>" if has_wait else ""
     wait_text = (
         " <i>Waiting</i> is the part of the collective's duration spent waiting for the last rank "
         "to arrive (its duration minus the shortest duration of the same collective on any rank)."
@@ -635,8 +651,9 @@ def _collectives_table(analysis: Analysis, d: StepDetail) -> str:
         "<table class='data'><thead><tr><th>kernel</th><th>collective</th><th class='num'>size</th>"
         "<th class='num' title='bus bandwidth, GB/s: bytes / transfer time x NCCL factor'>"
         "busbw GB/s</th>"
-        "<th>group / lane</th><th class='num'>start</th><th class='num'>duration</th>"
-        f"{wait_head}<th class='num'>queued</th><th class='num'>exposed</th><th>why exposed</th>"
+        "<th>group / lane</th><th class='num'>start (ms)</th><th class='num'>duration (ms)</th>"
+        f"{wait_head}<th class='num'>queued (ms)</th><th class='num'>exposed (ms)</th>"
+        "<th>why exposed</th>"
         "</tr></thead><tbody>" + "".join(out) + "</tbody></table></section>"
     )
 
@@ -695,17 +712,17 @@ def _across_ranks(analysis: Analysis) -> str:
             f"<td class='num'>{int(r['rank'])}</td>"
             f"<td class='num'>{int(r['instances']):,}</td>"
             f"<td class='num'>{int(r['last_count']):,} ({_pct(r['last_ratio'])})</td>"
-            f"<td class='num'>{fmt_ns(int(r['waited_for_ns']))}</td>"
-            f"<td class='num'>{fmt_ns(int(r['exposed_waited_for_ns']))}</td>"
-            f"<td class='num'>{fmt_ns(int(r['wait_ns']))}</td>"
+            f"<td class='num'>{_ms(int(r['waited_for_ns']))}</td>"
+            f"<td class='num'>{_ms(int(r['exposed_waited_for_ns']))}</td>"
+            f"<td class='num'>{_ms(int(r['wait_ns']))}</td>"
             "</tr>"
             for r in st.to_dict("records")
         ]
         parts.append(
             "<h3>Who the others waited for</h3><table class='data'><thead><tr>"
             "<th class='num'>rank</th><th class='num'>collectives</th><th class='num'>arrived last</th>"
-            "<th class='num'>others waited for it</th><th class='num'>of which exposed</th>"
-            "<th class='num'>it waited for others</th>"
+            "<th class='num'>others waited for it (ms)</th><th class='num'>of which exposed (ms)</th>"
+            "<th class='num'>it waited for others (ms)</th>"
             "</tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
         )
     elif not coll.aligned:
@@ -718,16 +735,16 @@ def _across_ranks(analysis: Analysis) -> str:
         rows = [
             "<tr>"
             f"<td>{_e(r['step'])}</td>"
-            f"<td class='num'>{fmt_ns(int(r['skew_ns']))}</td>"
-            f"<td class='num'>{int(r['slowest_rank'])} ({fmt_ns(int(r['max_step_ns']))})</td>"
-            f"<td class='num'>{int(r['fastest_rank'])} ({fmt_ns(int(r['min_step_ns']))})</td>"
+            f"<td class='num'>{_ms(int(r['skew_ns']))}</td>"
+            f"<td class='num'>{int(r['slowest_rank'])} ({_ms(int(r['max_step_ns']))})</td>"
+            f"<td class='num'>{int(r['fastest_rank'])} ({_ms(int(r['min_step_ns']))})</td>"
             "</tr>"
             for r in worst.to_dict("records")
         ]
         parts.append(
             "<h3>Step-time skew across ranks (largest first)</h3><table class='data'><thead><tr>"
-            "<th>step</th><th class='num'>skew</th><th class='num'>slowest rank</th>"
-            "<th class='num'>fastest rank</th></tr></thead><tbody>"
+            "<th>step</th><th class='num'>skew (ms)</th><th class='num'>slowest rank (step ms)</th>"
+            "<th class='num'>fastest rank (step ms)</th></tr></thead><tbody>"
             + "".join(rows)
             + "</tbody></table>"
         )
@@ -742,6 +759,6 @@ def _merged_section(page: Page) -> str:
         "<section id='merged'><h2>What the drawing simplified</h2><p class='explain'>Dense lanes are "
         "drawn as merged spans to keep this file small and the browser responsive; the numbers above "
         "are computed from every activity.</p><ul>"
-        + "".join(f"<li>{_e(m)}</li>" for m in page.merged)
+        + "".join(f"<li>{_md(m)}</li>" for m in page.merged)
         + "</ul></section>"
     )
