@@ -122,7 +122,8 @@ def read_nsys_rep(path: str | os.PathLike[str], keep_range: RangeFilter | None =
     """Read an ``.nsys-rep`` report by exporting it to SQLite with ``nsys`` (which must be on PATH).
 
     The export is cached next to the report (``report.sqlite``) when that folder is writable (and
-    reused while it is ours and newer than the report), else in the per-user cache
+    reused while it is ours, whole, and records the report's current size and SHA-256), else in
+    the per-user cache
     ``$XDG_CACHE_HOME/traceoverlap/nsys`` (mode 0700) under the report's content hash; with a
     cached export ``nsys`` is not needed.
     """
