@@ -13,7 +13,7 @@ fresh only while that record matches the report as it is now. Modification times
 (``cp -p``, ``rsync -a``, ``tar x`` give another report an older time).
 
 The ``nsys`` child never outlives the export: it is killed on any error, interrupt or SIGTERM
-(:func:`sigterm_exits` turns SIGTERM into an exit that runs the clean-up), and on Linux the
+(:func:`traceoverlap.core._signals.sigterm_exits` turns SIGTERM into an exit that runs the clean-up), and on Linux the
 kernel kills it when this process dies (``PR_SET_PDEATHSIG``). The temporary folder of a process
 killed anyway (SIGKILL) is named after its host and pid, and removed by the next export into that
 folder once that pid is gone.
@@ -34,11 +34,10 @@ import stat
 import subprocess
 import sys
 import tempfile
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
 
+from ...core._signals import sigterm_exits
 from ...core.errors import TraceFormatError
 
 #: What to tell a user whose export cannot be read or made.
@@ -318,34 +317,6 @@ def _running(pid: int) -> bool:
     except OSError:  # another user's process: running
         return True
     return True
-
-
-@contextlib.contextmanager
-def sigterm_exits() -> Iterator[None]:
-    """While the block runs (in the main thread, where SIGTERM is not otherwise handled), SIGTERM
-    raises ``SystemExit(143)`` so that ``finally`` blocks and context managers clean up (the nsys
-    child killed, temporary files removed) instead of the process vanishing. A child process that
-    inherited the handler (a fork) dies of SIGTERM as it would have."""
-    if (
-        threading.current_thread() is not threading.main_thread()
-        or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
-    ):
-        yield
-        return
-    owner = os.getpid()
-
-    def terminate(signum: int, frame: FrameType | None) -> None:
-        if os.getpid() != owner:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGTERM)
-            return
-        raise SystemExit(128 + signal.SIGTERM)
-
-    signal.signal(signal.SIGTERM, terminate)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _die_with_parent() -> Callable[[], None] | None:
