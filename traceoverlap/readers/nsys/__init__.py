@@ -1,7 +1,8 @@
 """Nsight Systems reader: ``nsys export --type=sqlite`` files (and ``.nsys-rep`` through ``nsys``).
 
 What it reads (tables and columns are discovered from ``sqlite_master`` / ``PRAGMA table_info``,
-never assumed; exports of Nsight Systems 2022.4 (schema 3.0) to 2026.2 (schema 3.25) are read):
+never assumed, and a table may be a view, read through SQLite; exports of Nsight Systems 2022.4
+(schema 3.0) to 2026.2 (schema 3.25) are read):
 
 - ``CUPTI_ACTIVITY_KIND_KERNEL`` -> category ``kernel``, name = ``shortName`` (what classification
   matches on); ``CUPTI_ACTIVITY_KIND_MEMCPY`` / ``MEMSET`` -> ``memcpy`` / ``memset``. GPU rows get
