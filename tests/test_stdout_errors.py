@@ -4,6 +4,7 @@ where it is redirected is one error line and exit 2, as the same write with ``-o
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import signal
@@ -105,3 +106,51 @@ def test_reader_that_goes_away_is_quiet(name: str) -> None:
             proc.wait(10)
     assert first.startswith(b"{")
     assert proc.returncode == 0 and b"error" not in err and b"Traceback" not in err, err
+
+
+def test_report_to_standard_output_says_so(tmp_path: Path) -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "traceoverlap", *COMMANDS["report"]],
+        capture_output=True,
+        env=_env(False),
+        cwd=tmp_path,
+        timeout=120,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr.decode()
+    assert r.stdout.lstrip().lower().startswith(b"<!doctype html")
+    assert r.stderr.decode().strip() == "wrote standard output"
+    assert list(tmp_path.iterdir()) == []  # no file named "-"
+
+
+def test_file_size_limit_on_an_export_file_keeps_the_old_file(tmp_path: Path) -> None:
+    # the same limit with -o: refused, the old file whole, no temporary file left
+    out = tmp_path / "run.json"
+    out.write_bytes(b'{"old": true}')
+    r = subprocess.run(
+        [sys.executable, "-m", "traceoverlap", "export", RUN, "-o", str(out)],
+        capture_output=True,
+        env=_env(False),
+        preexec_fn=_limited,
+        timeout=120,
+        check=False,
+    )
+    assert r.returncode == 2, r.stderr.decode()
+    assert r.stderr.decode().count("\n") == 1 and "cannot write the output" in r.stderr.decode()
+    assert out.read_bytes() == b'{"old": true}'
+    assert [p.name for p in tmp_path.iterdir()] == ["run.json"]
+
+
+def test_two_exports_to_one_file_each_leave_a_whole_trace(tmp_path: Path) -> None:
+    out = tmp_path / "run.json"
+    cmd = [sys.executable, "-m", "traceoverlap", "export", RUN, "-o", str(out)]
+    procs = [
+        subprocess.Popen(cmd, env=_env(False), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for _ in range(2)
+    ]
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err.decode()
+    doc = json.loads(out.read_bytes())  # whole: one of the two, not a mix
+    assert doc["otherData"]["generator"] == "traceoverlap export"
+    assert [p.name for p in tmp_path.iterdir()] == ["run.json"]
