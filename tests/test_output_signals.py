@@ -11,6 +11,8 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 RUN = ROOT / "fixtures" / "workloads" / "bucketed"
 
@@ -64,3 +66,19 @@ def test_sigterm_during_export_keeps_the_old_file_and_no_temporary(tmp_path: Pat
     assert err.decode().strip() == "traceoverlap: terminated"
     assert out.read_bytes() == b'{"old": true}'
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ready", "run.json"]
+
+
+def test_a_forked_worker_dies_of_sigterm_at_once() -> None:
+    # the handler is the command's, not its pool workers': a fork gets the default back
+    from traceoverlap.core._signals import sigterm_exits
+
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        pytest.skip("the test runner handles SIGTERM itself")
+    with sigterm_exits():
+        assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            os._exit(0 if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL else 1)
+        _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL

@@ -23,7 +23,7 @@ def sigterm_exits() -> Iterator[None]:
     ``finally`` blocks and context managers clean up (a child process killed, temporary files
     removed, the old output left whole) instead of the process vanishing. Only in the main thread
     and only where SIGTERM is not handled already (else the block runs as it is). A forked child
-    that inherited the handler dies of SIGTERM as it would have."""
+    gets the default handler back (it dies of SIGTERM at once, as it would have)."""
     if (
         threading.current_thread() is not threading.main_thread()
         or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
@@ -39,8 +39,25 @@ def sigterm_exits() -> Iterator[None]:
             return
         raise Terminated(TERMINATED)
 
+    _ours.append(terminate)
     signal.signal(signal.SIGTERM, terminate)
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        _ours.remove(terminate)
+
+
+#: The handlers :func:`sigterm_exits` has installed (and not yet removed).
+_ours: list[object] = []
+
+
+def _default_in_child() -> None:
+    # a forked worker (a process pool's) is ended by SIGTERM at once, even inside C code, as
+    # before: the handler is this process's, not the child's
+    if signal.getsignal(signal.SIGTERM) in _ours:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_default_in_child)
