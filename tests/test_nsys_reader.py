@@ -627,7 +627,7 @@ def test_nsys_rep_without_nsys_says_how_to_export(
     assert "nsys export --type=sqlite --force-overwrite=true --output=report.sqlite" in msg
 
 
-def test_nsys_rep_with_fresh_export_beside_needs_no_nsys(
+def test_nsys_rep_with_its_export_beside_needs_no_nsys(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rep = tmp_path / "report.nsys-rep"
@@ -636,11 +636,34 @@ def test_nsys_rep_with_fresh_export_beside_needs_no_nsys(
     os.utime(rep, (old, old))
     x = NsysExport()
     x.kernel(5, 0, 7, 100, 200, "k", launch=50)
-    x.write(tmp_path / "report.sqlite")  # what `nsys export` writes by default, newer than rep
+    prepared = x.write(tmp_path / "prepared.db")
+    bindir = fake_nsys_export(tmp_path, prepared)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
+    read_trace(rep)  # exported once, by traceoverlap: the export records which report it is of
     monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
     tl = read_trace(rep)
     assert tl.traces[0].path == str(rep)
     assert tl.events[tl.events["category"] == "kernel"]["name"].tolist() == ["k"]
+
+
+def test_nsys_rep_with_a_hand_made_export_beside_and_no_nsys_says_to_pass_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `nsys export` run by hand (newer than the report): nothing records that it is of this
+    # report (issue 41: a report replaced by an older copy kept its old numbers), so it is not
+    # read in the report's name; the error says to pass it
+    rep = tmp_path / "report.nsys-rep"
+    rep.write_bytes(b"\x00binary report")
+    old = time.time() - 100
+    os.utime(rep, (old, old))
+    x = NsysExport()
+    x.kernel(5, 0, 7, 100, 200, "k", launch=50)
+    x.write(tmp_path / "report.sqlite")
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    with pytest.raises(TraceFormatError, match="pass report.sqlite itself") as err:
+        read_trace(rep)
+    assert "report.nsys-rep" in str(err.value) and "\n" not in str(err.value)
+    assert read_trace(tmp_path / "report.sqlite").events["name"].tolist().count("k") == 1
 
 
 def test_nsys_rep_exported_once_and_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

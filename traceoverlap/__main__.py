@@ -40,8 +40,24 @@ def run() -> None:
     atexit._run_exitfuncs()
     try:
         sys.stdout.flush()
+    except BrokenPipeError:  # the reader went away (`| head`): not an error of ours
+        raise SystemExit(code) from None
+    except OSError as exc:  # a full disk, `ulimit -f`: what was written is cut
+        # the line of reporters.outputs.stdout_failed (the entry point imports only the CLI)
+        print(
+            f"traceoverlap: error: standard output: cannot write the output "
+            f"({exc.strerror or exc}); what was written is incomplete (check the free space "
+            "and file size limit where it goes, or use -o FILE)",
+            file=sys.stderr,
+        )
+        code = code or 2
+        devnull = os.open(os.devnull, os.O_WRONLY)  # what is still buffered cannot fail again
+        os.dup2(devnull, sys.stdout.fileno())
+    except ValueError:  # a closed stream: the normal exit reports it
+        raise SystemExit(code) from None
+    try:
         sys.stderr.flush()
-    except (OSError, ValueError):  # a closed pipe / stream: the normal exit reports it
+    except (OSError, ValueError):
         raise SystemExit(code) from None
     os._exit(code)
 

@@ -34,8 +34,16 @@ class _OneLineErrors(click.Group):
         if kwargs.get("standalone_mode", True) is False:
             return super().main(*args, **kwargs)
         kwargs["standalone_mode"] = False
+        from ..core._signals import Terminated, sigterm_exits
+
         try:
-            code = super().main(*args, **kwargs)
+            # SIGTERM ends the command through its clean-up: outputs written atomically keep
+            # the old file and leave no temporary one, an `nsys export` child is killed
+            with sigterm_exits():
+                code = super().main(*args, **kwargs)
+        except Terminated:
+            click.echo("traceoverlap: terminated", err=True)
+            raise
         except click.UsageError as exc:
             if type(exc).__name__ == "NoArgsIsHelpError":  # bare `traceoverlap`: the help
                 click.echo(exc.format_message())

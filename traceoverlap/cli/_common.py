@@ -231,10 +231,12 @@ def write_text(text: str, output: str | None) -> None:
     to_stdout = not output or output == "-"
     if not text[:100].lstrip().lower().startswith(("<!doctype html", "<html")):
         text = safe_text(text, keep_sgr=to_stdout and sys.stdout.isatty())
+    from ..reporters.outputs import write_output, writing_stdout
+
     if to_stdout:
-        click.echo(text, nl=False)
+        with writing_stdout() as out:  # a full disk or `ulimit -f` is an error, not a cut file
+            out.write(text.encode(sys.stdout.encoding or "utf-8", "replace"))
         return
-    from ..reporters.outputs import write_output
 
     write_output(text, str(output))
 

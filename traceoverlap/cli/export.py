@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import click
@@ -36,15 +35,14 @@ def export_cmd(paths: tuple[str, ...], output: str, **opts: Any) -> None:
       traceoverlap export runs/bucketed/ -o run.json      then open run.json in ui.perfetto.dev
       traceoverlap export runs/bucketed/ -o - | gzip > run.json.gz
     """
-    from ..reporters.outputs import open_output
+    from ..reporters.outputs import open_output, writing_stdout
     from ..reporters.perfetto import write_trace
 
     check_outputs([output], paths, opts)
     result = run_analysis(paths, **opts)
     if output == "-":
-        out = sys.stdout.buffer
-        stats = write_trace(result, out)
-        out.flush()
+        with writing_stdout() as out:  # a full disk or `ulimit -f` is an error, not a cut trace
+            stats = write_trace(result, out)
     else:
         # a temporary file beside it, replacing it only once whole (reporters/outputs.py)
         with open_output(output) as fh:

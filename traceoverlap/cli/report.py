@@ -70,4 +70,4 @@ def report(
     result = run_analysis(paths, **opts)
     page = html_report(result, plotlyjs, timeline_step, opts.get("jobs"), timeline_rank)
     write_text(page, output)
-    click.echo(f"wrote {output}", err=True)
+    click.echo(f"wrote {'standard output' if output == '-' else output}", err=True)

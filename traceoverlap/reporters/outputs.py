@@ -18,6 +18,10 @@
   ``write`` into it.
 
 Errors writing the output (a full disk, a missing folder) are :class:`UsageError` naming it.
+Standard output too (:func:`writing_stdout`): a full disk or a file size limit (``ulimit -f``)
+where it is redirected is one error line and a non-zero exit, never a silently cut file. A
+reader that went away (``| head``) is not an error: :class:`BrokenPipeError` passes through to
+the command line's quiet exit.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import io
 import os
 import re
 import stat
+import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -35,7 +40,14 @@ from typing import Any, BinaryIO
 
 from ..core.errors import UsageError
 
-__all__ = ["check_outputs", "write_output", "open_output", "is_own_json"]
+__all__ = [
+    "check_outputs",
+    "write_output",
+    "open_output",
+    "writing_stdout",
+    "stdout_failed",
+    "is_own_json",
+]
 
 _OWN_JSON = re.compile(rb'^\s*\{\s*"schema_version"\s*:')
 
@@ -183,6 +195,59 @@ class _Output(io.BufferedWriter):
             super().close()
         except OSError as exc:
             raise _cannot_write(self.output, exc) from None
+
+
+@contextlib.contextmanager
+def writing_stdout() -> Iterator[BinaryIO]:
+    """Standard output as a binary file, for the block to write into; flushed at the end. A
+    write or the flush failing (a full disk, ``ulimit -f``, ``/dev/full``) is a
+    :class:`UsageError` (:func:`stdout_failed`); :class:`BrokenPipeError` passes as it is.
+
+    Every byte is written or an error raised: with ``PYTHONUNBUFFERED`` standard output is an
+    unbuffered file whose writes may stop short (the file size limit reached), and Python's own
+    text layer drops the rest without a word; here a short write is continued, and the write
+    after it fails."""
+    try:
+        sys.stdout.flush()  # what was printed before comes first
+        target = sys.stdout.buffer
+        fh = io.BufferedWriter(_Passthrough(target))
+        yield fh
+        fh.flush()
+        target.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise stdout_failed(exc) from None
+
+
+class _Passthrough(io.RawIOBase):
+    """A raw file writing into ``target`` and saying how much it took (a short write is then
+    continued by the :class:`io.BufferedWriter` over it)."""
+
+    def __init__(self, target: BinaryIO) -> None:
+        super().__init__()
+        self.target = target
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        n = self.target.write(data)
+        return len(data) if n is None else n
+
+
+def stdout_failed(exc: OSError) -> UsageError:
+    """The error for standard output that could not take what was written. Standard output is
+    pointed at the null device first, so that what is still buffered cannot fail again (with a
+    traceback) when the interpreter exits."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    return UsageError(
+        f"standard output: cannot write the output ({exc.strerror or exc}); what was written "
+        "is incomplete (check the free space and file size limit where it goes, or use -o FILE)"
+    )
 
 
 def _discard(fh: _Output) -> None:

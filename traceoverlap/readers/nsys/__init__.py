@@ -1,7 +1,8 @@
 """Nsight Systems reader: ``nsys export --type=sqlite`` files (and ``.nsys-rep`` through ``nsys``).
 
 What it reads (tables and columns are discovered from ``sqlite_master`` / ``PRAGMA table_info``,
-never assumed; exports of Nsight Systems 2022.4 (schema 3.0) to 2026.2 (schema 3.25) are read):
+never assumed, and a table may be a view, read through SQLite; exports of Nsight Systems 2022.4
+(schema 3.0) to 2026.2 (schema 3.25) are read):
 
 - ``CUPTI_ACTIVITY_KIND_KERNEL`` -> category ``kernel``, name = ``shortName`` (what classification
   matches on); ``CUPTI_ACTIVITY_KIND_MEMCPY`` / ``MEMSET`` -> ``memcpy`` / ``memset``. GPU rows get
@@ -122,7 +123,8 @@ def read_nsys_rep(path: str | os.PathLike[str], keep_range: RangeFilter | None =
     """Read an ``.nsys-rep`` report by exporting it to SQLite with ``nsys`` (which must be on PATH).
 
     The export is cached next to the report (``report.sqlite``) when that folder is writable (and
-    reused while it is ours and newer than the report), else in the per-user cache
+    reused while it is ours, whole, and records the report's current size and SHA-256), else in
+    the per-user cache
     ``$XDG_CACHE_HOME/traceoverlap/nsys`` (mode 0700) under the report's content hash; with a
     cached export ``nsys`` is not needed.
     """

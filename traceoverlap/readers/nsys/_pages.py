@@ -10,20 +10,24 @@ the table's b-tree leaf pages with numpy costs about what SQLite's own scan does
 How (https://www.sqlite.org/fileformat2.html): the table's root page is found through SQLite
 (``sqlite_master``); interior pages are walked to the ordered list of leaf pages; every cell of
 every leaf page is decoded at once with vectorised varint and big-endian reads: the record header
-gives each column's serial type, the running sum of their sizes each value's offset. Rows come
-out in rowid order, as ``SELECT ... FROM table`` returns them.
+gives each column's serial type, the running sum of their sizes each value's offset. A record
+shorter than the table (written before ``ALTER TABLE ... ADD COLUMN ... DEFAULT``) has the
+column's DEFAULT where it lacks the column, as SQLite reads it (:func:`column_default`). Rows
+come out in rowid order, as ``SELECT ... FROM table`` returns them.
 
 Only files whose committed state is exactly what the pages say are decoded this way, and only
 while the caller holds a read transaction (no writer can commit under it). Anything else is read
 through SQLite instead (same result, slower): a WAL database or a journal beside the file, UTF-16
 text, a row too large for its page (overflow pages), generated columns, unexpected page types,
-offsets outside their page, or a row count that differs from SQLite's ``count(*)``. SQLite's own
+offsets outside their page, a row count that differs from SQLite's ``count(*)``, or a column
+default that is not a literal. SQLite's own
 errors (a damaged or locked file) surface from the SQLite path as ``sqlite3.DatabaseError``.
 """
 
 from __future__ import annotations
 
 import mmap
+import re
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -33,7 +37,7 @@ import numpy as np
 import numpy.typing as npt
 from numpy.lib.stride_tricks import as_strided
 
-from ._columns import INT, REFUSED, Columns, Unsupported, Where, _q, rowid_alias
+from ._columns import INT, NULL, OTHER, REFUSED, Columns, Unsupported, Where, _q, rowid_alias
 
 I64 = npt.NDArray[np.int64]
 Obj = npt.NDArray[np.object_]
@@ -73,11 +77,51 @@ def _windows(mm: npt.NDArray[np.uint8], width: int) -> npt.NDArray[np.uint8]:
     return as_strided(mm, shape=(mm.size - width + 1, width), strides=(1, 1), writeable=False)
 
 
+_INT_LITERAL = re.compile(r"([+-]?)\s*(0[xX][0-9a-fA-F]{1,16}|[0-9]+)")
+_REAL_LITERAL = re.compile(r"[+-]?\s*(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+def column_default(sql: Any) -> int | float | str | None:
+    """The value of a column's DEFAULT (``PRAGMA table_xinfo``'s ``dflt_value``: its SQL text)
+    for a record that lacks the column: None (NULL, or no default), an int, a float or a str.
+    Only literals are decoded here; anything else (an expression, a blob) is read through SQLite
+    (:class:`Unsupported`)."""
+    if sql is None:
+        return None
+    t = str(sql).strip()
+    while t.startswith("(") and t.endswith(")"):
+        t = t[1:-1].strip()
+    up = t.upper()
+    if up == "NULL":
+        return None
+    if up in ("TRUE", "FALSE"):
+        return int(up == "TRUE")
+    m = _INT_LITERAL.fullmatch(t)
+    if m is not None:
+        sign, digits = m.groups()
+        if digits[:2].lower() == "0x":  # a 64-bit two's complement pattern, as SQLite reads it
+            v = int(digits, 16)
+            v = v - (1 << 64) if v >= 1 << 63 else v
+        else:
+            v = int(digits)
+        v = -v if sign == "-" else v
+        if -(1 << 63) <= v < 1 << 63:
+            return v
+        raise Unsupported("integer default outside 64 bits")
+    if _REAL_LITERAL.fullmatch(t):
+        return float(t.replace(" ", ""))
+    if len(t) >= 2 and t[0] == t[-1] == "'" and "'" not in t[1:-1].replace("''", ""):
+        return t[1:-1].replace("''", "'")
+    raise Unsupported("a column default that is not a literal")
+
+
 class PageReader:
     def __init__(self, con: sqlite3.Connection, path: Path) -> None:
         self.con = con
         self.path = path
         self.text_keep: Callable[[str], bool] | None = None
+        #: column -> the SQL text of its DEFAULT (PRAGMA table_xinfo), of the table being read
+        self.defaults: dict[str, Any] = {}
         mode = con.execute("PRAGMA journal_mode").fetchone()
         if mode is None or str(mode[0]).lower() == "wal":
             raise Unsupported("WAL database: its pages may be newer in the -wal file")
@@ -294,6 +338,8 @@ class PageReader:
             raise Unsupported("no root page")
         names = [str(r[1]) for r in info]
         alias = rowid_alias(info)
+        # what a record too short to hold a column reads as (SQL text; decoded when needed)
+        self.defaults = {str(r[1]): r[4] for r in info}
         position = {c: i for i, c in enumerate(names)}
         for c in int_cols + text_cols:
             if c not in position:
@@ -371,7 +417,7 @@ class PageReader:
         if ((hsize < l3) | (header_end > record_end)).any():
             raise Unsupported("bad record header")
         last = max((position[c] for c in int_cols + text_cols), default=-1)
-        serial = self.serial_types(rec + l3, header_end, last + 1)  # (column, row)
+        serial, ncols = self.serial_types(rec + l3, header_end, last + 1)  # (column, row)
         wanted = {position[c] for c in int_cols + text_cols}
         # where column j's value starts: the header's end plus the sizes of columns 0..j-1
         offset: dict[int, I64] = {}
@@ -388,28 +434,56 @@ class PageReader:
                 out.kinds[c][rows] = INT
                 continue
             j = position[c]
-            out.ints[c][rows], out.kinds[c][rows] = self.read_ints(offset[j], serial[j])
+            values, kinds = self.read_ints(offset[j], serial[j])
+            self.int_defaults(c, ncols <= j, values, kinds)
+            out.ints[c][rows], out.kinds[c][rows] = values, kinds
         for c in text_cols:
             j = position[c]
             texts, bad = self.texts(serial[j], offset[j])
+            self.text_defaults(c, ncols <= j, texts)
             out.texts[c][rows] = texts
             out.bad_utf8 += bad
 
-    def serial_types(self, start: I64, end: I64, ncol: int) -> npt.NDArray[np.int64]:
+    def int_defaults(
+        self, column: str, short: npt.NDArray[np.bool_], values: I64, kinds: npt.NDArray[np.int8]
+    ) -> None:
+        """The DEFAULT of ``column`` (an integer one) in the rows of ``short`` (records written
+        before the column was added), in place."""
+        if not short.any():
+            return
+        default = column_default(self.defaults.get(column))
+        if type(default) is int:
+            values[short], kinds[short] = default, INT
+        else:
+            values[short], kinds[short] = 0, NULL if default is None else OTHER
+
+    def text_defaults(self, column: str, short: npt.NDArray[np.bool_], texts: Obj) -> None:
+        """The DEFAULT of ``column`` (a text one) in the rows of ``short``, in place."""
+        if not short.any():
+            return
+        default = column_default(self.defaults.get(column))
+        if default is not None and not isinstance(default, str):
+            raise Unsupported("a number as a text column's default")
+        texts[short] = default
+
+    def serial_types(self, start: I64, end: I64, ncol: int) -> tuple[npt.NDArray[np.int64], I64]:
         """Serial types of the first ``ncol`` columns of each record, as a (column, row) array
-        (0 = NULL for the columns a short record lacks), its header running from ``start`` to
-        ``end``. Fast path: every serial type one byte (integers, short texts), read as one
-        ``ncol``-byte row per record."""
+        (0 for the columns a short record lacks), its header running from ``start`` to ``end``,
+        and how many of those ``ncol`` columns each record holds (fewer: a record written before
+        columns were added, which then read as their DEFAULT). Fast path: every serial type one
+        byte (integers, short texts), read as one ``ncol``-byte row per record."""
         n = start.size
         out = np.zeros((ncol, n), dtype=np.int64)
+        held = np.full(n, ncol, dtype=np.int64)
         if ncol == 0 or n == 0:
-            return out
+            return out, held
         slow: npt.NDArray[np.bool_]
         if int((start + ncol).max()) > self.mm.size:
             slow = np.ones(n, dtype=bool)
         else:
             head = np.ascontiguousarray(_windows(self.mm, ncol)[start].T)
             count = end - start  # serial types in the header when each is one byte
+            held = np.minimum(count, ncol)
             slow = np.zeros(n, dtype=bool)
             for j in range(ncol):
                 present = count > j
@@ -419,8 +493,10 @@ class PageReader:
         if idx.size:
             p = start[idx]
             stop = end[idx]
+            counted = np.zeros(idx.size, dtype=np.int64)
             for j in range(ncol):
                 has = p < stop
+                counted += has
                 st = np.zeros(idx.size, dtype=np.int64)
                 ln = np.zeros(idx.size, dtype=np.int64)
                 k = np.flatnonzero(has)
@@ -430,7 +506,8 @@ class PageReader:
                 p = p + ln
             if (p > stop).any():
                 raise Unsupported("record header longer than declared")
-        return out
+            held[idx] = counted
+        return out, held
 
     def texts(self, st: I64, off: I64) -> tuple[Obj, int]:
         """Decoded texts (and blobs) of one column; None for NULL. Numbers are not expected in a

@@ -47,7 +47,7 @@ def gpu_processes(con: sqlite3.Connection) -> list[int]:
     tables with ``globalPid``, host tables with ``globalTid``) and has several; else []."""
     tables = {
         str(n).lower(): str(n)
-        for (n,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        for (n,) in con.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")
     }
 
     def cols(t: str) -> set[str]:

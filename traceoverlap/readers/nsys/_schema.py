@@ -67,9 +67,13 @@ class Schema:
         self.file = file
         self.con = con
         self.notes: list[str] = []
+        # views too (a post-processed export may expose a table as a view): they are read
+        # through SQLite (the page decoder reads tables only)
         self.tables = [
             str(name)
-            for (name,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            for (name,) in con.execute(
+                "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')"
+            )
         ]
         self._columns: dict[str, list[str]] = {}
         self.names = Strings()
