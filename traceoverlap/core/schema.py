@@ -21,6 +21,8 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, replace
 
+import pandas as pd
+
 from .vocab import Cause
 
 # --- what a column holds ------------------------------------------------------------------------
@@ -522,6 +524,70 @@ TABLES = (
     OVERLAP_TAX,
     TAX_RANK_STEPS,
 )
+
+
+# --- the Python API's DataFrames ----------------------------------------------------------------
+
+#: Columns of the Python API's DataFrames that no output table declares but that share their
+#: meaning (and so their type) with a declared one: the internal columns kept beside the
+#: output ones (``per_rank.waited_for_rank``, ``windows.device``...).
+SHARED_COLUMNS: dict[str, Column] = {
+    c.name: c
+    for c in (
+        RANK,
+        DEVICE,
+        PID,
+        STEP,
+        WAITED_FOR_RANK,
+        START_NS,
+        END_NS,
+        Column("src_rank", INT, RANK_UNIT, "a point-to-point instance's sender", True),
+        Column("dst_rank", INT, RANK_UNIT, "a point-to-point instance's receiver", True),
+    )
+}
+
+
+def pandas_dtype(column: Column) -> str:
+    """The pandas dtype of ``column`` in a DataFrame of the Python API: null is ``<NA>``, never
+    NaN, never a sentinel, never an ``object`` column (docs/python-api.md "Column dtypes").
+
+    ``int``: ``int64``, ``Int64`` when nullable; ``float``: ``Float64``; ``bool``: ``bool``,
+    ``boolean`` when nullable; ``str``: pandas' ``str``, ``string`` when nullable; ``label``
+    (a step: 4, ``"4#2"``, ``"all"``): ``string``. Lists and JSON objects stay ``object``."""
+    if column.type == INT:
+        return "Int64" if column.nullable else "int64"
+    if column.type == FLOAT:
+        return "Float64"
+    if column.type == BOOL:
+        return "boolean" if column.nullable else "bool"
+    if column.type == LABEL:
+        return "string"
+    if column.type == STR:
+        return "string" if column.nullable else "str"
+    return "object"
+
+
+def conform(df: pd.DataFrame, table: Table) -> pd.DataFrame:
+    """``df`` with every column ``table`` (or :data:`SHARED_COLUMNS`) declares cast to its
+    :func:`pandas_dtype`: NaN and None become ``<NA>``; negative values of a nullable ``_ns``
+    column (the -1 "unknown" of the analysis) too. Other columns are kept as they are."""
+    declared = {c.name: c for c in table.columns}
+    out = {}
+    for name in df.columns:
+        col = declared.get(str(name), SHARED_COLUMNS.get(str(name)))
+        if col is None:
+            continue
+        s = df[name]
+        want = pandas_dtype(col)
+        if col.type == LABEL:
+            s = s.map(str, na_action="ignore") if s.dtype == object else s.astype(str)
+        if col.nullable and col.type == INT and col.unit == NS:
+            s = s.astype("Int64")
+            s = s.mask((s < 0).fillna(False))
+        if str(s.dtype) != want:
+            s = s.astype(want)
+        out[name] = s
+    return df.assign(**out) if out else df
 
 
 def markdown() -> str:

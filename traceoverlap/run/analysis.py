@@ -53,8 +53,11 @@ from ..core.schema import (
     ROOT_WAITED_FOR_NS,
     STEP,
     STEP_NS,
+    STEPS,
     WAIT_KNOWN,
     WAITED_FOR_RANK,
+    Table,
+    conform,
 )
 from ..core.vocab import CAUSES, Cause
 from ..rank.graph import UnitGraph
@@ -309,17 +312,21 @@ def _reduce(
     )
     analysis = Analysis(
         traces=traces,
-        steps=df.reset_index(drop=True),
+        steps=conform(df.reset_index(drop=True), STEPS),
         summary=summarize_run(df),
-        collectives=coll,
+        collectives=coll.conformed(),
         findings=fnd,
         notes=_notes(units, coll, skipped),
         options=options,
         unassigned=_unassigned(units),
-        windows=_windows_frame(units, win)[shown].reset_index(drop=True),
+        windows=conform(_windows_frame(units, win)[shown].reset_index(drop=True), WINDOWS),
         exposed_spans=sets.by_name(),
     )
     return analysis
+
+
+#: ``Analysis.windows``: no output table, only columns the step table shares
+WINDOWS = Table("windows", "Analysis.windows", ())
 
 
 def _blame(units: Sequence[UnitResult], coll: Collectives, win: _RunWindows) -> pd.DataFrame:
