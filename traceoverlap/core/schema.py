@@ -392,12 +392,13 @@ BLAME = Table(
 
 COMPARE_METRICS = Table(
     "compare_metrics",
-    "`compare` JSON `metrics`: medians over every (rank, step) of each run",
+    "`compare` JSON `metrics`: medians over every (rank, step) of each run; the overlap ratio "
+    "is the run's aggregate (total overlap / total comm), as `analyze` gives it",
     (
         Column("metric", STR, NONE, "the step column"),
         Column("label", STR, NONE, "the metric in words"),
-        Column("baseline", FLOAT, "as the metric", "baseline median", True),
-        Column("candidate", FLOAT, "as the metric", "candidate median", True),
+        Column("baseline", FLOAT, "as the metric", "baseline median (a ratio: aggregate)", True),
+        Column("candidate", FLOAT, "as the metric", "candidate median (a ratio: aggregate)", True),
         Column("delta", FLOAT, "as the metric", "candidate − baseline", True),
         Column("change_ratio", FLOAT, RATIO, "delta / baseline", True),
     ),
