@@ -283,6 +283,12 @@ def _iteration(markers: list[tuple[int, Ev]], e: Ev) -> int | None:
     return min(later) - e.start if later else None
 
 
+def _device_queued(a: _Act) -> bool:
+    """Work the device queues itself, with no host launch: a kernel record that moves memory
+    (MTIA dma_request). A memcpy/memset always has a host launch, recorded or not."""
+    return a.launch is None and a.kind == "memory" and a.ev.cat == "kernel"
+
+
 def _windows(u: _Unit, rx: re.Pattern[str]) -> list[_Window]:
     # zero-length markers contain nothing and are ignored everywhere (docs/oracle.md, docs/metrics.md)
     markers = [
@@ -303,10 +309,14 @@ def _windows(u: _Unit, rx: re.Pattern[str]) -> list[_Window]:
     if u.gpu:
         by_marker: dict[int, list[_Act]] = defaultdict(list)
         for a in u.acts:
-            if a.launch is None and a.kind != "memory":
+            # metrics.md "Steps": no launch record -> no step (a copy launched before the
+            # capture ran on a device behind the host: its GPU start says nothing about its
+            # step), except work the device queues itself (MTIA's dma_request kernels), placed
+            # by its start time
+            t = a.launch if a.launch is not None else a.start if _device_queued(a) else None
+            if t is None:
                 continue
-            # memory with no launch record (device-queued DMA): placed by its start time
-            m = _innermost(markers, a.launch if a.launch is not None else a.start)
+            m = _innermost(markers, t)
             if m is not None:
                 by_marker[m].append(a)
         out = []
@@ -527,7 +537,11 @@ def marker_report(events: Sequence[Ev], step_regex: str | None = None) -> dict[s
         ms = [(i, e) for i, e in u.host if e.cat == "annotation" and rx.search(e.name)]
         markers += len(ms)
         if u.gpu and ms:
-            used = {_innermost(ms, a.launch) for a in u.acts if a.launch is not None}
+            used = {
+                _innermost(ms, a.launch if a.launch is not None else a.start)
+                for a in u.acts
+                if a.launch is not None or _device_queued(a)
+            }
             empty += sum(1 for i, _ in ms if i not in used)
         inside = {a.index for w in _windows(u, rx) for a in w.acts}
         unstepped += sum(

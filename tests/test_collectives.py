@@ -202,8 +202,9 @@ def test_gpu_nccl_kernels_matched(with_meta: bool) -> None:
     assert len(c.instances) == 1
     row = c.instances.iloc[0]
     assert row["name"] == ("allreduce" if with_meta else "AllReduce")
-    assert row["seq"] == (0 if with_meta else None)
-    assert row["process_group"] == ("0" if with_meta else None)
+    # null (<NA> in the Int64 / string columns) without the collective's metadata
+    assert (row["seq"] == 0) if with_meta else row["seq"] is pd.NA
+    assert (row["process_group"] == "0") if with_meta else row["process_group"] is pd.NA
     assert (row["transfer_ns"], row["wait_ns"], row["last_rank"]) == (15 * MS, 25 * MS, 1)
     pr = c.per_rank.set_index("rank")
     assert pr.loc[0, "exposed_ns"] == 20 * MS and pr.loc[1, "exposed_ns"] == 10 * MS
@@ -389,7 +390,7 @@ def test_tied_latest_start_names_no_last_rank() -> None:
     r0 = _cpu_rank(0, (0, 100), [(0, 20)], [(20, 60)])
     r1 = _cpu_rank(1, (0, 100), [(0, 20)], [(20, 50)])
     c = _coll(analyze(concat_timelines([r0, r1])))
-    assert c.instances["last_rank"].tolist() == [None]
+    assert c.instances["last_rank"].tolist() == [pd.NA]
     assert c.instances["transfer_ns"].tolist() == [30 * MS]
     assert c.top_straggler is None
 

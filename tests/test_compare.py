@@ -147,3 +147,63 @@ def test_compare_a_run_without_communication_prints_no_nan() -> None:
     # "nan" is a substring of "dominant": look for the tokens a NaN would print as
     assert not re.search(r"\bnan\b|\bNaN\b", text, re.IGNORECASE)
     assert c.metric("overlap_ratio")["candidate"] is None
+
+
+def _three_steps() -> Timeline:
+    """One CPU rank, three 100 ms steps, one compute op and one gloo all-reduce in each (ms):
+    step 1 [0,100): compute [0,60), comm [50,60): comm 10, overlap 10 -> ratio 1.0
+    step 2 [100,200): compute [100,160), comm [160,200): comm 40, overlap 0 -> ratio 0.0
+    step 3 [200,300): compute [200,260), comm [250,270): comm 20, overlap 10 -> ratio 0.5
+    """
+    steps = [(0, 100, (0, 60), (50, 60)), (100, 200, (100, 160), (160, 200))]
+    steps.append((200, 300, (200, 260), (250, 270)))
+    cats, names, tids, threads, start, end = [], [], [], [], [], []
+    for i, (s, e, comp, comm) in enumerate(steps, start=1):
+        for cat, name, tid, th, (a, b) in (
+            ("annotation", f"ProfilerStep#{i}", 1, "python", (s, e)),
+            ("cpu_op", "aten::mm", 1, "python", comp),
+            ("annotation", "gloo:all_reduce", 2, "pt_gloo_runloop", comm),
+        ):
+            cats.append(cat)
+            names.append(name)
+            tids.append(tid)
+            threads.append(th)
+            start.append(a)
+            end.append(b)
+    ev = make_events(
+        len(cats),
+        {
+            "category": cats,
+            "name": names,
+            "tid": tids,
+            "thread_name": threads,
+            "start_ns": np.array(start) * MS,
+            "end_ns": np.array(end) * MS,
+        },
+    )
+    return Timeline(ev, (TraceInfo(path="r0.json", format="kineto", rank=0, clock="unix"),))
+
+
+def test_compare_gives_the_overlap_ratio_analyze_gives() -> None:
+    """Issue 35: one overlap figure per run. The run's overlap ratio (metrics.md "Summaries") is
+    total overlap / total comm = (10 + 0 + 10) / (10 + 40 + 20) = 20/70 = 28.6 %; the median of
+    the per-step ratios (1.0, 0.0, 0.5) would be 50.0 %, a different number under the same
+    label. analyze's summary and compare's table, headline and JSON all say 28.6 %."""
+    from traceoverlap.reporters import text
+    from traceoverlap.reporters.compare_text import render_json, render_markdown, render_table
+
+    a = analyze(_three_steps())
+    assert a.steps["overlap_ratio"].tolist() == [1.0, 0.0, 0.5]
+    assert a.summary.run.overlap_ratio == pytest.approx(20 / 70)
+    c = compare(a, analyze(_three_steps()))
+    row = c.metric("overlap_ratio")
+    assert row["label"] == "overlap ratio"
+    assert row["baseline"] == pytest.approx(20 / 70) and row["candidate"] == pytest.approx(20 / 70)
+    assert "overlap ratio 28.6% of comm hidden behind compute" in text.render(a, width=120)
+    table = render_table(c, width=120)
+    assert re.search(r"overlap ratio\s+28\.6%\s+28\.6%", table), table
+    assert "50.0%" not in table
+    assert "overlap ratio 28.6% -> 28.6%" in headline(c)
+    assert "| overlap ratio | 28.6% | 28.6% |" in render_markdown(c)
+    (m,) = [r for r in json.loads(render_json(c))["metrics"] if r["metric"] == "overlap_ratio"]
+    assert m["baseline"] == pytest.approx(20 / 70)

@@ -114,8 +114,8 @@ def test_thousands_of_nested_cpu_markers_are_analysed(tmp_path: Path) -> None:
     s = a.steps.set_index("step")
     assert len(s) == 2000
     for i in (0, 1, 999, 1999):
-        assert s.loc[i, "step_ns"] == (24_000 - 2 * i) * 1000
-        assert s.loc[i, "compute_ns"] == 10_000_000
-        assert s.loc[i, "idle_ns"] == (24_000 - 2 * i - 10_000) * 1000
+        assert s.loc[str(i), "step_ns"] == (24_000 - 2 * i) * 1000
+        assert s.loc[str(i), "compute_ns"] == 10_000_000
+        assert s.loc[str(i), "idle_ns"] == (24_000 - 2 * i - 10_000) * 1000
         # no communication; idle (> 14,000 us of 24,000) is over 10 % of the step
-        assert s.loc[i, "comm_ns"] == 0 and s.loc[i, "bottleneck"] == "idle-bound"
+        assert s.loc[str(i), "comm_ns"] == 0 and s.loc[str(i), "bottleneck"] == "idle-bound"

@@ -174,7 +174,7 @@ def _ranges(
     a: Analysis, ev: pd.DataFrame, rank: int, step: int, name: str
 ) -> tuple[np.ndarray, np.ndarray]:
     """The (disjoint) intervals of ranges called ``name`` on ``rank`` that start inside ``step``."""
-    w = a.steps[(a.steps["rank"] == rank) & (a.steps["step"] == step)].iloc[0]
+    w = a.steps[(a.steps["rank"] == rank) & (a.steps["step"] == str(step))].iloc[0]
     r = ev[
         (ev["rank"] == rank)
         & (ev["name"] == name)
@@ -193,7 +193,7 @@ def _rows(a: Analysis) -> list[tuple[int, int]]:
 
 
 def _step(a: Analysis, rank: int, step: int) -> pd.Series:
-    return a.steps[(a.steps["rank"] == rank) & (a.steps["step"] == step)].iloc[0]
+    return a.steps[(a.steps["rank"] == rank) & (a.steps["step"] == str(step))].iloc[0]
 
 
 # slow_rank: bucketed, rank 1 sleeps 40 ms (straggler_sleep) after forward, before backward.

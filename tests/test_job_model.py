@@ -331,7 +331,7 @@ def test_blame_says_unexplained_below_half() -> None:
     )
     a = analyze(concat_timelines(run))
     b = _blame_by_rank(a)
-    assert b.loc[2, "root_rank"] == 3 and b.loc[2, "cause"] is None
+    assert b.loc[2, "root_rank"] == 3 and b.loc[2, "cause"] is pd.NA
     wait = next(f for f in a.findings if f.kind == "wait")
     assert "rank 3 was late by 40.00 ms: unexplained" in wait.advice
 

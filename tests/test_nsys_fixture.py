@@ -88,7 +88,7 @@ def test_every_step_number_equals_an_independent_derivation() -> None:
     rank_of = {rank: pid for pid, rank in marks.items()}
     assert sorted(rank_of) == [0, 1]
     steps = res.steps
-    assert steps[["rank", "step"]].values.tolist() == [[0, 2], [0, 3], [1, 2], [1, 3]]
+    assert steps[["rank", "step"]].values.tolist() == [[0, "2"], [0, "3"], [1, "2"], [1, "3"]]
     for r in steps.itertuples():
         mine = ranges[rank_of[r.rank]]
         (lo, hi) = next((s, e) for t, s, e in mine if t == f"ProfilerStep#{r.step}")

@@ -120,7 +120,7 @@ def _two_exercises(tmp_path: Path, name: str = "run.sqlite", **kw: object) -> Pa
 
 
 def _row(df, step):  # type: ignore[no-untyped-def]
-    sel = df[df["step"] == step]
+    sel = df[df["step"] == str(step)]  # step labels are a string column
     assert len(sel) == 1
     return sel.iloc[0]
 
@@ -257,8 +257,8 @@ def test_several_processes_are_ranks_ordered_by_device_then_pid(tmp_path: Path) 
     # rank 0: kernels [3,4) and [4,6) ms -> step 3 ms of compute; rank 1: [13,15)+[15,20) -> 7 ms
     steps = analyze(path).steps
     assert steps[["rank", "step", "step_ns", "compute_ns"]].values.tolist() == [
-        [0, 0, 3 * MS, 3 * MS],
-        [1, 0, 7 * MS, 7 * MS],
+        [0, "0", 3 * MS, 3 * MS],
+        [1, "0", 7 * MS, 7 * MS],
     ]
 
 
@@ -295,7 +295,10 @@ def test_one_process_two_gpus_gets_two_ranks_sharing_host_rows(tmp_path: Path) -
         assert len(ev[ev["category"] == "runtime"]) == 2
         assert len(ev[ev["category"] == "annotation"]) == 1
     steps = analyze(path).steps
-    assert steps[["rank", "step", "step_ns"]].values.tolist() == [[0, 4, 2 * MS], [1, 4, 4 * MS]]
+    assert steps[["rank", "step", "step_ns"]].values.tolist() == [
+        [0, "4", 2 * MS],
+        [1, "4", 4 * MS],
+    ]
 
 
 def test_rank_from_nvtx_text_and_file_name(tmp_path: Path) -> None:
@@ -429,7 +432,7 @@ def test_registry_dispatches_sqlite(tmp_path: Path) -> None:
 def test_metrics_exercises_from_nvtx_steps(tmp_path: Path) -> None:
     res = analyze(_two_exercises(tmp_path))
     df = res.steps
-    assert df["step"].tolist() == [1, 2]
+    assert df["step"].tolist() == ["1", "2"]
     # Exercise 1: step = 56 ms (bwd [0,50), last all-reduce [50,56)), compute 50, comm 5 x 6 = 30,
     # overlap = first four buckets = 24, ratio 0.8, exposed 6, idle 0, ideal = 56 - 6 + 0 = 50.
     r = _row(df, 1)

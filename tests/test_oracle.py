@@ -553,6 +553,32 @@ REPRO: dict[
         {(0, 1): dict(step_ns=40, compute_ns=40, idle_ns=0, start_ns=20, end_ns=60)},
         "issue 11: correlation ids truncated to 32 bits in the launch join",
     ),
+    # issue 35: a memcpy (corr 1) launched before the capture has no launch record; its GPU
+    # start 30 lies in ProfilerStep#1's host range [0,100) but it is an earlier step's work (the
+    # device runs behind the host): in no step. Step 1 launched sgemm at 10 (runs [50,90)) and
+    # step 2 launched sgemm at 120 (runs [130,170)). Step 1 = [50,90): 40, not [30,90); step 2
+    # = [130,170): 40. A dma_request kernel (corr 4, no launch) is work the device queues itself:
+    # placed by its start 180 in step 2 [100,200): step 2 = [130,190): 60, memory_only 10
+    "copy-launched-before-capture": (
+        _gpu(
+            0,
+            [("ProfilerStep#1", 0, 100), ("ProfilerStep#2", 100, 200)],
+            [
+                ("Memcpy HtoD", 7, 30, 45, None),
+                (G, 7, 50, 90, 10),
+                (G, 7, 130, 170, 120),
+                ("dma_request", 9, 180, 190, None),
+            ],
+        ),
+        "gpu",
+        1,
+        None,
+        {
+            (0, 1): dict(step_ns=40, start_ns=50, end_ns=90, memory_ns=0, idle_ns=0),
+            (0, 2): dict(step_ns=60, start_ns=130, end_ns=190, memory_only_ns=10, idle_ns=10),
+        },
+        "issue 35: a copy with no launch record was placed in the step around its GPU start",
+    ),
     # two ProfilerStep#5 on one CPU rank: labels 5 and "5#2" (docs/oracle.md); compute [0,150):
     # step 5 = [0,100): compute 100; step "5#2" = [100,200): compute 50, idle 50
     "duplicate-step-number": (
@@ -804,6 +830,7 @@ FIXED: set[str] = {
     "nested-marker-ends-before-launch",
     "zero-length-marker-same-start",
     "correlation-id-64-bit",
+    "copy-launched-before-capture",
     "duplicate-step-number",
     "two-devices-one-process",
     "instance-outside-steps-still-matched",

@@ -83,3 +83,40 @@ def test_mtia_dma_request_is_memory_placed_by_time():
     (r,) = res.steps.to_dict("records")
     assert (r["step_ns"], r["compute_ns"], r["memory_only_ns"], r["idle_ns"]) == (70, 40, 30, 0)
     assert any("placed in steps by their start time" in n for n in res.notes)
+
+
+def test_copy_launched_before_the_capture_is_in_no_step():
+    # Issue 35 (metrics.md "Steps"). Steps 1 [0, 100) and 2 [100, 200) ms on the host; step 1
+    # launches gemm at 10 (runs [50, 90)), step 2 launches gemm at 110 (runs [130, 170)); their
+    # correlation ids are 1 and 2. A memcpy [20, 35) has correlation 0 and no launch record: 0 is
+    # below every launch in the trace, it was launched before the capture began. Its GPU start
+    # 20 lies in step 1's host range, but the device runs behind the host: it is an earlier
+    # step's copy, in no step. Step 1 = [50, 90) = 40 ms (not [20, 90) = 70); step 2 =
+    # [130, 170) = 40. The note counts 1 activity, 15.00 ms, launched before the capture.
+    from traceoverlap.core.model import Timeline
+
+    ms = 1_000_000
+    tl = gpu_timeline(
+        [("gemm", 7, 50 * ms, 90 * ms), ("gemm", 7, 130 * ms, 170 * ms)],
+        [("ProfilerStep#1", 0, 100 * ms), ("ProfilerStep#2", 100 * ms, 200 * ms)],
+        launch_at=[10 * ms, 110 * ms, 0],
+        memcpy=[(7, 20 * ms, 35 * ms)],
+    )
+    ev = tl.events
+    # the builder gave the memcpy correlation 3 and a launch row: drop the row, renumber it 0
+    is_copy_launch = (ev["category"] == "runtime").to_numpy() & (ev["correlation"] == 3).to_numpy()
+    ev = ev[~is_copy_launch].reset_index(drop=True)
+    ev.loc[(ev["category"] == "memcpy").to_numpy(), "correlation"] = 0
+    res = analyze(Timeline(ev, tl.traces))
+    rows = {int(r["step"]): r for r in res.steps.to_dict("records")}
+    assert (rows[1]["start_ns"], rows[1]["end_ns"], rows[1]["step_ns"]) == (
+        50 * ms,
+        90 * ms,
+        40 * ms,
+    )
+    assert rows[1]["memory_ns"] == 0 and rows[2]["step_ns"] == 40 * ms
+    (note,) = [n for n in res.notes if "no launch record" in n]
+    assert note.startswith("rank 0: 1 GPU activities have no launch record")
+    assert "15.00 ms of device time left out of every step" in note
+    assert "1 launched before the capture began" in note
+    assert res.unassigned == {"0": 1}

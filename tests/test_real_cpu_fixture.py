@@ -104,7 +104,7 @@ def derive(path):
             comp += minus(union(ops), calls[key])
         c, m = union(comp), union(comm)
         ov = ab_overlap(c, m)
-        out[int(st["name"].split("#")[1])] = {
+        out[st["name"].split("#")[1]] = {  # the step label, as the string step column holds it
             "step_ns": e0 - s0,
             "compute_ns": length(c),
             "comm_ns": length(m),

@@ -87,12 +87,12 @@ def test_metadata(result):
         "distributedInfo",
         "gpu",
     )
-    assert result.steps["step"].tolist() == [4, 5, 6]
+    assert result.steps["step"].tolist() == ["4", "5", "6"]
 
 
 def test_metrics_match_independent_derivation(result, independent):
     for row in result.steps.itertuples(index=False):
-        want = independent[row.step]
+        want = independent[int(row.step)]
         got = {k: getattr(row, k) for k in want}
         assert got == want, row.step
 
@@ -107,7 +107,7 @@ def test_matches_published_reference_figures(result):
         6: (38_720, 22_590, 3_730, None),
     }
     for row in result.steps.itertuples(index=False):
-        c, m, o, x = ref[row.step]
+        c, m, o, x = ref[int(row.step)]
         assert round(row.compute_ns / 1e4) * 10 == c
         assert round(row.comm_ns / 1e4) * 10 == m
         assert round(row.overlap_ns / 1e4) * 10 == o

@@ -199,8 +199,8 @@ def test_a_far_away_activity_does_not_break_the_packing() -> None:
     res = analyze(gpu_timeline(kernels, steps, launch_at=launch))
     s = res.steps.set_index("step")
     assert len(s) == n
-    assert s.loc[n - 1, "step_ns"] == 10**16 + 5 - (1_000 * (n - 1) + 10)
-    assert s.loc[0, "step_ns"] == 20 and s.loc[5, "step_ns"] == 10
+    assert s.loc[str(n - 1), "step_ns"] == 10**16 + 5 - (1_000 * (n - 1) + 10)
+    assert s.loc["0", "step_ns"] == 20 and s.loc["5", "step_ns"] == 10
 
 
 def _cpu_rank(

@@ -72,7 +72,7 @@ def test_deeply_nested_compute_is_not_paired(
     a = analyze(_cpu_trace(tmp_path / "nest.json", nested=True))
     s = a.steps.set_index("step")
     assert len(s) == 50
-    assert s.loc[7, "step_ns"] == 986_000 and s.loc[7, "compute_ns"] == 200_000
+    assert s.loc["7", "step_ns"] == 986_000 and s.loc["7", "compute_ns"] == 200_000
     assert (s["compute_ns"] == 200_000).all()
 
 

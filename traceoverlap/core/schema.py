@@ -21,6 +21,8 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, replace
 
+import pandas as pd
+
 from .vocab import Cause
 
 # --- what a column holds ------------------------------------------------------------------------
@@ -390,12 +392,13 @@ BLAME = Table(
 
 COMPARE_METRICS = Table(
     "compare_metrics",
-    "`compare` JSON `metrics`: medians over every (rank, step) of each run",
+    "`compare` JSON `metrics`: medians over every (rank, step) of each run; the overlap ratio "
+    "is the run's aggregate (total overlap / total comm), as `analyze` gives it",
     (
         Column("metric", STR, NONE, "the step column"),
         Column("label", STR, NONE, "the metric in words"),
-        Column("baseline", FLOAT, "as the metric", "baseline median", True),
-        Column("candidate", FLOAT, "as the metric", "candidate median", True),
+        Column("baseline", FLOAT, "as the metric", "baseline median (a ratio: aggregate)", True),
+        Column("candidate", FLOAT, "as the metric", "candidate median (a ratio: aggregate)", True),
         Column("delta", FLOAT, "as the metric", "candidate − baseline", True),
         Column("change_ratio", FLOAT, RATIO, "delta / baseline", True),
     ),
@@ -522,6 +525,70 @@ TABLES = (
     OVERLAP_TAX,
     TAX_RANK_STEPS,
 )
+
+
+# --- the Python API's DataFrames ----------------------------------------------------------------
+
+#: Columns of the Python API's DataFrames that no output table declares but that share their
+#: meaning (and so their type) with a declared one: the internal columns kept beside the
+#: output ones (``per_rank.waited_for_rank``, ``windows.device``...).
+SHARED_COLUMNS: dict[str, Column] = {
+    c.name: c
+    for c in (
+        RANK,
+        DEVICE,
+        PID,
+        STEP,
+        WAITED_FOR_RANK,
+        START_NS,
+        END_NS,
+        Column("src_rank", INT, RANK_UNIT, "a point-to-point instance's sender", True),
+        Column("dst_rank", INT, RANK_UNIT, "a point-to-point instance's receiver", True),
+    )
+}
+
+
+def pandas_dtype(column: Column) -> str:
+    """The pandas dtype of ``column`` in a DataFrame of the Python API: null is ``<NA>``, never
+    NaN, never a sentinel, never an ``object`` column (docs/python-api.md "Column dtypes").
+
+    ``int``: ``int64``, ``Int64`` when nullable; ``float``: ``Float64``; ``bool``: ``bool``,
+    ``boolean`` when nullable; ``str``: pandas' ``str``, ``string`` when nullable; ``label``
+    (a step: 4, ``"4#2"``, ``"all"``): ``string``. Lists and JSON objects stay ``object``."""
+    if column.type == INT:
+        return "Int64" if column.nullable else "int64"
+    if column.type == FLOAT:
+        return "Float64"
+    if column.type == BOOL:
+        return "boolean" if column.nullable else "bool"
+    if column.type == LABEL:
+        return "string"
+    if column.type == STR:
+        return "string" if column.nullable else "str"
+    return "object"
+
+
+def conform(df: pd.DataFrame, table: Table) -> pd.DataFrame:
+    """``df`` with every column ``table`` (or :data:`SHARED_COLUMNS`) declares cast to its
+    :func:`pandas_dtype`: NaN and None become ``<NA>``; negative values of a nullable ``_ns``
+    column (the -1 "unknown" of the analysis) too. Other columns are kept as they are."""
+    declared = {c.name: c for c in table.columns}
+    out = {}
+    for name in df.columns:
+        col = declared.get(str(name), SHARED_COLUMNS.get(str(name)))
+        if col is None:
+            continue
+        s = df[name]
+        want = pandas_dtype(col)
+        if col.type == LABEL:
+            s = s.map(str, na_action="ignore") if s.dtype == object else s.astype(str)
+        if col.nullable and col.type == INT and col.unit == NS:
+            s = s.astype("Int64")
+            s = s.mask((s < 0).fillna(False))
+        if str(s.dtype) != want:
+            s = s.astype(want)
+        out[name] = s
+    return df.assign(**out) if out else df
 
 
 def markdown() -> str:

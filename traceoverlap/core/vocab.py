@@ -303,6 +303,13 @@ class StepId(NamedTuple):
         return self.number if self.repeat == 1 else f"{self.number}#{self.repeat}"
 
 
+def as_label(value: object) -> StepLabel:
+    """A step label as the JSON and the summaries give it, from a step column's value (the
+    Python API's step columns are ``string``: ``"4"`` -> 4, ``"4#2"`` and ``"all"`` stay)."""
+    sid = StepId.parse(value)
+    return str(value) if sid is None else sid.label
+
+
 def step_number(label: object) -> int | None:
     """The number a step label carries (``5``, ``"5#2"`` -> 5), None for ``all``."""
     sid = StepId.parse(label)

@@ -13,6 +13,11 @@ on ONE unit (one process and device, see :func:`traceoverlap.core.model.split_un
     ``correlation``): among markers with ``start <= t < end``, the greatest start, then the
     smallest end, then the first in the trace. The window is [first start, last end) of the
     step's activities; a marker that launched nothing gives no step (a note names them).
+    An activity whose launch is not in the trace (launched before the capture began, or by a
+    call the trace did not record) is in no step: its GPU start says nothing about the step,
+    the device runs behind the host. The one exception is work the device queues itself with
+    no host launch at all (a kernel record the memory rule names: MTIA ``dma_request``),
+    placed in the innermost marker around its start.
   - CPU units: the window is the marker range itself; activities are clipped to it (metrics.py).
   - No markers on a unit: one window labelled ``all`` spanning the unit's activities, and a note
     naming the repeating ranges that could be steps.
@@ -32,7 +37,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from ..core.errors import TraceFormatError
-from ..core.intervals import group_min_max
+from ..core.intervals import group_min_max, measure
 from ..core.model import (
     GPU_ACTIVITY_CATEGORIES,
     LAUNCH_CATEGORIES,
@@ -60,7 +65,11 @@ class UnitSteps:
     index, -1 for none; host events and CPU units: -1, CPU activities are clipped to windows by
     the metrics), ``launch_row`` (GPU activities: the row of their launch call, -1 when not
     found) and ``launch_start_ns`` (its start, :data:`NO_LAUNCH` when not found).
-    ``no_launch``: GPU activities whose launch is not in the trace; ``outside``: launched outside every step marker (both in no step).
+    ``no_launch``: GPU activities whose launch is not in the trace and that are in no step
+    (device-queued work placed by time is not counted), ``no_launch_ns`` the device time they
+    cover (ns, overlaps counted once), ``before_capture`` how many of them carry a correlation id
+    below every launch of their process (launched before the capture began); ``outside``:
+    launched outside every step marker (both in no step).
     """
 
     gpu: bool
@@ -78,6 +87,8 @@ class UnitSteps:
     notes: tuple[str, ...]
     #: every marker's label, before ``--steps`` selected some (for "no steps" messages)
     labels_found: tuple[StepLabel, ...] = ()
+    no_launch_ns: int = 0
+    before_capture: int = 0
     #: per window: its marker's start to the next marker's start (ns; -1: no next marker, or
     #: the ``all`` window) (diagnosis.md §7)
     iteration_ns: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
@@ -259,7 +270,10 @@ def assign_steps(
     if not gpu:
         out = _cpu_windows(ev, midx, labels, keep, launches, notes)
     else:
-        out = _gpu_windows(ev, midx, labels, keep, launches, notes, kind == Kind.MEMORY)
+        # device-queued work: a kernel record the memory rule names (MTIA dma_request); a
+        # memcpy/memset always has a host launch, found or not
+        queued = (kind == Kind.MEMORY) & (ev["category"] == "kernel").to_numpy()
+        out = _gpu_windows(ev, midx, labels, keep, launches, notes, queued)
     return replace(
         out, iteration_ns=iterations(out.marker_start_ns, ev["start_ns"].to_numpy()[midx])
     )
@@ -384,12 +398,13 @@ def _gpu_windows(
     keep: npt.NDArray[np.bool_],
     launches: _Launches,
     notes: list[str],
-    memory: npt.NDArray[np.bool_] | None = None,
+    queued: npt.NDArray[np.bool_] | None = None,
 ) -> UnitSteps:
     """GPU units: each GPU activity goes to the innermost marker around its launch; a selected
     marker's window is [first start, last end) of its activities (ns); markers that launched
-    nothing give no window (a note names them). Memory activities with no launch record (MTIA
-    ``dma_request``: the device queues them itself) go to the innermost marker around their
+    nothing give no window (a note names them). Activities with no launch record are in no
+    step (counted, with their time, in :class:`UnitSteps`), except work the device queues
+    itself (``queued``: MTIA ``dma_request``), which goes to the innermost marker around its
     start, with a note."""
     start = ev["start_ns"].to_numpy()
     end = ev["end_ns"].to_numpy()
@@ -397,7 +412,7 @@ def _gpu_windows(
     ms_all, me_all = start[midx], end[midx]
     ls = launches.start_ns[gidx]
     marker = _launch_markers(ms_all, me_all, ls)
-    by_time = (ls == NO_LAUNCH) & (memory[gidx] if memory is not None else False)
+    by_time = (ls == NO_LAUNCH) & (queued[gidx] if queued is not None else False)
     placed = 0
     if np.any(by_time):
         marker[by_time] = _launch_markers(ms_all, me_all, start[gidx[by_time]])
@@ -406,6 +421,9 @@ def _gpu_windows(
             f"{placed} memory activities with no launch record (device-queued DMA) were placed "
             "in steps by their start time"
         )
+    unplaced = gidx[(ls == NO_LAUNCH) & (marker < 0)]
+    no_launch_ns = measure(start[unplaced], end[unplaced])
+    before = _before_capture(ev, unplaced)
     outside = int(((ls != NO_LAUNCH) & (marker < 0)).sum())
     if outside:
         notes.append(
@@ -419,10 +437,10 @@ def _gpu_windows(
     if empty.size:
         shown = describe_steps([labels[i] for i in empty])
         why = ""
-        if launches.no_launch:
+        if unplaced.size:
             # the reader's own reason (args unreadable, correlation unusable) is in its notes
             why = (
-                f"; {launches.no_launch} GPU activities of this rank have no launch record to "
+                f"; {unplaced.size} GPU activities of this rank have no launch record to "
                 "place them by (the reader's notes say why)"
             )
         notes.append(
@@ -444,12 +462,33 @@ def _gpu_windows(
         event_window,
         launches.row,
         launches.start_ns,
-        launches.no_launch - placed,
+        int(unplaced.size),
         outside,
         int(midx.size),
         tuple(notes) + _overlap_note(ms_all, me_all),
         tuple(labels),
+        no_launch_ns=no_launch_ns,
+        before_capture=before,
     )
+
+
+def _before_capture(ev: pd.DataFrame, rows: I64) -> int:
+    """How many GPU activities of ``rows`` (none of them has its launch in the trace) carry a
+    correlation id below every launch call of their process: launched before the capture
+    began."""
+    if rows.size == 0:
+        return 0
+    corr = ev["correlation"].to_numpy()
+    pid = ev["pid"].to_numpy()
+    lidx = np.flatnonzero(in_categories(ev["category"], LAUNCH_CATEGORIES) & (corr >= 0))
+    n = 0
+    for p in np.unique(pid[rows]).tolist():
+        lp = corr[lidx[pid[lidx] == p]]
+        if lp.size == 0:
+            continue
+        mine = corr[rows[pid[rows] == p]]
+        n += int(((mine >= 0) & (mine < lp.min())).sum())
+    return n
 
 
 def _launch_markers(ms_all: I64, me_all: I64, launch_start: I64) -> I64:

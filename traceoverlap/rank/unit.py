@@ -91,6 +91,10 @@ class UnitResult:
     #: node count kept, when the run's graphs grow past the caller's limit)
     graph: UnitGraph | None = None
     graph_nodes: int = 0
+    #: the device time of the ``no_launch`` activities (ns, overlaps once), and how many of them
+    #: were launched before the capture began (correlation id below every launch recorded)
+    no_launch_ns: int = 0
+    before_capture: int = 0
 
     @property
     def n_windows(self) -> int:
@@ -381,6 +385,8 @@ def analyze_unit(
         pieces=pieces,
         piece_instance=piece_instance,
         no_launch=steps.no_launch,
+        no_launch_ns=steps.no_launch_ns,
+        before_capture=steps.before_capture,
         outside=steps.outside,
         markers_found=steps.markers_found,
         notes=tuple(notes),

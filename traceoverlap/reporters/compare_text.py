@@ -26,6 +26,12 @@ if TYPE_CHECKING:
     from ..run.results import Analysis
 
 
+#: the one row of the table that is not a median (docs/metrics.md "Summaries")
+RATIO_NOTE = (
+    "overlap ratio: each run's total overlap / total comm, the figure analyze gives; not a median"
+)
+
+
 def _is_ratio(metric: str) -> bool:
     return metric.endswith("_ratio")
 
@@ -89,7 +95,7 @@ def headline(cmp: Comparison) -> str:
     except KeyError:
         ov = {"baseline": None, "candidate": None}
     if ov["baseline"] is not None or ov["candidate"] is not None:
-        parts.append(f"overlap {fmt.pct(ov['baseline'])} -> {fmt.pct(ov['candidate'])}")
+        parts.append(f"overlap ratio {fmt.pct(ov['baseline'])} -> {fmt.pct(ov['candidate'])}")
     change = main_change_text(cmp)
     if change:
         parts.append(change)
@@ -172,6 +178,8 @@ def render_table(
         unit = "" if _is_ratio(str(r["metric"])) else " ms"
         table.add_row(str(r["label"]) + unit, *_metric_cells(r))
     console.print(table)
+    if (cmp.metrics["metric"] == OVERLAP_RATIO.name).any():
+        say(f"({RATIO_NOTE})")
     say(f"step_speedup: {fmt.speedup(cmp.step_speedup)}")
     change = main_change_text(cmp)
     if change:
@@ -217,6 +225,8 @@ def render_markdown(cmp: Comparison) -> str:
     for r in cmp.metrics.to_dict("records"):
         unit = "" if _is_ratio(str(r["metric"])) else " (ms)"
         lines.append(f"| {r['label']}{unit} | " + " | ".join(_metric_cells(r)) + " |")
+    if (cmp.metrics["metric"] == OVERLAP_RATIO.name).any():
+        lines += ["", RATIO_NOTE[0].upper() + RATIO_NOTE[1:] + "."]
     lines += [
         "",
         f"Bottleneck: {cmp.baseline_bottleneck} -> {cmp.candidate_bottleneck} "

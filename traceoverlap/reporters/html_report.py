@@ -607,7 +607,7 @@ def _collectives_table(analysis: Analysis, d: StepDetail) -> str:
             str(inst.get("purpose") or Purpose.UNKNOWN) if inst is not None else Purpose.UNKNOWN
         )
         group = []
-        if inst is not None and inst["process_group"]:
+        if inst is not None and not pd.isna(inst["process_group"]) and inst["process_group"]:
             group.append(f"group {inst['process_group']}")
         if inst is not None and not pd.isna(inst["seq"]):
             group.append(f"seq {int(inst['seq'])}")

@@ -17,7 +17,16 @@ import numpy as np
 import pandas as pd
 
 from .._version import __version__
-from ..core.schema import BLAME, COLLECTIVE_PER_RANK, COLLECTIVES, STEP_SKEW, STRAGGLERS
+from ..core.schema import (
+    BLAME,
+    COLLECTIVE_PER_RANK,
+    COLLECTIVES,
+    LABEL,
+    STEP_SKEW,
+    STRAGGLERS,
+    TABLES,
+)
+from ..core.vocab import as_label
 from ..run.results import STEP_COLUMNS
 
 if TYPE_CHECKING:
@@ -75,8 +84,13 @@ def _valid_text(obj: Any) -> Any:
     return obj
 
 
+#: step-label columns: ``string`` in the DataFrames, 4 / "4#2" / "all" in the JSON
+_LABELS = frozenset(c.name for t in TABLES for c in t.columns if c.type == LABEL)
+
+
 def records(df: pd.DataFrame, columns: tuple[str, ...] | list[str]) -> list[dict[str, Any]]:
-    """Rows of ``df`` as dicts of plain values (NaN and NA -> None), column by column."""
+    """Rows of ``df`` as dicts of plain values (NaN and NA -> None, step labels as labels),
+    column by column."""
     cols = [c for c in columns if c in df.columns]
     values = []
     for c in cols:
@@ -84,6 +98,8 @@ def records(df: pd.DataFrame, columns: tuple[str, ...] | list[str]) -> list[dict
         v = col.tolist()
         if isinstance(col.dtype, np.dtype) and col.dtype.kind in "iub":  # never NaN or NA
             values.append(v)
+        elif c in _LABELS:
+            values.append([None if x is pd.NA or x is None else as_label(x) for x in v])
         else:
             values.append(
                 [None if x is pd.NA or (isinstance(x, float) and x != x) else x for x in v]

@@ -403,8 +403,8 @@ def _collective_events(rows: pd.DataFrame, rank: int, off: int) -> Iterator[_X]:
         last = None if pd.isna(r.last_rank) else int(r.last_rank)
         args = {
             "instance": int(r.instance),
-            "group": r.process_group,
-            "seq": r.seq,
+            "group": None if pd.isna(r.process_group) else str(r.process_group),
+            "seq": None if pd.isna(r.seq) else int(r.seq),
             "matched": bool(r.matched),
             "step": str(r.step),
             "last_arrival_rank": last,

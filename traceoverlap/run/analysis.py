@@ -53,8 +53,11 @@ from ..core.schema import (
     ROOT_WAITED_FOR_NS,
     STEP,
     STEP_NS,
+    STEPS,
     WAIT_KNOWN,
     WAITED_FOR_RANK,
+    Table,
+    conform,
 )
 from ..core.vocab import CAUSES, Cause
 from ..rank.graph import UnitGraph
@@ -309,17 +312,21 @@ def _reduce(
     )
     analysis = Analysis(
         traces=traces,
-        steps=df.reset_index(drop=True),
+        steps=conform(df.reset_index(drop=True), STEPS),
         summary=summarize_run(df),
-        collectives=coll,
+        collectives=coll.conformed(),
         findings=fnd,
         notes=_notes(units, coll, skipped),
         options=options,
         unassigned=_unassigned(units),
-        windows=_windows_frame(units, win)[shown].reset_index(drop=True),
+        windows=conform(_windows_frame(units, win)[shown].reset_index(drop=True), WINDOWS),
         exposed_spans=sets.by_name(),
     )
     return analysis
+
+
+#: ``Analysis.windows``: no output table, only columns the step table shares
+WINDOWS = Table("windows", "Analysis.windows", ())
 
 
 def _blame(units: Sequence[UnitResult], coll: Collectives, win: _RunWindows) -> pd.DataFrame:
@@ -728,25 +735,43 @@ def _notes(
                 by_note.setdefault(n, []).append(u.trace.rank)
     no_launch = {u.trace.rank: u.no_launch for u in units if u.no_launch}
     if no_launch:
-        total = sum(no_launch.values())
-        lo, hi = min(no_launch.values()), max(no_launch.values())
-        per = (
-            ""
-            if len(no_launch) == 1
-            else f" ({lo:,} per rank)"
-            if lo == hi
-            else f" ({lo:,}-{hi:,} per rank)"
-        )
-        plain.append(
-            f"{_rank_list(sorted(no_launch))}: {total:,} GPU activities have no launch record in "
-            f"the trace and are in no step{per}"
-        )
+        plain.append(_no_launch_note(units, no_launch))
     out = list(dict.fromkeys(plain))
     out.extend(rank_notes([u.trace for u in units]))
     for note, ranks in by_note.items():
         out.append(f"{_rank_list(sorted(set(ranks)))}: {note}")
     out.extend(coll.notes)
     return tuple(dict.fromkeys(out))
+
+
+def _no_launch_note(units: Sequence[UnitResult], no_launch: dict[int, int]) -> str:
+    """metrics.md "Steps": GPU activities whose launch is not in the trace are in no step; say
+    how many, how much device time, and why (launched before the capture, or not recorded)."""
+    total = sum(no_launch.values())
+    lo, hi = min(no_launch.values()), max(no_launch.values())
+    per = (
+        ""
+        if len(no_launch) == 1
+        else f" ({lo:,} per rank)"
+        if lo == hi
+        else f" ({lo:,}-{hi:,} per rank)"
+    )
+    ns = sum(u.no_launch_ns for u in units)
+    before = sum(u.before_capture for u in units)
+    why = []
+    if before:
+        why.append(
+            f"{before:,} launched before the capture began (correlation id below every launch "
+            "recorded)"
+        )
+    if total - before:
+        why.append(f"{total - before:,} by a call the trace did not record")
+    return (
+        f"{_rank_list(sorted(no_launch))}: {total:,} GPU activities have no launch record in the "
+        f"trace and are in no step{per}: {ns / 1e6:.2f} ms of device time left out of every "
+        f"step; {', '.join(why)}; their GPU start cannot place them (the device runs behind "
+        "the host)"
+    )
 
 
 def _rank_list(ranks: list[int]) -> str:

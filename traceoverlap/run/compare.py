@@ -7,7 +7,9 @@ nanoseconds out for medians (a median of two rows may fall between them).
   - ``metrics``: one row per metric (step, compute, comm, overlap ratio, exposed comm and its
     split into waiting / transfer and causes, memory, idle): baseline median, candidate median,
     ``delta`` = candidate - baseline, ``change_ratio`` = delta / baseline (None when baseline is
-    0 or either side is missing).
+    0 or either side is missing). The overlap ratio is not a median: it is each run's aggregate
+    (total overlap / total comm, docs/metrics.md "Summaries"), the figure ``analyze`` prints as
+    "overlap ratio" for the same run: one number, one meaning.
   - ``step_speedup`` = baseline median step / candidate median step (> 1: the candidate is faster).
   - ``main_change``: the time metric (other than the step itself) whose median moved most.
   - the dominant verdict of each run and whether it changed.
@@ -45,6 +47,7 @@ from ..core.schema import (
     IDLE_NS,
     MEMORY_ONLY_NS,
     OVERLAP_RATIO,
+    RATIO_METRICS,
     STEP_NS,
 )
 from ..core.vocab import CAUSE_WORDS, PURPOSES, Cause, Purpose
@@ -247,7 +250,11 @@ def compare(
     for col, label in COMPARED_METRICS:
         if col == EXPOSED_WAIT_NS.name and not both_multi:
             continue  # waiting for peers only compares between two multi-rank runs
-        b, c = _median(baseline.steps, col), _median(candidate.steps, col)
+        if col in RATIO_METRICS:
+            # the run's aggregate (total / total), as analyze and --fail-if give it
+            b, c = baseline.summary.run.aggregate(col), candidate.summary.run.aggregate(col)
+        else:
+            b, c = _median(baseline.steps, col), _median(candidate.steps, col)
         if b is None and c is None:
             continue
         delta = None if b is None or c is None else c - b

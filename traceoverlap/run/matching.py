@@ -30,7 +30,7 @@ ranks given" and the reports say so.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -41,6 +41,9 @@ from ..core import intervals as iv
 from ..core.intervals import GroupedIntervals
 from ..core.model import TraceInfo
 from ..core.schema import (
+    BLAME,
+    COLLECTIVE_PER_RANK,
+    COLLECTIVES,
     EXPOSED_DEPENDENCY_NS,
     EXPOSED_HOST_NS,
     EXPOSED_NS,
@@ -52,6 +55,7 @@ from ..core.schema import (
     STRAGGLERS,
     WAIT_NS,
     WAITED_FOR_RANK,
+    conform,
 )
 from ..core.vocab import (
     CAUSES,
@@ -156,6 +160,19 @@ class Collectives:
     #: per unit index: the clock offset (ns) removed from its times to put it on the run's one
     #: clock (aligned = raw - offset; 0 for units without consistent matched instances)
     offsets_ns: tuple[int, ...] = ()
+
+    def conformed(self) -> Collectives:
+        """These collectives with every table's columns in their schema dtypes
+        (:func:`traceoverlap.core.schema.conform`): what the Python API hands out."""
+        return replace(
+            self,
+            instances=conform(self.instances, COLLECTIVES),
+            per_rank=conform(self.per_rank, COLLECTIVE_PER_RANK),
+            stragglers=conform(self.stragglers, STRAGGLERS),
+            step_skew=conform(self.step_skew, STEP_SKEW),
+            credit=conform(self.credit, BLAME),
+            blame=conform(self.blame, BLAME),
+        )
 
     @property
     def aligned(self) -> bool:

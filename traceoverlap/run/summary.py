@@ -21,7 +21,7 @@ from ..core.schema import (
     STEP,
     STEP_NS,
 )
-from ..core.vocab import BOTTLENECKS
+from ..core.vocab import BOTTLENECKS, as_label
 from .results import RunSummary, Stats, StepRef, Summary
 
 
@@ -51,7 +51,7 @@ def _ref(row: pd.Series) -> StepRef:
     return StepRef(
         rank=int(row[RANK.name]),
         device=None if dev is None or pd.isna(dev) else int(dev),
-        step=row[STEP.name],
+        step=as_label(row[STEP.name]),
         step_ns=int(row[STEP_NS.name]),
         exposed_comm_ns=int(row[EXPOSED_COMM_NS.name]),
         bottleneck=str(row[BOTTLENECK.name]),
