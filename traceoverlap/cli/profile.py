@@ -7,7 +7,15 @@ from typing import Any
 import click
 
 from ..core.vocab import GLOO_LOOPS, SLOW_PHASES
-from ._common import _echo_analysis, _terminal, debug_option, handle_errors, html_report, write_text
+from ._common import (
+    _echo_analysis,
+    _terminal,
+    debug_option,
+    handle_errors,
+    html_report,
+    write_page,
+    write_text,
+)
 
 
 @click.command()
@@ -247,7 +255,7 @@ def demo(out: str) -> None:
     write_text(rep.render_table(cmp, color=tty, width=width), None)
 
     for strategy, result in results.items():
-        write_text(html_report(result), str(root / strategy / "report.html"))
+        write_page(html_report(result), str(root / strategy / "report.html"))
     click.echo(
         f"\ntraces: {root / 'naive'}/rank*.json.gz and {root / 'bucketed'}/rank*.json.gz; "
         f"reports: {root / 'naive' / 'report.html'}, {root / 'bucketed' / 'report.html'}"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 from rich.console import Console
 
@@ -37,11 +37,22 @@ if TYPE_CHECKING:
     from ..run.results import Analysis
 
 
+class _FilteringConsole(Console):
+    """A rich console that removes terminal control from every string it is given (table cells,
+    headers, titles, printed lines: all pass through :meth:`render_str`) before styling it, so
+    a trace string cannot conceal or black out a line (``ESC[8m``) or move the cursor, and the
+    colour sequences in its output are only its own (:class:`~traceoverlap.core.fmt.TerminalText`)."""
+
+    def render_str(self, text: str, **kwargs: Any) -> Any:
+        return super().render_str(fmt.safe_text(text), **kwargs)
+
+
 def make_console(file: IO[str], *, color: bool, width: int) -> Console:
     """A rich console for a text report: colour only when asked (a terminal, and no NO_COLOR in
-    the environment), at least 80 columns wide."""
+    the environment), at least 80 columns wide; the strings it prints lose any terminal control
+    (:class:`_FilteringConsole`), so its output is :class:`~traceoverlap.core.fmt.TerminalText`."""
     color = color and not os.environ.get("NO_COLOR")
-    return Console(
+    return _FilteringConsole(
         file=file,
         width=max(width, 80),
         force_terminal=color,

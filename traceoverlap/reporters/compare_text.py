@@ -191,7 +191,7 @@ def render_table(cmp: Comparison, *, color: bool = False, width: int = 80) -> st
         console.print("Notes:", style="bold")
         for n in cmp.notes:
             console.print(f"  - {n}", markup=False)  # wrapped at the width, like the table
-    return buf.getvalue()
+    return fmt.TerminalText(buf.getvalue())
 
 
 def render_markdown(cmp: Comparison) -> str:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from rich import box
 from rich.table import Table
 
+from ..core.fmt import TerminalText
 from ..core.vocab import Bottleneck
 from ._format import (
     describe_inputs,
@@ -119,4 +120,4 @@ def render(
             markup=False,
         )
     # rich pads the last column to its width: trailing blanks only get in the way of diffs
-    return "\n".join(line.rstrip() for line in buf.getvalue().split("\n"))
+    return TerminalText("\n".join(line.rstrip() for line in buf.getvalue().split("\n")))
