@@ -674,7 +674,12 @@ def _no_steps_message(
             f"steps in the trace (steps found: {shown})"
         )
     why = "; ".join(dict.fromkeys(n for u in units for n in u.notes)) or "no activity found"
-    return f"no steps to analyze in {where}: {why}"
+    # what the readers dropped or could not use is often why (a step "launched no GPU work"
+    # when its kernels' correlation ids were null): the run fails, so the notes go in the error
+    read = "; ".join(dict.fromkeys(n for u in units for n in u.trace.notes))
+    return f"no steps to analyze in {where}: {why}" + (
+        f"; the reader noted: {read}" if read else ""
+    )
 
 
 def rank_notes(traces: Sequence[TraceInfo]) -> list[str]:
