@@ -151,7 +151,8 @@ def test_on_a_terminal_only_our_own_colours_stay(
     d["distributedInfo"]["backend"] = "nccl" + SGR_TRAPS[1]
     d["deviceProperties"] = [{"id": 0, "name": "A100" + SGR_TRAPS[2] + "\x1b[0m"}]
     p.write_text(json.dumps(d))
-    text = render(analyze(p), color=True)
+    monkeypatch.chdir(tmp_path)  # a short relative name: no line wrap splits its sequence
+    text = render(analyze(p.name), color=True)
     monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
     write_text(text, None)
     out = capsys.readouterr().out
@@ -172,3 +173,24 @@ def test_text_not_rendered_by_our_console_keeps_no_colour_on_a_terminal(
     write_text("| a" + SGR_TRAPS[0] + " | b" + OSC + " |\n", None)
     write_text("<!doctype html><p>x" + SGR_TRAPS[1] + OSC + "</p>\n", None)
     assert capsys.readouterr().out == "| a | b |\n<!doctype html><p>x</p>\n"
+
+
+def test_rich_markup_in_a_trace_string_is_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a collective or step name "[conceal]..." in a table cell was rich markup: rich's own
+    # conceal / reverse sequence, which the filter keeps as ours
+    import io
+
+    from rich.table import Table
+
+    from traceoverlap.reporters._format import make_console
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    buf = io.StringIO()
+    console = make_console(buf, color=True, width=80)
+    table = Table(header_style="bold")
+    table.add_column("collective")
+    table.add_row("[conceal]allreduce[/] [reverse on black]x[/]")
+    console.print(table)
+    out = buf.getvalue()
+    assert "\x1b[8m" not in out and "\x1b[7" not in out and ";40m" not in out, repr(out)
+    assert "[conceal]allreduce[/]" in out and "\x1b[1m" in out  # the text; our bold header

@@ -60,6 +60,7 @@ def make_console(file: IO[str], *, color: bool, width: int) -> Console:
         color_system="auto" if color else None,
         highlight=False,
         emoji=False,
+        markup=False,  # a trace string's "[conceal]" is text; our styles are Text / style=
     )
 
 

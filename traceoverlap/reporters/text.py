@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from rich import box
 from rich.table import Table
+from rich.text import Text
 
 from ..core.fmt import TerminalText
 from ..core.vocab import Bottleneck
@@ -57,7 +58,7 @@ def build_table(analysis: Analysis) -> Table:
         table.add_column(col, justify="right", no_wrap=True)
     table.add_column(verdict, justify="left", no_wrap=True)
     for (*cells, short), bottleneck in step_table_rows(analysis):
-        table.add_row(*cells, f"[{_STYLE.get(bottleneck, '')}]{short}[/]")
+        table.add_row(*cells, Text(short, style=_STYLE.get(bottleneck, "")))
     return table
 
 
