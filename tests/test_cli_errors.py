@@ -159,3 +159,70 @@ def test_gpu_run_without_device_activity_is_refused(tmp_path):
         len(out.splitlines()) == 1 and "no GPU activity" in out and "ProfilerActivity.CUDA" in out
     )
     assert "Traceback" not in out
+
+
+# --- the config file's own limits (issue 41): one short line naming the file, never a traceback
+
+
+def _config_error(tmp_path: Path, text: str | bytes) -> str:
+    trace = str(write_trace(tmp_path / "t.json"))
+    cfg = tmp_path / "c.toml"
+    cfg.write_bytes(text.encode() if isinstance(text, str) else text)
+    line = one_error_line(run("analyze", trace, "--config", str(cfg)))
+    assert line.startswith(f"traceoverlap: error: {cfg}: "), line
+    return line
+
+
+@pytest.mark.parametrize("nest", ["array", "inline-table"])
+def test_a_deeply_nested_config_is_one_line(tmp_path: Path, nest: str) -> None:
+    # 3,000 levels: the TOML parser recursed past Python's limit (RecursionError traceback)
+    depth = 3000
+    value = "[" * depth + "]" * depth if nest == "array" else "{a = " * depth + "1" + "}" * depth
+    line = _config_error(tmp_path, f"[classify]\ncomm_patterns = {value}\n")
+    assert "nested too deeply" in line
+
+
+@pytest.mark.parametrize(
+    ("toml", "needle"),
+    [
+        # a 300,000-character value, key or section was echoed in full
+        ("[steps]\nstep_regex = [" + '"x", ' * 60_000 + "]\n", "steps.step_regex must be"),
+        ("[steps]\n" + "k" * 300_000 + " = 1\n", "unknown key steps."),
+        ("[" + "s" * 300_000 + "]\n", "unknown section "),
+        ("[thresholds]\nlost_ratio = '" + "9" * 300_000 + "'\n", "lost_ratio must be"),
+    ],
+    ids=["value", "key", "section", "string"],
+)
+def test_config_errors_shorten_what_they_echo(tmp_path: Path, toml: str, needle: str) -> None:
+    line = _config_error(tmp_path, toml)
+    assert needle in line and len(line) < 400 + len(str(tmp_path)), line[:500]
+    assert "chars)" in line or "items)" in line  # says how long it was
+
+
+@pytest.mark.parametrize(
+    "toml",
+    ['[steps]\n"a\\nb" = 1\n', '["a\\nb"]\n', '[thresholds]\nlost_ratio = "a\\nb\\u001b[8m"\n'],
+    ids=["key", "section", "value"],
+)
+def test_a_newline_in_a_config_name_stays_on_the_line(tmp_path: Path, toml: str) -> None:
+    line = _config_error(tmp_path, toml)  # one_error_line: exactly one line
+    assert "\\n" in line and "\x1b" not in line
+
+
+def test_a_huge_config_file_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    # a 6 GiB sparse file was read in full (and, under a memory limit, the error blamed the
+    # trace): the size is checked first, nothing read
+    trace = str(write_trace(tmp_path / "t.json"))
+    cfg = tmp_path / "big.toml"
+    with cfg.open("wb") as fh:
+        fh.truncate(6 << 30)
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        line = one_error_line(run("analyze", trace, "--config", str(cfg)))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert f"{cfg}: config file of 6.0 GiB" in line and "at most 1 MiB" in line, line
+    assert peak < 64 << 20  # not read: reading it allocates 6 GiB (or fails)

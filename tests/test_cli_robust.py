@@ -174,3 +174,38 @@ def test_compare_table_fits_its_width() -> None:
         # the 'bottleneck changed: ... (steps: ...)' line was 161 columns on these runs
         assert max(len(line) for line in text.splitlines()) <= width
         assert "bottleneck changed" in text
+
+
+def _kernels_set(tmp_path: Path, field: str, value: object) -> Path:
+    import json
+
+    t = write_trace(tmp_path / "t.json")
+    doc = json.loads(t.read_text())
+    for e in doc["traceEvents"]:
+        if e["cat"] == "kernel":
+            if field == "dur":
+                e["dur"] = value
+            else:
+                e["args"][field] = value
+    t.write_text(json.dumps(doc))
+    return t
+
+
+@pytest.mark.parametrize("dur", [None, "2 ms", [1]])
+def test_gpu_run_whose_kernels_all_have_an_unusable_dur_says_so(
+    tmp_path: Path, dur: object
+) -> None:
+    # issue 41: both kernels dropped (dur unusable), then the 2 launches without GPU activity
+    # were reported as "the device side was not captured (profile with activities=[CPU, CUDA])"
+    line = one_error_line(run("analyze", str(_kernels_set(tmp_path, "dur", dur))))
+    assert "all 2 GPU activities (kernel (2)) have an unusable ts/dur" in line, line
+    assert "dropped" in line and "not captured" not in line
+
+
+@pytest.mark.parametrize("corr", [None, "x", [1]])
+def test_null_correlations_are_said_in_the_error(tmp_path: Path, corr: object) -> None:
+    # issue 41: the error said "(the reader's notes say why)" and showed no note; the reader
+    # now counts the 2 kernels with no usable correlation id, and the failed run shows it
+    line = one_error_line(run("analyze", str(_kernels_set(tmp_path, "correlation", corr))))
+    assert "step 1 launched no GPU work" in line
+    assert "the reader noted: 2 kernels have no usable correlation id" in line

@@ -111,3 +111,86 @@ def test_non_utf8_file_names(tmp_path: Path, args: list[str]) -> None:
     assert "Traceback" not in res.output
     if args[2:4] == ["-f", "json"]:
         assert json.loads(res.output)["traces"][0]["path"].endswith("rank\ufffd0.json")
+
+
+# --- issue 41: the filter decided by what the text is, never by what it looks like
+
+
+@pytest.mark.parametrize("prefix", ["<html>", "<!DOCTYPE html>"])
+def test_a_trace_named_like_html_is_still_filtered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prefix: str
+) -> None:
+    # the text report starts with the file's name; a name starting with `<html` made the
+    # filter take the report for an HTML page and pass the trace's OSC / CSI through raw
+    _poisoned(tmp_path, name=prefix + "t.json")
+    monkeypatch.chdir(tmp_path)
+    for args in (["analyze", prefix + "t.json"], ["analyze", prefix + "t.json", "-f", "markdown"]):
+        res = run(*args)
+        assert res.exit_code == 0, res.output
+        assert res.output.startswith(prefix) or "-f" in args
+        assert not [b for b in BAD if b in res.output], repr(res.output[:2000])
+
+
+SGR_TRAPS = ("\x1b[8m", "\x1b[30;40m", "\x1b[2K")  # conceal, black on black, erase the line
+
+
+def test_on_a_terminal_only_our_own_colours_stay(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a trace could conceal (ESC[8m) or black out the rest of a table line: the filter kept
+    # every SGR sequence on a terminal, the trace's with ours
+    import sys
+
+    from traceoverlap import analyze
+    from traceoverlap.cli._common import write_text
+    from traceoverlap.reporters.text import render
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    p = write_trace(tmp_path / ("rank0" + SGR_TRAPS[0] + ".json"))
+    d = json.loads(p.read_text())
+    d["distributedInfo"]["backend"] = "nccl" + SGR_TRAPS[1]
+    d["deviceProperties"] = [{"id": 0, "name": "A100" + SGR_TRAPS[2] + "\x1b[0m"}]
+    p.write_text(json.dumps(d))
+    monkeypatch.chdir(tmp_path)  # a short relative name: no line wrap splits its sequence
+    text = render(analyze(p.name), color=True)
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    write_text(text, None)
+    out = capsys.readouterr().out
+    assert not [s for s in SGR_TRAPS if s in out], repr(out[:2000])
+    assert "\x1b[1m" in out  # our own bold headings stay
+    assert "rank0.json" in out and "nccl" in out  # the names, less their sequences
+
+
+def test_text_not_rendered_by_our_console_keeps_no_colour_on_a_terminal(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Markdown, CSV, the what-if table, or text that looks like a page: every escape goes
+    import sys
+
+    from traceoverlap.cli._common import write_text
+
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    write_text("| a" + SGR_TRAPS[0] + " | b" + OSC + " |\n", None)
+    write_text("<!doctype html><p>x" + SGR_TRAPS[1] + OSC + "</p>\n", None)
+    assert capsys.readouterr().out == "| a | b |\n<!doctype html><p>x</p>\n"
+
+
+def test_rich_markup_in_a_trace_string_is_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a collective or step name "[conceal]..." in a table cell was rich markup: rich's own
+    # conceal / reverse sequence, which the filter keeps as ours
+    import io
+
+    from rich.table import Table
+
+    from traceoverlap.reporters._format import make_console
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    buf = io.StringIO()
+    console = make_console(buf, color=True, width=80)
+    table = Table(header_style="bold")
+    table.add_column("collective")
+    table.add_row("[conceal]allreduce[/] [reverse on black]x[/]")
+    console.print(table)
+    out = buf.getvalue()
+    assert "\x1b[8m" not in out and "\x1b[7" not in out and ";40m" not in out, repr(out)
+    assert "[conceal]allreduce[/]" in out and "\x1b[1m" in out  # the text; our bold header

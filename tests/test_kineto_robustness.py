@@ -495,3 +495,60 @@ def test_gzip_old_trace_with_flows_falls_back_to_the_whole_document(tmp_path: Pa
         == _row(tl.events, "cudaLaunchKernel")["correlation"]
         == 9
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# a duplicate top-level "traceEvents" key (issue 41)
+
+
+def _two_lists(first: int, second: int, layout: str) -> bytes:
+    """A document with two top-level ``traceEvents`` lists of ``first`` and ``second`` kernels.
+    ``kineto``: one event per line (the one-pass reader; with one event in the second list its
+    tail held the second list, so the file once read as the union of both), ``compact``: one
+    line (the general path, where the decoder kept the last list only)."""
+    ev = [_x("kernel", f"k{i}", 0, 7, float(10 * i), 2.0, correlation=i + 1) for i in range(9)]
+    a, b = ev[:first], ev[first : first + second]
+    if layout == "compact":
+        return (
+            '{"traceEvents": ' + json.dumps(a) + ', "traceEvents": ' + json.dumps(b) + "}"
+        ).encode()
+    lists = ["\n" + ",\n".join("  " + json.dumps(e) for e in x) + "\n  " for x in (a, b)]
+    return (
+        '{\n  "traceEvents": [' + lists[0] + '],\n  "traceEvents": [' + lists[1] + "]\n}\n"
+    ).encode()
+
+
+@pytest.mark.parametrize("scanner", ["c", "msgspec"])
+@pytest.mark.parametrize("layout", ["kineto", "compact"])
+@pytest.mark.parametrize("gz", [False, True], ids=["json", "gzip"])
+@pytest.mark.parametrize("second", [1, 3])
+def test_two_trace_events_lists_are_refused_in_every_layout(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    scanner: str,
+    layout: str,
+    gz: bool,
+    second: int,
+) -> None:
+    from traceoverlap.readers.kineto import _columns
+
+    if scanner == "c" and _columns._kscan is None:
+        pytest.skip("the C scanner is not built")
+    monkeypatch.setattr(_columns, "SCANNER", scanner)
+    doc = _two_lists(3, second, layout)
+    path = _write(tmp_path, gzip.compress(doc) if gz else doc, "rank0.json.gz" if gz else "r.json")
+    with pytest.raises(TraceFormatError, match="holds the key `traceEvents` twice"):
+        read_kineto(path)
+
+
+def test_trace_events_in_strings_is_not_a_second_key(tmp_path: Path) -> None:
+    # the key's text inside a header string and an event's name and args: one list, 2 events
+    events = [
+        _x("kernel", '"traceEvents": [', 0, 7, 1.0, 2.0, correlation=1, note='"traceEvents":'),
+        _x("kernel", "k", 0, 7, 5.0, 2.0, correlation=2),
+    ]
+    for text in (
+        _lines(events, note='"traceEvents": ['),
+        json.dumps({"a": '"traceEvents": [', "traceEvents": events}),
+    ):
+        assert len(read_kineto(_write(tmp_path, text)).events) == 2

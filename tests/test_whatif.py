@@ -1070,3 +1070,40 @@ def test_tax_note_names_ranks_sharing_cpu_cores() -> None:
     gpu = what_if(load_graph(real_trace("kineto/dlrm_v100_8rank")), ["replay"])
     assert gpu.tax_overlap_ns > 0
     assert not any("other ranks' threads" in n for n in gpu.notes)
+
+
+# --- a step regex that matches nothing (issue 41): refused as analyze refuses it
+
+
+@pytest.mark.parametrize("target", ["ddp_8/rank0.json.gz", "ddp_8"])
+def test_whatif_refuses_a_step_regex_matching_nothing_as_analyze_does(
+    target: str, tmp_path: Path
+) -> None:
+    # it once replayed the whole capture as one "step" ("no-host-gaps 12.23x", exit 0)
+    from conftest import one_error_line
+
+    path = str(FIXTURES / target)
+    lines = [
+        one_error_line(CliRunner().invoke(main, [*cmd, path, "--step-regex", "^no_such_range$"]))
+        for cmd in (
+            ["whatif"],
+            ["analyze"],
+            ["export", "-o", str(tmp_path / "t.json")],
+            ["report", "-o", str(tmp_path / "r.html")],
+        )
+    ]
+    assert "step regex '^no_such_range$' matches no range" in lines[0]
+    assert len(set(lines)) == 1, lines  # the same line from every command
+
+
+def test_graph_of_refuses_a_step_regex_matching_nothing() -> None:
+    from traceoverlap.core.errors import UsageError
+    from traceoverlap.readers.kineto import read_kineto
+
+    t = read_kineto(FIXTURES / "ddp_8" / "rank0.json.gz")
+    with pytest.raises(UsageError, match=r"'\^no_such_range\$' matches no range in <timeline>"):
+        graph_of([t], step_regex="^no_such_range$")
+    # the ranges it names are the trace's (the fixture's 'forward' ranges, one per step)
+    with pytest.raises(UsageError, match="'forward' x8"):
+        graph_of([t], step_regex="^no_such_range$")
+    assert len(graph_of([t]).step_labels) >= 1  # the default regex finds ProfilerStep markers

@@ -224,15 +224,28 @@ def write_text(text: str, output: str | None) -> None:
     """``text`` to ``output`` (stdout when None), with a clear error when it cannot be written.
 
     Text formats lose terminal control sequences and control characters that trace strings may
-    hold (:func:`traceoverlap.core.fmt.safe_text`; our own colours stay on a terminal); an HTML page
-    escapes its text itself (and embeds plotly.js, which is left alone)."""
-    from ..core.fmt import safe_text
+    hold (:func:`traceoverlap.core.fmt.safe_text`). On a terminal the colours of a
+    :class:`~traceoverlap.core.fmt.TerminalText` stay (our own: its console filtered the strings
+    it styled); every other escape goes, whatever the text looks like. An HTML page is written
+    by :func:`write_page`."""
+    from ..core.fmt import TerminalText, safe_text
 
     to_stdout = not output or output == "-"
-    if not text[:100].lstrip().lower().startswith(("<!doctype html", "<html")):
-        text = safe_text(text, keep_sgr=to_stdout and sys.stdout.isatty())
+    own_colours = isinstance(text, TerminalText) and to_stdout and sys.stdout.isatty()
+    _write(safe_text(text, keep_sgr=own_colours), output)
+
+
+def write_page(page: str, output: str | None) -> None:
+    """An HTML page to ``output`` (stdout when None) as it is: the page escapes its text itself
+    (and embeds plotly.js, whose bytes are left alone). Never decided by looking at the text: a
+    text report that happens to start with ``<html`` (a trace named so) is filtered as text."""
+    _write(page, output)
+
+
+def _write(text: str, output: str | None) -> None:
     from ..reporters.outputs import write_output, writing_stdout
 
+    to_stdout = not output or output == "-"
     if to_stdout:
         with writing_stdout() as out:  # a full disk or `ulimit -f` is an error, not a cut file
             out.write(text.encode(sys.stdout.encoding or "utf-8", "replace"))

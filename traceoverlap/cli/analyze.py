@@ -15,6 +15,7 @@ from ._common import (
     handle_errors,
     html_report,
     run_analysis,
+    write_page,
     write_text,
 )
 
@@ -99,7 +100,7 @@ def analyze(
         output,
     )
     if html_path:
-        write_text(html_report(result, jobs=opts.get("jobs")), html_path)
+        write_page(html_report(result, jobs=opts.get("jobs")), html_path)
         click.echo(f"wrote {html_path}", err=True)
     failed = failed_conditions(conditions, result.summary.run)
     if failed:

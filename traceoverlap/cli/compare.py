@@ -14,6 +14,7 @@ from ._common import (
     format_options,
     handle_errors,
     run_analysis,
+    write_page,
     write_text,
 )
 
@@ -77,5 +78,5 @@ def compare(
         from ..run.detail import step_detail
 
         details = (step_detail(base), step_detail(cand))
-        write_text(render_compare(cmp, details=details), html_path)
+        write_page(render_compare(cmp, details=details), html_path)
         click.echo(f"wrote {html_path}", err=True)

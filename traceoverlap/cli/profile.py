@@ -7,7 +7,15 @@ from typing import Any
 import click
 
 from ..core.vocab import GLOO_LOOPS, SLOW_PHASES
-from ._common import _echo_analysis, _terminal, debug_option, handle_errors, html_report, write_text
+from ._common import (
+    _echo_analysis,
+    _terminal,
+    debug_option,
+    handle_errors,
+    html_report,
+    write_page,
+    write_text,
+)
 
 
 @click.command()
@@ -244,7 +252,7 @@ def demo(out: str, verbose: bool) -> None:
     tty, width = _terminal()
     write_text(demo_text(results, str(root), color=tty, width=width, verbose=verbose), None)
     for strategy, result in results.items():
-        write_text(html_report(result), str(root / strategy / "report.html"))
+        write_page(html_report(result), str(root / strategy / "report.html"))
 
 
 def demo_text(

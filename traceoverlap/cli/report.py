@@ -12,7 +12,7 @@ from ._common import (
     handle_errors,
     html_report,
     run_analysis,
-    write_text,
+    write_page,
 )
 
 # --- report ---------------------------------------------------------------------------------
@@ -69,5 +69,5 @@ def report(
     check_outputs([output], paths, opts)
     result = run_analysis(paths, **opts)
     page = html_report(result, plotlyjs, timeline_step, opts.get("jobs"), timeline_rank)
-    write_text(page, output)
+    write_page(page, output)
     click.echo(f"wrote {'standard output' if output == '-' else output}", err=True)

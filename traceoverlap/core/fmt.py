@@ -104,6 +104,16 @@ _ANY_UNSAFE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
 _LONE_CR = re.compile("\r(?!\n)")
 
 
+class TerminalText(str):
+    """Text whose colour sequences are the tool's own: a rich console made by
+    :func:`traceoverlap.reporters._format.make_console` filtered every string it was given
+    (:func:`safe_text`) before styling it, so the only SGR sequences left are the ones it added.
+    Only such text keeps its colours on a terminal (``write_text``); any other text, whatever it
+    holds, loses every escape sequence."""
+
+    __slots__ = ()
+
+
 def safe_text(text: str, keep_sgr: bool = False) -> str:
     """``text`` without terminal control: escape sequences and control characters other than tab,
     newline and a line-ending carriage return removed. ``keep_sgr`` keeps colour sequences (``ESC [ ... m``, what our own

@@ -233,6 +233,37 @@ _RENAMED = {
 }
 
 
+#: A config file is a few lines; anything larger is refused before it is read (a huge or sparse
+#: file would otherwise be read whole, and run out of memory in the trace's name).
+CONFIG_MAX_BYTES = 1 << 20
+#: Characters of a value, key or section name an error echoes (the rest is counted).
+_SHOWN_CHARS = 80
+
+
+def _shown(value: Any) -> str:
+    """``value`` for an error line: its repr (so a newline or an escape sequence stays escaped
+    and on the line), with nested containers and long strings elided to about
+    :data:`_SHOWN_CHARS` characters, and the size of what was cut."""
+    import reprlib
+
+    r = reprlib.Repr()
+    r.maxlevel, r.maxstring, r.maxother, r.maxlist, r.maxdict = 3, _SHOWN_CHARS, _SHOWN_CHARS, 6, 6
+    text = r.repr(value)
+    if len(text) > _SHOWN_CHARS:
+        text = text[: _SHOWN_CHARS - 3] + "..."
+    if isinstance(value, str) and len(value) > _SHOWN_CHARS - 10:
+        text += f" ({len(value):,} chars)"
+    elif isinstance(value, (list, dict)) and len(value) > 6:
+        text += f" ({len(value):,} items)"
+    return text
+
+
+def _name(name: str) -> str:
+    """A config key or section name for an error line: as written when it is a plain bare key,
+    else :func:`_shown` (quoted, escaped, shortened)."""
+    return name if re.fullmatch(r"[A-Za-z0-9_-]{1,40}", name) else _shown(name)
+
+
 def load_config(path: str | Path) -> dict[str, Any]:
     """Read and validate a TOML config file; returns flat keys (``comm_patterns``, ``step_regex``,
     ``lost_ratio``). Unknown sections or keys and values of the wrong type are errors naming the
@@ -253,6 +284,11 @@ def load_config(path: str | Path) -> dict[str, Any]:
         raise UsageError(
             f"{p}: not valid TOML ({exc}); see docs/cli.md 'Configuration file'"
         ) from None
+    except RecursionError:
+        raise UsageError(
+            f"{p}: not a config file (values nested too deeply to read); "
+            "see docs/cli.md 'Configuration file'"
+        ) from None
     except OSError as exc:
         raise UsageError(f"{p}: cannot read the config file ({exc.strerror or exc})") from None
     out: dict[str, Any] = {}
@@ -260,7 +296,8 @@ def load_config(path: str | Path) -> dict[str, Any]:
         keys = _CONFIG_KEYS.get(section)
         if keys is None:
             raise UsageError(
-                f"{p}: unknown section [{section}]; expected {', '.join(f'[{k}]' for k in _CONFIG_KEYS)}"
+                f"{p}: unknown section [{_name(section)}]; expected "
+                f"{', '.join(f'[{k}]' for k in _CONFIG_KEYS)}"
             )
         if not isinstance(values, dict):
             raise UsageError(f"{p}: {section} must be a [{section}] table")
@@ -268,7 +305,7 @@ def load_config(path: str | Path) -> dict[str, Any]:
             if key not in keys:
                 renamed = _RENAMED.get((section, key))
                 hint = f"; use {renamed}" if renamed else f"; expected {', '.join(keys)}"
-                raise UsageError(f"{p}: unknown key {section}.{key}{hint}")
+                raise UsageError(f"{p}: unknown key {section}.{_name(key)}{hint}")
             out[key] = _validate(p, f"{section}.{key}", keys[key], value)
     return out
 
@@ -283,12 +320,20 @@ def _config_text(p: Path) -> str:
             raise IsADirectoryError
         if not stat.S_ISREG(mode):
             raise UsageError(f"{p}: not a regular file (a pipe or device); give a TOML file")
-        return fh.read().decode("utf-8").lstrip("\ufeff")
+        size = os.fstat(fd).st_size
+        data = b"" if size > CONFIG_MAX_BYTES else fh.read(CONFIG_MAX_BYTES + 1)
+        if size > CONFIG_MAX_BYTES or len(data) > CONFIG_MAX_BYTES:  # or it grew meanwhile
+            shown = f"{size / 2**30:.1f} GiB" if size >= 2**30 else f"{size:,} bytes"
+            raise UsageError(
+                f"{p}: config file of {shown}; a config file is a few lines, at most 1 MiB "
+                "(is this the right file?)"
+            )
+        return data.decode("utf-8").lstrip("\ufeff")
 
 
 def _validate(p: Path, key: str, expected: str, value: Any) -> Any:
     def bad() -> UsageError:
-        return UsageError(f"{p}: {key} must be {expected}, got {value!r}")
+        return UsageError(f"{p}: {key} must be {expected}, got {_shown(value)}")
 
     if key == "classify.comm_patterns":
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):

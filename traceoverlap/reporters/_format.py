@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import textwrap
 from collections.abc import Iterator
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 from rich.console import Console
 
@@ -38,11 +38,22 @@ if TYPE_CHECKING:
     from ..run.results import Analysis
 
 
+class _FilteringConsole(Console):
+    """A rich console that removes terminal control from every string it is given (table cells,
+    headers, titles, printed lines: all pass through :meth:`render_str`) before styling it, so
+    a trace string cannot conceal or black out a line (``ESC[8m``) or move the cursor, and the
+    colour sequences in its output are only its own (:class:`~traceoverlap.core.fmt.TerminalText`)."""
+
+    def render_str(self, text: str, **kwargs: Any) -> Any:
+        return super().render_str(fmt.safe_text(text), **kwargs)
+
+
 def make_console(file: IO[str], *, color: bool, width: int) -> Console:
     """A rich console for a text report: colour only when asked (a terminal, and no NO_COLOR in
-    the environment), at least 80 columns wide."""
+    the environment), at least 80 columns wide; the strings it prints lose any terminal control
+    (:class:`_FilteringConsole`), so its output is :class:`~traceoverlap.core.fmt.TerminalText`."""
     color = color and not os.environ.get("NO_COLOR")
-    return Console(
+    return _FilteringConsole(
         file=file,
         width=max(width, 80),
         force_terminal=color,
@@ -50,6 +61,7 @@ def make_console(file: IO[str], *, color: bool, width: int) -> Console:
         color_system="auto" if color else None,
         highlight=False,
         emoji=False,
+        markup=False,  # a trace string's "[conceal]" is text; our styles are Text / style=
     )
 
 
@@ -205,9 +217,10 @@ CUT = " …"
 def wrap(text: str, width: int, indent: str = "", cont: str | None = None) -> list[str]:
     """``text`` in lines of at most ``width`` columns, broken at spaces only: a file name or a
     path is never split (one longer than the line gets a line of its own); continuation lines
-    start with ``cont`` (``indent`` and four spaces when not given)."""
+    start with ``cont`` (``indent`` and four spaces when not given). Terminal control in
+    ``text`` (a trace string) goes first, so it can neither be split nor count as width."""
     return textwrap.wrap(
-        text,
+        fmt.safe_text(text),
         width=width,
         initial_indent=indent,
         subsequent_indent=indent + "    " if cont is None else cont,

@@ -133,7 +133,7 @@ def _phases(
             y=np.full(mid.size, bars.row_y[row], dtype=float),
             mode="text",
             text=[
-                figs.short(n.strip("# "), 22) if (b - a) >= 0.07 * window else ""
+                html.escape(figs.short(n.strip("# "), 22)) if (b - a) >= 0.07 * window else ""
                 for n, a, b in zip(names, ps.tolist(), pe.tolist(), strict=True)
             ],
             textfont=dict(size=10, color="#333"),

@@ -208,7 +208,7 @@ def render_table(
         console.print("Notes:", style="bold")
         for n in cmp.notes:
             say(n, "  - ", "    ")
-    return buf.getvalue()
+    return fmt.TerminalText(buf.getvalue())
 
 
 def render_markdown(cmp: Comparison) -> str:

@@ -10,7 +10,9 @@ from typing import TYPE_CHECKING
 
 from rich import box
 from rich.table import Table
+from rich.text import Text
 
+from ..core.fmt import TerminalText
 from ..core.vocab import Bottleneck
 from ._format import (
     ITEM_LINES,
@@ -89,7 +91,7 @@ def build_table(analysis: Analysis) -> Table:
         table.add_column(col, justify="right", no_wrap=True)
     table.add_column(verdict, justify="left", no_wrap=True)
     for (*cells, short), bottleneck in step_table_rows(analysis):
-        table.add_row(*cells, f"[{_STYLE.get(bottleneck, '')}]{short}[/]")
+        table.add_row(*cells, Text(short, style=_STYLE.get(bottleneck, "")))
     return table
 
 
@@ -170,4 +172,4 @@ def render(
             markup=False,
         )
     # rich pads the last column to its width: trailing blanks only get in the way of diffs
-    return "\n".join(line.rstrip() for line in buf.getvalue().split("\n"))
+    return TerminalText("\n".join(line.rstrip() for line in buf.getvalue().split("\n")))

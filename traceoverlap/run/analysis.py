@@ -653,10 +653,17 @@ def _float_or_nan(x: Any) -> float:
 
 
 def _regex_matched_nothing(units: Sequence[UnitResult], regex: str, names: list[str]) -> str:
+    return regex_matched_nothing([r for u in units for r in u.range_names], regex, names)
+
+
+def regex_matched_nothing(
+    range_names: Iterable[tuple[str, int]], regex: str, names: Sequence[str]
+) -> str:
+    """The error of a step regex that matched no range: where, and the most frequent ranges
+    (``range_names``: (name, count) per unit) to pick one from. Every command says this."""
     counts: dict[str, int] = {}
-    for u in units:
-        for name, n in u.range_names:
-            counts[name] = counts.get(name, 0) + n
+    for name, n in range_names:
+        counts[name] = counts.get(name, 0) + n
     where = names[0] if len(names) == 1 else f"{len(names)} inputs"
     top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:6]
     found = "; ".join(f"{n!r} x{c}" for n, c in top) or "none"
@@ -681,7 +688,12 @@ def _no_steps_message(
             f"steps in the trace (steps found: {shown})"
         )
     why = "; ".join(dict.fromkeys(n for u in units for n in u.notes)) or "no activity found"
-    return f"no steps to analyze in {where}: {why}"
+    # what the readers dropped or could not use is often why (a step "launched no GPU work"
+    # when its kernels' correlation ids were null): the run fails, so the notes go in the error
+    read = "; ".join(dict.fromkeys(n for u in units for n in u.trace.notes))
+    return f"no steps to analyze in {where}: {why}" + (
+        f"; the reader noted: {read}" if read else ""
+    )
 
 
 def rank_notes(traces: Sequence[TraceInfo]) -> list[str]:

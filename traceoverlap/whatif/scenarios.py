@@ -204,15 +204,27 @@ def graph_of(timelines: Sequence[Timeline], step_regex: str | None = None) -> Ru
     options = build_options(step_regex=step_regex)
     rules = Rules()
     units = []
+    ranges: list[tuple[str, int]] = []  # of the units without a step marker
+    matched = False
     for t in timelines:
         for u in split_units(t):
             kind = kinds(u, rules)
             steps = assign_steps(u, kind, options)
+            matched = matched or steps.markers_found > 0
+            if steps.markers_found == 0:
+                ev = u.events
+                ann = ev["name"][(ev["category"] == "annotation").to_numpy()].astype(str)
+                ranges += [(str(k), int(v)) for k, v in ann.value_counts().head(8).items()]
             cpu = not steps.gpu
             calls = comm_call_mask(u, rules) if cpu else None
             units.append(
                 unit_graph(u, kind, steps, calls, lane_calls(u, kind, rules) if cpu else None)
             )
+    if step_regex is not None and units and not matched:
+        # as analyze refuses it: else the whole capture would be replayed as one "step"
+        from ..run.analysis import regex_matched_nothing
+
+        raise UsageError(regex_matched_nothing(ranges, step_regex, ["<timeline>"]))
     return _joined(units, "<timeline>")
 
 

@@ -125,6 +125,8 @@ def _read_events(p: str, data: Buffer) -> tuple[Meta, Columns]:
     else:
         cols = Columns()  # what a failed one pass took is not trusted
         head, src = _document.decode_head(p, data)
+        if len(head.traceEvents):  # a decoder keeps the last of duplicate keys: refuse those
+            _document.check_one_events_key(p, src, _document.span(src, head.traceEvents)[1])
         if bytes(memoryview(head.traceEvents)[:1]) != b"[":  # a Raw spans exactly its value
             raise NotATraceError(
                 p,

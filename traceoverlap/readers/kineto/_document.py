@@ -46,6 +46,7 @@ CHUNK_BYTES = 2 << 20
 _HEADER_MAX = 64 << 20
 
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_ANY_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*')  # to the value, whatever it is
 _TAIL_PREFIX = b'{"traceEvents": ['
 _OPEN, _CLOSE, _COMMA = 0x5B, 0x5D, 0x2C  # "[", "]", ","
 _LEADING_WS = re.compile(rb"\s*")
@@ -203,6 +204,9 @@ def _decode_tail(
             setattr(head, name, msgspec.Raw(bytes(getattr(tail, name))))
     tail_events = memoryview(tail.traceEvents)
     skip = _address(tail_events) - _address(rest) - len(_TAIL_PREFIX)
+    if skip != -1:  # not the list opened by _TAIL_PREFIX: a later "traceEvents" key won
+        tail_events.release()
+        raise duplicate_events_key(path)
     length = len(tail_events)
     tail_events.release()
     return pos + 1 + skip, length
@@ -281,6 +285,33 @@ def _release(data: Any, upto: int, done: int) -> int:
             return done
         return end
     return done
+
+
+def duplicate_events_key(path: str) -> TraceFormatError:
+    """The error for a document whose top level holds ``traceEvents`` twice. Neither list is
+    the trace more than the other (a JSON decoder keeps the last, a streaming reader would
+    read both), so the file is refused on every path rather than read one way or the other."""
+    return TraceFormatError(
+        path,
+        "the top level holds the key `traceEvents` twice: which list is the trace is ambiguous",
+        "keep one traceEvents list, holding every event",
+    )
+
+
+def check_one_events_key(path: str, data: Any, at: int) -> None:
+    """Raise :func:`duplicate_events_key` unless the first top-level ``"traceEvents"`` key of
+    ``data`` is the one whose value starts at ``data[at]`` (the decoder's, which is the last
+    such key): occurrences before that are tried in order, the first one at the top level
+    (:func:`_decode_header` parses up to it) decides. Only strings in the header come before
+    the first key, so this costs a few small decodes."""
+    i = data.find(b'"traceEvents"')
+    while 0 <= i < at:
+        key = _ANY_EVENTS_KEY.match(data, i)
+        if key is not None and _decode_header(data, i) is not None:
+            if key.end() != at:
+                raise duplicate_events_key(path)
+            return
+        i = data.find(b'"traceEvents"', i + 1)
 
 
 def decode_head(path: str, data: Any) -> tuple[Head, Any]:

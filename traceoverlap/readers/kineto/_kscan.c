@@ -239,6 +239,16 @@ static inline int is_hex(uint8_t c) {
     return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
 }
 
+/* the value of four hex digits (checked with is_hex) */
+static inline unsigned hex4(const uint8_t *p) {
+    unsigned v = 0;
+    for (int i = 0; i < 4; i++) {
+        uint8_t c = p[i];
+        v = v * 16 + (c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
+    }
+    return v;
+}
+
 #if defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
 #define SWAR 1
 /* 0x80 in each byte of w that is '"', '\\', < 0x20 or >= 0x80 (exact: no carry crosses a byte) */
@@ -286,7 +296,19 @@ static int parse_string(P *ps, const uint8_t **s, const uint8_t **e, int *escape
                 if (end - p < 6 || !is_hex(p[2]) || !is_hex(p[3]) || !is_hex(p[4]) ||
                     !is_hex(p[5]))
                     return BAIL;
+                unsigned u = hex4(p + 2);
                 p += 6;
+                if (u >= 0xDC00 && u <= 0xDFFF) return BAIL; /* a lone low surrogate */
+                if (u >= 0xD800 && u <= 0xDBFF) {
+                    /* a high surrogate: msgspec refuses it unless a low one follows at once,
+                     * in a string the scanner only skips too */
+                    if (end - p < 6 || p[0] != '\\' || p[1] != 'u' || !is_hex(p[2]) ||
+                        !is_hex(p[3]) || !is_hex(p[4]) || !is_hex(p[5]))
+                        return BAIL;
+                    u = hex4(p + 2);
+                    if (u < 0xDC00 || u > 0xDFFF) return BAIL;
+                    p += 6;
+                }
             } else if (x == '"' || x == '\\' || x == '/' || x == 'b' || x == 'f' || x == 'n' ||
                        x == 'r' || x == 't') {
                 p += 2;

@@ -24,6 +24,7 @@ from ._categories import (
     ACCELERATOR_CATS,
     AS_WHAT,
     CATEGORY_MAP,
+    GPU_ACTIVITY_CODES,
     GPU_SIDE_CODES,
     LAUNCH_CODES,
     MODEL_CODE,
@@ -104,6 +105,7 @@ def build_timeline(p: str, head: Meta, cols: Columns) -> Timeline:
     rows = _Rows.take_columns(cols)
     start, end, timed = _times_ns(rows, base, notes)
     keep = timed & (rows.cat >= 0) & ~_unanalysed_device_rows(rows, cols.src, notes)
+    _refuse_untimed_device_side(p, rows, timed)
     _note_accelerators(rows, cols.src, keep, notes)
     _note_decoding(cols, notes)
     if not keep.all():
@@ -125,6 +127,7 @@ def build_timeline(p: str, head: Meta, cols: Columns) -> Timeline:
     )
     if flow_note:
         notes.append(flow_note)
+    _note_uncorrelated(rows, notes)
     gpu_side = codes_in(rows.cat, GPU_SIDE_CODES)
     host_pid = _host_pid(rows, gpu_side)
     rows = _on_host_process(rows, gpu_side, host_pid, notes)
@@ -205,6 +208,37 @@ def _times_ns(
     if neg.any():
         notes.append(f"{int(neg.sum())} events with a negative duration were given duration 0.")
     return start, end, ok
+
+
+def _refuse_untimed_device_side(p: str, rows: _Rows, timed: np.ndarray) -> None:
+    """Refuse a trace whose GPU activity (kernels, copies, memsets) was all dropped for an
+    unusable ``ts`` / ``dur``: read without it, a GPU run would be told its device side was not
+    captured (or be read as a CPU run), when it was captured and is damaged."""
+    gpu = codes_in(rows.cat, GPU_ACTIVITY_CODES)
+    if not gpu.any() or (gpu & timed).any():
+        return
+    by_cat = Counter(CATEGORIES[c] for c in rows.cat[gpu].tolist())
+    raise TraceFormatError(
+        p,
+        f"all {int(gpu.sum()):,} GPU activities ({_count_note(by_cat)}) have an unusable ts/dur "
+        "(null, NaN, non-numeric or out of range) and were dropped: nothing on the device can "
+        "be measured",
+        "the trace's device events are damaged; re-collect or re-export the trace",
+    )
+
+
+def _note_uncorrelated(rows: _Rows, notes: list[str]) -> None:
+    """Count the kernels with no usable correlation id (missing, null, not an integer, and none
+    from a flow): nothing ties them to the launch that places them in a step. Every kernel is
+    launched, so this is damage; copies and memsets may be queued by the device itself (no
+    launch, no id) and are placed by their start time instead."""
+    none = (rows.cat == MODEL_CODE["kernel"]) & (rows.corr < 0)
+    if none.any():
+        notes.append(
+            f"{int(none.sum())} kernels have no usable correlation id (args.correlation "
+            "missing, null or not an integer, and no flow event): nothing ties them to the "
+            "launch that places them in a step"
+        )
 
 
 def _unanalysed_device_rows(rows: _Rows, src_codes: Codes, notes: list[str]) -> np.ndarray:
