@@ -19,17 +19,22 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import real_trace
+from conftest import FIXTURES, real_trace
 
 from traceoverlap import analyze
 
 MI300X = "kineto/amd_mi300x_ddp8_resnet_actckpt_rccl_rank0.json.gz"
 A100 = "kineto/a100_nccl_allreduce_rank0.json.gz"
 DLRM = "kineto/dlrm_v100_8rank"
+#: PyTorch 1.8's Kineto trace (bundled: fixtures/public/README.md): the old category names
+RESNET_PT18 = FIXTURES / "public" / "resnet50_pt18_worker0.pt.trace.json.gz"
 
 STEP = re.compile(r"^ProfilerStep#(\d+)$")
-LAUNCH = {"cuda_runtime", "cuda_driver"}
-GPU = {"kernel", "gpu_memcpy", "gpu_memset"}
+# categories, lower-cased: today's names and PyTorch 1.8's (Runtime, Kernel, Memcpy, Memset)
+LAUNCH = {"cuda_runtime", "cuda_driver", "runtime"}
+GPU = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}
+# the step marker's category: user_annotation today, Operator in PyTorch 1.8
+MARKER = {"user_annotation", "operator"}
 
 
 def _expected(path: Path) -> tuple[int, dict[int, tuple[int, int]]]:
@@ -42,16 +47,16 @@ def _expected(path: Path) -> tuple[int, dict[int, tuple[int, int]]]:
     markers = [
         (int(m.group(1)), float(e["ts"]), float(e["ts"]) + float(e["dur"]))
         for e in events
-        if e.get("cat") == "user_annotation" and (m := STEP.match(str(e.get("name", ""))))
+        if str(e.get("cat", "")).lower() in MARKER and (m := STEP.match(str(e.get("name", ""))))
     ]
     launch: dict[int, float] = {}
     for e in events:
-        if e.get("cat") in LAUNCH and "correlation" in e.get("args", {}):
+        if str(e.get("cat", "")).lower() in LAUNCH and "correlation" in e.get("args", {}):
             launch.setdefault(int(e["args"]["correlation"]), float(e["ts"]))
     lo: dict[int, float] = {}
     hi: dict[int, float] = {}
     for e in events:
-        if e.get("cat") not in GPU:
+        if str(e.get("cat", "")).lower() not in GPU:
             continue
         t = launch.get(int(e.get("args", {}).get("correlation", -1)))
         if t is None:
@@ -129,3 +134,17 @@ def test_expected_windows_are_not_empty(relative: str) -> None:
     # the independent computation finds every ProfilerStep of the trace (README: 15..17, 4..6)
     _rank, windows = _expected(real_trace(relative))
     assert sorted(windows) == ([15, 16, 17] if relative == MI300X else [4, 5, 6])
+
+
+def test_pytorch_18_resnet50_step_windows() -> None:
+    res = analyze(RESNET_PT18)
+    _check([RESNET_PT18], res)
+    # issue 35's figure: step 5 is 118.4 ms; it read 161.1 ms with the 27 copies and memsets
+    # launched before the capture placed by their GPU start (the device ran ~40 ms behind)
+    rows = {int(r["step"]): r for r in res.steps.to_dict("records")}
+    assert round(rows[5]["step_ns"] / 1e6, 1) == 118.4
+    assert not any("steps overlap on the device" in n for n in res.notes)
+    (note,) = [n for n in res.notes if "no launch record" in n]
+    # counted from the raw JSON: 771 kernels/copies/memsets whose correlation id has no Runtime
+    # launch (744 kernels, 27 copies and memsets), every id below the first launch's
+    assert "771 GPU activities" in note and "771 launched before the capture began" in note
