@@ -1,8 +1,13 @@
-"""Shared test configuration: where the real traces live, and the ``slow`` marker.
+"""Shared test configuration: where the real traces live, the ``slow`` marker, and how many
+random examples the property tests try.
 
-``python -m pytest`` runs the fast loop (under a minute); ``python -m pytest --runslow`` (what
-``.ci/run`` runs) adds the tests marked ``slow``: the ones that start PyTorch workloads, Nsight
-Systems or a browser.
+``python -m pytest`` runs the fast loop (CONTRIBUTING.md gives its cost in CPU seconds, and how
+to measure it); ``python -m pytest --runslow`` (what ``.ci/run`` runs) adds the tests marked
+``slow`` (the ones that start PyTorch workloads, Nsight Systems, a Dask cluster or a browser) and
+runs every property, oracle and scanner fuzz test with its full number of examples
+(:func:`examples`; the fast loop tries a tenth). ``TRACEOVERLAP_HYPOTHESIS=ci`` asks for the full
+numbers without the slow tests, ``=fast`` for the small ones under ``--runslow``;
+``TRACEOVERLAP_FUZZ_EXAMPLES=5000`` sets every fuzz test's number (a campaign).
 
 Real GPU traces that nobody on this project wrote are read from ``$TRACEOVERLAP_REAL_TRACES``
 (default ``../shared/real-traces`` beside the checkout); tests that need them skip, with the
@@ -43,6 +48,21 @@ def one_error_line(res) -> str:  # noqa: ANN001
     return lines[0]
 
 
+#: Whether the property tests run their full number of examples (set in pytest_configure, before
+#: the test modules are imported and their ``@settings`` evaluated).
+_FULL_EXAMPLES = False
+
+
+def examples(full: int) -> int:
+    """A property test's ``max_examples``: ``full`` in CI (``--runslow``, or
+    ``TRACEOVERLAP_HYPOTHESIS=ci``), a tenth of it (at least 10) in the fast loop;
+    ``TRACEOVERLAP_FUZZ_EXAMPLES`` when set, always."""
+    campaign = int(os.environ.get("TRACEOVERLAP_FUZZ_EXAMPLES", "0") or 0)
+    if campaign:
+        return campaign
+    return full if _FULL_EXAMPLES else max(10, full // 10)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--runslow",
@@ -53,9 +73,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    global _FULL_EXAMPLES
     config.addinivalue_line(
-        "markers", "slow: starts PyTorch workloads, Nsight Systems or a browser (--runslow)"
+        "markers",
+        "slow: starts PyTorch workloads, Nsight Systems, a Dask cluster or a browser (--runslow)",
     )
+    mode = os.environ.get("TRACEOVERLAP_HYPOTHESIS", "")
+    _FULL_EXAMPLES = mode == "ci" or (mode != "fast" and bool(config.getoption("--runslow")))
+    # properties that do not set max_examples themselves: hypothesis's 100 in CI, 10 here
+    from hypothesis import settings
+
+    settings.register_profile("traceoverlap-ci", max_examples=100)
+    settings.register_profile("traceoverlap-fast", max_examples=10)
+    settings.load_profile("traceoverlap-ci" if _FULL_EXAMPLES else "traceoverlap-fast")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
