@@ -89,7 +89,7 @@ def test_local_dask_under_few_open_files_is_one_line() -> None:
         _analyze(_limited(resource.RLIMIT_NOFILE, 16), "--scheduler", "local", "-j", "2")
     )
     assert (
-        "--scheduler local with 2 workers needs about 112 open files, and the limit is 16" in line
+        "a local Dask cluster of 2 workers needs about 112 open files, and the limit is 16" in line
     )
 
 
@@ -121,8 +121,8 @@ def test_a_cluster_that_fails_to_start_is_one_line(monkeypatch: pytest.MonkeyPat
     with pytest.raises(UsageError) as err:
         parallel._start_local_cluster(2, _Client, Failing)
     assert str(err.value) == (
-        "--scheduler local: the local Dask cluster failed to start (Nanny failed to start.): "
-        "analyse without --scheduler, or check the process limits (ulimit -a)"
+        "the local Dask cluster failed to start (Nanny failed to start.): analyse without the "
+        "Dask scheduler, or check the process limits (ulimit -a)"
     )
 
 
@@ -150,7 +150,7 @@ def test_the_limits_check_names_what_it_needs(monkeypatch: pytest.MonkeyPatch) -
 
     monkeypatch.setattr(parallel, "open_files_limit", lambda need: 50)
     with pytest.raises(
-        UsageError, match="with 1 worker needs about 88 open files, and the limit is 50"
+        UsageError, match="of 1 worker needs about 88 open files, and the limit is 50"
     ):
         parallel._check_local_cluster_limits(1)
     monkeypatch.setattr(parallel, "open_files_limit", lambda need: None)

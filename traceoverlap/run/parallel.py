@@ -9,7 +9,9 @@ Running the map (:func:`traceoverlap.rank.unit.map_file`) over the files:
   - on a Dask cluster (``scheduler="tcp://host:8786"``, or ``"local"`` for a LocalCluster on this
     machine): the workers read the rank files themselves (a shared filesystem), and only the
     compact per-rank results travel. Needs the ``[dask]`` extra.
-A progress bar goes to stderr on a terminal for inputs over :data:`PROGRESS_MIN_BYTES`.
+The map reports its progress (:mod:`traceoverlap.core.progress`: units done of the total) when
+there are :data:`PROGRESS_MIN_UNITS` units or :data:`PROGRESS_MIN_BYTES` of input; the CLI shows
+it on stderr when stderr is a terminal.
 
 Nothing here waits forever or floods stderr when the machine says no (issues 35 and 41): the
 process limits are checked before any worker starts (too few open files for ``jobs`` processes:
@@ -23,20 +25,22 @@ from __future__ import annotations
 import logging
 import os
 import re
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..core import progress as _progress
 from ..core._collector import resume
 from ..core.errors import TraceFormatError, UsageError
 from ..core.fmt import size as fmt_size
 from ..readers.paths import ProcessPart, Unit, total_bytes
 
-#: Show a progress bar (stderr, terminals only) when the inputs add up to more than this.
-PROGRESS_MIN_BYTES = 256 * 1024 * 1024
+#: Report the map's progress from this many units, or this much input (a 64-rank folder of
+#: small files, or one large file, takes tens of seconds).
+PROGRESS_MIN_UNITS = 8
+PROGRESS_MIN_BYTES = 64 * 1024 * 1024
 #: Without an explicit ``jobs``, map files in parallel only when they add up to more than this.
 PARALLEL_MIN_BYTES = 16 * 1024 * 1024
 
@@ -84,7 +88,7 @@ def run_map(
     names = [str(f) for f in files]
     units: list[Unit] = [f if isinstance(f, ProcessPart) else str(f) for f in files]
     size = total_bytes([Path(p) for p in dict.fromkeys(names)])
-    progress = sys.stderr.isatty() and size >= PROGRESS_MIN_BYTES
+    progress = n >= PROGRESS_MIN_UNITS or size >= PROGRESS_MIN_BYTES
     if "-" in names:
         # standard input belongs to this process: a worker would read nothing
         if scheduler:
@@ -163,16 +167,16 @@ def _check_local_cluster_limits(workers: int) -> None:
     limit = open_files_limit(need)
     if limit is not None and limit < need:
         raise UsageError(
-            f"--scheduler local with {workers} worker{'s' if workers != 1 else ''} needs about "
+            f"a local Dask cluster of {workers} worker{'s' if workers != 1 else ''} needs about "
             f"{need} open files, and the limit is {limit}: raise it (ulimit -n {need}), or "
-            "analyse without --scheduler"
+            "analyse without the Dask scheduler"
         )
     soft, _ = resource.getrlimit(resource.RLIMIT_AS)
     if soft != resource.RLIM_INFINITY and soft < DASK_MIN_ADDRESS_SPACE:
         raise UsageError(
-            f"--scheduler local: the address-space limit (ulimit -v {soft // 1024}) is below "
+            f"the address-space limit (ulimit -v {soft // 1024}) is below "
             f"the {fmt_size(DASK_MIN_ADDRESS_SPACE)} each process of a local Dask cluster needs: "
-            "raise it, or analyse without --scheduler"
+            "raise it, or analyse without the Dask scheduler"
         )
 
 
@@ -346,9 +350,9 @@ def _start_local_cluster(
         starter.join(DASK_START_S)
         if starter.is_alive():
             raise UsageError(
-                f"--scheduler local: the local Dask cluster did not start within "
+                f"the local Dask cluster did not start within "
                 f"{DASK_START_S:g} s (a loaded machine, or process limits too tight): analyse "
-                "without --scheduler"
+                "without the Dask scheduler"
             )
     if "error" in box:
         if "cluster" in box:
@@ -359,8 +363,8 @@ def _start_local_cluster(
         error = box["error"]
         first = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
         raise UsageError(
-            f"--scheduler local: the local Dask cluster failed to start ({first}): analyse "
-            "without --scheduler, or check the process limits (ulimit -a)"
+            f"the local Dask cluster failed to start ({first}): analyse without the Dask "
+            "scheduler, or check the process limits (ulimit -a)"
         )
     return box["cluster"], box["client"]
 
@@ -406,7 +410,8 @@ def _dask_result(name: str, fut: Any, client: Any, scheduler: str) -> object:
                 name,
                 f"no Dask worker has been alive for {DASK_NO_WORKERS_S:g} s to read it (every "
                 f"worker of {where} died, or none joined)",
-                "give the workers more memory, or start workers, or analyse without --scheduler",
+                "give the workers more memory, or start workers, or analyse without the Dask "
+                "scheduler",
             )
 
 
@@ -414,10 +419,7 @@ def _with_progress(items: Iterable[object], n: int, progress: bool) -> Iterator[
     if not progress:
         yield from items
         return
-    from rich.progress import Progress
-
-    with Progress(transient=True, console=None) as bar:
-        task = bar.add_task("analysing rank traces", total=n)
+    with _progress.steps("reading rank traces", n) as done:
         for r in items:
+            done()
             yield r
-            bar.advance(task)

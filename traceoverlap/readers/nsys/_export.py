@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 from ...core.errors import TraceFormatError
+from ...core.progress import activity
 
 #: What to tell a user whose export cannot be read or made.
 EXPORT_HINT = (
@@ -147,14 +148,15 @@ def run_nsys_export(
 def _export_into(nsys: str, report: Path, partial: Path, timeout_s: float) -> None:
     cmd = export_command(nsys, report, partial)
     try:
-        proc = subprocess.run(
-            cmd,
-            capture_output=True,
-            text=True,
-            errors="replace",
-            check=False,
-            timeout=timeout_s,
-        )
+        with activity(f"nsys export {report.name} to SQLite"):  # tens of seconds for 500 MB
+            proc = subprocess.run(
+                cmd,
+                capture_output=True,
+                text=True,
+                errors="replace",
+                check=False,
+                timeout=timeout_s,
+            )
     except subprocess.TimeoutExpired:
         raise TraceFormatError(
             report, f"`nsys export` did not finish in {timeout_s:g} s", EXPORT_HINT
