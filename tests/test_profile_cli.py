@@ -301,6 +301,7 @@ def test_profile_help_teaches_with_examples() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # PyTorch workloads: minutes on a busy machine
 def test_profile_runs_two_cpu_ranks_and_prints_the_analysis(tmp_path: Path) -> None:
     pytest.importorskip("torch", reason="profiling runs a PyTorch workload")
     out = tmp_path / "flat"
@@ -315,6 +316,7 @@ def test_profile_runs_two_cpu_ranks_and_prints_the_analysis(tmp_path: Path) -> N
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # PyTorch workloads: minutes on a busy machine
 def test_demo_profiles_both_strategies_and_writes_reports(tmp_path: Path) -> None:
     pytest.importorskip("torch", reason="the demo runs a PyTorch workload")
     out = tmp_path / "demo"
