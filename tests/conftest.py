@@ -5,7 +5,8 @@ random examples the property tests try.
 to measure it); ``python -m pytest --runslow`` (what ``.ci/run`` runs) adds the tests marked
 ``slow`` (the ones that start PyTorch workloads, Nsight Systems, a Dask cluster or a browser) and
 runs every property, oracle and scanner fuzz test with its full number of examples
-(:func:`examples`; the fast loop tries a tenth). ``TRACEOVERLAP_HYPOTHESIS=ci`` asks for the full
+(:func:`examples`; the fast loop tries a tenth) and every "each fixture" test on every fixture
+(:func:`sample`; the fast loop takes 6, spread over the list). ``TRACEOVERLAP_HYPOTHESIS=ci`` asks for the full
 numbers without the slow tests, ``=fast`` for the small ones under ``--runslow``;
 ``TRACEOVERLAP_FUZZ_EXAMPLES=5000`` sets every fuzz test's number (a campaign).
 
@@ -17,10 +18,13 @@ reason, when the folder is absent.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
+
+T = TypeVar("T")
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "fixtures"
@@ -61,6 +65,16 @@ def examples(full: int) -> int:
     if campaign:
         return campaign
     return full if _FULL_EXAMPLES else max(10, full // 10)
+
+
+def sample(items: Iterable[T], k: int = 6) -> list[T]:
+    """A test's parameters over every fixture: all of them in CI (as :func:`examples`), ``k``
+    of them spread evenly (the first and the last among them) in the fast loop."""
+    every = list(items)
+    if _FULL_EXAMPLES or len(every) <= k:
+        return every
+    step = (len(every) - 1) / (k - 1)
+    return [every[round(i * step)] for i in range(k)]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
