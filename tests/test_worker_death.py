@@ -245,3 +245,19 @@ def test_a_task_s_own_timeout_error_is_not_a_wait(monkeypatch: pytest.MonkeyPatc
     fut = _Future(ready_after=0, error=TimeoutError("the task's own"))
     with pytest.raises(TimeoutError, match="the task's own"):
         parallel._dask_result("r0.json", fut, _Client(1), "local")
+
+
+def test_a_cancelled_dask_future_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a scheduler that restarted or went away cancels the futures: one line naming the file
+    from concurrent.futures import CancelledError
+
+    import traceoverlap.run.parallel as parallel
+
+    pytest.importorskip("distributed")
+    monkeypatch.setattr(parallel, "DASK_POLL_S", 0.0)
+    fut = _Future(ready_after=0, error=CancelledError("key-123"))
+    with pytest.raises(TraceFormatError) as err:
+        parallel._dask_result("r0.json", fut, _Client(1), "tcp://head:8786")
+    assert str(err.value).startswith(
+        "r0.json: the Dask cluster at tcp://head:8786 dropped it before it was read"
+    )

@@ -381,9 +381,11 @@ def _dask_result(name: str, fut: Any, client: Any, scheduler: str) -> object:
     """``fut``'s result; an error, never a wait without end, once no worker has been alive for
     :data:`DASK_NO_WORKERS_S` (every worker died and none came back: the map once waited 12
     minutes for a result with no worker process left, issue 35)."""
+    from concurrent.futures import CancelledError
+
     from distributed import KilledWorker
 
-    where = "the local cluster" if scheduler == "local" else scheduler
+    where = "the local Dask cluster" if scheduler == "local" else f"the Dask cluster at {scheduler}"
     alone_since: float | None = None
     while True:
         try:
@@ -395,6 +397,12 @@ def _dask_result(name: str, fut: Any, client: Any, scheduler: str) -> object:
                 "for lack of memory)",
                 "give the workers more memory (dask worker --memory-limit, or fewer workers per "
                 "machine), or analyse this file alone on a machine with more",
+            ) from None
+        except CancelledError:
+            raise TraceFormatError(
+                name,
+                f"{where} dropped it before it was read (its scheduler restarted or went away)",
+                "check the scheduler, or analyse without the Dask scheduler",
             ) from None
         except TimeoutError:
             if fut.done():  # the task's own TimeoutError, or a result just in
