@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import REAL_TRACES
+from conftest import REAL_TRACES, examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -410,7 +410,7 @@ def test_text_report_names_the_straggler() -> None:
 _iv = st.tuples(st.integers(0, 95), st.integers(1, 30)).map(lambda t: (t[0], min(100, t[0] + t[1])))
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(
     comp0=st.lists(_iv, max_size=4),
     comp1=st.lists(_iv, max_size=4),

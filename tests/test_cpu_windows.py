@@ -4,10 +4,10 @@ step markers cost O(n log n), and give exactly what the per-window algebra gives
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
+from conftest import examples
 from hypothesis import HealthCheck, given, settings
 from timeline_gen import scenarios
 
@@ -24,15 +24,13 @@ from traceoverlap.rank.instances import unit_instances
 from traceoverlap.rank.metrics import Kind, activity_rows, step_parts, step_sets
 from traceoverlap.rank.steps import assign_steps
 
-FUZZ_EXAMPLES = int(os.environ.get("TRACEOVERLAP_FUZZ_EXAMPLES", "0"))
-
 
 def _same_sets(a: tuple[np.ndarray, ...], b: tuple[np.ndarray, ...]) -> bool:
     return all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
 
 
 @settings(
-    max_examples=FUZZ_EXAMPLES or 40,
+    max_examples=examples(40),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from conftest import WORKLOAD_FIXTURES, real_trace
+from conftest import WORKLOAD_FIXTURES, real_trace, sample
 
 import traceoverlap
 from traceoverlap.cli import main
@@ -81,7 +81,7 @@ def _check_run(doc: dict[str, Any], result: traceoverlap.Analysis) -> None:
 WORKLOADS = sorted(p.name for p in WORKLOAD_FIXTURES.iterdir() if p.is_dir())
 
 
-@pytest.mark.parametrize("name", WORKLOADS)
+@pytest.mark.parametrize("name", sample(WORKLOADS))
 def test_every_workload_fixture_exports_one_run(name: str) -> None:
     # every rank and analysis track, flows paired, tracks nesting, and every matched instance
     # sharing an instant on all its ranks on the exported clock (diagnosis.md §5)

@@ -1,6 +1,7 @@
 """Interval algebra: hand cases and properties (hypothesis)."""
 
 import numpy as np
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -35,7 +36,7 @@ def test_group_min_max_by_hand():
     assert lo.tolist() == [big, big] and hi.tolist() == [small, small]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     st.lists(st.tuples(st.integers(0, 5), st.integers(-50, 50), st.integers(-50, 50)), max_size=30),
     st.booleans(),
@@ -92,7 +93,7 @@ def _brute_cover(xs):
     return {t for s, e in xs for t in range(s, e)}
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(intervals_st, intervals_st)
 def test_properties(xs, ys):
     a = iv.union(*_arr(xs))
@@ -111,7 +112,7 @@ def test_properties(xs, ys):
     assert int((exp[1] - exp[0]).sum()) + overlap == comm
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(
     st.lists(st.tuples(st.integers(0, 3), st.integers(0, 500), st.integers(0, 100)), max_size=40)
 )
@@ -146,7 +147,7 @@ def _per_group(ops: tuple[np.ndarray, np.ndarray, np.ndarray], k: int) -> list[t
     return list(zip(s[g == k].tolist(), e[g == k].tolist(), strict=True))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(_grouped_rows, _grouped_rows)
 def test_grouped_ops_equal_per_group_ops(xs: list, ys: list) -> None:
     # an empty interval in one group once shifted another group's slot (issue 11's fuzzing found
@@ -173,7 +174,7 @@ def test_grouped_ops_equal_per_group_ops(xs: list, ys: list) -> None:
             assert cov[q] == int((inside[1] - inside[0]).sum())
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.integers(-3, 40), max_size=40), st.booleans())
 def test_unique_inverse_equals_np_unique(xs: list, wide: bool) -> None:
     # small non-negative keys take the presence table; a negative or huge key, np.unique

@@ -4,13 +4,12 @@ test's docstring (times in ms)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import REAL_TRACES
+from conftest import REAL_TRACES, examples, sample
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -286,7 +285,7 @@ def _check_bounded(path: Path, ranks: list[int] | None = None) -> None:
             assert 0 <= f.share_ratio <= 1 + 1e-12, (path, f.kind, f.share_ratio)
 
 
-@pytest.mark.parametrize("path", _inputs(), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sample(_inputs(), 8), ids=lambda p: p.name)
 def test_waiting_credited_once(path: Path) -> None:
     _check_bounded(path)
 
@@ -447,7 +446,7 @@ _part = st.tuples(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(parts=st.lists(_part, min_size=0, max_size=8), cut=st.lists(st.integers(0, 60), max_size=6))
 def test_credit_segments_match_brute_force(parts: list, cut: list) -> None:
     """Per ns t of the exposed-wait set of window w: the covering part with the highest
@@ -536,7 +535,7 @@ def test_sends_in_a_wider_group_pair_by_end_time() -> None:
     assert got == {0: 5 * MS, 1: 5 * MS}
 
 
-@settings(max_examples=int(os.environ.get("TRACEOVERLAP_FUZZ_EXAMPLES", "0")) or 40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @example(a=[0, 0], b=[0, 43], ends=(61, 61), comp=[(27, 15), (41, 20)])
 @given(
     a=st.lists(st.integers(0, 59), min_size=2, max_size=2),

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pandas as pd
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -15,7 +16,7 @@ _US = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(_US, min_size=1, max_size=20), st.sampled_from([0, 1, 10**18, INT64_MAX - 10**15]))
 def test_checked_ns_whole_array_path_is_the_masked_one(us: list, base: int) -> None:
     # a NaN row sends the array through the masked path; the other rows must read the same
@@ -71,7 +72,7 @@ _ROW = st.tuples(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.tuples(_ROW, st.integers(1, 4)), min_size=1, max_size=30))
 def test_lanes_by_runs_are_the_lanes_by_row(runs: list) -> None:
     rows = [r for r, k in runs for _ in range(k)]  # runs of one lane, as a trace's rows come

@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 import numpy as np
 import pytest
+from conftest import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -28,8 +29,9 @@ FIXTURES = HERE.parent / "fixtures" / "workloads"
 REAL = Path(
     os.environ.get("TRACEOVERLAP_REAL_TRACES", str(HERE.parent.parent / "shared" / "real-traces"))
 )
-# random documents per property (TRACEOVERLAP_FUZZ_EXAMPLES=5000 for a campaign; 0: the default)
-EXAMPLES = int(os.environ.get("TRACEOVERLAP_FUZZ_EXAMPLES", "0")) or 200
+# random documents per property: 200 in CI, 20 in the fast loop (conftest.examples;
+# TRACEOVERLAP_FUZZ_EXAMPLES=5000 for a campaign)
+EXAMPLES = examples(200)
 
 needs_scanner = pytest.mark.skipif(
     _columns._kscan is None, reason="the C scanner is not built (no C compiler at install)"

@@ -18,7 +18,8 @@ from traceoverlap.cli import main
 from traceoverlap.core.errors import TraceoverlapError
 from traceoverlap.record.workloads import ProfileOptions, find_importer, run_profile
 
-pytestmark = pytest.mark.slow
+# a real profile under nsys: minutes on a busy CI machine, so past the suite's 300 s default
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 NSYS = shutil.which("nsys")
 RUN = ["--strategy", "bucketed", "--backend", "gloo", "--world-size", "2", "--preset", "tiny"]

@@ -18,21 +18,19 @@ random single- and multi-rank Timelines and the same events in the oracle's plai
 from __future__ import annotations
 
 import math
-import os
 import re
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import examples
 from hypothesis import HealthCheck, given, settings
 from oracle import Ev, oracle_steps
 from timeline_gen import FEATURES, Scenario, scenarios, to_timeline
 
 from traceoverlap import AnalyzeOptions, analyze
 from traceoverlap.core.errors import TraceoverlapError
-
-FUZZ_EXAMPLES = int(os.environ.get("TRACEOVERLAP_FUZZ_EXAMPLES", "0"))
 
 #: Generator features switched off in the must-pass property test, each with the reproducer of
 #: the defect it hits (REPRO below). Remove a line when its fix lands.
@@ -219,7 +217,7 @@ def _check(sc: Scenario) -> None:
 
 
 @settings(
-    max_examples=FUZZ_EXAMPLES or 40,
+    max_examples=examples(40),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )

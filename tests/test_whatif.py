@@ -4,7 +4,6 @@ the answer derived in comments, and identity replay on every fixture and real tr
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +11,7 @@ import numpy as np
 import pytest
 from builders import MS, cpu_timeline, gpu_timeline
 from click.testing import CliRunner
-from conftest import real_trace
+from conftest import examples, real_trace, sample
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -21,8 +20,6 @@ from traceoverlap.whatif.graph import run_graph
 from traceoverlap.whatif.replay import observed_params, replay, step_times
 from traceoverlap.whatif.scenarios import graph_of, load_graph, scenario_params, what_if
 from traceoverlap.whatif.tax import compute_time, node_tax, node_tax_detail, tax_table
-
-FUZZ_EXAMPLES = int(os.environ.get("TRACEOVERLAP_FUZZ_EXAMPLES", "0"))
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "workloads"
 US = 1_000
@@ -493,7 +490,7 @@ def test_analyze_builds_the_run_graph_in_the_same_read() -> None:
     assert run_graph(full) is not None and full.run_graph_nodes == n
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in FIXTURES.iterdir() if p.is_dir()))
+@pytest.mark.parametrize("name", sample(sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())))
 def test_identity_on_fixtures(name: str) -> None:
     w = what_if(load_graph(FIXTURES / name), ["replay"])
     assert w.median_error_ratio is not None and w.median_error_ratio <= 0.02
@@ -1030,7 +1027,7 @@ def test_text_report_columns_line_up_with_a_long_scenario_name() -> None:
 
 
 @settings(
-    max_examples=FUZZ_EXAMPLES or 30,
+    max_examples=examples(30),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )

@@ -153,3 +153,111 @@ def test_out_of_memory_after_reading_names_the_input(
     )
     res = CliRunner().invoke(main, ["analyze", str(tmp_path)])
     assert "--scheduler" in res.output and str(tmp_path) in res.output
+
+
+# --- a Dask map never waits forever (issue 35) --------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_dask_with_every_worker_gone_fails_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # the hang of issue 35: the only worker dies and its nanny does not bring it back (a restart
+    # that failed on a loaded machine; the nanny logs it and gives up). The nanny of a local
+    # cluster lives in this process, so its restart is switched off here; before the watch on
+    # the workers this map waited for ever (reproduced: killed by `timeout 60`)
+    pytest.importorskip("distributed")
+    import distributed.nanny
+
+    import traceoverlap.run.parallel as parallel
+
+    async def no_restart(self: object, exitcode: int) -> None:
+        return None
+
+    monkeypatch.setattr(distributed.nanny.Nanny, "_on_worker_exit", no_restart)
+    monkeypatch.setattr(parallel, "DASK_NO_WORKERS_S", 2.0)
+    files = _files(tmp_path, "oom.json", "a.json")
+    with pytest.raises(TraceFormatError) as err:
+        list(run_map(files, _killer.task, jobs=1, scheduler="local"))
+    msg = str(err.value)
+    assert "no Dask worker has been alive for 2 s" in msg and "\n" not in msg
+    assert "distributed" not in capfd.readouterr().err
+
+
+class _Future:
+    """A Dask future whose result never comes (or comes after ``ready_after`` polls)."""
+
+    def __init__(self, ready_after: int | None = None, error: BaseException | None = None):
+        self.polls = 0
+        self.ready_after = ready_after
+        self.error = error
+
+    def done(self) -> bool:
+        return self.ready_after is not None and self.polls >= self.ready_after
+
+    def result(self, timeout: float | None = None) -> str:
+        if self.done():
+            if self.error is not None:
+                raise self.error
+            return "ok"
+        self.polls += 1
+        raise TimeoutError
+
+
+class _Client:
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+
+    def nthreads(self) -> dict[str, int]:
+        return {f"tcp://w{i}:1": 1 for i in range(self.workers)}
+
+
+def test_dask_result_gives_up_once_no_worker_is_alive(monkeypatch: pytest.MonkeyPatch) -> None:
+    import traceoverlap.run.parallel as parallel
+
+    pytest.importorskip("distributed")
+    monkeypatch.setattr(parallel, "DASK_POLL_S", 0.0)
+    monkeypatch.setattr(parallel, "DASK_NO_WORKERS_S", 0.0)
+    with pytest.raises(TraceFormatError, match="no Dask worker has been alive"):
+        parallel._dask_result("r0.json", _Future(), _Client(0), "local")
+
+
+def test_dask_result_waits_while_a_worker_is_alive(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a slow rank with a live worker is waited for: the result of the 5th poll comes back
+    import traceoverlap.run.parallel as parallel
+
+    pytest.importorskip("distributed")
+    monkeypatch.setattr(parallel, "DASK_POLL_S", 0.0)
+    monkeypatch.setattr(parallel, "DASK_NO_WORKERS_S", 0.0)
+    fut = _Future(ready_after=5)
+    assert parallel._dask_result("r0.json", fut, _Client(1), "local") == "ok"
+    assert fut.polls == 5
+
+
+def test_a_task_s_own_timeout_error_is_not_a_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the task itself raised TimeoutError: the future is done, its error is raised (not taken
+    # for "not ready yet" and polled for ever)
+    import traceoverlap.run.parallel as parallel
+
+    pytest.importorskip("distributed")
+    monkeypatch.setattr(parallel, "DASK_POLL_S", 0.0)
+    fut = _Future(ready_after=0, error=TimeoutError("the task's own"))
+    with pytest.raises(TimeoutError, match="the task's own"):
+        parallel._dask_result("r0.json", fut, _Client(1), "local")
+
+
+def test_a_cancelled_dask_future_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a scheduler that restarted or went away cancels the futures: one line naming the file
+    from concurrent.futures import CancelledError
+
+    import traceoverlap.run.parallel as parallel
+
+    pytest.importorskip("distributed")
+    monkeypatch.setattr(parallel, "DASK_POLL_S", 0.0)
+    fut = _Future(ready_after=0, error=CancelledError("key-123"))
+    with pytest.raises(TraceFormatError) as err:
+        parallel._dask_result("r0.json", fut, _Client(1), "tcp://head:8786")
+    assert str(err.value).startswith(
+        "r0.json: the Dask cluster at tcp://head:8786 dropped it before it was read"
+    )

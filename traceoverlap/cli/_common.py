@@ -3,10 +3,11 @@ building the library call from it, and writing outputs."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import click
@@ -30,7 +31,8 @@ def handle_errors(func: F) -> F:
         kwargs.pop("debug", None)
         debug = _debug_wanted(ctx)
         try:
-            return func(*args, **kwargs)
+            with _progress_on_terminal():
+                return func(*args, **kwargs)
         except TraceoverlapError as exc:
             if debug:
                 raise
@@ -53,6 +55,31 @@ def handle_errors(func: F) -> F:
             sys.exit(2)
 
     return wrapper  # type: ignore[return-value]
+
+
+@contextlib.contextmanager
+def _progress_on_terminal() -> Iterator[None]:
+    """Long work's progress on stderr while the command runs, when stderr is a terminal
+    (:mod:`traceoverlap.reporters.progress`); quiet otherwise."""
+    from ..core import progress
+
+    if not _isatty(sys.stderr):  # the common case (a pipe, a file, tests): no rich to import
+        yield
+        return
+    from ..reporters.progress import terminal_reporter
+
+    before = progress.install(terminal_reporter())
+    try:
+        yield
+    finally:
+        progress.install(before)
+
+
+def _isatty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):
+        return False
 
 
 def _out_of_memory(kwargs: dict[str, Any]) -> str:

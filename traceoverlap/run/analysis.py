@@ -199,7 +199,7 @@ def _map_files(
     work = map_units(inputs.files)  # a file its format cuts into processes: one unit each
     task = functools.partial(map_file, options=options, rules=rules, graph=opts.graph)
     results = []
-    answers = run_map(work, task, jobs=opts.jobs, scheduler=opts.scheduler)
+    answers = run_map(work, task, jobs=opts.jobs, scheduler=opts.scheduler, notes=skipped)
     for res in _graphs_capped(answers, opts.graph_max_nodes):
         assert isinstance(res, FileResult)
         if res.error is not None:

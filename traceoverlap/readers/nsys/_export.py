@@ -39,6 +39,7 @@ from pathlib import Path
 
 from ...core._signals import sigterm_exits
 from ...core.errors import TraceFormatError
+from ...core.progress import activity
 
 #: What to tell a user whose export cannot be read or made.
 EXPORT_HINT = (
@@ -353,7 +354,8 @@ def _export_into(nsys: str, report: Path, partial: Path, timeout_s: float) -> No
     except OSError as exc:
         raise TraceFormatError(report, f"could not run `nsys export`: {exc}", EXPORT_HINT) from exc
     try:
-        out, err = proc.communicate(timeout=timeout_s)
+        with activity(f"nsys export {report.name} to SQLite"):  # tens of seconds for 500 MB
+            out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         raise TraceFormatError(
             report, f"`nsys export` did not finish in {timeout_s:g} s", EXPORT_HINT
