@@ -121,3 +121,10 @@ def name_candidates(test: Any, names: list[str]) -> tuple[Any, str]:
     joined = "\x00".join(names) + "\x00"
     ends = np.cumsum([len(n) + 1 for n in names]) - 1
     return test.candidates(joined, ends), joined
+
+
+@pytest.fixture(autouse=True)
+def _no_inherited_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Text output off a terminal wraps at ``$COLUMNS`` when set, else 80: a shell that exports
+    its width must not change what the tests read (a test that wants a width sets it)."""
+    monkeypatch.delenv("COLUMNS", raising=False)
