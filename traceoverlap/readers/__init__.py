@@ -89,7 +89,7 @@ def read_trace(
     shown = label(path)
     if fmt is None:
         raise TraceFormatError(shown, "unrecognised data format", f"supported: {SUPPORTED}")
-    if not fmt.from_pipe:
+    if not fmt.from_pipe and fmt.kind == "trace":  # not a trace at all: its read says so
         raise TraceFormatError(
             shown,
             f"{fmt.noun} cannot be read from a pipe or standard input",
