@@ -159,6 +159,10 @@ def test_the_map_can_be_the_callers(tmp_path: Path) -> None:
     fr = read_flight_records([SAMPLE], map_parts=reverse_map)
     assert seen == [(0, str(SAMPLE / "fr_0")), (1, str(SAMPLE / "fr_1"))]
     assert fr.ranks == (0, 1) and fr.entries["rank"].tolist() == [0] * 6 + [1] * 6
+    # a part crosses process boundaries (run_map's workers): it pickles and reads the same
+    part = read_dump(SAMPLE / "fr_1", 1)
+    again = pickle.loads(pickle.dumps(part))
+    pd.testing.assert_frame_equal(combine([again]).entries, combine([part]).entries)
 
 
 # --- the registry: a dump is recognised, and is not a trace ------------------------------------

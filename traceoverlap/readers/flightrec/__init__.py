@@ -94,18 +94,23 @@ def holds_flight_records(paths: str | Path | Sequence[str | Path]) -> bool:
 # --- the tables, in one go ------------------------------------------------------------------
 
 
-def _column(values: list[object], dtype: str) -> object:
+def _column(values: Sequence[object], dtype: str) -> object:
     if dtype == "int64":
         return np.asarray(values, dtype=np.int64)
     return pd.array(values, dtype=dtype)
 
 
-def _frame(columns: dict[str, list[object]], spec: tuple[tuple[str, str], ...]) -> pd.DataFrame:
-    return pd.DataFrame({name: _column(columns[name], dtype) for name, dtype in spec})
-
-
-def _chain(parts: Sequence[DumpPart], table: str, name: str) -> list[object]:
-    return list(itertools.chain.from_iterable(getattr(p, table)[name] for p in parts))
+def _entry_column(parts: Sequence[DumpPart], name: str, dtype: str) -> object:
+    """One entries column over every part: the parts' (values, mask) arrays concatenated for a
+    nullable integer column, their lists chained for the others."""
+    cols = [p.entries[name] for p in parts]
+    if dtype == "Int64":
+        if not cols:
+            return pd.array([], dtype="Int64")
+        values = np.concatenate([c[0] for c in cols])
+        mask = np.concatenate([c[1] for c in cols])
+        return pd.arrays.IntegerArray(values, mask)
+    return _column(list(itertools.chain.from_iterable(cols)), dtype)
 
 
 def combine(parts: Iterable[DumpPart], notes: Sequence[str] = ()) -> FlightRecords:
@@ -113,16 +118,19 @@ def combine(parts: Iterable[DumpPart], notes: Sequence[str] = ()) -> FlightRecor
     concatenated column lists, the world and the notes."""
     ps = sorted(parts, key=lambda p: p.rank)
     n_groups = [len(p.groups["pg_id"]) for p in ps]
-    entry_cols: dict[str, list[object]] = {
-        "rank": list(np.repeat([p.rank for p in ps], [p.n for p in ps]))
+    entry_cols: dict[str, object] = {
+        "rank": np.repeat([p.rank for p in ps], [p.n for p in ps]).astype(np.int64)
     }
-    group_cols: dict[str, list[object]] = {"rank": list(np.repeat([p.rank for p in ps], n_groups))}
-    for name, _ in ENTRY_COLUMNS[1:]:
-        entry_cols[name] = _chain(ps, "entries", name)
-    for name, _ in GROUP_COLUMNS[1:]:
-        group_cols[name] = _chain(ps, "groups", name)
-    entries = _frame(entry_cols, ENTRY_COLUMNS)
-    groups = _frame(group_cols, GROUP_COLUMNS)
+    for name, dtype in ENTRY_COLUMNS[1:]:
+        entry_cols[name] = _entry_column(ps, name, dtype)
+    group_cols: dict[str, object] = {
+        "rank": np.repeat([p.rank for p in ps], n_groups).astype(np.int64)
+    }
+    for name, dtype in GROUP_COLUMNS[1:]:
+        chained = itertools.chain.from_iterable(p.groups[name] for p in ps)
+        group_cols[name] = _column(list(chained), dtype)
+    entries = pd.DataFrame(entry_cols)
+    groups = pd.DataFrame(group_cols)
     ranks = tuple(p.rank for p in ps)
     world, world_notes = _world(groups, ranks)
     return FlightRecords(

@@ -28,7 +28,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from ...core.errors import TraceFormatError
+from ...core.flightrec import ENTRY_COLUMNS
 
 __all__ = ["DumpPart", "dump_part", "ENTRY_FIELDS", "GROUP_FIELDS"]
 
@@ -60,7 +63,9 @@ class DumpPart:
     written: str
     version: str | None
     n: int
-    entries: dict[str, list[Any]]
+    #: column -> its values (a list; the nullable integer columns an (int64 values, null mask)
+    #: pair of arrays)
+    entries: dict[str, Any]
     groups: dict[str, list[Any]]
     #: what this dump lacked or what was guessed in it, by kind (combined into notes over ranks)
     facts: dict[str, str] = field(default_factory=dict)
@@ -85,9 +90,11 @@ def _kind(v: object) -> str:
 
 
 class _Bad(Exception):
-    def __init__(self, key: str, value: object, want: str) -> None:
+    """A field of the wrong type: which (``key``), in which entry (``index``), what it should be."""
+
+    def __init__(self, key: str, value: object, want: str, index: int = 0) -> None:
         super().__init__(key, value, want)
-        self.key, self.value, self.want = key, value, want
+        self.key, self.value, self.want, self.index = key, value, want, index
 
 
 def _i(v: Any, key: str) -> int | None:  # noqa: ANN401
@@ -106,23 +113,6 @@ def _i_str(v: Any, key: str) -> int | None:  # noqa: ANN401
     return _i(v, key)
 
 
-def _s(v: Any, key: str) -> str | None:  # noqa: ANN401
-    if v is None or type(v) is str:
-        return v
-    raise _Bad(key, v, "a string")
-
-
-def _b(v: Any, key: str) -> bool | None:  # noqa: ANN401
-    if v is None or type(v) is bool:
-        return v
-    raise _Bad(key, v, "true or false")
-
-
-def _time(v: Any, key: str) -> int | None:  # noqa: ANN401
-    t = _i(v, key)
-    return None if t == 0 else t  # JSON writes 0 where the pickle writes None: not recorded
-
-
 def _sizes(v: Any, key: str) -> tuple[str | None, int | None]:  # noqa: ANN401
     """JSON text of a list of shapes, and the elements over all of them."""
     if v is None:
@@ -139,12 +129,37 @@ def _sizes(v: Any, key: str) -> tuple[str | None, int | None]:  # noqa: ANN401
     return json.dumps(v, separators=(",", ":")), (numel if numel < _I64 else None)
 
 
-def _strings(v: Any, key: str) -> str | None:  # noqa: ANN401
+def _strings(v: Any, key: str) -> tuple[str | None, None]:  # noqa: ANN401
     if v is None:
-        return None
+        return None, None
     if not isinstance(v, list | tuple) or not all(type(x) is str for x in v):
         raise _Bad(key, v, "a list of strings")
-    return json.dumps(v, separators=(",", ":"))
+    return json.dumps(v, separators=(",", ":")), None
+
+
+def _texts(values: list[Any], key: str, convert: Any) -> tuple[list[Any], list[Any]]:  # noqa: ANN401
+    """``convert`` of each value, once per distinct value: a dump repeats a few shapes and dtypes
+    over its whole ring. (Equal ``repr`` means equal value here: plain lists of ints and
+    strings.)"""
+    cache: dict[str, tuple[Any, Any]] = {}
+    texts: list[Any] = []
+    numbers: list[Any] = []
+    for i, v in enumerate(values):
+        if v is None:
+            texts.append(None)
+            numbers.append(None)
+            continue
+        r = repr(v)
+        hit = cache.get(r)
+        if hit is None:
+            try:
+                hit = cache[r] = convert(v, key)
+            except _Bad as bad:
+                bad.index = i
+                raise
+        texts.append(hit[0])
+        numbers.append(hit[1])
+    return texts, numbers
 
 
 def _is_torch(filename: str) -> bool:
@@ -152,25 +167,29 @@ def _is_torch(filename: str) -> bool:
     return "/torch/" in f or f.startswith("torch/")
 
 
+_FRAME = "a list of frames (filename, line, name)"
+
+
 class _Frames:
     """``frames`` lists into (innermost user frame, stack) text; the pickle shares one dict per
-    distinct frame between entries, so each is formatted once."""
+    distinct frame between entries, so each frame, and each stack of them, is formatted once."""
 
     def __init__(self) -> None:
         self.text: dict[int, tuple[str, bool]] = {}
-        self.keep: list[object] = []  # the dicts whose ids are cached stay alive
+        self.stacks: dict[tuple[int, ...], tuple[str, str]] = {}
+        self.keep: list[object] = []  # the dicts whose ids are cached stay alive meanwhile
 
     def one(self, f: Any) -> tuple[str, bool]:  # noqa: ANN401
         got = self.text.get(id(f))
         if got is not None:
             return got
         if not isinstance(f, dict):
-            raise _Bad("frames", f, "a list of frames (filename, line, name)")
+            raise _Bad("frames", f, _FRAME)
         name, filename, line = f.get("name"), f.get("filename"), f.get("line")
         if not isinstance(name, str | None) or not isinstance(filename, str | None):
-            raise _Bad("frames", f, "a list of frames (filename, line, name)")
+            raise _Bad("frames", f, _FRAME)
         if line is not None and type(line) is not int:
-            raise _Bad("frames", f, "a list of frames (filename, line, name)")
+            raise _Bad("frames", f, _FRAME)
         where = f"{filename or '?'}:{line}" if line is not None else (filename or "?")
         text = f"{where} in {name}" if name else where
         user = bool(filename) and str(filename).endswith(".py") and not _is_torch(str(filename))
@@ -182,12 +201,29 @@ class _Frames:
         if frames is None:
             return None, None
         if not isinstance(frames, list | tuple):
-            raise _Bad("frames", frames, "a list of frames (filename, line, name)")
+            raise _Bad("frames", frames, _FRAME)
         if not frames:
             return None, None
-        lines = [self.one(f) for f in frames]
-        first = next((t for t, user in lines if user), lines[0][0])
-        return first, "\n".join(t for t, _ in lines)
+        key = tuple(map(id, frames))
+        got = self.stacks.get(key)
+        if got is None:
+            lines = [self.one(f) for f in frames]
+            first = next((t for t, user in lines if user), lines[0][0])
+            got = self.stacks[key] = (first, "\n".join(t for t, _ in lines))
+            self.keep.append(frames)
+        return got
+
+    def column(self, values: list[Any]) -> tuple[list[str | None], list[str | None]]:  # noqa: ANN401
+        firsts, stacks = [], []
+        for i, v in enumerate(values):
+            try:
+                first, stack = self(v)
+            except _Bad as bad:
+                bad.index = i
+                raise
+            firsts.append(first)
+            stacks.append(stack)
+        return firsts, stacks
 
 
 def _op_is_p2p(op: str | None) -> bool | None:
@@ -197,88 +233,123 @@ def _op_is_p2p(op: str | None) -> bool | None:
     return kind in ("send", "recv")
 
 
-def _entries(shown: str, raw: Any, facts: dict[str, str]) -> tuple[dict[str, list[Any]], int]:  # noqa: ANN401, C901, PLR0915
-    cols: dict[str, list[Any]] = {k: [] for k in ENTRY_FIELDS}
+def _first_bad(values: list[Any], ok: Any) -> int:  # noqa: ANN401
+    return next(i for i, v in enumerate(values) if not ok(v))
+
+
+def _ints(values: list[Any], key: str) -> list[Any]:  # noqa: ANN401
+    """``values`` when each is an integer (not a boolean) in int64 or null."""
+    if all(type(v) is int or v is None for v in values):
+        present = [v for v in values if v is not None]
+        if not present or (-_I64 <= min(present) and max(present) < _I64):
+            return values
+    i = _first_bad(values, lambda v: v is None or (type(v) is int and -_I64 <= v < _I64))
+    raise _Bad(key, values[i], "an integer", i)
+
+
+def _of(values: list[Any], key: str, kind: type, want: str) -> list[Any]:  # noqa: ANN401
+    if all(type(v) is kind or v is None for v in values):
+        return values
+    i = _first_bad(values, lambda v: v is None or type(v) is kind)
+    raise _Bad(key, values[i], want, i)
+
+
+def _times(values: list[Any], key: str) -> list[Any]:  # noqa: ANN401
+    """Integers, 0 read as null (the JSON's "not recorded", the pickle writing None)."""
+    return [None if v == 0 else v for v in _ints(values, key)]
+
+
+def _durations(values: list[Any]) -> list[Any]:  # noqa: ANN401
+    out: list[int | None] = []
+    for i, d in enumerate(values):
+        if d is None:
+            out.append(None)
+        elif type(d) in (int, float) and math.isfinite(d) and 0 <= d < 1e12:
+            out.append(round(d * 1_000_000))
+        else:
+            raise _Bad("duration_ms", d, "a duration in milliseconds", i)
+    return out
+
+
+def _groups_of(values: list[Any]) -> tuple[list[Any], list[Any]]:  # noqa: ANN401
+    names, descs = [], []
+    for i, pg in enumerate(values):
+        if type(pg) in (tuple, list) and len(pg) == 2 and all(type(x) is str for x in pg):
+            names.append(pg[0])
+            descs.append(pg[1])
+        elif pg is None or type(pg) is str:
+            names.append(pg)
+            descs.append(None)
+        else:
+            raise _Bad("process_group", pg, "a (name, description) pair", i)
+    return names, descs
+
+
+def _entries(shown: str, raw: Any, facts: dict[str, str]) -> tuple[dict[str, list[Any]], int]:  # noqa: ANN401
+    """The entries' columns, each read over the whole list at once and checked for its type."""
     if not isinstance(raw, list | tuple):
         raise TraceFormatError(shown, f"`entries` is {_kind(raw)}, not a list", _HINT)
-    (record_id, pg_id, pg_name, pg_desc, coll, p2p, op_id, is_p2p, op, state, retired, in_sz,
-     out_sz, in_dt, out_dt, numel, created, started, completed, timeout, tid, tname, frame,
-     stack, duration) = (cols[k] for k in ENTRY_FIELDS)  # fmt: skip
-    frames = _Frames()
-    legacy = derived = False
-    i = 0
     try:
-        for i, e in enumerate(raw):  # noqa: B007 (i names the entry in errors)
-            if not isinstance(e, dict):
-                raise _Bad("", e, "a mapping of fields")
-            g = e.get
-            record_id.append(_i(g("record_id"), "record_id"))
-            pg_id.append(_i(g("pg_id"), "pg_id"))
-            pg = g("process_group")
-            if isinstance(pg, list | tuple) and len(pg) == 2:
-                pg_name.append(_s(pg[0], "process_group"))
-                pg_desc.append(_s(pg[1], "process_group"))
-            elif pg is None or isinstance(pg, str):
-                pg_name.append(pg)
-                pg_desc.append(None)
-            else:
-                raise _Bad("process_group", pg, "a (name, description) pair")
-            if "collective_seq_id" in e or "seq_id" not in e:
-                coll.append(_i(g("collective_seq_id"), "collective_seq_id"))
-            else:
-                coll.append(_i(g("seq_id"), "seq_id"))
-                legacy = True
-            p2p.append(_i(g("p2p_seq_id"), "p2p_seq_id"))
-            op_id.append(_i(g("op_id"), "op_id"))
-            name = _s(g("profiling_name"), "profiling_name")
-            op.append(name)
-            flag = _b(g("is_p2p"), "is_p2p")
-            if flag is None:
-                flag = _op_is_p2p(name)
-                derived = derived or flag is not None
-            is_p2p.append(flag)
-            state.append(_s(g("state"), "state"))
-            retired.append(_b(g("retired"), "retired"))
-            text, n = _sizes(g("input_sizes"), "input_sizes")
-            in_sz.append(text)
-            numel.append(n)
-            out_sz.append(_sizes(g("output_sizes"), "output_sizes")[0])
-            in_dt.append(_strings(g("input_dtypes"), "input_dtypes"))
-            out_dt.append(_strings(g("output_dtypes"), "output_dtypes"))
-            created.append(_time(g("time_created_ns"), "time_created_ns"))
-            started.append(_time(g("time_discovered_started_ns"), "time_discovered_started_ns"))
-            completed.append(
-                _time(g("time_discovered_completed_ns"), "time_discovered_completed_ns")
-            )
-            timeout.append(_i(g("timeout_ms"), "timeout_ms"))
-            t = g("thread_id")
-            tid.append(str(t) if type(t) is int else _s(t, "thread_id"))
-            tname.append(_s(g("thread_name"), "thread_name"))
-            f, st = frames(g("frames"))
-            frame.append(f)
-            stack.append(st)
-            d = g("duration_ms")
-            if d is None:
-                duration.append(None)
-            elif type(d) in (int, float) and math.isfinite(d) and 0 <= d < 1e12:
-                duration.append(round(d * 1_000_000))
-            else:
-                raise _Bad("duration_ms", d, "a duration in milliseconds")
+        return _columns(raw, facts), len(raw)
     except _Bad as bad:
-        where = f"entry {i}" + (f" `{bad.key}`" if bad.key else "")
+        where = f"entry {bad.index}" + (f" `{bad.key}`" if bad.key else "")
         raise TraceFormatError(
             shown, f"{where} is {_kind(bad.value)} ({_short(bad.value)}), not {bad.want}", _HINT
         ) from None
-    n = len(raw)
-    if legacy:
-        facts["legacy_seq"] = "1"
-    if derived:
-        facts["derived_p2p"] = "1"
-    if n and all(s is None for s in stack):
+
+
+def _columns(raw: list[Any] | tuple[Any, ...], facts: dict[str, str]) -> dict[str, list[Any]]:  # noqa: ANN401
+    if not all(type(e) is dict for e in raw):
+        i = _first_bad(list(raw), lambda e: type(e) is dict)
+        raise _Bad("", raw[i], "a mapping of fields", i)
+
+    def col(key: str) -> list[Any]:
+        return [e.get(key) for e in raw]
+
+    cols: dict[str, list[Any]] = {}
+    for key in ("record_id", "pg_id", "p2p_seq_id", "op_id", "timeout_ms"):
+        cols[key] = _ints(col(key), key)
+    cols["pg_name"], cols["pg_desc"] = _groups_of(col("process_group"))
+    if any("collective_seq_id" not in e and "seq_id" in e for e in raw):
+        facts["legacy_seq"] = "1"  # 1.x: one sequence id
+        seq = [e.get("collective_seq_id", e.get("seq_id")) for e in raw]
+        cols["collective_seq_id"] = _ints(seq, "seq_id")
+    else:
+        cols["collective_seq_id"] = _ints(col("collective_seq_id"), "collective_seq_id")
+    cols["op"] = _of(col("profiling_name"), "profiling_name", str, "a string")
+    flags = _of(col("is_p2p"), "is_p2p", bool, "true or false")
+    if any(f is None for f in flags):
+        flags = [
+            _op_is_p2p(op) if f is None else f for f, op in zip(flags, cols["op"], strict=True)
+        ]
+        if any(f is not None for f in flags):
+            facts["derived_p2p"] = "1"
+    cols["is_p2p"] = flags
+    cols["state"] = _of(col("state"), "state", str, "a string")
+    cols["retired"] = _of(col("retired"), "retired", bool, "true or false")
+    cols["input_sizes"], cols["numel_in"] = _texts(col("input_sizes"), "input_sizes", _sizes)
+    cols["output_sizes"] = _texts(col("output_sizes"), "output_sizes", _sizes)[0]
+    cols["input_dtypes"] = _texts(col("input_dtypes"), "input_dtypes", _strings)[0]
+    cols["output_dtypes"] = _texts(col("output_dtypes"), "output_dtypes", _strings)[0]
+    cols["time_created_ns"] = _times(col("time_created_ns"), "time_created_ns")
+    cols["time_started_ns"] = _times(
+        col("time_discovered_started_ns"), "time_discovered_started_ns"
+    )
+    cols["time_completed_ns"] = _times(
+        col("time_discovered_completed_ns"), "time_discovered_completed_ns"
+    )
+    cols["thread_id"] = _of(
+        [str(t) if type(t) is int else t for t in col("thread_id")], "thread_id", str, "a string"
+    )
+    cols["thread_name"] = _of(col("thread_name"), "thread_name", str, "a string")
+    cols["frame"], cols["stack"] = _Frames().column(col("frames"))
+    cols["duration_ns"] = _durations(col("duration_ms"))
+    if raw and all(s is None for s in cols["stack"]):
         facts["no_frames"] = "1"
-    if n and all(s is None for s in started) and all(c is None for c in completed):
+    started, completed = cols["time_started_ns"], cols["time_completed_ns"]
+    if raw and all(s is None for s in started) and all(c is None for c in completed):
         facts["no_times"] = "1"
-    return cols, n
+    return {k: cols[k] for k in ENTRY_FIELDS}
 
 
 def _short(v: object) -> str:
@@ -479,4 +550,18 @@ def dump_part(shown: str, rank: int, dump: Any, written: str) -> DumpPart:  # no
         raise TraceFormatError(shown, f"`comm_lib_version` is {_kind(lib)}, not a string", _HINT)
     cols, n = _entries(shown, dump.get("entries", []), facts)
     groups = _groups(shown, dump, cols, facts)
-    return DumpPart(rank, shown, written, version, n, cols, groups, facts)
+    compact: dict[str, Any] = {
+        k: (_ints_array(v) if k in _INT_FIELDS else v) for k, v in cols.items()
+    }
+    return DumpPart(rank, shown, written, version, n, compact, groups, facts)
+
+
+#: The entries' nullable integer columns: held as (int64 values, null mask) arrays, 9 bytes an
+#: entry instead of a Python int each (the ring of a rank holds thousands of entries).
+_INT_FIELDS = frozenset(name for name, dtype in ENTRY_COLUMNS if dtype == "Int64")
+
+
+def _ints_array(values: list[Any]) -> tuple[np.ndarray, np.ndarray]:  # noqa: ANN401
+    mask = np.fromiter((v is None for v in values), dtype=bool, count=len(values))
+    data = np.fromiter((0 if v is None else v for v in values), dtype=np.int64, count=len(values))
+    return data, mask
