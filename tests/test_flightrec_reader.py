@@ -457,3 +457,39 @@ def test_a_crafted_pickle_runs_no_code(tmp_path: Path, proto: int) -> None:
     # proof the payload is live: an ordinary unpickler would run it
     pickle.loads((tmp_path / "fr_0").read_bytes())
     assert marker.exists()
+
+
+def test_analyze_given_dumps_names_the_command(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+    from conftest import one_error_line
+
+    from traceoverlap.cli import main
+
+    for sub, names in (("p", ("fr_0", "fr_1")), ("j", ("fr_0.json", "fr_1.json"))):
+        folder = _copy(tmp_path / sub, names)
+        line = one_error_line(CliRunner().invoke(main, ["analyze", str(folder)]))
+        assert "Flight Recorder dumps, not traces" in line and "traceoverlap hang" in line
+    line = one_error_line(CliRunner().invoke(main, ["analyze", str(SAMPLE / "fr_1.json")]))
+    assert "a PyTorch Flight Recorder dump, not a trace" in line
+
+
+def test_every_cut_and_flipped_byte_is_one_line_or_a_dump(tmp_path: Path) -> None:
+    import random
+
+    from traceoverlap.readers.flightrec._load import loads_dump
+    from traceoverlap.readers.flightrec._table import dump_part
+
+    def outcome(data: bytes) -> None:
+        try:
+            dump_part("fr_0", 0, *loads_dump("fr_0", data))
+        except TraceFormatError as exc:
+            assert "\n" not in str(exc) and str(exc).startswith("fr_0: ")
+
+    rng = random.Random(39)
+    for name in ("fr_0", "fr_0.json"):
+        raw = (SAMPLE / name).read_bytes()
+        for cut in range(len(raw)):  # every truncation
+            outcome(raw[:cut])
+        for _ in range(400):  # bytes flipped at random
+            at = rng.randrange(len(raw))
+            outcome(raw[:at] + bytes([rng.randrange(256)]) + raw[at + 1 :])
