@@ -493,3 +493,30 @@ def test_every_cut_and_flipped_byte_is_one_line_or_a_dump(tmp_path: Path) -> Non
         for _ in range(400):  # bytes flipped at random
             at = rng.randrange(len(raw))
             outcome(raw[:at] + bytes([rng.randrange(256)]) + raw[at + 1 :])
+
+
+def test_a_rank_with_an_empty_ring(tmp_path: Path) -> None:
+    # torch leaves `entries` out of the JSON when the ring is empty; pg_config / pg_status stay
+    job = _copy(tmp_path / "job", ("fr_0.json",))
+    d = json.loads((SAMPLE / "fr_1.json").read_text())
+    del d["entries"]
+    d["version"] = "2.9"
+    _write(job / "fr_1.json", d, "json")
+    fr = read_flight_records([job])
+    assert fr.ranks == (0, 1) and fr.entries.groupby("rank").size().to_dict() == {0: 6}
+    # rank 1 still names its group: pg_status's id 0, the nameless config's members [0, 1]
+    g = fr.groups[fr.groups["rank"] == 1].iloc[0]
+    assert (g["pg_id"], g["pg_name"], g["members"], g["last_enqueued"]) == (0, "0", "[0,1]", 6)
+    assert fr.world == (0, 1) and fr.versions == {0: "2.10", 1: "2.9"}
+    text = "\n".join(fr.notes)
+    assert "rank 1 dumped no entries" in text
+    assert "the dumps are of 2 schema versions: 2.10, 2.9" in text
+    assert "no default process group" not in text
+
+
+def test_a_dump_naming_another_rank(tmp_path: Path) -> None:
+    d = _sample(0)
+    d["rank"] = 5  # older writers and hand-made dumps may say; the name decides
+    fr = read_flight_records([_write(tmp_path / "fr_0", d)])
+    assert fr.ranks == (0,)
+    assert "rank 0: the dump says rank 5; the file name's number is used" in fr.notes

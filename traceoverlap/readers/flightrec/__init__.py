@@ -147,13 +147,16 @@ def combine(parts: Iterable[DumpPart], notes: Sequence[str] = ()) -> FlightRecor
 def _world(
     groups: pd.DataFrame, ranks: tuple[int, ...]
 ) -> tuple[tuple[int, ...] | None, list[str]]:
-    """The world's ranks: the default group's members (its name ``0`` or description
-    ``default_pg``) as the dumps give them, else every group's members; and the notes."""
+    """The world's ranks: the default group's members (its name ``0``, description
+    ``default_pg`` or id 0) as the dumps give them, else every group's members; and the
+    notes."""
     import json
 
     notes: list[str] = []
     known = groups[groups["members"].notna()]
-    default = known[(known["pg_name"] == "0") | (known["pg_desc"] == "default_pg")]
+    default = known[
+        (known["pg_name"] == "0") | (known["pg_desc"] == "default_pg") | (known["pg_id"] == 0)
+    ]
     lists = {str(m) for m in default["members"]}
     if not lists and len(known):
         lists = {str(m) for m in known["members"]}

@@ -466,8 +466,8 @@ def _match(
             f"({named[pid][1] or desc or 'no description'}), the only one left"
             + (" (gloo names the default group's config '')" if key == "" else "")
         )
-        if named[pid] == (None, None):
-            named[pid] = (name, desc)
+        if named[pid] == (None, None):  # gloo's nameless config: the group's name is its id
+            named[pid] = (name or str(pid), desc)
     return matched, left
 
 
