@@ -159,6 +159,13 @@ def test_the_map_can_be_the_callers(tmp_path: Path) -> None:
     fr = read_flight_records([SAMPLE], map_parts=reverse_map)
     assert seen == [(0, str(SAMPLE / "fr_0")), (1, str(SAMPLE / "fr_1"))]
     assert fr.ranks == (0, 1) and fr.entries["rank"].tolist() == [0] * 6 + [1] * 6
+    # the run's map: one unit a file, the rank from its name
+    from traceoverlap.run.parallel import run_map
+
+    mapped = read_flight_records(
+        [SAMPLE], lambda pairs: run_map([Path(p) for _, p in pairs], read_dump, jobs=1)
+    )
+    pd.testing.assert_frame_equal(mapped.entries, fr.entries)
     # a part crosses process boundaries (run_map's workers): it pickles and reads the same
     part = read_dump(SAMPLE / "fr_1", 1)
     again = pickle.loads(pickle.dumps(part))

@@ -22,8 +22,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ...core.errors import TraceFormatError
 from ...core.flightrec import ENTRY_COLUMNS, GROUP_COLUMNS, FlightRecords
-from ._files import DumpFiles, dump_files, is_flight_record, ranks_text
+from ._files import NAMING, DumpFiles, dump_files, is_flight_record, name_rank, ranks_text
 from ._load import load_dump
 from ._table import KNOWN_VERSION, DumpPart, dump_part
 
@@ -39,8 +40,14 @@ __all__ = [
 ]
 
 
-def read_dump(path: str | Path, rank: int) -> DumpPart:
-    """One rank's dump file as column lists (:class:`DumpPart`): the map's unit."""
+def read_dump(path: str | Path, rank: int | None = None) -> DumpPart:
+    """One rank's dump file as column lists (:class:`DumpPart`): the map's unit. ``rank``: the
+    file name's trailing number when None (as :func:`dump_files` numbers it)."""
+    if rank is None:
+        named = name_rank(Path(path).name)
+        if named is None:
+            raise TraceFormatError(path, "no rank number at the end of the file name", NAMING)
+        rank = named[1]
     data, written = load_dump(path)
     return dump_part(str(path), rank, data, written)
 
@@ -51,9 +58,11 @@ def read_flight_records(
 ) -> FlightRecords:
     """The Flight Recorder records of the dumps in ``paths`` (files and / or folders).
 
-    ``map_parts``: reads the ``(rank, path)`` pairs into :class:`DumpPart` s in their order
-    (e.g. through :func:`traceoverlap.run.parallel.run_map` over :func:`read_dump`); one after
-    the other here when None."""
+    ``map_parts``: reads the ``(rank, path)`` pairs into :class:`DumpPart` s, in any order; one
+    after the other here when None. Through the run's map, for instance::
+
+        read_flight_records(paths, lambda pairs: run_map([Path(p) for _, p in pairs], read_dump))
+    """
     found = dump_files(paths)
     if map_parts is None:
         parts: Iterable[DumpPart] = (read_dump(p, r) for r, p in found.files)
