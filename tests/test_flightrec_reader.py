@@ -527,3 +527,17 @@ def test_a_dump_naming_another_rank(tmp_path: Path) -> None:
     fr = read_flight_records([_write(tmp_path / "fr_0", d)])
     assert fr.ranks == (0,)
     assert "rank 0: the dump says rank 5; the file name's number is used" in fr.notes
+
+
+def test_gzip_dumps(tmp_path: Path) -> None:
+    import gzip
+
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "fr_0.gz").write_bytes(gzip.compress((SAMPLE / "fr_0").read_bytes()))
+    (job / "fr_1.json.gz").write_bytes(gzip.compress((SAMPLE / "fr_1.json").read_bytes()))
+    assert is_flight_record(job / "fr_0.gz") and is_flight_record(job / "fr_1.json.gz")
+    fr = read_flight_records([job])
+    assert fr.ranks == (0, 1) and _row(fr, 1, 6)["op"] == "gloo:barrier"
+    (job / "fr_1.json.gz").write_bytes(gzip.compress((SAMPLE / "fr_1.json").read_bytes())[:-30])
+    _fails([job], "fr_1.json.gz: truncated gzip")

@@ -15,6 +15,7 @@ carries the stack frames), with a note.
 from __future__ import annotations
 
 import re
+import zlib
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ __all__ = ["DumpFiles", "dump_files", "is_flight_record", "name_rank", "ranks_te
 _NAME = re.compile(r"\A(?P<prefix>.*?)(?P<rank>\d+)(?P<suffix>(?:\.[^.\d][^.]*)*)\Z", re.DOTALL)
 #: Suffixes a dump that does not sniff as one may have and still be read as the job's (its read
 #: then says what is wrong with it).
-_DUMP_SUFFIXES = ("", ".json", ".pkl", ".pickle", ".pt", ".bin")
+_DUMP_SUFFIXES = ("", ".json", ".pkl", ".pickle", ".pt", ".bin", ".gz", ".json.gz", ".pkl.gz")
 NAMING = (
     "name each rank's dump <prefix><rank>, as PyTorch does (fr_0, fr_1, ... or fr_0.json, "
     "fr_1.json ...)"
@@ -44,10 +45,16 @@ def name_rank(name: str) -> tuple[str, int, str] | None:
 
 
 def _head(path: Path) -> bytes:
+    """A file's first bytes; a gzip file's first inflated bytes (dumps copied off a cluster are
+    often compressed)."""
     try:
         with open(path, "rb") as f:
-            return f.read(SNIFF_BYTES)
-    except OSError:
+            head = f.read(SNIFF_BYTES)
+            if head[:2] != b"\x1f\x8b":
+                return head
+            f.seek(0)
+            return zlib.decompressobj(wbits=31).decompress(f.read(1 << 16), SNIFF_BYTES)
+    except (OSError, zlib.error):
         return b""
 
 

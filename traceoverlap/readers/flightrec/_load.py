@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ...core.errors import TraceFormatError
-from .._bytes import file_error, label
+from .._bytes import file_error, gunzip, label
 
 __all__ = ["PlainUnpickler", "load_dump", "loads_dump"]
 
@@ -95,14 +95,17 @@ def _parse_json(shown: str, data: bytes) -> Any:  # noqa: ANN401 (plain data of 
 
 
 def loads_dump(shown: str, data: bytes) -> tuple[Any, str]:
-    """The plain data of a dump's bytes and how it was written (``"pickle"`` / ``"json"``)."""
+    """The plain data of a dump's bytes (gzip inflated, within the readers' limits) and how it
+    was written (``"pickle"`` / ``"json"``)."""
+    if data[:2] == b"\x1f\x8b":
+        data = bytes(gunzip(data, shown))
     body = data.lstrip(b" \t\r\n")
     if body.startswith(b"\xef\xbb\xbf"):
         body = body[3:].lstrip(b" \t\r\n")
     if not body:
         raise file_error(shown, "empty")
     if body[:1] == b"\x80":
-        return _unpickle(shown, data), "pickle"
+        return _unpickle(shown, body), "pickle"
     if body[:1] in (b"{", b"["):
         return _parse_json(shown, body), "json"
     raise TraceFormatError(
