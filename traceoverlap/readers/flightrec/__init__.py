@@ -89,6 +89,9 @@ def holds_flight_records(paths: str | Path | Sequence[str | Path]) -> bool:
             files.append(p)
     kinds = set()
     for f in files:
+        if is_flight_record(f):  # gzip'd ones too
+            kinds.add("dumps")
+            continue
         try:
             with open(f, "rb") as fh:
                 head = fh.read(SNIFF_BYTES)
