@@ -538,6 +538,8 @@ def test_gzip_dumps(tmp_path: Path) -> None:
     (job / "fr_1.json.gz").write_bytes(gzip.compress((SAMPLE / "fr_1.json").read_bytes()))
     assert is_flight_record(job / "fr_0.gz") and is_flight_record(job / "fr_1.json.gz")
     assert holds_flight_records([job])
+    with pytest.raises(TraceFormatError, match=r"Flight Recorder dumps, not traces.*hang"):
+        resolve_inputs([job])  # fr_1.json.gz is a trace's name: its content says otherwise
     fr = read_flight_records([job])
     assert fr.ranks == (0, 1) and _row(fr, 1, 6)["op"] == "gloo:barrier"
     (job / "fr_1.json.gz").write_bytes(gzip.compress((SAMPLE / "fr_1.json").read_bytes())[:-30])

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ..core.errors import TraceFormatError, UsageError
 from . import formats, sniff_format
-from ._bytes import STDIN
+from ._bytes import STDIN, inflated_head
 
 #: File names a folder's trace files end with (every format's suffixes).
 TRACE_SUFFIXES = formats.trace_suffixes()
@@ -91,12 +91,8 @@ def expand_paths(paths: str | Path | Sequence[str | Path]) -> list[Path]:
 
 
 def _is_dump(q: Path) -> bool:
-    """Whether ``q`` is a file whose first bytes are a Flight Recorder dump's."""
-    try:
-        with open(q, "rb") as f:
-            return formats.flightrec_head(f.read(formats.SNIFF_BYTES))
-    except OSError:
-        return False
+    """Whether ``q`` is a file whose first (inflated) bytes are a Flight Recorder dump's."""
+    return q.is_file() and formats.flightrec_head(inflated_head(q, formats.SNIFF_BYTES))
 
 
 def _read_once(found: list[Path]) -> list[Path]:

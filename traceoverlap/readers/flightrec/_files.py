@@ -15,13 +15,13 @@ carries the stack frames), with a note.
 from __future__ import annotations
 
 import re
-import zlib
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ...core.errors import TraceFormatError, UsageError
+from .._bytes import inflated_head
 from ..formats import SNIFF_BYTES, flightrec_head
 
 __all__ = ["DumpFiles", "dump_files", "is_flight_record", "name_rank", "ranks_text"]
@@ -45,17 +45,8 @@ def name_rank(name: str) -> tuple[str, int, str] | None:
 
 
 def _head(path: Path) -> bytes:
-    """A file's first bytes; a gzip file's first inflated bytes (dumps copied off a cluster are
-    often compressed)."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(SNIFF_BYTES)
-            if head[:2] != b"\x1f\x8b":
-                return head
-            f.seek(0)
-            return zlib.decompressobj(wbits=31).decompress(f.read(1 << 16), SNIFF_BYTES)
-    except (OSError, zlib.error):
-        return b""
+    """A file's first bytes, inflated when gzip (dumps copied off a cluster often are)."""
+    return inflated_head(path, SNIFF_BYTES)
 
 
 def is_flight_record(path: str | Path) -> bool:
