@@ -39,6 +39,8 @@ thread_name             string    its name
 frame                   string    the innermost user frame ``file:line in name`` (torch's own
                                   frames skipped), null when no frames were recorded
 stack                   string    every recorded frame, innermost first, one per line
+duration_ns             Int64     ``duration_ms`` (the collective's GPU time, NCCL with
+                                  ``TORCH_NCCL_ENABLE_TIMING``) in ns; null when not recorded
 ======================  ========  =============================================================
 
 ``groups``: one row per (rank, process group) the rank's dump names. Columns: ``rank`` int64,
@@ -81,6 +83,7 @@ ENTRY_COLUMNS: tuple[tuple[str, str], ...] = (
     ("thread_name", "string"),
     ("frame", "string"),
     ("stack", "string"),
+    ("duration_ns", "Int64"),
 )
 
 GROUP_COLUMNS: tuple[tuple[str, str], ...] = (

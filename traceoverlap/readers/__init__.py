@@ -8,6 +8,9 @@ no extension at all):
   byte order mark): PyTorch profiler (Kineto) Chrome trace;
 - ``SQLite format 3\\0``: an Nsight Systems SQLite export (``nsys export --type=sqlite``);
 - an ``.nsys-rep`` file: an Nsight Systems report, exported through ``nsys``.
+- a pickle or JSON text whose first key is a Flight Recorder dump's (``version``, ``entries``,
+  ``pg_config``...): a PyTorch Flight Recorder dump, which is not a trace: :func:`read_trace`
+  refuses it naming ``traceoverlap hang``, and :mod:`.flightrec` reads a set of them.
 
 ``-`` (standard input) and pipes (``<(zcat rank0.json.gz)``, a named FIFO) are read to their end
 into memory, and the format is sniffed from those bytes: a pipe can be read only once. Only
@@ -89,7 +92,7 @@ def read_trace(
     shown = label(path)
     if fmt is None:
         raise TraceFormatError(shown, "unrecognised data format", f"supported: {SUPPORTED}")
-    if not fmt.from_pipe:
+    if not fmt.from_pipe and fmt.kind == "trace":  # not a trace at all: its read says so
         raise TraceFormatError(
             shown,
             f"{fmt.noun} cannot be read from a pipe or standard input",

@@ -46,6 +46,7 @@ __all__ = [
     "is_plain_utf8",
     "starts_json",
     "is_blank",
+    "inflated_head",
 ]
 
 #: What a trace's bytes live in: a private memory map (plain files) or a bytearray.
@@ -175,6 +176,20 @@ def starts_json(head: bytes) -> bool:
         if chars.lstrip()[:1] in ("{", "["):
             return True
     return _without_utf8_boms(head).lstrip(_WS)[:1] in (b"{", b"[")
+
+
+def inflated_head(path: str | Path, n: int) -> bytes:
+    """A file's first ``n`` bytes, or a gzip file's first ``n`` inflated bytes (what it holds);
+    empty when it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(n)
+            if head[:2] != _GZIP_MAGIC:
+                return head
+            f.seek(0)
+            return zlib.decompressobj(wbits=31).decompress(f.read(1 << 16), n)
+    except (OSError, zlib.error):
+        return b""
 
 
 def is_blank(head: bytes) -> bool:

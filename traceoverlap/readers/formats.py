@@ -8,6 +8,12 @@ pipe can hold it, whether a large file is cut into one map unit per process, and
 supported formats that errors print. A new input format is a reader package ``readers/<fmt>/``
 and one entry here; what the analysis must know about what the capture can show travels on the
 :class:`~traceoverlap.core.model.TraceInfo` its reader returns, never as a format name.
+
+Two kinds of input (:attr:`Format.kind`): ``"trace"`` (a profiler trace, read one file at a time
+into a :class:`Timeline` that ``analyze`` reads) and ``"dumps"`` (PyTorch Flight Recorder dumps:
+one file per rank, read as a set into :class:`~traceoverlap.core.flightrec.FlightRecords` by
+``traceoverlap hang``; never a Timeline). The list of supported trace formats and a folder's trace
+suffixes are the traces' alone.
 """
 
 from __future__ import annotations
@@ -15,15 +21,26 @@ from __future__ import annotations
 import enum
 import importlib
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+from ..core.errors import NotATraceError
 from ..core.model import Timeline
-from ._bytes import is_blank, starts_json
+from ._bytes import is_blank, label, starts_json
 
-__all__ = ["FORMATS", "Format", "Sniffed", "SNIFF_BYTES", "format_named", "sniff_bytes"]
+__all__ = [
+    "FORMATS",
+    "FLIGHTREC_KEYS",
+    "Format",
+    "Sniffed",
+    "SNIFF_BYTES",
+    "flightrec_head",
+    "format_named",
+    "sniff_bytes",
+]
 
 #: How many of a file's first bytes the sniffs see.
 SNIFF_BYTES = 64
@@ -41,6 +58,9 @@ class Sniffed(enum.IntEnum):
     NAME = 2
     #: the bytes say so (a magic number, the first character of a JSON text)
     CONTENT = 3
+    #: the bytes name the format's own keys (a JSON text or pickle of a dict whose first keys
+    #: are a Flight Recorder dump's): surer than a JSON text's first character
+    KEYS = 4
 
 
 Sniff = Callable[[bytes, str], Sniffed | None]
@@ -62,6 +82,43 @@ def _json(head: bytes, name: str) -> Sniffed | None:
     if starts_json(head):
         return Sniffed.CONTENT
     return Sniffed.GUESS if is_blank(head) else None
+
+
+#: The top-level keys of a Flight Recorder dump (every schema version): ``nccl_version`` up to 2.7,
+#: ``comm_lib_version`` from 2.8 on.
+FLIGHTREC_KEYS = (
+    "version", "entries", "pg_config", "pg_status", "comm_lib_version", "nccl_version",
+    "nccl_comm_state",
+)  # fmt: skip
+_FR_JSON_FIRST = re.compile(
+    rb'\A(?:\xef\xbb\xbf)*\s*\{\s*"(' + "|".join(FLIGHTREC_KEYS).encode() + rb')"\s*:'
+)
+# EMPTY_DICT, its memo (BINPUT / LONG_BINPUT / MEMOIZE), MARK, the first key (BINUNICODE /
+# SHORT_BINUNICODE)
+_FR_PICKLE_FIRST = re.compile(
+    rb"\}(?:q.|r.{4}|\x94)?\(?(?:X.{4}|\x8c.)(" + "|".join(FLIGHTREC_KEYS).encode() + rb")",
+    re.DOTALL,
+)
+
+
+def flightrec_head(head: bytes) -> bool:
+    """Whether a file's first bytes start a Flight Recorder dump: a pickle (protocol 2-5) of a
+    dict whose first key is a dump's, or a JSON object whose first key is (a second one too when
+    that is the common word ``version``)."""
+    if head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
+        body = head[11:] if head[2:3] == b"\x95" else head[2:]  # protocol 4+: a FRAME first
+        return _FR_PICKLE_FIRST.match(body) is not None
+    m = _FR_JSON_FIRST.match(head)
+    if m is None:
+        return False
+    if m.group(1) != b"version":
+        return True
+    rest = head[m.end() :]
+    return any(b'"%s"' % k.encode() in rest for k in FLIGHTREC_KEYS if k != "version")
+
+
+def _flightrec(head: bytes, name: str) -> Sniffed | None:
+    return Sniffed.KEYS if flightrec_head(head) else None
 
 
 @dataclass(frozen=True)
@@ -99,6 +156,11 @@ class Format:
     #: a file of this format with this suffix instead of its own beside it (same stem) is its
     #: export: a folder holding both reads only that one
     read_instead: str | None = None
+    #: ``"trace"``: a profiler trace, :attr:`reader` returns a :class:`Timeline`; ``"dumps"``:
+    #: per-rank Flight Recorder dumps, read as a set (:attr:`reader` takes the list of paths and
+    #: returns :class:`~traceoverlap.core.flightrec.FlightRecords`) by ``traceoverlap hang``;
+    #: :meth:`read` refuses them (:class:`NotATraceError`, naming the command)
+    kind: str = "trace"
 
     def read(
         self,
@@ -107,7 +169,14 @@ class Format:
         process: int | None = None,
         data: bytearray | None = None,
     ) -> Timeline:
-        """Read ``path`` with this format's reader, passing it only the arguments it takes."""
+        """Read ``path`` with this format's reader, passing it only the arguments it takes; a file
+        of a format that is not a trace (:attr:`kind`) is refused, naming what reads it."""
+        if self.kind != "trace":
+            raise NotATraceError(
+                label(os.fspath(path)),
+                f"{self.noun}, not a trace",
+                "run `traceoverlap hang` on the folder of dumps, one file per rank",
+            )
         kwargs: dict[str, Any] = {}
         if keep_range is not None and self.filters_ranges:
             kwargs["keep_range"] = keep_range
@@ -149,6 +218,11 @@ FORMATS: tuple[Format, ...] = (
         named(".nsys-rep", ".qdrep"), "nsys:read_nsys_rep", filters_ranges=True,
         read_instead=".sqlite",
     ),
+    Format(
+        "flightrec", "PyTorch Flight Recorder", "dump (pickle or JSON)",
+        "a PyTorch Flight Recorder dump", (), _flightrec, "flightrec:read_flight_records",
+        kind="dumps",
+    ),
 )  # fmt: skip
 
 
@@ -172,15 +246,16 @@ def sniff_bytes(head: bytes, name: str = "") -> Format | None:
 
 
 def trace_suffixes() -> tuple[str, ...]:
-    """Every format's file suffixes, in registry order: what a folder's trace files end with."""
-    return tuple(s for fmt in FORMATS for s in fmt.suffixes)
+    """Every trace format's file suffixes, in registry order: what a folder's trace files end
+    with."""
+    return tuple(s for fmt in FORMATS if fmt.kind == "trace" for s in fmt.suffixes)
 
 
 def supported() -> str:
     """The supported formats in words, for errors: ``A (.x), B (.y) or C (.z)``, a tool named
     once for its consecutive formats."""
     items, tool = [], None
-    for fmt in FORMATS:
+    for fmt in (f for f in FORMATS if f.kind == "trace"):
         what = fmt.what if fmt.tool == tool else f"{fmt.tool} {fmt.what}"
         items.append(f"{what} ({', '.join(fmt.suffixes)})")
         tool = fmt.tool

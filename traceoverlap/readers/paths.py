@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ..core.errors import TraceFormatError, UsageError
 from . import formats, sniff_format
-from ._bytes import STDIN
+from ._bytes import STDIN, inflated_head
 
 #: File names a folder's trace files end with (every format's suffixes).
 TRACE_SUFFIXES = formats.trace_suffixes()
@@ -66,7 +66,13 @@ def resolve_inputs(paths: str | Path | Sequence[str | Path]) -> Inputs:
             entries = list(p.iterdir())
             listed.update(str(q) for q in entries)
             found = _read_once(sorted(q for q in entries if q.is_file() and _is_trace_name(q)))
-            if not found:
+            if not found or all(_is_dump(q) for q in found):
+                if any(_is_dump(q) for q in entries):
+                    raise TraceFormatError(
+                        p,
+                        "folder holds PyTorch Flight Recorder dumps, not traces",
+                        f"run `traceoverlap hang {p}` on them",
+                    )
                 raise TraceFormatError(
                     p, "folder holds no trace files", f"expected {', '.join(TRACE_SUFFIXES)} files"
                 )
@@ -82,6 +88,11 @@ def resolve_inputs(paths: str | Path | Sequence[str | Path]) -> Inputs:
 def expand_paths(paths: str | Path | Sequence[str | Path]) -> list[Path]:
     """Files to read: each file as given; each folder's trace files (sorted, not recursive)."""
     return list(resolve_inputs(paths).files)
+
+
+def _is_dump(q: Path) -> bool:
+    """Whether ``q`` is a file whose first (inflated) bytes are a Flight Recorder dump's."""
+    return q.is_file() and formats.flightrec_head(inflated_head(q, formats.SNIFF_BYTES))
 
 
 def _read_once(found: list[Path]) -> list[Path]:

@@ -1,0 +1,567 @@
+"""One rank's Flight Recorder dump (plain data, :mod:`._load`) into column lists: what the set
+of dumps is built from in one go (:func:`traceoverlap.readers.flightrec.combine`).
+
+Schema versions (the dump's ``version``; PyTorch bumps the minor when adding fields, the major
+when changing them): every field is read by its name when it is there and is null when not.
+What changed across versions, and how it is read:
+
+- ``seq_id`` (1.x) became ``collective_seq_id`` + ``p2p_seq_id`` + ``op_id`` (2.0): a 1.x
+  ``seq_id`` is read as the collective sequence id;
+- ``is_p2p``, ``input_dtypes`` / ``output_dtypes``, ``timeout_ms``, ``pg_status``, ``thread_id`` /
+  ``thread_name`` came later (2.x): absent, they are null (``is_p2p`` is then taken from the op's
+  name, ``send`` / ``recv``, and a note says so);
+- ``nccl_version`` (to 2.7) became ``comm_lib_version``; ``nccl_comm_state`` (NCCL's own
+  per-communicator dump) is checked to be a mapping and otherwise left unread (a note counts it);
+- the pickle writes an absent time as None, the JSON as 0: both are null here; ``pg_status``
+  values are integers in the pickle and strings in the JSON: both are integers here.
+
+``pg_config`` is keyed by the group's name, the entries by ``pg_id`` and ``(name, desc)``; gloo
+(torch 2.13) records the default group's config under the name ``""``: a config is matched to the
+entries' group by name, then by description, then, when exactly one config and one group are left
+unmatched, to each other (a note says so).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ...core.errors import TraceFormatError
+from ...core.flightrec import ENTRY_COLUMNS
+
+__all__ = ["DumpPart", "dump_part", "ENTRY_FIELDS", "GROUP_FIELDS"]
+
+#: The entries' columns a part holds (all of ENTRY_COLUMNS but ``rank``, which is one number).
+ENTRY_FIELDS = (
+    "record_id", "pg_id", "pg_name", "pg_desc", "collective_seq_id", "p2p_seq_id", "op_id",
+    "is_p2p", "op", "state", "retired", "input_sizes", "output_sizes", "input_dtypes",
+    "output_dtypes", "numel_in", "time_created_ns", "time_started_ns", "time_completed_ns",
+    "timeout_ms", "thread_id", "thread_name", "frame", "stack", "duration_ns",
+)  # fmt: skip
+GROUP_FIELDS = (
+    "pg_id", "pg_name", "pg_desc", "members", "size", "last_enqueued", "last_started",
+    "last_completed",
+)  # fmt: skip
+
+#: The newest schema version this reader was written against (torch 2.13 writes it).
+KNOWN_VERSION = (2, 10)
+_I64 = 1 << 63
+_HINT = "the dump is damaged, or was not written by torch.distributed's Flight Recorder"
+
+
+@dataclass
+class DumpPart:
+    """One rank's dump as column lists (picklable: a unit of the readers' map)."""
+
+    rank: int
+    path: str
+    #: ``"pickle"`` or ``"json"``
+    written: str
+    version: str | None
+    n: int
+    #: column -> its values (a list; the nullable integer columns an (int64 values, null mask)
+    #: pair of arrays)
+    entries: dict[str, Any]
+    groups: dict[str, list[Any]]
+    #: what this dump lacked or what was guessed in it, by kind (combined into notes over ranks)
+    facts: dict[str, str] = field(default_factory=dict)
+
+
+def _kind(v: object) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "a boolean"
+    if isinstance(v, int):
+        return "an integer"
+    if isinstance(v, float):
+        return "a number"
+    if isinstance(v, str):
+        return "a string"
+    if isinstance(v, list | tuple):
+        return "a list"
+    if isinstance(v, dict):
+        return "a mapping"
+    return type(v).__name__
+
+
+class _Bad(Exception):
+    """A field of the wrong type: which (``key``), in which entry (``index``), what it should be."""
+
+    def __init__(self, key: str, value: object, want: str, index: int = 0) -> None:
+        super().__init__(key, value, want)
+        self.key, self.value, self.want, self.index = key, value, want, index
+
+
+def _i(v: Any, key: str) -> int | None:  # noqa: ANN401
+    if v is None or (type(v) is int and -_I64 <= v < _I64):
+        return v
+    raise _Bad(key, v, "an integer")
+
+
+def _i_str(v: Any, key: str) -> int | None:  # noqa: ANN401
+    """An integer, also written as a string (the JSON's ``pg_status``)."""
+    if isinstance(v, str):
+        try:
+            v = int(v.strip())
+        except ValueError:
+            raise _Bad(key, v, "an integer") from None
+    return _i(v, key)
+
+
+def _sizes(v: Any, key: str) -> tuple[str | None, int | None]:  # noqa: ANN401
+    """JSON text of a list of shapes, and the elements over all of them."""
+    if v is None:
+        return None, None
+    if not isinstance(v, list | tuple):
+        raise _Bad(key, v, "a list of shapes")
+    numel = 0
+    for shape in v:
+        if not isinstance(shape, list | tuple) or not all(
+            type(d) is int and 0 <= d < _I64 for d in shape
+        ):
+            raise _Bad(key, v, "a list of shapes (lists of sizes)")
+        numel += math.prod(shape)
+    return json.dumps(v, separators=(",", ":")), (numel if numel < _I64 else None)
+
+
+def _strings(v: Any, key: str) -> tuple[str | None, None]:  # noqa: ANN401
+    if v is None:
+        return None, None
+    if not isinstance(v, list | tuple) or not all(type(x) is str for x in v):
+        raise _Bad(key, v, "a list of strings")
+    return json.dumps(v, separators=(",", ":")), None
+
+
+def _texts(values: list[Any], key: str, convert: Any) -> tuple[list[Any], list[Any]]:  # noqa: ANN401
+    """``convert`` of each value, once per distinct value: a dump repeats a few shapes and dtypes
+    over its whole ring. (Equal ``repr`` means equal value here: plain lists of ints and
+    strings.)"""
+    cache: dict[str, tuple[Any, Any]] = {}
+    texts: list[Any] = []
+    numbers: list[Any] = []
+    for i, v in enumerate(values):
+        if v is None:
+            texts.append(None)
+            numbers.append(None)
+            continue
+        r = repr(v)
+        hit = cache.get(r)
+        if hit is None:
+            try:
+                hit = cache[r] = convert(v, key)
+            except _Bad as bad:
+                bad.index = i
+                raise
+        texts.append(hit[0])
+        numbers.append(hit[1])
+    return texts, numbers
+
+
+def _is_torch(filename: str) -> bool:
+    f = filename.replace("\\", "/")
+    return "/torch/" in f or f.startswith("torch/")
+
+
+_FRAME = "a list of frames (filename, line, name)"
+
+
+class _Frames:
+    """``frames`` lists into (innermost user frame, stack) text; the pickle shares one dict per
+    distinct frame between entries, so each frame, and each stack of them, is formatted once."""
+
+    def __init__(self) -> None:
+        self.text: dict[int, tuple[str, bool]] = {}
+        self.stacks: dict[tuple[int, ...], tuple[str, str]] = {}
+        self.keep: list[object] = []  # the dicts whose ids are cached stay alive meanwhile
+
+    def one(self, f: Any) -> tuple[str, bool]:  # noqa: ANN401
+        got = self.text.get(id(f))
+        if got is not None:
+            return got
+        if not isinstance(f, dict):
+            raise _Bad("frames", f, _FRAME)
+        name, filename, line = f.get("name"), f.get("filename"), f.get("line")
+        if not isinstance(name, str | None) or not isinstance(filename, str | None):
+            raise _Bad("frames", f, _FRAME)
+        if line is not None and type(line) is not int:
+            raise _Bad("frames", f, _FRAME)
+        where = f"{filename or '?'}:{line}" if line is not None else (filename or "?")
+        text = f"{where} in {name}" if name else where
+        user = bool(filename) and str(filename).endswith(".py") and not _is_torch(str(filename))
+        self.text[id(f)] = (text, user)
+        self.keep.append(f)
+        return text, user
+
+    def __call__(self, frames: Any) -> tuple[str | None, str | None]:  # noqa: ANN401
+        if frames is None:
+            return None, None
+        if not isinstance(frames, list | tuple):
+            raise _Bad("frames", frames, _FRAME)
+        if not frames:
+            return None, None
+        key = tuple(map(id, frames))
+        got = self.stacks.get(key)
+        if got is None:
+            lines = [self.one(f) for f in frames]
+            first = next((t for t, user in lines if user), lines[0][0])
+            got = self.stacks[key] = (first, "\n".join(t for t, _ in lines))
+            self.keep.append(frames)
+        return got
+
+    def column(self, values: list[Any]) -> tuple[list[str | None], list[str | None]]:  # noqa: ANN401
+        firsts, stacks = [], []
+        for i, v in enumerate(values):
+            try:
+                first, stack = self(v)
+            except _Bad as bad:
+                bad.index = i
+                raise
+            firsts.append(first)
+            stacks.append(stack)
+        return firsts, stacks
+
+
+def _op_is_p2p(op: str | None) -> bool | None:
+    if op is None:
+        return None
+    kind = op.partition(":")[2].split(" ")[0] if ":" in op else op.split(" ")[0]
+    return kind in ("send", "recv")
+
+
+def _first_bad(values: list[Any], ok: Any) -> int:  # noqa: ANN401
+    return next(i for i, v in enumerate(values) if not ok(v))
+
+
+def _ints(values: list[Any], key: str) -> list[Any]:  # noqa: ANN401
+    """``values`` when each is an integer (not a boolean) in int64 or null."""
+    if all(type(v) is int or v is None for v in values):
+        present = [v for v in values if v is not None]
+        if not present or (-_I64 <= min(present) and max(present) < _I64):
+            return values
+    i = _first_bad(values, lambda v: v is None or (type(v) is int and -_I64 <= v < _I64))
+    raise _Bad(key, values[i], "an integer", i)
+
+
+def _of(values: list[Any], key: str, kind: type, want: str) -> list[Any]:  # noqa: ANN401
+    if all(type(v) is kind or v is None for v in values):
+        return values
+    i = _first_bad(values, lambda v: v is None or type(v) is kind)
+    raise _Bad(key, values[i], want, i)
+
+
+def _times(values: list[Any], key: str) -> list[Any]:  # noqa: ANN401
+    """Integers, 0 read as null (the JSON's "not recorded", the pickle writing None)."""
+    return [None if v == 0 else v for v in _ints(values, key)]
+
+
+def _durations(values: list[Any]) -> list[Any]:  # noqa: ANN401
+    out: list[int | None] = []
+    for i, d in enumerate(values):
+        if d is None:
+            out.append(None)
+        elif type(d) in (int, float) and math.isfinite(d) and 0 <= d < 1e12:
+            out.append(round(d * 1_000_000))
+        else:
+            raise _Bad("duration_ms", d, "a duration in milliseconds", i)
+    return out
+
+
+def _groups_of(values: list[Any]) -> tuple[list[Any], list[Any]]:  # noqa: ANN401
+    names, descs = [], []
+    for i, pg in enumerate(values):
+        if type(pg) in (tuple, list) and len(pg) == 2 and all(type(x) is str for x in pg):
+            names.append(pg[0])
+            descs.append(pg[1])
+        elif pg is None or type(pg) is str:
+            names.append(pg)
+            descs.append(None)
+        else:
+            raise _Bad("process_group", pg, "a (name, description) pair", i)
+    return names, descs
+
+
+def _entries(shown: str, raw: Any, facts: dict[str, str]) -> tuple[dict[str, list[Any]], int]:  # noqa: ANN401
+    """The entries' columns, each read over the whole list at once and checked for its type."""
+    if not isinstance(raw, list | tuple):
+        raise TraceFormatError(shown, f"`entries` is {_kind(raw)}, not a list", _HINT)
+    try:
+        return _columns(raw, facts), len(raw)
+    except _Bad as bad:
+        where = f"entry {bad.index}" + (f" `{bad.key}`" if bad.key else "")
+        raise TraceFormatError(
+            shown, f"{where} is {_kind(bad.value)} ({_short(bad.value)}), not {bad.want}", _HINT
+        ) from None
+
+
+def _columns(raw: list[Any] | tuple[Any, ...], facts: dict[str, str]) -> dict[str, list[Any]]:  # noqa: ANN401
+    if not all(type(e) is dict for e in raw):
+        i = _first_bad(list(raw), lambda e: type(e) is dict)
+        raise _Bad("", raw[i], "a mapping of fields", i)
+
+    def col(key: str) -> list[Any]:
+        return [e.get(key) for e in raw]
+
+    cols: dict[str, list[Any]] = {}
+    for key in ("record_id", "pg_id", "p2p_seq_id", "op_id", "timeout_ms"):
+        cols[key] = _ints(col(key), key)
+    cols["pg_name"], cols["pg_desc"] = _groups_of(col("process_group"))
+    if any("collective_seq_id" not in e and "seq_id" in e for e in raw):
+        facts["legacy_seq"] = "1"  # 1.x: one sequence id
+        seq = [e.get("collective_seq_id", e.get("seq_id")) for e in raw]
+        cols["collective_seq_id"] = _ints(seq, "seq_id")
+    else:
+        cols["collective_seq_id"] = _ints(col("collective_seq_id"), "collective_seq_id")
+    cols["op"] = _of(col("profiling_name"), "profiling_name", str, "a string")
+    flags = _of(col("is_p2p"), "is_p2p", bool, "true or false")
+    if any(f is None for f in flags):
+        flags = [
+            _op_is_p2p(op) if f is None else f for f, op in zip(flags, cols["op"], strict=True)
+        ]
+        if any(f is not None for f in flags):
+            facts["derived_p2p"] = "1"
+    cols["is_p2p"] = flags
+    cols["state"] = _of(col("state"), "state", str, "a string")
+    cols["retired"] = _of(col("retired"), "retired", bool, "true or false")
+    cols["input_sizes"], cols["numel_in"] = _texts(col("input_sizes"), "input_sizes", _sizes)
+    cols["output_sizes"] = _texts(col("output_sizes"), "output_sizes", _sizes)[0]
+    cols["input_dtypes"] = _texts(col("input_dtypes"), "input_dtypes", _strings)[0]
+    cols["output_dtypes"] = _texts(col("output_dtypes"), "output_dtypes", _strings)[0]
+    cols["time_created_ns"] = _times(col("time_created_ns"), "time_created_ns")
+    cols["time_started_ns"] = _times(
+        col("time_discovered_started_ns"), "time_discovered_started_ns"
+    )
+    cols["time_completed_ns"] = _times(
+        col("time_discovered_completed_ns"), "time_discovered_completed_ns"
+    )
+    cols["thread_id"] = _of(
+        [str(t) if type(t) is int else t for t in col("thread_id")], "thread_id", str, "a string"
+    )
+    cols["thread_name"] = _of(col("thread_name"), "thread_name", str, "a string")
+    cols["frame"], cols["stack"] = _Frames().column(col("frames"))
+    cols["duration_ns"] = _durations(col("duration_ms"))
+    if raw and all(s is None for s in cols["stack"]):
+        facts["no_frames"] = "1"
+    started, completed = cols["time_started_ns"], cols["time_completed_ns"]
+    if raw and all(s is None for s in started) and all(c is None for c in completed):
+        facts["no_times"] = "1"
+    return {k: cols[k] for k in ENTRY_FIELDS}
+
+
+def _short(v: object) -> str:
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _members(shown: str, key: str, ranks: Any) -> list[int]:  # noqa: ANN401
+    value = ranks
+    if isinstance(ranks, str):
+        try:
+            value = json.loads(ranks)
+        except ValueError:
+            value = None
+    if not isinstance(value, list) or not all(type(r) is int and r >= 0 for r in value):
+        raise TraceFormatError(
+            shown,
+            f"`pg_config` of group {key!r}: `ranks` is {_kind(ranks)} ({_short(ranks)}), "
+            "not a list of ranks",
+            _HINT,
+        )
+    return value
+
+
+def _config(shown: str, raw: Any) -> list[tuple[str, str | None, str | None, list[int] | None]]:  # noqa: ANN401, E501
+    """``pg_config`` as (key, name, desc, members)."""
+    if raw is None:
+        return []
+    if not isinstance(raw, dict):
+        raise TraceFormatError(shown, f"`pg_config` is {_kind(raw)}, not a mapping", _HINT)
+    out = []
+    for key, cfg in raw.items():
+        if not isinstance(cfg, dict):
+            raise TraceFormatError(
+                shown, f"`pg_config` of group {key!r} is {_kind(cfg)}, not a mapping", _HINT
+            )
+        name, desc = cfg.get("name", key), cfg.get("desc")
+        if not isinstance(name, str | None) or not isinstance(desc, str | None):
+            raise TraceFormatError(
+                shown, f"`pg_config` of group {key!r}: name or desc is not a string", _HINT
+            )
+        ranks = cfg.get("ranks")
+        out.append((str(key), name, desc, None if ranks is None else _members(shown, key, ranks)))
+    return out
+
+
+_STATUS = ("last_enqueued_collective", "last_started_collective", "last_completed_collective")
+
+
+def _status(shown: str, raw: Any) -> dict[int, tuple[int | None, ...]]:  # noqa: ANN401
+    """``pg_status`` as pg_id -> (last enqueued, started, completed); -1 (none yet) is null."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise TraceFormatError(shown, f"`pg_status` is {_kind(raw)}, not a mapping", _HINT)
+    out: dict[int, tuple[int | None, ...]] = {}
+    for key, st in raw.items():
+        try:
+            pg = _i_str(key, "pg_status")
+            if pg is None or not isinstance(st, dict):
+                raise _Bad("pg_status", st, "a mapping of the last sequence ids")
+            values = tuple(_i_str(st.get(k), k) for k in _STATUS)
+        except _Bad as bad:
+            raise TraceFormatError(
+                shown,
+                f"`pg_status` of group {key!r}: `{bad.key}` is {_kind(bad.value)} "
+                f"({_short(bad.value)}), not {bad.want}",
+                _HINT,
+            ) from None
+        out[pg] = tuple(None if v is not None and v < 0 else v for v in values)
+    return out
+
+
+_Config = tuple[str, str | None, str | None, list[int] | None]
+_Named = dict[int, tuple[str | None, str | None]]
+
+
+def _pick(named: _Named, matched: dict[int, list[int] | None], cfg: _Config) -> int | None:
+    """The group (pg_id) a config names: by name (or, for a group no entry names, by id), then by
+    a description only one group has."""
+    key, name, desc, _ = cfg
+    by_name = [p for p, (n, _) in named.items() if n is not None and n in (key, name)]
+    if not by_name:  # a group no entry names (pg_status only): NCCL names groups by id
+        by_name = [p for p, (n, _) in named.items() if n is None and str(p) in (key, name)]
+    if len(by_name) > 1:
+        by_name = [p for p in by_name if named[p][1] == desc] or by_name[:1]
+    by_desc = [p for p, (_, d) in named.items() if desc and d == desc and p not in matched]
+    pick = by_name[0] if by_name else (by_desc[0] if len(by_desc) == 1 else None)
+    return None if pick in matched else pick
+
+
+def _match(
+    named: _Named, configs: list[_Config], facts: dict[str, str]
+) -> tuple[dict[int, list[int] | None], list[_Config]]:
+    """Each config's group (pg_id -> members), and the configs matched to none."""
+    matched: dict[int, list[int] | None] = {}
+    left = []
+    for cfg in configs:
+        pick = _pick(named, matched, cfg)
+        if pick is None:
+            left.append(cfg)
+            continue
+        matched[pick] = cfg[3]
+        if named[pick] == (None, None):
+            named[pick] = (cfg[1], cfg[2])
+    alone = [p for p in named if p not in matched]
+    if len(left) == 1 and len(alone) == 1:
+        key, name, desc, members = left.pop()
+        pid = alone[0]
+        matched[pid] = members
+        shown_name = named[pid][0] if named[pid][0] is not None else str(pid)
+        facts["guessed_pg"] = (
+            f"pg_config's group {key!r} taken to be group {shown_name} "
+            f"({named[pid][1] or desc or 'no description'}), the only one left"
+            + (" (gloo names the default group's config '')" if key == "" else "")
+        )
+        if named[pid] == (None, None):  # gloo's nameless config: the group's name is its id
+            named[pid] = (name or str(pid), desc)
+    return matched, left
+
+
+def _groups(
+    shown: str, dump: dict[str, Any], cols: dict[str, list[Any]], facts: dict[str, str]
+) -> dict[str, list[Any]]:
+    """One row per process group the dump names (entries, ``pg_config``, ``pg_status``)."""
+    named: _Named = {}  # pg_id -> (name, desc), in the entries' order
+    for pid, name, desc in zip(cols["pg_id"], cols["pg_name"], cols["pg_desc"], strict=True):
+        if pid is not None and pid not in named:
+            named[pid] = (name, desc)
+    status = _status(shown, dump.get("pg_status"))
+    for pid in status:
+        named.setdefault(pid, (None, None))
+    matched, left = _match(named, _config(shown, dump.get("pg_config")), facts)
+    out: dict[str, list[Any]] = {k: [] for k in GROUP_FIELDS}
+    rows: list[tuple[int | None, str | None, str | None, list[int] | None]] = [
+        (pid, name, desc, matched.get(pid)) for pid, (name, desc) in named.items()
+    ]
+    rows += [(None, name, desc, members) for _, name, desc, members in left]
+    for pid, name, desc, members in rows:
+        st = status.get(pid, (None, None, None)) if pid is not None else (None, None, None)
+        text = None if members is None else json.dumps(members, separators=(",", ":"))
+        size = None if members is None else len(members)
+        for k, v in zip(GROUP_FIELDS, (pid, name, desc, text, size, *st), strict=True):
+            out[k].append(v)
+    return out
+
+
+def _version(shown: str, v: Any, facts: dict[str, str]) -> str | None:  # noqa: ANN401
+    if v is None:
+        facts["no_version"] = "1"
+        return None
+    if not isinstance(v, str | int | float) or isinstance(v, bool):
+        raise TraceFormatError(shown, f"`version` is {_kind(v)}, not a version string", _HINT)
+    text = str(v)
+    major, _, minor = text.partition(".")
+    if major.isdigit() and (minor.isdigit() or not minor):
+        if (int(major), int(minor or 0)) > KNOWN_VERSION:
+            facts["newer"] = text
+    else:
+        facts["odd_version"] = text
+    return text
+
+
+def dump_part(shown: str, rank: int, dump: Any, written: str) -> DumpPart:  # noqa: ANN401
+    """One rank's dump (plain data) as column lists; raises :class:`TraceFormatError` for what is
+    not a Flight Recorder dump or holds fields of the wrong types."""
+    if not isinstance(dump, dict):
+        raise TraceFormatError(
+            shown,
+            f"a {'pickle' if written == 'pickle' else 'JSON'} of {_kind(dump)}, not a Flight "
+            "Recorder dump (a mapping with `entries`)",
+            "pass the files torch.distributed's Flight Recorder wrote",
+        )
+    facts: dict[str, str] = {}
+    keys = {"version", "pg_config", "pg_status", "comm_lib_version", "nccl_version"}
+    if "entries" not in dump:
+        if not keys & dump.keys() or "version" not in dump:
+            raise TraceFormatError(
+                shown,
+                "no `entries` (nor the `version` that marks a Flight Recorder dump)",
+                "pass the files torch.distributed's Flight Recorder wrote",
+            )
+        facts["no_entries"] = "1"  # torch leaves the key out of the JSON when the ring is empty
+    version = _version(shown, dump.get("version"), facts)
+    own = dump.get("rank")
+    if own is not None and type(own) is int and own != rank:
+        facts["rank_differs"] = str(own)
+    state = dump.get("nccl_comm_state")
+    if state is not None:
+        if not isinstance(state, dict):
+            raise TraceFormatError(
+                shown, f"`nccl_comm_state` is {_kind(state)}, not a mapping", _HINT
+            )
+        if state:
+            facts["comm_state"] = str(len(state))
+    lib = dump.get("comm_lib_version", dump.get("nccl_version"))
+    if lib is not None and not isinstance(lib, str):
+        raise TraceFormatError(shown, f"`comm_lib_version` is {_kind(lib)}, not a string", _HINT)
+    cols, n = _entries(shown, dump.get("entries", []), facts)
+    groups = _groups(shown, dump, cols, facts)
+    compact: dict[str, Any] = {
+        k: (_ints_array(v) if k in _INT_FIELDS else v) for k, v in cols.items()
+    }
+    return DumpPart(rank, shown, written, version, n, compact, groups, facts)
+
+
+#: The entries' nullable integer columns: held as (int64 values, null mask) arrays, 9 bytes an
+#: entry instead of a Python int each (the ring of a rank holds thousands of entries).
+_INT_FIELDS = frozenset(name for name, dtype in ENTRY_COLUMNS if dtype == "Int64")
+
+
+def _ints_array(values: list[Any]) -> tuple[np.ndarray, np.ndarray]:  # noqa: ANN401
+    mask = np.fromiter((v is None for v in values), dtype=bool, count=len(values))
+    data = np.fromiter((0 if v is None else v for v in values), dtype=np.int64, count=len(values))
+    return data, mask
