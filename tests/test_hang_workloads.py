@@ -47,34 +47,42 @@ class Plant:
 
     world: int
     dumped: tuple[int, ...]  # ranks that wrote a dump
-    pg: int | None  # the stuck group's pg_id (None: healthy)
+    # the stuck group's name (process_group[0]; pg_id is per rank, see "chain"); None: healthy
+    pg: str | None
     seq: int  # the stuck collective's collective_seq_id in that group
     rank: int  # the planted rank
     kind: str  # missing | desync | mismatch | late | healthy
     instead: str | None = None  # desync: the op the planted rank called at (pg, seq)
+    sizes: Any = None  # mismatch: the planted rank's input_sizes / input_dtypes there
+    dtypes: Any = None
     members: tuple[int, ...] = ()  # the stuck group's members (default: the world)
     words: tuple[str, ...] = ()  # what the diagnosis' first line must also say
 
 
 PLANTED: dict[str, Plant] = {
     # rank 1 sleeps instead of calling all_reduce #6 (hangs.py "skip")
-    "skip": Plant(2, (0, 1), 0, 6, 1, "missing", words=("all_reduce",)),
-    "skip_8": Plant(8, tuple(range(8)), 0, 12, 5, "missing", words=("all_reduce",)),
+    "skip": Plant(2, (0, 1), "0", 6, 1, "missing", words=("all_reduce",)),
+    "skip_8": Plant(8, tuple(range(8)), "0", 12, 5, "missing", words=("all_reduce",)),
     # rank 1 calls barrier / broadcast at #6 where the others all_reduce
-    "other-op": Plant(2, (0, 1), 0, 6, 1, "desync", "gloo:barrier", words=("barrier",)),
+    "other-op": Plant(2, (0, 1), "0", 6, 1, "desync", "gloo:barrier", words=("barrier",)),
     "other-op-broadcast": Plant(
-        2, (0, 1), 1, 6, 1, "desync", "gloo:broadcast", words=("broadcast",)
+        2, (0, 1), "1", 6, 1, "desync", "gloo:broadcast", words=("broadcast",)
     ),
     # rank 3 reduces 1001 floats at #6; rank 2 aborts inside gloo (no dump)
-    "size": Plant(4, (0, 1, 3), 0, 6, 3, "mismatch", words=("1001",)),
+    "size": Plant(4, (0, 1, 3), "0", 6, 3, "mismatch", sizes=[[1001]], words=("1001",)),
+    # rank 1 reduces int32 at #6 (same bytes): gloo completes, only the dumps show it
+    "dtype": Plant(2, (0, 1), "0", 6, 1, "mismatch", dtypes=["Int"], words=("Int",)),
     # rank 3 enters group 2 before group 1 at step 6: missing from group 1 #6, found in group 2 #6
     "group-order": Plant(
-        4, (0, 1, 2, 3), 1, 6, 3, "missing", members=(0, 1, 2, 3), words=("group 2",)
+        4, (0, 1, 2, 3), "1", 6, 3, "missing", members=(0, 1, 2, 3), words=("group 2",)
     ),
+    # rank 2 never calls group 2's all_reduce #6; rank 1 waits there, rank 0 waits for rank 1 in
+    # group 1 #6: the chain 0 -> 1 -> 2 ends at rank 2
+    "chain": Plant(3, (0, 1, 2), "2", 6, 2, "missing", members=(1, 2), words=("all_reduce",)),
     # rank 2 blocks in a recv (not recorded on gloo) instead of all_reduce #6
-    "recv-no-send": Plant(3, (0, 1, 2), 0, 6, 2, "missing", words=("all_reduce",)),
+    "recv-no-send": Plant(3, (0, 1, 2), "0", 6, 2, "missing", words=("all_reduce",)),
     # rank 1 sleeps timeout + 1.5 s, then calls all_reduce #6
-    "sleep": Plant(2, (0, 1), 0, 6, 1, "late", words=("all_reduce",)),
+    "sleep": Plant(2, (0, 1), "0", 6, 1, "late", words=("all_reduce",)),
     "healthy": Plant(2, (0, 1), None, 0, -1, "healthy"),
 }
 
@@ -94,14 +102,14 @@ def _load(folder: Path, rank: int) -> tuple[dict[str, Any], dict[str, Any]]:
     return pkl, js
 
 
-def _at(entries: list[dict[str, Any]], pg: int, seq: int) -> dict[str, Any] | None:
-    hits = [e for e in entries if e["pg_id"] == pg and e["collective_seq_id"] == seq]
+def _at(entries: list[dict[str, Any]], pg: str, seq: int) -> dict[str, Any] | None:
+    hits = [e for e in entries if e["process_group"][0] == pg and e["collective_seq_id"] == seq]
     assert len(hits) <= 1, (pg, seq)
     return hits[0] if hits else None
 
 
-def _last_seq(entries: list[dict[str, Any]], pg: int) -> int:
-    return max((e["collective_seq_id"] for e in entries if e["pg_id"] == pg), default=0)
+def _last_seq(entries: list[dict[str, Any]], pg: str) -> int:
+    return max((e["collective_seq_id"] for e in entries if e["process_group"][0] == pg), default=0)
 
 
 def check_planted(folder: Path, name: str) -> None:
@@ -131,16 +139,20 @@ def check_planted(folder: Path, name: str) -> None:
         # every rank is in every group (world 2): the same (pg, seq) -> (op, sizes) everywhere
         seen = [
             {
-                (e["pg_id"], e["collective_seq_id"]): (e["profiling_name"], e["input_sizes"])
+                (e["process_group"][0], e["collective_seq_id"]): (
+                    e["profiling_name"],
+                    e["input_sizes"],
+                    e["input_dtypes"],
+                )
                 for e in es
             }
             for es in entries.values()
         ]
         assert all(s == seen[0] for s in seen)
-        assert {pg for pg, _ in seen[0]} == {0, 1, 2}
+        assert {pg for pg, _ in seen[0]} == {"0", "1", "2"}
         # 6 all_reduces per group, then the barrier #7 of group 0
-        assert seen[0][(0, 7)] == ("gloo:barrier", [])
-        assert max(seq for pg, seq in seen[0] if pg != 0) == 6
+        assert seen[0][("0", 7)] == ("gloo:barrier", [], [])
+        assert max(seq for pg, seq in seen[0] if pg != "0") == 6
         return
 
     assert plant.pg is not None
@@ -151,7 +163,8 @@ def check_planted(folder: Path, name: str) -> None:
     for r in others:
         e = _at(entries[r], plant.pg, plant.seq)
         assert e is not None, r
-        assert (e["profiling_name"], e["input_sizes"]) == ("gloo:all_reduce", [[1000]]), r
+        got = (e["profiling_name"], e["input_sizes"], e["input_dtypes"])
+        assert got == ("gloo:all_reduce", [[1000]], ["Float"]), r
     mine = _at(entries[plant.rank], plant.pg, plant.seq)
     if plant.kind == "missing":
         assert mine is None
@@ -160,7 +173,8 @@ def check_planted(folder: Path, name: str) -> None:
         assert mine is not None and mine["profiling_name"] == plant.instead
     elif plant.kind == "mismatch":
         assert mine is not None and mine["profiling_name"] == "gloo:all_reduce"
-        assert mine["input_sizes"] == [[1001]]
+        assert mine["input_sizes"] == (plant.sizes or [[1000]])
+        assert mine["input_dtypes"] == (plant.dtypes or ["Float"])
     elif plant.kind == "late":
         # it arrived after the others' timeout had passed (slept timeout + 1.5 s)
         assert mine is not None and mine["profiling_name"] == "gloo:all_reduce"
@@ -169,9 +183,18 @@ def check_planted(folder: Path, name: str) -> None:
     if name == "group-order":
         # rank 3 is in group 2's all_reduce #6; its group-2 peer, rank 2, stopped at #5 there
         # (it waits in group 1 #6): the cycle 3 -> 2 -> 3
-        assert _at(entries[3], 2, 6) is not None
-        assert _last_seq(entries[2], 2) == 5
-        assert not any(e["pg_id"] == 2 for r in (0, 1) for e in entries[r])
+        assert _at(entries[3], "2", 6) is not None
+        assert _last_seq(entries[2], "2") == 5
+        assert not any(e["process_group"][0] == "2" for r in (0, 1) for e in entries[r])
+    if name == "chain":
+        # rank 0 waits in group 1 #6 for rank 1, which is in group 2 #6 (so group 1 stops at #5
+        # on rank 1); rank 2 is not in group 1
+        assert _at(entries[0], "1", 6) is not None
+        assert _last_seq(entries[1], "1") == 5
+        assert not any(e["process_group"][0] == "1" for e in entries[2])
+        # pg_id is the rank's own count of its groups: group 2 is pg_id 2 on rank 1, 1 on rank 2
+        assert {e["pg_id"] for e in entries[1] if e["process_group"][0] == "2"} == {2}
+        assert {e["pg_id"] for e in entries[2]} == {1}
     if name == "skip_8":
         # the ring keeps 8 entries: #5-#12 (record_id 4-11), the planted rank #4-#11
         assert [e["record_id"] for e in entries[0]] == list(range(4, 12))
@@ -248,7 +271,9 @@ def test_reader_sees_the_planted_entries(name: str) -> None:
         return
     e = records.entries
     mine = e[
-        (e["rank"] == plant.rank) & (e["pg_id"] == plant.pg) & (e["collective_seq_id"] == plant.seq)
+        (e["rank"] == plant.rank)
+        & (e["pg_name"] == plant.pg)
+        & (e["collective_seq_id"] == plant.seq)
     ]
     if plant.kind == "missing":
         assert len(mine) == 0

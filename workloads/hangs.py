@@ -17,6 +17,11 @@ Cases (the planted rank is ``k = --rank``, the planted collective is #``n = --se
 - ``size``: rank k all_reduces ``--numel + 1`` elements at #n where the others reduce ``--numel``.
   gloo does not hang on this: a rank that receives a longer chunk than it expects aborts the
   process (``gloo::EnforceNotMet``, SIGABRT, no dump); the others fail and dump.
+- ``dtype``: rank k all_reduces int32 at #n where the others reduce float32 (same bytes).
+- ``chain``: group A = ranks 0..world-2, group B = the last two ranks; each step B's members
+  all_reduce in B, then A's in A. At step n rank k (the last) never calls B #n: the bridge rank
+  (world-2) waits in B #n for k, and A's other ranks wait in A #n for the bridge (a chain
+  ending at k, no cycle).
 - ``group-order``: two groups, A = every rank, B = the last two ranks. Each step every rank
   all_reduces in A, then B's members in B; at step n rank k (a member of B) enters B first:
   k waits in B for its B peer, which waits in A for k (a cycle across groups).
@@ -46,7 +51,17 @@ import threading
 import time
 from typing import Any
 
-CASES = ("skip", "other-op", "size", "group-order", "recv-no-send", "sleep", "healthy")
+CASES = (
+    "skip",
+    "other-op",
+    "size",
+    "dtype",
+    "group-order",
+    "chain",
+    "recv-no-send",
+    "sleep",
+    "healthy",
+)
 
 #: The committed fixtures (fixtures/flightrec/<name>/): name -> arguments. ``--fixtures ROOT``
 #: regenerates them all; fixtures/flightrec/README.md says what each one plants.
@@ -67,7 +82,9 @@ FIXTURES: dict[str, tuple[str, ...]] = {
     "other-op": ("--case", "other-op", "--other", "barrier"),
     "other-op-broadcast": ("--case", "other-op", "--other", "broadcast"),
     "size": ("--case", "size", "--world-size", "4", "--rank", "3"),
+    "dtype": ("--case", "dtype"),
     "group-order": ("--case", "group-order", "--world-size", "4", "--rank", "3"),
+    "chain": ("--case", "chain", "--world-size", "3"),
     "recv-no-send": ("--case", "recv-no-send", "--world-size", "3", "--rank", "2"),
     "sleep": ("--case", "sleep"),
     "healthy": ("--case", "healthy"),
@@ -128,6 +145,12 @@ def main(argv: list[str] | None = None) -> int:
     if not 2 <= world <= 64 or not 0 <= k < world or args.seq < 2:
         print(
             "traceoverlap-workloads: need 2 <= --world-size, 0 <= --rank < world, --seq >= 2",
+            file=sys.stderr,
+        )
+        return 2
+    if args.case == "chain" and (world < 3 or k != world - 1):
+        print(
+            "traceoverlap-workloads: chain needs --world-size >= 3 and --rank the last rank",
             file=sys.stderr,
         )
         return 2
@@ -231,6 +254,9 @@ def run_rank(args: argparse.Namespace, rank: int, world: int, k: int) -> None:
     ):
         group_a = dist.new_group(list(range(world)), timeout=timeout, group_desc="group_a")
         group_b = dist.new_group([world - 2, world - 1], timeout=timeout, group_desc="group_b")
+    elif args.case == "chain":
+        group_a = dist.new_group(list(range(world - 1)), timeout=timeout, group_desc="group_a")
+        group_b = dist.new_group([world - 2, world - 1], timeout=timeout, group_desc="group_b")
     x = torch.ones(args.numel)
     n = args.seq
     case = args.case
@@ -279,6 +305,24 @@ def run_rank(args: argparse.Namespace, rank: int, world: int, k: int) -> None:
                     dist.all_reduce(x, group=group_a)
                     if in_b:
                         dist.all_reduce(x, group=group_b)
+        elif case == "dtype":
+            for i in range(1, n + 1):
+                if i == n:
+                    dumper.watchdog(2 * args.timeout + 2)
+                t = x.to(torch.int32) if (rank == k and i == n) else x
+                dist.all_reduce(t)
+        elif case == "chain":
+            # group A: ranks 0..world-2; group B: the bridge (world-2) and k (world-1).
+            bridge = world - 2
+            for i in range(1, n + 1):
+                if i == n:
+                    dumper.watchdog(2 * args.timeout + 2)
+                    if rank == k:
+                        data_loader_that_never_returns()
+                if rank in (bridge, k):
+                    dist.all_reduce(x, group=group_b)
+                if rank != k:
+                    dist.all_reduce(x, group=group_a)
         elif case == "recv-no-send":
             peer = (k - 1) % world
             for i in range(1, n + 1):
