@@ -84,7 +84,18 @@ PLANTED: dict[str, Plant] = {
     # rank 1 sleeps timeout + 1.5 s, then calls all_reduce #6
     "sleep": Plant(2, (0, 1), "0", 6, 1, "late", words=("all_reduce",)),
     "healthy": Plant(2, (0, 1), None, 0, -1, "healthy"),
+    # the issue's own example, committed with the reader (its folder has its own README and
+    # make.py): rank 1 calls barrier where rank 0 calls all_reduce #6 (4 s timeout, ring 2000)
+    "sample_gloo_2rank": Plant(2, (0, 1), "0", 6, 1, "desync", "gloo:barrier", words=("barrier",)),
 }
+
+
+def _folder(name: str) -> Path:
+    """The fixture's folder; a folder another branch commits is skipped until it is here."""
+    folder = FIX / name
+    if name not in _hangs().FIXTURES and not folder.is_dir():
+        pytest.skip(f"{folder} is not in this checkout")
+    return folder
 
 
 def _ranks_in(folder: Path) -> list[int]:
@@ -204,7 +215,11 @@ def check_planted(folder: Path, name: str) -> None:
 def test_every_fixture_has_a_planted_answer_and_a_readme_row() -> None:
     fixtures = _hangs().FIXTURES
     on_disk = {p.name for p in FIX.iterdir() if p.is_dir()}
-    assert on_disk == set(fixtures) == set(PLANTED)
+    assert set(fixtures) <= on_disk
+    # every folder has its answer here; one made elsewhere documents itself
+    assert on_disk <= set(PLANTED)
+    for other in on_disk - set(fixtures):
+        assert (FIX / other / "README.md").is_file(), other
     text = README.read_text(encoding="utf-8")
     for name, args in fixtures.items():
         rows = [ln for ln in text.splitlines() if ln.startswith(f"| `{name}` |")]
@@ -216,7 +231,7 @@ def test_every_fixture_has_a_planted_answer_and_a_readme_row() -> None:
 
 @pytest.mark.parametrize("name", sorted(PLANTED))
 def test_committed_dump_holds_the_planted_hang(name: str) -> None:
-    check_planted(FIX / name, name)
+    check_planted(_folder(name), name)
 
 
 def test_hangs_cli_rejects_impossible_cases(
@@ -264,7 +279,8 @@ def _flightrec() -> Any:
 
 @pytest.mark.parametrize("name", sorted(PLANTED))
 def test_reader_sees_the_planted_entries(name: str) -> None:
-    records = _flightrec().read_flight_records(FIX / name)
+    folder = _folder(name)
+    records = _flightrec().read_flight_records(folder)
     plant = PLANTED[name]
     assert tuple(records.ranks) == plant.dumped
     if plant.pg is None:
@@ -285,7 +301,8 @@ def test_reader_sees_the_planted_entries(name: str) -> None:
 
 @pytest.mark.parametrize("name", sorted(PLANTED))
 def test_diagnosis_first_line_names_the_planted_hang(name: str) -> None:
-    records = _flightrec().read_flight_records(FIX / name)
+    folder = _folder(name)
+    records = _flightrec().read_flight_records(folder)
     hang = pytest.importorskip("traceoverlap.run.hang")
     report = hang.diagnose_hang(records)
     plant = PLANTED[name]
