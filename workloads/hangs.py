@@ -6,7 +6,8 @@ runs a few ordinary collectives, then plants one fault on one rank (``--rank``) 
 ``DIR/fr_<rank>`` (pickle, ``_dump_fr_trace()``, with stacks) and ``DIR/fr_<rank>.json``
 (``_dump_fr_trace_json(True, False)``), and exits: when its own collective times out or fails,
 or, for a rank that is blocked or sleeping and never fails, when a watchdog thread's deadline
-passes (``2 * --timeout + 2`` s after the planted step began). Every rank exits 0 once it dumped.
+passes (``2 * --timeout + 2`` s after the planted step began; ``sleep``: ``3 * --timeout + 4``).
+Every rank exits 0 once it dumped.
 
 Cases (the planted rank is ``k = --rank``, the planted collective is #``n = --seq``):
 
