@@ -51,18 +51,27 @@ class Plant:
     pg: str | None
     seq: int  # the stuck collective's collective_seq_id in that group
     rank: int  # the planted rank
-    kind: str  # missing | desync | mismatch | late | healthy
+    kind: str  # missing | crash | desync | mismatch | late | healthy
     instead: str | None = None  # desync: the op the planted rank called at (pg, seq)
     sizes: Any = None  # mismatch: the planted rank's input_sizes / input_dtypes there
     dtypes: Any = None
     members: tuple[int, ...] = ()  # the stuck group's members (default: the world)
     words: tuple[str, ...] = ()  # what the diagnosis' first line must also say
+    also: tuple[int, ...] = ()  # more planted ranks that did the same
+
+    @property
+    def planted(self) -> tuple[int, ...]:
+        return (self.rank, *self.also)
 
 
 PLANTED: dict[str, Plant] = {
     # rank 1 sleeps instead of calling all_reduce #6 (hangs.py "skip")
     "skip": Plant(2, (0, 1), "0", 6, 1, "missing", words=("all_reduce",)),
     "skip_8": Plant(8, tuple(range(8)), "0", 12, 5, "missing", words=("all_reduce",)),
+    # ranks 2 and 3 of 4 both skip all_reduce #6
+    "skip_two": Plant(4, (0, 1, 2, 3), "0", 6, 2, "missing", words=("all_reduce",), also=(3,)),
+    # rank 1 of 4 exits (code 3) before all_reduce #6: no dump; the others called #6
+    "crash": Plant(4, (0, 2, 3), "0", 6, 1, "crash", words=("all_reduce",)),
     # rank 1 calls barrier / broadcast at #6 where the others all_reduce
     "other-op": Plant(2, (0, 1), "0", 6, 1, "desync", "gloo:barrier", words=("barrier",)),
     "other-op-broadcast": Plant(
@@ -169,17 +178,21 @@ def check_planted(folder: Path, name: str) -> None:
     assert plant.pg is not None
     members = plant.members or tuple(range(plant.world))
     # every other member that dumped called all_reduce #seq of 1,000 floats
-    others = [r for r in plant.dumped if r in members and r != plant.rank]
+    others = [r for r in plant.dumped if r in members and r not in plant.planted]
     assert others
     for r in others:
         e = _at(entries[r], plant.pg, plant.seq)
         assert e is not None, r
         got = (e["profiling_name"], e["input_sizes"], e["input_dtypes"])
         assert got == ("gloo:all_reduce", [[1000]], ["Float"]), r
+    if plant.kind == "crash":
+        assert plant.rank not in entries  # it died before dumping
+        return
     mine = _at(entries[plant.rank], plant.pg, plant.seq)
     if plant.kind == "missing":
-        assert mine is None
-        assert _last_seq(entries[plant.rank], plant.pg) == plant.seq - 1
+        for r in plant.planted:
+            assert _at(entries[r], plant.pg, plant.seq) is None, r
+            assert _last_seq(entries[r], plant.pg) == plant.seq - 1, r
     elif plant.kind == "desync":
         assert mine is not None and mine["profiling_name"] == plant.instead
     elif plant.kind == "mismatch":
@@ -283,7 +296,11 @@ def test_reader_sees_the_planted_entries(name: str) -> None:
     records = _flightrec().read_flight_records(folder)
     plant = PLANTED[name]
     assert tuple(records.ranks) == plant.dumped
-    if plant.pg is None:
+    if len(plant.dumped) < plant.world:
+        # size, crash: only the world group exists, so pg_config names its ranks ('[0, 1, 2, 3]')
+        # and the rank that wrote nothing is known to be missing
+        assert set(records.missing_ranks) == set(range(plant.world)) - set(plant.dumped)
+    if plant.pg is None or plant.kind == "crash":
         return
     e = records.entries
     mine = e[
@@ -311,7 +328,11 @@ def test_diagnosis_first_line_names_the_planted_hang(name: str) -> None:
     if plant.pg is None:
         assert report.verdict == "healthy", answer
         return
-    assert re.search(rf"\brank {plant.rank}\b", answer), answer
+    if plant.also:  # "ranks 2 and 3" / "ranks 2, 3"
+        a, b = plant.planted
+        assert re.search(rf"\branks {a}(,| and) {b}\b", answer), answer
+    else:
+        assert re.search(rf"\brank {plant.rank}\b", answer), answer
     assert re.search(rf"#{plant.seq}\b", answer), answer
     assert re.search(rf"\bgroup {plant.pg}\b", answer), answer
     for word in plant.words:

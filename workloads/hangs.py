@@ -13,6 +13,9 @@ Cases (the planted rank is ``k = --rank``, the planted collective is #``n = --se
 
 - ``skip``: rank k never calls all_reduce #n of the world group; it sits in a sleep (a stand-in
   for a data loader that never returns) until its watchdog dumps. Blocking ``dist.all_reduce`` loop.
+  ``--rank 2,3``: every rank listed skips it.
+- ``crash``: rank k dies (``os._exit(3)``, no dump) before all_reduce #n; the others fail at once
+  ("Connection closed by peer") and dump: a set of dumps with one rank missing.
 - ``other-op``: rank k calls another collective at sequence id n (``--other barrier``: the
   world group, blocking; ``--other broadcast``: a second group, async ``work.wait()``).
 - ``size``: rank k all_reduces ``--numel + 1`` elements at #n where the others reduce ``--numel``.
@@ -54,6 +57,7 @@ from typing import Any
 
 CASES = (
     "skip",
+    "crash",
     "other-op",
     "size",
     "dtype",
@@ -67,28 +71,22 @@ CASES = (
 #: The committed fixtures (fixtures/flightrec/<name>/): name -> arguments. ``--fixtures ROOT``
 #: regenerates them all; fixtures/flightrec/README.md says what each one plants.
 FIXTURES: dict[str, tuple[str, ...]] = {
-    "skip": ("--case", "skip"),
-    "skip_8": (
-        "--case",
-        "skip",
-        "--world-size",
-        "8",
-        "--rank",
-        "5",
-        "--seq",
-        "12",
-        "--buffer",
-        "8",
-    ),
-    "other-op": ("--case", "other-op", "--other", "barrier"),
-    "other-op-broadcast": ("--case", "other-op", "--other", "broadcast"),
-    "size": ("--case", "size", "--world-size", "4", "--rank", "3"),
-    "dtype": ("--case", "dtype"),
-    "group-order": ("--case", "group-order", "--world-size", "4", "--rank", "3"),
-    "chain": ("--case", "chain", "--world-size", "3"),
-    "recv-no-send": ("--case", "recv-no-send", "--world-size", "3", "--rank", "2"),
-    "sleep": ("--case", "sleep"),
-    "healthy": ("--case", "healthy"),
+    name: tuple(args.split())
+    for name, args in (
+        ("skip", "--case skip"),
+        ("skip_8", "--case skip --world-size 8 --rank 5 --seq 12 --buffer 8"),
+        ("skip_two", "--case skip --world-size 4 --rank 2,3"),
+        ("crash", "--case crash --world-size 4 --rank 1"),
+        ("other-op", "--case other-op --other barrier"),
+        ("other-op-broadcast", "--case other-op --other broadcast"),
+        ("size", "--case size --world-size 4 --rank 3"),
+        ("dtype", "--case dtype"),
+        ("group-order", "--case group-order --world-size 4 --rank 3"),
+        ("chain", "--case chain --world-size 3"),
+        ("recv-no-send", "--case recv-no-send --world-size 3 --rank 2"),
+        ("sleep", "--case sleep"),
+        ("healthy", "--case healthy"),
+    )
 }
 
 
@@ -111,7 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--world-size", type=int, default=2, help="ranks (2-8; group-order: >= 3)")
     p.add_argument(
-        "--rank", type=int, default=None, help="the planted rank (default: the last rank)"
+        "--rank",
+        default=None,
+        help="the planted rank (default: the last rank); skip, crash: a comma-separated list",
     )
     p.add_argument(
         "--seq", type=int, default=6, help="the planted collective's sequence id in its group"
@@ -142,8 +142,15 @@ def main(argv: list[str] | None = None) -> int:
         print("traceoverlap-workloads: give --case and --out (or --fixtures ROOT)", file=sys.stderr)
         return 2
     world = args.world_size
-    k = world - 1 if args.rank is None else args.rank
-    if not 2 <= world <= 64 or not 0 <= k < world or args.seq < 2:
+    try:
+        ks = [world - 1] if args.rank is None else [int(r) for r in str(args.rank).split(",")]
+    except ValueError:
+        ks = [-1]
+    k = ks[0]
+    if len(ks) > 1 and args.case not in ("skip", "crash"):
+        print("traceoverlap-workloads: only skip and crash plant several ranks", file=sys.stderr)
+        return 2
+    if not 2 <= world <= 64 or not all(0 <= r < world for r in ks) or args.seq < 2:
         print(
             "traceoverlap-workloads: need 2 <= --world-size, 0 <= --rank < world, --seq >= 2",
             file=sys.stderr,
@@ -165,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         # Must be set before torch.distributed creates the first process group.
         os.environ["TORCH_FR_BUFFER_SIZE"] = str(args.buffer)
-        run_rank(args, int(os.environ["RANK"]), world, k)
+        run_rank(args, int(os.environ["RANK"]), world, k, set(ks))
         return 0  # not reached: run_rank leaves with os._exit
     os.makedirs(args.out, exist_ok=True)
     from .launch import spawn
@@ -191,8 +198,8 @@ def make_fixtures(root: str) -> int:
                     os.remove(os.path.join(out, f))
         print(f"traceoverlap-workloads: {name}: {' '.join(case_args)}", file=sys.stderr)
         code = main([*case_args, "--out", out])
-        # size: one rank aborts inside gloo by construction (exit -6), the others dump
-        if code != 0 and name != "size":
+        # size: one rank aborts inside gloo by construction (exit -6); crash: exit 3
+        if code != 0 and name not in ("size", "crash"):
             return code
     return 0
 
@@ -240,7 +247,7 @@ def _write(path: str, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def run_rank(args: argparse.Namespace, rank: int, world: int, k: int) -> None:
+def run_rank(args: argparse.Namespace, rank: int, world: int, k: int, ks: set[int]) -> None:
     import torch
     import torch.distributed as dist
 
@@ -266,8 +273,16 @@ def run_rank(args: argparse.Namespace, rank: int, world: int, k: int) -> None:
             for i in range(1, n + 1):
                 if i == n:
                     dumper.watchdog(2 * args.timeout + 2)
-                    if rank == k:
+                    if rank in ks:
                         data_loader_that_never_returns()
+                dist.all_reduce(x)
+        elif case == "crash":
+            for i in range(1, n + 1):
+                if i == n:
+                    dumper.watchdog(2 * args.timeout + 2)
+                    if rank in ks:
+                        print(f"rank {rank}: crashing (planted)", file=sys.stderr, flush=True)
+                        os._exit(3)
                 dist.all_reduce(x)
         elif case == "other-op":
             if args.other == "barrier":
