@@ -255,8 +255,11 @@ def test_hangs_cli_rejects_impossible_cases(
     assert hangs.main(["--case", "group-order", "--world-size", "2", "--out", str(tmp_path)]) == 2
     assert hangs.main(["--case", "skip", "--rank", "2", "--out", str(tmp_path)]) == 2
     assert hangs.main(["--case", "skip"]) == 2
+    # several planted ranks only where each does the same thing (skip, crash)
+    assert hangs.main(["--case", "other-op", "--rank", "0,1", "--out", str(tmp_path)]) == 2
+    assert hangs.main(["--case", "skip", "--rank", "x", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert err.count("traceoverlap-workloads:") == 3
+    assert err.count("traceoverlap-workloads:") == 5
     assert not list(tmp_path.iterdir())  # nothing started, nothing written
 
 
