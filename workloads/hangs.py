@@ -33,6 +33,10 @@ Cases (the planted rank is ``k = --rank``, the planted collective is #``n = --se
   all_reduce #n; that rank never sends and waits in all_reduce #n for k.
 - ``sleep``: rank k sleeps ``--timeout + 1.5`` s before all_reduce #n (async), then calls it:
   late, not missing; the others have timed out by then.
+- ``ddp-uneven``: a model in ``DistributedDataParallel`` (3 parameters' buckets per step); rank k
+  has one batch fewer: after n-1 steps it calls the end-of-epoch ``dist.barrier()`` while the
+  others are in step n's backward, in DDP's bucket all-reduces (the Reducer's own calls, not the
+  user's; their sequence ids depend on DDP's construction broadcasts and bucket rebuild).
 - ``healthy``: no fault; two groups, collectives both styles, a send/recv pair, a final barrier,
   then every rank dumps.
 
@@ -65,6 +69,7 @@ CASES = (
     "chain",
     "recv-no-send",
     "sleep",
+    "ddp-uneven",
     "healthy",
 )
 
@@ -85,6 +90,7 @@ FIXTURES: dict[str, tuple[str, ...]] = {
         ("chain", "--case chain --world-size 3"),
         ("recv-no-send", "--case recv-no-send --world-size 3 --rank 2"),
         ("sleep", "--case sleep"),
+        ("ddp-uneven", "--case ddp-uneven"),
         ("healthy", "--case healthy"),
     )
 }
@@ -356,6 +362,8 @@ def run_rank(args: argparse.Namespace, rank: int, world: int, k: int, ks: set[in
                         slow_step(args.timeout + 1.5)
                 work = dist.all_reduce(x, async_op=True)
                 work.wait()
+        elif case == "ddp-uneven":
+            ddp_uneven(rank, k, n, dumper, 2 * args.timeout + 2)
         elif case == "healthy":
             healthy(rank, world, x, n, group_a, group_b)
             dist.barrier()
@@ -396,6 +404,30 @@ def healthy(rank: int, world: int, x: Any, n: int, group_a: Any, group_b: Any) -
         dist.send(y + 1, dst=1)
     elif rank == 1:
         dist.recv(y, src=0)
+
+
+def ddp_uneven(rank: int, k: int, n: int, dumper: Dumper, deadline_s: float) -> None:
+    """Uneven data under DDP: rank k stops one step early and enters the epoch-end barrier."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+    model = DistributedDataParallel(net, bucket_cap_mb=0.001)  # ~1 KB buckets: several per step
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    steps = n - 1 if rank == k else n
+    for step in range(1, steps + 1):
+        if step == n:
+            dumper.watchdog(deadline_s)
+        batch = torch.randn(8, 32)
+        loss = model(batch).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    if rank == k:
+        dumper.watchdog(deadline_s)
+    dist.barrier()  # the epoch-end barrier
 
 
 if __name__ == "__main__":
