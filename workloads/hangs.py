@@ -33,7 +33,7 @@ Cases (the planted rank is ``k = --rank``, the planted collective is #``n = --se
   all_reduce #n; that rank never sends and waits in all_reduce #n for k.
 - ``sleep``: rank k sleeps ``--timeout + 1.5`` s before all_reduce #n (async), then calls it:
   late, not missing; the others have timed out by then.
-- ``ddp-uneven``: a model in ``DistributedDataParallel`` (3 parameters' buckets per step); rank k
+- ``ddp-uneven``: an MLP in ``DistributedDataParallel`` (one 1,089-float bucket a step); rank k
   has one batch fewer: after n-1 steps it calls the end-of-epoch ``dist.barrier()`` while the
   others are in step n's backward, in DDP's bucket all-reduces (the Reducer's own calls, not the
   user's; their sequence ids depend on DDP's construction broadcasts and bucket rebuild).
@@ -414,7 +414,7 @@ def ddp_uneven(rank: int, k: int, n: int, dumper: Dumper, deadline_s: float) -> 
 
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
-    model = DistributedDataParallel(net, bucket_cap_mb=0.001)  # ~1 KB buckets: several per step
+    model = DistributedDataParallel(net, bucket_cap_mb=0.001)  # yet one bucket a step (the dumps)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     steps = n - 1 if rank == k else n
     for step in range(1, steps + 1):
