@@ -254,6 +254,27 @@ def test_committed_dump_holds_the_planted_hang(name: str) -> None:
     check_planted(_folder(name), name)
 
 
+def test_committed_frames_point_at_the_calls_in_hangs_py() -> None:
+    # The README says the frames' line numbers match workloads/hangs.py as committed: each
+    # entry's innermost hangs.py frame is a line that makes that call (ddp-uneven: DDP's own
+    # collectives come from its construction, forward and backward lines).
+    src = (ROOT / "workloads" / "hangs.py").read_text(encoding="utf-8").splitlines()
+    ddp_lines = ("DistributedDataParallel(", "model(batch)", "loss.backward()")
+    checked = 0
+    for name in _hangs().FIXTURES:
+        for r in _ranks_in(FIX / name):
+            for e in _load(FIX / name, r)[0]["entries"]:
+                mine = [f for f in e["frames"] if f["filename"].endswith("hangs.py")]
+                line = src[mine[0]["line"] - 1]
+                op = e["profiling_name"].split(":", 1)[1]
+                if mine[0]["name"] == "ddp_uneven" and op != "barrier":
+                    assert any(d in line for d in ddp_lines), (name, r, line)
+                else:
+                    assert f"dist.{op}(" in line, (name, r, e["profiling_name"], line)
+                checked += 1
+    assert checked > 100
+
+
 def test_hangs_cli_rejects_impossible_cases(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
