@@ -28,11 +28,19 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def spawn(argv: list[str], world_size: int, timeout_s: float) -> int:
-    """Run ``world_size`` copies of this module with ``argv``; return 0 or the failing exit code.
+def spawn(
+    argv: list[str],
+    world_size: int,
+    timeout_s: float,
+    module: str = "traceoverlap_workloads",
+    keep_going: bool = False,
+) -> int:
+    """Run ``world_size`` copies of ``python -m module argv``; return 0 or the failing exit code.
 
     ``timeout_s`` bounds the whole run (on top of the process group's own collective timeout), so a
-    wedged rank cannot keep the parent waiting forever.
+    wedged rank cannot keep the parent waiting forever. ``keep_going``: a rank that fails does not
+    stop the others (the planted hangs, where every surviving rank must still write its dump); the
+    first failure's exit code is returned once all have exited.
     """
     port = free_port()
     procs: list[subprocess.Popen[bytes]] = []
@@ -48,7 +56,7 @@ def spawn(argv: list[str], world_size: int, timeout_s: float) -> int:
             TRACEOVERLAP_SPAWNED="1",
         )
         proc = subprocess.Popen(
-            [sys.executable, "-m", "traceoverlap_workloads", *argv], env=env, stderr=subprocess.PIPE
+            [sys.executable, "-m", module, *argv], env=env, stderr=subprocess.PIPE
         )
         assert proc.stderr is not None
         forwarders.append(threading.Thread(target=_forward, args=(proc.stderr,), daemon=True))
@@ -59,7 +67,15 @@ def spawn(argv: list[str], world_size: int, timeout_s: float) -> int:
         while True:
             codes = [p.poll() for p in procs]
             failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
-            if failed:
+            if failed and keep_going and None not in codes:
+                for t in forwarders:
+                    t.join(timeout=5)
+                for rank, code in failed:
+                    print(
+                        f"traceoverlap-workloads: rank {rank} failed (exit {code})", file=sys.stderr
+                    )
+                return failed[0][1] or 1
+            if failed and not keep_going:
                 rank, code = failed[0]
                 _kill(procs)
                 for t in forwarders:
