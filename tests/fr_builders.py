@@ -55,7 +55,7 @@ def records(
     ranks: tuple[int, ...] | None = None,
 ) -> FlightRecords:
     e = pd.DataFrame(rows)
-    for col, dt in ENTRY_COLUMNS:
+    for col, _dt in ENTRY_COLUMNS:
         if col not in e:
             e[col] = pd.NA
     e = e[[c for c, _ in ENTRY_COLUMNS]].astype(dict(ENTRY_COLUMNS))
@@ -67,9 +67,6 @@ def records(
     g = g[[c for c, _ in GROUP_COLUMNS]].astype(dict(GROUP_COLUMNS))
     have = ranks if ranks is not None else tuple(sorted(e["rank"].unique().tolist()))
     return FlightRecords(entries=e, groups=g, ranks=tuple(have), world=world)
-
-
-SAMPLE = Path(__file__).resolve().parents[1] / "fixtures" / "flightrec"
 
 
 def load_pickles(paths: list[Path]) -> FlightRecords:
@@ -114,7 +111,9 @@ def load_pickles(paths: list[Path]) -> FlightRecords:
                 }
             )
         for pg, st in d.get("pg_status", {}).items():
-            groups.append({"rank": rank, "pg_name": pg, "last_enqueued": st["last_enqueued_collective"]})
+            groups.append(
+                {"rank": rank, "pg_name": pg, "last_enqueued": st["last_enqueued_collective"]}
+            )
         cfg = d.get("pg_config", {})
         for v in cfg.values():
             m = json.loads(v.get("ranks") or "[]")

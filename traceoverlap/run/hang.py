@@ -159,53 +159,55 @@ def _group_key(pg_name: pd.Series, pg_id: pd.Series) -> pd.Series:
     return key.fillna("#" + pg_id.astype("string").fillna("?"))
 
 
+def _most_common(keys: pd.Series, values: pd.Series) -> dict[str, Any]:
+    """Per key, the value most rows give (nulls and empty strings ignored)."""
+    src = pd.DataFrame({"k": keys.to_numpy(), "v": values.to_numpy()}).dropna()
+    src = src[src["v"] != ""]
+    if src.empty:
+        return {}
+    top = src.groupby(["k", "v"]).size().reset_index(name="n")
+    top = top.sort_values(["k", "n"], ascending=[True, False]).drop_duplicates("k")
+    return {str(k): v for k, v in zip(top["k"], top["v"], strict=True)}
+
+
 def _groups(records: FlightRecords, e: pd.DataFrame) -> tuple[_Groups, list[str]]:
-    notes: list[str] = []
+    """The groups the entries name: description, members, and pg_status's last enqueued."""
     g = records.groups
     gk = _group_key(g["pg_name"], g["pg_id"]) if len(g) else _EMPTY_STR
-    desc: dict[str, Any] = {}
+    desc = _most_common(e["g"], e["pg_desc"])
+    for k, d in _most_common(gk, g["pg_desc"] if len(g) else _EMPTY_STR).items():
+        desc.setdefault(k, d)
     members: dict[str, list[int]] = {}
     known: dict[str, bool] = {}
     last_enq: dict[tuple[str, int], int] = {}
-    # descriptions: the most common one a dump gives for the key
-    for src in (
-        pd.DataFrame({"k": e["g"], "d": e["pg_desc"]}),
-        pd.DataFrame({"k": gk, "d": g["pg_desc"] if len(g) else _EMPTY_STR}),
-    ):
-        src = src.dropna()
-        src = src[src["d"] != ""]
-        for k, d in src.groupby("k")["d"].agg(lambda s: s.value_counts().index[0]).items():
-            desc.setdefault(str(k), d)
     if len(g):
-        gm = pd.DataFrame({"k": gk, "m": g["members"], "rank": g["rank"]})
-        for k, m in gm.dropna(subset=["m"]).groupby("k")["m"].agg(
-            lambda s: s.value_counts().index[0]
-        ).items():
+        for k, m in _most_common(gk, g["members"]).items():
             lst = _json_list(m)
             if lst and all(isinstance(x, int) for x in lst):
-                members[str(k)] = sorted(int(x) for x in lst)
-                known[str(k)] = True
-        le = g["last_enqueued"]
-        ok = le.notna()
-        for k, r, v in zip(gk[ok], g["rank"][ok], le[ok], strict=True):
+                members[k] = sorted(int(x) for x in lst)
+                known[k] = True
+        ok = g["last_enqueued"].notna().to_numpy(bool)
+        for k, r, v in zip(gk[ok], g["rank"][ok], g["last_enqueued"][ok], strict=True):
             last_enq[(str(k), int(r))] = int(v)
-    seen: dict[str, set[int]] = {}
-    for k, rs in e.groupby("g")["rank"].unique().items():
-        seen.setdefault(str(k), set()).update(int(x) for x in rs)
-    if len(g):
-        for k, rs in pd.DataFrame({"k": gk, "r": g["rank"]}).groupby("k")["r"].unique().items():
-            seen.setdefault(str(k), set()).update(int(x) for x in rs)
+    named = set(e["g"].astype(str).unique())
+    members = {k: v for k, v in members.items() if k in named}
+    seen = pd.concat(
+        [e[["g", "rank"]], pd.DataFrame({"g": gk, "rank": g["rank"] if len(g) else []})]
+    )
+    seen = seen[seen["g"].astype(str).isin(named)]
     world = list(records.world) if records.world else list(records.ranks)
     guessed = []
-    for k, rs in seen.items():
+    for k, rs in seen.groupby("g")["rank"].unique().items():
+        k = str(k)
         if k in members:
             continue
         known[k] = False
         if k == "0" or desc.get(k) == "default_pg":
-            members[k] = sorted(set(world) | rs)
+            members[k] = sorted(set(world) | {int(x) for x in rs})
         else:
-            members[k] = sorted(rs)
+            members[k] = sorted(int(x) for x in rs)
             guessed.append(k)
+    notes = []
     if guessed:
         notes.append(
             f"{fmt.count(len(guessed), 'group')} without recorded members ("
@@ -244,20 +246,18 @@ def _signature(c: pd.DataFrame) -> np.ndarray:
 def diagnose_hang(records: FlightRecords) -> HangReport:
     """Who the others wait for, and why: see the module docstring and docs/hang.md."""
     notes = list(records.notes)
-    missing_ranks = tuple(records.missing_ranks)
-    e = records.entries
-    if e.empty:
-        answer = "no Flight Recorder entries in the dumps: nothing to tell (" + (
-            "no rank called a collective, or the buffer was off: set TORCH_FR_BUFFER_SIZE)"
+    if records.entries.empty:
+        answer = (
+            "no Flight Recorder entries in the dumps: nothing to tell (no rank called a "
+            "collective, or the recorder was off: set TORCH_FR_BUFFER_SIZE)"
         )
         return _empty_report(records, answer, notes)
-    e = e.reset_index(drop=True).copy()
+    e = records.entries.reset_index(drop=True).copy()
     e["g"] = _group_key(e["pg_name"], e["pg_id"])
     e["op_code"] = _codes(e["op"])
     grp, gnotes = _groups(records, e)
     notes += gnotes
     dumped = set(records.ranks) | {int(r) for r in e["rank"].unique()}
-
     states_kept = bool(
         e["time_completed_ns"].notna().any() or (e["state"] == "completed").fillna(False).any()
     )
@@ -267,85 +267,14 @@ def diagnose_hang(records: FlightRecords) -> HangReport:
             "times; gloo keeps neither): which collectives completed is told from what each "
             "rank enqueued after them"
         )
-
-    # the collectives: one row per (group, rank, seq)
     is_p2p = e["is_p2p"].fillna(False).to_numpy(bool)
-    seq = e["collective_seq_id"]
-    c = e[~is_p2p & seq.notna().to_numpy(bool) & (seq.fillna(0) > 0).to_numpy(bool)]
-    c = c.drop_duplicates(["g", "rank", "collective_seq_id"], keep="last").copy()
-    c["seq"] = c["collective_seq_id"].astype("int64")
-    c["sig"] = _signature(c)
-
-    # each member's furthest sequence id per group (a dumped member with no entry of the group:
-    # pg_status's last enqueued, else 0)
-    mrows = [(k, r) for k, ms in grp.members.items() for r in ms]
-    mem = pd.DataFrame(mrows, columns=["g", "rank"]).astype({"g": "string", "rank": "int64"})
-    mem["dumped"] = mem["rank"].isin(dumped)
-    furthest = c.groupby(["g", "rank"], as_index=False)["seq"].max().rename(columns={"seq": "top"})
-    mem = mem.merge(furthest, on=["g", "rank"], how="left")
-    no_entry = mem["top"].isna() & mem["dumped"]
-    if no_entry.any():
-        fill = [grp.last_enqueued.get((str(k), int(r)), 0) for k, r in mem.loc[no_entry, ["g", "rank"]].itertuples(index=False)]
-        mem.loc[no_entry, "top"] = fill
-    dm = mem[mem["dumped"]]
-    span = dm.groupby("g")["top"].agg(["min", "max"])
-    missing_at = (span["min"] + 1).where(span["min"] < span["max"])
-
-    # disagreement per (group, seq) among the ranks that enqueued it
-    per = c.groupby(["g", "seq"]).agg(
-        n=("rank", "size"),
-        op_lo=("op_code", "min"),
-        op_hi=("op_code", "max"),
-        sig_lo=("sig", "min"),
-        sig_hi=("sig", "max"),
-    )
-    per = per[per["n"] > 1]
-    desync = per[per["op_lo"] != per["op_hi"]].reset_index().groupby("g")["seq"].min()
-    mism = per[(per["op_lo"] == per["op_hi"]) & (per["sig_lo"] != per["sig_hi"])]
-    mismatch = mism.reset_index().groupby("g")["seq"].min()
-
-    gtab = pd.DataFrame(index=pd.Index(sorted(grp.members), name="g"))
-    gtab["missing_at"] = missing_at
-    gtab["desync_at"] = desync
-    gtab["mismatch_at"] = mismatch
-    gtab["stuck_seq"] = gtab[["missing_at", "desync_at", "mismatch_at"]].min(axis=1)
-    gtab["kind"] = None
-    gtab["tie"] = False
-    for col, kind in (("mismatch_at", "mismatch"), ("desync_at", "desync"), ("missing_at", "missing")):
-        hit = gtab[col].notna() & (gtab[col] == gtab["stuck_seq"])
-        gtab.loc[hit, "kind"] = kind  # missing wins a tie (it is listed last)
-
-    # the stuck points: each member's row
+    c = _collectives(e, is_p2p)
+    mem, span = _members(grp, c, dumped)
+    gtab = _first_stuck(c, span, grp)
     last = e.drop_duplicates("rank", keep="last").set_index("rank")
     stuck_rows, waiters_of, culprits_of, status_at = _stuck_points(c, mem, gtab, last)
-
-    # stalled: every member reached the last collective, it did not complete (states kept)
-    stalled: dict[str, tuple[int, list[int]]] = {}
-    if states_kept:
-        for k in gtab.index[gtab["stuck_seq"].isna()]:
-            sub = c[(c["g"] == k)]
-            if sub.empty or not (dm["g"] == k).any():
-                continue
-            top = int(span.loc[k, "max"]) if k in span.index else 0
-            at = sub[sub["seq"] == top]
-            undone = at[(at["state"] != "completed").fillna(True) & at["time_completed_ns"].isna()]
-            if len(at) == int((dm["g"] == k).sum()) and len(undone):
-                stalled[str(k)] = (top, sorted(int(r) for r in undone["rank"]))
-
-    # point-to-point: a send/recv that is its rank's last entry and whose other half is absent
-    p2p_nodes = _p2p_stuck(e, is_p2p, grp, last, dumped)
-
-    # where each rank waits: its last entry, when that is a waiting point
-    where: dict[int, tuple[str, Any]] = {}
-    for r, row in last.iterrows():
-        r = int(r)  # type: ignore[call-overload]
-        k = str(row["g"])
-        if bool(row["is_p2p"]) if row["is_p2p"] is not pd.NA else False:
-            if ("p", r) in p2p_nodes:
-                where[r] = ("p", r)
-            continue
-        if k in status_at and r in status_at[k]:
-            where[r] = ("c", k)
+    p2p_nodes = _p2p_stuck(e, is_p2p, grp, dumped)
+    where = _where(last, p2p_nodes, status_at, gtab)
 
     def culprits(node: tuple[str, Any]) -> list[int]:
         if node[0] == "c":
@@ -357,83 +286,194 @@ def diagnose_hang(records: FlightRecords) -> HangReport:
             return waiters_of.get(node[1], [])
         return [int(node[1])]
 
-    nodes: list[tuple[str, Any]] = [("c", k) for k in culprits_of] + list(p2p_nodes)
-    # the graph between stuck points: node -> the nodes its culprits wait in
-    nxt: dict[tuple[str, Any], list[tuple[str, Any]]] = {}
-    for n in nodes:
-        out = []
-        for r in culprits(n):
-            w = where.get(r)
-            if w is not None and w != n and r in waiters(w):
-                out.append(w)
-        nxt[n] = list(dict.fromkeys(out))
-    # roots: stuck points some culprit of which waits nowhere (the chain ends there)
-    ends = [n for n in nodes if any(not _waits(r, where, waiters) or where.get(r) == n for r in culprits(n))]
-    upstream = {n: _upstream(n, nodes, nxt) for n in nodes}
-
     ctx = _Ctx(grp, c, last, dumped, mem, stuck_rows, p2p_nodes, where, culprits, waiters)
-    evidence: list[str] = []
-    chain_rows: list[dict[str, Any]] = []
-    if ends:
-        score = {
-            n: len({w for m in upstream[n] for w in waiters(m)}) for n in ends
-        }
-        root = sorted(ends, key=lambda n: (-score[n], _node_order(n, gtab)))[0]
-        verdict, answer, chain_rows = _explain(root, ctx, gtab, upstream[root], nxt)
-        for n in ends:
-            if n != root:
-                evidence.append("also stuck: " + _explain(n, ctx, gtab, upstream[n], nxt)[1])
-    elif nodes:
-        verdict, answer, chain_rows = _deadlock(nodes, nxt, ctx, gtab)
-    elif stalled:
-        k, (s, undone) = sorted(stalled.items())[0]
-        op = _short_op(c[(c["g"] == k) & (c["seq"] == s)]["op"].iloc[0])
-        verdict = "stalled"
-        answer = (
-            f"every member of {_group_name(k, grp.desc.get(k))} called {op} #{s}, and it has not "
-            f"completed on {_ranks_text(undone)}: all arrived, so the collective itself is stuck "
-            "(the network, a device, or a kernel queued before it)"
-        )
-    else:
-        verdict, answer = _healthy(gtab, span, c, grp, missing_ranks)
-    if missing_ranks and verdict not in ("partial",):
-        gone = _ranks_text(list(missing_ranks))
+    nodes: list[tuple[str, Any]] = [("c", k) for k in culprits_of] + list(p2p_nodes)
+    verdict, answer, chain_rows, evidence = _answer(
+        ctx, nodes, gtab, span, states_kept, tuple(records.missing_ranks)
+    )
+    if records.missing_ranks and verdict != "partial":
+        gone = list(records.missing_ranks)
         evidence.insert(
             0,
-            f"{gone} dumped nothing: "
-            + ("it" if len(missing_ranks) == 1 else "they")
-            + " may be stuck too (a rank stuck outside a collective, or killed, dumps nothing); "
-            "the answer is from the ranks that dumped",
+            f"{_ranks_text(gone)} dumped nothing: {'it' if len(gone) == 1 else 'they'} may be "
+            "stuck too (a rank stuck outside a collective, or killed, dumps nothing); the "
+            "answer is from the ranks that dumped",
         )
     notes += _p2p_unrecorded(e, is_p2p)
-
     groups_out = _groups_table(gtab, grp, mem, span, c)
-    for d in stuck_rows:
-        d["pg_desc"] = grp.desc.get(d["pg"])
-    stuck = pd.DataFrame(stuck_rows, columns=list(STUCK_COLUMNS))
-    stuck = stuck.astype(
-        {"pg": "string", "pg_desc": "string", "seq": "Int64", "rank": "int64", "status": "string",
-         "op": "string", "input_sizes": "string", "input_dtypes": "string", "last_op": "string",
-         "last_pg": "string", "last_seq": "Int64", "frame": "string", "waits_for": "string"}
-    )
-    chain = pd.DataFrame(chain_rows, columns=["step", "ranks", "pg", "seq", "op", "status"])
     evidence[:0] = _point_lines(ctx, gtab, groups_out)
-    timings, late, tnotes = _timings(c, gtab, mem, grp)
+    timings, late, tnotes = _timings(c, gtab, mem)
     notes += tnotes
     evidence += _slow_lines(late, timings, grp)
+    for d in stuck_rows:
+        d["pg_desc"] = grp.desc.get(d["pg"])
     return HangReport(
         answer=answer,
         verdict=verdict,
         evidence=tuple(evidence),
         groups=groups_out,
-        stuck=stuck,
-        chain=chain,
+        stuck=pd.DataFrame(stuck_rows, columns=list(STUCK_COLUMNS)).astype(_STUCK_DTYPES),
+        chain=pd.DataFrame(chain_rows, columns=list(CHAIN_COLUMNS)),
         timings=timings,
         late=late,
         ranks=tuple(sorted(dumped)),
-        missing_ranks=missing_ranks,
+        missing_ranks=tuple(records.missing_ranks),
         notes=tuple(notes),
     )
+
+
+_STUCK_DTYPES = {
+    k: ("Int64" if k in ("seq", "last_seq") else "int64" if k == "rank" else "string")
+    for k in STUCK_COLUMNS
+}
+#: The columns of :attr:`HangReport.chain`.
+CHAIN_COLUMNS = ("step", "ranks", "pg", "seq", "op", "status")
+
+
+def _collectives(e: pd.DataFrame, is_p2p: np.ndarray) -> pd.DataFrame:
+    """One row per (group, rank, collective seq): the last entry when a ring repeats one."""
+    seq = e["collective_seq_id"]
+    keep = ~is_p2p & seq.notna().to_numpy(bool) & (seq.fillna(0) > 0).to_numpy(bool)
+    c = e[keep].drop_duplicates(["g", "rank", "collective_seq_id"], keep="last").copy()
+    c["seq"] = c["collective_seq_id"].astype("int64")
+    c["sig"] = _signature(c)
+    return c
+
+
+def _members(grp: _Groups, c: pd.DataFrame, dumped: set[int]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """One row per (group, member): dumped or not, and the furthest collective seq it enqueued
+    (a dumped member with no entry of the group: pg_status's last enqueued, else 0); per group
+    the lowest and highest of those among dumped members."""
+    mrows = [(k, r) for k, ms in grp.members.items() for r in ms]
+    mem = pd.DataFrame(mrows, columns=["g", "rank"]).astype({"g": "string", "rank": "int64"})
+    mem["dumped"] = mem["rank"].isin(dumped)
+    furthest = c.groupby(["g", "rank"], as_index=False)["seq"].max()
+    mem = mem.merge(furthest.rename(columns={"seq": "top"}), on=["g", "rank"], how="left")
+    no_entry = mem["top"].isna() & mem["dumped"]
+    if no_entry.any():
+        pairs = mem.loc[no_entry, ["g", "rank"]].itertuples(index=False)
+        mem.loc[no_entry, "top"] = [grp.last_enqueued.get((str(k), int(r)), 0) for k, r in pairs]
+    span = mem[mem["dumped"]].groupby("g")["top"].agg(["min", "max"])
+    return mem, span
+
+
+def _first_stuck(c: pd.DataFrame, span: pd.DataFrame, grp: _Groups) -> pd.DataFrame:
+    """Per group: the lowest seq the members disagree on (op: desync; sizes or dtypes:
+    mismatch) or that one never enqueued while another went further (missing)."""
+    per = c.groupby(["g", "seq"]).agg(
+        n=("rank", "size"),
+        op_lo=("op_code", "min"),
+        op_hi=("op_code", "max"),
+        sig_lo=("sig", "min"),
+        sig_hi=("sig", "max"),
+    )
+    per = per[per["n"] > 1]
+    desync = per[per["op_lo"] != per["op_hi"]].reset_index().groupby("g")["seq"].min()
+    mism = per[(per["op_lo"] == per["op_hi"]) & (per["sig_lo"] != per["sig_hi"])]
+    gtab = pd.DataFrame(index=pd.Index(sorted(grp.members), name="g"))
+    gtab["missing_at"] = (span["min"] + 1).where(span["min"] < span["max"])
+    gtab["desync_at"] = desync
+    gtab["mismatch_at"] = mism.reset_index().groupby("g")["seq"].min()
+    gtab["stuck_seq"] = gtab[["missing_at", "desync_at", "mismatch_at"]].min(axis=1)
+    gtab["kind"] = None
+    gtab["tie"] = False
+    for col, kind in (
+        ("mismatch_at", "mismatch"),
+        ("desync_at", "desync"),
+        ("missing_at", "missing"),
+    ):
+        hit = gtab[col].notna() & (gtab[col] == gtab["stuck_seq"])
+        gtab.loc[hit, "kind"] = kind  # missing wins a tie (it is listed last)
+    return gtab
+
+
+def _where(
+    last: pd.DataFrame,
+    p2p_nodes: dict[tuple[str, Any], dict[str, Any]],
+    status_at: dict[str, dict[int, str]],
+    gtab: pd.DataFrame,
+) -> dict[int, tuple[str, Any]]:
+    """Where each rank waits: its last entry, when that is a stuck point (a group's first
+    stuck collective it called, or a send/recv whose other half is absent)."""
+    where: dict[int, tuple[str, Any]] = {}
+    for r, k, p2p, s in zip(
+        last.index, last["g"], last["is_p2p"], last["collective_seq_id"], strict=True
+    ):
+        r = int(r)
+        if _truthy(p2p):
+            if ("p", r) in p2p_nodes:
+                where[r] = ("p", r)
+        elif str(k) in status_at and r in status_at[str(k)]:
+            st = gtab.loc[str(k), "stuck_seq"]
+            if not pd.isna(s) and int(s) >= int(st):
+                where[r] = ("c", str(k))
+    return where
+
+
+def _answer(
+    ctx: _Ctx,
+    nodes: list[tuple[str, Any]],
+    gtab: pd.DataFrame,
+    span: pd.DataFrame,
+    states_kept: bool,
+    missing: tuple[int, ...],
+) -> tuple[str, str, list[dict[str, Any]], list[str]]:
+    """The verdict, the answer, the chain's rows and the first evidence lines: the stuck
+    point whose chain ends at a rank waiting nowhere and that most ranks wait on; else a loop
+    (deadlock); else a collective all called that did not complete; else nothing stuck."""
+    nxt: dict[tuple[str, Any], list[tuple[str, Any]]] = {}
+    for n in nodes:
+        out = []
+        for r in ctx.culprits(n):
+            w = ctx.where.get(r)
+            if w is not None and w != n and r in ctx.waiters(w):
+                out.append(w)
+        nxt[n] = list(dict.fromkeys(out))
+    ends = [
+        n
+        for n in nodes
+        if any(
+            not _waits(r, ctx.where, ctx.waiters) or ctx.where.get(r) == n for r in ctx.culprits(n)
+        )
+    ]
+    upstream = {n: _upstream(n, nxt) for n in nodes}
+    evidence: list[str] = []
+    if ends:
+        score = {n: len({w for m in upstream[n] for w in ctx.waiters(m)}) for n in ends}
+        root = sorted(ends, key=lambda n: (-score[n], _node_order(n)))[0]
+        verdict, answer, rows = _explain(root, ctx, gtab, upstream[root], nxt)
+        for n in ends:
+            if n not in upstream[root]:
+                evidence.append("also stuck: " + _explain(n, ctx, gtab, upstream[n], nxt)[1])
+        return verdict, answer, rows, evidence
+    if nodes:
+        return (*_deadlock(nodes, nxt, ctx), evidence)
+    stalled = _stalled(ctx, gtab, span) if states_kept else None
+    if stalled is not None:
+        return "stalled", stalled, [], evidence
+    return (*_healthy(span, ctx.c, ctx.grp, missing), [], evidence)
+
+
+def _stalled(ctx: _Ctx, gtab: pd.DataFrame, span: pd.DataFrame) -> str | None:
+    """Every dumped member called a group's last collective and it has not completed (only
+    where the dumps keep states): the first such group's answer."""
+    c = ctx.c
+    for k in gtab.index[gtab["stuck_seq"].isna()]:
+        if k not in span.index:
+            continue
+        top = int(span.loc[k, "max"])
+        at = c[(c["g"] == k) & (c["seq"] == top)]
+        n = int(((ctx.mem["g"] == k) & ctx.mem["dumped"]).sum())
+        done = (at["state"] == "completed").fillna(False) | at["time_completed_ns"].notna()
+        undone = sorted(int(r) for r in at.loc[~done.to_numpy(bool), "rank"])
+        if top > 0 and len(at) == n and undone:
+            return (
+                f"every member of {ctx.gname(str(k))} called {_short_op(at['op'].iloc[0])} "
+                f"#{top}, and it has not completed on {_ranks_text(undone)}: all arrived, so "
+                "the collective itself is stuck (the network, a device, or a kernel queued "
+                "before it)"
+            )
+    return None
 
 
 # --- the stuck points ---------------------------------------------------------------------
@@ -452,6 +492,7 @@ def _stuck_points(
         return [], {}, {}, {}
     sp["g"] = sp["g"].astype("string")
     at = c.merge(sp, on=["g", "seq"])
+
     # the majority's op, then the majority's signature among those: most ranks, a tie to the
     # side holding the lowest rank
     def majority(by: str, frame: pd.DataFrame) -> pd.Series:
@@ -463,7 +504,9 @@ def _stuck_points(
     maj_sig = majority("sig", at[at["op_code"].to_numpy() == maj_op.reindex(at["g"]).to_numpy()])
     ties = at.groupby(["g", "op_code"]).size().groupby("g").agg(lambda s: list(s))
     rows = mem.merge(sp, on="g").merge(
-        at[["g", "rank", "op", "op_code", "sig", "input_sizes", "input_dtypes"]],
+        at[["g", "rank", "op", "op_code", "sig", "input_sizes", "input_dtypes", "frame"]].rename(
+            columns={"frame": "frame_at"}
+        ),
         on=["g", "rank"],
         how="left",
     )
@@ -518,7 +561,7 @@ def _stuck_points(
                 "last_op": lrow["op"] if dumped else None,
                 "last_pg": lrow["g"] if dumped else None,
                 "last_seq": _entry_seq(lrow) if dumped else None,
-                "frame": lrow["frame"] if dumped else None,
+                "frame": row.frame_at if has.iloc[i] else (lrow["frame"] if dumped else None),
                 "waits_for": None,
             }
         )
@@ -541,7 +584,6 @@ def _p2p_stuck(
     e: pd.DataFrame,
     is_p2p: np.ndarray,
     grp: _Groups,
-    last: pd.DataFrame,
     dumped: set[int],
 ) -> dict[tuple[str, Any], dict[str, Any]]:
     """Sends and recvs that are their rank's last entry and whose other half the peer never
@@ -570,12 +612,36 @@ def _p2p_stuck(
     src = np.array([to_global(k, int(x)) for k, x in zip(g, src_l, strict=True)], dtype=np.int64)
     dst = np.array([to_global(k, int(x)) for k, x in zip(g, dst_l, strict=True)], dtype=np.int64)
     t = pd.DataFrame(
-        {"g": g, "src": src, "dst": dst, "send": send, "rank": p["rank"].to_numpy(),
-         "idx": p.index.to_numpy(), "seq": p["p2p_seq_id"].to_numpy(), "op": p["op"].to_numpy()}
+        {
+            "g": g,
+            "src": src,
+            "dst": dst,
+            "send": send,
+            "rank": p["rank"].to_numpy(),
+            "idx": p.index.to_numpy(),
+            "seq": p["p2p_seq_id"].to_numpy(),
+            "op": p["op"].to_numpy(),
+        }
     )
     t["n"] = t.groupby(["g", "src", "dst", "send"]).cumcount()
-    sends = set(zip(t.loc[t["send"], "g"], t.loc[t["send"], "src"], t.loc[t["send"], "dst"], t.loc[t["send"], "n"], strict=True))
-    recvs = set(zip(t.loc[~t["send"], "g"], t.loc[~t["send"], "src"], t.loc[~t["send"], "dst"], t.loc[~t["send"], "n"], strict=True))
+    sends = set(
+        zip(
+            t.loc[t["send"], "g"],
+            t.loc[t["send"], "src"],
+            t.loc[t["send"], "dst"],
+            t.loc[t["send"], "n"],
+            strict=True,
+        )
+    )
+    recvs = set(
+        zip(
+            t.loc[~t["send"], "g"],
+            t.loc[~t["send"], "src"],
+            t.loc[~t["send"], "dst"],
+            t.loc[~t["send"], "n"],
+            strict=True,
+        )
+    )
     last_idx = set(e.reset_index().drop_duplicates("rank", keep="last")["index"])
     out: dict[tuple[str, Any], dict[str, Any]] = {}
     for row in t[t["idx"].isin(last_idx)].itertuples(index=False):
@@ -600,9 +666,7 @@ def _waits(r: int, where: dict[int, tuple[str, Any]], waiters: Any) -> bool:
     return w is not None and r in waiters(w)
 
 
-def _upstream(
-    n: tuple[str, Any], nodes: list[tuple[str, Any]], nxt: dict[tuple[str, Any], list[Any]]
-) -> list[tuple[str, Any]]:
+def _upstream(n: tuple[str, Any], nxt: dict[tuple[str, Any], list[Any]]) -> list[tuple[str, Any]]:
     """``n`` and every stuck point whose chain leads to it, nearest first."""
     rev: dict[Any, list[Any]] = {}
     for a, bs in nxt.items():
@@ -618,7 +682,7 @@ def _upstream(
     return seen
 
 
-def _node_order(n: tuple[str, Any], gtab: pd.DataFrame) -> tuple[int, str]:
+def _node_order(n: tuple[str, Any]) -> tuple[int, str]:
     return (0, str(n[1])) if n[0] == "c" else (1, str(n[1]))
 
 
@@ -661,7 +725,10 @@ class _Ctx:
         if n[0] == "c":
             k = str(n[1])
             s = self.seq_of(n)
-            op = next((d["op"] for d in self.stuck_rows if d["pg"] == k and d["status"] == "waiting"), None)
+            op = next(
+                (d["op"] for d in self.stuck_rows if d["pg"] == k and d["status"] == "waiting"),
+                None,
+            )
             return f"{_short_op(op)} #{s} of {self.gname(k)}"
         d = self.p2p[n]
         way = "from" if d["kind"] == "recv" else "to"
@@ -701,66 +768,23 @@ def _explain(
     nxt: dict[tuple[str, Any], list[Any]],
 ) -> tuple[str, str, list[dict[str, Any]]]:
     """The verdict, the one-line answer and the chain rows for the stuck point ``root``."""
-    ends = [r for r in ctx.culprits(root) if not _waits(r, ctx.where, ctx.waiters) or ctx.where.get(r) == root]
+    ends = [
+        r
+        for r in ctx.culprits(root)
+        if not _waits(r, ctx.where, ctx.waiters) or ctx.where.get(r) == root
+    ]
     if root[0] == "p":
-        d = ctx.p2p[root]
-        peer = d["peer"]
-        other = "send" if d["kind"] == "recv" else "recv"
-        head = f"rank {d['rank']} waits in {ctx.point(root)}: "
-        if peer not in ctx.dumped:
-            head += f"rank {peer} dumped nothing: it may be the one stuck"
-        else:
-            head += f"rank {peer} never posted the matching {other}; its last entry is {ctx.last_entry(peer)}"
-        verdict, answer = "p2p", head
+        verdict, answer = "p2p", _p2p_clause(root, ctx)
     else:
-        k = str(root[1])
-        s = ctx.seq_of(root)
-        op = _short_op(gtab.loc[k, "stuck_op"])
-        what = f"{op} #{s} of {ctx.gname(k)}"
-        by: dict[str, list[int]] = {}
-        for r in ends:
-            by.setdefault(str(ctx.row(k, r).get("status")), []).append(r)
-        clauses: list[str] = []
-        verdict = str(gtab.loc[k, "kind"])
-        for st in ("desync", "missing", "mismatch"):
-            rs = sorted(by.get(st, []))
-            if not rs:
-                continue
-            who = _ranks_text(rs)
-            if st == "desync":
-                did = sorted({_short_op(ctx.row(k, r)["op"]) for r in rs})
-                clauses.append(f"{who} never called {what}: {'it' if len(rs) == 1 else 'they'} called {' / '.join(did)}")
-            elif st == "missing":
-                if len(rs) <= 3:
-                    lasts = "; ".join(
-                        ("its" if len(rs) == 1 else f"rank {r}'s") + f" last entry is {ctx.last_entry(r)}"
-                        for r in rs
-                    )
-                else:
-                    lasts = f"the first one's last entry is {ctx.last_entry(rs[0])}"
-                clauses.append(f"{who} never called {what}: {lasts}")
-            else:
-                r0 = rs[0]
-                mine = ctx.row(k, r0)
-                ref = next((d for d in ctx.stuck_rows if d["pg"] == k and d["status"] == "waiting"), {})
-                clauses.append(
-                    f"{who} called {what} with {_shape(mine)} where the others used {_shape(ref)}"
-                )
-        if not clauses:
-            clauses.append(f"{what}: no member's call explains it")
-            verdict = "missing"
-        answer = "; ".join(clauses)
-    # who waits for it
+        verdict, answer = _collective_clause(root, ctx, gtab, ends)
     w = sorted(ctx.waiters(root))
-    n_end = len(ends)
-    if root[0] == "c":
-        others = int(ctx.mem[(ctx.mem["g"] == str(root[1])) & ctx.mem["dumped"]].shape[0]) - len(
-            ctx.culprits(root)
-        )
-        if w and len(w) == others:
-            answer += f"; every other rank is waiting for {'it' if n_end == 1 else 'them'}"
-        elif w:
-            answer += f"; {_ranks_text(w)} {'waits' if len(w) == 1 else 'wait'} for {'it' if n_end == 1 else 'them'}"
+    it = "it" if len(ends) == 1 else "them"
+    if root[0] == "c" and w:
+        everyone = len(w) + len(ctx.culprits(root)) >= len(ctx.dumped)
+        if everyone:
+            answer += f"; every other rank is waiting for {it}"
+        else:
+            answer += f"; {_ranks_text(w)} {'waits' if len(w) == 1 else 'wait'} for {it}"
     path = _chain_path(root, ups, nxt)
     for m in reversed(path[:-1]):
         wm = sorted(ctx.waiters(m))
@@ -768,19 +792,99 @@ def _explain(
             f"; {_ranks_text(wm)} {'waits' if len(wm) == 1 else 'wait'} in {ctx.point(m)} for "
             f"{_ranks_text(sorted(ctx.culprits(m)))}"
         )
-    rows = []
-    for i, m in enumerate(path):
-        rows.append({"step": i, "ranks": json.dumps(sorted(ctx.waiters(m))), "pg": _pg_of(m, ctx),
-                     "seq": ctx.seq_of(m), "op": _op_of(m, ctx), "status": "waiting"})
+    return verdict, answer, _chain_rows(path, root, ends, verdict, ctx)
+
+
+def _p2p_clause(root: tuple[str, Any], ctx: _Ctx) -> str:
+    d = ctx.p2p[root]
+    peer = d["peer"]
+    head = f"rank {d['rank']} waits in {ctx.point(root)}: "
+    if peer not in ctx.dumped:
+        return head + f"rank {peer} dumped nothing: it may be the one stuck"
+    other = "send" if d["kind"] == "recv" else "recv"
+    return head + (
+        f"rank {peer} never posted the matching {other}; its last entry is {ctx.last_entry(peer)}"
+    )
+
+
+def _collective_clause(
+    root: tuple[str, Any], ctx: _Ctx, gtab: pd.DataFrame, ends: list[int]
+) -> tuple[str, str]:
+    """``rank 1 never called all_reduce #6 of group 0 (default_pg): it called barrier``, per
+    kind of culprit at the stuck point."""
+    k = str(root[1])
+    what = f"{_short_op(gtab.loc[k, 'stuck_op'])} #{ctx.seq_of(root)} of {ctx.gname(k)}"
+    by: dict[str, list[int]] = {}
+    for r in ends:
+        by.setdefault(str(ctx.row(k, r).get("status")), []).append(r)
+    clauses: list[str] = []
+    for st in ("desync", "missing", "mismatch"):
+        rs = sorted(by.get(st, []))
+        if not rs:
+            continue
+        who = _ranks_text(rs)
+        if st == "desync":
+            did = " / ".join(sorted({_short_op(ctx.row(k, r)["op"]) for r in rs}))
+            clauses.append(
+                f"{who} never called {what}: {'it' if len(rs) == 1 else 'they'} called {did}"
+            )
+        elif st == "missing":
+            if len(rs) <= 3:
+                lasts = "; ".join(
+                    ("its" if len(rs) == 1 else f"rank {r}'s")
+                    + f" last entry is {ctx.last_entry(r)}"
+                    for r in rs
+                )
+            else:
+                lasts = f"the first one's last entry is {ctx.last_entry(rs[0])}"
+            clauses.append(f"{who} never called {what}: {lasts}")
+        else:
+            ref = next((d for d in ctx.stuck_rows if d["pg"] == k and d["status"] == "waiting"), {})
+            clauses.append(
+                f"{who} called {what} with {_shape(ctx.row(k, rs[0]))} where the others used "
+                f"{_shape(ref)}"
+            )
+    if not clauses:
+        return "missing", f"{what}: no member's call explains it"
+    return str(gtab.loc[k, "kind"]), "; ".join(clauses)
+
+
+def _chain_rows(
+    path: list[tuple[str, Any]],
+    root: tuple[str, Any],
+    ends: list[int],
+    verdict: str,
+    ctx: _Ctx,
+) -> list[dict[str, Any]]:
+    """The chain as rows: each stuck point's waiting ranks, then the rank(s) at its end with
+    what they called there (or their last entry)."""
+    rows = [
+        {
+            "step": i,
+            "ranks": json.dumps(sorted(ctx.waiters(m))),
+            "pg": _pg_of(m, ctx),
+            "seq": ctx.seq_of(m),
+            "op": _op_of(m, ctx),
+            "status": "waiting",
+        }
+        for i, m in enumerate(path)
+    ]
     for r in sorted(ends):
         d = ctx.row(str(root[1]), r) if root[0] == "c" else {}
-        did = d.get("op") if d.get("op") is not None else (
-            ctx.last.loc[r, "op"] if r in ctx.last.index else None
+        did = d.get("op")
+        if did is None and r in ctx.last.index:
+            did = ctx.last.loc[r, "op"]
+        rows.append(
+            {
+                "step": len(path),
+                "ranks": json.dumps([r]),
+                "pg": _pg_of(root, ctx),
+                "seq": ctx.seq_of(root),
+                "op": did,
+                "status": d.get("status", verdict) if d else verdict,
+            }
         )
-        rows.append({"step": len(path), "ranks": json.dumps([r]), "pg": _pg_of(root, ctx),
-                     "seq": ctx.seq_of(root), "op": did,
-                     "status": d.get("status", verdict) if d else verdict})
-    return verdict, answer, rows
+    return rows
 
 
 def _point_lines(ctx: _Ctx, gtab: pd.DataFrame, groups: pd.DataFrame) -> list[str]:
@@ -845,7 +949,9 @@ def _pg_of(n: tuple[str, Any], ctx: _Ctx) -> str:
 def _op_of(n: tuple[str, Any], ctx: _Ctx) -> str | None:
     if n[0] == "p":
         return str(ctx.p2p[n]["op"])
-    return next((d["op"] for d in ctx.stuck_rows if d["pg"] == str(n[1]) and d["status"] == "waiting"), None)
+    return next(
+        (d["op"] for d in ctx.stuck_rows if d["pg"] == str(n[1]) and d["status"] == "waiting"), None
+    )
 
 
 def _shape(row: dict[str, Any]) -> str:
@@ -857,17 +963,19 @@ def _shape(row: dict[str, Any]) -> str:
 
 
 def _deadlock(
-    nodes: list[tuple[str, Any]], nxt: dict[tuple[str, Any], list[Any]], ctx: _Ctx, gtab: pd.DataFrame
+    nodes: list[tuple[str, Any]],
+    nxt: dict[tuple[str, Any], list[Any]],
+    ctx: _Ctx,
 ) -> tuple[str, str, list[dict[str, Any]]]:
     """Every culprit waits elsewhere: follow the chain until it repeats; the loop is the answer."""
-    cur = sorted(nodes, key=lambda n: _node_order(n, gtab))[0]
+    cur = sorted(nodes, key=_node_order)[0]
     path: list[tuple[str, Any]] = []
     while cur not in path:
         path.append(cur)
         if not nxt.get(cur):
             break
         cur = nxt[cur][0]
-    cycle = path[path.index(cur):] if cur in path else path
+    cycle = path[path.index(cur) :] if cur in path else path
     parts = []
     rows = []
     for i, m in enumerate(cycle):
@@ -876,8 +984,16 @@ def _deadlock(
             f"{_ranks_text(wm)} {'waits' if len(wm) == 1 else 'wait'} in {ctx.point(m)} for "
             f"{_ranks_text(sorted(ctx.culprits(m)))}"
         )
-        rows.append({"step": i, "ranks": json.dumps(wm), "pg": _pg_of(m, ctx), "seq": ctx.seq_of(m),
-                     "op": _op_of(m, ctx), "status": "waiting"})
+        rows.append(
+            {
+                "step": i,
+                "ranks": json.dumps(wm),
+                "pg": _pg_of(m, ctx),
+                "seq": ctx.seq_of(m),
+                "op": _op_of(m, ctx),
+                "status": "waiting",
+            }
+        )
     answer = (
         "deadlock: " + "; ".join(parts) + ": each waits for the other (collectives of different "
         "groups called in a different order, or sends and recvs that wait for each other)"
@@ -886,14 +1002,16 @@ def _deadlock(
 
 
 def _healthy(
-    gtab: pd.DataFrame, span: pd.DataFrame, c: pd.DataFrame, grp: _Groups, missing: tuple[int, ...]
+    span: pd.DataFrame, c: pd.DataFrame, grp: _Groups, missing: tuple[int, ...]
 ) -> tuple[str, str]:
     tops = []
     firsts = c.drop_duplicates(["g", "seq"]).set_index(["g", "seq"])["op"]
     for k in list(span.index)[:3]:
         s = int(span.loc[k, "max"])
         if s > 0:
-            tops.append(f"{_group_name(str(k), grp.desc.get(str(k)))}: {_short_op(firsts.get((k, s)))} #{s} last")
+            tops.append(
+                f"{_group_name(str(k), grp.desc.get(str(k)))}: {_short_op(firsts.get((k, s)))} #{s} last"
+            )
     more = f", and {len(span) - 3} more groups" if len(span) > 3 else ""
     where = f" ({'; '.join(tops)}{more})" if tops else ""
     if missing:
@@ -946,24 +1064,52 @@ def _groups_table(
                 "kind": gtab.loc[k, "kind"] if stuck is not None else None,
             }
         )
-    cols = ["pg", "pg_desc", "members", "members_known", "dumped", "last_ok_seq", "last_ok_op",
-            "stuck_seq", "stuck_op", "kind"]
+    cols = [
+        "pg",
+        "pg_desc",
+        "members",
+        "members_known",
+        "dumped",
+        "last_ok_seq",
+        "last_ok_op",
+        "stuck_seq",
+        "stuck_op",
+        "kind",
+    ]
     out = pd.DataFrame(rows, columns=cols)
-    return out.astype({"pg": "string", "pg_desc": "string", "members": "int64",
-                       "members_known": "boolean", "dumped": "int64", "last_ok_seq": "Int64",
-                       "last_ok_op": "string", "stuck_seq": "Int64", "stuck_op": "string",
-                       "kind": "string"})
+    return out.astype(
+        {
+            "pg": "string",
+            "pg_desc": "string",
+            "members": "int64",
+            "members_known": "boolean",
+            "dumped": "int64",
+            "last_ok_seq": "Int64",
+            "last_ok_op": "string",
+            "stuck_seq": "Int64",
+            "stuck_op": "string",
+            "kind": "string",
+        }
+    )
 
 
 # --- timings ------------------------------------------------------------------------------
 
-TIMING_COLUMNS = ("pg", "seq", "op", "ranks", "first_arrival_ns", "arrival_spread_ns",
-                  "last_rank", "duration_ns")
+TIMING_COLUMNS = (
+    "pg",
+    "seq",
+    "op",
+    "ranks",
+    "first_arrival_ns",
+    "arrival_spread_ns",
+    "last_rank",
+    "duration_ns",
+)
 LATE_COLUMNS = ("pg", "rank", "times_last", "caused_wait_ns", "waited_ns")
 
 
 def _timings(
-    c: pd.DataFrame, gtab: pd.DataFrame, mem: pd.DataFrame, grp: _Groups
+    c: pd.DataFrame, gtab: pd.DataFrame, mem: pd.DataFrame
 ) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
     """Per collective every dumped member reached (before any stuck point): arrival spread and
     the last arrival; per (group, rank) the wait it caused (credited once, to the last arrival of
@@ -986,8 +1132,11 @@ def _timings(
         return empty_t, empty_l, notes
     t = t.assign(tc=t["time_created_ns"].astype("int64"))
     agg = t.groupby(["g", "seq"]).agg(
-        ranks=("rank", "size"), first=("tc", "min"), lastt=("tc", "max"),
-        done=("time_completed_ns", "max"), ndone=("time_completed_ns", "count"),
+        ranks=("rank", "size"),
+        first=("tc", "min"),
+        lastt=("tc", "max"),
+        done=("time_completed_ns", "max"),
+        ndone=("time_completed_ns", "count"),
     )
     need = ndumped.reindex(agg.index.get_level_values("g")).to_numpy()
     agg = agg[(agg["ranks"].to_numpy() == need) & (agg["ranks"].to_numpy() >= 2)]
@@ -1030,8 +1179,13 @@ def _timings(
     late["times_last"] = times_last.reindex(late.index).fillna(0)
     late = late.reset_index().rename(columns={"g": "pg"})
     late = late[list(LATE_COLUMNS)].astype(
-        {"pg": "string", "rank": "int64", "times_last": "int64", "caused_wait_ns": "int64",
-         "waited_ns": "int64"}
+        {
+            "pg": "string",
+            "rank": "int64",
+            "times_last": "int64",
+            "caused_wait_ns": "int64",
+            "waited_ns": "int64",
+        }
     )
     return timings, late.reset_index(drop=True), notes
 
@@ -1041,7 +1195,9 @@ def _slow_lines(late: pd.DataFrame, timings: pd.DataFrame, grp: _Groups) -> list
     if late.empty:
         return []
     out = []
-    top = late.sort_values(["caused_wait_ns", "rank"], ascending=[False, True]).drop_duplicates("pg")
+    top = late.sort_values(["caused_wait_ns", "rank"], ascending=[False, True]).drop_duplicates(
+        "pg"
+    )
     top = top[top["caused_wait_ns"] > 0].head(3)
     for row in top.itertuples(index=False):
         k = str(row.pg)

@@ -1,0 +1,260 @@
+"""The hang analysis (run/hang.py) on hand-built Flight Recorder records: each case's expected
+answer derived in its comment from the rules of docs/hang.md; then the real sample dumps."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from fr_builders import entry, records
+
+from traceoverlap.run.hang import diagnose_hang
+
+AR = "gloo:all_reduce"
+
+
+def _seqs(rank: int, n: int, **kw: object) -> list[dict[str, object]]:
+    return [entry(rank, s, **kw) for s in range(1, n + 1)]  # type: ignore[arg-type]
+
+
+def test_missing_rank_is_named_with_its_last_entry() -> None:
+    # 4 ranks in the default group; 0, 1, 3 enqueued all_reduce #1-#6, rank 2 only #1-#5.
+    # Lowest furthest seq 5 < highest 6 -> first stuck point #6 (missing). Rank 2 has no entry
+    # there: missing; its last entry is #5 (frame train.py:15 by the builder's 10 + seq).
+    # Ranks 0, 1, 3 called the majority's all_reduce: waiting, all the other members.
+    rows = _seqs(0, 6) + _seqs(1, 6) + _seqs(2, 5) + _seqs(3, 6)
+    h = diagnose_hang(records(rows, world=(0, 1, 2, 3)))
+    assert h.verdict == "missing"
+    assert h.answer == (
+        "rank 2 never called all_reduce #6 of group 0 (default_pg): its last entry is "
+        "all_reduce #5 of group 0 (default_pg), at train.py:15 in step; every other rank is "
+        "waiting for it"
+    )
+    g = h.groups.iloc[0]
+    assert (g["last_ok_seq"], g["stuck_seq"], g["kind"]) == (5, 6, "missing")
+    st = dict(zip(h.stuck["rank"], h.stuck["status"], strict=True))
+    assert st == {0: "waiting", 1: "waiting", 2: "missing", 3: "waiting"}
+    assert json.loads(h.stuck.loc[h.stuck["rank"] == 0, "waits_for"].iloc[0]) == [2]
+
+
+def test_desync_names_the_rank_against_the_majority() -> None:
+    # 4 ranks agree on #1-#2; at #3 ranks 1, 2, 3 call all_reduce, rank 0 broadcast: 3 against
+    # 1, so rank 0 deviated (the majority wins over the lowest-rank tie-break).
+    rows = []
+    for r in range(4):
+        rows += _seqs(r, 2)
+        rows.append(entry(r, 3, op="gloo:broadcast" if r == 0 else AR))
+    h = diagnose_hang(records(rows))
+    assert h.verdict == "desync"
+    assert h.answer == (
+        "rank 0 never called all_reduce #3 of group 0 (default_pg): it called broadcast; every "
+        "other rank is waiting for it"
+    )
+    assert "no majority" not in " ".join(h.evidence)
+
+
+def test_desync_tie_takes_the_lowest_ranks_call_and_says_so() -> None:
+    # 2 ranks: rank 0 all_reduce #2, rank 1 barrier #2: 1 against 1, no majority; the side
+    # holding rank 0 is the reference, so rank 1 deviated, and the evidence says it was a tie.
+    rows = [entry(0, 1), entry(1, 1), entry(0, 2), entry(1, 2, op="gloo:barrier", sizes=())]
+    h = diagnose_hang(records(rows))
+    assert h.answer.startswith(
+        "rank 1 never called all_reduce #2 of group 0 (default_pg): it called barrier"
+    )
+    assert any("no majority" in line for line in h.evidence)
+
+
+@pytest.mark.parametrize(
+    ("kw", "shown"),
+    [({"sizes": ((500,),)}, "[[500]] Float"), ({"dtypes": ("Half",)}, "[[1000]] Half")],
+    ids=["size", "dtype"],
+)
+def test_size_or_dtype_mismatch(kw: dict[str, object], shown: str) -> None:
+    # 3 ranks, all call all_reduce #1; rank 1's inputs differ (500 elements, or Half): the
+    # same op, a different signature -> mismatch; the majority (ranks 0, 2) used [[1000]] Float.
+    rows = [entry(0, 1), entry(1, 1, **kw), entry(2, 1)]  # type: ignore[arg-type]
+    h = diagnose_hang(records(rows))
+    assert h.verdict == "mismatch"
+    assert h.answer == (
+        f"rank 1 called all_reduce #1 of group 0 (default_pg) with {shown} where the others used "
+        "[[1000]] Float; every other rank is waiting for it"
+    )
+
+
+def test_chain_across_groups_ends_at_the_rank_that_waits_nowhere() -> None:
+    # World 4. Group 1 (tp) = ranks 2, 3 (members recorded). Everyone did all_reduce #1-#3 of
+    # group 0; ranks 0, 1 then enqueued #4 of group 0. Rank 2 then called #1 of group 1 and
+    # waits there; rank 3 called nothing more (last entry: #3 of group 0, train.py:13).
+    # Group 0: furthest seqs 4, 4, 3, 3 -> stuck at #4, ranks 2, 3 missing. Rank 2's last
+    # entry is a waiting point (group 1 #1, where it called the only call) -> follow it:
+    # group 1: rank 2 at 1, rank 3 at 0 -> stuck at #1, rank 3 missing, waiting nowhere: the
+    # end of the chain. Group 1 explains the waits of ranks 2, 0, 1 (3 ranks), group 0 only of
+    # ranks 0, 1: group 1 is the answer, group 0's wait is the rest of the chain.
+    rows = _seqs(0, 4) + _seqs(1, 4) + _seqs(2, 3) + _seqs(3, 3)
+    rows.append(entry(2, 1, pg="1", desc="tp"))
+    groups = [{"rank": r, "pg_name": "1", "pg_desc": "tp", "members": "[2, 3]"} for r in (2, 3)]
+    h = diagnose_hang(records(rows, groups, world=(0, 1, 2, 3)))
+    assert h.verdict == "missing"
+    assert h.answer == (
+        "rank 3 never called all_reduce #1 of group 1 (tp): its last entry is all_reduce #3 of "
+        "group 0 (default_pg), at train.py:13 in step; rank 2 waits for it; "
+        "ranks 0 and 1 wait in all_reduce #4 of group 0 (default_pg) for ranks 2 and 3"
+    )
+    assert list(h.chain["pg"]) == ["0", "1", "1"]
+    assert json.loads(h.chain["ranks"].iloc[-1]) == [3]
+
+
+def test_groups_entered_in_a_different_order_is_a_deadlock() -> None:
+    # Groups a and b, both ranks 0 and 1. Rank 0 calls a #1 then would call b #1; rank 1 calls
+    # b #1 first. a: rank 1 missing, rank 1 waits in b; b: rank 0 missing, rank 0 waits in a:
+    # the chain returns to itself, no rank waits nowhere -> deadlock.
+    rows = [entry(0, 1, pg="a", desc="A"), entry(1, 1, pg="b", desc="B")]
+    groups = [{"rank": r, "pg_name": k, "members": "[0, 1]"} for r in (0, 1) for k in ("a", "b")]
+    h = diagnose_hang(records(rows, groups))
+    assert h.verdict == "deadlock"
+    assert h.answer.startswith(
+        "deadlock: rank 0 waits in all_reduce #1 of group a (A) for rank 1; rank 1 waits in "
+        "all_reduce #1 of group b (B) for rank 0"
+    )
+
+
+def test_recv_whose_send_never_came() -> None:
+    # NCCL-style, 3 ranks. All did all_reduce #1-#2. Rank 0 then enqueued #3; rank 2 posted a
+    # recv from rank 1 (its p2p #1, "recv 2<-1"); rank 1's last entry is #2 (busy elsewhere):
+    # no "send 1->2" anywhere. Group 0 at #3: ranks 1, 2 missing; rank 2 waits in the recv,
+    # whose peer rank 1 waits nowhere: the chain ends at rank 1 through the recv. The recv
+    # explains ranks 2 and 0, group 0 alone only rank 0 -> the recv is the answer.
+    rows = []
+    for r in range(3):
+        rows += _seqs(r, 2, op="nccl:all_reduce")
+    rows.append(entry(0, 3, op="nccl:all_reduce"))
+    rows.append(entry(2, 0, op="nccl:recv 2<-1", p2p_seq=1))
+    h = diagnose_hang(records(rows))
+    assert h.verdict == "p2p"
+    assert h.answer == (
+        "rank 2 waits in recv from rank 1 (p2p #1) of group 0 (default_pg): rank 1 never posted "
+        "the matching send; its last entry is all_reduce #2 of group 0 (default_pg), at "
+        "train.py:12 in step; rank 0 waits in all_reduce #3 of group 0 (default_pg) for ranks 1 "
+        "and 2"
+    )
+
+
+def test_matched_send_and_recv_are_not_stuck() -> None:
+    # send 0->1 (rank 0's p2p #1) and recv 1<-0 (rank 1's p2p #1) pair: the 1st send from 0 to
+    # 1 with the 1st recv on 1 from 0. Nothing else: nothing stuck.
+    rows = [
+        entry(0, 1, op="nccl:all_reduce"),
+        entry(1, 1, op="nccl:all_reduce"),
+        entry(0, 0, op="nccl:send 0->1", p2p_seq=1),
+        entry(1, 0, op="nccl:recv 1<-0", p2p_seq=1),
+    ]
+    h = diagnose_hang(records(rows))
+    assert h.verdict == "healthy"
+
+
+def test_healthy_says_nothing_is_stuck() -> None:
+    # 2 ranks, the same all_reduce #1-#5: no disagreement, equal furthest seqs.
+    h = diagnose_hang(records(_seqs(0, 5) + _seqs(1, 5)))
+    assert h.verdict == "healthy"
+    assert h.answer == (
+        "nothing is stuck: every rank of every group reached the same collectives with the same "
+        "ops, sizes and dtypes (group 0 (default_pg): all_reduce #5 last)"
+    )
+    assert h.stuck.empty
+
+
+def test_partial_dumps_are_hedged() -> None:
+    # World 4, ranks 0-2 dumped and agree up to #5; rank 3 dumped nothing: nothing is stuck
+    # among the dumps, but rank 3 may be the one stuck.
+    rows = _seqs(0, 5) + _seqs(1, 5) + _seqs(2, 5)
+    h = diagnose_hang(records(rows, world=(0, 1, 2, 3)))
+    assert h.verdict == "partial"
+    assert h.answer.endswith("rank 3 dumped nothing: it may be the one stuck")
+    # and with a stuck point among the dumps, the answer stands and the evidence hedges
+    rows = _seqs(0, 6) + _seqs(1, 6) + _seqs(2, 5)
+    h = diagnose_hang(records(rows, world=(0, 1, 2, 3)))
+    assert h.answer.startswith("rank 2 never called all_reduce #6")
+    assert h.missing_ranks == (3,)
+    assert any(line.startswith("rank 3 dumped nothing") for line in h.evidence)
+
+
+def test_stalled_when_everyone_arrived_and_it_did_not_complete() -> None:
+    # States recorded (NCCL): #1 completed on both, #2 started on both and not completed:
+    # every member arrived -> stalled, not a missing rank.
+    rows = [
+        entry(r, 1, op="nccl:all_reduce", state="completed", time_completed_ns=10) for r in (0, 1)
+    ] + [entry(r, 2, op="nccl:all_reduce", state="started") for r in (0, 1)]
+    h = diagnose_hang(records(rows))
+    assert h.verdict == "stalled"
+    assert h.answer.startswith("every member of group 0 (default_pg) called all_reduce #2")
+
+
+def test_arrival_spread_and_credit() -> None:
+    # 3 ranks, 2 collectives, creation times (ns):
+    #   #1: r0 100, r1 300, r2 150 -> last rank 1, spread 200; waits r0 200, r2 150 (350 to r1)
+    #       completed at 400, 420, 410 on all -> duration 420 - 300 = 120
+    #   #2: r0 1000, r1 1010, r2 1500 -> last rank 2, spread 500; waits r0 500, r1 490 (990
+    #       to r2); no completion time -> duration null
+    # late: r0 last 0 times, caused 0, waited 700; r1 once, caused 350, waited 490;
+    #       r2 once, caused 990, waited 150. States "completed" so nothing is stalled.
+    t1 = {0: 100, 1: 300, 2: 150}
+    d1 = {0: 400, 1: 420, 2: 410}
+    t2 = {0: 1000, 1: 1010, 2: 1500}
+    rows = []
+    for r in range(3):
+        rows.append(
+            entry(
+                r,
+                1,
+                op="nccl:all_reduce",
+                state="completed",
+                time_created_ns=t1[r],
+                time_completed_ns=d1[r],
+            )
+        )
+        rows.append(entry(r, 2, op="nccl:all_reduce", state="completed", time_created_ns=t2[r]))
+    h = diagnose_hang(records(rows))
+    assert h.verdict == "healthy"
+    t = h.timings.set_index("seq")
+    assert list(t["arrival_spread_ns"]) == [200, 500]
+    assert list(t["last_rank"]) == [1, 2]
+    assert t.loc[1, "duration_ns"] == 120
+    assert t["duration_ns"].isna().tolist() == [False, True]
+    late = h.late.set_index("rank")
+    assert late["times_last"].tolist() == [0, 1, 1]
+    assert late["caused_wait_ns"].tolist() == [0, 350, 990]
+    assert late["waited_ns"].tolist() == [700, 490, 150]
+    # the caused waiting sums to the waited (credited once)
+    assert late["caused_wait_ns"].sum() == late["waited_ns"].sum()
+    assert any("slowest arrival in group 0 (default_pg): rank 2" in x for x in h.evidence)
+
+
+def test_no_creation_times_says_so() -> None:
+    h = diagnose_hang(records(_seqs(0, 2) + _seqs(1, 2)))
+    assert h.timings.empty
+    assert any("no creation times" in n for n in h.notes)
+
+
+SAMPLE = Path(__file__).resolve().parents[1] / "fixtures" / "flightrec" / "sample_gloo_2rank"
+
+
+def test_real_sample_gloo_barrier_instead_of_all_reduce() -> None:
+    # /work/fr-sample/hang.py: 2 ranks, 5 all_reduces, then rank 0 all_reduce #6 and rank 1
+    # barrier #6 (by construction): desync at #6, rank 1 against rank 0 (a tie: rank 0's call
+    # is the reference), rank 0 waiting.
+    if not (SAMPLE / "fr_0").exists():
+        pytest.skip("the sample dumps are not in fixtures/flightrec yet")
+    try:
+        from traceoverlap.readers.flightrec import read_flight_records
+    except ImportError:
+        from fr_builders import load_pickles as read_flight_records  # type: ignore[assignment]
+    recs = read_flight_records([SAMPLE / "fr_0", SAMPLE / "fr_1"])  # type: ignore[list-item]
+    h = diagnose_hang(recs)
+    assert h.answer == (
+        "rank 1 never called all_reduce #6 of group 0 (default_pg): it called barrier; every "
+        "other rank is waiting for it"
+    )
+    assert int(h.groups.iloc[0]["last_ok_seq"]) == 5
+    assert len(h.timings) == 5  # the five all_reduces both reached; arrivals only (gloo)
+    assert h.timings["duration_ns"].isna().all()
