@@ -155,19 +155,25 @@ class _Groups:
 
 
 def _group_key(pg_name: pd.Series, pg_id: pd.Series) -> pd.Series:
+    """The group's name; ``#<pg_id>`` where a dump gives none."""
     key = pg_name.astype("string")
+    if not key.isna().any():
+        return key
     return key.fillna("#" + pg_id.astype("string").fillna("?"))
 
 
 def _most_common(keys: pd.Series, values: pd.Series) -> dict[str, Any]:
     """Per key, the value most rows give (nulls and empty strings ignored)."""
-    src = pd.DataFrame({"k": keys.to_numpy(), "v": values.to_numpy()}).dropna()
-    src = src[src["v"] != ""]
-    if src.empty:
-        return {}
-    top = src.groupby(["k", "v"]).size().reset_index(name="n")
-    top = top.sort_values(["k", "n"], ascending=[True, False]).drop_duplicates("k")
-    return {str(k): v for k, v in zip(top["k"], top["v"], strict=True)}
+    kc, ku = pd.factorize(keys)
+    vc, vu = pd.factorize(values)
+    pairs = pd.DataFrame({"k": kc, "v": vc})
+    top = pairs[(pairs["k"] >= 0) & (pairs["v"] >= 0)].value_counts().reset_index(name="n")
+    top = top.sort_values(["k", "n", "v"], ascending=[True, False, True])
+    out: dict[str, Any] = {}
+    for k, v in zip(top["k"], top["v"], strict=True):
+        if vu[v] != "" and str(ku[k]) not in out:
+            out[str(ku[k])] = vu[v]
+    return out
 
 
 def _groups(records: FlightRecords, e: pd.DataFrame) -> tuple[_Groups, list[str]]:
@@ -252,9 +258,10 @@ def diagnose_hang(records: FlightRecords) -> HangReport:
             "collective, or the recorder was off: set TORCH_FR_BUFFER_SIZE)"
         )
         return _empty_report(records, answer, notes)
-    e = records.entries.reset_index(drop=True).copy()
+    e = records.entries.reset_index(drop=True)
     e["g"] = _group_key(e["pg_name"], e["pg_id"])
-    e["op_code"] = _codes(e["op"])
+    op_codes, op_names = pd.factorize(e["op"], use_na_sentinel=False)
+    e["op_code"] = op_codes.astype(np.int64)
     grp, gnotes = _groups(records, e)
     notes += gnotes
     dumped = set(records.ranks) | {int(r) for r in e["rank"].unique()}
@@ -299,7 +306,7 @@ def diagnose_hang(records: FlightRecords) -> HangReport:
             "stuck too (a rank stuck outside a collective, or killed, dumps nothing); the "
             "answer is from the ranks that dumped",
         )
-    notes += _p2p_unrecorded(e, is_p2p)
+    notes += _p2p_unrecorded(op_names, is_p2p)
     groups_out = _groups_table(gtab, grp, mem, span, c)
     evidence[:0] = _point_lines(ctx, gtab, groups_out)
     timings, late, tnotes = _timings(c, gtab, mem)
@@ -1027,11 +1034,10 @@ def _healthy(
     )
 
 
-def _p2p_unrecorded(e: pd.DataFrame, is_p2p: np.ndarray) -> list[str]:
+def _p2p_unrecorded(op_names: Any, is_p2p: np.ndarray) -> list[str]:
     if is_p2p.any():
         return []
-    gloo = e["op"].astype("string").str.startswith("gloo:").fillna(False).any()
-    if not gloo:
+    if not any(isinstance(o, str) and o.startswith("gloo:") for o in op_names):
         return []
     return [
         "gloo records no send/recv in the Flight Recorder: a rank blocked in one shows only its "
