@@ -258,3 +258,84 @@ def test_real_sample_gloo_barrier_instead_of_all_reduce() -> None:
     assert int(h.groups.iloc[0]["last_ok_seq"]) == 5
     assert len(h.timings) == 5  # the five all_reduces both reached; arrivals only (gloo)
     assert h.timings["duration_ns"].isna().all()
+
+
+# --- reporters and the command -------------------------------------------------------------
+
+
+def test_text_report_wraps_and_strips_terminal_control() -> None:
+    # a desync whose op name carries an OSC title sequence (a crafted dump): the text report
+    # never shows the escape, and every line fits the width
+    evil = "gloo:broadcast\x1b]0;pwned\x07"
+    rows = [entry(0, 1), entry(1, 1), entry(2, 1, op=evil)]
+    from traceoverlap.reporters.hang_report import render_text
+
+    text = render_text(diagnose_hang(records(rows)), width=60)
+    assert "\x1b" not in text and "\x07" not in text
+    assert text.splitlines()[0] == "rank 2 never called all_reduce #1 of group 0 (default_pg):"
+    assert text.splitlines()[1] == "  it called broadcast; every other rank is waiting for it"
+    assert max(len(line) for line in text.splitlines()) <= 60
+
+
+def test_json_report_is_the_report_as_data() -> None:
+    from traceoverlap.reporters.hang_report import HANG_SCHEMA_VERSION, render_json
+
+    rows = _seqs(0, 6) + _seqs(1, 6) + _seqs(2, 5)
+    h = diagnose_hang(records(rows))
+    obj = json.loads(render_json(h))
+    assert obj["schema_version"] == HANG_SCHEMA_VERSION
+    assert obj["answer"] == h.answer and obj["verdict"] == "missing"
+    assert [r["rank"] for r in obj["stuck"] if r["status"] == "missing"] == [2]
+    assert obj["stuck"][0]["waits_for"] == [2]  # a list, not JSON text
+    assert obj["groups"][0]["stuck_seq"] == 6
+    assert obj["timings"] == [] and obj["late"] == []  # no creation times: nothing invented
+    assert "NaN" not in render_json(h)
+
+
+def test_hang_help_teaches_how_to_get_a_dump() -> None:
+    from click.testing import CliRunner
+
+    from traceoverlap.cli import main
+
+    out = CliRunner().invoke(main, ["hang", "--help"], terminal_width=100).output
+    for needle in ("TORCH_FR_BUFFER_SIZE", "_dump_fr_trace", "TORCH_FR_DUMP_TEMP_FILE", "--traces"):
+        assert needle in out, needle
+    assert "hang" in CliRunner().invoke(main, ["--help"]).output
+
+
+def _reader() -> object:
+    return pytest.importorskip("traceoverlap.readers.flightrec")
+
+
+def test_hang_command_on_the_sample(tmp_path: Path) -> None:
+    # the command end to end: the same answer as the analysis, text and JSON
+    _reader()
+    if not (SAMPLE / "fr_0").exists():
+        pytest.skip("the sample dumps are not in fixtures/flightrec yet")
+    from click.testing import CliRunner
+
+    from traceoverlap.cli import main
+
+    r = CliRunner().invoke(main, ["hang", str(SAMPLE / "fr_0"), str(SAMPLE / "fr_1")])
+    assert r.exit_code == 0, r.output
+    assert r.output.startswith("rank 1 never called all_reduce #6 of group 0 (default_pg)")
+    out = tmp_path / "h.json"
+    r = CliRunner().invoke(
+        main,
+        ["hang", str(SAMPLE / "fr_0"), str(SAMPLE / "fr_1"), "--format", "json", "-o", str(out)],
+    )
+    assert r.exit_code == 0, r.output
+    assert json.loads(out.read_text())["verdict"] == "desync"
+
+
+def test_hang_command_bad_input_is_one_line(tmp_path: Path) -> None:
+    _reader()
+    from click.testing import CliRunner
+
+    from traceoverlap.cli import main
+
+    bad = tmp_path / "fr_0"
+    bad.write_bytes(b"not a dump")
+    r = CliRunner().invoke(main, ["hang", str(bad)])
+    assert r.exit_code == 2
+    assert r.output.startswith("traceoverlap: error: ") and r.output.count("\n") == 1

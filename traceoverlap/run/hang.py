@@ -272,7 +272,7 @@ def diagnose_hang(records: FlightRecords) -> HangReport:
         notes.append(
             "no entry is marked completed (state is 'scheduled' everywhere, no completion "
             "times; gloo keeps neither): which collectives completed is told from what each "
-            "rank enqueued after them"
+            "rank enqueued after them, and no durations are shown"
         )
     is_p2p = e["is_p2p"].fillna(False).to_numpy(bool)
     c = _collectives(e, is_p2p)
@@ -879,7 +879,7 @@ def _chain_rows(
     for r in sorted(ends):
         d = ctx.row(str(root[1]), r) if root[0] == "c" else {}
         did = d.get("op")
-        if did is None and r in ctx.last.index:
+        if (did is None or did is pd.NA) and r in ctx.last.index:
             did = ctx.last.loc[r, "op"]
         rows.append(
             {
@@ -929,13 +929,13 @@ def _point_lines(ctx: _Ctx, gtab: pd.DataFrame, groups: pd.DataFrame) -> list[st
             else:
                 parts.append(
                     f"rank {d['rank']} {d['status']}: {_short_op(d['op'])} {_shape(d)}"
-                    + (f" at {fmt.safe_text(str(d['frame']))}" if d.get("frame") else "")
+                    + _at(d.get("frame"))
                 )
         if waiting:
             w = waiting[0]
             parts.append(
                 f"{_ranks_text([d['rank'] for d in waiting])} waiting in {_short_op(w['op'])} "
-                f"{_shape(w)}" + (f" at {fmt.safe_text(str(w['frame']))}" if w.get("frame") else "")
+                f"{_shape(w)}" + _at(w.get("frame"))
             )
         rest = len([d for d in rows if d["status"] != "waiting"]) - shown
         if rest > 0:
@@ -947,6 +947,11 @@ def _point_lines(ctx: _Ctx, gtab: pd.DataFrame, groups: pd.DataFrame) -> list[st
             )
         out.append(head + " " + "; ".join(parts))
     return out
+
+
+def _at(frame: Any) -> str:
+    """`` at train.py:12 in step`` (empty without a frame)."""
+    return f" at {fmt.safe_text(frame)}" if isinstance(frame, str) and frame else ""
 
 
 def _pg_of(n: tuple[str, Any], ctx: _Ctx) -> str:
@@ -964,6 +969,8 @@ def _op_of(n: tuple[str, Any], ctx: _Ctx) -> str | None:
 def _shape(row: dict[str, Any]) -> str:
     """``[[1000]] Float``: the input sizes and dtypes as recorded."""
     sz = row.get("input_sizes")
+    if sz == "[]":
+        return "(no inputs)"
     dts = _json_list(row.get("input_dtypes"))
     dt = ",".join(str(x) for x in dts) if dts else "-"
     return fmt.safe_text(f"{sz if isinstance(sz, str) else '?'} {dt}")
@@ -1167,10 +1174,10 @@ def _timings(
             "duration_ns": dur.round().astype("Int64").to_numpy(),
         }
     ).astype({"pg": "string", "op": "string", "duration_ns": "Int64"})
-    if timings["duration_ns"].isna().all():
+    if timings["duration_ns"].isna().all() and c["time_completed_ns"].notna().any():
         notes.append(
-            "no completion times recorded (time_discovered_completed_ns empty: gloo records "
-            "none): durations are not shown, only arrival times"
+            "no collective every member reached has completion times on every rank: "
+            "durations are not shown, only arrival times"
         )
     notes.append(
         "arrivals are the host's enqueue times (time_created_ns) on each host's clock: across "
@@ -1234,3 +1241,10 @@ def _empty_report(records: FlightRecords, answer: str, notes: list[str]) -> Hang
         missing_ranks=tuple(records.missing_ranks),
         notes=tuple(notes),
     )
+
+
+def with_note(report: HangReport, note: str) -> HangReport:
+    """``report`` with one more note."""
+    import dataclasses
+
+    return dataclasses.replace(report, notes=(*report.notes, note))
