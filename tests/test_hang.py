@@ -339,3 +339,22 @@ def test_hang_command_bad_input_is_one_line(tmp_path: Path) -> None:
     r = CliRunner().invoke(main, ["hang", str(bad)])
     assert r.exit_code == 2
     assert r.output.startswith("traceoverlap: error: ") and r.output.count("\n") == 1
+
+
+def test_late_not_missing_when_the_last_arrival_passed_the_timeout() -> None:
+    # 2 ranks, timeout 3,000 ms. #1: created at 0 and 1 ms (spread 1 ms); #2: rank 0 at
+    # 10 ms, rank 1 at 5,010 ms: spread 5,000 ms > 3,000 ms -> rank 1 was late at #2, 5.000 s
+    # after rank 0; every rank reached every collective, so nothing is missing.
+    rows = [
+        entry(0, 1, time_created_ns=0, timeout_ms=3000),
+        entry(1, 1, time_created_ns=1_000_000, timeout_ms=3000),
+        entry(0, 2, time_created_ns=10_000_000, timeout_ms=3000),
+        entry(1, 2, time_created_ns=5_010_000_000, timeout_ms=3000),
+    ]
+    h = diagnose_hang(records(rows))
+    assert h.verdict == "late"
+    assert h.answer == (
+        "rank 1 was late, not missing: it called all_reduce #2 of group 0 (default_pg) 5.000 s "
+        "after rank 0, past the op's 3.000 s timeout: the others timed out waiting for it"
+    )
+    assert h.evidence[0].startswith("no rank is missing: every rank of every group reached")

@@ -49,6 +49,7 @@ VERDICTS = (
     "p2p",  # a send or recv whose peer never posted the other half
     "deadlock",  # ranks waiting for each other across groups
     "stalled",  # every member called it, and it did not complete (states recorded)
+    "late",  # every member called it, the last after the op's timeout had passed
     "partial",  # nothing stuck among the dumps given, but ranks dumped nothing
     "healthy",  # nothing stuck
     "empty",  # no entries at all
@@ -295,9 +296,15 @@ def diagnose_hang(records: FlightRecords) -> HangReport:
 
     ctx = _Ctx(grp, c, last, dumped, mem, stuck_rows, p2p_nodes, where, culprits, waiters)
     nodes: list[tuple[str, Any]] = [("c", k) for k in culprits_of] + list(p2p_nodes)
+    timings, late, tnotes = _timings(c, gtab, mem)
     verdict, answer, chain_rows, evidence = _answer(
         ctx, nodes, gtab, span, states_kept, tuple(records.missing_ranks)
     )
+    if verdict in ("healthy", "partial"):
+        late_answer = _late_answer(timings, ctx)
+        if late_answer is not None:
+            evidence.insert(0, answer.replace("nothing is stuck", "no rank is missing", 1))
+            verdict, answer = "late", late_answer
     if records.missing_ranks and verdict != "partial":
         gone = list(records.missing_ranks)
         evidence.insert(
@@ -306,10 +313,16 @@ def diagnose_hang(records: FlightRecords) -> HangReport:
             "stuck too (a rank stuck outside a collective, or killed, dumps nothing); the "
             "answer is from the ranks that dumped",
         )
-    notes += _p2p_unrecorded(op_names, is_p2p)
+    unrecorded = _p2p_unrecorded(op_names, is_p2p)
+    notes += unrecorded
+    if unrecorded and verdict == "missing":
+        evidence.append(
+            "a rank that never called the collective may be blocked outside the collectives "
+            "since its last entry: in a send or recv (gloo records none), a data loader, a "
+            "sleep, a host sync; its stack at the last entry says where it last was"
+        )
     groups_out = _groups_table(gtab, grp, mem, span, c)
     evidence[:0] = _point_lines(ctx, gtab, groups_out)
-    timings, late, tnotes = _timings(c, gtab, mem)
     notes += tnotes
     evidence += _slow_lines(late, timings, grp)
     for d in stuck_rows:
@@ -459,6 +472,26 @@ def _answer(
     if stalled is not None:
         return "stalled", stalled, [], evidence
     return (*_healthy(span, ctx.c, ctx.grp, missing), [], evidence)
+
+
+def _late_answer(timings: pd.DataFrame, ctx: _Ctx) -> str | None:
+    """A collective every member reached whose last arrival came after the op's timeout had
+    passed for the first: the others timed out waiting for it (late, not missing). The one
+    furthest past its timeout."""
+    if timings.empty:
+        return None
+    tmo = timings["timeout_ms"].astype("Float64") * 1e6
+    over = timings[(timings["arrival_spread_ns"] > tmo).fillna(False).to_numpy(bool)]
+    if over.empty:
+        return None
+    ratio = over["arrival_spread_ns"] / (over["timeout_ms"].astype("float64") * 1e6)
+    r = over.loc[ratio.idxmax()]
+    return (
+        f"rank {r['last_rank']} was late, not missing: it called {_short_op(r['op'])} "
+        f"#{r['seq']} of {ctx.gname(str(r['pg']))} {fmt.duration(r['arrival_spread_ns'])} after "
+        f"rank {r['first_rank']}, past the op's {fmt.duration(int(r['timeout_ms']) * 1_000_000)} "
+        "timeout: the others timed out waiting for it"
+    )
 
 
 def _stalled(ctx: _Ctx, gtab: pd.DataFrame, span: pd.DataFrame) -> str | None:
@@ -1115,8 +1148,10 @@ TIMING_COLUMNS = (
     "ranks",
     "first_arrival_ns",
     "arrival_spread_ns",
+    "first_rank",
     "last_rank",
     "duration_ns",
+    "timeout_ms",
 )
 LATE_COLUMNS = ("pg", "rank", "times_last", "caused_wait_ns", "waited_ns")
 
@@ -1129,13 +1164,20 @@ def _timings(
     each collective) and the wait it spent."""
     notes: list[str] = []
     empty_t = pd.DataFrame({k: pd.Series(dtype="Int64") for k in TIMING_COLUMNS}).astype(
-        {"pg": "string", "op": "string", "seq": "int64", "ranks": "int64", "last_rank": "int64"}
+        {
+            "pg": "string",
+            "op": "string",
+            "seq": "int64",
+            "ranks": "int64",
+            "last_rank": "int64",
+            "first_rank": "int64",
+        }
     )
     empty_l = pd.DataFrame({k: pd.Series(dtype="int64") for k in LATE_COLUMNS}).astype(
         {"pg": "string"}
     )
     t = c[c["time_created_ns"].notna()][
-        ["g", "seq", "rank", "op", "time_created_ns", "time_completed_ns"]
+        ["g", "seq", "rank", "op", "time_created_ns", "time_completed_ns", "timeout_ms"]
     ]
     stuck = gtab["stuck_seq"].reindex(t["g"]).to_numpy(dtype=float)
     t = t[np.isnan(stuck) | (t["seq"].to_numpy() < stuck)]
@@ -1150,6 +1192,7 @@ def _timings(
         lastt=("tc", "max"),
         done=("time_completed_ns", "max"),
         ndone=("time_completed_ns", "count"),
+        tmo=("timeout_ms", "min"),
     )
     need = ndumped.reindex(agg.index.get_level_values("g")).to_numpy()
     agg = agg[(agg["ranks"].to_numpy() == need) & (agg["ranks"].to_numpy() >= 2)]
@@ -1160,6 +1203,8 @@ def _timings(
     t["wait"] = t["lastt"] - t["tc"]
     lastrow = t.sort_values(["g", "seq", "tc", "rank"]).drop_duplicates(["g", "seq"], keep="last")
     lastrow = lastrow.set_index(["g", "seq"])
+    firstrow = t.sort_values(["g", "seq", "tc", "rank"]).drop_duplicates(["g", "seq"])
+    firstrow = firstrow.set_index(["g", "seq"])
     ops = lastrow["op"]
     dur = (agg["done"].astype("Float64") - agg["lastt"]).where(agg["ndone"] == agg["ranks"])
     timings = pd.DataFrame(
@@ -1170,10 +1215,12 @@ def _timings(
             "ranks": agg["ranks"].to_numpy(np.int64),
             "first_arrival_ns": agg["first"].to_numpy(np.int64),
             "arrival_spread_ns": (agg["lastt"] - agg["first"]).to_numpy(np.int64),
+            "first_rank": firstrow["rank"].reindex(agg.index).to_numpy(np.int64),
             "last_rank": lastrow["rank"].reindex(agg.index).to_numpy(np.int64),
             "duration_ns": dur.round().astype("Int64").to_numpy(),
+            "timeout_ms": agg["tmo"].astype("Int64").to_numpy(),
         }
-    ).astype({"pg": "string", "op": "string", "duration_ns": "Int64"})
+    ).astype({"pg": "string", "op": "string", "duration_ns": "Int64", "timeout_ms": "Int64"})
     if timings["duration_ns"].isna().all() and c["time_completed_ns"].notna().any():
         notes.append(
             "no collective every member reached has completion times on every rank: "
