@@ -101,8 +101,13 @@ def render_text(report: HangReport, width: int = 80) -> str:
         order = s.assign(w=(s["status"] == "waiting")).sort_values(["pg", "w", "rank"])
         rows = []
         for r in order.head(STUCK_ROWS).itertuples(index=False):
+            shape = (
+                "(no inputs)"
+                if r.input_sizes == "[]"
+                else f"{_cell(r.input_sizes)} {_dtypes(r.input_dtypes)}"
+            )
             called = (
-                f"{_op(r.op)} {_cell(r.input_sizes)} {_dtypes(r.input_dtypes)}"
+                f"{_op(r.op)} {shape}"
                 if not pd.isna(r.op)
                 else f"(last: {_op(r.last_op)} #{_cell(r.last_seq)} of group {_cell(r.last_pg)})"
             )
