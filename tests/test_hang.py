@@ -78,7 +78,7 @@ def test_size_or_dtype_mismatch(kw: dict[str, object], shown: str) -> None:
     assert h.verdict == "mismatch"
     assert h.answer == (
         f"rank 1 called all_reduce #1 of group 0 (default_pg) with {shown} where the others used "
-        "[[1000]] Float; every other rank is waiting for it"
+        "[[1000]] Float (a mismatch hangs, aborts a rank, or silently gives wrong results)"
     )
 
 

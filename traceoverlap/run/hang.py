@@ -819,7 +819,11 @@ def _explain(
         verdict, answer = _collective_clause(root, ctx, gtab, ends)
     w = sorted(ctx.waiters(root))
     it = "it" if len(ends) == 1 else "them"
-    if root[0] == "c" and w:
+    if verdict == "mismatch":
+        # gloo may abort a rank, or return wrong numbers without hanging: the others may not
+        # be waiting at all (the dtype fixture: both ranks went on)
+        answer += " (a mismatch hangs, aborts a rank, or silently gives wrong results)"
+    elif root[0] == "c" and w:
         everyone = len(w) + len(ctx.culprits(root)) >= len(ctx.dumped)
         if everyone:
             answer += f"; every other rank is waiting for {it}"
