@@ -236,11 +236,12 @@ def test_no_creation_times_says_so() -> None:
     assert any("no creation times" in n for n in h.notes)
 
 
-SAMPLE = Path(__file__).resolve().parents[1] / "fixtures" / "flightrec" / "sample_gloo_2rank"
+#: the issue's sample, made again by workloads/hangs.py (--case other-op --other barrier)
+SAMPLE = Path(__file__).resolve().parents[1] / "fixtures" / "flightrec" / "other-op"
 
 
 def test_real_sample_gloo_barrier_instead_of_all_reduce() -> None:
-    # /work/fr-sample/hang.py: 2 ranks, 5 all_reduces, then rank 0 all_reduce #6 and rank 1
+    # the issue's sample: 2 ranks, 5 all_reduces, then rank 0 all_reduce #6 and rank 1
     # barrier #6 (by construction): desync at #6, rank 1 against rank 0 (a tie: rank 0's call
     # is the reference), rank 0 waiting.
     if not (SAMPLE / "fr_0").exists():
@@ -358,3 +359,55 @@ def test_late_not_missing_when_the_last_arrival_passed_the_timeout() -> None:
         "after rank 0, past the op's 3.000 s timeout: the others timed out waiting for it"
     )
     assert h.evidence[0].startswith("no rank is missing: every rank of every group reached")
+
+
+# --- the planted hangs: real gloo dumps (fixtures/flightrec/, workloads/hangs.py) ------------
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "flightrec"
+
+#: case -> the first line's start, from the case's construction (fixtures/flightrec/README.md):
+#: which rank did what, at which group and sequence id.
+PLANTED = {
+    # rank 1 sleeps instead of calling all_reduce #6: its last entry is #5
+    "skip": "rank 1 never called all_reduce #6 of group 0 (default_pg): its last entry is "
+    "all_reduce #5 of group 0 (default_pg)",
+    # 8 ranks, rank 5 stops before #12, rings of 8 entries
+    "skip_8": "rank 5 never called all_reduce #12 of group 0 (default_pg): its last entry is "
+    "all_reduce #11 of group 0 (default_pg)",
+    # the issue's example: barrier where rank 0 calls all_reduce (a tie: rank 0 is the reference)
+    "other-op": "rank 1 never called all_reduce #6 of group 0 (default_pg): it called barrier; "
+    "every other rank is waiting for it",
+    "other-op-broadcast": "rank 1 never called all_reduce #6 of group 1 (group_a): it called "
+    "broadcast",
+    # 3 of 4 dumps (rank 2 aborted): ranks 0, 1 say 1,000 -> rank 3 (1,001) deviates
+    "size": "rank 3 called all_reduce #6 of group 0 (default_pg) with [[1001]] Float where the "
+    "others used [[1000]] Float",
+    "dtype": "rank 1 called all_reduce #6 of group 0 (default_pg) with [[1000]] Int where the "
+    "others used [[1000]] Float",
+    # rank 3 entered group 2 first: 3 waits for 2 in group 2, 2 waits for 3 in group 1
+    "group-order": "deadlock: ranks 0, 1 and 2 wait in all_reduce #6 of group 1 (group_a) for "
+    "rank 3; rank 3 waits in all_reduce #6 of group 2 (group_b) for rank 2",
+    # 0 -> 1 (group 1) -> 2 (group 2, sleeping): the chain ends at rank 2
+    "chain": "rank 2 never called all_reduce #6 of group 2 (group_b): its last entry is "
+    "all_reduce #5 of group 2 (group_b)",
+    # gloo records no recv: indistinguishable from skip
+    "recv-no-send": "rank 2 never called all_reduce #6 of group 0 (default_pg): its last entry "
+    "is all_reduce #5 of group 0 (default_pg)",
+    # rank 1 called #6 4.5 s after rank 0; the timeout is 3 s
+    "sleep": "rank 1 was late, not missing: it called all_reduce #6 of group 0 (default_pg)",
+    "healthy": "nothing is stuck",
+}
+
+
+@pytest.mark.parametrize("case", sorted(PLANTED))
+def test_planted_hang_first_line(case: str) -> None:
+    reader = pytest.importorskip("traceoverlap.readers.flightrec")
+    folder = FIXTURES / case
+    if not folder.is_dir():
+        pytest.skip(f"fixtures/flightrec/{case} is not here yet")
+    h = diagnose_hang(reader.read_flight_records(folder))
+    assert h.answer.startswith(PLANTED[case]), h.answer
+    if case == "chain":
+        assert "rank 0 waits in all_reduce #6 of group 1 (group_a) for rank 1" in h.answer
+    if case == "size":
+        assert h.missing_ranks == (2,)
