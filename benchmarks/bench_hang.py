@@ -4,8 +4,9 @@ Run: ``python benchmarks/bench_hang.py [--ranks 1000] [--entries 2000] [--groups
 
 Builds the :class:`~traceoverlap.core.flightrec.FlightRecords` tables directly (the shape a
 reader produces from torch 2.13 dumps: the contract's columns and dtypes): every rank enqueues
-``--entries`` all_reduces, round-robin over the default group and ``--groups`` - 1 groups of
-``ranks / (groups - 1)`` members each (members recorded); in the default group one rank (the
+``--entries`` all_reduces, cycling over the default group (one in ``--groups``) and its subgroup
+(the rest; ``--groups`` - 1 subgroups of ``ranks / (groups - 1)`` members each, members
+recorded); in the default group one rank (the
 planted culprit, rank ``ranks // 3``) stops one collective short, so every other rank waits for
 it. Times ``diagnose_hang`` in-process (wall and CPU, best of ``--repeat``) and its peak Python
 allocation (tracemalloc), and prints the answer, which must name the planted rank.
@@ -35,7 +36,9 @@ def synthesise(ranks: int, entries: int, groups: int) -> tuple[FlightRecords, in
     gi = i % groups
     sg = np.minimum(r // per, sub - 1) + 1
     g = np.where(gi == 0, 0, sg if groups > 1 else 0)
-    seq = i // groups + 1
+    # each group's own sequence: the default group once per cycle of ``groups`` entries, the
+    # rank's subgroup the other ``groups - 1`` times
+    seq = np.where(gi == 0, i // groups + 1, (i // groups) * (groups - 1) + gi)
     keep = ~((r == culprit) & (i == entries - 1) & (gi == 0))
     if keep.all():  # the last entry was not a default-group one: drop the last of those
         last0 = entries - 1 - ((entries - 1) % groups)

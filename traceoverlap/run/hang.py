@@ -72,6 +72,11 @@ STUCK_COLUMNS = (
     "waits_for",  # ranks it waits for here (JSON list), waiting ranks only
 )
 
+#: How many other independent stuck points the evidence explains, one line each.
+ALSO_STUCK = 5
+#: How many stuck groups get a line of side-by-side evidence.
+POINT_LINES = 5
+
 _P2P = re.compile(r"\b(send|recv)\s+(\d+)\s*(->|<-)\s*(\d+)")
 _EMPTY_STR: pd.Series = pd.Series([], dtype="string")
 
@@ -261,6 +266,7 @@ def diagnose_hang(records: FlightRecords) -> HangReport:
         return _empty_report(records, answer, notes)
     e = records.entries.reset_index(drop=True)
     e["g"] = _group_key(e["pg_name"], e["pg_id"])
+    e["gc"] = pd.factorize(e["g"])[0].astype(np.int64)
     op_codes, op_names = pd.factorize(e["op"], use_na_sentinel=False)
     e["op_code"] = op_codes.astype(np.int64)
     grp, gnotes = _groups(records, e)
@@ -350,12 +356,36 @@ _STUCK_DTYPES = {
 CHAIN_COLUMNS = ("step", "ranks", "pg", "seq", "op", "status")
 
 
+#: The columns the collectives' table keeps (of the entries, plus the group key and op code).
+_C_COLUMNS = (
+    "g",
+    "gc",
+    "rank",
+    "collective_seq_id",
+    "op",
+    "op_code",
+    "input_sizes",
+    "input_dtypes",
+    "output_sizes",
+    "output_dtypes",
+    "state",
+    "time_created_ns",
+    "time_completed_ns",
+    "timeout_ms",
+    "frame",
+)
+
+
 def _collectives(e: pd.DataFrame, is_p2p: np.ndarray) -> pd.DataFrame:
     """One row per (group, rank, collective seq): the last entry when a ring repeats one."""
     seq = e["collective_seq_id"]
     keep = ~is_p2p & seq.notna().to_numpy(bool) & (seq.fillna(0) > 0).to_numpy(bool)
-    c = e[keep].drop_duplicates(["g", "rank", "collective_seq_id"], keep="last").copy()
+    cols = [k for k in _C_COLUMNS if k in e.columns]
+    c = e.loc[keep, cols]
     c["seq"] = c["collective_seq_id"].astype("int64")
+    dup = c.duplicated(["gc", "rank", "seq"], keep="last").to_numpy(bool)
+    if dup.any():
+        c = c[~dup]
     c["sig"] = _signature(c)
     return c
 
@@ -462,9 +492,15 @@ def _answer(
         score = {n: len({w for m in upstream[n] for w in ctx.waiters(m)}) for n in ends}
         root = sorted(ends, key=lambda n: (-score[n], _node_order(n)))[0]
         verdict, answer, rows = _explain(root, ctx, gtab, upstream[root], nxt)
-        for n in ends:
-            if n not in upstream[root]:
-                evidence.append("also stuck: " + _explain(n, ctx, gtab, upstream[n], nxt)[1])
+        others = [n for n in ends if n not in upstream[root]]
+        others.sort(key=lambda n: (-score[n], _node_order(n)))
+        for n in others[:ALSO_STUCK]:
+            evidence.append("also stuck: " + _explain(n, ctx, gtab, upstream[n], nxt)[1])
+        if len(others) > ALSO_STUCK:
+            evidence.append(
+                f"... and {len(others) - ALSO_STUCK} more stuck points (the groups and stuck "
+                "tables have them all)"
+            )
         return verdict, answer, rows, evidence
     if nodes:
         return (*_deadlock(nodes, nxt, ctx), evidence)
@@ -935,8 +971,11 @@ def _point_lines(ctx: _Ctx, gtab: pd.DataFrame, groups: pd.DataFrame) -> list[st
     """Per stuck group: the last collective all agree on, and each member's call side by side
     (the first few, then a count)."""
     out = []
-    for k in gtab.index[gtab["stuck_seq"].notna()]:
-        k = str(k)
+    stuck_groups = [str(k) for k in gtab.index[gtab["stuck_seq"].notna()]]
+    # the answer's groups first
+    first = {str(d["pg"]) for d in ctx.stuck_rows if d["status"] != "waiting"}
+    stuck_groups.sort(key=lambda k: (k not in first, k))
+    for k in stuck_groups[:POINT_LINES]:
         g = groups[groups["pg"] == k].iloc[0]
         s = int(g["stuck_seq"])
         ok = g["last_ok_seq"]
@@ -983,6 +1022,8 @@ def _point_lines(ctx: _Ctx, gtab: pd.DataFrame, groups: pd.DataFrame) -> list[st
                 "rank is taken as the reference"
             )
         out.append(head + " " + "; ".join(parts))
+    if len(stuck_groups) > POINT_LINES:
+        out.append(f"... {len(stuck_groups) - POINT_LINES} more stuck groups in the groups table")
     return out
 
 
@@ -1164,67 +1205,75 @@ def _timings(
     c: pd.DataFrame, gtab: pd.DataFrame, mem: pd.DataFrame
 ) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
     """Per collective every dumped member reached (before any stuck point): arrival spread and
-    the last arrival; per (group, rank) the wait it caused (credited once, to the last arrival of
-    each collective) and the wait it spent."""
+    the first and last arrival; per (group, rank) the wait it caused (credited once, to the last
+    arrival of each collective) and the wait it spent. Integer keys and numpy throughout."""
     notes: list[str] = []
     empty_t = pd.DataFrame({k: pd.Series(dtype="Int64") for k in TIMING_COLUMNS}).astype(
-        {
-            "pg": "string",
-            "op": "string",
-            "seq": "int64",
-            "ranks": "int64",
-            "last_rank": "int64",
-            "first_rank": "int64",
-        }
+        {"pg": "string", "op": "string"}
     )
     empty_l = pd.DataFrame({k: pd.Series(dtype="int64") for k in LATE_COLUMNS}).astype(
         {"pg": "string"}
     )
-    t = c[c["time_created_ns"].notna()][
-        ["g", "seq", "rank", "op", "time_created_ns", "time_completed_ns", "timeout_ms"]
-    ]
-    stuck = gtab["stuck_seq"].reindex(t["g"]).to_numpy(dtype=float)
-    t = t[np.isnan(stuck) | (t["seq"].to_numpy() < stuck)]
-    ndumped = mem[mem["dumped"]].groupby("g").size()
-    if t.empty:
+    gc_all = c["gc"].to_numpy(np.int64)
+    seq_all = c["seq"].to_numpy(np.int64)
+    # each group's stuck seq by its code (inf: not stuck)
+    codes = pd.Series(gc_all).groupby(c["g"].to_numpy()).first()
+    stuck_by_code = np.full(int(gc_all.max()) + 1 if len(gc_all) else 1, np.inf)
+    st = gtab["stuck_seq"].reindex(codes.index).to_numpy(dtype=float)
+    stuck_by_code[codes.to_numpy(np.int64)] = np.where(np.isnan(st), np.inf, st)
+    keep = c["time_created_ns"].notna().to_numpy(bool) & (seq_all < stuck_by_code[gc_all])
+    if not keep.any():
         notes.append("no creation times recorded: no arrival spread or lateness to show")
         return empty_t, empty_l, notes
-    t = t.assign(tc=t["time_created_ns"].astype("int64"))
-    agg = t.groupby(["g", "seq"]).agg(
-        ranks=("rank", "size"),
-        first=("tc", "min"),
-        lastt=("tc", "max"),
-        done=("time_completed_ns", "max"),
-        ndone=("time_completed_ns", "count"),
-        tmo=("timeout_ms", "min"),
-    )
-    need = ndumped.reindex(agg.index.get_level_values("g")).to_numpy()
-    agg = agg[(agg["ranks"].to_numpy() == need) & (agg["ranks"].to_numpy() >= 2)]
-    if agg.empty:
+    gc = gc_all[keep]
+    seq = seq_all[keep]
+    rank = c["rank"].to_numpy(np.int64)[keep]
+    tc = c["time_created_ns"].to_numpy(dtype=np.int64, na_value=0)[keep]
+    done = c["time_completed_ns"].to_numpy(dtype=float, na_value=np.nan)[keep]
+    tmo = c["timeout_ms"].to_numpy(dtype=float, na_value=np.nan)[keep]
+    g_str = c["g"].to_numpy()[keep]
+    ops = c["op"].to_numpy()[keep]
+    key = gc * (int(seq.max()) + 1) + seq
+    inv, uniq = pd.factorize(key)
+    n = len(uniq)
+    count = np.bincount(inv, minlength=n)
+    # sort by (collective, arrival, rank): each collective's rows in arrival order
+    order = np.lexsort((rank, tc, inv))
+    starts = np.searchsorted(inv[order], np.arange(n))
+    ends = np.append(starts[1:], len(order))
+    first_i, last_i = order[starts], order[ends - 1]
+    ndumped = mem[mem["dumped"]].groupby("g").size()
+    gname = g_str[first_i]
+    need = ndumped.reindex(gname).fillna(0).to_numpy(np.int64)
+    ok = (count == need) & (count >= 2)
+    if not ok.any():
         notes.append("no collective with two or more ranks' creation times: no arrival spread")
         return empty_t, empty_l, notes
-    t = t.join(agg[["lastt"]], on=["g", "seq"], how="inner")
-    t["wait"] = t["lastt"] - t["tc"]
-    lastrow = t.sort_values(["g", "seq", "tc", "rank"]).drop_duplicates(["g", "seq"], keep="last")
-    lastrow = lastrow.set_index(["g", "seq"])
-    firstrow = t.sort_values(["g", "seq", "tc", "rank"]).drop_duplicates(["g", "seq"])
-    firstrow = firstrow.set_index(["g", "seq"])
-    ops = lastrow["op"]
-    dur = (agg["done"].astype("Float64") - agg["lastt"]).where(agg["ndone"] == agg["ranks"])
+    lastt = tc[last_i]
+    ndone = np.bincount(inv, weights=~np.isnan(done), minlength=n)
+    maxdone = np.full(n, -np.inf)
+    np.maximum.at(maxdone, inv, np.where(np.isnan(done), -np.inf, done))
+    mintmo = np.full(n, np.inf)
+    np.minimum.at(mintmo, inv, np.where(np.isnan(tmo), np.inf, tmo))
+    dur = np.where(ndone == count, maxdone - lastt, np.nan)
+    sel = np.flatnonzero(ok)
     timings = pd.DataFrame(
         {
-            "pg": agg.index.get_level_values("g").astype(str),
-            "seq": agg.index.get_level_values("seq").astype("int64"),
-            "op": ops.reindex(agg.index).to_numpy(),
-            "ranks": agg["ranks"].to_numpy(np.int64),
-            "first_arrival_ns": agg["first"].to_numpy(np.int64),
-            "arrival_spread_ns": (agg["lastt"] - agg["first"]).to_numpy(np.int64),
-            "first_rank": firstrow["rank"].reindex(agg.index).to_numpy(np.int64),
-            "last_rank": lastrow["rank"].reindex(agg.index).to_numpy(np.int64),
-            "duration_ns": dur.round().astype("Int64").to_numpy(),
-            "timeout_ms": agg["tmo"].astype("Int64").to_numpy(),
+            "pg": pd.array(gname[sel], dtype="string"),
+            "seq": seq[first_i][sel],
+            "op": pd.array(ops[last_i][sel], dtype="string"),
+            "ranks": count[sel],
+            "first_arrival_ns": tc[first_i][sel],
+            "arrival_spread_ns": (lastt - tc[first_i])[sel],
+            "first_rank": rank[first_i][sel],
+            "last_rank": rank[last_i][sel],
+            "duration_ns": pd.array(np.round(dur[sel]), dtype="Float64").astype("Int64"),
+            "timeout_ms": pd.array(
+                np.where(np.isinf(mintmo[sel]), np.nan, mintmo[sel]), dtype="Float64"
+            ).astype("Int64"),
         }
-    ).astype({"pg": "string", "op": "string", "duration_ns": "Int64", "timeout_ms": "Int64"})
+    )
+    timings = timings.sort_values(["pg", "seq"], kind="stable").reset_index(drop=True)
     if timings["duration_ns"].isna().all() and c["time_completed_ns"].notna().any():
         notes.append(
             "no collective every member reached has completion times on every rank: "
@@ -1234,14 +1283,22 @@ def _timings(
         "arrivals are the host's enqueue times (time_created_ns) on each host's clock: across "
         "hosts they are only as close as the clocks are synchronised"
     )
-    t = t.join(lastrow[["rank"]].rename(columns={"rank": "last_rank"}), on=["g", "seq"])
-    caused = t.groupby(["g", "last_rank"])["wait"].sum()
-    times_last = lastrow.reset_index().groupby(["g", "rank"]).size()
-    waited = t.groupby(["g", "rank"])["wait"].sum()
+    # the waits: each row's (last arrival - its arrival), credited to the last arrival
+    row_ok = ok[inv]
+    wait = (lastt[inv] - tc)[row_ok]
+    w = pd.DataFrame({"gc": gc[row_ok], "rank": rank[row_ok], "wait": wait})
+    waited = w.groupby(["gc", "rank"])["wait"].sum()
+    cred = pd.DataFrame(
+        {"gc": gc[last_i][sel], "rank": rank[last_i][sel],
+         "wait": np.bincount(inv[row_ok], weights=wait, minlength=n)[sel]}
+    )  # fmt: skip
+    caused = cred.groupby(["gc", "rank"])["wait"].agg(["sum", "size"])
     late = waited.rename("waited_ns").to_frame()
-    late["caused_wait_ns"] = caused.rename_axis(["g", "rank"]).reindex(late.index).fillna(0)
-    late["times_last"] = times_last.reindex(late.index).fillna(0)
-    late = late.reset_index().rename(columns={"g": "pg"})
+    late["caused_wait_ns"] = caused["sum"].reindex(late.index).fillna(0).round()
+    late["times_last"] = caused["size"].reindex(late.index).fillna(0)
+    late = late.reset_index()
+    names = pd.Series(codes.index.to_numpy(), index=codes.to_numpy())
+    late["pg"] = names.reindex(late["gc"]).to_numpy()
     late = late[list(LATE_COLUMNS)].astype(
         {
             "pg": "string",
@@ -1251,7 +1308,8 @@ def _timings(
             "waited_ns": "int64",
         }
     )
-    return timings, late.reset_index(drop=True), notes
+    late = late.sort_values(["pg", "rank"], kind="stable").reset_index(drop=True)
+    return timings, late, notes
 
 
 def _slow_lines(late: pd.DataFrame, timings: pd.DataFrame, grp: _Groups) -> list[str]:
