@@ -411,3 +411,18 @@ def test_planted_hang_first_line(case: str) -> None:
         assert "rank 0 waits in all_reduce #6 of group 1 (group_a) for rank 1" in h.answer
     if case == "size":
         assert h.missing_ranks == (2,)
+
+
+def test_not_completed_with_a_rank_that_dumped_nothing_is_not_stalled() -> None:
+    # NCCL-like, world 3: ranks 0, 1 completed #1 and started #2, which has not completed;
+    # rank 2 dumped nothing. Every rank that dumped called #2: the one that did not dump is
+    # the likely culprit, not the network.
+    rows = [
+        entry(r, 1, op="nccl:all_reduce", state="completed", time_completed_ns=10) for r in (0, 1)
+    ] + [entry(r, 2, op="nccl:all_reduce", state="started") for r in (0, 1)]
+    h = diagnose_hang(records(rows, world=(0, 1, 2)))
+    assert h.verdict == "partial"
+    assert h.answer == (
+        "every rank that dumped called all_reduce #2 of group 0 (default_pg), and it has not "
+        "completed on ranks 0 and 1; rank 2 dumped nothing: it is the likely one stuck"
+    )

@@ -506,7 +506,7 @@ def _answer(
         return (*_deadlock(nodes, nxt, ctx), evidence)
     stalled = _stalled(ctx, gtab, span) if states_kept else None
     if stalled is not None:
-        return "stalled", stalled, [], evidence
+        return stalled[0], stalled[1], [], evidence
     return (*_healthy(span, ctx.c, ctx.grp, missing), [], evidence)
 
 
@@ -530,25 +530,42 @@ def _late_answer(timings: pd.DataFrame, ctx: _Ctx) -> str | None:
     )
 
 
-def _stalled(ctx: _Ctx, gtab: pd.DataFrame, span: pd.DataFrame) -> str | None:
+def _stalled(ctx: _Ctx, gtab: pd.DataFrame, span: pd.DataFrame) -> tuple[str, str] | None:
     """Every dumped member called a group's last collective and it has not completed (only
-    where the dumps keep states): the first such group's answer."""
+    where the dumps keep states): the first such group's verdict and answer. ``stalled`` when
+    every member dumped; ``partial`` when some dumped nothing (every rank that dumped called it:
+    the ones that did not are the likely culprits)."""
     c = ctx.c
-    for k in gtab.index[gtab["stuck_seq"].isna()]:
-        if k not in span.index:
+    free = [str(k) for k in gtab.index[gtab["stuck_seq"].isna()] if k in span.index]
+    if not free or c.empty:
+        return None
+    top = span["max"].reindex(c["g"].to_numpy()).to_numpy(dtype=float)
+    at = c[(c["seq"].to_numpy() == top) & c["g"].isin(free).to_numpy(bool)]
+    done = (at["state"] == "completed").fillna(False) | at["time_completed_ns"].notna()
+    undone = at[~done.to_numpy(bool)]
+    if undone.empty:
+        return None
+    n_at = at.groupby("g").size()
+    mem = ctx.mem
+    n_dumped = mem[mem["dumped"]].groupby("g").size()
+    for k in sorted(set(undone["g"].astype(str))):
+        if int(n_at.get(k, 0)) != int(n_dumped.get(k, -1)):
             continue
-        top = int(span.loc[k, "max"])
-        at = c[(c["g"] == k) & (c["seq"] == top)]
-        n = int(((ctx.mem["g"] == k) & ctx.mem["dumped"]).sum())
-        done = (at["state"] == "completed").fillna(False) | at["time_completed_ns"].notna()
-        undone = sorted(int(r) for r in at.loc[~done.to_numpy(bool), "rank"])
-        if top > 0 and len(at) == n and undone:
-            return (
-                f"every member of {ctx.gname(str(k))} called {_short_op(at['op'].iloc[0])} "
-                f"#{top}, and it has not completed on {_ranks_text(undone)}: all arrived, so "
-                "the collective itself is stuck (the network, a device, or a kernel queued "
-                "before it)"
+        rows = undone[undone["g"] == k]
+        ranks = sorted(int(r) for r in rows["rank"])
+        what = f"{_short_op(rows['op'].iloc[0])} #{int(rows['seq'].iloc[0])} of {ctx.gname(k)}"
+        gone = sorted(int(r) for r in mem.loc[(mem["g"] == k) & ~mem["dumped"], "rank"])
+        if gone:
+            return "partial", (
+                f"every rank that dumped called {what}, and it has not completed on "
+                f"{_ranks_text(ranks)}; {_ranks_text(gone)} dumped nothing: "
+                f"{'it is' if len(gone) == 1 else 'they are'} the likely one stuck"
             )
+        return "stalled", (
+            f"every member of {ctx.gname(k)} called {what.split(' of ')[0]}, and it has not "
+            f"completed on {_ranks_text(ranks)}: all arrived, so the collective itself is stuck "
+            "(the network, a device, or a kernel queued before it)"
+        )
     return None
 
 
