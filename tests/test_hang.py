@@ -236,21 +236,24 @@ def test_no_creation_times_says_so() -> None:
     assert any("no creation times" in n for n in h.notes)
 
 
-#: the issue's sample, made again by workloads/hangs.py (--case other-op --other barrier)
-SAMPLE = Path(__file__).resolve().parents[1] / "fixtures" / "flightrec" / "other-op"
+_FR = Path(__file__).resolve().parents[1] / "fixtures" / "flightrec"
+#: the issue's sample (/work/fr-sample/hang.py), and the same made by workloads/hangs.py
+#: (--case other-op --other barrier)
+SAMPLES = [_FR / "sample_gloo_2rank", _FR / "other-op"]
 
 
-def test_real_sample_gloo_barrier_instead_of_all_reduce() -> None:
+@pytest.mark.parametrize("sample", SAMPLES, ids=lambda p: p.name)
+def test_real_sample_gloo_barrier_instead_of_all_reduce(sample: Path) -> None:
     # the issue's sample: 2 ranks, 5 all_reduces, then rank 0 all_reduce #6 and rank 1
     # barrier #6 (by construction): desync at #6, rank 1 against rank 0 (a tie: rank 0's call
     # is the reference), rank 0 waiting.
-    if not (SAMPLE / "fr_0").exists():
+    if not (sample / "fr_0").exists():
         pytest.skip("the sample dumps are not in fixtures/flightrec yet")
     try:
         from traceoverlap.readers.flightrec import read_flight_records
     except ImportError:
         from fr_builders import load_pickles as read_flight_records  # type: ignore[assignment]
-    recs = read_flight_records([SAMPLE / "fr_0", SAMPLE / "fr_1"])  # type: ignore[list-item]
+    recs = read_flight_records([sample / "fr_0", sample / "fr_1"])  # type: ignore[list-item]
     h = diagnose_hang(recs)
     assert h.answer == (
         "rank 1 never called all_reduce #6 of group 0 (default_pg): it called barrier; every "
@@ -309,21 +312,22 @@ def _reader() -> object:
 
 
 def test_hang_command_on_the_sample(tmp_path: Path) -> None:
+    sample = SAMPLES[0]
     # the command end to end: the same answer as the analysis, text and JSON
     _reader()
-    if not (SAMPLE / "fr_0").exists():
+    if not (sample / "fr_0").exists():
         pytest.skip("the sample dumps are not in fixtures/flightrec yet")
     from click.testing import CliRunner
 
     from traceoverlap.cli import main
 
-    r = CliRunner().invoke(main, ["hang", str(SAMPLE / "fr_0"), str(SAMPLE / "fr_1")])
+    r = CliRunner().invoke(main, ["hang", str(sample / "fr_0"), str(sample / "fr_1")])
     assert r.exit_code == 0, r.output
     assert r.output.startswith("rank 1 never called all_reduce #6 of group 0 (default_pg)")
     out = tmp_path / "h.json"
     r = CliRunner().invoke(
         main,
-        ["hang", str(SAMPLE / "fr_0"), str(SAMPLE / "fr_1"), "--format", "json", "-o", str(out)],
+        ["hang", str(sample / "fr_0"), str(sample / "fr_1"), "--format", "json", "-o", str(out)],
     )
     assert r.exit_code == 0, r.output
     assert json.loads(out.read_text())["verdict"] == "desync"
