@@ -430,3 +430,35 @@ def test_not_completed_with_a_rank_that_dumped_nothing_is_not_stalled() -> None:
         "every rank that dumped called all_reduce #2 of group 0 (default_pg), and it has not "
         "completed on ranks 0 and 1; rank 2 dumped nothing: it is the likely one stuck"
     )
+
+
+def _cases() -> dict[str, list[dict[str, object]]]:
+    """Small hand-built cases, one per verdict, for the reporters."""
+    ar = "nccl:all_reduce"
+    return {
+        "missing": [entry(0, 1, op=ar, time_created_ns=5), entry(1, 1, op=ar, time_created_ns=9)]
+        + [entry(0, 2, op=ar)],
+        "desync": [entry(0, 1), entry(1, 1, op="gloo:barrier", sizes=())],
+        "mismatch": [entry(0, 1), entry(1, 1, dtypes=("Int",))],
+        "p2p": [
+            entry(0, 1, op=ar),
+            entry(1, 1, op=ar),
+            entry(1, 0, op="nccl:recv 1<-0", p2p_seq=1),
+        ],
+        "deadlock": [entry(0, 1, pg="a"), entry(1, 1, pg="b")],
+        "healthy": [entry(0, 1), entry(1, 1)],
+    }
+
+
+@pytest.mark.parametrize("case", sorted(_cases()))
+def test_every_verdict_renders(case: str) -> None:
+    # the text's first line is the answer's start; the JSON says the same verdict, no NaN
+    from traceoverlap.reporters.hang_report import render_json, render_text
+
+    groups = [{"rank": r, "pg_name": k, "members": "[0, 1]"} for r in (0, 1) for k in ("a", "b")]
+    h = diagnose_hang(records(_cases()[case], groups if case == "deadlock" else None))
+    assert h.verdict == case
+    text = render_text(h, width=200)
+    assert " ".join(text.split("\n\n")[0].split()) == h.answer  # the first paragraph
+    raw = render_json(h)
+    assert json.loads(raw)["verdict"] == case and "NaN" not in raw

@@ -103,7 +103,7 @@ def render_text(report: HangReport, width: int = 80) -> str:
         for r in order.head(STUCK_ROWS).itertuples(index=False):
             shape = (
                 "(no inputs)"
-                if r.input_sizes == "[]"
+                if isinstance(r.input_sizes, str) and r.input_sizes == "[]"
                 else f"{_cell(r.input_sizes)} {_dtypes(r.input_dtypes)}"
             )
             called = (

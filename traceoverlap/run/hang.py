@@ -968,9 +968,9 @@ def _chain_rows(
     ]
     for r in sorted(ends):
         d = ctx.row(str(root[1]), r) if root[0] == "c" else {}
+        # what it called at the point (desync, mismatch); null: it never called it (missing,
+        # or the peer of a send/recv)
         did = d.get("op")
-        if (did is None or did is pd.NA) and r in ctx.last.index:
-            did = ctx.last.loc[r, "op"]
         rows.append(
             {
                 "step": len(path),
