@@ -38,6 +38,14 @@ def _op(v: Any) -> str:
     return s.split(":", 1)[1] if ":" in s else s
 
 
+def _short_frame(v: Any) -> str:
+    """``/long/path/train.py:12 in step`` -> ``train.py:12 in step`` (the table's column; the
+    evidence and the JSON keep the whole path)."""
+    s = _cell(v)
+    head, sep, tail = s.partition(":")
+    return head.rsplit("/", 1)[-1] + sep + tail if sep else s
+
+
 def _dtypes(v: Any) -> str:
     try:
         lst = json.loads(v) if isinstance(v, str) else None
@@ -106,13 +114,16 @@ def render_text(report: HangReport, width: int = 80) -> str:
                 if isinstance(r.input_sizes, str) and r.input_sizes == "[]"
                 else f"{_cell(r.input_sizes)} {_dtypes(r.input_dtypes)}"
             )
-            called = (
-                f"{_op(r.op)} {shape}"
-                if not pd.isna(r.op)
-                else f"(last: {_op(r.last_op)} #{_cell(r.last_seq)} of group {_cell(r.last_pg)})"
-            )
+            if not pd.isna(r.op):
+                called = f"{_op(r.op)} {shape}"
+            elif pd.isna(r.last_op):
+                called = "(nothing recorded)"
+            else:
+                called = (
+                    f"(last: {_op(r.last_op)} #{_cell(r.last_seq)} of group {_cell(r.last_pg)})"
+                )
             rows.append([_cell(r.pg), str(r.seq), str(r.rank), _cell(r.status), called,
-                         _cell(r.frame)])  # fmt: skip
+                         _short_frame(r.frame)])  # fmt: skip
         lines += _table(["group", "seq", "rank", "status", "called", "frame"], rows, width)
         if len(s) > STUCK_ROWS:
             lines.append(f"  ... {len(s) - STUCK_ROWS} more rows (--format json has them all)")

@@ -1103,10 +1103,12 @@ def _deadlock(
                 "status": "waiting",
             }
         )
-    answer = (
-        "deadlock: " + "; ".join(parts) + ": each waits for the other (collectives of different "
-        "groups called in a different order, or sends and recvs that wait for each other)"
+    why = (
+        "their groups' collectives called in a different order"
+        if all(m[0] == "c" for m in cycle)
+        else "a send or recv waiting on a rank that waits for it"
     )
+    answer = "deadlock: " + "; ".join(parts) + f": each waits for the other ({why})"
     return "deadlock", answer, rows
 
 
