@@ -96,11 +96,11 @@ class HangReport:
     groups: pd.DataFrame
     #: one row per member at each stuck point: :data:`STUCK_COLUMNS`
     stuck: pd.DataFrame
-    #: the wait-for chain of the answer, first waiter to the rank at its end: step, rank, pg,
-    #: seq, op, status
+    #: the wait-for chain of the answer, first waiters to the rank(s) at its end:
+    #: :data:`CHAIN_COLUMNS` (``ranks`` a JSON list)
     chain: pd.DataFrame
-    #: one row per collective every member reached: pg, seq, op, ranks, first_arrival_ns,
-    #: arrival_spread_ns, last_rank, duration_ns (null without completion times)
+    #: one row per collective every member reached: :data:`TIMING_COLUMNS` (``duration_ns``
+    #: null without completion times)
     timings: pd.DataFrame
     #: one row per (group, rank) with arrivals: pg, rank, times_last, caused_wait_ns, waited_ns
     late: pd.DataFrame
