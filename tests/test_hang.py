@@ -462,3 +462,53 @@ def test_every_verdict_renders(case: str) -> None:
     assert " ".join(text.split("\n\n")[0].split()) == h.answer  # the first paragraph
     raw = render_json(h)
     assert json.loads(raw)["verdict"] == case and "NaN" not in raw
+
+
+def test_last_step_summary_from_a_trace() -> None:
+    # rank 1's trace (ms): ProfilerStep#1 [0, 100), ProfilerStep#2 [100, 600); in step 2 a
+    # data_loader range [110, 510) = 400 ms, aten::add [520, 530) = 10 ms, and
+    # record_param_comms of group 0, seq 5, [540, 590) = 50 ms (a communication call). The
+    # last step is #2 (500 ms); its host ran data_loader 400 ms then aten::add 10 ms; 50 ms in
+    # communication calls; the dumps' last collective (#5 of group 0) is in that step.
+    from traceoverlap.core.model import make_events
+    from traceoverlap.rank.hosttrace import last_step_summary
+
+    ms = 1_000_000
+    rows = [
+        ("annotation", "ProfilerStep#1", 0, 100, "", -1),
+        ("annotation", "ProfilerStep#2", 100, 600, "", -1),
+        ("cpu_op", "aten::mm", 10, 20, "", -1),
+        ("annotation", "data_loader", 110, 510, "", -1),
+        ("cpu_op", "aten::add", 520, 530, "", -1),
+        ("cpu_op", "record_param_comms", 540, 590, "0", 5),
+    ]
+    ev = make_events(
+        len(rows),
+        {
+            "rank": 1,
+            "tid": 7,
+            "category": [r[0] for r in rows],
+            "name": [r[1] for r in rows],
+            "start_ns": [r[2] * ms for r in rows],
+            "end_ns": [r[3] * ms for r in rows],
+            "process_group": [r[4] for r in rows],
+            "seq": [r[5] for r in rows],
+        },
+    )
+    assert last_step_summary(ev, 1, "0", 5) == (
+        "rank 1's trace: in its last traced step, ProfilerStep#2 (500.00 ms) its host ran "
+        "data_loader 400.00 ms, aten::add 10.00 ms; 50.00 ms inside communication calls; its "
+        "last collective in the dumps, #5 of group 0, is traced in that step"
+    )
+    assert last_step_summary(ev, 0) is None  # no events of rank 0
+    # a trace without sequence ids (older torch) is said not to be joined
+    assert "records no sequence ids" in (last_step_summary(ev, 1, "1", 5) or "")
+
+
+def test_the_answer_names_its_culprits() -> None:
+    # missing: rank 2 (its last entry all_reduce #5 of group 0); deadlock: both ranks
+    rows = _seqs(0, 6) + _seqs(1, 6) + _seqs(2, 5)
+    assert diagnose_hang(records(rows)).culprits == ((2, "0", 5),)
+    groups = [{"rank": r, "pg_name": k, "members": "[0, 1]"} for r in (0, 1) for k in ("a", "b")]
+    h = diagnose_hang(records([entry(0, 1, pg="a"), entry(1, 1, pg="b")], groups))
+    assert h.culprits == ((0, "a", 1), (1, "b", 1))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from ._common import _terminal, check_outputs, handle_errors, write_text
@@ -22,7 +24,8 @@ from ._common import _terminal, check_outputs, handle_errors, write_text
     "--traces",
     "traces",
     type=click.Path(),
-    help="Kineto or Nsight Systems traces of the same run (not joined yet: the report says so).",
+    help="Kineto or Nsight Systems traces of the same run (a folder or files): adds what the "
+    "ranks named in the answer had their host doing in their last traced step.",
 )
 @handle_errors
 def hang(dumps: tuple[str, ...], fmt: str, output: str | None, traces: str | None) -> None:
@@ -65,15 +68,27 @@ def hang(dumps: tuple[str, ...], fmt: str, output: str | None, traces: str | Non
             f"{dumps[0]}: this build cannot read Flight Recorder dumps (no reader: {exc})"
         ) from None
     from ..reporters.hang_report import render_json, render_text
-    from ..run.hang import diagnose_hang, with_note
+    from ..run.hang import diagnose_hang
 
     report = diagnose_hang(read_flight_records(list(dumps)))
     if traces:
-        report = with_note(
-            report,
-            f"--traces {traces}: joining traces on (group, sequence id) is not implemented "
-            "yet; the report is from the dumps alone",
-        )
+        report = _with_traces(report, traces)
     write_text(
         render_json(report) if fmt == "json" else render_text(report, _terminal()[1]), output
     )
+
+
+def _with_traces(report: Any, traces: str) -> Any:
+    """The report with a line per blamed rank from the traces (docs/hang.md, "With traces")."""
+    from ..rank.hosttrace import last_step_summary
+    from ..run.analysis import load
+    from ..run.hang import with_evidence, with_note
+
+    if not report.culprits:
+        return with_note(report, f"--traces {traces}: the answer names no rank to look up")
+    ev = load(traces).events
+    lines = []
+    for rank, pg, seq in report.culprits[:8]:
+        line = last_step_summary(ev, rank, pg, seq)
+        lines.append(line or f"rank {rank}: no events in the traces given ({traces})")
+    return with_evidence(report, lines)

@@ -202,6 +202,7 @@ def render_json(report: HangReport) -> str:
         "evidence": list(report.evidence),
         "ranks": list(report.ranks),
         "missing_ranks": list(report.missing_ranks),
+        "culprits": [{"rank": r, "pg": pg, "seq": seq} for r, pg, seq in report.culprits],
         "groups": _records(report.groups),
         "stuck": stuck,
         "chain": chain,

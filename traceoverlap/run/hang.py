@@ -109,6 +109,9 @@ class HangReport:
     missing_ranks: tuple[int, ...] = ()
     #: what was guessed or cannot be told (unreliable states, unknown members, ...)
     notes: tuple[str, ...] = field(default_factory=tuple)
+    #: the ranks the answer names as the cause, each with its last entry's group and collective
+    #: sequence id (null for a p2p entry): (rank, pg, seq)
+    culprits: tuple[tuple[int, str | None, int | None], ...] = ()
 
 
 # --- naming -------------------------------------------------------------------------------
@@ -333,6 +336,7 @@ def diagnose_hang(records: FlightRecords) -> HangReport:
     evidence += _slow_lines(late, timings, grp)
     for d in stuck_rows:
         d["pg_desc"] = grp.desc.get(d["pg"])
+    blamed = _blamed(verdict, chain_rows, timings, stuck_rows)
     return HangReport(
         answer=answer,
         verdict=verdict,
@@ -345,7 +349,44 @@ def diagnose_hang(records: FlightRecords) -> HangReport:
         ranks=tuple(sorted(dumped)),
         missing_ranks=tuple(records.missing_ranks),
         notes=tuple(notes),
+        culprits=tuple(_last_of(r, last) for r in blamed),
     )
+
+
+def _blamed(
+    verdict: str,
+    chain_rows: list[dict[str, Any]],
+    timings: pd.DataFrame,
+    stuck_rows: list[dict[str, Any]],
+) -> list[int]:
+    """The ranks the answer names as the cause: the end of the chain (every rank of a deadlock's
+    loop), the late rank; none for a healthy set."""
+    if verdict == "late" and not timings.empty:
+        tmo = timings["timeout_ms"].astype("Float64") * 1e6
+        over = timings[(timings["arrival_spread_ns"] > tmo).fillna(False).to_numpy(bool)]
+        return sorted({int(r) for r in over["last_rank"]})
+    if not chain_rows:
+        return []
+    if verdict == "deadlock":
+        return sorted({int(r) for d in chain_rows for r in json.loads(d["ranks"])})
+    top = max(int(d["step"]) for d in chain_rows)
+    return sorted({int(r) for d in chain_rows if d["step"] == top for r in json.loads(d["ranks"])})
+
+
+def _last_of(r: int, last: pd.DataFrame) -> tuple[int, str | None, int | None]:
+    if r not in last.index:
+        return (r, None, None)
+    row = last.loc[r]
+    if _truthy(row["is_p2p"]) or pd.isna(row["collective_seq_id"]):
+        return (r, str(row["g"]), None)
+    return (r, str(row["g"]), int(row["collective_seq_id"]))
+
+
+def with_evidence(report: HangReport, lines: list[str]) -> HangReport:
+    """``report`` with ``lines`` added to its evidence."""
+    import dataclasses
+
+    return dataclasses.replace(report, evidence=(*report.evidence, *lines))
 
 
 _STUCK_DTYPES = {
