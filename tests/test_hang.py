@@ -512,3 +512,20 @@ def test_the_answer_names_its_culprits() -> None:
     groups = [{"rank": r, "pg_name": k, "members": "[0, 1]"} for r in (0, 1) for k in ("a", "b")]
     h = diagnose_hang(records([entry(0, 1, pg="a"), entry(1, 1, pg="b")], groups))
     assert h.culprits == ((0, "a", 1), (1, "b", 1))
+
+
+def test_hang_command_with_traces() -> None:
+    # the dumps of other-op blame rank 1; the bundled naive_slow traces have a rank 1: its line
+    # is added (the two are different runs: this checks the join's plumbing, not its numbers)
+    _reader()
+    sample = SAMPLES[1]
+    traces = Path(__file__).resolve().parents[1] / "fixtures" / "workloads" / "naive_slow"
+    if not (sample / "fr_0").exists() or not traces.is_dir():
+        pytest.skip("fixtures not here")
+    from click.testing import CliRunner
+
+    from traceoverlap.cli import main
+
+    r = CliRunner().invoke(main, ["hang", str(sample), "--traces", str(traces)])
+    assert r.exit_code == 0, r.output
+    assert "rank 1's trace: in its last traced step, ProfilerStep#" in " ".join(r.output.split())
