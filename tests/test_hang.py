@@ -165,12 +165,16 @@ def test_healthy_says_nothing_is_stuck() -> None:
 
 
 def test_partial_dumps_are_hedged() -> None:
-    # World 4, ranks 0-2 dumped and agree up to #5; rank 3 dumped nothing: nothing is stuck
-    # among the dumps, but rank 3 may be the one stuck.
+    # World 4, ranks 0-2 dumped and agree up to #5 (their last); rank 3 dumped nothing: nothing
+    # is stuck among the dumps, but rank 3 may be the one stuck, at #5.
     rows = _seqs(0, 5) + _seqs(1, 5) + _seqs(2, 5)
     h = diagnose_hang(records(rows, world=(0, 1, 2, 3)))
     assert h.verdict == "partial"
-    assert h.answer.endswith("rank 3 dumped nothing: it may be the one stuck")
+    assert h.answer == (
+        "every rank that dumped reached all_reduce #5 of group 0 (default_pg) last, with the same "
+        "ops, sizes and dtypes; rank 3 dumped nothing: it may be the one stuck (a member that "
+        "never called #5 keeps the others waiting there)"
+    )
     # and with a stuck point among the dumps, the answer stands and the evidence hedges
     rows = _seqs(0, 6) + _seqs(1, 6) + _seqs(2, 5)
     h = diagnose_hang(records(rows, world=(0, 1, 2, 3)))
@@ -400,6 +404,15 @@ PLANTED = {
     # rank 1 called #6 4.5 s after rank 0; the timeout is 3 s
     "sleep": "rank 1 was late, not missing: it called all_reduce #6 of group 0 (default_pg)",
     "healthy": "nothing is stuck",
+    # ranks 2 and 3 both sleep instead of calling #6
+    "skip_two": "ranks 2 and 3 never called all_reduce #6 of group 0 (default_pg): rank 2's last "
+    "entry is all_reduce #5 of group 0 (default_pg)",
+    # rank 1 exits before #6 and dumps nothing; ranks 0, 2, 3 called #6 (their last)
+    "crash": "every rank that dumped reached all_reduce #6 of group 0 (default_pg) last, with the "
+    "same ops, sizes and dtypes; rank 1 dumped nothing: it may be the one stuck",
+    # DDP, rank 1 one batch short: its barrier is #11 where rank 0 is in a bucket all_reduce
+    "ddp-uneven": "rank 1 never called all_reduce #11 of group 0 (default_pg): it called barrier; "
+    "every other rank is waiting for it",
 }
 
 

@@ -1168,10 +1168,24 @@ def _healthy(
     where = f" ({'; '.join(tops)}{more})" if tops else ""
     if missing:
         gone = _ranks_text(list(missing))
+        it = "it" if len(missing) == 1 else "they"
+        # the group the missing ranks belong to (the world's first): where the others would
+        # wait for them
+        k = next(
+            (str(k) for k in span.index if set(missing) & set(grp.members.get(str(k), []))), None
+        )
+        top = int(span.loc[k, "max"]) if k is not None else 0
+        if k is not None and top > 0:
+            what = f"{_short_op(firsts.get((k, top)))} #{top} of {_group_name(k, grp.desc.get(k))}"
+            return "partial", (
+                f"every rank that dumped reached {what} last, with the same ops, sizes and "
+                f"dtypes; {gone} dumped nothing: {it} may be the one stuck (a member that never "
+                f"called #{top} keeps the others waiting there)"
+            )
         return "partial", (
             f"nothing is stuck among the ranks that dumped: they reached the same collectives with "
-            f"the same ops, sizes and dtypes{where}; {gone} dumped nothing: "
-            f"{'it' if len(missing) == 1 else 'they'} may be the one stuck"
+            f"the same ops, sizes and dtypes{where}; {gone} dumped nothing: {it} may be the one "
+            "stuck"
         )
     return "healthy", (
         "nothing is stuck: every rank of every group reached the same collectives with the same "
