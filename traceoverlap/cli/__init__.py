@@ -1,7 +1,7 @@
 """The ``traceoverlap`` command line: a thin click layer over the library.
 
 Only this package imports click: one module per command (``analyze``, ``compare``, ``report``,
-``export``, ``whatif``, ``profile`` with ``demo``), the group and its one-line errors here, and
+``export``, ``whatif``, ``hang``, ``profile`` with ``demo``), the group and its one-line errors here, and
 what the commands share (the option stack, building the library call, writing outputs) in
 ``_common``. Library errors (:class:`TraceoverlapError`) become one line on
 stderr and the error's exit code here, at the boundary; ``--debug`` (before or after the command
@@ -21,6 +21,7 @@ from ._common import debug_option
 from .analyze import analyze
 from .compare import compare
 from .export import export_cmd
+from .hang import hang
 from .profile import demo, profile
 from .report import report
 from .whatif import whatif
@@ -78,11 +79,12 @@ def main(debug: bool) -> None:
       traceoverlap analyze report.sqlite          an Nsight Systems SQLite export
       traceoverlap report runs/x -o report.html   offline HTML timeline report
       traceoverlap export runs/x -o run.json      the run on one clock, for ui.perfetto.dev
+      traceoverlap hang /tmp/fr_dumps/            stuck? who the others wait for (Flight Recorder)
       traceoverlap compare runs/naive runs/bucketed
       traceoverlap profile --strategy bucketed --world-size 2 --out runs/bucketed
       traceoverlap demo                           profile + analyze two strategies on CPU
     """
 
 
-for _command in (analyze, compare, report, export_cmd, whatif, profile, demo):
+for _command in (analyze, compare, report, export_cmd, whatif, hang, profile, demo):
     main.add_command(_command)
