@@ -40,7 +40,7 @@ Not a test: it takes minutes and its numbers depend on the machine.
 Figures (28 Nov 2026, Intel machine, 2 shared cores under load, ``--kernels 700000 --repeat 2
 --compare-with`` main at eed8135), CPU before -> after the once-per-file memo (``._memo``), as
 multiples of the floor: the 55x FSDP export (133 MB, floor 0.51-0.55 s): ``analyze --format
-json`` 9.32 -> 6.90-7.08 s (16.96x -> 12.7-12.9x; peak ~200 MB both), ``read_nsys`` of the ranges
+json`` 9.32-9.65 -> 6.90-7.08 s (17.0-17.8x -> 12.7-12.9x; peak ~200 MB both), ``read_nsys`` of the ranges
 ``analyze`` reads 1.77-1.97 -> 1.72-1.75 s (3.50-3.81x -> 3.33-3.46x); the synthetic exports
 (110-114 MB, floor 0.67-0.68 s): ``analyze`` 7.81 -> 7.21 s (two processes), 6.09 -> 5.49 s
 (one), ``read_nsys`` 2.4-2.9x either way. SQL statements of one ``analyze --jobs 1`` of the FSDP
