@@ -99,3 +99,18 @@ def test_remembered_keeps_arrays_read_only_and_not_failures(tmp_path: Path) -> N
     with pytest.raises(ValueError):
         _memo.remembered(path, "b", fails)
     assert _memo.remembered(path, "b", lambda: 7) == 7  # a failure was not kept
+
+
+def test_two_files_read_at_once_keep_their_own_facts(tmp_path: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    # two exports of different sizes (200 and 300 kernels per process): their tables' leaf
+    # pages, counts and selections differ, and neither read may be given the other's
+    a = write_synthetic(tmp_path / "a.sqlite", 400, processes=2, kernels_per_step=50)
+    b = write_synthetic(tmp_path / "b.sqlite", 600, processes=2, kernels_per_step=50)
+    alone = {p: read_nsys(p, process=1000) for p in (a, b)}
+    _memo.forget()
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        got = list(pool.map(lambda p: read_nsys(p, process=1000), [a, b, a, b, a, b]))
+    for p, t in zip([a, b, a, b, a, b], got, strict=True):
+        _same(t, alone[p])

@@ -8,8 +8,8 @@ depend on the read is kept here: the verdict of the integrity check, each table'
 leaf pages, the rows a condition selects, the groups. One SQLite scan each per file, not per
 read.
 
-Kept only for the last file asked about (a handful of entries, the largest an array of row
-numbers), and only while the file is the same: its path, device, inode, size, modification and
+Kept for the last two files asked about (a handful of entries each, the largest an array of row
+numbers), and only while a file is the same: its path, device, inode, size, modification and
 change times, its SQLite header's change counters, and those of a ``-wal`` / ``-journal`` beside
 it (the reads themselves run inside a read transaction, so nothing commits under one).
 """
@@ -17,6 +17,7 @@ it (the reads themselves run inside a read transaction, so nothing commits under
 from __future__ import annotations
 
 import os
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from pathlib import Path
@@ -26,11 +27,15 @@ import numpy as np
 
 T = TypeVar("T")
 
-#: Entries kept for the current file (least recently used go first).
+#: Entries kept per file (least recently used go first), and files kept.
 _MAX_ENTRIES = 32
+_MAX_FILES = 2
 
-_file: tuple[Hashable, ...] | None = None
-_facts: OrderedDict[Hashable, Any] = OrderedDict()
+#: file key -> what -> value; the lock guards the dictionaries only (values are computed outside
+#: it, and stored under the key the file had before and after they were computed, so that
+#: threads reading different files at once never see each other's)
+_files: OrderedDict[tuple[Hashable, ...], OrderedDict[Hashable, Any]] = OrderedDict()
+_lock = threading.Lock()
 
 
 def file_key(path: Path) -> tuple[Hashable, ...] | None:
@@ -65,29 +70,33 @@ def file_key(path: Path) -> tuple[Hashable, ...] | None:
 def remembered(path: Path, what: Hashable, compute: Callable[[], T]) -> T:
     """``compute()``, or what it gave for ``what`` on this same file before. Nothing is kept
     when it raises, or when the file changed while it ran. Arrays are kept read-only."""
-    global _file
     key = file_key(path)
     if key is None:
         return compute()
-    if key != _file:
-        _facts.clear()
-        _file = key
-    if what in _facts:
-        _facts.move_to_end(what)
-        value: T = _facts[what]
-        return value
+    with _lock:
+        facts = _files.get(key)
+        if facts is not None and what in facts:
+            _files.move_to_end(key)
+            facts.move_to_end(what)
+            value: T = facts[what]
+            return value
     value = compute()
-    if file_key(path) == key:
-        if isinstance(value, np.ndarray):
-            value.flags.writeable = False
-        _facts[what] = value
-        while len(_facts) > _MAX_ENTRIES:
-            _facts.popitem(last=False)
+    if file_key(path) != key:
+        return value
+    if isinstance(value, np.ndarray):
+        value.flags.writeable = False
+    with _lock:
+        facts = _files.setdefault(key, OrderedDict())
+        _files.move_to_end(key)
+        facts[what] = value
+        while len(facts) > _MAX_ENTRIES:
+            facts.popitem(last=False)
+        while len(_files) > _MAX_FILES:
+            _files.popitem(last=False)
     return value
 
 
 def forget() -> None:
     """Drop everything kept (tests)."""
-    global _file
-    _facts.clear()
-    _file = None
+    with _lock:
+        _files.clear()
