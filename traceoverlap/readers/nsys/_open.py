@@ -10,6 +10,7 @@ from pathlib import Path
 from ...core.errors import TraceFormatError
 from ...core.model import Timeline
 from ._export import EXPORT_HINT
+from ._memo import remembered
 from ._reader import Reader
 from ._schema import RangeFilter
 
@@ -49,9 +50,9 @@ def read_export(
         con.execute("BEGIN")
         reader = Reader(shown, export, con, keep_range, process)
         if process is None:
-            _check_integrity(con, shown)
+            _check_integrity(con, export, shown)
         else:  # one check of the file per split: by the read of its first process
-            reader.check = functools.partial(_check_integrity, con, shown)
+            reader.check = functools.partial(_check_integrity, con, export, shown)
         con.execute("SELECT count(*) FROM sqlite_master").fetchone()
         return reader.read()
     except sqlite3.OperationalError as exc:
@@ -64,12 +65,12 @@ def read_export(
         con.close()
 
 
-def _check_integrity(con: sqlite3.Connection, shown: Path) -> None:
+def _check_integrity(con: sqlite3.Connection, export: Path, shown: Path) -> None:
     """``PRAGMA quick_check``: b-tree damage (pages out of order, wrong cell counts, free-list
     errors) would otherwise be read as data. One scan of the file; it is then in the page cache
-    for the read that follows."""
-    found = con.execute("PRAGMA quick_check(1)").fetchone()
-    verdict = str(found[0]) if found else "ok"
+    for the read that follows. Once per file: a second read of the same file by this process
+    (:mod:`._memo`) reuses the verdict."""
+    verdict = remembered(export, "quick_check", lambda: _quick_check(con))
     if verdict != "ok":
         verdict = " ".join(verdict.replace("*** in database main ***", "").split())
         raise TraceFormatError(
@@ -77,6 +78,11 @@ def _check_integrity(con: sqlite3.Connection, shown: Path) -> None:
             f"the SQLite file is damaged (quick_check: {verdict[:200]})",
             "re-export it: " + EXPORT_HINT,
         )
+
+
+def _quick_check(con: sqlite3.Connection) -> str:
+    found = con.execute("PRAGMA quick_check(1)").fetchone()
+    return str(found[0]) if found else "ok"
 
 
 def _sqlite_error(shown: Path, exc: sqlite3.OperationalError) -> TraceFormatError:

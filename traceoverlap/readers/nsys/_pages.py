@@ -38,6 +38,7 @@ import numpy.typing as npt
 from numpy.lib.stride_tricks import as_strided
 
 from ._columns import INT, NULL, OTHER, REFUSED, Columns, Unsupported, Where, _q, rowid_alias
+from ._memo import remembered
 
 I64 = npt.NDArray[np.int64]
 Obj = npt.NDArray[np.object_]
@@ -115,6 +116,11 @@ def column_default(sql: Any) -> int | float | str | None:
     raise Unsupported("a column default that is not a literal")
 
 
+def _narrow(rows: I64, n: int) -> npt.NDArray[np.integer]:
+    """Row positions below ``n`` as int32 when every position fits, else as they are."""
+    return rows.astype(np.int32) if n < 2**31 else rows
+
+
 class PageReader:
     def __init__(self, con: sqlite3.Connection, path: Path) -> None:
         self.con = con
@@ -156,6 +162,9 @@ class PageReader:
         # 8-byte values in one indexing operation
         self.be64: npt.NDArray[np.int64] = np.ndarray(
             shape=(self.mm.size - 7,), dtype=">i8", buffer=self.mm, strides=(1,)
+        )
+        self.be16: npt.NDArray[np.uint16] = np.ndarray(
+            shape=(self.mm.size - 1,), dtype=">u2", buffer=self.mm, strides=(1,)
         )
         tail = self.mm[max(0, self.mm.size - self.page_size) :]
         self.tail_start = self.mm.size - tail.size
@@ -217,16 +226,35 @@ class PageReader:
         base = (leaves - 1) * self.page_size
         hdr = base + np.where(leaves == 1, 100, 0)
         total = int(ncell.sum())
-        page_of = np.repeat(np.arange(leaves.size), ncell)
-        k = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(ncell) - ncell, ncell)
-        ptr = _windows(self.mm, 2)[hdr[page_of] + 8 + 2 * k]
-        del k
-        cell = base[page_of] + ((ptr[:, 0].astype(np.int64) << 8) | ptr[:, 1])
-        limit = base[page_of] + self.usable
-        first = hdr[page_of] + 8 + 2 * ncell[page_of]
-        if total and ((cell < first) | (cell >= limit)).any():
+        # the k-th cell pointer of a page is at hdr + 8 + 2k; row i of the block is cell
+        # i - (cells before its page) of its page: per-page terms repeated, plus 2i
+        at = np.repeat(hdr + 8 - 2 * (np.cumsum(ncell) - ncell), ncell)
+        at += 2 * np.arange(total, dtype=np.int64)
+        cell = self.be16[at].astype(np.int64)  # one 2-byte big-endian read per cell
+        del at
+        cell += np.repeat(base, ncell)
+        limit = np.repeat(base + self.usable, ncell)
+        if total and ((cell < np.repeat(hdr + 8 + 2 * ncell, ncell)) | (cell >= limit)).any():
             raise Unsupported("cell outside the page")
         return cell, limit
+
+    def table_leaves(self, table: str) -> tuple[I64, I64]:
+        """The table's leaf pages (key order) and their cell counts, checked against SQLite's
+        own row count."""
+        row = self.con.execute(
+            "SELECT rootpage FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)
+        ).fetchone()
+        if row is None or type(row[0]) is not int or row[0] < 1:
+            raise Unsupported("no root page")
+        leaves = self.leaf_pages(int(row[0]))
+        hdr = (leaves - 1) * self.page_size + np.where(leaves == 1, 100, 0)
+        ncell = (self.header_bytes(leaves, 3).astype(np.int64) << 8) | self.header_bytes(leaves, 4)
+        if (hdr + 8 + 2 * ncell > (leaves - 1) * self.page_size + self.usable).any():
+            raise Unsupported("cell pointer array outside the page")
+        (expected,) = self.con.execute(f"SELECT count(*) FROM {_q(table)}").fetchone()
+        if int(ncell.sum()) != expected:
+            raise Unsupported("row count differs from SQLite's")
+        return leaves, ncell
 
     def selected_rows(self, table: str, n: int, where: Where) -> I64:
         """Positions (0-based, in rowid order) of the rows ``where`` selects. Position is
@@ -331,11 +359,6 @@ class PageReader:
     ) -> Columns:
         if any(r[6] for r in info):  # hidden / generated columns are not all stored
             raise Unsupported("generated columns")
-        row = self.con.execute(
-            "SELECT rootpage FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)
-        ).fetchone()
-        if row is None or type(row[0]) is not int or row[0] < 1:
-            raise Unsupported("no root page")
         names = [str(r[1]) for r in info]
         alias = rowid_alias(info)
         # what a record too short to hold a column reads as (SQL text; decoded when needed)
@@ -345,16 +368,19 @@ class PageReader:
             if c not in position:
                 raise KeyError(f"{table} has no column {c}")
 
-        leaves = self.leaf_pages(int(row[0]))
-        hdr = (leaves - 1) * self.page_size + np.where(leaves == 1, 100, 0)
-        ncell = (self.header_bytes(leaves, 3).astype(np.int64) << 8) | self.header_bytes(leaves, 4)
-        if (hdr + 8 + 2 * ncell > (leaves - 1) * self.page_size + self.usable).any():
-            raise Unsupported("cell pointer array outside the page")
+        # what does not depend on the read is found once per file (._memo): a second read of
+        # the file, or of another of its processes, walks no b-tree and counts nothing again
+        leaves, ncell = remembered(self.path, ("leaves", table), lambda: self.table_leaves(table))
         n = int(ncell.sum())
-        (expected,) = self.con.execute(f"SELECT count(*) FROM {_q(table)}").fetchone()
-        if n != expected:
-            raise Unsupported("row count differs from SQLite's")
-        wanted = None if where is None else self.selected_rows(table, n, where)
+        wanted = None
+        if where is not None:
+            cond, params = where
+            wanted = remembered(
+                self.path,
+                ("selected", table, cond, tuple(params)),
+                # kept as int32 where the rows fit: half the memory it holds after the read
+                lambda: _narrow(self.selected_rows(table, n, where), n),
+            )
         m = n if wanted is None else wanted.size
         out = Columns(n=m)
         for c in int_cols:

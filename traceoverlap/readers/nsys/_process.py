@@ -18,6 +18,7 @@ import sqlite3
 from pathlib import Path
 
 from ._activity import Activity
+from ._memo import remembered
 from ._nvtx import NvtxReader
 from ._rows import NvtxRows
 from ._schema import KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME, STRINGS, pid_sql, quote
@@ -42,9 +43,20 @@ def _groups(con: sqlite3.Connection, tables: list[str]) -> list[tuple[int, int]]
     return sorted(found, key=lambda g: (g[1], g[0]))
 
 
-def gpu_processes(con: sqlite3.Connection) -> list[int]:
+def _file_groups(
+    con: sqlite3.Connection, path: Path | None, tables: list[str]
+) -> list[tuple[int, int]]:
+    """:func:`_groups`, found once per file (:mod:`._memo`): the plan of the split and every
+    process's read share it."""
+    if path is None:
+        return _groups(con, tables)
+    return list(remembered(path, ("groups", tuple(tables)), lambda: tuple(_groups(con, tables))))
+
+
+def gpu_processes(con: sqlite3.Connection, path: Path | None = None) -> list[int]:
     """The pids of the GPU processes when the export can be read one process at a time (GPU
-    tables with ``globalPid``, host tables with ``globalTid``) and has several; else []."""
+    tables with ``globalPid``, host tables with ``globalTid``) and has several; else [].
+    ``path``: the file ``con`` reads (what it finds is then kept for the reads that follow)."""
     tables = {
         str(n).lower(): str(n)
         for (n,) in con.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")
@@ -60,7 +72,7 @@ def gpu_processes(con: sqlite3.Connection) -> list[int]:
         return []
     if any("globalTid" not in cols(t) for t in host) or STRINGS.lower() not in tables:
         return []
-    pids = sorted({p for p, _ in _groups(con, gpu)})
+    pids = sorted({p for p, _ in _file_groups(con, path, gpu)})
     return pids if len(pids) > 1 else []
 
 
@@ -72,7 +84,7 @@ def processes_of(path: Path) -> list[int]:
     except sqlite3.Error:
         return []
     try:
-        return gpu_processes(con)
+        return gpu_processes(con, path)
     except sqlite3.Error:
         return []
     finally:
@@ -84,7 +96,9 @@ class ProcessPart(NvtxReader, Activity):
 
     def all_groups(self) -> list[tuple[int, int]]:
         """Every (pid, device) group of the file, ordered as :meth:`assign_ranks` orders them."""
-        return _groups(self.con, [t for t in (self.table(n) for n in GPU_TABLES) if t])
+        return _file_groups(
+            self.con, self.file, [t for t in (self.table(n) for n in GPU_TABLES) if t]
+        )
 
     def all_rank_texts(self) -> NvtxRows:
         """The ``rank N`` NVTX texts of every process: the rows whose text, inline or in
