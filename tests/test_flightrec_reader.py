@@ -199,6 +199,21 @@ def test_entries_with_other_fields_and_shared_values(tmp_path: Path) -> None:
     assert one.entries["numel_in"].tolist() == [1000] * 6  # [[1000]]: 1,000 elements
 
 
+def test_many_distinct_stacks_each_its_own_text(tmp_path: Path) -> None:
+    # 24 entries, each its own frames list (as torch writes them), 12 distinct call sites
+    # (line i % 12 of one user file) in turn: more than the few a ring's stacks are peeled off
+    # by; every entry still gets its own site, "/u/train.py:<line> in step"
+    d = _sample(0)
+    ring = [dict(d["entries"][i % 5]) for i in range(24)]
+    sites = [{"filename": "/u/train.py", "line": k, "name": "step"} for k in range(12)]
+    for i, e in enumerate(ring):
+        e.update(record_id=i, collective_seq_id=i + 1, frames=[sites[i % 12]])
+    d["entries"] = ring
+    fr = read_flight_records([_write(tmp_path / "fr_0", d)])
+    want = [f"/u/train.py:{i % 12} in step" for i in range(24)]
+    assert fr.entries["frame"].tolist() == want and fr.entries["stack"].tolist() == want
+
+
 @pytest.mark.timeout(120)
 def test_dumps_read_in_processes_are_the_same_tables() -> None:
     # the run's map in 2 worker processes (hang -j 2): each sends back its rank's compact part;

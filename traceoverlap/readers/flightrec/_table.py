@@ -243,27 +243,76 @@ def _durations(values: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:  # noqa:
 
 def _distinct(
     values: Sequence[Any],
-    convert: Any,
-    by_repr: bool = True,  # noqa: ANN401
+    convert: Any,  # noqa: ANN401
+    by: str = "repr",
 ) -> tuple[np.ndarray, list[Any]]:
     """Codes of ``values`` into their distinct values, and ``convert(value, index)`` of each
     distinct one (at its first index; None stays None): a dump repeats a few shapes, dtypes,
-    groups and stacks over its whole ring. Distinct by identity (the pickle shares equal
-    objects), else (``by_repr``, when most are distinct objects) by ``repr``, equal for equal
-    plain lists of numbers and strings."""
+    groups and stacks over its whole ring. Distinct by identity (Python's pickler shares equal
+    objects), else, when most are distinct objects (torch's pickler writes a list per entry),
+    by ``by``: ``"tuple"`` (the items' equality: lists of strings, each shared), ``"ids"`` (the
+    items' identity: a stack's frames, each shared) or ``"repr"`` (equal for equal plain lists
+    of numbers and strings)."""
     n = len(values)
     ids = np.fromiter(map(id, values), dtype=np.uint64, count=n)
     uniq, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
-    if by_repr and len(uniq) * 4 > n:
-        codes, cats = _code(list(map(repr, values)))
-        firsts = np.unique(codes, return_index=True)[1].tolist()
-    else:
+    if len(uniq) * 4 <= n:
         codes, firsts = inverse.reshape(n).astype(np.int32), first.tolist()
+    else:
+        codes = None
+        types = set(map(type, values))
+        if by == "tuple" and types <= {list, tuple}:  # list or tuple: converted alike
+            try:
+                codes, _ = _code(list(map(tuple, values)))
+            except TypeError:  # an unhashable item: not what the column holds, told below
+                codes = None
+        elif by == "ids" and types <= {list, tuple}:
+            codes, firsts = _by_item_ids(values)
+            return codes, [convert(values[i], i) for i in firsts]
+        elif by == "ids" and types <= {list, tuple, _NONE}:
+            codes, _ = _code([None if v is None else tuple(map(id, v)) for v in values])
+        if codes is None:
+            codes, _ = _code(list(map(repr, values)))  # None: repr 'None', its own value
+        firsts = np.unique(codes, return_index=True)[1].tolist()
+        if firsts and codes[firsts[0]] < 0:  # code -1 (None) sorts first
+            firsts = firsts[1:]
     out = []
     for i in firsts:
         v = values[i]
         out.append(None if v is None else convert(v, i))
     return codes, out
+
+
+def _by_item_ids(values: Sequence[Any]) -> tuple[np.ndarray, list[int]]:  # noqa: ANN401
+    """Codes of lists by their items (a ring's stacks: a list of its own per entry, its frames
+    shared), and the first index of each code. A ring has a few distinct stacks: each is
+    peeled off with one pass of list equality (C, items compared by identity first); what is
+    left after :data:`_PEEL` of them, by the tuple of its items' ids."""
+    n = len(values)
+    codes = np.full(n, -1, dtype=np.int32)
+    left = np.arange(n)
+    firsts: list[int] = []
+    while len(left) and len(firsts) < _PEEL:
+        i = int(left[0])
+        d = values[i]
+        if len(left) == n:
+            same = np.array([v == d for v in values], dtype=bool)
+        else:
+            same = np.array([values[j] == d for j in left.tolist()], dtype=bool)
+        codes[left[same]] = len(firsts)
+        firsts.append(i)
+        left = left[~same]
+    if len(left):
+        rest = left.tolist()
+        more, cats = _code([tuple(map(id, values[j])) for j in rest])
+        codes[left] = more + len(firsts)
+        at = dict(zip(reversed(more.tolist()), reversed(rest), strict=True))
+        firsts += [at[k] for k in range(len(cats))]
+    return codes, firsts
+
+
+#: Distinct stacks :func:`_by_item_ids` peels off one pass each before keying the rest.
+_PEEL = 8
 
 
 def _recode(codes: np.ndarray, cats: list[Any]) -> tuple[np.ndarray, list[Any]]:  # noqa: ANN401
@@ -276,6 +325,7 @@ def _texts(
     values: Sequence[Any],
     key: str,
     convert: Any,  # noqa: ANN401
+    by: str = "repr",
 ) -> tuple[tuple[np.ndarray, list[Any]], list[Any]]:
     """JSON text of each value (``convert``, once per distinct value: by identity first, the
     pickle sharing equal objects, else by ``repr``, equal for equal plain lists), coded, and
@@ -288,7 +338,7 @@ def _texts(
             bad.index = i
             raise
 
-    codes, pairs = _distinct(values, one)
+    codes, pairs = _distinct(values, one, by)
     texts = [None if p is None else p[0] for p in pairs]
     number = {p[0]: p[1] for p in pairs if p is not None}
     inner, distinct = _code(texts)
@@ -360,7 +410,7 @@ class _Frames:
         values: Sequence[Any],  # noqa: ANN401
     ) -> tuple[tuple[np.ndarray, list[Any]], tuple[np.ndarray, list[Any]]]:
         """The ``frame`` and ``stack`` columns, coded."""
-        codes, got = _distinct(values, self, by_repr=False)
+        codes, got = _distinct(values, self, by="ids")
         frame = _recode(codes, [None if g is None else g[0] for g in got])
         stack = _recode(codes, [None if g is None else g[1] for g in got])
         return frame, stack
@@ -385,7 +435,7 @@ def _groups_of(
             return pg, None
         raise _Bad("process_group", pg, "a (name, description) pair", i)
 
-    codes, pairs = _distinct(values, pair)
+    codes, pairs = _distinct(values, pair, by="tuple")
     names = _recode(codes, [None if p is None else p[0] for p in pairs])
     descs = _recode(codes, [None if p is None else p[1] for p in pairs])
     return names, descs
@@ -460,8 +510,8 @@ def _columns(raw: list[Any] | tuple[Any, ...], facts: dict[str, str]) -> dict[st
     sizes, numel = _texts(col("input_sizes"), "input_sizes", _sizes)
     cols["input_sizes"], cols["numel_in"] = sizes, _per_code(sizes[0], numel)
     cols["output_sizes"] = _texts(col("output_sizes"), "output_sizes", _sizes)[0]
-    cols["input_dtypes"] = _texts(col("input_dtypes"), "input_dtypes", _strings)[0]
-    cols["output_dtypes"] = _texts(col("output_dtypes"), "output_dtypes", _strings)[0]
+    cols["input_dtypes"] = _texts(col("input_dtypes"), "input_dtypes", _strings, "tuple")[0]
+    cols["output_dtypes"] = _texts(col("output_dtypes"), "output_dtypes", _strings, "tuple")[0]
     cols["time_created_ns"] = _ints(col("time_created_ns"), "time_created_ns", zero_null=True)
     cols["time_started_ns"] = _ints(
         col("time_discovered_started_ns"), "time_discovered_started_ns", zero_null=True
