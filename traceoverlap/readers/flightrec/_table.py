@@ -259,20 +259,21 @@ def _distinct(
     if len(uniq) * 4 <= n:
         codes, firsts = inverse.reshape(n).astype(np.int32), first.tolist()
     else:
-        codes = None
+        keyed: np.ndarray | None = None
         types = set(map(type, values))
         if by == "tuple" and types <= {list, tuple}:  # list or tuple: converted alike
             try:
-                codes, _ = _code(list(map(tuple, values)))
+                keyed, _ = _code(list(map(tuple, values)))
             except TypeError:  # an unhashable item: not what the column holds, told below
-                codes = None
+                keyed = None
         elif by == "ids" and types <= {list, tuple}:
             codes, firsts = _by_item_ids(values)
             return codes, [convert(values[i], i) for i in firsts]
         elif by == "ids" and types <= {list, tuple, _NONE}:
-            codes, _ = _code([None if v is None else tuple(map(id, v)) for v in values])
-        if codes is None:
-            codes, _ = _code(list(map(repr, values)))  # None: repr 'None', its own value
+            keyed, _ = _code([None if v is None else tuple(map(id, v)) for v in values])
+        if keyed is None:
+            keyed, _ = _code(list(map(repr, values)))  # None: repr 'None', its own value
+        codes = keyed
         firsts = np.unique(codes, return_index=True)[1].tolist()
         if firsts and codes[firsts[0]] < 0:  # code -1 (None) sorts first
             firsts = firsts[1:]
