@@ -1313,6 +1313,7 @@ def _timings(
     kept = np.flatnonzero(keep)  # the names are taken at the few rows they are shown for
     key = gc * (int(seq.max()) + 1) + seq
     inv, uniq = pd.factorize(key)
+    del key  # the per-row arrays go as soon as they are used: 2M rows are 16 MB each
     n = len(uniq)
     count = np.bincount(inv, minlength=n)
     # sort by (collective, arrival, rank): each collective's rows in arrival order
@@ -1320,6 +1321,7 @@ def _timings(
     starts = np.searchsorted(inv[order], np.arange(n))
     ends = np.append(starts[1:], len(order))
     first_i, last_i = order[starts], order[ends - 1]
+    del order
     ndumped = mem[mem["dumped"]].groupby("g").size()
     gname = c["g"].to_numpy()[kept[first_i]]
     need = ndumped.reindex(gname).fillna(0).to_numpy(np.int64)
@@ -1334,6 +1336,7 @@ def _timings(
     mintmo = np.full(n, np.inf)
     np.minimum.at(mintmo, inv, np.where(np.isnan(tmo), np.inf, tmo))
     dur = np.where(ndone == count, maxdone - lastt, np.nan)
+    del done, tmo
     sel = np.flatnonzero(ok)
     timings = pd.DataFrame(
         {
