@@ -20,8 +20,8 @@ Measured on the 2-core development machine (shared with other jobs, so wall time
 =================================  =========================================================
 before (one process)               26.7 s CPU, peak RSS 1,280 MB (~13 us an entry)
 after, ``-j 1``                    8.1 s CPU, peak RSS 607 MB (~4 us an entry)
-after, ``-j 2``                    parent 2.0 s CPU, 608 MB; workers 7.2 s CPU, 56 MB each
-after, ``--unshared``, ``-j 1``    UNSHARED
+after, ``-j 2``                    parent 1.9 s CPU, 608 MB; workers 7.4 s CPU, 56 MB each
+after, ``--unshared``, ``-j 1``    14.1 s CPU, 610 MB (torch-shaped: 377 MB of pickles)
 =================================  =========================================================
 
 Where the time went and what changed (cProfile): the unpickler read a bare ``BytesIO`` one call
