@@ -199,6 +199,16 @@ def test_entries_with_other_fields_and_shared_values(tmp_path: Path) -> None:
     assert one.entries["numel_in"].tolist() == [1000] * 6  # [[1000]]: 1,000 elements
 
 
+def test_a_boolean_size_among_equal_integer_ones_is_refused(tmp_path: Path) -> None:
+    # shapes are found equal by list equality, and True == 1: a [[True]] among [[1]]s must
+    # still be refused, not read as 1
+    d = _sample(1)
+    for e in d["entries"]:
+        e["input_sizes"] = [[1]]
+    d["entries"][5]["input_sizes"] = [[True]]
+    _fails([_write(tmp_path / "fr_1", d)], "entry 5 `input_sizes` is a list ([[True]]), not a list")
+
+
 def test_many_distinct_stacks_each_its_own_text(tmp_path: Path) -> None:
     # 24 entries, each its own frames list (as torch writes them), 12 distinct call sites
     # (line i % 12 of one user file) in turn: more than the few a ring's stacks are peeled off

@@ -23,6 +23,7 @@ unmatched, to each other (a note says so).
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections.abc import Sequence
@@ -251,8 +252,9 @@ def _distinct(
     groups and stacks over its whole ring. Distinct by identity (Python's pickler shares equal
     objects), else, when most are distinct objects (torch's pickler writes a list per entry),
     by ``by``: ``"tuple"`` (the items' equality: lists of strings, each shared), ``"ids"`` (the
-    items' identity: a stack's frames, each shared) or ``"repr"`` (equal for equal plain lists
-    of numbers and strings)."""
+    items' identity: a stack's frames, each shared), ``"shapes"`` (list equality, when every
+    value is a list of lists of integers) or ``"repr"`` (equal for equal plain lists of numbers
+    and strings; what any of them falls back to)."""
     n = len(values)
     ids = np.fromiter(map(id, values), dtype=np.uint64, count=n)
     uniq, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
@@ -266,7 +268,9 @@ def _distinct(
                 keyed, _ = _code(list(map(tuple, values)))
             except TypeError:  # an unhashable item: not what the column holds, told below
                 keyed = None
-        elif by == "ids" and types <= {list, tuple}:
+        elif (by == "ids" and types <= {list, tuple}) or (
+            by == "shapes" and types <= {list, tuple} and _plain_shapes(values)
+        ):
             codes, firsts = _by_item_ids(values)
             return codes, [convert(values[i], i) for i in firsts]
         elif by == "ids" and types <= {list, tuple, _NONE}:
@@ -282,6 +286,15 @@ def _distinct(
         v = values[i]
         out.append(None if v is None else convert(v, i))
     return codes, out
+
+
+def _plain_shapes(values: Sequence[Any]) -> bool:  # noqa: ANN401
+    """Whether every value is a list of lists of integers (not booleans, which equal 1 and 0):
+    then list equality is value equality, and equal shapes can be found by it."""
+    shapes = list(itertools.chain.from_iterable(values))
+    if not set(map(type, shapes)) <= {list, tuple}:
+        return False
+    return set(map(type, itertools.chain.from_iterable(shapes))) <= {int}
 
 
 def _by_item_ids(values: Sequence[Any]) -> tuple[np.ndarray, list[int]]:  # noqa: ANN401
@@ -508,9 +521,9 @@ def _columns(raw: list[Any] | tuple[Any, ...], facts: dict[str, str]) -> dict[st
     cols["is_p2p"] = (flags, [False, True])
     cols["state"] = _of(col("state"), "state", str, "a string")
     cols["retired"] = (_flags(col("retired"), "retired"), [False, True])
-    sizes, numel = _texts(col("input_sizes"), "input_sizes", _sizes)
+    sizes, numel = _texts(col("input_sizes"), "input_sizes", _sizes, "shapes")
     cols["input_sizes"], cols["numel_in"] = sizes, _per_code(sizes[0], numel)
-    cols["output_sizes"] = _texts(col("output_sizes"), "output_sizes", _sizes)[0]
+    cols["output_sizes"] = _texts(col("output_sizes"), "output_sizes", _sizes, "shapes")[0]
     cols["input_dtypes"] = _texts(col("input_dtypes"), "input_dtypes", _strings, "tuple")[0]
     cols["output_dtypes"] = _texts(col("output_dtypes"), "output_dtypes", _strings, "tuple")[0]
     cols["time_created_ns"] = _ints(col("time_created_ns"), "time_created_ns", zero_null=True)
