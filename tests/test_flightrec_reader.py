@@ -238,6 +238,21 @@ def test_dumps_read_in_processes_are_the_same_tables() -> None:
     assert (there.ranks, there.world, there.notes) == (here.ranks, here.world, here.notes)
 
 
+@pytest.mark.timeout(120)
+def test_a_bad_dump_read_in_a_worker_is_the_same_one_line_error(tmp_path: Path) -> None:
+    # the worker's error comes back as the error, not as "the worker died"
+    from traceoverlap.run.flightrec import read_dumps
+
+    folder = _copy(tmp_path / "d", ("fr_0",))
+    (folder / "fr_1").write_bytes((SAMPLE / "fr_1").read_bytes()[:500])
+    texts = []
+    for jobs in (1, 2):
+        with pytest.raises(TraceFormatError) as info:
+            read_dumps([folder], jobs=jobs)
+        texts.append(str(info.value))
+    assert texts[0] == texts[1] and "truncated pickle" in texts[0], texts
+
+
 # --- the registry: a dump is recognised, and is not a trace ------------------------------------
 
 

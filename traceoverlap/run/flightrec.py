@@ -10,9 +10,10 @@ parent holds the parts and the final tables only (docs/hang.md "Scale").
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
+from ..core.errors import TraceFormatError
 from ..core.flightrec import FlightRecords
 from ..readers.flightrec import DumpPart, read_dump, read_flight_records
 from ..readers.paths import Unit
@@ -38,7 +39,7 @@ def read_dumps(
         found = run_map(
             [Path(p) for _, p in pairs], _read, jobs=jobs, scheduler=scheduler, notes=notes
         )
-        return (p for p in found if isinstance(p, DumpPart))
+        return _raised(found)
 
     records = read_flight_records(paths, map_parts=parts)
     if notes:
@@ -46,6 +47,29 @@ def read_dumps(
     return records
 
 
-def _read(unit: Unit) -> DumpPart:
+@dataclasses.dataclass(frozen=True)
+class _Failed:
+    """A dump the worker could not read: the error's fields (an exception built with more than
+    its message does not cross back from a worker process)."""
+
+    kind: type[TraceFormatError]
+    path: str
+    reason: str
+    hint: str
+
+
+def _read(unit: Unit) -> DumpPart | _Failed:
     """The map's task: one dump file (a path; the map's units here are never process parts)."""
-    return read_dump(str(unit))
+    try:
+        return read_dump(str(unit))
+    except TraceFormatError as exc:
+        return _Failed(type(exc), exc.path, exc.reason, exc.hint)
+
+
+def _raised(found: Iterable[object]) -> Iterator[DumpPart]:
+    """The parts, a dump that failed raised here as the one-line error it was."""
+    for p in found:
+        if isinstance(p, _Failed):
+            raise p.kind(p.path, p.reason, p.hint)
+        if isinstance(p, DumpPart):
+            yield p
