@@ -43,6 +43,9 @@ RUN_READS_EVENTS = {
     "traceoverlap.run.detail",
     "traceoverlap.run.across",
     "traceoverlap.run.results",
+    # the map driver of Flight Recorder dumps (like run.analysis for traces): it hands the
+    # reader's per-file function to run_map; the hang analysis gets the combined tables
+    "traceoverlap.run.flightrec",
 }
 
 

@@ -172,6 +172,87 @@ def test_the_map_can_be_the_callers(tmp_path: Path) -> None:
     pd.testing.assert_frame_equal(combine([again]).entries, combine([part]).entries)
 
 
+def test_entries_with_other_fields_and_shared_values(tmp_path: Path) -> None:
+    # a ring whose entries do not all have the same keys (one lacks thread_name and has a key
+    # no other has): read field by field, the missing one null in that entry only
+    d = _sample(0)
+    del d["entries"][2]["thread_name"]
+    d["entries"][2]["new_field"] = 1
+    fr = read_flight_records([_write(tmp_path / "a" / "fr_0", d)])
+    base = read_flight_records([SAMPLE / "fr_0"])
+    names = fr.entries["thread_name"]
+    assert names.isna().tolist() == [False, False, True, False, False, False]
+    keep = [c for c, _ in ENTRY_COLUMNS if c != "thread_name"]
+    pd.testing.assert_frame_equal(fr.entries[keep], base.entries[keep])
+    # equal values as one shared object (a pickle's memo) or as copies: the same table
+    shared = _sample(0)
+    sizes, pg = [[1000]], ["0", "default_pg"]
+    for e in shared["entries"]:
+        e["input_sizes"], e["output_sizes"], e["process_group"] = sizes, sizes, pg
+    copies = copy.deepcopy(shared)
+    for e in copies["entries"]:
+        e["input_sizes"], e["output_sizes"] = [[1000]], [[1000]]
+        e["process_group"] = ["0", "default_pg"]
+    one = read_flight_records([_write(tmp_path / "b" / "fr_0", shared)])
+    two = read_flight_records([_write(tmp_path / "c" / "fr_0", copies)])
+    pd.testing.assert_frame_equal(one.entries, two.entries)
+    assert one.entries["numel_in"].tolist() == [1000] * 6  # [[1000]]: 1,000 elements
+
+
+def test_a_boolean_size_among_equal_integer_ones_is_refused(tmp_path: Path) -> None:
+    # shapes are found equal by list equality, and True == 1: a [[True]] among [[1]]s must
+    # still be refused, not read as 1
+    d = _sample(1)
+    for e in d["entries"]:
+        e["input_sizes"] = [[1]]
+    d["entries"][5]["input_sizes"] = [[True]]
+    _fails([_write(tmp_path / "fr_1", d)], "entry 5 `input_sizes` is a list ([[True]]), not a list")
+
+
+def test_many_distinct_stacks_each_its_own_text(tmp_path: Path) -> None:
+    # 24 entries, each its own frames list (as torch writes them), 12 distinct call sites
+    # (line i % 12 of one user file) in turn: more than the few a ring's stacks are peeled off
+    # by; every entry still gets its own site, "/u/train.py:<line> in step"
+    d = _sample(0)
+    ring = [dict(d["entries"][i % 5]) for i in range(24)]
+    sites = [{"filename": "/u/train.py", "line": k, "name": "step"} for k in range(12)]
+    for i, e in enumerate(ring):
+        e.update(record_id=i, collective_seq_id=i + 1, frames=[sites[i % 12]])
+    d["entries"] = ring
+    fr = read_flight_records([_write(tmp_path / "fr_0", d)])
+    want = [f"/u/train.py:{i % 12} in step" for i in range(24)]
+    assert fr.entries["frame"].tolist() == want and fr.entries["stack"].tolist() == want
+
+
+@pytest.mark.timeout(120)
+def test_dumps_read_in_processes_are_the_same_tables() -> None:
+    # the run's map in 2 worker processes (hang -j 2): each sends back its rank's compact part;
+    # the tables equal those read here, notes included
+    from traceoverlap.run.flightrec import read_dumps
+
+    folder = SAMPLE.parent / "skip_8"
+    here = read_flight_records([folder])
+    there = read_dumps([folder], jobs=2)
+    pd.testing.assert_frame_equal(there.entries, here.entries)
+    pd.testing.assert_frame_equal(there.groups, here.groups)
+    assert (there.ranks, there.world, there.notes) == (here.ranks, here.world, here.notes)
+
+
+@pytest.mark.timeout(120)
+def test_a_bad_dump_read_in_a_worker_is_the_same_one_line_error(tmp_path: Path) -> None:
+    # the worker's error comes back as the error, not as "the worker died"
+    from traceoverlap.run.flightrec import read_dumps
+
+    folder = _copy(tmp_path / "d", ("fr_0",))
+    (folder / "fr_1").write_bytes((SAMPLE / "fr_1").read_bytes()[:500])
+    texts = []
+    for jobs in (1, 2):
+        with pytest.raises(TraceFormatError) as info:
+            read_dumps([folder], jobs=jobs)
+        texts.append(str(info.value))
+    assert texts[0] == texts[1] and "truncated pickle" in texts[0], texts
+
+
 # --- the registry: a dump is recognised, and is not a trace ------------------------------------
 
 
@@ -365,6 +446,11 @@ def _bad_field(key: str, value: object, i: int = 5) -> dict[str, Any]:
         (_bad_field("input_sizes", [1000]), "pickle", "entry 5 `input_sizes` is a list"),
         (_bad_field("input_dtypes", [1]), "json", "not a list of strings"),
         (_bad_field("retired", "yes"), "pickle", "`retired` is a string ('yes'), not true or false"),
+        # 1 == True: the column's types are checked, not only its distinct values
+        (_bad_field("retired", 1), "pickle", "entry 5 `retired` is an integer (1), not true or"),
+        (_bad_field("thread_id", True), "pickle", "entry 5 `thread_id` is a boolean (True)"),
+        (_bad_field("profiling_name", ["x"]), "pickle", "entry 5 `profiling_name` is a list"),
+        (_bad_field("state", 1.0), "json", "entry 5 `state` is a number (1.0), not a string"),
         (_bad_field("process_group", 7), "json", "not a (name, description) pair"),
         (_bad_field("frames", [{"filename": 3}]), "pickle", "`frames` is a mapping"),
         (_bad_field("time_created_ns", 1 << 70), "pickle", "not an integer"),

@@ -337,6 +337,25 @@ def test_hang_command_on_the_sample(tmp_path: Path) -> None:
     assert json.loads(out.read_text())["verdict"] == "desync"
 
 
+@pytest.mark.timeout(120)
+def test_hang_jobs_read_the_dumps_in_processes_with_the_same_answer() -> None:
+    # -j means what it means for analyze: the per-rank reading in N processes; the answer and
+    # the JSON are the same as read in one
+    from click.testing import CliRunner
+
+    from traceoverlap.cli import main
+
+    folder = SAMPLES[0].parent / "skip_8"
+    outs = {}
+    for jobs in ("1", "2"):
+        for fmt in ("text", "json"):
+            r = CliRunner().invoke(main, ["hang", str(folder), "-j", jobs, "--format", fmt])
+            assert r.exit_code == 0, r.output
+            outs[jobs, fmt] = r.output
+    assert outs["1", "text"] == outs["2", "text"] and outs["1", "json"] == outs["2", "json"]
+    assert "--jobs" in CliRunner().invoke(main, ["hang", "--help"]).output
+
+
 def test_hang_command_bad_input_is_one_line(tmp_path: Path) -> None:
     _reader()
     from click.testing import CliRunner

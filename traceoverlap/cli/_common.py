@@ -182,28 +182,38 @@ def _analysis_option_list(helps: dict[str, str]) -> list[Callable[[Any], Any]]:
                 f"this share of the step (default {LOST_RATIO:.2f}).",
             ),
         ),
-        click.option(
-            "-j",
-            "--jobs",
-            type=click.IntRange(1, None),
-            help=helps.get(
-                "jobs",
-                "Analyse rank files in N processes (default: min(files, cores) once the inputs "
-                "pass 16 MB; 1 for small inputs, where process start-up costs more than it saves).",
-            ),
-        ),
-        click.option(
-            "--scheduler",
-            metavar="ADDRESS",
-            help=helps.get(
-                "scheduler",
-                "Run the per-rank analysis on Dask: 'local' (a LocalCluster here, --jobs "
-                "workers) or a scheduler address such as tcp://host:8786 (workers read the rank "
-                "files themselves; needs pip install 'traceoverlap[dask]').",
-            ),
-        ),
+        jobs_option(helps.get("jobs")),
+        scheduler_option(helps.get("scheduler")),
         debug_option,
     ]
+
+
+def jobs_option(help_text: str | None = None) -> Callable[[Any], Any]:
+    """``-j/--jobs``: how many processes read the rank files (analyze's, and hang's)."""
+    return click.option(
+        "-j",
+        "--jobs",
+        type=click.IntRange(1, None),
+        help=help_text
+        or (
+            "Analyse rank files in N processes (default: min(files, cores) once the inputs "
+            "pass 16 MB; 1 for small inputs, where process start-up costs more than it saves)."
+        ),
+    )
+
+
+def scheduler_option(help_text: str | None = None) -> Callable[[Any], Any]:
+    """``--scheduler``: the per-rank map on Dask (analyze's, and hang's)."""
+    return click.option(
+        "--scheduler",
+        metavar="ADDRESS",
+        help=help_text
+        or (
+            "Run the per-rank analysis on Dask: 'local' (a LocalCluster here, --jobs "
+            "workers) or a scheduler address such as tcp://host:8786 (workers read the rank "
+            "files themselves; needs pip install 'traceoverlap[dask]')."
+        ),
+    )
 
 
 def run_analysis(

@@ -6,7 +6,14 @@ from typing import Any
 
 import click
 
-from ._common import _terminal, check_outputs, handle_errors, write_text
+from ._common import (
+    _terminal,
+    check_outputs,
+    handle_errors,
+    jobs_option,
+    scheduler_option,
+    write_text,
+)
 
 
 @click.command()
@@ -27,8 +34,24 @@ from ._common import _terminal, check_outputs, handle_errors, write_text
     help="Kineto or Nsight Systems traces of the same run (a folder or files): adds what the "
     "ranks named in the answer had their host doing in their last traced step.",
 )
+@jobs_option(
+    "Read the rank dumps in N processes (default: min(files, cores) once the dumps pass 16 MB; "
+    "1 for small sets, where process start-up costs more than it saves)."
+)
+@scheduler_option(
+    "Read the rank dumps on Dask: 'local' (a LocalCluster here, --jobs workers) or a scheduler "
+    "address such as tcp://host:8786 (workers read the files themselves; needs pip install "
+    "'traceoverlap[dask]')."
+)
 @handle_errors
-def hang(dumps: tuple[str, ...], fmt: str, output: str | None, traces: str | None) -> None:
+def hang(
+    dumps: tuple[str, ...],
+    fmt: str,
+    output: str | None,
+    traces: str | None,
+    jobs: int | None,
+    scheduler: str | None,
+) -> None:
     """Why is it stuck: which rank the others wait for, and what it did instead, from the
     ranks' PyTorch Flight Recorder dumps (docs/hang.md).
 
@@ -60,7 +83,7 @@ def hang(dumps: tuple[str, ...], fmt: str, output: str | None, traces: str | Non
     """
     check_outputs([output], dumps, {})
     try:
-        from ..readers.flightrec import read_flight_records
+        from ..run.flightrec import read_dumps
     except ImportError as exc:  # the reader is a separate piece (issue 39)
         from ..core.errors import UsageError
 
@@ -70,7 +93,7 @@ def hang(dumps: tuple[str, ...], fmt: str, output: str | None, traces: str | Non
     from ..reporters.hang_report import render_json, render_text
     from ..run.hang import diagnose_hang
 
-    report = diagnose_hang(read_flight_records(list(dumps)))
+    report = diagnose_hang(read_dumps(list(dumps), jobs=jobs, scheduler=scheduler))
     if traces:
         report = _with_traces(report, traces)
     write_text(

@@ -206,8 +206,12 @@ def _groups(records: FlightRecords, e: pd.DataFrame) -> tuple[_Groups, list[str]
             last_enq[(str(k), int(r))] = int(v)
     named = set(e["g"].astype(str).unique())
     members = {k: v for k, v in members.items() if k in named}
+    # each (group, rank) pair the entries name, once (by the integer codes: a ring repeats it
+    # thousands of times)
+    pair = e["gc"].to_numpy(np.int64) * (int(e["rank"].max()) + 1) + e["rank"].to_numpy(np.int64)
+    once = np.sort(np.unique(pair, return_index=True)[1])
     seen = pd.concat(
-        [e[["g", "rank"]], pd.DataFrame({"g": gk, "rank": g["rank"] if len(g) else []})]
+        [e[["g", "rank"]].iloc[once], pd.DataFrame({"g": gk, "rank": g["rank"] if len(g) else []})]
     )
     seen = seen[seen["g"].astype(str).isin(named)]
     world = list(records.world) if records.world else list(records.ranks)
@@ -422,7 +426,8 @@ def _collectives(e: pd.DataFrame, is_p2p: np.ndarray) -> pd.DataFrame:
     seq = e["collective_seq_id"]
     keep = ~is_p2p & seq.notna().to_numpy(bool) & (seq.fillna(0) > 0).to_numpy(bool)
     cols = [k for k in _C_COLUMNS if k in e.columns]
-    c = e.loc[keep, cols]
+    # every row kept (a ring of collectives): the columns themselves, not a copy (copy on write)
+    c = e[cols] if keep.all() else e.loc[keep, cols]
     c["seq"] = c["collective_seq_id"].astype("int64")
     dup = c.duplicated(["gc", "rank", "seq"], keep="last").to_numpy(bool)
     if dup.any():
@@ -1305,10 +1310,10 @@ def _timings(
     tc = c["time_created_ns"].to_numpy(dtype=np.int64, na_value=0)[keep]
     done = c["time_completed_ns"].to_numpy(dtype=float, na_value=np.nan)[keep]
     tmo = c["timeout_ms"].to_numpy(dtype=float, na_value=np.nan)[keep]
-    g_str = c["g"].to_numpy()[keep]
-    ops = c["op"].to_numpy()[keep]
+    kept = np.flatnonzero(keep)  # the names are taken at the few rows they are shown for
     key = gc * (int(seq.max()) + 1) + seq
     inv, uniq = pd.factorize(key)
+    del key  # the per-row arrays go as soon as they are used: 2M rows are 16 MB each
     n = len(uniq)
     count = np.bincount(inv, minlength=n)
     # sort by (collective, arrival, rank): each collective's rows in arrival order
@@ -1316,8 +1321,9 @@ def _timings(
     starts = np.searchsorted(inv[order], np.arange(n))
     ends = np.append(starts[1:], len(order))
     first_i, last_i = order[starts], order[ends - 1]
+    del order
     ndumped = mem[mem["dumped"]].groupby("g").size()
-    gname = g_str[first_i]
+    gname = c["g"].to_numpy()[kept[first_i]]
     need = ndumped.reindex(gname).fillna(0).to_numpy(np.int64)
     ok = (count == need) & (count >= 2)
     if not ok.any():
@@ -1330,12 +1336,13 @@ def _timings(
     mintmo = np.full(n, np.inf)
     np.minimum.at(mintmo, inv, np.where(np.isnan(tmo), np.inf, tmo))
     dur = np.where(ndone == count, maxdone - lastt, np.nan)
+    del done, tmo
     sel = np.flatnonzero(ok)
     timings = pd.DataFrame(
         {
             "pg": pd.array(gname[sel], dtype="string"),
             "seq": seq[first_i][sel],
-            "op": pd.array(ops[last_i][sel], dtype="string"),
+            "op": pd.array(c["op"].to_numpy()[kept[last_i][sel]], dtype="string"),
             "ranks": count[sel],
             "first_arrival_ns": tc[first_i][sel],
             "arrival_spread_ns": (lastt - tc[first_i])[sel],
@@ -1360,8 +1367,17 @@ def _timings(
     # the waits: each row's (last arrival - its arrival), credited to the last arrival
     row_ok = ok[inv]
     wait = (lastt[inv] - tc)[row_ok]
-    w = pd.DataFrame({"gc": gc[row_ok], "rank": rank[row_ok], "wait": wait})
-    waited = w.groupby(["gc", "rank"])["wait"].sum()
+    # per (group, rank) the waits summed: numpy on one integer key (a pandas group-by on two
+    # keys held ~10 arrays of all rows at once)
+    m = int(rank.max()) + 1
+    pairs, at = np.unique(gc[row_ok] * m + rank[row_ok], return_inverse=True)
+    sums = np.zeros(len(pairs), dtype=np.int64)
+    np.add.at(sums, at.reshape(-1), wait)
+    waited = pd.Series(
+        sums,
+        index=pd.MultiIndex.from_arrays([pairs // m, pairs % m], names=["gc", "rank"]),
+        name="wait",
+    )
     cred = pd.DataFrame(
         {"gc": gc[last_i][sel], "rank": rank[last_i][sel],
          "wait": np.bincount(inv[row_ok], weights=wait, minlength=n)[sel]}

@@ -1,5 +1,5 @@
-"""One rank's Flight Recorder dump (plain data, :mod:`._load`) into column lists: what the set
-of dumps is built from in one go (:func:`traceoverlap.readers.flightrec.combine`).
+"""One rank's Flight Recorder dump (plain data, :mod:`._load`) into compact columns: what the
+set of dumps is built from in one go (:func:`traceoverlap.readers.flightrec.combine`).
 
 Schema versions (the dump's ``version``; PyTorch bumps the minor when adding fields, the major
 when changing them): every field is read by its name when it is there and is null when not.
@@ -23,15 +23,17 @@ unmatched, to each other (a note says so).
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
 
 from ...core.errors import TraceFormatError
-from ...core.flightrec import ENTRY_COLUMNS
 
 __all__ = ["DumpPart", "dump_part", "ENTRY_FIELDS", "GROUP_FIELDS"]
 
@@ -55,7 +57,8 @@ _HINT = "the dump is damaged, or was not written by torch.distributed's Flight R
 
 @dataclass
 class DumpPart:
-    """One rank's dump as column lists (picklable: a unit of the readers' map)."""
+    """One rank's dump as compact columns (picklable: a unit of the readers' map, sent back
+    from a worker process in a few arrays)."""
 
     rank: int
     path: str
@@ -63,8 +66,9 @@ class DumpPart:
     written: str
     version: str | None
     n: int
-    #: column -> its values (a list; the nullable integer columns an (int64 values, null mask)
-    #: pair of arrays)
+    #: column -> its values: an ``Int64`` column as (int64 values, null mask) arrays, any other
+    #: as (int32 codes, the distinct values) with code -1 for null (the ring repeats a few ops,
+    #: groups, shapes and stacks; a ``boolean`` column's distinct values are ``[False, True]``)
     entries: dict[str, Any]
     groups: dict[str, list[Any]]
     #: what this dump lacked or what was guessed in it, by kind (combined into notes over ranks)
@@ -137,29 +141,229 @@ def _strings(v: Any, key: str) -> tuple[str | None, None]:  # noqa: ANN401
     return json.dumps(v, separators=(",", ":")), None
 
 
-def _texts(values: list[Any], key: str, convert: Any) -> tuple[list[Any], list[Any]]:  # noqa: ANN401
-    """``convert`` of each value, once per distinct value: a dump repeats a few shapes and dtypes
-    over its whole ring. (Equal ``repr`` means equal value here: plain lists of ints and
-    strings.)"""
-    cache: dict[str, tuple[Any, Any]] = {}
-    texts: list[Any] = []
-    numbers: list[Any] = []
-    for i, v in enumerate(values):
-        if v is None:
-            texts.append(None)
-            numbers.append(None)
-            continue
-        r = repr(v)
-        hit = cache.get(r)
-        if hit is None:
+# --- columns: each read over the whole ring at once -------------------------------------------
+#
+# A ring holds thousands of entries and repeats a few values in most fields (one op, one group,
+# one state, one stack per call site), so a part holds each entries column compactly: an integer
+# column as (int64 values, null mask) arrays, every other as (int32 codes, the distinct values),
+# code -1 for null. Types are checked on the distinct values, or on the set of the values' types:
+# no Python step per entry and field beyond fetching it.
+
+_NONE = type(None)
+
+
+def _first_bad(values: Sequence[Any], ok: Any) -> int:  # noqa: ANN401
+    return next(i for i, v in enumerate(values) if not ok(v))
+
+
+def _code(keys: Sequence[Any]) -> tuple[np.ndarray, list[Any]]:  # noqa: ANN401
+    """Codes of ``keys`` into its distinct values in first-seen order (None: -1). Raises
+    TypeError for an unhashable key."""
+    n = len(keys)
+    if n == 0:
+        return np.empty(0, dtype=np.int32), []
+    first = keys[0]
+    if keys.count(first) == n:  # one value all along (identity first: C speed)
+        if first is None:
+            return np.full(n, -1, dtype=np.int32), []
+        hash(first)
+        return np.zeros(n, dtype=np.int32), [first]
+    index = dict.fromkeys(keys)  # the distinct keys, first seen first (C speed)
+    cats = [k for k in index if k is not None]
+    lut = {k: i for i, k in enumerate(cats)}
+    lut[None] = -1
+    return np.fromiter(map(lut.__getitem__, keys), dtype=np.int32, count=n), cats
+
+
+def _of(values: Sequence[Any], key: str, kind: type, want: str) -> tuple[np.ndarray, list[Any]]:  # noqa: ANN401
+    """A string (or other ``kind``) column, coded; each distinct value checked."""
+    try:
+        codes, cats = _code(values)
+    except TypeError:  # an unhashable value: not a ``kind``
+        cats = None
+    if cats is None or not all(type(c) is kind for c in cats):
+        i = _first_bad(values, lambda v: v is None or type(v) is kind)
+        raise _Bad(key, values[i], want, i)
+    return codes, cats
+
+
+def _flags(values: Sequence[Any], key: str) -> np.ndarray:  # noqa: ANN401
+    """A boolean column as codes into (False, True), -1 for null."""
+    if not set(map(type, values)) <= {bool, _NONE}:  # True == 1: check types, not values
+        i = _first_bad(values, lambda v: v is None or type(v) is bool)
+        raise _Bad(key, values[i], "true or false", i)
+    codes, cats = _code(values)
+    lut = np.array([int(c) for c in cats] + [-1], dtype=np.int32)
+    return np.asarray(lut[codes], dtype=np.int32)
+
+
+def _ints(
+    values: Sequence[Any], key: str, zero_null: bool = False
+) -> tuple[np.ndarray, np.ndarray]:  # noqa: ANN401, E501
+    """An integer column (each an integer in int64, not a boolean, or null) as (values, null
+    mask); ``zero_null``: 0 is null too (the JSON's "not recorded", the pickle writing None)."""
+    n = len(values)
+    types = set(map(type, values))
+    try:
+        if types <= {int}:
+            data = np.array(values, dtype=np.int64).reshape(n)
+            mask = np.zeros(n, dtype=bool)
+        elif types == {_NONE}:
+            data, mask = np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool)
+        elif types == {int, _NONE}:
+            mask = np.fromiter((v is None for v in values), dtype=bool, count=n)
+            data = np.array([0 if v is None else v for v in values], dtype=np.int64)
+        else:
+            data = None
+    except OverflowError:
+        data = None
+    if data is None:
+        i = _first_bad(values, lambda v: v is None or (type(v) is int and -_I64 <= v < _I64))
+        raise _Bad(key, values[i], "an integer", i)
+    if zero_null:
+        mask |= data == 0
+        data[mask] = 0
+    return data, mask
+
+
+def _durations(values: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:  # noqa: ANN401
+    n = len(values)
+    if set(map(type, values)) <= {_NONE}:
+        return np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool)
+    out: list[int | None] = []
+    for i, d in enumerate(values):
+        if d is None:
+            out.append(None)
+        elif type(d) in (int, float) and math.isfinite(d) and 0 <= d < 1e12:
+            out.append(round(d * 1_000_000))
+        else:
+            raise _Bad("duration_ms", d, "a duration in milliseconds", i)
+    mask = np.fromiter((v is None for v in out), dtype=bool, count=n)
+    return np.array([0 if v is None else v for v in out], dtype=np.int64), mask
+
+
+def _distinct(
+    values: Sequence[Any],
+    convert: Any,  # noqa: ANN401
+    by: str = "repr",
+) -> tuple[np.ndarray, list[Any]]:
+    """Codes of ``values`` into their distinct values, and ``convert(value, index)`` of each
+    distinct one (at its first index; None stays None): a dump repeats a few shapes, dtypes,
+    groups and stacks over its whole ring. Distinct by identity (Python's pickler shares equal
+    objects), else, when most are distinct objects (torch's pickler writes a list per entry),
+    by ``by``: ``"tuple"`` (the items' equality: lists of strings, each shared), ``"ids"`` (the
+    items' identity: a stack's frames, each shared), ``"shapes"`` (list equality, when every
+    value is a list of lists of integers) or ``"repr"`` (equal for equal plain lists of numbers
+    and strings; what any of them falls back to)."""
+    n = len(values)
+    ids = np.fromiter(map(id, values), dtype=np.uint64, count=n)
+    uniq, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    if len(uniq) * 4 <= n:
+        codes, firsts = inverse.reshape(n).astype(np.int32), first.tolist()
+    else:
+        keyed: np.ndarray | None = None
+        types = set(map(type, values))
+        if by == "tuple" and types <= {list, tuple}:  # list or tuple: converted alike
             try:
-                hit = cache[r] = convert(v, key)
-            except _Bad as bad:
-                bad.index = i
-                raise
-        texts.append(hit[0])
-        numbers.append(hit[1])
-    return texts, numbers
+                keyed, _ = _code(list(map(tuple, values)))
+            except TypeError:  # an unhashable item: not what the column holds, told below
+                keyed = None
+        elif (by == "ids" and types <= {list, tuple}) or (
+            by == "shapes" and types <= {list, tuple} and _plain_shapes(values)
+        ):
+            codes, firsts = _by_item_ids(values)
+            return codes, [convert(values[i], i) for i in firsts]
+        elif by == "ids" and types <= {list, tuple, _NONE}:
+            keyed, _ = _code([None if v is None else tuple(map(id, v)) for v in values])
+        if keyed is None:
+            keyed, _ = _code(list(map(repr, values)))  # None: repr 'None', its own value
+        codes = keyed
+        firsts = np.unique(codes, return_index=True)[1].tolist()
+        if firsts and codes[firsts[0]] < 0:  # code -1 (None) sorts first
+            firsts = firsts[1:]
+    out = []
+    for i in firsts:
+        v = values[i]
+        out.append(None if v is None else convert(v, i))
+    return codes, out
+
+
+def _plain_shapes(values: Sequence[Any]) -> bool:  # noqa: ANN401
+    """Whether every value is a list of lists of integers (not booleans, which equal 1 and 0):
+    then list equality is value equality, and equal shapes can be found by it."""
+    shapes = list(itertools.chain.from_iterable(values))
+    if not set(map(type, shapes)) <= {list, tuple}:
+        return False
+    return set(map(type, itertools.chain.from_iterable(shapes))) <= {int}
+
+
+def _by_item_ids(values: Sequence[Any]) -> tuple[np.ndarray, list[int]]:  # noqa: ANN401
+    """Codes of lists by their items (a ring's stacks: a list of its own per entry, its frames
+    shared), and the first index of each code. A ring has a few distinct stacks: each is
+    peeled off with one pass of list equality (C, items compared by identity first); what is
+    left after :data:`_PEEL` of them, by the tuple of its items' ids."""
+    n = len(values)
+    codes = np.full(n, -1, dtype=np.int32)
+    left = np.arange(n)
+    firsts: list[int] = []
+    while len(left) and len(firsts) < _PEEL:
+        i = int(left[0])
+        d = values[i]
+        if len(left) == n:
+            same = np.array([v == d for v in values], dtype=bool)
+        else:
+            same = np.array([values[j] == d for j in left.tolist()], dtype=bool)
+        codes[left[same]] = len(firsts)
+        firsts.append(i)
+        left = left[~same]
+    if len(left):
+        rest = left.tolist()
+        more, cats = _code([tuple(map(id, values[j])) for j in rest])
+        codes[left] = more + len(firsts)
+        at = dict(zip(reversed(more.tolist()), reversed(rest), strict=True))
+        firsts += [at[k] for k in range(len(cats))]
+    return codes, firsts
+
+
+#: Distinct stacks :func:`_by_item_ids` peels off one pass each before keying the rest.
+_PEEL = 8
+
+
+def _recode(codes: np.ndarray, cats: list[Any]) -> tuple[np.ndarray, list[Any]]:  # noqa: ANN401
+    """``codes`` into ``cats`` again, with equal categories merged and None as -1."""
+    inner, distinct = _code(cats)
+    return np.append(inner, np.int32(-1))[codes], distinct
+
+
+def _texts(
+    values: Sequence[Any],
+    key: str,
+    convert: Any,  # noqa: ANN401
+    by: str = "repr",
+) -> tuple[tuple[np.ndarray, list[Any]], list[Any]]:
+    """JSON text of each value (``convert``, once per distinct value: by identity first, the
+    pickle sharing equal objects, else by ``repr``, equal for equal plain lists), coded, and
+    ``convert``'s number per category."""
+
+    def one(v: Any, i: int) -> tuple[Any, Any]:  # noqa: ANN401
+        try:
+            return convert(v, key)  # type: ignore[no-any-return]
+        except _Bad as bad:
+            bad.index = i
+            raise
+
+    codes, pairs = _distinct(values, one, by)
+    texts = [None if p is None else p[0] for p in pairs]
+    number = {p[0]: p[1] for p in pairs if p is not None}
+    inner, distinct = _code(texts)
+    return (np.append(inner, np.int32(-1))[codes], distinct), [*map(number.get, distinct), None]
+
+
+def _per_code(codes: np.ndarray, numbers: list[Any]) -> tuple[np.ndarray, np.ndarray]:  # noqa: ANN401
+    """An integer column from a number per category (``numbers[-1]``: null, for code -1)."""
+    mask = np.array([v is None for v in numbers], dtype=bool)
+    data = np.array([0 if v is None else v for v in numbers], dtype=np.int64)
+    return data[codes], mask[codes]
 
 
 def _is_torch(filename: str) -> bool:
@@ -197,33 +401,33 @@ class _Frames:
         self.keep.append(f)
         return text, user
 
-    def __call__(self, frames: Any) -> tuple[str | None, str | None]:  # noqa: ANN401
-        if frames is None:
-            return None, None
+    def __call__(self, frames: Any, index: int = 0) -> tuple[str, str] | None:  # noqa: ANN401
         if not isinstance(frames, list | tuple):
-            raise _Bad("frames", frames, _FRAME)
+            raise _Bad("frames", frames, _FRAME, index)
         if not frames:
-            return None, None
+            return None
         key = tuple(map(id, frames))
         got = self.stacks.get(key)
         if got is None:
-            lines = [self.one(f) for f in frames]
+            try:
+                lines = [self.one(f) for f in frames]
+            except _Bad as bad:
+                bad.index = index
+                raise
             first = next((t for t, user in lines if user), lines[0][0])
             got = self.stacks[key] = (first, "\n".join(t for t, _ in lines))
             self.keep.append(frames)
         return got
 
-    def column(self, values: list[Any]) -> tuple[list[str | None], list[str | None]]:  # noqa: ANN401
-        firsts, stacks = [], []
-        for i, v in enumerate(values):
-            try:
-                first, stack = self(v)
-            except _Bad as bad:
-                bad.index = i
-                raise
-            firsts.append(first)
-            stacks.append(stack)
-        return firsts, stacks
+    def columns(
+        self,
+        values: Sequence[Any],  # noqa: ANN401
+    ) -> tuple[tuple[np.ndarray, list[Any]], tuple[np.ndarray, list[Any]]]:
+        """The ``frame`` and ``stack`` columns, coded."""
+        codes, got = _distinct(values, self, by="ids")
+        frame = _recode(codes, [None if g is None else g[0] for g in got])
+        stack = _recode(codes, [None if g is None else g[1] for g in got])
+        return frame, stack
 
 
 def _op_is_p2p(op: str | None) -> bool | None:
@@ -233,59 +437,25 @@ def _op_is_p2p(op: str | None) -> bool | None:
     return kind in ("send", "recv")
 
 
-def _first_bad(values: list[Any], ok: Any) -> int:  # noqa: ANN401
-    return next(i for i, v in enumerate(values) if not ok(v))
+def _groups_of(
+    values: Sequence[Any],
+) -> tuple[tuple[np.ndarray, list[Any]], tuple[np.ndarray, list[Any]]]:  # noqa: ANN401, E501
+    """``process_group`` into the ``pg_name`` and ``pg_desc`` columns, coded."""
 
-
-def _ints(values: list[Any], key: str) -> list[Any]:  # noqa: ANN401
-    """``values`` when each is an integer (not a boolean) in int64 or null."""
-    if all(type(v) is int or v is None for v in values):
-        present = [v for v in values if v is not None]
-        if not present or (-_I64 <= min(present) and max(present) < _I64):
-            return values
-    i = _first_bad(values, lambda v: v is None or (type(v) is int and -_I64 <= v < _I64))
-    raise _Bad(key, values[i], "an integer", i)
-
-
-def _of(values: list[Any], key: str, kind: type, want: str) -> list[Any]:  # noqa: ANN401
-    if all(type(v) is kind or v is None for v in values):
-        return values
-    i = _first_bad(values, lambda v: v is None or type(v) is kind)
-    raise _Bad(key, values[i], want, i)
-
-
-def _times(values: list[Any], key: str) -> list[Any]:  # noqa: ANN401
-    """Integers, 0 read as null (the JSON's "not recorded", the pickle writing None)."""
-    return [None if v == 0 else v for v in _ints(values, key)]
-
-
-def _durations(values: list[Any]) -> list[Any]:  # noqa: ANN401
-    out: list[int | None] = []
-    for i, d in enumerate(values):
-        if d is None:
-            out.append(None)
-        elif type(d) in (int, float) and math.isfinite(d) and 0 <= d < 1e12:
-            out.append(round(d * 1_000_000))
-        else:
-            raise _Bad("duration_ms", d, "a duration in milliseconds", i)
-    return out
-
-
-def _groups_of(values: list[Any]) -> tuple[list[Any], list[Any]]:  # noqa: ANN401
-    names, descs = [], []
-    for i, pg in enumerate(values):
+    def pair(pg: Any, i: int) -> tuple[Any, Any]:  # noqa: ANN401
         if type(pg) in (tuple, list) and len(pg) == 2 and all(type(x) is str for x in pg):
-            names.append(pg[0])
-            descs.append(pg[1])
-        elif pg is None or type(pg) is str:
-            names.append(pg)
-            descs.append(None)
-        else:
-            raise _Bad("process_group", pg, "a (name, description) pair", i)
+            return pg[0], pg[1]
+        if type(pg) is str:
+            return pg, None
+        raise _Bad("process_group", pg, "a (name, description) pair", i)
+
+    codes, pairs = _distinct(values, pair, by="tuple")
+    names = _recode(codes, [None if p is None else p[0] for p in pairs])
+    descs = _recode(codes, [None if p is None else p[1] for p in pairs])
     return names, descs
 
 
-def _entries(shown: str, raw: Any, facts: dict[str, str]) -> tuple[dict[str, list[Any]], int]:  # noqa: ANN401
+def _entries(shown: str, raw: Any, facts: dict[str, str]) -> tuple[dict[str, Any], int]:  # noqa: ANN401
     """The entries' columns, each read over the whole list at once and checked for its type."""
     if not isinstance(raw, list | tuple):
         raise TraceFormatError(shown, f"`entries` is {_kind(raw)}, not a list", _HINT)
@@ -298,58 +468,99 @@ def _entries(shown: str, raw: Any, facts: dict[str, str]) -> tuple[dict[str, lis
         ) from None
 
 
-def _columns(raw: list[Any] | tuple[Any, ...], facts: dict[str, str]) -> dict[str, list[Any]]:  # noqa: ANN401
-    if not all(type(e) is dict for e in raw):
+def _fields(raw: Sequence[dict[str, Any]]) -> dict[str, Sequence[Any]]:
+    """The entries' fields as columns: every key any entry has -> its values (None where an
+    entry lacks it). Entries with one set of keys (a ring written by one torch) are transposed
+    in C (``itemgetter``, ``zip``)."""
+    n = len(raw)
+    if n == 0:
+        return {}
+    keys = list(raw[0])
+    if keys and len(set(map(len, raw))) == 1:  # same size and each has the first's keys: same
+        try:
+            rows = list(map(itemgetter(*keys), raw))
+        except KeyError:
+            pass
+        else:
+            if len(keys) == 1:
+                return {keys[0]: rows}
+            return dict(zip(keys, zip(*rows, strict=True), strict=True))
+    every = dict.fromkeys(k for e in raw for k in e)
+    return {k: [e.get(k) for e in raw] for k in every}
+
+
+def _columns(raw: list[Any] | tuple[Any, ...], facts: dict[str, str]) -> dict[str, Any]:  # noqa: ANN401
+    if not set(map(type, raw)) <= {dict}:
         i = _first_bad(list(raw), lambda e: type(e) is dict)
         raise _Bad("", raw[i], "a mapping of fields", i)
+    fields = _fields(raw)
+    nones = (None,) * len(raw)
 
-    def col(key: str) -> list[Any]:
-        return [e.get(key) for e in raw]
+    def col(key: str) -> Sequence[Any]:
+        return fields.get(key, nones)
 
-    cols: dict[str, list[Any]] = {}
+    cols: dict[str, Any] = {}
     for key in ("record_id", "pg_id", "p2p_seq_id", "op_id", "timeout_ms"):
         cols[key] = _ints(col(key), key)
     cols["pg_name"], cols["pg_desc"] = _groups_of(col("process_group"))
-    if any("collective_seq_id" not in e and "seq_id" in e for e in raw):
+    if "seq_id" in fields and any("collective_seq_id" not in e and "seq_id" in e for e in raw):
         facts["legacy_seq"] = "1"  # 1.x: one sequence id
         seq = [e.get("collective_seq_id", e.get("seq_id")) for e in raw]
         cols["collective_seq_id"] = _ints(seq, "seq_id")
     else:
         cols["collective_seq_id"] = _ints(col("collective_seq_id"), "collective_seq_id")
     cols["op"] = _of(col("profiling_name"), "profiling_name", str, "a string")
-    flags = _of(col("is_p2p"), "is_p2p", bool, "true or false")
-    if any(f is None for f in flags):
-        flags = [
-            _op_is_p2p(op) if f is None else f for f, op in zip(flags, cols["op"], strict=True)
-        ]
-        if any(f is not None for f in flags):
+    flags = _flags(col("is_p2p"), "is_p2p")
+    if (flags < 0).any():
+        op_codes, op_cats = cols["op"]
+        by_op = [_op_is_p2p(op) for op in op_cats]
+        derived = np.array([-1 if f is None else int(f) for f in by_op] + [-1], dtype=np.int32)
+        flags = np.where(flags < 0, derived[op_codes], flags)
+        if (flags >= 0).any():
             facts["derived_p2p"] = "1"
-    cols["is_p2p"] = flags
+    cols["is_p2p"] = (flags, [False, True])
     cols["state"] = _of(col("state"), "state", str, "a string")
-    cols["retired"] = _of(col("retired"), "retired", bool, "true or false")
-    cols["input_sizes"], cols["numel_in"] = _texts(col("input_sizes"), "input_sizes", _sizes)
-    cols["output_sizes"] = _texts(col("output_sizes"), "output_sizes", _sizes)[0]
-    cols["input_dtypes"] = _texts(col("input_dtypes"), "input_dtypes", _strings)[0]
-    cols["output_dtypes"] = _texts(col("output_dtypes"), "output_dtypes", _strings)[0]
-    cols["time_created_ns"] = _times(col("time_created_ns"), "time_created_ns")
-    cols["time_started_ns"] = _times(
-        col("time_discovered_started_ns"), "time_discovered_started_ns"
+    cols["retired"] = (_flags(col("retired"), "retired"), [False, True])
+    sizes, numel = _texts(col("input_sizes"), "input_sizes", _sizes, "shapes")
+    cols["input_sizes"], cols["numel_in"] = sizes, _per_code(sizes[0], numel)
+    cols["output_sizes"] = _texts(col("output_sizes"), "output_sizes", _sizes, "shapes")[0]
+    cols["input_dtypes"] = _texts(col("input_dtypes"), "input_dtypes", _strings, "tuple")[0]
+    cols["output_dtypes"] = _texts(col("output_dtypes"), "output_dtypes", _strings, "tuple")[0]
+    cols["time_created_ns"] = _ints(col("time_created_ns"), "time_created_ns", zero_null=True)
+    cols["time_started_ns"] = _ints(
+        col("time_discovered_started_ns"), "time_discovered_started_ns", zero_null=True
     )
-    cols["time_completed_ns"] = _times(
-        col("time_discovered_completed_ns"), "time_discovered_completed_ns"
+    cols["time_completed_ns"] = _ints(
+        col("time_discovered_completed_ns"), "time_discovered_completed_ns", zero_null=True
     )
-    cols["thread_id"] = _of(
-        [str(t) if type(t) is int else t for t in col("thread_id")], "thread_id", str, "a string"
-    )
+    tids = col("thread_id")
+    if not set(map(type, tids)) <= {int, str, _NONE}:  # True == 1: check types, not values
+        i = _first_bad(tids, lambda v: v is None or type(v) in (int, str))
+        raise _Bad("thread_id", tids[i], "a string", i)
+    tid_codes, tid_cats = _code(tids)
+    cols["thread_id"] = _recode(tid_codes, [str(t) for t in tid_cats])
     cols["thread_name"] = _of(col("thread_name"), "thread_name", str, "a string")
-    cols["frame"], cols["stack"] = _Frames().column(col("frames"))
+    cols["frame"], cols["stack"] = _Frames().columns(col("frames"))
     cols["duration_ns"] = _durations(col("duration_ms"))
-    if raw and all(s is None for s in cols["stack"]):
+    if raw and not cols["stack"][1]:
         facts["no_frames"] = "1"
-    started, completed = cols["time_started_ns"], cols["time_completed_ns"]
-    if raw and all(s is None for s in started) and all(c is None for c in completed):
+    if raw and cols["time_started_ns"][1].all() and cols["time_completed_ns"][1].all():
         facts["no_times"] = "1"
-    return {k: cols[k] for k in ENTRY_FIELDS}
+    return {k: (_narrow(cols[k][0]), cols[k][1]) for k in ENTRY_FIELDS}
+
+
+def _narrow(a: np.ndarray) -> np.ndarray:
+    """``a`` in the smallest integer type that holds it (what a part sends back from a worker:
+    a ring's record ids, sequence ids and codes fit in 8 or 16 bits); the combined column is
+    int64 again."""
+    if not len(a):
+        return a
+    lo, hi = int(a.min()), int(a.max())
+    for t in (np.int8, np.int16, np.int32):
+        info = np.iinfo(t)
+        if info.min <= lo and hi <= info.max:
+            return a.astype(t)
+    return a
 
 
 def _short(v: object) -> str:
@@ -364,7 +575,11 @@ def _members(shown: str, key: str, ranks: Any) -> list[int]:  # noqa: ANN401
             value = json.loads(ranks)
         except ValueError:
             value = None
-    if not isinstance(value, list) or not all(type(r) is int and r >= 0 for r in value):
+    if (
+        not isinstance(value, list)
+        or not set(map(type, value)) <= {int}
+        or (value and min(value) < 0)
+    ):
         raise TraceFormatError(
             shown,
             f"`pg_config` of group {key!r}: `ranks` is {_kind(ranks)} ({_short(ranks)}), "
@@ -472,13 +687,19 @@ def _match(
 
 
 def _groups(
-    shown: str, dump: dict[str, Any], cols: dict[str, list[Any]], facts: dict[str, str]
+    shown: str, dump: dict[str, Any], cols: dict[str, Any], facts: dict[str, str]
 ) -> dict[str, list[Any]]:
     """One row per process group the dump names (entries, ``pg_config``, ``pg_status``)."""
     named: _Named = {}  # pg_id -> (name, desc), in the entries' order
-    for pid, name, desc in zip(cols["pg_id"], cols["pg_name"], cols["pg_desc"], strict=True):
-        if pid is not None and pid not in named:
-            named[pid] = (name, desc)
+    (pids, nulls), (ncodes, ncats), (dcodes, dcats) = (
+        cols["pg_id"],
+        cols["pg_name"],
+        cols["pg_desc"],
+    )
+    seen = zip(pids.tolist(), nulls.tolist(), ncodes.tolist(), dcodes.tolist(), strict=True)
+    for pid, null, nc, dc in dict.fromkeys(seen):  # the distinct ones, in the entries' order
+        if not null and pid not in named:
+            named[pid] = (ncats[nc] if nc >= 0 else None, dcats[dc] if dc >= 0 else None)
     status = _status(shown, dump.get("pg_status"))
     for pid in status:
         named.setdefault(pid, (None, None))
@@ -550,18 +771,4 @@ def dump_part(shown: str, rank: int, dump: Any, written: str) -> DumpPart:  # no
         raise TraceFormatError(shown, f"`comm_lib_version` is {_kind(lib)}, not a string", _HINT)
     cols, n = _entries(shown, dump.get("entries", []), facts)
     groups = _groups(shown, dump, cols, facts)
-    compact: dict[str, Any] = {
-        k: (_ints_array(v) if k in _INT_FIELDS else v) for k, v in cols.items()
-    }
-    return DumpPart(rank, shown, written, version, n, compact, groups, facts)
-
-
-#: The entries' nullable integer columns: held as (int64 values, null mask) arrays, 9 bytes an
-#: entry instead of a Python int each (the ring of a rank holds thousands of entries).
-_INT_FIELDS = frozenset(name for name, dtype in ENTRY_COLUMNS if dtype == "Int64")
-
-
-def _ints_array(values: list[Any]) -> tuple[np.ndarray, np.ndarray]:  # noqa: ANN401
-    mask = np.fromiter((v is None for v in values), dtype=bool, count=len(values))
-    data = np.fromiter((0 if v is None else v for v in values), dtype=np.int64, count=len(values))
-    return data, mask
+    return DumpPart(rank, shown, written, version, n, cols, groups, facts)
