@@ -517,6 +517,15 @@ def test_names_and_repeats(tmp_path: Path) -> None:
     _fails([tmp_path / "absent"], "no such file or folder")
 
 
+def test_a_trace_given_as_a_dump_is_named_a_trace(tmp_path: Path) -> None:
+    # a Kineto trace named without a rank number is not a badly named dump: the error says it is
+    # no dump and which command reads traces (it said how to name dumps)
+    trace = tmp_path / "trace.json"
+    trace.write_text('{"traceEvents": [{"ph": "X", "name": "x", "ts": 1, "dur": 2}]}')
+    text = _fails([trace], "not a PyTorch Flight Recorder dump")
+    assert "traceoverlap analyze" in text and "<prefix><rank>" not in text
+
+
 # --- a crafted pickle runs nothing ------------------------------------------------------------
 
 

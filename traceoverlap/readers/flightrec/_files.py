@@ -135,6 +135,22 @@ def _written(path: Path) -> str:
     return "pickle" if head[:1] == b"\x80" else "json" if head[:1] in (b"{", b"[") else "?"
 
 
+def _file_rank(p: Path) -> int:
+    """The rank of a dump given by name; a file without a rank number in its name is refused
+    (one that is no dump at all, a trace given to hang, is told so, not how to name dumps)."""
+    n = name_rank(p.name)
+    if n is not None:
+        return n[1]
+    if p.is_file() and not flightrec_head(_head(p)):
+        raise TraceFormatError(
+            p,
+            "not a PyTorch Flight Recorder dump",
+            "give the ranks' dumps, see docs/hang.md; a profiler trace is read by "
+            "`traceoverlap analyze`",
+        )
+    raise TraceFormatError(p, "no rank number at the end of the file name", NAMING)
+
+
 def dump_files(paths: str | Path | Sequence[str | Path]) -> DumpFiles:
     """The dumps of ``paths`` (files and folders) and their ranks; raises
     :class:`TraceFormatError` for a dump without a rank number in its name or two dumps of one
@@ -149,10 +165,7 @@ def dump_files(paths: str | Path | Sequence[str | Path]) -> DumpFiles:
         if p.is_dir():
             found.extend(_folder(p, notes))
         elif p.exists():
-            n = name_rank(p.name)
-            if n is None:
-                raise TraceFormatError(p, "no rank number at the end of the file name", NAMING)
-            found.append((n[1], p))
+            found.append((_file_rank(p), p))
         else:
             raise TraceFormatError(p, "no such file or folder", "check the path")
     by_rank: dict[int, list[Path]] = {}
