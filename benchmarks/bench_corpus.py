@@ -44,6 +44,7 @@ against the floor less ``python`` + msgspec / sqlite3 start). ``--save FILE`` wr
 figures as JSON; ``--compare FILE`` compares with such a file and names every member whose
 ratio to its floor grew by more than 20 % (the ratio, not the seconds: the floor runs in the same
 rounds, so the ratio carries over between runs of a shared machine), exit status 1 if any did.
+``benchmarks/corpus_baseline.json`` is the run docs/performance.md shows ("The corpus").
 
 Not a test: it takes minutes and its numbers depend on the machine. The corpus is built in a
 temporary folder (``--keep DIR`` keeps it there and reuses what is already built).
@@ -128,11 +129,13 @@ if sys.argv[2] == "kineto":
     import traceoverlap.readers.kineto._document, traceoverlap.readers.kineto._table
 else:
     import traceoverlap.readers.nsys
+import os
+os._exit(0)  # as the command ends (traceoverlap.__main__.run): no teardown of the modules
 """
 # as the command imports them: the collector paused, one OpenBLAS thread (core/_blas.py)
 NUMPY_PANDAS_CODE = (
     "import gc, os; gc.disable(); os.environ.setdefault('OPENBLAS_NUM_THREADS', '1'); "
-    "import numpy, pandas"
+    "import numpy, pandas; os._exit(0)"
 )
 START_CODE = {"kineto": "import msgspec", "nsys": "import sqlite3"}
 
