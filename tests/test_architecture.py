@@ -202,3 +202,58 @@ def test_the_format_name_check_finds_one() -> None:
         'match f:\n    case "nsys-rep":\n        pass\n'
     )
     assert _format_tests(tree) == [1, 2, 5]
+
+
+#: What `analyze --format json` must not load: the other commands, the HTML / terminal stack
+#: (plotly, rich), Dask (only with --scheduler), the Nsight reader (a Kineto input), the what-if
+#: and its run graphs (the json format has no "What to try"). A correctness guard on the import
+#: graph (each is only a cost there), not a timing: the benchmark times the imports.
+NOT_FOR_JSON = (
+    "plotly",
+    "rich",
+    "dask",
+    "distributed",
+    "traceoverlap.readers.nsys",
+    "traceoverlap.whatif",
+    "traceoverlap.rank.graph",
+    "traceoverlap.reporters.text",
+    "traceoverlap.reporters.html_report",
+    "traceoverlap.cli.compare",
+    "traceoverlap.cli.export",
+    "traceoverlap.cli.hang",
+    "traceoverlap.cli.profile",
+    "traceoverlap.cli.report",
+    "traceoverlap.cli.whatif",
+)
+
+_LIST_MODULES = """
+import atexit, runpy, sys
+out = sys.argv.pop(1)
+def dump():
+    with open(out, "w") as f:
+        f.write("\\n".join(sorted(sys.modules)))
+atexit.register(dump)
+runpy.run_module("traceoverlap", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_analyze_json_imports_only_what_it_needs(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    listing = tmp_path / "modules.txt"
+    fixture = PKG.parent / "fixtures" / "workloads" / "bucketed"
+    argv = [sys.executable, "-c", _LIST_MODULES, str(listing), "analyze", str(fixture)]
+    proc = subprocess.run(
+        [*argv, "--format", "json", "-o", str(tmp_path / "out.json")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=PKG.parent,
+    )
+    assert proc.returncode == 0, proc.stderr
+    loaded = set(listing.read_text().split())
+    assert "traceoverlap.run.analysis" in loaded  # the listing is the analysis's own
+    assert "traceoverlap.cli.analyze" in loaded
+    needless = {m for m in loaded for bad in NOT_FOR_JSON if m == bad or m.startswith(bad + ".")}
+    assert not needless, sorted(needless)

@@ -237,6 +237,51 @@ def test_odd_events_give_what_the_typed_decode_gives(event: str) -> None:
     _check(_doc("{" + X + "}", event, "{" + X + ', "args": {"correlation": 1}}'))
 
 
+#: String tids (the PyTorch 1.8 schema writes "stream 7" and "3004819264"). The typed path makes
+#: the column of a chunk with numpy, or with _values.to_int (the first number in the string) for
+#: every row once one value fails numpy: the scanner reads the ASCII strings whose number both
+#: rules agree on (plain digits) or that numpy cannot convert (so to_int decides), and leaves the
+#: rest (escapes, non-ASCII, `1_2`, `+5`, ` 12`) to Python, flagged: each string and whether
+#: the scanner reads it itself.
+STRING_TIDS = {
+    "stream 7": True,
+    "3004819264": True,
+    "PyTorch Profiler": True,  # no number: -1
+    "-5": True,
+    "stream -3": True,
+    "x-": True,
+    "-": True,
+    "": True,
+    "0007": True,
+    "99999999999999999999": True,  # beyond int64: -1
+    "-9223372036854775808": True,
+    "9223372036854775807": True,
+    "9223372036854775808": True,
+    "a-9223372036854775809 7": True,
+    "7 8": False,
+    "1_2": False,
+    "+5": False,
+    " 12": False,
+    "\\u0037": False,  # an escape
+    "流7": False,
+    "\\t7": False,
+}
+
+
+@needs_scanner
+@pytest.mark.parametrize("tid", sorted(STRING_TIDS))
+def test_string_tids_read_as_the_typed_decode_reads_them(tid: str) -> None:
+    odd = '{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": "' + tid + '", "ts": 1}'
+    # alone with plain events (read, or flagged and decoded by Python) ...
+    assert _check(_doc("{" + X + "}", odd), must_scan=True)
+    # ... and next to a string only to_int converts, in one chunk: a string left to Python
+    # would convert the other way in a batch without that one, so such a chunk is declined
+    other = '{"ph": "X", "cat": "kernel", "name": "k", "tid": "stream 9", "ts": 2}'
+    assert _check(_doc(odd, "{" + X + "}", other)) == STRING_TIDS[tid]
+    # ... and next to one only numpy reads that way, in one chunk
+    _check(_doc(odd, '{"ph": "X", "cat": "kernel", "name": "k", "tid": "1_0", "ts": 3}'))
+
+
 @needs_scanner
 @pytest.mark.parametrize(
     "raw",

@@ -6,25 +6,70 @@ what the commands share (the option stack, building the library call, writing ou
 ``_common``. Library errors (:class:`TraceoverlapError`) become one line on
 stderr and the error's exit code here, at the boundary; ``--debug`` (before or after the command
 name) shows the traceback instead. Nothing heavy is imported until a command runs, so ``--help``
-and ``--version`` answer at once.
+and ``--version`` answer at once, and a command imports its own module only (:data:`COMMANDS`).
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
+from collections.abc import Iterator, MutableMapping
 from typing import Any
 
 import click
 
 from .._version import __version__
 from ._common import debug_option
-from .analyze import analyze
-from .compare import compare
-from .export import export_cmd
-from .hang import hang
-from .profile import demo, profile
-from .report import report
-from .whatif import whatif
+
+#: Each command: the module of this package that defines it and the command's name there. A
+#: command's module is imported when the command is looked up (it runs, or `--help` lists it),
+#: so `traceoverlap analyze` does not load the other commands' modules.
+COMMANDS = {
+    "analyze": ("analyze", "analyze"),
+    "compare": ("compare", "compare"),
+    "report": ("report", "report"),
+    "export": ("export", "export_cmd"),
+    "whatif": ("whatif", "whatif"),
+    "hang": ("hang", "hang"),
+    "profile": ("profile", "profile"),
+    "demo": ("profile", "demo"),
+}
+
+
+class _LazyCommands(MutableMapping[str, click.Command]):
+    """The group's ``commands``: every name of :data:`COMMANDS`, each command imported from its
+    module on first access (click reads ``commands`` only through the mapping's methods)."""
+
+    def __init__(self, lazy: dict[str, tuple[str, str]]) -> None:
+        self._lazy = dict(lazy)
+        self._loaded: dict[str, click.Command] = {}
+
+    def __getitem__(self, name: str) -> click.Command:
+        if name not in self._loaded:
+            if name not in self._lazy:
+                raise KeyError(name)
+            module, attr = self._lazy.pop(name)
+            command = getattr(importlib.import_module(f"{__name__}.{module}"), attr)
+            assert isinstance(command, click.Command)
+            self._loaded[name] = command
+        return self._loaded[name]
+
+    def __setitem__(self, name: str, command: click.Command) -> None:
+        self._lazy.pop(name, None)
+        self._loaded[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        if self._lazy.pop(name, None) is None:
+            del self._loaded[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([*self._loaded, *self._lazy])
+
+    def __len__(self) -> int:
+        return len(self._loaded) + len(self._lazy)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._loaded or name in self._lazy
 
 
 class _OneLineErrors(click.Group):
@@ -86,5 +131,4 @@ def main(debug: bool) -> None:
     """
 
 
-for _command in (analyze, compare, report, export_cmd, whatif, hang, profile, demo):
-    main.add_command(_command)
+main.commands = _LazyCommands(COMMANDS)

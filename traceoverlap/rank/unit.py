@@ -17,6 +17,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -42,7 +43,6 @@ from .causes import local_causes
 from .classify import comm_call_mask, kinds, name_mask, unseen_comm_note
 from .cpuwindows import UnitSets, cpu_windows, unit_sets, window_detail_rows
 from .detail import StepDetail
-from .graph import UnitGraph, unit_graph
 from .hostranges import host_ranges
 from .hostwait import lane_calls, lane_codes
 from .instances import unit_instances
@@ -50,6 +50,9 @@ from .metrics import ActivityRows, StepSets, activity_rows, device_covered, step
 from .namefilter import NameTest
 from .purpose import UnitStrategy, unit_purposes
 from .steps import UnitSteps, assign_steps
+
+if TYPE_CHECKING:  # the run graph's module loads only when a what-if asks for graphs
+    from .graph import UnitGraph
 
 I64 = npt.NDArray[np.int64]
 
@@ -370,6 +373,8 @@ def analyze_unit(
         ranges = tuple((str(k), int(v)) for k, v in top.items())
     run_graph = None
     if graph:
+        from .graph import unit_graph
+
         # the run graph of this unit from the same read (docs/whatif.md §1: built in the map)
         run_graph = unit_graph(unit, kind, steps, mask, call_ivs)
     return UnitResult(

@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -60,7 +60,6 @@ from ..core.schema import (
     conform,
 )
 from ..core.vocab import CAUSES, Cause
-from ..rank.graph import UnitGraph
 from ..rank.metrics import ratio
 from ..rank.unit import FileResult, UnitResult, map_file, map_timeline, require_device_activity
 from ..readers.paths import Inputs, expand_paths, made_by_this_run, map_units, resolve_inputs
@@ -74,6 +73,9 @@ from .purpose import attach_purposes
 from .results import STEP_COLUMNS, Analysis
 from .summary import summarize_run, unit_key
 from .verdicts import partial_hedge, verdict
+
+if TYPE_CHECKING:
+    from ..rank.graph import UnitGraph
 
 PathLike = str | Path
 I64 = npt.NDArray[np.int64]

@@ -20,7 +20,7 @@
  * Returned for the X events (rows, in document order), as bytes holding native arrays:
  *   cat, name      int32  local ids of the raw (undecoded) string contents, see ``strings``
  *   ts, dur        float64 (NaN when absent)
- *   pid, tid       int64  (-1 when absent)
+ *   pid, tid       int64  (-1 when absent; a string tid: the first number in it, see tid_field)
  *   correlation, device, stream                  int64 (-1 when absent)
  *   dims           int64 x 6 per row: args.grid then args.block (-1 when absent)
  *   input_dims     int32  local id of the raw ``args["Input Dims"]`` text, -1 when absent
@@ -578,6 +578,7 @@ typedef struct {
     double *ts, *dur;
     int64_t *pid, *tid, *corr, *device, *stream, *dims;
     size_t rows, cap; /* rows written, rows allocated (every column) */
+    size_t tids_read, tids_left; /* X rows whose string tid was read here / left to Python */
     Buf python;
     Intern strings, texts;
 } Out;
@@ -616,6 +617,7 @@ typedef struct {
     int64_t dims[N_DIMS];
     int32_t idims;
     int flag;
+    int tid_kind; /* 1: a string tid read here (tid_field), 2: a string tid left to Python */
 } Ev;
 
 #define KEY(s, e, lit) ((size_t)((e) - (s)) == sizeof(lit) - 1 && memcmp((s), (lit), sizeof(lit) - 1) == 0)
@@ -630,6 +632,55 @@ static int int_field(P *ps, Ev *ev, int64_t *dst) {
     }
     ev->flag = 1;
     return skip_value(ps);
+}
+
+/* A string tid (the PyTorch 1.8 schema writes "stream 7" and "3004819264") as the msgspec path
+ * turns it into the column's int (_values.to_int: the first number written in it, -1 when it has
+ * none or the number is out of int64 range), for the strings where that path cannot decide
+ * otherwise: ASCII without escapes, and either a plain -?[0-9]+ (every way of converting it
+ * agrees) or one Python's int() rejects (a character besides digits, '_', signs and white
+ * space: numpy's conversion of the column then fails too, and to_int decides). Any other
+ * value goes through int_field (flagged when not a plain integer), as before; a chunk with both
+ * kinds of string tid is declined (see scan). */
+static int tid_field(P *ps, Ev *ev, int64_t *dst) {
+    ev->tid_kind = 0;
+    if (!(ps->p < ps->end && *ps->p == '"')) return int_field(ps, ev, dst);
+    ev->tid_kind = 2; /* until read below */
+    const uint8_t *s = ps->p + 1, *q = s;
+    int digits = 0, plain = 1, rejects = 0;
+    for (; q < ps->end && *q != '"'; q++) {
+        uint8_t c = *q;
+        if (c == '\\' || c < 0x20 || c >= 0x80) return int_field(ps, ev, dst);
+        if (c >= '0' && c <= '9') {
+            digits = 1;
+            continue;
+        }
+        if (!(q == s && c == '-')) plain = 0;
+        if (!(c == '_' || c == '+' || c == '-' || c == ' ' || (c >= '\t' && c <= '\r')))
+            rejects = 1;
+    }
+    if (q >= ps->end) return int_field(ps, ev, dst);
+    if (!digits) rejects = 1; /* no digit: int() rejects it too */
+    if (!((plain && digits) || rejects)) return int_field(ps, ev, dst);
+    int64_t val = -1;
+    for (const uint8_t *i = s; i < q; i++) {
+        int neg = *i == '-' && i + 1 < q && i[1] >= '0' && i[1] <= '9';
+        if (!neg && !(*i >= '0' && *i <= '9')) continue;
+        const uint8_t *j = i + neg;
+        uint64_t mag = 0, lim = neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX;
+        int over = 0;
+        for (; j < q && *j >= '0' && *j <= '9'; j++) {
+            if (!over && mag > (lim - (uint64_t)(*j - '0')) / 10) over = 1;
+            if (!over) mag = mag * 10 + (uint64_t)(*j - '0');
+        }
+        if (!over) val = neg ? (mag == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)mag)
+                             : (int64_t)mag;
+        break;
+    }
+    *dst = val;
+    ev->tid_kind = 1;
+    ps->p = q + 1;
+    return OK;
 }
 
 static int float_field(P *ps, Ev *ev, double *dst) {
@@ -822,6 +873,7 @@ static int parse_event(P *ps, Out *o) {
     for (int i = 0; i < N_DIMS; i++) ev.dims[i] = -1;
     ev.idims = -1;
     ev.flag = 0;
+    ev.tid_kind = 0;
     if (ps->p >= ps->end || *ps->p != '{') return BAIL;
     if (++ps->depth > MAX_DEPTH) return BAIL;
     ps->p++;
@@ -866,7 +918,7 @@ static int parse_event(P *ps, Out *o) {
             r = int_field(ps, &ev, &ev.pid);
         } else if (KEY(s, e, "tid")) {
             bit = 64;
-            r = int_field(ps, &ev, &ev.tid);
+            r = tid_field(ps, &ev, &ev.tid);
         } else if (KEY(s, e, "args")) {
             bit = 128;
             if (ps->p < ps->end && *ps->p == '{') {
@@ -893,6 +945,8 @@ static int parse_event(P *ps, Out *o) {
     if (ev.cat < 0 && (ev.cat = empty_id(o, ps->base)) < 0) return NOMEM;
     if (ev.name < 0 && (ev.name = empty_id(o, ps->base)) < 0) return NOMEM;
     if (ev.flag && put_python(o, (int64_t)o->rows, ps->base, start, ps->p)) return NOMEM;
+    o->tids_read += ev.tid_kind == 1;
+    o->tids_left += ev.tid_kind == 2;
     return put_row(o, &ev);
 }
 
@@ -956,6 +1010,11 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
     P ps = {(const uint8_t *)view.buf, (const uint8_t *)view.buf,
             (const uint8_t *)view.buf + view.len, 0};
     int r = parse_array(&ps, &o);
+    /* The flagged rows' tids are converted together (_columns._with_flagged), numpy first and
+     * _values.to_int for all when one fails, as the typed path converts a chunk's whole column.
+     * A string tid read here is one that fails numpy: with it gone from that batch, the strings
+     * left in it could convert the other way. Such a chunk is the msgspec path's, whole. */
+    if (r == OK && o.tids_read && o.tids_left) r = BAIL;
     PyObject *result = NULL;
     if (r == NOMEM) {
         if (!PyErr_Occurred()) PyErr_NoMemory();
