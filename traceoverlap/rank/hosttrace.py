@@ -8,16 +8,15 @@ The trace is joined on (process group, sequence id) where it records them (Kinet
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pandas as pd
 
 from ..core import fmt
+from ..core.vocab import STEP_RE
 from .hostranges import COMM_CALLS, host_ranges
 
 #: The default step marker (``ProfilerStep#12``).
-_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+_STEP = STEP_RE
 
 
 def last_step_summary(
