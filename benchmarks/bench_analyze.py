@@ -57,9 +57,9 @@ REAL = (
 # The floor: decode exactly the fields the reader needs into typed structs and nothing else.
 # argv[2] == "nogc" uses gc=False structs (untracked by the cycle collector), the fastest typed
 # decode msgspec offers; the plain one is what "a minimal typed decode" usually means.
-FLOOR_CODE = r"""
-import sys, time, msgspec
-gc_flag = sys.argv[2] != "nogc"
+#: The floor's typed structs: exactly the fields the reader needs (``gc_flag`` set by the code
+#: that includes them). bench_corpus.py's floor decodes with the same structs.
+FLOOR_STRUCTS = r"""
 class Args(msgspec.Struct, gc=gc_flag):
     device: int | None = None
     stream: int | None = None
@@ -77,13 +77,21 @@ class Event(msgspec.Struct, gc=gc_flag):
     args: Args | None = None
 class Trace(msgspec.Struct):
     traceEvents: list[Event] = []
-t0, c0 = time.perf_counter(), time.process_time()
+"""
+FLOOR_CODE = (
+    r"""
+import sys, time, msgspec
+gc_flag = sys.argv[2] != "nogc"
+"""
+    + FLOOR_STRUCTS
+    + r"""t0, c0 = time.perf_counter(), time.process_time()
 with open(sys.argv[1], "rb") as f:
     data = f.read()
 trace = msgspec.json.Decoder(Trace).decode(data)
 t1, c1 = time.perf_counter(), time.process_time()
 print(f"{t1 - t0:.6f} {len(trace.traceEvents)} {c1 - c0:.6f}")
 """
+)
 
 # Prints: read wall s, rows, CPU s of the interpreter's start and the imports, read CPU s.
 READER_CODE = r"""

@@ -70,7 +70,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import bench_nsys  # noqa: E402  (also puts tests/ on sys.path: nsys_writer)
-from bench_analyze import REPO, Run, _child_err, _env  # noqa: E402
+from bench_analyze import FLOOR_STRUCTS, REPO, Run, _child_err, _env  # noqa: E402
 from nsys_writer import write_synthetic  # noqa: E402
 
 REAL = Path(os.environ.get("TRACEOVERLAP_REAL_TRACES", str(REPO.parent / "shared" / "real-traces")))
@@ -83,26 +83,13 @@ SLOWER = 1.20
 
 # The Kineto floor over every file of a member (``.gz`` decompressed first): bench_analyze.py's
 # minimal typed decode, ``gc=False`` structs.
-KINETO_FLOOR = r"""
+KINETO_FLOOR = (
+    r"""
 import gzip, sys, time, msgspec
-class Args(msgspec.Struct, gc=False):
-    device: int | None = None
-    stream: int | None = None
-    correlation: int | None = None
-    name: str | None = None
-class Event(msgspec.Struct, gc=False):
-    ph: str = ""
-    cat: str = ""
-    name: str = ""
-    pid: int | str = 0
-    tid: int | str = 0
-    ts: float = 0.0
-    dur: float = 0.0
-    id: int | str | None = None
-    args: Args | None = None
-class Trace(msgspec.Struct):
-    traceEvents: list[Event] = []
-dec = msgspec.json.Decoder(Trace)
+gc_flag = False
+"""
+    + FLOOR_STRUCTS
+    + r"""dec = msgspec.json.Decoder(Trace)
 n = 0
 for p in sys.argv[1:]:
     with open(p, "rb") as f:
@@ -113,6 +100,7 @@ for p in sys.argv[1:]:
     del data
 print(n)
 """
+)
 
 # What ``python -m traceoverlap analyze X --format json`` imports before it reads a byte: its
 # entry point, command and the modules the analysis, the Kineto reader and the JSON report load.
