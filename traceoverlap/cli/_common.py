@@ -216,6 +216,26 @@ def scheduler_option(help_text: str | None = None) -> Callable[[Any], Any]:
     )
 
 
+def text_or_json_options(about: str) -> Callable[[F], F]:
+    """``--format text|json`` (``about``: what each gives) and ``-o/--output``: the options of
+    the commands outside the formats registry (``whatif``, ``hang``)."""
+
+    def add(f: F) -> F:
+        f = click.option(
+            "-o", "--output", type=click.Path(dir_okay=False), help="Write to a file."
+        )(f)
+        return click.option(
+            "--format",
+            "fmt",
+            type=click.Choice(["text", "json"]),
+            default="text",
+            show_default=True,
+            help=about,
+        )(f)
+
+    return add
+
+
 def run_analysis(
     paths: tuple[str, ...], graph: bool = False, graph_max_nodes: int | None = None, **opts: Any
 ) -> Any:

@@ -12,21 +12,16 @@ from ._common import (
     handle_errors,
     jobs_option,
     scheduler_option,
+    text_or_json_options,
     write_text,
 )
 
 
 @click.command()
 @click.argument("dumps", nargs=-1, required=True, type=click.Path())
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    help="text: the answer, the evidence, the tables; json: the same as data (docs/hang.md).",
+@text_or_json_options(
+    "text: the answer, the evidence, the tables; json: the same as data (docs/hang.md)."
 )
-@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write to a file.")
 @click.option(
     "--traces",
     "traces",

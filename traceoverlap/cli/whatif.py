@@ -12,6 +12,7 @@ from ._common import (
     check_outputs,
     handle_errors,
     run_analysis,
+    text_or_json_options,
     write_text,
 )
 
@@ -43,16 +44,10 @@ class _WhatifCommand(click.Command):
 @click.command(cls=_WhatifCommand)
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @click.option("--scenario", "scenarios", cls=_ScenarioOption, multiple=True, metavar="NAME")
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    help="text: a row per scenario, then fixing each rank that matters; json: the same as data "
-    "(docs/whatif.md).",
+@text_or_json_options(
+    "text: a row per scenario, then fixing each rank that matters; json: the same as data "
+    "(docs/whatif.md)."
 )
-@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write to a file.")
 @analysis_options_with(
     steps="Only these step numbers (as for analyze): the run graph holds only their activities, "
     "so the replay and every step time are of those steps.",
