@@ -64,6 +64,7 @@ def test_the_built_in_order_is_the_listed_order() -> None:
     assert registry.spellings() == [
         "replay",
         "no-straggler",
+        "ideal",
         "fix-rank:R",
         "hide:FAMILY",
         "comm-speed:F",
@@ -71,7 +72,7 @@ def test_the_built_in_order_is_the_listed_order() -> None:
         "no-overlap-tax",
     ]
     assert str(registry.unknown_scenario("nope")) == (
-        "unknown scenario 'nope': use replay, no-straggler, fix-rank:R, hide:FAMILY, "
+        "unknown scenario 'nope': use replay, no-straggler, ideal, fix-rank:R, hide:FAMILY, "
         "comm-speed:F, no-host-gaps or no-overlap-tax"
     )
 
@@ -92,7 +93,7 @@ def test_the_registry_drives_the_help_the_parser_and_the_error() -> None:
             registry.parse(bad)
     res = CliRunner().invoke(main, ["whatif", NAIVE, "--scenario", "nope"])
     assert res.exit_code == 2
-    assert "use replay, no-straggler, fix-rank:R, hide:FAMILY, comm-speed:F, no-host-gaps, " in (
+    assert "use replay, no-straggler, ideal, fix-rank:R, hide:FAMILY, comm-speed:F, no-host-gaps, " in (
         res.output
     )
     assert "no-overlap-tax, all-comm-hidden or comm-slower:F" in res.output

@@ -44,6 +44,14 @@ class _WhatifCommand(click.Command):
 @click.command(cls=_WhatifCommand)
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @click.option("--scenario", "scenarios", cls=_ScenarioOption, multiple=True, metavar="NAME")
+@click.option(
+    "--sync-tolerance-us",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="US",
+    help="Keep a guessed cross-stream sync edge that the trace contradicts by at most this many "
+    "microseconds (clock granularity, launch jitter); drop it beyond (default 10).",
+)
 @text_or_json_options(
     "text: a row per scenario, then fixing each rank that matters; json: the same as data "
     "(docs/whatif.md)."
@@ -75,10 +83,19 @@ def whatif(
       traceoverlap whatif runs/job/ --steps 10-20 --comm-pattern my_allreduce
     """
     from ..reporters.whatif_report import render_json, render_text
-    from ..whatif.scenarios import analysis_graph, what_if
+    from ..whatif.scenarios import analysis_graph, straggler_of, what_if
 
     check_outputs([output], paths, opts)
+    tolerance = opts.pop("sync_tolerance_us")
     # the run graph as analyze's "What to try" builds it, here without a node limit
-    g = analysis_graph(run_analysis(paths, graph=True, **opts))
-    w = what_if(g, scenarios or None)
+    analysis = run_analysis(paths, graph=True, **opts)
+    g = analysis_graph(analysis)
+    straggler, credit = straggler_of(analysis)
+    w = what_if(
+        g,
+        scenarios or None,
+        sync_tolerance_ns=None if tolerance is None else round(tolerance * 1000),
+        straggler=straggler,
+        credit=credit,
+    )
     write_text(render_json(w) if fmt == "json" else render_text(w, width=_terminal()[1]), output)

@@ -96,6 +96,56 @@ class UnitGraph:
     #: per node: the kernel's launch shape code (the Timeline's ``shape``), -1 unknown (host
     #: nodes, traces without grids)
     shape: I32 = field(default_factory=lambda: np.zeros(0, np.int32))
+    #: per edge (``src``/``dst``): a guessed cross-stream sync (kept by the replay only where the
+    #: trace contradicts it by at most the sync tolerance, :mod:`traceoverlap.whatif.graph`);
+    #: empty: none guessed
+    guessed: npt.NDArray[np.bool_] = field(default_factory=lambda: np.zeros(0, bool))
+
+
+#: Host calls that block until device work ends (docs/whatif.md §1, edge 5 on GPU units).
+HOST_SYNC_RE = re.compile(r"(?i)^cuda(Stream|Device|Event|Ctx|Thread)Synchronize$|^cudaMemcpy$")
+#: How far past a host sync call's end the device work it waited for may be recorded to end
+#: (host and device clocks differ by microseconds).
+HOST_SYNC_SLOP_NS = 10_000
+
+
+def _host_syncs(
+    ev: pd.DataFrame, start: I64, end: I64, lane_codes: I64, rows: I64, launch_row: I64
+) -> tuple[I64, I64]:
+    """GPU units: the host calls that block until device work ends (:data:`HOST_SYNC_RE`), and
+    per call the device node (index into ``rows``) it waited for: of the activities its thread
+    launched before the call, the one that ended last no later than the call's end (+
+    :data:`HOST_SYNC_SLOP_NS`) and after its start. Calls with none are left out."""
+    z = np.zeros(0, np.int64)
+    from ..core.model import per_category
+
+    host_call = in_categories(ev["category"], ("runtime", "driver"))
+    is_sync = per_category(ev["name"], lambda n: bool(HOST_SYNC_RE.search(n)), host_call, bool)
+    calls = np.flatnonzero(host_call & is_sync[ev["name"].cat.codes.to_numpy()])
+    dev = np.flatnonzero(launch_row >= 0)
+    if calls.size == 0 or dev.size == 0:
+        return z, z
+    d_end = end[rows[dev]]
+    d_launch = start[launch_row[dev]]
+    d_thread = lane_codes[launch_row[dev]]
+    order = np.argsort(d_end, kind="stable")
+    dev, d_end, d_launch, d_thread = dev[order], d_end[order], d_launch[order], d_thread[order]
+    c_start, c_end, c_thread = start[calls], end[calls], lane_codes[calls]
+    j = np.searchsorted(d_end, c_end + HOST_SYNC_SLOP_NS, side="right") - 1
+    found = np.full(calls.size, -1, dtype=np.int64)
+    # walk back (in end order) to the latest-ending activity this thread launched before the
+    # call: a bounded number of vector steps, not a loop over events
+    for _ in range(256):
+        live = (found < 0) & (j >= 0)
+        if not live.any():
+            break
+        jj = np.maximum(j, 0)
+        hit = live & (d_thread[jj] == c_thread) & (d_launch[jj] < c_start)
+        found[hit] = jj[hit]
+        j = np.where(live & ~hit, j - 1, j)
+    ok = found >= 0
+    ok[ok] = d_end[found[ok]] > c_start[ok]  # it was still running when the call began
+    return calls[ok].astype(np.int64), dev[found[ok]].astype(np.int64)
 
 
 def _top_level(lane: I64, start: I64, end: I64) -> npt.NDArray[np.bool_]:
@@ -180,14 +230,17 @@ def unit_graph(
         launch_rows, inv = np.unique(lr[has], return_inverse=True)
         src = rows.size + inv.astype(np.int64)
         dst = np.flatnonzero(has).astype(np.int64)
-    all_rows = np.concatenate([rows, launch_rows])
+    sync_rows = sync_src = np.zeros(0, np.int64)
+    if steps.gpu:
+        sync_rows, sync_src = _host_syncs(ev, start, end, lane_codes, rows, steps.launch_row[rows])
+    all_rows = np.concatenate([rows, launch_rows, sync_rows])
     notes: list[str] = []
     n_launch = launch_rows.size
     lwin = np.full(n_launch, np.iinfo(np.int64).max, dtype=np.int64)
     if n_launch:
         np.minimum.at(lwin, src - rows.size, window[dst])
-    all_window = np.concatenate([window, lwin]).astype(np.int64)
-    all_kind = np.concatenate([node_kind, np.full(n_launch, LAUNCH, np.int8)])
+    all_window = np.concatenate([window, lwin, window[sync_src]]).astype(np.int64)
+    all_kind = np.concatenate([node_kind, np.full(n_launch + sync_rows.size, LAUNCH, np.int8)])
     src_start = np.ones(src.size, dtype=bool)
     lane_local, lane_uniq = pd.factorize(lane_codes[all_rows])
     lane_local = lane_local.astype(np.int64)
@@ -208,6 +261,7 @@ def unit_graph(
     inst = inst_of_row[all_rows]
     esrc = edst = egap = np.zeros(0, np.int64)
     gap = np.zeros(src.size, dtype=np.int64)
+    guessed = np.zeros(0, dtype=bool)
     if not steps.gpu:
         nodes = _Nodes(lane_local, start[all_rows], end[all_rows], all_kind, name_codes, names)
         bs, bd, bg = _blocking_edges(nodes, has_comm)
@@ -238,7 +292,19 @@ def unit_graph(
                 "could not be paired in order; communication keeps its observed gaps"
             )
     else:
-        gs, gd, note = _stream_wait_edges(ev, lane_codes, all_rows, all_kind, src, dst, start, end)
+        gs, gd, note = _stream_wait_edges(
+            ev, lane_codes, all_rows, all_kind, src[: dst.size], dst, start, end
+        )
+        # a host call that blocked until device work ended (a stream / device synchronize, a
+        # copy to the host) ends no earlier than that work: its wait is read, not slack
+        n_sync = sync_rows.size
+        sync_node = rows.size + n_launch + np.arange(n_sync, dtype=np.int64)
+        lnode, dnode = src[: dst.size], dst
+        blocking = end[all_rows[lnode]] >= end[all_rows[dnode]]
+        esrc = np.concatenate([sync_src, dnode[blocking]]).astype(np.int64)
+        edst = np.concatenate([sync_node, lnode[blocking]]).astype(np.int64)
+        egap = (end[all_rows[edst]] - end[all_rows[esrc]]).astype(np.int64)
+        guessed = np.concatenate([np.zeros(src.size, bool), np.ones(gs.size, bool)])
         src, dst = np.concatenate([src, gs]), np.concatenate([dst, gd])
         src_start = np.concatenate([src_start, np.zeros(gs.size, dtype=bool)])
         gap = np.concatenate([gap, np.zeros(gs.size, dtype=np.int64)])
@@ -273,6 +339,7 @@ def unit_graph(
         notes=tuple(notes),
         **_calls_on_lanes(unit, call_ivs, lane_uniq),
         shape=ev["shape"].to_numpy()[all_rows].astype(np.int32),
+        guessed=guessed if guessed.any() else np.zeros(0, dtype=bool),
     )
 
 
@@ -469,8 +536,10 @@ def _stream_wait_edges(
     (the readers keep no stream arguments). After a wait call, the next activity its thread
     launches waits for the last activity of the other class (communication vs not) that the
     thread launched before the call: PyTorch's pattern around NCCL (the NCCL stream waits for the
-    compute stream before a collective, the compute stream for the NCCL stream after). A guess
-    the trace contradicts (the target started before the source ended) is dropped."""
+    compute stream before a collective, the compute stream for the NCCL stream after). Every guess
+    is returned, also those the trace contradicts (the target started before the source ended):
+    the replay keeps those within its sync tolerance (clock granularity, launch jitter) and drops
+    the rest (:func:`traceoverlap.whatif.graph.tolerate_guesses`), saying how many."""
     z = np.zeros(0, np.int64)
     from ..core.model import per_category
 
@@ -507,11 +576,8 @@ def _stream_wait_edges(
             k = np.searchsorted(t_launch[pool], tw[want], side="left") - 1
             has = k >= 0
             t_want = sel[nxt[want]][has]
-            s_node = dev[pool[k[has]]]
-            d_node = dev[t_want]
-            good = end[all_rows[s_node]] <= start[all_rows[d_node]]
-            gs.append(s_node[good])
-            gd.append(d_node[good])
+            gs.append(dev[pool[k[has]]])
+            gd.append(dev[t_want])
     if not gs:
         return z, z, NO_SYNC
     s_all = np.concatenate(gs).astype(np.int64)
@@ -521,8 +587,7 @@ def _stream_wait_edges(
         pair[0].astype(np.int64),
         pair[1].astype(np.int64),
         f"{pair.shape[1]} cross-stream sync edge(s) guessed from {waits.size} "
-        "cudaStreamWaitEvent call(s) (no stream arguments read; guesses the trace contradicts "
-        "dropped)",
+        "cudaStreamWaitEvent call(s) (no stream arguments in the trace)",
     )
 
 

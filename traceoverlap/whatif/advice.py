@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from ..core.errors import TraceoverlapError
 from ..run.results import Analysis
 from .graph import run_graph
-from .scenarios import ScenarioResult, WhatIf, what_if
+from .scenarios import ScenarioResult, WhatIf, straggler_of, what_if
 
 #: "What to try" replays the run graph up to this many nodes: about 15 replays (the scenarios and
 #: a fix-rank row per rank that matters) at ~4 µs per node each (benchmarks/bench_replay.py: 86 s
@@ -50,12 +50,13 @@ class Advice:
 
 def best_scenarios(w: WhatIf, n: int = TOP_SCENARIOS) -> tuple[ScenarioResult, ...]:
     """The ``n`` scenarios and fix-rank rows of ``w`` that buy the most (a speedup above
-    :data:`MIN_SPEEDUP`), best first, each name once."""
+    :data:`MIN_SPEEDUP`), best first, each name once; not ``ideal``, a reference point (every
+    launch delay zeroed), not something to try."""
     best = sorted(
         (
             r
             for r in w.scenarios + w.fix_rank
-            if r.name != "replay" and (r.speedup or 0) > MIN_SPEEDUP
+            if r.name not in ("replay", "ideal") and (r.speedup or 0) > MIN_SPEEDUP
         ),
         key=lambda r: -(r.speedup or 0),
     )
@@ -81,7 +82,8 @@ def advise(analysis: Analysis, max_nodes: int | None = None, top: int = TOP_SCEN
     if g is None:
         return Advice(nodes=nodes, max_nodes=limit)
     try:
-        w = what_if(g)
+        straggler, credit = straggler_of(analysis)
+        w = what_if(g, straggler=straggler, credit=credit)
     except TraceoverlapError:
         return Advice(nodes=nodes, max_nodes=limit)
     return Advice(best_scenarios(w, top), w.findings, nodes, limit)

@@ -59,7 +59,7 @@ class RunGraph:
     """Every unit's nodes on one clock, sorted by (global lane, start). Per node: ``unit``,
     ``lane`` (global), ``start_ns``/``end_ns``, ``kind``, ``window`` (global step index into
     ``step_labels``; -1 none), ``name`` (global code into ``names``), ``pos`` (position id: the
-    same step, lane role, kind and n-th activity on every rank), ``inst`` (global matched
+    same step, lane role, op name and n-th occurrence of that name on every rank), ``inst`` (global matched
     instance, -1 none), ``family`` (code into ``families``, -1 none). ``lane_host`` per lane.
     Edges ``src``/``dst`` with ``src_start``. ``unit_rank`` per unit; ``unit_window_obs_ns``:
     per (unit, global step) the observed step time (-1 absent)."""
@@ -101,6 +101,9 @@ class RunGraph:
     #: on a GPU (else its compute shares the host's CPU cores with the other CPU units there)
     unit_host: tuple[str | None, ...] = ()
     unit_gpu: npt.NDArray[np.bool_] = field(default_factory=lambda: np.zeros(0, bool))
+    #: per edge: a guessed cross-stream sync (:attr:`traceoverlap.rank.graph.UnitGraph.guessed`);
+    #: empty: none
+    guessed: npt.NDArray[np.bool_] = field(default_factory=lambda: np.zeros(0, bool))
 
     @property
     def n_units(self) -> int:
@@ -187,6 +190,9 @@ def join_graphs(graphs: Sequence[UnitGraph]) -> RunGraph:
         parts.setdefault("dst", []).append(g.dst + node_base)
         parts.setdefault("src_start", []).append(g.src_start)
         parts.setdefault("gap", []).append(g.gap)
+        parts.setdefault("guessed", []).append(
+            g.guessed if g.guessed.size == g.src.size else np.zeros(g.src.size, dtype=bool)
+        )
         parts.setdefault("esrc", []).append(g.esrc + node_base)
         parts.setdefault("edst", []).append(g.edst + node_base)
         parts.setdefault("egap", []).append(g.egap)
@@ -204,8 +210,10 @@ def join_graphs(graphs: Sequence[UnitGraph]) -> RunGraph:
     rg = _sorted_graph(
         cat, graphs, lane_host, lane_comm, names, families, step_labels, wstart, wend, notes
     )
+    guessed = cat["guessed"].astype(bool) if "guessed" in cat else np.zeros(0, bool)
     rg = dataclasses.replace(
         rg,
+        guessed=guessed if guessed.any() else np.zeros(0, dtype=bool),
         unit_host=tuple(g.trace.host for g in graphs),
         unit_gpu=np.array([g.trace.device_kind == "gpu" for g in graphs], dtype=bool),
     )
@@ -217,13 +225,15 @@ def join_graphs(graphs: Sequence[UnitGraph]) -> RunGraph:
     )
 
 
-def _positions(unit: I64, window: I64, role: I64, kind: npt.NDArray[np.int8]) -> I64:
-    """Per node: a position id equal across ranks for the n-th node of the same (step, lane role,
-    kind); nodes must be in start order within each lane."""
-    df = pd.DataFrame({"u": unit, "w": window, "r": role, "k": kind})
-    ordinal = df.groupby(["u", "w", "r", "k"], sort=False).cumcount().to_numpy()
-    key = pd.DataFrame({"w": window, "r": role, "k": kind, "o": ordinal})
-    return np.asarray(key.groupby(["w", "r", "k", "o"], sort=False).ngroup(), dtype=np.int64)
+def _positions(unit: I64, window: I64, role: I64, name: I64) -> I64:
+    """Per node: a position id equal across ranks for the n-th occurrence of the same op name on
+    the same (step, lane role) (docs/whatif.md §3): never "the n-th compute kernel", which is a
+    forward on one pipeline stage and a backward on another. Nodes must be in start order within
+    each lane."""
+    df = pd.DataFrame({"u": unit, "w": window, "r": role, "n": name})
+    ordinal = df.groupby(["u", "w", "r", "n"], sort=False).cumcount().to_numpy()
+    key = pd.DataFrame({"w": window, "r": role, "n": name, "o": ordinal})
+    return np.asarray(key.groupby(["w", "r", "n", "o"], sort=False).ngroup(), dtype=np.int64)
 
 
 def _sorted_graph(
@@ -278,6 +288,7 @@ def _sorted_graph(
     unit = cat["unit"].astype(np.int64)[order]
     window = cat["window"].astype(np.int64)[order]
     role = cat["role"].astype(np.int64)[order]
+    name = cat["name"].astype(np.int64)[order]
     return RunGraph(
         unit=unit,
         lane=lane[order],
@@ -285,8 +296,8 @@ def _sorted_graph(
         end_ns=cat["end"].astype(np.int64)[order],
         kind=kind,
         window=window,
-        name=cat["name"].astype(np.int64)[order],
-        pos=_positions(unit, window, role, kind),
+        name=name,
+        pos=_positions(unit, window, role, name),
         inst=cat["inst"].astype(np.int64)[order],
         family=cat["family"].astype(np.int64)[order],
         lane_host=np.concatenate(lane_host),
@@ -306,6 +317,48 @@ def _sorted_graph(
         win_end_ns=wend,
         notes=tuple(notes),
         shape=cat["shape"].astype(np.int32)[order],
+    )
+
+
+#: A guessed cross-stream sync edge the trace contradicts by at most this much (its target started
+#: that long before its source ended: clock granularity between streams, launch jitter) is kept
+#: (docs/whatif.md §1): dropping it would move the wait it stands for into the target's slack,
+#: where no scenario can remove it. Beyond it the guess is wrong and dropped.
+SYNC_TOLERANCE_NS = 10_000
+
+
+def tolerate_guesses(g: RunGraph, tolerance_ns: int = SYNC_TOLERANCE_NS) -> tuple[RunGraph, str]:
+    """``g`` without the guessed edges the trace contradicts by more than ``tolerance_ns``, and
+    the note that counts the guesses kept as observed, kept within the tolerance, and dropped
+    ("" where nothing was guessed)."""
+    if g.guessed.size != g.src.size or not g.guessed.any():
+        return g, ""
+    start, end = g.start_ns, g.end_ns
+    src_t = np.where(g.src_start, start[g.src], end[g.src]) + g.gap
+    contra = src_t - start[g.dst]  # > 0: the target started before the edge allowed
+    drop = g.guessed & (contra > tolerance_ns)
+    within = g.guessed & (contra > 0) & ~drop
+    n = int(g.guessed.sum())
+    worst = int(contra[within].max()) if within.any() else 0
+    note = (
+        f"{n} cross-stream sync edge(s) guessed from cudaStreamWaitEvent calls: "
+        f"{n - int(within.sum()) - int(drop.sum())} agree with the trace, {int(within.sum())} "
+        f"contradicted by at most the sync tolerance of {tolerance_ns / 1e3:g} us kept (worst "
+        f"{worst / 1e3:.1f} us), {int(drop.sum())} contradicted by more dropped"
+    )
+    if not drop.any():
+        return g, note
+    keep = ~drop
+    return (
+        dataclasses.replace(
+            g,
+            src=g.src[keep],
+            dst=g.dst[keep],
+            src_start=g.src_start[keep],
+            gap=g.gap[keep],
+            guessed=g.guessed[keep],
+        ),
+        note,
     )
 
 

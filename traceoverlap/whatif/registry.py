@@ -2,8 +2,8 @@
 
 A :class:`Scenario` holds its name, the parameter it takes after a colon (none, a rank, a
 collective family or a factor: :class:`Param`), a line of help, the arguments it runs with when
-no scenario is asked (``defaults``), what it does to the replay's parameters (``apply``) and what
-the report says it changed (``changed``). The parser, the "unknown scenario" error, the help of
+no scenario is asked (``defaults``), what it does to the replay's parameters (``apply``), what
+the report says it changed (``changed``) and what it does with the observed slack (``slack``). The parser, the "unknown scenario" error, the help of
 ``traceoverlap whatif`` and the default list all read :data:`SCENARIOS`, in its order: the order
 scenarios are listed and run in. A new scenario is one entry in :data:`BUILT_IN`, or one
 :func:`register` call from anywhere::
@@ -138,6 +138,10 @@ class Scenario:
     changed: Describe
     param: Param | None = None
     defaults: Defaults = never
+    #: what it does with the observed slack (delays the graph does not explain, docs/whatif.md
+    #: §3): ``kept``, ``peers`` (the peers' median at each position), ``zeroed-host`` (on host
+    #: lanes without communication) or ``zeroed``
+    slack: str = "kept"
 
     @property
     def spelling(self) -> str:
@@ -221,6 +225,12 @@ def _no_straggler(g: RunGraph, p: Params, arg: str, tax: I64) -> Params:
     return like_peers(g, p, every_node(g), "all")
 
 
+def _ideal(g: RunGraph, p: Params, arg: str, tax: I64) -> Params:
+    from .transforms import ideal
+
+    return ideal(g, p)
+
+
 def _fix_rank(g: RunGraph, p: Params, arg: str, tax: I64) -> Params:
     from .transforms import like_peers, rank_nodes
 
@@ -276,6 +286,19 @@ BUILT_IN = (
             "every rank runs like the median rank at each position", run_ranks(g)
         ),
         defaults=_several_ranks,
+        slack="peers",
+    ),
+    Scenario(
+        "ideal",
+        help="the published straggler-free run: compute at the mean of its op over ranks and "
+        "steps, communication at its median, no launch delays (runs of 2+ ranks)",
+        apply=_ideal,
+        changed=lambda g, arg: Changed(
+            "compute at the mean of its op, communication at its median, no launch delays",
+            run_ranks(g),
+        ),
+        defaults=_several_ranks,
+        slack="zeroed",
     ),
     Scenario(
         "fix-rank",
@@ -285,6 +308,7 @@ BUILT_IN = (
         changed=lambda g, arg: Changed(
             f"rank {int(arg)} runs like the median of its peers", (int(arg),)
         ),
+        slack="peers",
     ),
     Scenario(
         "hide",
@@ -311,6 +335,7 @@ BUILT_IN = (
         apply=_no_host_gaps,
         changed=lambda g, arg: Changed("host gaps between launches / ops set to 0", run_ranks(g)),
         defaults=always,
+        slack="zeroed-host",
     ),
     Scenario(
         "no-overlap-tax",

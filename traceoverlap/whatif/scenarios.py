@@ -7,7 +7,7 @@ The scenarios, what they change and when they run: :mod:`traceoverlap.whatif.reg
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -119,6 +119,9 @@ class ScenarioResult:
     #: how much more compute ran beside communication in this replay than in the identity
     #: replay, when that is enough for the note (ns, run total; 0 otherwise)
     contention_ns: int = 0
+    #: what the scenario does with the observed slack (delays the graph does not explain):
+    #: ``kept``, ``peers`` (the peers' median at each position), ``zeroed-host`` or ``zeroed``
+    slack: str = "kept"
 
 
 @dataclass(frozen=True)
@@ -149,6 +152,20 @@ class WhatIf:
     #: the part of ``tax_ns`` estimated on that compute (its excess over its kernel's median
     #: instance, :mod:`traceoverlap.whatif.tax`)
     tax_estimated_ns: int = 0
+    #: per step: how much of the step (mean over ranks) is slack, delays the graph does not
+    #: explain (the identity replay less the replay with every slack zeroed); and its median
+    #: share of the step
+    slack_ns: tuple[float | None, ...] = ()
+    slack_ratio: float | None = None
+    #: the ``ideal`` scenario's slowdown S: the run without launch delays over the ideal run
+    ideal_slowdown: float | None = None
+    #: the ``ideal`` scenario's attribution (docs/whatif.md §3): per op type and per rank, the
+    #: ideal run's step with that type / rank back at its observed durations, as a slowdown
+    #: over the ideal (S_t, S_w of the published method); most first
+    ideal_by_type: tuple[tuple[str, float], ...] = ()
+    ideal_by_rank: tuple[tuple[int, float], ...] = ()
+    #: the rank ``analyze`` names as the straggler (None: none, or not known here)
+    straggler: int | None = None
 
 
 def load_graph(
@@ -269,20 +286,69 @@ def _result(
     per = tuple(None if not np.isfinite(v) else float(v) for v in st.run_replayed_ns)
     more, note = contention(g, sched, beside)
     note = "; ".join(n for n in (note, shared_cpu_note(g, speedup)) if n)
-    return ScenarioResult(name, step, speedup, changed, ranks, colls, per, note, more)
+    return ScenarioResult(
+        name, step, speedup, changed, ranks, colls, per, note, more, scenario.slack
+    )
 
 
 #: At most this many ranks get a "fixing rank R buys" row.
 FIX_RANK_ROWS = 8
 
 
-def ranks_that_matter(g: RunGraph, p: Params, n: int = FIX_RANK_ROWS) -> list[int]:
-    """The ``n`` ranks whose own work (durations and gaps of their non-collective nodes) is the
-    longest: the ones whose fixing can buy the most."""
+def waiting_credit(g: RunGraph) -> dict[int, int]:
+    """Per rank: the waiting it caused in the trace, the time the other members of each matched
+    collective waited from their arrival (first node's start) to the last arrival, credited to
+    the last to arrive (as analyze credits waiting, docs/diagnosis.md §6)."""
+    from .replay import _members
+
+    mb = _members(g)
+    out = {int(r): 0 for r in np.unique(g.unit_rank).tolist()}
+    if mb.n_inst == 0:
+        return out
+    first = np.full(mb.pair_inst.size, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first, mb.pair, g.start_ns[mb.nodes])
+    pair_unit = np.zeros(mb.pair_inst.size, dtype=np.int64)
+    pair_unit[mb.pair] = g.unit[mb.nodes]
+    order = np.lexsort((pair_unit, first, mb.pair_inst))  # per instance, the last arrival last
+    last = np.ones(order.size, dtype=bool)
+    last[:-1] = mb.pair_inst[order][1:] != mb.pair_inst[order][:-1]
+    last_pair = order[last]
+    arrival = np.full(mb.n_inst, 0, dtype=np.int64)
+    arrival[mb.pair_inst[last_pair]] = first[last_pair]
+    waited = arrival[mb.pair_inst] - first
+    caused = np.bincount(mb.pair_inst, weights=waited, minlength=mb.n_inst)
+    by_unit = np.bincount(
+        pair_unit[last_pair], weights=caused[mb.pair_inst[last_pair]], minlength=g.n_units
+    )
+    for u, v in enumerate(by_unit.tolist()):
+        out[int(g.unit_rank[u])] += int(v)
+    return out
+
+
+def ranks_that_matter(
+    g: RunGraph, p: Params, n: int = FIX_RANK_ROWS, credit: Mapping[int, int] | None = None
+) -> list[int]:
+    """The ``n`` ranks that cause the most waiting (``credit``, default :func:`waiting_credit`):
+    the ones whose fixing can buy the most; ties (ranks that cause none) by their own work
+    (durations and gaps of their non-collective nodes), longest first."""
     own = (g.inst < 0).astype(np.int64)
     work = np.bincount(g.unit, weights=(p.dur_ns + p.slack_ns) * own, minlength=g.n_units)
-    per_rank = pd.Series(work).groupby(g.unit_rank).sum().sort_values(ascending=False)
-    return [int(r) for r in per_rank.index[:n]]
+    per_rank = pd.Series(work).groupby(g.unit_rank).sum()
+    caused = credit if credit is not None else waiting_credit(g)
+    ranks = sorted(
+        (int(r) for r in per_rank.index),
+        key=lambda r: (-int(caused.get(r, 0)), -float(per_rank[r]), r),
+    )
+    return ranks[:n]
+
+
+def slack_steps(g: RunGraph, p: Params, replayed: StepTimes) -> npt.NDArray[np.float64]:
+    """Per step (mean over ranks): how much of the identity replay's step is slack, the delays
+    the graph does not explain (host think time, launch latency, waits it does not read): the
+    identity replay less the replay with every slack zeroed."""
+    z = Params(p.dur_ns, np.zeros_like(p.slack_ns), p.post_ns, p.floor_ns)
+    bare, _ = _run(g, z)
+    return np.maximum(replayed.run_replayed_ns - bare.run_replayed_ns, 0.0)
 
 
 def _merge_notes(notes: Sequence[str]) -> list[str]:
@@ -420,9 +486,74 @@ def _unmeasured_note(
     return text
 
 
-def what_if(g: RunGraph, scenarios: Iterable[str] | None = None) -> WhatIf:
+#: The ideal's attribution per op type covers at most this many types (those whose observed
+#: durations differ most from the ideal's, in total).
+IDEAL_TYPES = 8
+
+
+def ideal_attribution(
+    g: RunGraph, p: Params, ideal_step: float | None
+) -> tuple[float | None, tuple[tuple[str, float], ...], tuple[tuple[int, float], ...]]:
+    """The published method's slowdown S (the run without launch delays over the ideal run) and
+    its attribution: S_t per op type (the ideal with that type's nodes at their observed
+    durations, over the ideal; the :data:`IDEAL_TYPES` types that differ most) and S_w per rank
+    (the ideal with that rank's nodes at theirs)."""
+    from .transforms import bare, ideal
+
+    if not ideal_step:
+        return None, (), ()
+    base = _median(_run(g, bare(g, p))[0].run_replayed_ns)
+    s = base / ideal_step if base else None
+    ip = ideal(g, p)
+    dev = pd.Series(np.abs(p.dur_ns - ip.dur_ns)).groupby(g.name).sum()
+    types = [int(t) for t in dev.sort_values(ascending=False).index[:IDEAL_TYPES] if dev[t] > 0]
+    by_type = []
+    for t in types:
+        step = _median(_run(g, ideal(g, p, g.name == t))[0].run_replayed_ns)
+        if step:
+            by_type.append((g.names[t], step / ideal_step))
+    by_rank = []
+    for r in run_ranks_of(g):
+        step = _median(_run(g, ideal(g, p, g.unit_rank[g.unit] == r))[0].run_replayed_ns)
+        if step:
+            by_rank.append((r, step / ideal_step))
+    return (
+        s,
+        tuple(sorted(by_type, key=lambda kv: -kv[1])),
+        tuple(sorted(by_rank, key=lambda kv: -kv[1])),
+    )
+
+
+def run_ranks_of(g: RunGraph) -> list[int]:
+    return sorted({int(r) for r in g.unit_rank.tolist()})
+
+
+def straggler_of(analysis: Analysis) -> tuple[int | None, dict[int, int] | None]:
+    """The rank ``analyze`` names as the straggler, and the waiting it credits to each rank (its
+    blame chains' roots where it has them): what orders the "fixing rank R buys" rows."""
+    coll = analysis.collectives
+    if coll is None or coll.stragglers.empty:
+        return None, None
+    st = coll.stragglers
+    col = "root_waited_for_ns" if "root_waited_for_ns" in st.columns else "exposed_waited_for_ns"
+    credit = {int(r): int(v) for r, v in zip(st["rank"], st[col], strict=True)}
+    return coll.top_straggler, credit
+
+
+def what_if(
+    g: RunGraph,
+    scenarios: Iterable[str] | None = None,
+    sync_tolerance_ns: int | None = None,
+    straggler: int | None = None,
+    credit: Mapping[int, int] | None = None,
+) -> WhatIf:
     """Identity replay (its error per step) and the scenarios (default: :func:`default_scenarios`),
-    plus one ``fix-rank:R`` per rank."""
+    plus one ``fix-rank:R`` per rank that matters. ``sync_tolerance_ns``: how far the trace may
+    contradict a guessed cross-stream sync edge before it is dropped (default
+    :data:`~traceoverlap.whatif.graph.SYNC_TOLERANCE_NS`); ``straggler`` and ``credit``: the rank
+    ``analyze`` names and the waiting it credits per rank (:func:`straggler_of`; default: the
+    waiting credited in the graph, :func:`waiting_credit`)."""
+    from .graph import SYNC_TOLERANCE_NS, tolerate_guesses
     from .tax import tax_table
 
     names = list(scenarios) if scenarios else default_scenarios(g)
@@ -430,6 +561,8 @@ def what_if(g: RunGraph, scenarios: Iterable[str] | None = None) -> WhatIf:
         registry.parse(n)
     for n in names:
         registry.check(g, n)
+    tol = SYNC_TOLERANCE_NS if sync_tolerance_ns is None else sync_tolerance_ns
+    g, sync_note = tolerate_guesses(g, tol)
     p = observed_params(g)
     ident, s = _run(g, p)
     obs = ident.run_observed_ns
@@ -442,10 +575,23 @@ def what_if(g: RunGraph, scenarios: Iterable[str] | None = None) -> WhatIf:
     beside = beside_ns(g, s.start_ns, s.end_ns)  # the identity replay's
     results = [_result(g, n, _run(g, scenario_params(g, p, n, tax)), base, beside) for n in names]
     fix = []
+    caused = dict(credit) if credit is not None else waiting_credit(g)
+    if straggler is None and caused and max(caused.values()) > 0:
+        straggler = max(caused, key=lambda r: (caused[r], -r))
     if np.unique(g.unit_rank).size >= 2:
-        for r in ranks_that_matter(g, p):
+        for r in ranks_that_matter(g, p, credit=caused):
             n = f"fix-rank:{r}"
             fix.append(_result(g, n, _run(g, scenario_params(g, p, n, tax)), base, beside))
+    fix.sort(key=lambda r: -(r.speedup or 0))
+    slack = slack_steps(g, p, ident)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        slack_share = _median(np.where(rep > 0, slack / rep, np.nan))
+    by_type: tuple[tuple[str, float], ...] = ()
+    by_rank: tuple[tuple[int, float], ...] = ()
+    ideal_s = None
+    ideal_row = next((r for r in results if r.name == "ideal"), None)
+    if ideal_row is not None:
+        ideal_s, by_type, by_rank = ideal_attribution(g, p, ideal_row.step_ns)
     present = g.win_start_ns >= 0
     cnt = present.sum(axis=0)
     tax_steps = tuple(
@@ -453,6 +599,7 @@ def what_if(g: RunGraph, scenarios: Iterable[str] | None = None) -> WhatIf:
         for t, c in zip(np.where(present, tt.step_tax_ns, 0).sum(axis=0), cnt, strict=True)
     )
     notes = _merge_notes(g.notes)
+    notes += _straggler_notes(sync_note, _straggler_note(fix, straggler, caused), ideal_s)
     notes += _error_notes(g, err)
     spread = transfer_spread_note(g, p, base)
     if spread:
@@ -489,7 +636,7 @@ def what_if(g: RunGraph, scenarios: Iterable[str] | None = None) -> WhatIf:
         median_error_ratio=_median(err),
         max_error_ratio=float(np.nanmax(err)) if np.isfinite(err).any() else None,
         scenarios=tuple(results),
-        fix_rank=tuple(sorted(fix, key=lambda r: -(r.speedup or 0))),
+        fix_rank=tuple(fix),
         notes=tuple(notes),
         rounds=s.rounds,
         tax_ns=int(tt.step_tax_ns.sum()),
@@ -508,7 +655,54 @@ def what_if(g: RunGraph, scenarios: Iterable[str] | None = None) -> WhatIf:
             )
             for u, k in zip(*np.nonzero(present & (tt.step_overlap_ns > 0)), strict=True)
         ),
+        slack_ns=tuple(opt(x) for x in slack),
+        slack_ratio=slack_share,
+        ideal_slowdown=ideal_s,
+        ideal_by_type=by_type,
+        ideal_by_rank=by_rank,
+        straggler=straggler,
     )
+
+
+def _straggler_notes(sync_note: str, agree: str, ideal_s: float | None) -> list[str]:
+    """The sync-tolerance note, the analyze/whatif agreement note and the ideal's slowdown."""
+    notes = [n for n in (sync_note, agree) if n]
+    if ideal_s is not None:
+        notes.append(
+            f"ideal: the run without launch delays is {ideal_s:.2f}x the ideal run (the published "
+            "method's slowdown S; its attribution per op type and per rank in the JSON)"
+        )
+    return notes
+
+
+def _straggler_note(
+    fix: Sequence[ScenarioResult], straggler: int | None, caused: Mapping[int, int]
+) -> str:
+    """docs/whatif.md §3: the straggler ``analyze`` names is the top "fixing rank R buys" row,
+    else the output says why not ("" where it is, or there is none)."""
+    if straggler is None or not fix:
+        return ""
+    top = fix[0]
+    mine = next((r for r in fix if r.name == f"fix-rank:{straggler}"), None)
+    if mine is not None and (mine is top or (mine.speedup or 0) >= (top.speedup or 0)):
+        return ""
+    waited = caused.get(straggler, 0)
+    if mine is None:
+        return (
+            f"analyze names rank {straggler} as the straggler ({waited / 1e6:.1f} ms of waiting "
+            "traced to it) but it is not among the ranks replayed here"
+        )
+    return (
+        f"analyze names rank {straggler} as the straggler ({waited / 1e6:.1f} ms of waiting "
+        f"traced to it), but fixing it buys {_sx(mine.speedup)} against {_sx(top.speedup)} for "
+        f"{top.name}: the replay finds that rank's own time already at its peers' median at "
+        "most positions, so its lateness comes from waits the graph reads as slack or from "
+        "positions its peers do not share"
+    )
+
+
+def _sx(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}x"
 
 
 __all__ = [

@@ -98,3 +98,43 @@ def less(p: Params, tax_ns: I64) -> Params:
 def no_tax(g: RunGraph) -> I64:
     """A per-node overlap tax of 0 (a scenario asked for without the tax table)."""
     return np.zeros(g.pos.size, dtype=np.int64)
+
+
+def ideal(g: RunGraph, p: Params, keep: Mask | None = None) -> Params:
+    """The straggler-free run of the published method (docs/whatif.md §3, ByteDance's
+    StragglerAnalysis): every compute (and memory, and launch call) node at the mean duration of
+    its type (its op name) over all ranks and steps, every communication node at the median of
+    its type (both its part after the last arrival and its transfer), every slack (launch delay,
+    host gap) zero. ``keep``: nodes that keep their observed durations (the attribution: S_t keeps
+    one op type, S_w one rank), still without slack."""
+    comm = g.kind == Kind.COMM
+    df = pd.DataFrame({"name": g.name, "dur": p.dur_ns, "post": p.post_ns, "comm": comm})
+    by = df.groupby(["comm", "name"], sort=False)
+    mean = by["dur"].transform("mean").to_numpy(dtype=np.float64)
+    med = by["dur"].transform("median").to_numpy(dtype=np.float64)
+    med_post = by["post"].transform("median").to_numpy(dtype=np.float64)
+    dur = np.round(np.where(comm, med, mean)).astype(np.int64)
+    post = np.where(comm & (g.inst >= 0), np.round(med_post).astype(np.int64), p.post_ns)
+    if keep is not None:
+        dur = np.where(keep, p.dur_ns, dur)
+        post = np.where(keep, p.post_ns, post)
+    return Params(
+        dur.astype(np.int64),
+        np.zeros_like(p.slack_ns),
+        post.astype(np.int64),
+        _floors_zeroed(g, p),
+    )
+
+
+def _floors_zeroed(g: RunGraph, p: Params) -> I64:
+    """Every lane's first node may start at the run's first start (no launch delay before it)."""
+    own = p.floor_ns > NEG
+    return np.where(own, int(g.start_ns.min()) if g.start_ns.size else 0, p.floor_ns).astype(
+        np.int64
+    )
+
+
+def bare(g: RunGraph, p: Params) -> Params:
+    """Every slack zero, durations kept: the base the ideal's slowdown is measured against (the
+    published method's "no launch delay" run)."""
+    return Params(p.dur_ns, np.zeros_like(p.slack_ns), p.post_ns, _floors_zeroed(g, p))
