@@ -439,6 +439,14 @@ REPLAY = Table(
         Column("max_error_ratio", FLOAT, RATIO, "the largest step error", True),
         Column("rounds", INT, COUNT, "replay rounds until the waits settled"),
         Column("steps", OBJECT, NONE, "per step: whatif_replay_steps"),
+        Column(
+            "slack_ratio",
+            FLOAT,
+            RATIO,
+            "median over steps of the share of the step that is slack (delays the graph does "
+            "not explain)",
+            True,
+        ),
     ),
 )
 REPLAY_STEPS = Table(
@@ -451,6 +459,14 @@ REPLAY_STEPS = Table(
             "replayed_ns", FLOAT, NS, "the step the identity replay gives (mean over ranks)", True
         ),
         Column("error_ratio", FLOAT, RATIO, "|replayed − observed| / observed", True),
+        Column(
+            "slack_ns",
+            FLOAT,
+            NS,
+            "how much of the replayed step is slack: the replay less the replay with every "
+            "slack zeroed (mean over ranks)",
+            True,
+        ),
     ),
 )
 SCENARIOS = Table(
@@ -475,6 +491,13 @@ SCENARIOS = Table(
             "contention_ns",
             "more compute beside communication than the trace (0: none)",
             stats=False,
+        ),
+        Column(
+            "slack",
+            STR,
+            NONE,
+            "what it does with the observed slack: kept, peers (the peers' median), "
+            "zeroed-host or zeroed",
         ),
     ),
 )

@@ -79,6 +79,14 @@ def _fit(line: str, width: int) -> str:
     return "\n".join(wrap(line.lstrip(" "), width, indent, indent + "  "))
 
 
+#: What a scenario does with the slack, as the text says it.
+_SLACK = {
+    "kept": "kept",
+    "peers": "the peers' median",
+    "zeroed-host": "zeroed on host lanes",
+    "zeroed": "zeroed",
+}
+
 #: Between a scenario row's numbers and what changed (where :func:`_fit` wraps the row).
 _CHANGED = "\0"
 
@@ -102,6 +110,15 @@ def _text_lines(w: WhatIf) -> list[str]:
         f"  {'scenario':<{width}} {'step ms':>10} {'steps range':>13} {'speedup':>8}  what changed",
     ]
     lines += [_row(r, width) for r in w.scenarios]
+    kept = [r.name for r in w.scenarios if r.slack == "kept"]
+    other = [f"{r.name} ({_SLACK[r.slack]})" for r in w.scenarios if r.slack != "kept"]
+    lines.append(
+        "  slack (delays the graph does not explain): "
+        + (f"{_pct(w.slack_ratio)} of the median step; " if w.slack_ratio is not None else "")
+        + (f"kept by {', '.join(kept)}" if kept else "")
+        + ("; " if kept and other else "")
+        + ", ".join(other)
+    )
     if w.fix_rank:
         lines += ["", "Fixing rank R buys (R runs like the median of its peers):"]
         lines += [f"  {'rank':<{width}} {'step ms':>10} {'steps range':>13} {'speedup':>8}"]
@@ -143,17 +160,20 @@ def _scenario(r: ScenarioResult) -> dict[str, Any]:
         list(r.steps_ns),
         r.note or None,
         r.contention_ns,
+        r.slack,
     )
     return dict(zip(SCENARIOS.names, values, strict=True))
 
 
 def to_dict(w: WhatIf) -> dict[str, Any]:
-    steps = zip(w.step_labels, w.observed_ns, w.replayed_ns, w.error_ratio, strict=True)
+    slack = w.slack_ns or tuple(None for _ in w.step_labels)
+    steps = zip(w.step_labels, w.observed_ns, w.replayed_ns, w.error_ratio, slack, strict=True)
     replay = (
         w.median_error_ratio,
         w.max_error_ratio,
         w.rounds,
         [dict(zip(REPLAY_STEPS.names, s, strict=True)) for s in steps],
+        w.slack_ratio,
     )
     tax = (
         w.tax_ns,
@@ -169,6 +189,14 @@ def to_dict(w: WhatIf) -> dict[str, Any]:
         "replay": dict(zip(REPLAY.names, replay, strict=True)),
         "scenarios": [_scenario(r) for r in w.scenarios],
         "fix_rank": [_scenario(r) for r in w.fix_rank],
+        "straggler": w.straggler,
+        "ideal": None
+        if w.ideal_slowdown is None
+        else {
+            "slowdown": w.ideal_slowdown,
+            "by_type": dict(w.ideal_by_type),
+            "by_rank": {str(r): v for r, v in w.ideal_by_rank},
+        },
         "overlap_tax": dict(zip(OVERLAP_TAX.names, tax, strict=True)),
         "findings": list(w.findings),
         "notes": list(w.notes),
