@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from traceoverlap.cli import main
+from traceoverlap.reporters.whatif_report import render_json
 from traceoverlap.whatif.graph import run_graph
 from traceoverlap.whatif.replay import observed_params, replay, step_times
 from traceoverlap.whatif.scenarios import graph_of, load_graph, scenario_params, what_if
@@ -1104,3 +1105,121 @@ def test_graph_of_refuses_a_step_regex_matching_nothing() -> None:
     with pytest.raises(UsageError, match="'forward' x8"):
         graph_of([t], step_regex="^no_such_range$")
     assert len(graph_of([t]).step_labels) >= 1  # the default regex finds ProfilerStep markers
+
+
+# --- issue 37: positions by op name, guessed edges within a tolerance, slack, ideal, agreement
+
+
+def test_positions_are_keyed_by_op_name_and_occurrence() -> None:
+    from traceoverlap.whatif.graph import _positions
+
+    # one step, one lane role; rank 0 runs fwd, bwd, bwd; rank 1 (another stage) bwd, fwd, bwd.
+    # By "n-th node" rank 0's fwd would meet rank 1's bwd; by (name, occurrence) the 1st fwd,
+    # the 1st bwd and the 2nd bwd meet their namesakes
+    unit = np.array([0, 0, 0, 1, 1, 1])
+    name = np.array([7, 8, 8, 8, 7, 8])  # 7 = fwd, 8 = bwd
+    zero = np.zeros(6, dtype=np.int64)
+    pos = _positions(unit, zero, zero, name)
+    assert pos[0] == pos[4]  # fwd #1
+    assert pos[1] == pos[3]  # bwd #1
+    assert pos[2] == pos[5]  # bwd #2
+    assert len({pos[0], pos[1], pos[2]}) == 3
+
+
+def _with_guesses(gaps_us: list[int]) -> object:
+    """The straggler run with one guessed edge per gap: rank 0's all-reduce (gloo thread, ends
+    at 50 ms) -> rank 0's add (starts at 50.05 ms), leaving ``gap`` after the all-reduce's end:
+    the trace contradicts it by gap - 50 µs where that is positive."""
+    import dataclasses
+
+    g = graph_of(_straggler_run())  # type: ignore[arg-type]
+    names = list(g.names)
+    r0 = g.unit_rank[g.unit] == 0
+    ar = int(np.flatnonzero(r0 & (g.name == names.index("gloo:all_reduce")))[0])
+    add = int(np.flatnonzero(r0 & (g.name == names.index("aten::add")))[0])
+    k = len(gaps_us)
+    return dataclasses.replace(
+        g,
+        src=np.concatenate([g.src, np.full(k, ar)]),
+        dst=np.concatenate([g.dst, np.full(k, add)]),
+        src_start=np.concatenate([g.src_start, np.zeros(k, bool)]),
+        gap=np.concatenate([g.gap, np.array(gaps_us, dtype=np.int64) * US]),
+        guessed=np.concatenate([np.zeros(g.src.size, bool), np.ones(k, bool)]),
+    )
+
+
+def test_guessed_edges_are_kept_within_the_tolerance_and_dropped_beyond() -> None:
+    from traceoverlap.whatif.graph import tolerate_guesses
+
+    # gaps 0, 54 and 100 µs: contradicted by -50 (agrees), 4 (within 10 µs) and 50 µs (beyond)
+    g = _with_guesses([0, 54, 100])
+    kept, note = tolerate_guesses(g, 10 * US)  # type: ignore[arg-type]
+    assert kept.src.size == g.src.size - 1  # type: ignore[attr-defined]
+    assert "1 agree with the trace, 1 contradicted by at most" in note
+    assert "(worst 4.0 us), 1 contradicted by more dropped" in note
+    # a tolerance of 0 drops both contradicted guesses; 60 µs keeps all three
+    assert tolerate_guesses(g, 0)[0].src.size == g.src.size - 2  # type: ignore[arg-type]
+    assert tolerate_guesses(g, 60 * US)[0].src.size == g.src.size  # type: ignore[arg-type]
+    # the kept edge holds the add back 4 µs in the identity replay: 60 ms + 4 µs
+    w = what_if(g, ["replay"], sync_tolerance_ns=10 * US)  # type: ignore[arg-type]
+    assert w.replayed_ns[0] == pytest.approx((60 * MS + (60 * MS + 4 * US)) / 2)
+    assert any("sync tolerance of 10 us" in n for n in w.notes)
+
+
+def test_ideal_scenario_and_its_attribution() -> None:
+    # ideal on the straggler run: mm at the mean of its type, (10 + 40) / 2 = 25 ms, on both
+    # ranks; every slack zeroed (the all-reduce's 0.1 ms after its launch, add's 0.05 ms): the
+    # all-reduce starts with its launch call at 25 ms, the transfer after the last arrival (its
+    # median, 9.9 ms) ends at 34.9, add (4.95 ms) ends 39.85 instead of 55: step 60 - 15.15
+    assert _scenario_ms("ideal") == pytest.approx(44.85)
+    w = what_if(graph_of(_straggler_run()), ["ideal"])  # type: ignore[arg-type]
+    # S: the run without slack (rank 1 arrives at 40.0, transfer ends 49.9, add ends 54.85:
+    # step 59.85) over the ideal: 59.85 / 44.85
+    assert w.ideal_slowdown == pytest.approx(59.85 / 44.85)
+    # S_w: rank 1 at its observed durations gives back the whole slowdown, rank 0 none; S_t:
+    # aten::mm is the only type whose durations differ from the ideal's
+    assert dict(w.ideal_by_rank) == pytest.approx({1: 59.85 / 44.85, 0: 1.0})
+    assert dict(w.ideal_by_type) == pytest.approx({"aten::mm": 59.85 / 44.85})
+    assert w.scenarios[0].slack == "zeroed"
+
+
+def test_slack_per_step_and_what_each_scenario_does_with_it() -> None:
+    # slack of the straggler run: the all-reduce's 0.1 ms after its launch (rank 1's is the
+    # last arrival: zeroing it ends every step 0.1 ms earlier) and add's 0.05 ms after the
+    # all-reduce's end: 60 - 59.85 = 0.15 ms of each 60 ms step (0.25 %)
+    w = what_if(graph_of(_straggler_run()))  # type: ignore[arg-type]
+    assert w.slack_ns == pytest.approx((0.15 * MS,))
+    assert w.slack_ratio == pytest.approx(0.0025)
+    slack = {r.name: r.slack for r in w.scenarios}
+    assert slack["replay"] == "kept" and slack["no-straggler"] == "peers"
+    assert slack["no-host-gaps"] == "zeroed-host" and slack["ideal"] == "zeroed"
+    doc = json.loads(render_json(w))
+    assert doc["replay"]["slack_ratio"] == pytest.approx(0.0025)
+    assert doc["replay"]["steps"][0]["slack_ns"] == pytest.approx(0.15 * MS)
+    assert {s["name"]: s["slack"] for s in doc["scenarios"]} == slack
+
+
+def test_ranks_that_matter_are_the_ones_waited_for() -> None:
+    from traceoverlap.whatif.scenarios import waiting_credit
+
+    # rank 0 arrives at the all-reduce at 10.1 ms, rank 1 at 40.1: rank 0 waits 30 ms, credited
+    # to rank 1, the straggler; its fix is the top row (2.0x: 60 -> 30 ms)
+    g = graph_of(_straggler_run())  # type: ignore[arg-type]
+    assert waiting_credit(g) == {0: 0, 1: 30 * MS}
+    w = what_if(g, ["replay"])
+    assert w.straggler == 1 and w.fix_rank[0].name == "fix-rank:1"
+    assert w.fix_rank[0].speedup == pytest.approx(2.0)
+    assert not any("analyze names" in n for n in w.notes)
+    # told another straggler (as analyze might name), the output says why it is not the top row
+    w = what_if(g, ["replay"], straggler=0, credit={0: 5 * MS, 1: 0})
+    assert any(n.startswith("analyze names rank 0 as the straggler") for n in w.notes)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["slow_rank", "naive_slow", "naive4_slow"])
+def test_fixing_analyzes_straggler_is_the_top_row(name: str) -> None:
+    res = CliRunner().invoke(main, ["whatif", str(FIXTURES / name), "--format", "json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    top = doc["fix_rank"][0]
+    assert top["name"] == f"fix-rank:{doc['straggler']}" and top["speedup"] > 1
