@@ -112,13 +112,14 @@ def _text_lines(w: WhatIf) -> list[str]:
     lines += [_row(r, width) for r in w.scenarios]
     kept = [r.name for r in w.scenarios if r.slack == "kept"]
     other = [f"{r.name} ({_SLACK[r.slack]})" for r in w.scenarios if r.slack != "kept"]
-    lines.append(
-        "  slack (delays the graph does not explain): "
+    lines += [
+        "",
+        "Slack (delays the graph does not explain): "
         + (f"{_pct(w.slack_ratio)} of the median step; " if w.slack_ratio is not None else "")
         + (f"kept by {', '.join(kept)}" if kept else "")
         + ("; " if kept and other else "")
-        + ", ".join(other)
-    )
+        + ", ".join(other),
+    ]
     if w.fix_rank:
         lines += ["", "Fixing rank R buys (R runs like the median of its peers):"]
         lines += [f"  {'rank':<{width}} {'step ms':>10} {'steps range':>13} {'speedup':>8}"]
