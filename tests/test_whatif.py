@@ -1223,3 +1223,103 @@ def test_fixing_analyzes_straggler_is_the_top_row(name: str) -> None:
     doc = json.loads(res.output)
     top = doc["fix_rank"][0]
     assert top["name"] == f"fix-rank:{doc['straggler']}" and top["speedup"] > 1
+
+
+def _sync_trace(path: Path, wait_args: bool) -> Path:
+    """A one-rank Kineto trace (µs) with a recorded stream wait: the host launches gemm on
+    stream 7 at 10 (correlation 1), records an event at 20 (2), makes stream 20 wait on it at 30
+    (3) and launches an all-reduce on stream 20 at 40 (4). gemm runs [100, 300), the all-reduce
+    [305, 500); a third kernel, "tail", on stream 7 [310, 400), launched at 50 (5). With
+    ``wait_args`` the ``cuda_sync`` row (``enable_cuda_sync_events``) says stream 20 waits on
+    stream 7's record 2; without, it is a bare sync row and the edge must be guessed."""
+    args = {"cuda_sync_kind": "Stream Wait Event", "stream": 20, "correlation": 3, "device": 0}
+    if wait_args:
+        args |= {"wait_on_stream": 7, "wait_on_cuda_event_record_corr_id": 2}
+    host = {"ph": "X", "pid": 1, "tid": 1}
+
+    def call(name: str, ts: int, corr: int) -> dict[str, object]:
+        return host | {
+            "cat": "cuda_runtime",
+            "name": name,
+            "ts": ts,
+            "dur": 2,
+            "args": {"correlation": corr},
+        }
+
+    def kernel(name: str, stream: int, ts: int, dur: int, corr: int) -> dict[str, object]:
+        a = {"correlation": corr, "stream": stream, "device": 0}
+        return {
+            "ph": "X",
+            "cat": "kernel",
+            "name": name,
+            "pid": 0,
+            "tid": stream,
+            "ts": ts,
+            "dur": dur,
+            "args": a,
+        }
+
+    ev = [
+        host | {"cat": "user_annotation", "name": "ProfilerStep#1", "ts": 0, "dur": 600},
+        call("cudaLaunchKernel", 10, 1),
+        call("cudaEventRecord", 20, 2),
+        call("cudaStreamWaitEvent", 30, 3),
+        call("cudaLaunchKernel", 40, 4),
+        call("cudaLaunchKernel", 50, 5),
+        kernel("gemm", 7, 100, 200, 1),
+        {
+            "ph": "X",
+            "cat": "cuda_sync",
+            "name": "Stream Wait Event",
+            "pid": 0,
+            "tid": 20,
+            "ts": 31,
+            "dur": 0,
+            "args": args,
+        },
+        kernel("ncclKernel_AllReduce_RING_LL_Sum_float", 20, 305, 195, 4),
+        kernel("tail", 7, 310, 90, 5),
+    ]
+    doc = {"schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": ev}
+    path.write_text(json.dumps(doc))
+    return path
+
+
+@pytest.mark.parametrize("scanner", ["c", "msgspec"])
+def test_the_kineto_reader_keeps_what_a_stream_wait_waits_on(
+    tmp_path: Path, scanner: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import traceoverlap.readers.kineto._columns as columns
+    from traceoverlap.readers.kineto import read_kineto
+
+    monkeypatch.setattr(columns, "SCANNER", scanner)
+    ev = read_kineto(_sync_trace(tmp_path / "t.json", True)).events
+    row = ev[ev["category"] == "sync"].iloc[0]
+    assert (row["stream"], row["correlation"], row["wait_stream"], row["wait_corr"]) == (
+        20,
+        3,
+        7,
+        2,
+    )
+    # every other row says "none"
+    assert (ev[ev["category"] != "sync"][["wait_stream", "wait_corr"]] == -1).all().all()
+
+
+def test_recorded_stream_waits_are_read_not_guessed(tmp_path: Path) -> None:
+    # the wait (record 2 on stream 7, after gemm's launch at 10 and before tail's at 50) makes
+    # the all-reduce (first launched onto stream 20 after the wait call at 30) wait for gemm:
+    # one edge gemm -> all-reduce, read (not guessed), and no guess note
+    g = load_graph(_sync_trace(tmp_path / "t.json", True))
+    names = [g.names[g.name[i]] for i in range(g.name.size)]
+    edges = {(names[s], names[d]) for s, d in zip(g.src, g.dst, strict=True)}
+    assert ("gemm", "ncclKernel_AllReduce_RING_LL_Sum_float") in edges
+    assert ("tail", "ncclKernel_AllReduce_RING_LL_Sum_float") not in edges
+    assert g.guessed.size == 0 or not g.guessed.any()
+    assert any("1 cross-stream sync edge(s) read from 1 stream wait(s)" in n for n in g.notes)
+    w = what_if(g, ["replay"])
+    assert not any("guessed" in n for n in w.notes)
+    # the identity replay reproduces the step (600 µs)
+    assert w.max_error_ratio == 0.0
+    # a bare sync row (no wait_on_stream): the edge is guessed from the wait call, as before
+    g2 = load_graph(_sync_trace(tmp_path / "bare.json", False))
+    assert g2.guessed.any() and any("guessed" in n for n in g2.notes)

@@ -29,6 +29,11 @@ seq             int64       per-process-group sequence number when known, else -
 group_size      int32       collective group size when known, else -1
 shape           int32       kernel launch shape code (grid, block), else -1
                             (:mod:`traceoverlap.readers._shape`: the same in every reader)
+wait_stream     int64       ``sync`` rows of a stream wait: the stream waited on (Kineto
+                            ``args.wait_on_stream``), else -1
+wait_corr       int64       ``sync`` rows of a stream wait: the correlation id of the event
+                            record call waited on (``wait_on_cuda_event_record_corr_id``),
+                            else -1
 ==============  ==========  ===============================================================
 
 :func:`traceoverlap.rank.classify.classify` adds the ``kind`` column (one of :data:`traceoverlap.core.vocab.KINDS`).
@@ -92,6 +97,8 @@ _INT_COLUMNS: dict[str, str] = {
     "seq": "int64",
     "group_size": "int32",
     "shape": "int32",
+    "wait_stream": "int64",
+    "wait_corr": "int64",
 }
 _INT_DEFAULTS: dict[str, int] = {
     "rank": 0,
@@ -104,7 +111,12 @@ _INT_DEFAULTS: dict[str, int] = {
     "seq": -1,
     "group_size": -1,
     "shape": -1,
+    "wait_stream": -1,
+    "wait_corr": -1,
 }
+#: Columns that most traces leave at their default: absent, they are one shared read-only value
+#: (a stride-0 view), not a column of copies.
+_SPARSE_COLUMNS = frozenset({"wait_stream", "wait_corr"})
 #: Column order of the event table.
 COLUMNS: tuple[str, ...] = (
     "rank",
@@ -125,6 +137,8 @@ COLUMNS: tuple[str, ...] = (
     "seq",
     "group_size",
     "shape",
+    "wait_stream",
+    "wait_corr",
 )
 
 
@@ -203,7 +217,10 @@ def make_events(n: int, columns: Mapping[str, Any]) -> pd.DataFrame:
         if col in _INT_COLUMNS:
             value = columns.get(col, _INT_DEFAULTS.get(col, 0))
             arr = np.asarray(value, dtype=_INT_COLUMNS[col])
-            data[col] = np.broadcast_to(arr, (n,)).copy() if arr.ndim == 0 else arr
+            if arr.ndim == 0 and col in _SPARSE_COLUMNS:
+                data[col] = np.broadcast_to(arr, (n,))
+            else:
+                data[col] = np.broadcast_to(arr, (n,)).copy() if arr.ndim == 0 else arr
         else:
             value = columns.get(col, "")
             if isinstance(value, pd.Categorical):

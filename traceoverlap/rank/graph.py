@@ -292,9 +292,12 @@ def unit_graph(
                 "could not be paired in order; communication keeps its observed gaps"
             )
     else:
-        gs, gd, note = _stream_wait_edges(
-            ev, lane_codes, all_rows, all_kind, src[: dst.size], dst, start, end
-        )
+        gs, gd, note = _read_sync_edges(ev, all_rows, src[: dst.size], dst, start)
+        read = bool(note)
+        if not read:
+            gs, gd, note = _stream_wait_edges(
+                ev, lane_codes, all_rows, all_kind, src[: dst.size], dst, start, end
+            )
         # a host call that blocked until device work ended (a stream / device synchronize, a
         # copy to the host) ends no earlier than that work: its wait is read, not slack
         n_sync = sync_rows.size
@@ -304,7 +307,7 @@ def unit_graph(
         esrc = np.concatenate([sync_src, dnode[blocking]]).astype(np.int64)
         edst = np.concatenate([sync_node, lnode[blocking]]).astype(np.int64)
         egap = (end[all_rows[edst]] - end[all_rows[esrc]]).astype(np.int64)
-        guessed = np.concatenate([np.zeros(src.size, bool), np.ones(gs.size, bool)])
+        guessed = np.concatenate([np.zeros(src.size, bool), np.full(gs.size, not read)])
         src, dst = np.concatenate([src, gs]), np.concatenate([dst, gd])
         src_start = np.concatenate([src_start, np.zeros(gs.size, dtype=bool)])
         gap = np.concatenate([gap, np.zeros(gs.size, dtype=np.int64)])
@@ -512,6 +515,69 @@ def _blocking_edges(nodes: _Nodes, lane_comm: npt.NDArray[np.bool_]) -> tuple[I6
         np.concatenate(srcs).astype(np.int64),
         np.concatenate(dsts).astype(np.int64),
         np.concatenate(gaps).astype(np.int64),
+    )
+
+
+def _read_sync_edges(
+    ev: pd.DataFrame, all_rows: I64, launch_node: I64, dev: I64, start: I64
+) -> tuple[I64, I64, str]:
+    """GPU units: the cross-stream sync edges the trace records (Kineto ``cuda_sync`` rows of
+    stream waits, written with ``enable_cuda_sync_events``: ``stream`` waits, ``correlation``
+    is its ``cudaStreamWaitEvent`` call, ``wait_stream`` / ``wait_corr`` the stream and the
+    event record call it waits on). Per wait: the producer is the last activity launched onto
+    the stream waited on before the record call (without a record id: before the wait call),
+    the consumer the first activity launched onto the waiting stream after the wait call; the
+    consumer starts no earlier than the producer ends. ("", no edges) where the unit has no such
+    row: the edges are then guessed (:func:`_stream_wait_edges`)."""
+    z = np.zeros(0, np.int64)
+    if "wait_stream" not in ev.columns:
+        return z, z, ""
+    ws_col = ev["wait_stream"].to_numpy()
+    rows = np.flatnonzero(in_categories(ev["category"], ("sync",)) & (ws_col >= 0))
+    if rows.size == 0:
+        return z, z, ""
+    corr = ev["correlation"].to_numpy()
+    stream = ev["stream"].to_numpy()
+    calls = np.flatnonzero(in_categories(ev["category"], ("runtime", "driver")) & (corr >= 0))
+    by_corr = pd.Series(start[calls], index=corr[calls])
+    by_corr = by_corr[~by_corr.index.duplicated()]
+    t_wait = by_corr.reindex(corr[rows]).to_numpy(dtype=np.float64)
+    t_record = by_corr.reindex(ev["wait_corr"].to_numpy()[rows]).to_numpy(dtype=np.float64)
+    t_before = np.where(np.isnan(t_record), t_wait, t_record)
+    ok = ~np.isnan(t_wait)
+    none = f"{rows.size} stream wait(s) recorded in the trace (cuda_sync), none between two "
+    none += "activities of this unit: no cross-stream sync edge"
+    if not ok.any() or dev.size == 0:
+        return z, z, none
+    # device nodes by (stream, launch time): one sorted key, searched per (stream, time)
+    codes, d_code = np.unique(stream[all_rows[dev]], return_inverse=True)
+    d_launch = start[all_rows[launch_node]]
+    t0 = int(min(d_launch.min(), np.nanmin(t_before[ok])))
+    span = int(max(d_launch.max(), np.nanmax(t_wait[ok])) - t0) + 2
+    key = d_code.astype(np.int64) * span + (d_launch - t0)
+    order = np.argsort(key, kind="stable")
+    key, node, code_sorted = key[order], dev[order], d_code[order]
+
+    def code_of(s: I64) -> I64:
+        i = np.searchsorted(codes, s)
+        return np.where((i < codes.size) & (codes[np.minimum(i, codes.size - 1)] == s), i, -1)
+
+    cw, cp = code_of(stream[rows][ok]), code_of(ws_col[rows][ok])
+    tw = t_wait[ok].astype(np.int64) - t0
+    tb = t_before[ok].astype(np.int64) - t0
+    c = np.searchsorted(key, cw * span + tw, side="right")  # first launched after the wait
+    p = np.searchsorted(key, cp * span + tb, side="left") - 1  # last launched before the record
+    cc, pp = np.minimum(c, key.size - 1), np.maximum(p, 0)
+    good = (cw >= 0) & (cp >= 0) & (c < key.size) & (p >= 0)
+    good &= (code_sorted[cc] == cw) & (code_sorted[pp] == cp)
+    if not good.any():
+        return z, z, none
+    pair = np.unique(np.stack([node[pp[good]], node[cc[good]]]), axis=1)
+    return (
+        pair[0].astype(np.int64),
+        pair[1].astype(np.int64),
+        f"{pair.shape[1]} cross-stream sync edge(s) read from {rows.size} stream wait(s) the "
+        "trace records (cuda_sync rows: the stream and the event record waited on)",
     )
 
 

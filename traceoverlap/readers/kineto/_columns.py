@@ -108,6 +108,9 @@ class Columns:
         # chunk: kept ones would pin the allocator's pools and scatter later chunks' objects):
         # (rows, coll_name codes, bytes, process_group codes, seq, group_size).
         self.coll: list[tuple[np.ndarray, ...]] = []
+        # Stream waits of the few ``sync`` rows that name what they wait on:
+        # (rows, wait_on_stream, wait_on_cuda_event_record_corr_id).
+        self.sync: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self.coll_names = Codes({"": 0})
         self.pg_names = Codes({"": 0})
         self.offset = 0
@@ -160,6 +163,9 @@ class Columns:
         self._add_args(kept, model, chunk.loose)
         self._add_shapes(kept, model, chunk.loose)
         self._add_collectives(kept, model, name)
+        syncs = np.flatnonzero(model == MODEL_CODE["sync"])
+        if len(syncs):
+            self._add_syncs([(int(i), kept[i]) for i in syncs], model)
         self.offset += len(kept)
 
     def add_scanned(self, buf: Any) -> bool:
@@ -254,6 +260,7 @@ class Columns:
             rows = np.array([r for r, _ in coll], dtype=np.int64)
             values = collective_values([a for _, a in coll], self.coll_names, self.pg_names)
             self.coll.append((rows + self.offset, *values))
+        self._add_syncs(fl, model)
         self.offset += n
 
     def _add_scanned_shapes(
@@ -351,6 +358,25 @@ class Columns:
             if known.any():
                 self.op_shape.append((ops[known] + self.offset, codes[known]))
 
+    def _add_syncs(self, rows: list[tuple[int, Any]], model: np.ndarray) -> None:
+        """The stream waits among ``rows`` (row, event) of the ``sync`` category that name the
+        stream or the event record they wait on (Kineto ``cuda_sync`` rows written with
+        ``enable_cuda_sync_events``). The C scanner leaves such events to the typed decode."""
+        sync = MODEL_CODE["sync"]
+        got = [
+            (r, ev.args)
+            for r, ev in rows
+            if model[r] == sync and ev.args is not None and _names_a_wait(ev.args)
+        ]
+        if got:
+            self.sync.append(
+                (
+                    np.array([r for r, _ in got], dtype=np.int64) + self.offset,
+                    int_array([a.wait_stream for _, a in got], -1, True),
+                    int_array([a.wait_corr for _, a in got], -1, True),
+                )
+            )
+
     def _add_collectives(self, kept: list[Any], model: np.ndarray, name: np.ndarray) -> None:
         """The collective args of the kept events that have them. PyTorch writes them on
         ``record_param_comms`` ops, and Kineto copies them onto the kernels (and MTIA ``hccl::``
@@ -445,6 +471,12 @@ def _with_flagged(
     out = column.copy()
     out[[r for r, _ in fl]] = int_array([get(ev) for _, ev in fl], -1, False)
     return out
+
+
+def _names_a_wait(args: Any) -> bool:
+    """Whether ``args`` (typed or lenient) names a stream or an event record waited on."""
+    ws, wc = args.wait_stream, args.wait_corr
+    return (isinstance(ws, int) and ws >= 0) or (isinstance(wc, int) and wc >= 0)
 
 
 def _normalise_loose(events: list[Any]) -> None:

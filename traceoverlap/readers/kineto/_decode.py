@@ -46,6 +46,10 @@ class _Args(msgspec.Struct, gc=False, frozen=True):
     block: tuple[int, int, int] = NO_DIMS
     # CPU ops' input shapes (``record_shapes=True``), kept raw: only hashed, per distinct text
     input_dims: msgspec.Raw = msgspec.field(default=NO_INPUT_DIMS, name="Input Dims")
+    # ``cuda_sync`` stream waits (``enable_cuda_sync_events``): the stream and the event record
+    # call waited on
+    wait_stream: int = msgspec.field(default=-1, name="wait_on_stream")
+    wait_corr: int = msgspec.field(default=-1, name="wait_on_cuda_event_record_corr_id")
 
 
 _NO_ARGS = _Args()
@@ -146,6 +150,8 @@ class LooseArgs(msgspec.Struct, gc=False):
     grid: Any = NO_DIMS
     block: Any = NO_DIMS
     input_dims: Any = msgspec.field(default=None, name="Input Dims")
+    wait_stream: Any = msgspec.field(default=-1, name="wait_on_stream")
+    wait_corr: Any = msgspec.field(default=-1, name="wait_on_cuda_event_record_corr_id")
 
 
 LOOSE_EMPTY = LooseArgs()
@@ -354,6 +360,8 @@ def _as_loose(e: Any) -> Any:
             a.grid,
             a.block,
             _raw_value(a.input_dims),
+            a.wait_stream,
+            a.wait_corr,
         )
         return _LooseEvent(e.ph, e.cat, e.name, e.pid, e.tid, e.ts, e.dur, None, args)
     return e

@@ -809,7 +809,9 @@ static int parse_args(P *ps, Ev *ev, Out *o) {
         } else if (KEY(s, e, "name") || KEY(s, e, "Collective name") ||
                    KEY(s, e, "In msg nelems") || KEY(s, e, "Out msg nelems") ||
                    KEY(s, e, "dtype") || KEY(s, e, "Group size") ||
-                   KEY(s, e, "Process Group Name") || KEY(s, e, "Seq") || KEY(s, e, "seq")) {
+                   KEY(s, e, "Process Group Name") || KEY(s, e, "Seq") || KEY(s, e, "seq") ||
+                   KEY(s, e, "wait_on_stream") ||
+                   KEY(s, e, "wait_on_cuda_event_record_corr_id")) {
             ev->flag = 1; /* read by Python from the decoded event */
             r = skip_value(ps);
         } else {

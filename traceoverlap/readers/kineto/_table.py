@@ -60,6 +60,8 @@ class _Rows:
     corr: np.ndarray  # args.correlation, -1: none
     shape: np.ndarray  # kernels' launch shape code (int32), -1: none
     coll: CollectiveColumns
+    #: the stream waits of the few sync rows that have them: (rows, wait_stream, wait_corr)
+    sync: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     @classmethod
     def take_columns(cls, cols: Columns) -> _Rows:
@@ -78,15 +80,29 @@ class _Rows:
             corr=np.concatenate(cols.corr),
             shape=shape_column(len(src), cols),
             coll=collective_columns(len(src), cols),
+            sync=tuple(np.concatenate(c) for c in zip(*cols.sync, strict=True))  # type: ignore[arg-type]
+            if cols.sync
+            else None,
         )
+        cols.sync = []
         cols.cat = cols.ts = cols.dur = cols.pid = cols.tid = []
         cols.device = cols.stream = cols.corr = cols.name = []
         return rows
 
     def take(self, keep: np.ndarray) -> _Rows:
         """The rows where ``keep`` is True."""
-        arrays = {f.name: getattr(self, f.name)[keep] for f in fields(self) if f.name != "coll"}
-        return _Rows(**arrays, coll=self.coll.take(keep))
+        arrays = {
+            f.name: getattr(self, f.name)[keep]
+            for f in fields(self)
+            if f.name not in ("coll", "sync")
+        }
+        sync = None
+        if self.sync is not None:
+            rows, ws, wc = self.sync
+            at = np.cumsum(keep) - 1
+            k = keep[rows]
+            sync = (at[rows[k]], ws[k], wc[k])
+        return _Rows(**arrays, coll=self.coll.take(keep), sync=sync)
 
 
 def build_timeline(p: str, head: Meta, cols: Columns) -> Timeline:
@@ -169,6 +185,12 @@ def build_timeline(p: str, head: Meta, cols: Columns) -> Timeline:
         "group_size": rows.coll.group_size,
         "shape": _op_shapes(rows, lane, start, end),
     }
+    if rows.sync is not None:
+        at, ws, wc = rows.sync
+        columns["wait_stream"] = np.full(len(start), -1, dtype=np.int64)
+        columns["wait_corr"] = np.full(len(start), -1, dtype=np.int64)
+        columns["wait_stream"][at] = ws
+        columns["wait_corr"][at] = wc
     return Timeline(make_events(len(start), columns), (info,))
 
 
