@@ -1206,6 +1206,10 @@ def test_ranks_that_matter_are_the_ones_waited_for() -> None:
     # to rank 1, the straggler; its fix is the top row (2.0x: 60 -> 30 ms)
     g = graph_of(_straggler_run())  # type: ignore[arg-type]
     assert waiting_credit(g) == {0: 0, 1: 30 * MS}
+    # where rank 1 arrived last (the one all-reduce), rank 0 arrived next, 30 ms before it
+    from traceoverlap.whatif.scenarios import runner_up
+
+    assert runner_up(g, 1) == ([0], 30 * MS, 1) and runner_up(g, 0) == ([], None, 0)
     w = what_if(g, ["replay"])
     assert w.straggler == 1 and w.fix_rank[0].name == "fix-rank:1"
     assert w.fix_rank[0].speedup == pytest.approx(2.0)

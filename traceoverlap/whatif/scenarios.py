@@ -599,7 +599,7 @@ def what_if(
         for t, c in zip(np.where(present, tt.step_tax_ns, 0).sum(axis=0), cnt, strict=True)
     )
     notes = _merge_notes(g.notes)
-    notes += _straggler_notes(sync_note, _straggler_note(fix, straggler, caused), ideal_s)
+    notes += _straggler_notes(sync_note, _straggler_note(g, fix, straggler, caused), ideal_s)
     notes += _error_notes(g, err)
     spread = transfer_spread_note(g, p, base)
     if spread:
@@ -675,11 +675,46 @@ def _straggler_notes(sync_note: str, agree: str, ideal_s: float | None) -> list[
     return notes
 
 
+def runner_up(g: RunGraph, rank: int) -> tuple[list[int], float | None, int]:
+    """Of the matched collectives where ``rank`` arrived last: the ranks that arrived next to
+    last most often (up to 3), the median time between that arrival and ``rank``'s (ns), and
+    how many such collectives there are. Fixing ``rank`` alone can buy no more than that time
+    at each of them."""
+    from .replay import _members
+
+    mb = _members(g)
+    if mb.n_inst == 0:
+        return [], None, 0
+    first = np.full(mb.pair_inst.size, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first, mb.pair, g.start_ns[mb.nodes])
+    pair_unit = np.zeros(mb.pair_inst.size, dtype=np.int64)
+    pair_unit[mb.pair] = g.unit[mb.nodes]
+    order = np.lexsort((pair_unit, first, mb.pair_inst))
+    inst, t, who = mb.pair_inst[order], first[order], g.unit_rank[pair_unit[order]]
+    last = np.ones(order.size, dtype=bool)
+    last[:-1] = inst[1:] != inst[:-1]
+    second = np.zeros(order.size, dtype=bool)
+    second[:-1] = last[1:] & (inst[:-1] == inst[1:])
+    mine = np.flatnonzero(last & (who == rank))
+    mine = mine[second[np.maximum(mine - 1, 0)] & (mine > 0)]
+    if mine.size == 0:
+        return [], None, 0
+    gaps = t[mine] - t[mine - 1]
+    ranks = pd.Series(who[mine - 1]).value_counts().index[:3]
+    return [int(r) for r in ranks], float(np.median(gaps)), int(mine.size)
+
+
 def _straggler_note(
-    fix: Sequence[ScenarioResult], straggler: int | None, caused: Mapping[int, int]
+    g: RunGraph,
+    fix: Sequence[ScenarioResult],
+    straggler: int | None,
+    caused: Mapping[int, int],
 ) -> str:
     """docs/whatif.md §3: the straggler ``analyze`` names is the top "fixing rank R buys" row,
-    else the output says why not ("" where it is, or there is none)."""
+    else the output says why not ("" where it is, or there is none): where it arrived last, the
+    next ranks arrived close behind it (fixing it alone buys only that gap), and a fixed rank
+    that began its step late now starts with its peers and waits for them, which lengthens its
+    own step."""
     if straggler is None or not fix:
         return ""
     top = fix[0]
@@ -692,12 +727,24 @@ def _straggler_note(
             f"analyze names rank {straggler} as the straggler ({waited / 1e6:.1f} ms of waiting "
             "traced to it) but it is not among the ranks replayed here"
         )
+    why = (
+        "the replay finds that rank's own time already at its peers' median at most positions, "
+        "so its lateness comes from waits the graph reads as slack or from positions its peers "
+        "do not share"
+    )
+    others, gap, n = runner_up(g, straggler)
+    if others and gap is not None:
+        who = ", ".join(str(r) for r in others)
+        why = (
+            f"where it arrived last ({n} collective(s)), rank(s) {who} arrived a median "
+            f"{gap / 1e6:.2f} ms before it, so fixing it alone buys at most that there; and a "
+            "fixed rank that began its step late begins with its peers and waits for the "
+            "others, which lengthens its own step (fix those ranks too, or compare no-straggler)"
+        )
     return (
         f"analyze names rank {straggler} as the straggler ({waited / 1e6:.1f} ms of waiting "
         f"traced to it), but fixing it buys {_sx(mine.speedup)} against {_sx(top.speedup)} for "
-        f"{top.name}: the replay finds that rank's own time already at its peers' median at "
-        "most positions, so its lateness comes from waits the graph reads as slack or from "
-        "positions its peers do not share"
+        f"{top.name}: {why}"
     )
 
 
