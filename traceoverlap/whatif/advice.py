@@ -83,7 +83,7 @@ def advise(analysis: Analysis, max_nodes: int | None = None, top: int = TOP_SCEN
         return Advice(nodes=nodes, max_nodes=limit)
     try:
         straggler, credit = straggler_of(analysis)
-        w = what_if(g, straggler=straggler, credit=credit)
+        w = what_if(g, straggler=straggler, credit=credit, attribution=False)
     except TraceoverlapError:
         return Advice(nodes=nodes, max_nodes=limit)
     return Advice(best_scenarios(w, top), w.findings, nodes, limit)

@@ -492,18 +492,25 @@ IDEAL_TYPES = 8
 
 
 def ideal_attribution(
-    g: RunGraph, p: Params, ideal_step: float | None
+    g: RunGraph,
+    p: Params,
+    ideal_step: float | None,
+    ranks: Sequence[int] | None = None,
+    attribute: bool = True,
 ) -> tuple[float | None, tuple[tuple[str, float], ...], tuple[tuple[int, float], ...]]:
     """The published method's slowdown S (the run without launch delays over the ideal run) and
     its attribution: S_t per op type (the ideal with that type's nodes at their observed
     durations, over the ideal; the :data:`IDEAL_TYPES` types that differ most) and S_w per rank
-    (the ideal with that rank's nodes at theirs)."""
+    of ``ranks`` (default every rank; the ideal with that rank's nodes at theirs). One replay
+    each: ``attribute=False`` gives S alone."""
     from .transforms import bare, ideal
 
     if not ideal_step:
         return None, (), ()
     base = _median(_run(g, bare(g, p))[0].run_replayed_ns)
     s = base / ideal_step if base else None
+    if not attribute:
+        return s, (), ()
     ip = ideal(g, p)
     dev = pd.Series(np.abs(p.dur_ns - ip.dur_ns)).groupby(g.name).sum()
     types = [int(t) for t in dev.sort_values(ascending=False).index[:IDEAL_TYPES] if dev[t] > 0]
@@ -513,7 +520,7 @@ def ideal_attribution(
         if step:
             by_type.append((g.names[t], step / ideal_step))
     by_rank = []
-    for r in run_ranks_of(g):
+    for r in run_ranks_of(g) if ranks is None else ranks:
         step = _median(_run(g, ideal(g, p, g.unit_rank[g.unit] == r))[0].run_replayed_ns)
         if step:
             by_rank.append((r, step / ideal_step))
@@ -546,13 +553,16 @@ def what_if(
     sync_tolerance_ns: int | None = None,
     straggler: int | None = None,
     credit: Mapping[int, int] | None = None,
+    attribution: bool = True,
 ) -> WhatIf:
     """Identity replay (its error per step) and the scenarios (default: :func:`default_scenarios`),
     plus one ``fix-rank:R`` per rank that matters. ``sync_tolerance_ns``: how far the trace may
     contradict a guessed cross-stream sync edge before it is dropped (default
     :data:`~traceoverlap.whatif.graph.SYNC_TOLERANCE_NS`); ``straggler`` and ``credit``: the rank
     ``analyze`` names and the waiting it credits per rank (:func:`straggler_of`; default: the
-    waiting credited in the graph, :func:`waiting_credit`)."""
+    waiting credited in the graph, :func:`waiting_credit`); ``attribution``: the ``ideal``
+    scenario's S_t / S_w (up to :data:`IDEAL_TYPES` types and the ranks of the fix-rank rows,
+    a replay each; analyze's "What to try" leaves them out)."""
     from .graph import SYNC_TOLERANCE_NS, tolerate_guesses
     from .tax import tax_table
 
@@ -591,7 +601,10 @@ def what_if(
     ideal_s = None
     ideal_row = next((r for r in results if r.name == "ideal"), None)
     if ideal_row is not None:
-        ideal_s, by_type, by_rank = ideal_attribution(g, p, ideal_row.step_ns)
+        fixed = [int(r.name.split(":")[1]) for r in fix]
+        ideal_s, by_type, by_rank = ideal_attribution(
+            g, p, ideal_row.step_ns, fixed or None, attribution
+        )
     present = g.win_start_ns >= 0
     cnt = present.sum(axis=0)
     tax_steps = tuple(
