@@ -1327,3 +1327,45 @@ def test_recorded_stream_waits_are_read_not_guessed(tmp_path: Path) -> None:
     # a bare sync row (no wait_on_stream): the edge is guessed from the wait call, as before
     g2 = load_graph(_sync_trace(tmp_path / "bare.json", False))
     assert g2.guessed.any() and any("guessed" in n for n in g2.notes)
+
+
+def test_a_host_sync_call_waits_for_the_work_it_synchronizes(tmp_path: Path) -> None:
+    # µs: the host launches gemm (stream 7, [100, 5000)) at 10, then blocks in
+    # cudaStreamSynchronize [20, 5003) until gemm ends, then launches "next" at 5010 ([5020,
+    # 5100)). The sync is a node that ends no earlier than gemm's end + the observed 3 µs (an
+    # end edge), so its 4.98 ms of waiting is read from gemm, not kept as its own time or slack:
+    # its own duration is 0 (all of it lies before that floor); its slack is the host's 8 µs
+    # between the launch call's end (12) and its start (20)
+    host = {"ph": "X", "pid": 1, "tid": 1, "cat": "cuda_runtime"}
+    ev = [
+        host | {"cat": "user_annotation", "name": "ProfilerStep#1", "ts": 0, "dur": 5200},
+        host | {"name": "cudaLaunchKernel", "ts": 10, "dur": 2, "args": {"correlation": 1}},
+        host | {"name": "cudaStreamSynchronize", "ts": 20, "dur": 4983, "args": {"correlation": 2}},
+        host | {"name": "cudaLaunchKernel", "ts": 5010, "dur": 2, "args": {"correlation": 3}},
+    ]
+    for corr, (name, ts, dur) in enumerate([("gemm", 100, 4900), ("next", 5020, 80)], 1):
+        a = {"correlation": 1 if corr == 1 else 3, "stream": 7, "device": 0}
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": name,
+                "pid": 0,
+                "tid": 7,
+                "ts": ts,
+                "dur": dur,
+                "args": a,
+            }
+        )
+    doc = {"schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": ev}
+    (tmp_path / "t.json").write_text(json.dumps(doc))
+    g = load_graph(tmp_path / "t.json")
+    names = [g.names[i] for i in g.name]
+    pairs = {(names[s], names[d]) for s, d in zip(g.esrc, g.edst, strict=True)}
+    assert ("gemm", "cudaStreamSynchronize") in pairs
+    sync = names.index("cudaStreamSynchronize")
+    p = observed_params(g)
+    assert p.dur_ns[sync] == 0 and p.slack_ns[sync] == 8 * US
+    e = next(i for i, (s, d) in enumerate(zip(g.esrc, g.edst, strict=True)) if d == sync)
+    assert g.egap[e] == 3 * US
+    assert what_if(g, ["replay"]).max_error_ratio == 0.0
