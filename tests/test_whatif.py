@@ -375,9 +375,11 @@ def test_tax_is_measured_only_against_steps_without_communication() -> None:
         "alone": 3,
         "estimated": 0,
         "quiet_steps": 3,
+        "net_ns": 3 * MS,  # 3 x (2 - 1) ms, signed: the same as the tax here
     }
     assert "compute ran 3.0 ms slower" in t.findings[0]
     assert "measured against 3 rank-step(s) run without communication" in t.findings[0]
+    assert "with 3 instances of the same op alone (net +3.0 ms against them)" in t.findings[0]
     # the same run with its quiet steps left out (as the closed loop tests the estimate): no
     # reference alone, nothing compared or estimated (3 instances < 5): tax 0, estimated
     usable = g.window >= 3
@@ -408,6 +410,12 @@ def test_tax_is_estimated_where_every_step_communicates() -> None:
     g3 = graph_of([cpu_timeline(_stalled_rank([2, 2, 2, 4, 4, 4], alone_steps=3))])
     b3 = tax_table(g3).basis
     assert b3 is not None and (b3.kind, b3.under, b3.compared, b3.alone) == ("estimated", 3, 3, 3)
+    # compute faster beside communication than alone (2 ms alone, 1 ms under it, three times):
+    # the tax is 0 (it counts only the slower), the net -3 ms says why
+    g4 = graph_of([cpu_timeline(_stalled_rank([2, 2, 2, 1, 1, 1], alone_steps=3))])
+    t4 = tax_table(g4)
+    assert t4.basis is not None and int(t4.step_tax_ns.sum()) == 0 and t4.basis.net_ns == -3 * MS
+    assert "net -3.0 ms against them: in sum faster beside communication" in t4.basis.text()
     # the whatif outputs: JSON's overlap_tax.basis / label, the text's "Overlap tax" line
     w = what_if(g, ["replay", "no-overlap-tax"])
     assert w.tax_basis["kind"] == "estimated" and w.tax_label.startswith("estimated (")

@@ -499,7 +499,8 @@ OVERLAP_TAX = Table(
             NONE,
             "what the tax stands on: kind (measured: the run also ran steps without "
             "communication; estimated; none) and counts of instances (under, compared, alone, "
-            "estimated, quiet_steps)",
+            "estimated, quiet_steps) and net_ns (the compared instances less their median alone, "
+            "signed)",
         ),
         Column("label", STR, NONE, "basis in words: what every output prints beside the tax"),
     ),

@@ -167,6 +167,9 @@ class NodeTax(NamedTuple):
     #: an unmeasured node whose tax is estimated: its excess over the median of all the
     #: instances of its kernel (which ran at least :data:`MIN_ESTIMATE_INSTANCES` times)
     estimated: npt.NDArray[np.bool_]
+    #: a compared node's compute time less the median alone (ns, signed: negative where it ran
+    #: faster beside communication than alone; 0 for the others)
+    diff_ns: I64 | None = None
 
 
 def node_tax_detail(g: RunGraph, usable: npt.NDArray[np.bool_] | None = None) -> NodeTax:
@@ -180,8 +183,9 @@ def node_tax_detail(g: RunGraph, usable: npt.NDArray[np.bool_] | None = None) ->
     comp_ns, cov_ns = compute_time(g)
     compute = g.kind == Kind.COMPUTE
     comp = np.flatnonzero(compute if usable is None else compute & usable)
+    diff = np.zeros(n, dtype=np.int64)
     if comp.size == 0:
-        return NodeTax(tax, cov_ns, blind, estimated)
+        return NodeTax(tax, cov_ns, blind, estimated, diff)
     dur, cov = comp_ns[comp], cov_ns[comp]
     under = (dur > 0) & (cov >= UNDER_RATIO * dur)
     alone = (dur > 0) & (cov == 0)
@@ -203,7 +207,8 @@ def node_tax_detail(g: RunGraph, usable: npt.NDArray[np.bool_] | None = None) ->
     tax[comp] = np.round(extra).astype(np.int64)
     blind[comp] = under & ~ok
     estimated[comp] = est
-    return NodeTax(tax, cov_ns, blind, estimated)
+    diff[comp] = np.round(np.where(ok, dur - np.nan_to_num(med), 0)).astype(np.int64)
+    return NodeTax(tax, cov_ns, blind, estimated, diff)
 
 
 @dataclass(frozen=True)
@@ -253,15 +258,28 @@ class TaxBasis:
     estimated: int
     #: (unit, step) pairs that ran without communication (:func:`quiet_windows`)
     quiet_steps: int
+    #: the compared instances' compute time less their median alone, summed (ns, signed: below
+    #: 0 when compute ran faster beside communication in sum; the tax counts only the slower)
+    net_ns: int = 0
 
     def text(self) -> str:
         """``measured ...`` / ``estimated ...``: the label every output puts on the tax."""
         if self.kind == "none":
             return "none (no compute ran under communication)"
         rest = self.under - self.compared - self.estimated
+        net = (
+            f" (net {self.net_ns / 1e6:+.1f} ms against them"
+            + (
+                ": in sum faster beside communication, the tax counts only the slower ones)"
+                if self.net_ns < 0
+                else ")"
+            )
+            if self.compared
+            else ""
+        )
         counts = (
             f"{self.compared} of {self.under} compute instances under communication compared "
-            f"with {self.alone} instances of the same op alone"
+            f"with {self.alone} instances of the same op alone{net}"
             + (
                 f", {self.estimated} from the spread of their own instances"
                 if self.estimated
@@ -286,6 +304,7 @@ class TaxBasis:
             "alone": self.alone,
             "estimated": self.estimated,
             "quiet_steps": self.quiet_steps,
+            "net_ns": self.net_ns,
         }
 
 
@@ -325,6 +344,7 @@ def tax_basis(g: RunGraph, d: NodeTax, usable: npt.NDArray[np.bool_] | None = No
         refs,
         int((under & d.estimated).sum()),
         n_quiet,
+        int(d.diff_ns[compared].sum()) if d.diff_ns is not None else 0,
     )
 
 
@@ -333,7 +353,7 @@ def tax_table(g: RunGraph, usable: npt.NDArray[np.bool_] | None = None) -> TaxTa
     :func:`node_tax_detail`)."""
     nu, ns = g.win_start_ns.shape
     detail = node_tax_detail(g, usable)
-    tax, cov, blind, est = detail
+    tax, cov, blind, est = detail.tax_ns, detail.under_comm_ns, detail.unmeasured, detail.estimated
     basis = tax_basis(g, detail, usable)
     ok = (g.window >= 0) & (g.kind == Kind.COMPUTE)
     if usable is not None:
