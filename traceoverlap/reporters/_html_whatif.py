@@ -75,7 +75,12 @@ def section(w: WhatIf | str | None) -> str:
     rows = []
     slack_th = "<th>slack</th>" if shown else ""
     for r in w.scenarios:
-        note = ""
+        kind = str(w.tax_basis.get("kind", "")) if w.tax_basis else ""
+        note = (
+            f" <span class='muted'>(the tax {_e(kind)}: see Overlap tax)</span>"
+            if r.name == "no-overlap-tax" and kind
+            else ""
+        )
         rows.append(
             f"<tr data-scenario='{_e(r.name)}'><td><code>{_e(r.name)}</code></td>"
             f"<td class='num'>{_ms(r.step_ns)}</td><td class='num'>{_range(r.steps_ns)}</td>"
