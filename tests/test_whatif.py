@@ -1177,3 +1177,16 @@ def test_graph_of_refuses_a_step_regex_matching_nothing() -> None:
     with pytest.raises(UsageError, match="'forward' x8"):
         graph_of([t], step_regex="^no_such_range$")
     assert len(graph_of([t]).step_labels) >= 1  # the default regex finds ProfilerStep markers
+
+
+def test_what_to_try_line_of_no_overlap_tax_says_the_tax_is_estimated() -> None:
+    from traceoverlap.reporters.whatif_report import advice_lines
+    from traceoverlap.whatif.advice import Advice
+    from traceoverlap.whatif.scenarios import ScenarioResult
+
+    r = ScenarioResult("no-overlap-tax", 9 * MS, 1.1, "compute beside communication at its speed")
+    fix = ScenarioResult("fix-rank:1", 5 * MS, 2.0, "rank 1 like its peers")
+    lines = advice_lines(Advice((r, fix), (), 10, 100, "estimated"))
+    assert lines[0].startswith("what-if no-overlap-tax: step 9.00 ms, 1.10x (")
+    assert "; the tax estimated; traceoverlap whatif)" in lines[0]
+    assert "the tax" not in lines[1]  # only the tax's own scenario

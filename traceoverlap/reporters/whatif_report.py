@@ -208,10 +208,12 @@ def advice_lines(a: Advice) -> list[str]:
             f"what-if left out: the run graph has {a.nodes:,} activities (more than "
             f"{a.max_nodes:,}: its replays would take minutes); run traceoverlap whatif"
         ]
-    return [_top_line(r) for r in a.scenarios] + [f"overlap tax: {f}" for f in a.findings]
+    return [_top_line(r, a.tax_kind) for r in a.scenarios] + [
+        f"overlap tax: {f}" for f in a.findings
+    ]
 
 
-def _top_line(r: ScenarioResult) -> str:
+def _top_line(r: ScenarioResult, tax_kind: str = "") -> str:
     caveat = (
         f"; {_ms(r.contention_ns)} ms more compute beside communication, its contention left out"
         if r.contention_ns
@@ -219,6 +221,8 @@ def _top_line(r: ScenarioResult) -> str:
     )
     if SHARED_CPU_MARK in r.note:
         caveat += "; ranks share CPU cores, contention for them left out"
+    if r.name == "no-overlap-tax" and tax_kind:
+        caveat += f"; the tax {tax_kind}"
     return (
         f"what-if {r.name}: step {_ms(r.step_ns)} ms, {_x(r.speedup)} ({r.changed}{caveat}; "
         "traceoverlap whatif)"
