@@ -23,6 +23,23 @@ compute less its overlap tax with the comm-off run's compute (§5: within 25 %).
 
 Prints one table; ``--json FILE`` writes every figure. Not a test: it measures the machine as
 much as the tool, and prints figures rather than passing or failing.
+
+``--within`` (docs/whatif.md §5, the check that survives a noisy host): one run per repeat, the
+cause planted in alternate steps only (``--slow-every 2``: the straggler sleeps in the even
+steps; ``--comm alternate``: communication off in the even steps), the planted steps found by
+their ``planted_step:*`` range (traceoverlap_workloads.plant). Straggler cases: each scenario
+(``fix-rank:R``; ``no-straggler`` on 4 or more ranks and on the pipeline) predicts the planted
+steps from their own trace, per step the mean over ranks, the median over the planted steps; the
+measurement is the median of the clean steps of the same run (observed, mean over ranks). Tax
+cases: the tax is computed as on a run without steps free of communication (those steps left
+out of its references: ``tax_table(g, usable)``); the compute of the steps with communication
+less that tax (per step the mean over ranks, median over steps) predicts the compute of the
+steps without (median); the tax is also set against the slowdown it claims to be (compute with
+less compute without). Per case and scenario: the error's median, min and max over repeats::
+
+    python benchmarks/closed_loop.py --within --cases naive,bucketed,ddp,naive4,pipeline \
+        --repeat 3 --steps 8
+    python benchmarks/closed_loop.py --within --cases ddp-tax,bucketed-tax --repeat 3
 """
 
 from __future__ import annotations
@@ -42,8 +59,10 @@ from typing import Any
 import numpy as np
 
 from traceoverlap import analyze
+from traceoverlap.whatif.graph import RunGraph
 from traceoverlap.whatif.replay import observed_params
 from traceoverlap.whatif.scenarios import load_graph, transfer_busy_ns, what_if
+from traceoverlap.whatif.tax import quiet_windows, tax_table
 
 MS = 1e6
 
@@ -115,11 +134,16 @@ STRAGGLERS: dict[str, Straggler] = {
         30,
         "forward",
     ),
+    # a long last stage: it sleeps in each of its 4 micro-batches' forward, 10 ms each
+    "pipeline": Straggler(("--strategy", "pipeline"), 2, 1, 10, "forward"),
+    "pipeline4": Straggler(("--strategy", "pipeline"), 4, 3, 10, "forward"),
 }
 TAX: dict[str, tuple[str, ...]] = {
     "overlap-tax": ("--strategy", "overlap"),
     "ddp-tax": ("--strategy", "ddp"),
+    "bucketed-tax": ("--strategy", "bucketed"),
 }
+PLANTED_PREFIX = "planted_step:"
 
 
 def _workload(out: Path, args: list[str], log: Path) -> None:
@@ -175,6 +199,11 @@ def main() -> None:
     ap.add_argument("--backend", default=None, help="gloo (CPU) or nccl (one GPU per rank)")
     ap.add_argument("--out", type=Path, default=None, help="keep the traces here")
     ap.add_argument("--json", type=Path, default=None, help="write every figure here")
+    ap.add_argument(
+        "--within",
+        action="store_true",
+        help="the within-run closed loop: the cause in alternate steps of one run (module doc)",
+    )
     ap.add_argument("extra", nargs=argparse.REMAINDER, help="-- then extra workload arguments")
     ns = ap.parse_args()
     cases = [c for c in ns.cases.split(",") if c]
@@ -187,6 +216,9 @@ def main() -> None:
         common += ["--backend", ns.backend]
     root = ns.out or Path(tempfile.mkdtemp(prefix="closed_loop_"))
     root.mkdir(parents=True, exist_ok=True)
+    if ns.within:
+        _within(cases, ns.repeat, common, root, ns.json)
+        return
     print(f"closed loop: {', '.join(cases)}; {ns.repeat} generation(s); traces in {root}")
     record: dict[str, Any] = {"cases": {}}
     for case in cases:
@@ -275,6 +307,238 @@ def _print_case(case: str, gens: list[dict[str, Any]]) -> None:
             f"  gen {i}: slow {s['step_ms']:.1f} ms, base {b['step_ms']:.1f}; {preds}; "
             f"transfer a step slow {s['transfer_ms']:.1f} / base {b['transfer_ms']:.1f} ms; "
             f"load {' / '.join(f'{x:.1f}' for x in g['load1'])}"
+        )
+
+
+# --- within one run ---------------------------------------------------------------------------
+
+
+def planted_steps(folder: Path) -> dict[str, set[str]]:
+    """Per planted mark (``planted_step:slow``...): the step labels (``ProfilerStep#N``: "N") it
+    opens, read from rank 0's trace (every rank marks the same steps)."""
+    import gzip
+
+    path = folder / "rank0.json.gz"
+    with gzip.open(path, "rt") as f:
+        ev = json.load(f).get("traceEvents", [])
+    steps = sorted(
+        (int(e["ts"]), str(e["name"]).split("#", 1)[1])
+        for e in ev
+        if str(e.get("name", "")).startswith("ProfilerStep#") and "ts" in e
+    )
+    starts = [t for t, _ in steps]
+    out: dict[str, set[str]] = {}
+    for e in ev:
+        name = str(e.get("name", ""))
+        if not name.startswith(PLANTED_PREFIX) or "ts" not in e:
+            continue
+        j = int(np.searchsorted(starts, int(e["ts"]), side="right")) - 1
+        if j >= 0:
+            out.setdefault(name, set()).add(steps[j][1])
+    return out
+
+
+def _err(pred: float | None, meas: float | None) -> float | None:
+    return None if pred is None or not meas else (pred - meas) / meas
+
+
+def _median_of(values: list[float | None], mask: list[bool]) -> float | None:
+    v = [x for x, m in zip(values, mask, strict=True) if m and x is not None]
+    return float(statistics.median(v)) if v else None
+
+
+def within_straggler(folder: Path, c: Straggler) -> dict[str, Any]:
+    """One run with the straggler in the even steps: each scenario's prediction for the planted
+    steps against the clean steps' measurement (module doc)."""
+    marks = planted_steps(folder)
+    planted = marks.get(PLANTED_PREFIX + "slow", set())
+    g = load_graph(folder)
+    sc = [f"fix-rank:{c.rank}"]
+    if c.world >= 4 or "pipeline" in c.args:
+        sc.append("no-straggler")
+    w = what_if(g, ["replay", *sc])
+    is_p = [lbl in planted for lbl in w.step_labels]
+    is_c = [not p for p in is_p]
+    clean = _median_of(list(w.observed_ns), is_c)
+    slow = _median_of(list(w.observed_ns), is_p)
+    out: dict[str, Any] = {
+        "planted_steps": sorted(planted, key=int),
+        "clean_ms": clean / MS if clean else None,
+        "planted_ms": slow / MS if slow else None,
+        "planted_err": _err(slow, clean),
+        "identity_max_error_ratio": w.max_error_ratio,
+        "scenarios": {},
+    }
+    for s in w.scenarios[1:]:
+        pred = _median_of(list(s.steps_ns), is_p)
+        # the clean steps replayed with the same change: what the change does where nothing
+        # was planted (0 for a perfect fix)
+        pred_clean = _median_of(list(s.steps_ns), is_c)
+        out["scenarios"][s.name.split(":")[0] if s.name.startswith("fix-rank") else s.name] = {
+            "name": s.name,
+            "predicted_ms": pred / MS if pred else None,
+            "err": _err(pred, clean),
+            "paired_err": _paired(list(s.steps_ns), list(w.observed_ns), is_p),
+            "clean_replayed_err": _err(pred_clean, clean),
+        }
+    return out
+
+
+def _paired(pred: list[float | None], obs: list[float | None], planted: list[bool]) -> float | None:
+    """Each planted step's prediction against the mean of its clean neighbours (the steps just
+    before and after: the same seconds of the run), the median over planted steps: the error
+    with the machine's drift over the run taken out."""
+    errs = []
+    for k, p in enumerate(planted):
+        if not p or pred[k] is None:
+            continue
+        near = [
+            obs[j]
+            for j in (k - 1, k + 1)
+            if 0 <= j < len(obs) and not planted[j] and obs[j] is not None
+        ]
+        e = _err(pred[k], float(np.mean(near)) if near else None)  # type: ignore[arg-type]
+        if e is not None:
+            errs.append(e)
+    return float(statistics.median(errs)) if errs else None
+
+
+def _step_matrix(g: RunGraph, a: Any, col: str) -> np.ndarray:
+    """``a.steps[col]`` as a (unit, global step) matrix of the graph (NaN where absent)."""
+    nu, ns = g.win_start_ns.shape
+    m = np.full((nu, ns), np.nan)
+    win = {lbl: k for k, lbl in enumerate(g.step_labels)}
+    unit_of = {int(r): u for u, r in enumerate(g.unit_rank.tolist())}
+    for r, st, v in zip(a.steps["rank"], a.steps["step"], a.steps[col], strict=True):
+        u, k = unit_of.get(int(r)), win.get(str(st))
+        if u is not None and k is not None:
+            m[u, k] = float(v)
+    return m
+
+
+def within_tax(folder: Path) -> dict[str, Any]:
+    """One run with communication off in the even steps: the tax as a run without such steps
+    would give it, predicting the compute of the steps without communication (module doc)."""
+    g = load_graph(folder)
+    quiet = quiet_windows(g)  # (unit, step): ran without communication
+    inw = g.window >= 0
+    usable = np.ones(g.start_ns.size, dtype=bool)
+    usable[inw] = ~quiet[g.unit[inw], g.window[inw]]
+    est = tax_table(g, usable)  # references from the steps with communication only
+    meas = tax_table(g)  # references from every step: the in-run measurement
+    a = analyze(folder)
+    comp = _step_matrix(g, a, "compute_ns")
+    on_cols = ~quiet.any(axis=0) & (g.win_start_ns >= 0).all(axis=0)
+    off_cols = quiet.all(axis=0)
+    c_on = np.nanmean(comp[:, on_cols], axis=0)
+    c_off = np.nanmean(comp[:, off_cols], axis=0)
+    t_est = est.step_tax_ns[:, on_cols].mean(axis=0)
+    t_meas = meas.step_tax_ns[:, on_cols].mean(axis=0)
+    on, off = float(np.median(c_on)), float(np.median(c_off))
+    pred = float(np.median(c_on - t_est))
+    slowdown = on - off
+    basis = est.basis.as_dict() if est.basis is not None else {}
+    return {
+        "steps_on": int(on_cols.sum()),
+        "steps_off": int(off_cols.sum()),
+        "compute_on_ms": on / MS,
+        "compute_off_ms": off / MS,
+        "tax_estimated_ms": float(np.median(t_est)) / MS,
+        "tax_measured_ms": float(np.median(t_meas)) / MS,
+        "slowdown_ms": slowdown / MS,
+        "predicted_ms": pred / MS,
+        "err": _err(pred, off),
+        "as_ran_err": _err(on, off),
+        "tax_err": _err(float(np.median(t_est)), slowdown) if slowdown > 0 else None,
+        "estimate_basis": basis,
+        "measured_basis": meas.basis.as_dict() if meas.basis is not None else {},
+    }
+
+
+def _spread(xs: list[float | None]) -> str:
+    v = [x for x in xs if x is not None]
+    if not v:
+        return "n/a"
+    return (
+        f"{statistics.median(v) * 100:+.0f}% ({min(v) * 100:+.0f} to {max(v) * 100:+.0f}%, "
+        f"n={len(v)})"
+    )
+
+
+def _within(
+    cases: list[str], repeat: int, common: list[str], root: Path, json_out: Path | None
+) -> None:
+    print(f"closed loop within one run: {', '.join(cases)}; {repeat} repeat(s); traces in {root}")
+    record: dict[str, Any] = {"mode": "within", "cases": {}}
+    for case in cases:
+        runs: list[dict[str, Any]] = []
+        for rep in range(repeat):
+            folder = root / f"within-{case}-{rep}"
+            if case in STRAGGLERS:
+                c = STRAGGLERS[case]
+                args = [
+                    *c.args,
+                    "--world-size",
+                    str(c.world),
+                    *common,
+                    *["--slow-rank", str(c.rank), "--slow-ms", str(c.ms)],
+                    *["--slow-phase", c.phase, "--slow-every", "2"],
+                ]
+            else:
+                args = [*TAX[case], "--world-size", "2", *common, "--comm", "alternate"]
+            load = _load1()
+            t0 = time.perf_counter()
+            _workload(folder, args, root / f"within-{case}-{rep}.log")
+            fig = (
+                within_straggler(folder, STRAGGLERS[case])
+                if case in STRAGGLERS
+                else within_tax(folder)
+            )
+            fig["load1"] = load
+            runs.append(fig)
+            print(f"  {folder.name}: {time.perf_counter() - t0:.1f} s, load {load:.1f}", flush=True)
+        record["cases"][case] = runs
+        _print_within(case, runs)
+    if json_out:
+        json_out.write_text(json.dumps(record, indent=1))
+        print(f"figures: {json_out}")
+
+
+def _print_within(case: str, runs: list[dict[str, Any]]) -> None:
+    print(f"\n{case} (within one run; error: median (min to max) over repeats)")
+    if case in TAX:
+        for r in runs:
+            print(
+                f"  compute with comm {r['compute_on_ms']:.2f} ms, without {r['compute_off_ms']:.2f}"
+                f" (slowdown {r['slowdown_ms']:+.2f}); tax estimated {r['tax_estimated_ms']:.2f}"
+                f" ({r['estimate_basis'].get('kind')}), measured in-run {r['tax_measured_ms']:.2f}"
+                f" ({r['measured_basis'].get('kind')})"
+            )
+        print(
+            f"  compute predicted (with comm less tax) vs without: {_spread([r['err'] for r in runs])}"
+        )
+        print(
+            f"  compute as it ran (with comm) vs without:          {_spread([r['as_ran_err'] for r in runs])}"
+        )
+        print(
+            f"  tax vs slowdown:                                   {_spread([r['tax_err'] for r in runs])}"
+        )
+        return
+    print(
+        "  clean steps "
+        + ", ".join(f"{r['clean_ms']:.1f}" for r in runs)
+        + " ms; planted "
+        + ", ".join(f"{r['planted_ms']:.1f}" for r in runs)
+        + f" (as they ran: {_spread([r['planted_err'] for r in runs])})"
+    )
+    for key in runs[0]["scenarios"]:
+        errs = [r["scenarios"][key]["err"] for r in runs]
+        pair = [r["scenarios"][key].get("paired_err") for r in runs]
+        cl = [r["scenarios"][key]["clean_replayed_err"] for r in runs]
+        print(
+            f"  {runs[0]['scenarios'][key]['name']:<14} planted steps predicted vs clean: "
+            f"{_spread(errs)}; vs their neighbours: {_spread(pair)}; clean steps replayed "
+            f"with it: {_spread(cl)}"
         )
 
 

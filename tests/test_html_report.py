@@ -7,6 +7,7 @@ comments from their construction. Browser rendering is tested in ``test_html_bro
 from __future__ import annotations
 
 import base64
+import html
 import json
 import re
 from pathlib import Path
@@ -288,16 +289,21 @@ def test_report_command_and_analyze_html_write_the_same_file(tmp_path):
 @pytest.mark.skipif(not FIXTURE.exists(), reason="fixtures/workloads not generated")
 def test_report_parts_and_render_parts_make_the_report_commands_page(tmp_path):
     """A Python user makes the page `traceoverlap report` writes without code from cli/: the data
-    (report_parts: the timeline and the step across ranks) then the page (render_parts)."""
+    (report_parts: the timeline and the step across ranks; what_if on the analysis' run graph)
+    then the page (render_parts)."""
+    from traceoverlap.core.options import AnalyzeOptions
+    from traceoverlap.whatif import advice
+    from traceoverlap.whatif.scenarios import analysis_graph, what_if
+
     out = tmp_path / "r.html"
     args = ["--plotlyjs", "cdn", "--timeline-step", "3", "--timeline-rank", "1"]
     res = CliRunner().invoke(main, ["report", str(FIXTURE), "-o", str(out), *args])
     assert res.exit_code == 0, res.output
-    result = analyze(FIXTURE)
+    result = analyze(FIXTURE, AnalyzeOptions(graph=True, graph_max_nodes=advice.MAX_NODES))
     parts = report_parts(result, step="3", rank=1)
     assert (parts.detail.rank, str(parts.detail.step), parts.detail.chosen) == (1, "3", "asked")
     assert parts.across is not None and str(parts.across.step) == "3"
-    page = render_parts(result, parts, plotlyjs="cdn")
+    page = render_parts(result, parts, plotlyjs="cdn", whatif=what_if(analysis_graph(result)))
     assert page.encode("utf-8", "surrogateescape") == out.read_bytes()
     # the defaults: the lowest rank's median step, on every rank
     parts = report_parts(result)
@@ -334,3 +340,74 @@ def test_real_a100_trace():
         "stream 40",
     ]
     assert "DistributedDataParallel.forward" in page  # GPU projection of the forward range
+
+
+# --- what-if section ----------------------------------------------------------------------------
+
+
+def _whatif_rows(page: str, table: str) -> dict[str, tuple[str, str]]:
+    """Per scenario row of the what-if section's ``table`` (whatif, fixrank): (predicted step
+    ms, speedup) as the page prints them."""
+    i = page.index("<section id='whatif'>")
+    sec = page[i : page.index("</section>", i)]
+    t = sec[sec.index(f"<table class='data {table}'>") :]
+    t = t[: t.index("</table>")]
+    out = {}
+    for name, row in re.findall(r"<tr data-scenario='([^']+)'>(.*?)</tr>", t):
+        cells = re.findall(r"<td class='num'>([^<]*)</td>", row)
+        # scenarios: step, range, speedup; fix-rank: rank, step, range, speedup
+        out[name] = (cells[-3], cells[-1])
+    return out
+
+
+def test_whatif_section_on_a_hand_built_straggler():
+    from builders import cpu_timeline
+    from test_whatif import _rank
+
+    from traceoverlap.core.model import concat_timelines
+    from traceoverlap.whatif.scenarios import graph_of, what_if
+
+    tls = [cpu_timeline(_rank(0, 10), rank=0), cpu_timeline(_rank(1, 40), rank=1)]
+    w = what_if(graph_of(tls), ["replay", "fix-rank:1", "no-straggler"])
+    run = analyze(concat_timelines(tls))
+    page = render(run, plotlyjs="cdn", whatif=w)
+    rows = _whatif_rows(page, "whatif")
+    # test_whatif.test_fix_rank_removes_the_straggler: the 60 ms step replays as 60 ms; fixing
+    # rank 1 (its 40 ms mm at rank 0's 10 ms) ends both ranks 30 ms earlier: 30 ms, 60/30 = 2x;
+    # no-straggler: the median mm (25 ms) on both: 45 ms, 60/45 = 1.33x
+    assert rows["replay"] == ("60.00", "1.00×")
+    assert rows["fix-rank:1"] == ("30.00", "2.00×")
+    assert rows["no-straggler"] == ("45.00", "1.33×")
+    # the fix-rank table: rank 1 first (most speedup), the same 30 ms
+    fix = _whatif_rows(page, "fixrank")
+    assert list(fix)[0] == "fix-rank:1" and fix["fix-rank:1"] == ("30.00", "2.00×")
+    # placed after "What to try", before the step bars; nothing loaded from the network
+    assert page.index("id='next'") < page.index("id='whatif'") < page.index("id='steps'")
+    # a reason instead of a section
+    why = render(run, plotlyjs="cdn", whatif="The what-if was left out: <x>")
+    assert "The what-if was left out: &lt;x&gt;" in why and "<table class='data whatif'>" not in why
+    assert "id='whatif'" not in render(run, plotlyjs="cdn")
+
+
+@pytest.mark.skipif(not FIXTURE.exists(), reason="fixtures/workloads not generated")
+def test_report_whatif_section_matches_whatif_json(tmp_path):
+    slow = REPO / "fixtures" / "workloads" / "naive_slow"
+    runner = CliRunner()
+    out = tmp_path / "r.html"
+    res = runner.invoke(main, ["report", str(slow), "-o", str(out), "--plotlyjs", "cdn"])
+    assert res.exit_code == 0, res.output
+    page = out.read_text(encoding="utf-8")
+    res = runner.invoke(main, ["whatif", str(slow), "--format", "json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+
+    def cells(r: dict) -> tuple[str, str]:
+        return (f"{r['step_ns'] / 1e6:.2f}", f"{r['speedup']:.2f}×")
+
+    assert _whatif_rows(page, "whatif") == {r["name"]: cells(r) for r in doc["scenarios"]}
+    assert _whatif_rows(page, "fixrank") == {r["name"]: cells(r) for r in doc["fix_rank"]}
+    # the overlap tax carries its label (measured or estimated, from what)
+    tax = doc["overlap_tax"]
+    if tax["overlap_ns"]:
+        assert html.escape(tax["label"], quote=True).split(":")[0] in page
+    assert "<script src=" not in page.split("</head>", 1)[1]  # offline: no CDN in the body

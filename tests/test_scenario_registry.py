@@ -93,8 +93,9 @@ def test_the_registry_drives_the_help_the_parser_and_the_error() -> None:
             registry.parse(bad)
     res = CliRunner().invoke(main, ["whatif", NAIVE, "--scenario", "nope"])
     assert res.exit_code == 2
-    assert "use replay, no-straggler, ideal, fix-rank:R, hide:FAMILY, comm-speed:F, no-host-gaps, " in (
-        res.output
+    assert (
+        "use replay, no-straggler, ideal, fix-rank:R, hide:FAMILY, comm-speed:F, no-host-gaps, "
+        in (res.output)
     )
     assert "no-overlap-tax, all-comm-hidden or comm-slower:F" in res.output
     res = CliRunner().invoke(main, ["whatif", NAIVE, "--scenario", "comm-slower:0"])

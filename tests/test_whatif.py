@@ -20,7 +20,13 @@ from traceoverlap.reporters.whatif_report import render_json
 from traceoverlap.whatif.graph import run_graph
 from traceoverlap.whatif.replay import observed_params, replay, step_times
 from traceoverlap.whatif.scenarios import graph_of, load_graph, scenario_params, what_if
-from traceoverlap.whatif.tax import compute_time, node_tax, node_tax_detail, tax_table
+from traceoverlap.whatif.tax import (
+    compute_time,
+    node_tax,
+    node_tax_detail,
+    quiet_windows,
+    tax_table,
+)
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "workloads"
 US = 1_000
@@ -354,6 +360,73 @@ def test_measured_tax_takes_precedence_over_the_estimate() -> None:
     g2 = graph_of([cpu_timeline(_stalled_rank([2, 2, 4, 4, 4], alone_steps=2))])
     t2 = tax_table(g2)
     assert int(t2.step_tax_ns.sum()) == 0 and t2.unmeasured_ns == 12 * MS
+
+
+def test_tax_is_measured_only_against_steps_without_communication() -> None:
+    # _taxed_rank: steps 1-3 have no communication at all (a run with --comm alternate), steps
+    # 4-6 an all-reduce: k's 3 instances under it are compared with its 3 alone in the quiet
+    # steps: measured, 3 x (2 - 1) = 3 ms
+    g = graph_of([cpu_timeline(_taxed_rank())])
+    assert quiet_windows(g).ravel().tolist() == [True, True, True, False, False, False]
+    t = tax_table(g)
+    assert t.basis is not None and t.basis.as_dict() == {
+        "kind": "measured",
+        "under": 3,
+        "compared": 3,
+        "alone": 3,
+        "estimated": 0,
+        "quiet_steps": 3,
+        "net_ns": 3 * MS,  # 3 x (2 - 1) ms, signed: the same as the tax here
+    }
+    assert "compute ran 3.0 ms slower" in t.findings[0]
+    assert "measured against 3 rank-step(s) run without communication" in t.findings[0]
+    assert "with 3 instances of the same op alone (net +3.0 ms against them)" in t.findings[0]
+    # the same run with its quiet steps left out (as the closed loop tests the estimate): no
+    # reference alone, nothing compared or estimated (3 instances < 5): tax 0, estimated
+    usable = g.window >= 3
+    t2 = tax_table(g, usable)
+    assert t2.basis is not None and t2.basis.kind == "estimated"
+    assert (t2.basis.under, t2.basis.compared, t2.basis.quiet_steps) == (3, 0, 0)
+    assert int(t2.step_tax_ns.sum()) == 0
+    assert "no step of this run ran without communication" in t2.basis.text()
+    assert "0 of 3 compute instances under communication" in t2.basis.text()
+
+
+def test_tax_is_estimated_where_every_step_communicates() -> None:
+    # _stalled_rank([3, 3, 3, 3, 3, 9]): an all-reduce in every step, k under it in all six:
+    # nothing alone (0 compared), all six estimated from their own spread (6 ms, as in
+    # test_tax_of_an_op_that_never_ran_alone_is_estimated): every output says "estimated"
+    g = graph_of([cpu_timeline(_stalled_rank([3, 3, 3, 3, 3, 9]))])
+    t = tax_table(g)
+    assert t.basis is not None
+    assert (t.basis.kind, t.basis.under, t.basis.compared, t.basis.estimated) == (
+        "estimated",
+        6,
+        0,
+        6,
+    )
+    assert "compute ran an estimated 6.0 ms slower" in t.findings[0]
+    # compared with instances alone in steps that also communicate (k alone in steps 1-3, the
+    # all-reduce later in the step): still estimated, 3 of 3 compared with 3 alone
+    g3 = graph_of([cpu_timeline(_stalled_rank([2, 2, 2, 4, 4, 4], alone_steps=3))])
+    b3 = tax_table(g3).basis
+    assert b3 is not None and (b3.kind, b3.under, b3.compared, b3.alone) == ("estimated", 3, 3, 3)
+    # compute faster beside communication than alone (2 ms alone, 1 ms under it, three times):
+    # the tax is 0 (it counts only the slower), the net -3 ms says why
+    g4 = graph_of([cpu_timeline(_stalled_rank([2, 2, 2, 1, 1, 1], alone_steps=3))])
+    t4 = tax_table(g4)
+    assert t4.basis is not None and int(t4.step_tax_ns.sum()) == 0 and t4.basis.net_ns == -3 * MS
+    assert "net -3.0 ms against them: in sum faster beside communication" in t4.basis.text()
+    # the whatif outputs: JSON's overlap_tax.basis / label, the text's "Overlap tax" line
+    w = what_if(g, ["replay", "no-overlap-tax"])
+    assert w.tax_basis["kind"] == "estimated" and w.tax_label.startswith("estimated (")
+    from traceoverlap.reporters.whatif_report import render_text, to_dict
+
+    d = to_dict(w)["overlap_tax"]
+    assert d["basis"]["under"] == 6 and d["label"] == w.tax_label
+    text = render_text(w, width=200)
+    assert "Overlap tax: 6.00 ms of the 24.00 ms of compute under communication, estimated" in text
+    assert "the tax estimated: see Overlap tax" in text  # on the no-overlap-tax row
 
 
 NCCL_AR = "ncclKernel_AllReduce_RING_LL_Sum_float"
@@ -1369,3 +1442,16 @@ def test_a_host_sync_call_waits_for_the_work_it_synchronizes(tmp_path: Path) -> 
     e = next(i for i, (s, d) in enumerate(zip(g.esrc, g.edst, strict=True)) if d == sync)
     assert g.egap[e] == 3 * US
     assert what_if(g, ["replay"]).max_error_ratio == 0.0
+
+
+def test_what_to_try_line_of_no_overlap_tax_says_the_tax_is_estimated() -> None:
+    from traceoverlap.reporters.whatif_report import advice_lines
+    from traceoverlap.whatif.advice import Advice
+    from traceoverlap.whatif.scenarios import ScenarioResult
+
+    r = ScenarioResult("no-overlap-tax", 9 * MS, 1.1, "compute beside communication at its speed")
+    fix = ScenarioResult("fix-rank:1", 5 * MS, 2.0, "rank 1 like its peers")
+    lines = advice_lines(Advice((r, fix), (), 10, 100, "estimated"))
+    assert lines[0].startswith("what-if no-overlap-tax: step 9.00 ms, 1.10x (")
+    assert "; the tax estimated; traceoverlap whatif)" in lines[0]
+    assert "the tax" not in lines[1]  # only the tax's own scenario

@@ -662,3 +662,86 @@ def test_idle_gloo_loops_touches_only_gloo_loop_threads(monkeypatch: pytest.Monk
     calls: list[int] = []
     monkeypatch.setattr(os, "sched_setscheduler", lambda tid, *a: calls.append(tid))
     assert idle_gloo_loops() == 0 and calls == []
+
+
+# --- causes planted in alternate steps (plant.py, docs/whatif.md §5) -------------------------
+
+
+def test_planted_steps_are_the_even_ones() -> None:
+    from traceoverlap_workloads import plant
+
+    # --slow-every 2: i % 2 == 0 sleeps; 3: every third; 1 (the default): every step
+    assert [plant.sleeps_in(i, 2) for i in range(5)] == [True, False, True, False, True]
+    assert [plant.sleeps_in(i, 3) for i in range(4)] == [True, False, False, True]
+    assert all(plant.sleeps_in(i, 1) for i in range(4))
+    # --comm alternate: off where planted (even), on in the odd steps; on / off as before
+    assert [plant.comm_on_in(i, "alternate") for i in range(4)] == [False, True, False, True]
+    assert all(plant.comm_on_in(i, "on") for i in range(4))
+    assert not any(plant.comm_on_in(i, "off") for i in range(4))
+    # the marks: only where a cause is planted in some steps, not every one
+    assert plant.marks(2, 2, True, "on") == [plant.MARK_SLOW]
+    assert plant.marks(3, 2, True, "on") == []
+    assert plant.marks(2, 1, True, "on") == []  # every step slow: nothing to tell apart
+    assert plant.marks(2, 2, False, "on") == []  # no straggler
+    assert plant.marks(4, 2, True, "alternate") == [plant.MARK_SLOW, plant.MARK_COMM_OFF]
+    assert plant.marks(5, 1, False, "alternate") == []
+    # the analysis must not take the marks for host causes (rank/unit.py's HOST_CAUSE_RE)
+    from traceoverlap.rank.unit import HOST_CAUSE_RE
+
+    assert not HOST_CAUSE_RE.search(plant.MARK_SLOW)
+    assert not HOST_CAUSE_RE.search(plant.MARK_COMM_OFF)
+
+
+def test_parser_takes_slow_every_and_comm_alternate() -> None:
+    from traceoverlap_workloads.__main__ import main
+
+    a = build_parser().parse_args([])
+    assert (a.slow_every, a.comm) == (1, "on")
+    a = build_parser().parse_args(["--slow-every", "2", "--comm", "alternate"])
+    assert (a.slow_every, a.comm) == (2, "alternate")
+    assert main(["--slow-every", "0"]) == 2
+
+
+def _raw_events(folder: Path, rank: int) -> list[dict[str, Any]]:
+    import gzip
+    import json
+
+    with gzip.open(folder / f"rank{rank}.json.gz", "rt") as f:
+        return list(json.load(f)["traceEvents"])
+
+
+def _step_of(events: list[dict[str, Any]]) -> Any:
+    steps = sorted(
+        (e["ts"], e["ts"] + e.get("dur", 0), int(e["name"].split("#")[1]))
+        for e in events
+        if str(e.get("name", "")).startswith("ProfilerStep#")
+    )
+
+    def of(ts: float) -> int:
+        return next(n for s, end, n in steps if s <= ts <= end)
+
+    return of
+
+
+@pytest.mark.slow
+def test_straggler_and_comm_off_planted_in_even_steps_only(tmp_path: Path) -> None:
+    # 4 profiled steps (2-5) after --wait 1 --warmup 1: rank 1 sleeps in 2 and 4 only, every
+    # rank marks 2 and 4; communication (gloo events) only in 3 and 5
+    args = ["--strategy", "naive", "--model", "mlp", "--world-size", "2"]
+    args += ["--wait", "1", "--warmup", "1", "--steps", "4", "--slow-rank", "1"]
+    args += ["--slow-ms", "20", "--slow-every", "2", "--comm", "alternate"]
+    proc = _run(args, tmp_path, OMP_NUM_THREADS="1")
+    assert proc.returncode == 0, proc.stderr
+    from traceoverlap_workloads import plant
+
+    for rank in (0, 1):
+        ev = _raw_events(tmp_path, rank)
+        of = _step_of(ev)
+
+        def steps(prefix: str, ev: list[dict[str, Any]] = ev, of: Any = of) -> list[int]:
+            return sorted({of(e["ts"]) for e in ev if str(e.get("name", "")).startswith(prefix)})
+
+        assert steps(plant.MARK_SLOW) == [2, 4]
+        assert steps(plant.MARK_COMM_OFF) == [2, 4]
+        assert steps("straggler_sleep") == ([2, 4] if rank == 1 else [])
+        assert steps("gloo:") == [3, 5]

@@ -50,12 +50,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--comm",
-        choices=("on", "off"),
+        choices=("on", "off", "alternate"),
         default="on",
         help="off: the same program with every communication call skipped (same compute, same "
         "ranges; results are then not averaged): what compute costs without communication "
         "beside it (the overlap tax). ddp still communicates in its first two iterations "
-        "(construction, bucket rebuild): keep --wait + --warmup >= 2",
+        "(construction, bucket rebuild): keep --wait + --warmup >= 2. alternate: off in the even "
+        "iterations (i %% 2 == 0, each opened by an empty planted_step:comm_off range), on in the "
+        "odd ones: the overlap tax measured inside one run (traceoverlap_workloads.plant)",
     )
     p.add_argument(
         "--tp-size", type=int, default=2, help="tp: ranks per tensor-parallel group (divides world)"
@@ -136,6 +138,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--slow-ms", type=float, default=0.0, help="how long --slow-rank sleeps (ms)")
     p.add_argument(
+        "--slow-every",
+        type=int,
+        default=1,
+        metavar="N",
+        help="--slow-rank sleeps only in iterations i with i %% N == 0 (N = 2: the even ones), "
+        "each then opened on every rank by an empty planted_step:slow range; the other steps "
+        "are the clean measurement of the same run (traceoverlap_workloads.plant). 1: every step",
+    )
+    p.add_argument(
         "--host-delay-ms",
         type=float,
         default=0.0,
@@ -176,6 +187,9 @@ def main(argv: list[str] | None = None) -> int:
             "traceoverlap-workloads: --steps must be >= 1, --warmup and --wait >= 0",
             file=sys.stderr,
         )
+        return 2
+    if args.slow_every < 1:
+        print("traceoverlap-workloads: --slow-every must be >= 1", file=sys.stderr)
         return 2
     if args.tp_size < 1 or args.micro_batches < 1:
         print("traceoverlap-workloads: --tp-size and --micro-batches must be >= 1", file=sys.stderr)

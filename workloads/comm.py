@@ -35,13 +35,16 @@ from .instrument import comm, span
 _ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
-#: Set once per process by the training loop (``--comm``).
+#: Set by the training loop (``--comm``): once per process, or before each step with
+#: ``--comm alternate`` (off in the even steps, plant.py).
 ENABLED = True
+#: ``--comm alternate``: ENABLED changes from step to step (DDP then decides per bucket).
+VARIES = False
 
 
-def set_enabled(on: bool) -> None:
-    global ENABLED
-    ENABLED = on
+def set_enabled(on: bool, varies: bool = False) -> None:
+    global ENABLED, VARIES
+    ENABLED, VARIES = on, varies
 
 
 class Done:

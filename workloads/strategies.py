@@ -233,6 +233,10 @@ class DDP(GradSync):
         ddp = nn.parallel.DistributedDataParallel(
             model, device_ids=self.device_ids, bucket_cap_mb=self.bucket_bytes / 2**20
         )
+        if comm.VARIES:
+            # --comm alternate: each bucket's hook asks whether this step communicates
+            ddp.register_comm_hook(state=None, hook=_allreduce_when_enabled)
+            return ddp
         if instrument.marks_comm():
             # Under Nsight Systems on gloo only: DDP's own all-reduce, wrapped to mark each
             # bucket's collective from issue to completion (nothing else records it there).
@@ -248,6 +252,17 @@ def _no_allreduce(state, bucket):  # noqa: ANN001, ANN202
     fut = torch.futures.Future()
     fut.set_result(bucket.buffer())
     return fut
+
+
+def _allreduce_when_enabled(state, bucket):  # noqa: ANN001, ANN202
+    # No annotations (see _traced_allreduce). DDP's own all-reduce in the steps that communicate.
+    if not comm.ENABLED:
+        return _no_allreduce(state, bucket)
+    if instrument.marks_comm():
+        return _traced_allreduce(state, bucket)
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    return default_hooks.allreduce_hook(None, bucket)
 
 
 def _traced_allreduce(state, bucket):  # noqa: ANN001, ANN202

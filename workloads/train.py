@@ -30,7 +30,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from . import comm
+from . import comm, plant
 from .instrument import CAPTURE_RANGE, mark, nvtx_only, span
 from .models import PRESETS, build_model, describe, make_batch
 from .parallel import PARALLEL, make_parallel
@@ -184,13 +184,20 @@ def build_workload(
     )
 
 
+#: The loop's current iteration (set before each step): the straggler sleeps only in the planted
+#: ones (``--slow-every``, plant.py).
+CURRENT_STEP = [0]
+
+
 def make_straggle(args: argparse.Namespace, rank: int, device: torch.device) -> Any:
     """``straggle(phase)``: rank ``--slow-rank`` sleeps ``--slow-ms`` in a ``straggler_sleep``
-    range when ``phase`` is ``--slow-phase``; every other call does nothing."""
+    range when ``phase`` is ``--slow-phase`` in a planted iteration (``--slow-every``); every
+    other call does nothing."""
     slow = rank == args.slow_rank and args.slow_ms > 0
+    every = getattr(args, "slow_every", 1)
 
     def straggle(phase: str) -> None:
-        if slow and phase == args.slow_phase:
+        if slow and phase == args.slow_phase and plant.sleeps_in(CURRENT_STEP[0], every):
             with span("straggler_sleep", color="red"):
                 if device.type == "cuda":
                     torch.cuda.synchronize()
@@ -260,7 +267,7 @@ def idle_gloo_loops() -> int:
 
 
 def _train(args: argparse.Namespace, rank: int, world_size: int, device: torch.device) -> None:
-    comm.set_enabled(args.comm == "on")
+    comm.set_enabled(args.comm != "off", varies=args.comm == "alternate")
     wl = build_workload(args, rank, world_size, device)
     wl.opt = build_optimizer(args.optimizer, wl.params(), args.lr)
     strategy = getattr(wl, "strategy", None)
@@ -271,6 +278,12 @@ def _train(args: argparse.Namespace, rank: int, world_size: int, device: torch.d
             f"traceoverlap-workloads: {args.strategy} on {world_size} rank(s), "
             f"{dist.get_backend()} on {device.type}"
             + ("" if comm.ENABLED else " (communication off)")
+            + (" (communication off in even steps)" if args.comm == "alternate" else "")
+            + (
+                f" (straggler in steps i % {args.slow_every} == 0)"
+                if args.slow_every > 1 and args.slow_ms > 0
+                else ""
+            )
             + f"; {wl.describe()}",
             file=sys.stderr,
             flush=True,
@@ -329,8 +342,16 @@ def _train(args: argparse.Namespace, rank: int, world_size: int, device: torch.d
             torch.cuda.profiler.start()
         if under_nsys and i == first_active:
             mark(f"rank {rank}")  # inside the capture, for readers that take the rank from it
+        CURRENT_STEP[0] = i
+        comm.set_enabled(plant.comm_on_in(i, args.comm), varies=args.comm == "alternate")
+        planted_marks = plant.marks(
+            i, args.slow_every, args.slow_rank >= 0 and args.slow_ms > 0, args.comm
+        )
         t0 = time.perf_counter()
         with nvtx_only(f"ProfilerStep#{i}"):
+            for m in planted_marks:
+                with span(m, color="grey"):
+                    pass  # empty: only marks the step (plant.py)
             _step(wl, i, straggle, host_delay_s, strategy, device)
         step_ms.append((time.perf_counter() - t0) * 1e3)
         if under_nsys and i == total - 1:

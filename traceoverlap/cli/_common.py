@@ -267,14 +267,37 @@ def html_report(
     step: str | None = None,
     jobs: int | None = None,
     rank: int | None = None,
+    whatif: Any = None,
 ) -> str:
     """The HTML report of ``result``: its parts from the library (the timeline of ``step`` on
-    ``rank``, the step across ranks), then the page."""
+    ``rank``, the step across ranks, the what-if where ``result`` holds its run graph: analysed
+    with ``graph=True``; or ``whatif``, made before its graphs were dropped), then the page."""
     from ..reporters.html_report import render_parts
     from ..run.detail import report_parts
 
     parts = report_parts(result, step=step, rank=rank, jobs=jobs)
-    return render_parts(result, parts, plotlyjs=plotlyjs)
+    w = whatif if whatif is not None else report_whatif(result)
+    return render_parts(result, parts, plotlyjs=plotlyjs, whatif=w)
+
+
+def report_whatif(result: Any) -> Any:
+    """The what-if of the HTML report (:func:`traceoverlap.whatif.what_if`, the scenarios
+    ``traceoverlap whatif`` runs by default), or a sentence saying why there is none."""
+    from ..whatif.graph import run_graph
+
+    if getattr(result, "unit_graphs", None) is None:
+        if getattr(result, "run_graph_nodes", 0):
+            return (
+                f"The what-if was left out: the run graph has {result.run_graph_nodes:,} "
+                "activities, whose replays would take minutes; run traceoverlap whatif."
+            )
+        return "The what-if was not computed for this report; run traceoverlap whatif."
+    g = run_graph(result)
+    if g is None:
+        return "No run graph to replay (no step found): the what-if needs step markers."
+    from ..whatif.scenarios import what_if
+
+    return what_if(g)
 
 
 def write_text(text: str, output: str | None) -> None:

@@ -14,6 +14,7 @@ from ._common import (
     format_options,
     handle_errors,
     html_report,
+    report_whatif,
     run_analysis,
     write_page,
     write_text,
@@ -82,6 +83,7 @@ def analyze(
     check_outputs([output, html_path], paths, opts)
     form = choose("analysis", fmt, output)
     advice = None
+    page_whatif = None
     if form.what_to_try:  # "What to try" adds what the what-if would buy
         import dataclasses
 
@@ -89,6 +91,8 @@ def analyze(
 
         result = run_analysis(paths, graph=True, graph_max_nodes=MAX_NODES, **opts)
         advice = advise(result)
+        if html_path:  # the page's what-if section, before the graphs go
+            page_whatif = report_whatif(result)
         result = dataclasses.replace(result, unit_graphs=None)  # their memory, for the outputs
     else:
         result = run_analysis(paths, **opts)
@@ -100,7 +104,7 @@ def analyze(
         output,
     )
     if html_path:
-        write_page(html_report(result, jobs=opts.get("jobs")), html_path)
+        write_page(html_report(result, jobs=opts.get("jobs"), whatif=page_whatif), html_path)
         click.echo(f"wrote {html_path}", err=True)
     failed = failed_conditions(conditions, result.summary.run)
     if failed:

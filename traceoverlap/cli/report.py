@@ -56,7 +56,8 @@ def report(
     plotlyjs: str,
     **opts: Any,
 ) -> None:
-    """Write an offline HTML report: summary, what to try, per-step bars, one step's timeline.
+    """Write an offline HTML report: summary, what to try, what fixing it would buy (the
+    what-if), per-step bars, one step's timeline.
 
     PATHS: trace files or folders, as for `analyze`.
 
@@ -66,8 +67,11 @@ def report(
       traceoverlap report runs/bucketed/ --timeline-step 5 --timeline-rank 1
       traceoverlap report trace.json --plotlyjs cdn -o small.html
     """
+    from ..whatif.advice import MAX_NODES
+
     check_outputs([output], paths, opts)
-    result = run_analysis(paths, **opts)
+    # with the run graph: the what-if section (left out past MAX_NODES, as analyze's)
+    result = run_analysis(paths, graph=True, graph_max_nodes=MAX_NODES, **opts)
     page = html_report(result, plotlyjs, timeline_step, opts.get("jobs"), timeline_rank)
     write_page(page, output)
     click.echo(f"wrote {'standard output' if output == '-' else output}", err=True)

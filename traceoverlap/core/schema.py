@@ -516,6 +516,16 @@ OVERLAP_TAX = Table(
         Column("by_family_ns", OBJECT, NS, "the tax per collective family"),
         Column("steps_ns", FLOAT_LIST, NS, "the tax of each step (mean over ranks)"),
         Column("rank_steps", OBJECT, NONE, "per (rank, step): whatif_tax_rank_steps"),
+        Column(
+            "basis",
+            OBJECT,
+            NONE,
+            "what the tax stands on: kind (measured: the run also ran steps without "
+            "communication; estimated; none) and counts of instances (under, compared, alone, "
+            "estimated, quiet_steps) and net_ns (the compared instances less their median alone, "
+            "signed)",
+        ),
+        Column("label", STR, NONE, "basis in words: what every output prints beside the tax"),
     ),
 )
 TAX_RANK_STEPS = Table(

@@ -49,7 +49,7 @@ from ..core.schema import (
     WAIT_NS,
 )
 from ..core.vocab import CAUSE_WORDS, CAUSES, KIND_WORDS, PURPOSES, WHOLE_CAPTURE, Purpose
-from . import _html_across
+from . import _html_across, _html_whatif
 from . import _html_figures as figs
 from ._format import several_devices
 from ._html_page import CSS, LOADER, PAGE
@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from ..run.across import StepAcross
     from ..run.detail import ReportParts
     from ..run.results import Analysis
+    from ..whatif.scenarios import WhatIf
 
 PLOTLYJS_MODES = ("embed", "cdn")
 TOP_COLLECTIVES = 10
@@ -82,12 +83,17 @@ def render(
     plotlyjs: str = "embed",
     across: StepAcross | None = None,
     detail: StepDetail | None = None,
+    whatif: WhatIf | str | None = None,
 ) -> str:
     """The report as one HTML string. ``detail``: the step drawn as a timeline
     (:func:`traceoverlap.run.detail.step_detail`); without one the page says how to get it.
-    ``across``: one step of every rank on one clock (:func:`traceoverlap.run.across.step_across`)."""
+    ``across``: one step of every rank on one clock (:func:`traceoverlap.run.across.step_across`).
+    ``whatif``: the what-if section's :class:`~traceoverlap.whatif.scenarios.WhatIf`
+    (:func:`traceoverlap.whatif.what_if`), or a sentence saying why there is none."""
     page = Page()
-    body = "\n".join(s for s in sections(analysis, page, across=across, detail=detail) if s)
+    body = "\n".join(
+        s for s in sections(analysis, page, across=across, detail=detail, whatif=whatif) if s
+    )
     title = "traceoverlap report: " + ", ".join(input_names(analysis))
     return PAGE.format(
         title=html.escape(title),
@@ -100,11 +106,19 @@ def render(
     )
 
 
-def render_parts(analysis: Analysis, parts: ReportParts, *, plotlyjs: str = "embed") -> str:
+def render_parts(
+    analysis: Analysis,
+    parts: ReportParts,
+    *,
+    plotlyjs: str = "embed",
+    whatif: WhatIf | str | None = None,
+) -> str:
     """The report of ``traceoverlap report`` as one HTML string: ``parts`` from
     :func:`traceoverlap.run.detail.report_parts` (the step drawn as a timeline, and across
-    ranks)."""
-    return render(analysis, plotlyjs=plotlyjs, across=parts.across, detail=parts.detail)
+    ranks); ``whatif`` as for :func:`render`."""
+    return render(
+        analysis, plotlyjs=plotlyjs, across=parts.across, detail=parts.detail, whatif=whatif
+    )
 
 
 def write_report(
@@ -130,6 +144,7 @@ def sections(
     y_max_ms: float | None = None,
     across: StepAcross | None = None,
     detail: StepDetail | None = None,
+    whatif: WhatIf | str | None = None,
 ) -> list[str]:
     """The report's sections in order (the compare page stacks two runs' sections)."""
     steps = analysis.steps.reset_index(drop=True)
@@ -138,6 +153,7 @@ def sections(
         _header(analysis),
         _cards(analysis),
         _findings(analysis),
+        _html_whatif.section(whatif),
         _bars_section(page, steps, several, y_max_ms),
     ]
     if across is not None:

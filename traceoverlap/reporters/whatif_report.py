@@ -37,7 +37,7 @@ def _range(steps_ns: tuple[float | None, ...]) -> str:
     return "-" if len(v) < 2 else f"{min(v) / 1e6:.1f}-{max(v) / 1e6:.1f}"
 
 
-def _row(r: ScenarioResult, width: int = 18) -> str:
+def _row(r: ScenarioResult, width: int = 18, tax_kind: str = "") -> str:
     who = []
     if r.ranks:
         who.append(
@@ -45,6 +45,8 @@ def _row(r: ScenarioResult, width: int = 18) -> str:
         )
     if r.collectives:
         who.append(",".join(r.collectives))
+    if r.name == "no-overlap-tax" and tax_kind:
+        who.append(f"the tax {tax_kind}: see Overlap tax")
     return (
         f"  {r.name:<{width}} {_ms(r.step_ns):>10} {_range(r.steps_ns):>13} {_x(r.speedup):>8}  "
         f"{_CHANGED}{r.changed}"
@@ -109,7 +111,8 @@ def _text_lines(w: WhatIf) -> list[str]:
         "",
         f"  {'scenario':<{width}} {'step ms':>10} {'steps range':>13} {'speedup':>8}  what changed",
     ]
-    lines += [_row(r, width) for r in w.scenarios]
+    kind = str(w.tax_basis.get("kind", "")) if w.tax_basis else ""
+    lines += [_row(r, width, kind) for r in w.scenarios]
     kept = [r.name for r in w.scenarios if r.slack == "kept"]
     other = [f"{r.name} ({_SLACK[r.slack]})" for r in w.scenarios if r.slack != "kept"]
     lines += [
@@ -128,6 +131,9 @@ def _text_lines(w: WhatIf) -> list[str]:
                 f"  {r.name.split(':')[1]:<{width}} {_ms(r.step_ns):>10} {_range(r.steps_ns):>13} "
                 f"{_x(r.speedup):>8}"
             )
+    tax = tax_line(w)
+    if tax:
+        lines += ["", tax]
     caveats = _caveats(w)
     if caveats or w.notes or w.findings:
         lines += ["", "Notes:"]
@@ -139,6 +145,19 @@ def _text_lines(w: WhatIf) -> list[str]:
         "range: the smallest and largest of those steps (docs/whatif.md)"
     )
     return lines
+
+
+def tax_line(w: WhatIf) -> str:
+    """``Overlap tax: X ms of the Y ms of compute under communication, estimated (...)``: the
+    tax with its label (measured or estimated, from what); "" where no compute ran under
+    communication."""
+    if not w.tax_overlap_ns:
+        return ""
+    label = w.tax_label or "estimated"
+    return (
+        f"Overlap tax: {w.tax_ns / 1e6:.2f} ms of the {w.tax_overlap_ns / 1e6:.2f} ms of compute "
+        f"under communication, {label}"
+    )
 
 
 def _caveats(w: WhatIf) -> list[str]:
@@ -184,6 +203,8 @@ def to_dict(w: WhatIf) -> dict[str, Any]:
         dict(w.tax_by_family_ns),
         list(w.tax_steps_ns),
         [dict(zip(TAX_RANK_STEPS.names, r, strict=True)) for r in w.tax_rank_steps],
+        dict(w.tax_basis),
+        w.tax_label,
     )
     return {
         "schema_version": WHATIF_SCHEMA_VERSION,
@@ -216,10 +237,12 @@ def advice_lines(a: Advice) -> list[str]:
             f"what-if left out: the run graph has {a.nodes:,} activities (more than "
             f"{a.max_nodes:,}: its replays would take minutes); run traceoverlap whatif"
         ]
-    return [_top_line(r) for r in a.scenarios] + [f"overlap tax: {f}" for f in a.findings]
+    return [_top_line(r, a.tax_kind) for r in a.scenarios] + [
+        f"overlap tax: {f}" for f in a.findings
+    ]
 
 
-def _top_line(r: ScenarioResult) -> str:
+def _top_line(r: ScenarioResult, tax_kind: str = "") -> str:
     caveat = (
         f"; {_ms(r.contention_ns)} ms more compute beside communication, its contention left out"
         if r.contention_ns
@@ -227,6 +250,8 @@ def _top_line(r: ScenarioResult) -> str:
     )
     if SHARED_CPU_MARK in r.note:
         caveat += "; ranks share CPU cores, contention for them left out"
+    if r.name == "no-overlap-tax" and tax_kind:
+        caveat += f"; the tax {tax_kind}"
     return (
         f"what-if {r.name}: step {_ms(r.step_ns)} ms, {_x(r.speedup)} ({r.changed}{caveat}; "
         "traceoverlap whatif)"

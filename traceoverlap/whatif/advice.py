@@ -41,6 +41,9 @@ class Advice:
     findings: tuple[str, ...] = ()
     nodes: int = 0
     max_nodes: int = MAX_NODES
+    #: what the overlap tax stands on (``measured`` / ``estimated``, :class:`~.tax.TaxBasis`):
+    #: the ``no-overlap-tax`` line says it
+    tax_kind: str = ""
 
     @property
     def left_out(self) -> bool:
@@ -86,4 +89,5 @@ def advise(analysis: Analysis, max_nodes: int | None = None, top: int = TOP_SCEN
         w = what_if(g, straggler=straggler, credit=credit, attribution=False)
     except TraceoverlapError:
         return Advice(nodes=nodes, max_nodes=limit)
-    return Advice(best_scenarios(w, top), w.findings, nodes, limit)
+    kind = str(w.tax_basis.get("kind", "")) if w.tax_basis else ""
+    return Advice(best_scenarios(w, top), w.findings, nodes, limit, kind)

@@ -166,6 +166,10 @@ class WhatIf:
     ideal_by_rank: tuple[tuple[int, float], ...] = ()
     #: the rank ``analyze`` names as the straggler (None: none, or not known here)
     straggler: int | None = None
+    #: what the tax stands on: measured or estimated, from how many instances (tax.TaxBasis)
+    tax_basis: dict[str, object] = field(default_factory=dict)
+    #: ``tax_basis`` as the label every output puts on the tax ("estimated (...): ...")
+    tax_label: str = ""
 
 
 def load_graph(
@@ -656,6 +660,8 @@ def what_if(
         tax_overlap_ns=int(tt.step_overlap_ns.sum()),
         tax_unmeasured_ns=tt.unmeasured_ns,
         tax_estimated_ns=tt.estimated_ns,
+        tax_basis=tt.basis.as_dict() if tt.basis is not None else {},
+        tax_label=tt.basis.text() if tt.basis is not None else "",
         tax_by_family_ns=tuple(sorted(tt.family_tax_ns.items(), key=lambda kv: -kv[1])),
         tax_steps_ns=tax_steps,
         findings=tt.findings,

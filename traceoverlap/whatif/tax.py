@@ -22,6 +22,15 @@ contention). The estimate sees the instances that stalled beside communication (
 by the gloo threads, a kernel waiting for SMs), not a slowdown shared by every instance, and it
 counts the run's ordinary jitter as tax; it is kept apart (:attr:`TaxTable.estimated_ns`) and
 named in the output.
+
+How far the tax is a measurement (:func:`tax_basis`): a run whose units also ran steps without
+any communication (a workload with communication off in alternate steps,
+``--comm alternate``) gives every op instances that ran alone in the same run, same machine,
+same minute: there the tax is *measured*. Anywhere else, the within-run closed loop
+(docs/whatif.md, Measured) has not shown that the comparison predicts what switching
+communication off buys, so every output names the tax *estimated* and from what: how many
+instances under communication were compared with how many that ran alone, how many estimated
+from their own spread, how many not at all.
 """
 
 from __future__ import annotations
@@ -133,6 +142,18 @@ def node_tax(g: RunGraph) -> I64:
     return node_tax_detail(g).tax_ns
 
 
+def quiet_windows(g: RunGraph) -> npt.NDArray[np.bool_]:
+    """Per (unit, step): the unit has the step, no communication node in it, and communication
+    in some other step: a step that ran without communication (``--comm alternate``)."""
+    nu, ns = g.win_start_ns.shape
+    comm = (g.kind == Kind.COMM) & (g.window >= 0)
+    has = np.zeros(nu * ns, dtype=bool)
+    has[g.unit[comm] * ns + g.window[comm]] = True
+    has2 = has.reshape(nu, ns)
+    present = g.win_start_ns >= 0
+    return present & ~has2 & has2.any(axis=1, keepdims=True)
+
+
 class NodeTax(NamedTuple):
     """Per node of the graph (:func:`node_tax_detail`)."""
 
@@ -146,18 +167,25 @@ class NodeTax(NamedTuple):
     #: an unmeasured node whose tax is estimated: its excess over the median of all the
     #: instances of its kernel (which ran at least :data:`MIN_ESTIMATE_INSTANCES` times)
     estimated: npt.NDArray[np.bool_]
+    #: a compared node's compute time less the median alone (ns, signed: negative where it ran
+    #: faster beside communication than alone; 0 for the others)
+    diff_ns: I64 | None = None
 
 
-def node_tax_detail(g: RunGraph) -> NodeTax:
-    """Per node: its tax and how it was found (:class:`NodeTax`)."""
+def node_tax_detail(g: RunGraph, usable: npt.NDArray[np.bool_] | None = None) -> NodeTax:
+    """Per node: its tax and how it was found (:class:`NodeTax`). ``usable`` (per node): only
+    those nodes are taxed or serve as a reference (the closed loop leaves a run's steps without
+    communication out, to test the tax as a run without them would give it)."""
     n = g.start_ns.size
     tax = np.zeros(n, dtype=np.int64)
     blind = np.zeros(n, dtype=bool)
     estimated = np.zeros(n, dtype=bool)
     comp_ns, cov_ns = compute_time(g)
-    comp = np.flatnonzero(g.kind == Kind.COMPUTE)
+    compute = g.kind == Kind.COMPUTE
+    comp = np.flatnonzero(compute if usable is None else compute & usable)
+    diff = np.zeros(n, dtype=np.int64)
     if comp.size == 0:
-        return NodeTax(tax, cov_ns, blind, estimated)
+        return NodeTax(tax, cov_ns, blind, estimated, diff)
     dur, cov = comp_ns[comp], cov_ns[comp]
     under = (dur > 0) & (cov >= UNDER_RATIO * dur)
     alone = (dur > 0) & (cov == 0)
@@ -179,7 +207,8 @@ def node_tax_detail(g: RunGraph) -> NodeTax:
     tax[comp] = np.round(extra).astype(np.int64)
     blind[comp] = under & ~ok
     estimated[comp] = est
-    return NodeTax(tax, cov_ns, blind, estimated)
+    diff[comp] = np.round(np.where(ok, dur - np.nan_to_num(med), 0)).astype(np.int64)
+    return NodeTax(tax, cov_ns, blind, estimated, diff)
 
 
 @dataclass(frozen=True)
@@ -202,13 +231,133 @@ class TaxTable:
     unestimated_ns: int = 0
     #: per node of the graph: its tax (:func:`node_tax`), for the replay's ``no-overlap-tax``
     node_tax_ns: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
+    #: how far the tax is measured (:class:`TaxBasis`)
+    basis: TaxBasis | None = None
 
 
-def tax_table(g: RunGraph) -> TaxTable:
-    """The tax per unit and step, per collective family, and the findings of §4."""
+#: The share of the compute under communication that may lack a comparison with instances
+#: alone for the tax of a run with steps without communication to count as measured.
+MEASURED_MAX_UNMEASURED_RATIO = 0.1
+
+
+@dataclass(frozen=True)
+class TaxBasis:
+    """What the tax stands on: ``kind`` is ``measured`` (the run's units also ran steps without
+    communication, :func:`quiet_windows`, and at most :data:`MEASURED_MAX_UNMEASURED_RATIO` of
+    the compute under communication lacks a comparison), ``estimated`` (anything else), or
+    ``none`` (no compute under communication). Counts are instances (compute nodes)."""
+
+    kind: str
+    #: instances that ran mostly (>= 50 %) under communication
+    under: int
+    #: of those, compared with instances of the same kernel that ran alone (§4)
+    compared: int
+    #: instances that ran alone of the kernels compared (their references)
+    alone: int
+    #: of ``under``, estimated from their kernel's own instances (:class:`NodeTax`)
+    estimated: int
+    #: (unit, step) pairs that ran without communication (:func:`quiet_windows`)
+    quiet_steps: int
+    #: the compared instances' compute time less their median alone, summed (ns, signed: below
+    #: 0 when compute ran faster beside communication in sum; the tax counts only the slower)
+    net_ns: int = 0
+
+    def text(self) -> str:
+        """``measured ...`` / ``estimated ...``: the label every output puts on the tax."""
+        if self.kind == "none":
+            return "none (no compute ran under communication)"
+        rest = self.under - self.compared - self.estimated
+        net = (
+            f" (net {self.net_ns / 1e6:+.1f} ms against them"
+            + (
+                ": in sum faster beside communication, the tax counts only the slower ones)"
+                if self.net_ns < 0
+                else ")"
+            )
+            if self.compared
+            else ""
+        )
+        counts = (
+            f"{self.compared} of {self.under} compute instances under communication compared "
+            f"with {self.alone} instances of the same op alone{net}"
+            + (
+                f", {self.estimated} from the spread of their own instances"
+                if self.estimated
+                else ""
+            )
+            + (f", {rest} not at all" if rest > 0 else "")
+        )
+        if self.kind == "measured":
+            return f"measured against {self.quiet_steps} rank-step(s) run without communication: {counts}"
+        why = (
+            "too few ops compared"
+            if self.quiet_steps
+            else "no step of this run ran without communication"
+        )
+        return f"estimated ({why}; docs/whatif.md §4): {counts}"
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "kind": self.kind,
+            "under": self.under,
+            "compared": self.compared,
+            "alone": self.alone,
+            "estimated": self.estimated,
+            "quiet_steps": self.quiet_steps,
+            "net_ns": self.net_ns,
+        }
+
+
+def tax_basis(g: RunGraph, d: NodeTax, usable: npt.NDArray[np.bool_] | None = None) -> TaxBasis:
+    """What the tax of ``d`` (:func:`node_tax_detail`) stands on (:class:`TaxBasis`)."""
+    comp = g.kind == Kind.COMPUTE
+    if usable is not None:
+        comp = comp & usable
+    comp_ns, _ = compute_time(g)
+    under = comp & (comp_ns > 0) & (d.under_comm_ns >= UNDER_RATIO * comp_ns)
+    alone = comp & (comp_ns > 0) & (d.under_comm_ns == 0)
+    compared = under & ~d.unmeasured
+    idx = np.flatnonzero(comp)
+    key = np.full(g.start_ns.size, -1, dtype=np.int64)
+    if idx.size:
+        key[idx] = same_kernel(g, idx)
+    refs = int(np.isin(key[alone], np.unique(key[compared])).sum()) if compared.any() else 0
+    quiet = quiet_windows(g)
+    if usable is not None:  # only the steps the usable nodes are in
+        seen = np.zeros(quiet.shape, dtype=bool)
+        w = usable & (g.window >= 0)
+        seen[g.unit[w], g.window[w]] = True
+        quiet = quiet & seen
+    n_quiet = int(quiet.sum())
+    under_ns = int(d.under_comm_ns[under].sum())
+    blind_ns = int(d.under_comm_ns[under & d.unmeasured].sum())
+    if not under.any():
+        kind = "none"
+    elif n_quiet and blind_ns <= MEASURED_MAX_UNMEASURED_RATIO * under_ns:
+        kind = "measured"
+    else:
+        kind = "estimated"
+    return TaxBasis(
+        kind,
+        int(under.sum()),
+        int(compared.sum()),
+        refs,
+        int((under & d.estimated).sum()),
+        n_quiet,
+        int(d.diff_ns[compared].sum()) if d.diff_ns is not None else 0,
+    )
+
+
+def tax_table(g: RunGraph, usable: npt.NDArray[np.bool_] | None = None) -> TaxTable:
+    """The tax per unit and step, per collective family, and the findings of §4 (``usable``:
+    :func:`node_tax_detail`)."""
     nu, ns = g.win_start_ns.shape
-    tax, cov, blind, est = node_tax_detail(g)
+    detail = node_tax_detail(g, usable)
+    tax, cov, blind, est = detail.tax_ns, detail.under_comm_ns, detail.unmeasured, detail.estimated
+    basis = tax_basis(g, detail, usable)
     ok = (g.window >= 0) & (g.kind == Kind.COMPUTE)
+    if usable is not None:
+        ok &= usable
     idx = g.unit[ok] * ns + g.window[ok]
     step_overlap = np.bincount(idx, weights=cov[ok], minlength=nu * ns).astype(np.int64)
     raw_tax = np.bincount(idx, weights=tax[ok], minlength=nu * ns).astype(np.int64)
@@ -229,9 +378,11 @@ def tax_table(g: RunGraph) -> TaxTable:
         who = max(fam, key=lambda f: fam[f]) if fam else "communication"
         est_ms = f"{estimated / 1e6:.1f}"
         how = f" ({est_ms} ms of it estimated: ops that never ran alone)" if est_ms != "0.0" else ""
+        label = "" if basis.kind == "measured" else "an estimated "
         findings.append(
-            f"{who} hid {saved / 1e6:.1f} ms but compute ran {total / 1e6:.1f} ms slower beside "
-            f"it{how}: net gain {(saved - total) / 1e6:.1f} ms (overlap tax, whatif.md §4)"
+            f"{who} hid {saved / 1e6:.1f} ms but compute ran {label}{total / 1e6:.1f} ms slower "
+            f"beside it{how}: net gain {(saved - total) / 1e6:.1f} ms (overlap tax "
+            f"{basis.text()}; whatif.md §4)"
         )
     unmeasured = int(cov[ok & blind].sum())
     unestimated = int(cov[ok & blind & ~est].sum())
@@ -244,6 +395,7 @@ def tax_table(g: RunGraph) -> TaxTable:
         estimated,
         unestimated,
         tax,
+        basis,
     )
 
 
