@@ -65,7 +65,7 @@ from ..rank.unit import FileResult, UnitResult, map_file, map_timeline, require_
 from ..readers.paths import Inputs, expand_paths, made_by_this_run, map_units, resolve_inputs
 from .bandwidth import add_bandwidth, family_bandwidth
 from .findings import AdviceContext, findings
-from .job import blame_table, empty_blame, top_blame
+from .job import blame_table, empty_blame, straggler_verdict, top_blame
 from .matching import CauseSets, Collectives, match_collectives
 from .onerun import one_run
 from .parallel import run_map
@@ -287,6 +287,12 @@ def _reduce(
     blame = _blame(units, coll, win)
     coll = replace(coll, blame=blame, stragglers=_with_roots(coll.stragglers, blame))
     df = _step_table(units, win, coll, sets, options.thresholds)
+    coll = replace(
+        coll,
+        verdict=straggler_verdict(coll.blame, df, options.thresholds.straggler_ratio)
+        if coll.aligned
+        else None,
+    )
     shown = _shown_windows(df, options)
     if not shown.any():
         raise UsageError(
@@ -304,6 +310,7 @@ def _reduce(
         straggler=top,
         straggler_text=None if top is None else _among(str(top), coll),
         straggler_ns=None if top is None else _root_ns(coll, top),
+        straggler_note=None if coll.verdict is None else coll.verdict.text(),
         partial=partial_hedge(coll.ranks_given, coll.world_size),
         blame=_shown_blame(coll.blame, df),
         context=AdviceContext(

@@ -438,6 +438,7 @@ def findings(
     partial: str | None = None,
     blame: pd.DataFrame | None = None,
     context: AdviceContext | None = None,
+    straggler_note: str | None = None,
 ) -> tuple[Finding, ...]:
     """What to try, most important first (diagnosis.md §4).
 
@@ -447,7 +448,9 @@ def findings(
     per (collective, rank) with ``display``, ``where``, ``family``, ``start_ns``,
     ``exposed_*_ns`` and ``same_stream``, used only to NAME the collectives behind a finding.
     ``straggler``: the rank most waited for, ``straggler_text`` how the ``wait`` finding names it
-    (``"1"``, or ``"1 (the latest among the 2 ranks given of 128)"``).
+    (``"1"``, or ``"1 (the latest among the 2 ranks given of 128)"``); ``straggler_note``: the
+    run's straggler verdict in words (diagnosis.md §14: "no straggler: ...", "the late rank
+    moves: ..."), said by the ``wait`` finding when no straggler is named.
 
     ``same_stream`` comes first whatever its size (the classic bug); the others follow by
     exposed ns, largest first (ties keep the order they are built in below).
@@ -461,7 +464,14 @@ def findings(
     first = _same_stream_finding(per_instance, family_causes, total_exposed)
     ranked = [
         *_wait_finding(
-            steps, per_instance, total_exposed, straggler, straggler_text, straggler_ns, blame
+            steps,
+            per_instance,
+            total_exposed,
+            straggler,
+            straggler_text,
+            straggler_ns,
+            blame,
+            None if straggler is not None else straggler_note,
         ),
         *_cause_findings(Cause.TAIL, family_causes, per_instance, bound, total_exposed, ctx),
         *_cause_findings(Cause.DEPENDENCY, family_causes, per_instance, bound, total_exposed, ctx),
@@ -524,6 +534,7 @@ def _wait_finding(
     straggler_text: str | None,
     straggler_ns: int | None = None,
     blame: pd.DataFrame | None = None,
+    note: str | None = None,
 ) -> list[Finding]:
     """The ``wait`` finding (0 or 1): all exposed waiting ns of the steps (``exposed_wait_ns``),
     naming the rank most waited for and the part of it credited to that rank
@@ -546,6 +557,8 @@ def _wait_finding(
             f"{_share_text(wait, total_exposed)} was other ranks sitting in collectives "
             "until it arrived"
         )
+    if note:
+        title += f" ({note})"
     chains = [] if blame is None or blame.empty else blame.to_dict("records")
     lines = "; ".join(blame_line(b) for b in chains)
     return [
@@ -562,6 +575,7 @@ def _wait_finding(
                 EXPOSED_COMM_NS.name: total_exposed,
                 WAITED_FOR_RANK.name: straggler,
                 "exposed_waited_for_ns": straggler_ns,
+                "straggler": note,
                 "blame": [{**b, "chain": list(b["chain"]), "line": blame_line(b)} for b in chains],
             },
         )

@@ -17,6 +17,7 @@ rank was doing from the host ranges the map kept (:mod:`traceoverlap.rank.hostra
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -463,3 +464,99 @@ def top_blame(blame: pd.DataFrame, limit: int = 3) -> pd.DataFrame:
         (int(c) / int(x)) if x > 0 else None for c, x in zip(g["cause_ns"], late, strict=True)
     ]
     return g.head(limit).reset_index(drop=True)
+
+
+@dataclass(frozen=True)
+class StragglerVerdict:
+    """Whether the run has a straggler (diagnosis.md §14): ``rank`` is named only when the
+    exposed waiting that traces back to it (its blame chains' roots) is at least ``min_ratio`` of
+    the run's step time and it is the late rank of most of the steps whose waiting is material;
+    ``moving``: when that late rank changes from step to step, per rank the steps it led (then
+    ``rank`` is None); ``wait_ratio``: the run's exposed waiting over its step time; ``rank_ratio``:
+    the top root rank's share of step time."""
+
+    rank: int | None
+    wait_ratio: float | None
+    rank_ratio: float | None
+    min_ratio: float
+    moving: tuple[tuple[int, tuple[str, ...]], ...] = ()
+
+    @property
+    def rank_named(self) -> bool:
+        return self.rank is not None
+
+    def text(self) -> str:
+        """``straggler: rank 2 (waiting for it is 37.4% of step time)``, ``the late rank moves:
+        3 in steps 2, 4; 5 in steps 3, 5``, or ``no straggler: waiting is 3.0% of step time``."""
+        if self.moving:
+            return "the late rank moves: " + "; ".join(
+                f"{r} in step{'s' if len(s) > 1 else ''} {', '.join(s)}" for r, s in self.moving
+            )
+        if self.rank is not None:
+            return f"straggler: rank {self.rank} (waiting for it is {pct(self.rank_ratio)} of step time)"
+        if self.wait_ratio is not None and self.wait_ratio >= self.min_ratio:
+            return (
+                f"no straggler: waiting is {pct(self.wait_ratio)} of step time, spread over "
+                f"ranks (none causes {pct(self.min_ratio)})"
+            )
+        return (
+            f"no straggler: waiting is {pct(self.wait_ratio)} of step time (below "
+            f"{pct(self.min_ratio)})"
+        )
+
+
+#: diagnosis.md §14: the late rank is "stable" when it leads at least this share of the steps
+#: whose waiting is material; else it moves.
+STABLE_SHARE = 2 / 3
+
+
+def straggler_verdict(
+    blame: pd.DataFrame, steps: pd.DataFrame, min_ratio: float
+) -> StragglerVerdict | None:
+    """The run's :class:`StragglerVerdict` from the blame rows (``window``, ``step``,
+    ``root_rank``, ``exposed_wait_ns``) and the step rows (``step``, ``step_ns``,
+    ``exposed_wait_ns``), None without steps. Per step label, the late rank is the root with the
+    most exposed waiting in it; a step counts when its waiting is at least ``min_ratio`` of its
+    time (summed over ranks). The late rank moves when no rank leads :data:`STABLE_SHARE` of the
+    steps that count (and two or more lead some)."""
+    if steps.empty:
+        return None
+    step_ns = int(steps["step_ns"].sum())
+    wait_ns = int(steps[EXPOSED_WAIT_NS.name].sum())
+    wait_ratio = wait_ns / step_ns if step_ns > 0 else None
+    if blame.empty or step_ns <= 0:
+        return StragglerVerdict(None, wait_ratio, None, min_ratio)
+    roots = blame.groupby("root_rank")[EXPOSED_WAIT_NS.name].sum().sort_values(ascending=False)
+    top, top_ns = int(roots.index[0]), int(roots.iloc[0])
+    rank_ratio = top_ns / step_ns
+    if rank_ratio < min_ratio:
+        return StragglerVerdict(None, wait_ratio, rank_ratio, min_ratio)
+    label = steps["step"].astype(str)
+    per_step_ns = steps.groupby(label)["step_ns"].sum()
+    b = blame.assign(step=blame["step"].astype(str))
+    by = b.groupby(["step", "root_rank"])[EXPOSED_WAIT_NS.name].sum().reset_index()
+    by = by.sort_values(["step", EXPOSED_WAIT_NS.name, "root_rank"], ascending=[True, False, True])
+    lead = by.drop_duplicates("step")
+    in_step = b.groupby("step")[EXPOSED_WAIT_NS.name].sum()
+    material = [
+        (str(s), int(r))
+        for s, r in zip(lead["step"], lead["root_rank"], strict=True)
+        if int(per_step_ns.get(s, 0)) > 0
+        and int(in_step.get(s, 0)) >= min_ratio * int(per_step_ns.get(s, 0))
+    ]
+    leaders: dict[int, list[str]] = {}
+    for s, r in sorted(material, key=lambda x: _step_key(x[0])):
+        leaders.setdefault(r, []).append(s)
+    most = max((len(v) for v in leaders.values()), default=0)
+    if len(leaders) >= 2 and most < STABLE_SHARE * len(material):
+        moving = tuple(
+            (r, tuple(s)) for r, s in sorted(leaders.items(), key=lambda x: _step_key(x[1][0]))
+        )
+        return StragglerVerdict(None, wait_ratio, rank_ratio, min_ratio, moving)
+    return StragglerVerdict(top, wait_ratio, rank_ratio, min_ratio)
+
+
+def _step_key(label: str) -> tuple[int, str]:
+    """Step labels in step order: by their number when they carry one."""
+    digits = "".join(ch for ch in label.split("#")[0] if ch.isdigit())
+    return (int(digits) if digits else 1 << 62, label)
