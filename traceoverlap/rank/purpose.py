@@ -78,18 +78,33 @@ _PYTORCH = re.compile(
 _HOST_CATEGORIES = ("cpu_op", "annotation", "python_function", "user_annotation")
 
 
+#: diagnosis.md §13: a unit prefetches its FSDP all-gathers when at least this share of them
+#: were issued while compute still ran (:func:`_under_compute`). Not a majority: on a CPU unit an
+#: all-gather that ends before the thread's next op starts shows nothing either way (a loaded
+#: host may finish it inside the launching call), while a blocking one never has compute under it.
+PREFETCH_SHARE = 0.25
+#: ... "under compute" on a CPU unit: the thread's next op starts before the last
+#: 1/PREFETCH_MARGIN of the instance (not in the few µs between the worker signalling the end
+#: and recording it)
+PREFETCH_MARGIN = 10
+
+
 @dataclass(frozen=True)
 class UnitStrategy:
     """What the unit's trace shows it already does: ``ddp`` (DDP ranges), ``bucketed`` (DDP, or
     two or more all-reduces launched inside backward in one step), ``backward`` (it trains),
     ``cpu`` (a CPU unit), ``pytorch`` (the trace shows PyTorch at all: profiler ops, ATen /
-    c10d names, step markers; diagnosis.md §13: no PyTorch advice without it)."""
+    c10d names, step markers; diagnosis.md §13: no PyTorch advice without it), ``prefetch``
+    (most of its FSDP all-gathers are issued while compute still runs: :func:`_under_compute`)."""
 
     ddp: bool
     bucketed: bool
     backward: bool
     cpu: bool
     pytorch: bool = True
+    #: the FSDP all-gathers run under the previous layer's compute (prefetch is on); None
+    #: when the unit has none
+    prefetch: bool | None = None
 
 
 def _query_times(
@@ -269,6 +284,8 @@ def unit_purposes(
             for k, rx in PATTERNS.items():
                 if k != "reduce_scatter_base":
                     flag[k][mine] = _inside(ev, names, rx, t[mine], int(tid))
+    else:
+        call_row = np.full(len(inst), -1, dtype=np.int64)
     flag["side"] = side
     text = (inst["label"].astype(str) + " " + inst["kernel"].astype(str)).to_numpy()
     in_bwd_ar = (fam == Family.ALL_REDUCE) & flag[Phase.BACKWARD] & ~side
@@ -281,7 +298,52 @@ def unit_purposes(
         [_purpose(i, fam[i], text[i], flag, has_ddp, has_bwd) for i in range(len(inst))],
         dtype=object,
     )
-    return out, UnitStrategy(has_ddp, bucketed, has_bwd, not steps.gpu, torch)
+    ag = out == Purpose.FSDP_ALLGATHER
+    prefetch = None
+    if ag.any():
+        under = _under_compute(ev, kind, inst, steps, call_row)[ag]
+        prefetch = bool(int(under.sum()) >= PREFETCH_SHARE * under.size)
+    return out, UnitStrategy(has_ddp, bucketed, has_bwd, not steps.gpu, torch, prefetch)
+
+
+def _under_compute(
+    ev: pd.DataFrame,
+    kind: npt.NDArray[np.int8],
+    inst: pd.DataFrame,
+    steps: UnitSteps,
+    call_row: I64,
+) -> npt.NDArray[np.bool_]:
+    """Per instance: was it issued while compute still ran (diagnosis.md §13, prefetch)? GPU:
+    a compute activity was running when it started (the previous layer's kernels). CPU: its
+    thread went on computing after the call returned and before the instance ended (an
+    asynchronous launch with work under it), rather than blocking until it was done."""
+    start = ev["start_ns"].to_numpy()
+    end = ev["end_ns"].to_numpy()
+    i_start = inst["start_ns"].to_numpy(np.int64)
+    i_end = inst["end_ns"].to_numpy(np.int64)
+    if steps.gpu:
+        rows = np.flatnonzero(kind == Kind.COMPUTE)
+        if rows.size == 0:
+            return np.zeros(len(inst), dtype=bool)
+        s, e = iv.union(start[rows], end[rows])
+        k = np.searchsorted(s, i_start, side="right") - 1
+        return np.asarray((k >= 0) & (i_start < e[np.maximum(k, 0)]), dtype=bool)
+    out = np.zeros(len(inst), dtype=bool)
+    ok = call_row >= 0
+    if not ok.any():
+        return out
+    tid = ev["tid"].to_numpy()
+    op_rows = np.flatnonzero((ev["category"] == "cpu_op").to_numpy())
+    op_names = values_at(ev["name"], op_rows).astype(str)
+    op_rows = op_rows[~np.array([bool(_COMM_CALL.search(n)) for n in op_names], dtype=bool)]
+    for t in np.unique(tid[call_row[ok]]).tolist():
+        mine = np.flatnonzero(ok & (tid[np.maximum(call_row, 0)] == t))
+        st = np.sort(start[op_rows[tid[op_rows] == t]])
+        lo = np.searchsorted(st, end[call_row[mine]], side="left")
+        margin = (i_end[mine] - i_start[mine]) // PREFETCH_MARGIN
+        hi = np.searchsorted(st, i_end[mine] - margin, side="left")
+        out[mine] = hi > lo
+    return out
 
 
 def _purpose(

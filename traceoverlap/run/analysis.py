@@ -66,6 +66,7 @@ from ..readers.paths import Inputs, expand_paths, made_by_this_run, map_units, r
 from .bandwidth import add_bandwidth, family_bandwidth
 from .findings import AdviceContext, findings
 from .job import blame_table, empty_blame, straggler_verdict, top_blame
+from .purpose import prefetching
 from .matching import CauseSets, Collectives, match_collectives
 from .onerun import one_run
 from .parallel import run_map
@@ -317,6 +318,8 @@ def _reduce(
             cpu=bool(units) and all(u.trace.device is None for u in units),
             bucketed=any(u.strategy is not None and u.strategy.bucketed for u in units),
             bandwidth=family_bandwidth(coll.instances),
+            pytorch=any(u.strategy is None or u.strategy.pytorch for u in units),
+            prefetch=prefetching(units),
         ),
     )
     analysis = Analysis(

@@ -232,6 +232,15 @@ _PURPOSE_ADVICE: dict[tuple[str, str], str] = {
         "the forward waited for DDP's buffer broadcast (broadcast_buffers=True): set "
         "broadcast_buffers=False when buffers (BatchNorm statistics) need not match every step"
     ),
+    (Cause.TAIL, Purpose.OPTIMIZER_COLLECTIVE): (
+        "the optimizer's collective (a parameter or preconditioner gather, a global norm) ends "
+        "the step with nothing left to compute: issue it asynchronously and overlap it with "
+        "the next step's forward, or compute it less often"
+    ),
+    (FindingKind.TRANSFER_BOUND, Purpose.OPTIMIZER_COLLECTIVE): (
+        "the optimizer's collectives take longer than the compute: run them less often (a "
+        "preconditioner update every few steps), in lower precision, or over fewer ranks"
+    ),
     (Cause.DEPENDENCY, Purpose.OPTIMIZER_COLLECTIVE): (
         "the optimizer step waited for a collective (a global norm for clipping, a ZeRO "
         "parameter gather): overlap it with the next forward (ZeRO overlap_comm) or compute it "
@@ -297,6 +306,51 @@ _BUCKETING_ADVICE = (
 )
 
 
+#: Programs without PyTorch in the trace (an MPI / NCCL application, diagnosis.md §13): what each
+#: cause means there, in the program's own terms (no DDP, FSDP, torch.compile or PyTorch APIs).
+_NON_TORCH_ADVICE: dict[str, str] = {
+    Cause.TAIL: (
+        "the last collective of the step has nothing left to compute under it: start it "
+        "earlier (a non-blocking collective issued as soon as its input is ready) or split it "
+        "so the computation of the next phase runs under its parts"
+    ),
+    Cause.DEPENDENCY: (
+        "compute waited for a collective's result: issue the collective as a non-blocking call "
+        "as early as its input is ready (on its own stream on a GPU), and wait for it only "
+        "where its result is needed"
+    ),
+    Cause.HOST: (
+        "the host had not launched the next compute yet while communication ran: remove host "
+        "work and synchronisation between the launches, and batch many small kernel launches "
+        "(CUDA graphs)"
+    ),
+    FindingKind.TRANSFER_BOUND: (
+        "more communication than compute, so no schedule can hide it: give each rank more work "
+        "per communication (larger messages, fewer collectives)"
+    ),
+    Bottleneck.IDLE: (
+        "nothing ran on the device: launch overhead (many tiny kernels: CUDA graphs), host "
+        "synchronisation, slow input, or a late peer the trace cannot show"
+    ),
+}
+
+#: FSDP advice for a run whose all-gathers already run under the previous layer's compute
+#: (prefetch is on, read from the trace, diagnosis.md §13).
+_PREFETCH_ON_ADVICE: dict[str, str] = {
+    Cause.DEPENDENCY: (
+        "compute waited for the all-gathered parameters although each all-gather already runs "
+        "under the previous layer's compute (prefetch is on): the all-gather takes longer than "
+        "a layer computes: larger FSDP units (more compute per all-gather), shard over fewer "
+        "ranks (hybrid sharding within a node), or a lower-precision all-gather"
+    ),
+    Cause.TAIL: (
+        "the last all-gather / reduce-scatter of the step has no compute after it, though "
+        "prefetch is already on: keep the last layers unsharded after forward "
+        "(reshard_after_forward=False) and reduce-scatter their gradients under the optimizer"
+    ),
+}
+
+
 def advice(
     cause: str,
     family: str,
@@ -305,15 +359,36 @@ def advice(
     cpu: bool = False,
     bucketed: bool = False,
     bandwidth: str | None = None,
+    pytorch: bool = True,
+    prefetch: bool = False,
 ) -> str:
     """The advice text for a cause (or ``transfer-bound``) on a collective family, chosen by
     purpose first (§10), then family; CPU runs get CPU advice; a bucketed run is not told to
     bucket; ``transfer-bound`` advice asks to move fewer bytes only when ``bandwidth`` is
-    ``"bandwidth"`` (§9) and says latency or waiting when it is ``"latency"``."""
+    ``"bandwidth"`` (§9) and says latency or waiting when it is ``"latency"``. A program
+    without PyTorch (``pytorch`` false) gets no PyTorch advice; a run that already prefetches
+    its FSDP all-gathers (``prefetch``) is not told to enable prefetch (§13)."""
     if cpu and cause in _CPU_ADVICE:
         return _CPU_ADVICE[cause]
     if cause == FindingKind.TRANSFER_BOUND and bandwidth == "latency":
         return _LATENCY_ADVICE
+    if not pytorch and cause in _NON_TORCH_ADVICE:
+        plain = _NON_TORCH_ADVICE[cause]
+        if cause == FindingKind.TRANSFER_BOUND and bandwidth != "bandwidth":
+            plain += "; " + _NO_BW_EVIDENCE
+        return plain
+    fsdp = purpose in (Purpose.FSDP_ALLGATHER, Purpose.FSDP_REDUCESCATTER)
+    if prefetch and fsdp and cause in _PREFETCH_ON_ADVICE:
+        return _PREFETCH_ON_ADVICE[cause]
+    if (
+        purpose == Purpose.UNKNOWN
+        and family in (Family.ALL_REDUCE, Family.ALL_GATHER_REDUCE_SCATTER)
+        and cause in _NON_TORCH_ADVICE
+        and cause != FindingKind.TRANSFER_BOUND
+    ):
+        # a collective of unknown purpose is no gradient sync, no FSDP gather (§10, §13):
+        # what its cause means, without a strategy it may not use
+        return _NON_TORCH_ADVICE[cause]
     text = None
     if bucketed:
         text = _BUCKETED_ADVICE.get((cause, purpose or ""))
@@ -400,11 +475,16 @@ class Finding:
 @dataclass(frozen=True)
 class AdviceContext:
     """What advice must know beyond the numbers: a CPU run (no CUDA advice), whether the run
-    already buckets its all-reduces, and the bytes-vs-duration evidence per family (§9)."""
+    already buckets its all-reduces or prefetches its all-gathers, whether it is PyTorch at all
+    (§13), and the bytes-vs-duration evidence per family (§9)."""
 
     cpu: bool = False
     bucketed: bool = False
     bandwidth: Mapping[str, FamilyBandwidth] = field(default_factory=dict)
+    #: the trace shows PyTorch (diagnosis.md §13: no DDP / FSDP / torch.compile advice without it)
+    pytorch: bool = True
+    #: the FSDP all-gathers already run under the previous layer's compute (prefetch is on)
+    prefetch: bool = False
 
     def verdict(self, family: str) -> str | None:
         bw = self.bandwidth.get(family)
@@ -608,7 +688,15 @@ def _cause_findings(
             Finding(
                 kind=cause,
                 title=_cause_title(cause, str(fam), int(ns), total_exposed, purpose),
-                advice=advice(cause, str(fam), purpose, cpu=ctx.cpu, bucketed=ctx.bucketed),
+                advice=advice(
+                    cause,
+                    str(fam),
+                    purpose,
+                    cpu=ctx.cpu,
+                    bucketed=ctx.bucketed,
+                    pytorch=ctx.pytorch,
+                    prefetch=ctx.prefetch,
+                ),
                 family=str(fam),
                 exposed_ns=int(ns),
                 share_ratio=_share(int(ns), total_exposed),
@@ -636,7 +724,15 @@ def _host_finding(
         Finding(
             kind=Cause.HOST,
             title=_cause_title(Cause.HOST, fam, host, total_exposed, purpose),
-            advice=advice(Cause.HOST, fam, purpose, cpu=ctx.cpu, bucketed=ctx.bucketed),
+            advice=advice(
+                Cause.HOST,
+                fam,
+                purpose,
+                cpu=ctx.cpu,
+                bucketed=ctx.bucketed,
+                pytorch=ctx.pytorch,
+                prefetch=ctx.prefetch,
+            ),
             purpose=purpose,
             family=fam,
             exposed_ns=host,
@@ -698,6 +794,8 @@ def _transfer_bound_finding(
                 purpose,
                 cpu=ctx.cpu,
                 bucketed=ctx.bucketed,
+                pytorch=ctx.pytorch,
+                prefetch=ctx.prefetch,
                 bandwidth=None if bw is None else bw.verdict,
             ),
             purpose=purpose,
@@ -750,7 +848,11 @@ def _class_findings(steps: pd.DataFrame, total_step: int, ctx: AdviceContext) ->
             Finding(
                 kind=cls,
                 title=_class_title(cls, what, rows, ns),
-                advice=advice(cls, "*", cpu=True) if ctx.cpu and cls == Bottleneck.IDLE else text,
+                advice=advice(cls, "*", cpu=True)
+                if ctx.cpu and cls == Bottleneck.IDLE
+                else text
+                if ctx.pytorch or cls != Bottleneck.IDLE
+                else _NON_TORCH_ADVICE[Bottleneck.IDLE],
                 family=None,
                 exposed_ns=ns,
                 share_ratio=_share(ns, total_step),

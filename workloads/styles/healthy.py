@@ -49,7 +49,7 @@ def main(rank, world, out, store):
 if __name__ == "__main__":
     out, world = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 2
     os.makedirs(out, exist_ok=True)
-    store = os.path.join(out, ".store")
+    store = os.path.abspath(os.path.join(out, ".store"))
     if os.path.exists(store):
         os.remove(store)
     mp.spawn(main, args=(world, out, store), nprocs=world)

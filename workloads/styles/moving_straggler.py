@@ -44,7 +44,7 @@ if __name__ == "__main__":
     out = sys.argv[1]
     world = int(sys.argv[2]) if len(sys.argv) > 2 else 2
     os.makedirs(out, exist_ok=True)
-    store = os.path.join(out, ".store")
+    store = os.path.abspath(os.path.join(out, ".store"))
     if os.path.exists(store):
         os.remove(store)
     mp.spawn(worker, args=(world, out, store), nprocs=world)
