@@ -66,11 +66,10 @@ from ..readers.paths import Inputs, expand_paths, made_by_this_run, map_units, r
 from .bandwidth import add_bandwidth, family_bandwidth
 from .findings import AdviceContext, findings
 from .job import blame_table, empty_blame, straggler_verdict, top_blame
-from .purpose import prefetching
 from .matching import CauseSets, Collectives, match_collectives
 from .onerun import one_run
 from .parallel import run_map
-from .purpose import attach_purposes
+from .purpose import attach_purposes, prefetching
 from .results import STEP_COLUMNS, Analysis
 from .summary import summarize_run, unit_key
 from .verdicts import partial_hedge, verdict

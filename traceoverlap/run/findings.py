@@ -351,6 +351,36 @@ _PREFETCH_ON_ADVICE: dict[str, str] = {
 }
 
 
+def _read_advice(
+    cause: str,
+    family: str,
+    purpose: str | None,
+    pytorch: bool,
+    prefetch: bool,
+    bandwidth: str | None,
+) -> str | None:
+    """The advice that what the trace shows decides (diagnosis.md §13), None when it decides
+    nothing: no PyTorch in the trace, FSDP prefetch already on, a collective of unknown purpose
+    (no gradient sync, no FSDP gather: what its cause means, without a strategy it may not
+    use)."""
+    if not pytorch and cause in _NON_TORCH_ADVICE:
+        plain = _NON_TORCH_ADVICE[cause]
+        if cause == FindingKind.TRANSFER_BOUND and bandwidth != "bandwidth":
+            plain += "; " + _NO_BW_EVIDENCE
+        return plain
+    fsdp = purpose in (Purpose.FSDP_ALLGATHER, Purpose.FSDP_REDUCESCATTER)
+    if prefetch and fsdp and cause in _PREFETCH_ON_ADVICE:
+        return _PREFETCH_ON_ADVICE[cause]
+    if (
+        purpose == Purpose.UNKNOWN
+        and family in (Family.ALL_REDUCE, Family.ALL_GATHER_REDUCE_SCATTER)
+        and cause in _NON_TORCH_ADVICE
+        and cause != FindingKind.TRANSFER_BOUND
+    ):
+        return _NON_TORCH_ADVICE[cause]
+    return None
+
+
 def advice(
     cause: str,
     family: str,
@@ -372,23 +402,9 @@ def advice(
         return _CPU_ADVICE[cause]
     if cause == FindingKind.TRANSFER_BOUND and bandwidth == "latency":
         return _LATENCY_ADVICE
-    if not pytorch and cause in _NON_TORCH_ADVICE:
-        plain = _NON_TORCH_ADVICE[cause]
-        if cause == FindingKind.TRANSFER_BOUND and bandwidth != "bandwidth":
-            plain += "; " + _NO_BW_EVIDENCE
-        return plain
-    fsdp = purpose in (Purpose.FSDP_ALLGATHER, Purpose.FSDP_REDUCESCATTER)
-    if prefetch and fsdp and cause in _PREFETCH_ON_ADVICE:
-        return _PREFETCH_ON_ADVICE[cause]
-    if (
-        purpose == Purpose.UNKNOWN
-        and family in (Family.ALL_REDUCE, Family.ALL_GATHER_REDUCE_SCATTER)
-        and cause in _NON_TORCH_ADVICE
-        and cause != FindingKind.TRANSFER_BOUND
-    ):
-        # a collective of unknown purpose is no gradient sync, no FSDP gather (§10, §13):
-        # what its cause means, without a strategy it may not use
-        return _NON_TORCH_ADVICE[cause]
+    read = _read_advice(cause, family, purpose, pytorch, prefetch, bandwidth)
+    if read is not None:
+        return read
     text = None
     if bucketed:
         text = _BUCKETED_ADVICE.get((cause, purpose or ""))

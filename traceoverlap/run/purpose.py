@@ -62,7 +62,6 @@ def attach_purposes(
     return instances.assign(purpose=pd.array(inst_p, dtype=object)), per_rank
 
 
-
 def prefetching(units: Sequence[UnitResult]) -> bool:
     """Whether the run's FSDP all-gathers are already prefetched (diagnosis.md §13): most of the
     units that have them issue most of them while compute still runs
