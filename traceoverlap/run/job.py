@@ -28,7 +28,7 @@ from ..core import intervals as iv
 from ..core.fmt import ms_unit, pct
 from ..core.intervals import GroupedIntervals
 from ..core.schema import BLAME, EXPOSED_WAIT_NS, WAIT_NS, WAITED_FOR_RANK
-from ..rank.hostranges import COMM_CALLS, HOST_RANGE_COLUMNS
+from ..rank.hostranges import COMM_CALLS, HOST_RANGE_COLUMNS, KERNEL_MARK
 
 I64 = npt.NDArray[np.int64]
 CREDIT_COLUMNS = (
@@ -288,6 +288,23 @@ class _Ranges:
         self.e = ranges["end_ns"].to_numpy(np.int64)[~comm]
         cs = ranges["start_ns"].to_numpy(np.int64)[comm]
         self.calls = (np.zeros(cs.size, np.int64), cs, ranges["end_ns"].to_numpy(np.int64)[comm])
+        # GPU kernels (device time): a host communication call says nothing about them
+        self.kernel = np.array([str(n).startswith(KERNEL_MARK) for n in self.names], dtype=bool)
+
+    def encloses(self, outer: str, inner: str, lo: int, hi: int) -> bool:
+        """Whether a range named ``outer`` holds a range named ``inner`` (both met in
+        [lo, hi), own clock): ``outer`` is around it, not beside it."""
+        at = {str(n): i for i, n in enumerate(self.names)}
+        if outer not in at or inner not in at or outer == inner:
+            return False
+        live = (self.e > lo) & (self.s < hi)
+        o = live & (self.codes == at[outer])
+        i = live & (self.codes == at[inner])
+        if not o.any() or not i.any():
+            return False
+        os_, oe = iv.union(self.s[o], self.e[o])
+        k = np.searchsorted(os_, self.s[i], side="right") - 1
+        return bool(((k >= 0) & (self.e[i] <= oe[np.maximum(k, 0)])).any())
 
     def totals(self, lo: int, hi: int) -> dict[str, int]:
         """Per range name: its time inside [lo, hi) (own clock) outside communication calls (a
@@ -297,19 +314,29 @@ class _Ranges:
         a = np.maximum(self.s, lo)
         b = np.maximum(np.minimum(self.e, hi), a)
         inside = iv.grouped_covered(self.calls, np.zeros(a.size, np.int64), a, b, 1)
+        if self.kernel.any():
+            inside = np.where(self.kernel[self.codes], 0, inside)
         per = np.bincount(self.codes, weights=(b - a) - inside, minlength=self.names.size)
         hit = np.flatnonzero(per > 0)
         return {str(self.names[i]): int(per[i]) for i in hit.tolist()}
 
 
 def _cause(
-    root: _Ranges, root_win: tuple[int, int], peer: _Ranges | None, peer_win: tuple[int, int]
+    root: _Ranges,
+    root_win: tuple[int, int],
+    peer: _Ranges | None,
+    peer_win: tuple[int, int],
+    late: int = 0,
 ) -> tuple[str | None, int]:
-    """The range of the root's main thread that ran longest beyond the same range on its early
-    peer, both over the windows of :meth:`_Arrivals.windows` (own clocks): (name, excess ns);
-    among names within 90 % of the largest excess, the one the root spent least time in (the
-    innermost: ``straggler_sleep`` rather than the ``forward`` around it). (None, 0) when none
-    ran longer."""
+    """What the root was doing during its lateness (diagnosis.md §14, "specific"): per range or
+    op of its main thread (and, on a GPU rank, per kernel by name and call order within the
+    step), its time beyond the same one on its early peer, both over the windows of
+    :meth:`_Arrivals.windows` (own clocks). Of those whose excess explains at least
+    :data:`EXPLAINED_RATIO` of the lateness ``late``, the deepest: one around none of the others
+    (``expert`` rather than the ``forward`` around it, ``straggler_sleep`` rather than
+    ``train_step``: an enclosing range always grows with its child), the largest excess first. When none does (or
+    ``late`` is 0), among names within 90 % of the largest excess the innermost, as before.
+    (name, excess ns); (None, 0) when none ran longer."""
     mine = root.totals(*root_win)
     theirs = peer.totals(*peer_win) if peer is not None else {}
     if not mine:
@@ -318,9 +345,18 @@ def _cause(
     best = max(excess.values())
     if best <= 0:
         return None, 0
-    near = [n for n, x in excess.items() if 10 * x >= 9 * best]
-    name = min(near, key=lambda n: (mine[n], n))
-    return name, int(excess[name])
+    most = [n for n, x in excess.items() if late > 0 and x >= EXPLAINED_RATIO * late]
+    if most:
+        # the deepest: a range around none of the others (``straggler_sleep`` inside each
+        # ``microbatch#k``, all inside ``forward``); then the largest excess
+        deepest = [
+            n for n in most if not any(root.encloses(n, m, *root_win) for m in most if m != n)
+        ] or most
+        name = min(deepest, key=lambda n: (-excess[n], mine[n], n))
+    else:
+        near = [n for n, x in excess.items() if 10 * x >= 9 * best]
+        name = min(near, key=lambda n: (mine[n], n))
+    return name.removeprefix(KERNEL_MARK), int(excess[name])
 
 
 def blame_table(
@@ -378,6 +414,7 @@ def blame_table(
                 (r_lo + ro, r_hi + ro),
                 ranges_of(eu) if early != q else None,
                 (e_lo + eo, e_hi + eo),
+                hi - lo,
             )
             if n < MAX_CAUSE_ROWS
             else (None, 0)
