@@ -105,6 +105,9 @@ class UnitStrategy:
     #: the FSDP all-gathers run under the previous layer's compute (prefetch is on); None
     #: when the unit has none
     prefetch: bool | None = None
+    #: the families of the collectives of unknown purpose launched from a side thread (no
+    #: gradient sync: their advice presumes no training strategy)
+    side_families: tuple[str, ...] = ()
 
 
 def _query_times(
@@ -260,7 +263,11 @@ def unit_purposes(
     names = _HostNames(ev["name"], host)
     has_ddp = bool(names.test(lambda s: "DistributedDataParallel" in s).any())
     has_bwd = bool(names.test(lambda s: bool(PATTERNS[Phase.BACKWARD].search(s))).any())
-    torch = bool(names.test(lambda s: bool(_PYTORCH.search(s))).any())
+    # a Kineto trace is the PyTorch profiler's; an Nsight Systems one shows PyTorch only by its
+    # names (an MPI / CUDA program shows none)
+    torch = unit.traces[0].format != "nsys" or bool(
+        names.test(lambda s: bool(_PYTORCH.search(s))).any()
+    )
     if inst.empty:
         return np.zeros(0, dtype=object), UnitStrategy(
             has_ddp, has_ddp, has_bwd, not steps.gpu, torch
@@ -303,7 +310,8 @@ def unit_purposes(
     if ag.any():
         under = _under_compute(ev, kind, inst, steps, call_row)[ag]
         prefetch = bool(int(under.sum()) >= PREFETCH_SHARE * under.size)
-    return out, UnitStrategy(has_ddp, bucketed, has_bwd, not steps.gpu, torch, prefetch)
+    side_fam = tuple(sorted(set(fam[side & (out == Purpose.UNKNOWN)].tolist())))
+    return out, UnitStrategy(has_ddp, bucketed, has_bwd, not steps.gpu, torch, prefetch, side_fam)
 
 
 def _under_compute(

@@ -319,6 +319,7 @@ def _reduce(
             bandwidth=family_bandwidth(coll.instances),
             pytorch=any(u.strategy is None or u.strategy.pytorch for u in units),
             prefetch=prefetching(units),
+            side=frozenset(f for u in units if u.strategy for f in u.strategy.side_families),
         ),
     )
     analysis = Analysis(

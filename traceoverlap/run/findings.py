@@ -358,11 +358,12 @@ def _read_advice(
     pytorch: bool,
     prefetch: bool,
     bandwidth: str | None,
+    side: bool = False,
 ) -> str | None:
     """The advice that what the trace shows decides (diagnosis.md §13), None when it decides
-    nothing: no PyTorch in the trace, FSDP prefetch already on, a collective of unknown purpose
-    (no gradient sync, no FSDP gather: what its cause means, without a strategy it may not
-    use)."""
+    nothing: no PyTorch in the trace, FSDP prefetch already on, an all-gather / reduce-scatter
+    without FSDP evidence or a side thread's collective of unknown purpose (``side``): what its
+    cause means, without a strategy it may not use."""
     if not pytorch and cause in _NON_TORCH_ADVICE:
         plain = _NON_TORCH_ADVICE[cause]
         if cause == FindingKind.TRANSFER_BOUND and bandwidth != "bandwidth":
@@ -373,7 +374,7 @@ def _read_advice(
         return _PREFETCH_ON_ADVICE[cause]
     if (
         purpose == Purpose.UNKNOWN
-        and family in (Family.ALL_REDUCE, Family.ALL_GATHER_REDUCE_SCATTER)
+        and (family == Family.ALL_GATHER_REDUCE_SCATTER or side)
         and cause in _NON_TORCH_ADVICE
         and cause != FindingKind.TRANSFER_BOUND
     ):
@@ -391,6 +392,7 @@ def advice(
     bandwidth: str | None = None,
     pytorch: bool = True,
     prefetch: bool = False,
+    side: bool = False,
 ) -> str:
     """The advice text for a cause (or ``transfer-bound``) on a collective family, chosen by
     purpose first (§10), then family; CPU runs get CPU advice; a bucketed run is not told to
@@ -402,7 +404,7 @@ def advice(
         return _CPU_ADVICE[cause]
     if cause == FindingKind.TRANSFER_BOUND and bandwidth == "latency":
         return _LATENCY_ADVICE
-    read = _read_advice(cause, family, purpose, pytorch, prefetch, bandwidth)
+    read = _read_advice(cause, family, purpose, pytorch, prefetch, bandwidth, side)
     if read is not None:
         return read
     text = None
@@ -501,6 +503,8 @@ class AdviceContext:
     pytorch: bool = True
     #: the FSDP all-gathers already run under the previous layer's compute (prefetch is on)
     prefetch: bool = False
+    #: families whose collectives of unknown purpose come from a side thread (§13)
+    side: frozenset[str] = frozenset()
 
     def verdict(self, family: str) -> str | None:
         bw = self.bandwidth.get(family)
@@ -712,6 +716,7 @@ def _cause_findings(
                     bucketed=ctx.bucketed,
                     pytorch=ctx.pytorch,
                     prefetch=ctx.prefetch,
+                    side=str(fam) in ctx.side,
                 ),
                 family=str(fam),
                 exposed_ns=int(ns),
@@ -748,6 +753,7 @@ def _host_finding(
                 bucketed=ctx.bucketed,
                 pytorch=ctx.pytorch,
                 prefetch=ctx.prefetch,
+                side=str(fam) in ctx.side,
             ),
             purpose=purpose,
             family=fam,
@@ -812,6 +818,7 @@ def _transfer_bound_finding(
                 bucketed=ctx.bucketed,
                 pytorch=ctx.pytorch,
                 prefetch=ctx.prefetch,
+                side=str(fam) in ctx.side,
                 bandwidth=None if bw is None else bw.verdict,
             ),
             purpose=purpose,
