@@ -24,6 +24,7 @@ from traceoverlap.core.model import Timeline, TraceInfo, concat_timelines, make_
 from traceoverlap.core.options import Thresholds, load_config
 from traceoverlap.core.vocab import Purpose
 from traceoverlap.rank.hostranges import KERNEL_MARK
+from traceoverlap.readers.kineto._columns import input_bytes
 from traceoverlap.run.findings import advice
 
 MS = 1_000_000
@@ -326,3 +327,30 @@ def test_dlrm_gpu_ranks_compare_kernels() -> None:
     assert len(b)
     causes = [c for c in b["cause"].dropna().astype(str)]
     assert all(not c.startswith(KERNEL_MARK) for c in causes)
+
+
+# --- §13 bytes from Input Dims ----------------------------------------------------------------
+
+
+def test_input_bytes_from_dims_and_types() -> None:
+    """``Input Dims`` x ``Input type``: a 128 x 128 float tensor is 65,536 bytes; two bf16
+    tensors of 10 and 6 elements 32; a tensor list (no element type) or an unknown type is
+    unknown; scalars and empty arguments are skipped."""
+    assert input_bytes(b"[[128, 128]]", b'["float"]') == 128 * 128 * 4
+    assert input_bytes(b"[[10], [2, 3]]", b'["c10::BFloat16", "c10::BFloat16"]') == 16 * 2
+    assert input_bytes(b"[[18], [], []]", b'["double", "", "Scalar"]') == 18 * 8
+    assert input_bytes(b"[[[128, 128]], []]", b'["TensorList", ""]') == -1
+    assert input_bytes(b"[[4]]", b'["mystery"]') == -1
+    assert input_bytes(b"[[4]]", b"not json") == -1
+
+
+def test_gloo_all_reduce_bytes_from_input_dims() -> None:
+    """style_shampoo_allgather all-reduces each parameter of Linear(128,128) and
+    Linear(128,16) (gloo on CPU: no record_param_comms, sizes only in ``Input Dims``): weights
+    128 x 128 x 4 = 65,536 and 16 x 128 x 4 = 8,192 bytes, biases 128 x 4 = 512 and 16 x 4 = 64.
+    The all-gather's input is one rank's shard: left unknown."""
+    inst = analyze(WORK / "style_shampoo_allgather").collectives.instances
+    ar = inst[inst["family"] == "AllReduce"]
+    assert set(ar["bytes"].astype(int)) == {65536, 512, 8192, 64}
+    ag = inst[inst["family"] == "AllGather/ReduceScatter"]
+    assert ag["bytes"].isna().all()

@@ -46,6 +46,8 @@ class _Args(msgspec.Struct, gc=False, frozen=True):
     block: tuple[int, int, int] = NO_DIMS
     # CPU ops' input shapes (``record_shapes=True``), kept raw: only hashed, per distinct text
     input_dims: msgspec.Raw = msgspec.field(default=NO_INPUT_DIMS, name="Input Dims")
+    # and their element types (``Input type``): raw, read only for communication ops' bytes
+    input_type: msgspec.Raw = msgspec.field(default=NO_INPUT_DIMS, name="Input type")
 
 
 _NO_ARGS = _Args()
@@ -146,6 +148,7 @@ class LooseArgs(msgspec.Struct, gc=False):
     grid: Any = NO_DIMS
     block: Any = NO_DIMS
     input_dims: Any = msgspec.field(default=None, name="Input Dims")
+    input_type: Any = msgspec.field(default=None, name="Input type")
 
 
 LOOSE_EMPTY = LooseArgs()
@@ -354,6 +357,7 @@ def _as_loose(e: Any) -> Any:
             a.grid,
             a.block,
             _raw_value(a.input_dims),
+            _raw_value(a.input_type),
         )
         return _LooseEvent(e.ph, e.cat, e.name, e.pid, e.tid, e.ts, e.dur, None, args)
     return e
