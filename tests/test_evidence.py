@@ -354,3 +354,13 @@ def test_gloo_all_reduce_bytes_from_input_dims() -> None:
     assert set(ar["bytes"].astype(int)) == {65536, 512, 8192, 64}
     ag = inst[inst["family"] == "AllGather/ReduceScatter"]
     assert ag["bytes"].isna().all()
+
+
+def test_style_moe_uneven_root_is_the_expert_range() -> None:
+    """Rank 1's expert gets 3x the tokens: in every step rank 0 waits for rank 1, and the root
+    named is ``expert`` (the range that grew), not ``forward`` around it (it holds ``expert``)
+    nor the ``aten::*`` ops inside it (ops say what, the range says where)."""
+    b = analyze(WORK / "style_moe_uneven").collectives.blame
+    assert len(b) and set(b["root_rank"]) == {1}
+    assert set(b["cause"]) == {"expert"}
+    assert (b["explained_ratio"] >= 0.5).all()

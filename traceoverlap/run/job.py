@@ -16,6 +16,7 @@ rank was doing from the host ranges the map kept (:mod:`traceoverlap.rank.hostra
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -321,6 +322,18 @@ class _Ranges:
         return {str(self.names[i]): int(per[i]) for i in hit.tolist()}
 
 
+#: Ranges that name a phase of the step, not what the rank was doing in it (diagnosis.md §14).
+_PHASE = re.compile(
+    r"(?i)^(##\s*)?(forward|backward|optimizer|train_step|training_step|train|step|iteration)"
+    r"\b|\.forward$|^Optimizer\.|^DistributedDataParallel|^FullyShardedDataParallel"
+)
+
+
+def _is_op(name: str) -> bool:
+    """An op (``aten::mm``, ``fbgemm::...``) or a GPU kernel, not a range a user named."""
+    return name.startswith(KERNEL_MARK) or "::" in name
+
+
 def _cause(
     root: _Ranges,
     root_win: tuple[int, int],
@@ -347,11 +360,16 @@ def _cause(
         return None, 0
     most = [n for n, x in excess.items() if late > 0 and x >= EXPLAINED_RATIO * late]
     if most:
-        # the deepest: a range around none of the others (``straggler_sleep`` inside each
-        # ``microbatch#k``, all inside ``forward``); then the largest excess
+        # a range the user named (``expert``, ``dataloader``) says where, the ops inside it
+        # (``aten::mm``) only what: the ranges first, unless they are only phases (``forward``
+        # around an ``aten::index`` that grew); then the deepest, a range around none of the
+        # others (``straggler_sleep`` inside each ``microbatch#k``, all inside ``forward``);
+        # then the largest excess
+        named = [n for n in most if not _is_op(n) and not _PHASE.search(n)]
+        pool = named or most
         deepest = [
-            n for n in most if not any(root.encloses(n, m, *root_win) for m in most if m != n)
-        ] or most
+            n for n in pool if not any(root.encloses(n, m, *root_win) for m in pool if m != n)
+        ] or pool
         name = min(deepest, key=lambda n: (-excess[n], mine[n], n))
     else:
         near = [n for n, x in excess.items() if 10 * x >= 9 * best]
