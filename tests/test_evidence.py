@@ -227,7 +227,8 @@ def _tail_timeline(fmt: str, marker: str) -> Timeline:
     kernels = [(f"k{i}", 7, 5 * i, 5 * i + 5) for i in range(10)]
     kernels.append(("ncclKernel_AllReduce_RING_LL_Sum_float", 20, 40, 56))
     t = gpu_timeline(kernels, [(marker, 0, 1)])
-    return Timeline(t.events, (dataclasses.replace(t.traces[0], format=fmt),))
+    info = dataclasses.replace(t.traces[0], format=fmt, pytorch_capture=fmt == "kineto")
+    return Timeline(t.events, (info,))
 
 
 def test_no_pytorch_advice_without_pytorch() -> None:

@@ -265,7 +265,7 @@ def unit_purposes(
     has_bwd = bool(names.test(lambda s: bool(PATTERNS[Phase.BACKWARD].search(s))).any())
     # a Kineto trace is the PyTorch profiler's; an Nsight Systems one shows PyTorch only by its
     # names (an MPI / CUDA program shows none)
-    torch = unit.traces[0].format != "nsys" or bool(
+    torch = unit.traces[0].pytorch_capture or bool(
         names.test(lambda s: bool(_PYTORCH.search(s))).any()
     )
     if inst.empty:
