@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 import click
 
 from ..core.errors import TraceoverlapError
-from ..core.vocab import DEFAULT_STEP_REGEX, LOST_RATIO
+from ..core.vocab import DEFAULT_STEP_REGEX, LOST_RATIO, STRAGGLER_RATIO
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -170,7 +170,8 @@ def _analysis_option_list(helps: dict[str, str]) -> list[Callable[[Any], Any]]:
             help=helps.get(
                 "config",
                 "TOML file with [classify] comm_patterns, [steps] step_regex, [thresholds] "
-                "lost_ratio (docs/cli.md 'Configuration file'); options given here win.",
+                "lost_ratio, straggler_ratio (docs/cli.md 'Configuration file'); options given "
+                "here win.",
             ),
         ),
         click.option(
@@ -180,6 +181,15 @@ def _analysis_option_list(helps: dict[str, str]) -> list[Callable[[Any], Any]]:
                 "lost_threshold",
                 "A step is compute-bound when the time the device was not computing is below "
                 f"this share of the step (default {LOST_RATIO:.2f}).",
+            ),
+        ),
+        click.option(
+            "--straggler-threshold",
+            type=click.FloatRange(0, 1),
+            help=helps.get(
+                "straggler_threshold",
+                "Name a straggler only when the waiting that traces back to it is at least this "
+                f"share of step time (default {STRAGGLER_RATIO:.2f}).",
             ),
         ),
         jobs_option(helps.get("jobs")),
@@ -246,12 +256,20 @@ def run_analysis(
 
     cfg = load_config(opts["config"]) if opts.get("config") else None
     lost = opts.get("lost_threshold")
+    late = opts.get("straggler_threshold")
+    thresholds = None
+    if lost is not None or late is not None:  # each one not given: the config's, else default
+        c = cfg or {}
+        thresholds = Thresholds(
+            lost_ratio=lost if lost is not None else c.get("lost_ratio", LOST_RATIO),
+            straggler_ratio=late if late is not None else c.get("straggler_ratio", STRAGGLER_RATIO),
+        )
     options = AnalyzeOptions(
         step_regex=opts.get("step_regex"),
         steps=opts.get("steps"),
         ranks=opts.get("ranks") or None,
         comm_patterns=tuple(opts.get("comm_patterns") or ()),
-        thresholds=Thresholds(lost_ratio=lost) if lost is not None else None,
+        thresholds=thresholds,
         config=cfg,
         jobs=opts.get("jobs"),
         scheduler=opts.get("scheduler"),

@@ -289,6 +289,10 @@ class TraceInfo:
     #: when only ranges the program marks can show it (Nsight Systems sees no gloo work), so a
     #: CPU unit without communication has it unseen, not absent
     host_comm_seen: bool = True
+    #: the capture is the PyTorch profiler's (Kineto), so the program is PyTorch; False for a
+    #: capture of any program (Nsight Systems), where PyTorch shows only by its names and a
+    #: program without them (MPI, CUDA) gets no PyTorch advice (diagnosis.md §13)
+    pytorch_capture: bool = True
     #: the reader kept only the host ranges the analysis's range filter accepted (Nsight Systems:
     #: an ``emit_nvtx`` capture's million op ranges are never read); a unit that finds no step
     #: marker is read again without the filter, for the no-marker hints

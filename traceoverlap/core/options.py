@@ -12,6 +12,7 @@ Config file (TOML)::
     step_regex = "^train_step"
     [thresholds]
     lost_ratio = 0.10    # compute-bound below this share of the step not spent computing
+    straggler_ratio = 0.05  # no straggler named below this share of step time spent waiting
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import UsageError
-from .vocab import DEFAULT_STEP_REGEX, LOST_RATIO, STEP_RE, step_number
+from .vocab import DEFAULT_STEP_REGEX, LOST_RATIO, STEP_RE, STRAGGLER_RATIO, step_number
 
 if TYPE_CHECKING:
     from .rules import Rules
@@ -39,15 +40,18 @@ class Thresholds:
 
     ``lost_ratio``: a step is ``compute-bound`` when the time the device was not computing
     (``step - compute_only - overlap``) is below this share of the step (diagnosis.md §2).
+    ``straggler_ratio``: a rank is named the straggler only when the exposed waiting that traces
+    back to it is at least this share of the run's step time (diagnosis.md §14).
     """
 
     lost_ratio: float = LOST_RATIO
+    straggler_ratio: float = STRAGGLER_RATIO
 
     def __post_init__(self) -> None:
-        if not _is_ratio(self.lost_ratio):
-            raise UsageError(
-                f"lost_ratio: expected a number between 0 and 1, got {self.lost_ratio!r}"
-            )
+        for name in ("lost_ratio", "straggler_ratio"):
+            value = getattr(self, name)
+            if not _is_ratio(value):
+                raise UsageError(f"{name}: expected a number between 0 and 1, got {value!r}")
 
 
 def _is_ratio(value: Any) -> bool:
@@ -170,7 +174,11 @@ def build_options(
         steps=selection,
         ranks=tuple(sorted(set(ranks))) if ranks is not None else None,
         comm_patterns=tuple(cfg.get("comm_patterns", ())) + tuple(comm_patterns),
-        thresholds=thresholds or Thresholds(lost_ratio=cfg.get("lost_ratio", LOST_RATIO)),
+        thresholds=thresholds
+        or Thresholds(
+            lost_ratio=cfg.get("lost_ratio", LOST_RATIO),
+            straggler_ratio=cfg.get("straggler_ratio", STRAGGLER_RATIO),
+        ),
     )
 
 
@@ -225,7 +233,10 @@ class AnalyzeOptions:
 _CONFIG_KEYS: dict[str, dict[str, str]] = {
     "classify": {"comm_patterns": "a list of regex strings"},
     "steps": {"step_regex": "a regex string"},
-    "thresholds": {"lost_ratio": "a number between 0 and 1"},
+    "thresholds": {
+        "lost_ratio": "a number between 0 and 1",
+        "straggler_ratio": "a number between 0 and 1",
+    },
 }
 _RENAMED = {
     ("thresholds", "exposed_ratio"): "thresholds.lost_ratio (docs/diagnosis.md §2)",
@@ -266,7 +277,7 @@ def _name(name: str) -> str:
 
 def load_config(path: str | Path) -> dict[str, Any]:
     """Read and validate a TOML config file; returns flat keys (``comm_patterns``, ``step_regex``,
-    ``lost_ratio``). Unknown sections or keys and values of the wrong type are errors naming the
+    ``lost_ratio``, ``straggler_ratio``). Unknown sections or keys and values of the wrong type are errors naming the
     file and the key."""
     if sys.version_info >= (3, 11):  # imported here: only a run with a config file needs it
         import tomllib

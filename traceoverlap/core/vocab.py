@@ -322,6 +322,11 @@ def step_number(label: object) -> int | None:
 #: the step (``--lost-threshold``, ``[thresholds] lost_ratio``).
 LOST_RATIO: Final = 0.10
 
+#: diagnosis.md §14: a straggler is named only when the exposed waiting that traces back to it is
+#: at least this share of the run's step time (``--straggler-threshold``,
+#: ``[thresholds] straggler_ratio``); below it the run says "no straggler".
+STRAGGLER_RATIO: Final = 0.05
+
 #: diagnosis.md §8: a compute thread whose next op starts within 1/BLOCKED_PER of a
 #: communication's duration after it ends (and at most :data:`BLOCKED_MAX_NS`) was blocked on it.
 BLOCKED_PER: Final = 100  # 1 %: gap * 100 <= duration

@@ -21,6 +21,13 @@ HOST_RANGE_COLUMNS = ("name", "start_ns", "end_ns")
 #: The name of the rows of :func:`host_ranges` that hold the main thread's communication calls
 #: (their union): time inside them is waiting, not doing.
 COMM_CALLS = "\x00comm"
+#: The first character of the names of :func:`kernel_ranges`' rows (GPU kernels, compared across
+#: ranks by name and call order within the step, diagnosis.md §14): their time is the device's,
+#: so host communication calls are not taken out of it.
+KERNEL_MARK = "\x01"
+#: Past this many compute kernels a unit's kernels are not kept for the blame (their names
+#: would outweigh the rest of the unit's result).
+MAX_KERNELS = 1_000_000
 #: Names that are not "what the rank was doing": step markers, communication calls.
 _NOT_A_CAUSE = re.compile(
     rf"(?i)^({re.escape(STEP_MARKER_PREFIX)}|gloo:|nccl:|c10d::|record_param_comms)"
@@ -96,3 +103,44 @@ def _name_codes(names: pd.Series, rows: I64) -> tuple[npt.NDArray[np.str_], I64]
     text = names.to_numpy()[rows].astype(str)
     labels, code = np.unique(text, return_inverse=True)
     return labels, code.astype(np.int64)
+
+
+def kernel_ranges(
+    ev: pd.DataFrame, kind: npt.NDArray[np.int8], event_window: I64, compute: int
+) -> pd.DataFrame:
+    """A GPU unit's compute kernels in step windows as blame ranges
+    (:data:`HOST_RANGE_COLUMNS`), each named :data:`KERNEL_MARK` + ``name (call k in the step)``
+    (``k``: its order among the kernels of that name in its step window), so that the same
+    kernel is compared with itself on the peers (diagnosis.md §14). ``compute``: the kind code
+    of compute. Empty past :data:`MAX_KERNELS`."""
+    rows = np.flatnonzero((kind == compute) & (event_window >= 0))
+    if rows.size == 0 or rows.size > MAX_KERNELS:
+        return pd.DataFrame(columns=list(HOST_RANGE_COLUMNS))
+    start = ev["start_ns"].to_numpy()[rows]
+    order = np.lexsort((start, event_window[rows]))
+    rows, start = rows[order], start[order]
+    labels, code = _name_codes(ev["name"], rows)
+    win = event_window[rows]
+    # per (window, name): the call order, 1-based
+    key = win.astype(np.int64) * (labels.size + 1) + code
+    by = np.argsort(key, kind="stable")
+    k_sorted = key[by]
+    first = np.ones(by.size, dtype=bool)
+    first[1:] = k_sorted[1:] != k_sorted[:-1]
+    run_start = np.maximum.accumulate(np.where(first, np.arange(by.size), 0))
+    nth = np.empty(by.size, dtype=np.int64)
+    nth[by] = np.arange(by.size) - run_start + 1
+    pair, inv = np.unique(code * (int(nth.max()) + 1) + nth, return_inverse=True)
+    nth_max = int(nth.max()) + 1
+    names = np.array(
+        [f"{KERNEL_MARK}{labels[p // nth_max]} (call {p % nth_max} in the step)" for p in pair],
+        dtype=object,
+    )
+    return pd.DataFrame(
+        {
+            "name": pd.array(names[inv.ravel()], dtype=object),
+            "start_ns": start.astype(np.int64),
+            "end_ns": ev["end_ns"].to_numpy()[rows].astype(np.int64),
+        },
+        columns=list(HOST_RANGE_COLUMNS),
+    )

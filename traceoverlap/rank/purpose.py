@@ -9,6 +9,14 @@ tensor-parallel all-reduce of an inference forward, pipeline send / recv, gloo's
 run as an all-reduce) and the strategy the unit shows (DDP, bucketed all-reduces during backward).
 A purpose no rule gives is ``unknown``: said, never guessed.
 
+Evidence, not names (diagnosis.md §13): an all-gather / reduce-scatter is FSDP's only with FSDP
+evidence (its ranges or modules around the launch: ``FullyShardedDataParallel``, ``FSDP::``,
+``fsdp``, ``unshard`` / ``reshard``, ZeRO / DeepSpeed); without it, one launched inside the
+optimizer is the optimizer's, and any other is ``unknown``. On a CPU unit, a collective launched
+from a thread other than the training main thread (a side thread: metrics, heartbeats, a
+checkpoint writer) is read from that thread's own ranges only, and is a gradient sync only when
+they say so (DDP's reducer, FSDP): the main thread's ``backward`` around it says nothing about it.
+
 Everything is computed per unit with one interval union per pattern and binary searches; names
 are matched once per distinct name.
 """
@@ -26,7 +34,7 @@ import pandas as pd
 
 from ..core import intervals as iv
 from ..core.model import Kind, Timeline, in_categories, values_at
-from ..core.vocab import Family, Phase, Purpose
+from ..core.vocab import Family, Phase, Purpose, family_of
 from .steps import NO_LAUNCH, UnitSteps
 
 I64 = npt.NDArray[np.int64]
@@ -39,7 +47,10 @@ PATTERNS: dict[str, re.Pattern[str]] = {
     ),
     Phase.OPTIMIZER: re.compile(r"(?i)^Optimizer\.|## optimizer ##|^optimizer|optimizer_step"),
     "ddp": re.compile(r"DistributedDataParallel|Reducer|reducer|allreduce_hook|comm_hook"),
-    "fsdp": re.compile(r"(?i)FSDP|FullyShard|fully_shard|zero_?[123]|deepspeed"),
+    "fsdp": re.compile(
+        r"(?i)FSDP|FullyShard|fully_shard|zero_?[123]|deepspeed|\bunshard|\breshard|"
+        r"_?pre_?forward_unshard|post_backward_reshard"
+    ),
     "reduce_scatter_base": re.compile(r"_reduce_scatter_base|reduce_scatter_tensor"),
     "torchrec": re.compile(
         r"(?i)torchrec|KJT|sparse_data_dist|All2All_Pooled|All2All_Seq|all2all_data|"
@@ -59,19 +70,44 @@ PATTERNS: dict[str, re.Pattern[str]] = {
     ),
 }
 _COMM_CALL = re.compile(r"^c10d::|^record_param_comms$")
+#: Names only PyTorch writes (diagnosis.md §13: an MPI or other non-PyTorch program has none).
+_PYTORCH = re.compile(
+    r"^(aten::|c10d::|autograd::|ProfilerStep#|record_param_comms$|Optimizer\.|torch[._]|"
+    r"DistributedDataParallel|FullyShardedDataParallel|nccl:\w+, op_id)"
+)
 _HOST_CATEGORIES = ("cpu_op", "annotation", "python_function", "user_annotation")
+
+
+#: diagnosis.md §13: a unit prefetches its FSDP all-gathers when at least this share of them
+#: were issued while compute still ran (:func:`_under_compute`). Not a majority: on a CPU unit an
+#: all-gather that ends before the thread's next op starts shows nothing either way (a loaded
+#: host may finish it inside the launching call), while a blocking one never has compute under it.
+PREFETCH_SHARE = 0.25
+#: ... "under compute" on a CPU unit: the thread's next op starts before the last
+#: 1/PREFETCH_MARGIN of the instance (not in the few µs between the worker signalling the end
+#: and recording it)
+PREFETCH_MARGIN = 10
 
 
 @dataclass(frozen=True)
 class UnitStrategy:
     """What the unit's trace shows it already does: ``ddp`` (DDP ranges), ``bucketed`` (DDP, or
     two or more all-reduces launched inside backward in one step), ``backward`` (it trains),
-    ``cpu`` (a CPU unit)."""
+    ``cpu`` (a CPU unit), ``pytorch`` (the trace shows PyTorch at all: profiler ops, ATen /
+    c10d names, step markers; diagnosis.md §13: no PyTorch advice without it), ``prefetch``
+    (most of its FSDP all-gathers are issued while compute still runs: :func:`_under_compute`)."""
 
     ddp: bool
     bucketed: bool
     backward: bool
     cpu: bool
+    pytorch: bool = True
+    #: the FSDP all-gathers run under the previous layer's compute (prefetch is on); None
+    #: when the unit has none
+    prefetch: bool | None = None
+    #: the families of the collectives of unknown purpose launched from a side thread (no
+    #: gradient sync: their advice presumes no training strategy)
+    side_families: tuple[str, ...] = ()
 
 
 def _query_times(
@@ -156,10 +192,13 @@ class _HostNames:
 
 
 def _inside(
-    ev: pd.DataFrame, names: _HostNames, rx: re.Pattern[str], t: I64
+    ev: pd.DataFrame, names: _HostNames, rx: re.Pattern[str], t: I64, tid: int | None = None
 ) -> npt.NDArray[np.bool_]:
-    """Per time in ``t``: inside a host range whose name matches ``rx``?"""
+    """Per time in ``t``: inside a host range whose name matches ``rx`` (on thread ``tid`` only,
+    when given)?"""
     rows = names.rows(lambda s: bool(rx.search(s)))
+    if tid is not None and rows.size:
+        rows = rows[ev["tid"].to_numpy()[rows] == tid]
     if rows.size == 0 or t.size == 0:
         return np.zeros(t.size, dtype=bool)
     s, e = iv.union(ev["start_ns"].to_numpy()[rows], ev["end_ns"].to_numpy()[rows])
@@ -167,20 +206,48 @@ def _inside(
     return (k >= 0) & (t < e[np.maximum(k, 0)])
 
 
-def _last_call_names(ev: pd.DataFrame, names: _HostNames, t: I64) -> npt.NDArray[np.object_]:
-    """CPU units: per time, the name of the last ``c10d::*`` call starting at or before it."""
+def _last_calls(
+    ev: pd.DataFrame, names: _HostNames, t: I64, fam: npt.NDArray[np.str_]
+) -> tuple[npt.NDArray[np.object_], I64]:
+    """CPU units: per time, the name and the row of the last ``c10d::*`` call starting at or
+    before it, of the instance's family when one is (several threads may issue calls: the call
+    of another family is another thread's); ("", -1) when none."""
     out = np.full(t.size, "", dtype=object)
+    row = np.full(t.size, -1, dtype=np.int64)
     idx = names.rows(lambda s: bool(_COMM_CALL.search(s)))
     if idx.size == 0 or t.size == 0:
-        return out
+        return out, row
     st = ev["start_ns"].to_numpy()[idx]
     order = np.argsort(st, kind="stable")
     idx, st = idx[order], st[order]
-    k = np.searchsorted(st, t, side="right") - 1
-    ok = k >= 0
     names_col = values_at(ev["name"], idx)
-    out[ok] = [str(names_col[j]) for j in k[ok].tolist()]
-    return out
+    call_fam = np.array([family_of(str(n).removeprefix("c10d::")) for n in names_col], dtype=object)
+    k = np.searchsorted(st, t, side="right") - 1
+    for f in np.unique(fam).tolist():
+        mine = fam == f
+        same = np.flatnonzero(call_fam == f)
+        if same.size:  # the last call of the same family, else any last call
+            kk = np.searchsorted(st[same], t[mine], side="right") - 1
+            pick = np.where(kk >= 0, same[np.maximum(kk, 0)], k[mine])
+        else:
+            pick = k[mine]
+        got = np.full(pick.size, -1, dtype=np.int64)
+        got[pick >= 0] = idx[pick[pick >= 0]]
+        row[mine] = got
+        out[np.flatnonzero(mine)[pick >= 0]] = [str(names_col[j]) for j in pick[pick >= 0]]
+    return out, row
+
+
+def _main_thread(ev: pd.DataFrame, host: npt.NDArray[np.bool_]) -> int | None:
+    """The training main thread of a CPU unit: the host thread with the most ``cpu_op`` s outside
+    gloo's workers (as :func:`~traceoverlap.rank.hostranges.host_ranges` reads it)."""
+    ops = host & (ev["category"] == "cpu_op").to_numpy()
+    if "thread_name" in ev.columns:
+        ops &= ~(ev["thread_name"] == "pt_gloo_runloop").to_numpy(dtype=bool, na_value=False)
+    if not ops.any():
+        return None
+    t_ids, counts = np.unique(ev["tid"].to_numpy()[ops], return_counts=True)
+    return int(t_ids[np.argmax(counts)])
 
 
 def unit_purposes(
@@ -196,18 +263,39 @@ def unit_purposes(
     names = _HostNames(ev["name"], host)
     has_ddp = bool(names.test(lambda s: "DistributedDataParallel" in s).any())
     has_bwd = bool(names.test(lambda s: bool(PATTERNS[Phase.BACKWARD].search(s))).any())
+    # a Kineto trace is the PyTorch profiler's; an Nsight Systems one shows PyTorch only by its
+    # names (an MPI / CUDA program shows none)
+    torch = unit.traces[0].pytorch_capture or bool(
+        names.test(lambda s: bool(_PYTORCH.search(s))).any()
+    )
     if inst.empty:
-        return np.zeros(0, dtype=object), UnitStrategy(has_ddp, has_ddp, has_bwd, not steps.gpu)
+        return np.zeros(0, dtype=object), UnitStrategy(
+            has_ddp, has_ddp, has_bwd, not steps.gpu, torch
+        )
     t = _query_times(ev, kind, inst, steps)
+    fam = inst["family"].astype(str).to_numpy()
     flag = {k: _inside(ev, names, rx, t) for k, rx in PATTERNS.items()}
+    side = np.zeros(len(inst), dtype=bool)
     if not steps.gpu:
-        last = _last_call_names(ev, names, t)
+        last, call_row = _last_calls(ev, names, t, fam)
         flag["reduce_scatter_base"] |= np.array(
             [bool(PATTERNS["reduce_scatter_base"].search(s)) for s in last], dtype=bool
         )
-    fam = inst["family"].astype(str).to_numpy()
+        main = _main_thread(ev, host)
+        tids = np.where(call_row >= 0, ev["tid"].to_numpy()[np.maximum(call_row, 0)], -1)
+        side = (call_row >= 0) & (main is not None) & (tids != (main if main is not None else -1))
+        # a side thread's instance: its own thread's ranges only (the main thread's phase
+        # around it says nothing about it)
+        for tid in np.unique(tids[side]).tolist():
+            mine = side & (tids == tid)
+            for k, rx in PATTERNS.items():
+                if k != "reduce_scatter_base":
+                    flag[k][mine] = _inside(ev, names, rx, t[mine], int(tid))
+    else:
+        call_row = np.full(len(inst), -1, dtype=np.int64)
+    flag["side"] = side
     text = (inst["label"].astype(str) + " " + inst["kernel"].astype(str)).to_numpy()
-    in_bwd_ar = (fam == Family.ALL_REDUCE) & flag[Phase.BACKWARD]
+    in_bwd_ar = (fam == Family.ALL_REDUCE) & flag[Phase.BACKWARD] & ~side
     win = inst["window"].to_numpy()
     per_win = (
         np.bincount(win[in_bwd_ar & (win >= 0)], minlength=1) if in_bwd_ar.any() else np.zeros(1)
@@ -217,7 +305,53 @@ def unit_purposes(
         [_purpose(i, fam[i], text[i], flag, has_ddp, has_bwd) for i in range(len(inst))],
         dtype=object,
     )
-    return out, UnitStrategy(has_ddp, bucketed, has_bwd, not steps.gpu)
+    ag = out == Purpose.FSDP_ALLGATHER
+    prefetch = None
+    if ag.any():
+        under = _under_compute(ev, kind, inst, steps, call_row)[ag]
+        prefetch = bool(int(under.sum()) >= PREFETCH_SHARE * under.size)
+    side_fam = tuple(sorted(set(fam[side & (out == Purpose.UNKNOWN)].tolist())))
+    return out, UnitStrategy(has_ddp, bucketed, has_bwd, not steps.gpu, torch, prefetch, side_fam)
+
+
+def _under_compute(
+    ev: pd.DataFrame,
+    kind: npt.NDArray[np.int8],
+    inst: pd.DataFrame,
+    steps: UnitSteps,
+    call_row: I64,
+) -> npt.NDArray[np.bool_]:
+    """Per instance: was it issued while compute still ran (diagnosis.md §13, prefetch)? GPU:
+    a compute activity was running when it started (the previous layer's kernels). CPU: its
+    thread went on computing after the call returned and before the instance ended (an
+    asynchronous launch with work under it), rather than blocking until it was done."""
+    start = ev["start_ns"].to_numpy()
+    end = ev["end_ns"].to_numpy()
+    i_start = inst["start_ns"].to_numpy(np.int64)
+    i_end = inst["end_ns"].to_numpy(np.int64)
+    if steps.gpu:
+        rows = np.flatnonzero(kind == Kind.COMPUTE)
+        if rows.size == 0:
+            return np.zeros(len(inst), dtype=bool)
+        s, e = iv.union(start[rows], end[rows])
+        k = np.searchsorted(s, i_start, side="right") - 1
+        return np.asarray((k >= 0) & (i_start < e[np.maximum(k, 0)]), dtype=bool)
+    out = np.zeros(len(inst), dtype=bool)
+    ok = call_row >= 0
+    if not ok.any():
+        return out
+    tid = ev["tid"].to_numpy()
+    op_rows = np.flatnonzero((ev["category"] == "cpu_op").to_numpy())
+    op_names = values_at(ev["name"], op_rows).astype(str)
+    op_rows = op_rows[~np.array([bool(_COMM_CALL.search(n)) for n in op_names], dtype=bool)]
+    for t in np.unique(tid[call_row[ok]]).tolist():
+        mine = np.flatnonzero(ok & (tid[np.maximum(call_row, 0)] == t))
+        st = np.sort(start[op_rows[tid[op_rows] == t]])
+        lo = np.searchsorted(st, end[call_row[mine]], side="left")
+        margin = (i_end[mine] - i_start[mine]) // PREFETCH_MARGIN
+        hi = np.searchsorted(st, i_end[mine] - margin, side="left")
+        out[mine] = hi > lo
+    return out
 
 
 def _purpose(
@@ -256,14 +390,23 @@ def _alltoall_purpose(i: int, flag: dict[str, npt.NDArray[np.bool_]], low: str) 
 
 
 def _fsdp_purpose(i: int, flag: dict[str, npt.NDArray[np.bool_]], low: str) -> str:
-    fsdp = bool(flag["fsdp"][i]) or "all_gather_base" in low or "allgather_into_tensor" in low
-    if not fsdp and not ("reduce_scatter_base" in low or "reducescatter_tensor" in low):
-        return Purpose.UNKNOWN
+    """FSDP's only with FSDP evidence around the launch (or in the name); else the optimizer's
+    when launched inside it (a Distributed Shampoo / ZeRO-1 style parameter gather), else
+    unknown: ``_allgather_base`` is what any code calls (diagnosis.md §13)."""
+    if not (bool(flag["fsdp"][i]) or "fsdp" in low):
+        return Purpose.OPTIMIZER_COLLECTIVE if bool(flag[Phase.OPTIMIZER][i]) else Purpose.UNKNOWN
     gather = "gather" in low.replace("reducescatter", "").replace("reduce_scatter", "")
     return Purpose.FSDP_ALLGATHER if gather else Purpose.FSDP_REDUCESCATTER
 
 
 def _allreduce_purpose(i: int, flag: dict[str, npt.NDArray[np.bool_]], ddp: bool, bwd: bool) -> str:
+    if bool(flag["side"][i]):
+        # a side thread: a gradient sync only when its own ranges say so
+        if bool(flag["ddp"][i]):
+            return Purpose.DDP_GRADIENT_ALLREDUCE
+        if bool(flag[Phase.OPTIMIZER][i]):
+            return Purpose.OPTIMIZER_COLLECTIVE
+        return Purpose.GRADIENT_ALLREDUCE if bool(flag[Phase.BACKWARD][i]) else Purpose.UNKNOWN
     if bool(flag["tensor_parallel"][i]) or (bool(flag[Phase.FORWARD][i]) and not bwd):
         return Purpose.TP_ALLREDUCE
     if bool(flag["ddp"][i]) or (ddp and bool(flag[Phase.BACKWARD][i])):

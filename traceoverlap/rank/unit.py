@@ -43,7 +43,7 @@ from .causes import local_causes
 from .classify import comm_call_mask, kinds, name_mask, unseen_comm_note
 from .cpuwindows import UnitSets, cpu_windows, unit_sets, window_detail_rows
 from .detail import StepDetail
-from .hostranges import host_ranges
+from .hostranges import host_ranges, kernel_ranges
 from .hostwait import lane_calls, lane_codes
 from .instances import unit_instances
 from .metrics import ActivityRows, StepSets, activity_rows, device_covered, step_parts, step_sets
@@ -397,11 +397,21 @@ def analyze_unit(
         notes=tuple(notes),
         range_names=ranges,
         labels_found=steps.labels_found if n == 0 else (),
-        host_ranges=host_ranges(ev, int(steps.start_ns.min()), int(steps.end_ns.max()))
-        if n and len(instances)
-        else None,
+        host_ranges=_blame_ranges(ev, kind, steps) if n and len(instances) else None,
         strategy=strategy,
     )
+
+
+def _blame_ranges(ev: pd.DataFrame, kind: npt.NDArray[np.int8], steps: UnitSteps) -> pd.DataFrame:
+    """What the blame chains compare across ranks (diagnosis.md §14): the main thread's ranges
+    and, on a GPU unit, its compute kernels by name and call order within the step."""
+    ranges = host_ranges(ev, int(steps.start_ns.min()), int(steps.end_ns.max()))
+    if not steps.gpu:
+        return ranges
+    kernels = kernel_ranges(ev, kind, steps.event_window, int(Kind.COMPUTE))
+    if kernels.empty:
+        return ranges
+    return pd.concat([ranges, kernels], ignore_index=True) if len(ranges) else kernels
 
 
 #: Launch calls (runtime API) a trace may hold without device activity before it is refused.

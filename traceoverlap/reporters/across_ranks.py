@@ -74,8 +74,15 @@ def across_ranks_lines(coll: Collectives, steps: pd.DataFrame) -> list[str]:
                 )
             else:
                 lines.append(
-                    f"  straggler: rank {top} ({fmt.pct(waited / wait)} of all waiting was for it)"
+                    f"  straggler: rank {top} ({fmt.pct(waited / wait)} of all waiting was for it"
+                    + (
+                        f"; {fmt.pct(coll.verdict.rank_ratio)} of step time)"
+                        if coll.verdict is not None
+                        else ")"
+                    )
                 )
+        elif coll.verdict is not None and not coll.verdict.rank_named:
+            lines.append(f"  {coll.verdict.text()}")
     else:
         lines.append("  arrival order not shown: rank clocks could not be aligned")
     skew = coll.step_skew

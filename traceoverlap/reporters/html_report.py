@@ -720,6 +720,16 @@ def _across_ranks(analysis: Analysis) -> str:
     if top is not None:
         label = "latest rank among those given" if coll.partial else "most waited-for rank"
         cards.append(_card(label, f"rank {top}", "arrived last most often", ""))
+    elif coll.verdict is not None:
+        moving = bool(coll.verdict.moving)
+        cards.append(
+            _card(
+                "the late rank" if moving else "straggler",
+                "moves" if moving else "none",
+                _e(coll.verdict.text()),
+                "",
+            )
+        )
     parts.append("<div class='cards'>" + "".join(cards) + "</div>")
     st = coll.stragglers
     if coll.aligned and not st.empty:

@@ -144,6 +144,16 @@ def collectives_dict(coll: Collectives) -> dict[str, Any]:
             "partial": coll.partial,
             "matched": coll.n_matched,
             "inconsistent": coll.n_inconsistent,
+            "verdict": None
+            if coll.verdict is None
+            else {
+                "rank": coll.verdict.rank,
+                "wait_ratio": coll.verdict.wait_ratio,
+                "rank_ratio": coll.verdict.rank_ratio,
+                "min_ratio": coll.verdict.min_ratio,
+                "moving": [{"rank": r, "steps": list(st)} for r, st in coll.verdict.moving],
+                "text": coll.verdict.text(),
+            },
             "ranks": records(coll.stragglers, STRAGGLERS.names),
             "steps": records(coll.step_skew, STEP_SKEW.names),
         },

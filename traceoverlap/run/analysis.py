@@ -65,11 +65,11 @@ from ..rank.unit import FileResult, UnitResult, map_file, map_timeline, require_
 from ..readers.paths import Inputs, expand_paths, made_by_this_run, map_units, resolve_inputs
 from .bandwidth import add_bandwidth, family_bandwidth
 from .findings import AdviceContext, findings
-from .job import blame_table, empty_blame, top_blame
+from .job import blame_table, empty_blame, straggler_verdict, top_blame
 from .matching import CauseSets, Collectives, match_collectives
 from .onerun import one_run
 from .parallel import run_map
-from .purpose import attach_purposes
+from .purpose import attach_purposes, prefetching
 from .results import STEP_COLUMNS, Analysis
 from .summary import summarize_run, unit_key
 from .verdicts import partial_hedge, verdict
@@ -287,6 +287,12 @@ def _reduce(
     blame = _blame(units, coll, win)
     coll = replace(coll, blame=blame, stragglers=_with_roots(coll.stragglers, blame))
     df = _step_table(units, win, coll, sets, options.thresholds)
+    coll = replace(
+        coll,
+        verdict=straggler_verdict(coll.blame, df, options.thresholds.straggler_ratio)
+        if coll.aligned
+        else None,
+    )
     shown = _shown_windows(df, options)
     if not shown.any():
         raise UsageError(
@@ -304,12 +310,16 @@ def _reduce(
         straggler=top,
         straggler_text=None if top is None else _among(str(top), coll),
         straggler_ns=None if top is None else _root_ns(coll, top),
+        straggler_note=None if coll.verdict is None else coll.verdict.text(),
         partial=partial_hedge(coll.ranks_given, coll.world_size),
         blame=_shown_blame(coll.blame, df),
         context=AdviceContext(
             cpu=bool(units) and all(u.trace.device is None for u in units),
             bucketed=any(u.strategy is not None and u.strategy.bucketed for u in units),
             bandwidth=family_bandwidth(coll.instances),
+            pytorch=any(u.strategy is None or u.strategy.pytorch for u in units),
+            prefetch=prefetching(units),
+            side=frozenset(f for u in units if u.strategy for f in u.strategy.side_families),
         ),
     )
     analysis = Analysis(

@@ -232,6 +232,15 @@ _PURPOSE_ADVICE: dict[tuple[str, str], str] = {
         "the forward waited for DDP's buffer broadcast (broadcast_buffers=True): set "
         "broadcast_buffers=False when buffers (BatchNorm statistics) need not match every step"
     ),
+    (Cause.TAIL, Purpose.OPTIMIZER_COLLECTIVE): (
+        "the optimizer's collective (a parameter or preconditioner gather, a global norm) ends "
+        "the step with nothing left to compute: issue it asynchronously and overlap it with "
+        "the next step's forward, or compute it less often"
+    ),
+    (FindingKind.TRANSFER_BOUND, Purpose.OPTIMIZER_COLLECTIVE): (
+        "the optimizer's collectives take longer than the compute: run them less often (a "
+        "preconditioner update every few steps), in lower precision, or over fewer ranks"
+    ),
     (Cause.DEPENDENCY, Purpose.OPTIMIZER_COLLECTIVE): (
         "the optimizer step waited for a collective (a global norm for clipping, a ZeRO "
         "parameter gather): overlap it with the next forward (ZeRO overlap_comm) or compute it "
@@ -297,6 +306,82 @@ _BUCKETING_ADVICE = (
 )
 
 
+#: Programs without PyTorch in the trace (an MPI / NCCL application, diagnosis.md §13): what each
+#: cause means there, in the program's own terms (no DDP, FSDP, torch.compile or PyTorch APIs).
+_NON_TORCH_ADVICE: dict[str, str] = {
+    Cause.TAIL: (
+        "the last collective of the step has nothing left to compute under it: start it "
+        "earlier (a non-blocking collective issued as soon as its input is ready) or split it "
+        "so the computation of the next phase runs under its parts"
+    ),
+    Cause.DEPENDENCY: (
+        "compute waited for a collective's result: issue the collective as a non-blocking call "
+        "as early as its input is ready (on its own stream on a GPU), and wait for it only "
+        "where its result is needed"
+    ),
+    Cause.HOST: (
+        "the host had not launched the next compute yet while communication ran: remove host "
+        "work and synchronisation between the launches, and batch many small kernel launches "
+        "(CUDA graphs)"
+    ),
+    FindingKind.TRANSFER_BOUND: (
+        "more communication than compute, so no schedule can hide it: give each rank more work "
+        "per communication (larger messages, fewer collectives)"
+    ),
+    Bottleneck.IDLE: (
+        "nothing ran on the device: launch overhead (many tiny kernels: CUDA graphs), host "
+        "synchronisation, slow input, or a late peer the trace cannot show"
+    ),
+}
+
+#: FSDP advice for a run whose all-gathers already run under the previous layer's compute
+#: (prefetch is on, read from the trace, diagnosis.md §13).
+_PREFETCH_ON_ADVICE: dict[str, str] = {
+    Cause.DEPENDENCY: (
+        "compute waited for the all-gathered parameters although each all-gather already runs "
+        "under the previous layer's compute (prefetch is on): the all-gather takes longer than "
+        "a layer computes: larger FSDP units (more compute per all-gather), shard over fewer "
+        "ranks (hybrid sharding within a node), or a lower-precision all-gather"
+    ),
+    Cause.TAIL: (
+        "the last all-gather / reduce-scatter of the step has no compute after it, though "
+        "prefetch is already on: keep the last layers unsharded after forward "
+        "(reshard_after_forward=False) and reduce-scatter their gradients under the optimizer"
+    ),
+}
+
+
+def _read_advice(
+    cause: str,
+    family: str,
+    purpose: str | None,
+    pytorch: bool,
+    prefetch: bool,
+    bandwidth: str | None,
+    side: bool = False,
+) -> str | None:
+    """The advice that what the trace shows decides (diagnosis.md §13), None when it decides
+    nothing: no PyTorch in the trace, FSDP prefetch already on, an all-gather / reduce-scatter
+    without FSDP evidence or a side thread's collective of unknown purpose (``side``): what its
+    cause means, without a strategy it may not use."""
+    if not pytorch and cause in _NON_TORCH_ADVICE:
+        plain = _NON_TORCH_ADVICE[cause]
+        if cause == FindingKind.TRANSFER_BOUND and bandwidth != "bandwidth":
+            plain += "; " + _NO_BW_EVIDENCE
+        return plain
+    fsdp = purpose in (Purpose.FSDP_ALLGATHER, Purpose.FSDP_REDUCESCATTER)
+    if prefetch and fsdp and cause in _PREFETCH_ON_ADVICE:
+        return _PREFETCH_ON_ADVICE[cause]
+    if (
+        purpose == Purpose.UNKNOWN
+        and (family == Family.ALL_GATHER_REDUCE_SCATTER or side)
+        and cause in _NON_TORCH_ADVICE
+        and cause != FindingKind.TRANSFER_BOUND
+    ):
+        return _NON_TORCH_ADVICE[cause]
+    return None
+
+
 def advice(
     cause: str,
     family: str,
@@ -305,15 +390,23 @@ def advice(
     cpu: bool = False,
     bucketed: bool = False,
     bandwidth: str | None = None,
+    pytorch: bool = True,
+    prefetch: bool = False,
+    side: bool = False,
 ) -> str:
     """The advice text for a cause (or ``transfer-bound``) on a collective family, chosen by
     purpose first (§10), then family; CPU runs get CPU advice; a bucketed run is not told to
     bucket; ``transfer-bound`` advice asks to move fewer bytes only when ``bandwidth`` is
-    ``"bandwidth"`` (§9) and says latency or waiting when it is ``"latency"``."""
+    ``"bandwidth"`` (§9) and says latency or waiting when it is ``"latency"``. A program
+    without PyTorch (``pytorch`` false) gets no PyTorch advice; a run that already prefetches
+    its FSDP all-gathers (``prefetch``) is not told to enable prefetch (§13)."""
     if cpu and cause in _CPU_ADVICE:
         return _CPU_ADVICE[cause]
     if cause == FindingKind.TRANSFER_BOUND and bandwidth == "latency":
         return _LATENCY_ADVICE
+    read = _read_advice(cause, family, purpose, pytorch, prefetch, bandwidth, side)
+    if read is not None:
+        return read
     text = None
     if bucketed:
         text = _BUCKETED_ADVICE.get((cause, purpose or ""))
@@ -400,11 +493,18 @@ class Finding:
 @dataclass(frozen=True)
 class AdviceContext:
     """What advice must know beyond the numbers: a CPU run (no CUDA advice), whether the run
-    already buckets its all-reduces, and the bytes-vs-duration evidence per family (§9)."""
+    already buckets its all-reduces or prefetches its all-gathers, whether it is PyTorch at all
+    (§13), and the bytes-vs-duration evidence per family (§9)."""
 
     cpu: bool = False
     bucketed: bool = False
     bandwidth: Mapping[str, FamilyBandwidth] = field(default_factory=dict)
+    #: the trace shows PyTorch (diagnosis.md §13: no DDP / FSDP / torch.compile advice without it)
+    pytorch: bool = True
+    #: the FSDP all-gathers already run under the previous layer's compute (prefetch is on)
+    prefetch: bool = False
+    #: families whose collectives of unknown purpose come from a side thread (§13)
+    side: frozenset[str] = frozenset()
 
     def verdict(self, family: str) -> str | None:
         bw = self.bandwidth.get(family)
@@ -438,6 +538,7 @@ def findings(
     partial: str | None = None,
     blame: pd.DataFrame | None = None,
     context: AdviceContext | None = None,
+    straggler_note: str | None = None,
 ) -> tuple[Finding, ...]:
     """What to try, most important first (diagnosis.md §4).
 
@@ -447,7 +548,9 @@ def findings(
     per (collective, rank) with ``display``, ``where``, ``family``, ``start_ns``,
     ``exposed_*_ns`` and ``same_stream``, used only to NAME the collectives behind a finding.
     ``straggler``: the rank most waited for, ``straggler_text`` how the ``wait`` finding names it
-    (``"1"``, or ``"1 (the latest among the 2 ranks given of 128)"``).
+    (``"1"``, or ``"1 (the latest among the 2 ranks given of 128)"``); ``straggler_note``: the
+    run's straggler verdict in words (diagnosis.md §14: "no straggler: ...", "the late rank
+    moves: ..."), said by the ``wait`` finding when no straggler is named.
 
     ``same_stream`` comes first whatever its size (the classic bug); the others follow by
     exposed ns, largest first (ties keep the order they are built in below).
@@ -461,7 +564,14 @@ def findings(
     first = _same_stream_finding(per_instance, family_causes, total_exposed)
     ranked = [
         *_wait_finding(
-            steps, per_instance, total_exposed, straggler, straggler_text, straggler_ns, blame
+            steps,
+            per_instance,
+            total_exposed,
+            straggler,
+            straggler_text,
+            straggler_ns,
+            blame,
+            None if straggler is not None else straggler_note,
         ),
         *_cause_findings(Cause.TAIL, family_causes, per_instance, bound, total_exposed, ctx),
         *_cause_findings(Cause.DEPENDENCY, family_causes, per_instance, bound, total_exposed, ctx),
@@ -524,6 +634,7 @@ def _wait_finding(
     straggler_text: str | None,
     straggler_ns: int | None = None,
     blame: pd.DataFrame | None = None,
+    note: str | None = None,
 ) -> list[Finding]:
     """The ``wait`` finding (0 or 1): all exposed waiting ns of the steps (``exposed_wait_ns``),
     naming the rank most waited for and the part of it credited to that rank
@@ -546,6 +657,8 @@ def _wait_finding(
             f"{_share_text(wait, total_exposed)} was other ranks sitting in collectives "
             "until it arrived"
         )
+    if note:
+        title += f" ({note})"
     chains = [] if blame is None or blame.empty else blame.to_dict("records")
     lines = "; ".join(blame_line(b) for b in chains)
     return [
@@ -562,6 +675,7 @@ def _wait_finding(
                 EXPOSED_COMM_NS.name: total_exposed,
                 WAITED_FOR_RANK.name: straggler,
                 "exposed_waited_for_ns": straggler_ns,
+                "straggler": note,
                 "blame": [{**b, "chain": list(b["chain"]), "line": blame_line(b)} for b in chains],
             },
         )
@@ -594,7 +708,16 @@ def _cause_findings(
             Finding(
                 kind=cause,
                 title=_cause_title(cause, str(fam), int(ns), total_exposed, purpose),
-                advice=advice(cause, str(fam), purpose, cpu=ctx.cpu, bucketed=ctx.bucketed),
+                advice=advice(
+                    cause,
+                    str(fam),
+                    purpose,
+                    cpu=ctx.cpu,
+                    bucketed=ctx.bucketed,
+                    pytorch=ctx.pytorch,
+                    prefetch=ctx.prefetch,
+                    side=str(fam) in ctx.side,
+                ),
                 family=str(fam),
                 exposed_ns=int(ns),
                 share_ratio=_share(int(ns), total_exposed),
@@ -622,7 +745,16 @@ def _host_finding(
         Finding(
             kind=Cause.HOST,
             title=_cause_title(Cause.HOST, fam, host, total_exposed, purpose),
-            advice=advice(Cause.HOST, fam, purpose, cpu=ctx.cpu, bucketed=ctx.bucketed),
+            advice=advice(
+                Cause.HOST,
+                fam,
+                purpose,
+                cpu=ctx.cpu,
+                bucketed=ctx.bucketed,
+                pytorch=ctx.pytorch,
+                prefetch=ctx.prefetch,
+                side=str(fam) in ctx.side,
+            ),
             purpose=purpose,
             family=fam,
             exposed_ns=host,
@@ -684,6 +816,9 @@ def _transfer_bound_finding(
                 purpose,
                 cpu=ctx.cpu,
                 bucketed=ctx.bucketed,
+                pytorch=ctx.pytorch,
+                prefetch=ctx.prefetch,
+                side=str(fam) in ctx.side,
                 bandwidth=None if bw is None else bw.verdict,
             ),
             purpose=purpose,
@@ -736,7 +871,11 @@ def _class_findings(steps: pd.DataFrame, total_step: int, ctx: AdviceContext) ->
             Finding(
                 kind=cls,
                 title=_class_title(cls, what, rows, ns),
-                advice=advice(cls, "*", cpu=True) if ctx.cpu and cls == Bottleneck.IDLE else text,
+                advice=advice(cls, "*", cpu=True)
+                if ctx.cpu and cls == Bottleneck.IDLE
+                else text
+                if ctx.pytorch or cls != Bottleneck.IDLE
+                else _NON_TORCH_ADVICE[Bottleneck.IDLE],
                 family=None,
                 exposed_ns=ns,
                 share_ratio=_share(ns, total_step),

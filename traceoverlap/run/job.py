@@ -16,7 +16,9 @@ rank was doing from the host ranges the map kept (:mod:`traceoverlap.rank.hostra
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -27,7 +29,7 @@ from ..core import intervals as iv
 from ..core.fmt import ms_unit, pct
 from ..core.intervals import GroupedIntervals
 from ..core.schema import BLAME, EXPOSED_WAIT_NS, WAIT_NS, WAITED_FOR_RANK
-from ..rank.hostranges import COMM_CALLS, HOST_RANGE_COLUMNS
+from ..rank.hostranges import COMM_CALLS, HOST_RANGE_COLUMNS, KERNEL_MARK
 
 I64 = npt.NDArray[np.int64]
 CREDIT_COLUMNS = (
@@ -287,6 +289,23 @@ class _Ranges:
         self.e = ranges["end_ns"].to_numpy(np.int64)[~comm]
         cs = ranges["start_ns"].to_numpy(np.int64)[comm]
         self.calls = (np.zeros(cs.size, np.int64), cs, ranges["end_ns"].to_numpy(np.int64)[comm])
+        # GPU kernels (device time): a host communication call says nothing about them
+        self.kernel = np.array([str(n).startswith(KERNEL_MARK) for n in self.names], dtype=bool)
+
+    def encloses(self, outer: str, inner: str, lo: int, hi: int) -> bool:
+        """Whether a range named ``outer`` holds a range named ``inner`` (both met in
+        [lo, hi), own clock): ``outer`` is around it, not beside it."""
+        at = {str(n): i for i, n in enumerate(self.names)}
+        if outer not in at or inner not in at or outer == inner:
+            return False
+        live = (self.e > lo) & (self.s < hi)
+        o = live & (self.codes == at[outer])
+        i = live & (self.codes == at[inner])
+        if not o.any() or not i.any():
+            return False
+        os_, oe = iv.union(self.s[o], self.e[o])
+        k = np.searchsorted(os_, self.s[i], side="right") - 1
+        return bool(((k >= 0) & (self.e[i] <= oe[np.maximum(k, 0)])).any())
 
     def totals(self, lo: int, hi: int) -> dict[str, int]:
         """Per range name: its time inside [lo, hi) (own clock) outside communication calls (a
@@ -296,19 +315,41 @@ class _Ranges:
         a = np.maximum(self.s, lo)
         b = np.maximum(np.minimum(self.e, hi), a)
         inside = iv.grouped_covered(self.calls, np.zeros(a.size, np.int64), a, b, 1)
+        if self.kernel.any():
+            inside = np.where(self.kernel[self.codes], 0, inside)
         per = np.bincount(self.codes, weights=(b - a) - inside, minlength=self.names.size)
         hit = np.flatnonzero(per > 0)
         return {str(self.names[i]): int(per[i]) for i in hit.tolist()}
 
 
+#: Ranges that name a phase of the step, not what the rank was doing in it (diagnosis.md §14).
+_PHASE = re.compile(
+    r"(?i)^(##\s*)?(forward|backward|optimizer|train_step|training_step|train|step|iteration)"
+    r"\b|\.forward$|^Optimizer\.|^DistributedDataParallel|^FullyShardedDataParallel"
+)
+
+
+def _is_op(name: str) -> bool:
+    """An op (``aten::mm``, ``fbgemm::...``) or a GPU kernel, not a range a user named."""
+    return name.startswith(KERNEL_MARK) or "::" in name
+
+
 def _cause(
-    root: _Ranges, root_win: tuple[int, int], peer: _Ranges | None, peer_win: tuple[int, int]
+    root: _Ranges,
+    root_win: tuple[int, int],
+    peer: _Ranges | None,
+    peer_win: tuple[int, int],
+    late: int = 0,
 ) -> tuple[str | None, int]:
-    """The range of the root's main thread that ran longest beyond the same range on its early
-    peer, both over the windows of :meth:`_Arrivals.windows` (own clocks): (name, excess ns);
-    among names within 90 % of the largest excess, the one the root spent least time in (the
-    innermost: ``straggler_sleep`` rather than the ``forward`` around it). (None, 0) when none
-    ran longer."""
+    """What the root was doing during its lateness (diagnosis.md §14, "specific"): per range or
+    op of its main thread (and, on a GPU rank, per kernel by name and call order within the
+    step), its time beyond the same one on its early peer, both over the windows of
+    :meth:`_Arrivals.windows` (own clocks). Of those whose excess explains at least
+    :data:`EXPLAINED_RATIO` of the lateness ``late``, the deepest: one around none of the others
+    (``expert`` rather than the ``forward`` around it, ``straggler_sleep`` rather than
+    ``train_step``: an enclosing range always grows with its child), the largest excess first. When none does (or
+    ``late`` is 0), among names within 90 % of the largest excess the innermost, as before.
+    (name, excess ns); (None, 0) when none ran longer."""
     mine = root.totals(*root_win)
     theirs = peer.totals(*peer_win) if peer is not None else {}
     if not mine:
@@ -317,9 +358,23 @@ def _cause(
     best = max(excess.values())
     if best <= 0:
         return None, 0
-    near = [n for n, x in excess.items() if 10 * x >= 9 * best]
-    name = min(near, key=lambda n: (mine[n], n))
-    return name, int(excess[name])
+    most = [n for n, x in excess.items() if late > 0 and x >= EXPLAINED_RATIO * late]
+    if most:
+        # a range the user named (``expert``, ``dataloader``) says where, the ops inside it
+        # (``aten::mm``) only what: the ranges first, unless they are only phases (``forward``
+        # around an ``aten::index`` that grew); then the deepest, a range around none of the
+        # others (``straggler_sleep`` inside each ``microbatch#k``, all inside ``forward``);
+        # then the largest excess
+        named = [n for n in most if not _is_op(n) and not _PHASE.search(n)]
+        pool = named or most
+        deepest = [
+            n for n in pool if not any(root.encloses(n, m, *root_win) for m in pool if m != n)
+        ] or pool
+        name = min(deepest, key=lambda n: (-excess[n], mine[n], n))
+    else:
+        near = [n for n, x in excess.items() if 10 * x >= 9 * best]
+        name = min(near, key=lambda n: (mine[n], n))
+    return name.removeprefix(KERNEL_MARK), int(excess[name])
 
 
 def blame_table(
@@ -377,6 +432,7 @@ def blame_table(
                 (r_lo + ro, r_hi + ro),
                 ranges_of(eu) if early != q else None,
                 (e_lo + eo, e_hi + eo),
+                hi - lo,
             )
             if n < MAX_CAUSE_ROWS
             else (None, 0)
@@ -463,3 +519,99 @@ def top_blame(blame: pd.DataFrame, limit: int = 3) -> pd.DataFrame:
         (int(c) / int(x)) if x > 0 else None for c, x in zip(g["cause_ns"], late, strict=True)
     ]
     return g.head(limit).reset_index(drop=True)
+
+
+@dataclass(frozen=True)
+class StragglerVerdict:
+    """Whether the run has a straggler (diagnosis.md §14): ``rank`` is named only when the
+    exposed waiting that traces back to it (its blame chains' roots) is at least ``min_ratio`` of
+    the run's step time and it is the late rank of most of the steps whose waiting is material;
+    ``moving``: when that late rank changes from step to step, per rank the steps it led (then
+    ``rank`` is None); ``wait_ratio``: the run's exposed waiting over its step time; ``rank_ratio``:
+    the top root rank's share of step time."""
+
+    rank: int | None
+    wait_ratio: float | None
+    rank_ratio: float | None
+    min_ratio: float
+    moving: tuple[tuple[int, tuple[str, ...]], ...] = ()
+
+    @property
+    def rank_named(self) -> bool:
+        return self.rank is not None
+
+    def text(self) -> str:
+        """``straggler: rank 2 (waiting for it is 37.4% of step time)``, ``the late rank moves:
+        3 in steps 2, 4; 5 in steps 3, 5``, or ``no straggler: waiting is 3.0% of step time``."""
+        if self.moving:
+            return "the late rank moves: " + "; ".join(
+                f"{r} in step{'s' if len(s) > 1 else ''} {', '.join(s)}" for r, s in self.moving
+            )
+        if self.rank is not None:
+            return f"straggler: rank {self.rank} (waiting for it is {pct(self.rank_ratio)} of step time)"
+        if self.wait_ratio is not None and self.wait_ratio >= self.min_ratio:
+            return (
+                f"no straggler: waiting is {pct(self.wait_ratio)} of step time, spread over "
+                f"ranks (none causes {pct(self.min_ratio)})"
+            )
+        return (
+            f"no straggler: waiting is {pct(self.wait_ratio)} of step time (below "
+            f"{pct(self.min_ratio)})"
+        )
+
+
+#: diagnosis.md §14: the late rank is "stable" when it leads at least this share of the steps
+#: whose waiting is material; else it moves.
+STABLE_SHARE = 2 / 3
+
+
+def straggler_verdict(
+    blame: pd.DataFrame, steps: pd.DataFrame, min_ratio: float
+) -> StragglerVerdict | None:
+    """The run's :class:`StragglerVerdict` from the blame rows (``window``, ``step``,
+    ``root_rank``, ``exposed_wait_ns``) and the step rows (``step``, ``step_ns``,
+    ``exposed_wait_ns``), None without steps. Per step label, the late rank is the root with the
+    most exposed waiting in it; a step counts when its waiting is at least ``min_ratio`` of its
+    time (summed over ranks). The late rank moves when no rank leads :data:`STABLE_SHARE` of the
+    steps that count (and two or more lead some)."""
+    if steps.empty:
+        return None
+    step_ns = int(steps["step_ns"].sum())
+    wait_ns = int(steps[EXPOSED_WAIT_NS.name].sum())
+    wait_ratio = wait_ns / step_ns if step_ns > 0 else None
+    if blame.empty or step_ns <= 0:
+        return StragglerVerdict(None, wait_ratio, None, min_ratio)
+    roots = blame.groupby("root_rank")[EXPOSED_WAIT_NS.name].sum().sort_values(ascending=False)
+    top, top_ns = int(roots.index[0]), int(roots.iloc[0])
+    rank_ratio = top_ns / step_ns
+    if rank_ratio < min_ratio:
+        return StragglerVerdict(None, wait_ratio, rank_ratio, min_ratio)
+    label = steps["step"].astype(str)
+    per_step_ns = steps.groupby(label)["step_ns"].sum()
+    b = blame.assign(step=blame["step"].astype(str))
+    by = b.groupby(["step", "root_rank"])[EXPOSED_WAIT_NS.name].sum().reset_index()
+    by = by.sort_values(["step", EXPOSED_WAIT_NS.name, "root_rank"], ascending=[True, False, True])
+    lead = by.drop_duplicates("step")
+    in_step = b.groupby("step")[EXPOSED_WAIT_NS.name].sum()
+    material = [
+        (str(s), int(r))
+        for s, r in zip(lead["step"], lead["root_rank"], strict=True)
+        if int(per_step_ns.get(s, 0)) > 0
+        and int(in_step.get(s, 0)) >= min_ratio * int(per_step_ns.get(s, 0))
+    ]
+    leaders: dict[int, list[str]] = {}
+    for s, r in sorted(material, key=lambda x: _step_key(x[0])):
+        leaders.setdefault(r, []).append(s)
+    most = max((len(v) for v in leaders.values()), default=0)
+    if len(leaders) >= 2 and most < STABLE_SHARE * len(material):
+        moving = tuple(
+            (r, tuple(s)) for r, s in sorted(leaders.items(), key=lambda x: _step_key(x[1][0]))
+        )
+        return StragglerVerdict(None, wait_ratio, rank_ratio, min_ratio, moving)
+    return StragglerVerdict(top, wait_ratio, rank_ratio, min_ratio)
+
+
+def _step_key(label: str) -> tuple[int, str]:
+    """Step labels in step order: by their number when they carry one."""
+    digits = "".join(ch for ch in label.split("#")[0] if ch.isdigit())
+    return (int(digits) if digits else 1 << 62, label)

@@ -63,7 +63,13 @@ from ..core.vocab import (
     Cause,
 )
 from ..rank.instances import UNKNOWN_GROUP, known_ns
-from .job import CREDIT_COLUMNS, credit_segments, empty_blame, waited_for_ranks
+from .job import (
+    CREDIT_COLUMNS,
+    StragglerVerdict,
+    credit_segments,
+    empty_blame,
+    waited_for_ranks,
+)
 
 I64 = npt.NDArray[np.int64]
 
@@ -160,6 +166,8 @@ class Collectives:
     #: per unit index: the clock offset (ns) removed from its times to put it on the run's one
     #: clock (aligned = raw - offset; 0 for units without consistent matched instances)
     offsets_ns: tuple[int, ...] = ()
+    #: diagnosis.md §14: whether a straggler is named (significant, stable); set by the reduce
+    verdict: StragglerVerdict | None = None
 
     def conformed(self) -> Collectives:
         """These collectives with every table's columns in their schema dtypes
@@ -185,7 +193,11 @@ class Collectives:
 
     @property
     def top_straggler(self) -> int | None:
-        """The rank credited with the most exposed waiting (docs/job-model.md), or None."""
+        """The rank credited with the most exposed waiting (docs/job-model.md), or None; None
+        too when the waiting it causes is below the straggler threshold or the late rank moves
+        from step to step (:attr:`verdict`, diagnosis.md §14)."""
+        if self.verdict is not None and self.verdict.rank is None:
+            return None
         s = self.stragglers
         if s.empty or int(s["last_count"].max()) == 0 or int(s["exposed_waited_for_ns"].max()) == 0:
             return None

@@ -5,11 +5,14 @@ matched instance the purpose most of its ranks give that is not ``unknown``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pandas as pd
 
 from ..core.vocab import Purpose
 from ..rank.purpose import first_match
+from ..rank.unit import UnitResult
 
 
 def attach_purposes(
@@ -57,3 +60,12 @@ def attach_purposes(
     if best_inst.size:
         inst_p[hit] = best_label[at[hit]]
     return instances.assign(purpose=pd.array(inst_p, dtype=object)), per_rank
+
+
+def prefetching(units: Sequence[UnitResult]) -> bool:
+    """Whether the run's FSDP all-gathers are already prefetched (diagnosis.md §13): most of the
+    units that have them issue most of them while compute still runs
+    (:attr:`~traceoverlap.rank.purpose.UnitStrategy.prefetch`, read from the trace)."""
+    said = [u.strategy.prefetch for u in units if u.strategy is not None]
+    known = [p for p in said if p is not None]
+    return bool(known) and 2 * sum(known) > len(known)

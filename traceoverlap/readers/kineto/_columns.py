@@ -4,6 +4,7 @@ a document; the collective metadata of the few rows that carry it (:class:`Colle
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -261,7 +262,58 @@ class Columns:
             values = collective_values([a for _, a in coll], self.coll_names, self.pg_names)
             self.coll.append((rows + self.offset, *values))
         self._add_syncs(fl, model)
+        self._add_scanned_input_bytes(sc, strings, pick, fl)
         self.offset += n
+
+    def _add_scanned_input_bytes(
+        self,
+        sc: _Scanned,
+        strings: list[str],
+        pick: Callable[[np.ndarray], np.ndarray],
+        fl: list[tuple[int, Any]],
+    ) -> None:
+        """The bytes of the kept ``gloo:*`` rows from their ``Input Dims`` and ``Input type``
+        (:func:`input_bytes`; diagnosis.md §13), where no collective args gave them."""
+        gloo = np.fromiter(map(_sized_by_inputs, strings), bool, len(strings))
+        if not gloo.any():
+            return
+        local = pick(sc.name)
+        rows = np.flatnonzero(gloo[local])
+        if not rows.size:
+            return
+        dims, types = pick(sc.input_dims)[rows], pick(sc.input_type)[rows]
+        texts = sc.texts
+        nbytes = np.array(
+            [
+                input_bytes(texts[d], texts[t]) if d >= 0 and t >= 0 else -1
+                for d, t in zip(dims.tolist(), types.tolist(), strict=True)
+            ],
+            dtype=np.int64,
+        )
+        flagged = {r: ev for r, ev in fl}
+        for i, r in enumerate(rows.tolist()):
+            if r in flagged:  # decoded in Python: its own args
+                a = flagged[r].args
+                nbytes[i] = input_bytes(bytes(a.input_dims), bytes(a.input_type))
+        self._add_input_bytes(rows, nbytes)
+
+    def _add_input_bytes(self, rows: np.ndarray, nbytes: np.ndarray) -> None:
+        """Give chunk rows ``rows`` their message bytes (-1: unknown), as collective columns."""
+        ok = nbytes >= 0
+        if not ok.any():
+            return
+        rows, nbytes = rows[ok].astype(np.int64), nbytes[ok]
+        k = rows.size
+        self.coll.append(
+            (
+                rows + self.offset,
+                np.zeros(k, dtype=np.int32),
+                nbytes,
+                np.zeros(k, dtype=np.int32),
+                np.full(k, -1, dtype=np.int64),
+                np.full(k, -1, dtype=np.int64),
+            )
+        )
 
     def _add_scanned_shapes(
         self,
@@ -382,6 +434,15 @@ class Columns:
         ``record_param_comms`` ops, and Kineto copies them onto the kernels (and MTIA ``hccl::``
         events) those ops launch: only those rows are looked at."""
         rpc = self.names.get("record_param_comms", -1)
+        gloo = [
+            i for i, e in enumerate(kept) if isinstance(e.name, str) and _sized_by_inputs(e.name)
+        ]
+        if gloo:
+            a = [kept[i].args for i in gloo]
+            self._add_input_bytes(
+                np.array(gloo, dtype=np.int64),
+                np.array([_input_bytes_of(x.input_dims, x.input_type) for x in a], dtype=np.int64),
+            )
         cand = np.flatnonzero((model == MODEL_CODE["kernel"]) | (name == rpc))
         if not len(cand):
             return
@@ -413,6 +474,10 @@ class _Scanned:
         self.stream = np.frombuffer(stream, np.int64)
         self.dims = np.frombuffer(dims, np.int64).reshape(-1, 6)
         self.input_dims = np.frombuffer(idims, np.int32)
+        # ``Input type`` ids (a scanner built before it returned fifteen items: none)
+        self.input_type = (
+            np.frombuffer(got[15], np.int32) if len(got) > 15 else np.full(rows, -1, np.int32)
+        )
 
     def take_flagged(self, flagged: list[tuple[int, Any]], strings: list[str]) -> None:
         """Overwrite the rows of the events decoded in Python with what the typed decode read:
@@ -591,6 +656,84 @@ DTYPE_BYTES: dict[str, int] = {
     "QUInt8": 1,
     "QInt32": 4,
 }
+
+
+_ANY_JSON = msgspec.json.Decoder()
+
+
+def _sized_by_inputs(name: str) -> bool:
+    """Whether a row's inputs are its message (NCCL's size convention): a ``gloo:*`` event, but
+    not an all-gather / gather, whose input is one rank's shard of the message."""
+    return name.startswith(COMM_RANGE_PREFIX) and "gather" not in name
+
+
+#: The host ranges whose ``Input Dims`` / ``Input type`` give their message size: gloo's own
+#: events (``gloo:all_reduce``...), which carry the tensors they move.
+COMM_RANGE_PREFIX = "gloo:"
+
+#: Bytes per element of the ``Input type`` names the profiler writes (C++ type names).
+INPUT_TYPE_BYTES: dict[str, int] = {
+    "float": 4,
+    "double": 8,
+    "c10::Half": 2,
+    "c10::BFloat16": 2,
+    "long int": 8,
+    "long": 8,
+    "int": 4,
+    "short int": 2,
+    "short": 2,
+    "signed char": 1,
+    "unsigned char": 1,
+    "bool": 1,
+    "c10::complex<float>": 8,
+    "c10::complex<double>": 16,
+    "c10::Float8_e4m3fn": 1,
+    "c10::Float8_e5m2": 1,
+}
+
+
+@functools.lru_cache(maxsize=4096)
+def input_bytes(dims: bytes, types: bytes) -> int:
+    """A communication op's message size from its ``Input Dims`` and ``Input type`` texts (raw
+    JSON): the sum over its tensor inputs of elements x element size; -1 when a tensor's type or
+    shape is not known (a ``TensorList``, a type outside :data:`INPUT_TYPE_BYTES`) or there is
+    none (diagnosis.md §13)."""
+    try:
+        d, t = _ANY_JSON.decode(dims), _ANY_JSON.decode(types)
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        return -1
+    if not isinstance(d, list) or not isinstance(t, list) or len(d) != len(t):
+        return -1
+    total, seen = 0, False
+    for shape, name in zip(d, t, strict=True):
+        size = INPUT_TYPE_BYTES.get(name) if isinstance(name, str) else None
+        if size is None:
+            if isinstance(shape, list) and shape and name not in ("", "Scalar"):
+                return -1  # a tensor of an unknown type (or a list of tensors)
+            continue
+        if not isinstance(shape, list) or not all(type(x) is int and x >= 0 for x in shape):
+            return -1
+        n = 1
+        for x in shape:
+            n *= x
+        total += n * size
+        seen = True
+    return total if seen and total <= INT64_MAX else -1
+
+
+def _input_bytes_of(dims: Any, types: Any) -> int:
+    """:func:`input_bytes` of a decoded event's args (raw texts, or values after a lenient
+    decode)."""
+    if dims is None or types is None:
+        return -1
+    if isinstance(dims, msgspec.Raw) and isinstance(types, msgspec.Raw):
+        if not len(dims) or not len(types):
+            return -1
+        return input_bytes(bytes(dims), bytes(types))
+    try:
+        return input_bytes(msgspec.json.encode(dims), msgspec.json.encode(types))
+    except (TypeError, msgspec.EncodeError):
+        return -1
 
 
 def collective_values(

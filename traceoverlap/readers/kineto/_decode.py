@@ -50,6 +50,8 @@ class _Args(msgspec.Struct, gc=False, frozen=True):
     # call waited on
     wait_stream: int = msgspec.field(default=-1, name="wait_on_stream")
     wait_corr: int = msgspec.field(default=-1, name="wait_on_cuda_event_record_corr_id")
+    # and their element types (``Input type``): raw, read only for communication ops' bytes
+    input_type: msgspec.Raw = msgspec.field(default=NO_INPUT_DIMS, name="Input type")
 
 
 _NO_ARGS = _Args()
@@ -152,6 +154,7 @@ class LooseArgs(msgspec.Struct, gc=False):
     input_dims: Any = msgspec.field(default=None, name="Input Dims")
     wait_stream: Any = msgspec.field(default=-1, name="wait_on_stream")
     wait_corr: Any = msgspec.field(default=-1, name="wait_on_cuda_event_record_corr_id")
+    input_type: Any = msgspec.field(default=None, name="Input type")
 
 
 LOOSE_EMPTY = LooseArgs()
@@ -362,6 +365,7 @@ def _as_loose(e: Any) -> Any:
             _raw_value(a.input_dims),
             a.wait_stream,
             a.wait_corr,
+            _raw_value(a.input_type),
         )
         return _LooseEvent(e.ph, e.cat, e.name, e.pid, e.tid, e.ts, e.dur, None, args)
     return e

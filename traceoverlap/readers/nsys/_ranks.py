@@ -158,6 +158,7 @@ class Ranks(Metadata):
                     notes=tuple(notes),
                     host=host,
                     host_comm_seen=False,  # gloo's work is invisible to nsys (see the package)
+                    pytorch_capture=False,  # any program: PyTorch only by its names
                     ranges_filtered=self.keep_range is not None,
                     multiprocess_capture=True,
                 )
