@@ -184,3 +184,39 @@ def test_no_outlier_below_three_times_the_median() -> None:
     assert int(r0["exposed_wait_ns"]) == 49 * MS
     assert int(r0["exposed_transfer_ns"]) == 11 * MS
     assert int(r0["exposed_unmatched_ns"]) == 0
+
+
+def test_a_collective_in_two_nested_cpu_steps_counts_its_ns_once() -> None:
+    """Found by the oracle property test with the bound check: rank 1 of a 3-rank gloo run has
+    nested markers train_step0 [0,196) and train_step1 [0,426); its all-reduce [49,50) is
+    clipped into both windows (metrics.md: on CPU units every activity is clipped into each
+    window it meets). Per step it is exposed in each (1 ns each, nothing computes), but its
+    collective row (step: the window of its first piece) has dur 1, so its exposed_ns is 1,
+    not 2 summed over both windows."""
+    from oracle import Ev
+    from test_job_model import check_collective_bounds
+    from timeline_gen import to_timeline
+
+    def ev(cat: str, name: str, s: int, e: int, rank: int, pg: str = "", seq: int = -1) -> Ev:
+        # step markers on the main thread; the gloo work and a copy on the gloo worker
+        main = name.startswith("train_step")
+        tid, thread = (11, "python") if main else (12, "pt_gloo_runloop")
+        return Ev(cat, name, s, e, rank, 1000 + 17 * rank, tid=tid, thread=thread, pg=pg, seq=seq)
+
+    events = [
+        ev("annotation", "train_step0", 0, 196, 1),
+        ev("annotation", "train_step1", 0, 426, 1),
+    ]
+    for r in range(3):
+        events.append(ev("cpu_op", "aten::copy_", 0, 1, r))
+        events.append(ev("annotation", "gloo:all_reduce", 49, 50, r, "0", 0))
+    from traceoverlap import AnalyzeOptions
+
+    a = analyze(to_timeline(events, "cpu", 3), AnalyzeOptions(step_regex=r"^train_step(\d*)$"))
+    c = a.collectives
+    assert c is not None
+    check_collective_bounds(c)
+    r1 = c.per_rank[c.per_rank["rank"] == 1]
+    assert r1["exposed_ns"].tolist() == [1]
+    steps = a.steps[a.steps["rank"] == 1]
+    assert steps["exposed_comm_ns"].tolist() == [1, 1]

@@ -888,11 +888,16 @@ def _instance_causes(
     exposed: dict[str, GroupedIntervals],
     n_windows: int,
 ) -> None:
-    """Per (instance, unit), in place: exposed ns by cause, summed over its pieces, and its
-    ``exposed_unmatched_ns``. Its own wait part decides its wait (another instance's wait part
-    is not this one's: the figure stays within its ``wait_ns``); the rest of its exposed time
-    takes the local cause (tail / dependency / host)."""
+    """Per (instance, unit), in place: exposed ns by cause over its piece in its own step (its
+    ``window``, that of its first piece), and its ``exposed_unmatched_ns``. Its own wait part
+    decides its wait (another instance's wait part is not this one's: the figure stays within
+    its ``wait_ns``); the rest of its exposed time takes the local cause (tail / dependency /
+    host)."""
     p_inst, p_win, p_s, p_e = pieces
+    # the row's own step only: on CPU units an activity is clipped into every window it meets
+    # (nested markers), and summing its pieces over them counted its ns more than once
+    own = p_win == inst["window"].to_numpy(np.int64)[p_inst]
+    p_inst, p_win, p_s, p_e = p_inst[own], p_win[own], p_s[own], p_e[own]
     start = inst["start_ns"].to_numpy(np.int64)[p_inst]
     w_s = np.maximum(p_s, start)
     w_e = np.maximum(w_s, np.minimum(p_e, start + inst[WAIT_NS.name].to_numpy(np.int64)[p_inst]))
