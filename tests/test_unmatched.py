@@ -225,3 +225,33 @@ def test_a_collective_in_two_nested_cpu_steps_counts_its_ns_once() -> None:
     assert r1["exposed_ns"].tolist() == [1]
     steps = a.steps[a.steps["rank"] == 1]
     assert steps["exposed_comm_ns"].tolist() == [1, 1]
+
+
+def test_a_group_whose_peers_are_missing_names_them() -> None:
+    """Ranks 0 and 2 of test_job_model's 4-rank TP run (TP groups '1' = {0,1}, '2' = {2,3},
+    global '0' = {0,1,2,3}; everyone computes [0,10) and [60,100)). Each TP all-reduce has no
+    peer given: unmatched. The global all-reduce matches on ranks 0 and 2: rank 0 [15,60), rank
+    2 [55,60): transfer 5, rank 0's wait [15,55) = 40.
+    Rank 0: exposed [10,60) = 50 = unmatched [10,15) 5 + wait 40 + transfer [55,60) 5; 50 + 5 +
+    40 + 5 = 100; peer-wait-bound.
+    Rank 2: TP all-reduce [10,55) unmatched 45, transfer [55,60) 5; 50 + 45 + 5 = 100;
+    `exposed-communication`, the reason naming rank 3 as the missing peer, and the hedge."""
+    from test_job_model import _tp_run
+
+    run = _tp_run()
+    a = analyze(concat_timelines([run[0], run[2]]))
+    _parts_sum(a.steps)
+    s = a.steps.set_index("rank")
+    got = {
+        r: tuple(
+            int(s.loc[r, c]) // MS
+            for c in ("exposed_unmatched_ns", "exposed_wait_ns", "exposed_transfer_ns")
+        )
+        for r in (0, 2)
+    }
+    assert got == {0: (5, 40, 5), 2: (45, 0, 5)}
+    assert s.loc[0, "bottleneck"] == "peer-wait-bound"
+    assert s.loc[2, "bottleneck"] == "exposed-communication"
+    reason = str(s.loc[2, "reason"])
+    assert "its group's other rank 3 is not in the trace" in reason
+    assert "2 of 4 ranks given" in reason

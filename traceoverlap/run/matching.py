@@ -384,7 +384,15 @@ def _match(
             )
     key[complete] = ids[complete]
     extra["why"] = _unmatched_why(
-        work, ids, complete, unknown, wide & ~paired, exp, units_of, unit_rank, unit_label
+        work,
+        ids,
+        complete,
+        unknown,
+        wide & ~paired,
+        exp,
+        (members, units_of),
+        unit_rank,
+        unit_label,
     )
     return key, notes, extra
 
@@ -396,12 +404,14 @@ def _unmatched_why(
     unknown: npt.NDArray[np.bool_],
     unnamed_p2p: npt.NDArray[np.bool_],
     exp: I64,
-    units_of: dict[object, tuple[int, ...]],
+    groups_of: tuple[dict[object, tuple[int, ...]], dict[object, tuple[int, ...]]],
     unit_rank: I64,
     unit_label: dict[int, str],
 ) -> npt.NDArray[np.object_]:
     """Per local instance row: why it has no peers to split wait from transfer with (diagnosis.md
     §12), in words; "" where it was matched. One pass over the incomplete instances only."""
+    member_ranks, units_of = groups_of
+    given = set(unit_rank.tolist())
     why = np.full(len(work), "", dtype=object)
     why[unknown] = "its process group cannot be told"
     for i in np.flatnonzero(unnamed_p2p).tolist():
@@ -421,7 +431,14 @@ def _unmatched_why(
         missing = sorted(set(members) - present[int(ids[i])])
         kind = str(kinds[i])
         if len(members) < 2:
-            why[i] = "no peer of its group in the trace (is a rank trace missing?)"
+            absent = [r for r in member_ranks.get(groups[i], ()) if r not in given]
+            why[i] = (
+                f"its group's other rank{'s' if len(absent) > 1 else ''} "
+                f"{', '.join(map(str, absent))} {'are' if len(absent) > 1 else 'is'} not in the "
+                "trace"
+                if absent
+                else "no peer of its group in the trace (is a rank trace missing?)"
+            )
         elif missing and kind.startswith("p2p:"):
             own = unit_rank[int(units[i])]
             src = int(kind[4:].split(">")[0])
