@@ -22,6 +22,11 @@ each unit's ``wait_ns`` = its duration - transfer; the wait part on a unit is
 ``[start, start + wait_ns)``; ``last_rank`` = the unit with the latest aligned start (None on a
 tie). Each unit's exposed time of the instance is split by cause (diagnosis.md §3).
 
+Unknown is not transfer (diagnosis.md §12): in a run of several units, exposed time outside every
+matched instance's wait and transfer parts (instances left unmatched, each with its reason in
+``unmatched_why``; the part of a transfer estimate more than 3x the median of its family and
+size) is ``exposed_unmatched``, neither wait nor transfer.
+
 Stragglers: per unit, how often it arrived last and the total time the others waited in the
 instances where it did (``waited_for_ns``). With fewer ranks than the world, these are "among the
 ranks given" and the reports say so.
