@@ -30,6 +30,8 @@ Rules implemented (each is cited where it is used):
   transfer = min duration, wait part on u = [s_u, s_u + dur_u - transfer).
 - Parts (diagnosis §1), causes (§3 + docs/oracle.md "Causes"), verdict (§2 + docs/oracle.md
   "Parts and verdict"), metrics (metrics.md).
+- Unmatched (§12, docs/oracle.md "Parts and verdict"): on two or more units, exposed time in
+  neither a wait part nor a matched instance of the step is ``exposed_unmatched_ns``.
 """
 
 from __future__ import annotations
@@ -81,6 +83,7 @@ METRICS = (
     "memory_only_ns",
     "exposed_wait_ns",
     "exposed_transfer_ns",
+    "exposed_unmatched_ns",
     "exposed_tail_ns",
     "exposed_dependency_ns",
     "exposed_host_ns",
@@ -370,6 +373,47 @@ def _wait_parts(units: list[_Unit]) -> dict[tuple[int, int, int], list[tuple[int
     return out
 
 
+# --- diagnosis.md §12: unknown is not transfer ---------------------------------------------------
+
+
+def _matched_acts(units: list[_Unit]) -> set[int]:
+    """Trace indices of the comm activities that belong to a matched instance (the rule of
+    :func:`_wait_parts`): only their exposed time outside the wait part is transfer."""
+    spans: dict[tuple[str, int], dict[tuple[int, int, int], list[_Act]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
+    group_units: dict[str, set[tuple[int, int, int]]] = defaultdict(set)
+    for u in units:
+        for a in u.acts:
+            if a.kind == "comm" and a.ev.pg != "" and a.ev.seq >= 0:
+                spans[(a.ev.pg, a.ev.seq)][u.key].append(a)
+                group_units[a.ev.pg].add(u.key)
+    out: set[int] = set()
+    for (pg, _seq), per_unit in spans.items():
+        members = group_units[pg]
+        if len(members) < 2 or set(per_unit) != members:
+            continue
+        if len(members) != 2 and any(
+            "sendrecv" in a.ev.name.lower() for v in per_unit.values() for a in v
+        ):
+            continue
+        if any(len(v) != 1 for v in per_unit.values()):
+            continue
+        out.update(v[0].index for v in per_unit.values())
+    return out
+
+
+def _unmatched_part(w: _Window, E: np.ndarray, Wt: np.ndarray, matched: set[int] | None) -> int:
+    """diagnosis.md §12, per ns: on a run of several units (``matched`` not None), an exposed ns
+    in neither the wait part of a matched instance of the step nor inside a matched instance of
+    the step (its transfer part) has an unknown split; on a single unit there is none."""
+    if matched is None:
+        return 0
+    n = E.size
+    inside = _mask(n, w.start, ((a.start, a.end) for a in w.acts if a.index in matched))
+    return int((E & ~Wt & ~inside).sum())
+
+
 def _verdict(row: dict[str, Any], lost_ratio: float) -> str:
     """diagnosis.md §2 with docs/oracle.md's ties: compute-bound when lost < lost_ratio * step."""
     step = row["step_ns"]
@@ -381,6 +425,7 @@ def _verdict(row: dict[str, Any], lost_ratio: float) -> str:
     parts = [
         ("exposed_wait_ns", "peer-wait-bound"),
         ("exposed_transfer_ns", None),
+        ("exposed_unmatched_ns", "exposed-communication"),  # §12: never communication-bound
         ("idle_ns", "idle-bound"),
         ("memory_only_ns", "memory-bound"),
     ]
@@ -420,7 +465,12 @@ def _blocked_on(w: _Window, comp: list[_Act], t: int) -> bool:
 
 
 def _step_row(
-    u: _Unit, w: _Window, waits: list[tuple[int, int, int]], lost_ratio: float, own_waits: bool
+    u: _Unit,
+    w: _Window,
+    waits: list[tuple[int, int, int]],
+    lost_ratio: float,
+    own_waits: bool,
+    matched: set[int] | None = None,
 ) -> dict[str, Any]:
     ws, we = w.start, w.end
     n = we - ws
@@ -468,6 +518,7 @@ def _step_row(
     other_steps = int((D & ~(C | M | Y)).sum())
     ideal = step - exposed + max(0, comm - compute)
     wait_part = int((E & Wt).sum())
+    unmatched_part = _unmatched_part(w, E, Wt, matched)
     row: dict[str, Any] = {
         "rank": u.rank,
         "pid": u.pid,
@@ -492,7 +543,8 @@ def _step_row(
         "compute_only_ns": int((C & ~M).sum()),
         "memory_only_ns": int((Y & ~C & ~M).sum()),
         "exposed_wait_ns": wait_part,
-        "exposed_transfer_ns": int(E.sum()) - wait_part,
+        "exposed_transfer_ns": int(E.sum()) - wait_part - unmatched_part,
+        "exposed_unmatched_ns": unmatched_part,
         "exposed_tail_ns": causes["tail"],
         "exposed_dependency_ns": causes["dependency"],
         "exposed_host_ns": causes["host"],
@@ -521,10 +573,11 @@ def oracle_steps(
     units = _units(events)
     windows = {u.key: _windows(u, rx) for u in units}
     waits = _wait_parts(units)
+    matched = _matched_acts(units) if len(units) > 1 else None  # §12: several units
     rows: list[dict[str, Any]] = []
     for u in units:
         for w in windows[u.key]:
-            rows.append(_step_row(u, w, waits.get(u.key, []), lost_ratio, own_waits))
+            rows.append(_step_row(u, w, waits.get(u.key, []), lost_ratio, own_waits, matched))
     return rows
 
 

@@ -245,8 +245,10 @@ def test_fixture_collectives_consistent(strategy: str) -> None:
     assert (c.per_rank["wait_ns"] >= 0).all()
     assert (c.per_rank["exposed_ns"] <= c.per_rank["dur_ns"]).all()
     s = a.steps
-    assert (s["exposed_wait_ns"] + s["exposed_transfer_ns"] == s["exposed_comm_ns"]).all()
+    parts = s["exposed_wait_ns"] + s["exposed_transfer_ns"] + s["exposed_unmatched_ns"]
+    assert (parts == s["exposed_comm_ns"]).all()
     assert (s["exposed_wait_ns"] >= 0).all() and (s["exposed_transfer_ns"] >= 0).all()
+    assert (s["exposed_unmatched_ns"] >= 0).all()
     assert c.aligned and set(_matched(c)["last_rank"]) <= {0, 1, None}
 
 
@@ -420,7 +422,8 @@ _iv = st.tuples(st.integers(0, 95), st.integers(1, 30)).map(lambda t: (t[0], min
 def test_split_properties(comp0: list, comp1: list, comm0: list, comm1: list) -> None:
     # whatever the layout (overlapping comm on one rank, unequal counts): wait + transfer is each
     # rank's duration, exposure never exceeds the duration, and per (rank, step) the exposed
-    # wait and transfer add up exactly to the metrics' exposed communication
+    # wait, transfer and unmatched (diagnosis.md §12: pairs left unmatched, by unequal counts or
+    # spans that never overlap) add up exactly to the metrics' exposed communication
     r0 = _cpu_rank(0, (0, 100), comp0, comm0)
     r1 = _cpu_rank(1, (0, 100), comp1, comm1)
     a = analyze(concat_timelines([r0, r1]))
@@ -431,8 +434,10 @@ def test_split_properties(comp0: list, comp1: list, comm0: list, comm1: list) ->
     assert (c.per_rank["wait_ns"].to_numpy() + t.to_numpy() == c.per_rank["dur_ns"]).all()
     assert (c.per_rank["exposed_ns"] <= c.per_rank["dur_ns"]).all()
     s = a.steps
-    assert (s["exposed_wait_ns"] + s["exposed_transfer_ns"] == s["exposed_comm_ns"]).all()
+    parts = s["exposed_wait_ns"] + s["exposed_transfer_ns"] + s["exposed_unmatched_ns"]
+    assert (parts == s["exposed_comm_ns"]).all()
     assert (s["exposed_wait_ns"] >= 0).all() and (s["exposed_transfer_ns"] >= 0).all()
+    assert (s["exposed_unmatched_ns"] >= 0).all()
 
 
 def test_rank_notes_name_the_missing_ranks() -> None:

@@ -298,7 +298,13 @@ def test_host_delay_leaves_the_device_idle_most_of_the_step(analyses: dict[str, 
     st = analyses["host_delay"].steps
     compute_only = st["compute_ns"] - st["overlap_ns"]
     largest_other = np.maximum.reduce(
-        [compute_only, st["overlap_ns"], st["exposed_wait_ns"], st["exposed_transfer_ns"]]
+        [
+            compute_only,
+            st["overlap_ns"],
+            st["exposed_wait_ns"],
+            st["exposed_transfer_ns"],
+            st["exposed_unmatched_ns"],
+        ]
     )
     assert (st["idle_ns"] > largest_other).all()
     assert (st["idle_ns"] > 0.4 * st["step_ns"]).all()  # 44-66 % today
@@ -317,7 +323,7 @@ def test_comm_heavy_communicates_more_than_it_computes(analyses: dict[str, Analy
     st = analyses["comm_heavy"].steps
     assert (st["comm_ns"] > 2 * st["compute_ns"]).all()
     assert (st["overlap_ns"] == 0).all()  # naive: all-reduces after backward, blocking
-    lost = [st["exposed_wait_ns"], st["idle_ns"], st["memory_ns"]]
+    lost = [st["exposed_wait_ns"], st["exposed_unmatched_ns"], st["idle_ns"], st["memory_ns"]]
     assert (st["exposed_transfer_ns"] > np.maximum.reduce(lost)).all()
 
 

@@ -17,6 +17,7 @@ from traceoverlap import AnalyzeOptions, analyze
 from traceoverlap.core import intervals as iv
 from traceoverlap.core.model import Timeline, TraceInfo, concat_timelines, make_events
 from traceoverlap.run.job import credit_segments
+from traceoverlap.run.matching import Collectives
 from traceoverlap.run.results import Analysis
 
 MS = 1_000_000
@@ -256,10 +257,44 @@ def _inputs() -> list[Path]:
     return out
 
 
+def check_collective_bounds(c: Collectives) -> None:
+    """Every per-collective figure within what it is part of (issue 36): per (instance, rank)
+    0 <= exposed_wait <= wait <= dur, exposed <= dur, its exposed time outside the wait part
+    within its transfer part (exposed - exposed_wait <= dur - wait), the unmatched part within
+    that, the causes summing to its exposed time; per instance the sums likewise."""
+    pr = c.per_rank
+    if pr.empty:
+        return
+    dur = pr["dur_ns"].astype("int64")
+    wait = pr["wait_ns"].astype("int64")
+    exp = pr["exposed_ns"].astype("int64")
+    ew = pr["exposed_wait_ns"].astype("int64")
+    um = pr["exposed_unmatched_ns"].astype("int64")
+    causes = sum(
+        pr[f"exposed_{k}_ns"].astype("int64") for k in ("wait", "tail", "dependency", "host")
+    )
+    for name, ok in (
+        ("0 <= exposed_wait <= wait", (ew >= 0) & (ew <= wait)),
+        ("0 <= wait <= dur", (wait >= 0) & (wait <= dur)),
+        ("exposed <= dur", exp <= dur),
+        ("exposed transfer <= transfer", exp - ew <= dur - wait),
+        ("0 <= unmatched <= exposed - exposed_wait", (um >= 0) & (um <= exp - ew)),
+        ("causes sum to exposed", causes == exp),
+    ):
+        bad = pr[~ok.to_numpy()]
+        assert bad.empty, (name, bad[["instance", "rank", "dur_ns", "wait_ns", "exposed_ns"]])
+    inst = c.instances.set_index("instance")
+    sums = pr.groupby("instance")[["dur_ns", "wait_ns", "exposed_ns"]].sum()
+    assert (inst.loc[sums.index, "wait_ns"].astype("int64") == sums["wait_ns"]).all()
+    assert (inst.loc[sums.index, "exposed_ns"].astype("int64") <= sums["dur_ns"]).all()
+    assert (inst["transfer_ns"].astype("int64") >= 0).all()
+
+
 def _check_bounded(path: Path, ranks: list[int] | None = None) -> None:
     a = analyze(path, AnalyzeOptions(ranks=ranks))
     c = a.collectives
     assert c is not None
+    check_collective_bounds(c)
     steps = a.steps
     total_wait = int(steps["exposed_wait_ns"].sum())
     total_exposed = int(steps["exposed_comm_ns"].sum())
@@ -578,6 +613,7 @@ def test_credit_end_to_end_against_brute_force(
     got_a = analyze(concat_timelines([r0, r1, r2]))
     c = got_a.collectives
     assert c is not None
+    check_collective_bounds(c)  # concurrent instances: one's wait is not the other's
     got = (
         c.credit[c.credit["rank"] == 0].groupby("waited_for_rank")["exposed_wait_ns"].sum() // MS
     ).to_dict()

@@ -27,6 +27,7 @@ import pytest
 from conftest import examples
 from hypothesis import HealthCheck, given, settings
 from oracle import Ev, oracle_steps
+from test_job_model import check_collective_bounds
 from timeline_gen import FEATURES, Scenario, scenarios, to_timeline
 
 from traceoverlap import AnalyzeOptions, analyze
@@ -58,7 +59,7 @@ REQUIRED = (
     "end_ns",
 )
 #: Required on runs of two or more ranks.
-REQUIRED_MULTI_RANK = ("exposed_wait_ns", "exposed_transfer_ns")
+REQUIRED_MULTI_RANK = ("exposed_wait_ns", "exposed_transfer_ns", "exposed_unmatched_ns")
 #: diagnosis.md columns (issue 10): compared whenever present. Flip DIAGNOSIS_REQUIRED when they
 #: land; ``bottleneck`` is compared with diagnosis §2 once ``compute_only_ns`` exists (before
 #: that the tool still prints metrics.md's first-match verdict, which the oracle does not model).
@@ -67,6 +68,7 @@ DIAGNOSIS = (
     "memory_only_ns",
     "exposed_wait_ns",
     "exposed_transfer_ns",
+    "exposed_unmatched_ns",
     "exposed_tail_ns",
     "exposed_dependency_ns",
     "exposed_host_ns",
@@ -80,6 +82,7 @@ PARTS = (
     "overlap_ns",
     "exposed_wait_ns",
     "exposed_transfer_ns",
+    "exposed_unmatched_ns",
     "memory_only_ns",
     "other_steps_ns",
     "idle_ns",
@@ -141,7 +144,10 @@ def check_invariants(df: pd.DataFrame) -> None:
         if all(p in r for p in PARTS):
             assert sum(int(r[p]) for p in PARTS) == r["step_ns"], dict(r)
         if "exposed_wait_ns" in r and "exposed_transfer_ns" in r:
-            assert r["exposed_wait_ns"] + r["exposed_transfer_ns"] == r["exposed_comm_ns"]
+            unmatched = int(r.get("exposed_unmatched_ns", 0))
+            assert (
+                r["exposed_wait_ns"] + r["exposed_transfer_ns"] + unmatched == r["exposed_comm_ns"]
+            )
         if all(c in r for c in CAUSES):
             assert sum(int(r[c]) for c in CAUSES) == r["exposed_comm_ns"], dict(r)
 
@@ -180,6 +186,8 @@ def disagreements(
     a = analyze(timeline, AnalyzeOptions(step_regex=step_regex))
     df = a.steps
     check_invariants(df)
+    if a.collectives is not None:
+        check_collective_bounds(a.collectives)  # issue 36: no figure exceeds its whole
     by_device = "device" in df.columns
 
     def okey(r: dict[str, Any]) -> tuple[Any, ...]:

@@ -45,6 +45,7 @@ FEATURES = frozenset(
         # (oracle_steps' switches); without the feature, such scenarios are filtered out
         "unstepped_comm",  # a collective instance lies in no step on some unit (several units)
         "cross_step_wait",  # a step's exposed comm meets the wait part of another step's instance
+        "unmatched_comm",  # an instance missing on some units: unmatched where it ran (§12)
     }
 )
 
@@ -166,6 +167,7 @@ class _Inst:
     name_index: int
     end: int
     durs: list[int]
+    skip: frozenset[int] = frozenset()  # unit indices (rank * devices + device) without it
 
 
 def _markers(
@@ -237,7 +239,15 @@ def scenarios(draw: Any, features: Iterable[str] = FEATURES) -> Scenario:
         seqs[pg] = seqs.get(pg, -1) + 1
         end = draw(st.integers(50, T))
         durs = [draw(st.integers(1, min(400, end))) for _ in range(n_units)]
-        insts.append(_Inst(pg, seqs[pg], draw(st.integers(0, len(COMM_KERNELS) - 1)), end, durs))
+        skip: frozenset[int] = frozenset()
+        if "unmatched_comm" in feats and n_units >= 2 and draw(st.integers(0, 2)) == 0:
+            # diagnosis.md §12: the instance runs on some units only (a missing peer)
+            skip = frozenset(
+                draw(st.sets(st.integers(0, n_units - 1), min_size=1, max_size=n_units - 1))
+            )
+        insts.append(
+            _Inst(pg, seqs[pg], draw(st.integers(0, len(COMM_KERNELS) - 1)), end, durs, skip)
+        )
 
     # clock offsets: a run-wide base (0 or unix-epoch sized) plus a per-rank skew small enough
     # that the ranks' captures still overlap in time (traces that cannot be one run are refused)
@@ -333,6 +343,8 @@ def _gpu_rank(
             one_activity(dev, None)
     for dev in devices:
         for inst in insts:
+            if rank * len(devices) + dev in inst.skip:
+                continue
             dur = inst.durs[rank * len(devices) + dev]
             start = inst.end - dur
             launch = max(0, start - draw(st.integers(0, 300)))
@@ -454,6 +466,8 @@ def _cpu_rank(
     s, d = draw(span)
     out.append(ev("cpu_op", "aten::copy_", s, s + d, GLOO_TID, "pt_gloo_runloop"))
     for inst in insts:
+        if rank in inst.skip:
+            continue
         dur = inst.durs[rank]
         if draw(st.booleans()):
             # the call made inside an enclosing op (a custom autograd Function: `_AllToAll`):

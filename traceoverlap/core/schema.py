@@ -100,7 +100,13 @@ OTHER_STEPS_NS = _ns("other_steps_ns", "only other steps' work ran (overlapping 
 COMPUTE_ONLY_NS = _ns("compute_only_ns", "|C − M|: compute with no communication beside it")
 MEMORY_ONLY_NS = _ns("memory_only_ns", "|Y − C − M|: memcpy / memset alone")
 EXPOSED_WAIT_NS = _ns("exposed_wait_ns", "exposed comm waiting for a later rank")
-EXPOSED_TRANSFER_NS = _ns("exposed_transfer_ns", "the rest of the exposed comm")
+EXPOSED_TRANSFER_NS = _ns(
+    "exposed_transfer_ns", "exposed comm in the transfer part of a matched collective"
+)
+EXPOSED_UNMATCHED_NS = _ns(
+    "exposed_unmatched_ns",
+    "the rest of the exposed comm: wait vs transfer unknown (no peers or pair in the trace)",
+)
 EXPOSED_TAIL_NS = _ns("exposed_tail_ns", "exposed: no compute of the step starts after it")
 EXPOSED_DEPENDENCY_NS = _ns("exposed_dependency_ns", "exposed: the next compute waited for it")
 EXPOSED_HOST_NS = _ns("exposed_host_ns", "exposed: the host had not launched the next compute")
@@ -145,6 +151,7 @@ STEPS = Table(
         MEMORY_ONLY_NS,
         EXPOSED_WAIT_NS,
         EXPOSED_TRANSFER_NS,
+        EXPOSED_UNMATCHED_NS,
         EXPOSED_TAIL_NS,
         EXPOSED_DEPENDENCY_NS,
         EXPOSED_HOST_NS,
@@ -176,6 +183,7 @@ PARTS = (
     OVERLAP_NS,
     EXPOSED_WAIT_NS,
     EXPOSED_TRANSFER_NS,
+    EXPOSED_UNMATCHED_NS,
     MEMORY_ONLY_NS,
     OTHER_STEPS_NS,
     IDLE_NS,
@@ -318,6 +326,18 @@ COLLECTIVE_PER_RANK = Table(
         *(
             replace(EXPOSED_BY_CAUSE[cause], meaning=f"its exposed ns, cause {cause}", stats=False)
             for cause in EXPOSED_BY_CAUSE
+        ),
+        replace(
+            EXPOSED_UNMATCHED_NS,
+            meaning="its exposed ns with no known wait / transfer split (diagnosis.md §12)",
+            stats=False,
+        ),
+        Column(
+            "unmatched_why",
+            STR,
+            NONE,
+            "why its split is unknown (no peer, unpaired, group unknown...); null when known",
+            True,
         ),
         Column("same_stream", BOOL, NONE, "it ran on a compute stream"),
         _ns(

@@ -11,7 +11,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..core import fmt
-from ..core.schema import EXPOSED_COMM_NS, EXPOSED_WAIT_NS, ROOT_WAITED_FOR_NS, WAIT_NS
+from ..core.schema import (
+    EXPOSED_COMM_NS,
+    EXPOSED_UNMATCHED_NS,
+    EXPOSED_WAIT_NS,
+    ROOT_WAITED_FOR_NS,
+    WAIT_NS,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -34,7 +40,16 @@ def across_ranks_lines(coll: Collectives, steps: pd.DataFrame) -> list[str]:
     lines = [
         f"Across ranks{given}: {coll.n_matched} collectives matched on {len(coll.stragglers)} ranks"
     ]
+    um = int(steps[EXPOSED_UNMATCHED_NS.name].sum()) if EXPOSED_UNMATCHED_NS.name in steps else 0
+    unknown = (
+        f", {fmt.ms(um)} ms with no wait / transfer split (unmatched: no peer or pair in the "
+        "trace, or a transfer the bytes do not explain)"
+        if um
+        else ""
+    )
     if matched.empty:
+        if um:
+            lines.append(f"  exposed communication (the step parts){unknown[1:]}")
         return lines
     total = int(matched["dur_ns"].sum())
     wait = int(matched[WAIT_NS.name].sum())
@@ -48,7 +63,7 @@ def across_ranks_lines(coll: Collectives, steps: pd.DataFrame) -> list[str]:
     if ex:
         lines.append(
             f"  exposed communication (the step parts): {fmt.ms(ew)} ms waiting "
-            f"({fmt.pct(ew / ex)}), {fmt.ms(ex - ew)} ms transfer"
+            f"({fmt.pct(ew / ex)}), {fmt.ms(ex - ew - um)} ms transfer{unknown}"
         )
     if coll.aligned:
         how = "unix clocks" if coll.clock == "unix" else "clocks aligned on collective end times"

@@ -38,6 +38,7 @@ from ..core.schema import (
     EXPOSED_COMM_NS,
     EXPOSED_COMM_RATIO,
     EXPOSED_NS,
+    EXPOSED_UNMATCHED_NS,
     EXPOSED_WAIT_NS,
     IDEAL_NS,
     OVERLAP_RATIO,
@@ -378,6 +379,8 @@ def _cards(analysis: Analysis) -> str:
 
 def _rank_table(analysis: Analysis) -> str:
     rows = []
+    # diagnosis.md §12: shown when some step has exposed time with no wait / transfer split
+    unknown = bool((analysis.steps[EXPOSED_UNMATCHED_NS.name] > 0).any())
     for r, s in sorted(analysis.summary.ranks.items(), key=lambda kv: kv[0]):
         rows.append(
             "<tr>"
@@ -386,7 +389,12 @@ def _rank_table(analysis: Analysis) -> str:
             f"<td class='num'>{_ms(s.median(STEP_NS.name))}</td>"
             f"<td class='num'>{_ms(s.median(EXPOSED_COMM_NS.name))}</td>"
             f"<td class='num'>{_ms(s.median(EXPOSED_WAIT_NS.name))}</td>"
-            f"<td class='num'>{_pct(s.overlap_ratio)}</td>"
+            + (
+                f"<td class='num'>{_ms(s.median(EXPOSED_UNMATCHED_NS.name))}</td>"
+                if unknown
+                else ""
+            )
+            + f"<td class='num'>{_pct(s.overlap_ratio)}</td>"
             f"<td class='num'>{_speedup(s.potential_speedup)}</td>"
             f"<td>{_e(s.dominant_bottleneck or '–')}</td>"
             "</tr>"
@@ -395,7 +403,13 @@ def _rank_table(analysis: Analysis) -> str:
         "<h3>Per rank</h3><table class='data'><thead><tr><th>rank</th><th>steps</th>"
         "<th class='num'>median step (ms)</th><th class='num'>median exposed (ms)</th>"
         "<th class='num'>of which waiting (ms)</th>"
-        "<th>overlap ratio</th><th>potential speedup</th><th>dominant verdict</th>"
+        + (
+            "<th class='num' title='exposed comm with no peer or pair in the trace: waiting "
+            "cannot be told from transfer'>of which unmatched (ms)</th>"
+            if unknown
+            else ""
+        )
+        + "<th>overlap ratio</th><th>potential speedup</th><th>dominant verdict</th>"
         "</tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
     )
 
@@ -681,10 +695,13 @@ def _across_ranks(analysis: Analysis) -> str:
         return ""
     per = coll.per_rank[coll.per_rank["matched"].astype(bool)] if len(coll.per_rank) else None
     if per is None or per.empty:
+        um = int(analysis.steps[EXPOSED_UNMATCHED_NS.name].sum())
         return (
             "<section id='stragglers'><h2>Across ranks</h2><p class='explain'>No collective could "
             "be matched across the ranks, so waiting and transfer are not split (see the caveats "
-            "above).</p></section>"
+            "above)"
+            + (f": {fmt_ns(um)} of exposed communication is unmatched" if um else "")
+            + ".</p></section>"
         )
     given = (
         f" among the {coll.ranks_given} ranks given (world size {coll.world_size})"
@@ -702,6 +719,13 @@ def _across_ranks(analysis: Analysis) -> str:
     steps = analysis.steps
     ew = int(steps[EXPOSED_WAIT_NS.name].sum())
     ex = int(steps[EXPOSED_COMM_NS.name].sum())
+    um = int(steps[EXPOSED_UNMATCHED_NS.name].sum())
+    unknown = (
+        f"; {fmt_ns(um)} has no wait / transfer split (unmatched: no peer or pair in the trace, "
+        "or a transfer the bytes do not explain)"
+        if um
+        else ""
+    )
     cards = [
         _card(
             "waiting in collectives",
@@ -712,7 +736,8 @@ def _across_ranks(analysis: Analysis) -> str:
         _card(
             "exposed comm that is waiting",
             fmt_ns(ew),
-            f"{_pct(ew / ex if ex else None)} of all exposed comm; {fmt_ns(ex - ew)} is transfer",
+            f"{_pct(ew / ex if ex else None)} of all exposed comm; {fmt_ns(ex - ew - um)} is "
+            f"transfer{unknown}",
             "wait",
         ),
     ]

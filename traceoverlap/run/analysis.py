@@ -39,6 +39,7 @@ from ..core.schema import (
     EXPOSED_COMM_NS,
     EXPOSED_COMM_RATIO,
     EXPOSED_TRANSFER_NS,
+    EXPOSED_UNMATCHED_NS,
     EXPOSED_WAIT_NS,
     IDEAL_NS,
     IDLE_NS,
@@ -509,6 +510,8 @@ def _step_table(
     traces = [u.trace for u in units]
     unit_of, base = win.unit_of, win.parts
     cause_ns = {c: iv.grouped_length(s, win.n) for c, s in sets.by_name().items()}
+    unmatched_ns = iv.grouped_length(sets.unmatched, win.n)
+    unmatched_why = _unmatched_why(coll, win.n)
     wait_known = _wait_known(units, win, coll)
     waited_for = _waited_for(coll, win.n)
     step = base[STEP_NS.name]
@@ -520,7 +523,8 @@ def _step_table(
         PID.name: pd.array([traces[u].pid for u in unit_of], dtype=object),
         STEP.name: pd.array(win.labels, dtype=object),
         **{col.name: cause_ns[c] for c, col in EXPOSED_BY_CAUSE.items()},
-        EXPOSED_TRANSFER_NS.name: exposed_ns - cause_ns[Cause.WAIT],
+        EXPOSED_TRANSFER_NS.name: exposed_ns - cause_ns[Cause.WAIT] - unmatched_ns,
+        EXPOSED_UNMATCHED_NS.name: unmatched_ns,
         OVERLAP_RATIO.name: pd.array(
             ratio(base[OVERLAP_NS.name], base[COMM_NS.name]), dtype="Float64"
         ),
@@ -543,8 +547,11 @@ def _step_table(
             None if wf is None else _among(str(wf), coll),
             bool(wk),
             partial_hedge(coll.ranks_given, coll.world_size),
+            unmatched_why=why,
         )
-        for row, wf, wk in zip(df.to_dict("records"), waited_for, wait_known.tolist(), strict=True)
+        for row, wf, wk, why in zip(
+            df.to_dict("records"), waited_for, wait_known.tolist(), unmatched_why, strict=True
+        )
     ]
     df[BOTTLENECK.name] = [v.bottleneck for v in verdicts]
     df[REASON.name] = [v.reason for v in verdicts]
@@ -583,6 +590,39 @@ def _among(rank: str, coll: Collectives) -> str:
     if coll.partial:
         return f"{rank} (the latest among the {coll.ranks_given} ranks given of {coll.world_size})"
     return rank
+
+
+def _unmatched_why(coll: Collectives, n_windows: int) -> list[str | None]:
+    """Per window: why its unmatched exposed time has no wait / transfer split (diagnosis.md
+    §12), the reasons carrying most of it first (at most two, with the collectives' names and
+    ranks), None when it has none."""
+    out: list[str | None] = [None] * n_windows
+    pr = coll.per_rank
+    if pr.empty or EXPOSED_UNMATCHED_NS.name not in pr:
+        return out
+    ns = pr[EXPOSED_UNMATCHED_NS.name].to_numpy(np.int64)
+    rows = pr[ns > 0]
+    if rows.empty:
+        return out
+    why = rows["unmatched_why"].fillna("no peer to match it with").astype(str)
+    text = rows["name"].astype(str) + " on rank " + rows["rank"].astype(str) + ": " + why
+    g = (
+        pd.DataFrame(
+            {"window": rows["window"].to_numpy(np.int64), "text": text.to_numpy(), "ns": ns[ns > 0]}
+        )
+        .groupby(["window", "text"], sort=False)
+        .agg(ns=("ns", "sum"), n=("ns", "size"))
+        .reset_index()
+        .sort_values(["window", "ns", "text"], ascending=[True, False, True], kind="stable")
+    )
+    for w, part in g.groupby("window", sort=False):
+        said = [
+            (f"{n}x " if n > 1 else "") + t
+            for t, n in zip(part["text"].tolist()[:2], part["n"].tolist()[:2], strict=True)
+        ]
+        more = len(part) - len(said)
+        out[int(cast(int, w))] = "; ".join(said) + (f"; and {more} more" if more > 0 else "")
+    return out
 
 
 def _waited_for(coll: Collectives, n_windows: int) -> list[int | None]:

@@ -20,6 +20,9 @@ Per family, :func:`family_bandwidth` decides whether the transfer time follows t
   half the best the family reaches in the run (near the best: the link is what limits them);
 - ``unknown``: otherwise (no bytes, one message size, too few instances).
 
+Instances whose transfer estimate the message size does not explain (``transfer_outlier``,
+docs/diagnosis.md §12: more than 3x the median of the same family and bytes) are no evidence.
+
 "Small" and "large" are the instances at or below the family's 25th and at or above its 75th
 byte percentile; their bytes and transfer times are the medians of those sets.
 """
@@ -132,6 +135,8 @@ def _ms(ns: int | None) -> str:
 def family_bandwidth(instances: pd.DataFrame) -> dict[str, FamilyBandwidth]:
     """Per family of ``instances`` (with :func:`add_bandwidth`'s columns): the evidence."""
     out: dict[str, FamilyBandwidth] = {}
+    if "transfer_outlier" in instances:  # a transfer its bytes do not explain (§12): no evidence
+        instances = instances[~instances["transfer_outlier"].astype(bool).to_numpy()]
     if instances.empty:
         return out
     for fam, g in instances.groupby("family", sort=True):

@@ -22,6 +22,11 @@ each unit's ``wait_ns`` = its duration - transfer; the wait part on a unit is
 ``[start, start + wait_ns)``; ``last_rank`` = the unit with the latest aligned start (None on a
 tie). Each unit's exposed time of the instance is split by cause (diagnosis.md §3).
 
+Unknown is not transfer (diagnosis.md §12): in a run of several units, exposed time outside every
+matched instance's wait and transfer parts (instances left unmatched, each with its reason in
+``unmatched_why``; the part of a transfer estimate more than 3x the median of its family and
+size) is ``exposed_unmatched``, neither wait nor transfer.
+
 Stragglers: per unit, how often it arrived last and the total time the others waited in the
 instances where it did (``waited_for_ns``). With fewer ranks than the world, these are "among the
 ranks given" and the reports say so.
@@ -48,6 +53,7 @@ from ..core.schema import (
     EXPOSED_HOST_NS,
     EXPOSED_NS,
     EXPOSED_TAIL_NS,
+    EXPOSED_UNMATCHED_NS,
     EXPOSED_WAIT_NS,
     ROOT_WAITED_FOR_NS,
     STEP_NS,
@@ -99,6 +105,8 @@ PER_RANK_COLUMNS = (
     EXPOSED_TAIL_NS.name,
     EXPOSED_DEPENDENCY_NS.name,
     EXPOSED_HOST_NS.name,
+    EXPOSED_UNMATCHED_NS.name,
+    "unmatched_why",
     "same_stream",
     "queued_ns",
     "behind_comm_ns",
@@ -129,6 +137,7 @@ INSTANCE_COLUMNS = (
     "src_rank",
     "dst_rank",
     "last_arrival_ns",
+    "transfer_outlier",
 )
 #: The straggler table as matching builds it (the reduce adds the blame chains' roots).
 STRAGGLER_COLUMNS = tuple(n for n in STRAGGLERS.names if n != ROOT_WAITED_FOR_NS.name)
@@ -212,6 +221,15 @@ class CauseSets:
     tail: GroupedIntervals
     dependency: GroupedIntervals
     host: GroupedIntervals
+    #: the exposed set with no known split into wait and transfer (diagnosis.md §12); not a
+    #: cause: it overlaps the tail / dependency / host sets
+    unmatched: GroupedIntervals = field(
+        default_factory=lambda: (
+            np.zeros(0, np.int64),
+            np.zeros(0, np.int64),
+            np.zeros(0, np.int64),
+        )
+    )
 
     def by_name(self) -> dict[str, GroupedIntervals]:
         return {
@@ -291,6 +309,10 @@ def _group_table(
     return members, units_of
 
 
+#: What a note says of the exposed time of instances left unmatched in a run of several units.
+_UNMATCHED_WORDS = "is unmatched: waiting cannot be told from transfer (diagnosis.md §12)"
+
+
 def _match(
     inst: pd.DataFrame,
     units: Sequence[int],
@@ -307,6 +329,7 @@ def _match(
             "members": pd.Series([()] * len(inst), dtype=object, index=inst.index),
             "src_rank": -1,
             "dst_rank": -1,
+            "why": "",
         },
         index=inst.index,
     )
@@ -323,8 +346,8 @@ def _match(
             f"{int(unknown.sum())} communication activit{'y' if unknown.sum() == 1 else 'ies'} "
             "whose process group cannot be told (the ranks run several groups; no group in the "
             "trace args, and no gloo worker pool or single NCCL stream to tell it by) were not "
-            "matched: a match across groups is worse than none; their exposed time counts as "
-            "transfer"
+            "matched: a match across groups is worse than none; their exposed time "
+            + (_UNMATCHED_WORDS if len(units) > 1 else "counts as transfer")
         )
     if len(units) < 2:
         return key, notes, extra
@@ -360,7 +383,7 @@ def _match(
         notes.append(
             f"{n} point-to-point transfer(s) (SendRecv / send / recv) in groups of more than two "
             "ranks were not matched: a transfer pairs two ranks and the trace does not say which; "
-            "their exposed time counts as transfer"
+            f"their exposed time {_UNMATCHED_WORDS}"
         )
     complete &= ~wide
     extra["src_rank"], extra["dst_rank"] = src, dst
@@ -377,7 +400,72 @@ def _match(
                 "nothing to match them with (is a rank trace missing?)"
             )
     key[complete] = ids[complete]
+    extra["why"] = _unmatched_why(
+        work,
+        ids,
+        complete,
+        unknown,
+        wide & ~paired,
+        exp,
+        (members, units_of),
+        unit_rank,
+        unit_label,
+    )
     return key, notes, extra
+
+
+def _unmatched_why(
+    work: pd.DataFrame,
+    ids: npt.NDArray[np.int64],
+    complete: npt.NDArray[np.bool_],
+    unknown: npt.NDArray[np.bool_],
+    unnamed_p2p: npt.NDArray[np.bool_],
+    exp: I64,
+    groups_of: tuple[dict[object, tuple[int, ...]], dict[object, tuple[int, ...]]],
+    unit_rank: I64,
+    unit_label: dict[int, str],
+) -> npt.NDArray[np.object_]:
+    """Per local instance row: why it has no peers to split wait from transfer with (diagnosis.md
+    §12), in words; "" where it was matched. One pass over the incomplete instances only."""
+    member_ranks, units_of = groups_of
+    given = set(unit_rank.tolist())
+    why = np.full(len(work), "", dtype=object)
+    why[unknown] = "its process group cannot be told"
+    for i in np.flatnonzero(unnamed_p2p).tolist():
+        why[i] = f"a send/recv in a group of {int(exp[i])} ranks that names no peer"
+    rest = ~complete & ~unknown & ~unnamed_p2p
+    if not rest.any():
+        return why
+    sub = np.flatnonzero(rest)
+    units = work["unit"].to_numpy(np.int64)
+    groups = work["group_key"].to_numpy(dtype=object)
+    kinds = work["match_kind"].to_numpy(dtype=object)
+    present: dict[int, set[int]] = {}
+    for i in sub.tolist():
+        present.setdefault(int(ids[i]), set()).add(int(units[i]))
+    for i in sub.tolist():
+        members = units_of.get(groups[i], ())
+        missing = sorted(set(members) - present[int(ids[i])])
+        kind = str(kinds[i])
+        if len(members) < 2:
+            absent = [r for r in member_ranks.get(groups[i], ()) if r not in given]
+            why[i] = (
+                f"its group's other rank{'s' if len(absent) > 1 else ''} "
+                f"{', '.join(map(str, absent))} {'are' if len(absent) > 1 else 'is'} not in the "
+                "trace"
+                if absent
+                else "no peer of its group in the trace (is a rank trace missing?)"
+            )
+        elif missing and kind.startswith("p2p:"):
+            own = unit_rank[int(units[i])]
+            src = int(kind[4:].split(">")[0])
+            other = "recv" if src == own else "send"
+            why[i] = f"no matching {other} on {_labels(missing, unit_label)}"
+        elif missing:
+            why[i] = f"absent on {_labels(missing, unit_label)}"
+        else:
+            why[i] = "instance counts differ across ranks"
+    return why
 
 
 #: How far apart the ends of a send and its recv may be when paired by end time (unix clocks).
@@ -517,6 +605,7 @@ def match_collectives(
         members=extra["members"].to_numpy(),
         src_rank=extra["src_rank"].to_numpy(np.int64),
         dst_rank=extra["dst_rank"].to_numpy(np.int64),
+        why=extra["why"].to_numpy(dtype=object),
     )
     unix = bool(traces) and all(t.clock == "unix" for t in traces)
     m, n_inconsistent, clock, offsets = _align_clocks(inst, unix, notes)
@@ -531,10 +620,11 @@ def match_collectives(
         .fillna(0)
         .to_numpy(np.int64)
     )
+    _known_transfer(inst, m, multi=len(traces) > 1)
     unit_rank = np.array([t.rank for t in traces], dtype=np.int64)
     _arrivals(inst, m, unit_rank)
     sets = _cause_sets(inst, pieces, exposed, n_windows)
-    _instance_causes(inst, pieces, sets, n_windows)
+    _instance_causes(inst, pieces, sets, exposed, n_windows)
 
     family_causes = _family_causes(inst, pieces, sets, n_windows)
     instances, per_rank, row_instance = _tables(inst, m, traces, window_labels, clock)
@@ -701,7 +791,9 @@ def _align_clocks(
             "consistent in time (after aligning the rank clocks, their spans on the ranks never "
             "overlap): they are not used for waiting or stragglers"
         )
-        inst.loc[inst["key"].isin(bad_keys).to_numpy(), "key"] = -1
+        bad = inst["key"].isin(bad_keys).to_numpy()
+        inst.loc[bad, "key"] = -1
+        inst.loc[bad, "why"] = "its spans on the ranks are not consistent in time"
     m = m[ok].copy()
     m["aligned_start"] = m["start_ns"].to_numpy(np.int64) - m["unit"].map(off).fillna(0).to_numpy(
         np.int64
@@ -712,6 +804,77 @@ def _align_clocks(
     return m, len(bad_keys), clock, off
 
 
+#: A matched instance whose transfer estimate exceeds this many times the median of the run's
+#: instances of its family and message size has a transfer the bytes do not explain
+#: (diagnosis.md §12): only the median counts as transfer, the rest is unknown.
+TRANSFER_OUTLIER_RATIO = 3
+#: Fewest instances of one family and size for their median to say what the size explains (a
+#: median of 3 moves with one noisy instance: gloo's small all-reduces on a loaded host, grouped
+#: by their place in the step across 3 steps, read 3x that median in 2-21 of 24-102 instances of
+#: the reference workloads).
+TRANSFER_OUTLIER_MIN = 5
+
+
+def _known_transfer(inst: pd.DataFrame, m: pd.DataFrame, *, multi: bool) -> None:
+    """Per row of ``inst`` (in place): ``xfer_start``, where its known transfer part starts
+    (diagnosis.md §12), and ``transfer_outlier``. A matched row's transfer part is
+    ``[start + wait, end)``; when its instance's transfer estimate is more than
+    :data:`TRANSFER_OUTLIER_RATIO` x the median of the run's matched instances of the same family
+    and bytes (at least :data:`TRANSFER_OUTLIER_MIN` of them), only the last ``median`` ns of it
+    are transfer. An unmatched row of a run of several units has none (its split is unknown:
+    ``end``); on a single unit everything past the wait is transfer (``start``), as before."""
+    start = inst["start_ns"].to_numpy(np.int64)
+    end = inst["end_ns"].to_numpy(np.int64)
+    inst["xfer_start"] = end if multi else start
+    inst["transfer_outlier"] = False
+    if m.empty:
+        return
+    idx = m.index
+    wait_end = start[inst.index.get_indexer(idx)] + m[WAIT_NS.name].to_numpy(np.int64)
+    xs = wait_end.copy()
+    per_key = (
+        pd.DataFrame(
+            {
+                "key": m["key"].to_numpy(np.int64),
+                "transfer": m["transfer_ns"].to_numpy(np.int64),
+                "family": m["family"].astype(str).to_numpy(),
+                "bytes": pd.to_numeric(m["bytes"], errors="coerce").fillna(-1).to_numpy(np.int64),
+            }
+        )
+        .groupby("key", sort=True)
+        .agg(transfer=("transfer", "min"), family=("family", "first"), bytes=("bytes", "max"))
+    )
+    sized = per_key[per_key["bytes"].to_numpy() > 0]
+    if len(sized):
+        g = sized.groupby(["family", "bytes"], sort=False)["transfer"]
+        med = g.transform("median").to_numpy(np.float64)
+        n = g.transform("size").to_numpy(np.int64)
+        t = sized["transfer"].to_numpy(np.int64)
+        out = (n >= TRANSFER_OUTLIER_MIN) & (med > 0) & (t > TRANSFER_OUTLIER_RATIO * med)
+        if out.any():
+            expected = pd.Series(np.floor(med[out]).astype(np.int64), index=sized.index[out])
+            words = {
+                int(k): (
+                    f"its transfer estimate {t[i] / 1e6:.3f} ms is {t[i] / med[i]:.1f}x the "
+                    f"median of the {int(n[i])} {fam} instances of its size: waiting or "
+                    "contention, not bandwidth"
+                )
+                for i, (k, fam) in enumerate(
+                    zip(sized.index.tolist(), sized["family"].tolist(), strict=True)
+                )
+                if out[i]
+            }
+            keys = m["key"].to_numpy(np.int64)
+            exp_row = expected.reindex(keys).to_numpy(np.float64)
+            hit = ~np.isnan(exp_row)
+            end_m = end[inst.index.get_indexer(idx)]
+            xs[hit] = np.maximum(wait_end[hit], end_m[hit] - exp_row[hit].astype(np.int64))
+            rows = idx[hit]
+            inst.loc[rows, "transfer_outlier"] = True
+            inst.loc[rows, "why"] = [words[int(k)] for k in keys[hit].tolist()]
+    inst.loc[idx, "xfer_start"] = xs
+
+
 def _cause_sets(
     inst: pd.DataFrame,
     pieces: tuple[I64, I64, I64, I64],
@@ -719,16 +882,20 @@ def _cause_sets(
     n_windows: int,
 ) -> CauseSets:
     """Waiting carved out of the local causes: the wait part of every piece is
-    ``[start, start + wait)`` of its instance on that unit, clipped to the piece."""
+    ``[start, start + wait)`` of its instance on that unit, clipped to the piece. The known
+    transfer part is ``[xfer_start, end)`` (:func:`_known_transfer`); exposed time in neither is
+    ``unmatched`` (diagnosis.md §12)."""
     p_inst, p_win, p_s, p_e = pieces
     w_start = inst["start_ns"].to_numpy(np.int64)[p_inst]
     w_end = w_start + inst[WAIT_NS.name].to_numpy(np.int64)[p_inst]
     wait_set = iv.grouped_union(p_win, np.maximum(p_s, w_start), np.minimum(p_e, w_end), n_windows)
-    parts = list(exposed.values())
-    total_exposed = iv.grouped_union(
-        np.concatenate([x[0] for x in parts]),
-        np.concatenate([x[1] for x in parts]),
-        np.concatenate([x[2] for x in parts]),
+    t_start = inst["xfer_start"].to_numpy(np.int64)[p_inst]
+    xfer_set = iv.grouped_union(p_win, np.maximum(p_s, t_start), p_e, n_windows)
+    total_exposed = _total_exposed(exposed, n_windows)
+    known = iv.grouped_union(
+        np.concatenate((wait_set[0], xfer_set[0])),
+        np.concatenate((wait_set[1], xfer_set[1])),
+        np.concatenate((wait_set[2], xfer_set[2])),
         n_windows,
     )
     return CauseSets(
@@ -736,21 +903,56 @@ def _cause_sets(
         tail=iv.grouped_subtract(exposed[Cause.TAIL], wait_set, n_windows),
         dependency=iv.grouped_subtract(exposed[Cause.DEPENDENCY], wait_set, n_windows),
         host=iv.grouped_subtract(exposed[Cause.HOST], wait_set, n_windows),
+        unmatched=iv.grouped_subtract(total_exposed, known, n_windows),
+    )
+
+
+def _total_exposed(exposed: dict[str, GroupedIntervals], n_windows: int) -> GroupedIntervals:
+    """The whole exposed set per window: the union of the local cause sets (they partition it)."""
+    parts = list(exposed.values())
+    return iv.grouped_union(
+        np.concatenate([x[0] for x in parts]),
+        np.concatenate([x[1] for x in parts]),
+        np.concatenate([x[2] for x in parts]),
+        n_windows,
     )
 
 
 def _instance_causes(
-    inst: pd.DataFrame, pieces: tuple[I64, I64, I64, I64], sets: CauseSets, n_windows: int
+    inst: pd.DataFrame,
+    pieces: tuple[I64, I64, I64, I64],
+    sets: CauseSets,
+    exposed: dict[str, GroupedIntervals],
+    n_windows: int,
 ) -> None:
-    """Per (instance, unit), in place: exposed ns by cause, summed over its pieces."""
+    """Per (instance, unit), in place: exposed ns by cause over its piece in its own step (its
+    ``window``, that of its first piece), and its ``exposed_unmatched_ns``. Its own wait part
+    decides its wait (another instance's wait part is not this one's: the figure stays within
+    its ``wait_ns``); the rest of its exposed time takes the local cause (tail / dependency /
+    host)."""
     p_inst, p_win, p_s, p_e = pieces
-    total = np.zeros(len(inst), dtype=np.int64)
-    for cause, s in sets.by_name().items():
-        cov = iv.grouped_covered(s, p_win, p_s, p_e, n_windows)
-        ns = np.bincount(p_inst, weights=cov, minlength=len(inst)).astype(np.int64)
-        inst[f"exposed_{cause}_ns"] = ns
-        total += ns
+    # the row's own step only: on CPU units an activity is clipped into every window it meets
+    # (nested markers), and summing its pieces over them counted its ns more than once
+    own = p_win == inst["window"].to_numpy(np.int64)[p_inst]
+    p_inst, p_win, p_s, p_e = p_inst[own], p_win[own], p_s[own], p_e[own]
+    start = inst["start_ns"].to_numpy(np.int64)[p_inst]
+    w_s = np.maximum(p_s, start)
+    w_e = np.maximum(w_s, np.minimum(p_e, start + inst[WAIT_NS.name].to_numpy(np.int64)[p_inst]))
+    total_exposed = _total_exposed(exposed, n_windows)
+
+    def per_row(s: GroupedIntervals, a: I64, b: I64) -> I64:
+        cov = iv.grouped_covered(s, p_win, a, b, n_windows)
+        return np.bincount(p_inst, weights=cov, minlength=len(inst)).astype(np.int64)
+
+    total = per_row(total_exposed, p_s, p_e)
+    own_wait = per_row(total_exposed, w_s, w_e)
+    inst[EXPOSED_WAIT_NS.name] = own_wait
+    for cause in CAUSES[1:]:
+        inst[f"exposed_{cause}_ns"] = per_row(exposed[cause], p_s, p_e) - per_row(
+            exposed[cause], w_s, w_e
+        )
     inst[EXPOSED_NS.name] = total
+    inst[EXPOSED_UNMATCHED_NS.name] = per_row(sets.unmatched, p_s, p_e)
 
 
 def _family_causes(
@@ -850,6 +1052,8 @@ def _tables(
             WAIT_NS.name: inst[WAIT_NS.name].to_numpy(np.int64),
             EXPOSED_NS.name: inst[EXPOSED_NS.name].to_numpy(np.int64),
             **{f"exposed_{c}_ns": inst[f"exposed_{c}_ns"].to_numpy(np.int64) for c in CAUSES},
+            EXPOSED_UNMATCHED_NS.name: inst[EXPOSED_UNMATCHED_NS.name].to_numpy(np.int64),
+            "unmatched_why": [(str(w) or None) for w in inst["why"].tolist()],
             "same_stream": inst["same_stream"].astype(bool).to_numpy(),
             # nullable: <NA> where the launch is unknown (internally -1)
             "queued_ns": known_ns(inst["queued_ns"].to_numpy(np.int64)),
@@ -915,6 +1119,7 @@ def _tables(
                 (int(x) if f else None)
                 for x, f in zip(firsts("last_arrival"), matched.tolist(), strict=True)
             ],
+            "transfer_outlier": np.array(firsts("transfer_outlier"), dtype=bool),
         },
         columns=list(INSTANCE_COLUMNS),
     )

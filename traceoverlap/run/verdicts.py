@@ -25,6 +25,7 @@ from ..core.schema import (
     COMPUTE_NS,
     COMPUTE_ONLY_NS,
     EXPOSED_TRANSFER_NS,
+    EXPOSED_UNMATCHED_NS,
     EXPOSED_WAIT_NS,
     IDLE_NS,
     MEMORY_ONLY_NS,
@@ -56,6 +57,7 @@ class _Facts:
     waited_for: str | None
     wait_known: bool
     partial: str | None
+    unmatched_why: str | None = None
 
 
 def _peer_wait(f: _Facts) -> Verdict:
@@ -86,6 +88,20 @@ def _transfer(f: _Facts) -> Verdict:
     return Verdict(cls, text)
 
 
+def _unmatched(f: _Facts) -> Verdict:
+    """diagnosis.md §12: exposed communication with no peers or pair to split it by is
+    ``exposed-communication`` whatever |M| vs |C|: waiting and transfer cannot be told apart, so
+    it says why, and never calls it transfer (no bandwidth, no communication-bound)."""
+    why = f.unmatched_why or "no peers or pair in the trace"
+    text = (
+        f"exposed communication with no wait / transfer split {f.share}: waiting for a peer "
+        f"cannot be told from transfer ({why})"
+    )
+    if f.partial:
+        text += f" ({f.partial})"
+    return Verdict(Bottleneck.EXPOSED_COMMUNICATION, text)
+
+
 def _idle(f: _Facts) -> Verdict:
     return Verdict(
         Bottleneck.IDLE, f"idle {f.share}: nothing ran on the device (the host did not feed it)"
@@ -110,6 +126,9 @@ class LostPart:
 LOST_PARTS: tuple[LostPart, ...] = (
     LostPart(EXPOSED_WAIT_NS.name, "waiting for a peer in collectives", _peer_wait),
     LostPart(EXPOSED_TRANSFER_NS.name, "exposed communication (transfer)", _transfer),
+    LostPart(
+        EXPOSED_UNMATCHED_NS.name, "exposed communication (wait vs transfer unknown)", _unmatched
+    ),
     LostPart(IDLE_NS.name, "idle", _idle),
     LostPart(MEMORY_ONLY_NS.name, "memcpy/memset alone", _memory),
 )
@@ -121,11 +140,13 @@ def verdict(
     waited_for: str | None = None,
     wait_known: bool = True,
     partial: str | None = None,
+    unmatched_why: str | None = None,
 ) -> Verdict:
     """The class of one step from its parts (diagnosis.md §2), with a reason that shows the
     deciding numbers. ``row`` holds the step's ``*_ns`` fields; ``waited_for`` names the rank
     this step waited for most (or None); ``partial``: the hedge of a run with ranks missing
-    (:func:`partial_hedge`), said on every verdict that exposed transfer decides."""
+    (:func:`partial_hedge`), said on every verdict that exposed transfer decides;
+    ``unmatched_why``: why the step's unmatched exposed time has no split (diagnosis.md §12)."""
     step = int(row[STEP_NS.name])
     compute, comm = int(row[COMPUTE_NS.name]), int(row[COMM_NS.name])
     if step <= 0:
@@ -139,11 +160,13 @@ def verdict(
             f"the device computed for all but {_ms(lost)} = {_pct(lost / step)} of the step "
             f"(< {_pct(thresholds.lost_ratio)}): communication is hidden well enough",
         )
-    values = [int(row[part.column]) for part in LOST_PARTS]
+    values = [int(row.get(part.column, 0)) for part in LOST_PARTS]
     ranked = sorted(range(len(values)), key=lambda i: (-values[i], i))
     top, value = LOST_PARTS[ranked[0]], values[ranked[0]]
     share = f"{_ms(value)} = {_pct(value / step)} of the step"
-    decided = top.decide(_Facts(share, compute, comm, waited_for, wait_known, partial))
+    decided = top.decide(
+        _Facts(share, compute, comm, waited_for, wait_known, partial, unmatched_why)
+    )
     text = decided.reason
     second_part, second = LOST_PARTS[ranked[1]], values[ranked[1]]
     if second > 0 and 2 * second >= value:
