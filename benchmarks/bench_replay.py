@@ -9,13 +9,31 @@ the collective. Rank 7 runs its kernels 30 % slower (a straggler). The graph is 
 (no trace files: the analysis of such a job is the map's business, see bench_scale.py), its
 "observed" times made by one replay, then timed: the identity replay and ``fix-rank:7``.
 Prints wall time and peak RSS. Not a test: numbers depend on the machine.
+
+``--compare-with CHECKOUT``: also replays the same graph and parameters with that checkout's
+``traceoverlap/whatif/replay.py`` (loaded from its file, in this process), and prints both CPU
+times side by side and whether the schedules are identical.
+
+Targets (issue 40): under 30 s and 3 GB at 1,024 x 10 x 2,000, linear in nodes. Time is rounds x
+nodes per step (a round is a few numpy passes over one step's nodes; a step needs about two
+rounds per cross-lane dependency on its critical path, 41 here), so it is linear in ranks and
+in activities for a fixed program. Memory is not the replay's: the graph holds nine int64
+columns per node (``RunGraph``, 1.5 GB at 20.5 M nodes), the observed parameters four more
+(0.66 GB), each scenario's parameters four and each schedule two: this script holds the graph,
+two parameter sets and two schedules (3.5 GB) before a replay allocates anything. Under 3 GB
+needs narrower graph columns (int32 ids, windows, names, positions), a change of the graph's
+layout, not of the replay.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import resource
+import sys
 import time
+from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 
@@ -82,6 +100,34 @@ def _graph(ranks: int, steps: int, acts: int, start: np.ndarray, end: np.ndarray
     )
 
 
+def _other_replay(checkout: Path) -> ModuleType:
+    """``traceoverlap/whatif/replay.py`` of another checkout, as a module of this package (its
+    relative imports resolve here: the graph and its types are this checkout's)."""
+    path = checkout / "traceoverlap" / "whatif" / "replay.py"
+    spec = importlib.util.spec_from_file_location("traceoverlap.whatif._other_replay", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _side_by_side(other: ModuleType, g: RunGraph, params: dict[str, Params]) -> None:
+    for name, q in params.items():
+        t = time.process_time()
+        a = replay(g, q)
+        t1 = time.process_time()
+        b = other.replay(g, other.Params(q.dur_ns, q.slack_ns, q.post_ns, q.floor_ns))
+        t2 = time.process_time()
+        same = bool((a.start_ns == b.start_ns).all() and (a.end_ns == b.end_ns).all()) and (
+            a.rounds,
+            a.settled,
+        ) == (b.rounds, b.settled)
+        print(
+            f"{name}: CPU {t1 - t:.2f} s here, {t2 - t1:.2f} s there; identical schedules: {same}"
+        )
+
+
 def _peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
@@ -91,6 +137,7 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, default=1024)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--acts", type=int, default=2000)
+    ap.add_argument("--compare-with", type=Path, help="another checkout: its replay, side by side")
     a = ap.parse_args()
     n = a.ranks * a.steps * a.acts
     rng = np.random.default_rng(0)
@@ -128,6 +175,10 @@ def main() -> None:
         f"{(s7.end_ns.max() - s7.start_ns.min()) / 1e6:.1f} ms, "
         f"peak RSS {_peak_mb():,.0f} MB"
     )
+    if a.compare_with is not None:
+        del s, s7
+        q7 = scenario_params(g, p, "fix-rank:7")
+        _side_by_side(_other_replay(a.compare_with.resolve()), g, {"identity": p, "fix-rank:7": q7})
 
 
 if __name__ == "__main__":

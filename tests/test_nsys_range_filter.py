@@ -120,6 +120,43 @@ def test_without_step_markers_every_range_is_read(tmp_path: Path) -> None:
     assert not any("were not read" in n for n in res.trace.notes)
 
 
+def test_no_step_marker_read_keeps_every_range_at_once(tmp_path: Path) -> None:
+    # issue 40: the filter's step-marker test finds no "ProfilerStep#N" among the 4 ranges it
+    # keeps (forward, nccl:all_reduce, wait_tensor, straggler_sleep), so the reader keeps all 8
+    # ranges of the export (those 4 and the 4 aten ones) in the same read, as the unfiltered
+    # read does: same rows, names and notes, and not marked filtered
+    path = _export(tmp_path, steps=False)
+    keep = range_filter(AnalysisOptions(), Rules())
+    assert len(_annotations(path, keep)) == 8
+    assert _annotations(path, keep) == _annotations(path, None)
+    once, plain = read_nsys(path, keep), read_nsys(path)
+    assert once.events.equals(plain.events)
+    assert once.traces == plain.traces and not once.traces[0].ranges_filtered
+    # with a marker among the ranges kept, the read stays filtered (the 4 aten ranges dropped)
+    (tmp_path / "m").mkdir()
+    with_steps = _export(tmp_path / "m", steps=True)
+    assert read_nsys(with_steps, keep).traces[0].ranges_filtered
+    assert len(_annotations(with_steps, keep)) == 5
+
+
+def test_no_step_marker_map_reads_the_file_once(tmp_path: Path, monkeypatch: object) -> None:
+    # the map of a capture without step markers reads it once (the reader kept every range)
+    import traceoverlap.readers as readers
+
+    path = str(_export(tmp_path, steps=False))
+    calls: list[object] = []
+    real = readers.read_trace
+
+    def counted(*args: object, **kwargs: object) -> object:
+        calls.append(args)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(readers, "read_trace", counted)  # type: ignore[attr-defined]
+    (res,) = map_file(path, AnalysisOptions(), Rules()).units
+    assert len(calls) == 1
+    assert res.markers_found == 0 and ("aten::mm, seq = 0", 1) in res.range_names
+
+
 def test_alternation_joins_patterns_or_declines() -> None:
     one = alternation([r"(?i)wait", r"^nccl:", r"x"])
     assert one is not None and one.pattern == r"(?i:wait)|(?:^nccl:)|(?:x)"

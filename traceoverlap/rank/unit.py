@@ -470,7 +470,21 @@ def range_filter(options: AnalysisOptions, rules: Rules) -> Callable[[str], bool
         for p in group:
             compile_regex(p, "range patterns")
         patterns.extend(group)
-    return NameTest(patterns)
+    return _RangeTest(patterns, options.step_re)
+
+
+class _RangeTest(NameTest):
+    """:func:`range_filter`'s test, plus :meth:`step_marker`: a reader that finds no range kept
+    named as a step marker keeps every range at once (as :func:`map_file` would read them
+    again), the nsys reader among them (readers/nsys/_nvtx.py)."""
+
+    def __init__(self, patterns: list[str], step_re: re.Pattern[str]) -> None:
+        super().__init__(patterns)
+        self.step_re = step_re
+
+    def step_marker(self, name: str) -> bool:
+        """Is ``name`` a step marker's (the analysis's test: rank/steps.py)?"""
+        return self.step_re.search(name) is not None
 
 
 def _map_units(

@@ -19,6 +19,7 @@ are joined per round, until nothing moves (a fixpoint: starts only grow from a l
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -159,21 +160,6 @@ def broken_edges(g: RunGraph) -> I64:
     return (start < ready).astype(np.int64)
 
 
-def _seg_cummax(v: I64, lane: I64, first: npt.NDArray[np.bool_]) -> I64:
-    """Cumulative maximum restarting at every lane (lanes are contiguous)."""
-    if v.size == 0:
-        return v
-    lo, hi = int(v.min()), int(v.max())
-    n_lanes = int(first.sum())
-    span = hi - lo + 1
-    if span * (n_lanes + 1) < 2**62:
-        seg = np.cumsum(first).astype(np.int64) - 1
-        shifted = (v - lo) + seg * span
-        return (np.maximum.accumulate(shifted) - seg * span + lo).astype(np.int64)
-    out = pd.Series(v).groupby(lane, sort=False).cummax().to_numpy()
-    return np.asarray(out, dtype=np.int64)
-
-
 def _lane_prefix(p: Params, first: npt.NDArray[np.bool_]) -> I64:
     """P_i: the lane's running sum of slack (to i) and durations (before i)."""
     dur_before = np.empty_like(p.dur_ns)
@@ -195,101 +181,190 @@ class _State:
     t0: int
 
 
+def _index_dtype(n: int) -> type[np.signedinteger[Any]]:
+    """Positions among ``n`` nodes: int32 where they fit (half the memory of the per-node maps
+    a settle builds over the whole graph)."""
+    return np.int32 if n < 2**31 else np.int64
+
+
 @dataclass(frozen=True)
 class _Sub:
-    """What a round over the nodes ``idx`` (a lane-ordered subset) reuses: lane starts, the lane
-    predecessors in earlier subsets, the edges into the subset (with their targets' positions),
-    the lane prefix, and where its collective nodes sit among all collective nodes."""
+    """What the rounds over the nodes ``idx`` (a lane-ordered subset) reuse. Nothing outside the
+    subset moves while it settles, so what comes from outside is read once: the lane floors
+    (with the lane predecessors in earlier subsets), the edges from outside (their largest value
+    per target), the other collective nodes' starts. Inside: the subset's parameters, its lane
+    prefix and segment numbers, the edges between its nodes by position.
 
-    idx: I64
+    ``sel``: the subset as an index array, or as a slice when it is one run of nodes (the whole
+    graph: views, no copies)."""
+
+    sel: I64 | slice
     first: npt.NDArray[np.bool_]
-    carried: npt.NDArray[np.bool_]
-    pc: I64
-    e_in: I64
+    floor: I64
+    ext_ready: I64
+    src_pos: I64
+    src_start: npt.NDArray[np.bool_]
+    gap: I64
     e_pos: I64
-    ee_in: I64
+    ext_coll: I64
+    esrc_pos: I64
+    egap: I64
     ee_pos: I64
+    slack: I64
+    dur: I64
     prefix: I64
+    seg: I64
+    n_lanes: int
     d: I64
     msel: npt.NDArray[np.bool_]
     mpos: I64
+    post: I64
+    member_start: I64
 
 
-def _sub(g: RunGraph, p: Params, idx: I64, mb: _Members, node_pos: I64) -> _Sub:
-    lane = g.lane[idx]
+def _sub(g: RunGraph, p: Params, idx: I64, mb: _Members, node_pos: I64, st: _State) -> _Sub:
+    n = g.start_ns.size
+    whole = idx.size == 0 or (int(idx[0]) + idx.size - 1 == int(idx[-1]))
+    sel: I64 | slice = slice(int(idx[0]), int(idx[0]) + idx.size) if whole and idx.size else idx
+    lane = g.lane[sel]
     first = _lane_first(lane)
     prev = idx - 1
     carried = first & (prev >= 0) & (g.lane[np.maximum(prev, 0)] == lane)
-    in_sub = np.zeros(g.start_ns.size, dtype=bool)
-    in_sub[idx] = True
-    e_in = np.flatnonzero(in_sub[g.dst])
-    ee_in = np.flatnonzero(in_sub[g.edst])
-    sub = Params(p.dur_ns[idx], p.slack_ns[idx], p.post_ns[idx], p.floor_ns[idx])
-    d = mb.dense[idx]
+    floor = p.floor_ns[sel]
+    if carried.any():
+        # a subset's first node of a lane follows that lane's previous node (in an earlier
+        # subset, which does not move while this one settles)
+        pc = prev[carried]
+        floor = floor.copy()
+        floor[carried] = np.maximum(np.maximum(floor[carried], st.end[pc]), st.coll[pc])
+    pos = np.full(n, -1, dtype=_index_dtype(n))  # per node its position in the subset
+    pos[sel] = np.arange(idx.size)
+    # edges into the subset: from outside, their value now (fixed) folded per target; from
+    # inside, read from the subset's state each round
+    e_in = np.flatnonzero(pos[g.dst] >= 0)
+    e_src = pos[g.src[e_in]]
+    inner = e_src >= 0
+    ext_ready = np.full(idx.size, NEG, dtype=np.int64)
+    e_out = e_in[~inner]
+    if e_out.size:
+        val = np.where(g.src_start[e_out], st.start[g.src[e_out]], st.end[g.src[e_out]])
+        np.maximum.at(ext_ready, pos[g.dst[e_out]], val + g.gap[e_out])
+    e_in = e_in[inner]
+    ee_in = np.flatnonzero(pos[g.edst] >= 0)
+    ee_src = pos[g.esrc[ee_in]]
+    ee_inner = ee_src >= 0
+    ext_coll = np.full(idx.size, NEG, dtype=np.int64)
+    ee_out = ee_in[~ee_inner]
+    if ee_out.size:
+        np.maximum.at(ext_coll, pos[g.edst[ee_out]], st.end[g.esrc[ee_out]] + g.egap[ee_out])
+    ee_in = ee_in[ee_inner]
+    slack = p.slack_ns[sel]
+    dur = p.dur_ns[sel]
+    sub = Params(dur, slack, p.post_ns[sel], floor)
+    d = mb.dense[sel]
     msel = d >= 0
     return _Sub(
-        idx=idx,
+        sel=sel,
         first=first,
-        carried=carried,
-        pc=prev[carried],
-        e_in=e_in,
-        e_pos=np.searchsorted(idx, g.dst[e_in]),
-        ee_in=ee_in,
-        ee_pos=np.searchsorted(idx, g.edst[ee_in]),
+        floor=floor,
+        ext_ready=ext_ready,
+        src_pos=e_src[inner],
+        src_start=g.src_start[e_in],
+        gap=g.gap[e_in],
+        e_pos=pos[g.dst[e_in]],
+        ext_coll=ext_coll,
+        esrc_pos=ee_src[ee_inner],
+        egap=g.egap[ee_in],
+        ee_pos=pos[g.edst[ee_in]],
+        slack=slack,
+        dur=dur,
         prefix=_lane_prefix(sub, first),
+        seg=np.cumsum(first).astype(np.int64) - 1,
+        n_lanes=int(first.sum()),
         d=d,
         msel=msel,
         mpos=node_pos[idx[msel]],
+        post=p.post_ns[sel][msel],
+        member_start=st.start[mb.nodes],
     )
 
 
-def _round(g: RunGraph, p: Params, sb: _Sub, mb: _Members, st: _State) -> bool:
-    """One round over a subset: edges and collectives read from the current state, lanes by one
-    cumulative maximum. Returns whether anything moved."""
-    idx = sb.idx
-    floor = p.floor_ns[idx].copy()
-    # a subset's first node of a lane follows that lane's previous node (in an earlier subset)
-    floor[sb.carried] = np.maximum(np.maximum(floor[sb.carried], st.end[sb.pc]), st.coll[sb.pc])
-    ready = np.full(idx.size, NEG, dtype=np.int64)
-    if sb.e_in.size:
-        e = sb.e_in
-        val = np.where(g.src_start[e], st.start[g.src[e]], st.end[g.src[e]]) + g.gap[e]
+def _sub_cummax(v: I64, sb: _Sub) -> I64:
+    """Cumulative maximum restarting at every lane of the subset (lanes are contiguous), its
+    segment numbers reused."""
+    if v.size == 0:
+        return v
+    lo, hi = int(v.min()), int(v.max())
+    span = hi - lo + 1
+    if span * (sb.n_lanes + 1) < 2**62:
+        off = sb.seg * span
+        shifted = v - lo
+        shifted += off
+        np.maximum.accumulate(shifted, out=shifted)
+        shifted -= off
+        shifted += lo
+        return shifted
+    # the lane ids only matter for grouping: the segment numbers group the same rows
+    out = pd.Series(v).groupby(sb.seg, sort=False).cummax().to_numpy()
+    return np.asarray(out, dtype=np.int64)
+
+
+def _round(
+    sb: _Sub, mb: _Members, start: I64, end: I64, coll: I64, t0: int
+) -> tuple[I64, I64, I64, bool]:
+    """One round over a subset, from its state (``start``, ``end``, ``coll``: the last round's):
+    edges and collectives read from that state, lanes by one cumulative maximum. Returns the
+    new state and whether anything moved."""
+    ready = sb.ext_ready.copy()
+    if sb.src_pos.size:
+        val = np.where(sb.src_start, start[sb.src_pos], end[sb.src_pos]) + sb.gap
         np.maximum.at(ready, sb.e_pos, val)
-    prev_coll = np.empty(idx.size, dtype=np.int64)
+    prev_coll = np.empty(coll.size, dtype=np.int64)
     prev_coll[0:1] = NEG
-    prev_coll[1:] = st.coll[idx[:-1]]
+    prev_coll[1:] = coll[:-1]
     prev_coll[sb.first] = NEG
     # every start is >= the run's first start: clamping keeps the lane maxima in a narrow range
-    ready = np.maximum(np.maximum(np.maximum(ready, floor), prev_coll), st.t0)
-    new_start = sb.prefix + _seg_cummax(ready + p.slack_ns[idx] - sb.prefix, g.lane[idx], sb.first)
-    new_coll = np.full(idx.size, NEG, dtype=np.int64)
-    if mb.n_inst and sb.msel.any():
-        ms = st.start[mb.nodes]
+    np.maximum(ready, sb.floor, out=ready)
+    np.maximum(ready, prev_coll, out=ready)
+    np.maximum(ready, t0, out=ready)
+    ready += sb.slack
+    ready -= sb.prefix
+    new_start = _sub_cummax(ready, sb)
+    new_start += sb.prefix
+    new_coll = np.full(coll.size, NEG, dtype=np.int64)
+    if mb.n_inst and sb.mpos.size:
+        ms = sb.member_start.copy()
         ms[sb.mpos] = new_start[sb.msel]
         arrival = _arrivals_of_starts(mb, ms)
-        new_coll[sb.msel] = arrival[sb.d[sb.msel]] + p.post_ns[idx[sb.msel]]
-    if sb.ee_in.size:
-        ee = sb.ee_in
-        np.maximum.at(new_coll, sb.ee_pos, st.end[g.esrc[ee]] + g.egap[ee])
-    moved = not (
-        np.array_equal(new_start, st.start[idx]) and np.array_equal(new_coll, st.coll[idx])
-    )
-    st.start[idx] = new_start
-    st.coll[idx] = new_coll
-    st.end[idx] = np.maximum(new_start + p.dur_ns[idx], new_coll)
-    return moved
+        new_coll[sb.msel] = arrival[sb.d[sb.msel]] + sb.post
+    np.maximum(new_coll, sb.ext_coll, out=new_coll)
+    if sb.esrc_pos.size:
+        np.maximum.at(new_coll, sb.ee_pos, end[sb.esrc_pos] + sb.egap)
+    moved = not (np.array_equal(new_start, start) and np.array_equal(new_coll, coll))
+    new_end = new_start + sb.dur
+    np.maximum(new_end, new_coll, out=new_end)
+    return new_start, new_end, new_coll, moved
 
 
 def _settle(
     g: RunGraph, p: Params, idx: I64, mb: _Members, st: _State, max_rounds: int
 ) -> tuple[int, bool]:
-    node_pos = np.full(g.start_ns.size, -1, dtype=np.int64)
+    node_pos = np.full(g.start_ns.size, -1, dtype=_index_dtype(g.start_ns.size))
     node_pos[mb.nodes] = np.arange(mb.nodes.size)
-    sb = _sub(g, p, idx, mb, node_pos)
+    sb = _sub(g, p, idx, mb, node_pos, st)
+    del node_pos
+    # the subset's state, moved round by round and written back once
+    start, end, coll = st.start[sb.sel], st.end[sb.sel], st.coll[sb.sel]
+    rounds, settled = max_rounds, False
     for r in range(1, max_rounds + 1):
-        if not _round(g, p, sb, mb, st):
-            return r, True
-    return max_rounds, False
+        start, end, coll, moved = _round(sb, mb, start, end, coll, st.t0)
+        if not moved:
+            rounds, settled = r, True
+            break
+    st.start[sb.sel] = start
+    st.end[sb.sel] = end
+    st.coll[sb.sel] = coll
+    return rounds, settled
 
 
 def _chunks(g: RunGraph) -> list[I64]:

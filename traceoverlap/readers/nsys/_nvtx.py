@@ -122,6 +122,28 @@ class NvtxReader(Activity):
         )
         if cols.n == 0:
             return empty
+        notes_before = len(self.notes)
+        # the texts are handed over (no reference kept here): freed once factorized
+        rows = self.nvtx_rows(nv, cols, cols.texts.pop("text", None), empty)
+        if rows is None:
+            # no range kept is a step marker: the caller would read the file again with every
+            # range (rank/unit.py: map_file), so they are all kept now, as that read keeps them
+            # (its notes, not this pass's); only the texts are scanned again
+            del self.notes[notes_before:]
+            self.keep_range = None
+            again = self.scan(nv, [], ["text"])
+            cols.bad_utf8 = again.bad_utf8
+            rows = self.nvtx_rows(nv, cols, again.texts.pop("text", None), empty)
+            assert rows is not None
+        return rows
+
+    def nvtx_rows(
+        self, nv: str, cols: Columns, text: Obj | None, empty: NvtxRows
+    ) -> NvtxRows | None:
+        """The ranges and ``rank N`` texts of the NVTX table's integer columns ``cols`` and its
+        ``text`` column; None when the ranges were filtered and none kept is a step marker
+        (:meth:`no_step_marker`). A second call on the same ``cols`` reads the same ranges (what
+        :meth:`int_column` rewrites in place, it rewrites the same way again)."""
         start, end = cols.ints["start"], cols.ints["end"]
         start_ok = cols.kinds["start"] == INT
         is_range, is_mark = self.nvtx_types(cols, nv)
@@ -131,7 +153,6 @@ class NvtxReader(Activity):
         if gtid is None:
             return empty
         gtid = _ending_threads(cols, gtid, is_range)
-        text = cols.texts.get("text")
         text_id = self.int_column(cols, nv, "textId", -1)
         if cols.bad_utf8:
             self.notes.append(
@@ -150,6 +171,8 @@ class NvtxReader(Activity):
         del cand
         if self.keep_range is not None:
             text_code, uniques = self.filter_ranges(is_range, text_code, uniques, text_id)
+            if self.no_step_marker(is_range, text_code, uniques, text_id):
+                return None
         # NVTX names: COALESCE(text, StringIds.value)
         keep = np.flatnonzero(is_range)
         names = self.names.add_string_ids(self.strings, text_id[keep], "")
@@ -168,6 +191,27 @@ class NvtxReader(Activity):
             names,
         )
         return NvtxRows(ranges, rank_pid, rank_value)
+
+    def no_step_marker(
+        self, is_range: npt.NDArray[np.bool_], text_code: I64, uniques: Obj, text_id: I64
+    ) -> bool:
+        """True when ``keep_range`` has a ``step_marker`` test (see
+        :func:`traceoverlap.rank.unit.range_filter`) and no range kept is named as a step marker:
+        a read whose ranges were filtered and whose units find no step marker is read again with
+        every range, so this read can keep them all at once. False when the read would fail
+        anyway (a CPU capture with no range kept: the error that read gives)."""
+        marker = getattr(self.keep_range, "step_marker", None)
+        if marker is None:
+            return False
+        keep = np.flatnonzero(is_range)
+        if keep.size == 0 and self.process is None and not self.gpu_pids:
+            return False
+        code = text_code[keep]
+        inline = np.unique(code[code >= 0])
+        if any(marker(str(t)) for t in uniques[inline].tolist()):
+            return False
+        ids = np.unique(text_id[keep][code < 0])
+        return not any(marker(str(t)) for t in self.strings.lookup(ids, "").tolist())
 
     def filter_ranges(
         self,
