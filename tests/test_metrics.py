@@ -174,12 +174,16 @@ def test_cpu_timeline_gloo_clipped_to_step():
     # CPU run: step marker [100, 200). Main-thread cpu_ops: aten::mm [90,150) (clipped to [100,150)),
     # aten::add nested [120,130) (inside mm: union unchanged), c10d::allreduce_ [150,155) (excluded:
     # launches comm). gloo thread: gloo:all_reduce [140,180) (comm), a cpu_op on the gloo thread
-    # [160,170) (never compute). compute = [100,150) = 50, comm = [140,180) = 40, overlap [140,150) = 10,
-    # exposed 30, busy = [100,180) = 80, idle = 100 - 80 = 20, ideal = 100 - 30 + 0 = 70.
-    # Parts: compute only [100,140) = 40, overlap 10, exposed 30, idle 20: not computing 50 %;
-    # the largest lost part is exposed transfer (30, one rank) and comm 40 <= compute 50
-    # -> exposed-communication. Cause: the last compute start is 120 (aten::add), so every
-    # exposed ns in [150,180) has no compute starting after it: tail 30.
+    # [160,170) (never compute). The main thread is between ops from 155 (the launch returned)
+    # and its next host boundary is the step range's end at 200, 20 ns after the gloo work ends:
+    # within the 1 ms floor of the blocked rule (diagnosis.md §8), so it was blocked on it,
+    # [max(155, 140), 200) = [155, 200), and that time is communication where gloo does not
+    # cover it (§11): [180, 200). compute = [100,150) = 50, comm = [140,200) = 60, overlap
+    # [140,150) = 10, exposed 50, busy = [100,200) = 100, idle 0, ideal = 100 - 50 + (60 - 50)
+    # = 60. Parts: compute only [100,140) = 40, overlap 10, exposed 50: not computing 50 %; the
+    # largest lost part is exposed transfer (50, one rank) and comm 60 > compute 50 ->
+    # communication-bound. Cause: the last compute start is 120 (aten::add), so every exposed ns
+    # in [150,200) has no compute starting after it: tail 50.
     tl = cpu_timeline(
         [
             ("annotation", "ProfilerStep#3", "", 100, 200),
@@ -203,14 +207,14 @@ def test_cpu_timeline_gloo_clipped_to_step():
     ) == (
         100,
         50,
-        40,
+        60,
         10,
-        30,
-        20,
-        70,
+        50,
+        0,
+        60,
     )
-    assert r.bottleneck == "exposed-communication"
-    assert (r.compute_only_ns, r.memory_only_ns, r.exposed_tail_ns) == (40, 0, 30)
+    assert r.bottleneck == "communication-bound"
+    assert (r.compute_only_ns, r.memory_only_ns, r.exposed_tail_ns) == (40, 0, 50)
 
 
 def test_cpu_comm_call_inside_a_compute_op_is_not_compute():
