@@ -5,7 +5,8 @@ timestamps; comm = `gloo:*` events; compute = `cpu_op` events not on a `pt_gloo_
 not `c10d::*` / `record_param_comms` / `nccl:*` / `gloo:*`, minus, per thread, the thread's
 communication calls (those excluded cpu_ops, and the blocked waits: from the last event boundary
 before a `gloo:*` end, an event's end where none starts, to the next boundary, when that follows
-within 1 % of the communication's duration and 0.5 ms); everything clipped to the
+within 1 % of the communication's duration or within 1 ms); comm also covers those calls
+(diagnosis.md §11: blocked in a call is communication); everything clipped to the
 `ProfilerStep#N` range, which is the step window.
 """
 
@@ -69,7 +70,7 @@ def derive(path):
                 continue
             prev, nxt = before[-1], after[0]
             gap = nxt - ce
-            if prev in ends and prev not in starts and gap * 100 <= ce - cs and gap <= 500_000:
+            if prev in ends and prev not in starts and (gap * 100 <= ce - cs or gap <= 1_000_000):
                 cl.append((max(prev, cs), nxt))
         calls[key] = union(cl)
 
@@ -102,6 +103,8 @@ def derive(path):
                 per_thread.setdefault((e["pid"], e["tid"]), []).append((s, t))
         for key, ops in per_thread.items():
             comp += minus(union(ops), calls[key])
+        for cl in calls.values():  # time in a call is communication, gloo event or not
+            comm += [(max(s, s0), min(t, e0)) for s, t in cl if max(s, s0) < min(t, e0)]
         c, m = union(comp), union(comm)
         ov = ab_overlap(c, m)
         out[st["name"].split("#")[1]] = {  # the step label, as the string step column holds it
