@@ -34,6 +34,7 @@ from traceoverlap.rank.metrics import (
     step_sets,
 )
 from traceoverlap.rank.steps import assign_steps
+from traceoverlap.rank.unit import p2p_rows
 
 
 def _cat(a: ActivityRows, b: ActivityRows) -> ActivityRows:
@@ -50,7 +51,9 @@ def _same_sets(a: tuple[np.ndarray, ...], b: tuple[np.ndarray, ...]) -> bool:
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
-@given(scenarios({"cpu", "multi_rank", "nested_markers", "dup_steps", "custom_regex"}))
+@given(
+    scenarios({"cpu", "multi_rank", "nested_markers", "dup_steps", "custom_regex", "blocked_calls"})
+)
 def test_cpu_windows_equal_the_per_window_algebra(sc) -> None:  # noqa: ANN001
     # the per-window algebra (an activity clipped into every window it meets) is the reference
     rules = Rules()
@@ -66,7 +69,7 @@ def test_cpu_windows_equal_the_per_window_algebra(sc) -> None:  # noqa: ANN001
         cp = call_parts(unit, kind, rules)
         lanes, by_lane = lane_codes(unit), cp.merged()
         mask = comm_call_mask(unit, rules)
-        cc = call_comm(cp, start.astype(np.int64), end.astype(np.int64), kind)
+        cc = call_comm(cp, start.astype(np.int64), end.astype(np.int64), kind, p2p_rows(unit, kind))
         acts = split_compute(activity_rows(start, end, kind, steps), lanes, by_lane)
         # M: the activities and every call piece; the rows the causes and instances read: the
         # activities and the call pieces that belong to an instance

@@ -130,12 +130,22 @@ def _touching(t: I64, at: I64, rows: I64) -> I64:
     return np.where(hit, r[kk] if a.size else -1, -1).astype(np.int64)
 
 
-def call_comm(parts: CallParts, start: I64, end: I64, kind: npt.NDArray[np.int8]) -> CallComm:
+def call_comm(
+    parts: CallParts,
+    start: I64,
+    end: I64,
+    kind: npt.NDArray[np.int8],
+    p2p: npt.NDArray[np.bool_] | None = None,
+) -> CallComm:
     """The communication calls and blocked waits of ``parts`` outside every communication
     activity of the unit (G), and the instance each piece belongs to: a blocked wait's to the
     activity it waited for (one per resumption: the one that ended last); a call's to the
     activity it runs into (one starting where the piece ends: a ``c10d::recv_`` blocked until
     its ``gloo:recv`` began), else the one it follows (ending where the piece starts), else none.
+    Only point-to-point activities (``p2p``, per event row; None: all) take pieces: their
+    instance is the call, its wait the time before the peer started (diagnosis.md §6), while a
+    collective's wait and transfer are its activities' durations across ranks, which a piece
+    outside them would exceed; its pieces stay in no instance.
     """
     comm = np.flatnonzero(kind == Kind.COMM).astype(np.int64)
     g = iv.union(start[comm], end[comm])
@@ -152,11 +162,15 @@ def call_comm(parts: CallParts, start: I64, end: I64, kind: npt.NDArray[np.int8]
     into = _touching(o_e, start[comm], comm)
     after = _touching(o_s, end[comm], comm)
     o_r = np.where(into >= 0, into, after)
+    w_own = w_r
+    if p2p is not None:
+        w_r = np.where(p2p[w_r], w_r, -1)
+        o_r = np.where((o_r >= 0) & p2p[np.maximum(o_r, 0)], o_r, -1)
     return CallComm(
         np.concatenate((w_s, o_s)).astype(np.int64),
         np.concatenate((w_e, o_e)).astype(np.int64),
         np.concatenate((w_r, o_r)).astype(np.int64),
-        np.concatenate((w_r, np.where(o_r >= 0, o_r, o_row))).astype(np.int64),
+        np.concatenate((w_own, np.where(o_r >= 0, o_r, o_row))).astype(np.int64),
     )
 
 

@@ -32,12 +32,13 @@ from ..core.model import (
     Timeline,
     TraceInfo,
     in_categories,
+    per_category,
     split_units,
 )
 from ..core.options import AnalysisOptions, compile_regex
 from ..core.rules import LOOKS_LIKE_COMM, Rules
 from ..core.schema import COMM_NS, OTHER_STEPS_NS, STEP_NS
-from ..core.vocab import KINDS, PHASE_RE, Cause, StepLabel
+from ..core.vocab import KINDS, PHASE_RE, Cause, Family, StepLabel, collective_kind, family_of
 from ..readers.paths import ProcessPart
 from .causes import local_causes
 from .classify import comm_call_mask, kinds, name_mask, unseen_comm_note
@@ -212,7 +213,9 @@ def unit_step_detail(
         sets = step_sets(acts, len(steps))
     else:  # CPU: the window's own rows, compute cut around the calls (cpuwindows.py)
         parts = call_parts(unit, kind, rules)
-        cc = call_comm(parts, start.astype(np.int64), end.astype(np.int64), kind)
+        cc = call_comm(
+            parts, start.astype(np.int64), end.astype(np.int64), kind, p2p_rows(unit, kind)
+        )
         acts, sets = window_detail_rows(
             start, end, kind, steps, w, lane_codes(unit), parts.merged(), cc
         )
@@ -318,6 +321,28 @@ def _out_of_memory(path: str) -> tuple[str, str, str]:
     )
 
 
+def p2p_rows(unit: Timeline, kind: npt.NDArray[np.int8]) -> npt.NDArray[np.bool_]:
+    """Per event: a communication activity of the send / recv family (its trace's collective
+    name, else its own name: ``gloo:send``, ``gloo:recv``)."""
+    ev = unit.events
+    is_comm = kind == Kind.COMM
+    out = np.zeros(len(ev), dtype=bool)
+    if not is_comm.any():
+        return out
+
+    def p2p(label: str) -> bool:
+        return family_of(collective_kind(label)) == Family.SEND_RECV
+
+    by_name = per_category(ev["name"], p2p, is_comm, dtype=bool)
+    by_coll = per_category(ev["coll_name"], p2p, is_comm, dtype=bool)
+    given = per_category(ev["coll_name"], lambda c: c != "", is_comm, dtype=bool)
+    rows = np.flatnonzero(is_comm)
+    nc = ev["name"].cat.codes.to_numpy()[rows]
+    cc = ev["coll_name"].cat.codes.to_numpy()[rows]
+    out[rows] = np.where(given[cc], by_coll[cc], by_name[nc])
+    return out
+
+
 def _instance_spans(start: I64, end: I64, cc: CallComm) -> tuple[I64, I64]:
     """Per event row: its span, a communication activity's widened by the call pieces that belong
     to its instance (diagnosis.md §11: the instance is the call; a ``recv`` blocked in its call
@@ -356,7 +381,7 @@ def analyze_unit(
         cp = call_parts(unit, kind, rules)
         lanes, by_lane = lane_codes(unit), cp.merged()
         mask, call_ivs = comm_call_mask(unit, rules), by_lane
-        cc = call_comm(cp, start.astype(np.int64), end.astype(np.int64), kind)
+        cc = call_comm(cp, start.astype(np.int64), end.astype(np.int64), kind, p2p_rows(unit, kind))
         us = unit_sets(start, end, kind, lanes, by_lane, mask, cc)
         _check_window_load(info.path, start, end, kind, steps, us)
         cw = cpu_windows(us, start, end, kind, steps)
