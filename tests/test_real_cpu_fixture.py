@@ -5,7 +5,8 @@ timestamps; comm = `gloo:*` events; compute = `cpu_op` events not on a `pt_gloo_
 not `c10d::*` / `record_param_comms` / `nccl:*` / `gloo:*`, minus, per thread, the thread's
 communication calls (those excluded cpu_ops, and the blocked waits: from the last event boundary
 before a `gloo:*` end, an event's end where none starts, to the next boundary, when that follows
-within 1 % of the communication's duration or within 1 ms); comm also covers those calls
+within 1 % of the communication's duration, or within 1 ms when the stretch covers half of the
+communication or more); comm also covers those calls
 (diagnosis.md §11: blocked in a call is communication); everything clipped to the
 `ProfilerStep#N` range, which is the step window.
 """
@@ -70,8 +71,10 @@ def derive(path):
                 continue
             prev, nxt = before[-1], after[0]
             gap = nxt - ce
-            if prev in ends and prev not in starts and (gap * 100 <= ce - cs or gap <= 1_000_000):
-                cl.append((max(prev, cs), nxt))
+            ws = max(prev, cs)
+            floor = gap <= 1_000_000 and 2 * (ce - ws) >= ce - cs  # idle half the comm or more
+            if prev in ends and prev not in starts and (gap * 100 <= ce - cs or floor):
+                cl.append((ws, nxt))
         calls[key] = union(cl)
 
     def minus(a, b):

@@ -12,9 +12,11 @@ calls), where a communication call is
 - a blocked wait: a stretch of the lane between two consecutive host-event boundaries (starts
   or ends of its ``cpu_op`` / range events), the first of them an end where no event starts
   (the thread is between ops, never inside a leaf op), in which a communication activity of the unit ends,
-  when the next boundary follows that end within 1 % of the communication's duration or within
-  1 ms (diagnosis.md §8's blocked rule, whose floor survives the OS's wake-up latency): the wait
-  is [max(gap start, communication start), next boundary). A blocking
+  when the next boundary follows that end within 1 % of the communication's duration, or within
+  1 ms when the gap covers at least half of the communication (diagnosis.md §8's blocked rule,
+  whose floor survives the OS's wake-up latency without turning every pause between ops that a
+  background collective ends in into a wait): the wait is [max(gap start, communication start),
+  next boundary). A blocking
   ``Work.wait()`` is no operator: it leaves only such a gap, ending right after the awaited
   ``gloo:*`` work.
 
@@ -77,11 +79,15 @@ def _waits(
     # the gap opens where an op returned (never inside a leaf op: after its start)
     ok = (j > 0) & (bk[np.maximum(prev, 0)] == q_lane) & ~is_start[np.maximum(prev, 0)]
     gap = bt[np.maximum(j, 0)] - ce
-    ok &= (gap * BLOCKED_PER <= dur) | (gap <= BLOCKED_FLOOR_NS)
     cs = np.repeat(start[comm], comp_lanes.size)
-    row = np.repeat(comm, comp_lanes.size).astype(np.int64)
     # the wait: from the gap's start (or the communication's, when later) to the resumption
-    return q_lane[ok], np.maximum(bt[prev[ok]], cs[ok]), bt[j[ok]], row[ok]
+    ws = np.maximum(bt[np.maximum(prev, 0)], cs)
+    # within 1 % of the duration, or within the floor when the thread sat idle for at least half
+    # of the communication (blocked on it, then woken late; not a short pause between ops that
+    # a background collective happened to end in)
+    ok &= (gap * BLOCKED_PER <= dur) | ((gap <= BLOCKED_FLOOR_NS) & (2 * (ce - ws) >= dur))
+    row = np.repeat(comm, comp_lanes.size).astype(np.int64)
+    return q_lane[ok], ws[ok], bt[j[ok]], row[ok]
 
 
 @dataclass(frozen=True)
