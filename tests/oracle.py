@@ -208,8 +208,9 @@ def _lane_parts(
     """metrics.md "Kinds", CPU: a thread's communication calls: the cpu_ops the compute rule
     excludes (span and event), and its blocked waits (the stretch from the last boundary before a
     comm's end, an op's end where nothing starts, to the next boundary at or after the end, when
-    that follows within 1 % of the comm's duration, or within 1 ms when the stretch covers at
-    least half of the comm; with the comm waited for)."""
+    that follows within 1 % of the comm's duration, or within 1 ms when the stretch opened at a
+    communication call's return (then it starts there, not at the comm's start); with the comm
+    waited for)."""
     ops = [
         (e.start, e.end, e) for e in lane if e.cat == "cpu_op" and _any(CPU_COMPUTE_EXCLUDE, e.name)
     ]
@@ -222,10 +223,12 @@ def _lane_parts(
             continue
         prev, nxt = max(before), min(after)
         opened = any(e.end == prev for e in lane) and not any(e.start == prev for e in lane)
-        ws, gap, dur = max(prev, a.start), nxt - a.end, a.end - a.start
-        # the floor only when the thread sat idle for at least half of the comm
-        if opened and (gap * 100 <= dur or (gap <= BLOCKED_FLOOR and 2 * (a.end - ws) >= dur)):
-            waits.append((ws, nxt, a))
+        # the gap opened at a communication call's return: blocked on it since (§11), and the
+        # 1 ms floor applies (a late wake-up); else from the comm's start, 1 % only
+        after_call = any(e.end == prev and _any(CPU_COMM_CALL, e.name) for e in lane)
+        gap, dur = nxt - a.end, a.end - a.start
+        if opened and (gap * 100 <= dur or (gap <= BLOCKED_FLOOR and after_call)):
+            waits.append((prev if after_call else max(prev, a.start), nxt, a))
     return ops, waits
 
 

@@ -323,14 +323,18 @@ def test_sendrecv_never_gets_bucket_advice() -> None:
         assert "bucket" not in advice("dependency", fam).lower()
 
 
-def _blocking_allreduce(next_start: int, comm_end: int = 5000, step: int = 10000):
+def _blocking_allreduce(next_start: int, comm_end: int = 5000, step: int = 10000, call=False):
     # marker [0, step); main thread: aten::mm [0, 1000), aten::add [next_start, step - 1000); the
     # gloo run-loop thread: gloo:all_reduce [1000, comm_end). No c10d:: range: a plain blocking
-    # dist.all_reduce as users write it leaves none around the wait.
+    # dist.all_reduce as users write it leaves none around the wait. ``call``: mm ends at 900
+    # and `c10d::allreduce_` [900, 1000) launches it (as torch records dist.all_reduce)
+    ops = [("cpu_op", "aten::mm", "", 0, 900 if call else 1000)]
+    if call:
+        ops.append(("cpu_op", "c10d::allreduce_", "", 900, 1000))
     return cpu_timeline(
         [
             ("annotation", "ProfilerStep#1", "", 0, step),
-            ("cpu_op", "aten::mm", "", 0, 1000),
+            *ops,
             ("cpu_op", "gloo:all_reduce", "pt_gloo_runloop", 1000, comm_end),
             ("cpu_op", "aten::add", "", next_start, step - 1000),
         ]
@@ -349,22 +353,39 @@ def test_cpu_blocked_on_communication_is_dependency():
 
 
 def test_cpu_late_wake_up_within_the_floor_is_blocked():
-    # a 4 ms all-reduce [1000, 4 ms + 1000) and the next op exactly 1 ms after it ends: more
-    # than 1 % (40 us), but within the 1 ms floor (an OS wake-up on a loaded host): blocked.
-    # Wait [1000, 5 ms + 1000): comm = 5 ms, all exposed, all dependency
+    # `c10d::allreduce_` [900,1000) launches a 4 ms all-reduce [1000, 4 ms + 1000); the thread
+    # returns from the call and resumes exactly 1 ms after the all-reduce ends: more than 1 %
+    # (40 us), but within the 1 ms floor, and the gap opened at the call's return: blocked, a
+    # late OS wake-up (§8). The call [900,1000) and the wait [1000, 5 ms + 1000) are the
+    # thread's communication calls, and comm where gloo does not cover them (§11): comm =
+    # [900, 5 ms + 1000) = 5 ms + 100 ns, all exposed, all dependency
     end = 4 * MS + 1000
-    _, r = _row(_blocking_allreduce(end + MS, end, 20 * MS))
+    _, r = _row(_blocking_allreduce(end + MS, end, 20 * MS, call=True))
     _check_sums(r)
-    assert (r.exposed_comm_ns, r.exposed_dependency_ns, r.exposed_host_ns) == (5 * MS,) * 2 + (0,)
+    got = (r.exposed_comm_ns, r.exposed_dependency_ns, r.exposed_host_ns)
+    assert got == (5 * MS + 100, 5 * MS + 100, 0)
+
+
+def test_cpu_pause_between_compute_ops_is_no_wait():
+    # no call: mm returns at 1000, the all-reduce runs [1000, 4 ms + 1000) and the next op starts
+    # 0.5 ms after it ends: more than 1 %, and the gap did not open at a communication call's
+    # return, so the floor does not make it a wait: the 0.5 ms stay idle, comm is the 4 ms. Its
+    # exposed ns are still dependency: the thread's next host event came within 1 ms (§8)
+    end = 4 * MS + 1000
+    _, r = _row(_blocking_allreduce(end + MS // 2, end, 20 * MS))
+    _check_sums(r)
+    assert (r.comm_ns, r.exposed_dependency_ns, r.exposed_host_ns) == (4 * MS, 4 * MS, 0)
 
 
 def test_cpu_late_host_is_host():
     # the next op starts 1 ms + 1 ns after the 4 ms all-reduce ends: past the 1 ms floor and
-    # past 1 % of 4 ms -> the host was late: the 4 ms are host, and the gap stays idle
+    # past 1 % of 4 ms -> the host was late: the 4 ms of gloo are host and the gap stays idle;
+    # the call [900,1000) is comm, dependency (the thread was in it)
     end = 4 * MS + 1000
-    _, r = _row(_blocking_allreduce(end + MS + 1, end, 20 * MS))
+    _, r = _row(_blocking_allreduce(end + MS + 1, end, 20 * MS, call=True))
     _check_sums(r)
-    assert (r.exposed_comm_ns, r.exposed_dependency_ns, r.exposed_host_ns) == (4 * MS, 0, 4 * MS)
+    got = (r.exposed_comm_ns, r.exposed_dependency_ns, r.exposed_host_ns)
+    assert got == (4 * MS + 100, 100, 4 * MS)
 
 
 def test_cpu_long_collective_allows_one_percent():

@@ -733,17 +733,16 @@ REPRO.update(
         ),
         # CPU, ProfilerStep#1 [0,400): aten::mm [0,100), [300,350); gloo [100,250), [360,390);
         # a "wait" range [150,200) on the python thread. Blocked waits (§8: the python thread's
-        # next boundary after a comm's end, after an op's return, within 1 % of the comm, or
-        # within 1 ms when the thread sat idle for half the comm or more): gloo 1 ends at 250,
-        # last boundary 200 (the wait range's end), next 300: idle [200,250) is a third of
-        # the 150 ns comm and 50 > 1 % -> no wait, [250,300) stays idle; gloo 2 ends at 390,
-        # last boundary 350 (mm's end), next 400 (the step's end): idle over all of [360,390)
-        # -> wait [360,400), whose [390,400) no gloo covers is comm (§11). M = [100,250) +
-        # [360,400) = 190, all exposed; compute 150; idle [250,300) + [350,360) = 60.
-        # [360,400) after the last compute start 300 -> tail 40; [100,250): the python thread's
-        # next host event after gloo 1 ends (mm at 300) is within 1 ms -> blocked: dependency
-        # 150, host 0. lost 250 >= 40; largest part transfer 190; |M| 190 > |C| 150 ->
-        # communication-bound
+        # next boundary after a comm's end, after an event's end, within 1 % of the comm, or
+        # within 1 ms when that end is a communication call's return, the wait then starting
+        # there): gloo 1 ends at 250, last boundary 200 (the "wait" range's end: a call), next
+        # 300 -> wait [200,300); gloo 2 ends at 390, last boundary 350 (mm's end, no call), next
+        # 400: 10 > 1 % of 30 -> no wait. The wait's [250,300) no gloo covers is comm (§11).
+        # M = [100,300) + [360,390) = 230, all exposed; compute 150; idle [350,360) +
+        # [390,400) = 20. [360,390) after the last compute start 300 -> tail 30; [100,300): in
+        # the wait range, the blocked wait, or gloo 1 (the next host event, mm at 300, within
+        # 1 ms of its end) -> dependency 200, host 0. lost 250 >= 40; largest part transfer
+        # 230; |M| 230 > |C| 150 -> communication-bound
         "causes-cpu": (
             _cpu(
                 0,
@@ -759,13 +758,13 @@ REPRO.update(
                 (0, 1): dict(
                     step_ns=400,
                     compute_ns=150,
-                    comm_ns=190,
-                    exposed_comm_ns=190,
-                    idle_ns=60,
+                    comm_ns=230,
+                    exposed_comm_ns=230,
+                    idle_ns=20,
                     compute_only_ns=150,
-                    exposed_transfer_ns=190,
-                    exposed_tail_ns=40,
-                    exposed_dependency_ns=150,
+                    exposed_transfer_ns=230,
+                    exposed_tail_ns=30,
+                    exposed_dependency_ns=200,
                     exposed_host_ns=0,
                     bottleneck="communication-bound",
                 )

@@ -5,8 +5,8 @@ timestamps; comm = `gloo:*` events; compute = `cpu_op` events not on a `pt_gloo_
 not `c10d::*` / `record_param_comms` / `nccl:*` / `gloo:*`, minus, per thread, the thread's
 communication calls (those excluded cpu_ops, and the blocked waits: from the last event boundary
 before a `gloo:*` end, an event's end where none starts, to the next boundary, when that follows
-within 1 % of the communication's duration, or within 1 ms when the stretch covers half of the
-communication or more); comm also covers those calls
+within 1 % of the communication's duration, or within 1 ms when the stretch opened at a
+communication call's return, `c10d::*` ... or a `*wait*` range, and then from there); comm also covers those calls
 (diagnosis.md §11: blocked in a call is communication); everything clipped to the
 `ProfilerStep#N` range, which is the step window.
 """
@@ -25,6 +25,7 @@ from traceoverlap import analyze
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "workloads"
 EXCLUDED = re.compile(r"^(c10d::|record_param_comms$|nccl:|gloo:)")
+CALLS = re.compile(r"^(c10d::|record_param_comms$|nccl:|gloo:)|(?i:wait)")
 
 
 def derive(path):
@@ -64,6 +65,9 @@ def derive(path):
         ]
         bounds = sorted({b for s, t in mine for b in (s, t)})
         ends, starts = {t for _, t in mine}, {s for s, _ in mine}
+        call_ends = {
+            span(e)[1] for e in host if (e["pid"], e["tid"]) == key and CALLS.search(e["name"])
+        }
         for cs, ce in gloo:
             before = [b for b in bounds if b < ce]
             after = [b for b in bounds if b >= ce]
@@ -71,10 +75,11 @@ def derive(path):
                 continue
             prev, nxt = before[-1], after[0]
             gap = nxt - ce
-            ws = max(prev, cs)
-            floor = gap <= 1_000_000 and 2 * (ce - ws) >= ce - cs  # idle half the comm or more
+            # opened at a communication call's return: blocked since, and the 1 ms floor applies
+            after_call = prev in call_ends
+            floor = gap <= 1_000_000 and after_call
             if prev in ends and prev not in starts and (gap * 100 <= ce - cs or floor):
-                cl.append((ws, nxt))
+                cl.append((prev if after_call else max(prev, cs), nxt))
         calls[key] = union(cl)
 
     def minus(a, b):

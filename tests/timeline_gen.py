@@ -475,7 +475,7 @@ def _cpu_rank(
                         ("cpu_op", "aten::add_"),
                         ("cpu_op", "c10d::allreduce_"),
                         ("annotation", "optimizer"),
-                        ("annotation", "gloo:all_reduce"),
+                        ("annotation", "c10d::wait"),
                     ]
                 )
             )

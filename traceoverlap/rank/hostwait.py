@@ -13,10 +13,11 @@ calls), where a communication call is
   or ends of its ``cpu_op`` / range events), the first of them an end where no event starts
   (the thread is between ops, never inside a leaf op), in which a communication activity of the unit ends,
   when the next boundary follows that end within 1 % of the communication's duration, or within
-  1 ms when the gap covers at least half of the communication (diagnosis.md §8's blocked rule,
-  whose floor survives the OS's wake-up latency without turning every pause between ops that a
-  background collective ends in into a wait): the wait is [max(gap start, communication start),
-  next boundary). A blocking
+  1 ms when the gap opened at a communication call's return (diagnosis.md §8's blocked rule,
+  whose floor survives the OS's wake-up latency without turning every pause between two compute
+  ops that a background collective ends in into a wait): the wait is [max(gap start,
+  communication start), next boundary), or [gap start, next boundary) when the gap opened at a
+  call's return (the thread blocked on what it called, gloo work queued or not, §11). A blocking
   ``Work.wait()`` is no operator: it leaves only such a gap, ending right after the awaited
   ``gloo:*`` work.
 
@@ -53,10 +54,17 @@ def lane_codes(unit: Timeline) -> I64:
 
 
 def _waits(
-    lane: I64, start: I64, end: I64, host: npt.NDArray[np.bool_], kind: npt.NDArray[np.int8]
+    lane: I64,
+    start: I64,
+    end: I64,
+    host: npt.NDArray[np.bool_],
+    kind: npt.NDArray[np.int8],
+    named: npt.NDArray[np.bool_],
 ) -> tuple[I64, I64, I64, I64]:
     """Blocked waits (lane, start, end, row of the communication waited for) on the lanes that
-    have compute."""
+    have compute. ``named``: the host events that are communication calls by name
+    (``cpu_comm_calls``: ``c10d::*``, ``record_param_comms``, ``nccl:*``, ``gloo:*``,
+    ``*wait*``)."""
     z = np.zeros(0, np.int64)
     comp_lanes = np.unique(lane[kind == Kind.COMPUTE])
     comm = np.flatnonzero(kind == Kind.COMM)
@@ -68,8 +76,10 @@ def _waits(
     # at one instant, ends before starts: the last boundary before a time is a start when an
     # op starts there (the thread is then inside that op)
     is_start = np.repeat(np.array([True, False]), int(on.sum()))
-    order = np.lexsort((is_start, bt, bk))
-    bk, bt, is_start = bk[order], bt[order], is_start[order]
+    # ... and among the ends, a communication call's last: the gap opened at a call's return
+    call_end = np.concatenate((np.zeros(int(on.sum()), dtype=bool), named[on]))
+    order = np.lexsort((call_end, is_start, bt, bk))
+    bk, bt, is_start, call_end = bk[order], bt[order], is_start[order], call_end[order]
     # every (communication end, compute lane) pair
     q_lane = np.tile(comp_lanes, comm.size)
     ce = np.repeat(end[comm], comp_lanes.size)
@@ -80,12 +90,15 @@ def _waits(
     ok = (j > 0) & (bk[np.maximum(prev, 0)] == q_lane) & ~is_start[np.maximum(prev, 0)]
     gap = bt[np.maximum(j, 0)] - ce
     cs = np.repeat(start[comm], comp_lanes.size)
-    # the wait: from the gap's start (or the communication's, when later) to the resumption
-    ws = np.maximum(bt[np.maximum(prev, 0)], cs)
-    # within 1 % of the duration, or within the floor when the thread sat idle for at least half
-    # of the communication (blocked on it, then woken late; not a short pause between ops that
-    # a background collective happened to end in)
-    ok &= (gap * BLOCKED_PER <= dur) | ((gap <= BLOCKED_FLOOR_NS) & (2 * (ce - ws) >= dur))
+    after_call = call_end[np.maximum(prev, 0)]
+    # within 1 % of the duration; or, when the gap opened at a communication call's return (the
+    # thread blocked on what it had just called, then woke late), within the floor: not a short
+    # pause between two compute ops that a background collective happened to end in
+    ok &= (gap * BLOCKED_PER <= dur) | ((gap <= BLOCKED_FLOOR_NS) & after_call)
+    # the wait: from the gap's start to the resumption; from the communication's start when
+    # that is later, unless the gap opened at a call's return (blocked since, §11)
+    b1 = bt[np.maximum(prev, 0)]
+    ws = np.where(after_call, b1, np.maximum(b1, cs))
     row = np.repeat(comm, comp_lanes.size).astype(np.int64)
     return q_lane[ok], ws[ok], bt[j[ok]], row[ok]
 
@@ -136,7 +149,8 @@ def call_parts(unit: Timeline, kind: npt.NDArray[np.int8], rules: Rules | None =
     call &= np.isin(lane, comp_lanes)
     start = ev["start_ns"].to_numpy().astype(np.int64)
     end = ev["end_ns"].to_numpy().astype(np.int64)
-    wl, ws, we, wr = _waits(lane, start, end, host, kind)
+    named = name_mask(ev["name"], rules.cpu_comm_calls + rules.extra_comm, host)
+    wl, ws, we, wr = _waits(lane, start, end, host, kind, named)
     n_lanes = int(lane.max()) + 1 if lane.size else 0
     rows = np.flatnonzero(call).astype(np.int64)
     return CallParts(lane[rows], start[rows], end[rows], rows, wl, ws, we, wr, n_lanes)
