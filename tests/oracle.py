@@ -16,7 +16,9 @@ Rules implemented (each is cited where it is used):
   CPU unit: host events named ``gloo:*`` are comm; ``cpu_op`` events on a thread that is not a
   communication thread (``pt_gloo_runloop``) are compute unless named ``c10d::*``,
   ``record_param_comms``, ``nccl:*`` or ``gloo:*``; each compute op minus its thread's
-  communication calls (``_lane_calls``: the excluded host events and the blocked waits).
+  communication calls (``_lane_parts``: the excluded host events and the blocked waits). The
+  calls' time that no ``gloo:*`` activity covers is comm too (diagnosis.md §11), each piece part
+  of the instance of the activity it waited for, runs into or follows (``_call_comm``).
 - Markers: host ``annotation`` events matching the step regex; labels = the first group when it is
   all digits (duplicates "N#2", "N#3"... in start order), else ordinals of all the unit's markers by
   start time (stable). GPU: an activity belongs to the innermost marker containing its launch
@@ -116,7 +118,9 @@ def _any(patterns: Iterable[re.Pattern[str]], s: str) -> bool:
 
 @dataclass
 class _Act:
-    """An activity of a unit: kind, span, its launch call's start (GPU, or None), trace index."""
+    """An activity of a unit: kind, span, its launch call's start (GPU, or None), trace index.
+    ``piece``: a CPU call's time outside every activity (§11), ``inst``: belonging to the
+    instance of ``ev`` (False: to none; ``ev`` is then the call's own event)."""
 
     kind: str
     start: int
@@ -124,6 +128,8 @@ class _Act:
     launch: int | None
     ev: Ev
     index: int
+    piece: bool = False
+    inst: bool = True
 
 
 @dataclass
@@ -134,6 +140,8 @@ class _Unit:
     host: list[tuple[int, Ev]] = field(default_factory=list)  # (trace index, event)
     acts: list[_Act] = field(default_factory=list)
     span: tuple[int, int] | None = None  # CPU: [first start, last end) of the ops as recorded
+    comp_tids: set[int] = field(default_factory=set)  # CPU: threads with a compute op
+    waits: list[tuple[int, int]] = field(default_factory=list)  # CPU: every blocked wait
 
     @property
     def key(self) -> tuple[int, int, int]:
@@ -189,17 +197,28 @@ def _units(events: Sequence[Ev]) -> list[_Unit]:
     return units
 
 
-def _lane_calls(lane: list[Ev], comms: list[_Act], lo: int, n: int) -> np.ndarray:
-    """metrics.md "Kinds", CPU: per ns of [lo, lo + n), is the thread in a communication call:
-    a cpu_op the compute rule excludes, or a blocked wait (the stretch from the last
-    boundary before a comm's end, an op's end where nothing starts, to the next boundary at or
-    after the end, when that follows within 1 % of the comm's duration and 0.5 ms)."""
-    m = _mask(
-        n,
-        lo,
-        ((e.start, e.end) for e in lane if e.cat == "cpu_op" and _any(CPU_COMPUTE_EXCLUDE, e.name)),
-    )
+BLOCKED_FLOOR = 1_000_000  # diagnosis.md §8: or within 1 ms (the OS's wake-up latency)
+
+
+def _blocked_gap(gap: int, dur: int) -> bool:
+    """diagnosis.md §8: a gap within 1 % of the duration or within 1 ms."""
+    return gap * 100 <= dur or gap <= BLOCKED_FLOOR
+
+
+def _lane_parts(
+    lane: list[Ev], comms: list[_Act]
+) -> tuple[list[tuple[int, int, Ev]], list[tuple[int, int, _Act]]]:
+    """metrics.md "Kinds", CPU: a thread's communication calls: the cpu_ops the compute rule
+    excludes (span and event), and its blocked waits (the stretch from the last boundary before a
+    comm's end, an op's end where nothing starts, to the next boundary at or after the end, when
+    that follows within 1 % of the comm's duration, or within 1 ms when the stretch opened at a
+    communication call's return (then it starts there, not at the comm's start); with the comm
+    waited for)."""
+    ops = [
+        (e.start, e.end, e) for e in lane if e.cat == "cpu_op" and _any(CPU_COMPUTE_EXCLUDE, e.name)
+    ]
     bounds = sorted({b for e in lane for b in (e.start, e.end)})
+    waits = []
     for a in comms:
         before = [b for b in bounds if b < a.end]
         after = [b for b in bounds if b >= a.end]
@@ -207,10 +226,13 @@ def _lane_calls(lane: list[Ev], comms: list[_Act], lo: int, n: int) -> np.ndarra
             continue
         prev, nxt = max(before), min(after)
         opened = any(e.end == prev for e in lane) and not any(e.start == prev for e in lane)
-        gap = nxt - a.end
-        if opened and gap * 100 <= a.end - a.start and gap <= 500_000:
-            m |= _mask(n, lo, [(max(prev, a.start), nxt)])
-    return m
+        # the gap opened at a communication call's return: blocked on it since (§11), and the
+        # 1 ms floor applies (a late wake-up); else from the comm's start, 1 % only
+        after_call = any(e.end == prev and _any(CPU_COMM_CALL, e.name) for e in lane)
+        gap, dur = nxt - a.end, a.end - a.start
+        if opened and (gap * 100 <= dur or (gap <= BLOCKED_FLOOR and after_call)):
+            waits.append((prev if after_call else max(prev, a.start), nxt, a))
+    return ops, waits
 
 
 def _runs(m: np.ndarray, lo: int) -> list[tuple[int, int]]:
@@ -222,9 +244,53 @@ def _runs(m: np.ndarray, lo: int) -> list[tuple[int, int]]:
     ]
 
 
+def _p2p(e: Ev) -> bool:
+    """A send or recv (diagnosis.md §6): ``gloo:send``, ``gloo:recv``, SendRecv."""
+    n = e.name.lower().split(":")[-1]
+    return n.startswith(("send", "recv", "isend", "irecv")) or "sendrecv" in n
+
+
+def _call_comm(
+    parts: dict[int, tuple[list[tuple[int, int, Ev]], list[tuple[int, int, _Act]]]],
+    comms: list[_Act],
+    lo: int,
+    n: int,
+) -> list[_Act]:
+    """diagnosis.md §11: the calls' and waits' ns that no comm activity covers, as comm pieces.
+    A wait's piece belongs to the comm it waited for (one wait per thread and resumption: for
+    the comm that ended last, the first in trace order on a tie); a call's to the comm starting
+    where the piece ends, else the one ending where it starts (the first in trace order), else
+    to none; and only when that comm is a send or recv (its instance is the call; a
+    collective's wait and transfer stay its activity's: docs/diagnosis.md §11)."""
+    g = _mask(n, lo, ((a.start, a.end) for a in comms))
+    all_waits = _mask(n, lo, ((s, e) for _, w in parts.values() for s, e, _ in w))
+    out: list[_Act] = []
+    for _tid, (ops, waits) in sorted(parts.items()):
+        best: dict[int, tuple[int, int, _Act]] = {}
+        for s, e, a in waits:
+            b = best.get(e)
+            if b is None or (-a.end, a.index) < (-b[2].end, b[2].index):
+                best[e] = (s, e, a)
+        for s, e, a in best.values():
+            for ps, pe in _runs(_mask(n, lo, [(s, e)]) & ~g, lo):
+                mine = _p2p(a.ev)
+                out.append(_Act("comm", ps, pe, None, a.ev, a.index if mine else -1, True, mine))
+        for s, e, op in ops:
+            for ps, pe in _runs(_mask(n, lo, [(s, e)]) & ~g & ~all_waits, lo):
+                into = [a for a in comms if a.start == pe]
+                after = [a for a in comms if a.end == ps]
+                tgt = min(into or after, key=lambda a: a.index) if into or after else None
+                if tgt is None or not _p2p(tgt.ev):
+                    out.append(_Act("comm", ps, pe, None, op, -1, piece=True, inst=False))
+                else:
+                    out.append(_Act("comm", ps, pe, None, tgt.ev, tgt.index, piece=True))
+    return out
+
+
 def _cut_compute(u: _Unit) -> None:
     """CPU unit: each compute op becomes the pieces of it outside its thread's communication
-    calls (the time inside a call is not compute, whatever op encloses it)."""
+    calls (the time inside a call is not compute, whatever op encloses it); the calls' time no
+    comm activity covers becomes comm (§11)."""
     comp = [a for a in u.acts if a.kind == "compute"]
     if u.acts:  # the `all` window spans the ops as recorded, before the cut
         u.span = (min(a.start for a in u.acts), max(a.end for a in u.acts))
@@ -234,14 +300,18 @@ def _cut_compute(u: _Unit) -> None:
     lo = min([e.start for e in host] + [a.start for a in u.acts])
     n = max([e.end for e in host] + [a.end for a in u.acts]) - lo
     comms = [a for a in u.acts if a.kind == "comm"]
-    calls = {}
-    for tid in sorted({a.ev.tid for a in comp}):
-        calls[tid] = _lane_calls([e for e in host if e.tid == tid], comms, lo, n)
+    u.comp_tids = {a.ev.tid for a in comp}
+    parts = {tid: _lane_parts([e for e in host if e.tid == tid], comms) for tid in u.comp_tids}
+    calls = {
+        tid: _mask(n, lo, [(s, e) for s, e, _ in ops] + [(s, e) for s, e, _ in waits])
+        for tid, (ops, waits) in parts.items()
+    }
+    u.waits = [(s, e) for _, waits in parts.values() for s, e, _ in waits]
     out = [a for a in u.acts if a.kind != "compute"]
     for a in comp:
         inside = _mask(n, lo, [(a.start, a.end)]) & ~calls[a.ev.tid]
         out += [_Act("compute", s, e, None, a.ev, a.index) for s, e in _runs(inside, lo)]
-    u.acts = out
+    u.acts = out + _call_comm(parts, comms, lo, n)
 
 
 def _labels(markers: list[tuple[int, Ev]], rx: re.Pattern[str]) -> dict[int, Any]:
@@ -334,7 +404,7 @@ def _windows(u: _Unit, rx: re.Pattern[str]) -> list[_Window]:
     for i, e in sorted(markers, key=lambda m: (m[1].start, m[0])):
         ws, we = e.start, e.end
         clipped = [
-            _Act(a.kind, max(a.start, ws), min(a.end, we), None, a.ev, a.index)
+            _Act(a.kind, max(a.start, ws), min(a.end, we), None, a.ev, a.index, a.piece, a.inst)
             for a in u.acts
             if max(a.start, ws) < min(a.end, we)
         ]
@@ -350,7 +420,8 @@ def _wait_parts(units: list[_Unit]) -> dict[tuple[int, int, int], list[tuple[int
     group_units: dict[str, set[tuple[int, int, int]]] = defaultdict(set)
     for u in units:
         for a in u.acts:
-            if a.kind == "comm" and a.ev.pg != "" and a.ev.seq >= 0:
+            # a call's piece (§11) is part of its instance, not another activity of it
+            if a.kind == "comm" and not a.piece and a.ev.pg != "" and a.ev.seq >= 0:
                 spans[(a.ev.pg, a.ev.seq)][u.key].append(a)
                 group_units[a.ev.pg].add(u.key)
     out: dict[tuple[int, int, int], list[tuple[int, int, int]]] = defaultdict(list)
@@ -385,7 +456,8 @@ def _matched_acts(units: list[_Unit]) -> set[int]:
     group_units: dict[str, set[tuple[int, int, int]]] = defaultdict(set)
     for u in units:
         for a in u.acts:
-            if a.kind == "comm" and a.ev.pg != "" and a.ev.seq >= 0:
+            # a CPU call's piece (§11) carries its instance's event: the instance is its activity
+            if a.kind == "comm" and not a.piece and a.ev.pg != "" and a.ev.seq >= 0:
                 spans[(a.ev.pg, a.ev.seq)][u.key].append(a)
                 group_units[a.ev.pg].add(u.key)
     out: set[int] = set()
@@ -406,12 +478,24 @@ def _matched_acts(units: list[_Unit]) -> set[int]:
 def _unmatched_part(w: _Window, E: np.ndarray, Wt: np.ndarray, matched: set[int] | None) -> int:
     """diagnosis.md §12, per ns: on a run of several units (``matched`` not None), an exposed ns
     in neither the wait part of a matched instance of the step nor inside a matched instance of
-    the step (its transfer part) has an unknown split; on a single unit there is none."""
+    the step (its transfer part) but inside an instance that is not matched has an unknown
+    split; on a single unit there is none. A CPU call's piece that belongs to no instance (§11:
+    a collective's launch or wake-up, ``index`` -1) is its call's, not an unpaired one's: it
+    keeps the transfer rule."""
     if matched is None:
         return 0
     n = E.size
     inside = _mask(n, w.start, ((a.start, a.end) for a in w.acts if a.index in matched))
-    return int((E & ~Wt & ~inside).sum())
+    unpaired = _mask(
+        n,
+        w.start,
+        (
+            (a.start, a.end)
+            for a in w.acts
+            if a.kind == "comm" and a.index >= 0 and a.index not in matched
+        ),
+    )
+    return int((E & ~Wt & ~inside & unpaired).sum())
 
 
 def _verdict(row: dict[str, Any], lost_ratio: float) -> str:
@@ -450,17 +534,17 @@ def _mask(n: int, lo: int, spans: Iterable[tuple[int, int]]) -> np.ndarray:
     return m
 
 
-def _blocked_on(w: _Window, comp: list[_Act], t: int) -> bool:
-    """diagnosis.md §8 (CPU): t lies in a comm activity of the window after whose end the next
-    compute op starts within 1 % of its duration and at most 0.5 ms."""
+def _blocked_on(w: _Window, resumes: list[int], t: int) -> bool:
+    """diagnosis.md §8, §11 (CPU): t lies in a comm activity of the window (or a call's piece
+    that belongs to an instance) after whose end a compute thread's next host event of any kind
+    (``resumes``: the starts of the cpu_ops and ranges of the threads that have compute) starts
+    within 1 % of its duration or within 1 ms."""
     for a in w.acts:
-        if a.kind != "comm" or not a.start <= t < a.end:
+        if a.kind != "comm" or not a.inst or not a.start <= t < a.end:
             continue
-        later = [c.start for c in comp if c.start >= a.end]
-        if later:
-            gap = min(later) - a.end
-            if gap * 100 <= a.end - a.start and gap <= 500_000:
-                return True
+        later = [r for r in resumes if r >= a.end]
+        if later and _blocked_gap(min(later) - a.end, a.end - a.start):
+            return True
     return False
 
 
@@ -493,6 +577,9 @@ def _step_row(
         and not _any(CPU_COMM_THREAD, e.thread)
         and _any(CPU_COMM_CALL, e.name)
     ]
+    resumes = [
+        e.start for _, e in u.host if e.cat in ("cpu_op", "annotation") and e.tid in u.comp_tids
+    ]
     for k in np.flatnonzero(E).tolist():
         t = ws + k
         if Wt[k]:
@@ -504,7 +591,12 @@ def _step_row(
             dep = any(a.start == s and a.launch is not None and a.launch < t for a in comp)
             causes["dependency" if dep else "host"] += 1
         else:
-            dep = any(e.start <= t < e.end for e in comm_calls) or _blocked_on(w, comp, t)
+            # blocked in a communication call (named, or a blocked wait) or on a comm (§8)
+            dep = (
+                any(e.start <= t < e.end for e in comm_calls)
+                or any(s <= t < e for s, e in u.waits)
+                or _blocked_on(w, resumes, t)
+            )
             causes["dependency" if dep else "host"] += 1
 
     step = n
@@ -600,6 +692,10 @@ def marker_report(events: Sequence[Ev], step_regex: str | None = None) -> dict[s
         unstepped += sum(
             1
             for a in u.acts
-            if a.kind == "comm" and a.ev.pg != "" and a.ev.seq >= 0 and a.index not in inside
+            if a.kind == "comm"
+            and not a.piece
+            and a.ev.pg != ""
+            and a.ev.seq >= 0
+            and a.index not in inside
         )
     return {"markers": markers, "empty_gpu_markers": empty, "unstepped_comm": unstepped}

@@ -18,11 +18,28 @@ from traceoverlap.core.options import AnalysisOptions
 from traceoverlap.core.rules import Rules
 from traceoverlap.rank.causes import local_causes
 from traceoverlap.rank.classify import comm_call_mask, kinds
-from traceoverlap.rank.cpuwindows import cpu_windows, unit_sets
-from traceoverlap.rank.hostwait import lane_calls, lane_codes, split_compute
+from traceoverlap.rank.cpuwindows import (
+    call_comm,
+    comm_rows_in_windows,
+    cpu_windows,
+    unit_sets,
+)
+from traceoverlap.rank.hostwait import call_parts, host_starts, lane_codes, split_compute
 from traceoverlap.rank.instances import unit_instances
-from traceoverlap.rank.metrics import Kind, activity_rows, step_parts, step_sets
+from traceoverlap.rank.metrics import (
+    ActivityRows,
+    Kind,
+    activity_rows,
+    step_parts,
+    step_sets,
+)
 from traceoverlap.rank.steps import assign_steps
+from traceoverlap.rank.unit import p2p_rows
+
+
+def _cat(a: ActivityRows, b: ActivityRows) -> ActivityRows:
+    f = ("group", "kind", "start_ns", "end_ns", "event_row")
+    return ActivityRows(*(np.concatenate((getattr(a, x), getattr(b, x))) for x in f))
 
 
 def _same_sets(a: tuple[np.ndarray, ...], b: tuple[np.ndarray, ...]) -> bool:
@@ -34,7 +51,9 @@ def _same_sets(a: tuple[np.ndarray, ...], b: tuple[np.ndarray, ...]) -> bool:
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
-@given(scenarios({"cpu", "multi_rank", "nested_markers", "dup_steps", "custom_regex"}))
+@given(
+    scenarios({"cpu", "multi_rank", "nested_markers", "dup_steps", "custom_regex", "blocked_calls"})
+)
 def test_cpu_windows_equal_the_per_window_algebra(sc) -> None:  # noqa: ANN001
     # the per-window algebra (an activity clipped into every window it meets) is the reference
     rules = Rules()
@@ -47,22 +66,34 @@ def test_cpu_windows_equal_the_per_window_algebra(sc) -> None:  # noqa: ANN001
         n = len(steps)
         ev = unit.events
         start, end = ev["start_ns"].to_numpy(), ev["end_ns"].to_numpy()
-        lanes, by_lane = lane_codes(unit), lane_calls(unit, kind, rules)
+        cp = call_parts(unit, kind, rules)
+        lanes, by_lane = lane_codes(unit), cp.merged()
         mask = comm_call_mask(unit, rules)
+        cc = call_comm(cp, start.astype(np.int64), end.astype(np.int64), kind, p2p_rows(unit, kind))
         acts = split_compute(activity_rows(start, end, kind, steps), lanes, by_lane)
-        sets = step_sets(acts, n)
+        # M: the activities and every call piece; the rows the causes and instances read: the
+        # activities and the call pieces that belong to an instance
+        sets = step_sets(_cat(acts, comm_rows_in_windows(cc, steps)), n)
+        acts = _cat(acts, comm_rows_in_windows(cc.attributed(), steps))
         want = step_parts(sets, steps, None)
         cr = activity_rows(start, end, np.where(mask, Kind.COMPUTE, Kind.NONE), steps)
-        calls = grouped_union(cr.group, cr.start_ns, cr.end_ns, n)
+        lc_ = comm_rows_in_windows(type(cc)(by_lane[1], by_lane[2], by_lane[0], by_lane[0]), steps)
+        calls = grouped_union(
+            np.concatenate((cr.group, lc_.group)),
+            np.concatenate((cr.start_ns, lc_.start_ns)),
+            np.concatenate((cr.end_ns, lc_.end_ns)),
+            n,
+        )
         got = cpu_windows(
-            unit_sets(start, end, kind, lanes, by_lane, mask), start, end, kind, steps
+            unit_sets(start, end, kind, lanes, by_lane, mask, cc), start, end, kind, steps
         )
         for k, v in want.items():
             assert np.array_equal(got.parts[k], v), k
         assert _same_sets(got.exposed, sets.exposed)
         assert _same_sets(got.calls, calls)
-        lc_want = local_causes(sets.exposed, acts, steps, calls)
-        lc_got = local_causes(got.exposed, got.acts, steps, got.calls)
+        hs = host_starts(unit, kind)
+        lc_want = local_causes(sets.exposed, acts, steps, calls, hs)
+        lc_got = local_causes(got.exposed, got.acts, steps, got.calls, hs)
         for cause in ("tail", "dependency", "host"):
             assert _same_sets(getattr(lc_got, cause), getattr(lc_want, cause)), cause
         i_want = unit_instances(unit, kind, steps, acts, steps.launch_row)

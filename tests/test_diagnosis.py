@@ -277,19 +277,24 @@ def test_cpu_dependency_when_blocked_in_a_communication_call():
 
 
 def test_cpu_host_when_sleeping():
-    # the same, but the main thread sleeps in a "host_delay" range (no communication call):
-    # exposed [40,70) is host
+    # the same, but the main thread sleeps in a "host_delay" range (no communication call), in
+    # ms this time: step [0,100) ms, mm [0,40), host_delay [40,70), mm [80,100), gloo [30,70).
+    # The thread's next host event after the comm's end at 70 starts at 80: 10 ms, past the
+    # 1 ms floor and 1 % of the 40 ms all-reduce (diagnosis.md §8): late, not blocked. The last
+    # boundary before 70 is host_delay's start, so no blocked wait either: exposed [40,70) = 30 ms
+    # is host
+    ms = 1_000_000
     tl = cpu_timeline(
         [
-            ("annotation", "ProfilerStep#1", "", 0, 100),
-            ("cpu_op", "aten::mm", "", 0, 40),
-            ("annotation", "host_delay", "", 40, 70),
-            ("cpu_op", "aten::mm", "", 80, 100),
-            ("annotation", "gloo:all_reduce", "pt_gloo_runloop", 30, 70),
+            ("annotation", "ProfilerStep#1", "", 0, 100 * ms),
+            ("cpu_op", "aten::mm", "", 0, 40 * ms),
+            ("annotation", "host_delay", "", 40 * ms, 70 * ms),
+            ("cpu_op", "aten::mm", "", 80 * ms, 100 * ms),
+            ("annotation", "gloo:all_reduce", "pt_gloo_runloop", 30 * ms, 70 * ms),
         ]
     )
     _, r = _row(tl)
-    assert (r.exposed_comm_ns, r.exposed_host_ns, r.exposed_dependency_ns) == (30, 30, 0)
+    assert (r.exposed_comm_ns, r.exposed_host_ns, r.exposed_dependency_ns) == (30 * ms, 30 * ms, 0)
 
 
 @pytest.mark.parametrize(
@@ -318,34 +323,79 @@ def test_sendrecv_never_gets_bucket_advice() -> None:
         assert "bucket" not in advice("dependency", fam).lower()
 
 
-def _blocking_allreduce(next_start: int):
-    # marker [0, 10000); main thread: aten::mm [0, 1000), aten::add [next_start, 9000); the gloo
-    # run-loop thread: gloo:all_reduce [1000, 5000) (4000 ns). No c10d:: range: a plain blocking
-    # dist.all_reduce as users write it leaves none around the wait.
+def _blocking_allreduce(next_start: int, comm_end: int = 5000, step: int = 10000, call=False):
+    # marker [0, step); main thread: aten::mm [0, 1000), aten::add [next_start, step - 1000); the
+    # gloo run-loop thread: gloo:all_reduce [1000, comm_end). No c10d:: range: a plain blocking
+    # dist.all_reduce as users write it leaves none around the wait. ``call``: mm ends at 900
+    # and `c10d::allreduce_` [900, 1000) launches it (as torch records dist.all_reduce)
+    ops = [("cpu_op", "aten::mm", "", 0, 900 if call else 1000)]
+    if call:
+        ops.append(("cpu_op", "c10d::allreduce_", "", 900, 1000))
     return cpu_timeline(
         [
-            ("annotation", "ProfilerStep#1", "", 0, 10000),
-            ("cpu_op", "aten::mm", "", 0, 1000),
-            ("cpu_op", "gloo:all_reduce", "pt_gloo_runloop", 1000, 5000),
-            ("cpu_op", "aten::add", "", next_start, 9000),
+            ("annotation", "ProfilerStep#1", "", 0, step),
+            *ops,
+            ("cpu_op", "gloo:all_reduce", "pt_gloo_runloop", 1000, comm_end),
+            ("cpu_op", "aten::add", "", next_start, step - 1000),
         ]
     )
 
 
 def test_cpu_blocked_on_communication_is_dependency():
-    # diagnosis.md §8: the next op starts 20 ns after the all-reduce ends; 1 % of its 4000 ns is
-    # 40 (< 0.5 ms): the thread was blocked on it -> all 4000 exposed ns are dependency, not host
-    # (the next compute starts after every exposed ns, so none is tail).
+    # diagnosis.md §8: the next op starts 20 ns after the all-reduce [1000,5000) ends (within
+    # 1 % of 4000 and the 1 ms floor): the thread was blocked on it, from mm's return at 1000 to
+    # the resumption at 5020; the 20 ns wake-up no gloo event covers is communication too
+    # (§11): exposed [1000,5020) = 4020, all dependency, not host (the next compute starts after
+    # every exposed ns, so none is tail).
     _, r = _row(_blocking_allreduce(5020))
     _check_sums(r)
-    assert (r.exposed_comm_ns, r.exposed_dependency_ns, r.exposed_host_ns) == (4000, 4000, 0)
+    assert (r.exposed_comm_ns, r.exposed_dependency_ns, r.exposed_host_ns) == (4020, 4020, 0)
+
+
+def test_cpu_late_wake_up_within_the_floor_is_blocked():
+    # `c10d::allreduce_` [900,1000) launches a 4 ms all-reduce [1000, 4 ms + 1000); the thread
+    # returns from the call and resumes exactly 1 ms after the all-reduce ends: more than 1 %
+    # (40 us), but within the 1 ms floor, and the gap opened at the call's return: blocked, a
+    # late OS wake-up (§8). The call [900,1000) and the wait [1000, 5 ms + 1000) are the
+    # thread's communication calls, and comm where gloo does not cover them (§11): comm =
+    # [900, 5 ms + 1000) = 5 ms + 100 ns, all exposed, all dependency
+    end = 4 * MS + 1000
+    _, r = _row(_blocking_allreduce(end + MS, end, 20 * MS, call=True))
+    _check_sums(r)
+    got = (r.exposed_comm_ns, r.exposed_dependency_ns, r.exposed_host_ns)
+    assert got == (5 * MS + 100, 5 * MS + 100, 0)
+
+
+def test_cpu_pause_between_compute_ops_is_no_wait():
+    # no call: mm returns at 1000, the all-reduce runs [1000, 4 ms + 1000) and the next op starts
+    # 0.5 ms after it ends: more than 1 %, and the gap did not open at a communication call's
+    # return, so the floor does not make it a wait: the 0.5 ms stay idle, comm is the 4 ms. Its
+    # exposed ns are still dependency: the thread's next host event came within 1 ms (§8)
+    end = 4 * MS + 1000
+    _, r = _row(_blocking_allreduce(end + MS // 2, end, 20 * MS))
+    _check_sums(r)
+    assert (r.comm_ns, r.exposed_dependency_ns, r.exposed_host_ns) == (4 * MS, 4 * MS, 0)
 
 
 def test_cpu_late_host_is_host():
-    # the next op starts 100 ns after the end: more than 1 % (40 ns) -> the host was late: host
-    _, r = _row(_blocking_allreduce(5100))
+    # the next op starts 1 ms + 1 ns after the 4 ms all-reduce ends: past the 1 ms floor and
+    # past 1 % of 4 ms -> the host was late: the 4 ms of gloo are host and the gap stays idle;
+    # the call [900,1000) is comm, dependency (the thread was in it)
+    end = 4 * MS + 1000
+    _, r = _row(_blocking_allreduce(end + MS + 1, end, 20 * MS, call=True))
     _check_sums(r)
-    assert (r.exposed_comm_ns, r.exposed_dependency_ns, r.exposed_host_ns) == (4000, 0, 4000)
+    got = (r.exposed_comm_ns, r.exposed_dependency_ns, r.exposed_host_ns)
+    assert got == (4 * MS + 100, 100, 4 * MS)
+
+
+def test_cpu_long_collective_allows_one_percent():
+    # a 300 ms all-reduce: 1 % is 3 ms, above the floor: a 2.5 ms gap is still blocked.
+    # Wait [1000, 302.5 ms + 1000): comm = 302.5 ms, all dependency
+    end = 300 * MS + 1000
+    _, r = _row(_blocking_allreduce(end + 2_500_000, end, 400 * MS))
+    _check_sums(r)
+    got = (r.exposed_comm_ns, r.exposed_dependency_ns, r.exposed_host_ns)
+    assert got == (302_500_000, 302_500_000, 0)
 
 
 def test_deepep_cached_notify_is_all_to_all() -> None:

@@ -174,12 +174,16 @@ def test_cpu_timeline_gloo_clipped_to_step():
     # CPU run: step marker [100, 200). Main-thread cpu_ops: aten::mm [90,150) (clipped to [100,150)),
     # aten::add nested [120,130) (inside mm: union unchanged), c10d::allreduce_ [150,155) (excluded:
     # launches comm). gloo thread: gloo:all_reduce [140,180) (comm), a cpu_op on the gloo thread
-    # [160,170) (never compute). compute = [100,150) = 50, comm = [140,180) = 40, overlap [140,150) = 10,
-    # exposed 30, busy = [100,180) = 80, idle = 100 - 80 = 20, ideal = 100 - 30 + 0 = 70.
-    # Parts: compute only [100,140) = 40, overlap 10, exposed 30, idle 20: not computing 50 %;
-    # the largest lost part is exposed transfer (30, one rank) and comm 40 <= compute 50
-    # -> exposed-communication. Cause: the last compute start is 120 (aten::add), so every
-    # exposed ns in [150,180) has no compute starting after it: tail 30.
+    # [160,170) (never compute). The main thread is between ops from 155 (the launch returned)
+    # and its next host boundary is the step range's end at 200, 20 ns after the gloo work ends:
+    # within the 1 ms floor of the blocked rule (diagnosis.md §8), so it was blocked on it,
+    # [max(155, 140), 200) = [155, 200), and that time is communication where gloo does not
+    # cover it (§11): [180, 200). compute = [100,150) = 50, comm = [140,200) = 60, overlap
+    # [140,150) = 10, exposed 50, busy = [100,200) = 100, idle 0, ideal = 100 - 50 + (60 - 50)
+    # = 60. Parts: compute only [100,140) = 40, overlap 10, exposed 50: not computing 50 %; the
+    # largest lost part is exposed transfer (50, one rank) and comm 60 > compute 50 ->
+    # communication-bound. Cause: the last compute start is 120 (aten::add), so every exposed ns
+    # in [150,200) has no compute starting after it: tail 50.
     tl = cpu_timeline(
         [
             ("annotation", "ProfilerStep#3", "", 100, 200),
@@ -203,14 +207,14 @@ def test_cpu_timeline_gloo_clipped_to_step():
     ) == (
         100,
         50,
-        40,
+        60,
         10,
-        30,
-        20,
-        70,
+        50,
+        0,
+        60,
     )
-    assert r.bottleneck == "exposed-communication"
-    assert (r.compute_only_ns, r.memory_only_ns, r.exposed_tail_ns) == (40, 0, 30)
+    assert r.bottleneck == "communication-bound"
+    assert (r.compute_only_ns, r.memory_only_ns, r.exposed_tail_ns) == (40, 0, 50)
 
 
 def test_cpu_comm_call_inside_a_compute_op_is_not_compute():
@@ -219,13 +223,14 @@ def test_cpu_comm_call_inside_a_compute_op_is_not_compute():
     # `gloo:all_to_all` [22,1022), the main thread waits (no event: a gap) and resumes with
     # `aten::cat` [1030,1040). Step marker [0,2000); `aten::empty` [12,15) before the launch.
     # Main-thread boundaries around the comm's end 1022: the last before it is 25 (c10d's end,
-    # an op return), the next 1030 (cat's start): 8 ns <= 1 % of 1000 and <= 0.5 ms -> blocked
-    # wait [max(25, 22), 1030). The lane's communication calls: [20,25) u [25,1030) = [20,1030).
-    # compute = [10,1100) - [20,1030) = [10,20) u [1030,1100) = 80 (not 1090: the wait is no
-    # compute); comm = [22,1022) = 1000, overlap 0, exposed 1000; busy 10 + 1000 + 70 = 1080,
-    # idle 920. Causes: the last compute start is 1030 -> tail zone [1030,2000), no exposed
-    # there; the next compute start after the comm's end 1022 is 1030 (the resumed piece of
-    # `_AllToAll` and cat), 8 ns <= 1 % of 1000: blocked -> dependency 1000, host 0.
+    # an op return), the next 1030 (cat's start): 8 ns, within 1 % of 1000 (and the 1 ms
+    # floor) -> blocked wait [max(25, 22), 1030). The lane's communication calls: [20,25) u
+    # [25,1030) = [20,1030). compute = [10,1100) - [20,1030) = [10,20) u [1030,1100) = 80 (not
+    # 1090: the wait is no compute). comm (diagnosis.md §11) = gloo [22,1022) u the calls' time
+    # it does not cover, [20,22) (the launch) and [1022,1030) (the wake-up) = [20,1030) = 1010;
+    # overlap 0, exposed 1010; busy [10,1100) = 1090, idle 910. Causes: the last compute start
+    # is 1030 -> tail zone [1030,2000), no exposed there; every exposed ns lies in the thread's
+    # communication calls [20,1030) -> dependency 1010, host 0.
     tl = cpu_timeline(
         [
             ("annotation", "ProfilerStep#1", "", 0, 2000),
@@ -240,21 +245,23 @@ def test_cpu_comm_call_inside_a_compute_op_is_not_compute():
     assert (r.step_ns, r.compute_ns, r.comm_ns, r.overlap_ns, r.exposed_comm_ns, r.idle_ns) == (
         2000,
         80,
-        1000,
+        1010,
         0,
-        1000,
-        920,
+        1010,
+        910,
     )
     assert r.compute_only_ns + r.overlap_ns + r.exposed_comm_ns + r.idle_ns == r.step_ns
-    assert (r.exposed_tail_ns, r.exposed_dependency_ns, r.exposed_host_ns) == (0, 1000, 0)
+    assert (r.exposed_tail_ns, r.exposed_dependency_ns, r.exposed_host_ns) == (0, 1010, 0)
 
 
 def test_cpu_gap_inside_a_leaf_op_stays_compute():
     # An async all-reduce [5,1000) ends while the main thread is inside a leaf op `aten::mm`
     # [10,1002) (no child op): the thread computes, it does not wait, although mm ends 2 ns
     # (<= 1 % of 995) after the comm's end. The last boundary before 1000 is mm's start, not an
-    # op's return -> no blocked wait. Calls: `c10d::allreduce_` [2,4), outside every compute op.
-    # compute = [10,1002) = 992, comm = [5,1000) = 995, overlap [10,1000) = 990, exposed 5.
+    # op's return -> no blocked wait. Calls: `c10d::allreduce_` [2,4), outside every compute op
+    # and every gloo activity: communication too (diagnosis.md §11).
+    # compute = [10,1002) = 992, comm = [2,4) u [5,1000) = 997, overlap [10,1000) = 990,
+    # exposed 7.
     tl = cpu_timeline(
         [
             ("annotation", "ProfilerStep#1", "", 0, 2000),
@@ -264,7 +271,7 @@ def test_cpu_gap_inside_a_leaf_op_stays_compute():
         ]
     )
     r = _row(analyze(tl))
-    assert (r.compute_ns, r.comm_ns, r.overlap_ns, r.exposed_comm_ns) == (992, 995, 990, 5)
+    assert (r.compute_ns, r.comm_ns, r.overlap_ns, r.exposed_comm_ns) == (992, 997, 990, 7)
 
 
 def test_step_regex_and_range_filter():

@@ -5,7 +5,9 @@ timestamps; comm = `gloo:*` events; compute = `cpu_op` events not on a `pt_gloo_
 not `c10d::*` / `record_param_comms` / `nccl:*` / `gloo:*`, minus, per thread, the thread's
 communication calls (those excluded cpu_ops, and the blocked waits: from the last event boundary
 before a `gloo:*` end, an event's end where none starts, to the next boundary, when that follows
-within 1 % of the communication's duration and 0.5 ms); everything clipped to the
+within 1 % of the communication's duration, or within 1 ms when the stretch opened at a
+communication call's return, `c10d::*` ... or a `*wait*` range, and then from there); comm also covers those calls
+(diagnosis.md §11: blocked in a call is communication); everything clipped to the
 `ProfilerStep#N` range, which is the step window.
 """
 
@@ -23,6 +25,7 @@ from traceoverlap import analyze
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "workloads"
 EXCLUDED = re.compile(r"^(c10d::|record_param_comms$|nccl:|gloo:)")
+CALLS = re.compile(r"^(c10d::|record_param_comms$|nccl:|gloo:)|(?i:wait)")
 
 
 def derive(path):
@@ -62,6 +65,9 @@ def derive(path):
         ]
         bounds = sorted({b for s, t in mine for b in (s, t)})
         ends, starts = {t for _, t in mine}, {s for s, _ in mine}
+        call_ends = {
+            span(e)[1] for e in host if (e["pid"], e["tid"]) == key and CALLS.search(e["name"])
+        }
         for cs, ce in gloo:
             before = [b for b in bounds if b < ce]
             after = [b for b in bounds if b >= ce]
@@ -69,8 +75,11 @@ def derive(path):
                 continue
             prev, nxt = before[-1], after[0]
             gap = nxt - ce
-            if prev in ends and prev not in starts and gap * 100 <= ce - cs and gap <= 500_000:
-                cl.append((max(prev, cs), nxt))
+            # opened at a communication call's return: blocked since, and the 1 ms floor applies
+            after_call = prev in call_ends
+            floor = gap <= 1_000_000 and after_call
+            if prev in ends and prev not in starts and (gap * 100 <= ce - cs or floor):
+                cl.append((prev if after_call else max(prev, cs), nxt))
         calls[key] = union(cl)
 
     def minus(a, b):
@@ -102,6 +111,8 @@ def derive(path):
                 per_thread.setdefault((e["pid"], e["tid"]), []).append((s, t))
         for key, ops in per_thread.items():
             comp += minus(union(ops), calls[key])
+        for cl in calls.values():  # time in a call is communication, gloo event or not
+            comm += [(max(s, s0), min(t, e0)) for s, t in cl if max(s, s0) < min(t, e0)]
         c, m = union(comp), union(comm)
         ov = ab_overlap(c, m)
         out[st["name"].split("#")[1]] = {  # the step label, as the string step column holds it

@@ -540,7 +540,12 @@ def test_tax_compute_under_communication_is_the_analysis_overlap(name: str) -> N
         int(t.step_overlap_ns[unit[r], col[str(s)]])
         for r, s in zip(a.steps["rank"], a.steps["step"])
     ]
-    assert ours == a.steps["overlap_ns"].tolist() and sum(ours) > 0
+    assert ours == a.steps["overlap_ns"].tolist()
+    # fsdp gathers and reduce-scatters without prefetch, blocking in each: its main thread's
+    # only "compute" under communication was its time blocked inside `_FSDPLinear(Backward)`
+    # after a call returned (7.5 ms a step once); since diagnosis.md §11 that is a wait, and
+    # nothing computes under its communication: 0, on both sides
+    assert sum(ours) > 0 or name == "fsdp"
 
 
 def test_analyze_builds_the_run_graph_in_the_same_read() -> None:

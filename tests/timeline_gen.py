@@ -41,6 +41,10 @@ FEATURES = frozenset(
         "zero_length_acts",  # GPU activities of duration 0
         "multi_device",  # one process driving two GPUs (two units, same rank)
         "shared_pid",  # every rank's process has the same pid (processes on different hosts)
+        # CPU: the thread blocked in a c10d call before the gloo work starts, a next host event
+        # of any kind (op, call, range) after the wake-up, gloo records on the calling thread
+        # (diagnosis.md §11)
+        "blocked_calls",
         # scenarios where a reading the contract does not take would give other numbers
         # (oracle_steps' switches); without the feature, such scenarios are filtered out
         "unstepped_comm",  # a collective instance lies in no step on some unit (several units)
@@ -469,7 +473,29 @@ def _cpu_rank(
         if rank in inst.skip:
             continue
         dur = inst.durs[rank]
-        if draw(st.booleans()):
+        on_main = "blocked_calls" in feats and draw(st.integers(0, 3)) == 0
+        if "blocked_calls" in feats and draw(st.integers(0, 2)) == 0:
+            # a blocking call: `c10d::allreduce_` from before the gloo work starts to just
+            # before, at or after its start (blocked in the call), then a wake-up gap and the
+            # thread's next host event, of any kind
+            ws = inst.end - dur
+            lead = draw(st.integers(1, 60))
+            over = draw(st.integers(-8, 8))
+            out.append(ev("cpu_op", "c10d::allreduce_", ws - lead, ws + over, MAIN_TID, "python"))
+            gap = draw(st.integers(0, 40))
+            cat, name = draw(
+                st.sampled_from(
+                    [
+                        ("cpu_op", "aten::add_"),
+                        ("cpu_op", "c10d::allreduce_"),
+                        ("annotation", "optimizer"),
+                        ("annotation", "c10d::wait"),
+                    ]
+                )
+            )
+            d = draw(st.integers(1, 20))
+            out.append(ev(cat, name, inst.end + gap, inst.end + gap + d, MAIN_TID, "python"))
+        elif draw(st.booleans()):
             # the call made inside an enclosing op (a custom autograd Function: `_AllToAll`):
             # launch op before the gloo work starts, then a gap (the wait), then a resuming op
             # `gap` ns after the work ends, inside the enclosing op or after it
@@ -487,14 +513,15 @@ def _cpu_rank(
             out.append(
                 ev("cpu_op", "_AllToAll", outer, inst.end + gap + 7 + tail, MAIN_TID, "python")
             )
+        tid, thread = (MAIN_TID, "python") if on_main else (GLOO_TID, "pt_gloo_runloop")
         out.append(
             ev(
                 "annotation",
                 GLOO_ITEMS[inst.name_index % len(GLOO_ITEMS)],
                 inst.end - dur,
                 inst.end,
-                GLOO_TID,
-                "pt_gloo_runloop",
+                tid,
+                thread,
                 pg=inst.pg,
                 seq=inst.seq,
             )

@@ -327,10 +327,17 @@ LOST_RATIO: Final = 0.10
 #: ``[thresholds] straggler_ratio``); below it the run says "no straggler".
 STRAGGLER_RATIO: Final = 0.05
 
-#: diagnosis.md §8: a compute thread whose next op starts within 1/BLOCKED_PER of a
-#: communication's duration after it ends (and at most :data:`BLOCKED_MAX_NS`) was blocked on it.
+#: diagnosis.md §8 / §11: a compute thread whose next host event (of any kind) starts within
+#: 1/BLOCKED_PER of a communication's duration after it ends, or within :data:`BLOCKED_FLOOR_NS`
+#: whatever the duration, was blocked on it. The floor is the OS's wake-up latency on a loaded
+#: host: 0.04-0.45 ms measured after gloo collectives of 3-35 ms (a 1 % tolerance alone turned
+#: those blocked collectives into ``host``).
 BLOCKED_PER: Final = 100  # 1 %: gap * 100 <= duration
+BLOCKED_FLOOR_NS: Final = 1_000_000  # or gap <= 1 ms
+#: The what-if run graph's bound on a resumption found just before a communication's recorded end
+#: (traceoverlap.rank.graph); the analysis' blocked rule is :data:`BLOCKED_FLOOR_NS`.
 BLOCKED_MAX_NS: Final = 500_000
+
 
 #: The words of the what-if caveat for CPU ranks sharing a host's cores (whatif.md §5) that name
 #: it: ``analyze``'s "What to try" line says it shorter.

@@ -24,7 +24,7 @@ from ..core import intervals as iv
 from ..core.intervals import GroupedIntervals
 from ..core.model import Kind
 from ..core.vocab import (
-    BLOCKED_MAX_NS,
+    BLOCKED_FLOOR_NS,
     BLOCKED_PER,
 )
 from .metrics import ActivityRows
@@ -62,24 +62,33 @@ def _first_starts(acts: ActivityRows, launch_start: I64) -> tuple[I64, I64, I64]
     return g[first], s[first], np.minimum.reduceat(ls, first)
 
 
-def blocked_comm(acts: ActivityRows, ug: I64, us: I64) -> tuple[I64, I64, I64]:
-    """CPU units (diagnosis.md §8): the comm activities (window, start, end; ns) the compute
-    threads were blocked on: the next compute op of the window starts at or after the
-    communication's end, within min(1 % of its duration, 0.5 ms). A blocking ``all_reduce``
-    leaves no wait range, and DDP's reducer finalize (``copy_bucket_to_grad`` right after the last
-    bucket) reads the same. ``ug``/``us``: the distinct (window, start) of compute, sorted."""
+def blocked_comm(
+    acts: ActivityRows, ug: I64, us: I64, host: I64 | None = None
+) -> tuple[I64, I64, I64]:
+    """CPU units (diagnosis.md §8, §11): the comm activities (window, start, end; ns) the compute
+    threads were blocked on: their next host event of any kind (``host``: the sorted starts of
+    every host event on a compute thread; without it, the next compute op of the window, from
+    ``ug``/``us``: the distinct (window, start) of compute, sorted) starts at or after the
+    communication's end, within 1 % of its duration or within 1 ms (the OS's wake-up latency on
+    a loaded host). A blocking ``all_reduce`` leaves no wait range, and DDP's reducer finalize
+    (``copy_bucket_to_grad`` right after the last bucket) reads the same."""
     comm = np.flatnonzero(acts.kind == Kind.COMM)
     z = np.zeros(0, np.int64)
-    if comm.size == 0 or us.size == 0:
+    if comm.size == 0 or (us.size == 0 if host is None else host.size == 0):
         return z, z.copy(), z.copy()
     g, s, e = acts.group[comm], acts.start_ns[comm], acts.end_ns[comm]
-    # per comm activity: the first compute start at or after its end in the same window
-    j = iv.next_at_or_after(g, e, ug, us)
-    has = j >= 0
-    nxt = us[np.maximum(j, 0)]
+    if host is None:
+        # per comm activity: the first compute start at or after its end in the same window
+        j = iv.next_at_or_after(g, e, ug, us)
+        has = j >= 0
+        nxt = us[np.maximum(j, 0)]
+    else:
+        k = np.searchsorted(host, e, side="left")
+        has = k < host.size
+        nxt = host[np.minimum(k, host.size - 1)]
     gap = nxt - e
-    # exact integers: gap <= 1 % of the duration, and <= 0.5 ms
-    hit = has & (gap >= 0) & (gap * BLOCKED_PER <= e - s) & (gap <= BLOCKED_MAX_NS)
+    # exact integers: gap <= 1 % of the duration, or <= 1 ms
+    hit = has & (gap >= 0) & ((gap * BLOCKED_PER <= e - s) | (gap <= BLOCKED_FLOOR_NS))
     return g[hit], s[hit], e[hit]
 
 
@@ -88,11 +97,13 @@ def local_causes(
     acts: ActivityRows,
     steps: UnitSteps,
     comm_calls: GroupedIntervals | None = None,
+    host_starts: I64 | None = None,
 ) -> LocalCauses:
     """Split a unit's exposed set (grouped by window) into tail / dependency / host.
 
     GPU units use the launch times in ``steps``; CPU units use ``comm_calls``: the host ranges
-    (grouped by window) during which a compute thread was blocked in a communication call.
+    (grouped by window) during which a compute thread was blocked in a communication call, and
+    ``host_starts`` (:func:`blocked_comm`).
     """
     n = len(steps)
     ug, us, ulaunch = _first_starts(acts, steps.launch_start_ns)
@@ -114,7 +125,7 @@ def local_causes(
     else:
         z = np.zeros(0, np.int64)
         calls = comm_calls if comm_calls is not None else (z, z.copy(), z.copy())
-        bg, bs, be = blocked_comm(acts, ug, us)
+        bg, bs, be = blocked_comm(acts, ug, us, host_starts)
         zones = iv.grouped_union(
             np.concatenate((calls[0], bg)),
             np.concatenate((calls[1], bs)),

@@ -44,8 +44,8 @@ from ..core.schema import (
     OVERLAP_NS,
     STEP_NS,
 )
-from .hostwait import split_compute
-from .metrics import ActivityRows, StepSets, activity_rows, step_sets
+from .hostwait import CallParts, split_compute
+from .metrics import ActivityRows, StepSets, _window_join, activity_rows, step_sets
 from .steps import UnitSteps
 
 I64 = npt.NDArray[np.int64]
@@ -86,14 +86,127 @@ def _length_in(x: Intervals, ws: I64, we: I64) -> I64:
 
 
 @dataclass(frozen=True)
+class CallComm:
+    """The time compute threads spent inside communication calls or blocked on them that no
+    communication activity of the unit covers (docs/metrics.md, diagnosis.md §11): communication
+    too. Pieces (ns, possibly overlapping one another), each with ``row``: the event row of the
+    communication activity whose instance it belongs to (-1: none; its call touches no
+    activity), and ``own``: the row it is drawn with (``row``, else the call's own op)."""
+
+    start: I64
+    end: I64
+    row: I64
+    own: I64
+
+    @staticmethod
+    def empty() -> CallComm:
+        z = np.zeros(0, np.int64)
+        return CallComm(z, z, z, z)
+
+    def attributed(self) -> CallComm:
+        keep = self.row >= 0
+        return CallComm(self.start[keep], self.end[keep], self.row[keep], self.own[keep])
+
+
+def _outside(s: I64, e: I64, idx: I64, g: Intervals) -> tuple[I64, I64, I64]:
+    """The pieces of every interval ``[s, e)`` outside the disjoint sorted set ``g``, each with
+    its interval's ``idx``."""
+    cs, ce = iv.complement(g)
+    lo = np.searchsorted(ce, s, side="right")
+    hi = np.searchsorted(cs, e, side="left")
+    i, j = iv.range_pairs(lo.astype(np.int64), hi.astype(np.int64))
+    ps, pe = np.maximum(s[i], cs[j]), np.minimum(e[i], ce[j])
+    keep = pe > ps
+    return ps[keep], pe[keep], idx[i[keep]]
+
+
+def _touching(t: I64, at: I64, rows: I64) -> I64:
+    """Per time ``t``: the first of ``rows`` whose ``at`` equals it (-1: none)."""
+    order = np.lexsort((rows, at))
+    a, r = at[order], rows[order]
+    k = np.searchsorted(a, t, side="left")
+    kk = np.minimum(k, max(a.size - 1, 0))
+    hit = (k < a.size) & (a[kk] == t) if a.size else np.zeros(t.size, dtype=bool)
+    return np.where(hit, r[kk] if a.size else -1, -1).astype(np.int64)
+
+
+def call_comm(
+    parts: CallParts,
+    start: I64,
+    end: I64,
+    kind: npt.NDArray[np.int8],
+    p2p: npt.NDArray[np.bool_] | None = None,
+) -> CallComm:
+    """The communication calls and blocked waits of ``parts`` outside every communication
+    activity of the unit (G), and the instance each piece belongs to: a blocked wait's to the
+    activity it waited for (one per resumption: the one that ended last); a call's to the
+    activity it runs into (one starting where the piece ends: a ``c10d::recv_`` blocked until
+    its ``gloo:recv`` began), else the one it follows (ending where the piece starts), else none.
+    Only point-to-point activities (``p2p``, per event row; None: all) take pieces: their
+    instance is the call, its wait the time before the peer started (diagnosis.md §6), while a
+    collective's wait and transfer are its activities' durations across ranks, which a piece
+    outside them would exceed; its pieces stay in no instance.
+    """
+    comm = np.flatnonzero(kind == Kind.COMM).astype(np.int64)
+    g = iv.union(start[comm], end[comm])
+    # waits: one per (lane, resumption), the one for the communication that ended last
+    wl, ws, we, wr = parts.wait_lane, parts.wait_start, parts.wait_end, parts.wait_row
+    order = np.lexsort((-end[wr], we, wl))
+    first = np.ones(order.size, dtype=bool)
+    first[1:] = (wl[order][1:] != wl[order][:-1]) | (we[order][1:] != we[order][:-1])
+    keep = order[first]
+    w_s, w_e, w_r = _outside(ws[keep], we[keep], wr[keep], g)
+    # calls: outside G and the waits
+    gw = iv.union(np.concatenate((g[0], ws)), np.concatenate((g[1], we)))
+    o_s, o_e, o_row = _outside(parts.op_start, parts.op_end, parts.op_row, gw)
+    into = _touching(o_e, start[comm], comm)
+    after = _touching(o_s, end[comm], comm)
+    o_r = np.where(into >= 0, into, after)
+    w_own = w_r
+    if p2p is not None:
+        w_r = np.where(p2p[w_r], w_r, -1)
+        o_r = np.where((o_r >= 0) & p2p[np.maximum(o_r, 0)], o_r, -1)
+    return CallComm(
+        np.concatenate((w_s, o_s)).astype(np.int64),
+        np.concatenate((w_e, o_e)).astype(np.int64),
+        np.concatenate((w_r, o_r)).astype(np.int64),
+        np.concatenate((w_own, np.where(o_r >= 0, o_r, o_row))).astype(np.int64),
+    )
+
+
+def comm_rows_in_windows(cc: CallComm, steps: UnitSteps) -> ActivityRows:
+    """The pieces of ``cc`` as communication rows of every window they meet (clipped to it),
+    each with the event row of its instance's activity."""
+    ws, we = steps.start_ns, steps.end_ns
+    z = np.zeros(0, np.int64)
+    if cc.start.size == 0 or ws.size == 0:
+        return ActivityRows(z, np.zeros(0, np.int8), z, z, z)
+    order, sws, swe, lo, hi = _window_join(cc.start, cc.end, ws, we)
+    i, j = iv.range_pairs(lo, hi)
+    s = np.maximum(cc.start[i], sws[j])
+    e = np.minimum(cc.end[i], swe[j])
+    ok = e > s
+    return ActivityRows(
+        order[j[ok]].astype(np.int64),
+        np.full(int(ok.sum()), Kind.COMM, np.int8),
+        s[ok],
+        e[ok],
+        cc.own[i[ok]],
+    )
+
+
+@dataclass(frozen=True)
 class UnitSets:
     """A CPU unit's sets, each disjoint and sorted (ns): ``sets`` (compute C, comm M, memory Y,
     busy, overlap C ∩ M, exposed M − C, compute_only, memory_only), ``calls`` (its
-    communication calls) and ``pieces``: its compute cut around its lane's communication calls."""
+    communication calls, blocked waits included), ``pieces``: its compute cut around its lane's
+    communication calls, and ``call_comm``: the calls' time no communication activity covers,
+    part of M (:func:`call_comm`)."""
 
     sets: dict[str, Intervals]
     calls: Intervals
     pieces: ActivityRows
+    call_comm: CallComm = CallComm.empty()
 
     def window_pieces(self, ws: I64, we: I64) -> int:
         """How many pieces the exposed and call sets make once clipped to every window
@@ -113,10 +226,13 @@ def unit_sets(
     lane: I64,
     lane_calls: GroupedIntervals,
     call_mask: npt.NDArray[np.bool_],
+    cc: CallComm | None = None,
 ) -> UnitSets:
     """The unit's sets (:class:`UnitSets`). ``lane`` / ``lane_calls``: each event's thread and
     each thread's communication calls (:mod:`traceoverlap.rank.hostwait`); ``call_mask``: the events
-    that are communication calls (:func:`traceoverlap.rank.classify.comm_call_mask`)."""
+    that are communication calls (:func:`traceoverlap.rank.classify.comm_call_mask`); ``cc``: the
+    calls' time outside every communication activity (:func:`call_comm`), added to M."""
+    cc = cc if cc is not None else CallComm.empty()
     act = np.flatnonzero(kind < Kind.NONE)
     rows = ActivityRows(
         np.zeros(act.size, np.int64), kind[act], start[act], end[act], act.astype(np.int64)
@@ -128,21 +244,24 @@ def unit_sets(
         return s, e
 
     c = union_of(rows.kind == Kind.COMPUTE)
-    m = union_of(rows.kind == Kind.COMM)
+    g = union_of(rows.kind == Kind.COMM)
+    m = iv.union(np.concatenate((g[0], cc.start)), np.concatenate((g[1], cc.end)))
     y = union_of(rows.kind == Kind.MEMORY)
     cm = iv.union(np.concatenate((c[0], m[0])), np.concatenate((c[1], m[1])))
+    busy = union_of(np.ones(rows.kind.size, dtype=bool))
     sets = {
         "compute": c,
         "comm": m,
         "memory": y,
-        "busy": union_of(np.ones(rows.kind.size, dtype=bool)),
+        "busy": iv.union(np.concatenate((busy[0], cc.start)), np.concatenate((busy[1], cc.end))),
         "overlap": iv.intersect(c, m),
         "exposed": iv.subtract(m, c),
         "compute_only": iv.subtract(c, m),
         "memory_only": iv.subtract(y, cm),
     }
-    calls = iv.union(start[call_mask], end[call_mask])
-    return UnitSets(sets, calls, rows.select(rows.kind == Kind.COMPUTE))
+    _, lcs, lce = lane_calls
+    calls = iv.union(np.concatenate((start[call_mask], lcs)), np.concatenate((end[call_mask], lce)))
+    return UnitSets(sets, calls, rows.select(rows.kind == Kind.COMPUTE), cc)
 
 
 def _compute_starts(
@@ -166,6 +285,9 @@ def _compute_starts(
     s = np.concatenate((tail_s, ps[jj[nxt]])).astype(np.int64)
     row = np.concatenate((prow[k[tail_w]], prow[jj[nxt]])).astype(np.int64)
     return ActivityRows(g, np.full(g.size, Kind.COMPUTE, np.int8), s, we[g], row)
+
+
+_ROW_FIELDS = ("group", "kind", "start_ns", "end_ns", "event_row")
 
 
 def cpu_windows(
@@ -193,6 +315,10 @@ def cpu_windows(
         MEMORY_ONLY_NS.name: size["memory_only"],
     }
     comm_rows = activity_rows(start, end, np.where(kind == Kind.COMM, kind, Kind.NONE), steps)
+    extra = comm_rows_in_windows(unit.call_comm.attributed(), steps)
+    comm_rows = ActivityRows(
+        *(np.concatenate((getattr(comm_rows, f), getattr(extra, f))) for f in _ROW_FIELDS)
+    )
     starts = _compute_starts(unit.pieces, comm_rows, ws, we, compute > 0)
     acts = ActivityRows(
         np.concatenate((comm_rows.group, starts.group)),
@@ -217,9 +343,11 @@ def window_detail_rows(
     window: int,
     lane: I64,
     lane_calls: GroupedIntervals,
+    cc: CallComm | None = None,
 ) -> tuple[ActivityRows, StepSets]:
-    """Every activity of one window (clipped, compute cut around the calls) and its sets, grouped
-    as ``window``: what a step's detail (its timeline) draws."""
+    """Every activity of one window (clipped, compute cut around the calls, the calls' time no
+    communication activity covers as communication: ``cc``) and its sets, grouped as ``window``:
+    what a step's detail (its timeline) draws."""
     from dataclasses import replace
 
     one = replace(
@@ -229,6 +357,11 @@ def window_detail_rows(
         end_ns=steps.end_ns[window : window + 1],
     )
     acts = split_compute(activity_rows(start, end, kind, one), lane, lane_calls)
+    if cc is not None and cc.start.size:
+        extra = comm_rows_in_windows(cc, one)
+        acts = ActivityRows(
+            *(np.concatenate((getattr(acts, f), getattr(extra, f))) for f in _ROW_FIELDS)
+        )
     sets = step_sets(acts, 1)
 
     def regroup(s: GroupedIntervals) -> GroupedIntervals:

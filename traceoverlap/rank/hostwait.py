@@ -12,9 +12,12 @@ calls), where a communication call is
 - a blocked wait: a stretch of the lane between two consecutive host-event boundaries (starts
   or ends of its ``cpu_op`` / range events), the first of them an end where no event starts
   (the thread is between ops, never inside a leaf op), in which a communication activity of the unit ends,
-  when the next boundary follows that end within 1 % of the communication's duration and at most
-  0.5 ms (diagnosis.md §8's blocked rule): the wait is [max(gap start, communication start),
-  next boundary). A blocking
+  when the next boundary follows that end within 1 % of the communication's duration, or within
+  1 ms when the gap opened at a communication call's return (diagnosis.md §8's blocked rule,
+  whose floor survives the OS's wake-up latency without turning every pause between two compute
+  ops that a background collective ends in into a wait): the wait is [max(gap start,
+  communication start), next boundary), or [gap start, next boundary) when the gap opened at a
+  call's return (the thread blocked on what it called, gloo work queued or not, §11). A blocking
   ``Work.wait()`` is no operator: it leaves only such a gap, ending right after the awaited
   ``gloo:*`` work.
 
@@ -24,6 +27,8 @@ The compute activity rows are cut into pieces around these calls; every piece ke
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import numpy.typing as npt
 
@@ -31,7 +36,7 @@ from ..core import intervals as iv
 from ..core.intervals import GroupedIntervals
 from ..core.model import Kind, Timeline
 from ..core.rules import Rules
-from ..core.vocab import BLOCKED_MAX_NS, BLOCKED_PER
+from ..core.vocab import BLOCKED_FLOOR_NS, BLOCKED_PER
 from .classify import name_mask
 from .metrics import ActivityRows
 
@@ -49,22 +54,32 @@ def lane_codes(unit: Timeline) -> I64:
 
 
 def _waits(
-    lane: I64, start: I64, end: I64, host: npt.NDArray[np.bool_], kind: npt.NDArray[np.int8]
-) -> tuple[I64, I64, I64]:
-    """Blocked waits (lane, start, end) on the lanes that have compute."""
+    lane: I64,
+    start: I64,
+    end: I64,
+    host: npt.NDArray[np.bool_],
+    kind: npt.NDArray[np.int8],
+    named: npt.NDArray[np.bool_],
+) -> tuple[I64, I64, I64, I64]:
+    """Blocked waits (lane, start, end, row of the communication waited for) on the lanes that
+    have compute. ``named``: the host events that are communication calls by name
+    (``cpu_comm_calls``: ``c10d::*``, ``record_param_comms``, ``nccl:*``, ``gloo:*``,
+    ``*wait*``)."""
     z = np.zeros(0, np.int64)
     comp_lanes = np.unique(lane[kind == Kind.COMPUTE])
     comm = np.flatnonzero(kind == Kind.COMM)
     if comp_lanes.size == 0 or comm.size == 0:
-        return z, z.copy(), z.copy()
+        return z, z.copy(), z.copy(), z.copy()
     on = host & np.isin(lane, comp_lanes)
     bk = np.concatenate((lane[on], lane[on]))
     bt = np.concatenate((start[on], end[on]))
     # at one instant, ends before starts: the last boundary before a time is a start when an
     # op starts there (the thread is then inside that op)
     is_start = np.repeat(np.array([True, False]), int(on.sum()))
-    order = np.lexsort((is_start, bt, bk))
-    bk, bt, is_start = bk[order], bt[order], is_start[order]
+    # ... and among the ends, a communication call's last: the gap opened at a call's return
+    call_end = np.concatenate((np.zeros(int(on.sum()), dtype=bool), named[on]))
+    order = np.lexsort((call_end, is_start, bt, bk))
+    bk, bt, is_start, call_end = bk[order], bt[order], is_start[order], call_end[order]
     # every (communication end, compute lane) pair
     q_lane = np.tile(comp_lanes, comm.size)
     ce = np.repeat(end[comm], comp_lanes.size)
@@ -74,10 +89,71 @@ def _waits(
     # the gap opens where an op returned (never inside a leaf op: after its start)
     ok = (j > 0) & (bk[np.maximum(prev, 0)] == q_lane) & ~is_start[np.maximum(prev, 0)]
     gap = bt[np.maximum(j, 0)] - ce
-    ok &= (gap * BLOCKED_PER <= dur) & (gap <= BLOCKED_MAX_NS)
     cs = np.repeat(start[comm], comp_lanes.size)
-    # the wait: from the gap's start (or the communication's, when later) to the resumption
-    return q_lane[ok], np.maximum(bt[prev[ok]], cs[ok]), bt[j[ok]]
+    after_call = call_end[np.maximum(prev, 0)]
+    # within 1 % of the duration; or, when the gap opened at a communication call's return (the
+    # thread blocked on what it had just called, then woke late), within the floor: not a short
+    # pause between two compute ops that a background collective happened to end in
+    ok &= (gap * BLOCKED_PER <= dur) | ((gap <= BLOCKED_FLOOR_NS) & after_call)
+    # the wait: from the gap's start to the resumption; from the communication's start when
+    # that is later, unless the gap opened at a call's return (blocked since, §11)
+    b1 = bt[np.maximum(prev, 0)]
+    ws = np.where(after_call, b1, np.maximum(b1, cs))
+    row = np.repeat(comm, comp_lanes.size).astype(np.int64)
+    return q_lane[ok], ws[ok], bt[j[ok]], row[ok]
+
+
+@dataclass(frozen=True)
+class CallParts:
+    """A CPU unit's communication calls before they are merged per lane: the excluded ops on its
+    compute lanes (``op_lane``, ``op_start``, ``op_end``, ``op_row``: their event rows) and its
+    blocked waits (``wait_lane``,
+    ``wait_start``, ``wait_end`` and ``wait_row``: the event row of the communication waited
+    for)."""
+
+    op_lane: I64
+    op_start: I64
+    op_end: I64
+    op_row: I64
+    wait_lane: I64
+    wait_start: I64
+    wait_end: I64
+    wait_row: I64
+    n_lanes: int
+
+    def merged(self) -> GroupedIntervals:
+        """Per lane (group = lane code): the union of its calls and waits."""
+        return iv.grouped_union(
+            np.concatenate((self.op_lane, self.wait_lane)),
+            np.concatenate((self.op_start, self.wait_start)),
+            np.concatenate((self.op_end, self.wait_end)),
+            self.n_lanes,
+        )
+
+
+def call_parts(unit: Timeline, kind: npt.NDArray[np.int8], rules: Rules | None = None) -> CallParts:
+    """The unit's communication calls and blocked waits (see the module doc), unmerged."""
+    rules = rules or Rules()
+    ev = unit.events
+    cat = ev["category"]
+    host = (cat == "cpu_op").to_numpy() | (cat == "annotation").to_numpy()
+    is_op = (cat == "cpu_op").to_numpy()
+    z = np.zeros(0, np.int64)
+    if not is_op.any():
+        # NVTX-only capture (a CPU run under nsys): compute is the marked phases and the
+        # `gloo:*` ranges are the collectives in flight, not calls: nothing to cut
+        return CallParts(z, z, z, z, z, z, z, z, 0)
+    lane = lane_codes(unit)
+    comp_lanes = np.unique(lane[kind == Kind.COMPUTE])
+    call = name_mask(ev["name"], rules.cpu_compute_exclude + rules.extra_comm, is_op)
+    call &= np.isin(lane, comp_lanes)
+    start = ev["start_ns"].to_numpy().astype(np.int64)
+    end = ev["end_ns"].to_numpy().astype(np.int64)
+    named = name_mask(ev["name"], rules.cpu_comm_calls + rules.extra_comm, host)
+    wl, ws, we, wr = _waits(lane, start, end, host, kind, named)
+    n_lanes = int(lane.max()) + 1 if lane.size else 0
+    rows = np.flatnonzero(call).astype(np.int64)
+    return CallParts(lane[rows], start[rows], end[rows], rows, wl, ws, we, wr, n_lanes)
 
 
 def lane_calls(
@@ -85,30 +161,21 @@ def lane_calls(
 ) -> GroupedIntervals:
     """Per lane that has compute (group = lane code): the union of its communication calls (see
     the module doc)."""
-    rules = rules or Rules()
+    return call_parts(unit, kind, rules).merged()
+
+
+def host_starts(unit: Timeline, kind: npt.NDArray[np.int8]) -> I64:
+    """The starts of every host event (``cpu_op`` or range, of any name) on the lanes that have
+    compute, sorted and distinct: where a compute thread resumed (diagnosis.md §8 / §11: the
+    blocked rule reads the thread's next host event of any kind)."""
     ev = unit.events
+    if len(ev) == 0:
+        return np.zeros(0, np.int64)
     cat = ev["category"]
     host = (cat == "cpu_op").to_numpy() | (cat == "annotation").to_numpy()
-    is_op = (cat == "cpu_op").to_numpy()
-    if not is_op.any():
-        # NVTX-only capture (a CPU run under nsys): compute is the marked phases and the
-        # `gloo:*` ranges are the collectives in flight, not calls: nothing to cut
-        z = np.zeros(0, np.int64)
-        return z, z.copy(), z.copy()
     lane = lane_codes(unit)
-    comp_lanes = np.unique(lane[kind == Kind.COMPUTE])
-    call = name_mask(ev["name"], rules.cpu_compute_exclude + rules.extra_comm, is_op)
-    call &= np.isin(lane, comp_lanes)
-    start = ev["start_ns"].to_numpy().astype(np.int64)
-    end = ev["end_ns"].to_numpy().astype(np.int64)
-    wl, ws, we = _waits(lane, start, end, host, kind)
-    n_lanes = int(lane.max()) + 1 if lane.size else 0
-    return iv.grouped_union(
-        np.concatenate((lane[call], wl)),
-        np.concatenate((start[call], ws)),
-        np.concatenate((end[call], we)),
-        n_lanes,
-    )
+    on = host & np.isin(lane, np.unique(lane[kind == Kind.COMPUTE]))
+    return np.unique(ev["start_ns"].to_numpy().astype(np.int64)[on])
 
 
 def split_compute(acts: ActivityRows, lane: I64, calls: GroupedIntervals) -> ActivityRows:

@@ -113,10 +113,13 @@ def unit_instances(
     steps: UnitSteps,
     acts: ActivityRows,
     launch_row: I64,
+    span: tuple[I64, I64] | None = None,
 ) -> tuple[pd.DataFrame, GroupedIntervals, I64]:
     """The collective instances of one unit (:data:`LOCAL_COLUMNS`), their pieces (the union of
     each instance's activities per window, as a grouped set whose group is
-    ``local * n_windows + window``) and, per piece, its local instance id.
+    ``local * n_windows + window``) and, per piece, its local instance id. ``span``: per event
+    row, the span of the calls an activity belongs to (CPU units, diagnosis.md §11): a
+    point-to-point instance takes it as its own.
 
     Columnar throughout: names are parsed once per distinct name, groups are found by sorting."""
     ev = unit.events
@@ -126,7 +129,7 @@ def unit_instances(
         return pd.DataFrame(columns=list(LOCAL_COLUMNS)), (z, z.copy(), z.copy()), z.copy()
     c = _comm_keys(ev, kind, steps.gpu, launch_row, unit.traces[0] if unit.traces else None)
     local, order, firsts = _number_instances(c)
-    inst = _instance_table(ev, kind, c, order, firsts)
+    inst = _instance_table(ev, kind, c, order, firsts, span)
     head = order[firsts]
     pieces, piece_local = _instance_pieces(acts, c.rows, local, len(ev), n_win)
     window = _instance_windows(pieces, piece_local, len(inst), n_win)
@@ -323,7 +326,12 @@ def _number_instances(c: _CommRows) -> tuple[I64, I64, I64]:
 
 
 def _instance_table(
-    ev: pd.DataFrame, kind: npt.NDArray[np.int8], c: _CommRows, order: I64, firsts: I64
+    ev: pd.DataFrame,
+    kind: npt.NDArray[np.int8],
+    c: _CommRows,
+    order: I64,
+    firsts: I64,
+    span: tuple[I64, I64] | None = None,
 ) -> pd.DataFrame:
     """One row per local instance: its key and names from its first activity, ``bytes`` (the
     largest of its activities), ``lane`` (its first activity's), ``start_ns``/``end_ns`` (the
@@ -332,6 +340,7 @@ def _instance_table(
     first_row = c.rows[head]
     rows_sorted = c.rows[order]
     is_comm = kind == Kind.COMM
+    own = (ev["start_ns"].to_numpy(), ev["end_ns"].to_numpy())
     family_uniq = np.array([family_of(str(x)) for x in c.label_uniq], dtype=object)
     inst = pd.DataFrame(
         {
@@ -346,11 +355,19 @@ def _instance_table(
             "process_group": c.process_group[head],
             "bytes": np.maximum.reduceat(ev["coll_bytes"].to_numpy()[rows_sorted], firsts),
             "lane": values_at(ev["lane"], first_row).astype(str),
-            "start_ns": np.minimum.reduceat(ev["start_ns"].to_numpy()[rows_sorted], firsts),
-            "end_ns": np.maximum.reduceat(ev["end_ns"].to_numpy()[rows_sorted], firsts),
+            "start_ns": np.minimum.reduceat(own[0][rows_sorted], firsts),
+            "end_ns": np.maximum.reduceat(own[1][rows_sorted], firsts),
         }
     )
     inst["p2p"] = inst["family"] == Family.SEND_RECV
+    if span is not None:
+        # point-to-point (diagnosis.md §6, §11): the instance is the call, and its wait is the
+        # time before the peer started, so its span is the call's; a collective's wait and
+        # transfer keep its activities' span (its durations across ranks)
+        p2p = inst["p2p"].to_numpy(dtype=bool)
+        for col, op, arr in (("start_ns", np.minimum, span[0]), ("end_ns", np.maximum, span[1])):
+            wide = op.reduceat(arr[rows_sorted], firsts)
+            inst[col] = np.where(p2p, wide, inst[col].to_numpy())
     return inst
 
 

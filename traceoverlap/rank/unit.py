@@ -32,19 +32,20 @@ from ..core.model import (
     Timeline,
     TraceInfo,
     in_categories,
+    per_category,
     split_units,
 )
 from ..core.options import AnalysisOptions, compile_regex
 from ..core.rules import LOOKS_LIKE_COMM, Rules
 from ..core.schema import COMM_NS, OTHER_STEPS_NS, STEP_NS
-from ..core.vocab import KINDS, PHASE_RE, Cause, StepLabel
+from ..core.vocab import KINDS, PHASE_RE, Cause, Family, StepLabel, collective_kind, family_of
 from ..readers.paths import ProcessPart
 from .causes import local_causes
 from .classify import comm_call_mask, kinds, name_mask, unseen_comm_note
-from .cpuwindows import UnitSets, cpu_windows, unit_sets, window_detail_rows
+from .cpuwindows import CallComm, UnitSets, call_comm, cpu_windows, unit_sets, window_detail_rows
 from .detail import StepDetail
 from .hostranges import host_ranges, kernel_ranges
-from .hostwait import lane_calls, lane_codes
+from .hostwait import call_parts, host_starts, lane_codes
 from .instances import unit_instances
 from .metrics import ActivityRows, StepSets, activity_rows, device_covered, step_parts, step_sets
 from .namefilter import NameTest
@@ -211,8 +212,13 @@ def unit_step_detail(
         acts = activity_rows(start, end, kind, steps)
         sets = step_sets(acts, len(steps))
     else:  # CPU: the window's own rows, compute cut around the calls (cpuwindows.py)
-        lanes, by_lane = lane_codes(unit), lane_calls(unit, kind, rules)
-        acts, sets = window_detail_rows(start, end, kind, steps, w, lanes, by_lane)
+        parts = call_parts(unit, kind, rules)
+        cc = call_comm(
+            parts, start.astype(np.int64), end.astype(np.int64), kind, p2p_rows(unit, kind)
+        )
+        acts, sets = window_detail_rows(
+            start, end, kind, steps, w, lane_codes(unit), parts.merged(), cc
+        )
     return _detail(unit, steps, acts, sets, w, options)
 
 
@@ -315,6 +321,39 @@ def _out_of_memory(path: str) -> tuple[str, str, str]:
     )
 
 
+def p2p_rows(unit: Timeline, kind: npt.NDArray[np.int8]) -> npt.NDArray[np.bool_]:
+    """Per event: a communication activity of the send / recv family (its trace's collective
+    name, else its own name: ``gloo:send``, ``gloo:recv``)."""
+    ev = unit.events
+    is_comm = kind == Kind.COMM
+    out = np.zeros(len(ev), dtype=bool)
+    if not is_comm.any():
+        return out
+
+    def p2p(label: str) -> bool:
+        return family_of(collective_kind(label)) == Family.SEND_RECV
+
+    by_name = per_category(ev["name"], p2p, is_comm, dtype=bool)
+    by_coll = per_category(ev["coll_name"], p2p, is_comm, dtype=bool)
+    given = per_category(ev["coll_name"], lambda c: c != "", is_comm, dtype=bool)
+    rows = np.flatnonzero(is_comm)
+    nc = ev["name"].cat.codes.to_numpy()[rows]
+    cc = ev["coll_name"].cat.codes.to_numpy()[rows]
+    out[rows] = np.where(given[cc], by_coll[cc], by_name[nc])
+    return out
+
+
+def _instance_spans(start: I64, end: I64, cc: CallComm) -> tuple[I64, I64]:
+    """Per event row: its span, a communication activity's widened by the call pieces that belong
+    to its instance (diagnosis.md §11: the instance is the call; a ``recv`` blocked in its call
+    before its ``gloo:recv`` began started when the call did)."""
+    s, e = start.astype(np.int64).copy(), end.astype(np.int64).copy()
+    a = cc.attributed()
+    np.minimum.at(s, a.row, a.start)
+    np.maximum.at(e, a.row, a.end)
+    return s, e
+
+
 def analyze_unit(
     unit: Timeline, options: AnalysisOptions, rules: Rules, graph: bool = False
 ) -> UnitResult:
@@ -328,6 +367,7 @@ def analyze_unit(
     end = ev["end_ns"].to_numpy()
     n = len(steps)
     mask = call_ivs = None  # CPU units: the communication calls (the run graph keeps them)
+    resumes = span = None
     if steps.gpu:
         acts = activity_rows(start, end, kind, steps)
         gpu_sets = step_sets(acts, n)
@@ -336,18 +376,24 @@ def analyze_unit(
     else:
         # each window's sets are the unit's clipped to it (cpuwindows.py): no (activity,
         # window) table, whatever the markers' nesting; time inside communication calls is not
-        # compute, whatever op encloses it (metrics.md)
-        lanes, by_lane = lane_codes(unit), lane_calls(unit, kind, rules)
+        # compute, whatever op encloses it, and is communication where no activity covers it
+        # (metrics.md, diagnosis.md §11)
+        cp = call_parts(unit, kind, rules)
+        lanes, by_lane = lane_codes(unit), cp.merged()
         mask, call_ivs = comm_call_mask(unit, rules), by_lane
-        us = unit_sets(start, end, kind, lanes, by_lane, mask)
+        cc = call_comm(cp, start.astype(np.int64), end.astype(np.int64), kind, p2p_rows(unit, kind))
+        us = unit_sets(start, end, kind, lanes, by_lane, mask, cc)
         _check_window_load(info.path, start, end, kind, steps, us)
         cw = cpu_windows(us, start, end, kind, steps)
         acts, parts, exposed, calls = cw.acts, cw.parts, cw.exposed, cw.calls
+        resumes, span = host_starts(unit, kind), _instance_spans(start, end, cc)
     parts["start_ns"] = steps.start_ns
     parts["end_ns"] = steps.end_ns
-    lc = local_causes(exposed, acts, steps, calls)
+    lc = local_causes(exposed, acts, steps, calls, resumes)
 
-    instances, pieces, piece_instance = unit_instances(unit, kind, steps, acts, steps.launch_row)
+    instances, pieces, piece_instance = unit_instances(
+        unit, kind, steps, acts, steps.launch_row, span
+    )
     purposes, strategy = unit_purposes(unit, kind, steps, instances)
     instances = instances.assign(purpose=purposes)
 

@@ -883,8 +883,8 @@ def _cause_sets(
 ) -> CauseSets:
     """Waiting carved out of the local causes: the wait part of every piece is
     ``[start, start + wait)`` of its instance on that unit, clipped to the piece. The known
-    transfer part is ``[xfer_start, end)`` (:func:`_known_transfer`); exposed time in neither is
-    ``unmatched`` (diagnosis.md §12)."""
+    transfer part is ``[xfer_start, end)`` (:func:`_known_transfer`); exposed time between the two that no other
+    instance's known part covers is ``unmatched`` (diagnosis.md §12)."""
     p_inst, p_win, p_s, p_e = pieces
     w_start = inst["start_ns"].to_numpy(np.int64)[p_inst]
     w_end = w_start + inst[WAIT_NS.name].to_numpy(np.int64)[p_inst]
@@ -898,12 +898,19 @@ def _cause_sets(
         np.concatenate((wait_set[2], xfer_set[2])),
         n_windows,
     )
+    # the unknown part of a piece: past its wait, before its known transfer (a whole unmatched
+    # instance of a run of several units; an outlier's excess). Exposed time outside every
+    # instance (a CPU thread's launch or wake-up inside a collective's call, §11) belongs to its
+    # call's instance, not to an unpaired one: it keeps the transfer rule
+    unknown = iv.grouped_union(p_win, np.maximum(p_s, w_end), np.minimum(p_e, t_start), n_windows)
     return CauseSets(
         wait=iv.grouped_intersect(total_exposed, wait_set, n_windows),
         tail=iv.grouped_subtract(exposed[Cause.TAIL], wait_set, n_windows),
         dependency=iv.grouped_subtract(exposed[Cause.DEPENDENCY], wait_set, n_windows),
         host=iv.grouped_subtract(exposed[Cause.HOST], wait_set, n_windows),
-        unmatched=iv.grouped_subtract(total_exposed, known, n_windows),
+        unmatched=iv.grouped_subtract(
+            iv.grouped_intersect(total_exposed, unknown, n_windows), known, n_windows
+        ),
     )
 
 
