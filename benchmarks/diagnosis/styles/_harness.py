@@ -116,8 +116,11 @@ class Run:
             os.sched_setaffinity(0, {0})
 
     # --- the loop -------------------------------------------------------------------------------
-    def loop(self, body: Callable[[int], None], warmup: int = 2) -> None:
-        """Run ``warmup`` unprofiled steps then ``--steps`` profiled ones, one ProfilerStep each."""
+    def loop(
+        self, body: Callable[[int], None], warmup: int = 2, finish: Callable[[], None] | None = None
+    ) -> None:
+        """Run ``warmup`` unprofiled steps then ``--steps`` profiled ones, one ProfilerStep each;
+        then ``finish`` (join side threads) before the process group goes."""
         out = Path(self.args.out)
         out.mkdir(parents=True, exist_ok=True)
         path = out / f"rank{self.rank}.json.gz"
@@ -133,6 +136,8 @@ class Run:
                     self.step = i
                     body(i)
                     prof.step()
+            if finish is not None:
+                finish()
             dist.barrier()
         finally:
             for p in self._busy:

@@ -60,6 +60,9 @@ def step(i: int) -> None:
         torch.save(model.state_dict(), io.BytesIO())
 
 
-run.loop(step)
-todo.put(None)
-side.join()
+def finish() -> None:
+    todo.put(None)
+    side.join()
+
+
+run.loop(step, finish=finish)
