@@ -64,7 +64,7 @@ class Run:
         torch.manual_seed(args.seed * 1000 + self.rank)
         self.step = 0
         self._busy: list[subprocess.Popen[bytes]] = []
-        self._burn_w = torch.randn(64, 64)
+        self._burn_w = torch.randn(160, 160) * 0.05
         if args.contention_rank == self.rank:
             self._contend()
 
