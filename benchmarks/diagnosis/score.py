@@ -466,14 +466,20 @@ def tally(outcomes: Mapping[str, Mapping[str, Sequence[str]]]) -> dict[str, Tall
 
 
 def score_predictions(
-    scenarios: Sequence[Scenario], preds: Mapping[str, Mapping[str, Any]]
+    scenarios: Sequence[Scenario],
+    preds: Mapping[str, Mapping[str, Any]],
+    ref: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
 ) -> dict[str, Any]:
-    """The scored result of one tool: per scenario its prediction summary and outcomes, and per
-    field the tally."""
+    """The scored result of one tool: per scenario its outcomes, and per field the tally.
+    ``ref`` (traceoverlap's outcomes): a tool that gives no verdicts at all is not said on as
+    many rank-steps as the traces hold (traceoverlap's count), not on one."""
     per: dict[str, dict[str, list[str]]] = {}
     for s in scenarios:
         p = preds.get(s.name)
         per[s.name] = compare(s.truth, p if p is not None else {})
+        n_ref = len((ref or {}).get(s.name, {}).get("verdict", []))
+        if per[s.name].get("verdict") == [NOT_SAID] and n_ref > 1:
+            per[s.name]["verdict"] = [NOT_SAID] * n_ref
     t = tally(per)
     return {"fields": {f: t[f].as_dict() for f in FIELDS}, "scenarios": per}
 
@@ -531,9 +537,15 @@ def score(
         peer = load_peer(pf)
         if peer is None:
             continue
-        r = score_predictions(scenarios, peer.get("predictions") or {})
+        r = score_predictions(scenarios, peer.get("predictions") or {}, res["scenarios"])
         r["version"] = peer.get("version")
-        r["note"] = peer.get("note")
+        missing = [s.name for s in scenarios if s.name not in (peer.get("predictions") or {})]
+        r["note"] = peer.get("note") or ""
+        if missing:
+            r["note"] += (
+                f" (not run on {len(missing)} of the {len(scenarios)} scenarios, counted not "
+                "said: rerun its peers/run_*.py)"
+            )
         r["said"] = {k: _summary(v) for k, v in (peer.get("predictions") or {}).items()}
         tools[str(peer.get("tool") or pf.stem)] = r
     return {
