@@ -141,7 +141,7 @@ def test_explicit_fields_win() -> None:
             "gpu",
             "dependency",
         ),
-        ([_step(0, 1, "idle-bound", transfer=9, dependency=4, host=5)], "cpu", "host"),
+        ([_step(0, 1, "exposed-communication", transfer=9, dependency=4, host=5)], "cpu", "host"),
         # 2 of 3 rank-steps compute-bound: nothing is lost, whatever is exposed
         (
             [
@@ -153,6 +153,16 @@ def test_explicit_fields_win() -> None:
             "none",
         ),
         ([_step(0, 1, "idle-bound")], "cpu", "none"),  # no exposed communication
+        # 2 of 3 rank-steps idle-bound: the host, whatever the exposed parts say
+        (
+            [
+                _step(0, 1, "idle-bound", wait=9),
+                _step(1, 1, "idle-bound", transfer=9, dependency=9),
+                _step(2, 1, "peer-wait-bound", wait=9),
+            ],
+            "cpu",
+            "host",
+        ),
     ],
 )
 def test_cause_mapping(steps: list[dict[str, object]], device: str, want: str) -> None:

@@ -27,6 +27,7 @@ How traceoverlap's JSON report (``analyze --format json``) becomes a prediction:
   | traceoverlap (parts, then causes) | truth |
   |---|---|
   | no exposed communication, or most rank-steps `compute-bound` | `none` |
+  | most rank-steps `idle-bound` (the host did not feed the device) | `host` |
   | largest part `exposed_wait_ns` | `wait` |
   | largest part `exposed_unmatched_ns` (when the report has it) | `unmatched` |
   | largest part `exposed_transfer_ns`, most rank-steps `communication-bound` | `transfer` |
@@ -64,6 +65,9 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 RUNS = HERE / "runs"
 BASELINE = HERE / "baseline.json"
+#: Why traceoverlap fails a scenario-field, written by whoever analysed it: ``{scenario: {field
+#: (or "*" for every field): reason}}``; the markdown table shows it beside the failure.
+WHY = HERE / "why.json"
 PEERS = HERE / "peers"
 
 #: The truth's cause classes.
@@ -269,6 +273,8 @@ def _cause(steps: Sequence[Mapping[str, Any]], cpu: bool) -> str | None:
     verdicts = [s.get("bottleneck") for s in steps]
     if exposed == 0 or verdicts.count("compute-bound") * 2 > len(verdicts):
         return "none"
+    if verdicts.count("idle-bound") * 2 > len(verdicts):
+        return "host"  # the host did not feed the device (diagnosis.md §2)
     parts = {
         "wait": tot("exposed_wait_ns"),
         "transfer": tot("exposed_transfer_ns"),
@@ -549,6 +555,7 @@ def score(
         r["said"] = {k: _summary(v) for k, v in (peer.get("predictions") or {}).items()}
         tools[str(peer.get("tool") or pf.stem)] = r
     return {
+        "why": json.loads(WHY.read_text()) if WHY.exists() else {},
         "scenarios": [s.name for s in scenarios],
         "n_scenarios": len(scenarios),
         "truth": {s.name: s.truth for s in scenarios},
@@ -595,10 +602,11 @@ def _explain(f: str, truth: Mapping[str, Any], said: Mapping[str, Any], items: l
     if f == "verdict":
         want = truth.get("verdict_per_rank") or truth.get("verdict")
         return f"{items.count(RIGHT)} of {len(items)} rank-steps right; truth {want!r}, said {said.get('verdicts')}"
-    if f == "advice_must":
-        return f"{len(items) - items.count(RIGHT)} of {len(items)} required patterns missing: {truth.get('advice_must')}"
-    if f == "advice_must_not":
-        return f"{len(items) - items.count(RIGHT)} of {len(items)} forbidden patterns present: {truth.get('advice_must_not')}"
+    if f in ("advice_must", "advice_must_not"):
+        rxs = list(truth.get(f) or [])
+        bad = [f"/{rx}/ {o}" for rx, o in zip(rxs, items, strict=False) if o != RIGHT]
+        what = "missing" if f == "advice_must" else "present"
+        return f"{what}: " + "; ".join(bad)
     if f == "healthy_no_culprit":
         return f"healthy run, blamed straggler {said.get('straggler')!r} / root {said.get('root_rank')!r}"
     return ", ".join(items)
@@ -651,7 +659,13 @@ def render_text(result: Mapping[str, Any]) -> str:
     if fails:
         lines.append("")
         lines.append(f"traceoverlap not right ({len(fails)} scenario-fields):")
-        lines.extend(f"  {n}: {f}: {why}" for n, f, why in fails)
+        why = result.get("why") or {}
+        last = None
+        for n, f, said in fails:
+            lines.append(f"  {n}: {f}: {said}")
+            if n in why and (n, _why(why, n, f)) != last:
+                last = (n, _why(why, n, f))
+                lines.append(f"    why: {last[1]}")
     return "\n".join(lines)
 
 
@@ -679,11 +693,22 @@ def render_markdown(result: Mapping[str, Any]) -> str:
     fails = failures(result)
     out += ["", f"Every scenario-field traceoverlap does not get right ({len(fails)}):", ""]
     if fails:
-        out += ["| scenario | field | truth vs said |", "|---|---|---|"]
-        out += [f"| `{n}` | {FIELD_WORDS[f]} | {why.replace('|', '/')} |" for n, f, why in fails]
+        why = result.get("why") or {}
+        out += ["| scenario | field | truth vs said | why |", "|---|---|---|---|"]
+        out += [
+            f"| `{n}` | {FIELD_WORDS[f]} | {said.replace('|', '/')} | "
+            f"{_why(why, n, f).replace('|', '/')} |"
+            for n, f, said in fails
+        ]
     else:
         out.append("(none)")
     return "\n".join(out)
+
+
+def _why(why: Mapping[str, Mapping[str, str]], scenario: str, f: str) -> str:
+    """The reason written down for a failure (``why.json``: ``{scenario: {field or "*": why}}``)."""
+    per = why.get(scenario) or {}
+    return str(per.get(f) or per.get("*") or "not analysed yet")
 
 
 def write_markdown_block(path: Path, block: str) -> None:
