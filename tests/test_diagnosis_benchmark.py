@@ -213,6 +213,47 @@ def test_compare_fields() -> None:
     assert all(set(v) == {sc.NOT_SAID} for v in empty.values())
 
 
+def test_hang_answers() -> None:
+    from types import SimpleNamespace
+
+    def rep(verdict: str, culprits: tuple[int, ...] = (), missing: tuple[int, ...] = ()) -> object:
+        return SimpleNamespace(
+            verdict=verdict,
+            answer="the answer",
+            evidence=("e",),
+            notes=(),
+            culprits=tuple((r, "0", 6) for r in culprits),
+            missing_ranks=missing,
+        )
+
+    p = sc.predict_hang(rep("missing", (5,)))
+    assert (p["hang"], p["straggler"], p["root_rank"], p["culprit"]) == (True, 5, 5, True)
+    p = sc.predict_hang(rep("healthy"))
+    assert (p["hang"], p["straggler"], p["culprit"]) == (False, None, False)
+    # partial: "rank 1 dumped nothing: it may be the one stuck": no hang or top-1 answer
+    p = sc.predict_hang(rep("partial", missing=(1,)))
+    assert "hang" not in p and "straggler" not in p and p["straggler_top2"] == [1]
+
+
+def test_hang_scenario_from_dumps(tmp_path: Path) -> None:
+    """A scenario of dumps only (fixtures/flightrec/skip: rank 1 never called all_reduce #6),
+    both ``fr_r`` and ``fr_r.json`` present: each rank read once."""
+    d = tmp_path / "runs" / "skip"
+    d.mkdir(parents=True)
+    for f in (ROOT / "fixtures" / "flightrec" / "skip").iterdir():
+        (d / f.name).symlink_to(f)
+    (d / "truth.json").write_text(json.dumps({"hang": True, "straggler": 1, "root_rank": 1}))
+    (s,) = sc.load_scenarios(tmp_path / "runs")
+    assert [p.name for p in s.dumps] == ["fr_0", "fr_1"] and s.traces == []
+    out = sc.compare(s.truth, sc.run_traceoverlap(s))
+    assert out == {
+        "straggler_top1": [sc.RIGHT],
+        "straggler_top2": [sc.RIGHT],
+        "root_rank": [sc.RIGHT],
+        "hang": [sc.RIGHT],
+    }
+
+
 def test_tally_and_check() -> None:
     outcomes = {"a": {"cause": [sc.RIGHT]}, "b": {"cause": [sc.WRONG], "verdict": [sc.NOT_SAID]}}
     t = sc.tally(outcomes)

@@ -48,7 +48,8 @@ How traceoverlap's JSON report (``analyze --format json``) becomes a prediction:
 - ``culprit``: whether a rank is blamed at all (a straggler or a root rank named): on a healthy
   truth that is a false culprit.
 - ``hang`` (scenarios with Flight Recorder dumps): ``traceoverlap hang``'s verdict is not
-  healthy / empty / partial; its first culprit is the straggler and the root rank.
+  healthy / empty; its first culprit is the straggler and the root rank. ``partial`` (a rank
+  dumped nothing and "may be the one stuck") says neither; its missing ranks are its top 2.
 """
 
 from __future__ import annotations
@@ -141,6 +142,17 @@ def _catalog_truths() -> dict[str, dict[str, Any]]:
     return out
 
 
+def _dumps(d: Path) -> list[Path]:
+    """The Flight Recorder dumps under ``d``, one per rank: ``fr_{r}`` (the pickle) when both it
+    and ``fr_{r}.json`` are there."""
+    by_rank: dict[int, Path] = {}
+    for p in sorted(q for q in d.rglob("*") if q.is_file()):
+        m = _DUMP_FILE.match(p.name)
+        if m and (int(m.group(1)) not in by_rank or not p.name.endswith(".json")):
+            by_rank[int(m.group(1))] = p
+    return [by_rank[r] for r in sorted(by_rank)]
+
+
 def load_scenarios(runs: Path, only: Sequence[str] | None = None) -> list[Scenario]:
     """Every scenario folder under ``runs`` (sorted by name), ``only`` these names if given.
     The truth is the folder's ``truth.json``, else the catalog's."""
@@ -153,7 +165,7 @@ def load_scenarios(runs: Path, only: Sequence[str] | None = None) -> list[Scenar
             (p for p in d.iterdir() if _RANK_FILE.match(p.name)),
             key=lambda p: int(_RANK_FILE.match(p.name).group(1)),  # type: ignore[union-attr]
         )
-        dumps = sorted(p for p in d.rglob("*") if p.is_file() and _DUMP_FILE.match(p.name))
+        dumps = _dumps(d)
         tpath = d / "truth.json"
         if tpath.exists():
             truth = json.loads(tpath.read_text())
@@ -310,15 +322,21 @@ def _purpose(collectives: Sequence[Mapping[str, Any]]) -> str | None:
 
 
 def predict_hang(report: Any) -> dict[str, Any]:
-    """A prediction from :class:`traceoverlap.run.hang.HangReport`."""
-    pred: dict[str, Any] = {"hang": report.verdict not in ("healthy", "empty", "partial")}
+    """A prediction from :class:`traceoverlap.run.hang.HangReport`. ``partial`` (nothing stuck
+    among the dumps, ranks that dumped nothing "may be the one stuck") says neither hang nor
+    straggler; its missing ranks count as its top-2 candidates."""
+    pred: dict[str, Any] = {
+        "advice_text": "\n".join([report.answer, *report.evidence, *report.notes])
+    }
+    if report.verdict == "partial":
+        pred["straggler_top2"] = [int(r) for r in report.missing_ranks][:2]
+        return pred
+    pred["hang"] = report.verdict not in ("healthy", "empty")
     culprits = [int(c[0]) for c in report.culprits]
-    if culprits:
-        pred["straggler"] = culprits[0]
-        pred["straggler_top2"] = culprits[:2]
-        pred["root_rank"] = culprits[0]
+    pred["straggler"] = culprits[0] if culprits else None
+    pred["straggler_top2"] = culprits[:2]
+    pred["root_rank"] = culprits[0] if culprits else None
     pred["culprit"] = bool(culprits)
-    pred["advice_text"] = "\n".join([report.answer, *report.evidence, *report.notes])
     return pred
 
 
@@ -344,6 +362,8 @@ def run_traceoverlap(s: Scenario) -> dict[str, Any]:
             pred["advice_text"] = "\n".join(t for t in (text, hang["advice_text"]) if t)
     except TraceoverlapError as e:
         pred = {"error": str(e)}
+    except Exception as e:  # noqa: BLE001  (a crash is no answer: every field not said)
+        pred = {"error": f"crash: {type(e).__name__}: {e}"[:500]}
     return pred
 
 
