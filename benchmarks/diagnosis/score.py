@@ -439,7 +439,7 @@ def _compare_ranks(
             one("straggler_top2", (not top2) if t is None else t in top2)
         else:
             one("straggler_top2", None)
-    if "moving" in truth and truth.get("straggler") is not None:
+    if "moving" in truth and (truth["moving"] or truth.get("straggler") is not None):
         one("moving", None if "moving" not in pred else bool(pred["moving"]) == truth["moving"])
     if "root_rank" in truth:
         t = _truth_rank(truth["root_rank"])
