@@ -210,6 +210,15 @@ def test_compare_fields() -> None:
     # truth (no straggler, not moving) does not score it
     assert sc.compare({"straggler": None, "moving": True}, pred)["moving"] == [W]
     assert "moving" not in sc.compare({"straggler": None, "moving": False}, pred)
+    # verdict_per_rank names the ranks scored; "verdict" alone scores every rank-step
+    assert sc.compare(
+        {"verdict": "compute-bound", "verdict_per_rank": {"1": "compute-bound"}}, pred
+    )["verdict"] == [R]
+    assert sc.compare({"verdict": "peer-wait-bound"}, pred)["verdict"] == [R, W, W]
+    # purpose_also: as right as the purpose
+    assert sc.compare({"purpose": "moe-dispatch", "purpose_also": ["pipeline-p2p"]}, pred)[
+        "purpose"
+    ] == [R]
     # "dependency" said on a GPU is not "blocked" asked
     assert sc.compare({"cause": "blocked"}, {"cause": "dependency"})["cause"] == [W]
     # nothing said: every field not said, none wrong

@@ -40,9 +40,11 @@ How traceoverlap's JSON report (``analyze --format json``) becomes a prediction:
   communication call" (diagnosis.md §3), so there truth `dependency` and `blocked` are one class.
   `tail` ("nothing left to compute") is the transfer itself showing: `transfer`.
 - ``verdicts``: each ``steps`` row's ``bottleneck``, by (rank, step): scored per rank-step against
-  ``verdict_per_rank[rank]`` or else ``verdict``.
+  ``verdict_per_rank[rank]`` for the ranks it names when it names any, else against ``verdict``
+  on every rank.
 - ``purpose``: the purpose of the collectives with the most exposed time (all instances, all
-  ranks; the most total time when nothing is exposed); ``unknown`` is not said.
+  ranks; the most total time when nothing is exposed); ``unknown`` is not said. Right when it is
+  the truth's ``purpose`` or one of its ``purpose_also``.
 - ``advice_text``: every finding's title and advice and the report's notes, one text; each
   ``advice_must`` regex must be found in it, each ``advice_must_not`` must not (case-insensitive).
 - ``culprit``: whether a rank is blamed at all (a straggler or a root rank named): on a healthy
@@ -409,12 +411,14 @@ def compare(truth: Mapping[str, Any], pred: Mapping[str, Any]) -> dict[str, list
         if not verdicts:
             one("verdict", None)
         for key, said in sorted(verdicts.items()):
-            want = per_rank.get(key.split(":")[0], truth.get("verdict"))
+            rank = key.split(":")[0]
+            want = per_rank.get(rank) if per_rank else truth.get("verdict")
             if want:
                 one("verdict", said == want)
     if truth.get("purpose"):
         said = pred.get("purpose")
-        one("purpose", None if said is None else said == truth["purpose"])
+        ok = {truth["purpose"], *(truth.get("purpose_also") or [])}
+        one("purpose", None if said is None else said in ok)
     text = pred.get("advice_text")
     for rx in truth.get("advice_must") or []:
         one("advice_must", None if text is None else bool(re.search(rx, text, re.I)))
