@@ -515,17 +515,8 @@ def score_predictions(
 
 
 def _summary(pred: Mapping[str, Any]) -> dict[str, Any]:
-    """What a prediction said, short (for the JSON and the failure list; no advice text)."""
-    return {k: v for k, v in pred.items() if k not in ("advice_text", "verdicts")} | (
-        {"verdicts": _verdict_counts(pred["verdicts"])} if "verdicts" in pred else {}
-    )
-
-
-def _verdict_counts(v: Mapping[str, str]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for c in v.values():
-        out[c] = out.get(c, 0) + 1
-    return out
+    """What a prediction said, without the advice text (for the JSON and the failure list)."""
+    return {k: v for k, v in pred.items() if k != "advice_text"}
 
 
 # --- the command ------------------------------------------------------------------------------
@@ -603,6 +594,26 @@ def failures(result: Mapping[str, Any], tool: str = "traceoverlap") -> list[tupl
     return out
 
 
+def _explain_verdicts(truth: Mapping[str, Any], said: Mapping[str, str], items: list[str]) -> str:
+    """Per rank scored: the verdict wanted, and what was said on its steps when not all right."""
+    per_rank = {str(k): v for k, v in (truth.get("verdict_per_rank") or {}).items()}
+    by_rank: dict[str, list[str]] = {}
+    for key, v in sorted(said.items(), key=lambda kv: [int(x) for x in kv[0].split(":")[:1]]):
+        by_rank.setdefault(key.split(":")[0], []).append(v)
+    parts = []
+    for rank, got in by_rank.items():
+        want = per_rank.get(rank) if per_rank else truth.get("verdict")
+        if not want or all(g == want for g in got):
+            continue
+        counts: dict[str, int] = {}
+        for g in got:
+            counts[g] = counts.get(g, 0) + 1
+        said_txt = ", ".join(f"{k} x{n}" for k, n in sorted(counts.items()))
+        parts.append(f"rank {rank} wants {want}, said {said_txt}")
+    head = f"{items.count(RIGHT)} of {len(items)} rank-steps right"
+    return head + ("; " + "; ".join(parts) if parts else "")
+
+
 def _explain(f: str, truth: Mapping[str, Any], said: Mapping[str, Any], items: list[str]) -> str:
     if "error" in said:
         return f"error: {said['error']}"
@@ -624,8 +635,7 @@ def _explain(f: str, truth: Mapping[str, Any], said: Mapping[str, Any], items: l
             else f"truth {truth.get(t)!r}, not said"
         )
     if f == "verdict":
-        want = truth.get("verdict_per_rank") or truth.get("verdict")
-        return f"{items.count(RIGHT)} of {len(items)} rank-steps right; truth {want!r}, said {said.get('verdicts')}"
+        return _explain_verdicts(truth, said.get("verdicts") or {}, items)
     if f in ("advice_must", "advice_must_not"):
         rxs = list(truth.get(f) or [])
         bad = [f"/{rx}/ {o}" for rx, o in zip(rxs, items, strict=False) if o != RIGHT]
