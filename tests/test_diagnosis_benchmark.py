@@ -153,15 +153,15 @@ def test_explicit_fields_win() -> None:
             "none",
         ),
         ([_step(0, 1, "idle-bound")], "cpu", "none"),  # no exposed communication
-        # 2 of 3 rank-steps idle-bound: the host, whatever the exposed parts say
+        # 2 of 3 rank-steps idle-bound: idle is not exposed communication; wait 18 > transfer 9
         (
             [
                 _step(0, 1, "idle-bound", wait=9),
-                _step(1, 1, "idle-bound", transfer=9, dependency=9),
+                _step(1, 1, "idle-bound", transfer=9, host=9),
                 _step(2, 1, "peer-wait-bound", wait=9),
             ],
             "cpu",
-            "host",
+            "wait",
         ),
     ],
 )

@@ -27,7 +27,6 @@ How traceoverlap's JSON report (``analyze --format json``) becomes a prediction:
   | traceoverlap (parts, then causes) | truth |
   |---|---|
   | no exposed communication, or most rank-steps `compute-bound` | `none` |
-  | most rank-steps `idle-bound` (the host did not feed the device) | `host` |
   | largest part `exposed_wait_ns` | `wait` |
   | largest part `exposed_unmatched_ns` (when the report has it) | `unmatched` |
   | largest part `exposed_transfer_ns`, most rank-steps `communication-bound` | `transfer` |
@@ -36,6 +35,8 @@ How traceoverlap's JSON report (``analyze --format json``) becomes a prediction:
   | ... `exposed_dependency_ns` largest, a CPU run (gloo) | `blocked` |
   | ... `exposed_host_ns` largest | `host` |
 
+  Idle time is not exposed communication: an `idle-bound` verdict does not make the cause
+  `host` (the verdicts are scored on their own).
   On a CPU timeline the tool's `dependency` *is* "the compute thread was blocked inside a
   communication call" (diagnosis.md §3), so there truth `dependency` and `blocked` are one class.
   `tail` ("nothing left to compute") is the transfer itself showing: `transfer`.
@@ -287,8 +288,6 @@ def _cause(steps: Sequence[Mapping[str, Any]], cpu: bool) -> str | None:
     verdicts = [s.get("bottleneck") for s in steps]
     if exposed == 0 or verdicts.count("compute-bound") * 2 > len(verdicts):
         return "none"
-    if verdicts.count("idle-bound") * 2 > len(verdicts):
-        return "host"  # the host did not feed the device (diagnosis.md §2)
     parts = {
         "wait": tot("exposed_wait_ns"),
         "transfer": tot("exposed_transfer_ns"),
