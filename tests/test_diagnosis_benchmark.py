@@ -369,3 +369,15 @@ def test_committed_runs_do_not_drop() -> None:
         check=False,
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+
+
+def test_evidence_of_a_planted_straggler() -> None:
+    """``evidence``: stage 1 sleeps in every micro-batch of every step (fixtures README), so the
+    root blamed is rank 1 in every step, and the parts add up to the exposed time."""
+    (s,) = sc.load_scenarios(DEV, ["dev-pipeline_slow_last"])
+    ev = sc.evidence(s)
+    assert ev["root_by_step"] and set(ev["root_by_step"].values()) == {1}
+    assert ev["top_rank"] == 1 and ev["ranks_given"] == ev["world_size"] == 2
+    e = ev["exposed_ms"]
+    causes = e["wait"] + e["tail"] + e["dependency"] + e["host"]
+    assert abs(causes - (e["wait"] + e["transfer"] + e.get("unmatched", 0.0))) < 0.5  # rounding

@@ -5,6 +5,8 @@
   ``runs/`` (default ``benchmarks/diagnosis/runs``), scores it against each scenario's truth and
   prints the table (and the peers' columns, from ``peers/*_predictions.json``). ``--check``
   exits 1 when an accuracy falls below the baseline's.
+- ``evidence [--runs DIR] NAME ...``: the facts a failure's reason in ``why.json`` is written
+  from (exposed waiting per step time, the blamed root per step, exposed parts, verdicts).
 - ``record ...``: ``benchmarks.diagnosis.record.main`` (records the runs; optional).
 """
 
@@ -66,6 +68,16 @@ def main(argv: list[str] | None = None) -> int:
     cmd, rest = argv[0], argv[1:]
     if cmd == "score":
         return _score(rest)
+    if cmd == "evidence":
+        from . import score as sc
+
+        ap = argparse.ArgumentParser(prog="python -m benchmarks.diagnosis evidence")
+        ap.add_argument("--runs", type=Path, default=sc.RUNS)
+        ap.add_argument("names", nargs="+", metavar="NAME")
+        a = ap.parse_args(rest)
+        for s in sc.load_scenarios(a.runs, a.names):
+            print(s.name, json.dumps(sc.evidence(s)))
+        return 0
     if cmd == "record":
         from . import record  # type: ignore[attr-defined]
 

@@ -793,3 +793,55 @@ def check(result: Mapping[str, Any], baseline: Mapping[str, Any]) -> list[str]:
                 f"{_pct(b['accuracy'])}" + (f" (fewer right in {', '.join(lost)})" if lost else "")
             )
     return problems
+
+
+# --- evidence for why.json --------------------------------------------------------------------
+
+
+def evidence(s: Scenario) -> dict[str, Any]:
+    """The facts a reason in ``why.json`` is written from: exposed waiting as a share of step
+    time, the blamed root per step (does it move?), the exposed parts and causes, the verdict
+    counts, the first findings, whether the run is partial."""
+    import traceoverlap
+    from traceoverlap.reporters import choose
+
+    if not s.traces:
+        return {"error": "no traces"}
+    rep = json.loads(
+        choose("analysis", "json").render(traceoverlap.analyze([str(p) for p in s.traces]))
+    )
+    tot = rep["summary"]["run"]["totals"]
+    per_step: dict[str, dict[int, int]] = {}
+    for b in rep.get("blame") or []:
+        if b.get("root_rank") is not None:
+            m = per_step.setdefault(str(b["step"]), {})
+            m[int(b["root_rank"])] = m.get(int(b["root_rank"]), 0) + int(b["exposed_wait_ns"])
+    st = rep.get("stragglers") or {}
+    top = (st.get("ranks") or [{}])[0]
+    step_ns = max(int(tot["step_ns"]), 1)
+
+    def ms(v: Any) -> float:
+        return round(int(v or 0) / 1e6, 1)
+
+    return {
+        "exposed_wait_pct_of_step": round(100 * int(tot["exposed_wait_ns"]) / step_ns, 1),
+        "top_rank": top.get("rank"),
+        "top_root_wait_pct_of_step": round(
+            100 * int(top.get("root_waited_for_ns") or 0) / step_ns, 1
+        ),
+        "root_by_step": {
+            k: max(sorted(m), key=lambda r: m[r]) for k, m in sorted(per_step.items())
+        },
+        "exposed_ms": {
+            k: ms(tot.get(f"exposed_{k}_ns"))
+            for k in ("wait", "transfer", "unmatched", "tail", "dependency", "host")
+            if f"exposed_{k}_ns" in tot
+        },
+        "idle_ms": ms(tot["idle_ns"]),
+        "verdicts": rep["summary"]["run"].get("bottlenecks"),
+        "findings": [f"{f['kind']} {ms(f['exposed_ns'])} ms" for f in rep.get("findings") or []][
+            :4
+        ],
+        "ranks_given": st.get("ranks_given"),
+        "world_size": st.get("world_size"),
+    }
