@@ -381,3 +381,29 @@ def test_evidence_of_a_planted_straggler() -> None:
     e = ev["exposed_ms"]
     causes = e["wait"] + e["tail"] + e["dependency"] + e["host"]
     assert abs(causes - (e["wait"] + e["transfer"] + e.get("unmatched", 0.0))) < 0.5  # rounding
+
+
+def test_by_cause_rows() -> None:
+    """Healthy runs in their own row whatever their cause; the others by the truth's cause."""
+    result = {
+        "truth": {
+            "a": {"cause": "wait"},
+            "b": {"cause": "wait"},
+            "c": {"cause": "none", "healthy": True},
+        },
+        "tools": {
+            "traceoverlap": {
+                "scenarios": {
+                    "a": {"cause": [sc.RIGHT], "straggler_top1": [sc.RIGHT]},
+                    "b": {"cause": [sc.WRONG], "straggler_top1": [sc.NOT_SAID]},
+                    "c": {"cause": [sc.WRONG]},
+                }
+            }
+        },
+    }
+    head, rows = sc.by_cause_rows(result)
+    by = {r[0]: dict(zip(head, r, strict=True)) for r in rows}
+    assert set(by) == {"healthy", "wait"} and by["wait"]["runs"] == "2"
+    assert by["wait"]["cause of exposed time"] == "50% (1/1/0)"
+    assert by["wait"]["straggler (top 1)"] == "50% (1/0/1)"
+    assert by["healthy"]["cause of exposed time"] == "0% (0/1/0)"

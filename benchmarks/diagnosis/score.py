@@ -676,6 +676,28 @@ def table_rows(result: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
+#: The fields of the by-cause table.
+BY_CAUSE_FIELDS = ("straggler_top1", "root_rank", "root_op", "cause", "verdict", "advice_must")
+
+
+def by_cause_rows(
+    result: Mapping[str, Any], tool: str = "traceoverlap"
+) -> tuple[list[str], list[list[str]]]:
+    """traceoverlap's accuracy per field, grouped by the truth's cause class (``healthy`` runs
+    in a row of their own)."""
+    groups: dict[str, list[str]] = {}
+    for name, truth in result["truth"].items():
+        key = "healthy" if truth.get("healthy") else str(truth.get("cause") or "(none given)")
+        groups.setdefault(key, []).append(name)
+    per = result["tools"][tool]["scenarios"]
+    head = ["planted", "runs", *[FIELD_WORDS[f] for f in BY_CAUSE_FIELDS]]
+    rows = []
+    for key in sorted(groups):
+        t = tally({n: per[n] for n in groups[key]})
+        rows.append([key, str(len(groups[key])), *[_cell(t[f].as_dict()) for f in BY_CAUSE_FIELDS]])
+    return head, rows
+
+
 def render_text(result: Mapping[str, Any]) -> str:
     head, rows = table_rows(result)
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
@@ -723,6 +745,15 @@ def render_markdown(result: Mapping[str, Any]) -> str:
     for tool, t in result["tools"].items():
         if t.get("note"):
             out.append(f"- {tool}: {t['note']}")
+    bh, br = by_cause_rows(result)
+    out += [
+        "",
+        "traceoverlap by the planted cause (the truth's `cause`; healthy runs apart):",
+        "",
+        "| " + " | ".join(bh) + " |",
+        "|" + "|".join("---" for _ in bh) + "|",
+        *["| " + " | ".join(r) + " |" for r in br],
+    ]
     fails = failures(result)
     out += ["", f"Every scenario-field traceoverlap does not get right ({len(fails)}):", ""]
     if fails:
