@@ -407,3 +407,21 @@ def test_by_cause_rows() -> None:
     assert by["wait"]["cause of exposed time"] == "50% (1/1/0)"
     assert by["wait"]["straggler (top 1)"] == "50% (1/0/1)"
     assert by["healthy"]["cause of exposed time"] == "0% (0/1/0)"
+
+
+def test_truth_json_wins_and_a_relabel_shows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """truth.json (written before the run) is scored; a catalog truth that differs is reported;
+    a folder with no truth.json takes the catalog's."""
+    runs = tmp_path / "runs"
+    for name in ("a", "b"):
+        (runs / name).mkdir(parents=True)
+        (runs / name / "rank0.json.gz").symlink_to(DEV / "dev-naive" / "rank0.json.gz")
+    (runs / "a" / "truth.json").write_text(json.dumps({"straggler": 1}))
+    monkeypatch.setattr(
+        sc, "_catalog_truths", lambda: {"a": {"straggler": None}, "b": {"straggler": 0}}
+    )
+    a, b = sc.load_scenarios(runs)
+    assert (a.truth, a.truth_differs) == ({"straggler": 1}, True)
+    assert (b.truth, b.truth_differs) == ({"straggler": 0}, False)

@@ -126,6 +126,8 @@ class Scenario:
     truth: dict[str, Any]
     traces: list[Path] = field(default_factory=list)
     dumps: list[Path] = field(default_factory=list)
+    #: the catalog's truth differs from the recorded truth.json (relabelled after recording?)
+    truth_differs: bool = False
 
 
 def _catalog_truths() -> dict[str, dict[str, Any]]:
@@ -170,16 +172,17 @@ def load_scenarios(runs: Path, only: Sequence[str] | None = None) -> list[Scenar
         )
         dumps = _dumps(d)
         tpath = d / "truth.json"
+        catalog = _catalog_truths() if catalog is None else catalog
         if tpath.exists():
             truth = json.loads(tpath.read_text())
-        else:
-            catalog = _catalog_truths() if catalog is None else catalog
-            if d.name not in catalog:
-                continue  # not a scenario
+        elif d.name in catalog:
             truth = catalog[d.name]
+        else:
+            continue  # not a scenario
         if not traces and not dumps:
             continue
-        out.append(Scenario(d.name, d, truth, traces, dumps))
+        differs = d.name in catalog and json.loads(json.dumps(catalog[d.name])) != truth
+        out.append(Scenario(d.name, d, truth, traces, dumps, differs))
     if only:
         missing = sorted(set(only) - {s.name for s in out})
         if missing:
@@ -569,6 +572,7 @@ def score(
         r["said"] = {k: _summary(v) for k, v in (peer.get("predictions") or {}).items()}
         tools[str(peer.get("tool") or pf.stem)] = r
     return {
+        "truth_differs_from_catalog": [s.name for s in scenarios if s.truth_differs],
         "why": json.loads(WHY.read_text()) if WHY.exists() else {},
         "scenarios": [s.name for s in scenarios],
         "n_scenarios": len(scenarios),
@@ -710,6 +714,11 @@ def render_text(result: Mapping[str, Any]) -> str:
     for tool, t in result["tools"].items():
         if t.get("note"):
             lines.append(f"{tool}: {t['note']}")
+    if result.get("truth_differs_from_catalog"):
+        lines.append(
+            "truth.json differs from the catalog's truth (scored: truth.json, the one written "
+            f"before the run): {', '.join(result['truth_differs_from_catalog'])}"
+        )
     fails = failures(result)
     if fails:
         lines.append("")
@@ -745,6 +754,11 @@ def render_markdown(result: Mapping[str, Any]) -> str:
     for tool, t in result["tools"].items():
         if t.get("note"):
             out.append(f"- {tool}: {t['note']}")
+    if result.get("truth_differs_from_catalog"):
+        out.append(
+            "- truth.json differs from the catalog's truth (scored: truth.json, written before "
+            f"the run): {', '.join(result['truth_differs_from_catalog'])}"
+        )
     bh, br = by_cause_rows(result)
     out += [
         "",
