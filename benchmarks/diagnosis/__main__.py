@@ -42,7 +42,6 @@ def _score(argv: list[str]) -> int:
     if not result["n_scenarios"]:
         print(f"score: error: no scenarios under {a.runs}", file=sys.stderr)
         return 2
-    print(sc.render_text(result))
     if a.json:
         a.json.write_text(json.dumps(result, indent=1, sort_keys=True, default=str) + "\n")
     if a.markdown:
@@ -51,6 +50,7 @@ def _score(argv: list[str]) -> int:
         a.write_baseline.write_text(
             json.dumps(sc.baseline_of(result), indent=1, sort_keys=True) + "\n"
         )
+    print(sc.render_text(result), flush=True)
     if a.check:
         problems = sc.check(result, json.loads(a.check.read_text()))
         for p in problems:
