@@ -98,6 +98,15 @@ def test_unaligned_clocks_say_nothing_about_ranks() -> None:
     assert out["straggler_top1"] == [sc.NOT_SAID] and out["root_rank"] == [sc.NOT_SAID]
 
 
+def test_moving_is_read_from_the_words_of_section_14() -> None:
+    rep = _report([_step(0, 1, "peer-wait-bound", wait=5)])
+    rep["findings"] = [{"title": "the late rank moves: 3 in steps 2, 4; 5 in steps 3, 5"}]
+    assert sc.predict_from_report(rep)["moving"] is True
+    # FSDP advice says "moves" of data: not a moving straggler
+    rep["findings"] = [{"advice": "a native reduce-scatter moves (n-1)/n of the data"}]
+    assert sc.predict_from_report(rep)["moving"] is False
+
+
 def test_explicit_fields_win() -> None:
     """A report that says ``straggler`` / ``moving`` itself (diagnosis.md §14) is read as is."""
     rep = _report([_step(0, 1, "peer-wait-bound", wait=5)])

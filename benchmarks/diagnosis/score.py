@@ -14,8 +14,8 @@ How traceoverlap's JSON report (``analyze --format json``) becomes a prediction:
   None when no rank was last in a matched collective or none caused exposed waiting. A report
   whose clocks could not be aligned or that matched no collective says nothing.
 - ``straggler_top2``: the first two ranks of that list that caused any exposed waiting.
-- ``moving``: ``stragglers.moving`` when present; else True when a finding says the late rank
-  "moves", False when the report names a straggler without saying so, else not said.
+- ``moving``: ``stragglers.moving`` when present; else True when a finding says "the late rank
+  moves" (:data:`MOVES`), False when the report names a straggler without saying so, else not said.
 - ``root_rank``: the blame chains' root with the most exposed waiting (``blame`` rows summed by
   ``root_rank``); None when the report has no blame rows though it matched collectives.
 - ``root_op``: the ``cause`` (the range or op that explains the lateness) of that root's blame
@@ -109,6 +109,10 @@ FIELD_WORDS = {
 }
 
 RIGHT, WRONG, NOT_SAID = "right", "wrong", "not said"
+
+#: How a report says the straggler is not one rank (diagnosis.md §14 "the late rank moves: 3 in
+#: steps 2, 4; 5 in steps 3, 5"); not any "moves" (FSDP advice: "it moves (n-1)/n of the data").
+MOVES = re.compile(r"(?i)\b(?:late|slow|slowest|last)\s+rank\s+moves\b|\bstraggler\s+moves\b")
 
 _RANK_FILE = re.compile(r"^rank(\d+)\.json(?:\.gz)?$")
 _DUMP_FILE = re.compile(r"^fr_(\d+)(?:\.json)?$")
@@ -251,7 +255,7 @@ def _straggler(st: Mapping[str, Any], text: str) -> dict[str, Any]:
         out["straggler_top2"] = [top, *blamed[:1]]
     if "moving" in st:
         out["moving"] = bool(st["moving"])
-    elif re.search(r"\bmoves\b", text):
+    elif MOVES.search(text):
         out["moving"] = True
     elif top is not None:
         out["moving"] = False
