@@ -206,7 +206,7 @@ def test_compare_fields() -> None:
         "hang": False,
     }
     out = sc.compare(truth, pred)
-    R, W = sc.RIGHT, sc.WRONG
+    R, W, NS = sc.RIGHT, sc.WRONG, sc.NOT_SAID
     assert out["straggler_top1"] == [W] and out["straggler_top2"] == [R]
     assert out["moving"] == [R] and out["root_rank"] == [R] and out["root_op"] == [R]
     assert out["cause"] == [R] and out["purpose"] == [R]
@@ -224,6 +224,9 @@ def test_compare_fields() -> None:
         {"verdict": "compute-bound", "verdict_per_rank": {"1": "compute-bound"}}, pred
     )["verdict"] == [R]
     assert sc.compare({"verdict": "peer-wait-bound"}, pred)["verdict"] == [R, W, W]
+    # "unknown" is not said unless the truth asks it
+    assert sc.compare({"purpose": "moe-dispatch"}, {"purpose": "unknown"})["purpose"] == [NS]
+    assert sc.compare({"purpose": "unknown"}, {"purpose": "unknown"})["purpose"] == [R]
     # purpose_also: as right as the purpose
     assert sc.compare({"purpose": "moe-dispatch", "purpose_also": ["pipeline-p2p"]}, pred)[
         "purpose"

@@ -44,8 +44,8 @@ How traceoverlap's JSON report (``analyze --format json``) becomes a prediction:
   ``verdict_per_rank[rank]`` for the ranks it names when it names any, else against ``verdict``
   on every rank.
 - ``purpose``: the purpose of the collectives with the most exposed time (all instances, all
-  ranks; the most total time when nothing is exposed); ``unknown`` is not said. Right when it is
-  the truth's ``purpose`` or one of its ``purpose_also``.
+  ranks; the most total time when nothing is exposed). Right when it is the truth's ``purpose``
+  or one of its ``purpose_also``; ``unknown`` is not said, unless the truth asks ``unknown``.
 - ``advice_text``: every finding's title and advice and the report's notes, one text; each
   ``advice_must`` regex must be found in it, each ``advice_must_not`` must not (case-insensitive).
 - ``culprit``: whether a rank is blamed at all (a straggler or a root rank named): on a healthy
@@ -325,8 +325,7 @@ def _purpose(collectives: Sequence[Mapping[str, Any]]) -> str | None:
     pick = exposed if any(exposed.values()) else total
     if not pick:
         return None
-    best = max(sorted(pick), key=lambda p: pick[p])
-    return None if best == "unknown" else best
+    return max(sorted(pick), key=lambda p: pick[p])
 
 
 def predict_hang(report: Any) -> dict[str, Any]:
@@ -424,7 +423,8 @@ def compare(truth: Mapping[str, Any], pred: Mapping[str, Any]) -> dict[str, list
     if truth.get("purpose"):
         said = pred.get("purpose")
         ok = {truth["purpose"], *(truth.get("purpose_also") or [])}
-        one("purpose", None if said is None else said in ok)
+        unknown = said is None or (said == "unknown" and "unknown" not in ok)
+        one("purpose", None if unknown else said in ok)
     text = pred.get("advice_text")
     for rx in truth.get("advice_must") or []:
         one("advice_must", None if text is None else bool(re.search(rx, text, re.I)))
