@@ -773,15 +773,29 @@ def render_markdown(result: Mapping[str, Any]) -> str:
         *["| " + " | ".join(r) + " |" for r in br],
     ]
     fails = failures(result)
-    out += ["", f"Every scenario-field traceoverlap does not get right ({len(fails)}):", ""]
+    by_scen: dict[str, list[tuple[str, str]]] = {}
+    for n, f, said in fails:
+        by_scen.setdefault(n, []).append((f, said))
+    out += [
+        "",
+        f"Every scenario traceoverlap does not get wholly right ({len(by_scen)} scenarios, "
+        f"{len(fails)} scenario-fields), with why (`benchmarks/diagnosis/why.json`):",
+        "",
+    ]
     if fails:
         why = result.get("why") or {}
-        out += ["| scenario | field | truth vs said | why |", "|---|---|---|---|"]
-        out += [
-            f"| `{n}` | {FIELD_WORDS[f]} | {said.replace('|', '/')} | "
-            f"{_why(why, n, f).replace('|', '/')} |"
-            for n, f, said in fails
-        ]
+        out += ["| scenario | not right: truth vs said | why |", "|---|---|---|"]
+        for n, items in by_scen.items():
+            said_txt = "<br>".join(f"**{FIELD_WORDS[f]}**: {said}" for f, said in items)
+            reasons: list[str] = []
+            for f, _ in items:
+                r = _why(why, n, f)
+                if r not in reasons:
+                    reasons.append(r)
+            out.append(
+                f"| `{n}` | {said_txt.replace('|', '/')} | "
+                f"{'<br>'.join(reasons).replace('|', '/')} |"
+            )
     else:
         out.append("(none)")
     return "\n".join(out)

@@ -82,6 +82,14 @@ def predict(s: Scenario) -> dict[str, object]:
     return pred
 
 
+def _shown(p: Path) -> str:
+    """``p`` relative to the repository root when inside it (no machine's paths in the file)."""
+    try:
+        return str(p.resolve().relative_to(HERE.parents[2]))
+    except ValueError:
+        return p.name
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="run_hta.py")
     ap.add_argument("--runs", type=Path, default=RUNS)
@@ -105,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
             f"straggler analysis answered on {said} of {len(preds)} scenarios; its "
             "comm-computation overlap maps to no field; every other field is not said"
         ),
-        "runs": str(a.runs),
+        "runs": _shown(a.runs),
         "seconds": round(time.monotonic() - t0, 1),
         "predictions": preds,
     }
