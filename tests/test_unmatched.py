@@ -255,3 +255,18 @@ def test_a_group_whose_peers_are_missing_names_them() -> None:
     reason = str(s.loc[2, "reason"])
     assert "its group's other rank 3 is not in the trace" in reason
     assert "2 of 4 ranks given" in reason
+
+
+def test_json_report_carries_why_a_row_is_unmatched() -> None:
+    """The unpaired send of :func:`_unpaired` in the JSON report: its row on rank 0 says why
+    (a text column among the nullable ones, which used to be compared with 0 and crash), and the
+    paired send's row has no reason (null)."""
+    import json
+
+    from traceoverlap.reporters.json_report import render
+
+    doc = json.loads(render(analyze(concat_timelines(_unpaired()))))
+    rows = [c["per_rank"]["0"] for c in doc["collectives"] if "0" in c["per_rank"]]
+    whys = [r["unmatched_why"] for r in rows]
+    assert None in whys
+    assert any(isinstance(w, str) and "recv" in w for w in whys)

@@ -115,7 +115,8 @@ def step_records(analysis: Analysis) -> list[dict[str, Any]]:
 def collectives_dict(coll: Collectives) -> dict[str, Any]:
     per: dict[int, dict[str, dict[str, Any]]] = {}
     fields = COLLECTIVE_PER_RANK.names
-    # null without a launch record (CPU work, or a kernel whose launch was cut)
+    # null without a launch record (CPU work, or a kernel whose launch was cut); the nullable
+    # text columns (``unmatched_why``) are null already
     no_launch = [c.name for c in COLLECTIVE_PER_RANK.columns if c.nullable]
     several = (
         coll.per_rank.groupby("rank")["unit"].nunique().to_dict() if len(coll.per_rank) else None
@@ -126,7 +127,7 @@ def collectives_dict(coll: Collectives) -> dict[str, Any]:
             key = f"{r['rank']}:{r['device']}"
         row = {f: r[f] for f in fields}
         for f in no_launch:
-            if row[f] is not None and row[f] < 0:
+            if isinstance(row[f], (int, float)) and row[f] < 0:
                 row[f] = None
         per.setdefault(int(r["instance"]), {})[key] = row
     colls = []
