@@ -9,7 +9,9 @@ that field). Accuracy = right / (right + wrong + not said): silence is not credi
 
 How traceoverlap's JSON report (``analyze --format json``) becomes a prediction:
 
-- ``straggler``: ``stragglers.straggler`` when the report has that key; else the first rank of
+- ``straggler``: ``stragglers.verdict.rank`` (diagnosis.md §14: null when no rank is named,
+  the waiting being below the threshold or the late rank moving), or ``stragglers.straggler``
+  when the report has that key; else the first rank of
   ``stragglers.ranks`` (most blamed first, as the text report's "straggler: rank N" line),
   None when no rank was last in a matched collective or none caused exposed waiting. A report
   whose clocks could not be aligned or that matched no collective says nothing.
@@ -213,6 +215,12 @@ def predict_from_report(rep: Mapping[str, Any]) -> dict[str, Any]:
     if bool(st.get("clock_aligned", True)) and int(st.get("matched") or 0) > 0:
         pred.update(_straggler(st, text))
         pred.update(_root(list(rep.get("blame") or [])))
+        verdict = st.get("verdict")
+        if isinstance(verdict, Mapping) and verdict.get("rank") is None:
+            # the tool's last word (diagnosis.md §14): no straggler (insignificant or moving),
+            # so no root rank either, whatever the per-step blame rows hold
+            pred["root_rank"] = None
+            pred.pop("root_op", None)
         pred["culprit"] = pred["straggler"] is not None or pred["root_rank"] is not None
     steps = [s for s in rep.get("steps") or [] if str(s.get("step")) != "all"]
     pred["verdicts"] = {
@@ -231,7 +239,10 @@ def predict_from_report(rep: Mapping[str, Any]) -> dict[str, Any]:
 def _straggler(st: Mapping[str, Any], text: str) -> dict[str, Any]:
     """``straggler``, ``straggler_top2`` and ``moving`` from the report's ``stragglers``."""
     ranks = list(st.get("ranks") or [])
-    if "straggler" in st:
+    verdict = st.get("verdict")
+    if isinstance(verdict, Mapping):  # diagnosis.md §14: significant and stable, or no one
+        top = _int_or_none(verdict.get("rank"))
+    elif "straggler" in st:
         top = _int_or_none(st["straggler"])
     elif (
         not ranks
@@ -253,7 +264,9 @@ def _straggler(st: Mapping[str, Any], text: str) -> dict[str, Any]:
             )
         ]
         out["straggler_top2"] = [top, *blamed[:1]]
-    if "moving" in st:
+    if isinstance(verdict, Mapping) and "moving" in verdict:
+        out["moving"] = bool(verdict["moving"])
+    elif "moving" in st:
         out["moving"] = bool(st["moving"])
     elif MOVES.search(text):
         out["moving"] = True
