@@ -34,7 +34,7 @@ import pandas as pd
 
 from ..core import intervals as iv
 from ..core.model import Kind, Timeline, in_categories, values_at
-from ..core.vocab import Family, Phase, Purpose, family_of
+from ..core.vocab import STEP_MARKER_PREFIX, Family, Phase, Purpose, family_of
 from .steps import NO_LAUNCH, UnitSteps
 
 I64 = npt.NDArray[np.int64]
@@ -72,7 +72,8 @@ PATTERNS: dict[str, re.Pattern[str]] = {
 _COMM_CALL = re.compile(r"^c10d::|^record_param_comms$")
 #: Names only PyTorch writes (diagnosis.md §13: an MPI or other non-PyTorch program has none).
 _PYTORCH = re.compile(
-    r"^(aten::|c10d::|autograd::|ProfilerStep#|record_param_comms$|Optimizer\.|torch[._]|"
+    r"^(aten::|c10d::|autograd::|" + re.escape(STEP_MARKER_PREFIX) + r"|record_param_comms$|"
+    r"Optimizer\.|torch[._]|"
     r"DistributedDataParallel|FullyShardedDataParallel|nccl:\w+, op_id)"
 )
 _HOST_CATEGORIES = ("cpu_op", "annotation", "python_function", "user_annotation")
