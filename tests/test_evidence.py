@@ -220,6 +220,31 @@ def test_moving_straggler_is_said_to_move() -> None:
     assert v.text() == "the late rank moves: 1 in steps 1, 3; 0 in steps 2, 4"
 
 
+def test_a_dominant_late_rank_is_named_though_noise_leads_some_steps() -> None:
+    """Two ranks, steps 1-4 of 100 ms, all-reduce ending at 65 ms in each step. Rank 0 is late by
+    40 ms in steps 1, 2 (computes 60 ms against its peer's 20 ms); rank 1 by 15 ms in steps 3, 4
+    (35 against 20). Waiting per step: 40 and 15 ms of 200 (20 % and 7.5 %, both >= 5 %: every
+    step counts). Rank 0 leads 2 of 4 steps (half, not 2/3), but the waiting traced to it, 80 ms,
+    is 2.7x rank 1's 30 ms (>= 2x, diagnosis.md §14's stability with one rank clearly late): it is
+    named, not "the late rank moves"."""
+    rows: dict[int, list[tuple[str, str, int, int, int]]] = {0: [], 1: []}
+    for s in range(1, 5):
+        base = 100 * (s - 1)
+        late, c_late = (0, 60) if s <= 2 else (1, 35)
+        for r in (0, 1):
+            c = c_late if r == late else 20
+            rows[r] += [
+                ("cpu_op", "aten::mm", 1, base, base + c),
+                ("annotation", "gloo:all_reduce", 10, base + c, base + 65),
+                ("cpu_op", "aten::mm", 1, base + 65, base + 100),
+            ]
+    marks = [(s, 100 * (s - 1), 100 * s) for s in range(1, 5)]
+    a = analyze(concat_timelines([_cpu_rank(r, rows[r], marks) for r in (0, 1)]))
+    v = a.collectives.verdict
+    assert v is not None and v.rank == 0 and v.moving == ()
+    assert a.collectives.top_straggler == 0
+
+
 # --- §13 evidence -----------------------------------------------------------------------------
 
 

@@ -217,10 +217,12 @@ def predict_from_report(rep: Mapping[str, Any]) -> dict[str, Any]:
         pred.update(_root(list(rep.get("blame") or [])))
         verdict = st.get("verdict")
         if isinstance(verdict, Mapping) and verdict.get("rank") is None:
-            # the tool's last word (diagnosis.md §14): no straggler (insignificant or moving),
-            # so no root rank either, whatever the per-step blame rows hold
+            # the tool's last word (diagnosis.md §14): no straggler, so no root rank either,
+            # whatever the per-step blame rows hold; a late rank that moves keeps the range
+            # that explains its lateness (the same plant in each step), too little waiting none
             pred["root_rank"] = None
-            pred.pop("root_op", None)
+            if not verdict.get("moving"):
+                pred.pop("root_op", None)
         pred["culprit"] = pred["straggler"] is not None or pred["root_rank"] is not None
     steps = [s for s in rep.get("steps") or [] if str(s.get("step")) != "all"]
     pred["verdicts"] = {

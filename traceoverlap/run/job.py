@@ -563,6 +563,10 @@ class StragglerVerdict:
 #: diagnosis.md §14: the late rank is "stable" when it leads at least this share of the steps
 #: whose waiting is material; else it moves.
 STABLE_SHARE = 2 / 3
+#: ... or when it leads at least half of them and the waiting that traces back to it is at least
+#: this many times the next rank's: one rank clearly late, the other steps' leaders noise (a loaded
+#: host's jitter picks a different late rank in a step or two)
+STABLE_DOMINANCE = 2.0
 
 
 def straggler_verdict(
@@ -573,7 +577,8 @@ def straggler_verdict(
     ``exposed_wait_ns``), None without steps. Per step label, the late rank is the root with the
     most exposed waiting in it; a step counts when its waiting is at least ``min_ratio`` of its
     time (summed over ranks). The late rank moves when no rank leads :data:`STABLE_SHARE` of the
-    steps that count (and two or more lead some)."""
+    steps that count (and two or more lead some), unless the rank with the most waiting leads
+    half of them and causes :data:`STABLE_DOMINANCE` times the next rank's waiting."""
     if steps.empty:
         return None
     step_ns = int(steps["step_ns"].sum())
@@ -603,7 +608,11 @@ def straggler_verdict(
     for s, r in sorted(material, key=lambda x: _step_key(x[0])):
         leaders.setdefault(r, []).append(s)
     most = max((len(v) for v in leaders.values()), default=0)
-    if len(leaders) >= 2 and most < STABLE_SHARE * len(material):
+    second_ns = int(roots.iloc[1]) if len(roots) > 1 else 0
+    dominant = (
+        2 * len(leaders.get(top, ())) >= len(material) and top_ns >= STABLE_DOMINANCE * second_ns
+    )
+    if len(leaders) >= 2 and most < STABLE_SHARE * len(material) and not dominant:
         moving = tuple(
             (r, tuple(s)) for r, s in sorted(leaders.items(), key=lambda x: _step_key(x[1][0]))
         )
