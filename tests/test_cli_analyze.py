@@ -92,7 +92,7 @@ def test_json_schema(tmp_path):
     res = run("analyze", str(write_trace(tmp_path / "t.json")), "--format", "json")
     assert res.exit_code == 0, res.output
     doc = json.loads(res.output)
-    assert doc["schema_version"] == 2
+    assert doc["schema_version"] == 3
     assert {"path", "rank", "world_size", "backend", "format", "device_kind"} <= set(
         doc["traces"][0]
     )

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from ..run.matching import Collectives
     from ..run.results import Analysis
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 def _default(obj: Any) -> Any:
