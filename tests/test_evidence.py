@@ -245,6 +245,33 @@ def test_a_dominant_late_rank_is_named_though_noise_leads_some_steps() -> None:
     assert a.collectives.top_straggler == 0
 
 
+def test_the_stable_leader_is_named_not_the_largest_total() -> None:
+    """Two ranks, steps 1-3 of 100 ms, all-reduce ending at 65 ms. Rank 1 is late by 10 ms in
+    steps 1, 2 (computes 30 against 20); rank 0 by 40 ms in step 3 (60 against 20). Waiting per
+    step: 10, 10, 40 ms of 200 (5 %, 5 %, 20 %: all count). Rank 1 leads 2 of 3 steps (2/3: stable)
+    though rank 0 has more waiting in all (40 against 20 ms; rank 0 leads 1 step, not half: not
+    dominant). §14 names the rank that passed the stability test: rank 1, 20 ms = 3.3 % of the
+    600 ms of steps: below 5 %, so the default threshold names no rank; at 3 % rank 1."""
+    rows: dict[int, list[tuple[str, str, int, int, int]]] = {0: [], 1: []}
+    for s in range(1, 4):
+        base = 100 * (s - 1)
+        late, c_late = (1, 30) if s <= 2 else (0, 60)
+        for r in (0, 1):
+            c = c_late if r == late else 20
+            rows[r] += [
+                ("cpu_op", "aten::mm", 1, base, base + c),
+                ("annotation", "gloo:all_reduce", 10, base + c, base + 65),
+                ("cpu_op", "aten::mm", 1, base + 65, base + 100),
+            ]
+    marks = [(s, 100 * (s - 1), 100 * s) for s in range(1, 4)]
+    tl = concat_timelines([_cpu_rank(r, rows[r], marks) for r in (0, 1)])
+    low = AnalyzeOptions(thresholds=Thresholds(straggler_ratio=0.03))
+    a = analyze(tl, low)
+    v = a.collectives.verdict
+    assert v is not None and v.rank == 1 and v.moving == ()
+    assert a.collectives.top_straggler == 1
+
+
 # --- §13 evidence -----------------------------------------------------------------------------
 
 

@@ -231,10 +231,11 @@ def test_a_group_whose_peers_are_missing_names_them() -> None:
     """Ranks 0 and 2 of test_job_model's 4-rank TP run (TP groups '1' = {0,1}, '2' = {2,3},
     global '0' = {0,1,2,3}; everyone computes [0,10) and [60,100)). Each TP all-reduce has no
     peer given: unmatched. The global all-reduce matches on ranks 0 and 2: rank 0 [15,60), rank
-    2 [55,60): transfer 5, rank 0's wait [15,55) = 40.
-    Rank 0: exposed [10,60) = 50 = unmatched [10,15) 5 + wait 40 + transfer [55,60) 5; 50 + 5 +
-    40 + 5 = 100; peer-wait-bound.
-    Rank 2: TP all-reduce [10,55) unmatched 45, transfer [55,60) 5; 50 + 45 + 5 = 100;
+    2 [55,60): rank 0's wait [15,55) = 40 (a peer given was late). Its group's ranks 1 and 3 are
+    not in the trace, so its last 5 ms may be waiting for them: not transfer but unmatched (§12).
+    Rank 0: exposed [10,60) = 50 = unmatched [10,15) 5 + wait 40 + unmatched [55,60) 5; 50 + 10 +
+    40 = 100; peer-wait-bound (40 > 10).
+    Rank 2: TP all-reduce [10,55) unmatched 45, global [55,60) unmatched 5; 50 + 50 = 100;
     `exposed-communication`, the reason naming rank 3 as the missing peer, and the hedge."""
     from test_job_model import _tp_run
 
@@ -249,7 +250,7 @@ def test_a_group_whose_peers_are_missing_names_them() -> None:
         )
         for r in (0, 2)
     }
-    assert got == {0: (5, 40, 5), 2: (45, 0, 5)}
+    assert got == {0: (10, 40, 0), 2: (50, 0, 0)}
     assert s.loc[0, "bottleneck"] == "peer-wait-bound"
     assert s.loc[2, "bottleneck"] == "exposed-communication"
     reason = str(s.loc[2, "reason"])

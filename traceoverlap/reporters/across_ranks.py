@@ -81,7 +81,8 @@ def across_ranks_lines(coll: Collectives, steps: pd.DataFrame) -> list[str]:
             )
         top = coll.top_straggler
         if top is not None and wait:
-            waited = int(coll.stragglers.iloc[0]["waited_for_ns"])
+            st = coll.stragglers
+            waited = int(st.loc[st["rank"] == top, "waited_for_ns"].iloc[0])
             if coll.partial:
                 lines.append(
                     f"  latest among the ranks given: rank {top} ({fmt.pct(waited / wait)} of the "

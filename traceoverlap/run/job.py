@@ -578,7 +578,8 @@ def straggler_verdict(
     most exposed waiting in it; a step counts when its waiting is at least ``min_ratio`` of its
     time (summed over ranks). The late rank moves when no rank leads :data:`STABLE_SHARE` of the
     steps that count (and two or more lead some), unless the rank with the most waiting leads
-    half of them and causes :data:`STABLE_DOMINANCE` times the next rank's waiting."""
+    half of them and causes :data:`STABLE_DOMINANCE` times the next rank's waiting. The rank
+    named is the one that passed that test: the stable leader, else the dominant rank."""
     if steps.empty:
         return None
     step_ns = int(steps["step_ns"].sum())
@@ -607,12 +608,21 @@ def straggler_verdict(
     leaders: dict[int, list[str]] = {}
     for s, r in sorted(material, key=lambda x: _step_key(x[0])):
         leaders.setdefault(r, []).append(s)
-    most = max((len(v) for v in leaders.values()), default=0)
+    if not leaders:  # no step's waiting is material on its own: the run's total decides
+        return StragglerVerdict(top, wait_ratio, rank_ratio, min_ratio)
+    # the rank that leads the most steps that count (ties: the most waiting); it is named when it
+    # leads STABLE_SHARE of them, the rank with the most waiting when it dominates (half of the
+    # steps and STABLE_DOMINANCE times the next rank's waiting); else the late rank moves
+    best = max(leaders, key=lambda r: (len(leaders[r]), int(roots.get(r, 0))))
     second_ns = int(roots.iloc[1]) if len(roots) > 1 else 0
     dominant = (
         2 * len(leaders.get(top, ())) >= len(material) and top_ns >= STABLE_DOMINANCE * second_ns
     )
-    if len(leaders) >= 2 and most < STABLE_SHARE * len(material) and not dominant:
+    if len(leaders[best]) >= STABLE_SHARE * len(material) and not dominant:
+        best_ratio = int(roots.get(best, 0)) / step_ns
+        if best_ratio >= min_ratio:
+            return StragglerVerdict(best, wait_ratio, best_ratio, min_ratio)
+    if len(leaders) >= 2 and not dominant:
         moving = tuple(
             (r, tuple(s)) for r, s in sorted(leaders.items(), key=lambda x: _step_key(x[1][0]))
         )

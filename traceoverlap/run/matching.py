@@ -210,6 +210,9 @@ class Collectives:
         s = self.stragglers
         if s.empty or int(s["last_count"].max()) == 0 or int(s["exposed_waited_for_ns"].max()) == 0:
             return None
+        named = None if self.verdict is None else self.verdict.rank
+        if named is not None and named in set(s["rank"].tolist()):
+            return int(named)  # the rank §14's stability test named
         return int(s["rank"].iloc[0])
 
 
@@ -620,7 +623,7 @@ def match_collectives(
         .fillna(0)
         .to_numpy(np.int64)
     )
-    _known_transfer(inst, m, multi=len(traces) > 1)
+    _known_transfer(inst, m, multi=len(traces) > 1, given={t.rank for t in traces})
     unit_rank = np.array([t.rank for t in traces], dtype=np.int64)
     _arrivals(inst, m, unit_rank)
     sets = _cause_sets(inst, pieces, exposed, n_windows)
@@ -815,14 +818,19 @@ TRANSFER_OUTLIER_RATIO = 3
 TRANSFER_OUTLIER_MIN = 5
 
 
-def _known_transfer(inst: pd.DataFrame, m: pd.DataFrame, *, multi: bool) -> None:
+def _known_transfer(
+    inst: pd.DataFrame, m: pd.DataFrame, *, multi: bool, given: set[int] | None = None
+) -> None:
     """Per row of ``inst`` (in place): ``xfer_start``, where its known transfer part starts
     (diagnosis.md §12), and ``transfer_outlier``. A matched row's transfer part is
     ``[start + wait, end)``; when its instance's transfer estimate is more than
     :data:`TRANSFER_OUTLIER_RATIO` x the median of the run's matched instances of the same family
     and bytes (at least :data:`TRANSFER_OUTLIER_MIN` of them), only the last ``median`` ns of it
     are transfer. An unmatched row of a run of several units has none (its split is unknown:
-    ``end``); on a single unit everything past the wait is transfer (``start``), as before."""
+    ``end``); on a single unit everything past the wait is transfer (``start``), as before.
+    A matched row whose group has ranks that are not among those ``given`` (its members from
+    ``pg_config``: a partial run) keeps its wait among the ranks given, but the rest may be
+    waiting for a missing rank: unknown (``end``), with the missing ranks in ``why``."""
     start = inst["start_ns"].to_numpy(np.int64)
     end = inst["end_ns"].to_numpy(np.int64)
     inst["xfer_start"] = end if multi else start
@@ -872,6 +880,20 @@ def _known_transfer(inst: pd.DataFrame, m: pd.DataFrame, *, multi: bool) -> None
             rows = idx[hit]
             inst.loc[rows, "transfer_outlier"] = True
             inst.loc[rows, "why"] = [words[int(k)] for k in keys[hit].tolist()]
+    if multi and given:
+        at = inst.index.get_indexer(idx)
+        mem = inst["members"].to_numpy(dtype=object)[at]
+        absent = [sorted(set(ms or ()) - given) for ms in mem]
+        gap = np.array([bool(a) for a in absent], dtype=bool)
+        if gap.any():
+            xs[gap] = end[at][gap]
+            inst.loc[idx[gap], "why"] = [
+                f"its group's rank{'s' if len(a) > 1 else ''} {', '.join(map(str, a))} "
+                f"{'are' if len(a) > 1 else 'is'} not in the trace: waiting for "
+                f"{'them' if len(a) > 1 else 'it'} cannot be told from transfer"
+                for a, g in zip(absent, gap, strict=True)
+                if g
+            ]
     inst.loc[idx, "xfer_start"] = xs
 
 
