@@ -170,3 +170,17 @@ def test_attach_purposes_majority_of_ranks_by_hand() -> None:
         "ddp_gradient_allreduce",
         "unknown",
     ]
+
+
+def test_alltoall_beside_an_expert_range_is_moe() -> None:
+    # diagnosis.md §13: two all-to-alls launched at 5 and 105, under `dispatch` [0, 50) and
+    # `combine` [100, 150); the `expert` range [60, 90) between them is on the unit but around
+    # neither launch: the code path shows experts, so they are MoE's dispatch and combine. Without
+    # the expert range the same all-to-alls are of unknown purpose (no MoE evidence).
+    a2a = "ncclDevKernel_AllToAll_RING"
+    kernels = [(a2a, 20, 10, 30), (a2a, 20, 110, 130)]
+    ranges = [("dispatch", 0, 50), ("combine", 100, 150)]
+    _, p = _purposes(kernels, [*ranges, ("expert", 60, 90)], [5, 105])
+    assert p == ["moe-combine", "moe-dispatch"]
+    _, p = _purposes(kernels, ranges, [5, 105])
+    assert p == ["unknown"]

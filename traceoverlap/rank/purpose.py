@@ -295,6 +295,13 @@ def unit_purposes(
     else:
         call_row = np.full(len(inst), -1, dtype=np.int64)
     flag["side"] = side
+    # diagnosis.md §13: an all-to-all of a unit whose code path shows experts (an `expert` / MoE
+    # range anywhere on it, around the all-to-all or beside it in its step: `dispatch` -> `expert`
+    # -> `combine`) is MoE's, though its own ranges name no expert
+    if (fam == Family.ALL_TO_ALL).any() and bool(
+        names.test(lambda s: bool(PATTERNS["moe"].search(s))).any()
+    ):
+        flag["moe"] = flag["moe"] | (fam == Family.ALL_TO_ALL)
     text = (inst["label"].astype(str) + " " + inst["kernel"].astype(str)).to_numpy()
     in_bwd_ar = (fam == Family.ALL_REDUCE) & flag[Phase.BACKWARD] & ~side
     win = inst["window"].to_numpy()
