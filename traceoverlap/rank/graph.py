@@ -3,7 +3,9 @@ edges a replay needs.
 
 Per unit (the map side, :func:`unit_graph`): one node per kept activity (compute, comm, memory;
 on host threads only the top-level ones: a nested op's time is inside its parent) and, on GPU
-units, one node per launch call of a kept activity. Nodes carry their observed start and end.
+units, one node per launch call of a kept activity. Nodes carry their observed start and end; on
+CPU units a send or recv spans its call (diagnosis.md §11: a blocking ``dist.send`` sits in
+``c10d::send`` / ``gloo:send`` until the peer's recv took it), the call inside it.
 Edges:
 
 1. lane order: the nodes of one lane (stream or thread) in start order;
@@ -13,12 +15,15 @@ Edges:
 4. collectives: the nodes of a matched instance (matched per process group by
    :mod:`traceoverlap.run.matching`, read through :func:`traceoverlap.whatif.graph.match_units`, the one adapter) end no
    earlier than the last member's arrival + what followed it on that member (transfer);
-   point-to-point pairs are instances of two members, so the recv ends no earlier than the send
-   starts + transfer;
-5. blocking calls (CPU units, diagnosis.md §8): a compute thread's next op that starts within 1 %
-   of a communication's duration (at most 0.5 ms) after it ends depends on that end; a wait call,
-   and an op that launched a collective from inside and ended after it, end no earlier than the
-   collective's end (plus what followed it in the trace).
+   point-to-point pairs are instances of two members (a send and its recv, paired per group and
+   order), so the recv ends no earlier than the send starts + transfer, and a blocking send no
+   earlier than its recv was posted;
+5. blocking calls (CPU units, diagnosis.md §8): a thread idle at a communication's end whose
+   next host event of any kind starts within 1 % of its duration or within 1 ms after it
+   (``BLOCKED_PER``, ``BLOCKED_FLOOR_NS``: the analysis' rule) waited for it: its next node
+   depends on that end; a wait call, and an op that launched a collective from inside and
+   ended after it, end no earlier than the collective's end (plus what followed it in the
+   trace).
 
 The join (:func:`traceoverlap.whatif.graph.join_graphs`) concatenates the units, puts them on one
 clock (offsets from collective end times, as the matching does) and numbers the matched
@@ -36,15 +41,16 @@ import pandas as pd
 
 from ..core.intervals import GroupedIntervals
 from ..core.model import Kind, Timeline, TraceInfo, in_categories
-from ..core.vocab import BLOCKED_MAX_NS, BLOCKED_PER
+from ..core.vocab import BLOCKED_FLOOR_NS, BLOCKED_MAX_NS, BLOCKED_PER
 from .steps import UnitSteps
 
 I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]
 #: Node kind code of a host launch call (after the three activity kinds).
 LAUNCH = 3
-#: diagnosis.md §8: blocked when the next op starts within 1 % of the comm's duration, <= 0.5 ms.
-BLOCK_RATIO = 1 / BLOCKED_PER
+#: How far before a comm's recorded end a thread may resume after waiting for it
+#: (:func:`_blocking_edges`); after the end, the analysis' blocked rule (diagnosis.md §8:
+#: :data:`~traceoverlap.core.vocab.BLOCKED_PER`, :data:`~traceoverlap.core.vocab.BLOCKED_FLOOR_NS`).
 BLOCK_MAX_NS = BLOCKED_MAX_NS
 #: A node resuming just before a comm's recorded end waited for it when the comm covered this
 #: share of the idle stretch before it (:func:`_blocking_edges`).
@@ -199,14 +205,22 @@ def unit_graph(
     steps: UnitSteps,
     calls: npt.NDArray[np.bool_] | None = None,
     call_ivs: GroupedIntervals | None = None,
+    span: tuple[I64, I64] | None = None,
 ) -> UnitGraph:
     """The graph of one unit (see the module docstring). ``calls`` (CPU units): the host events
     that are communication calls on compute threads (launches, waits), kept as host nodes;
     ``call_ivs``: their time per thread (:func:`traceoverlap.rank.hostwait.lane_calls`, grouped by
-    its lane codes), kept for the overlap tax."""
+    its lane codes), kept for the overlap tax; ``span`` (CPU units): per event row its span, a
+    point-to-point activity's widened to the calls of its instance
+    (:func:`traceoverlap.rank.unit.p2p_spans`, diagnosis.md §11): its node is the whole call."""
     ev = unit.events
     start = ev["start_ns"].to_numpy().astype(np.int64)
     end = ev["end_ns"].to_numpy().astype(np.int64)
+    if span is not None and not steps.gpu:
+        # a blocking send / recv is its call, blocked until the peer came (c10d::send then
+        # gloo:send on the calling thread): one node from the call's start to the transfer's
+        # end, so the wait is the node's (a rendezvous with the peer), not the next op's slack
+        start, end = span[0].astype(np.int64), span[1].astype(np.int64)
     lane_codes = ev["lane"].cat.codes.to_numpy().astype(np.int64)
     is_act = kind < Kind.NONE
     if steps.gpu:
@@ -215,7 +229,9 @@ def unit_graph(
     else:
         call = calls if calls is not None else np.zeros(len(ev), dtype=bool)
         rows = np.flatnonzero(is_act | call)
-        o = np.lexsort((-end[rows], start[rows], lane_codes[rows]))
+        # a communication activity first among rows of equal span: the call it widened to is
+        # then nested in it, and dropped
+        o = np.lexsort((kind[rows] != Kind.COMM, -end[rows], start[rows], lane_codes[rows]))
         rows = rows[o]
         rows = rows[_top_level(lane_codes[rows], start[rows], end[rows])]
         window = _windows_of(start[rows], steps)
@@ -251,6 +267,12 @@ def unit_graph(
     lane_host[lane_local] = ev["stream"].to_numpy()[all_rows] < 0
     has_comm = np.zeros(n_lanes, dtype=bool)
     has_comm[lane_local[all_kind == Kind.COMM]] = True
+    # a communication lane is a stream or thread the communication runs on, not a compute
+    # thread that sits in its blocking sends and recvs (those nodes are on the thread that
+    # called them)
+    has_comp = np.zeros(n_lanes, dtype=bool)
+    has_comp[lane_local[all_kind == Kind.COMPUTE]] = True
+    has_comm &= ~(lane_host & has_comp)
     first = np.full(n_lanes, np.iinfo(np.int64).max, dtype=np.int64)
     np.minimum.at(first, lane_local, start[all_rows])
     roles = _lane_roles(lane_local, lane_host, has_comm, first)
@@ -264,9 +286,13 @@ def unit_graph(
     guessed = np.zeros(0, dtype=bool)
     if not steps.gpu:
         nodes = _Nodes(lane_local, start[all_rows], end[all_rows], all_kind, name_codes, names)
-        bs, bd, bg = _blocking_edges(nodes, has_comm)
+        h_lane, h_start = _host_events(ev, lane_codes, lane_uniq)
+        bs, bd, bg = _blocking_edges(nodes, h_lane, h_start)
         lp_src, lp_gap = _launch_points(ev, calls, rows, lane_codes, nodes)
-        ls, ld, lg = _launch_edges(nodes, lp_src, lp_gap)
+        # a call inside a communication node is that node (a blocking send or recv widened to
+        # its call): it launches nothing else, and that node needs no launch
+        absorbed = nodes.kind[lp_src] == Kind.COMM
+        ls, ld, lg = _launch_edges(nodes, lp_src[~absorbed], lp_gap[~absorbed], lp_src[absorbed])
         esrc, edst = _wait_edges(nodes)
         # an op that launched a collective from inside and ended after it (a blocking call
         # inside an autograd Function, a synchronous all_reduce in a module) waited for it
@@ -286,7 +312,8 @@ def unit_graph(
                 "(gloo point-to-point leaves none): its waits are host gaps to the replay, so "
                 "no-host-gaps and the straggler scenarios are not predictions here"
             )
-        if ls.size == 0 and (all_kind == Kind.COMM).any():
+        own = np.setdiff1d(np.flatnonzero(all_kind == Kind.COMM), lp_src[absorbed])
+        if ls.size == 0 and own.size:
             notes.append(
                 f"rank {unit.traces[0].rank}: communication calls and communication activities "
                 "could not be paired in order; communication keeps its observed gaps"
@@ -436,11 +463,16 @@ def _launch_points(
     return enc[ok].astype(np.int64), (start[crow][ok] - nodes.start[enc[ok]]).astype(np.int64)
 
 
-def _launch_edges(nodes: _Nodes, lp_src: I64, lp_gap: I64) -> tuple[I64, I64, I64]:
-    """The n-th launch point -> the n-th communication activity (start order), when the counts
-    agree and the launch does not come after the activity started."""
+def _launch_edges(
+    nodes: _Nodes, lp_src: I64, lp_gap: I64, absorbing: I64 | None = None
+) -> tuple[I64, I64, I64]:
+    """The n-th launch point -> the n-th communication activity (start order; not those in
+    ``absorbing``: nodes that are their own call), when the counts agree and the launch does not
+    come after the activity started."""
     z = np.zeros(0, np.int64)
     comm = np.flatnonzero(nodes.kind == Kind.COMM)
+    if absorbing is not None and absorbing.size:
+        comm = np.setdiff1d(comm, absorbing)
     comm = comm[np.argsort(nodes.start[comm], kind="stable")]
     if comm.size == 0 or lp_src.size != comm.size:
         return z, z, z
@@ -463,9 +495,27 @@ def _wait_edges(nodes: _Nodes) -> tuple[I64, I64]:
     return by_end[jj[ok]].astype(np.int64), waits[ok].astype(np.int64)
 
 
-def _blocking_edges(nodes: _Nodes, lane_comm: npt.NDArray[np.bool_]) -> tuple[I64, I64, I64]:
-    """diagnosis.md §8: comm node -> the first node of a compute lane that starts within
-    min(1 % of the comm's duration, 0.5 ms) after the comm ends, with the gap observed (>= 0).
+def _host_events(ev: pd.DataFrame, lane_codes: I64, lane_uniq: npt.ArrayLike) -> tuple[I64, I64]:
+    """CPU units: the starts of every host event (a ``cpu_op`` or a range, of any name) on the
+    graph's lanes, as (local lane, start), sorted: where a thread resumed (diagnosis.md §8, as
+    :func:`traceoverlap.rank.hostwait.host_starts`, per thread)."""
+    host = in_categories(ev["category"], ("cpu_op", "annotation"))
+    rows = np.flatnonzero(host)
+    local = pd.Index(np.asarray(lane_uniq)).get_indexer(lane_codes[rows]).astype(np.int64)
+    t = ev["start_ns"].to_numpy().astype(np.int64)[rows]
+    ok = local >= 0
+    order = np.lexsort((t[ok], local[ok]))
+    return local[ok][order], t[ok][order]
+
+
+def _blocking_edges(nodes: _Nodes, h_lane: I64, h_start: I64) -> tuple[I64, I64, I64]:
+    """diagnosis.md §8: comm node -> the first node of another thread that starts after the
+    comm's end when that thread was idle at the end (no node of it running) and its next host
+    event of any kind (``h_lane``/``h_start``: :func:`_host_events`) starts within 1 % of the
+    comm's duration or within 1 ms after it (``gap * BLOCKED_PER <= duration`` or ``gap <=
+    BLOCKED_FLOOR_NS``: the analysis' blocked rule, so the graph waits where the analysis says
+    the thread was blocked), gap 0 (the wake-up is the node's slack). A node on the comm's own
+    thread (a blocking send or recv) follows it by lane order.
 
     Also, with a negative gap, the node that starts up to :data:`BLOCK_MAX_NS` *before* the
     comm's recorded end after an idle stretch of its lane, begun before that, that the comm
@@ -475,40 +525,46 @@ def _blocking_edges(nodes: _Nodes, lane_comm: npt.NDArray[np.bool_]) -> tuple[I6
     all-reduce). Without the edge that wait would be host time to the replay, and a straggler
     scenario would copy it to the rank it fixes."""
     lane, start, end, kind = nodes.lane, nodes.start, nodes.end, nodes.kind
-    comm = np.flatnonzero(kind == Kind.COMM)
+    comm_all = np.flatnonzero(kind == Kind.COMM)
     srcs: list[I64] = []
     dsts: list[I64] = []
     gaps: list[I64] = []
     z = np.zeros(0, np.int64)
-    if comm.size == 0:
+    if comm_all.size == 0:
         return z, z.copy(), z.copy()
-    slack = np.minimum((end[comm] - start[comm]) * BLOCK_RATIO, BLOCK_MAX_NS).astype(np.int64)
-    early = end[comm] - BLOCK_MAX_NS
-    for ln in np.flatnonzero(~lane_comm).tolist():  # a loop over lanes, not events
-        on = np.flatnonzero((lane == ln) & (kind != Kind.COMM))
-        if on.size == 0:
+    for ln in np.unique(lane[kind != Kind.COMM]).tolist():  # a loop over lanes, not events
+        on = np.flatnonzero(lane == ln)
+        comm = comm_all[lane[comm_all] != ln]
+        if comm.size == 0:
             continue
         on = on[np.argsort(start[on], kind="stable")]
         s_on = start[on]
-        j = np.searchsorted(s_on, end[comm], side="left")
+        ce, dur = end[comm], end[comm] - start[comm]
+        running = np.maximum.accumulate(end[on])
+        j = np.searchsorted(s_on, ce, side="left")
         ok = j < on.size
         jj = np.minimum(j, on.size - 1)
-        ok &= s_on[jj] - end[comm] <= slack
+        ok &= (j == 0) | (running[np.maximum(j - 1, 0)] <= ce)  # idle at the comm's end
+        hs = h_start[h_lane == ln]
+        k = np.searchsorted(hs, ce, side="left")
+        nxt = np.where(k < hs.size, hs[np.minimum(k, max(hs.size - 1, 0))] if hs.size else 0, 0)
+        gap = nxt - ce
+        ok &= (k < hs.size) & ((gap * BLOCKED_PER <= dur) | (gap <= BLOCKED_FLOOR_NS))
         # just before the end: the first node starting in [end - 0.5 ms, end), after an idle
         # stretch [the end of everything before it, its start) that began before that window
         # and that the comm mostly covered
+        early = ce - BLOCK_MAX_NS
         k = np.searchsorted(s_on, early, side="left")
         kk = np.minimum(k, on.size - 1)
-        running = np.maximum.accumulate(end[on])
         idle_from = running[np.maximum(k - 1, 0)]
         idle = s_on[kk] - idle_from
         covered = s_on[kk] - np.maximum(idle_from, start[comm])
-        before = (k > 0) & (k < on.size) & (s_on[kk] < end[comm]) & (idle_from <= early)
+        before = (k > 0) & (k < on.size) & (s_on[kk] < ce) & (idle_from <= early)
         before &= covered >= BLOCK_COVER * idle
         ok &= ~before  # the resumption is the node just before the end, not a later one
         srcs += [comm[ok], comm[before]]
         dsts += [on[jj[ok]], on[kk[before]]]
-        gaps += [np.zeros(int(ok.sum()), np.int64), (s_on[kk] - end[comm])[before]]
+        gaps += [np.zeros(int(ok.sum()), np.int64), (s_on[kk] - ce)[before]]
     if not srcs:
         return z, z.copy(), z.copy()
     return (

@@ -354,6 +354,19 @@ def _instance_spans(start: I64, end: I64, cc: CallComm) -> tuple[I64, I64]:
     return s, e
 
 
+def p2p_spans(
+    unit: Timeline, kind: npt.NDArray[np.int8], rules: Rules | None = None
+) -> tuple[I64, I64]:
+    """CPU units: per event row its span, a point-to-point activity's widened to the calls of
+    its instance (what :func:`analyze_unit` gives the instances; the run graph's send and recv
+    nodes, :func:`traceoverlap.rank.graph.unit_graph`)."""
+    ev = unit.events
+    start = ev["start_ns"].to_numpy().astype(np.int64)
+    end = ev["end_ns"].to_numpy().astype(np.int64)
+    cc = call_comm(call_parts(unit, kind, rules), start, end, kind, p2p_rows(unit, kind))
+    return _instance_spans(start, end, cc)
+
+
 def analyze_unit(
     unit: Timeline, options: AnalysisOptions, rules: Rules, graph: bool = False
 ) -> UnitResult:
@@ -422,7 +435,7 @@ def analyze_unit(
         from .graph import unit_graph
 
         # the run graph of this unit from the same read (docs/whatif.md §1: built in the map)
-        run_graph = unit_graph(unit, kind, steps, mask, call_ivs)
+        run_graph = unit_graph(unit, kind, steps, mask, call_ivs, span)
     return UnitResult(
         graph=run_graph,
         graph_nodes=0 if run_graph is None else int(run_graph.start_ns.size),

@@ -202,6 +202,8 @@ def join_graphs(graphs: Sequence[UnitGraph]) -> RunGraph:
         lane_host.append(g.lane_host)
         comm = np.zeros(len(g.lane_names), dtype=bool)
         comm[g.lane[g.kind == Kind.COMM]] = True
+        # a compute thread that sits in its blocking sends and recvs is no communication lane
+        comm[g.lane[g.kind == Kind.COMPUTE]] &= ~g.lane_host[g.lane[g.kind == Kind.COMPUTE]]
         lane_comm.append(comm)
         lane_base += len(g.lane_names)
         node_base += n

@@ -221,6 +221,7 @@ def graph_of(timelines: Sequence[Timeline], step_regex: str | None = None) -> Ru
     from ..rank.graph import unit_graph
     from ..rank.hostwait import lane_calls
     from ..rank.steps import assign_steps
+    from ..rank.unit import p2p_spans
 
     options = build_options(step_regex=step_regex)
     rules = Rules()
@@ -238,9 +239,9 @@ def graph_of(timelines: Sequence[Timeline], step_regex: str | None = None) -> Ru
                 ranges += [(str(k), int(v)) for k, v in ann.value_counts().head(8).items()]
             cpu = not steps.gpu
             calls = comm_call_mask(u, rules) if cpu else None
-            units.append(
-                unit_graph(u, kind, steps, calls, lane_calls(u, kind, rules) if cpu else None)
-            )
+            ivs = lane_calls(u, kind, rules) if cpu else None
+            span = p2p_spans(u, kind, rules) if cpu else None
+            units.append(unit_graph(u, kind, steps, calls, ivs, span))
     if step_regex is not None and units and not matched:
         # as analyze refuses it: else the whole capture would be replayed as one "step"
         from ..run.analysis import regex_matched_nothing
