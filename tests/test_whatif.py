@@ -1543,3 +1543,53 @@ def test_fixing_the_slow_stage_is_the_top_row(name: str) -> None:
     best = max(w.fix_rank, key=lambda s: s.speedup or 0.0)
     assert w.fix_rank[0] is best and best.name == "fix-rank:1"
     assert best.speedup is not None and best.speedup > 1.0
+
+
+def _layers(r: int, n_mm: int) -> object:
+    """A data-parallel rank whose main thread runs ``n_mm`` back-to-back 10 ms ``aten::mm``
+    (a stage with more layers), then an all-reduce that ends at 40 ms on both ranks (the last
+    arrival, rank 1's at 30.1, + 9.9 ms), then add [40.05, 45]."""
+    m = n_mm * 10 * MS
+    rows: list[tuple[str, str, str, int, int]] = [("annotation", "ProfilerStep#1", "", 0, 60 * MS)]
+    rows += [("cpu_op", "aten::mm", "", k * 10 * MS, (k + 1) * 10 * MS) for k in range(n_mm)]
+    rows += [
+        ("cpu_op", "c10d::allreduce_", "", m, m + 100 * US),
+        ("annotation", "gloo:all_reduce", "pt_gloo_runloop", m + 100 * US, 40 * MS),
+        ("cpu_op", "aten::add", "", 40 * MS + 50 * US, 45 * MS),
+    ]
+    return cpu_timeline(rows, rank=r)
+
+
+def test_running_like_its_peers_evens_out_a_longer_stage() -> None:
+    # rank 1 runs three 10 ms mm where rank 0 runs one: its 2nd and 3rd mm have no peer at their
+    # position (the n-th mm of the step), but rank 0 runs that op there: more of the same work
+    w = what_if(graph_of([_layers(0, 1), _layers(1, 3)]), ["replay", "no-straggler"])  # type: ignore[arg-type]
+    assert w.max_error_ratio == 0.0
+    rows = {s.name: s.step_ns for s in w.fix_rank}
+    # fix-rank:1: rank 0's work on its main thread is mm 10 + the call 0.1 + add 4.95 = 15.05 ms;
+    # rank 1's shared positions already take that, so its extra mm shrink to 0 ms: it arrives
+    # at 10.1 as rank 0 does, the all-reduce ends 9.9 ms later at 20, both adds [20.05, 25]:
+    # each step 20 ms earlier, 40 ms (without it the extra 20 ms stayed: 60 ms, 1.00x)
+    assert rows["fix-rank:1"] == pytest.approx(40 * MS)
+    # fix-rank:0: rank 0 has no position its peer lacks, and its shared ones match: 60 ms
+    assert rows["fix-rank:0"] == pytest.approx(60 * MS)
+    # no-straggler: the ranks' median work is (15.05 + 35.05) / 2 = 25.05 ms; rank 1's shared
+    # work is 15.05, so its 20 ms of extra mm take 10 (5 ms each): it arrives at 20.1, the
+    # all-reduce ends at 30, both adds [30.05, 35]: 50 ms
+    assert w.scenarios[1].step_ns == pytest.approx(50 * MS)
+
+
+def test_an_op_no_peer_runs_is_the_ranks_own_part() -> None:
+    # rank 1 runs its mm [0, 10] then a 20 ms loss [10, 30] that rank 0 never runs (the last
+    # stage's loss): its part, not extra work, so fixing rank 1 keeps it and changes nothing
+    rows: list[tuple[str, str, str, int, int]] = [
+        ("annotation", "ProfilerStep#1", "", 0, 60 * MS),
+        ("cpu_op", "aten::mm", "", 0, 10 * MS),
+        ("cpu_op", "aten::cross_entropy_loss", "", 10 * MS, 30 * MS),
+        ("cpu_op", "c10d::allreduce_", "", 30 * MS, 30_100 * US),
+        ("annotation", "gloo:all_reduce", "pt_gloo_runloop", 30_100 * US, 40 * MS),
+        ("cpu_op", "aten::add", "", 40 * MS + 50 * US, 45 * MS),
+    ]
+    g = graph_of([_layers(0, 1), cpu_timeline(rows, rank=1)])  # type: ignore[arg-type]
+    w = what_if(g, ["replay"])
+    assert {s.name: s.step_ns for s in w.fix_rank}["fix-rank:1"] == pytest.approx(60 * MS)

@@ -104,6 +104,9 @@ class RunGraph:
     #: per edge: a guessed cross-stream sync (:attr:`traceoverlap.rank.graph.UnitGraph.guessed`);
     #: empty: none
     guessed: npt.NDArray[np.bool_] = field(default_factory=lambda: np.zeros(0, bool))
+    #: per node: its lane's role (a code: the same role on every rank, host or device,
+    #: communication lane or not, n-th by first use); empty: unknown
+    role: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
 
     @property
     def n_units(self) -> int:
@@ -319,6 +322,7 @@ def _sorted_graph(
         win_end_ns=wend,
         notes=tuple(notes),
         shape=cat["shape"].astype(np.int32)[order],
+        role=role,
     )
 
 

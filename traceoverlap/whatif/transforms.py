@@ -51,9 +51,85 @@ def like_peers(g: RunGraph, p: Params, target: Mask, peers_of: str) -> Params:
         peers = ~target
     dur = np.where(change, _peer_median(g, p.dur_ns, peers), p.dur_ns)
     slack = np.where(target, _peer_median(g, p.slack_ns, peers), p.slack_ns)
+    dur, slack = _unshared_work(g, p, dur, slack, target, peers_of)
     return Params(
         dur.astype(np.int64), slack.astype(np.int64), p.post_ns, _floors(g, p, target, peers)
     )
+
+
+def _unshared_work(
+    g: RunGraph, p: Params, dur: I64, slack: I64, target: Mask, peers_of: str
+) -> tuple[I64, I64]:
+    """The work of a ``target`` unit at positions no peer has (a pipeline stage with more
+    layers than its peers: its n-th linear op has no peer past the peers' count), scaled so
+    that the unit's work per (step, lane role), once its shared positions run like its peers',
+    is at most its peers' median work there: running like its peers evens out a long stage
+    (docs/whatif.md §3); never scaled up. Their gaps: the peers' median gap before the same op.
+    Only ops the peers run there too (more of the same work), not the unit's own (the last
+    stage's loss); matched collectives keep theirs. Unchanged where the graph has no lane
+    roles."""
+    if g.role.size != g.pos.size or not target.any():
+        return dur, slack
+    movable = (g.inst < 0) & (g.window >= 0)
+    if peers_of == "all":
+        n_at = pd.Series(g.unit).groupby(g.pos).nunique()
+        shared = pd.Series(g.pos).map(n_at).to_numpy() >= 2
+        peer_units = np.unique(g.unit)
+    else:
+        shared = np.isin(g.pos, g.pos[~target])
+        peer_units = np.unique(g.unit[~target])
+    # more of what the peers do (an n-th linear op past their count), not an op of the unit's own
+    # that no peer runs in that step and lane role (the last stage's loss): that is its part
+    n_names = int(g.name.max()) + 1 if g.name.size else 1
+    n_roles = int(g.role.max()) + 1 if g.role.size else 1
+    op = (g.window * n_roles + g.role) * n_names + g.name
+    known = np.isin(op, op[shared] if peers_of == "all" else op[~target])
+    extra = target & movable & ~shared & known
+    if not extra.any() or peer_units.size == 0:
+        return dur, slack
+    # per (window, role): the peers' median work (their observed durations, summed per unit)
+    mine = movable & np.isin(g.unit, peer_units)
+    per_unit = (
+        pd.DataFrame({"w": g.window[mine], "r": g.role[mine], "u": g.unit[mine]})
+        .assign(d=p.dur_ns[mine])
+        .groupby(["w", "r", "u"])["d"]
+        .sum()
+    )
+    typical = per_unit.groupby(level=["w", "r"]).median()
+    # per target (unit, window, role): its work once shared positions run like the peers'
+    sel = target & movable
+    df = pd.DataFrame(
+        {
+            "u": g.unit[sel],
+            "w": g.window[sel],
+            "r": g.role[sel],
+            "d": dur[sel],
+            "x": np.where(extra[sel], dur[sel], 0),
+        }
+    )
+    work = df.groupby(["u", "w", "r"])[["d", "x"]].sum()
+    peer = typical.reindex(
+        pd.MultiIndex.from_arrays(
+            [work.index.get_level_values("w"), work.index.get_level_values("r")]
+        )
+    )
+    room = np.maximum(peer.to_numpy(dtype=np.float64) - (work["d"] - work["x"]).to_numpy(), 0)
+    x = work["x"].to_numpy(dtype=np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        f = np.where(np.isnan(room) | (x <= 0), 1.0, np.minimum(room / x, 1.0))
+    scale = pd.Series(f, index=work.index)
+    keys = pd.MultiIndex.from_arrays([g.unit[extra], g.window[extra], g.role[extra]])
+    fx = scale.reindex(keys).to_numpy(dtype=np.float64)
+    fx = np.where(np.isnan(fx), 1.0, fx)
+    dur, slack = dur.copy(), slack.copy()
+    dur[extra] = np.round(dur[extra] * fx).astype(np.int64)
+    # their gaps: the peers' median gap before the same op in that step and lane role (a sleep
+    # before the n-th linear op is no more the peers' than one before a shared one)
+    peer_op = ~target if peers_of != "all" else shared
+    med = pd.Series(p.slack_ns[peer_op]).groupby(op[peer_op]).median()
+    ms = pd.Series(op[extra]).map(med).to_numpy(dtype=np.float64)
+    slack[extra] = np.where(np.isnan(ms), slack[extra], np.round(ms)).astype(np.int64)
+    return dur, slack
 
 
 def _floors(g: RunGraph, p: Params, target: Mask, peers: Mask) -> I64:
