@@ -1593,3 +1593,22 @@ def test_an_op_no_peer_runs_is_the_ranks_own_part() -> None:
     g = graph_of([_layers(0, 1), cpu_timeline(rows, rank=1)])  # type: ignore[arg-type]
     w = what_if(g, ["replay"])
     assert {s.name: s.step_ns for s in w.fix_rank}["fix-rank:1"] == pytest.approx(60 * MS)
+
+
+def test_a_non_blocking_send_hides_no_compute() -> None:
+    # an isend: c10d::send [10, 10.1] returns, its gloo:send record stays open to 30 ms while
+    # the thread computes mul [10.2, 20]: the send's node ends where the mul starts (10.2), so
+    # the mul stays a node of its own (a node to 30 would hold it nested, and drop it)
+    rows: list[tuple[str, str, str, int, int]] = [
+        ("annotation", "ProfilerStep#1", "", 0, 60 * MS),
+        ("cpu_op", "aten::mm", "", 0, 10 * MS),
+        ("cpu_op", "c10d::send", "", 10 * MS, 10_100 * US),
+        ("annotation", "gloo:send", "", 10_050 * US, 30 * MS),
+        ("cpu_op", "aten::mul", "", 10_200 * US, 20 * MS),
+    ]
+    g = graph_of([cpu_timeline(rows, rank=0), _stage(1, 40)])  # type: ignore[arg-type]
+    mine = g.unit == 0
+    assert sorted(g.names[i] for i in g.name[mine]) == ["aten::mm", "aten::mul", "gloo:send"]
+    send = np.flatnonzero(mine & (g.kind == 1))
+    assert g.start_ns[send].tolist() == [10 * MS] and g.end_ns[send].tolist() == [10_200 * US]
+    assert what_if(g, ["replay"]).max_error_ratio == 0.0

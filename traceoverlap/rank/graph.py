@@ -39,6 +39,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from ..core import intervals as iv
 from ..core.intervals import GroupedIntervals
 from ..core.model import Kind, Timeline, TraceInfo, in_categories
 from ..core.vocab import BLOCKED_FLOOR_NS, BLOCKED_MAX_NS, BLOCKED_PER
@@ -154,6 +155,28 @@ def _host_syncs(
     return calls[ok].astype(np.int64), dev[found[ok]].astype(np.int64)
 
 
+def _until_the_thread_resumed(
+    own_start: I64, start: I64, end: I64, own_end: I64, kind: npt.NDArray[np.int8], ev: pd.DataFrame
+) -> I64:
+    """``end`` with every widened row (a send or recv spanning its call) ending no later than the
+    first compute op its thread starts after the row's own start: a non-blocking ``isend``'s
+    record stays open while the thread computes, and as a node it would hide those ops (nested
+    in it); a blocking one ends before the thread computes again, and keeps its end."""
+    wide = np.flatnonzero((start != own_start) | (end != own_end))
+    comp = np.flatnonzero(kind == Kind.COMPUTE)
+    if wide.size == 0 or comp.size == 0:
+        return end
+    lane = ev["lane"].cat.codes.to_numpy().astype(np.int64)
+    order = np.lexsort((own_start[comp], lane[comp]))
+    j = iv.next_at_or_after(
+        lane[wide], own_start[wide] + 1, lane[comp][order], own_start[comp][order]
+    )
+    nxt = np.where(j >= 0, own_start[comp][order][np.maximum(j, 0)], np.iinfo(np.int64).max)
+    out = end.copy()
+    out[wide] = np.maximum(np.minimum(end[wide], nxt), start[wide])
+    return out
+
+
 def _top_level(lane: I64, start: I64, end: I64) -> npt.NDArray[np.bool_]:
     """Per row (sorted by lane, start, -end): not inside an earlier row of its lane."""
     n = lane.size
@@ -220,7 +243,9 @@ def unit_graph(
         # a blocking send / recv is its call, blocked until the peer came (c10d::send then
         # gloo:send on the calling thread): one node from the call's start to the transfer's
         # end, so the wait is the node's (a rendezvous with the peer), not the next op's slack
+        own_start, own_end = start, end
         start, end = span[0].astype(np.int64), span[1].astype(np.int64)
+        end = _until_the_thread_resumed(own_start, start, end, own_end, kind, ev)
     lane_codes = ev["lane"].cat.codes.to_numpy().astype(np.int64)
     is_act = kind < Kind.NONE
     if steps.gpu:
