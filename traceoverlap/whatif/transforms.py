@@ -72,12 +72,16 @@ def _unshared_work(
         return dur, slack
     movable = (g.inst < 0) & (g.window >= 0)
     if peers_of == "all":
-        n_at = pd.Series(g.unit).groupby(g.pos).nunique()
-        shared = pd.Series(g.pos).map(n_at).to_numpy() >= 2
+        # a unit has at most one node per position (its n-th occurrence of the op)
+        shared = np.bincount(g.pos)[g.pos] >= 2
         peer_units = np.unique(g.unit)
     else:
-        shared = np.isin(g.pos, g.pos[~target])
+        at = np.zeros(int(g.pos.max()) + 1 if g.pos.size else 0, dtype=bool)
+        at[g.pos[~target]] = True
+        shared = at[g.pos]
         peer_units = np.unique(g.unit[~target])
+    if not (target & movable & ~shared).any():
+        return dur, slack
     # more of what the peers do (an n-th linear op past their count), not an op of the unit's own
     # that no peer runs in that step and lane role (the last stage's loss): that is its part
     n_names = int(g.name.max()) + 1 if g.name.size else 1
