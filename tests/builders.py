@@ -112,3 +112,52 @@ def _timeline(rows: list[dict[str, object]], rank: int, device_kind: str) -> Tim
         path=f"hand-built-rank{rank}", format="kineto", rank=rank, device_kind=device_kind
     )
     return Timeline(ev, (info,))
+
+
+#: the gloo worker threads of :func:`gloo_rank` (tid 1 is the main thread)
+GLOO_THREADS = (10, 11)
+
+
+def gloo_rank(
+    rank: int,
+    rows: Sequence[tuple],  # type: ignore[type-arg]
+    markers: Sequence[tuple[int, int, int]] = ((1, 0, 100),),
+    world: int = 2,
+) -> Timeline:
+    """A CPU (gloo) rank of a ``world``-rank run whose one process group '0' holds every rank:
+    rows (category, name, tid, start ms, end ms[, message bytes or -1]), tid 1 the main thread,
+    :data:`GLOO_THREADS` the gloo workers; markers (step number, start ms, end ms) as
+    ``ProfilerStep#N`` ranges on the main thread."""
+    import numpy as np
+
+    marks = [("annotation", f"ProfilerStep#{n}", 1, s, e) for n, s, e in markers]
+    full = [(*r, -1) if len(r) == 5 else tuple(r) for r in [*marks, *rows]]
+    cat, name, tid, start, end, nbytes = (list(x) for x in zip(*full, strict=True))
+    tname = ["pt_gloo_runloop" if t in GLOO_THREADS else "python" for t in tid]
+    ev = make_events(
+        len(full),
+        {
+            "rank": rank,
+            "pid": 100 + rank,
+            "category": cat,
+            "name": name,
+            "tid": tid,
+            "thread_name": tname,
+            "lane": [f"thread {t} ({n})" for t, n in zip(tid, tname, strict=True)],
+            "start_ns": np.array(start, dtype=np.int64) * MS,
+            "end_ns": np.array(end, dtype=np.int64) * MS,
+            "coll_bytes": np.array(nbytes, dtype=np.int64),
+        },
+    )
+    info = TraceInfo(
+        path=f"rank{rank}.json",
+        format="kineto",
+        rank=rank,
+        world_size=world,
+        backend="gloo",
+        rank_source="distributedInfo",
+        clock="unix",
+        process_groups=(("0", tuple(range(world))),),
+        gloo_threads=GLOO_THREADS,
+    )
+    return Timeline(ev, (info,))

@@ -11,17 +11,16 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 import pytest
-from builders import gpu_timeline
+from builders import gloo_rank, gpu_timeline
 from click.testing import CliRunner
 from conftest import REAL_TRACES
 
 from traceoverlap import AnalyzeOptions, analyze
 from traceoverlap.cli import main
 from traceoverlap.core.errors import UsageError
-from traceoverlap.core.model import Timeline, TraceInfo, concat_timelines, make_events
+from traceoverlap.core.model import Timeline, concat_timelines
 from traceoverlap.core.options import Thresholds, load_config
 from traceoverlap.core.vocab import Purpose
 from traceoverlap.rank.hostranges import KERNEL_MARK
@@ -36,37 +35,9 @@ GLOO = (10, 11)
 def _cpu_rank(
     rank: int, rows: list[tuple[str, str, int, int, int]], markers: list[tuple[int, int, int]]
 ) -> Timeline:
-    """A gloo rank of a 2-rank world: rows (category, name, tid, start ms, end ms), tid 1 the
-    main thread, 10/11 gloo workers; markers (step number, start ms, end ms)."""
-    rows = [("annotation", f"ProfilerStep#{n}", 1, s, e) for n, s, e in markers] + rows
-    cat, name, tid, start, end = (list(x) for x in zip(*rows, strict=True))
-    tname = ["pt_gloo_runloop" if t in GLOO else "python" for t in tid]
-    ev = make_events(
-        len(rows),
-        {
-            "rank": rank,
-            "pid": 100 + rank,
-            "category": cat,
-            "name": name,
-            "tid": tid,
-            "thread_name": tname,
-            "lane": [f"thread {t} ({n})" for t, n in zip(tid, tname, strict=True)],
-            "start_ns": np.array(start, dtype=np.int64) * MS,
-            "end_ns": np.array(end, dtype=np.int64) * MS,
-        },
-    )
-    info = TraceInfo(
-        path=f"rank{rank}.json",
-        format="kineto",
-        rank=rank,
-        world_size=2,
-        backend="gloo",
-        rank_source="distributedInfo",
-        clock="unix",
-        process_groups=(("0", (0, 1)),),
-        gloo_threads=GLOO,
-    )
-    return Timeline(ev, (info,))
+    """A gloo rank of a 2-rank world (builders.gloo_rank): rows (category, name, tid, start ms,
+    end ms), tid 1 the main thread, 10/11 gloo workers; markers (step number, start ms, end ms)."""
+    return gloo_rank(rank, rows, markers)
 
 
 # --- §14 specific ---------------------------------------------------------------------------
@@ -190,23 +161,27 @@ def test_straggler_threshold_option_config_and_cli(tmp_path: Path) -> None:
     assert "--straggler-threshold" in res.output
 
 
-def _moving_run() -> Timeline:
-    """Two ranks, steps 1-4 of 100 ms each ([100(s-1), 100 s)). In step s the late rank is
-    s % 2: it computes ``aten::mm`` 60 ms then all-reduces [60,65); the other computes 20 ms and
-    all-reduces [20,65) (offsets within the step); both compute [65,100)."""
+def _late_run(late: list[tuple[int, int]]) -> Timeline:
+    """Two ranks, one step of 100 ms per item of ``late`` (step s over [100(s-1), 100 s)), each
+    item (late rank, its compute ms): the late rank computes ``aten::mm`` that long, the other
+    20 ms; both all-reduce until 65 ms (offsets within the step) and compute [65,100)."""
     rows: dict[int, list[tuple[str, str, int, int, int]]] = {0: [], 1: []}
-    for s in range(1, 5):
+    for s, (late_rank, c_late) in enumerate(late, start=1):
         base = 100 * (s - 1)
         for r in (0, 1):
-            late = r == s % 2
-            c = 60 if late else 20
+            c = c_late if r == late_rank else 20
             rows[r] += [
                 ("cpu_op", "aten::mm", 1, base, base + c),
                 ("annotation", "gloo:all_reduce", 10, base + c, base + 65),
                 ("cpu_op", "aten::mm", 1, base + 65, base + 100),
             ]
-    marks = [(s, 100 * (s - 1), 100 * s) for s in range(1, 5)]
+    marks = [(s, 100 * (s - 1), 100 * s) for s in range(1, len(late) + 1)]
     return concat_timelines([_cpu_rank(r, rows[r], marks) for r in (0, 1)])
+
+
+def _moving_run() -> Timeline:
+    """Steps 1-4: in step s the late rank is s % 2 and computes 60 ms (:func:`_late_run`)."""
+    return _late_run([(s % 2, 60) for s in range(1, 5)])
 
 
 def test_moving_straggler_is_said_to_move() -> None:
@@ -227,19 +202,7 @@ def test_a_dominant_late_rank_is_named_though_noise_leads_some_steps() -> None:
     step counts). Rank 0 leads 2 of 4 steps (half, not 2/3), but the waiting traced to it, 80 ms,
     is 2.7x rank 1's 30 ms (>= 2x, diagnosis.md §14's stability with one rank clearly late): it is
     named, not "the late rank moves"."""
-    rows: dict[int, list[tuple[str, str, int, int, int]]] = {0: [], 1: []}
-    for s in range(1, 5):
-        base = 100 * (s - 1)
-        late, c_late = (0, 60) if s <= 2 else (1, 35)
-        for r in (0, 1):
-            c = c_late if r == late else 20
-            rows[r] += [
-                ("cpu_op", "aten::mm", 1, base, base + c),
-                ("annotation", "gloo:all_reduce", 10, base + c, base + 65),
-                ("cpu_op", "aten::mm", 1, base + 65, base + 100),
-            ]
-    marks = [(s, 100 * (s - 1), 100 * s) for s in range(1, 5)]
-    a = analyze(concat_timelines([_cpu_rank(r, rows[r], marks) for r in (0, 1)]))
+    a = analyze(_late_run([(0, 60), (0, 60), (1, 35), (1, 35)]))
     v = a.collectives.verdict
     assert v is not None and v.rank == 0 and v.moving == ()
     assert a.collectives.top_straggler == 0
@@ -252,19 +215,7 @@ def test_the_stable_leader_is_named_not_the_largest_total() -> None:
     though rank 0 has more waiting in all (40 against 20 ms; rank 0 leads 1 step, not half: not
     dominant). §14 names the rank that passed the stability test: rank 1, 20 ms = 3.3 % of the
     600 ms of steps: below 5 %, so the default threshold names no rank; at 3 % rank 1."""
-    rows: dict[int, list[tuple[str, str, int, int, int]]] = {0: [], 1: []}
-    for s in range(1, 4):
-        base = 100 * (s - 1)
-        late, c_late = (1, 30) if s <= 2 else (0, 60)
-        for r in (0, 1):
-            c = c_late if r == late else 20
-            rows[r] += [
-                ("cpu_op", "aten::mm", 1, base, base + c),
-                ("annotation", "gloo:all_reduce", 10, base + c, base + 65),
-                ("cpu_op", "aten::mm", 1, base + 65, base + 100),
-            ]
-    marks = [(s, 100 * (s - 1), 100 * s) for s in range(1, 4)]
-    tl = concat_timelines([_cpu_rank(r, rows[r], marks) for r in (0, 1)])
+    tl = _late_run([(1, 30), (1, 30), (0, 60)])
     low = AnalyzeOptions(thresholds=Thresholds(straggler_ratio=0.03))
     a = analyze(tl, low)
     v = a.collectives.verdict

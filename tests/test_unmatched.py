@@ -6,11 +6,11 @@ number is derived in the test's docstring from diagnosis.md §1-2 and §12.
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
+from builders import gloo_rank
 
 from traceoverlap import analyze
-from traceoverlap.core.model import Timeline, TraceInfo, concat_timelines, make_events
+from traceoverlap.core.model import Timeline, concat_timelines
 from traceoverlap.core.schema import PARTS, STEP_NS
 
 MS = 1_000_000
@@ -18,38 +18,9 @@ GLOO = (10, 11)  # the gloo worker threads; tid 1 is the main thread, 2 a comput
 
 
 def _rank(rank: int, rows: list[tuple[str, str, int, int, int, int]], world: int = 2) -> Timeline:
-    """A CPU (gloo) rank of group '0' = all ranks: rows (category, name, tid, start ms, end ms,
-    bytes or -1); one ProfilerStep#1 marker over [0, 100)."""
-    rows = [("annotation", "ProfilerStep#1", 1, 0, 100, -1), *rows]
-    cat, name, tid, start, end, nbytes = (list(x) for x in zip(*rows, strict=True))
-    tname = ["pt_gloo_runloop" if t in GLOO else "python" for t in tid]
-    ev = make_events(
-        len(rows),
-        {
-            "rank": rank,
-            "pid": 100 + rank,
-            "category": cat,
-            "name": name,
-            "tid": tid,
-            "thread_name": tname,
-            "lane": [f"thread {t} ({n})" for t, n in zip(tid, tname, strict=True)],
-            "start_ns": np.array(start, dtype=np.int64) * MS,
-            "end_ns": np.array(end, dtype=np.int64) * MS,
-            "coll_bytes": np.array(nbytes, dtype=np.int64),
-        },
-    )
-    info = TraceInfo(
-        path=f"rank{rank}.json",
-        format="kineto",
-        rank=rank,
-        world_size=world,
-        backend="gloo",
-        rank_source="distributedInfo",
-        clock="unix",
-        process_groups=(("0", tuple(range(world))),),
-        gloo_threads=GLOO,
-    )
-    return Timeline(ev, (info,))
+    """A CPU (gloo) rank of group '0' = all ranks (builders.gloo_rank): rows (category, name,
+    tid, start ms, end ms, bytes or -1); one ProfilerStep#1 marker over [0, 100)."""
+    return gloo_rank(rank, rows, world=world)
 
 
 def _unpaired() -> list[Timeline]:
