@@ -568,6 +568,9 @@ def test_sends_in_a_wider_group_pair_by_end_time() -> None:
     assert list(zip(m["src_rank"], m["dst_rank"], strict=True)) == [(0, 1), (1, 2)]
     got = c.credit.groupby("waited_for_rank")["exposed_wait_ns"].sum().to_dict()
     assert got == {0: 5 * MS, 1: 5 * MS}
+    # paired, they have their peer: no row says why it is unmatched (§12)
+    assert c.per_rank["unmatched_why"].isna().all()
+    assert int(a.steps["exposed_unmatched_ns"].sum()) == 0
 
 
 @settings(max_examples=examples(40), deadline=None)

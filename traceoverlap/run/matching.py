@@ -406,7 +406,7 @@ def _match(
     extra["why"] = _unmatched_why(
         work,
         ids,
-        complete,
+        complete | paired,  # a send/recv paired by end time has its peer: no reason
         unknown,
         wide & ~paired,
         exp,
