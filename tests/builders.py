@@ -123,17 +123,19 @@ def gloo_rank(
     rows: Sequence[tuple],  # type: ignore[type-arg]
     markers: Sequence[tuple[int, int, int]] = ((1, 0, 100),),
     world: int = 2,
+    groups: tuple[tuple[str, tuple[int, ...]], ...] | None = None,
+    threads: tuple[int, ...] = GLOO_THREADS,
 ) -> Timeline:
-    """A CPU (gloo) rank of a ``world``-rank run whose one process group '0' holds every rank:
-    rows (category, name, tid, start ms, end ms[, message bytes or -1]), tid 1 the main thread,
-    :data:`GLOO_THREADS` the gloo workers; markers (step number, start ms, end ms) as
-    ``ProfilerStep#N`` ranges on the main thread."""
+    """A CPU (gloo) rank of a ``world``-rank run: rows (category, name, tid, start ms, end ms[,
+    message bytes or -1]), tid 1 the main thread, ``threads`` the gloo workers; markers (step
+    number, start ms, end ms) as ``ProfilerStep#N`` ranges on the main thread; ``groups`` its
+    ``pg_config`` (default: one group '0' of every rank)."""
     import numpy as np
 
     marks = [("annotation", f"ProfilerStep#{n}", 1, s, e) for n, s, e in markers]
     full = [(*r, -1) if len(r) == 5 else tuple(r) for r in [*marks, *rows]]
     cat, name, tid, start, end, nbytes = (list(x) for x in zip(*full, strict=True))
-    tname = ["pt_gloo_runloop" if t in GLOO_THREADS else "python" for t in tid]
+    tname = ["pt_gloo_runloop" if t in threads else "python" for t in tid]
     ev = make_events(
         len(full),
         {
@@ -157,7 +159,7 @@ def gloo_rank(
         backend="gloo",
         rank_source="distributedInfo",
         clock="unix",
-        process_groups=(("0", tuple(range(world))),),
-        gloo_threads=GLOO_THREADS,
+        process_groups=(("0", tuple(range(world))),) if groups is None else groups,
+        gloo_threads=threads,
     )
     return Timeline(ev, (info,))

@@ -412,19 +412,21 @@ def _windows(u: _Unit, rx: re.Pattern[str]) -> list[_Window]:
     return out
 
 
-def _wait_parts(units: list[_Unit]) -> dict[tuple[int, int, int], list[tuple[int, int, int]]]:
-    """Per unit, (start, end, activity index) of the wait parts of its matched instances."""
+def _matched(units: list[_Unit]) -> list[dict[tuple[int, int, int], _Act]]:
+    """The matched instances, each as unit -> its activity: the same (process group, seq) on
+    every unit of the group and once on each; point-to-point only in a group of two units. A
+    call's piece (§11) is part of its instance (it carries the instance's event), not another
+    activity of it."""
     spans: dict[tuple[str, int], dict[tuple[int, int, int], list[_Act]]] = defaultdict(
         lambda: defaultdict(list)
     )
     group_units: dict[str, set[tuple[int, int, int]]] = defaultdict(set)
     for u in units:
         for a in u.acts:
-            # a call's piece (§11) is part of its instance, not another activity of it
             if a.kind == "comm" and not a.piece and a.ev.pg != "" and a.ev.seq >= 0:
                 spans[(a.ev.pg, a.ev.seq)][u.key].append(a)
                 group_units[a.ev.pg].add(u.key)
-    out: dict[tuple[int, int, int], list[tuple[int, int, int]]] = defaultdict(list)
+    out: list[dict[tuple[int, int, int], _Act]] = []
     for (pg, _seq), per_unit in spans.items():
         members = group_units[pg]
         if len(members) < 2 or set(per_unit) != members:
@@ -436,8 +438,16 @@ def _wait_parts(units: list[_Unit]) -> dict[tuple[int, int, int], list[tuple[int
             continue
         if any(len(v) != 1 for v in per_unit.values()):
             continue
-        transfer = min(v[0].end - v[0].start for v in per_unit.values())
-        for key, (a,) in per_unit.items():
+        out.append({key: v[0] for key, v in per_unit.items()})
+    return out
+
+
+def _wait_parts(units: list[_Unit]) -> dict[tuple[int, int, int], list[tuple[int, int, int]]]:
+    """Per unit, (start, end, activity index) of the wait parts of its matched instances."""
+    out: dict[tuple[int, int, int], list[tuple[int, int, int]]] = defaultdict(list)
+    for inst in _matched(units):
+        transfer = min(a.end - a.start for a in inst.values())
+        for key, a in inst.items():
             wait = (a.end - a.start) - transfer
             if wait > 0:
                 out[key].append((a.start, a.start + wait, a.index))
@@ -448,31 +458,9 @@ def _wait_parts(units: list[_Unit]) -> dict[tuple[int, int, int], list[tuple[int
 
 
 def _matched_acts(units: list[_Unit]) -> set[int]:
-    """Trace indices of the comm activities that belong to a matched instance (the rule of
-    :func:`_wait_parts`): only their exposed time outside the wait part is transfer."""
-    spans: dict[tuple[str, int], dict[tuple[int, int, int], list[_Act]]] = defaultdict(
-        lambda: defaultdict(list)
-    )
-    group_units: dict[str, set[tuple[int, int, int]]] = defaultdict(set)
-    for u in units:
-        for a in u.acts:
-            # a CPU call's piece (§11) carries its instance's event: the instance is its activity
-            if a.kind == "comm" and not a.piece and a.ev.pg != "" and a.ev.seq >= 0:
-                spans[(a.ev.pg, a.ev.seq)][u.key].append(a)
-                group_units[a.ev.pg].add(u.key)
-    out: set[int] = set()
-    for (pg, _seq), per_unit in spans.items():
-        members = group_units[pg]
-        if len(members) < 2 or set(per_unit) != members:
-            continue
-        if len(members) != 2 and any(
-            "sendrecv" in a.ev.name.lower() for v in per_unit.values() for a in v
-        ):
-            continue
-        if any(len(v) != 1 for v in per_unit.values()):
-            continue
-        out.update(v[0].index for v in per_unit.values())
-    return out
+    """Trace indices of the comm activities that belong to a matched instance (:func:`_matched`):
+    only their exposed time outside the wait part is transfer."""
+    return {a.index for inst in _matched(units) for a in inst.values()}
 
 
 def _unmatched_part(w: _Window, E: np.ndarray, Wt: np.ndarray, matched: set[int] | None) -> int:

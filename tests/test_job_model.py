@@ -9,13 +9,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from builders import gloo_rank
 from conftest import REAL_TRACES, examples, sample
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from traceoverlap import AnalyzeOptions, analyze
 from traceoverlap.core import intervals as iv
-from traceoverlap.core.model import Timeline, TraceInfo, concat_timelines, make_events
+from traceoverlap.core.model import Timeline, TraceInfo, concat_timelines
 from traceoverlap.run.job import credit_segments
 from traceoverlap.run.matching import Collectives
 from traceoverlap.run.results import Analysis
@@ -44,37 +45,9 @@ def _rank(
     threads: tuple[int, ...] = DEFAULT_T + TP_T,
     step: tuple[int, int] = (0, 100),
 ) -> Timeline:
-    """A CPU (gloo) rank: rows (category, name, tid, start ms, end ms); tid 1 is the main
-    thread, ``threads`` are gloo workers; one ProfilerStep#1 marker over ``step``."""
-    rows = [("annotation", "ProfilerStep#1", 1, *step), *rows]
-    cat, name, tid, start, end = (list(x) for x in zip(*rows, strict=True))
-    tname = ["pt_gloo_runloop" if t in threads else "python" for t in tid]
-    ev = make_events(
-        len(rows),
-        {
-            "rank": rank,
-            "pid": 100 + rank,
-            "category": cat,
-            "name": name,
-            "tid": tid,
-            "thread_name": tname,
-            "lane": [f"thread {t} ({n})" for t, n in zip(tid, tname, strict=True)],
-            "start_ns": np.array(start, dtype=np.int64) * MS,
-            "end_ns": np.array(end, dtype=np.int64) * MS,
-        },
-    )
-    info = TraceInfo(
-        path=f"rank{rank}.json",
-        format="kineto",
-        rank=rank,
-        world_size=world,
-        backend="gloo",
-        rank_source="distributedInfo",
-        clock="unix",
-        process_groups=groups,
-        gloo_threads=threads,
-    )
-    return Timeline(ev, (info,))
+    """A CPU (gloo) rank (builders.gloo_rank): rows (category, name, tid, start ms, end ms); tid
+    1 is the main thread, ``threads`` are gloo workers; one ProfilerStep#1 marker over ``step``."""
+    return gloo_rank(rank, rows, ((1, *step),), world, groups, threads)
 
 
 def _tp_run(rank2_global: int = 55, rank3_global: int = 56) -> list[Timeline]:
