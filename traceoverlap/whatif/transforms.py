@@ -31,13 +31,46 @@ def family_nodes(g: RunGraph, family: str) -> Mask:
     return np.isin(g.family, codes) if codes else np.zeros(g.pos.size, dtype=bool)
 
 
-def _peer_median(g: RunGraph, values: I64, peers: Mask) -> I64:
-    """Per node: the median of ``values`` over the ``peers`` nodes at the same position
-    (its own value where no peer has that position)."""
-    df = pd.DataFrame({"pos": g.pos[peers], "v": values[peers]})
-    med = df.groupby("pos")["v"].median()
-    out = pd.Series(g.pos).map(med).to_numpy(dtype=np.float64)
-    return np.where(np.isnan(out), values, np.round(out)).astype(np.int64)
+def _peer_median(g: RunGraph, values: I64, peers: Mask, score: I64 | None = None) -> I64:
+    """Per node: the median of ``values`` over the ``peers`` nodes at the same position (its own
+    value where no peer has that position). Of an even count, one of the two middle values, never
+    their mean: with two ranks, a straggler and its peer, the mean would keep half of the
+    straggler's delay in "every rank runs like the typical one" (docs/whatif.md §3). Which one:
+    the value of the node whose ``score`` (per node: its unit's own time in that step, the faster
+    rank's lower) is lower; without scores the lower value. Taking the lower value at every
+    position would run each step as the minimum of its ranks' noise, faster than any rank ran."""
+    pos, v = g.pos[peers], values[peers]
+    out = values.copy()
+    if pos.size == 0:
+        return out
+    order = np.lexsort((v, pos))
+    pos_s, v_s = pos[order], v[order]
+    first = np.flatnonzero(np.r_[True, pos_s[1:] != pos_s[:-1]])
+    count = np.diff(np.r_[first, pos_s.size])
+    lo = first + (count - 1) // 2
+    med = v_s[lo]
+    if score is not None:
+        even = count % 2 == 0
+        sc = score[peers][order]
+        hi = np.minimum(lo + 1, pos_s.size - 1)
+        take_hi = even & (sc[hi] < sc[lo])
+        med = np.where(take_hi, v_s[hi], med)
+    keys = pos_s[first]
+    at = np.minimum(np.searchsorted(keys, g.pos), keys.size - 1)
+    hit = keys[at] == g.pos
+    out[hit] = med[at[hit]]
+    return out
+
+
+def own_time(g: RunGraph, p: Params) -> I64:
+    """Per node: its unit's own time in the node's step (durations and slack of every node of the
+    unit there summed; waiting in a matched collective is the replay's, not in either): what
+    tells the faster of two ranks at one position apart (:func:`_peer_median`)."""
+    nu = g.n_units
+    nw = len(g.step_labels) + 1
+    key = g.unit * nw + (g.window + 1)
+    tot = np.bincount(key, weights=(p.dur_ns + p.slack_ns).astype(np.float64), minlength=nu * nw)
+    return np.asarray(tot[key], dtype=np.int64)
 
 
 def like_peers(g: RunGraph, p: Params, target: Mask, peers_of: str) -> Params:
@@ -49,8 +82,9 @@ def like_peers(g: RunGraph, p: Params, target: Mask, peers_of: str) -> Params:
         peers = np.ones(g.pos.size, dtype=bool)
     else:
         peers = ~target
-    dur = np.where(change, _peer_median(g, p.dur_ns, peers), p.dur_ns)
-    slack = np.where(target, _peer_median(g, p.slack_ns, peers), p.slack_ns)
+    score = own_time(g, p)
+    dur = np.where(change, _peer_median(g, p.dur_ns, peers, score), p.dur_ns)
+    slack = np.where(target, _peer_median(g, p.slack_ns, peers, score), p.slack_ns)
     dur, slack = _unshared_work(g, p, dur, slack, target, peers_of)
     return Params(
         dur.astype(np.int64), slack.astype(np.int64), p.post_ns, _floors(g, p, target, peers)
