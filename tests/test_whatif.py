@@ -1613,3 +1613,56 @@ def test_a_non_blocking_send_hides_no_compute() -> None:
     send = np.flatnonzero(mine & (g.kind == 1))
     assert g.start_ns[send].tolist() == [10 * MS] and g.end_ns[send].tolist() == [10_200 * US]
     assert what_if(g, ["replay"]).max_error_ratio == 0.0
+
+
+def test_peer_median_of_an_even_count_is_a_middle_value() -> None:
+    from types import SimpleNamespace
+
+    from traceoverlap.whatif.transforms import _peer_median
+
+    # positions: 0 on three nodes (10, 30, 20), 1 on two (40, 5), 2 on one node that is no peer
+    g = SimpleNamespace(pos=np.array([0, 0, 0, 1, 1, 2]))
+    v = np.array([10, 30, 20, 40, 5, 7], dtype=np.int64)
+    peers = np.array([True, True, True, True, True, False])
+    # odd count: the middle value, 20; even count without scores: the lower middle, 5 (never the
+    # mean, 22.5); no peer at the position: its own value
+    assert _peer_median(g, v, peers).tolist() == [20, 20, 20, 5, 5, 7]  # type: ignore[arg-type]
+    # with scores, the value of the node whose rank had less own time: node 3 (score 1) over
+    # node 4 (score 9), so 40; the odd count is unchanged
+    score = np.array([0, 0, 0, 1, 9, 0], dtype=np.int64)
+    assert _peer_median(g, v, peers, score).tolist() == [20, 20, 20, 40, 40, 7]  # type: ignore[arg-type]
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 4), st.integers(0, 100), st.integers(0, 5), st.booleans()),
+        min_size=1,
+        max_size=40,
+    )
+)
+def test_peer_median_matches_sorting_each_position(rows: list[tuple[int, int, int, bool]]) -> None:
+    from types import SimpleNamespace
+
+    from traceoverlap.whatif.transforms import _peer_median
+
+    pos = np.array([r[0] for r in rows])
+    v = np.array([r[1] for r in rows], dtype=np.int64)
+    score = np.array([r[2] for r in rows], dtype=np.int64)
+    peers = np.array([r[3] for r in rows])
+    got = _peer_median(SimpleNamespace(pos=pos), v, peers, score)  # type: ignore[arg-type]
+    for i in range(len(rows)):
+        at = [j for j in range(len(rows)) if peers[j] and pos[j] == pos[i]]
+        if not at:
+            assert got[i] == v[i]
+            continue
+        # sorted by value (ties by order: either is the same value), the middle one(s)
+        vals = sorted(at, key=lambda j: (v[j], j))
+        n = len(vals)
+        lo = vals[(n - 1) // 2]
+        if n % 2 == 1:
+            assert got[i] == v[lo]
+        else:
+            hi = vals[n // 2]
+            # the higher middle value only where its node's score is strictly lower
+            assert got[i] == (v[hi] if score[hi] < score[lo] else v[lo])
