@@ -232,6 +232,10 @@ def _lane_parts(
         gap, dur = nxt - a.end, a.end - a.start
         if opened and (gap * 100 <= dur or (gap <= BLOCKED_FLOOR and after_call)):
             waits.append((prev if after_call else max(prev, a.start), nxt, a))
+        elif opened and after_call:
+            # §11: opened at a call's return and idle through the comm's end: blocked on it
+            # until that end, however late it woke; the late wake-up is the thread's own
+            waits.append((prev, a.end, a))
     return ops, waits
 
 

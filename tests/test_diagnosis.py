@@ -377,15 +377,31 @@ def test_cpu_pause_between_compute_ops_is_no_wait():
     assert (r.comm_ns, r.exposed_dependency_ns, r.exposed_host_ns) == (4 * MS, 4 * MS, 0)
 
 
-def test_cpu_late_host_is_host():
+def test_cpu_late_wake_up_past_the_floor_is_blocked_until_the_end():
     # the next op starts 1 ms + 1 ns after the 4 ms all-reduce ends: past the 1 ms floor and
-    # past 1 % of 4 ms -> the host was late: the 4 ms of gloo are host and the gap stays idle;
-    # the call [900,1000) is comm, dependency (the thread was in it)
+    # past 1 % of 4 ms. The gap opened at `c10d::allreduce_`'s return [900,1000) and the thread
+    # did nothing until the all-reduce ended: blocked on it until its end (§11: a late wake-up
+    # never turns a whole blocked collective into host); the wake-up past the floor is the
+    # thread's own time. comm: the call [900,1000) and the wait [1000, 4 ms + 1000) = 4 ms +
+    # 100 ns, all exposed, all dependency; the wake-up [4 ms + 1000, 5 ms + 1001) stays idle, and
+    # so does the step's last 1000 ns after add: idle = 1 ms + 1001 ns
     end = 4 * MS + 1000
     _, r = _row(_blocking_allreduce(end + MS + 1, end, 20 * MS, call=True))
     _check_sums(r)
-    got = (r.exposed_comm_ns, r.exposed_dependency_ns, r.exposed_host_ns)
-    assert got == (4 * MS + 100, 100, 4 * MS)
+    got = (r.exposed_comm_ns, r.exposed_dependency_ns, r.exposed_host_ns, r.idle_ns)
+    assert got == (4 * MS + 100, 4 * MS + 100, 0, MS + 1001)
+
+
+def test_cpu_late_host_without_a_call_is_host():
+    # no call: mm returns at 1000 and the next op starts 1 ms + 1 ns after the 4 ms all-reduce
+    # ends: past 1 % and the gap did not open at a communication call's return, so no wait: the
+    # all-reduce is the thread's comm only where gloo ran, and the host was late: its 4 ms are
+    # host, the gap [4 ms + 1000, 5 ms + 1001) idle, as is the step's last 1000 ns after add
+    end = 4 * MS + 1000
+    _, r = _row(_blocking_allreduce(end + MS + 1, end, 20 * MS))
+    _check_sums(r)
+    got = (r.exposed_comm_ns, r.exposed_dependency_ns, r.exposed_host_ns, r.idle_ns)
+    assert got == (4 * MS, 0, 4 * MS, MS + 1001)
 
 
 def test_cpu_long_collective_allows_one_percent():

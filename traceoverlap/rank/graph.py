@@ -538,8 +538,9 @@ def _blocking_edges(nodes: _Nodes, h_lane: I64, h_start: I64) -> tuple[I64, I64,
     comm's end when that thread was idle at the end (no node of it running) and its next host
     event of any kind (``h_lane``/``h_start``: :func:`_host_events`) starts within 1 % of the
     comm's duration or within 1 ms after it (``gap * BLOCKED_PER <= duration`` or ``gap <=
-    BLOCKED_FLOOR_NS``: the analysis' blocked rule, so the graph waits where the analysis says
-    the thread was blocked), gap 0 (the wake-up is the node's slack). A node on the comm's own
+    BLOCKED_FLOOR_NS``), or at any gap where its idle stretch opened at a communication call's
+    return (the analysis' blocked rule, §11, so the graph waits where the analysis says the
+    thread was blocked), gap 0 (the wake-up is the node's slack). A node on the comm's own
     thread (a blocking send or recv) follows it by lane order.
 
     Also, with a negative gap, the node that starts up to :data:`BLOCK_MAX_NS` *before* the
@@ -574,7 +575,13 @@ def _blocking_edges(nodes: _Nodes, h_lane: I64, h_start: I64) -> tuple[I64, I64,
         k = np.searchsorted(hs, ce, side="left")
         nxt = np.where(k < hs.size, hs[np.minimum(k, max(hs.size - 1, 0))] if hs.size else 0, 0)
         gap = nxt - ce
-        ok &= (k < hs.size) & ((gap * BLOCKED_PER <= dur) | (gap <= BLOCKED_FLOOR_NS))
+        # or the idle stretch opened at a communication call's return (the lane's last node
+        # before the end a call): blocked on it until its end however late the thread woke (the
+        # analysis' rule, §11); the wake-up is the next node's slack
+        pj = np.maximum(j - 1, 0)
+        call_before = (j > 0) & (kind[on[pj]] == LAUNCH) & (end[on[pj]] == running[pj])
+        tol = (gap * BLOCKED_PER <= dur) | (gap <= BLOCKED_FLOOR_NS)
+        ok &= (k < hs.size) & (tol | call_before)
         # just before the end: the first node starting in [end - 0.5 ms, end), after an idle
         # stretch [the end of everything before it, its start) that began before that window
         # and that the comm mostly covered

@@ -94,13 +94,21 @@ def _waits(
     # within 1 % of the duration; or, when the gap opened at a communication call's return (the
     # thread blocked on what it had just called, then woke late), within the floor: not a short
     # pause between two compute ops that a background collective happened to end in
-    ok &= (gap * BLOCKED_PER <= dur) | ((gap <= BLOCKED_FLOOR_NS) & after_call)
+    tol = (gap * BLOCKED_PER <= dur) | ((gap <= BLOCKED_FLOOR_NS) & after_call)
+    # opened at a call's return and idle through the communication's end: blocked on it until
+    # that end however late the thread woke (a synchronous collective, whose wait PyTorch does
+    # not record, on a loaded host): the wait ends at the communication's end, and a wake-up
+    # beyond the tolerance stays the thread's own time (§11: a late wake-up never turns a whole
+    # blocked collective into host)
+    late = ok & ~tol & after_call
+    ok &= tol | after_call
     # the wait: from the gap's start to the resumption; from the communication's start when
     # that is later, unless the gap opened at a call's return (blocked since, §11)
     b1 = bt[np.maximum(prev, 0)]
     ws = np.where(after_call, b1, np.maximum(b1, cs))
+    we = np.where(late, ce, bt[np.maximum(j, 0)])
     row = np.repeat(comm, comp_lanes.size).astype(np.int64)
-    return q_lane[ok], ws[ok], bt[j[ok]], row[ok]
+    return q_lane[ok], ws[ok], we[ok], row[ok]
 
 
 @dataclass(frozen=True)
