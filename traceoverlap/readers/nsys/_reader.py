@@ -18,6 +18,7 @@ from ._ranks import Ranks
 from ._rows import Rows, shared_if_constant
 from ._schema import NVTX, STRINGS
 from ._strings import category_index, fast_categorical
+from ._sync import SyncReader, Waits, wait_columns
 
 I32 = npt.NDArray[np.int32]
 
@@ -51,7 +52,7 @@ def _used_categories(codes: I32) -> pd.Categorical:
     return fast_categorical(remap[codes], category_index(cats))
 
 
-class Reader(ProcessPart, Ranks):
+class Reader(ProcessPart, Ranks, SyncReader):
     # -- top level --------------------------------------------------------------------------
 
     def read(self) -> Timeline:
@@ -107,6 +108,10 @@ class Reader(ProcessPart, Ranks):
                 "timeline (if the program did use a GPU, trace it: `nsys profile -t cuda,nvtx`)."
             )
         del nvtx
+        waits: Waits | None = None
+        if device_kind == "gpu":
+            syncs, waits = self.read_syncs(gpu, groups)
+            gpu = Rows.concat([gpu, syncs])
         rows, rank = self.place(gpu, host, groups, ranks)
         del host, gpu
         release_freed()
@@ -119,6 +124,7 @@ class Reader(ProcessPart, Ranks):
             rows.start += offset
             rows.end += offset
         n = len(rows)
+        sparse = wait_columns(waits, rows.pid, rows.correlation, category)
         events = make_events(
             n,
             {
@@ -140,6 +146,7 @@ class Reader(ProcessPart, Ranks):
                 "seq": np.broadcast_to(np.int64(-1), (n,)),
                 "group_size": np.broadcast_to(np.int32(-1), (n,)),
                 "shape": shared_if_constant(rows.shape, np.int32),
+                **sparse,
             },
         )
         traces = self.trace_infos(
