@@ -228,3 +228,23 @@ def test_the_real_fsdp_export() -> None:
     for rank, n in ((0, 98), (1, 102)):
         assert any(x.startswith(f"rank {rank}: {n} stream wait(s) recorded") for x in g.notes)
     assert np.unique(s["rank"]).tolist() == [0, 1]
+
+
+def test_a_process_driving_two_gpus_places_records_by_stream(tmp_path: Path) -> None:
+    # one process, kernels on GPU 0 (stream 7) and GPU 1 (stream 15): two ranks, (pid, 0) -> 0
+    # and (pid, 1) -> 1. A stream sync of stream 15 that says deviceId 0 goes to GPU 1 (its
+    # stream's), a context sync (no stream) to its deviceId 0, one whose deviceId 5 is no GPU of
+    # the process is not kept
+    x = NsysExport()
+    x.process(PID)
+    x.nvtx(PID, 0, 600 * US, "ProfilerStep#1")
+    x.kernel(PID, 0, 7, 100 * US, 200 * US, "gemm", launch=10 * US)
+    x.kernel(PID, 1, 15, 100 * US, 200 * US, "gemm", launch=20 * US)
+    x.sync(PID, 15, 210 * US, 220 * US, SYNC_STREAM, 501, device=0)
+    x.sync(PID, NO_ID, 230 * US, 240 * US, SYNC_CONTEXT, 502, device=0)
+    x.sync(PID, NO_ID, 250 * US, 260 * US, SYNC_CONTEXT, 503, device=5)
+    tl = read_nsys(x.write(tmp_path / "two.sqlite"))
+    s = tl.events[(tl.events["category"] == "sync").to_numpy()].set_index("correlation")
+    assert sorted(t.rank for t in tl.traces) == [0, 1]
+    assert s["device"].to_dict() == {501: 1, 502: 0}
+    assert s["rank"].to_dict() == {501: 1, 502: 0}

@@ -19,9 +19,9 @@ without such a record keeps -1: its edge is then guessed, as on Kineto's bare sy
 
 Old exports: a missing table means no rows (no note); a table lacking the columns it needs is
 skipped with a note; ``syncType`` absent or 0 falls back to ``deprecatedSyncType`` (what reports
-of older Nsight Systems versions fill); the device is the one the stream's activity ran on
-(``deviceId`` of these records reads 0 on every process of the FSDP export, whose second process
-ran on device 1), else the process's only GPU.
+of older Nsight Systems versions fill). The device is not the records' ``deviceId`` (0 on both
+processes of the FSDP export, the second of which ran on device 1) but the process's only GPU, or
+for a process driving several, the GPU its stream's activity ran on (else ``deviceId``).
 """
 
 from __future__ import annotations
@@ -179,27 +179,27 @@ class SyncReader(Activity):
     def _sync_devices(
         self, pid: I64, stream: I64, device_id: I64, gpu: Rows, groups: list[tuple[int, int]]
     ) -> I64:
-        """The device of each record: the one its (process, stream) ran activity on, else its
-        process's only GPU group, else its ``deviceId`` when that is one of the process's
-        groups; -1 (not kept) otherwise."""
+        """The device of each record: its process's GPU when it has one group (no look at the
+        GPU rows), else the device its (process, stream) ran activity on, else its
+        ``deviceId`` when that is one of the process's groups; -1 (not kept) otherwise."""
         out = np.full(pid.size, -1, dtype=np.int64)
-        if gpu.start.size:
-            gkey = (gpu.pid << 32) | (gpu.stream & 0xFFFFFFFF)
-            keys, first = np.unique(gkey, return_index=True)
-            want = (pid << 32) | (stream & 0xFFFFFFFF)
-            i = np.minimum(np.searchsorted(keys, want), keys.size - 1)
-            hit = (keys[i] == want) & (stream >= 0)
-            out[hit] = gpu.device[first[i[hit]]]
         devices: dict[int, list[int]] = {}
         for p, d in groups:
             devices.setdefault(p, []).append(d)
-        for p in np.unique(pid[out < 0]).tolist():
+        for p in np.unique(pid).tolist():
+            at = pid == p
             ds = devices.get(int(p), [])
-            at = (pid == p) & (out < 0)
             if len(ds) == 1:
                 out[at] = ds[0]
-            else:
-                out[at] = np.where(np.isin(device_id[at], ds), device_id[at], -1)
+                continue
+            got = np.where(np.isin(device_id[at], ds), device_id[at], -1)
+            mine = np.flatnonzero(gpu.pid == p)  # a process driving several GPUs
+            if ds and mine.size:
+                streams, first = np.unique(gpu.stream[mine], return_index=True)
+                i = np.minimum(np.searchsorted(streams, stream[at]), streams.size - 1)
+                hit = (streams[i] == stream[at]) & (stream[at] >= 0)
+                got[hit] = gpu.device[mine[first[i[hit]]]]
+            out[at] = got
         return out
 
     def _resolve_waits(self, pid: I64, corr: I64, ctx: I64, event: I64, sync_id: I64) -> Waits:
