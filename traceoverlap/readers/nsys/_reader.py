@@ -108,11 +108,11 @@ class Reader(ProcessPart, Ranks, SyncReader):
                 "timeline (if the program did use a GPU, trace it: `nsys profile -t cuda,nvtx`)."
             )
         del nvtx
+        syncs: Rows | None = None
         waits: Waits | None = None
         if device_kind == "gpu":
             syncs, waits = self.read_syncs(gpu, groups)
-            gpu = Rows.concat([gpu, syncs])
-        rows, rank = self.place(gpu, host, groups, ranks)
+        rows, rank = self.place(gpu, host, groups, ranks, syncs)
         del host, gpu
         release_freed()
         # the rank as the event table holds it (one value viewed n times when constant)
@@ -163,17 +163,26 @@ class Reader(ProcessPart, Ranks, SyncReader):
         return Timeline(events, traces)
 
     def place(
-        self, gpu: Rows, host: Rows, groups: list[tuple[int, int]], ranks: list[int]
+        self,
+        gpu: Rows,
+        host: Rows,
+        groups: list[tuple[int, int]],
+        ranks: list[int],
+        syncs: Rows | None = None,
     ) -> tuple[Rows, I32]:
-        """All rows with their rank: GPU rows by (pid, device); host rows by pid, copied to every
-        rank of a process that drives several GPUs; host rows of processes outside the groups go."""
+        """All rows with their rank: GPU rows (and ``syncs``, placed on groups by
+        :meth:`read_syncs`) by (pid, device); host rows by pid, copied to every rank of a process
+        that drives several GPUs; host rows of processes outside the groups go."""
         keys = np.array([(p << 32) | (d & 0xFFFFFFFF) for p, d in groups], dtype=np.int64)
         order = np.argsort(keys)
-        gkey = (gpu.pid << 32) | (gpu.device.astype(np.int64) & 0xFFFFFFFF)
-        if gkey.size:
-            gpu_rank = np.asarray(ranks, dtype=np.int32)[order][np.searchsorted(keys[order], gkey)]
-        else:
-            gpu_rank = np.zeros(0, dtype=np.int32)
+
+        def rank_of(rows: Rows) -> I32:
+            gkey = (rows.pid << 32) | (rows.device.astype(np.int64) & 0xFFFFFFFF)
+            if gkey.size == 0:
+                return np.zeros(0, dtype=np.int32)
+            return np.asarray(ranks, dtype=np.int32)[order][np.searchsorted(keys[order], gkey)]
+
+        gpu_rank = rank_of(gpu)
 
         by_pid: dict[int, list[int]] = {}
         for (pid, _), r in zip(groups, ranks, strict=True):
@@ -185,9 +194,12 @@ class Reader(ProcessPart, Ranks, SyncReader):
         if not mine.all():
             host = host.take(np.flatnonzero(mine))
             pos = pos[mine]
-        del gkey, mine
+        del mine
         blocks, rank_parts = [gpu, host], [gpu_rank, first[pos]]
         del pos
+        if syncs is not None and len(syncs):
+            blocks.append(syncs)
+            rank_parts.append(rank_of(syncs))
         for pid, rs in by_pid.items():
             if len(rs) > 1:
                 idx = np.flatnonzero(host.pid == pid)
