@@ -248,3 +248,41 @@ def test_a_process_driving_two_gpus_places_records_by_stream(tmp_path: Path) -> 
     assert sorted(t.rank for t in tl.traces) == [0, 1]
     assert s["device"].to_dict() == {501: 1, 502: 0}
     assert s["rank"].to_dict() == {501: 1, 502: 0}
+
+
+def _earlier_event(path: Path, records: bool) -> Path:
+    """µs: all-reduce AR1 launched at 10 onto stream 20, runs [100, 200); cudaEventRecord(event
+    9) on stream 20 at 15; AR2 launched at 20 onto stream 20, runs [205, 400);
+    cudaStreamWaitEvent(stream 7, event 9) at 30; gemm launched at 40 onto stream 7, runs
+    [210, 300). The compute stream waits for AR1's event, not for AR2 (which it overlaps)."""
+    x = NsysExport()
+    x.process(PID)
+    x.nvtx(PID, 0, 500 * US, "ProfilerStep#1")
+    nccl = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
+    x.kernel(PID, DEV, 20, 100 * US, 200 * US, nccl, launch=10 * US)
+    rec = x.next_correlation(PID)
+    x.runtime(PID, 15 * US, 16 * US, "cudaEventRecord_v3020", rec)
+    x.kernel(PID, DEV, 20, 205 * US, 400 * US, nccl, launch=20 * US)
+    wait = x.next_correlation(PID)
+    x.runtime(PID, 30 * US, 31 * US, "cudaStreamWaitEvent_v3020", wait)
+    x.sync(PID, 7, 30 * US, 31 * US, SYNC_STREAM_WAIT, wait, 9, 77)
+    x.kernel(PID, DEV, 7, 210 * US, 300 * US, "gemm", launch=40 * US)
+    if records:
+        x.cuda_event(PID, DEV, 20, rec, 9, 77)
+    return x.write(path)
+
+
+def test_a_read_edge_where_the_guess_is_wrong(tmp_path: Path) -> None:
+    # read: the record (call at 15) follows AR1's launch (10) and precedes AR2's (20), so gemm
+    # waits for AR1 (ends 200, gemm starts 210: the edge holds with 10 µs to spare). The guess
+    # (the last communication launched before the wait call, AR2) says gemm waits for AR2,
+    # which ends at 400, 190 µs after gemm started: beyond the 10 µs tolerance, dropped, and
+    # gemm is tied to no collective at all
+    g = load_graph(_earlier_event(tmp_path / "r.sqlite", records=True))
+    pairs = {(int(g.start_ns[s]), int(g.start_ns[d])) for s, d in zip(g.src, g.dst, strict=True)}
+    assert (100 * US, 210 * US) in pairs and (205 * US, 210 * US) not in pairs
+    assert g.guessed.size == 0 or not g.guessed.any()
+    assert what_if(g, ["replay"]).max_error_ratio == 0.0
+    h = load_graph(_earlier_event(tmp_path / "b.sqlite", records=False))
+    w = what_if(h, ["replay"])
+    assert any("1 contradicted by more dropped" in n for n in w.notes)
