@@ -64,6 +64,27 @@ _SCHEMA: dict[str, str] = {
     ),
 }
 
+#: Tables written only when a test adds rows to them (every other test's export stays as it was).
+_OPTIONAL_SCHEMA: dict[str, str] = {
+    # as Nsight Systems 2026.2 (schema 3.25) writes them
+    "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION": (
+        "start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL, "
+        "contextId INTEGER NOT NULL, greenContextId INTEGER, streamId INTEGER NOT NULL, "
+        "correlationId INTEGER, globalPid INTEGER, deprecatedSyncType INTEGER, "
+        "syncType INTEGER NOT NULL, eventId INTEGER NOT NULL, eventSyncId INTEGER"
+    ),
+    "CUPTI_ACTIVITY_KIND_CUDA_EVENT": (
+        "timestamp INTEGER, deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL, "
+        "greenContextId INTEGER, streamId INTEGER NOT NULL, correlationId INTEGER, "
+        "globalPid INTEGER, eventId INTEGER NOT NULL, eventSyncId INTEGER"
+    ),
+}
+
+#: CUPTI synchronization types (ENUM_CUPTI_SYNC_TYPE).
+SYNC_EVENT, SYNC_STREAM_WAIT, SYNC_STREAM, SYNC_CONTEXT = 1, 2, 3, 4
+#: CUPTI's "no stream" / "no event" (uint32 -1).
+NO_ID = 0xFFFFFFFF
+
 #: NVTX event types (ENUM_NSYS_EVENT_TYPE): mark, push/pop range, start/end range, domain create.
 NVTX_MARK, NVTX_PUSH_POP, NVTX_START_END, NVTX_DOMAIN = 34, 59, 60, 75
 
@@ -216,6 +237,54 @@ class NsysExport:
         )
         return corr
 
+    def sync(
+        self,
+        pid: int,
+        stream: int,
+        start: int,
+        end: int,
+        sync_type: int,
+        correlation: int,
+        event: int = NO_ID,
+        event_sync: int | None = None,
+        device: int = 0,
+    ) -> None:
+        """A synchronization record (``CUPTI_ACTIVITY_KIND_SYNCHRONIZATION``) of the API call
+        ``correlation``; ``device`` 0 by default, as the real FSDP export records every one."""
+        self._add(
+            "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
+            (
+                start,
+                end,
+                device,
+                1,
+                None,
+                stream,
+                correlation,
+                global_pid(pid),
+                None,
+                sync_type,
+                event,
+                event_sync,
+            ),
+        )
+
+    def cuda_event(
+        self,
+        pid: int,
+        device: int,
+        stream: int,
+        correlation: int,
+        event: int,
+        event_sync: int | None = None,
+    ) -> None:
+        """An event record (``CUPTI_ACTIVITY_KIND_CUDA_EVENT``) of the cudaEventRecord call
+        ``correlation`` on ``stream``."""
+        self._add(
+            "CUPTI_ACTIVITY_KIND_CUDA_EVENT",
+            (0, device, 1, None, stream, correlation, global_pid(pid), event, event_sync),
+        )
+
     def nvtx(
         self,
         pid: int,
@@ -262,6 +331,9 @@ class NsysExport:
                 if table in skip:
                     continue
                 con.execute(f"CREATE TABLE {table} ({cols})")
+            for table, cols in _OPTIONAL_SCHEMA.items():
+                if table in self.rows and table not in skip:
+                    con.execute(f"CREATE TABLE {table} ({cols})")
             fixed: dict[str, list[tuple[object, ...]]] = {
                 "StringIds": [(i, s) for s, i in self._strings.items()],
                 "META_DATA_EXPORT": meta,

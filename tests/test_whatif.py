@@ -1414,6 +1414,8 @@ def test_recorded_stream_waits_are_read_not_guessed(tmp_path: Path) -> None:
     # a bare sync row (no wait_on_stream): the edge is guessed from the wait call, as before
     g2 = load_graph(_sync_trace(tmp_path / "bare.json", False))
     assert g2.guessed.any() and any("guessed" in n for n in g2.notes)
+    # and the one wait row the trace could not resolve is counted
+    assert any(n.startswith("rank 0: 1 stream wait(s) recorded (sync rows)") for n in g2.notes)
 
 
 def test_a_host_sync_call_waits_for_the_work_it_synchronizes(tmp_path: Path) -> None:

@@ -30,10 +30,11 @@ group_size      int32       collective group size when known, else -1
 shape           int32       kernel launch shape code (grid, block), else -1
                             (:mod:`traceoverlap.readers._shape`: the same in every reader)
 wait_stream     int64       ``sync`` rows of a stream wait: the stream waited on (Kineto
-                            ``args.wait_on_stream``), else -1
+                            ``args.wait_on_stream``; nsys: the ``streamId`` of the event's
+                            record in ``CUPTI_ACTIVITY_KIND_CUDA_EVENT``), else -1
 wait_corr       int64       ``sync`` rows of a stream wait: the correlation id of the event
-                            record call waited on (``wait_on_cuda_event_record_corr_id``),
-                            else -1
+                            record call waited on (``wait_on_cuda_event_record_corr_id``;
+                            nsys: that record's ``correlationId``), else -1
 ==============  ==========  ===============================================================
 
 :func:`traceoverlap.rank.classify.classify` adds the ``kind`` column (one of :data:`traceoverlap.core.vocab.KINDS`).

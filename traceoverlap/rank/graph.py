@@ -367,6 +367,9 @@ def unit_graph(
         dev_comm = int((~lane_host & has_comm).sum())
         if dev_work and dev_comm:
             notes.append(f"rank {unit.traces[0].rank}: {note}")
+        unread = _unread_waits(ev)
+        if unread:
+            notes.append(f"rank {unit.traces[0].rank}: {unread} {UNREAD_WAITS}")
     return UnitGraph(
         trace=unit.traces[0],
         labels=tuple(steps.labels),
@@ -667,6 +670,26 @@ def _read_sync_edges(
         f"{pair.shape[1]} cross-stream sync edge(s) read from {rows.size} stream wait(s) the "
         "trace records (cuda_sync rows: the stream and the event record waited on)",
     )
+
+
+#: What follows the count of stream waits recorded without what they wait on.
+UNREAD_WAITS = (
+    "stream wait(s) recorded (sync rows) without the stream they wait on (nsys: no "
+    "CUPTI_ACTIVITY_KIND_CUDA_EVENT records, `nsys profile --cuda-event-trace=true`; Kineto: "
+    "no wait_on_stream, `enable_cuda_sync_events`): their cross-stream edges are not read"
+)
+
+
+def _unread_waits(ev: pd.DataFrame) -> int:
+    """How many stream-wait sync rows (``Stream Wait Event``, the name Kineto and the nsys
+    reader give them) lack the stream they wait on (``wait_stream`` -1)."""
+    rows = in_categories(ev["category"], ("sync",))
+    if not rows.any():
+        return 0
+    rows &= in_categories(ev["name"], ("Stream Wait Event",))
+    if "wait_stream" in ev.columns:
+        rows &= ev["wait_stream"].to_numpy() < 0
+    return int(np.count_nonzero(rows))
 
 
 STREAM_WAIT_RE = re.compile(r"(?i)streamwaitevent")

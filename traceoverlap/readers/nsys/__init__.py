@@ -16,6 +16,11 @@ never assumed, and a table may be a view, read through SQLite; exports of Nsight
   ``endGlobalTid``), name = ``COALESCE(text, StringIds.value)``: step markers
   (``ProfilerStep#N``), phases (``forward``, ``backward``, ``grad_sync``, ``optimizer``) and any
   other range.
+- ``CUPTI_ACTIVITY_KIND_SYNCHRONIZATION`` -> ``sync`` rows named as Kineto names its
+  ``cuda_sync`` rows (``Event Sync``, ``Stream Wait Event``, ``Stream Sync``, ``Context Sync``),
+  on their stream, with their call's ``correlation``; a stream wait's event is resolved through
+  ``CUPTI_ACTIVITY_KIND_CUDA_EVENT`` (when nsys recorded event records) to the event columns
+  ``wait_stream`` / ``wait_corr`` (:mod:`._sync`).
 - Host rows get ``pid``/``tid`` from ``globalTid`` (bits 24-47 / 0-23), thread names from
   ``ThreadNames``.
 
@@ -71,6 +76,7 @@ The modules, in the order a read goes through them:
 - :mod:`._schema`: tables and columns discovered, the reader's shared state, column scans;
 - :mod:`._metadata`: string ids, schema version, clock, thread / process / GPU names;
 - :mod:`._activity`: GPU activities and CUDA API calls; :mod:`._nvtx`: NVTX ranges, ``rank N``;
+- :mod:`._sync`: synchronization records and the event records stream waits wait on;
 - :mod:`._ranks`: the rank of each process (and GPU), the TraceInfo of each rank;
 - :mod:`._process`: reading one process of a multi-process export (the per-rank map's unit);
 - :mod:`._reader`: the tables read in order, rows placed on their ranks, the Timeline;

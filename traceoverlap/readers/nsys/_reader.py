@@ -18,6 +18,7 @@ from ._ranks import Ranks
 from ._rows import Rows, shared_if_constant
 from ._schema import NVTX, STRINGS
 from ._strings import category_index, fast_categorical
+from ._sync import SyncReader, Waits, wait_columns
 
 I32 = npt.NDArray[np.int32]
 
@@ -51,7 +52,7 @@ def _used_categories(codes: I32) -> pd.Categorical:
     return fast_categorical(remap[codes], category_index(cats))
 
 
-class Reader(ProcessPart, Ranks):
+class Reader(ProcessPart, Ranks, SyncReader):
     # -- top level --------------------------------------------------------------------------
 
     def read(self) -> Timeline:
@@ -107,7 +108,11 @@ class Reader(ProcessPart, Ranks):
                 "timeline (if the program did use a GPU, trace it: `nsys profile -t cuda,nvtx`)."
             )
         del nvtx
-        rows, rank = self.place(gpu, host, groups, ranks)
+        syncs: Rows | None = None
+        waits: Waits | None = None
+        if device_kind == "gpu":
+            syncs, waits = self.read_syncs(gpu, groups)
+        rows, rank = self.place(gpu, host, groups, ranks, syncs)
         del host, gpu
         release_freed()
         # the rank as the event table holds it (one value viewed n times when constant)
@@ -119,6 +124,7 @@ class Reader(ProcessPart, Ranks):
             rows.start += offset
             rows.end += offset
         n = len(rows)
+        sparse = wait_columns(waits, rows.pid, rows.correlation, category)
         events = make_events(
             n,
             {
@@ -140,6 +146,7 @@ class Reader(ProcessPart, Ranks):
                 "seq": np.broadcast_to(np.int64(-1), (n,)),
                 "group_size": np.broadcast_to(np.int32(-1), (n,)),
                 "shape": shared_if_constant(rows.shape, np.int32),
+                **sparse,
             },
         )
         traces = self.trace_infos(
@@ -156,17 +163,26 @@ class Reader(ProcessPart, Ranks):
         return Timeline(events, traces)
 
     def place(
-        self, gpu: Rows, host: Rows, groups: list[tuple[int, int]], ranks: list[int]
+        self,
+        gpu: Rows,
+        host: Rows,
+        groups: list[tuple[int, int]],
+        ranks: list[int],
+        syncs: Rows | None = None,
     ) -> tuple[Rows, I32]:
-        """All rows with their rank: GPU rows by (pid, device); host rows by pid, copied to every
-        rank of a process that drives several GPUs; host rows of processes outside the groups go."""
+        """All rows with their rank: GPU rows (and ``syncs``, placed on groups by
+        :meth:`read_syncs`) by (pid, device); host rows by pid, copied to every rank of a process
+        that drives several GPUs; host rows of processes outside the groups go."""
         keys = np.array([(p << 32) | (d & 0xFFFFFFFF) for p, d in groups], dtype=np.int64)
         order = np.argsort(keys)
-        gkey = (gpu.pid << 32) | (gpu.device.astype(np.int64) & 0xFFFFFFFF)
-        if gkey.size:
-            gpu_rank = np.asarray(ranks, dtype=np.int32)[order][np.searchsorted(keys[order], gkey)]
-        else:
-            gpu_rank = np.zeros(0, dtype=np.int32)
+
+        def rank_of(rows: Rows) -> I32:
+            gkey = (rows.pid << 32) | (rows.device.astype(np.int64) & 0xFFFFFFFF)
+            if gkey.size == 0:
+                return np.zeros(0, dtype=np.int32)
+            return np.asarray(ranks, dtype=np.int32)[order][np.searchsorted(keys[order], gkey)]
+
+        gpu_rank = rank_of(gpu)
 
         by_pid: dict[int, list[int]] = {}
         for (pid, _), r in zip(groups, ranks, strict=True):
@@ -178,9 +194,12 @@ class Reader(ProcessPart, Ranks):
         if not mine.all():
             host = host.take(np.flatnonzero(mine))
             pos = pos[mine]
-        del gkey, mine
+        del mine
         blocks, rank_parts = [gpu, host], [gpu_rank, first[pos]]
         del pos
+        if syncs is not None and len(syncs):
+            blocks.append(syncs)
+            rank_parts.append(rank_of(syncs))
         for pid, rs in by_pid.items():
             if len(rs) > 1:
                 idx = np.flatnonzero(host.pid == pid)
