@@ -142,7 +142,8 @@ def _text_lines(w: WhatIf) -> list[str]:
         lines += [f"  - {n}" for n in w.notes]
     lines.append(
         "step ms: per step the mean over ranks of the replayed step, median over steps; steps "
-        "range: the smallest and largest of those steps (docs/whatif.md)"
+        "range: the smallest and largest of those steps; speedup: against the replay, every "
+        "rank's first step measured from the same start in both (docs/whatif.md)"
     )
     return lines
 
@@ -181,6 +182,7 @@ def _scenario(r: ScenarioResult) -> dict[str, Any]:
         r.note or None,
         r.contention_ns,
         r.slack,
+        r.baseline_ns,
     )
     return dict(zip(SCENARIOS.names, values, strict=True))
 
