@@ -793,9 +793,8 @@ def _straggler_note(
 ) -> str:
     """docs/whatif.md §3: the straggler ``analyze`` names is the top "fixing rank R buys" row,
     else the output says why not ("" where it is, or there is none): where it arrived last, the
-    next ranks arrived close behind it (fixing it alone buys only that gap), and a fixed rank
-    that began its step late now starts with its peers and waits for them, which lengthens its
-    own step."""
+    next ranks arrived close behind it (fixing it alone buys only that gap: it then waits for
+    them)."""
     if straggler is None or not fix:
         return ""
     top = fix[0]
@@ -818,9 +817,8 @@ def _straggler_note(
         who = ", ".join(str(r) for r in others)
         why = (
             f"where it arrived last ({n} collective(s)), rank(s) {who} arrived a median "
-            f"{gap / 1e6:.2f} ms before it, so fixing it alone buys at most that there; and a "
-            "fixed rank that began its step late begins with its peers and waits for the "
-            "others, which lengthens its own step (fix those ranks too, or compare no-straggler)"
+            f"{gap / 1e6:.2f} ms before it, so fixing it alone buys at most that there: it then "
+            "waits for them (fix those ranks too, or compare no-straggler)"
         )
     return (
         f"analyze names rank {straggler} as the straggler ({waited / 1e6:.1f} ms of waiting "
