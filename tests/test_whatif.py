@@ -764,6 +764,8 @@ def test_advise_gives_a_python_user_what_to_try() -> None:
     names = [r.name for r in got.scenarios]
     speedups = [r.speedup or 0 for r in got.scenarios]
     assert 0 < len(names) <= 3 and len(set(names)) == len(names) and "replay" not in names
+    # the replay's step, which a line whose speedup has another baseline names beside it
+    assert got.replay_ns == what_if(load_graph(run), ["replay"]).scenarios[0].step_ns
     assert speedups == sorted(speedups, reverse=True) and min(speedups) > 1.01
     assert not got.left_out and got.nodes == a.run_graph_nodes > 0
     res = CliRunner().invoke(main, ["analyze", str(run), "--format", "markdown"])

@@ -133,3 +133,26 @@ def test_a_thread_working_beside_the_gaps_gets_no_hand_off() -> None:
     assert not any("AddmmBackward0" in (a, b) for _, a, b in edges)
     w = what_if(graph_of(run), ["replay"])
     assert w.max_error_ratio == 0.0
+
+
+def test_what_to_try_says_the_baseline_of_a_rank_started_earlier() -> None:
+    from traceoverlap.reporters.whatif_report import advice_lines
+    from traceoverlap.whatif.advice import Advice, best_scenarios
+
+    # the run of the first test: fix-rank:2 43 ms, 47 / 43 = 1.09x against the replay's 47 ms
+    # from the same first starts, not its 41.33; no-straggler starts rank 2 at the median of
+    # all three starts (26): arrivals 11, 37, 37, every step ends 4 ms earlier: 56 + 30 + 30 =
+    # 116 / 3 = 38.67 ms against 60 + 34 + 34 = 128 / 3 = 42.67 ms: 1.10x, the first line
+    run = [_late_rank(0, 0, 3), _late_rank(1, 26, 3), _late_rank(2, 30, 3)]
+    w = what_if(graph_of(run), ["replay", "no-straggler"])  # and the fix-rank rows
+    lines = advice_lines(Advice(best_scenarios(w), replay_ns=124 / 3 * MS))
+    assert lines[0].startswith(
+        "what-if no-straggler: step 38.67 ms, 1.10x against the replay's 42.67 ms from the same "
+        "first starts ("
+    )
+    assert lines[1].startswith(
+        "what-if fix-rank:2: step 43.00 ms, 1.09x against the replay's 47.00 ms from the same "
+        "first starts ("
+    )
+    # a line whose baseline is the replay's own step says nothing more
+    assert all("same first starts" not in x for x in advice_lines(Advice(best_scenarios(w))))
