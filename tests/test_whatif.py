@@ -141,7 +141,9 @@ def test_fix_rank_takes_a_peer_start_for_a_rank_late_from_before_the_capture() -
     # 50)); both add [50.05, 55). Steps: rank 0 [0, 60) = 60, rank 1 [30, 60) = 30: replay 45.
     # Rank 1's late start is the gap the trace began with: fix-rank:1 gives it rank 0's (mm at
     # 0): both arrive at 10.1, end at 20, add [20.05, 25): rank 0's step 60 - 30 = 30, rank 1's
-    # moves whole (begin and end 30 ms earlier): 30. Mean 30 ms
+    # moves whole (begin and end 30 ms earlier): 30. Mean 30 ms. Its speedup is against the
+    # replay measured from the same first starts (rank 1 meets rank 0 in the all-reduce: from
+    # 0 in both): 60 and 60, so 60 / 30 = 2x (its 30 ms of lateness was its own step's)
     def rows(start_ms: int) -> list[tuple[str, str, str, int, int]]:
         s, m = start_ms * MS, (start_ms + 10) * MS
         return [
@@ -156,6 +158,8 @@ def test_fix_rank_takes_a_peer_start_for_a_rank_late_from_before_the_capture() -
     w = what_if(graph_of(run), ["replay", "fix-rank:1", "fix-rank:0"])
     replayed, fix1, fix0 = (s.step_ns for s in w.scenarios)
     assert replayed == pytest.approx(45 * MS) and fix1 == pytest.approx(30 * MS)
+    assert w.scenarios[1].baseline_ns == pytest.approx(60 * MS)
+    assert w.scenarios[1].speedup == pytest.approx(2.0)
     # fix-rank:0: rank 0 is never given a later start than its own (its first step, measured
     # from its first start, would read 30 ms shorter): nothing moves
     assert fix0 == pytest.approx(45 * MS)
@@ -765,6 +769,8 @@ def test_advise_gives_a_python_user_what_to_try() -> None:
     names = [r.name for r in got.scenarios]
     speedups = [r.speedup or 0 for r in got.scenarios]
     assert 0 < len(names) <= 3 and len(set(names)) == len(names) and "replay" not in names
+    # the replay's step, which a line whose speedup has another baseline names beside it
+    assert got.replay_ns == what_if(load_graph(run), ["replay"]).scenarios[0].step_ns
     assert speedups == sorted(speedups, reverse=True) and min(speedups) > 1.01
     assert not got.left_out and got.nodes == a.run_graph_nodes > 0
     res = CliRunner().invoke(main, ["analyze", str(run), "--format", "markdown"])

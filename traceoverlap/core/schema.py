@@ -501,7 +501,13 @@ SCENARIOS = Table(
             nullable=True,
             stats=False,
         ),
-        Column("speedup", FLOAT, FACTOR, "replay's step / this step", True),
+        Column(
+            "speedup",
+            FLOAT,
+            FACTOR,
+            "the replay's step measured as this one (baseline_ns) / this step",
+            True,
+        ),
         Column("changed", STR, NONE, "what the scenario changed"),
         Column("ranks", INT_LIST, NONE, "the ranks involved"),
         Column("collectives", STR_LIST, NONE, "the collectives involved"),
@@ -518,6 +524,15 @@ SCENARIOS = Table(
             NONE,
             "what it does with the observed slack: kept, peers (the peers' median), "
             "zeroed-host or zeroed",
+        ),
+        Column(
+            "baseline_ns",
+            FLOAT,
+            NS,
+            "the replay's step with every rank's first step measured from the earlier of its "
+            "first starts in the replay and here (a rank started with its peers: from there "
+            "in both): what speedup divides",
+            True,
         ),
     ),
 )

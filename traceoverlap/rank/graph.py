@@ -23,7 +23,12 @@ Edges:
    (``BLOCKED_PER``, ``BLOCKED_FLOOR_NS``: the analysis' rule) waited for it: its next node
    depends on that end; a wait call, and an op that launched a collective from inside and
    ended after it, end no earlier than the collective's end (plus what followed it in the
-   trace).
+   trace);
+6. thread hand-offs (every unit, :func:`_handoff_edges`): where another host thread works only
+   while the unit's first thread is idle (the autograd engine's thread during ``backward()``),
+   starting just after that thread's last node and ending just before its next (the blocked
+   rule's tolerance at both ends), it was handed the work: its first node there depends on
+   the end of the node before, and the node after depends on its end.
 
 The join (:func:`traceoverlap.whatif.graph.join_graphs`) concatenates the units, puts them on one
 clock (offsets from collective end times, as the matching does) and numbers the matched
@@ -370,6 +375,8 @@ def unit_graph(
         unread = _unread_waits(ev)
         if unread:
             notes.append(f"rank {unit.traces[0].rank}: {unread} {UNREAD_WAITS}")
+    hs, hd = _handoff_edges(lane_local, start[all_rows], end[all_rows], lane_host & ~has_comm)
+    src, dst, src_start, gap, guessed = _appended(src, dst, src_start, gap, guessed, hs, hd)
     return UnitGraph(
         trace=unit.traces[0],
         labels=tuple(steps.labels),
@@ -607,6 +614,113 @@ def _blocking_edges(nodes: _Nodes, h_lane: I64, h_start: I64) -> tuple[I64, I64,
         np.concatenate(dsts).astype(np.int64),
         np.concatenate(gaps).astype(np.int64),
     )
+
+
+def _handoff_edges(
+    lane: I64, start: I64, end: I64, worker: npt.NDArray[np.bool_]
+) -> tuple[I64, I64]:
+    """Thread hand-offs (edge 6): on the unit's host threads that are no communication lanes
+    (``worker``, per lane), the *first* thread (the earliest first node: the one the program
+    runs on) and every other one. Where a stretch of another thread's nodes lies inside an idle
+    gap of the first thread, beginning within the blocked rule's tolerance after the node before
+    the gap ended and ending within it before the node after the gap started (each gap at most
+    1 % of the stretch, or at most 1 ms: ``BLOCKED_PER``, ``BLOCKED_FLOOR_NS``, diagnosis.md §8),
+    the first thread handed it that work and waited (``backward()`` on the main thread while
+    the autograd engine's thread launches the backward): the stretch's first node depends on the
+    end of the node before the gap, and the node after the gap on the end of the stretch's
+    last-ending node (both gap 0: the wake-ups are those nodes' slack). A thread that works
+    beside the first one, or starts or ends far from its gaps (a metrics thread), gets none.
+
+    Without them the other thread's first node kept its observed start (a lane's first node
+    with no edge), and a scenario that let the first thread finish its forward earlier could
+    not start the backward any earlier; the first thread's gap while it waited was its own
+    host time, which ``no-host-gaps`` removed (the optimizer then ran before the backward)."""
+    z = np.zeros(0, np.int64)
+    lanes = np.flatnonzero(worker)
+    if lanes.size < 2 or start.size == 0:
+        return z, z.copy()
+    on_lane = [np.flatnonzero(lane == ln) for ln in lanes.tolist()]
+    firsts = [int(start[ix].min()) if ix.size else np.iinfo(np.int64).max for ix in on_lane]
+    main = int(np.argmin(firsts))
+    a = on_lane[main]
+    a = a[np.lexsort((end[a], start[a]))]
+    if a.size < 2:
+        return z, z.copy()
+    a_start, a_run = start[a], np.maximum.accumulate(end[a])
+    srcs: list[I64] = []
+    dsts: list[I64] = []
+    for i, b in enumerate(on_lane):  # a loop over threads, not events
+        if i == main or b.size == 0:
+            continue
+        b = b[np.lexsort((end[b], start[b]))]
+        k = np.searchsorted(a_start, start[b], side="right") - 1  # a's node before b's node
+        kk = np.clip(k, 0, a.size - 2)
+        inside = (k >= 0) & (k < a.size - 1)
+        inside &= (a_run[kk] <= start[b]) & (a_start[kk + 1] >= end[b])
+        gid = np.where(inside, k, -1)
+        # stretches: runs of consecutive nodes in the same gap
+        brk = np.ones(b.size, dtype=bool)
+        brk[1:] = gid[1:] != gid[:-1]
+        run = np.cumsum(brk) - 1
+        first = np.flatnonzero(brk & (gid >= 0))
+        if first.size == 0:
+            continue
+        r = run[first]
+        last_end = np.full(int(run[-1]) + 1, np.iinfo(np.int64).min, dtype=np.int64)
+        np.maximum.at(last_end, run, end[b])
+        closer = np.zeros(int(run[-1]) + 1, dtype=np.int64)  # per run: its last-ending node
+        order = np.lexsort((end[b], run))
+        closer[run[order]] = b[order]
+        g = gid[first]
+        span = last_end[r] - start[b[first]]
+        pre = start[b[first]] - a_run[g]
+        post = a_start[g + 1] - last_end[r]
+        ok = ((pre * BLOCKED_PER <= span) | (pre <= BLOCKED_FLOOR_NS)) & (
+            (post * BLOCKED_PER <= span) | (post <= BLOCKED_FLOOR_NS)
+        )
+        # the node before the gap: the one that ended last among a's nodes up to it
+        before = a[_argmax_upto(end[a], g[ok])]
+        srcs += [before, closer[r[ok]]]
+        dsts += [b[first[ok]], a[g[ok] + 1]]
+    if not srcs:
+        return z, z.copy()
+    return np.concatenate(srcs).astype(np.int64), np.concatenate(dsts).astype(np.int64)
+
+
+def _appended(
+    src: I64,
+    dst: I64,
+    src_start: npt.NDArray[np.bool_],
+    gap: I64,
+    guessed: npt.NDArray[np.bool_],
+    new_src: I64,
+    new_dst: I64,
+) -> tuple[I64, I64, npt.NDArray[np.bool_], I64, npt.NDArray[np.bool_]]:
+    """The edges with ``new_src -> new_dst`` appended (from the source's end, gap 0, not
+    guessed; ``guessed`` stays empty where no edge was guessed)."""
+    if new_src.size == 0:
+        return src, dst, src_start, gap, guessed
+    n = new_src.size
+    if guessed.size:
+        guessed = np.concatenate([guessed, np.zeros(n, dtype=bool)])
+    return (
+        np.concatenate([src, new_src]),
+        np.concatenate([dst, new_dst]),
+        np.concatenate([src_start, np.zeros(n, dtype=bool)]),
+        np.concatenate([gap, np.zeros(n, dtype=np.int64)]),
+        guessed,
+    )
+
+
+def _argmax_upto(v: I64, k: I64) -> I64:
+    """Per ``k``: the index of the largest of ``v[: k + 1]`` (the latest of them on ties)."""
+    best = np.zeros(v.size, dtype=np.int64)
+    if v.size:
+        run = np.maximum.accumulate(v)
+        is_new = np.ones(v.size, dtype=bool)
+        is_new[1:] = v[1:] >= run[:-1]
+        best = np.maximum.accumulate(np.where(is_new, np.arange(v.size), 0))
+    return best[k]
 
 
 def _read_sync_edges(

@@ -60,7 +60,8 @@ def section(w: WhatIf | str | None) -> str:
     explain = (
         "<p class='explain'>Each scenario changes durations or gaps of the run graph and replays "
         "it (docs/whatif.md). Predicted step: per step the mean over ranks of the replayed step, "
-        "median over steps; speedup against the unchanged replay. "
+        "median over steps; speedup against the unchanged replay, every rank's first step "
+        "measured from the same start in both (a rank the scenario starts earlier: from there). "
         + (
             "Slack: what the scenario does with the delays the graph does not explain (kept: "
             "as the trace shows them). "

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..core.errors import TraceoverlapError
 from ..run.results import Analysis
 from .graph import run_graph
@@ -44,6 +46,10 @@ class Advice:
     #: what the overlap tax stands on (``measured`` / ``estimated``, :class:`~.tax.TaxBasis`):
     #: the ``no-overlap-tax`` line says it
     tax_kind: str = ""
+    #: the identity replay's step (median over steps of the mean over ranks): a line whose
+    #: speedup is against another baseline (:attr:`ScenarioResult.baseline_ns`, the replay
+    #: measured from the same first starts) says so
+    replay_ns: float | None = None
 
     @property
     def left_out(self) -> bool:
@@ -90,4 +96,6 @@ def advise(analysis: Analysis, max_nodes: int | None = None, top: int = TOP_SCEN
     except TraceoverlapError:
         return Advice(nodes=nodes, max_nodes=limit)
     kind = str(w.tax_basis.get("kind", "")) if w.tax_basis else ""
-    return Advice(best_scenarios(w, top), w.findings, nodes, limit, kind)
+    rep = np.array([np.nan if v is None else v for v in w.replayed_ns], dtype=np.float64)
+    base = float(np.nanmedian(rep)) if np.isfinite(rep).any() else None
+    return Advice(best_scenarios(w, top), w.findings, nodes, limit, kind, base)

@@ -413,9 +413,19 @@ class StepTimes:
     run_replayed_ns: npt.NDArray[np.float64]
 
 
-def step_times(g: RunGraph, s: Schedule) -> StepTimes:
+def step_times(g: RunGraph, s: Schedule, other: Schedule | None = None) -> StepTimes:
     """A step's replayed time: its observed time moved by how much its last activity end and
-    first activity start moved (the margins around them are kept)."""
+    first activity start moved (the margins around them are kept).
+
+    A unit's later steps begin where its previous step ended; its first step at its first
+    start. ``other``: a second schedule of the same graph (a scenario and the identity replay,
+    either way round) whose steps are to be compared with these. A unit that meets its peers
+    in a matched collective in its first step is synchronised with them: a late first start
+    there is lateness from before the capture that its peers waited for, its own time. Its
+    first step is then measured from the earlier of its first starts in the two schedules, in
+    both, so that a unit the scenario starts earlier (begun with its peers) is not read as a
+    longer step, nor one it starts later as a shorter one. A unit that meets no peer there
+    is measured from its own first start in each (an offset nobody waited for buys nothing)."""
     nu, ns = g.win_start_ns.shape
     act = (g.kind != 3) & (g.window >= 0)
     idx = g.unit[act] * ns + g.window[act]
@@ -430,6 +440,13 @@ def step_times(g: RunGraph, s: Schedule) -> StepTimes:
 
     olo, ohi = span(g.start_ns, g.end_ns)
     rlo, rhi = span(s.start_ns, s.end_ns)
+    if other is not None:
+        met = np.zeros(nu * ns, dtype=bool)
+        m = (g.inst >= 0) & (g.window >= 0)
+        met[g.unit[m] * ns + g.window[m]] = True
+        rlo = np.where(
+            met.reshape(nu, ns), np.minimum(rlo, span(other.start_ns, other.end_ns)[0]), rlo
+        )
     present = g.win_start_ns >= 0
     observed = np.where(present, g.win_end_ns - g.win_start_ns, -1).astype(np.int64)
     has = present & (ohi != NEG)

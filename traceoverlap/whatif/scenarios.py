@@ -122,6 +122,10 @@ class ScenarioResult:
     #: what the scenario does with the observed slack (delays the graph does not explain):
     #: ``kept``, ``peers`` (the peers' median at each position), ``zeroed-host`` or ``zeroed``
     slack: str = "kept"
+    #: the identity replay's step measured as this scenario's (every rank's first step from
+    #: the earlier of its first starts in the two): what ``speedup`` divides; the replay's own
+    #: step unless the scenario starts a rank earlier or later than the trace did
+    baseline_ns: float | None = None
 
 
 @dataclass(frozen=True)
@@ -280,11 +284,25 @@ def default_scenarios(g: RunGraph) -> list[str]:
     return registry.default_names(g)
 
 
+def _compared(g: RunGraph, p: Params, ident: Schedule) -> tuple[StepTimes, StepTimes, Schedule]:
+    """A scenario's replay (``p``) and its step times, with the identity replay's step times
+    measured the same way: every unit's first step from the earlier of its first starts in
+    the two (:func:`~traceoverlap.whatif.replay.step_times`), so a rank the scenario starts
+    earlier than the trace (late from before the capture, begun with its peers) is measured
+    from there in both."""
+    s = replay(g, p)
+    return step_times(g, s, ident), step_times(g, ident, s), s
+
+
 def _result(
-    g: RunGraph, name: str, run: tuple[StepTimes, Schedule], base: float | None, beside: int
+    g: RunGraph,
+    name: str,
+    run: tuple[StepTimes, StepTimes, Schedule],
+    beside: int,
 ) -> ScenarioResult:
-    st, sched = run
+    st, base_st, sched = run
     step = _median(st.run_replayed_ns)
+    base = _median(base_st.run_replayed_ns)
     speedup = base / step if base is not None and step else None
     scenario, arg = registry.parse(name)
     changed, ranks, colls = scenario.changed(g, arg)
@@ -292,7 +310,7 @@ def _result(
     more, note = contention(g, sched, beside)
     note = "; ".join(n for n in (note, shared_cpu_note(g, speedup)) if n)
     return ScenarioResult(
-        name, step, speedup, changed, ranks, colls, per, note, more, scenario.slack
+        name, step, speedup, changed, ranks, colls, per, note, more, scenario.slack, base
     )
 
 
@@ -588,7 +606,7 @@ def what_if(
     tt = tax_table(g)  # the per-node tax once: the scenarios' and the tables'
     tax = tt.node_tax_ns
     beside = beside_ns(g, s.start_ns, s.end_ns)  # the identity replay's
-    results = [_result(g, n, _run(g, scenario_params(g, p, n, tax)), base, beside) for n in names]
+    results = [_result(g, n, _compared(g, scenario_params(g, p, n, tax), s), beside) for n in names]
     fix = []
     caused = dict(credit) if credit is not None else waiting_credit(g)
     if straggler is None and caused and max(caused.values()) > 0:
@@ -596,7 +614,7 @@ def what_if(
     if np.unique(g.unit_rank).size >= 2:
         for r in ranks_that_matter(g, p, credit=caused):
             n = f"fix-rank:{r}"
-            fix.append(_result(g, n, _run(g, scenario_params(g, p, n, tax)), base, beside))
+            fix.append(_result(g, n, _compared(g, scenario_params(g, p, n, tax), s), beside))
     fix.sort(key=lambda r: -(r.speedup or 0))
     slack = slack_steps(g, p, ident)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -617,7 +635,10 @@ def what_if(
         for t, c in zip(np.where(present, tt.step_tax_ns, 0).sum(axis=0), cnt, strict=True)
     )
     notes = _merge_notes(g.notes)
-    notes += _straggler_notes(sync_note, _straggler_note(g, fix, straggler, caused), ideal_s)
+    notes += _straggler_notes(
+        sync_note, _straggler_note(g, fix, straggler, caused), ideal_s, ideal_row
+    )
+    notes += _baseline_notes([*results, *fix], base)
     notes += _error_notes(g, err)
     spread = transfer_spread_note(g, p, base)
     if spread:
@@ -684,15 +705,55 @@ def what_if(
     )
 
 
-def _straggler_notes(sync_note: str, agree: str, ideal_s: float | None) -> list[str]:
-    """The sync-tolerance note, the analyze/whatif agreement note and the ideal's slowdown."""
+def _straggler_notes(
+    sync_note: str, agree: str, ideal_s: float | None, ideal_row: ScenarioResult | None = None
+) -> list[str]:
+    """The sync-tolerance note, the analyze/whatif agreement note and the ideal's slowdown,
+    with its speedup against the replay split into its two factors: removing every launch
+    delay and host gap (the replay keeps them as slack; on a host-bound trace most of the
+    step), and evening the durations (S, the published method's straggler measure)."""
     notes = [n for n in (sync_note, agree) if n]
     if ideal_s is not None:
+        split = ""
+        if ideal_row is not None and ideal_row.speedup and ideal_s:
+            split = (
+                f"; its {ideal_row.speedup:.2f}x against the replay is "
+                f"{ideal_row.speedup / ideal_s:.2f}x from removing every launch delay and host "
+                f"gap (the slack the replay keeps) times that {ideal_s:.2f}x: compare S, not "
+                "that speedup, for stragglers"
+            )
         notes.append(
             f"ideal: the run without launch delays is {ideal_s:.2f}x the ideal run (the published "
-            "method's slowdown S; its attribution per op type and per rank in the JSON)"
+            f"method's slowdown S; its attribution per op type and per rank in the JSON){split}"
         )
     return notes
+
+
+#: Rows named in the note on the replay measured from the same first starts.
+BASELINE_NOTE_ROWS = 4
+
+
+def _baseline_notes(rows: Sequence[ScenarioResult], base: float | None) -> list[str]:
+    """Where a scenario starts a rank earlier (or later) than the trace did, its speedup is
+    against the replay measured from the same first starts (``baseline_ns``), not against the
+    replay's own step: say so, with those baselines (one note)."""
+    if base is None:
+        return []
+    moved = [
+        (r.name, r.baseline_ns)
+        for r in rows
+        if r.baseline_ns is not None and abs(r.baseline_ns - base) >= 1
+    ]
+    if not moved:
+        return []
+    shown = ", ".join(f"{n} {b / 1e6:.2f} ms" for n, b in moved[:BASELINE_NOTE_ROWS])
+    more = f" and {len(moved) - BASELINE_NOTE_ROWS} more" if len(moved) > BASELINE_NOTE_ROWS else ""
+    return [
+        f"{shown}{more}: these scenarios start some ranks at another time than the trace did "
+        "(a rank late from before the capture begins with its peers), so their speedup is "
+        f"against the replay measured from the same first starts, not its {base / 1e6:.2f} ms: "
+        "a rank that starts earlier has not got a longer step (JSON baseline_ns)"
+    ]
 
 
 def runner_up(g: RunGraph, rank: int) -> tuple[list[int], float | None, int]:
@@ -732,9 +793,8 @@ def _straggler_note(
 ) -> str:
     """docs/whatif.md §3: the straggler ``analyze`` names is the top "fixing rank R buys" row,
     else the output says why not ("" where it is, or there is none): where it arrived last, the
-    next ranks arrived close behind it (fixing it alone buys only that gap), and a fixed rank
-    that began its step late now starts with its peers and waits for them, which lengthens its
-    own step."""
+    next ranks arrived close behind it (fixing it alone buys only that gap: it then waits for
+    them)."""
     if straggler is None or not fix:
         return ""
     top = fix[0]
@@ -757,9 +817,8 @@ def _straggler_note(
         who = ", ".join(str(r) for r in others)
         why = (
             f"where it arrived last ({n} collective(s)), rank(s) {who} arrived a median "
-            f"{gap / 1e6:.2f} ms before it, so fixing it alone buys at most that there; and a "
-            "fixed rank that began its step late begins with its peers and waits for the "
-            "others, which lengthens its own step (fix those ranks too, or compare no-straggler)"
+            f"{gap / 1e6:.2f} ms before it, so fixing it alone buys at most that there: it then "
+            "waits for them (fix those ranks too, or compare no-straggler)"
         )
     return (
         f"analyze names rank {straggler} as the straggler ({waited / 1e6:.1f} ms of waiting "
