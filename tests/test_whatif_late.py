@@ -37,25 +37,27 @@ def test_a_rank_late_from_before_the_capture_is_the_top_row() -> None:
     assert w.scenarios[0].step_ns == pytest.approx(124 / 3 * MS)
     assert w.straggler == 2
     rows = {r.name: r for r in w.fix_rank}
-    # fix-rank:2: rank 2 begins at its peers' median start (0, 26: 13): mm [13, 23), arrival 24;
-    # the last arrival is now rank 1's, 37: the all-reduce ends at 37 + 9 = 46, 4 ms earlier,
-    # and so does every step. Measured from the same first starts (rank 2's: 13, in both):
-    # scenario 56 + 30 + 43 = 129 / 3 = 43 ms, replay 60 + 34 + 47 = 141 / 3 = 47 ms:
-    # 47 / 43 = 1.093x. (Rank 2 measured from 30 in the replay and from 13 here, its step
-    # would read 43 against 41.33: 0.96x, "slower", though every rank ends 4 ms earlier.)
+    # fix-rank:2: rank 2 begins at its peers' median start (of 0 and 26 the lower middle value,
+    # 0: never their mean, docs/whatif.md): mm [0, 10), arrival 11; the last arrival is now
+    # rank 1's, 37: the all-reduce ends at 37 + 9 = 46, 4 ms earlier, and so does every step.
+    # Measured from the same first starts (rank 2's: 0, in both): scenario 56 + 30 + 56 = 142 /
+    # 3 = 47.33 ms, replay 60 + 34 + 60 = 154 / 3 = 51.33 ms: 154 / 142 = 1.085x. (Rank 2
+    # measured from 30 in the replay and from 0 here, its step would read 56 against 30: the
+    # run 47.33 against 41.33, 0.87x, "slower", though every rank ends 4 ms earlier.)
     fix2 = rows["fix-rank:2"]
-    assert fix2.step_ns == pytest.approx(43 * MS)
-    assert fix2.baseline_ns == pytest.approx(47 * MS)
-    assert fix2.speedup == pytest.approx(47 / 43)
-    # fix-rank:1: rank 1 begins at 15 (the median of 0 and 30), arrives at 26, still before
-    # rank 2: nothing ends earlier; from 15 in both its step is 45: 1.00x
+    assert fix2.step_ns == pytest.approx(142 / 3 * MS)
+    assert fix2.baseline_ns == pytest.approx(154 / 3 * MS)
+    assert fix2.speedup == pytest.approx(154 / 142)
+    # fix-rank:1: rank 1 begins at 0 (the lower middle of 0 and 30), arrives at 11, still
+    # before rank 2: nothing ends earlier; from 0 in both its step is 60: (60 + 60 + 30) / 3 =
+    # 50 ms in both, 1.00x
     assert rows["fix-rank:1"].speedup == pytest.approx(1.0)
-    assert rows["fix-rank:1"].baseline_ns == pytest.approx(135 / 3 * MS)
+    assert rows["fix-rank:1"].baseline_ns == pytest.approx(150 / 3 * MS)
     # fix-rank:0: never a later start, the same durations as its peers: 1.00x
     assert rows["fix-rank:0"].speedup == pytest.approx(1.0)
     assert w.fix_rank[0].name == "fix-rank:2" and (w.fix_rank[0].speedup or 0) > 1
     # the note says the speedup is against the replay measured from the same first starts
-    assert any("fix-rank:2 47.00 ms" in n and "same first starts" in n for n in w.notes)
+    assert any("fix-rank:2 51.33 ms" in n and "same first starts" in n for n in w.notes)
 
 
 def test_a_late_start_nobody_waited_for_buys_nothing() -> None:
@@ -139,7 +141,7 @@ def test_what_to_try_says_the_baseline_of_a_rank_started_earlier() -> None:
     from traceoverlap.reporters.whatif_report import advice_lines
     from traceoverlap.whatif.advice import Advice, best_scenarios
 
-    # the run of the first test: fix-rank:2 43 ms, 47 / 43 = 1.09x against the replay's 47 ms
+    # the run of the first test: fix-rank:2 47.33 ms, 1.08x against the replay's 51.33 ms
     # from the same first starts, not its 41.33; no-straggler starts rank 2 at the median of
     # all three starts (26): arrivals 11, 37, 37, every step ends 4 ms earlier: 56 + 30 + 30 =
     # 116 / 3 = 38.67 ms against 60 + 34 + 34 = 128 / 3 = 42.67 ms: 1.10x, the first line
@@ -151,7 +153,7 @@ def test_what_to_try_says_the_baseline_of_a_rank_started_earlier() -> None:
         "first starts ("
     )
     assert lines[1].startswith(
-        "what-if fix-rank:2: step 43.00 ms, 1.09x against the replay's 47.00 ms from the same "
+        "what-if fix-rank:2: step 47.33 ms, 1.08x against the replay's 51.33 ms from the same "
         "first starts ("
     )
     # a line whose baseline is the replay's own step says nothing more
