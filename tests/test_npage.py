@@ -101,6 +101,8 @@ def tables(draw: Any) -> dict[str, Any]:
         "delete": draw(st.booleans()),
         "where": draw(st.sampled_from([None, ("rowid % 3 = 1", ()), ("c0 IS NULL", ())])),
         "keep": draw(st.sampled_from([None, "odd", "names"])),
+        # new texts at once that go through the prefilter (NameTest.candidates) on the C path
+        "prefilter": draw(st.sampled_from([1, 4096])),
         "mutations": draw(st.lists(st.tuples(st.integers(0, 2**32), st.integers(0, 255)))),
         "seed": draw(st.integers(0, 2**16)),
     }
@@ -181,8 +183,9 @@ def _read(
     """What PageReader reads with ``decoder``: the columns, "unsupported", or "sqlite" (SQLite
     itself refused the file: a mutation it notices)."""
     _memo.forget()
-    old = _pages.DECODER
+    old = _pages.DECODER, _pages._PREFILTER_TEXTS
     _pages.DECODER = decoder
+    _pages._PREFILTER_TEXTS = spec.get("prefilter", 4096)
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
     try:
         con.execute("BEGIN")
@@ -197,7 +200,7 @@ def _read(
         return "sqlite"
     finally:
         con.close()
-        _pages.DECODER = old
+        _pages.DECODER, _pages._PREFILTER_TEXTS = old
 
 
 def _state(cols: Any) -> Any:
