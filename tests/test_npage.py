@@ -102,7 +102,7 @@ def tables(draw: Any) -> dict[str, Any]:
         "where": draw(st.sampled_from([None, ("rowid % 3 = 1", ()), ("c0 IS NULL", ())])),
         "keep": draw(st.sampled_from([None, "odd", "names"])),
         # new texts at once that go through the prefilter (NameTest.candidates) on the C path
-        "prefilter": draw(st.sampled_from([1, 4096])),
+        "prefilter": draw(st.sampled_from([1, 512])),
         "mutations": draw(st.lists(st.tuples(st.integers(0, 2**32), st.integers(0, 255)))),
         "seed": draw(st.integers(0, 2**16)),
     }
@@ -185,7 +185,7 @@ def _read(
     _memo.forget()
     old = _pages.DECODER, _pages._PREFILTER_TEXTS
     _pages.DECODER = decoder
-    _pages._PREFILTER_TEXTS = spec.get("prefilter", 4096)
+    _pages._PREFILTER_TEXTS = spec.get("prefilter", 512)
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
     try:
         con.execute("BEGIN")

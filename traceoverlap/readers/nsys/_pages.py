@@ -93,10 +93,10 @@ _BLOCK_ROWS = 1 << 15
 _TEXT_BLOCK_BYTES = 1 << 18
 # Selected row numbers are asked of SQLite for this many rowids at a time.
 _SQL_ROWS = 1 << 20
-# The C path's text filter: answers remembered per read (texts), and how many new texts at once
-# go through the substring prefilter rather than one by one.
-_KEEP_MEMO = 1 << 16
-_PREFILTER_TEXTS = 4096
+# The C path's text filter: a block's distinct texts go through the substring prefilter from
+# this many (its fixed cost, a 65536-bin count and a lookup per needle, is ~0.5 ms), else one
+# by one (~1-2 us each).
+_PREFILTER_TEXTS = 512
 # Serial types above this are refused (as _npage.c does).
 _MAX_SERIAL = 1 << 40
 
@@ -179,8 +179,6 @@ class PageReader:
         self.text_keep: Callable[[str], bool] | None = None
         #: the C loops (_npage.c) when built and not turned off, else None: numpy decodes
         self.c: Any = _npage if DECODER == "c" else None
-        #: text -> text_keep's answer, for the texts already asked (the C path's blocks)
-        self.keep_memo: dict[str, bool] = {}
         #: column -> the SQL text of its DEFAULT (PRAGMA table_xinfo), of the table being read
         self.defaults: dict[str, Any] = {}
         mode = con.execute("PRAGMA journal_mode").fetchone()
@@ -763,26 +761,13 @@ class PageReader:
         return out, bad
 
     def kept_distinct(self, texts: list[str]) -> npt.NDArray[np.bool_]:
-        """``text_keep`` of each of ``texts`` (distinct), each text asked once per read: the
-        answers are remembered (up to :data:`_KEEP_MEMO` texts) for the next blocks, which
-        mostly repeat the same names. Many new texts at once go through :meth:`kept` (its
-        substring prefilter pays for itself there); a few are asked one by one."""
-        memo = self.keep_memo
-        known = [memo.get(t) for t in texts]
-        todo = [i for i, k in enumerate(known) if k is None]
-        if todo:
-            new = [texts[i] for i in todo]
-            if len(new) >= _PREFILTER_TEXTS:
-                ends = np.cumsum(np.fromiter(map(len, new), np.int64, len(new)) + 1) - 1
-                got = self.kept("\x00".join(new) + "\x00", ends, new).tolist()
-            else:
-                assert self.text_keep is not None
-                got = list(map(self.text_keep, new))
-            for i, t, k in zip(todo, new, got, strict=True):
-                known[i] = k
-                if len(memo) < _KEEP_MEMO:
-                    memo[t] = k
-        return np.array(known, dtype=bool)
+        """``text_keep`` of each of ``texts`` (a block's distinct texts): many at once through
+        :meth:`kept` (its substring prefilter pays for its fixed cost there), a few one by one."""
+        if len(texts) >= _PREFILTER_TEXTS:
+            ends = np.cumsum(np.fromiter(map(len, texts), np.int64, len(texts)) + 1) - 1
+            return self.kept("\x00".join(texts) + "\x00", ends, texts)
+        assert self.text_keep is not None
+        return np.fromiter(map(self.text_keep, texts), bool, len(texts))
 
     def kept(self, text: str, sep: I64, parts: list[str]) -> npt.NDArray[np.bool_]:
         """``text_keep`` of each of ``parts`` (the NUL-separated texts of ``text``, each ending
