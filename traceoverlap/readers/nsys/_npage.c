@@ -373,6 +373,10 @@ static PyObject *texts(PyObject *self, PyObject *args) {
     Py_ssize_t n = offv.len / 8;
     if (get_buf(len_o, &lenv, 0, 8, n, "lengths")) goto done;
     if (get_buf(null_o, &nullv, 0, 1, n, "null")) goto done;
+    if (n > INT32_MAX / 4) {
+        PyErr_SetString(PyExc_ValueError, "too many texts in one block");
+        goto done;
+    }
     const int64_t *off = (const int64_t *)offv.buf, *len = (const int64_t *)lenv.buf;
     const uint8_t *null = (const uint8_t *)nullv.buf, *src = (const uint8_t *)mmv.buf;
     for (Py_ssize_t i = 0; i < n; i++) {
