@@ -27,6 +27,9 @@ import traceoverlap_workloads  # noqa: F401  (profile runs it as a module)
 from traceoverlap.readers.kineto._columns import SCANNER
 
 assert SCANNER == "c", "the wheel was built without the Kineto scanner (no C compiler?)"
+from traceoverlap.readers.nsys._pages import DECODER
+
+assert DECODER == "c", "the wheel was built without the Nsight page decoder (no C compiler?)"
 print(f"wheel: {len(names)} modules import from {traceoverlap.__file__}")
 PY
 for input in "$repo/fixtures/workloads/bucketed" "$repo/fixtures/nsys/bucketed_cpu_2rank.sqlite"; do

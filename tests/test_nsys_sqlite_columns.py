@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from traceoverlap.readers.nsys import _pages
 from traceoverlap.readers.nsys._columns import INT, NULL, OTHER, REFUSED
 from traceoverlap.readers.nsys._scan import _read_via_sql, read_columns
 
@@ -18,6 +19,15 @@ from traceoverlap.readers.nsys._scan import _read_via_sql, read_columns
 EDGE_INTS = [0, 1, -1, 2, 127, 128, -128, -129, 255, 256, 32767, 32768, -32769, 2**23 - 1, 2**23]
 EDGE_INTS += [-(2**23) - 1, 2**31 - 1, 2**31, -(2**31) - 1, 2**47 - 1, 2**47, -(2**47) - 1]
 EDGE_INTS += [2**63 - 1, -(2**63), 1_700_000_000_000_000_000]
+
+
+@pytest.fixture(autouse=True, params=["c", "numpy"])
+def decoder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test here with each page decoder: the C loops (_npage.c) and the numpy fallback."""
+    if request.param == "c" and _pages._npage is None:
+        pytest.skip("the C page decoder is not built")
+    monkeypatch.setattr(_pages, "DECODER", request.param)
+    return str(request.param)
 
 
 def _values(rng: random.Random, n: int) -> list[object]:
@@ -187,3 +197,76 @@ def test_refused_texts_read_as_refused_on_both_paths(tmp_path: Path) -> None:
     want = ["ProfilerStep#1", REFUSED, None, "forward"]
     assert fast.texts["txt"].tolist() == want
     assert slow.texts["txt"].tolist() == [*want, REFUSED]
+
+
+def test_a_text_default_is_refused_as_the_texts_are(tmp_path: Path) -> None:
+    # rows written before `late` was added read as its DEFAULT 'dflt': text_keep decides on it
+    # as on any text (the SQLite path refuses it too)
+    path = tmp_path / "d.sqlite"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE t (a INTEGER)")
+    con.execute("INSERT INTO t VALUES (1)")
+    con.execute("ALTER TABLE t ADD COLUMN late TEXT DEFAULT 'dflt'")
+    con.execute("INSERT INTO t VALUES (2, 'kept')")
+    con.commit()
+    con.close()
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
+    con.execute("BEGIN")
+    try:
+        got = read_columns(con, path, "t", ["a"], ["late"], "kept".__eq__)
+    finally:
+        con.close()
+    assert got.via == "pages"
+    assert got.texts["late"].tolist() == [REFUSED, "kept"]
+
+
+def test_a_process_s_rows_are_selected_as_sqlite_selects_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # pid_sql(globalTid) = ?: (value >> 24) & 0xFFFFFF of integers, 0 for anything else. The
+    # pages select them (PageReader.pid_rows) without asking SQLite; compared with SQLite's own
+    # answer to the same condition.
+    from traceoverlap.readers.nsys import _memo
+    from traceoverlap.readers.nsys._columns import pid_sql
+
+    calls = []
+    real = _pages.PageReader.pid_rows
+    monkeypatch.setattr(
+        _pages.PageReader, "pid_rows", lambda self, *a: calls.append(a) or real(self, *a)
+    )
+    path = tmp_path / "p.sqlite"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE t (v INTEGER, globalTid INTEGER)")
+    tids = [
+        (7 << 24) | 5,  # pid 7
+        (9 << 24) | 1,  # pid 9
+        -((7 << 24) | 3),  # negative: pid of the two's complement, as SQLite shifts it
+        (1 << 48) | (7 << 24),  # bits above the pid's 24 are dropped: pid 7
+        None,  # NULL: pid 0
+        "text",  # not an integer: pid 0
+        2.5,  # a real: pid 0
+        0,  # pid 0
+        7 << 24,  # pid 7
+    ]
+    con.executemany("INSERT INTO t VALUES (?, ?)", list(enumerate(tids)))
+    con.execute("ALTER TABLE t ADD COLUMN late INTEGER DEFAULT 117440512")  # 7 << 24
+    con.execute("INSERT INTO t VALUES (99, 1, 7 << 24)")
+    con.commit()
+    con.close()
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
+    con.execute("BEGIN")
+    try:
+        for column in ("globalTid", "late"):
+            for pid in (0, 7, 9, (-((7 << 24) | 3) >> 24) & 0xFFFFFF):
+                where = (f"{pid_sql(column)} = ?", (pid,))
+                want = [
+                    r[0]
+                    for r in con.execute(f"SELECT v FROM t WHERE {where[0]} ORDER BY rowid", (pid,))
+                ]
+                _memo.forget()
+                got = read_columns(con, path, "t", ["v"], [], where=where)
+                assert got.via == "pages"
+                assert got.ints["v"].tolist() == want, (column, pid)
+    finally:
+        con.close()
+    assert len(calls) == 8  # every selection was the pages'

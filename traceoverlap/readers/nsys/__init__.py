@@ -57,7 +57,9 @@ read-only with SQLite's locking (a WAL's committed rows count; a file being writ
 error), inside one read transaction.
 
 Speed: the big tables are decoded straight from the file's pages into numpy columns
-(:mod:`._pages`, through :mod:`._scan`), then names become categorical codes with hash lookups;
+(:mod:`._pages`, through :mod:`._scan`; its hot loops in C, ``_npage.c``, built at install where
+a compiler is, with the numpy decoder as the fallback and the definition, ``TRACEOVERLAP_NPAGE=0``
+to force it), then names become categorical codes with hash lookups;
 no per-row Python object except one ``str`` per NVTX text, and with ``keep_range`` (what
 ``analyze`` passes) not even that for the ranges it refuses: they are tested a block of texts at
 a time as they are decoded and never held. Rows come out grouped by rank, so units are slices of

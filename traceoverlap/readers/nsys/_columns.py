@@ -53,6 +53,13 @@ def _q(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+def pid_sql(column: str) -> str:
+    """SQL for the pid of a ``globalPid`` / ``globalTid`` column as :func:`._rows.pid_of` takes
+    it, 0 where the value is not an integer (what the reader reads it as)."""
+    c = _q(column)
+    return f"(CASE WHEN typeof({c}) = 'integer' THEN ({c} >> 24) & 16777215 ELSE 0 END)"
+
+
 def rowid_alias(info: list[tuple[Any, ...]]) -> str | None:
     """The column that is the table's ``INTEGER PRIMARY KEY`` (stored as the rowid), if any."""
     pks = [r for r in info if r[5]]

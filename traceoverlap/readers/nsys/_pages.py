@@ -27,6 +27,7 @@ errors (a damaged or locked file) surface from the SQLite path as ``sqlite3.Data
 from __future__ import annotations
 
 import mmap
+import os
 import re
 import sqlite3
 from collections.abc import Callable
@@ -37,11 +38,41 @@ import numpy as np
 import numpy.typing as npt
 from numpy.lib.stride_tricks import as_strided
 
-from ._columns import INT, NULL, OTHER, REFUSED, Columns, Unsupported, Where, _q, rowid_alias
+from ._columns import (
+    INT,
+    NULL,
+    OTHER,
+    REFUSED,
+    Columns,
+    Unsupported,
+    Where,
+    _q,
+    pid_sql,
+    rowid_alias,
+)
 from ._memo import remembered
 
 I64 = npt.NDArray[np.int64]
 Obj = npt.NDArray[np.object_]
+
+
+def _load_decoder() -> Any:
+    """The C loops (_npage.c), built at install where a C compiler is available; else None."""
+    try:
+        from . import _npage
+    except ImportError:  # pragma: no cover - installs without a compiler
+        return None
+    return _npage
+
+
+_npage = _load_decoder()
+
+#: Which loops decode the pages: "c" (_npage.c) or "numpy" (no extension built, or
+#: ``TRACEOVERLAP_NPAGE=0``). Both give the same columns and refuse the same pages (tested
+#: against each other in tests/test_npage.py).
+DECODER = (
+    "c" if _npage is not None and os.environ.get("TRACEOVERLAP_NPAGE", "1") != "0" else "numpy"
+)
 
 
 # Byte size of the values of serial types 0-11 (12+ are blobs / texts of (N - 12) // 2 bytes).
@@ -62,6 +93,12 @@ _BLOCK_ROWS = 1 << 15
 _TEXT_BLOCK_BYTES = 1 << 18
 # Selected row numbers are asked of SQLite for this many rowids at a time.
 _SQL_ROWS = 1 << 20
+# The C path's text filter: a block's distinct texts go through the substring prefilter from
+# this many (its fixed cost, a 65536-bin count and a lookup per needle, is ~0.5 ms), else one
+# by one (~1-2 us each).
+_PREFILTER_TEXTS = 512
+# Serial types above this are refused (as _npage.c does).
+_MAX_SERIAL = 1 << 40
 
 
 def _size(st: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
@@ -116,6 +153,20 @@ def column_default(sql: Any) -> int | float | str | None:
     raise Unsupported("a column default that is not a literal")
 
 
+def _pid_column(where: Where, info: list[tuple[Any, ...]] | None) -> str | None:
+    """The column of ``where`` when it is a process's rows (``pid_sql(column) = ?`` with an
+    integer parameter), one the table has; else None."""
+    cond, params = where
+    if info is None or len(params) != 1 or type(params[0]) is not int:
+        return None
+    if not -(2**63) <= params[0] < 2**63:
+        return None
+    for r in info:
+        if cond == f"{pid_sql(str(r[1]))} = ?":
+            return str(r[1])
+    return None
+
+
 def _narrow(rows: I64, n: int) -> npt.NDArray[np.integer]:
     """Row positions below ``n`` as int32 when every position fits, else as they are."""
     return rows.astype(np.int32) if n < 2**31 else rows
@@ -126,6 +177,8 @@ class PageReader:
         self.con = con
         self.path = path
         self.text_keep: Callable[[str], bool] | None = None
+        #: the C loops (_npage.c) when built and not turned off, else None: numpy decodes
+        self.c: Any = _npage if DECODER == "c" else None
         #: column -> the SQL text of its DEFAULT (PRAGMA table_xinfo), of the table being read
         self.defaults: dict[str, Any] = {}
         mode = con.execute("PRAGMA journal_mode").fetchone()
@@ -256,10 +309,14 @@ class PageReader:
             raise Unsupported("row count differs from SQLite's")
         return leaves, ncell
 
-    def selected_rows(self, table: str, n: int, where: Where) -> I64:
+    def selected_rows(
+        self, table: str, n: int, where: Where, info: list[tuple[Any, ...]] | None = None
+    ) -> I64:
         """Positions (0-based, in rowid order) of the rows ``where`` selects. Position is
         ``rowid - 1``, which holds when the rowids are exactly 1..n (an export's tables are only
-        ever appended to); else the table is read through SQLite."""
+        ever appended to); else the table is read through SQLite. A process's rows (``where``
+        is :func:`pid_sql` of a column ``= ?``, the table's ``info`` given) are found from that
+        column read off the pages (:meth:`pid_rows`), else SQLite finds them."""
         # two subqueries: SQLite answers a lone min(rowid) / max(rowid) from the b-tree's ends,
         # but both in one SELECT scan the whole table
         lo, hi = self.con.execute(
@@ -268,6 +325,12 @@ class PageReader:
         if n and (lo, hi) != (1, n):
             raise Unsupported("rowids are not 1..n")
         cond, params = where
+        column = _pid_column(where, info)
+        if column is not None and info is not None:
+            try:
+                return self.pid_rows(table, info, column, int(params[0]))
+            except Unsupported:  # a row the decoders refuse, perhaps not this process's
+                pass
         parts: list[I64] = []
         # a range of rowids at a time, as one text: a Python object per row would cost more
         # than SQLite's scan itself
@@ -283,6 +346,23 @@ class PageReader:
         if rows.size > 1 and not bool((rows[1:] > rows[:-1]).all()):
             rows = np.sort(rows)  # a table scan gives rowid order; a query plan might not
         return rows
+
+    def pid_rows(self, table: str, info: list[tuple[Any, ...]], column: str, pid: int) -> I64:
+        """Positions of the rows whose ``column`` is an integer of pid ``pid`` (as
+        :func:`pid_sql` says: ``(value >> 24) & 0xFFFFFF``, 0 when not an integer): the column
+        read off the pages, one decode instead of SQLite evaluating the condition per row and
+        writing each selected rowid as text."""
+        saved = self.defaults, self.text_keep
+        self.text_keep = None
+        try:
+            cols = self.read(table, info, [column], [])
+        finally:
+            self.defaults, self.text_keep = saved
+        values, kinds = cols.ints[column], cols.kinds[column]
+        values >>= 24
+        values &= 0xFFFFFF
+        values[kinds != INT] = 0
+        return np.flatnonzero(values == pid).astype(np.int64)
 
     def release(self, pages: I64) -> None:
         """Hand the map's copies of ``pages`` (decoded, not needed again) back to the system:
@@ -311,6 +391,8 @@ class PageReader:
         """(value, byte length) of the varint at each offset; one-byte varints are the fast path.
         Without ``value_needed`` only the lengths are right (values of long varints are not
         assembled)."""
+        if pos.size and int(pos.max()) >= self.mm.size:
+            raise Unsupported("varint past the end of the file")
         value = self.mm[pos].astype(np.int64)
         length = np.ones(pos.size, dtype=np.int64)
         big = np.flatnonzero(value >= 0x80)
@@ -379,7 +461,7 @@ class PageReader:
                 self.path,
                 ("selected", table, cond, tuple(params)),
                 # kept as int32 where the rows fit: half the memory it holds after the read
-                lambda: _narrow(self.selected_rows(table, n, where), n),
+                lambda: _narrow(self.selected_rows(table, n, where, info), n),
             )
         m = n if wanted is None else wanted.size
         out = Columns(n=m)
@@ -396,26 +478,86 @@ class PageReader:
             hi_page = int(np.searchsorted(ends, lo_row + _BLOCK_ROWS, side="right"))
             hi_page = min(max(hi_page, lo_page + 1), leaves.size)
             hi_row = int(ends[hi_page - 1])
-            cell, limit = self.cells(leaves[lo_page:hi_page], ncell[lo_page:hi_page])
+            pick = None
             if wanted is not None:  # only the selected rows of the block
                 a, b = np.searchsorted(wanted, [lo_row, hi_row])
-                pick = wanted[a:b] - lo_row
-                cell, limit = cell[pick], limit[pick]
-            if cell.size:
-                self.decode(
+                pick = wanted[a:b].astype(np.int64) - lo_row
+            count = hi_row - lo_row if pick is None else pick.size
+            rows = slice(done, done + count)
+            if self.c is not None:
+                self.decode_c(
                     out,
-                    slice(done, done + cell.size),
-                    cell,
-                    limit,
+                    rows,
+                    leaves[lo_page:hi_page],
+                    ncell[lo_page:hi_page],
+                    pick,
                     position,
                     alias,
                     int_cols,
                     text_cols,
                 )
-            done += cell.size
+            else:
+                cell, limit = self.cells(leaves[lo_page:hi_page], ncell[lo_page:hi_page])
+                if pick is not None:
+                    cell, limit = cell[pick], limit[pick]
+                if cell.size:
+                    self.decode(out, rows, cell, limit, position, alias, int_cols, text_cols)
+            done += count
             self.release(leaves[lo_page:hi_page])
             lo_page, lo_row = hi_page, hi_row
         return out
+
+    def decode_c(
+        self,
+        out: Columns,
+        rows: slice,
+        leaves: I64,
+        ncell: I64,
+        pick: I64 | None,
+        position: dict[str, int],
+        alias: str | None,
+        int_cols: list[str],
+        text_cols: list[str],
+    ) -> None:
+        """:meth:`cells` then :meth:`decode`, in C (_npage.c): rows ``rows`` of ``out`` from
+        the cells of ``leaves`` (those of ``pick`` only, when given)."""
+        m = rows.stop - rows.start
+        ncol = max((position[c] for c in int_cols + text_cols), default=-1) + 1
+        held = np.empty(m, dtype=np.int64)
+        rowid = out.ints[alias][rows] if alias in int_cols else None
+        ints = [
+            (position[c], out.ints[c][rows], out.kinds[c][rows]) for c in int_cols if c != alias
+        ]
+        texts = [
+            (position[c], np.empty(m, dtype=np.int64), np.empty(m, dtype=np.int64))
+            for c in text_cols
+        ]
+        reason = self.c.decode(
+            self.mm,
+            self.page_size,
+            self.usable,
+            leaves,
+            ncell,
+            pick,
+            ncol,
+            rowid,
+            held,
+            ints,
+            texts,
+        )
+        if reason is not None:
+            raise Unsupported(reason)
+        if m == 0:
+            return
+        if alias in int_cols:
+            out.kinds[alias][rows] = INT
+        for c, (j, values, kinds) in zip([c for c in int_cols if c != alias], ints, strict=True):
+            self.int_defaults(c, held <= j, values, kinds)
+        for c, (j, st, off) in zip(text_cols, texts, strict=True):
+            strs, bad = self.texts(st, off)
+            self.text_defaults(c, held <= j, strs)
+            out.texts[c][rows] = strs
+            out.bad_utf8 += bad
 
     def decode(
         self,
@@ -440,7 +582,8 @@ class PageReader:
             raise Unsupported("record outside the page")
         hsize, l3 = self.varint(rec)
         header_end = rec + hsize
-        if ((hsize < l3) | (header_end > record_end)).any():
+        # hsize > payload: the header's end past the record's (never a sum that can overflow)
+        if ((hsize < l3) | (hsize > payload)).any():
             raise Unsupported("bad record header")
         last = max((position[c] for c in int_cols + text_cols), default=-1)
         serial, ncols = self.serial_types(rec + l3, header_end, last + 1)  # (column, row)
@@ -490,6 +633,8 @@ class PageReader:
         default = column_default(self.defaults.get(column))
         if default is not None and not isinstance(default, str):
             raise Unsupported("a number as a text column's default")
+        if default is not None and self.text_keep is not None and not self.text_keep(default):
+            default = REFUSED  # as the texts read from the records (and the SQLite path)
         texts[short] = default
 
     def serial_types(self, start: I64, end: I64, ncol: int) -> tuple[npt.NDArray[np.int64], I64]:
@@ -533,6 +678,9 @@ class PageReader:
             if (p > stop).any():
                 raise Unsupported("record header longer than declared")
             held[idx] = counted
+            # no value that large fits a page (and the running sum of sizes cannot overflow)
+            if ((out[:, idx] < 0) | (out[:, idx] > _MAX_SERIAL)).any():
+                raise Unsupported("serial type out of range")
         return out, held
 
     def texts(self, st: I64, off: I64) -> tuple[Obj, int]:
@@ -543,6 +691,8 @@ class PageReader:
         if not (is_null | is_str).all():
             raise Unsupported("numbers in a text column")
         length = np.where(is_str, (st - 12) >> 1, 0)
+        if self.c is not None:
+            return self.texts_c(off, length, is_null)
         out = np.empty(st.size, dtype=object)
         bad = 0
         start = 0
@@ -582,6 +732,42 @@ class PageReader:
             start = stop
         out[is_null] = None
         return out, bad
+
+    def texts_c(self, off: I64, length: I64, is_null: npt.NDArray[np.bool_]) -> tuple[Obj, int]:
+        """:meth:`texts` in C (_npage.c), a block of rows at a time as there: per block, each
+        distinct text is decoded once (and asked of ``text_keep`` once), its rows share it."""
+        n = off.size
+        out = np.empty(n, dtype=object)
+        bad = 0
+        start = 0
+        cum = np.cumsum(length + 1)
+        null = is_null.view(np.uint8)
+        while start < n:
+            base = int(cum[start - 1]) if start else 0
+            stop = int(np.searchsorted(cum, base + _TEXT_BLOCK_BYTES, side="right"))
+            stop = min(max(stop, start + 1), n)
+            codes, uniques, b = self.c.texts(
+                self.mm, off[start:stop], length[start:stop], null[start:stop]
+            )
+            bad += b
+            # the last entry, None, is what a NULL's code (-1) picks
+            table = np.empty(len(uniques) + 1, dtype=object)
+            table[:-1] = uniques
+            if self.text_keep is not None and uniques:
+                table[:-1][~self.kept_distinct(uniques)] = REFUSED
+            out[start:stop] = table[np.frombuffer(codes, dtype=np.int32)]
+            del table, uniques, codes
+            start = stop
+        return out, bad
+
+    def kept_distinct(self, texts: list[str]) -> npt.NDArray[np.bool_]:
+        """``text_keep`` of each of ``texts`` (a block's distinct texts): many at once through
+        :meth:`kept` (its substring prefilter pays for its fixed cost there), a few one by one."""
+        if len(texts) >= _PREFILTER_TEXTS:
+            ends = np.cumsum(np.fromiter(map(len, texts), np.int64, len(texts)) + 1) - 1
+            return self.kept("\x00".join(texts) + "\x00", ends, texts)
+        assert self.text_keep is not None
+        return np.fromiter(map(self.text_keep, texts), bool, len(texts))
 
     def kept(self, text: str, sep: I64, parts: list[str]) -> npt.NDArray[np.bool_]:
         """``text_keep`` of each of ``parts`` (the NUL-separated texts of ``text``, each ending

@@ -18,10 +18,11 @@ import sqlite3
 from pathlib import Path
 
 from ._activity import Activity
+from ._columns import pid_sql
 from ._memo import remembered
 from ._nvtx import NvtxReader
 from ._rows import NvtxRows
-from ._schema import KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME, STRINGS, pid_sql, quote
+from ._schema import KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME, STRINGS, quote
 from ._strings import Strings
 
 #: The GPU tables, whose ``globalPid`` names the process of each row.

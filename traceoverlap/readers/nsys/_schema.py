@@ -11,7 +11,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ...core.errors import TraceFormatError
-from ._columns import INT, OTHER, Columns, Where
+from ._columns import INT, OTHER, Columns, Where, pid_sql
 from ._export import EXPORT_HINT
 from ._scan import read_columns
 from ._strings import StringIds, Strings
@@ -38,13 +38,6 @@ def quote(name: str) -> str:
 def int_or_none(v: Any) -> int | None:
     """An integer metadata value, or None for NULL, text, reals and blobs."""
     return v if type(v) is int else None
-
-
-def pid_sql(column: str) -> str:
-    """SQL for the pid of a ``globalPid`` / ``globalTid`` column as :func:`._rows.pid_of` takes
-    it, 0 where the value is not an integer (what the reader reads it as)."""
-    c = quote(column)
-    return f"(CASE WHEN typeof({c}) = 'integer' THEN ({c} >> 24) & 16777215 ELSE 0 END)"
 
 
 class Schema:

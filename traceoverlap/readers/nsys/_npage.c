@@ -1,0 +1,470 @@
+/* _npage: the hot loops of the Nsight Systems reader's SQLite page decoder (_pages.py) in C.
+ *
+ * _pages.py decodes a table's b-tree leaf pages with numpy: a dozen vectorised passes per block
+ * of rows (cell pointers, three varints per cell, the record header's serial types, the running
+ * sum of the value sizes, one gather per integer column, one index per text byte). This module
+ * does the same for one row at a time in one pass, and writes straight into the caller's
+ * output columns. It is an accelerator, never the definition: _pages.py's numpy decoder is the
+ * fallback (no compiler at install, or TRACEOVERLAP_NPAGE=0), and every value, every decision to
+ * give up on the pages (then the table is read through SQLite), is the one that decoder makes
+ * (tests/test_npage.py checks both against each other on random pages and records).
+ *
+ * decode(mm, page_size, usable, leaves, ncell, pick, ncol, rowid, held, ints, texts) -> None|str
+ *   mm          the database file (any contiguous bytes buffer)
+ *   leaves      int64: leaf page numbers of this block, in key order; ncell int64: their cells
+ *   pick        None (every cell of the block) or int64: sorted positions among them to decode
+ *   ncol        serial types read per record (the last column wanted + 1)
+ *   rowid       None or int64 out: each row's rowid
+ *   held        int64 out: how many of the ncol columns each record holds
+ *   ints        sequence of (column, values int64 out, kinds int8 out): integer columns
+ *   texts       sequence of (column, serial int64 out, offset int64 out): text columns
+ *   -> None when decoded, or the reason (a str) the pages cannot be trusted.
+ *
+ * texts(mm, offsets, lengths, null) -> (codes, uniques, bad): a block of texts as codes into
+ *   the distinct ones, each decoded once (see below): the NVTX text column of an export repeats
+ *   a few thousand names over hundreds of thousands of rows.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* what _pages.py reads per serial type 0..12 (12: every text / blob): the kind (0 integer,
+ * 1 NULL, 2 other), the byte size of the value (types 0-11) */
+static const int8_t KIND[13] = {1, 0, 0, 0, 0, 0, 0, 2, 0, 0, 2, 2, 2};
+static const int64_t FIXED_SIZE[12] = {0, 1, 2, 3, 4, 6, 8, 8, 0, 0, 0, 0};
+/* serial types above this are refused (as _pages.py does): no value that large fits a page,
+ * and the running sum of the sizes cannot overflow */
+#define MAX_SERIAL ((int64_t)1 << 40)
+
+typedef struct {
+    const uint8_t *p;
+    int64_t size;
+} Map;
+
+/* the varint at pos: its value (two's complement of the 64-bit pattern, as numpy assembles it)
+ * and length; 0 when it would read outside the file (the checks _pages.varint makes) */
+static inline int varint(const Map *m, int64_t pos, int64_t *value, int64_t *len) {
+    if (pos < 0 || pos >= m->size) return 0;
+    const uint8_t *p = m->p + pos;
+    if (p[0] < 0x80) {
+        *value = p[0];
+        *len = 1;
+        return 1;
+    }
+    if (pos + 9 > m->size) return 0;
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) {
+        v = (v << 7) | (uint64_t)(p[i] & 0x7F);
+        if (p[i] < 0x80) {
+            *value = (int64_t)v;
+            *len = i + 1;
+            return 1;
+        }
+    }
+    v = (v << 8) | (uint64_t)p[8];
+    *value = (int64_t)v;
+    *len = 9;
+    return 1;
+}
+
+static inline int64_t value_size(int64_t st) {
+    return st < 12 ? FIXED_SIZE[st] : (st - 12) >> 1;
+}
+
+typedef struct {
+    Py_ssize_t column;
+    Py_buffer a, b; /* ints: values, kinds; texts: serial, offset */
+} Out;
+
+static int get_buf(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t itemsize,
+                   Py_ssize_t n, const char *what) {
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)))
+        return -1;
+    if (view->itemsize != itemsize || (n >= 0 && view->len != n * itemsize)) {
+        PyErr_Format(PyExc_ValueError, "%s: %zd-byte items of %zd rows expected", what, itemsize,
+                     n);
+        PyBuffer_Release(view);
+        view->obj = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+static void release(Py_buffer *v) {
+    if (v->obj) PyBuffer_Release(v);
+    v->obj = NULL;
+}
+
+static PyObject *decode(PyObject *self, PyObject *args) {
+    PyObject *mm_o, *leaves_o, *ncell_o, *pick_o, *rowid_o, *held_o, *ints_o, *texts_o;
+    Py_ssize_t page_size, usable, ncol;
+    if (!PyArg_ParseTuple(args, "OnnOOOnOOOO", &mm_o, &page_size, &usable, &leaves_o, &ncell_o,
+                          &pick_o, &ncol, &rowid_o, &held_o, &ints_o, &texts_o))
+        return NULL;
+    if (page_size < 512 || usable < 1 || usable > page_size || ncol < 0) {
+        PyErr_SetString(PyExc_ValueError, "bad page size, usable size or column count");
+        return NULL;
+    }
+    Py_buffer mmv = {0}, leavesv = {0}, ncellv = {0}, pickv = {0}, rowidv = {0}, heldv = {0};
+    Out *outs = NULL;
+    Py_ssize_t n_ints = 0, n_texts = 0, n_outs = 0;
+    int64_t *cells = NULL, *st = NULL, *off = NULL;
+    PyObject *result = NULL;
+    const char *reason = NULL;
+
+    if (PyObject_GetBuffer(mm_o, &mmv, PyBUF_C_CONTIGUOUS)) goto done;
+    if (get_buf(leaves_o, &leavesv, 0, 8, -1, "leaves")) goto done;
+    Py_ssize_t npages = leavesv.len / 8;
+    if (get_buf(ncell_o, &ncellv, 0, 8, npages, "ncell")) goto done;
+    const int64_t *leaves = (const int64_t *)leavesv.buf, *ncell = (const int64_t *)ncellv.buf;
+    int64_t total = 0;
+    for (Py_ssize_t i = 0; i < npages; i++) {
+        if (ncell[i] < 0 || ncell[i] > 65535) {
+            PyErr_SetString(PyExc_ValueError, "ncell: a page's cell count out of range");
+            goto done;
+        }
+        total += ncell[i];
+    }
+    Py_ssize_t m = (Py_ssize_t)total;
+    const int64_t *pick = NULL;
+    if (pick_o != Py_None) {
+        if (get_buf(pick_o, &pickv, 0, 8, -1, "pick")) goto done;
+        pick = (const int64_t *)pickv.buf;
+        m = pickv.len / 8;
+        for (Py_ssize_t i = 0; i < m; i++) {
+            if (pick[i] < 0 || pick[i] >= total || (i && pick[i] <= pick[i - 1])) {
+                PyErr_SetString(PyExc_ValueError, "pick: rows not sorted or outside the block");
+                goto done;
+            }
+        }
+    }
+    if (rowid_o != Py_None && get_buf(rowid_o, &rowidv, 1, 8, m, "rowid")) goto done;
+    if (get_buf(held_o, &heldv, 1, 8, m, "held")) goto done;
+
+    PyObject *ints_f = PySequence_Fast(ints_o, "ints: a sequence");
+    if (!ints_f) goto done;
+    PyObject *texts_f = PySequence_Fast(texts_o, "texts: a sequence");
+    if (!texts_f) {
+        Py_DECREF(ints_f);
+        goto done;
+    }
+    n_ints = PySequence_Fast_GET_SIZE(ints_f);
+    n_texts = PySequence_Fast_GET_SIZE(texts_f);
+    outs = (Out *)calloc((size_t)(n_ints + n_texts) + 1, sizeof(Out));
+    if (!outs) {
+        Py_DECREF(ints_f);
+        Py_DECREF(texts_f);
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < n_ints + n_texts; k++) {
+        int is_int = k < n_ints;
+        PyObject *item = is_int ? PySequence_Fast_GET_ITEM(ints_f, k)
+                                : PySequence_Fast_GET_ITEM(texts_f, k - n_ints);
+        PyObject *a, *b;
+        Out *o = &outs[k];
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 3) {
+            PyErr_SetString(PyExc_TypeError, "(column, out, out) tuples expected");
+            goto fail_seq;
+        }
+        o->column = PyLong_AsSsize_t(PyTuple_GET_ITEM(item, 0));
+        if (o->column == -1 && PyErr_Occurred()) goto fail_seq;
+        if (o->column < 0 || o->column >= ncol) {
+            PyErr_SetString(PyExc_ValueError, "a column outside the serial types read");
+            goto fail_seq;
+        }
+        a = PyTuple_GET_ITEM(item, 1);
+        b = PyTuple_GET_ITEM(item, 2);
+        n_outs = k + 1;
+        if (get_buf(a, &o->a, 1, 8, m, is_int ? "values" : "serial")) goto fail_seq;
+        if (get_buf(b, &o->b, 1, is_int ? 1 : 8, m, is_int ? "kinds" : "offset")) goto fail_seq;
+    }
+    Py_DECREF(ints_f);
+    Py_DECREF(texts_f);
+    goto parsed;
+fail_seq:
+    Py_DECREF(ints_f);
+    Py_DECREF(texts_f);
+    goto done;
+parsed:;
+
+    cells = (int64_t *)malloc(sizeof(int64_t) * ((size_t)total + 1) * 2);
+    st = (int64_t *)malloc(sizeof(int64_t) * ((size_t)ncol + 1));
+    off = (int64_t *)malloc(sizeof(int64_t) * ((size_t)ncol + 1));
+    if (!cells || !st || !off) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Map map = {(const uint8_t *)mmv.buf, (int64_t)mmv.len};
+    int64_t *limits = cells + total;
+    int64_t *rowid_out = rowidv.obj ? (int64_t *)rowidv.buf : NULL;
+    int64_t *held_out = (int64_t *)heldv.buf;
+
+    Py_BEGIN_ALLOW_THREADS
+    /* every cell of the block (as _pages.cells: all of them checked, picked or not) */
+    int64_t r = 0;
+    for (Py_ssize_t i = 0; i < npages && !reason; i++) {
+        int64_t page = leaves[i];
+        if (page < 1 || page > map.size / page_size) {
+            reason = "page number out of range";
+            break;
+        }
+        int64_t base = (page - 1) * page_size;
+        int64_t hdr = base + (page == 1 ? 100 : 0);
+        int64_t limit = base + usable;
+        int64_t first = hdr + 8 + 2 * ncell[i];
+        if (first > limit) {
+            reason = "cell pointer array outside the page";
+            break;
+        }
+        for (int64_t k = 0; k < ncell[i]; k++, r++) {
+            const uint8_t *q = map.p + hdr + 8 + 2 * k;
+            int64_t c = base + ((int64_t)q[0] << 8 | q[1]);
+            if (c < first || c >= limit) {
+                reason = "cell outside the page";
+                break;
+            }
+            cells[r] = c;
+            limits[r] = limit;
+        }
+    }
+    for (Py_ssize_t i = 0; i < m && !reason; i++) {
+        int64_t at = pick ? pick[i] : (int64_t)i;
+        int64_t cell = cells[at], limit = limits[at];
+        int64_t payload, l1, rowid, l2, hsize, l3;
+        if (!varint(&map, cell, &payload, &l1)) {
+            reason = "varint past the end of the file";
+            break;
+        }
+        if (payload > usable - 35) {
+            reason = "overflow pages";
+            break;
+        }
+        if (!varint(&map, cell + l1, &rowid, &l2)) {
+            reason = "varint past the end of the file";
+            break;
+        }
+        int64_t rec = cell + l1 + l2;
+        int64_t record_end = rec + payload;
+        if (record_end > limit) {
+            reason = "record outside the page";
+            break;
+        }
+        if (!varint(&map, rec, &hsize, &l3)) {
+            reason = "varint past the end of the file";
+            break;
+        }
+        if (hsize < l3 || hsize > payload) {
+            reason = "bad record header";
+            break;
+        }
+        int64_t header_end = rec + hsize;
+        /* serial types of the first ncol columns; 0 past the header's end */
+        int64_t p = rec + l3, held = 0;
+        for (Py_ssize_t j = 0; j < ncol; j++) {
+            if (p < header_end) {
+                int64_t ln;
+                if (!varint(&map, p, &st[j], &ln)) {
+                    reason = "varint past the end of the file";
+                    break;
+                }
+                p += ln;
+                held++;
+                if (st[j] < 0 || st[j] > MAX_SERIAL) {
+                    reason = "serial type out of range";
+                    break;
+                }
+            } else {
+                st[j] = 0;
+            }
+        }
+        if (reason) break;
+        if (p > header_end) {
+            reason = "record header longer than declared";
+            break;
+        }
+        /* where each value starts: the header's end plus the sizes of the columns before it */
+        int64_t body = header_end;
+        for (Py_ssize_t j = 0; j < ncol; j++) {
+            off[j] = body;
+            body += value_size(st[j]);
+        }
+        if (body > record_end) {
+            reason = "record longer than its cell";
+            break;
+        }
+        held_out[i] = held;
+        if (rowid_out) rowid_out[i] = rowid;
+        for (Py_ssize_t k = 0; k < n_ints; k++) {
+            Out *o = &outs[k];
+            int64_t t = st[o->column], v = 0;
+            int8_t kind = KIND[t < 12 ? t : 12];
+            if (t >= 1 && t <= 6) {
+                /* a big-endian two's complement integer of 1-8 bytes, inside the record */
+                int64_t n = FIXED_SIZE[t];
+                const uint8_t *q = map.p + off[o->column];
+                uint64_t u = 0;
+                for (int64_t b = 0; b < n; b++) u = (u << 8) | q[b];
+                if (n < 8 && (q[0] & 0x80)) u |= ~(uint64_t)0 << (8 * n);
+                v = (int64_t)u;
+            } else if (t == 9) {
+                v = 1;
+            }
+            ((int64_t *)o->a.buf)[i] = v;
+            ((int8_t *)o->b.buf)[i] = kind;
+        }
+        for (Py_ssize_t k = n_ints; k < n_ints + n_texts; k++) {
+            Out *o = &outs[k];
+            ((int64_t *)o->a.buf)[i] = st[o->column];
+            ((int64_t *)o->b.buf)[i] = off[o->column];
+        }
+    }
+    Py_END_ALLOW_THREADS
+
+    if (reason) {
+        result = PyUnicode_FromString(reason);
+    } else {
+        Py_INCREF(Py_None);
+        result = Py_None;
+    }
+done:
+    free(cells);
+    free(st);
+    free(off);
+    if (outs) {
+        for (Py_ssize_t k = 0; k < n_outs; k++) {
+            release(&outs[k].a);
+            release(&outs[k].b);
+        }
+        free(outs);
+    }
+    release(&mmv);
+    release(&leavesv);
+    release(&ncellv);
+    release(&pickv);
+    release(&rowidv);
+    release(&heldv);
+    return result;
+}
+
+/* texts(mm, offsets, lengths, null) -> (codes, uniques, bad): the texts of a block of rows,
+ * each distinct byte string decoded once. codes: bytes of int32, per row the index of its text in
+ * uniques (a list of str, decoded as UTF-8, U+FFFD replacing what is not), -1 where null (uint8
+ * per row) is set; bad: how many rows hold a text that is not valid UTF-8. */
+static inline uint64_t span_hash(const uint8_t *p, int64_t n) {
+    uint64_t h = 1469598103934665603ULL ^ (uint64_t)n;
+    for (int64_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ULL;
+    return h ^ (h >> 29);
+}
+
+static PyObject *texts(PyObject *self, PyObject *args) {
+    PyObject *mm_o, *off_o, *len_o, *null_o;
+    if (!PyArg_ParseTuple(args, "OOOO", &mm_o, &off_o, &len_o, &null_o)) return NULL;
+    Py_buffer mmv = {0}, offv = {0}, lenv = {0}, nullv = {0};
+    PyObject *result = NULL, *uniques = NULL, *codes_b = NULL;
+    int32_t *slots = NULL;
+    int64_t *u_off = NULL, *u_len = NULL;
+    uint8_t *u_bad = NULL;
+    if (PyObject_GetBuffer(mm_o, &mmv, PyBUF_C_CONTIGUOUS)) goto done;
+    if (get_buf(off_o, &offv, 0, 8, -1, "offsets")) goto done;
+    Py_ssize_t n = offv.len / 8;
+    if (get_buf(len_o, &lenv, 0, 8, n, "lengths")) goto done;
+    if (get_buf(null_o, &nullv, 0, 1, n, "null")) goto done;
+    if (n > INT32_MAX / 4) {
+        PyErr_SetString(PyExc_ValueError, "too many texts in one block");
+        goto done;
+    }
+    const int64_t *off = (const int64_t *)offv.buf, *len = (const int64_t *)lenv.buf;
+    const uint8_t *null = (const uint8_t *)nullv.buf, *src = (const uint8_t *)mmv.buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!null[i] && (len[i] < 0 || off[i] < 0 || off[i] > (int64_t)mmv.len ||
+                         len[i] > (int64_t)mmv.len - off[i])) {
+            PyErr_SetString(PyExc_ValueError, "a text outside the file");
+            goto done;
+        }
+    }
+    size_t cap = 16;
+    while (cap < (size_t)n * 2) cap <<= 1;
+    slots = (int32_t *)malloc(cap * sizeof(int32_t));
+    u_off = (int64_t *)malloc(((size_t)n + 1) * sizeof(int64_t));
+    u_len = (int64_t *)malloc(((size_t)n + 1) * sizeof(int64_t));
+    u_bad = (uint8_t *)malloc((size_t)n + 1);
+    if (!slots || !u_off || !u_len || !u_bad) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    memset(slots, 0xFF, cap * sizeof(int32_t));
+    uniques = PyList_New(0);
+    codes_b = PyBytes_FromStringAndSize(NULL, n * 4);
+    if (!uniques || !codes_b) goto done;
+    int32_t *codes = (int32_t *)PyBytes_AS_STRING(codes_b);
+    Py_ssize_t bad = 0;
+    int32_t nu = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (null[i]) {
+            codes[i] = -1;
+            continue;
+        }
+        const uint8_t *p = src + off[i];
+        int64_t k = len[i];
+        size_t h = (size_t)span_hash(p, k) & (cap - 1);
+        int32_t u;
+        for (;;) {
+            u = slots[h];
+            if (u < 0 || (u_len[u] == k && memcmp(src + u_off[u], p, (size_t)k) == 0)) break;
+            h = (h + 1) & (cap - 1);
+        }
+        if (u < 0) {
+            u = nu++;
+            slots[h] = u;
+            u_off[u] = off[i];
+            u_len[u] = k;
+            PyObject *t = PyUnicode_DecodeUTF8((const char *)p, (Py_ssize_t)k, NULL);
+            u_bad[u] = 0;
+            if (!t && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+                PyErr_Clear();
+                t = PyUnicode_DecodeUTF8((const char *)p, (Py_ssize_t)k, "replace");
+                u_bad[u] = 1;
+            }
+            if (!t) goto done;
+            int rc = PyList_Append(uniques, t);
+            Py_DECREF(t);
+            if (rc) goto done;
+        }
+        codes[i] = u;
+        bad += u_bad[u];
+    }
+    result = Py_BuildValue("OOn", codes_b, uniques, bad);
+done:
+    free(slots);
+    free(u_off);
+    free(u_len);
+    free(u_bad);
+    Py_XDECREF(uniques);
+    Py_XDECREF(codes_b);
+    release(&mmv);
+    release(&offv);
+    release(&lenv);
+    release(&nullv);
+    return result;
+}
+
+static PyMethodDef METHODS[] = {
+    {"decode", decode, METH_VARARGS,
+     "decode(mm, page_size, usable, leaves, ncell, pick, ncol, rowid, held, ints, texts) -> "
+     "None | str: a block of leaf pages into the output columns, or why it cannot be."},
+    {"texts", texts, METH_VARARGS,
+     "texts(mm, offsets, lengths, null) -> (codes, uniques, bad): a block's texts, each distinct "
+     "one decoded once."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef MODULE = {
+    PyModuleDef_HEAD_INIT, "_npage", "The SQLite leaf-page decoder's hot loops (see _pages.py).",
+    -1, METHODS, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__npage(void) { return PyModule_Create(&MODULE); }

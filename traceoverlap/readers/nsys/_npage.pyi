@@ -1,0 +1,20 @@
+"""Type stub of the page decoder's C loops (_npage.c): see its source for the arguments."""
+
+from collections.abc import Sequence
+from typing import Any
+
+def decode(
+    mm: Any,
+    page_size: int,
+    usable: int,
+    leaves: Any,
+    ncell: Any,
+    pick: Any,
+    ncol: int,
+    rowid: Any,
+    held: Any,
+    ints: Sequence[tuple[int, Any, Any]],
+    texts: Sequence[tuple[int, Any, Any]],
+    /,
+) -> str | None: ...
+def texts(mm: Any, offsets: Any, lengths: Any, null: Any, /) -> tuple[bytes, list[str], int]: ...
