@@ -84,3 +84,65 @@ def test_candidates_with_short_and_non_ascii_needles(names: list[str]) -> None:
     for name, c in zip(names, cand.tolist(), strict=True):
         if test(name):
             assert c, name
+
+
+# the words of the purpose patterns (rank/purpose.py), cut and cased at random below, so that
+# names hold whole keywords, parts of them, and the characters around anchors and \b
+_PURPOSE_WORDS = [
+    "## forward ##", ".forward", "forward", "_forward", "## backward ##", "backward",
+    "autograd::engine::evaluate_function", "Optimizer.", "optimizer_step", "## optimizer ##",
+    "DistributedDataParallel", "Reducer", "allreduce_hook", "comm_hook", "FSDP", "FullyShard",
+    "zero_2", "zero3", "deepspeed", "unshard", "reshard", "_reduce_scatter_base",
+    "reduce_scatter_tensor", "torchrec", "KJT", "All2All_Pooled", "alltoall_fwd_single",
+    "alltoall_bwd_single", "input_dist", "dispatch", "combine", "deep_ep", "moe", "moe_",
+    "expert", "AllToAll4D", "ulysses", "vllm", "RowParallel", "FromTP", "ToTPBackward", "tp_",
+    "pipe", "stage", "c10d::send", "c10d::recv", "isend", "p2p", "aten::mm", "ProfilerStep#3",
+    "record_param_comms", "nccl:all_reduce, op_id", "torch.", "\u212aJT", "diſpatch",
+]  # fmt: skip
+_NAME_PART = st.one_of(
+    st.sampled_from(_PURPOSE_WORDS).flatmap(
+        lambda w: st.tuples(st.integers(0, len(w)), st.integers(0, len(w)), st.booleans()).map(
+            lambda t: (w[t[0] :] if t[1] == 0 else w[: t[1]]) if t[2] else w
+        )
+    ),
+    st.text(alphabet=st.sampled_from("aAtTpP_ .:#\n\x00\u0130"), max_size=3),
+)
+_NAMES = st.lists(
+    st.lists(_NAME_PART, max_size=4)
+    .map("".join)
+    .flatmap(lambda n: st.sampled_from([n, n.upper(), n.lower(), n.swapcase()])),
+    max_size=90,
+)
+
+
+@given(_NAMES)
+def test_name_block_is_re_search_per_name(names: list[str]) -> None:
+    # the purpose patterns searched once over the joined names (NameBlock) find exactly what
+    # re.search per name finds, whatever the case, NULs, newlines or non-ASCII characters
+    import numpy as np
+
+    from traceoverlap.rank.namefilter import NameBlock, required_literals
+    from traceoverlap.rank.purpose import _COMM_CALL, _PYTORCH, PATTERNS
+
+    block = NameBlock(names)
+    for rx in [*PATTERNS.values(), _PYTORCH, _COMM_CALL]:
+        assert required_literals(rx.pattern, rx.flags) is not None, rx.pattern  # prefiltered
+        want = np.array([rx.search(n) is not None for n in names], dtype=bool)
+        assert block.search(rx).tolist() == want.tolist(), rx.pattern
+        assert block.any(rx) == bool(want.any()), rx.pattern
+
+
+def test_required_literals_by_hand() -> None:
+    from traceoverlap.rank.namefilter import required_literals
+
+    # every alternative's longest literal run, lowered; a needle holding another is dropped
+    assert required_literals(r"(?i)## forward ##|\.forward$|^forward$|_forward\b") == ("forward",)
+    assert required_literals(r"zero_?[123]|ToTP(Backward)?\b|(^|[^a-z])tp_") == (
+        "totp",
+        "tp_",
+        "zero",
+    )
+    # an alternative with no literal (a class, a wildcard), a non-ASCII one: none to be sure of
+    assert required_literals(r"abc|[xy]+") is None
+    assert required_literals(r"abc|.*") is None
+    assert required_literals("(?i)\u212ajt") is None

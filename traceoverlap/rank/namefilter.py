@@ -20,9 +20,12 @@ searches, and only those get the per-name test.
 
 from __future__ import annotations
 
+import functools
+import importlib
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -288,3 +291,137 @@ def _lower_ascii(body: str) -> bool:
     # no uppercase letters at all: no \S \W \D \B \A \Z escapes, whose meaning lowercasing the
     # name would not keep, and literals that match the lowered name as they are
     return body.isascii() and body == body.lower() and "(?" not in body
+
+
+def _sre() -> tuple[Any, Any]:
+    """The regex parser and its constants (``re._parser`` from Python 3.11, ``sre_parse``
+    before), for :func:`required_literals`."""
+    try:
+        return importlib.import_module("re._parser"), importlib.import_module("re._constants")
+    except ImportError:  # pragma: no cover - Python 3.10
+        return importlib.import_module("sre_parse"), importlib.import_module("sre_constants")
+
+
+def _needles(items: Any, c: Any) -> set[str] | None:
+    """Strings one of which every match of the parsed sequence ``items`` contains, or None."""
+    options: list[set[str]] = []
+    run: list[str] = []
+    repeats = {c.MAX_REPEAT, c.MIN_REPEAT, getattr(c, "POSSESSIVE_REPEAT", c.MAX_REPEAT)}
+    for op, av in items:
+        if op is c.LITERAL:
+            run.append(chr(av))
+            continue
+        if op is c.AT:  # zero-width (^, $, \b): the characters around it are adjacent
+            continue
+        if run:
+            options.append({"".join(run)})
+            run = []
+        sub: set[str] | None = None
+        if op is c.SUBPATTERN:
+            sub = _needles(av[-1], c)
+        elif op is c.BRANCH:
+            alts = [_needles(a, c) for a in av[1]]
+            known = [a for a in alts if a is not None]
+            sub = set().union(*known) if len(known) == len(alts) else None
+        elif op in repeats and av[0] >= 1:
+            sub = _needles(av[2], c)
+        elif op is getattr(c, "ATOMIC_GROUP", None):
+            sub = _needles(av, c)
+        if sub:
+            options.append(sub)
+    if run:
+        options.append({"".join(run)})
+    if not options:
+        return None
+    return max(options, key=lambda s: min(len(n) for n in s))  # the longest shortest needle
+
+
+@functools.lru_cache(maxsize=256)
+def required_literals(pattern: str, flags: int = 0) -> tuple[str, ...] | None:
+    """Lowercase ASCII strings one of which the lowered text of every match of ``pattern``
+    contains (``(?i)## forward ##|\\.forward$`` -> ``## forward ##``, ``.forward``), or None
+    when the pattern has none to be sure of (an alternative made only of classes or
+    wildcards, a literal that is not ASCII or is a NUL). Only ASCII names may be prefiltered
+    with them: ``(?i)`` case folding maps other characters onto ASCII (``\\u212a`` is k)."""
+    parser, consts = _sre()
+    try:
+        parsed = parser.parse(pattern, flags)
+    except Exception:  # noqa: BLE001 - not a pattern re can parse: no literals
+        return None
+    found = _needles(parsed, consts)
+    if found is None or any(not n.isascii() or "\x00" in n for n in found):
+        return None
+    low = {n.lower() for n in found}
+    # a needle that contains another finds no name that one does not
+    return tuple(sorted(n for n in low if not any(m != n and m in n for m in low)))
+
+
+class NameBlock:
+    """Distinct names, many patterns: :meth:`search` is ``[rx.search(n) is not None for n in
+    names]``, the pattern run only on the names that can match. The ASCII names are joined by
+    NULs and lowered once; per pattern, each of its :func:`required_literals` is looked for in
+    that text with C substring searches, and the pattern runs on the names holding one (and on
+    every name that is not ASCII). A literal holds no NUL, so none found straddles two names."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.names = names
+        joined = "\x00".join(names)
+        if joined.isascii():
+            self._ascii = np.arange(len(names))
+            self._other = np.zeros(0, dtype=np.int64)
+        else:
+            is_ascii = np.fromiter((n.isascii() for n in names), dtype=bool, count=len(names))
+            self._ascii, self._other = np.flatnonzero(is_ascii), np.flatnonzero(~is_ascii)
+            joined = "\x00".join(names[i] for i in self._ascii.tolist())
+        self._hay = joined.lower()  # ASCII: every character stays where it was
+        size = np.fromiter(
+            (len(names[i]) + 1 for i in self._ascii.tolist()),
+            dtype=np.int64,
+            count=self._ascii.size,
+        )
+        self._starts = np.cumsum(size) - size
+
+    def search(self, rx: re.Pattern[str]) -> npt.NDArray[np.bool_]:
+        names = self.names
+        out = np.zeros(len(names), dtype=bool)
+        needles = required_literals(rx.pattern, rx.flags)
+        search = rx.search
+        if needles is None:
+            out[:] = [search(n) is not None for n in names]
+            return out
+        find = self._hay.find
+        at: list[int] = []
+        for needle in needles:
+            k = find(needle)
+            while k >= 0:  # one hit per name: on from the end of the name that has one
+                at.append(k)
+                end = find("\x00", k)
+                k = find(needle, end + 1) if end >= 0 else -1
+        hit = self._ascii[np.unique(np.searchsorted(self._starts, at, side="right") - 1)]
+        cand = np.concatenate((self._other, hit)) if self._other.size else hit
+        out[cand] = [search(names[i]) is not None for i in cand.tolist()]
+        return out
+
+    def any(self, rx: re.Pattern[str]) -> bool:
+        """``self.search(rx).any()``, stopping at the first name that matches."""
+        names, search = self.names, rx.search
+        needles = required_literals(rx.pattern, rx.flags)
+        if needles is None:
+            return any(search(n) is not None for n in names)
+        if any(search(names[i]) is not None for i in self._other.tolist()):
+            return True
+        find = self._hay.find
+        for needle in needles:
+            k = find(needle)
+            while k >= 0:
+                i = int(self._ascii[np.searchsorted(self._starts, k, side="right") - 1])
+                if search(names[i]) is not None:
+                    return True
+                end = find("\x00", k)
+                k = find(needle, end + 1) if end >= 0 else -1
+        return False
+
+
+def search_each(rx: re.Pattern[str], names: Sequence[str]) -> npt.NDArray[np.bool_]:
+    """``[rx.search(n) is not None for n in names]``, faster (:class:`NameBlock`)."""
+    return NameBlock(names).search(rx)

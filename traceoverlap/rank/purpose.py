@@ -18,7 +18,8 @@ checkpoint writer) is read from that thread's own ranges only, and is a gradient
 they say so (DDP's reducer, FSDP): the main thread's ``backward`` around it says nothing about it.
 
 Everything is computed per unit with one interval union per pattern and binary searches; names
-are matched once per distinct name.
+are matched once per distinct name and pattern, and a pattern runs only on the names that hold one
+of its literals (:class:`~traceoverlap.rank.namefilter.NameBlock`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import pandas as pd
 from ..core import intervals as iv
 from ..core.model import Kind, Timeline, in_categories, values_at
 from ..core.vocab import STEP_MARKER_PREFIX, Family, Phase, Purpose, family_of
+from .namefilter import NameBlock
 from .steps import NO_LAUNCH, UnitSteps
 
 I64 = npt.NDArray[np.int64]
@@ -176,6 +178,9 @@ class _HostNames:
         # integer codes is a radix sort); name code c spans [first[c + 1], first[c + 2]) of it
         self._by_name = rows[np.argsort(code, kind="stable")]
         self._first = np.concatenate(([0], np.cumsum(counts)))
+        self._block: NameBlock | None = None
+        self._matching: dict[re.Pattern[str], npt.NDArray[np.bool_]] = {}
+        self._rows: dict[re.Pattern[str], I64] = {}
 
     def test(self, fn: Callable[[str], bool]) -> npt.NDArray[np.bool_]:
         """``fn(name)`` per category code, as :func:`~traceoverlap.core.model.per_category` gives it
@@ -185,11 +190,36 @@ class _HostNames:
             out[self.used] = np.array([fn(n) for n in self.names], dtype=bool)
         return out
 
-    def rows(self, fn: Callable[[str], bool]) -> I64:
-        """The host rows whose name passes ``fn``, ascending."""
-        hit = np.flatnonzero(self.test(fn)[: self.size])
-        pos = iv.range_pairs(self._first[hit + 1], self._first[hit + 2])[1]
-        return np.sort(self._by_name[pos])
+    def matching(self, rx: re.Pattern[str]) -> npt.NDArray[np.bool_]:
+        """``bool(rx.search(name))`` per category code, as :meth:`test` gives it, once per
+        pattern (:class:`~traceoverlap.rank.namefilter.NameBlock`: the pattern runs only on
+        the names that hold one of its literals)."""
+        got = self._matching.get(rx)
+        if got is None:
+            got = np.zeros(self.size + 1, dtype=bool)
+            if self.used.size:
+                got[self.used] = self.block().search(rx)
+            self._matching[rx] = got
+        return got
+
+    def any(self, rx: re.Pattern[str]) -> bool:
+        """``self.matching(rx).any()``, stopping at the first name that matches."""
+        got = self._matching.get(rx)
+        return bool(got.any()) if got is not None else self.block().any(rx)
+
+    def block(self) -> NameBlock:
+        if self._block is None:
+            self._block = NameBlock(self.names)
+        return self._block
+
+    def rows(self, rx: re.Pattern[str]) -> I64:
+        """The host rows whose name ``rx`` matches, ascending (once per pattern)."""
+        got = self._rows.get(rx)
+        if got is None:
+            hit = np.flatnonzero(self.matching(rx)[: self.size])
+            pos = iv.range_pairs(self._first[hit + 1], self._first[hit + 2])[1]
+            got = self._rows[rx] = np.sort(self._by_name[pos])
+        return got
 
 
 def _inside(
@@ -197,7 +227,7 @@ def _inside(
 ) -> npt.NDArray[np.bool_]:
     """Per time in ``t``: inside a host range whose name matches ``rx`` (on thread ``tid`` only,
     when given)?"""
-    rows = names.rows(lambda s: bool(rx.search(s)))
+    rows = names.rows(rx)
     if tid is not None and rows.size:
         rows = rows[ev["tid"].to_numpy()[rows] == tid]
     if rows.size == 0 or t.size == 0:
@@ -215,7 +245,7 @@ def _last_calls(
     of another family is another thread's); ("", -1) when none."""
     out = np.full(t.size, "", dtype=object)
     row = np.full(t.size, -1, dtype=np.int64)
-    idx = names.rows(lambda s: bool(_COMM_CALL.search(s)))
+    idx = names.rows(_COMM_CALL)
     if idx.size == 0 or t.size == 0:
         return out, row
     st = ev["start_ns"].to_numpy()[idx]
@@ -263,12 +293,10 @@ def unit_purposes(
     )
     names = _HostNames(ev["name"], host)
     has_ddp = bool(names.test(lambda s: "DistributedDataParallel" in s).any())
-    has_bwd = bool(names.test(lambda s: bool(PATTERNS[Phase.BACKWARD].search(s))).any())
+    has_bwd = names.any(PATTERNS[Phase.BACKWARD])
     # a Kineto trace is the PyTorch profiler's; an Nsight Systems one shows PyTorch only by its
     # names (an MPI / CUDA program shows none)
-    torch = unit.traces[0].pytorch_capture or bool(
-        names.test(lambda s: bool(_PYTORCH.search(s))).any()
-    )
+    torch = unit.traces[0].pytorch_capture or names.any(_PYTORCH)
     if inst.empty:
         return np.zeros(0, dtype=object), UnitStrategy(
             has_ddp, has_ddp, has_bwd, not steps.gpu, torch
@@ -298,9 +326,7 @@ def unit_purposes(
     # diagnosis.md §13: an all-to-all of a unit whose code path shows experts (an `expert` / MoE
     # range anywhere on it, around the all-to-all or beside it in its step: `dispatch` -> `expert`
     # -> `combine`) is MoE's, though its own ranges name no expert
-    if (fam == Family.ALL_TO_ALL).any() and bool(
-        names.test(lambda s: bool(PATTERNS["moe"].search(s))).any()
-    ):
+    if (fam == Family.ALL_TO_ALL).any() and names.any(PATTERNS["moe"]):
         flag["moe"] = flag["moe"] | (fam == Family.ALL_TO_ALL)
     text = (inst["label"].astype(str) + " " + inst["kernel"].astype(str)).to_numpy()
     in_bwd_ar = (fam == Family.ALL_REDUCE) & flag[Phase.BACKWARD] & ~side

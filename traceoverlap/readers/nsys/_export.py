@@ -28,7 +28,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import sqlite3
 import stat
 import subprocess
@@ -286,6 +285,8 @@ def _temp_prefix() -> str:
 
 
 def _host() -> str:
+    import socket  # only when exporting a report: an export already converted needs none
+
     return re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname())[:64] or "host"
 
 
