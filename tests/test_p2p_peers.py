@@ -9,12 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 from builders import gloo_rank
 
 from traceoverlap import analyze
-from traceoverlap.core.model import Timeline, concat_timelines
+from traceoverlap.core.model import Timeline, TraceInfo, concat_timelines, make_events
 from traceoverlap.readers import read_trace
 from traceoverlap.run.matching import Collectives
 
@@ -270,3 +271,81 @@ def test_reader_gives_the_peer_columns() -> None:
     assert set(ev.loc[p2p, "peer_rank"].tolist()) == {0, 2}
     assert set(ev.loc[p2p, "p2p_tag"].tolist()) == {0}
     assert (ev.loc[~p2p, "peer_rank"] == -1).all()
+
+
+def _nccl_rank(rank: int, calls: list[tuple[str, int, int, int, int]]) -> Timeline:
+    """A GPU (NCCL) rank of a 3-rank world, group '0' = {0,1,2} (pg_config): per call (op,
+    peer, op start ms, kernel start ms, kernel end ms) a ``c10d::send`` / ``c10d::recv_`` op
+    [start, start+2) naming ``peer`` (tag 0), the ``cudaLaunchKernel`` inside it at start+1 and
+    its ``ncclDevKernel_SendRecv`` kernel (collective name send / recv) on stream 20; one
+    ``ProfilerStep#1`` over [0, 50)."""
+    rows: list[dict[str, Any]] = [
+        dict(category="annotation", name="ProfilerStep#1", s=0, e=50, tid=1, corr=-1)
+    ]
+    for i, (op, peer, s, ks, ke) in enumerate(calls):
+        rows.append(dict(category="cpu_op", name=op, s=s, e=s + 2, tid=1, corr=-1, peer=peer))
+        rows.append(dict(category="runtime", name="cudaLaunchKernel", s=s + 1, e=s + 2, tid=1))
+        rows[-1]["corr"] = i + 1
+        kind = "send" if op == "c10d::send" else "recv"
+        rows.append(
+            dict(
+                category="kernel",
+                name="ncclDevKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*)",
+                s=ks,
+                e=ke,
+                tid=-1,
+                corr=i + 1,
+                stream=20,
+                device=0,
+                coll=kind,
+            )
+        )
+    ev = make_events(
+        len(rows),
+        {
+            "rank": rank,
+            "pid": 100 + rank,
+            "category": [r["category"] for r in rows],
+            "name": [r["name"] for r in rows],
+            "tid": [r["tid"] for r in rows],
+            "lane": [f"stream {r['stream']}" if "stream" in r else "thread 1" for r in rows],
+            "start_ns": np.array([r["s"] for r in rows], dtype=np.int64) * MS,
+            "end_ns": np.array([r["e"] for r in rows], dtype=np.int64) * MS,
+            "correlation": [r["corr"] for r in rows],
+            "stream": [r.get("stream", -1) for r in rows],
+            "device": [r.get("device", -1) for r in rows],
+            "coll_name": [r.get("coll", "") for r in rows],
+            "peer_rank": [r.get("peer", -1) for r in rows],
+            "p2p_tag": [0 if "peer" in r else -1 for r in rows],
+        },
+    )
+    info = TraceInfo(
+        path=f"rank{rank}.json",
+        format="kineto",
+        rank=rank,
+        world_size=3,
+        backend="nccl",
+        rank_source="distributedInfo",
+        clock="unix",
+        device_kind="gpu",
+        process_groups=(("0", (0, 1, 2)),),
+    )
+    return Timeline(ev, (info,))
+
+
+def test_nccl_kernels_take_the_peer_of_the_op_that_launched_them() -> None:
+    """NCCL in one group '0' = {0,1,2}: each send/recv kernel takes the peer of the c10d op its
+    launch lies in. Rank 1 receives from rank 0 (op at 1, kernel [3,20)) then from rank 2 (op at
+    4, kernel [21,30)); rank 0 sends to 1 (op at 10, kernel [12,20)); rank 2 sends to 1 (op at 5,
+    kernel [22,30)). Pairs: 0 -> 1 (rank 0's kernel with rank 1's first) and 2 -> 1 (rank 2's
+    with rank 1's second), from the recorded peers, not by end time. The first recv waits for its
+    peer's kernel: [3,12) = 9 ms; the second [21,22) = 1."""
+    r0 = _nccl_rank(0, [("c10d::send", 1, 10, 12, 20)])
+    r1 = _nccl_rank(1, [("c10d::recv_", 0, 1, 3, 20), ("c10d::recv_", 2, 4, 21, 30)])
+    r2 = _nccl_rank(2, [("c10d::send", 1, 5, 22, 30)])
+    c = analyze(concat_timelines([r0, r1, r2])).collectives
+    assert c is not None
+    assert _pairs(c) == [(0, 1, [(0, 12), (1, 3)]), (2, 1, [(1, 21), (2, 22)])]
+    assert _wait_ms(c, 1, 3) == 9 and _wait_ms(c, 1, 21) == 1
+    assert any("2 send/recv pair(s)" in n and "Concrete Inputs" in n for n in c.notes)
+    assert not any("paired by end time" in n for n in c.notes)
