@@ -127,14 +127,15 @@ def gloo_rank(
     threads: tuple[int, ...] = GLOO_THREADS,
 ) -> Timeline:
     """A CPU (gloo) rank of a ``world``-rank run: rows (category, name, tid, start ms, end ms[,
-    message bytes or -1]), tid 1 the main thread, ``threads`` the gloo workers; markers (step
+    message bytes or -1[, peer rank in the group, tag]]: the peer and tag a ``c10d::send`` /
+    ``c10d::recv_`` records, -1 for none), tid 1 the main thread, ``threads`` the gloo workers; markers (step
     number, start ms, end ms) as ``ProfilerStep#N`` ranges on the main thread; ``groups`` its
     ``pg_config`` (default: one group '0' of every rank)."""
     import numpy as np
 
     marks = [("annotation", f"ProfilerStep#{n}", 1, s, e) for n, s, e in markers]
-    full = [(*r, -1) if len(r) == 5 else tuple(r) for r in [*marks, *rows]]
-    cat, name, tid, start, end, nbytes = (list(x) for x in zip(*full, strict=True))
+    full = [(*r, -1, -1, -1)[:8] for r in [*marks, *rows]]
+    cat, name, tid, start, end, nbytes, peer, tag = (list(x) for x in zip(*full, strict=True))
     tname = ["pt_gloo_runloop" if t in threads else "python" for t in tid]
     ev = make_events(
         len(full),
@@ -149,6 +150,8 @@ def gloo_rank(
             "start_ns": np.array(start, dtype=np.int64) * MS,
             "end_ns": np.array(end, dtype=np.int64) * MS,
             "coll_bytes": np.array(nbytes, dtype=np.int64),
+            "peer_rank": np.array(peer, dtype=np.int32),
+            "p2p_tag": np.array(tag, dtype=np.int64),
         },
     )
     info = TraceInfo(

@@ -67,6 +67,7 @@ def _state(cols: _columns.Columns) -> dict[str, Any]:
     out["shape"] = [(r.tolist(), d.tolist()) for r, d in cols.shape]
     out["op_shape"] = [(r.tolist(), c.tolist()) for r, c in cols.op_shape]
     out["coll"] = [tuple(a.tolist() for a in t) for t in cols.coll]
+    out["p2p"] = [tuple(a.tolist() for a in t) for t in cols.p2p]
     out["coll_names"] = list(cols.coll_names.items())
     out["pg_names"] = list(cols.pg_names.items())
     out["meta"] = [repr(m) for m in cols.meta]
@@ -149,6 +150,11 @@ def _doc(*events: str) -> bytes:
 
 
 X = '"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10.5, "dur": 2.25'
+#: A point-to-point op with its Concrete Inputs (``name``, ``ci``: the raw list)
+P2P = (
+    '{{"ph": "X", "cat": "cpu_op", "name": "{name}", "pid": 1, "tid": 2, "ts": 0, "dur": 1,'
+    ' "args": {{"Concrete Inputs": {ci}, "Input type": ["TensorList", "", "Scalar", "Scalar"]}}}}'
+)
 
 
 @needs_scanner
@@ -162,6 +168,16 @@ X = '"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10.5, "d
         ' "args": {"Input Dims": [[64, 512], [512, 64]], "Input type": ["float", "float"]}}',
         '{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 2, "ts": 0, "dur": 1,'
         ' "args": {"Input Dims": [[64,512],\n [512, 64]]}}',  # same code as without the spaces
+        # point-to-point ops: their peer and tag from Concrete Inputs (an aten op's are not read)
+        P2P.format(name="c10d::send", ci='["", "", "2", "0"]'),
+        P2P.format(name="c10d::recv_", ci='["",\n "", "3", "17"]'),
+        P2P.format(name="c10d::recv_any_source_", ci='["", "", "5"]'),
+        P2P.format(name="c10d::send", ci='["", "", "x", "0"]'),  # not a number: -1
+        P2P.format(name="c10d::send", ci='["", "", "-2", "0"]'),
+        P2P.format(name="c10d::recv_", ci="[]"),
+        P2P.format(name="c10d::recv_", ci='{"a": 1}'),
+        P2P.format(name="c10d::send", ci='["", "", 2, 0]'),  # numbers, not strings: read too
+        P2P.format(name="aten::add", ci='["", "", "2", "0"]'),
         '{"cat": "kernel", "ph": "X", "ts": 1e3, "dur": 2E-1, "name": "\\u00e9t\\u00e9 \\"q\\""}',
         '{"ph": "X", "name": "€ and 漢字", "cat": "cpu_op", "ts": -0.0, "dur": 0.000}',
         '{"ph": "X", "ts": 1234567890123456789012, "dur": 0.1234567890123456789}',  # slow parse
@@ -173,6 +189,25 @@ X = '"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10.5, "d
 )
 def test_plain_events_are_read_by_the_scanner(event: str) -> None:
     assert _check(_doc(event, "{" + X + "}"), must_scan=True)
+
+
+@pytest.mark.parametrize("scan", [True, False], ids=["scanner", "msgspec"])
+def test_point_to_point_peer_and_tag_are_read(scan: bool) -> None:
+    # the schema c10d::send(Tensor[] tensors, ProcessGroup pg, int dst, int tag): inputs 2 and
+    # 3 are the peer (a rank of the op's group) and the tag; recv_any_source_ names no peer,
+    # its tag is input 2; an unreadable peer is -1 (rows with neither are not kept)
+    buf = _doc(
+        P2P.format(name="c10d::send", ci='["", "", "2", "0"]'),
+        P2P.format(name="c10d::recv_", ci='["", "", "3", "17"]'),
+        P2P.format(name="c10d::recv_any_source_", ci='["", "", "5"]'),
+        P2P.format(name="c10d::send", ci='["", "", "x", "y"]'),
+        P2P.format(name="aten::add", ci='["", "", "2", "0"]'),
+    )
+    cols = _columns.Columns()
+    if not (scan and _columns._kscan is not None and cols.add_scanned(buf)):
+        cols.add(_decode.decode_chunk("t.json", buf, split_deep=False))
+    got = [tuple(a.tolist() for a in t) for t in cols.p2p]
+    assert got == [([0, 1, 2], [2, 3, -1], [0, 17, 5])]
 
 
 @needs_scanner
@@ -196,6 +231,15 @@ def test_plain_events_are_read_by_the_scanner(event: str) -> None:
         '{"ph": "X", "cat": "kernel", "name": "k", "args": {"grid": [99999999999999999999, 1, 1]}}',
         '{"ph": "X", "cat": "kernel", "name": "k", "args": {"\\u0064evice": 3}}',  # escaped key
         '{"ph": "X", "cat": "kernel", "name": "k", "args": {"name": "n", "stream": 7}}',
+        # a duplicate Concrete Inputs (msgspec keeps the last), one after a name the scanner
+        # leaves to Python, one with an escaped key
+        '{"ph": "X", "cat": "cpu_op", "name": "c10d::send", "args": {"Concrete Inputs": '
+        '["", "", "1", "0"], "Concrete Inputs": ["", "", "3", "4"]}}',
+        '{"ph": "X", "cat": "cpu_op", "name": "c10d::recv_", "args": {"name": "n", '
+        '"Concrete Inputs": ["", "", "1", "9"]}}',
+        '{"ph": "X", "cat": "cpu_op", "name": "c10d::recv_", "args": {"Concrete \\u0049nputs": '
+        '["", "", "1", "9"]}}',
+        '{"ph": "X", "cat": "cpu_op", "name": "c10d::send", "args": {"Concrete Inputs": 5}}',
         '{"ph": "X", "cat": "kernel", "name": "k", "args": {"correlation": 1.0}}',
         '{"ph": "X", "cat": "kernel", "name": "k", "ts": 1e400}',  # out of range: declined
         '{"ph": "X", "cat": 5, "name": "k"}',  # not a string: declined
@@ -315,6 +359,7 @@ _KEYS = st.sampled_from(
         "device", "stream", "correlation", "grid", "block", "Input Dims", "External id",
         "Collective name", "In msg nelems", "Out msg nelems", "dtype", "Group size",
         "Process Group Name", "Seq", "seq", "kind", "\\u0064evice", "n\\u0061me", "\\udc00k",
+        "Concrete Inputs", "Input type",
         "k\\ud83d\\ude00",
     ]
 )  # fmt: skip
@@ -345,6 +390,7 @@ _VALID_STRINGS = st.one_of(
     st.sampled_from(
         ['"X"', '"M"', '"s"', '"f"', '"i"', '"Q"', '""', '"kernel"', '"cpu_op"', '"cuda_runtime"',
          '"gpu_memcpy"', '"user_annotation"', '"python_function"', '"record_param_comms"',
+         '"c10d::send"', '"c10d::recv_"', '"c10d::recv_any_source_"', '"2"', '"0"',
          '"Float"', '"\\u0058"', '"a\\"b"', '"\\\\"', '"\\n\\t"', '"\\ud83d\\ude00"']
     ),
     st.text(max_size=12).map(lambda s: json.dumps(s, ensure_ascii=False)),

@@ -53,6 +53,9 @@ RUNS["tp_slow"] += SLOW_FORWARD
 RUNS["pipeline"] = ["--strategy", "pipeline"]
 RUNS["pipeline_slow_last"] = ["--strategy", "pipeline", "--slow-rank", "1", "--slow-ms", "10"]
 RUNS["pipeline_slow_last"] += SLOW_FORWARD
+# 4 stages in the world group: the peer of each send / recv is known only from what the trace
+# records (c10d::send / c10d::recv_ Concrete Inputs, diagnosis.md §6)
+RUNS["pipeline4"] = ["--strategy", "pipeline", "--world-size", "4"]
 RUNS["fsdp"] = ["--strategy", "fsdp"]
 RUNS["moe_slow"] = ["--strategy", "moe", "--world-size", "4", "--slow-rank", "2", "--slow-ms", "30"]
 RUNS["moe_slow"] += SLOW_FORWARD

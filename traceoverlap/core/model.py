@@ -35,6 +35,10 @@ wait_stream     int64       ``sync`` rows of a stream wait: the stream waited on
 wait_corr       int64       ``sync`` rows of a stream wait: the correlation id of the event
                             record call waited on (``wait_on_cuda_event_record_corr_id``;
                             nsys: that record's ``correlationId``), else -1
+peer_rank       int32       point-to-point ops (``c10d::send`` / ``c10d::recv_``): the peer's
+                            rank *within the op's process group*, from ``Concrete Inputs``
+                            (``record_shapes``), else -1
+p2p_tag         int64       and their tag, else -1
 ==============  ==========  ===============================================================
 
 :func:`traceoverlap.rank.classify.classify` adds the ``kind`` column (one of :data:`traceoverlap.core.vocab.KINDS`).
@@ -100,6 +104,8 @@ _INT_COLUMNS: dict[str, str] = {
     "shape": "int32",
     "wait_stream": "int64",
     "wait_corr": "int64",
+    "peer_rank": "int32",
+    "p2p_tag": "int64",
 }
 _INT_DEFAULTS: dict[str, int] = {
     "rank": 0,
@@ -114,10 +120,12 @@ _INT_DEFAULTS: dict[str, int] = {
     "shape": -1,
     "wait_stream": -1,
     "wait_corr": -1,
+    "peer_rank": -1,
+    "p2p_tag": -1,
 }
 #: Columns that most traces leave at their default: absent, they are one shared read-only value
 #: (a stride-0 view), not a column of copies.
-_SPARSE_COLUMNS = frozenset({"wait_stream", "wait_corr"})
+_SPARSE_COLUMNS = frozenset({"wait_stream", "wait_corr", "peer_rank", "p2p_tag"})
 #: Column order of the event table.
 COLUMNS: tuple[str, ...] = (
     "rank",
@@ -140,6 +148,8 @@ COLUMNS: tuple[str, ...] = (
     "shape",
     "wait_stream",
     "wait_corr",
+    "peer_rank",
+    "p2p_tag",
 )
 
 

@@ -63,6 +63,8 @@ LOCAL_COLUMNS = (
     "same_stream",
     "queued_ns",
     "behind_comm_ns",
+    "peer_rank",
+    "p2p_tag",
 )
 # --- map side: one unit's instances ------------------------------------------------------------
 
@@ -97,6 +99,46 @@ def _enclosing_collective(ev: pd.DataFrame, launch_rows: I64) -> npt.NDArray[np.
         inside = (k >= 0) & (ts < end[mine[np.maximum(k, 0)]])
         out[q[inside]] = coll_of[codes[mine[k[inside]]]]
     return out
+
+
+def p2p_peers(ev: pd.DataFrame, rows: I64, launch_row: I64) -> tuple[I64, I64]:
+    """Per communication activity row: the peer (its rank *in the op's group*) and tag its
+    point-to-point op recorded (``peer_rank`` / ``p2p_tag``, from ``c10d::send`` /
+    ``c10d::recv_`` ``Concrete Inputs``; diagnosis.md §6), -1 when none. The op is the row itself
+    when it carries them, else the one on the same thread whose call holds the activity's start
+    (``gloo:send`` begins inside ``c10d::send``) or, for a kernel, its launch's start."""
+    peer = np.full(rows.size, -1, dtype=np.int64)
+    tag = np.full(rows.size, -1, dtype=np.int64)
+    if "peer_rank" not in ev or rows.size == 0:
+        return peer, tag
+    all_peer = ev["peer_rank"].to_numpy().astype(np.int64)
+    all_tag = ev["p2p_tag"].to_numpy().astype(np.int64)
+    ops = np.flatnonzero((all_peer >= 0) | (all_tag >= 0))
+    if ops.size == 0:
+        return peer, tag
+    launch = launch_row[rows] if launch_row.size else np.full(rows.size, -1, np.int64)
+    anchor = np.where(launch >= 0, launch, rows)
+    start = ev["start_ns"].to_numpy()
+    end = ev["end_ns"].to_numpy()
+    tid = ev["tid"].to_numpy()
+    pid = ev["pid"].to_numpy()
+    op = np.full(rows.size, -1, dtype=np.int64)
+    own = (all_peer[anchor] >= 0) | (all_tag[anchor] >= 0)
+    op[own] = anchor[own]
+    for p, t in {(int(a), int(b)) for a, b in zip(pid[ops], tid[ops], strict=True)}:
+        mine = ops[(pid[ops] == p) & (tid[ops] == t)]
+        mine = mine[np.argsort(start[mine], kind="stable")]
+        q = np.flatnonzero(~own & (pid[anchor] == p) & (tid[anchor] == t))
+        if q.size == 0:
+            continue
+        ts = start[anchor[q]]
+        k = np.searchsorted(start[mine], ts, side="right") - 1
+        inside = (k >= 0) & (ts < end[mine[np.maximum(k, 0)]])
+        op[q[inside]] = mine[k[inside]]
+    hit = op >= 0
+    peer[hit] = all_peer[op[hit]]
+    tag[hit] = all_tag[op[hit]]
+    return peer, tag
 
 
 def _group_sizes_first(keys: I64) -> tuple[I64, I64]:
@@ -145,6 +187,10 @@ def unit_instances(
     queued, behind = _queueing(ev, c, head, launch_row, steps.gpu)
     inst["queued_ns"] = queued
     inst["behind_comm_ns"] = behind
+    peer, tag = p2p_peers(ev, c.rows[head], launch_row)
+    p2p = inst["p2p"].to_numpy(dtype=bool)
+    inst["peer_rank"] = np.where(p2p, peer, -1)
+    inst["p2p_tag"] = np.where(p2p, tag, -1)
     return inst[list(LOCAL_COLUMNS)], pieces, piece_local
 
 

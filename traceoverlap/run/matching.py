@@ -372,22 +372,9 @@ def _match(
     p2p = inst["p2p"].to_numpy(dtype=bool)
     undirected = p2p & (src < 0)
     wide = undirected & (exp > 2)
-    paired = np.zeros(len(inst), dtype=bool)
-    if wide.any() and all(t.clock == "unix" for t in traces):
-        paired = _pair_by_end(inst, wide, unit_rank, key, src, dst, int(ids.max()) + 1)
-        if paired.any():
-            notes.append(
-                f"{int(paired.sum()) // 2} send/recv pair(s) in groups of more than two ranks were "
-                "paired by end time (a blocking transfer ends together on both sides; the trace "
-                f"names no peer), within {P2P_END_TOLERANCE_NS / 1e6:g} ms"
-            )
-    if (wide & ~paired).any():
-        n = int((wide & ~paired).sum())
-        notes.append(
-            f"{n} point-to-point transfer(s) (SendRecv / send / recv) in groups of more than two "
-            "ranks were not matched: a transfer pairs two ranks and the trace does not say which; "
-            f"their exposed time {_UNMATCHED_WORDS}"
-        )
+    paired, recorded, ends = _pair_wide(
+        inst, wide, unit_rank, members, traces, (key, src, dst), int(ids.max()) + 1, notes
+    )
     complete &= ~wide
     extra["src_rank"], extra["dst_rank"] = src, dst
     extra.loc[paired, "members"] = pd.Series(
@@ -414,6 +401,10 @@ def _match(
         unit_rank,
         unit_label,
     )
+    if (recorded & ~paired).any():
+        extra["why"] = _recorded_why(
+            extra["why"].to_numpy(dtype=object), recorded & ~paired, inst, unit_rank, ends
+        )
     return key, notes, extra
 
 
@@ -475,6 +466,191 @@ def _unmatched_why(
 P2P_END_TOLERANCE_NS = 1_000_000
 
 
+def _pair_wide(
+    inst: pd.DataFrame,
+    wide: npt.NDArray[np.bool_],
+    unit_rank: I64,
+    members: dict[object, tuple[int, ...]],
+    traces: Sequence[TraceInfo],
+    out: tuple[I64, I64, I64],
+    next_key: int,
+    notes: list[str],
+) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_], tuple[I64, I64]]:
+    """Sends and recvs of groups of more than two ranks (``wide``), paired (in place: ``out`` =
+    key, src, dst; notes appended): first exactly, by the peer and tag each side records
+    (:func:`_pair_by_peer`), then the rest by end time (:func:`_pair_by_end`, keeping to any
+    recorded peer). Returns the rows paired, the rows that record their peer, and per row the
+    sending and receiving rank they record (-1: none)."""
+    key, src, dst = out
+    paired = np.zeros(len(inst), dtype=bool)
+    named, named_src, named_dst = _named_peers(inst, wide, unit_rank, members, traces)
+    if named.any():
+        exact, next_key = _pair_by_peer(inst, named, named_src, named_dst, key, src, dst, next_key)
+        paired |= exact
+        if exact.any():
+            notes.append(
+                f"{int(exact.sum()) // 2} send/recv pair(s) in groups of more than two ranks were "
+                "matched by the peer and tag each side records (c10d::send / c10d::recv_ "
+                "Concrete Inputs): the n-th send of a rank to another with a tag meets the n-th "
+                "recv of the other from it with that tag"
+            )
+    rest = wide & ~paired
+    if rest.any() and all(t.clock == "unix" for t in traces):
+        by_end = _pair_by_end(
+            inst, rest, unit_rank, key, src, dst, next_key, (named_src, named_dst)
+        )
+        paired |= by_end
+        if by_end.any():
+            notes.append(
+                f"{int(by_end.sum()) // 2} send/recv pair(s) in groups of more than two ranks were "
+                "paired by end time (a blocking transfer ends together on both sides; the trace "
+                f"names no peer), within {P2P_END_TOLERANCE_NS / 1e6:g} ms"
+            )
+    left = named & ~paired
+    if left.any():
+        notes.append(
+            f"{int(left.sum())} send/recv(s) in groups of more than two ranks name their peer but "
+            "no call on it names them back as often (a rank trace missing, or a transfer cut by "
+            f"the capture window): not matched; their exposed time {_UNMATCHED_WORDS}"
+        )
+    if (wide & ~paired & ~named).any():
+        n = int((wide & ~paired & ~named).sum())
+        notes.append(
+            f"{n} point-to-point transfer(s) (SendRecv / send / recv) in groups of more than two "
+            "ranks were not matched: a transfer pairs two ranks and the trace does not say which; "
+            f"their exposed time {_UNMATCHED_WORDS}"
+        )
+    return paired, named, (named_src, named_dst)
+
+
+def _recorded_why(
+    why: npt.NDArray[np.object_],
+    rows: npt.NDArray[np.bool_],
+    inst: pd.DataFrame,
+    unit_rank: I64,
+    ends: tuple[I64, I64],
+) -> npt.NDArray[np.object_]:
+    """``why`` with the reason of each unpaired send/recv that records its peer (``rows``)."""
+    why = why.copy()
+    named_src, named_dst = ends
+    for i in np.flatnonzero(rows).tolist():
+        own = int(unit_rank[int(inst["unit"].iat[i])])
+        send = int(named_src[i]) == own
+        peer = int(named_dst[i] if send else named_src[i])
+        why[i] = (
+            f"a {'send to' if send else 'recv from'} rank {peer} (the peer it records) that "
+            f"no {'recv' if send else 'send'} on rank {peer} names back"
+        )
+    return why
+
+
+#: Kind keys of the directed point-to-point calls.
+_SEND_KINDS = ["send", "isend"]
+_RECV_KINDS = ["recv", "irecv", "recvanysource"]
+
+
+def _named_peers(
+    inst: pd.DataFrame,
+    wide: npt.NDArray[np.bool_],
+    unit_rank: I64,
+    members: dict[object, tuple[int, ...]],
+    traces: Sequence[TraceInfo],
+) -> tuple[npt.NDArray[np.bool_], I64, I64]:
+    """The ``wide`` send/recv rows whose trace records the peer and tag (``peer_rank``, a rank
+    of the op's group, and ``p2p_tag``: diagnosis.md §6), and per row the global sending and
+    receiving rank (-1 where the peer is not known). A group rank is a global rank through the
+    group's members as ``pg_config`` lists them (a group's ranks in ascending order are its
+    ranks 0, 1, ...: ``new_group`` sorts them); without ``pg_config``, only a group whose ranks
+    are the whole world (identity) maps; otherwise the peer stays unknown."""
+    n = len(inst)
+    src = np.full(n, -1, dtype=np.int64)
+    dst = np.full(n, -1, dtype=np.int64)
+    if "peer_rank" not in inst or not wide.any():
+        return np.zeros(n, dtype=bool), src, dst
+    known = group_members(traces)
+    world = max((t.world_size or 0 for t in traces), default=0)
+    ranks_of: dict[object, tuple[int, ...]] = {}
+    for g, m in members.items():
+        if str(g) in known:
+            ranks_of[g] = known[str(g)]
+        elif world and tuple(m) == tuple(range(world)):
+            ranks_of[g] = tuple(m)
+    kind = inst["kind_key"].to_numpy(dtype=object)
+    is_send = np.isin(kind, _SEND_KINDS)
+    peer_g = inst["peer_rank"].to_numpy(np.int64)
+    tag = inst["p2p_tag"].to_numpy(np.int64)
+    cand = wide & (is_send | np.isin(kind, _RECV_KINDS)) & (peer_g >= 0) & (tag >= 0)
+    peer = np.full(n, -1, dtype=np.int64)
+    groups = inst["group_key"].to_numpy(dtype=object)
+    for i in np.flatnonzero(cand).tolist():
+        r = ranks_of.get(groups[i], ())
+        if peer_g[i] < len(r):
+            peer[i] = r[peer_g[i]]
+    own = unit_rank[inst["unit"].to_numpy(np.int64)]
+    named = cand & (peer >= 0) & (peer != own)
+    src[named] = np.where(is_send, own, peer)[named]
+    dst[named] = np.where(is_send, peer, own)[named]
+    return named, src, dst
+
+
+def _pair_by_peer(
+    inst: pd.DataFrame,
+    named: npt.NDArray[np.bool_],
+    named_src: I64,
+    named_dst: I64,
+    key: I64,
+    src: I64,
+    dst: I64,
+    next_key: int,
+) -> tuple[npt.NDArray[np.bool_], int]:
+    """Sends and recvs that name their peer, paired exactly (in place: ``key``, ``src``,
+    ``dst``): the n-th send (by call start) of rank ``a`` to rank ``b`` with tag ``t`` in a
+    group meets the n-th recv of ``b`` from ``a`` with tag ``t`` in that group (messages between
+    two ranks with one tag arrive in the order sent, blocking or not). A stream (group, a, b, t)
+    whose send and recv counts differ is left to the fallback: which of its calls the capture
+    window cut cannot be told. Returns the rows paired and the next free key."""
+    out = np.zeros(len(inst), dtype=bool)
+    rows = np.flatnonzero(named)
+    kind = inst["kind_key"].to_numpy(dtype=object)
+    d = pd.DataFrame(
+        {
+            "row": rows,
+            "unit": inst["unit"].to_numpy(np.int64)[rows],
+            "group": inst["group_key"].to_numpy(dtype=object)[rows],
+            "send": np.isin(kind[rows], _SEND_KINDS),
+            "src": named_src[rows],
+            "dst": named_dst[rows],
+            "tag": inst["p2p_tag"].to_numpy(np.int64)[rows],
+            "start": inst["start_ns"].to_numpy(np.int64)[rows],
+        }
+    ).sort_values(["start", "row"], kind="stable")
+    stream = ["group", "src", "dst", "tag"]
+    d["n"] = d.groupby(["unit", "send", *stream], sort=False).cumcount()
+    # per stream and side: (calls, units); a stream pairs when both sides have the same count,
+    # each on one unit (two traces of one rank would pair twice)
+    sides: dict[tuple[Any, ...], dict[bool, tuple[int, int]]] = {}
+    for k, (size, n_units) in (
+        d.groupby([*stream, "send"], sort=False)["unit"].agg(["size", "nunique"]).iterrows()
+    ):
+        sides.setdefault(tuple(k[:-1]), {})[bool(k[-1])] = (int(size), int(n_units))
+    good = {
+        k
+        for k, v in sides.items()
+        if True in v and False in v and v[True][0] == v[False][0] and v[True][1] == v[False][1] == 1
+    }
+    if not good:
+        return out, next_key
+    keep = [tuple(x) in good for x in d[stream].itertuples(index=False)]
+    d = d[np.array(keep, dtype=bool)]
+    pair_id = d.groupby([*stream, "n"], sort=False).ngroup().to_numpy(np.int64)
+    r = d["row"].to_numpy(np.int64)
+    key[r] = next_key + pair_id
+    src[r] = d["src"].to_numpy(np.int64)
+    dst[r] = d["dst"].to_numpy(np.int64)
+    out[r] = True
+    return out, next_key + (int(pair_id.max()) + 1 if pair_id.size else 0)
+
+
 def _pair_by_end(
     inst: pd.DataFrame,
     wide: npt.NDArray[np.bool_],
@@ -483,11 +659,14 @@ def _pair_by_end(
     src: npt.NDArray[np.int64],
     dst: npt.NDArray[np.int64],
     next_key: int,
+    named: tuple[I64, I64] | None = None,
 ) -> npt.NDArray[np.bool_]:
     """Sends and recvs of groups of more than two ranks whose peer the trace does not name,
     paired by end time (in place: ``key``, ``src``, ``dst``): a send on one rank and a recv on
     another, in the same group, whose spans overlap and whose ends are within
-    :data:`P2P_END_TOLERANCE_NS`, closest ends first, each used once. Returns the rows paired."""
+    :data:`P2P_END_TOLERANCE_NS`, closest ends first, each used once. ``named``: per row the
+    sending and receiving rank a side records (-1: none), which a pair must agree with (a send
+    to rank 2 pairs with a recv on rank 2 only). Returns the rows paired."""
     kind = inst["kind_key"].to_numpy(dtype=object)
     send = np.flatnonzero(wide & np.isin(kind, ["send", "isend"]))
     recv = np.flatnonzero(wide & np.isin(kind, ["recv", "irecv", "recvanysource"]))
@@ -505,6 +684,11 @@ def _pair_by_end(
     a, b = send[i], recv[j]
     ok = (unit[a] != unit[b]) & (group[a] == group[b])
     ok &= (start[a] < end[b]) & (start[b] < end[a])
+    if named is not None:
+        n_src, n_dst = named
+        ra, rb = unit_rank[unit[a]], unit_rank[unit[b]]
+        ok &= (n_dst[a] < 0) | (n_dst[a] == rb)  # the send names its recv's rank, or none
+        ok &= (n_src[b] < 0) | (n_src[b] == ra)
     a, b = a[ok], b[ok]
     order = np.lexsort((b, a, np.abs(end[a] - end[b])))
     for x, y in zip(a[order].tolist(), b[order].tolist(), strict=True):

@@ -73,6 +73,13 @@ _GET_DUR = attrgetter("dur")
 _GET_PID = attrgetter("pid")
 _GET_TID = attrgetter("tid")
 _GET_ARGS = attrgetter("args")
+
+
+def _concrete_of(ev: Any) -> Any:
+    """An event's ``Concrete Inputs`` (None when it has no args)."""
+    return getattr(ev.args, "concrete", None) if ev.args is not None else None
+
+
 _GET_CORR = attrgetter("args.correlation")
 _GET_DEVICE = attrgetter("args.device")
 _GET_STREAM = attrgetter("args.stream")
@@ -112,6 +119,9 @@ class Columns:
         # Stream waits of the few ``sync`` rows that name what they wait on:
         # (rows, wait_on_stream, wait_on_cuda_event_record_corr_id).
         self.sync: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        # Peer and tag of the point-to-point ops that record them (:func:`p2p_inputs`):
+        # (rows, peer rank in the op's group, tag).
+        self.p2p: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self.coll_names = Codes({"": 0})
         self.pg_names = Codes({"": 0})
         self.offset = 0
@@ -164,6 +174,7 @@ class Columns:
         self._add_args(kept, model, chunk.loose)
         self._add_shapes(kept, model, chunk.loose)
         self._add_collectives(kept, model, name)
+        self._add_p2p([(int(i), _concrete_of(kept[i])) for i in self._p2p_rows(name, model)], name)
         syncs = np.flatnonzero(model == MODEL_CODE["sync"])
         if len(syncs):
             self._add_syncs([(int(i), kept[i]) for i in syncs], model)
@@ -263,7 +274,52 @@ class Columns:
             self.coll.append((rows + self.offset, *values))
         self._add_syncs(fl, model)
         self._add_scanned_input_bytes(sc, strings, pick, fl)
+        self._add_scanned_p2p(sc, pick, name, model, fl)
         self.offset += n
+
+    def _p2p_rows(self, name: np.ndarray, model: np.ndarray) -> np.ndarray:
+        """The chunk rows of :data:`P2P_OPS` ``cpu_op`` rows (``name``: global name codes)."""
+        codes = [self.names[n] for n in P2P_OPS if n in self.names]
+        if not codes:
+            return np.zeros(0, dtype=np.int64)
+        return np.flatnonzero(np.isin(name, codes) & (model == MODEL_CODE["cpu_op"]))
+
+    def _add_p2p(self, rows: list[tuple[int, Any]], name: np.ndarray) -> None:
+        """Peer and tag of point-to-point op rows ``(chunk row, Concrete Inputs)`` (raw text,
+        or a value decoded leniently): -1 where unreadable; rows with neither are not kept."""
+        if not rows:
+            return
+        names = {self.names[n]: n for n in P2P_OPS if n in self.names}
+        got = [p2p_inputs(names[int(name[r])], _concrete_text(c)) for r, c in rows]
+        peer = np.array([g[0] for g in got], dtype=np.int32)
+        tag = np.array([g[1] for g in got], dtype=np.int64)
+        ok = (peer >= 0) | (tag >= 0)
+        if ok.any():
+            at = np.array([r for r, _ in rows], dtype=np.int64)[ok] + self.offset
+            self.p2p.append((at, peer[ok], tag[ok]))
+
+    def _add_scanned_p2p(
+        self,
+        sc: _Scanned,
+        pick: Callable[[np.ndarray], np.ndarray],
+        name: np.ndarray,
+        model: np.ndarray,
+        fl: list[tuple[int, Any]],
+    ) -> None:
+        """:meth:`_add_p2p` of a scanned chunk: the ``Concrete Inputs`` texts the scanner
+        interned, or, for the rows decoded in Python, their events' own."""
+        rows = self._p2p_rows(name, model)
+        if not rows.size:
+            return
+        flagged = {r: ev for r, ev in fl}
+        ids = pick(sc.concrete)[rows].tolist()
+        self._add_p2p(
+            [
+                (r, _concrete_of(flagged[r]) if r in flagged else (sc.texts[t] if t >= 0 else b""))
+                for r, t in zip(rows.tolist(), ids, strict=True)
+            ],
+            name,
+        )
 
     def _add_scanned_input_bytes(
         self,
@@ -477,6 +533,10 @@ class _Scanned:
         # ``Input type`` ids (a scanner built before it returned fifteen items: none)
         self.input_type = (
             np.frombuffer(got[15], np.int32) if len(got) > 15 else np.full(rows, -1, np.int32)
+        )
+        # ``Concrete Inputs`` ids (a scanner built before it returned sixteen items: none)
+        self.concrete = (
+            np.frombuffer(got[16], np.int32) if len(got) > 16 else np.full(rows, -1, np.int32)
         )
 
     def take_flagged(self, flagged: list[tuple[int, Any]], strings: list[str]) -> None:
@@ -734,6 +794,74 @@ def _input_bytes_of(dims: Any, types: Any) -> int:
         return input_bytes(msgspec.json.encode(dims), msgspec.json.encode(types))
     except (TypeError, msgspec.EncodeError):
         return -1
+
+
+#: The point-to-point ops whose ``Concrete Inputs`` (``record_shapes=True``) name their peer and
+#: tag: per op name, the positions of the peer and of the tag in its schema
+#: (``c10d::send(Tensor[] tensors, ProcessGroup pg, int dst, int tag)``,
+#: ``c10d::recv_(Tensor[] tensors, ProcessGroup pg, int src, int tag)``,
+#: ``c10d::recv_any_source_(Tensor[] tensors, ProcessGroup pg, int tag)``: no peer, -1). The peer
+#: is a rank *within the op's process group*.
+P2P_OPS: dict[str, tuple[int, int]] = {
+    "c10d::send": (2, 3),
+    "c10d::recv_": (2, 3),
+    "c10d::recv_any_source_": (-1, 2),
+}
+
+
+def _concrete_text(value: Any) -> bytes:
+    """A ``Concrete Inputs`` value as raw JSON text (b"" when absent or not encodable)."""
+    if value is None:
+        return b""
+    if isinstance(value, (bytes, msgspec.Raw)):
+        return bytes(value)
+    try:
+        return msgspec.json.encode(value)
+    except (TypeError, msgspec.EncodeError):
+        return b""
+
+
+@functools.lru_cache(maxsize=4096)
+def p2p_inputs(name: str, text: bytes) -> tuple[int, int]:
+    """(peer, tag) of a point-to-point op (:data:`P2P_OPS`) from its ``Concrete Inputs`` text
+    (raw JSON: a list of strings, ``["", "", "2", "0"]``): the peer's rank in the op's group and
+    the tag, each -1 where absent or not a non-negative integer."""
+    where = P2P_OPS.get(name)
+    if where is None or not text:
+        return -1, -1
+    try:
+        values = _ANY_JSON.decode(text)
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        return -1, -1
+    if not isinstance(values, list):
+        return -1, -1
+
+    def at(i: int) -> int:
+        if i < 0 or i >= len(values):
+            return -1
+        v = values[i]
+        if isinstance(v, str) and v.isascii() and v.isdigit():
+            n = int(v)
+        elif type(v) is int:
+            n = v
+        else:
+            return -1
+        return n if 0 <= n <= INT64_MAX else -1
+
+    peer, tag = at(where[0]), at(where[1])
+    return (peer if peer <= MAX_WORLD_SIZE else -1), tag
+
+
+def p2p_columns(n: int, cols: Columns) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of ``n``: the peer (int32) and tag (int64) its point-to-point op recorded, -1
+    elsewhere; ``cols`` lets go of them."""
+    peer = np.full(n, -1, dtype=np.int32)
+    tag = np.full(n, -1, dtype=np.int64)
+    for rows, p, t in cols.p2p:
+        peer[rows] = p
+        tag[rows] = t
+    cols.p2p = []
+    return peer, tag
 
 
 def collective_values(

@@ -52,6 +52,9 @@ class _Args(msgspec.Struct, gc=False, frozen=True):
     wait_corr: int = msgspec.field(default=-1, name="wait_on_cuda_event_record_corr_id")
     # and their element types (``Input type``): raw, read only for communication ops' bytes
     input_type: msgspec.Raw = msgspec.field(default=NO_INPUT_DIMS, name="Input type")
+    # the scalar inputs' values (``Concrete Inputs``): raw, read only for the peer and tag of the
+    # point-to-point ops (``c10d::send`` / ``c10d::recv_``)
+    concrete: msgspec.Raw = msgspec.field(default=NO_INPUT_DIMS, name="Concrete Inputs")
 
 
 _NO_ARGS = _Args()
@@ -155,6 +158,7 @@ class LooseArgs(msgspec.Struct, gc=False):
     wait_stream: Any = msgspec.field(default=-1, name="wait_on_stream")
     wait_corr: Any = msgspec.field(default=-1, name="wait_on_cuda_event_record_corr_id")
     input_type: Any = msgspec.field(default=None, name="Input type")
+    concrete: Any = msgspec.field(default=None, name="Concrete Inputs")
 
 
 LOOSE_EMPTY = LooseArgs()
@@ -366,6 +370,7 @@ def _as_loose(e: Any) -> Any:
             a.wait_stream,
             a.wait_corr,
             _raw_value(a.input_type),
+            _raw_value(a.concrete),
         )
         return _LooseEvent(e.ph, e.cat, e.name, e.pid, e.tid, e.ts, e.dur, None, args)
     return e

@@ -26,11 +26,15 @@
  *   input_dims     int32  local id of the raw ``args["Input Dims"]`` text, -1 when absent
  * and
  *   strings        list of bytes: the raw contents (between the quotes) of each local id
- *   texts          list of bytes: the raw ``Input Dims`` / ``Input type`` texts of each local id
+ *   texts          list of bytes: the raw ``Input Dims`` / ``Input type`` / ``Concrete Inputs``
+ *                  texts of each local id
  *   python         bytes of int64 triples (row or -1, start, end): events Python decodes
  *                  itself (flagged X rows, and every M event), spans into the buffer
  *   input_type     int32  local id (in ``texts``) of the raw ``args["Input type"]`` text, -1
  *                  when absent: last, so that a reader of the first fifteen still works
+ *   concrete       int32  local id (in ``texts``) of the raw ``args["Concrete Inputs"]`` text,
+ *                  -1 when absent (the peer and tag of ``c10d::send`` / ``c10d::recv_``): after
+ *                  it, so that a reader of the first sixteen still works
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -576,7 +580,7 @@ static int skip_value(P *ps) {
 /* events */
 
 typedef struct {
-    int32_t *cat, *name, *idims, *itype;
+    int32_t *cat, *name, *idims, *itype, *cinp;
     double *ts, *dur;
     int64_t *pid, *tid, *corr, *device, *stream, *dims;
     size_t rows, cap; /* rows written, rows allocated (every column) */
@@ -598,6 +602,7 @@ static int out_grow(Out *o) {
     GROW(name, int32_t, 1);
     GROW(idims, int32_t, 1);
     GROW(itype, int32_t, 1);
+    GROW(cinp, int32_t, 1);
     GROW(ts, double, 1);
     GROW(dur, double, 1);
     GROW(pid, int64_t, 1);
@@ -618,7 +623,7 @@ typedef struct {
     double ts, dur;
     int64_t pid, tid, corr, device, stream;
     int64_t dims[N_DIMS];
-    int32_t idims, itype;
+    int32_t idims, itype, cinp;
     int flag;
     int tid_kind; /* 1: a string tid read here (tid_field), 2: a string tid left to Python */
 } Ev;
@@ -819,6 +824,16 @@ static int parse_args(P *ps, Ev *ev, Out *o) {
                 if (id < 0) return NOMEM;
                 ev->itype = id;
             }
+        } else if (KEY(s, e, "Concrete Inputs")) {
+            bit = 128;
+            const uint8_t *vs = ps->p;
+            r = skip_value(ps);
+            if (!r) {
+                int32_t id = intern(&o->texts, ps->base, (size_t)(vs - ps->base),
+                                    (size_t)(ps->p - vs));
+                if (id < 0) return NOMEM;
+                ev->cinp = id;
+            }
         } else if (KEY(s, e, "name") || KEY(s, e, "Collective name") ||
                    KEY(s, e, "In msg nelems") || KEY(s, e, "Out msg nelems") ||
                    KEY(s, e, "dtype") || KEY(s, e, "Group size") ||
@@ -862,6 +877,7 @@ static int put_row(Out *o, const Ev *ev) {
     o->name[r] = ev->name;
     o->idims[r] = ev->idims;
     o->itype[r] = ev->itype;
+    o->cinp[r] = ev->cinp;
     o->ts[r] = ev->ts;
     o->dur[r] = ev->dur;
     o->pid[r] = ev->pid;
@@ -887,7 +903,7 @@ static int parse_event(P *ps, Out *o) {
     ev.ts = ev.dur = NAN;
     ev.pid = ev.tid = ev.corr = ev.device = ev.stream = -1;
     for (int i = 0; i < N_DIMS; i++) ev.dims[i] = -1;
-    ev.idims = ev.itype = -1;
+    ev.idims = ev.itype = ev.cinp = -1;
     ev.flag = 0;
     ev.tid_kind = 0;
     if (ps->p >= ps->end || *ps->p != '{') return BAIL;
@@ -993,7 +1009,7 @@ static int parse_array(P *ps, Out *o) {
 static void out_free(Out *o) {
     void *cols[] = {o->cat,  o->name, o->idims,  o->ts,     o->dur,  o->pid,
                     o->tid,  o->corr, o->device, o->stream, o->dims, o->python.p,
-                    o->itype};
+                    o->itype, o->cinp};
     for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++) free(cols[i]);
     intern_free(&o->strings);
     intern_free(&o->texts);
@@ -1043,11 +1059,12 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
         if (texts) {
             size_t n = o.rows, i4 = 4 * n, i8 = 8 * n;
             result = Py_BuildValue(
-                "(LNNNNNNNNNNNNNNN)", (long long)n, bytes_of(o.cat, i4), bytes_of(o.name, i4),
+                "(LNNNNNNNNNNNNNNNN)", (long long)n, bytes_of(o.cat, i4), bytes_of(o.name, i4),
                 bytes_of(o.ts, i8), bytes_of(o.dur, i8), bytes_of(o.pid, i8),
                 bytes_of(o.tid, i8), bytes_of(o.corr, i8), bytes_of(o.device, i8),
                 bytes_of(o.stream, i8), bytes_of(o.dims, N_DIMS * i8), bytes_of(o.idims, i4),
-                strings, texts, bytes_of(o.python.p, o.python.len), bytes_of(o.itype, i4));
+                strings, texts, bytes_of(o.python.p, o.python.len), bytes_of(o.itype, i4),
+                bytes_of(o.cinp, i4));
         } else {
             Py_XDECREF(strings);
         }

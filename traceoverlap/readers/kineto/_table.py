@@ -32,7 +32,14 @@ from ._categories import (
     codes_in,
     model_lut,
 )
-from ._columns import Codes, CollectiveColumns, Columns, collective_columns, shape_column
+from ._columns import (
+    Codes,
+    CollectiveColumns,
+    Columns,
+    collective_columns,
+    p2p_columns,
+    shape_column,
+)
 from ._joins import collective_args_from_launching_op, fill_correlation_from_flows
 from ._metadata import Meta, base_ns, trace_info
 from ._values import INT32_MAX, INT64_MAX, checked_ns, to_int
@@ -60,6 +67,8 @@ class _Rows:
     corr: np.ndarray  # args.correlation, -1: none
     shape: np.ndarray  # kernels' launch shape code (int32), -1: none
     coll: CollectiveColumns
+    peer: np.ndarray  # point-to-point ops' peer rank in their group (int32), -1: none
+    tag: np.ndarray  # and their tag (int64), -1: none
     #: the stream waits of the few sync rows that have them: (rows, wait_stream, wait_corr)
     sync: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
@@ -67,6 +76,7 @@ class _Rows:
     def take_columns(cls, cols: Columns) -> _Rows:
         """The per-chunk columns concatenated (``cols`` lets go of them)."""
         src = np.concatenate(cols.cat)
+        peer, tag = p2p_columns(len(src), cols)
         rows = cls(
             src=src,
             cat=model_lut(cols.src)[src],
@@ -80,6 +90,8 @@ class _Rows:
             corr=np.concatenate(cols.corr),
             shape=shape_column(len(src), cols),
             coll=collective_columns(len(src), cols),
+            peer=peer,
+            tag=tag,
             sync=tuple(np.concatenate(c) for c in zip(*cols.sync, strict=True))  # type: ignore[arg-type]
             if cols.sync
             else None,
@@ -185,6 +197,9 @@ def build_timeline(p: str, head: Meta, cols: Columns) -> Timeline:
         "group_size": rows.coll.group_size,
         "shape": _op_shapes(rows, lane, start, end),
     }
+    if (rows.peer >= 0).any() or (rows.tag >= 0).any():
+        columns["peer_rank"] = rows.peer
+        columns["p2p_tag"] = rows.tag
     if rows.sync is not None:
         at, ws, wc = rows.sync
         columns["wait_stream"] = np.full(len(start), -1, dtype=np.int64)
