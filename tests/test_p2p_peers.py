@@ -349,3 +349,22 @@ def test_nccl_kernels_take_the_peer_of_the_op_that_launched_them() -> None:
     assert _wait_ms(c, 1, 3) == 9 and _wait_ms(c, 1, 21) == 1
     assert any("2 send/recv pair(s)" in n and "Concrete Inputs" in n for n in c.notes)
     assert not any("paired by end time" in n for n in c.notes)
+
+
+def test_a_partial_run_pairs_sends_with_recvs_not_with_sends() -> None:
+    """Ranks 2 and 3 of a 4-rank world group (ranks 0, 1 not given). Rank 2 receives from rank 1
+    [0,10) and sends to rank 3 twice ([10,20), [30,40)); rank 3 receives from rank 2 [5,20),
+    [25,40). Only 2 of the group's 4 ranks are given, yet the group is wider than two: each send
+    meets the recv that names it (2 -> 3 twice: (2,10) with (3,5), (2,30) with (3,25)). Matched
+    as a collective of the two ranks given (by count per kind: a send only ever meets a send)
+    nothing paired. Rank 2's recv from rank 1, whose trace is not given, stays unmatched."""
+    g4 = (("0", (0, 1, 2, 3)),)
+    r2 = _rank(2, [*_recv(0, 10, 1), *_send(10, 20, 3), *_send(30, 40, 3)], g4, 4)
+    r3 = _rank(3, [*_recv(5, 20, 2), *_recv(25, 40, 2)], g4, 4)
+    c = analyze(concat_timelines([r2, r3])).collectives
+    assert c is not None
+    assert _pairs(c) == [(2, 3, [(2, 10), (3, 5)]), (2, 3, [(2, 30), (3, 25)])]
+    why = c.per_rank.set_index(["rank", "start_ns"])["unmatched_why"]
+    assert why.loc[(2, 0)] == (
+        "a recv from rank 1 (the peer it records) that no send on rank 1 names back"
+    )

@@ -371,7 +371,10 @@ def _match(
     complete = (n_present == exp) & (exp >= 2) & ~unknown
     p2p = inst["p2p"].to_numpy(dtype=bool)
     undirected = p2p & (src < 0)
-    wide = undirected & (exp > 2)
+    # a group of more than two ranks, all given or not: a send/recv of a partial run pairs with
+    # its peer's call, never with another rank's send
+    n_members = np.array([len(members.get(g, ())) for g in inst["group_key"]], dtype=np.int64)
+    wide = undirected & ((exp > 2) | (n_members > 2))
     paired, recorded, ends = _pair_wide(
         inst, wide, unit_rank, members, traces, (key, src, dst), int(ids.max()) + 1, notes
     )
@@ -396,7 +399,7 @@ def _match(
         complete | paired,  # a send/recv paired by end time has its peer: no reason
         unknown,
         wide & ~paired,
-        exp,
+        np.maximum(exp, n_members),
         (members, units_of),
         unit_rank,
         unit_label,
