@@ -588,6 +588,8 @@ def what_if(
     tt = tax_table(g)  # the per-node tax once: the scenarios' and the tables'
     tax = tt.node_tax_ns
     beside = beside_ns(g, s.start_ns, s.end_ns)  # the identity replay's
+    rounds, settled = s.rounds, s.settled
+    del s  # its per-node times: the scenarios' replays need the room (a large run's graph)
     results = [_result(g, n, _run(g, scenario_params(g, p, n, tax)), base, beside) for n in names]
     fix = []
     caused = dict(credit) if credit is not None else waiting_credit(g)
@@ -640,8 +642,8 @@ def what_if(
             f"overlap tax: {where}: their compute also slows beside the other ranks' threads, "
             "which the tax (compute beside its own rank's communication) does not count"
         )
-    if not s.settled:
-        notes.append(f"the replay did not settle in {s.rounds} rounds: its times are a lower bound")
+    if not settled:
+        notes.append(f"the replay did not settle in {rounds} rounds: its times are a lower bound")
 
     def opt(x: float) -> float | None:
         return float(x) if np.isfinite(x) else None
@@ -656,7 +658,7 @@ def what_if(
         scenarios=tuple(results),
         fix_rank=tuple(fix),
         notes=tuple(notes),
-        rounds=s.rounds,
+        rounds=rounds,
         tax_ns=int(tt.step_tax_ns.sum()),
         tax_overlap_ns=int(tt.step_overlap_ns.sum()),
         tax_unmeasured_ns=tt.unmeasured_ns,
