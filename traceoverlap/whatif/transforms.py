@@ -22,7 +22,7 @@ def every_node(g: RunGraph) -> Mask:
 
 def rank_nodes(g: RunGraph, rank: int) -> Mask:
     """The nodes of ``rank`` (all its units)."""
-    return np.asarray(g.unit_rank[g.unit] == rank)
+    return np.isin(g.unit, np.flatnonzero(g.unit_rank == rank))
 
 
 def family_nodes(g: RunGraph, family: str) -> Mask:
@@ -31,13 +31,40 @@ def family_nodes(g: RunGraph, family: str) -> Mask:
     return np.isin(g.family, codes) if codes else np.zeros(g.pos.size, dtype=bool)
 
 
-def _peer_median(g: RunGraph, values: I64, peers: Mask) -> I64:
+#: :func:`_peer_median` groups at most about this many peer rows at once.
+_MEDIAN_ROWS = 1 << 21
+
+
+def _peer_median(g: RunGraph, values: I64, peers: Mask, at: Mask | None = None) -> I64:
     """Per node: the median of ``values`` over the ``peers`` nodes at the same position
-    (its own value where no peer has that position)."""
-    df = pd.DataFrame({"pos": g.pos[peers], "v": values[peers]})
-    med = df.groupby("pos")["v"].median()
-    out = pd.Series(g.pos).map(med).to_numpy(dtype=np.float64)
-    return np.where(np.isnan(out), values, np.round(out)).astype(np.int64)
+    (its own value where no peer has that position). ``at``: only there (elsewhere its own
+    value): the medians of those positions alone (one rank's are a few of a large run's)."""
+    if at is None:
+        df = pd.DataFrame({"pos": g.pos[peers], "v": values[peers]})
+        med = df.groupby("pos")["v"].median()
+        out = pd.Series(g.pos).map(med).to_numpy(dtype=np.float64)
+        return np.where(np.isnan(out), values, np.round(out)).astype(np.int64)
+    idx = np.flatnonzero(at)
+    n_pos = int(g.pos.max()) + 1 if g.pos.size else 0
+    want = np.zeros(n_pos, dtype=bool)
+    want[g.pos[idx]] = True
+    use = peers & want[g.pos]
+    del want
+    # the medians a range of positions at a time (a group is within one range), so that the
+    # groupby's copies are of a part of the peers
+    parts = []
+    n_parts = max(1, -(-int(np.count_nonzero(use)) // _MEDIAN_ROWS))
+    edges = np.linspace(0, n_pos, n_parts + 1).astype(np.int64)
+    for lo, hi in zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True):
+        sel = np.flatnonzero(use & (g.pos >= lo) & (g.pos < hi)) if n_parts > 1 else use
+        df = pd.DataFrame({"pos": g.pos[sel], "v": values[sel]})
+        parts.append(df.groupby("pos")["v"].median())
+        del sel, df
+    med = pd.concat(parts) if len(parts) > 1 else parts[0]
+    o = pd.Series(g.pos[idx]).map(med).to_numpy(dtype=np.float64)
+    res = values.astype(np.int64, copy=True)
+    res[idx] = np.where(np.isnan(o), values[idx], np.round(o)).astype(np.int64)
+    return res
 
 
 def like_peers(g: RunGraph, p: Params, target: Mask, peers_of: str) -> Params:
@@ -49,11 +76,15 @@ def like_peers(g: RunGraph, p: Params, target: Mask, peers_of: str) -> Params:
         peers = np.ones(g.pos.size, dtype=bool)
     else:
         peers = ~target
-    dur = np.where(change, _peer_median(g, p.dur_ns, peers), p.dur_ns)
-    slack = np.where(target, _peer_median(g, p.slack_ns, peers), p.slack_ns)
+    dur = _peer_median(g, p.dur_ns, peers, change)
+    slack = _peer_median(g, p.slack_ns, peers, target)
+    del change
     dur, slack = _unshared_work(g, p, dur, slack, target, peers_of)
     return Params(
-        dur.astype(np.int64), slack.astype(np.int64), p.post_ns, _floors(g, p, target, peers)
+        dur.astype(np.int64, copy=False),
+        slack.astype(np.int64, copy=False),
+        p.post_ns,
+        _floors(g, p, target, peers),
     )
 
 
@@ -86,7 +117,7 @@ def _unshared_work(
     # that no peer runs in that step and lane role (the last stage's loss): that is its part
     n_names = int(g.name.max()) + 1 if g.name.size else 1
     n_roles = int(g.role.max()) + 1 if g.role.size else 1
-    op = (g.window * n_roles + g.role) * n_names + g.name
+    op = (g.window.astype(np.int64) * n_roles + g.role) * n_names + g.name
     known = np.isin(op, op[shared] if peers_of == "all" else op[~target])
     extra = target & movable & ~shared & known
     if not extra.any() or peer_units.size == 0:
@@ -140,20 +171,26 @@ def _floors(g: RunGraph, p: Params, target: Mask, peers: Mask) -> I64:
     """The observed starts of the ``target`` lanes' first nodes (their gap from the run's first
     start, which the trace began with: a rank still late from before the capture) replaced by
     the median of the ``peers`` at the same position, where a peer has one and it is earlier."""
-    own = p.floor_ns > NEG
-    if not (target & own).any():
+    own = np.flatnonzero(p.floor_ns > NEG)  # lanes' first nodes: few
+    mine = target[own]
+    if not mine.any():
         return p.floor_ns
     t0 = int(g.start_ns.min())
-    rel = np.where(own, p.floor_ns - t0, 0).astype(np.int64)
-    with_floor = peers & own
-    med = _peer_median(g, rel, with_floor)
-    has_peer = np.zeros(g.pos.size, dtype=bool)
-    if with_floor.any():
-        has_peer = np.isin(g.pos, g.pos[with_floor])
-    change = target & own & has_peer
+    rel = (p.floor_ns[own] - t0).astype(np.int64)
+    with_floor = peers[own]
+    df = pd.DataFrame({"pos": g.pos[own[with_floor]], "v": rel[with_floor]})
+    med = df.groupby("pos")["v"].median()
+    o = pd.Series(g.pos[own[mine]]).map(med).to_numpy(dtype=np.float64)
+    has_peer = ~np.isnan(o)
+    ch = own[mine][has_peer]
     # only ever earlier: a unit's first step is measured from its first start, so a later start
     # would read as a shorter step (a rank that began early is not what the scenario fixes)
-    return np.where(change, np.minimum(t0 + med, p.floor_ns), p.floor_ns).astype(np.int64)
+    new = np.minimum(t0 + np.round(o[has_peer]).astype(np.int64), p.floor_ns[ch])
+    if np.array_equal(new, p.floor_ns[ch]):
+        return p.floor_ns
+    out = p.floor_ns.copy()
+    out[ch] = new
+    return out
 
 
 def comm_scaled(g: RunGraph, p: Params, which: Mask, factor: float) -> Params:
