@@ -22,6 +22,8 @@ from ..rank.graph import I32, UnitGraph
 from ..run.results import Analysis
 
 I64 = npt.NDArray[np.int64]
+#: A run graph holds fewer nodes than this: its node ids, lanes, codes and positions are int32.
+MAX_NODES = 2**31
 
 
 # --- the one adapter to the collective matching -------------------------------------------------
@@ -62,18 +64,19 @@ class RunGraph:
     same step, lane role, op name and n-th occurrence of that name on every rank), ``inst`` (global matched
     instance, -1 none), ``family`` (code into ``families``, -1 none). ``lane_host`` per lane.
     Edges ``src``/``dst`` with ``src_start``. ``unit_rank`` per unit; ``unit_window_obs_ns``:
-    per (unit, global step) the observed step time (-1 absent)."""
+    per (unit, global step) the observed step time (-1 absent). The per-node codes and ids are
+    int32 (:data:`MAX_NODES`): a large run's graph is most of a replay's memory."""
 
-    unit: I64
-    lane: I64
+    unit: I32
+    lane: I32
     start_ns: I64
     end_ns: I64
     kind: npt.NDArray[np.int8]
-    window: I64
-    name: I64
-    pos: I64
-    inst: I64
-    family: I64
+    window: I32
+    name: I32
+    pos: I32
+    inst: I32
+    family: I32
     lane_host: npt.NDArray[np.bool_]
     lane_comm: npt.NDArray[np.bool_]
     src: I64
@@ -106,7 +109,7 @@ class RunGraph:
     guessed: npt.NDArray[np.bool_] = field(default_factory=lambda: np.zeros(0, bool))
     #: per node: its lane's role (a code: the same role on every rank, host or device,
     #: communication lane or not, n-th by first use); empty: unknown
-    role: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
+    role: I32 = field(default_factory=lambda: np.zeros(0, np.int32))
 
     @property
     def n_units(self) -> int:
@@ -230,7 +233,7 @@ def join_graphs(graphs: Sequence[UnitGraph]) -> RunGraph:
     )
 
 
-def _positions(unit: I64, window: I64, role: I64, name: I64) -> I64:
+def _positions(unit: I32, window: I32, role: I32, name: I32) -> I32:
     """Per node: a position id equal across ranks for the n-th occurrence of the same op name on
     the same (step, lane role) (docs/whatif.md §3): never "the n-th compute kernel", which is a
     forward on one pipeline stage and a backward on another. Nodes must be in start order within
@@ -238,7 +241,7 @@ def _positions(unit: I64, window: I64, role: I64, name: I64) -> I64:
     df = pd.DataFrame({"u": unit, "w": window, "r": role, "n": name})
     ordinal = df.groupby(["u", "w", "r", "n"], sort=False).cumcount().to_numpy()
     key = pd.DataFrame({"w": window, "r": role, "n": name, "o": ordinal})
-    return np.asarray(key.groupby(["w", "r", "n", "o"], sort=False).ngroup(), dtype=np.int64)
+    return np.asarray(key.groupby(["w", "r", "n", "o"], sort=False).ngroup(), dtype=np.int32)
 
 
 def _sorted_graph(
@@ -256,17 +259,18 @@ def _sorted_graph(
     n = cat["unit"].size if "unit" in cat else 0
     if n == 0:
         z = np.zeros(0, np.int64)
+        z32 = np.zeros(0, np.int32)
         return RunGraph(
-            z,
-            z,
+            z32,
+            z32,
             z,
             z,
             np.zeros(0, np.int8),
-            z,
-            z,
-            z,
-            z,
-            z,
+            z32,
+            z32,
+            z32,
+            z32,
+            z32,
             np.zeros(0, bool),
             np.zeros(0, bool),
             z,
@@ -284,27 +288,29 @@ def _sorted_graph(
             wend,
             tuple(notes),
         )
+    if n >= MAX_NODES:
+        raise ValueError(f"a run graph of {n:,} nodes: at most {MAX_NODES - 1:,} (int32 ids)")
     lane = cat["lane"].astype(np.int64)
     start = cat["start"].astype(np.int64)
     order = np.lexsort((np.arange(n), start, lane))
     inv = np.empty(n, dtype=np.int64)
     inv[order] = np.arange(n)
     kind = cat["kind"].astype(np.int8)[order]
-    unit = cat["unit"].astype(np.int64)[order]
-    window = cat["window"].astype(np.int64)[order]
-    role = cat["role"].astype(np.int64)[order]
-    name = cat["name"].astype(np.int64)[order]
+    unit = cat["unit"].astype(np.int32)[order]
+    window = cat["window"].astype(np.int32)[order]
+    role = cat["role"].astype(np.int32)[order]
+    name = cat["name"].astype(np.int32)[order]
     return RunGraph(
         unit=unit,
-        lane=lane[order],
+        lane=lane.astype(np.int32)[order],
         start_ns=start[order],
         end_ns=cat["end"].astype(np.int64)[order],
         kind=kind,
         window=window,
         name=name,
         pos=_positions(unit, window, role, name),
-        inst=cat["inst"].astype(np.int64)[order],
-        family=cat["family"].astype(np.int64)[order],
+        inst=cat["inst"].astype(np.int32)[order],
+        family=cat["family"].astype(np.int32)[order],
         lane_host=np.concatenate(lane_host),
         lane_comm=np.concatenate(lane_comm),
         src=inv[cat["src"].astype(np.int64)],
