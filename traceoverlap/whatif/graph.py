@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from ..core.errors import UsageError
 from ..core.model import Kind
 from ..rank.graph import I32, UnitGraph
 from ..run.results import Analysis
@@ -289,7 +290,10 @@ def _sorted_graph(
             tuple(notes),
         )
     if n >= MAX_NODES:
-        raise ValueError(f"a run graph of {n:,} nodes: at most {MAX_NODES - 1:,} (int32 ids)")
+        raise UsageError(
+            f"the run graph has {n:,} activities, more than the replay's {MAX_NODES - 1:,} "
+            "(int32 ids): replay fewer steps (--steps) or ranks"
+        )
     lane = cat["lane"].astype(np.int64)
     start = cat["start"].astype(np.int64)
     order = np.lexsort((np.arange(n), start, lane))
