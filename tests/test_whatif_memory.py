@@ -100,6 +100,6 @@ def test_run_graph_columns_are_int32() -> None:
 
 
 def test_a_graph_past_int32_ids_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(graph_mod, "MAX_NODES", 10)
+    monkeypatch.setattr(graph_mod, "INT32_NODES", 10)
     with pytest.raises(UsageError, match="more than the replay's 9"):
         load_graph(FIXTURES / "naive4_slow")

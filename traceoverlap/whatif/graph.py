@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -24,7 +25,7 @@ from ..run.results import Analysis
 
 I64 = npt.NDArray[np.int64]
 #: A run graph holds fewer nodes than this: its node ids, lanes, codes and positions are int32.
-MAX_NODES = 2**31
+INT32_NODES = 2**31
 
 
 # --- the one adapter to the collective matching -------------------------------------------------
@@ -66,7 +67,7 @@ class RunGraph:
     instance, -1 none), ``family`` (code into ``families``, -1 none). ``lane_host`` per lane.
     Edges ``src``/``dst`` with ``src_start``. ``unit_rank`` per unit; ``unit_window_obs_ns``:
     per (unit, global step) the observed step time (-1 absent). The per-node codes and ids are
-    int32 (:data:`MAX_NODES`): a large run's graph is most of a replay's memory."""
+    int32 (:data:`INT32_NODES`): a large run's graph is most of a replay's memory."""
 
     unit: I32
     lane: I32
@@ -182,17 +183,20 @@ def join_graphs(graphs: Sequence[UnitGraph]) -> RunGraph:
             gk[has_inst] = keys[u][g.inst[has_inst]]
             fam[has_inst] = fam_local[g.inst[has_inst]]
         win = np.where(g.window >= 0, gwin[np.maximum(g.window, 0)] if gwin.size else -1, -1)
-        parts.setdefault("unit", []).append(np.full(n, u, dtype=np.int64))
-        parts.setdefault("lane", []).append(g.lane + lane_base)
+        # per-node codes and ids as the run graph keeps them (int32: fewer than INT32_NODES)
+        parts.setdefault("unit", []).append(np.full(n, u, dtype=np.int32))
+        parts.setdefault("lane", []).append((g.lane + lane_base).astype(np.int32))
         parts.setdefault("start", []).append(g.start_ns - off[u])
         parts.setdefault("end", []).append(g.end_ns - off[u])
         parts.setdefault("kind", []).append(g.kind)
-        parts.setdefault("window", []).append(win.astype(np.int64))
-        parts.setdefault("name", []).append(name_map[g.name] if n else np.zeros(0, np.int64))
+        parts.setdefault("window", []).append(win.astype(np.int32))
+        parts.setdefault("name", []).append(
+            (name_map[g.name] if n else name_map[:0]).astype(np.int32)
+        )
         parts.setdefault("shape", []).append(g.shape)
-        parts.setdefault("role", []).append(role[g.lane] if n else np.zeros(0, np.int64))
-        parts.setdefault("inst", []).append(gk)
-        parts.setdefault("family", []).append(fam)
+        parts.setdefault("role", []).append((role[g.lane] if n else role[:0]).astype(np.int32))
+        parts.setdefault("inst", []).append(gk.astype(np.int32))
+        parts.setdefault("family", []).append(fam.astype(np.int32))
         parts.setdefault("src", []).append(g.src + node_base)
         parts.setdefault("dst", []).append(g.dst + node_base)
         parts.setdefault("src_start", []).append(g.src_start)
@@ -215,7 +219,9 @@ def join_graphs(graphs: Sequence[UnitGraph]) -> RunGraph:
         lane_base += len(g.lane_names)
         node_base += n
         notes.extend(g.notes)
-    cat = {k: np.concatenate(v) if v else np.zeros(0, np.int64) for k, v in parts.items()}
+    # each column's parts freed as it is joined (the units' and the run's columns are not all
+    # held twice)
+    cat = {k: np.concatenate(parts.pop(k)) for k in list(parts)}
     rg = _sorted_graph(
         cat, graphs, lane_host, lane_comm, names, families, step_labels, wstart, wend, notes
     )
@@ -289,32 +295,37 @@ def _sorted_graph(
             wend,
             tuple(notes),
         )
-    if n >= MAX_NODES:
+    if n >= INT32_NODES:
         raise UsageError(
-            f"the run graph has {n:,} activities, more than the replay's {MAX_NODES - 1:,} "
+            f"the run graph has {n:,} activities, more than the replay's {INT32_NODES - 1:,} "
             "(int32 ids): replay fewer steps (--steps) or ranks"
         )
-    lane = cat["lane"].astype(np.int64)
-    start = cat["start"].astype(np.int64)
+    lane = cat["lane"].astype(np.int32, copy=False)
+    start = cat["start"].astype(np.int64, copy=False)
     order = np.lexsort((np.arange(n), start, lane))
     inv = np.empty(n, dtype=np.int64)
     inv[order] = np.arange(n)
-    kind = cat["kind"].astype(np.int8)[order]
-    unit = cat["unit"].astype(np.int32)[order]
-    window = cat["window"].astype(np.int32)[order]
-    role = cat["role"].astype(np.int32)[order]
-    name = cat["name"].astype(np.int32)[order]
+
+    def col(key: str, dtype: type[np.generic]) -> npt.NDArray[Any]:
+        """A node column in graph order, its unsorted parts freed."""
+        return np.asarray(cat.pop(key), dtype=dtype)[order]
+
+    kind = col("kind", np.int8)
+    unit = col("unit", np.int32)
+    window = col("window", np.int32)
+    role = col("role", np.int32)
+    name = col("name", np.int32)
     return RunGraph(
         unit=unit,
-        lane=lane.astype(np.int32)[order],
+        lane=lane[order],
         start_ns=start[order],
-        end_ns=cat["end"].astype(np.int64)[order],
+        end_ns=col("end", np.int64),
         kind=kind,
         window=window,
         name=name,
         pos=_positions(unit, window, role, name),
-        inst=cat["inst"].astype(np.int32)[order],
-        family=cat["family"].astype(np.int32)[order],
+        inst=col("inst", np.int32),
+        family=col("family", np.int32),
         lane_host=np.concatenate(lane_host),
         lane_comm=np.concatenate(lane_comm),
         src=inv[cat["src"].astype(np.int64)],
