@@ -65,7 +65,7 @@ def _params(floor1: int) -> Params:
     )
 
 
-@pytest.mark.parametrize("block", [3, 1 << 20])
+@pytest.mark.parametrize("block", [3, replay_mod._BLOCK])
 def test_lane_and_edge_across_blocks(monkeypatch: pytest.MonkeyPatch, block: int) -> None:
     # blocks of 3: lane 0 goes on from the first block (nodes 0-2) into the second (3-5), and
     # node 5's edge comes from node 1 in the first block.

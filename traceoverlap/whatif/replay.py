@@ -211,9 +211,9 @@ def _index_dtype(n: int) -> type[np.signedinteger[Any]]:
     return np.int32 if n < 2**31 else np.int64
 
 
-#: The lanes' cumulative maximum runs over this many nodes at a time (its offsets are a block's
-#: temporary, not the whole run's).
-_BLOCK = 1 << 20
+#: A round goes over this many nodes at a time: its temporaries are a block's, not the whole
+#: run's, and a block's arrays stay in the cache between its passes (1 MB each).
+_BLOCK = 1 << 17
 
 
 @dataclass(frozen=True)
@@ -255,6 +255,7 @@ class _Sub:
     slack: I64
     dur: I64
     prefix: I64
+    seg: IX | None
     n_lanes: int
     m_pos: IX
     m_k: IX
@@ -377,6 +378,9 @@ def _sub(g: RunGraph, p: Params, sel_in: IX | slice, mb: _Members, st: _State) -
         slack=slack,
         dur=dur,
         prefix=_lane_prefix(Params(dur, slack, p.post_ns[sel], floor), first),
+        # a step's rounds are many: its lane numbers kept (int32); the whole run's are few (and
+        # its lane numbers a whole-run array): made per round
+        seg=None if isinstance(sel, slice) else np.cumsum(first, dtype=_index_dtype(m)),
         n_lanes=int(np.count_nonzero(first)),
         m_pos=m_pos,
         m_k=np.searchsorted(knodes, m_pos),
@@ -387,12 +391,13 @@ def _sub(g: RunGraph, p: Params, sel_in: IX | slice, mb: _Members, st: _State) -
     )
 
 
-def _lane_cummax(blk: I64, first: npt.NDArray[np.bool_]) -> None:
+def _lane_cummax(blk: I64, first: npt.NDArray[np.bool_], seg: IX | None) -> None:
     """Cumulative maximum of ``blk`` in place, restarting where ``first`` (lanes are
-    contiguous): one pass, each lane shifted above the one before."""
+    contiguous): one pass, each lane shifted above the one before. ``seg``: the running count
+    of ``first`` over the block, where kept."""
     lo, hi = int(blk.min()), int(blk.max())
     span = hi - lo + 1
-    off = np.cumsum(first, dtype=np.int64)
+    off = seg.astype(np.int64) if seg is not None else np.cumsum(first, dtype=np.int64)
     if span * (int(off[-1]) + 2) < 2**62:
         off -= off[0]
         off *= span
@@ -451,7 +456,7 @@ def _round(sb: _Sub, mb: _Members, start: I64, coll: I64, t0: int) -> tuple[I64,
         ready -= sb.prefix[a:b]
         if a and not sb.first[a]:
             ready[0] = max(int(ready[0]), carry)
-        _lane_cummax(ready, sb.first[a:b])
+        _lane_cummax(ready, sb.first[a:b], None if sb.seg is None else sb.seg[a:b])
         carry = int(ready[-1])
         ready += sb.prefix[a:b]
         if not moved and not np.array_equal(ready, start[a:b]):
