@@ -1650,7 +1650,8 @@ def test_peer_median_of_an_even_count_is_a_middle_value() -> None:
     # with scores, the value of the node whose rank had less own time: node 3 (score 1) over
     # node 4 (score 9), so 40; the odd count is unchanged
     score = np.array([0, 0, 0, 1, 9, 0], dtype=np.int64)
-    assert _peer_median(g, v, peers, score).tolist() == [20, 20, 20, 40, 40, 7]  # type: ignore[arg-type]
+    own = SimpleNamespace(of=lambda _g, n: score[n])
+    assert _peer_median(g, v, peers, None, own).tolist() == [20, 20, 20, 40, 40, 7]  # type: ignore[arg-type]
 
 
 @settings(max_examples=examples(200), deadline=None)
@@ -1670,7 +1671,8 @@ def test_peer_median_matches_sorting_each_position(rows: list[tuple[int, int, in
     v = np.array([r[1] for r in rows], dtype=np.int64)
     score = np.array([r[2] for r in rows], dtype=np.int64)
     peers = np.array([r[3] for r in rows])
-    got = _peer_median(SimpleNamespace(pos=pos), v, peers, score)  # type: ignore[arg-type]
+    own = SimpleNamespace(of=lambda _g, n: score[n])
+    got = _peer_median(SimpleNamespace(pos=pos), v, peers, None, own)  # type: ignore[arg-type]
     for i in range(len(rows)):
         at = [j for j in range(len(rows)) if peers[j] and pos[j] == pos[i]]
         if not at:

@@ -28,6 +28,7 @@ The compute activity rows are cut into pieces around these calls; every piece ke
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -186,7 +187,9 @@ def host_starts(unit: Timeline, kind: npt.NDArray[np.int8]) -> I64:
     return np.unique(ev["start_ns"].to_numpy().astype(np.int64)[on])
 
 
-def split_compute(acts: ActivityRows, lane: I64, calls: GroupedIntervals) -> ActivityRows:
+def split_compute(
+    acts: ActivityRows, lane: npt.NDArray[np.signedinteger[Any]], calls: GroupedIntervals
+) -> ActivityRows:
     """``acts`` with every compute row cut around its lane's communication calls (``calls``:
     disjoint per lane, sorted by lane then start); other rows unchanged. Pieces keep the row's
     window, kind and ``event_row``; empty pieces vanish."""
@@ -195,7 +198,7 @@ def split_compute(acts: ActivityRows, lane: I64, calls: GroupedIntervals) -> Act
     if cg.size == 0 or not comp.any():
         return acts
     rows = np.flatnonzero(comp)
-    la = lane[acts.event_row[rows]]
+    la = lane[acts.event_row[rows]].astype(np.int64, copy=False)
     s, e = acts.start_ns[rows], acts.end_ns[rows]
     # overlapping calls of the lane: indices lo..hi-1 (end > s and start < e)
     lo = iv.next_at_or_after(la, s + 1, cg, ce)

@@ -12,16 +12,20 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from ..core.errors import UsageError
 from ..core.model import Kind
 from ..rank.graph import I32, UnitGraph
 from ..run.results import Analysis
 
 I64 = npt.NDArray[np.int64]
+#: A run graph holds fewer nodes than this: its node ids, lanes, codes and positions are int32.
+INT32_NODES = 2**31
 
 
 # --- the one adapter to the collective matching -------------------------------------------------
@@ -62,18 +66,19 @@ class RunGraph:
     same step, lane role, op name and n-th occurrence of that name on every rank), ``inst`` (global matched
     instance, -1 none), ``family`` (code into ``families``, -1 none). ``lane_host`` per lane.
     Edges ``src``/``dst`` with ``src_start``. ``unit_rank`` per unit; ``unit_window_obs_ns``:
-    per (unit, global step) the observed step time (-1 absent)."""
+    per (unit, global step) the observed step time (-1 absent). The per-node codes and ids are
+    int32 (:data:`INT32_NODES`): a large run's graph is most of a replay's memory."""
 
-    unit: I64
-    lane: I64
+    unit: I32
+    lane: I32
     start_ns: I64
     end_ns: I64
     kind: npt.NDArray[np.int8]
-    window: I64
-    name: I64
-    pos: I64
-    inst: I64
-    family: I64
+    window: I32
+    name: I32
+    pos: I32
+    inst: I32
+    family: I32
     lane_host: npt.NDArray[np.bool_]
     lane_comm: npt.NDArray[np.bool_]
     src: I64
@@ -106,7 +111,7 @@ class RunGraph:
     guessed: npt.NDArray[np.bool_] = field(default_factory=lambda: np.zeros(0, bool))
     #: per node: its lane's role (a code: the same role on every rank, host or device,
     #: communication lane or not, n-th by first use); empty: unknown
-    role: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
+    role: I32 = field(default_factory=lambda: np.zeros(0, np.int32))
 
     @property
     def n_units(self) -> int:
@@ -178,17 +183,20 @@ def join_graphs(graphs: Sequence[UnitGraph]) -> RunGraph:
             gk[has_inst] = keys[u][g.inst[has_inst]]
             fam[has_inst] = fam_local[g.inst[has_inst]]
         win = np.where(g.window >= 0, gwin[np.maximum(g.window, 0)] if gwin.size else -1, -1)
-        parts.setdefault("unit", []).append(np.full(n, u, dtype=np.int64))
-        parts.setdefault("lane", []).append(g.lane + lane_base)
+        # per-node codes and ids as the run graph keeps them (int32: fewer than INT32_NODES)
+        parts.setdefault("unit", []).append(np.full(n, u, dtype=np.int32))
+        parts.setdefault("lane", []).append((g.lane + lane_base).astype(np.int32))
         parts.setdefault("start", []).append(g.start_ns - off[u])
         parts.setdefault("end", []).append(g.end_ns - off[u])
         parts.setdefault("kind", []).append(g.kind)
-        parts.setdefault("window", []).append(win.astype(np.int64))
-        parts.setdefault("name", []).append(name_map[g.name] if n else np.zeros(0, np.int64))
+        parts.setdefault("window", []).append(win.astype(np.int32))
+        parts.setdefault("name", []).append(
+            (name_map[g.name] if n else name_map[:0]).astype(np.int32)
+        )
         parts.setdefault("shape", []).append(g.shape)
-        parts.setdefault("role", []).append(role[g.lane] if n else np.zeros(0, np.int64))
-        parts.setdefault("inst", []).append(gk)
-        parts.setdefault("family", []).append(fam)
+        parts.setdefault("role", []).append((role[g.lane] if n else role[:0]).astype(np.int32))
+        parts.setdefault("inst", []).append(gk.astype(np.int32))
+        parts.setdefault("family", []).append(fam.astype(np.int32))
         parts.setdefault("src", []).append(g.src + node_base)
         parts.setdefault("dst", []).append(g.dst + node_base)
         parts.setdefault("src_start", []).append(g.src_start)
@@ -211,7 +219,9 @@ def join_graphs(graphs: Sequence[UnitGraph]) -> RunGraph:
         lane_base += len(g.lane_names)
         node_base += n
         notes.extend(g.notes)
-    cat = {k: np.concatenate(v) if v else np.zeros(0, np.int64) for k, v in parts.items()}
+    # each column's parts freed as it is joined (the units' and the run's columns are not all
+    # held twice)
+    cat = {k: np.concatenate(parts.pop(k)) for k in list(parts)}
     rg = _sorted_graph(
         cat, graphs, lane_host, lane_comm, names, families, step_labels, wstart, wend, notes
     )
@@ -230,7 +240,7 @@ def join_graphs(graphs: Sequence[UnitGraph]) -> RunGraph:
     )
 
 
-def _positions(unit: I64, window: I64, role: I64, name: I64) -> I64:
+def _positions(unit: I32, window: I32, role: I32, name: I32) -> I32:
     """Per node: a position id equal across ranks for the n-th occurrence of the same op name on
     the same (step, lane role) (docs/whatif.md §3): never "the n-th compute kernel", which is a
     forward on one pipeline stage and a backward on another. Nodes must be in start order within
@@ -238,7 +248,7 @@ def _positions(unit: I64, window: I64, role: I64, name: I64) -> I64:
     df = pd.DataFrame({"u": unit, "w": window, "r": role, "n": name})
     ordinal = df.groupby(["u", "w", "r", "n"], sort=False).cumcount().to_numpy()
     key = pd.DataFrame({"w": window, "r": role, "n": name, "o": ordinal})
-    return np.asarray(key.groupby(["w", "r", "n", "o"], sort=False).ngroup(), dtype=np.int64)
+    return np.asarray(key.groupby(["w", "r", "n", "o"], sort=False).ngroup(), dtype=np.int32)
 
 
 def _sorted_graph(
@@ -256,17 +266,18 @@ def _sorted_graph(
     n = cat["unit"].size if "unit" in cat else 0
     if n == 0:
         z = np.zeros(0, np.int64)
+        z32 = np.zeros(0, np.int32)
         return RunGraph(
-            z,
-            z,
+            z32,
+            z32,
             z,
             z,
             np.zeros(0, np.int8),
-            z,
-            z,
-            z,
-            z,
-            z,
+            z32,
+            z32,
+            z32,
+            z32,
+            z32,
             np.zeros(0, bool),
             np.zeros(0, bool),
             z,
@@ -284,27 +295,37 @@ def _sorted_graph(
             wend,
             tuple(notes),
         )
-    lane = cat["lane"].astype(np.int64)
-    start = cat["start"].astype(np.int64)
+    if n >= INT32_NODES:
+        raise UsageError(
+            f"the run graph has {n:,} activities, more than the replay's {INT32_NODES - 1:,} "
+            "(int32 ids): replay fewer steps (--steps) or ranks"
+        )
+    lane = cat["lane"].astype(np.int32, copy=False)
+    start = cat["start"].astype(np.int64, copy=False)
     order = np.lexsort((np.arange(n), start, lane))
     inv = np.empty(n, dtype=np.int64)
     inv[order] = np.arange(n)
-    kind = cat["kind"].astype(np.int8)[order]
-    unit = cat["unit"].astype(np.int64)[order]
-    window = cat["window"].astype(np.int64)[order]
-    role = cat["role"].astype(np.int64)[order]
-    name = cat["name"].astype(np.int64)[order]
+
+    def col(key: str, dtype: type[np.generic]) -> npt.NDArray[Any]:
+        """A node column in graph order, its unsorted parts freed."""
+        return np.asarray(cat.pop(key), dtype=dtype)[order]
+
+    kind = col("kind", np.int8)
+    unit = col("unit", np.int32)
+    window = col("window", np.int32)
+    role = col("role", np.int32)
+    name = col("name", np.int32)
     return RunGraph(
         unit=unit,
         lane=lane[order],
         start_ns=start[order],
-        end_ns=cat["end"].astype(np.int64)[order],
+        end_ns=col("end", np.int64),
         kind=kind,
         window=window,
         name=name,
         pos=_positions(unit, window, role, name),
-        inst=cat["inst"].astype(np.int64)[order],
-        family=cat["family"].astype(np.int64)[order],
+        inst=col("inst", np.int32),
+        family=col("family", np.int32),
         lane_host=np.concatenate(lane_host),
         lane_comm=np.concatenate(lane_comm),
         src=inv[cat["src"].astype(np.int64)],

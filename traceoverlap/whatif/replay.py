@@ -54,7 +54,7 @@ class Schedule:
     settled: bool
 
 
-def _lane_first(lane: I64) -> npt.NDArray[np.bool_]:
+def _lane_first(lane: npt.NDArray[np.signedinteger[Any]]) -> npt.NDArray[np.bool_]:
     first = np.ones(lane.size, dtype=bool)
     first[1:] = lane[1:] != lane[:-1]
     return first
@@ -62,11 +62,11 @@ def _lane_first(lane: I64) -> npt.NDArray[np.bool_]:
 
 @dataclass(frozen=True)
 class _Members:
-    """Matched collective nodes: per node its dense instance (-1 none); per matched node its
-    (instance, unit) pair id; per pair its instance."""
+    """Matched collective nodes (``nodes``, sorted) and per matched node its dense instance
+    (``inst``) and its (instance, unit) pair id; per pair its instance."""
 
-    dense: I64
     nodes: I64
+    inst: I64
     pair: I64
     pair_inst: I64
     n_inst: int
@@ -74,15 +74,14 @@ class _Members:
 
 def _members(g: RunGraph) -> _Members:
     m = np.flatnonzero(g.inst >= 0)
-    dense = np.full(g.inst.size, -1, dtype=np.int64)
     if m.size == 0:
         z = np.zeros(0, np.int64)
-        return _Members(dense, z, z, z, 0)
+        return _Members(z, z, z, z, 0)
     keys, inv = np.unique(g.inst[m], return_inverse=True)
-    dense[m] = inv
-    pk, pair = np.unique(inv.astype(np.int64) * max(g.n_units, 1) + g.unit[m], return_inverse=True)
+    inv = inv.astype(np.int64)
+    pk, pair = np.unique(inv * max(g.n_units, 1) + g.unit[m], return_inverse=True)
     return _Members(
-        dense, m, pair.astype(np.int64), (pk // max(g.n_units, 1)).astype(np.int64), keys.size
+        m, inv, pair.astype(np.int64), (pk // max(g.n_units, 1)).astype(np.int64), keys.size
     )
 
 
@@ -102,52 +101,52 @@ def _arrivals_of_starts(mb: _Members, member_start: I64) -> I64:
     return arr
 
 
-def _arrivals(g: RunGraph, start: I64) -> tuple[I64, I64]:
-    """Per matched instance (dense id): its last arrival; and per node its dense id (-1 none)."""
-    mb = _members(g)
-    return _arrivals_of(mb, start), mb.dense
-
-
-def _edge_ready(g: RunGraph, start: I64, end: I64) -> I64:
-    ready = np.full(start.size, NEG, dtype=np.int64)
-    if g.src.size:
-        val = np.where(g.src_start, start[g.src], end[g.src]) + g.gap
-        np.maximum.at(ready, g.dst, val)
-    return ready
-
-
 def observed_params(g: RunGraph) -> Params:
-    """The parameters that make the replay reproduce the trace (the identity)."""
+    """The parameters that make the replay reproduce the trace (the identity). Per node arrays
+    are built in place: the four it returns and a mask (a large run's graph is most of the
+    memory already)."""
     start, end = g.start_ns, g.end_ns
-    arrival, dense = _arrivals(g, start)
-    matched = dense >= 0
-    a = np.where(matched, arrival[np.maximum(dense, 0)] if arrival.size else 0, 0)
-    post = np.where(matched, end - a, 0).astype(np.int64)
-    floor_end = np.where(matched, end, NEG)
+    n = start.size
+    mb = _members(g)
+    arrival = _arrivals_of(mb, start)
+    post = np.zeros(n, dtype=np.int64)
+    post[mb.nodes] = end[mb.nodes] - arrival[mb.inst]
+    # the nodes that end no earlier than a collective's end or an end edge allows: matched
+    # collective nodes and edge targets (few), their duration what follows that floor
+    k = np.unique(np.concatenate([mb.nodes, g.edst]))
+    floor_end = np.full(k.size, NEG, dtype=np.int64)
+    floor_end[np.searchsorted(k, mb.nodes)] = end[mb.nodes]
     if g.edst.size:
-        np.maximum.at(floor_end, g.edst, end[g.esrc] + g.egap)
-    has_floor = floor_end != NEG
-    dur = np.where(has_floor, np.maximum(end - np.maximum(start, floor_end), 0), end - start)
+        np.maximum.at(floor_end, np.searchsorted(k, g.edst), end[g.esrc] + g.egap)
+    has = floor_end != NEG
+    k, floor_end = k[has], floor_end[has]
+    dur = end - start
+    dur[k] = np.maximum(end[k] - np.maximum(start[k], floor_end), 0)
     first = _lane_first(g.lane)
     ready = _observed_ready(g, start, end, first)
-    has_edge = np.zeros(start.size, dtype=bool)
+    has_edge = np.zeros(n, dtype=bool)
     has_edge[g.dst] = True
-    t0 = int(start.min()) if start.size else 0
-    floor = np.full(start.size, NEG, dtype=np.int64)
+    t0 = int(start.min()) if n else 0
+    floor = np.full(n, NEG, dtype=np.int64)
     floor[first] = np.where(has_edge[first], t0, start[first])
-    ready = np.maximum(ready, floor)
-    slack = np.maximum(start - ready, 0).astype(np.int64)
-    return Params(dur.astype(np.int64), slack, post, floor)
+    del has_edge
+    np.maximum(ready, floor, out=ready)
+    slack = np.subtract(start, ready, out=ready)
+    np.maximum(slack, 0, out=slack)
+    return Params(dur.astype(np.int64, copy=False), slack, post, floor)
 
 
 def _observed_ready(g: RunGraph, start: I64, end: I64, first: npt.NDArray[np.bool_]) -> I64:
     """Per node, when the trace's own times allow it to start: its lane predecessor's end
     (none for a lane's ``first`` node) and every edge into it."""
-    prev_end = np.empty_like(end)
-    prev_end[0:1] = NEG
-    prev_end[1:] = end[:-1]
-    prev_end[first] = NEG
-    return np.maximum(prev_end, _edge_ready(g, start, end))
+    ready = np.empty_like(end)
+    ready[0:1] = NEG
+    ready[1:] = end[:-1]
+    ready[first] = NEG
+    if g.src.size:
+        val = np.where(g.src_start, start[g.src], end[g.src]) + g.gap
+        np.maximum.at(ready, g.dst, val)
+    return ready
 
 
 def broken_edges(g: RunGraph) -> I64:
@@ -161,24 +160,49 @@ def broken_edges(g: RunGraph) -> I64:
 
 
 def _lane_prefix(p: Params, first: npt.NDArray[np.bool_]) -> I64:
-    """P_i: the lane's running sum of slack (to i) and durations (before i)."""
-    dur_before = np.empty_like(p.dur_ns)
-    dur_before[0:1] = 0
-    dur_before[1:] = p.dur_ns[:-1]
-    dur_before[first] = 0
-    inc = p.slack_ns + dur_before
-    c = np.cumsum(inc)
-    base = c - inc  # sum before the node
-    lane_base = np.maximum.accumulate(np.where(first, base, np.iinfo(np.int64).min))
-    return (c - lane_base).astype(np.int64)
+    """P_i: the lane's running sum of slack (to i) and durations (before i). One array: the
+    running sum over the subset, less the largest running sum before a lane's first node up to
+    the node's lane (per lane, then spread a block at a time)."""
+    c = np.empty_like(p.dur_ns)
+    c[0:1] = 0
+    c[1:] = p.dur_ns[:-1]
+    c[first] = 0
+    c += p.slack_ns
+    np.cumsum(c, out=c)
+    fidx = np.flatnonzero(first)
+    before = np.zeros(fidx.size, dtype=np.int64)
+    before[fidx > 0] = c[fidx[fidx > 0] - 1]
+    lane_base = np.maximum.accumulate(before)
+    done = 0  # lanes begun before the block
+    for a in range(0, c.size, _BLOCK):
+        f = first[a : a + _BLOCK]
+        seg = np.cumsum(f, dtype=np.intp)
+        seg += done - 1
+        c[a : a + _BLOCK] -= lane_base[seg]
+        done += int(np.count_nonzero(f))
+    return c.astype(np.int64, copy=False)
 
 
 @dataclass
 class _State:
+    """The schedule so far: per node ``start``, ``end``; a node's collective end ``coll`` only
+    where one can be set (matched collective nodes and ``edst`` targets, ``kall``, sorted)."""
+
     start: I64
     end: I64
+    kall: I64
     coll: I64
     t0: int
+
+    def coll_at(self, x: npt.NDArray[np.signedinteger[Any]]) -> I64:
+        """The collective ends of the nodes ``x`` (NEG where none)."""
+        if self.kall.size == 0:
+            return np.full(x.size, NEG, dtype=np.int64)
+        j = np.minimum(np.searchsorted(self.kall, x), self.kall.size - 1)
+        return np.where(self.kall[j] == x, self.coll[j], NEG)
+
+
+IX = npt.NDArray[np.signedinteger[Any]]
 
 
 def _index_dtype(n: int) -> type[np.signedinteger[Any]]:
@@ -187,201 +211,320 @@ def _index_dtype(n: int) -> type[np.signedinteger[Any]]:
     return np.int32 if n < 2**31 else np.int64
 
 
+#: A round goes over this many nodes at a time: its temporaries are a block's, not the whole
+#: run's, and a block's arrays stay in the cache between its passes (1 MB each).
+_BLOCK = 1 << 17
+
+
 @dataclass(frozen=True)
 class _Sub:
-    """What the rounds over the nodes ``idx`` (a lane-ordered subset) reuse. Nothing outside the
-    subset moves while it settles, so what comes from outside is read once: the lane floors
-    (with the lane predecessors in earlier subsets), the edges from outside (their largest value
-    per target), the other collective nodes' starts. Inside: the subset's parameters, its lane
-    prefix and segment numbers, the edges between its nodes by position.
+    """What the rounds over a subset (lane-ordered nodes) reuse. Nothing outside the subset moves
+    while it settles, so what comes from outside is read once: the lane floors (with the lane
+    predecessors in earlier subsets), the edges from outside (their largest value per target),
+    the other collective nodes' starts. Inside: the subset's parameters, its lane prefix, the
+    edges between its nodes by position.
 
     ``sel``: the subset as an index array, or as a slice when it is one run of nodes (the whole
-    graph: views, no copies)."""
+    graph: views, no copies). A node's collective end (``coll``) is set only at the subset's
+    matched collective nodes and the targets of ``esrc``/``edst`` edges, ``knodes`` (positions,
+    sorted; ``kglob``: the same nodes in the graph): the rounds keep it there alone, and a
+    node's end is ``max(start + dur, coll)``, so it is read only where an edge reads it."""
 
-    sel: I64 | slice
+    sel: IX | slice
     first: npt.NDArray[np.bool_]
     floor: I64
-    ext_ready: I64
-    src_pos: I64
+    ext_ready: I64 | None
+    src_pos: IX
     src_start: npt.NDArray[np.bool_]
+    src_dur: I64
+    src_ke: IX
+    src_kk: IX
     gap: I64
-    e_pos: I64
+    e_pos: IX
+    knodes: IX
+    kglob: IX
+    nxt_pos: IX
+    nxt_k: IX
     ext_coll: I64
-    esrc_pos: I64
+    esrc_pos: IX
+    esrc_dur: I64
+    esrc_ke: IX
+    esrc_kk: IX
     egap: I64
-    ee_pos: I64
+    ee_k: IX
     slack: I64
     dur: I64
     prefix: I64
-    seg: I64
+    seg: IX | None
     n_lanes: int
-    d: I64
-    msel: npt.NDArray[np.bool_]
-    mpos: I64
+    m_pos: IX
+    m_k: IX
+    m_d: IX
+    mpos: IX
     post: I64
     member_start: I64
 
 
-def _sub(g: RunGraph, p: Params, idx: I64, mb: _Members, node_pos: I64, st: _State) -> _Sub:
-    n = g.start_ns.size
-    whole = idx.size == 0 or (int(idx[0]) + idx.size - 1 == int(idx[-1]))
-    sel: I64 | slice = slice(int(idx[0]), int(idx[0]) + idx.size) if whole and idx.size else idx
+def _pos_in(sel: IX | slice, m: int, x: IX) -> IX:
+    """Per node id in ``x``: its position in the subset ``sel`` (of ``m`` nodes), -1 outside."""
+    if isinstance(sel, slice):
+        a = int(sel.start)
+        return np.where((x >= a) & (x < a + m), x - a, -1)
+    j = np.minimum(np.searchsorted(sel, x), max(m - 1, 0))
+    return np.where(sel[j] == x, j, -1) if m else np.full(x.size, -1, dtype=np.int64)
+
+
+def _in_k(knodes: IX, x: IX) -> tuple[IX, IX]:
+    """Of the positions ``x``: which are among ``knodes`` (indices into ``x``) and where."""
+    if knodes.size == 0 or x.size == 0:
+        z = np.zeros(0, np.int64)
+        return z, z
+    j = np.minimum(np.searchsorted(knodes, x), knodes.size - 1)
+    hit = np.flatnonzero(knodes[j] == x)
+    return hit, j[hit]
+
+
+def _sub(g: RunGraph, p: Params, sel_in: IX | slice, mb: _Members, st: _State) -> _Sub:
+    sel: IX | slice = sel_in
+    if not isinstance(sel, slice) and sel.size and int(sel[0]) + sel.size - 1 == int(sel[-1]):
+        sel = slice(int(sel[0]), int(sel[0]) + sel.size)
     lane = g.lane[sel]
+    m = lane.size
     first = _lane_first(lane)
-    prev = idx - 1
-    carried = first & (prev >= 0) & (g.lane[np.maximum(prev, 0)] == lane)
+    # a subset's first node of a lane follows that lane's previous node (in an earlier subset,
+    # which does not move while this one settles)
+    if isinstance(sel, slice):
+        a = int(sel.start)
+        cpos = np.array([0] if a > 0 and m and g.lane[a - 1] == lane[0] else [], dtype=np.int64)
+        pc = cpos + a - 1
+    else:
+        prev = sel - 1
+        carried = first & (prev >= 0) & (g.lane[np.maximum(prev, 0)] == lane)
+        cpos = np.flatnonzero(carried)
+        pc = prev[cpos]
     floor = p.floor_ns[sel]
-    if carried.any():
-        # a subset's first node of a lane follows that lane's previous node (in an earlier
-        # subset, which does not move while this one settles)
-        pc = prev[carried]
+    if cpos.size:
         floor = floor.copy()
-        floor[carried] = np.maximum(np.maximum(floor[carried], st.end[pc]), st.coll[pc])
-    pos = np.full(n, -1, dtype=_index_dtype(n))  # per node its position in the subset
-    pos[sel] = np.arange(idx.size)
+        floor[cpos] = np.maximum(np.maximum(floor[cpos], st.end[pc]), st.coll_at(pc))
     # edges into the subset: from outside, their value now (fixed) folded per target; from
     # inside, read from the subset's state each round
-    e_in = np.flatnonzero(pos[g.dst] >= 0)
-    e_src = pos[g.src[e_in]]
+    dpos = _pos_in(sel, m, g.dst)
+    e_in = np.flatnonzero(dpos >= 0)
+    e_src = _pos_in(sel, m, g.src[e_in])
     inner = e_src >= 0
-    ext_ready = np.full(idx.size, NEG, dtype=np.int64)
+    ext_ready = None
     e_out = e_in[~inner]
     if e_out.size:
+        ext_ready = np.full(m, NEG, dtype=np.int64)
         val = np.where(g.src_start[e_out], st.start[g.src[e_out]], st.end[g.src[e_out]])
-        np.maximum.at(ext_ready, pos[g.dst[e_out]], val + g.gap[e_out])
-    e_in = e_in[inner]
-    ee_in = np.flatnonzero(pos[g.edst] >= 0)
-    ee_src = pos[g.esrc[ee_in]]
+        np.maximum.at(ext_ready, dpos[e_out], val + g.gap[e_out])
+    # by target: the rounds go over the subset a block of nodes at a time
+    by_dst = np.argsort(dpos[e_in[inner]], kind="stable")
+    src_pos = e_src[inner][by_dst]
+    e_in = e_in[inner][by_dst]
+    edpos = _pos_in(sel, m, g.edst)
+    ee_in = np.flatnonzero(edpos >= 0)
+    ee_src = _pos_in(sel, m, g.esrc[ee_in])
     ee_inner = ee_src >= 0
-    ext_coll = np.full(idx.size, NEG, dtype=np.int64)
     ee_out = ee_in[~ee_inner]
-    if ee_out.size:
-        np.maximum.at(ext_coll, pos[g.edst[ee_out]], st.end[g.esrc[ee_out]] + g.egap[ee_out])
     ee_in = ee_in[ee_inner]
+    if isinstance(sel, slice):
+        lo, hi = np.searchsorted(mb.nodes, [int(sel.start), int(sel.start) + m])
+        mpos = np.arange(lo, hi)
+        m_glob = mb.nodes[lo:hi]
+        m_pos = m_glob - int(sel.start)
+    else:
+        j = np.minimum(np.searchsorted(mb.nodes, sel), max(mb.nodes.size - 1, 0))
+        m_pos = np.flatnonzero(mb.nodes[j] == sel) if mb.nodes.size else j[:0]
+        mpos = j[m_pos]
+        m_glob = sel[m_pos]
+    knodes = np.unique(np.concatenate([m_pos, edpos[ee_out], edpos[ee_in]]))
+    kglob = knodes + int(sel.start) if isinstance(sel, slice) else sel[knodes]
+    ext_coll = np.full(knodes.size, NEG, dtype=np.int64)
+    if ee_out.size:
+        kk = np.searchsorted(knodes, edpos[ee_out])
+        np.maximum.at(ext_coll, kk, st.end[g.esrc[ee_out]] + g.egap[ee_out])
+    nxt = knodes + 1
+    ok = nxt < m
+    ok[ok] = ~first[nxt[ok]]
     slack = p.slack_ns[sel]
     dur = p.dur_ns[sel]
-    sub = Params(dur, slack, p.post_ns[sel], floor)
-    d = mb.dense[sel]
-    msel = d >= 0
+    src_ke, src_kk = _in_k(knodes, src_pos)
+    esrc_pos = ee_src[ee_inner]
+    esrc_ke, esrc_kk = _in_k(knodes, esrc_pos)
     return _Sub(
         sel=sel,
         first=first,
         floor=floor,
         ext_ready=ext_ready,
-        src_pos=e_src[inner],
+        src_pos=src_pos,
         src_start=g.src_start[e_in],
+        src_dur=dur[src_pos],
+        src_ke=src_ke,
+        src_kk=src_kk,
         gap=g.gap[e_in],
-        e_pos=pos[g.dst[e_in]],
+        e_pos=dpos[e_in],
+        knodes=knodes,
+        kglob=kglob,
+        nxt_pos=nxt[ok],
+        nxt_k=np.flatnonzero(ok),
         ext_coll=ext_coll,
-        esrc_pos=ee_src[ee_inner],
+        esrc_pos=esrc_pos,
+        esrc_dur=dur[esrc_pos],
+        esrc_ke=esrc_ke,
+        esrc_kk=esrc_kk,
         egap=g.egap[ee_in],
-        ee_pos=pos[g.edst[ee_in]],
+        ee_k=np.searchsorted(knodes, edpos[ee_in]),
         slack=slack,
         dur=dur,
-        prefix=_lane_prefix(sub, first),
-        seg=np.cumsum(first).astype(np.int64) - 1,
-        n_lanes=int(first.sum()),
-        d=d,
-        msel=msel,
-        mpos=node_pos[idx[msel]],
-        post=p.post_ns[sel][msel],
+        prefix=_lane_prefix(Params(dur, slack, p.post_ns[sel], floor), first),
+        # a step's rounds are many: its lane numbers kept (int32); the whole run's are few (and
+        # its lane numbers a whole-run array): made per round
+        seg=None if isinstance(sel, slice) else np.cumsum(first, dtype=_index_dtype(m)),
+        n_lanes=int(np.count_nonzero(first)),
+        m_pos=m_pos,
+        m_k=np.searchsorted(knodes, m_pos),
+        m_d=mb.inst[mpos],
+        mpos=mpos,
+        post=p.post_ns[m_glob],
         member_start=st.start[mb.nodes],
     )
 
 
-def _sub_cummax(v: I64, sb: _Sub) -> I64:
-    """Cumulative maximum restarting at every lane of the subset (lanes are contiguous), its
-    segment numbers reused."""
-    if v.size == 0:
-        return v
-    lo, hi = int(v.min()), int(v.max())
+def _lane_cummax(blk: I64, first: npt.NDArray[np.bool_], seg: IX | None) -> None:
+    """Cumulative maximum of ``blk`` in place, restarting where ``first`` (lanes are
+    contiguous): one pass, each lane shifted above the one before. ``seg``: the running count
+    of ``first`` over the block, where kept."""
+    lo, hi = int(blk.min()), int(blk.max())
     span = hi - lo + 1
-    if span * (sb.n_lanes + 1) < 2**62:
-        off = sb.seg * span
-        shifted = v - lo
-        shifted += off
-        np.maximum.accumulate(shifted, out=shifted)
-        shifted -= off
-        shifted += lo
-        return shifted
-    # the lane ids only matter for grouping: the segment numbers group the same rows
-    out = pd.Series(v).groupby(sb.seg, sort=False).cummax().to_numpy()
-    return np.asarray(out, dtype=np.int64)
+    off = seg.astype(np.int64) if seg is not None else np.cumsum(first, dtype=np.int64)
+    if span * (int(off[-1]) + 2) < 2**62:
+        off -= off[0]
+        off *= span
+        blk -= lo
+        blk += off
+        np.maximum.accumulate(blk, out=blk)
+        blk -= off
+        blk += lo
+        return
+    # the lane ids only matter for grouping: the lane starts numbered group the same rows
+    blk[:] = pd.Series(blk).groupby(off, sort=False).cummax().to_numpy()
 
 
-def _round(
-    sb: _Sub, mb: _Members, start: I64, end: I64, coll: I64, t0: int
-) -> tuple[I64, I64, I64, bool]:
-    """One round over a subset, from its state (``start``, ``end``, ``coll``: the last round's):
-    edges and collectives read from that state, lanes by one cumulative maximum. Returns the
-    new state and whether anything moved."""
-    ready = sb.ext_ready.copy()
+def _ends_at(start: I64, coll: I64, pos: IX, dur: I64, ke: IX, kk: IX) -> I64:
+    """The ends of the nodes at positions ``pos`` (durations ``dur``): start + dur, or their
+    collective end where later (``ke``: which of them have one, ``kk``: where in ``coll``)."""
+    e = start[pos] + dur
+    if ke.size:
+        e[ke] = np.maximum(e[ke], coll[kk])
+    return e
+
+
+def _round(sb: _Sub, mb: _Members, start: I64, coll: I64, t0: int) -> tuple[I64, bool]:
+    """One round over a subset, from its state (``start``; ``coll`` at ``sb.knodes``: the last
+    round's): edges and collectives read from that state, lanes by one cumulative maximum.
+    What the edges read from the old state is read first; then the new starts go into
+    ``start`` in place, a block of nodes at a time (a lane that goes on into the next block
+    carries its maximum so far). Returns the new collective ends and whether anything moved."""
+    val = np.zeros(0, np.int64)
     if sb.src_pos.size:
-        val = np.where(sb.src_start, start[sb.src_pos], end[sb.src_pos]) + sb.gap
-        np.maximum.at(ready, sb.e_pos, val)
-    prev_coll = np.empty(coll.size, dtype=np.int64)
-    prev_coll[0:1] = NEG
-    prev_coll[1:] = coll[:-1]
-    prev_coll[sb.first] = NEG
-    # every start is >= the run's first start: clamping keeps the lane maxima in a narrow range
-    np.maximum(ready, sb.floor, out=ready)
-    np.maximum(ready, prev_coll, out=ready)
-    np.maximum(ready, t0, out=ready)
-    ready += sb.slack
-    ready -= sb.prefix
-    new_start = _sub_cummax(ready, sb)
-    new_start += sb.prefix
-    new_coll = np.full(coll.size, NEG, dtype=np.int64)
-    if mb.n_inst and sb.mpos.size:
-        ms = sb.member_start.copy()
-        ms[sb.mpos] = new_start[sb.msel]
-        arrival = _arrivals_of_starts(mb, ms)
-        new_coll[sb.msel] = arrival[sb.d[sb.msel]] + sb.post
-    np.maximum(new_coll, sb.ext_coll, out=new_coll)
+        end = _ends_at(start, coll, sb.src_pos, sb.src_dur, sb.src_ke, sb.src_kk)
+        val = np.where(sb.src_start, start[sb.src_pos], end) + sb.gap
+    ee_val = np.zeros(0, np.int64)
     if sb.esrc_pos.size:
-        np.maximum.at(new_coll, sb.ee_pos, end[sb.esrc_pos] + sb.egap)
-    moved = not (np.array_equal(new_start, start) and np.array_equal(new_coll, coll))
-    new_end = new_start + sb.dur
-    np.maximum(new_end, new_coll, out=new_end)
-    return new_start, new_end, new_coll, moved
+        end = _ends_at(start, coll, sb.esrc_pos, sb.esrc_dur, sb.esrc_ke, sb.esrc_kk)
+        ee_val = end + sb.egap
+    nxt_val = coll[sb.nxt_k]  # the lane successor of a collective's node: the collective's end
+    m = start.size
+    moved = False
+    carry = 0
+    for a in range(0, m, _BLOCK):
+        b = min(a + _BLOCK, m)
+        # every start is >= the run's first start: clamping keeps the lane maxima in a narrow
+        # range
+        ready = np.maximum(sb.floor[a:b], t0)
+        if sb.ext_ready is not None:
+            np.maximum(ready, sb.ext_ready[a:b], out=ready)
+        i0, i1 = np.searchsorted(sb.e_pos, [a, b])
+        if i1 > i0:
+            np.maximum.at(ready, sb.e_pos[i0:i1] - a, val[i0:i1])
+        j0, j1 = np.searchsorted(sb.nxt_pos, [a, b])
+        if j1 > j0:
+            at = sb.nxt_pos[j0:j1] - a
+            ready[at] = np.maximum(ready[at], nxt_val[j0:j1])
+        ready += sb.slack[a:b]
+        ready -= sb.prefix[a:b]
+        if a and not sb.first[a]:
+            ready[0] = max(int(ready[0]), carry)
+        _lane_cummax(ready, sb.first[a:b], None if sb.seg is None else sb.seg[a:b])
+        carry = int(ready[-1])
+        ready += sb.prefix[a:b]
+        if not moved and not np.array_equal(ready, start[a:b]):
+            moved = True
+        start[a:b] = ready
+    new_coll = np.full(coll.size, NEG, dtype=np.int64)
+    if mb.n_inst and sb.m_pos.size:
+        ms = sb.member_start.copy()
+        ms[sb.mpos] = start[sb.m_pos]
+        arrival = _arrivals_of_starts(mb, ms)
+        new_coll[sb.m_k] = arrival[sb.m_d] + sb.post
+    np.maximum(new_coll, sb.ext_coll, out=new_coll)
+    if ee_val.size:
+        np.maximum.at(new_coll, sb.ee_k, ee_val)
+    moved = moved or not np.array_equal(new_coll, coll)
+    return new_coll, moved
 
 
 def _settle(
-    g: RunGraph, p: Params, idx: I64, mb: _Members, st: _State, max_rounds: int
+    g: RunGraph, p: Params, sel: IX | slice, mb: _Members, st: _State, max_rounds: int
 ) -> tuple[int, bool]:
-    node_pos = np.full(g.start_ns.size, -1, dtype=_index_dtype(g.start_ns.size))
-    node_pos[mb.nodes] = np.arange(mb.nodes.size)
-    sb = _sub(g, p, idx, mb, node_pos, st)
-    del node_pos
-    # the subset's state, moved round by round and written back once
-    start, end, coll = st.start[sb.sel], st.end[sb.sel], st.coll[sb.sel]
+    sb = _sub(g, p, sel, mb, st)
+    # the subset's state, moved round by round in place (the whole run's: the schedule's own
+    # arrays) and written back once
+    start = st.start[sb.sel]
+    k_st = np.searchsorted(st.kall, sb.kglob)  # the subset's collective ends in the state
+    coll = st.coll[k_st]
     rounds, settled = max_rounds, False
     for r in range(1, max_rounds + 1):
-        start, end, coll, moved = _round(sb, mb, start, end, coll, st.t0)
+        coll, moved = _round(sb, mb, start, coll, st.t0)
         if not moved:
             rounds, settled = r, True
             break
-    st.start[sb.sel] = start
-    st.end[sb.sel] = end
-    st.coll[sb.sel] = coll
+    if isinstance(sb.sel, slice) and st.end.size == 0:
+        st.end = start + sb.dur
+    elif isinstance(sb.sel, slice):
+        np.add(start, sb.dur, out=st.end[sb.sel])
+    else:
+        st.start[sb.sel] = start
+        st.end[sb.sel] = start + sb.dur
+    st.end[sb.kglob] = np.maximum(st.end[sb.kglob], coll)
+    st.coll[k_st] = coll
     return rounds, settled
 
 
-def _chunks(g: RunGraph) -> list[I64]:
+def _chunks(g: RunGraph) -> list[IX]:
     """The nodes of each step in step order (steps by their earliest observed start), then the
-    rest: replaying step by step settles each in few rounds."""
-    w = np.where((g.window >= 0) & (g.window < len(g.step_labels)), g.window, -1)
-    if len(g.step_labels) < 2:
+    rest: replaying step by step settles each in few rounds. Views of one index array (a stable
+    sort keeps each chunk in lane order)."""
+    ns = len(g.step_labels)
+    if ns < 2:
         return []
-    t = np.full(len(g.step_labels), np.iinfo(np.int64).max, dtype=np.int64)
-    ok = w >= 0
-    np.minimum.at(t, w[ok], g.start_ns[ok])
-    rank = np.empty(t.size, dtype=np.int64)
+    ok = (g.window >= 0) & (g.window < ns)
+    w = g.window[ok]
+    t = np.full(ns, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(t, w, g.start_ns[ok])
+    rank = np.empty(t.size, dtype=np.int32)
     rank[np.argsort(t, kind="stable")] = np.arange(t.size)
-    key = np.where(ok, rank[np.maximum(w, 0)], -1)
-    order = np.argsort(key, kind="stable")  # stable: lane order kept inside every chunk
-    bounds = np.searchsorted(key[order], np.arange(-1, t.size + 1))
-    return [np.sort(order[bounds[i] : bounds[i + 1]]) for i in range(bounds.size - 1)]
+    key = np.full(g.window.size, -1, dtype=np.int32)
+    key[ok] = rank[w]
+    del ok, w
+    bounds = np.zeros(ns + 2, dtype=np.int64)
+    np.cumsum(np.bincount(key + 1, minlength=ns + 1), out=bounds[1:])
+    order = np.argsort(key, kind="stable")
+    del key
+    idx = order.astype(_index_dtype(order.size))
+    del order
+    return [idx[bounds[i] : bounds[i + 1]] for i in range(bounds.size - 1)]
 
 
 def replay(g: RunGraph, p: Params, max_rounds: int = MAX_ROUNDS) -> Schedule:
@@ -392,13 +535,20 @@ def replay(g: RunGraph, p: Params, max_rounds: int = MAX_ROUNDS) -> Schedule:
         z = np.zeros(0, np.int64)
         return Schedule(z, z, 0, True)
     mb = _members(g)
-    start = np.maximum(p.floor_ns, int(g.start_ns.min())).astype(np.int64)
-    st = _State(start, start + p.dur_ns, np.full(n, NEG, dtype=np.int64), int(start.min()))
+    start = np.maximum(p.floor_ns, int(g.start_ns.min())).astype(np.int64, copy=False)
+    kall = np.unique(np.concatenate([mb.nodes, g.edst])).astype(np.int64)
+    coll = np.full(kall.size, NEG, dtype=np.int64)
+    st = _State(start, start + p.dur_ns, kall, coll, int(start.min()))
     rounds = 0
-    for idx in _chunks(g):
+    chunks = _chunks(g)
+    while chunks:
+        idx = chunks.pop(0)
         if idx.size:
             rounds += _settle(g, p, idx, mb, st, max_rounds)[0]
-    r, settled = _settle(g, p, np.arange(n), mb, st, max_rounds)
+    # the whole run's settle reads no end (no node is outside it) and writes every one: the
+    # ends are made again from its starts (room for its rounds)
+    st.end = np.zeros(0, np.int64)
+    r, settled = _settle(g, p, slice(0, n), mb, st, max_rounds)
     return Schedule(st.start, st.end, rounds + r, settled)
 
 

@@ -607,6 +607,9 @@ def what_if(
     tax = tt.node_tax_ns
     beside = beside_ns(g, s.start_ns, s.end_ns)  # the identity replay's
     results = [_result(g, n, _compared(g, scenario_params(g, p, n, tax), s), beside) for n in names]
+    # the identity schedule stays: each scenario is measured against it from the same first
+    # starts (:func:`_compared`)
+    rounds, settled = s.rounds, s.settled
     fix = []
     caused = dict(credit) if credit is not None else waiting_credit(g)
     if straggler is None and caused and max(caused.values()) > 0:
@@ -661,8 +664,8 @@ def what_if(
             f"overlap tax: {where}: their compute also slows beside the other ranks' threads, "
             "which the tax (compute beside its own rank's communication) does not count"
         )
-    if not s.settled:
-        notes.append(f"the replay did not settle in {s.rounds} rounds: its times are a lower bound")
+    if not settled:
+        notes.append(f"the replay did not settle in {rounds} rounds: its times are a lower bound")
 
     def opt(x: float) -> float | None:
         return float(x) if np.isfinite(x) else None
@@ -677,7 +680,7 @@ def what_if(
         scenarios=tuple(results),
         fix_rank=tuple(fix),
         notes=tuple(notes),
-        rounds=s.rounds,
+        rounds=rounds,
         tax_ns=int(tt.step_tax_ns.sum()),
         tax_overlap_ns=int(tt.step_overlap_ns.sum()),
         tax_unmeasured_ns=tt.unmeasured_ns,

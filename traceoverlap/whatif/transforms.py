@@ -22,7 +22,7 @@ def every_node(g: RunGraph) -> Mask:
 
 def rank_nodes(g: RunGraph, rank: int) -> Mask:
     """The nodes of ``rank`` (all its units)."""
-    return np.asarray(g.unit_rank[g.unit] == rank)
+    return np.isin(g.unit, np.flatnonzero(g.unit_rank == rank))
 
 
 def family_nodes(g: RunGraph, family: str) -> Mask:
@@ -31,46 +31,85 @@ def family_nodes(g: RunGraph, family: str) -> Mask:
     return np.isin(g.family, codes) if codes else np.zeros(g.pos.size, dtype=bool)
 
 
-def _peer_median(g: RunGraph, values: I64, peers: Mask, score: I64 | None = None) -> I64:
+#: :func:`_peer_median` sorts at most about this many peer rows at once.
+_MEDIAN_ROWS = 1 << 21
+
+
+def _peer_median(
+    g: RunGraph,
+    values: I64,
+    peers: Mask,
+    at: Mask | None = None,
+    own: OwnTime | None = None,
+) -> I64:
     """Per node: the median of ``values`` over the ``peers`` nodes at the same position (its own
-    value where no peer has that position). Of an even count, one of the two middle values, never
-    their mean: with two ranks, a straggler and its peer, the mean would keep half of the
-    straggler's delay in "every rank runs like the typical one" (docs/whatif.md §3). Which one:
-    the value of the node whose ``score`` (per node: its unit's own time in that step, the faster
-    rank's lower) is lower; without scores the lower value. Taking the lower value at every
-    position would run each step as the minimum of its ranks' noise, faster than any rank ran."""
-    pos, v = g.pos[peers], values[peers]
-    out = values.copy()
-    if pos.size == 0:
+    value where no peer has that position). ``at``: only there (elsewhere its own value): the
+    medians of those positions alone (one rank's are a few of a large run's), a range of
+    positions at a time. Of an even count, one of the two middle values, never their mean: with
+    two ranks, a straggler and its peer, the mean would keep half of the straggler's delay in
+    "every rank runs like the typical one" (docs/whatif.md §3). Which one: the value of the node
+    whose unit had less ``own`` time in that step (:class:`OwnTime`; the faster rank's); without
+    it the lower value. Taking the lower value at every position would run each step as the
+    minimum of its ranks' noise, faster than any rank ran."""
+    res = values.astype(np.int64, copy=True)
+    idx = np.flatnonzero(at) if at is not None else np.arange(values.size)
+    if idx.size == 0 or g.pos.size == 0:
+        return res
+    n_pos = int(g.pos.max()) + 1
+    want = np.zeros(n_pos, dtype=bool)
+    want[g.pos[idx]] = True
+    use = np.flatnonzero(peers & want[g.pos])
+    del want
+    med = np.zeros(n_pos, dtype=np.int64)
+    has = np.zeros(n_pos, dtype=bool)
+    if use.size:
+        # position ranges of about _MEDIAN_ROWS peer rows each (a position is within one)
+        per_pos = np.bincount(g.pos[use], minlength=n_pos)
+        cum = np.cumsum(per_pos)
+        cuts = np.searchsorted(cum, np.arange(_MEDIAN_ROWS, int(cum[-1]), _MEDIAN_ROWS))
+        edges = np.unique(np.r_[0, cuts + 1, n_pos])
+        one = edges.size == 2
+        for lo, hi in zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True):
+            pu = g.pos[use]
+            sel = use if one else use[(pu >= lo) & (pu < hi)]
+            del pu
+            if sel.size == 0:
+                continue
+            pos, v = g.pos[sel], values[sel]
+            order = np.lexsort((v, pos))
+            pos_s, v_s = pos[order], v[order]
+            first = np.flatnonzero(np.r_[True, pos_s[1:] != pos_s[:-1]])
+            count = np.diff(np.r_[first, pos_s.size])
+            lo_i = first + (count - 1) // 2
+            m = v_s[lo_i]
+            if own is not None:
+                hi_i = np.minimum(lo_i + 1, pos_s.size - 1)
+                node = sel[order]
+                sc_lo, sc_hi = own.of(g, node[lo_i]), own.of(g, node[hi_i])
+                m = np.where((count % 2 == 0) & (sc_hi < sc_lo), v_s[hi_i], m)
+            med[pos_s[first]] = m
+            has[pos_s[first]] = True
+            del sel, pos, v, order, pos_s, v_s
+    pi = g.pos[idx]
+    res[idx] = np.where(has[pi], med[pi], values[idx])
+    return res
+
+
+class OwnTime:
+    """Per (unit, step): the unit's own time there, its nodes' durations and slack summed
+    (waiting in a matched collective is the replay's, in neither): what tells the faster of two
+    ranks at one position apart (:func:`_peer_median`)."""
+
+    def __init__(self, g: RunGraph, p: Params) -> None:
+        self.nw = len(g.step_labels) + 1
+        key = g.unit.astype(np.int64) * self.nw + (g.window.astype(np.int64) + 1)
+        w = p.dur_ns.astype(np.float64) + p.slack_ns
+        self.total = np.bincount(key, weights=w, minlength=g.n_units * self.nw)
+
+    def of(self, g: RunGraph, nodes: I64) -> npt.NDArray[np.float64]:
+        key = g.unit[nodes].astype(np.int64) * self.nw + (g.window[nodes].astype(np.int64) + 1)
+        out: npt.NDArray[np.float64] = self.total[key]
         return out
-    order = np.lexsort((v, pos))
-    pos_s, v_s = pos[order], v[order]
-    first = np.flatnonzero(np.r_[True, pos_s[1:] != pos_s[:-1]])
-    count = np.diff(np.r_[first, pos_s.size])
-    lo = first + (count - 1) // 2
-    med = v_s[lo]
-    if score is not None:
-        even = count % 2 == 0
-        sc = score[peers][order]
-        hi = np.minimum(lo + 1, pos_s.size - 1)
-        take_hi = even & (sc[hi] < sc[lo])
-        med = np.where(take_hi, v_s[hi], med)
-    keys = pos_s[first]
-    at = np.minimum(np.searchsorted(keys, g.pos), keys.size - 1)
-    hit = keys[at] == g.pos
-    out[hit] = med[at[hit]]
-    return out
-
-
-def own_time(g: RunGraph, p: Params) -> I64:
-    """Per node: its unit's own time in the node's step (durations and slack of every node of the
-    unit there summed; waiting in a matched collective is the replay's, not in either): what
-    tells the faster of two ranks at one position apart (:func:`_peer_median`)."""
-    nu = g.n_units
-    nw = len(g.step_labels) + 1
-    key = g.unit * nw + (g.window + 1)
-    tot = np.bincount(key, weights=(p.dur_ns + p.slack_ns).astype(np.float64), minlength=nu * nw)
-    return np.asarray(tot[key], dtype=np.int64)
 
 
 def like_peers(g: RunGraph, p: Params, target: Mask, peers_of: str) -> Params:
@@ -82,12 +121,16 @@ def like_peers(g: RunGraph, p: Params, target: Mask, peers_of: str) -> Params:
         peers = np.ones(g.pos.size, dtype=bool)
     else:
         peers = ~target
-    score = own_time(g, p)
-    dur = np.where(change, _peer_median(g, p.dur_ns, peers, score), p.dur_ns)
-    slack = np.where(target, _peer_median(g, p.slack_ns, peers, score), p.slack_ns)
+    own = OwnTime(g, p)
+    dur = _peer_median(g, p.dur_ns, peers, change, own)
+    slack = _peer_median(g, p.slack_ns, peers, target, own)
+    del change, own
     dur, slack = _unshared_work(g, p, dur, slack, target, peers_of)
     return Params(
-        dur.astype(np.int64), slack.astype(np.int64), p.post_ns, _floors(g, p, target, peers)
+        dur.astype(np.int64, copy=False),
+        slack.astype(np.int64, copy=False),
+        p.post_ns,
+        _floors(g, p, target, peers),
     )
 
 
@@ -120,7 +163,7 @@ def _unshared_work(
     # that no peer runs in that step and lane role (the last stage's loss): that is its part
     n_names = int(g.name.max()) + 1 if g.name.size else 1
     n_roles = int(g.role.max()) + 1 if g.role.size else 1
-    op = (g.window * n_roles + g.role) * n_names + g.name
+    op = (g.window.astype(np.int64) * n_roles + g.role) * n_names + g.name
     known = np.isin(op, op[shared] if peers_of == "all" else op[~target])
     extra = target & movable & ~shared & known
     if not extra.any() or peer_units.size == 0:
@@ -174,20 +217,33 @@ def _floors(g: RunGraph, p: Params, target: Mask, peers: Mask) -> I64:
     """The observed starts of the ``target`` lanes' first nodes (their gap from the run's first
     start, which the trace began with: a rank still late from before the capture) replaced by
     the median of the ``peers`` at the same position, where a peer has one and it is earlier."""
-    own = p.floor_ns > NEG
-    if not (target & own).any():
+    own = np.flatnonzero(p.floor_ns > NEG)  # lanes' first nodes: few
+    mine = target[own]
+    if not mine.any():
         return p.floor_ns
     t0 = int(g.start_ns.min())
-    rel = np.where(own, p.floor_ns - t0, 0).astype(np.int64)
-    with_floor = peers & own
-    med = _peer_median(g, rel, with_floor)
-    has_peer = np.zeros(g.pos.size, dtype=bool)
-    if with_floor.any():
-        has_peer = np.isin(g.pos, g.pos[with_floor])
-    change = target & own & has_peer
+    rel = (p.floor_ns[own] - t0).astype(np.int64)
+    with_floor = peers[own]
+    # the peers' median start at each position (of an even count the lower middle value: the
+    # earlier, never the mean, as :func:`_peer_median`)
+    pk, pv = g.pos[own[with_floor]].astype(np.int64), rel[with_floor]
+    order = np.lexsort((pv, pk))
+    pk, pv = pk[order], pv[order]
+    first = np.flatnonzero(np.r_[True, pk[1:] != pk[:-1]]) if pk.size else np.zeros(0, np.int64)
+    count = np.diff(np.r_[first, pk.size])
+    keys, med = pk[first], pv[first + (count - 1) // 2]
+    q = g.pos[own[mine]].astype(np.int64)
+    at = np.minimum(np.searchsorted(keys, q), max(keys.size - 1, 0))
+    has_peer = (keys[at] == q) if keys.size else np.zeros(q.size, dtype=bool)
+    ch = own[mine][has_peer]
     # only ever earlier: a unit's first step is measured from its first start, so a later start
     # would read as a shorter step (a rank that began early is not what the scenario fixes)
-    return np.where(change, np.minimum(t0 + med, p.floor_ns), p.floor_ns).astype(np.int64)
+    new = np.minimum(t0 + med[at[has_peer]], p.floor_ns[ch])
+    if np.array_equal(new, p.floor_ns[ch]):
+        return p.floor_ns
+    out = p.floor_ns.copy()
+    out[ch] = new
+    return out
 
 
 def comm_scaled(g: RunGraph, p: Params, which: Mask, factor: float) -> Params:
