@@ -69,14 +69,18 @@ def _peer_median(
         cuts = np.searchsorted(cum, np.arange(_MEDIAN_ROWS, int(cum[-1]), _MEDIAN_ROWS))
         edges = np.unique(np.r_[0, cuts + 1, n_pos])
         one = edges.size == 2
+        pu = g.pos[use]
         for lo, hi in zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True):
-            pu = g.pos[use]
             sel = use if one else use[(pu >= lo) & (pu < hi)]
-            del pu
             if sel.size == 0:
                 continue
-            pos, v = g.pos[sel], values[sel]
-            order = np.lexsort((v, pos))
+            pos, v = g.pos[sel].astype(np.int64), values[sel]
+            # one sort key (position, then value) where it fits, else a two-key sort
+            v0, span = int(v.min()), int(v.max()) - int(v.min()) + 1
+            if (hi - lo + 1) * span < 1 << 62:
+                order = np.argsort((pos - lo) * span + (v - v0), kind="stable")
+            else:
+                order = np.lexsort((v, pos))
             pos_s, v_s = pos[order], v[order]
             first = np.flatnonzero(np.r_[True, pos_s[1:] != pos_s[:-1]])
             count = np.diff(np.r_[first, pos_s.size])
@@ -90,6 +94,7 @@ def _peer_median(
             med[pos_s[first]] = m
             has[pos_s[first]] = True
             del sel, pos, v, order, pos_s, v_s
+        del pu
     pi = g.pos[idx]
     res[idx] = np.where(has[pi], med[pi], values[idx])
     return res
