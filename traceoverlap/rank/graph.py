@@ -891,16 +891,22 @@ def instance_rows(
     """Per event row of the unit: its local collective instance (-1 none), and the local instance
     table (``local``, ``group_key``, ``kind_key``, ``seq``, ``ordinal``, ``p2p``, ``family``,
     ``label``). Reads :mod:`traceoverlap.run.matching` (today's per-group matching keys)."""
-    from .instances import _comm_keys, _instance_table, _number_instances
+    from .instances import _comm_keys, _instance_table, _number_instances, p2p_peers
 
     ev = unit.events
     out = np.full(len(ev), -1, dtype=np.int64)
     cols = ["local", "group_key", "kind_key", "seq", "ordinal", "p2p", "family", "label"]
     if not (kind == Kind.COMM).any():
-        return out, pd.DataFrame(columns=cols)
+        return out, pd.DataFrame(columns=[*cols, "peer_rank", "p2p_tag"])
     info = unit.traces[0] if unit.traces else None
     c = _comm_keys(ev, kind, steps.gpu, steps.launch_row, info)
     local, order, firsts = _number_instances(c)
     inst = _instance_table(ev, kind, c, order, firsts)
+    # the peer and tag a point-to-point op records: the analysis pairs by them (§6), so the
+    # graph's matching must too, or pairs it pairs by end time differ from the analysis'
+    peer, tag = p2p_peers(ev, c.rows[order[firsts]], steps.launch_row)
+    p2p = inst["p2p"].to_numpy(dtype=bool)
+    inst["peer_rank"] = np.where(p2p, peer, -1)
+    inst["p2p_tag"] = np.where(p2p, tag, -1)
     out[c.rows] = local
     return out, inst.reset_index(drop=True)
