@@ -766,6 +766,19 @@ static int dims_field(P *ps, Ev *ev, int64_t *dst) {
     return skip_value(ps);
 }
 
+/* A value kept as its raw JSON text (``Input Dims``, ``Input type``, ``Concrete Inputs``: the
+ * Python side parses the few it needs): interned, its id in *dst. */
+static int raw_field(P *ps, Out *o, int32_t *dst) {
+    const uint8_t *vs = ps->p;
+    int r = skip_value(ps);
+    if (!r) {
+        int32_t id = intern(&o->texts, ps->base, (size_t)(vs - ps->base), (size_t)(ps->p - vs));
+        if (id < 0) return NOMEM;
+        *dst = id;
+    }
+    return r;
+}
+
 static int parse_args(P *ps, Ev *ev, Out *o) {
     unsigned seen = 0;
     if (++ps->depth > MAX_DEPTH) return BAIL;
@@ -806,34 +819,13 @@ static int parse_args(P *ps, Ev *ev, Out *o) {
             r = dims_field(ps, ev, ev->dims + 3);
         } else if (KEY(s, e, "Input Dims")) {
             bit = 32;
-            const uint8_t *vs = ps->p;
-            r = skip_value(ps);
-            if (!r) {
-                int32_t id = intern(&o->texts, ps->base, (size_t)(vs - ps->base),
-                                    (size_t)(ps->p - vs));
-                if (id < 0) return NOMEM;
-                ev->idims = id;
-            }
+            r = raw_field(ps, o, &ev->idims);
         } else if (KEY(s, e, "Input type")) {
             bit = 64;
-            const uint8_t *vs = ps->p;
-            r = skip_value(ps);
-            if (!r) {
-                int32_t id = intern(&o->texts, ps->base, (size_t)(vs - ps->base),
-                                    (size_t)(ps->p - vs));
-                if (id < 0) return NOMEM;
-                ev->itype = id;
-            }
+            r = raw_field(ps, o, &ev->itype);
         } else if (KEY(s, e, "Concrete Inputs")) {
             bit = 128;
-            const uint8_t *vs = ps->p;
-            r = skip_value(ps);
-            if (!r) {
-                int32_t id = intern(&o->texts, ps->base, (size_t)(vs - ps->base),
-                                    (size_t)(ps->p - vs));
-                if (id < 0) return NOMEM;
-                ev->cinp = id;
-            }
+            r = raw_field(ps, o, &ev->cinp);
         } else if (KEY(s, e, "name") || KEY(s, e, "Collective name") ||
                    KEY(s, e, "In msg nelems") || KEY(s, e, "Out msg nelems") ||
                    KEY(s, e, "dtype") || KEY(s, e, "Group size") ||
