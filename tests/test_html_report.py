@@ -355,8 +355,8 @@ def _whatif_rows(page: str, table: str) -> dict[str, tuple[str, str]]:
     out = {}
     for name, row in re.findall(r"<tr data-scenario='([^']+)'>(.*?)</tr>", t):
         cells = re.findall(r"<td class='num'>([^<]*)</td>", row)
-        # scenarios: step, range, speedup; fix-rank: rank, step, range, speedup
-        out[name] = (cells[-3], cells[-1])
+        # scenarios: step, range, replay, speedup; fix-rank: rank, step, range, replay, speedup
+        out[name] = (cells[-4], cells[-1])
     return out
 
 

@@ -60,8 +60,9 @@ def section(w: WhatIf | str | None) -> str:
     explain = (
         "<p class='explain'>Each scenario changes durations or gaps of the run graph and replays "
         "it (docs/whatif.md). Predicted step: per step the mean over ranks of the replayed step, "
-        "median over steps; speedup against the unchanged replay, every rank's first step "
-        "measured from the same start in both (a rank the scenario starts earlier: from there). "
+        "median over steps. Replay: the unchanged replay measured as the scenario is, every "
+        "rank's first step from the same start in both (a rank the scenario starts earlier: from "
+        "there); speedup: replay / predicted step. "
         + (
             "Slack: what the scenario does with the delays the graph does not explain (kept: "
             "as the trace shows them). "
@@ -85,12 +86,14 @@ def section(w: WhatIf | str | None) -> str:
         rows.append(
             f"<tr data-scenario='{_e(r.name)}'><td><code>{_e(r.name)}</code></td>"
             f"<td class='num'>{_ms(r.step_ns)}</td><td class='num'>{_range(r.steps_ns)}</td>"
+            f"<td class='num'>{_ms(r.baseline_ns)}</td>"
             f"<td class='num'>{_x(r.speedup)}</td>{_slack(r, shown)}"
             f"<td>{_e(r.changed)}{note}</td></tr>"
         )
     table = (
         "<table class='data whatif'><thead><tr><th>scenario</th>"
         "<th class='num'>predicted step (ms)</th><th class='num'>steps range (ms)</th>"
+        "<th class='num'>replay (ms)</th>"
         f"<th class='num'>speedup</th>{slack_th}<th>what changed</th></tr></thead><tbody>"
         + "".join(rows)
         + "</tbody></table>"
@@ -100,6 +103,7 @@ def section(w: WhatIf | str | None) -> str:
         frows = "".join(
             f"<tr data-scenario='{_e(r.name)}'><td class='num'>{_e(r.name.split(':', 1)[1])}</td>"
             f"<td class='num'>{_ms(r.step_ns)}</td><td class='num'>{_range(r.steps_ns)}</td>"
+            f"<td class='num'>{_ms(r.baseline_ns)}</td>"
             f"<td class='num'>{_x(r.speedup)}</td>{_slack(r, shown)}</tr>"
             for r in w.fix_rank
         )
@@ -108,6 +112,7 @@ def section(w: WhatIf | str | None) -> str:
             "replaced by the median of its peers at the same position; most speedup first.</p>"
             "<table class='data fixrank'><thead><tr><th>rank</th>"
             "<th class='num'>predicted step (ms)</th><th class='num'>steps range (ms)</th>"
+            "<th class='num'>replay (ms)</th>"
             f"<th class='num'>speedup</th>{slack_th}</tr></thead><tbody>"
             + frows
             + "</tbody></table>"
