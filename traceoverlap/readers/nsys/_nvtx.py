@@ -11,6 +11,7 @@ import pandas as pd
 
 from ._activity import Activity
 from ._columns import INT, OTHER, REFUSED, Columns
+from ._memo import recall, remembered
 from ._rows import CAT_CODE, NvtxRows, Rows, pid_of
 from ._schema import NVTX, RangeFilter
 
@@ -114,12 +115,21 @@ class NvtxReader(Activity):
         nv = self.table(NVTX)
         if nv is None or not self.usable(nv, ("start", "end")):
             return empty
-        cols = self.scan(
-            nv,
-            ["start", "end", "eventType", "globalTid", "endGlobalTid", "textId"],
-            ["text"],
-            self.nvtx_text_keep(),
-        )
+        int_cols = ["start", "end", "eventType", "globalTid", "endGlobalTid", "textId"]
+        if self.keep_range is not None and recall(self.file, ("no step marker", nv)):
+            # another process of this file kept no step marker: read every text at once, and
+            # keep them all if this process's filtered read would have found none either
+            cols = self.scan(nv, int_cols, ["text"])
+            if cols.n == 0:
+                return empty
+            text = cols.texts.pop("text", None)
+            if self.filtered_keeps_no_marker(nv, cols, text):
+                self.keep_range = None
+                rows = self.nvtx_rows(nv, cols, text, empty)
+                assert rows is not None
+                return rows
+            del cols, text  # it would: the filtered read, as below
+        cols = self.scan(nv, int_cols, ["text"], self.nvtx_text_keep())
         if cols.n == 0:
             return empty
         notes_before = len(self.notes)
@@ -131,11 +141,37 @@ class NvtxReader(Activity):
             # (its notes, not this pass's); only the texts are scanned again
             del self.notes[notes_before:]
             self.keep_range = None
+            remembered(self.file, ("no step marker", nv), lambda: True)
             again = self.scan(nv, [], ["text"])
             cols.bad_utf8 = again.bad_utf8
             rows = self.nvtx_rows(nv, cols, again.texts.pop("text", None), empty)
             assert rows is not None
         return rows
+
+    def filtered_keeps_no_marker(self, nv: str, cols: Columns, text: Obj | None) -> bool:
+        """Whether :meth:`nvtx_rows` would return None (no range kept is a step marker) on the
+        same rows read with :meth:`nvtx_text_keep`, from their unfiltered texts ``text``: the
+        same steps, without their notes. A text that filter refuses is refused by the range
+        filter too (the filter keeps a superset of its names), so each range is kept here as
+        :meth:`filter_ranges` keeps it there."""
+        if getattr(self.keep_range, "step_marker", None) is None:
+            return False
+        notes_before = len(self.notes)
+        try:
+            is_range, _ = self.nvtx_types(cols, nv)
+            is_range &= self.valid_ranges(cols, nv, is_range)
+            if self.thread_ids(cols, nv, self.gpu_pids) is None:
+                return False  # nvtx_rows returns no rows, not None
+            text_id = self.int_column(cols, nv, "textId", -1)
+            text_code = np.full(is_range.size, -1, dtype=np.int64)
+            uniques = np.zeros(0, dtype=object)
+            ranges = np.flatnonzero(is_range)
+            if text is not None and ranges.size:
+                text_code[ranges], uniques = _factorize_texts(text[ranges])
+            text_code, uniques = self.filter_ranges(is_range, text_code, uniques, text_id)
+            return self.no_step_marker(is_range, text_code, uniques, text_id)
+        finally:
+            del self.notes[notes_before:]
 
     def nvtx_rows(
         self, nv: str, cols: Columns, text: Obj | None, empty: NvtxRows
