@@ -325,20 +325,24 @@ def test_texts_decodes_each_distinct_text_once() -> None:
 
 
 @needs_c
-@pytest.mark.parametrize(("memo_texts", "prefilter"), [(1 << 14, 512), (1 << 14, 2), (7, 512)])
+@pytest.mark.parametrize(
+    ("memo_texts", "prefilter", "distinct"),
+    [(1 << 14, 512, 40), (1 << 14, 2, 40), (7, 512, 40), (1 << 14, 512, 3000)],
+)
 def test_text_filter_verdicts_are_kept_across_blocks(
-    tmp_path: Path, monkeypatch: Any, memo_texts: int, prefilter: int
+    tmp_path: Path, monkeypatch: Any, memo_texts: int, prefilter: int, distinct: int
 ) -> None:
     # 3000 rows cycling through 40 distinct texts (NULL every 11th row), read in blocks of 1 KB
     # (about 40 blocks): each block's distinct texts are asked of the filter only when no
     # earlier block asked (the verdicts kept: at most `memo_texts` of them), through the
     # substring prefilter from `prefilter` texts; the column is SQLite's with the refused
-    # texts replaced, as without the memo
-    names = [f"{'ab' if i % 3 == 0 else 'zz'}_{i:02d}_" + "q" * (i % 17) for i in range(40)]
+    # texts replaced, as without the memo. With 3000 distinct texts (every block's new) the
+    # scan stops looking them up after its second block, with the same column.
+    names = [f"{'ab' if i % 3 == 0 else 'zz'}_{i:02d}_" + "q" * (i % 17) for i in range(distinct)]
     path = tmp_path / "t.sqlite"
     con = sqlite3.connect(path)
     con.execute("CREATE TABLE t (a INTEGER, s TEXT)")
-    rows = [(i, None if i % 11 == 0 else names[i % 40]) for i in range(3000)]
+    rows = [(i, None if i % 11 == 0 else names[i % distinct]) for i in range(3000)]
     con.executemany("INSERT INTO t VALUES (?, ?)", rows)
     con.commit()
     con.close()
@@ -368,7 +372,11 @@ def test_text_filter_verdicts_are_kept_across_blocks(
     _refuse(want, base.test)
     assert got.texts["s"].tolist() == want.tolist()
     assert got.ints["a"].tolist() == list(range(3000))
-    if memo_texts >= 40:
+    # 7 verdicts kept of 40 texts: 33 new in the second block (> 3/4), lookups stopped too
+    assert reader.kept_memo_used is (distinct == 40 and memo_texts >= 40)
+    if distinct > 40:
+        assert len(asked) == len(set(asked))  # every text new: asked once anyway
+    elif memo_texts >= 40:
         # every text asked at most once (the prefilter asks only those that can start "ab")
         assert len(asked) == len(set(asked)) and set(asked) <= set(names)
         if prefilter > 40:  # one by one: every distinct text, once

@@ -82,11 +82,12 @@ def _rank_numbers(values: Obj) -> I64:
     return out
 
 
-def _verdicts(test: RangeFilter, texts: list[str]) -> npt.NDArray[np.bool_]:
-    """``t != REFUSED and test(t)`` for each of ``texts`` (distinct names), asked only of the
+def _verdicts(test: RangeFilter, uniques: Obj) -> npt.NDArray[np.bool_]:
+    """``t != REFUSED and test(t)`` for each of ``uniques`` (distinct names), asked only of the
     names a ``test.candidates`` prefilter (:class:`traceoverlap.rank.namefilter.NameTest`)
     finds can match, when there are many."""
-    out = np.fromiter((t != REFUSED for t in texts), bool, len(texts))
+    texts = uniques.tolist()
+    out = np.asarray(uniques != REFUSED, dtype=bool).reshape(len(texts))
     find = getattr(test, "candidates", None)
     if find is not None and len(texts) >= _PREFILTER_NAMES:
         ends = np.cumsum(np.fromiter(map(len, texts), np.int64, len(texts)) + 1) - 1
@@ -296,7 +297,7 @@ class NvtxReader(Activity):
         to the ones still in use, so the refused ones are freed."""
         assert self.keep_range is not None
         test = self.keep_range
-        per_text = _verdicts(test, uniques.tolist())
+        per_text = _verdicts(test, uniques)
         inline = text_code >= 0
         keep = np.where(inline, np.r_[per_text, False][text_code], False)
         pooled = is_range & ~inline
