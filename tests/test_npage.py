@@ -322,3 +322,64 @@ def test_texts_decodes_each_distinct_text_once() -> None:
     assert bad == 1  # rows, not distinct texts: one row holds the invalid one
     with pytest.raises(ValueError):
         _npage.texts(mm, np.array([5], dtype=np.int64), np.array([4], dtype=np.int64), null[:1])
+
+
+@needs_c
+@pytest.mark.parametrize(
+    ("memo_texts", "prefilter", "distinct"),
+    [(1 << 14, 512, 40), (1 << 14, 2, 40), (7, 512, 40), (1 << 14, 512, 3000)],
+)
+def test_text_filter_verdicts_are_kept_across_blocks(
+    tmp_path: Path, monkeypatch: Any, memo_texts: int, prefilter: int, distinct: int
+) -> None:
+    # 3000 rows cycling through 40 distinct texts (NULL every 11th row), read in blocks of 1 KB
+    # (about 40 blocks): each block's distinct texts are asked of the filter only when no
+    # earlier block asked (the verdicts kept: at most `memo_texts` of them), through the
+    # substring prefilter from `prefilter` texts; the column is SQLite's with the refused
+    # texts replaced, as without the memo. With 3000 distinct texts (every block's new) the
+    # scan stops looking them up after its second block, with the same column.
+    names = [f"{'ab' if i % 3 == 0 else 'zz'}_{i:02d}_" + "q" * (i % 17) for i in range(distinct)]
+    path = tmp_path / "t.sqlite"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE t (a INTEGER, s TEXT)")
+    rows = [(i, None if i % 11 == 0 else names[i % distinct]) for i in range(3000)]
+    con.executemany("INSERT INTO t VALUES (?, ?)", rows)
+    con.commit()
+    con.close()
+    asked: list[str] = []
+    base = NameTest(["^ab"])  # with candidates(): the prefilter path when enough texts
+    keep = NameTest(["^ab"])
+
+    def counted(name: str) -> bool:
+        asked.append(name)
+        return base.test(name)
+
+    keep.test = counted  # type: ignore[method-assign]
+    monkeypatch.setattr(_pages, "_TEXT_BLOCK_BYTES", 1 << 10)
+    monkeypatch.setattr(_pages, "_KEPT_MEMO_TEXTS", memo_texts)
+    monkeypatch.setattr(_pages, "_PREFILTER_TEXTS", prefilter)
+    _memo.forget()
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
+    try:
+        con.execute("BEGIN")
+        info = con.execute("PRAGMA table_xinfo(t)").fetchall()
+        reader = _pages.PageReader(con, path)
+        reader.text_keep = keep
+        got = reader.read("t", info, ["a"], ["s"], None)
+    finally:
+        con.close()
+    want = np.array([s for _, s in rows], dtype=object)
+    _refuse(want, base.test)
+    assert got.texts["s"].tolist() == want.tolist()
+    assert got.ints["a"].tolist() == list(range(3000))
+    # 7 verdicts kept of 40 texts: 33 new in the second block (> 3/4), lookups stopped too
+    assert reader.kept_memo_used is (distinct == 40 and memo_texts >= 40)
+    if distinct > 40:
+        assert len(asked) == len(set(asked))  # every text new: asked once anyway
+    elif memo_texts >= 40:
+        # every text asked at most once (the prefilter asks only those that can start "ab")
+        assert len(asked) == len(set(asked)) and set(asked) <= set(names)
+        if prefilter > 40:  # one by one: every distinct text, once
+            assert set(asked) == set(names)
+    else:
+        assert len(asked) > len(set(asked))  # past the bound: asked again in later blocks

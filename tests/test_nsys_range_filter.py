@@ -249,3 +249,57 @@ def test_required_prefix() -> None:
     assert required_prefix(r"^ab[|]c") == "ab"
     for p in (r"^a|b", r"x", r"^\d", r"^(a|b)c", r"^a[]|]|b"):
         assert required_prefix(p) is None, p
+
+
+def _two_processes(tmp_path: Path, marker_in_second: bool) -> Path:
+    # two GPU processes, neither with a step marker unless `marker_in_second` (in pid 200's)
+    x = NsysExport()
+    for pid, dev in ((100, 0), (200, 1)):
+        x.process(pid, "python3")
+        x.thread(pid, pid, "python3")
+        if pid == 200 and marker_in_second:
+            x.nvtx(pid, T0, T0 + 2 * MS, "ProfilerStep#1")
+        x.nvtx(pid, T0 + 100_000, T0 + 900_000, "forward", registered=False)  # kept: a phase
+        x.nvtx(pid, T0 + 10_000, T0 + 15_000, "aten::mm, seq = 0", False)  # refused, inline
+        x.nvtx(pid, T0 + 50_000, T0 + 60_000, "aten::add, seq = 9")  # refused, registered
+        x.kernel(pid, dev, 7, T0 + MS, T0 + 3 * MS, "gemm", launch=T0 + 10_000)
+    return x.write(tmp_path / f"two-{marker_in_second}.sqlite")
+
+
+def test_next_process_without_marker_reads_its_texts_once(
+    tmp_path: Path, monkeypatch: object
+) -> None:
+    # issue 40: once one process of a file kept no step marker, the next process's read scans
+    # the NVTX texts once, unfiltered, and keeps every range when its filtered read would have
+    # found no marker either (pid 200 without one: the 3 ranges), else reads filtered as before
+    # (pid 200 with "ProfilerStep#1": the step and "forward" kept, the 2 aten ranges dropped);
+    # either way the Timeline is the one a read without the remembered fact gives (the scans
+    # counted: the process's own, not the whole file's `rank N` rows)
+    from traceoverlap.readers.nsys import _memo
+    from traceoverlap.readers.nsys._schema import NVTX, Schema
+
+    keep = range_filter(AnalysisOptions(), Rules())
+    text_scans: list[str] = []
+    real_scan = Schema.scan
+
+    def counted(self: Schema, table: str, ints: object, texts: object = (), *a: object) -> object:
+        if table == NVTX and "text" in texts and self.only is None:  # type: ignore[operator]
+            text_scans.append(table)
+        return real_scan(self, table, ints, texts, *a)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Schema, "scan", counted)  # type: ignore[attr-defined]
+    for marker, scans, kept in ((False, 1, 3), (True, 2, 2)):
+        path = _two_processes(tmp_path, marker)
+        _memo.forget()
+        alone = read_nsys(path, keep, process=200)  # nothing remembered of the file
+        _memo.forget()
+        read_nsys(path, keep, process=100)  # no marker: two scans, and remembered
+        assert _memo.recall(path, ("no step marker", NVTX)) is True
+        del text_scans[:]
+        after = read_nsys(path, keep, process=200)
+        assert len(text_scans) == scans
+        assert after.events.equals(alone.events) and after.traces == alone.traces
+        ev = after.events
+        assert int((ev["category"] == "annotation").sum()) == kept
+        assert after.traces[0].ranges_filtered is marker
+    _memo.forget()

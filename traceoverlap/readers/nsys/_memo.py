@@ -96,6 +96,16 @@ def remembered(path: Path, what: Hashable, compute: Callable[[], T]) -> T:
     return value
 
 
+def recall(path: Path, what: Hashable) -> Any:
+    """What :func:`remembered` kept for ``what`` on this same file, or None."""
+    key = file_key(path)
+    if key is None:
+        return None
+    with _lock:
+        facts = _files.get(key)
+        return None if facts is None else facts.get(what)
+
+
 def forget() -> None:
     """Drop everything kept (tests)."""
     with _lock:

@@ -11,6 +11,7 @@ import pandas as pd
 
 from ._activity import Activity
 from ._columns import INT, OTHER, REFUSED, Columns
+from ._memo import recall, remembered
 from ._rows import CAT_CODE, NvtxRows, Rows, pid_of
 from ._schema import NVTX, RangeFilter
 
@@ -23,6 +24,10 @@ _NVTX_RANGE_TYPES_DEFAULT = (59, 60)
 _NVTX_RANGE_TYPE_NAMES = ("NvtxPushPopRange", "NvtxStartEndRange")
 _NVTX_MARK_TYPES_DEFAULT = (34,)
 _NVTX_MARK_TYPE_NAMES = ("NvtxMark",)
+
+#: Distinct names from which :func:`_verdicts` asks the substring prefilter first (as
+#: ``_pages._PREFILTER_TEXTS``).
+_PREFILTER_NAMES = 512
 
 #: Strings joined at a time by :func:`_containing`.
 _JOIN_BLOCK = 1 << 16
@@ -77,6 +82,23 @@ def _rank_numbers(values: Obj) -> I64:
     return out
 
 
+def _verdicts(test: RangeFilter, uniques: Obj) -> npt.NDArray[np.bool_]:
+    """``t != REFUSED and test(t)`` for each of ``uniques`` (distinct names), asked only of the
+    names a ``test.candidates`` prefilter (:class:`traceoverlap.rank.namefilter.NameTest`)
+    finds can match, when there are many."""
+    texts = uniques.tolist()
+    out = np.asarray(uniques != REFUSED, dtype=bool).reshape(len(texts))
+    find = getattr(test, "candidates", None)
+    if find is not None and len(texts) >= _PREFILTER_NAMES:
+        ends = np.cumsum(np.fromiter(map(len, texts), np.int64, len(texts)) + 1) - 1
+        cand = find("\x00".join(texts) + "\x00", ends)
+        if cand is not None:
+            out &= cand
+    idx = np.flatnonzero(out)
+    out[idx] = np.fromiter((test(texts[i]) for i in idx.tolist()), bool, idx.size)
+    return out
+
+
 def _factorize_texts(texts: Obj) -> tuple[I64, Obj]:
     """``pd.factorize`` of the inline texts (None -> -1), the texts the range filter refused
     (:data:`REFUSED`, most of an ``emit_nvtx`` capture's) given one code after the others' without
@@ -114,12 +136,22 @@ class NvtxReader(Activity):
         nv = self.table(NVTX)
         if nv is None or not self.usable(nv, ("start", "end")):
             return empty
-        cols = self.scan(
-            nv,
-            ["start", "end", "eventType", "globalTid", "endGlobalTid", "textId"],
-            ["text"],
-            self.nvtx_text_keep(),
-        )
+        int_cols = ["start", "end", "eventType", "globalTid", "endGlobalTid", "textId"]
+        if self.keep_range is not None and recall(self.file, ("no step marker", nv)):
+            # another process of this file kept no step marker: read every text at once, and
+            # keep them all if this process's filtered read would have found none either
+            cols = self.scan(nv, int_cols, ["text"])
+            if cols.n == 0:
+                return empty
+            text = cols.texts.pop("text", None)
+            none, factorized = self.filtered_keeps_no_marker(nv, cols, text)
+            if none:
+                self.keep_range = None
+                rows = self.nvtx_rows(nv, cols, text, empty, factorized)
+                assert rows is not None
+                return rows
+            del cols, text, factorized  # it would: the filtered read, as below
+        cols = self.scan(nv, int_cols, ["text"], self.nvtx_text_keep())
         if cols.n == 0:
             return empty
         notes_before = len(self.notes)
@@ -131,19 +163,59 @@ class NvtxReader(Activity):
             # (its notes, not this pass's); only the texts are scanned again
             del self.notes[notes_before:]
             self.keep_range = None
+            remembered(self.file, ("no step marker", nv), lambda: True)
             again = self.scan(nv, [], ["text"])
             cols.bad_utf8 = again.bad_utf8
             rows = self.nvtx_rows(nv, cols, again.texts.pop("text", None), empty)
             assert rows is not None
         return rows
 
+    def filtered_keeps_no_marker(
+        self, nv: str, cols: Columns, text: Obj | None
+    ) -> tuple[bool, tuple[I64, Obj] | None]:
+        """Whether :meth:`nvtx_rows` would return None (no range kept is a step marker) on the
+        same rows read with :meth:`nvtx_text_keep`, from their unfiltered texts ``text``: the
+        same steps, without their notes. A text that filter refuses is refused by the range
+        filter too (the filter keeps a superset of its names), so each range is kept here as
+        :meth:`filter_ranges` keeps it there. With the answer, the factorized texts of the rows
+        :meth:`nvtx_rows` factorizes (for it to use), when there are any."""
+        if getattr(self.keep_range, "step_marker", None) is None:
+            return False, None
+        notes_before = len(self.notes)
+        try:
+            start_ok = cols.kinds["start"] == INT
+            is_range, is_mark = self.nvtx_types(cols, nv)
+            is_range &= self.valid_ranges(cols, nv, is_range)
+            if self.thread_ids(cols, nv, self.gpu_pids) is None:
+                return False, None  # nvtx_rows returns no rows, not None
+            text_id = self.int_column(cols, nv, "textId", -1)
+            # the rows and codes of nvtx_rows
+            cand = np.flatnonzero((is_mark | is_range) & start_ok)
+            text_code = np.full(is_range.size, -1, dtype=np.int64)
+            uniques = np.zeros(0, dtype=object)
+            factorized = None
+            if text is not None and cand.size:
+                factorized = _factorize_texts(text[cand])
+                text_code[cand], uniques = factorized
+            text_code, uniques = self.filter_ranges(is_range, text_code, uniques, text_id)
+            return self.no_step_marker(is_range, text_code, uniques, text_id), factorized
+        finally:
+            del self.notes[notes_before:]
+
     def nvtx_rows(
-        self, nv: str, cols: Columns, text: Obj | None, empty: NvtxRows
+        self,
+        nv: str,
+        cols: Columns,
+        text: Obj | None,
+        empty: NvtxRows,
+        factorized: tuple[I64, Obj] | None = None,
     ) -> NvtxRows | None:
         """The ranges and ``rank N`` texts of the NVTX table's integer columns ``cols`` and its
         ``text`` column; None when the ranges were filtered and none kept is a step marker
         (:meth:`no_step_marker`). A second call on the same ``cols`` reads the same ranges (what
-        :meth:`int_column` rewrites in place, it rewrites the same way again)."""
+        :meth:`int_column` rewrites in place, it rewrites the same way again). ``factorized``:
+        the factorized texts of its marks and ranges, when already found
+        (:meth:`filtered_keeps_no_marker`)."""
         start, end = cols.ints["start"], cols.ints["end"]
         start_ok = cols.kinds["start"] == INT
         is_range, is_mark = self.nvtx_types(cols, nv)
@@ -165,8 +237,8 @@ class NvtxReader(Activity):
         text_code = np.full(is_range.size, -1, dtype=np.int64)
         uniques = np.zeros(0, dtype=object)
         if text is not None and cand.size:
-            text_code[cand], uniques = _factorize_texts(text[cand])
-        del text
+            text_code[cand], uniques = factorized or _factorize_texts(text[cand])
+        del text, factorized
         rank_pid, rank_value = self.rank_texts(text_code[cand], uniques, text_id[cand], gtid[cand])
         del cand
         if self.keep_range is not None:
@@ -225,9 +297,7 @@ class NvtxReader(Activity):
         to the ones still in use, so the refused ones are freed."""
         assert self.keep_range is not None
         test = self.keep_range
-        per_text = np.fromiter(
-            (t != REFUSED and test(t) for t in uniques.tolist()), bool, len(uniques)
-        )
+        per_text = _verdicts(test, uniques)
         inline = text_code >= 0
         keep = np.where(inline, np.r_[per_text, False][text_code], False)
         pooled = is_range & ~inline

@@ -97,6 +97,12 @@ _SQL_ROWS = 1 << 20
 # this many (its fixed cost, a 65536-bin count and a lookup per needle, is ~0.5 ms), else one
 # by one (~1-2 us each).
 _PREFILTER_TEXTS = 512
+# The C path's text filter remembers its verdict on this many distinct texts of one scan (a
+# column's names recur in every block: the FSDP export's 4 000 in each of its ~40): a bound, so
+# that a capture of a million distinct names the filter refuses is not held here instead (and
+# once a block's texts are nearly all new, the scan stops looking them up: the FSDP export's
+# second block has 27 % new, each of the synthetic emit_nvtx capture's 100 %).
+_KEPT_MEMO_TEXTS = 1 << 14
 # Serial types above this are refused (as _npage.c does).
 _MAX_SERIAL = 1 << 40
 
@@ -177,6 +183,11 @@ class PageReader:
         self.con = con
         self.path = path
         self.text_keep: Callable[[str], bool] | None = None
+        #: text -> ``text_keep``'s verdict, for the texts of this reader's scans so far
+        #: (:meth:`kept_distinct`; at most :data:`_KEPT_MEMO_TEXTS`)
+        self.kept_memo: dict[str, bool] = {}
+        self.kept_memo_of: Callable[[str], bool] | None = None
+        self.kept_memo_used = True
         #: the C loops (_npage.c) when built and not turned off, else None: numpy decodes
         self.c: Any = _npage if DECODER == "c" else None
         #: column -> the SQL text of its DEFAULT (PRAGMA table_xinfo), of the table being read
@@ -761,8 +772,39 @@ class PageReader:
         return out, bad
 
     def kept_distinct(self, texts: list[str]) -> npt.NDArray[np.bool_]:
-        """``text_keep`` of each of ``texts`` (a block's distinct texts): many at once through
-        :meth:`kept` (its substring prefilter pays for its fixed cost there), a few one by one."""
+        """``text_keep`` of each of ``texts`` (a block's distinct texts): the verdicts given in
+        earlier blocks as they were (:attr:`kept_memo`), the others asked as
+        :meth:`kept_new` asks."""
+        if self.kept_memo_of is not self.text_keep:  # verdicts of another test
+            self.kept_memo, self.kept_memo_of = {}, self.text_keep
+            self.kept_memo_used = True
+        memo = self.kept_memo
+        if memo and self.kept_memo_used:
+            known = np.fromiter((memo.get(t, 2) for t in texts), np.int8, len(texts))
+            new = np.flatnonzero(known == 2)  # 2: not asked yet
+            if 4 * new.size > 3 * len(texts):
+                # nearly all new (an emit_nvtx capture's op names): the lookups cost more than
+                # they save, for the rest of the scan
+                self.kept_memo_used = False
+            if new.size < len(texts):
+                out = known.astype(bool)
+                if new.size:
+                    asked = [texts[i] for i in new.tolist()]
+                    out[new] = fresh = self.kept_new(asked)
+                    self.remember_kept(asked, fresh)
+                return out
+        out = self.kept_new(texts)
+        self.remember_kept(texts, out)
+        return out
+
+    def remember_kept(self, texts: list[str], verdicts: npt.NDArray[np.bool_]) -> None:
+        room = _KEPT_MEMO_TEXTS - len(self.kept_memo)
+        if room > 0 and self.kept_memo_used:
+            self.kept_memo.update(zip(texts[:room], verdicts[:room].tolist(), strict=True))
+
+    def kept_new(self, texts: list[str]) -> npt.NDArray[np.bool_]:
+        """``text_keep`` of each of ``texts``: many at once through :meth:`kept` (its substring
+        prefilter pays for its fixed cost there), a few one by one."""
         if len(texts) >= _PREFILTER_TEXTS:
             ends = np.cumsum(np.fromiter(map(len, texts), np.int64, len(texts)) + 1) - 1
             return self.kept("\x00".join(texts) + "\x00", ends, texts)
