@@ -891,7 +891,7 @@ def instance_rows(
     """Per event row of the unit: its local collective instance (-1 none), and the local instance
     table (``local``, ``group_key``, ``kind_key``, ``seq``, ``ordinal``, ``p2p``, ``family``,
     ``label``). Reads :mod:`traceoverlap.run.matching` (today's per-group matching keys)."""
-    from .instances import _comm_keys, _instance_table, _number_instances, p2p_peers
+    from .instances import _comm_keys, _instance_table, _number_instances, with_p2p_peers
 
     ev = unit.events
     out = np.full(len(ev), -1, dtype=np.int64)
@@ -904,9 +904,6 @@ def instance_rows(
     inst = _instance_table(ev, kind, c, order, firsts)
     # the peer and tag a point-to-point op records: the analysis pairs by them (§6), so the
     # graph's matching must too, or pairs it pairs by end time differ from the analysis'
-    peer, tag = p2p_peers(ev, c.rows[order[firsts]], steps.launch_row)
-    p2p = inst["p2p"].to_numpy(dtype=bool)
-    inst["peer_rank"] = np.where(p2p, peer, -1)
-    inst["p2p_tag"] = np.where(p2p, tag, -1)
+    with_p2p_peers(inst, ev, c.rows[order[firsts]], steps.launch_row)
     out[c.rows] = local
     return out, inst.reset_index(drop=True)

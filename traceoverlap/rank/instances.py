@@ -187,11 +187,18 @@ def unit_instances(
     queued, behind = _queueing(ev, c, head, launch_row, steps.gpu)
     inst["queued_ns"] = queued
     inst["behind_comm_ns"] = behind
-    peer, tag = p2p_peers(ev, c.rows[head], launch_row)
+    with_p2p_peers(inst, ev, c.rows[head], launch_row)
+    return inst[list(LOCAL_COLUMNS)], pieces, piece_local
+
+
+def with_p2p_peers(inst: pd.DataFrame, ev: pd.DataFrame, heads: I64, launch_row: I64) -> None:
+    """``peer_rank`` and ``p2p_tag`` of a local instance table (in place; ``heads``: each
+    instance's first activity row): what its point-to-point op recorded (:func:`p2p_peers`),
+    -1 for collectives. The analysis and the what-if graph pair sends and recvs by them."""
+    peer, tag = p2p_peers(ev, heads, launch_row)
     p2p = inst["p2p"].to_numpy(dtype=bool)
     inst["peer_rank"] = np.where(p2p, peer, -1)
     inst["p2p_tag"] = np.where(p2p, tag, -1)
-    return inst[list(LOCAL_COLUMNS)], pieces, piece_local
 
 
 @dataclass(frozen=True)
