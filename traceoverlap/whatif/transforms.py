@@ -75,15 +75,8 @@ def _peer_median(
             if sel.size == 0:
                 continue
             pos, v = g.pos[sel].astype(np.int64), values[sel]
-            # one sort key (position, then value) where it fits, else a two-key sort
-            v0, span = int(v.min()), int(v.max()) - int(v.min()) + 1
-            if (hi - lo + 1) * span < 1 << 62:
-                order = np.argsort((pos - lo) * span + (v - v0), kind="stable")
-            else:
-                order = np.lexsort((v, pos))
+            order, first, count = _position_groups(pos, v)
             pos_s, v_s = pos[order], v[order]
-            first = np.flatnonzero(np.r_[True, pos_s[1:] != pos_s[:-1]])
-            count = np.diff(np.r_[first, pos_s.size])
             lo_i = first + (count - 1) // 2
             m = v_s[lo_i]
             if own is not None:
@@ -98,6 +91,24 @@ def _peer_median(
     pi = g.pos[idx]
     res[idx] = np.where(has[pi], med[pi], values[idx])
     return res
+
+
+def _position_groups(pos: I64, v: I64) -> tuple[I64, I64, I64]:
+    """The order that sorts by (position, value), ties in their order, and per distinct
+    position the start of its run in that order and its count (empty for no rows): one sort
+    key where (position, value) fits in 62 bits, else a two-key sort."""
+    if pos.size == 0:
+        z = np.zeros(0, np.int64)
+        return z, z.copy(), z.copy()
+    p0, v0 = int(pos.min()), int(v.min())
+    span = int(v.max()) - v0 + 1
+    if (int(pos.max()) - p0 + 1) * span < 1 << 62:
+        order = np.argsort((pos - p0) * span + (v - v0), kind="stable")
+    else:
+        order = np.lexsort((v, pos))
+    ps = pos[order]
+    first = np.flatnonzero(np.r_[True, ps[1:] != ps[:-1]])
+    return order, first, np.diff(np.r_[first, ps.size])
 
 
 class OwnTime:
@@ -232,11 +243,8 @@ def _floors(g: RunGraph, p: Params, target: Mask, peers: Mask) -> I64:
     # the peers' median start at each position (of an even count the lower middle value: the
     # earlier, never the mean, as :func:`_peer_median`)
     pk, pv = g.pos[own[with_floor]].astype(np.int64), rel[with_floor]
-    order = np.lexsort((pv, pk))
-    pk, pv = pk[order], pv[order]
-    first = np.flatnonzero(np.r_[True, pk[1:] != pk[:-1]]) if pk.size else np.zeros(0, np.int64)
-    count = np.diff(np.r_[first, pk.size])
-    keys, med = pk[first], pv[first + (count - 1) // 2]
+    order, first, count = _position_groups(pk, pv)
+    keys, med = pk[order][first], pv[order][first + (count - 1) // 2]
     q = g.pos[own[mine]].astype(np.int64)
     at = np.minimum(np.searchsorted(keys, q), max(keys.size - 1, 0))
     has_peer = (keys[at] == q) if keys.size else np.zeros(q.size, dtype=bool)
