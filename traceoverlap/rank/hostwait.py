@@ -45,13 +45,31 @@ I64 = npt.NDArray[np.int64]
 
 
 def lane_codes(unit: Timeline) -> I64:
-    """Per event: its thread's code (0..n-1), one per distinct (pid, tid)."""
+    """Per event: its thread's code (0..n-1), one per distinct (pid, tid), numbered in (pid,
+    tid) order."""
     ev = unit.events
     if len(ev) == 0:
         return np.zeros(0, np.int64)
-    key = np.stack((ev["pid"].to_numpy(np.int64), ev["tid"].to_numpy(np.int64)), axis=1)
-    _, inv = np.unique(key, axis=0, return_inverse=True)
-    return np.asarray(inv, dtype=np.int64).reshape(-1)
+    return pair_codes(ev["pid"].to_numpy(np.int64), ev["tid"].to_numpy(np.int64))
+
+
+def pair_codes(a: I64, b: I64) -> I64:
+    """Per row: the rank of (a, b) among the distinct pairs in (a, b) order (what
+    ``np.unique(np.stack((a, b), 1), axis=0, return_inverse=True)`` gives, without its sort of
+    whole rows). Rows come in runs of one thread: the pairs are found per run, then spread."""
+    n = a.size
+    if n == 0:
+        return np.zeros(0, np.int64)
+    cut = np.flatnonzero((a[1:] != a[:-1]) | (b[1:] != b[:-1])) + 1
+    first = np.concatenate((np.zeros(1, np.int64), cut))
+    ra, rb = a[first], b[first]
+    order = np.lexsort((rb, ra))
+    sa, sb = ra[order], rb[order]
+    new = np.ones(order.size, dtype=bool)
+    new[1:] = (sa[1:] != sa[:-1]) | (sb[1:] != sb[:-1])
+    code = np.empty(order.size, np.int64)
+    code[order] = np.cumsum(new) - 1
+    return np.repeat(code, np.diff(np.append(first, n)))
 
 
 def _waits(
