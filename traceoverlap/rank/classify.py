@@ -6,7 +6,8 @@ categorical), never per event.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -17,6 +18,58 @@ from ..core.options import compile_regex
 from ..core.rules import Rules
 from ..core.vocab import KINDS
 
+#: leading global flags, as in ``(?i)nccl``: scoped to the whole pattern when patterns are joined
+_GLOBAL_FLAGS = re.compile(r"^\(\?([aiLmsu]+)\)")
+#: what a joined pattern would change the meaning of: numbered or named back-references and
+#: conditionals (group numbers shift), verbose mode (a comment would swallow the closing paren)
+_NOT_JOINABLE = re.compile(r"\\[1-9]|\(\?P=|\(\?\(|\(\?[aiLmsu]*x")
+#: per pattern list: each name's answer, shared by every unit of the process (the ranks of a run
+#: name the same kernels); it stops growing at a bound (an export of unique range names)
+_MEMO: dict[tuple[str, ...], dict[str, bool]] = {}
+_MEMO_NAMES = 200_000
+
+
+def name_matcher(patterns: Sequence[str]) -> Callable[[str], bool]:
+    """``name -> does any pattern match it (re.search)?`` One search of one joined pattern
+    (``(?:p1)|(?:p2)...``, a leading ``(?i)`` scoped to its own part) where joining keeps the
+    meaning, else one search per pattern; answers are remembered per name."""
+    key = tuple(patterns)
+    rxs = [compile_regex(p, "rules") for p in key]  # validates each, with its own error
+    memo = _MEMO.get(key)
+    if memo is None:
+        memo = _MEMO[key] = {}
+    search: Callable[[str], bool]
+    joined = None
+    if len(key) > 1 and not any(_NOT_JOINABLE.search(p) for p in key):
+        parts = []
+        for p in key:
+            m = _GLOBAL_FLAGS.match(p)
+            parts.append(f"(?{m.group(1)}:{p[m.end() :]})" if m else f"(?:{p})")
+        try:
+            joined = re.compile("|".join(parts))
+        except (re.error, RecursionError, OverflowError):
+            joined = None
+    if joined is not None:
+        js = joined.search
+
+        def search(s: str) -> bool:
+            return js(s) is not None
+
+    else:
+
+        def search(s: str) -> bool:
+            return any(rx.search(s) is not None for rx in rxs)
+
+    def match(name: str) -> bool:
+        hit = memo.get(name)
+        if hit is None:
+            hit = search(name)
+            if len(memo) < _MEMO_NAMES:
+                memo[name] = hit
+        return hit
+
+    return match
+
 
 def name_mask(
     names: pd.Series, patterns: Sequence[str], rows: npt.NDArray[np.bool_] | None = None
@@ -25,10 +78,7 @@ def name_mask(
     selected ``rows`` is tested once (all rows when None); rows outside the selection read False."""
     if not patterns:
         return np.zeros(len(names), dtype=bool)
-    rxs = [compile_regex(p, "rules") for p in patterns]
-    per_name = per_category(
-        names, lambda s: any(rx.search(s) is not None for rx in rxs), rows, dtype=bool
-    )
+    per_name = per_category(names, name_matcher(patterns), rows, dtype=bool)
     codes = names.cat.codes.to_numpy()
     if rows is None:
         return np.asarray(per_name[codes], dtype=bool)
