@@ -198,16 +198,33 @@ def join_launches(ev: pd.DataFrame, gidx: I64) -> I64:
     return out
 
 
+def _name_counts(names: pd.Series, rows: npt.NDArray[np.bool_]) -> list[tuple[str, int]]:
+    """(name as text, how many of ``rows`` carry it) for each name the rows use (a missing name
+    is not counted, as ``value_counts`` does not): counted on the category codes, never per row
+    in Python."""
+    if not isinstance(names.dtype, pd.CategoricalDtype):
+        counts = names[rows].astype(str).value_counts()
+        return [(str(n), int(c)) for n, c in counts.items()]
+    codes = names.cat.codes.to_numpy()[rows].astype(np.int64) + 1
+    bc = np.bincount(codes, minlength=len(names.cat.categories) + 1)
+    used = np.flatnonzero(bc[1:]) + 1
+    labels = np.asarray(names.cat.categories, dtype=object)
+    totals: dict[str, int] = {}
+    for u in used.tolist():
+        n = str(labels[u - 1])
+        totals[n] = totals.get(n, 0) + int(bc[u])
+    return list(totals.items())
+
+
 def _no_marker_note(ev: pd.DataFrame, pattern: str) -> str:
     """Say the whole capture is one window, and suggest the repeating ranges that could be steps."""
     text = f"no step markers matching {pattern!r}; the whole capture is one window 'all'"
-    ann = ev[ev["category"] == "annotation"]
-    if ann.empty:
+    is_ann = in_categories(ev["category"], ("annotation",))
+    if not is_ann.any():
         return text
-    names = ann["name"].astype(str)
-    counts = names.value_counts()
     # a step candidate repeats, and is not a phase of every step (forward/backward...)
-    cands = [(n, int(c)) for n, c in counts.items() if c >= 3 and not _PHASE_LIKE.search(n)]
+    cands = [(n, c) for n, c in _name_counts(ev["name"], is_ann) if c >= 3]
+    cands = [(n, c) for n, c in cands if not _PHASE_LIKE.search(n)]
     groups: dict[str, int] = {}
     for name, c in cands:
         stem = re.split(r"[\[#(:\s\d]", name, maxsplit=1)[0]
