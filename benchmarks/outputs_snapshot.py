@@ -145,17 +145,20 @@ def run_case(dest: Path, name: str, args: list[str]) -> str:
     return name
 
 
-def snap(dest: Path, jobs: int) -> None:
-    todo = cases()
+def snap(dest: Path, jobs: int, only: list[str] | None = None) -> None:
+    todo = [c for c in cases() if not only or any(o in c[0] for o in only)]
     with ThreadPoolExecutor(jobs) as pool:
         for i, name in enumerate(pool.map(lambda c: run_case(dest, *c), todo), 1):
             print(f"[{i}/{len(todo)}] {name}", file=sys.stderr, flush=True)
     print(f"{len(todo)} cases in {dest}")
 
 
-def diff(a: Path, b: Path) -> int:
+def diff(a: Path, b: Path, subset: bool = False) -> int:
     files_a = {p.relative_to(a) for p in a.rglob("*") if p.is_file()}
     files_b = {p.relative_to(b) for p in b.rglob("*") if p.is_file()}
+    if subset:  # ``after`` ran some cases (snap --only): compare those
+        ran = {rel.parent for rel in files_b}
+        files_a = {rel for rel in files_a if rel.parent in ran}
     bad = sorted(files_a ^ files_b)
     for rel in bad:
         print(f"only in {'before' if rel in files_a else 'after'}: {rel}")
@@ -178,14 +181,16 @@ def main() -> int:
     s = sub.add_parser("snap", help="run every case into DEST")
     s.add_argument("dest", type=Path)
     s.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1)
+    s.add_argument("--only", nargs="+", metavar="TEXT", help="only the cases whose name has TEXT")
     d = sub.add_parser("diff", help="compare two snapshots byte for byte")
     d.add_argument("before", type=Path)
     d.add_argument("after", type=Path)
+    d.add_argument("--subset", action="store_true", help="compare only the cases AFTER ran")
     args = parser.parse_args()
     if args.cmd == "snap":
-        snap(args.dest, args.jobs)
+        snap(args.dest, args.jobs, args.only)
         return 0
-    return diff(args.before, args.after)
+    return diff(args.before, args.after, args.subset)
 
 
 if __name__ == "__main__":
