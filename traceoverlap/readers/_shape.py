@@ -18,6 +18,7 @@ in it (:func:`inherit_nested`), the node the wrapper runs.
 
 from __future__ import annotations
 
+import functools
 import zlib
 from collections.abc import Sequence
 
@@ -73,12 +74,16 @@ def input_dims_codes(texts: list[bytes]) -> I32:
     if n == 0:
         return np.zeros(0, dtype=np.int32)
     codes, uniques = pd.factorize(np.array(texts, dtype=object))
-    per = np.array(
-        [zlib.crc32(bytes(u).translate(None, _SPACE)) >> 1 if len(u) else -1 for u in uniques],
-        dtype=np.int64,
-    )
+    per = np.array([input_dims_code(bytes(u)) for u in uniques], dtype=np.int64)
     out: I32 = per[np.asarray(codes)].astype(np.int32)
     return out
+
+
+@functools.lru_cache(maxsize=8192)
+def input_dims_code(text: bytes) -> int:
+    """The code of one ``Input Dims`` text (:func:`input_dims_codes`), each distinct text
+    hashed once: the same shapes recur in every step, chunk and rank."""
+    return zlib.crc32(text.translate(None, _SPACE)) >> 1 if len(text) else -1
 
 
 def inherit_nested(

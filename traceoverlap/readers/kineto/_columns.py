@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from .._shape import input_dims_codes, shape_codes
+from .._shape import input_dims_code, input_dims_codes, shape_codes
 from ._categories import (
     FLOW_CATS,
     FLOW_TARGET_CODES,
@@ -130,6 +130,7 @@ class Columns:
         self.meta: list[tuple[str, Any, Any, Any]] = []  # (name, pid, tid, args.name)
         self.bad_args = 0
         self.too_deep = 0
+        self._luts: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def add_flows(self, chunk: Chunk) -> None:
         """Take the flow ends (``ac2g``) of one chunk: the second pass, for traces whose launches
@@ -205,14 +206,14 @@ class Columns:
                     metas.append(event)
                 else:
                     flagged.append((row, event))
-            strings = [_raw_string(raw) for raw in scanned.strings]
+            strings = _decode_strings(scanned.strings)
         except _DECODE_ERRORS:
             return False
         self._add_metadata(metas)
         if scanned.rows == 0:
             return True
         scanned.take_flagged(flagged, strings)
-        ignored = np.fromiter((c in IGNORED_CATS for c in strings), bool, len(strings))
+        ignored = np.fromiter(map(IGNORED_CATS.__contains__, strings), bool, len(strings))
         kept = np.flatnonzero(~ignored[scanned.cat])
         if not len(kept):
             return True
@@ -242,12 +243,12 @@ class Columns:
         self.tid.append(_with_flagged(pick(sc.tid), fl, _GET_TID))
         self.cat.append(cat)
         self.name.append(name)
-        lut = KNOWN_LUT if len(self.src) == len(SRC_CATS) else model_lut(self.src)
+        lut, target_lut, gpu_lut = self._model_luts()
         model = lut[cat]
         # as _add_args: correlation of launches and device rows; device / stream of device
         # rows, in two groups (with and without a correlation), each decided as one column
-        target = np.isin(lut, FLOW_TARGET_CODES)[cat]  # per source category, then per row
-        gpu = np.isin(lut, GPU_SIDE_CODES)[cat]
+        target = target_lut[cat]  # per source category, then per row
+        gpu = gpu_lut[cat]
         corr = np.where(target, pick(sc.corr), -1)
         device = np.where(gpu, pick(sc.device), -1)
         stream = np.where(gpu, pick(sc.stream), -1)
@@ -276,6 +277,15 @@ class Columns:
         self._add_scanned_input_bytes(sc, strings, pick, fl)
         self._add_scanned_p2p(sc, pick, name, model, fl)
         self.offset += n
+
+    def _model_luts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per source category code: its model category code, whether its rows take a
+        correlation (:data:`FLOW_TARGET_CODES`), whether they are device-side
+        (:data:`GPU_SIDE_CODES`); made again only when a chunk brings a new category."""
+        if self._luts is None or len(self._luts[0]) != len(self.src):
+            lut = KNOWN_LUT if len(self.src) == len(SRC_CATS) else model_lut(self.src)
+            self._luts = (lut, np.isin(lut, FLOW_TARGET_CODES), np.isin(lut, GPU_SIDE_CODES))
+        return self._luts
 
     def _p2p_rows(self, name: np.ndarray, model: np.ndarray) -> np.ndarray:
         """The chunk rows of :data:`P2P_OPS` ``cpu_op`` rows (``name``: global name codes)."""
@@ -390,7 +400,7 @@ class Columns:
         ops = np.flatnonzero(model == MODEL_CODE["cpu_op"])
         if len(ops):
             local = pick(sc.input_dims)[ops]
-            per = input_dims_codes(sc.texts) if sc.texts else np.zeros(0, dtype=np.int32)
+            per = _used_input_dims_codes(sc.texts, local)
             codes = np.where(local >= 0, per[np.maximum(local, 0)] if len(per) else -1, -1)
             sub = [(r, ev) for r, ev in fl if model[r] == MODEL_CODE["cpu_op"]]
             if sub:
@@ -568,20 +578,66 @@ def _raw_string(raw: bytes) -> str:
     return _ONE_STR.decode(b'"' + raw + b'"') if b"\\" in raw else raw.decode("utf-8")
 
 
+#: :func:`_raw_string` of the raw texts seen so far: a chunk's strings (names, categories) are
+#: mostly the previous chunks' (and, in a run, the other ranks'), decoded once; cleared when
+#: full, so it stays small whatever the trace holds.
+_STRING_CACHE: dict[bytes, str] = {}
+_STRING_CACHE_MAX = 1 << 16
+
+
+def _decode_strings(raws: list[bytes]) -> list[str]:
+    """``[_raw_string(raw) for raw in raws]``, each distinct text decoded once (a text that does
+    not decode raises as :func:`_raw_string` does, and is not kept)."""
+    cache = _STRING_CACHE
+    out: list[Any] = list(map(cache.get, raws))
+    if None in out:
+        if len(cache) + len(raws) > _STRING_CACHE_MAX:
+            cache.clear()
+        for i, raw in enumerate(raws):
+            if out[i] is None:
+                out[i] = cache[raw] = _raw_string(raw)
+    return out
+
+
 def _first_seen_codes(
     local: np.ndarray, strings: list[str], codes: Codes, dtype: Any
 ) -> np.ndarray:
     """Global codes of a column of local string ids, new codes given in order of first
-    appearance (as coding the rows one by one gives them)."""
-    n = len(local)
-    first = np.full(len(strings), n, dtype=np.int64)
-    np.minimum.at(first, local, np.arange(n))  # O(n): no sort of the rows
-    present = np.flatnonzero(first < n)
-    lut = np.zeros(len(strings), dtype=dtype)
-    for lid in present[np.argsort(first[present])].tolist():
-        lut[lid] = codes[strings[lid]]
+    appearance (as coding the rows one by one gives them).
+
+    Only the strings not coded yet need that order (after the first chunks, usually none): the
+    others are looked up, and the first rows of the new ones found among their rows alone."""
+    m = len(strings)
+    present = np.flatnonzero(np.bincount(local, minlength=m))  # O(n): no sort of the rows
+    lut = np.zeros(m, dtype=dtype)
+    get = codes.get
+    new = []
+    for lid in present.tolist():
+        code = get(strings[lid])
+        if code is None:
+            new.append(lid)
+        else:
+            lut[lid] = code
+    if new:
+        is_new = np.zeros(m, dtype=bool)
+        is_new[new] = True
+        ids = local[is_new[local]]  # the new strings' rows, in row order
+        _, first = np.unique(ids, return_index=True)
+        for lid in ids[np.sort(first)].tolist():
+            lut[lid] = codes[strings[lid]]
     out: np.ndarray = lut[local]
     return out
+
+
+def _used_input_dims_codes(texts: list[bytes], local: np.ndarray) -> np.ndarray:
+    """Per text id of a scanned chunk: the :func:`.._shape.input_dims_code` of the texts that
+    ``local`` (the ops' ``Input Dims`` ids, -1: none) uses, -1 for the others (the chunk's
+    ``Input type`` and ``Concrete Inputs`` texts, interned beside them)."""
+    per = np.full(len(texts), -1, dtype=np.int32)
+    if texts:
+        used = np.flatnonzero(np.bincount(local[local >= 0], minlength=len(texts))).tolist()
+        per[used] = [input_dims_code(texts[i]) for i in used]
+    return per
 
 
 def _with_flagged(
@@ -870,25 +926,29 @@ def collective_values(
     """(coll_name codes, bytes, process_group codes, seq, group_size) of rows whose args name a
     collective. Values that do not fit their column (a group size beyond
     :data:`MAX_WORLD_SIZE`, a byte count beyond int64) are left unknown (-1)."""
-    m = len(args)
-    codes = np.zeros(m, dtype=np.int32)
-    pgs = np.zeros(m, dtype=np.int32)
-    nbytes = np.full(m, -1, dtype=np.int64)
-    seq = np.full(m, -1, dtype=np.int64)
-    group = np.full(m, -1, dtype=np.int64)
-    for r, a in enumerate(args):
-        codes[r] = coll_names[str(a.coll_name)]
-        if a.pg_name is not None:
-            pgs[r] = pg_names[str(a.pg_name)]
+    codes: list[int] = []
+    pgs: list[int] = []
+    nbytes: list[int] = []
+    seq: list[int] = []
+    group: list[int] = []
+    for a in args:
+        codes.append(coll_names[str(a.coll_name)])
+        pgs.append(pg_names[str(a.pg_name)] if a.pg_name is not None else 0)
         nel = max(to_int(a.in_nelems, -1), to_int(a.out_nelems, -1))
         size = DTYPE_BYTES.get(str(a.dtype), -1)
         total = nel * size if nel >= 0 and size > 0 else -1
-        nbytes[r] = total if total <= INT64_MAX else -1
+        nbytes.append(total if total <= INT64_MAX else -1)
         s = a.seq if a.seq is not None else a.seq_lower
-        seq[r] = to_int(s, -1) if s is not None else -1
+        seq.append(to_int(s, -1) if s is not None else -1)
         gs = int_field(a.group_size, 1, MAX_WORLD_SIZE) if a.group_size is not None else None
-        group[r] = -1 if gs is None else gs
-    return codes, nbytes, pgs, seq, group
+        group.append(-1 if gs is None else gs)
+    return (
+        np.array(codes, dtype=np.int32),
+        np.array(nbytes, dtype=np.int64),
+        np.array(pgs, dtype=np.int32),
+        np.array(seq, dtype=np.int64),
+        np.array(group, dtype=np.int64),
+    )
 
 
 @dataclass(frozen=True)
