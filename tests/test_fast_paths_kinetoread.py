@@ -7,9 +7,11 @@ import zlib
 from types import SimpleNamespace
 
 import numpy as np
+import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from traceoverlap.core.schema import STEPS, _unknown_as_na, conform
 from traceoverlap.readers._shape import input_dims_code, input_dims_codes
 from traceoverlap.readers.kineto import _columns
 from traceoverlap.readers.kineto._columns import (
@@ -29,7 +31,7 @@ def _first_seen_reference(local: np.ndarray, strings: list[str], codes: Codes) -
     return np.array([codes[strings[i]] for i in local.tolist()], dtype=np.int64)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(
     st.lists(st.sampled_from(["a", "b", "c", "d", "e", "f"]), min_size=1, max_size=6),
     st.lists(st.lists(st.integers(0, 30), max_size=40), min_size=1, max_size=4),
@@ -64,7 +66,7 @@ def test_decode_strings_is_raw_string_per_text():
     assert b"\xff" not in _columns._STRING_CACHE
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(
     st.lists(
         st.sampled_from([b"", b"[[1, 2], []]", b"[[1,2],[]]", b"[[3]]", b'["x"]']), max_size=8
@@ -126,7 +128,7 @@ arg = st.builds(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.lists(arg, max_size=12))
 def test_collective_values_match_row_by_row_filling(args):
     a_names, a_pgs = Codes({"": 0}), Codes({"": 0})
@@ -138,3 +140,39 @@ def test_collective_values_match_row_by_row_filling(args):
         assert g.tolist() == w.tolist()
     assert list(a_names.items()) == list(b_names.items())
     assert list(a_pgs.items()) == list(b_pgs.items())
+
+
+def _unknown_as_na_reference(s: pd.Series) -> pd.Series:
+    """The replaced construct."""
+    s = s.astype("Int64")
+    return s.mask((s < 0).fillna(False))
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    st.lists(st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1)), max_size=30),
+    st.sampled_from(["int64", "Int64", "object", "float64"]),
+)
+def test_unknown_as_na_is_astype_then_mask(values, dtype):
+    if dtype == "int64":
+        values = [-1 if v is None else v for v in values]
+    if dtype == "float64":  # floats exact only up to 2**53
+        values = [None if v is None else float(v % 2**40 - 2**39) for v in values]
+    s = pd.Series(values, dtype=dtype, name="x", index=pd.RangeIndex(3, 3 + len(values)))
+    got, want = _unknown_as_na(s), _unknown_as_na_reference(s)
+    pd.testing.assert_series_equal(got, want, check_exact=True)
+    assert got.isna().tolist() == want.isna().tolist()
+
+
+def test_conform_keeps_frame_and_casts_declared_columns():
+    # a nullable _ns column: -1 and None are unknown (<NA>); a label column becomes strings
+    df = pd.DataFrame(
+        {"rank": [0, 1], "step": [4, 5], "iteration_ns": [-1, 7], "extra": ["a", "b"]},
+        index=pd.RangeIndex(2),
+    )
+    out = conform(df, STEPS)
+    assert list(out.columns) == list(df.columns)
+    assert str(out["iteration_ns"].dtype) == "Int64"
+    assert out["iteration_ns"].isna().tolist() == [True, False]
+    assert out["step"].tolist() == ["4", "5"] and str(out["step"].dtype) == "string"
+    assert out["extra"].equals(df["extra"])

@@ -21,6 +21,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, replace
 
+import numpy as np
 import pandas as pd
 
 from .vocab import Cause
@@ -642,21 +643,37 @@ def conform(df: pd.DataFrame, table: Table) -> pd.DataFrame:
     column (the -1 "unknown" of the analysis) too. Other columns are kept as they are."""
     declared = {c.name: c for c in table.columns}
     out = {}
-    for name in df.columns:
+    for name, dtype in zip(df.columns, df.dtypes.tolist(), strict=True):
         col = declared.get(str(name), SHARED_COLUMNS.get(str(name)))
         if col is None:
             continue
-        s = df[name]
         want = pandas_dtype(col)
+        ns = col.nullable and col.type == INT and col.unit == NS
+        if col.type != LABEL and not ns and str(dtype) == want:
+            continue  # already as declared: the column is kept, not looked up
+        s = df[name]
         if col.type == LABEL:
             s = s.map(str, na_action="ignore") if s.dtype == object else s.astype(str)
-        if col.nullable and col.type == INT and col.unit == NS:
-            s = s.astype("Int64")
-            s = s.mask((s < 0).fillna(False))
+        if ns:
+            s = _unknown_as_na(s)
         if str(s.dtype) != want:
             s = s.astype(want)
         out[name] = s
     return df.assign(**out) if out else df
+
+
+def _unknown_as_na(s: pd.Series) -> pd.Series:
+    """``s`` as ``Int64`` with its negative values (and NaN / None) ``<NA>``: an ``int64`` or
+    ``Int64`` column masked at once (``astype`` then ``mask`` costs ~1.8 ms a column),
+    anything else through pandas."""
+    if s.dtype == "int64":
+        values = s.to_numpy(dtype=np.int64, copy=True)
+    elif s.dtype == "Int64":
+        values = s.array.to_numpy(dtype=np.int64, na_value=-1)  # <NA> masked again below
+    else:
+        s = s.astype("Int64")
+        return s.mask((s < 0).fillna(False))
+    return pd.Series(pd.arrays.IntegerArray(values, values < 0), index=s.index, name=s.name)
 
 
 def markdown() -> str:
