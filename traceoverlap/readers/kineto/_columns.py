@@ -214,7 +214,7 @@ class Columns:
             return True
         scanned.take_flagged(flagged, strings)
         ignored = np.fromiter(map(IGNORED_CATS.__contains__, strings), bool, len(strings))
-        kept = np.flatnonzero(~ignored[scanned.cat])
+        kept = np.flatnonzero(~ignored[scanned.cat.astype(np.intp)])  # intp: a fast gather
         if not len(kept):
             return True
         self._add_scanned_rows(scanned, strings, kept, flagged)
@@ -232,9 +232,11 @@ class Columns:
             return a if whole else a[kept]
 
         # rows of the flagged events among the kept ones, in row order, with their events
-        at = np.full(sc.rows, -1, dtype=np.int64)
-        at[kept] = np.arange(n)
-        fl = [(int(at[row]), ev) for row, ev in flagged if at[row] >= 0]
+        fl: list[tuple[int, Any]] = []
+        if flagged:
+            at = np.full(sc.rows, -1, dtype=np.int64)
+            at[kept] = np.arange(n)
+            fl = [(int(at[row]), ev) for row, ev in flagged if at[row] >= 0]
         cat = _first_seen_codes(pick(sc.cat), strings, self.src, np.int16)
         name = _first_seen_codes(pick(sc.name), strings, self.names, np.int32)
         self.ts.append(pick(sc.ts))
@@ -244,11 +246,12 @@ class Columns:
         self.cat.append(cat)
         self.name.append(name)
         lut, target_lut, gpu_lut = self._model_luts()
-        model = lut[cat]
+        at_cat = cat.astype(np.intp)  # numpy gathers by intp indices several times faster
+        model = lut[at_cat]
         # as _add_args: correlation of launches and device rows; device / stream of device
         # rows, in two groups (with and without a correlation), each decided as one column
-        target = target_lut[cat]  # per source category, then per row
-        gpu = gpu_lut[cat]
+        target = target_lut[at_cat]  # per source category, then per row
+        gpu = gpu_lut[at_cat]
         corr = np.where(target, pick(sc.corr), -1)
         device = np.where(gpu, pick(sc.device), -1)
         stream = np.where(gpu, pick(sc.stream), -1)
@@ -261,7 +264,7 @@ class Columns:
         self.corr.append(corr)
         self.device.append(device)
         self.stream.append(stream)
-        self._add_scanned_shapes(sc, pick, model, fl)
+        self._add_scanned_shapes(sc, None if whole else kept, model, fl)
         rpc = self.names.get("record_param_comms", -1)
         kernel = model == MODEL_CODE["kernel"]
         coll = [
@@ -384,14 +387,19 @@ class Columns:
     def _add_scanned_shapes(
         self,
         sc: _Scanned,
-        pick: Callable[[np.ndarray], np.ndarray],
+        kept: np.ndarray | None,
         model: np.ndarray,
         fl: list[tuple[int, Any]],
     ) -> None:
-        """As :meth:`_add_shapes`, from the scanned columns."""
+        """As :meth:`_add_shapes`, from the scanned columns (``kept``: the scanned rows of the
+        kept ones, None when all are kept)."""
+
+        def scanned_rows(rows: np.ndarray) -> np.ndarray:
+            return rows if kept is None else kept[rows]
+
         kernels = np.flatnonzero(model == MODEL_CODE["kernel"])
         if len(kernels):
-            dims = pick(sc.dims)[kernels]
+            dims = sc.dims[scanned_rows(kernels)]
             sub = [(r, ev) for r, ev in fl if model[r] == MODEL_CODE["kernel"]]
             if sub:
                 where = np.searchsorted(kernels, [r for r, _ in sub])
@@ -399,7 +407,7 @@ class Columns:
             self.shape.append((kernels + self.offset, dims))
         ops = np.flatnonzero(model == MODEL_CODE["cpu_op"])
         if len(ops):
-            local = pick(sc.input_dims)[ops]
+            local = sc.input_dims[scanned_rows(ops)].astype(np.intp)  # intp: a fast gather
             per = _used_input_dims_codes(sc.texts, local)
             codes = np.where(local >= 0, per[np.maximum(local, 0)] if len(per) else -1, -1)
             sub = [(r, ev) for r, ev in fl if model[r] == MODEL_CODE["cpu_op"]]
@@ -608,16 +616,15 @@ def _first_seen_codes(
     Only the strings not coded yet need that order (after the first chunks, usually none): the
     others are looked up, and the first rows of the new ones found among their rows alone."""
     m = len(strings)
+    local = local.astype(np.intp)  # numpy counts and gathers by intp indices several times faster
     present = np.flatnonzero(np.bincount(local, minlength=m))  # O(n): no sort of the rows
     lut = np.zeros(m, dtype=dtype)
-    get = codes.get
-    new = []
-    for lid in present.tolist():
-        code = get(strings[lid])
-        if code is None:
-            new.append(lid)
-        else:
-            lut[lid] = code
+    ids = present.tolist()
+    got = list(map(codes.get, map(strings.__getitem__, ids)))
+    new = [lid for lid, code in zip(ids, got, strict=True) if code is None] if None in got else []
+    if new:
+        got = [-1 if code is None else code for code in got]
+    lut[present] = got
     if new:
         is_new = np.zeros(m, dtype=bool)
         is_new[new] = True

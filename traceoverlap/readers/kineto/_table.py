@@ -501,7 +501,9 @@ def _thread_name(label: str) -> str:
 
 def _from_codes(codes: np.ndarray, categories: Any) -> pd.Categorical:
     # Same category dtype as make_events (pandas infers it), so timelines concatenate.
-    return pd.Categorical.from_codes(codes, categories=pd.Index(list(categories)))
+    # validate=False: the codes are made here, every one within the categories (checking
+    # costs a pass over the column)
+    return pd.Categorical.from_codes(codes, categories=pd.Index(list(categories)), validate=False)
 
 
 def _mode(values: np.ndarray) -> int | None:
