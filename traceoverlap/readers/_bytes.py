@@ -397,7 +397,10 @@ def prepare(data: Buffer, shown: str) -> Buffer:
 
 
 def _all_ws(data: Buffer) -> bool:
-    """Whether the buffer is empty or whitespace only (a real trace answers in the first MB)."""
+    """Whether the buffer is empty or whitespace only (a real trace answers in its first
+    bytes: those are looked at before any MB is copied)."""
+    if bytes(data[:4096]).strip(_WS):
+        return False
     for i in range(0, len(data), 1 << 20):
         if bytes(data[i : i + (1 << 20)]).strip(_WS):
             return False

@@ -67,8 +67,10 @@ class _Rows:
     corr: np.ndarray  # args.correlation, -1: none
     shape: np.ndarray  # kernels' launch shape code (int32), -1: none
     coll: CollectiveColumns
-    peer: np.ndarray  # point-to-point ops' peer rank in their group (int32), -1: none
-    tag: np.ndarray  # and their tag (int64), -1: none
+    # point-to-point ops' peer rank in their group (int32) and their tag (int64), -1: none;
+    # None when no row has either (most traces: no two column-sized arrays of -1)
+    peer: np.ndarray | None
+    tag: np.ndarray | None
     #: the stream waits of the few sync rows that have them: (rows, wait_stream, wait_corr)
     sync: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
@@ -76,7 +78,7 @@ class _Rows:
     def take_columns(cls, cols: Columns) -> _Rows:
         """The per-chunk columns concatenated (``cols`` lets go of them)."""
         src = np.concatenate(cols.cat)
-        peer, tag = p2p_columns(len(src), cols)
+        peer, tag = p2p_columns(len(src), cols) if cols.p2p else (None, None)
         rows = cls(
             src=src,
             cat=model_lut(cols.src)[src],
@@ -103,8 +105,8 @@ class _Rows:
 
     def take(self, keep: np.ndarray) -> _Rows:
         """The rows where ``keep`` is True."""
-        arrays = {
-            f.name: getattr(self, f.name)[keep]
+        arrays: dict[str, Any] = {
+            f.name: None if getattr(self, f.name) is None else getattr(self, f.name)[keep]
             for f in fields(self)
             if f.name not in ("coll", "sync")
         }
@@ -197,7 +199,11 @@ def build_timeline(p: str, head: Meta, cols: Columns) -> Timeline:
         "group_size": rows.coll.group_size,
         "shape": _op_shapes(rows, lane, start, end),
     }
-    if (rows.peer >= 0).any() or (rows.tag >= 0).any():
+    if (
+        rows.peer is not None
+        and rows.tag is not None
+        and ((rows.peer >= 0).any() or (rows.tag >= 0).any())
+    ):
         columns["peer_rank"] = rows.peer
         columns["p2p_tag"] = rows.tag
     if rows.sync is not None:
