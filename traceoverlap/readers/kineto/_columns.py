@@ -152,9 +152,9 @@ class Columns:
 
     def lacks_correlation(self) -> bool:
         """Whether a launch or device row has no ``args.correlation`` (flows may supply it)."""
-        lut = model_lut(self.src)
+        target = self._model_luts()[1]  # per source category: takes a correlation
         return any(
-            bool((np.isin(lut[c], FLOW_TARGET_CODES) & (k < 0)).any())
+            bool((target[c.astype(np.intp)] & (k < 0)).any())
             for c, k in zip(self.cat, self.corr, strict=True)
         )
 
