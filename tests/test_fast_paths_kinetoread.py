@@ -66,10 +66,15 @@ def test_decode_strings_is_raw_string_per_text():
     assert b"\xff" not in _columns._STRING_CACHE
 
 
+LONG_DIMS = b"[" + b"[7, 7], " * 90 + b"[]]"
+
+
 @settings(max_examples=120, deadline=None)
 @given(
     st.lists(
-        st.sampled_from([b"", b"[[1, 2], []]", b"[[1,2],[]]", b"[[3]]", b'["x"]']), max_size=8
+        # a text longer than input_dims_code's cached ones too
+        st.sampled_from([b"", b"[[1, 2], []]", b"[[1,2],[]]", b"[[3]]", b'["x"]', LONG_DIMS]),
+        max_size=8,
     ),
     st.lists(st.integers(-1, 7), max_size=30),
 )

@@ -79,11 +79,18 @@ def input_dims_codes(texts: list[bytes]) -> I32:
     return out
 
 
-@functools.lru_cache(maxsize=8192)
 def input_dims_code(text: bytes) -> int:
-    """The code of one ``Input Dims`` text (:func:`input_dims_codes`), each distinct text
-    hashed once: the same shapes recur in every step, chunk and rank."""
+    """The code of one ``Input Dims`` text (:func:`input_dims_codes`): the same shapes recur
+    in every step, chunk and rank, so a short text is hashed once (a long one, rare, each
+    time: the cache stays small)."""
+    return _short_code(text) if len(text) <= 512 else _code(text)
+
+
+def _code(text: bytes) -> int:
     return zlib.crc32(text.translate(None, _SPACE)) >> 1 if len(text) else -1
+
+
+_short_code = functools.lru_cache(maxsize=4096)(_code)
 
 
 def inherit_nested(

@@ -588,9 +588,9 @@ def _raw_string(raw: bytes) -> str:
 
 #: :func:`_raw_string` of the raw texts seen so far: a chunk's strings (names, categories) are
 #: mostly the previous chunks' (and, in a run, the other ranks'), decoded once; cleared when
-#: full, so it stays small whatever the trace holds.
+#: full, so it stays small whatever the trace holds (real traces: a few hundred strings).
 _STRING_CACHE: dict[bytes, str] = {}
-_STRING_CACHE_MAX = 1 << 16
+_STRING_CACHE_MAX = 1 << 12
 
 
 def _decode_strings(raws: list[bytes]) -> list[str]:
