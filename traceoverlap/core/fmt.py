@@ -12,6 +12,8 @@ from typing import Any
 
 import pandas as pd
 
+from ._lazyre import lazy_compile
+
 
 def _missing(x: Any) -> bool:
     return x is None or x is pd.NA or (isinstance(x, float) and math.isnan(x))
@@ -93,15 +95,15 @@ _ESCAPES = (
     r"|\r(?!\n)"  # a carriage return that does not end a line (CSV's CRLF stays)
     r"|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]"  # other C0 (not tab, newline), DEL, C1
 )
-_UNSAFE = re.compile(_ESCAPES)
-_UNSAFE_BUT_SGR = re.compile(f"({_SGR})|{_ESCAPES}")
+_UNSAFE = lazy_compile(_ESCAPES)
+_UNSAFE_BUT_SGR = lazy_compile(f"({_SGR})|{_ESCAPES}")
 
 
 # the undecodable bytes of a file name that is not UTF-8 (os.fsdecode's surrogate escapes)
-_SURROGATE = re.compile("[\ud800-\udfff]")
+_SURROGATE = lazy_compile("[\ud800-\udfff]")
 # any character that may start something to remove (not CR: CSV lines end in CRLF)
 _ANY_UNSAFE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
-_LONE_CR = re.compile("\r(?!\n)")
+_LONE_CR = lazy_compile("\r(?!\n)")
 
 
 class TerminalText(str):

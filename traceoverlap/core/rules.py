@@ -28,10 +28,10 @@ name (the name column is categorical), never per event.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from ._lazyre import lazy_compile
 from .options import compile_regex
 from .vocab import COMPUTE_PHASES
 
@@ -79,7 +79,7 @@ KNOWN_COMM_FAMILIES: tuple[tuple[str, str, str], ...] = (
 )
 
 #: Loose shapes of communication names, only used to SUGGEST patterns in a note.
-LOOKS_LIKE_COMM = re.compile(
+LOOKS_LIKE_COMM = lazy_compile(
     r"(?i)all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|alltoall|broadcast|sendrecv|"
     r"(^|_|::)(send|recv|dispatch|combine)(_|$|<|\()|p2p|multimem|nvshmem|cross_device|"
     r"(^|_)comm(_|$)|collective"

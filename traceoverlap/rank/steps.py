@@ -36,6 +36,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from ..core._lazyre import lazy_compile
 from ..core.errors import TraceFormatError
 from ..core.intervals import group_min_max, measure
 from ..core.model import (
@@ -240,7 +241,7 @@ def _no_marker_note(ev: pd.DataFrame, pattern: str) -> str:
     return f"{text}; ranges that repeat and could be steps: {hints}"
 
 
-_PHASE_LIKE = re.compile(
+_PHASE_LIKE = lazy_compile(
     r"(?i)^("
     + "|".join((Phase.FORWARD, Phase.BACKWARD, Phase.OPTIMIZER, Phase.GRAD_SYNC, Phase.ZERO_GRAD))
     + r"|## |aten::|autograd|c10d|nccl:|gloo:|record_param_comms|Optimizer\.|DistributedDataParallel)"

@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
+from ..core._lazyre import lazy_compile
 from ..core.errors import TraceFormatError
 
 __all__ = [
@@ -123,7 +124,7 @@ def file_error(
     return TraceFormatError(shown, reason, hint)
 
 
-_RANK_IN_NAME = re.compile(r"(?:^|[^a-z0-9])rank[-_]?(\d+)(?![0-9])", re.IGNORECASE)
+_RANK_IN_NAME = lazy_compile(r"(?:^|[^a-z0-9])rank[-_]?(\d+)(?![0-9])", re.IGNORECASE)
 
 
 def rank_from_filename(path: str | Path) -> int | None:

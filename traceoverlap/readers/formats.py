@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+from ..core._lazyre import lazy_compile
 from ..core.errors import NotATraceError
 from ..core.model import Timeline
 from ._bytes import is_blank, label, starts_json
@@ -95,7 +96,7 @@ _FR_JSON_FIRST = re.compile(
 )
 # EMPTY_DICT, its memo (BINPUT / LONG_BINPUT / MEMOIZE), MARK, the first key (BINUNICODE /
 # SHORT_BINUNICODE)
-_FR_PICKLE_FIRST = re.compile(
+_FR_PICKLE_FIRST = lazy_compile(
     rb"\}(?:q.|r.{4}|\x94)?\(?(?:X.{4}|\x8c.)(" + "|".join(FLIGHTREC_KEYS).encode() + rb")",
     re.DOTALL,
 )

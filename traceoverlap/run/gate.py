@@ -15,10 +15,10 @@ Several conditions: repeat ``--fail-if`` or separate them with commas; any one m
 from __future__ import annotations
 
 import operator
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from ..core._lazyre import lazy_compile
 from ..core.errors import UsageError
 from ..core.schema import NS_METRICS, RATIO_METRICS
 from .results import Summary
@@ -32,7 +32,7 @@ _OPS: dict[str, Callable[[float, float], bool]] = {
 }
 _RATIOS = RATIO_METRICS
 _UNITS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
-_RX = re.compile(r"^\s*([a-z_]+)\s*(>=|<=|==|>|<)\s*([0-9.eE+-]+)\s*(ns|us|ms|s)?\s*$")
+_RX = lazy_compile(r"^\s*([a-z_]+)\s*(>=|<=|==|>|<)\s*([0-9.eE+-]+)\s*(ns|us|ms|s)?\s*$")
 
 GATE_METRICS = _RATIOS + NS_METRICS
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -33,6 +32,7 @@ from typing import Any
 
 from ..core import progress as _progress
 from ..core._collector import resume
+from ..core._lazyre import lazy_compile
 from ..core.errors import TraceFormatError, UsageError
 from ..core.fmt import size as fmt_size
 from ..readers.paths import ProcessPart, Unit, total_bytes
@@ -273,7 +273,7 @@ QUIET_LOGGERS = ("distributed", "asyncio", "tornado")
 DASK_LOG_ENV = "DASK_LOGGING__DISTRIBUTED"
 
 
-_SCHEDULER_ADDRESS = re.compile(r"^(tcp|tls|ucx|ws|wss)://[^/\s:]+:\d{1,5}/?$")
+_SCHEDULER_ADDRESS = lazy_compile(r"^(tcp|tls|ucx|ws|wss)://[^/\s:]+:\d{1,5}/?$")
 
 
 def _check_scheduler(scheduler: str) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from ...core._lazyre import lazy_compile
 from ...core.errors import TraceFormatError
 from .._bytes import Buffer, gunzip_pieces, is_plain_utf8
 from ._columns import Columns
@@ -46,12 +47,12 @@ CHUNK_BYTES = 2 << 20
 _HEADER_MAX = 64 << 20
 
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
-_ANY_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*')  # to the value, whatever it is
+_ANY_EVENTS_KEY = lazy_compile(rb'"traceEvents"\s*:\s*')  # to the value, whatever it is
 _TAIL_PREFIX = b'{"traceEvents": ['
 _OPEN, _CLOSE, _COMMA = 0x5B, 0x5D, 0x2C  # "[", "]", ","
-_LEADING_WS = re.compile(rb"\s*")
+_LEADING_WS = lazy_compile(rb"\s*")
 # Words some writers put where JSON wants a number: made null, only after a failed decode.
-_BAREWORD = re.compile(rb"(?<=[\[:,])(\s*)(?:N/A|-?NaN|-?Infinity|-?nan|-?inf)(?=\s*[,\]}])")
+_BAREWORD = lazy_compile(rb"(?<=[\[:,])(\s*)(?:N/A|-?NaN|-?Infinity|-?nan|-?inf)(?=\s*[,\]}])")
 
 
 def read_kineto_layout(path: str, data: Buffer, cols: Columns) -> tuple[Head, int, int] | None:
