@@ -77,9 +77,11 @@ def analyze(
       traceoverlap analyze runs/job/ -j 8                        # 8 local processes
       traceoverlap analyze /shared/job/ --scheduler tcp://head:8786   # a Dask cluster
     """
-    from ..run.gate import failed_conditions, parse_conditions
+    conditions = None
+    if fail_if:  # (the gate's module loads only when asked for)
+        from ..run.gate import parse_conditions
 
-    conditions = parse_conditions(fail_if)  # validate before the (possibly long) analysis
+        conditions = parse_conditions(fail_if)  # validate before the (possibly long) analysis
     check_outputs([output, html_path], paths, opts)
     form = choose("analysis", fmt, output)
     advice = None
@@ -106,6 +108,10 @@ def analyze(
     if html_path:
         write_page(html_report(result, jobs=opts.get("jobs"), whatif=page_whatif), html_path)
         click.echo(f"wrote {html_path}", err=True)
+    if conditions is None:
+        return
+    from ..run.gate import failed_conditions
+
     failed = failed_conditions(conditions, result.summary.run)
     if failed:
         from ..core.errors import GateFailed
