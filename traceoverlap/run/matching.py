@@ -742,29 +742,50 @@ def _labels(units: Sequence[int] | npt.NDArray[np.int64], unit_label: dict[int, 
 def _offsets(m: pd.DataFrame, use: npt.NDArray[np.bool_]) -> dict[int, int]:
     """Clock offset of each unit relative to the lowest unit that shares instances with it,
     as the median end-time difference over the matched instances in ``use`` (BFS over units)."""
-    sub = m[use]
     off: dict[int, int] = {}
-    if sub.empty:
+    if not use.any():
         return off
-    ends = sub.pivot_table(index="key", columns="unit", values="end_ns", aggfunc="max")
-    cols = [int(c) for c in ends.columns]
-    for root in cols:
-        if root in off:
+    ends, present, cols = _end_table(
+        m["key"].to_numpy()[use], m["unit"].to_numpy()[use], m["end_ns"].to_numpy(np.int64)[use]
+    )
+    for root in range(len(cols)):
+        if cols[root] in off:
             continue
-        off[root] = 0
+        off[cols[root]] = 0
         frontier = [root]
         while frontier:
             a = frontier.pop()
-            for b in cols:
-                if b in off:
+            for b in range(len(cols)):
+                if cols[b] in off:
                     continue
-                both = ends[[a, b]].dropna()
-                if both.empty:
+                both = present[:, a] & present[:, b]
+                if not both.any():
                     continue
-                d = (both[b].to_numpy(np.int64) - both[a].to_numpy(np.int64)).astype(np.float64)
-                off[b] = off[a] + int(np.median(d))
+                d = (ends[both, b] - ends[both, a]).astype(np.float64)
+                off[cols[b]] = off[cols[a]] + int(np.median(d))
                 frontier.append(b)
     return off
+
+
+def _end_table(
+    key: npt.NDArray[Any], unit: npt.NDArray[Any], end: I64
+) -> tuple[I64, npt.NDArray[np.bool_], list[int]]:
+    """The latest end per (key, unit) as a keys x units table (rows and columns sorted), which
+    cells are present, and the units: what ``pivot_table(aggfunc="max")`` gives, including its
+    float64 round trip of every cell when any cell is missing."""
+    keys, ki = np.unique(key, return_inverse=True)
+    cols, ui = np.unique(unit, return_inverse=True)
+    order = np.lexsort((end, ui, ki))
+    r, c = ki[order], ui[order]
+    last = np.ones(r.size, dtype=bool)  # the last row of each cell holds its max
+    last[:-1] = (r[1:] != r[:-1]) | (c[1:] != c[:-1])
+    ends = np.zeros((keys.size, cols.size), dtype=np.int64)
+    present = np.zeros((keys.size, cols.size), dtype=bool)
+    ends[r[last], c[last]] = end[order][last]
+    present[r, c] = True
+    if not present.all():  # the pivot held NaN, so float64 cells
+        ends = ends.astype(np.float64).astype(np.int64)
+    return ends, present, [int(c) for c in cols]
 
 
 def match_collectives(
