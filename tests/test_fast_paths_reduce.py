@@ -12,8 +12,11 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from traceoverlap.core import intervals as iv
 from traceoverlap.core.schema import EXPOSED_UNMATCHED_NS
+from traceoverlap.rank.hostranges import COMM_CALLS
 from traceoverlap.run.analysis import _unmatched_why
+from traceoverlap.run.job import _factorize, _Ranges
 from traceoverlap.run.matching import _offsets
 
 #: end times near a unix-clock epoch (float64 steps of 256 ns there) and small ones
@@ -49,7 +52,7 @@ def _offsets_pandas(m: pd.DataFrame, use: npt.NDArray[np.bool_]) -> dict[int, in
     return off
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 5), ENDS, st.booleans()), max_size=40))
 def test_offsets_match_the_pivot_table_bfs(rows):
     # (key, unit, end, used): duplicate (key, unit) cells take their max; a missing cell makes
@@ -93,7 +96,7 @@ def _unmatched_why_pandas(pr: pd.DataFrame, n_windows: int) -> list[str | None]:
     return out
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(
     st.lists(
         st.tuples(
@@ -119,3 +122,54 @@ def test_unmatched_why_matches_the_groupby(rows):
     )
     got = _unmatched_why(cast(Any, SimpleNamespace(per_rank=pr)), 4)
     assert got == _unmatched_why_pandas(pr, 4)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from(["a", "b", "\x01k", "c"]), st.none()), max_size=30))
+def test_factorize_is_pandas_factorize(names):
+    # str names take the dict; a null among them (code -1) takes pandas itself
+    arr = np.array(names, dtype=object)
+    codes, uniq = _factorize(arr)
+    want_codes, want_uniq = pd.factorize(arr)
+    assert codes.tolist() == want_codes.tolist()
+    assert list(uniq) == list(want_uniq)
+
+
+def _totals_all(r: _Ranges, lo: int, hi: int) -> dict[str, int]:
+    """The replaced ``_Ranges.totals``: every range and call, not only those meeting [lo, hi)."""
+    if r.s.size == 0 or hi <= lo:
+        return {}
+    a = np.maximum(r.s, lo)
+    b = np.maximum(np.minimum(r.e, hi), a)
+    inside = iv.grouped_covered(r.calls, np.zeros(a.size, np.int64), a, b, 1)
+    if r.kernel.any():
+        inside = np.where(r.kernel[r.codes], 0, inside)
+    per = np.bincount(r.codes, weights=(b - a) - inside, minlength=r.names.size)
+    hit = np.flatnonzero(per > 0)
+    return {str(r.names[i]): int(per[i]) for i in hit.tolist()}
+
+
+SPANS = st.tuples(st.integers(0, 60), st.integers(0, 20))
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.tuples(st.sampled_from(["a", "b", "\x01k"]), SPANS), max_size=20),
+    st.lists(SPANS, max_size=6),
+    SPANS,
+)
+def test_totals_on_the_ranges_met_are_totals_on_all(ranges, calls, window):
+    # the calls are a union (disjoint), as host_ranges gives them
+    cs, ce = iv.union(
+        np.array([s for s, _ in calls], np.int64), np.array([s + d for s, d in calls], np.int64)
+    )
+    frame = pd.DataFrame(
+        {
+            "name": [n for n, _ in ranges] + [COMM_CALLS] * cs.size,
+            "start_ns": np.array([s for _, (s, _) in ranges] + cs.tolist(), np.int64),
+            "end_ns": np.array([s + d for _, (s, d) in ranges] + ce.tolist(), np.int64),
+        }
+    )
+    r = _Ranges(frame)
+    lo, hi = window[0], window[0] + window[1]
+    assert r.totals(lo, hi) == _totals_all(r, lo, hi)

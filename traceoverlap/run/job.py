@@ -282,7 +282,7 @@ class _Ranges:
             ranges = pd.DataFrame(columns=list(HOST_RANGE_COLUMNS))
         names = ranges["name"].to_numpy(dtype=object)
         comm = names == COMM_CALLS
-        codes, uniq = pd.factorize(names[~comm])
+        codes, uniq = _factorize(names[~comm])
         self.codes = codes.astype(np.int64)
         self.names = np.asarray(uniq, dtype=object)
         self.s = ranges["start_ns"].to_numpy(np.int64)[~comm]
@@ -312,14 +312,33 @@ class _Ranges:
         range around a send that waited did not *do* anything for that long)."""
         if self.s.size == 0 or hi <= lo:
             return {}
-        a = np.maximum(self.s, lo)
-        b = np.maximum(np.minimum(self.e, hi), a)
-        inside = iv.grouped_covered(self.calls, np.zeros(a.size, np.int64), a, b, 1)
+        # only the ranges and calls that meet [lo, hi): the others add 0 ns to every name
+        live = (self.e > lo) & (self.s < hi)
+        codes = self.codes[live]
+        a = np.maximum(self.s[live], lo)
+        b = np.maximum(np.minimum(self.e[live], hi), a)
+        g, cs, ce = self.calls
+        near = (ce > lo) & (cs < hi)
+        inside = iv.grouped_covered(
+            (g[near], cs[near], ce[near]), np.zeros(a.size, np.int64), a, b, 1
+        )
         if self.kernel.any():
-            inside = np.where(self.kernel[self.codes], 0, inside)
-        per = np.bincount(self.codes, weights=(b - a) - inside, minlength=self.names.size)
+            inside = np.where(self.kernel[codes], 0, inside)
+        per = np.bincount(codes, weights=(b - a) - inside, minlength=self.names.size)
         hit = np.flatnonzero(per > 0)
         return {str(self.names[i]): int(per[i]) for i in hit.tolist()}
+
+
+def _factorize(names: npt.NDArray[Any]) -> tuple[npt.NDArray[np.int64], npt.NDArray[Any]]:
+    """``pd.factorize(names)`` (codes in order of first appearance, and the names met): in a
+    dict when every name is a str (a few times faster on thousands of ranges)."""
+    values = names.tolist()
+    if set(map(type, values)) - {str}:  # nulls (code -1) and other objects: pandas' rules
+        codes, uniq = pd.factorize(names)
+        return np.asarray(codes, dtype=np.int64), np.asarray(uniq, dtype=object)
+    seen: dict[str, int] = {}
+    got = [seen.setdefault(n, len(seen)) for n in values]
+    return np.array(got, dtype=np.int64), np.array(list(seen), dtype=object)
 
 
 #: Ranges that name a phase of the step, not what the rank was doing in it (diagnosis.md §14).
