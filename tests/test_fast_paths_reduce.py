@@ -13,11 +13,29 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from traceoverlap.core import intervals as iv
-from traceoverlap.core.schema import EXPOSED_UNMATCHED_NS
+from traceoverlap.core.schema import (
+    BOTTLENECK,
+    COMM_NS,
+    DEVICE,
+    EXPOSED_COMM_NS,
+    EXPOSED_UNMATCHED_NS,
+    IDEAL_NS,
+    IDLE_NS,
+    NS_METRICS,
+    OVERLAP_NS,
+    RANK,
+    RATIO_METRICS,
+    REASON,
+    STEP,
+    STEP_NS,
+)
+from traceoverlap.core.vocab import BOTTLENECKS, as_label
 from traceoverlap.rank.hostranges import COMM_CALLS
 from traceoverlap.run.analysis import _unmatched_why
 from traceoverlap.run.job import _factorize, _Ranges
 from traceoverlap.run.matching import _offsets
+from traceoverlap.run.results import RunSummary, StepRef, Summary
+from traceoverlap.run.summary import _ns_stats, _stats, summarize_run, unit_key
 
 #: end times near a unix-clock epoch (float64 steps of 256 ns there) and small ones
 ENDS = st.one_of(
@@ -173,3 +191,100 @@ def test_totals_on_the_ranges_met_are_totals_on_all(ranges, calls, window):
     r = _Ranges(frame)
     lo, hi = window[0], window[0] + window[1]
     assert r.totals(lo, hi) == _totals_all(r, lo, hi)
+
+
+def _ref_row(row: pd.Series) -> StepRef:
+    dev = row[DEVICE.name]
+    return StepRef(
+        rank=int(row[RANK.name]),
+        device=None if dev is None or pd.isna(dev) else int(dev),
+        step=as_label(row[STEP.name]),
+        step_ns=int(row[STEP_NS.name]),
+        exposed_comm_ns=int(row[EXPOSED_COMM_NS.name]),
+        bottleneck=str(row[BOTTLENECK.name]),
+        reason=str(row[REASON.name]),
+    )
+
+
+def _summarize_frame(df: pd.DataFrame) -> Summary:
+    """The replaced ``summary.summarize``: read from the (sub-)frame, rows by label."""
+    if df.empty:
+        return Summary(n_steps=0)
+    ns_cols = [col for col in NS_METRICS if col in df.columns]
+    ns = np.stack([df[col].to_numpy(np.int64) for col in ns_cols])
+    metrics = _ns_stats(ns_cols, ns)
+    for col in RATIO_METRICS:
+        if col in df.columns:
+            metrics[col] = _stats(df[col])
+    totals = dict(zip(ns_cols, ns.sum(axis=1).tolist(), strict=True))
+    tc, ts, ti = totals[COMM_NS.name], totals[STEP_NS.name], totals[IDEAL_NS.name]
+    counts = df[BOTTLENECK.name].value_counts()
+    bottlenecks = {b: int(counts.get(b, 0)) for b in BOTTLENECKS if counts.get(b, 0)}
+    dominant = max(BOTTLENECKS, key=lambda b: (int(counts.get(b, 0)), -BOTTLENECKS.index(b)))
+    worst = df.loc[df[EXPOSED_COMM_NS.name].astype(np.int64).idxmax()]
+    slowest = df.loc[df[STEP_NS.name].astype(np.int64).idxmax()]
+    return Summary(
+        n_steps=int(len(df)),
+        metrics=metrics,
+        totals=totals,
+        overlap_ratio=totals[OVERLAP_NS.name] / tc if tc else None,
+        exposed_comm_ratio=totals[EXPOSED_COMM_NS.name] / ts if ts else None,
+        idle_ratio=totals[IDLE_NS.name] / ts if ts else None,
+        potential_speedup=ts / ti if ti else None,
+        bottlenecks=bottlenecks,
+        dominant_bottleneck=dominant,
+        worst_step=_ref_row(worst),
+        slowest_step=_ref_row(slowest),
+    )
+
+
+def _summarize_run_groupby(df: pd.DataFrame) -> RunSummary:
+    """The replaced ``summary.summarize_run``: a groupby, one sub-frame per unit."""
+    per: dict[str, Summary] = {}
+    if not df.empty:
+        dev = df[DEVICE.name].astype(object)
+        keyed = df.assign(_d=dev.where(dev.notna(), -1))
+        n_units = keyed.groupby(RANK.name)["_d"].nunique()
+        groups = list(keyed.groupby([RANK.name, "_d"], sort=True))
+        if len(groups) == 1 and len(groups[0][1]) == len(df):
+            (rank, d), _ = groups[0]
+            run = _summarize_frame(df)
+            per[unit_key(int(rank), None if d == -1 else int(d), int(n_units[rank]) > 1)] = run
+            return RunSummary(run=run, ranks=per)
+        for (rank, d), g in groups:
+            several = int(n_units[rank]) > 1
+            per[unit_key(int(rank), None if d == -1 else int(d), several)] = _summarize_frame(g)
+    return RunSummary(run=_summarize_frame(df), ranks=per)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 2),  # rank
+            st.sampled_from([None, 0, 1]),  # device
+            st.integers(0, 3),  # step ns (ties: the first row wins)
+            st.integers(0, 3),  # exposed ns
+            st.one_of(st.none(), st.floats(0, 2)),  # a ratio, None where undefined
+            st.sampled_from(BOTTLENECKS),
+        ),
+        max_size=12,
+    )
+)
+def test_summarize_run_on_positions_is_the_groupby(rows):
+    n = len(rows)
+    df = pd.DataFrame(
+        {
+            **{
+                col: np.array([(r[2] if col == STEP_NS.name else r[3]) + k for r in rows], np.int64)
+                for k, col in enumerate(NS_METRICS)
+            },
+            **{col: pd.array([r[4] for r in rows], dtype="Float64") for col in RATIO_METRICS},
+            RANK.name: np.array([r[0] for r in rows], np.int64),
+            DEVICE.name: pd.array([r[1] for r in rows], dtype=object),
+            STEP.name: pd.array([str(i % 3) if i % 4 else "all" for i in range(n)], dtype=object),
+            BOTTLENECK.name: [r[5] for r in rows],
+            REASON.name: [f"why {i}" for i in range(n)],
+        }
+    )
+    assert repr(summarize_run(df)) == repr(_summarize_run_groupby(df))
