@@ -19,6 +19,7 @@ from traceoverlap.core.schema import (
     DEVICE,
     EXPOSED_COMM_NS,
     EXPOSED_UNMATCHED_NS,
+    EXPOSED_WAIT_NS,
     IDEAL_NS,
     IDLE_NS,
     NS_METRICS,
@@ -28,11 +29,12 @@ from traceoverlap.core.schema import (
     REASON,
     STEP,
     STEP_NS,
+    WAITED_FOR_RANK,
 )
 from traceoverlap.core.vocab import BOTTLENECKS, as_label
 from traceoverlap.rank.hostranges import COMM_CALLS
 from traceoverlap.run.analysis import _unmatched_why
-from traceoverlap.run.job import _factorize, _Ranges
+from traceoverlap.run.job import _blame_keys, _factorize, _Ranges
 from traceoverlap.run.matching import _offsets
 from traceoverlap.run.results import RunSummary, StepRef, Summary
 from traceoverlap.run.summary import _ns_stats, _stats, summarize_run, unit_key
@@ -288,3 +290,59 @@ def test_summarize_run_on_positions_is_the_groupby(rows):
         }
     )
     assert repr(summarize_run(df)) == repr(_summarize_run_groupby(df))
+
+
+def _blame_keys_pandas(credit: pd.DataFrame) -> list[tuple[object, ...]]:
+    """The replaced head of ``job.blame_table``: groupby, sort, drop_duplicates, reindex."""
+    key = ["window", "rank", "step", WAITED_FOR_RANK.name]
+    cr = credit.assign(step=credit["step"].astype(str))
+    by_inst = cr.groupby([*key, "instance"], sort=True)[EXPOSED_WAIT_NS.name].sum().reset_index()
+    top = by_inst.sort_values([*key, EXPOSED_WAIT_NS.name], ascending=[*[True] * 4, False])
+    top = top.drop_duplicates(key)
+    total = cr.groupby(key, sort=True)[EXPOSED_WAIT_NS.name].sum()
+    totals = total.reindex(pd.MultiIndex.from_frame(top[key])).to_numpy(np.int64)
+    top = top.assign(total_ns=totals).sort_values(
+        ["total_ns", "window", "rank"], ascending=[False, True, True], kind="stable"
+    )
+    return [
+        (
+            int(r.window),
+            int(r.rank),
+            r.step,
+            int(r.waited_for_rank),
+            int(r.instance),
+            int(r.total_ns),
+        )
+        for r in top.itertuples(index=False)
+    ]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 2),  # window
+            st.integers(0, 2),  # rank
+            st.sampled_from(["3", "10", "all", "2#2"]),  # step (not tied to the window here)
+            st.integers(0, 2),  # rank waited for
+            st.integers(0, 3),  # instance
+            st.integers(1, 4),  # exposed wait ns
+        ),
+        min_size=1,
+        max_size=25,
+    )
+)
+def test_blame_keys_are_the_groupby_chain(rows):
+    # per key, its summed wait and the instance holding most of it (ties: the lower one); keys
+    # most waiting first, ties by window, rank, step and the rank waited for
+    credit = pd.DataFrame(
+        {
+            "window": np.array([r[0] for r in rows], np.int64),
+            "rank": np.array([r[1] for r in rows], np.int64),
+            "step": np.array([r[2] for r in rows], dtype=object),
+            "instance": np.array([r[4] for r in rows], np.int64),
+            WAITED_FOR_RANK.name: np.array([r[3] for r in rows], np.int64),
+            EXPOSED_WAIT_NS.name: np.array([r[5] for r in rows], np.int64),
+        }
+    )
+    assert [tuple(k) for k in _blame_keys(credit)] == _blame_keys_pandas(credit)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -336,9 +336,9 @@ def _factorize(names: npt.NDArray[Any]) -> tuple[npt.NDArray[np.int64], npt.NDAr
     if set(map(type, values)) - {str}:  # nulls (code -1) and other objects: pandas' rules
         codes, uniq = pd.factorize(names)
         return np.asarray(codes, dtype=np.int64), np.asarray(uniq, dtype=object)
-    seen: dict[str, int] = {}
-    got = [seen.setdefault(n, len(seen)) for n in values]
-    return np.array(got, dtype=np.int64), np.array(list(seen), dtype=object)
+    seen = {n: i for i, n in enumerate(dict.fromkeys(values))}  # in order of first appearance
+    got = np.fromiter(map(seen.__getitem__, values), dtype=np.int64, count=len(values))
+    return got, np.array(list(seen), dtype=object)
 
 
 #: Ranges that name a phase of the step, not what the rank was doing in it (diagnosis.md §14).
@@ -412,12 +412,6 @@ def blame_table(
     clock). One small loop per row (rows are windows x credited ranks, not events)."""
     if credit.empty:
         return empty_blame()
-    key = ["window", "rank", "step", WAITED_FOR_RANK.name]
-    cr = credit.assign(step=credit["step"].astype(str))
-    by_inst = cr.groupby([*key, "instance"], sort=True)[EXPOSED_WAIT_NS.name].sum().reset_index()
-    top = by_inst.sort_values([*key, EXPOSED_WAIT_NS.name], ascending=[*[True] * 4, False])
-    top = top.drop_duplicates(key)
-    total = cr.groupby(key, sort=True)[EXPOSED_WAIT_NS.name].sum()
     arr = _Arrivals(per_rank, window_start, offsets)
     cache: dict[int | None, _Ranges] = {}
 
@@ -426,17 +420,13 @@ def blame_table(
             cache[u] = _Ranges(host.get(u) if u is not None else None)
         return cache[u]
 
-    totals = total.reindex(pd.MultiIndex.from_frame(top[key])).to_numpy(np.int64)
-    top = top.assign(total_ns=totals).sort_values(
-        ["total_ns", "window", "rank"], ascending=[False, True, True], kind="stable"
-    )
     out = []
-    for n, row in enumerate(top.itertuples(index=False)):
-        q, inst = int(row.waited_for_rank), int(row.instance)
+    for n, row in enumerate(_blame_keys(credit)):
+        q, inst = row.waited_for_rank, row.instance
         chain = [q]
         for _ in range(MAX_CHAIN):
             nxt = arr.follow(inst, q)
-            if nxt is None or nxt[0] in chain or nxt[0] == int(row.rank):
+            if nxt is None or nxt[0] in chain or nxt[0] == row.rank:
                 break
             q, inst = nxt
             chain.append(q)
@@ -477,6 +467,58 @@ def blame_table(
     df = pd.DataFrame(out, columns=list(BLAME_COLUMNS))
     df["late_at_start_ns"] = pd.array(df["late_at_start_ns"].tolist(), dtype="Int64")
     return df.sort_values(["window", WAITED_FOR_RANK.name], kind="stable").reset_index(drop=True)
+
+
+class _BlameKey(NamedTuple):
+    window: int
+    rank: int
+    step: str
+    waited_for_rank: int
+    instance: int
+    total_ns: int
+
+
+def _blame_keys(credit: pd.DataFrame) -> list[_BlameKey]:
+    """One per (window, rank, step, rank waited for) of the credit: its exposed wait summed
+    (``total_ns``) and the instance that holds most of it (ties: the lower instance), most
+    waiting first (ties: by window, rank, step, rank waited for). Sorted arrays and run sums:
+    the groupby / sort / reindex chain this replaces cost milliseconds on a few hundred rows."""
+    w = credit["window"].to_numpy(np.int64)
+    r = credit["rank"].to_numpy(np.int64)
+    wf = credit[WAITED_FOR_RANK.name].to_numpy(np.int64)
+    inst = credit["instance"].to_numpy(np.int64)
+    ns = credit[EXPOSED_WAIT_NS.name].to_numpy(np.int64)
+    steps, sc = np.unique(
+        np.array(credit["step"].astype(str).tolist(), dtype=object), return_inverse=True
+    )
+    sc = sc.reshape(-1)
+    order = np.lexsort((inst, wf, sc, r, w))
+    w, r, sc, wf, inst, ns = (x[order] for x in (w, r, sc, wf, inst, ns))
+
+    def starts(*cols: I64) -> I64:
+        new = np.zeros(w.size, dtype=bool)
+        new[0] = True
+        for c in cols:
+            new[1:] |= c[1:] != c[:-1]
+        return np.flatnonzero(new)
+
+    ki = starts(w, r, sc, wf, inst)  # (key, instance) runs
+    kk = starts(w, r, sc, wf)  # key runs
+    per_inst = np.add.reduceat(ns, ki)
+    key_of = np.cumsum(np.isin(ki, kk)) - 1  # per (key, instance) run: its key
+    total = np.add.reduceat(per_inst, np.flatnonzero(np.isin(ki, kk)))
+    # per key, the instance with the most wait: first of (key, -sum, instance)
+    best_order = np.lexsort((inst[ki], -per_inst, key_of))
+    first = np.ones(best_order.size, dtype=bool)
+    first[1:] = key_of[best_order][1:] != key_of[best_order][:-1]
+    best = ki[best_order[first]]
+    top = np.lexsort((r[kk], w[kk], -total))  # stable: equal ones stay in key order
+    cols = (w[kk], r[kk], sc[kk], wf[kk], inst[best], total)
+    w_, r_, s_, wf_, i_, t_ = (c[top].tolist() for c in cols)
+    return [
+        _BlameKey(a, b, str(steps[c]), d, e, f)
+        for a, b, c, d, e, f in zip(w_, r_, s_, wf_, i_, t_, strict=True)
+    ]
 
 
 def blame_line(b: Mapping[str, Any]) -> str:
