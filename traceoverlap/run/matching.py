@@ -1437,27 +1437,42 @@ def step_skew(steps: pd.DataFrame) -> pd.DataFrame:
     """Per step label on two or more ranks: slowest and fastest rank, and the skew (ns)."""
     if steps.empty or steps["rank"].nunique() < 2:  # one rank: no step is on two
         return pd.DataFrame(columns=list(SKEW_COLUMNS))
-    df = steps[["rank", "step", STEP_NS.name]].copy()
-    df["key"] = df["step"].astype(str)
-    df[STEP_NS.name] = df[STEP_NS.name].astype(np.int64)
-    n_ranks = df.groupby("key", sort=False)["rank"].nunique()
-    df = df[df["key"].map(n_ranks).to_numpy() >= 2]
-    if df.empty:
+    key = steps["step"].astype(str)
+    # per label (first seen first): its first step value, ranks, slowest and fastest (ns, rank),
+    # ties to the lower rank; a dict over the windows, where groupbys and sorts cost more
+    seen: dict[str, list[Any]] = {}
+    for k, missing, step, rank, ns in zip(
+        key.tolist(),
+        key.isna().to_numpy(bool).tolist(),
+        steps["step"].tolist(),
+        steps["rank"].tolist(),
+        steps[STEP_NS.name].to_numpy(np.int64).tolist(),
+        strict=True,
+    ):
+        if missing:  # groupby leaves null keys out
+            continue
+        got = seen.get(k)
+        if got is None:
+            seen[k] = [step, {rank}, ns, rank, ns, rank]
+            continue
+        got[1].add(rank)
+        if ns > got[2] or (ns == got[2] and rank < got[3]):
+            got[2], got[3] = ns, rank
+        if ns < got[4] or (ns == got[4] and rank < got[5]):
+            got[4], got[5] = ns, rank
+    rows = [v for v in seen.values() if len(v[1]) >= 2]
+    if not rows:
         return pd.DataFrame(columns=list(SKEW_COLUMNS))
-    hi = df.sort_values(["key", STEP_NS.name, "rank"], ascending=[True, False, True], kind="stable")
-    lo = df.sort_values(["key", STEP_NS.name, "rank"], ascending=[True, True, True], kind="stable")
-    hi = hi.drop_duplicates("key").set_index("key")
-    lo = lo.drop_duplicates("key").set_index("key")
-    order = df.drop_duplicates("key")
-    keys = order["key"].to_numpy()
-    max_ns = hi[STEP_NS.name].reindex(keys).to_numpy().astype(np.int64)
-    min_ns = lo[STEP_NS.name].reindex(keys).to_numpy().astype(np.int64)
+    max_ns = np.array([v[2] for v in rows], dtype=np.int64)
+    min_ns = np.array([v[4] for v in rows], dtype=np.int64)
+    step_values = np.empty(len(rows), dtype=object)
+    step_values[:] = [v[0] for v in rows]
     return pd.DataFrame(
         {
-            "step": order["step"].to_numpy(dtype=object),
-            "n_ranks": n_ranks.reindex(keys).to_numpy().astype(np.int64),
-            "slowest_rank": hi["rank"].reindex(keys).to_numpy().astype(np.int64),
-            "fastest_rank": lo["rank"].reindex(keys).to_numpy().astype(np.int64),
+            "step": step_values,
+            "n_ranks": np.array([len(v[1]) for v in rows], dtype=np.int64),
+            "slowest_rank": np.array([v[3] for v in rows], dtype=np.int64),
+            "fastest_rank": np.array([v[5] for v in rows], dtype=np.int64),
             "max_step_ns": max_ns,
             "min_step_ns": min_ns,
             "skew_ns": max_ns - min_ns,
