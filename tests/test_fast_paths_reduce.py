@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from traceoverlap.core import intervals as iv
+from traceoverlap.core.fmt import ms_unit as _ms
 from traceoverlap.core.schema import (
     BOTTLENECK,
     COMM_NS,
@@ -34,8 +35,9 @@ from traceoverlap.core.schema import (
 from traceoverlap.core.vocab import BOTTLENECKS, as_label
 from traceoverlap.rank.hostranges import COMM_CALLS
 from traceoverlap.run.analysis import _unmatched_why
+from traceoverlap.run.findings import _names
 from traceoverlap.run.job import _blame_keys, _factorize, _Ranges
-from traceoverlap.run.matching import _offsets
+from traceoverlap.run.matching import SKEW_COLUMNS, _offsets, step_skew
 from traceoverlap.run.results import RunSummary, StepRef, Summary
 from traceoverlap.run.summary import _ns_stats, _stats, summarize_run, unit_key
 
@@ -346,3 +348,101 @@ def test_blame_keys_are_the_groupby_chain(rows):
         }
     )
     assert [tuple(k) for k in _blame_keys(credit)] == _blame_keys_pandas(credit)
+
+
+def _step_skew_groupby(steps: pd.DataFrame) -> pd.DataFrame:
+    """Per step label on two or more ranks: slowest and fastest rank, and the skew (ns)."""
+    if steps.empty or steps["rank"].nunique() < 2:  # one rank: no step is on two
+        return pd.DataFrame(columns=list(SKEW_COLUMNS))
+    df = steps[["rank", "step", STEP_NS.name]].copy()
+    df["key"] = df["step"].astype(str)
+    df[STEP_NS.name] = df[STEP_NS.name].astype(np.int64)
+    n_ranks = df.groupby("key", sort=False)["rank"].nunique()
+    df = df[df["key"].map(n_ranks).to_numpy() >= 2]
+    if df.empty:
+        return pd.DataFrame(columns=list(SKEW_COLUMNS))
+    hi = df.sort_values(["key", STEP_NS.name, "rank"], ascending=[True, False, True], kind="stable")
+    lo = df.sort_values(["key", STEP_NS.name, "rank"], ascending=[True, True, True], kind="stable")
+    hi = hi.drop_duplicates("key").set_index("key")
+    lo = lo.drop_duplicates("key").set_index("key")
+    order = df.drop_duplicates("key")
+    keys = order["key"].to_numpy()
+    max_ns = hi[STEP_NS.name].reindex(keys).to_numpy().astype(np.int64)
+    min_ns = lo[STEP_NS.name].reindex(keys).to_numpy().astype(np.int64)
+    return pd.DataFrame(
+        {
+            "step": order["step"].to_numpy(dtype=object),
+            "n_ranks": n_ranks.reindex(keys).to_numpy().astype(np.int64),
+            "slowest_rank": hi["rank"].reindex(keys).to_numpy().astype(np.int64),
+            "fastest_rank": lo["rank"].reindex(keys).to_numpy().astype(np.int64),
+            "max_step_ns": max_ns,
+            "min_step_ns": min_ns,
+            "skew_ns": max_ns - min_ns,
+        },
+        columns=list(SKEW_COLUMNS),
+    )
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 3),  # rank
+            st.sampled_from([1, 2, 3, "2#2", "all"]),  # step label
+            st.integers(0, 3),  # step ns (ties: the lower rank)
+        ),
+        max_size=20,
+    ),
+    st.booleans(),
+)
+def test_step_skew_in_a_dict_is_the_groupby(rows, ints):
+    # labels all ints (an int64 column) or mixed (object); per label on 2+ ranks: the slowest
+    # and fastest (ties to the lower rank), labels in order of first appearance
+    steps = pd.DataFrame(
+        {
+            "rank": [r[0] for r in rows],
+            "step": [r[1] if not ints or isinstance(r[1], int) else 9 for r in rows],
+            STEP_NS.name: np.array([r[2] for r in rows], np.int64),
+        }
+    )
+    got, want = step_skew(steps), _step_skew_groupby(steps)
+    assert got.columns.tolist() == want.columns.tolist()
+    assert got.dtypes.tolist() == want.dtypes.tolist()
+    assert got.to_dict("list") == want.to_dict("list")
+
+
+def _names_sorted(df: pd.DataFrame, col: str, limit: int = 3) -> tuple[str, ...]:
+    """The collectives behind a finding, most exposed first: ``AllReduce #7 (rank 0 step 5,
+    2.10 ms)``."""
+    # only the four columns used, and no itertuples (a namedtuple type per call)
+    cols = list(dict.fromkeys(("display", "where", col, "start_ns")))
+    hit = df.loc[(df[col] > 0).to_numpy(), cols]
+    top = hit.sort_values([col, "start_ns"], ascending=[False, True], kind="stable").head(limit)
+    return tuple(
+        f"{d} ({w}, {_ms(v)})"
+        for d, w, v in zip(
+            top["display"].tolist(), top["where"].tolist(), top[col].tolist(), strict=True
+        )
+    )
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(-1, 3), st.integers(0, 3)), max_size=12),
+    st.sampled_from(["int", "float", "Int64"]),
+)
+def test_names_by_lexsort_are_the_sorted_frame(rows, kind):
+    # (ns, start): rows with ns > 0, most first, then the earlier start, then row order
+    ns = [r[0] for r in rows]
+    df = pd.DataFrame(
+        {
+            "display": [f"AllReduce #{i}" for i in range(len(rows))],
+            "where": [f"rank {i % 2} step 1" for i in range(len(rows))],
+            "x_ns": np.array(ns, np.int64) * 1000
+            if kind == "int"
+            else pd.array([v * 1000 for v in ns], dtype="Float64" if kind == "float" else "Int64"),
+            "start_ns": np.array([r[1] for r in rows], np.int64),
+        }
+    )
+    assert _names(df, "x_ns") == _names_sorted(df, "x_ns")
+    assert _names(df, "x_ns", 1) == _names_sorted(df, "x_ns", 1)
