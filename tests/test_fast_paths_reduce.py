@@ -37,7 +37,7 @@ from traceoverlap.rank.hostranges import COMM_CALLS
 from traceoverlap.run.analysis import _unmatched_why
 from traceoverlap.run.findings import _names
 from traceoverlap.run.job import _blame_keys, _factorize, _Ranges
-from traceoverlap.run.matching import SKEW_COLUMNS, _offsets, step_skew
+from traceoverlap.run.matching import SKEW_COLUMNS, _last_ranks, _offsets, step_skew
 from traceoverlap.run.results import RunSummary, StepRef, Summary
 from traceoverlap.run.summary import _ns_stats, _stats, summarize_run, unit_key
 
@@ -446,3 +446,58 @@ def test_names_by_lexsort_are_the_sorted_frame(rows, kind):
     )
     assert _names(df, "x_ns") == _names_sorted(df, "x_ns")
     assert _names(df, "x_ns", 1) == _names_sorted(df, "x_ns", 1)
+
+
+def _last_ranks_merge(
+    inst: pd.DataFrame, m: pd.DataFrame, traces: list[Any], out: pd.DataFrame
+) -> list[int | None]:
+    """The replaced arrival order of ``matching._tables``: a merge, a transform, a groupby."""
+    key_to_inst = inst.loc[inst["matched"], ["key", "instance"]].drop_duplicates()
+    al = m[["key", "unit", "aligned_start"]].merge(key_to_inst, on="key", how="inner")
+    latest = al.groupby("instance")["aligned_start"].transform("max")
+    at_latest = al[al["aligned_start"].to_numpy() == latest.to_numpy()]
+    ties = at_latest.groupby("instance").size()
+    last = {
+        int(r.instance): traces[int(r.unit)].rank
+        for r in at_latest.itertuples(index=False)
+        if int(ties[r.instance]) == 1
+    }
+    return [last.get(int(i)) for i in out["instance"]]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.integers(-1, 4), max_size=12),
+    st.lists(st.tuples(st.integers(0, 5), st.integers(0, 2), st.integers(0, 3)), max_size=15),
+)
+def test_last_ranks_are_the_merge(inst_keys, m_rows):
+    # instances: one per matched key (key 5 in m is in no instance), one per unmatched row;
+    # per instance the unit with the latest aligned start, None on a tie
+    keys = sorted({k for k in inst_keys if k >= 0})
+    ids = {k: i for i, k in enumerate(keys)}
+    n_unmatched = sum(1 for k in inst_keys if k < 0)
+    instance, extra = [], len(keys)
+    for k in inst_keys:
+        if k >= 0:
+            instance.append(ids[k])
+        else:
+            instance.append(extra)
+            extra += 1
+    inst = pd.DataFrame(
+        {
+            "key": np.array(inst_keys, np.int64),
+            "matched": np.array([k >= 0 for k in inst_keys], bool),
+            "instance": np.array(instance, np.int64),
+        }
+    )
+    m = pd.DataFrame(
+        {
+            "key": np.array([r[0] for r in m_rows], np.int64),
+            "unit": np.array([r[1] for r in m_rows], np.int64),
+            "aligned_start": np.array([r[2] for r in m_rows], np.int64),
+        }
+    )
+    traces = [SimpleNamespace(rank=10 + u) for u in range(3)]
+    n = len(keys) + n_unmatched
+    out = pd.DataFrame({"instance": np.arange(n)})
+    assert _last_ranks(inst, m, cast(Any, traces), n) == _last_ranks_merge(inst, m, traces, out)

@@ -1257,8 +1257,10 @@ def _tables(
     inst["_row"] = inst.index.to_numpy()
     labels = np.array(list(window_labels) + ["-"], dtype=object)
     inst["step"] = labels[inst["window"].to_numpy()]
-    inst["rank"] = [traces[int(u)].rank for u in inst["unit"]]
-    inst["device"] = [traces[int(u)].device for u in inst["unit"]]
+    unit = inst["unit"].to_numpy(np.int64)
+    inst["rank"] = np.array([t.rank for t in traces], dtype=np.int64)[unit]
+    devices = [t.device for t in traces]
+    inst["device"] = [devices[u] for u in unit.tolist()]  # a list: pandas infers as it did
     inst["matched"] = inst["key"] >= 0
     # one group per matched key, one per unmatched local instance
     grp = np.where(inst["matched"], inst["key"], -1 - np.arange(len(inst))).astype(np.int64)
@@ -1322,6 +1324,7 @@ def _tables(
     def per_run(col: pd.Series, op: np.ufunc) -> I64:
         return np.asarray(op.reduceat(col.to_numpy(np.int64), heads), dtype=np.int64)
 
+    ranks = per_rank["rank"].to_numpy(np.int64).tolist()
     nbytes = inst["bytes"]
     if nbytes.dtype == np.int64:
         most = per_run(nbytes, np.maximum).tolist()
@@ -1337,8 +1340,8 @@ def _tables(
             "bytes": [(int(b) if b >= 0 else None) for b in most],
             "n_ranks": sizes.astype(np.int64),
             "ranks": [
-                tuple(x.tolist())
-                for x in np.split(per_rank["rank"].to_numpy(np.int64), np.cumsum(sizes)[:-1])
+                tuple(ranks[a:b])
+                for a, b in zip(heads.tolist(), (heads + sizes).tolist(), strict=True)
             ],
             "step": first["step"].to_numpy(),
             "start_ns": per_run(per_rank["start_ns"], np.minimum),
@@ -1362,19 +1365,35 @@ def _tables(
     )
     if clock is not None and len(m):
         # arrival order: the unit with the latest aligned start, None on a tie
-        key_to_inst = inst.loc[inst["matched"], ["key", "instance"]].drop_duplicates()
-        al = m[["key", "unit", "aligned_start"]].merge(key_to_inst, on="key", how="inner")
-        latest = al.groupby("instance")["aligned_start"].transform("max")
-        at_latest = al[al["aligned_start"].to_numpy() == latest.to_numpy()]
-        ties = at_latest.groupby("instance").size()
-        last = {
-            int(r.instance): traces[int(r.unit)].rank
-            for r in at_latest.itertuples(index=False)
-            if int(ties[r.instance]) == 1
-        }
-        out["last_rank"] = [last.get(int(i)) for i in out["instance"]]
+        out["last_rank"] = _last_ranks(inst, m, traces, len(out))
     out["last_rank"] = out["last_rank"].astype(object)
     return out, per_rank, row_instance
+
+
+def _last_ranks(
+    inst: pd.DataFrame, m: pd.DataFrame, traces: Sequence[TraceInfo], n: int
+) -> list[int | None]:
+    """Per instance id (``0 .. n-1``): the rank of the unit with the latest aligned start among
+    the matched rows of ``m`` whose key is in ``inst``, None on a tie (or none there)."""
+    matched = inst["matched"].to_numpy(bool)
+    ik = inst["key"].to_numpy(np.int64)[matched]
+    keys, first = np.unique(ik, return_index=True)  # a key is one instance
+    inst_of_key = inst["instance"].to_numpy(np.int64)[matched][first]
+    mk = m["key"].to_numpy(np.int64)
+    j = np.minimum(np.searchsorted(keys, mk), max(keys.size - 1, 0))
+    ok = keys[j] == mk if keys.size else np.zeros(mk.size, dtype=bool)
+    mi = inst_of_key[j[ok]]
+    ma = m["aligned_start"].to_numpy(np.int64)[ok]
+    mu = m["unit"].to_numpy(np.int64)[ok]
+    latest = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(latest, mi, ma)
+    at = ma == latest[mi]
+    ties = np.bincount(mi[at], minlength=n)
+    who = np.full(n, -1, dtype=np.int64)
+    who[mi[at]] = mu[at]
+    return [
+        traces[u].rank if t == 1 else None for u, t in zip(who.tolist(), ties.tolist(), strict=True)
+    ]
 
 
 def _straggler_table(
