@@ -30,6 +30,7 @@ from traceoverlap.core.schema import (
     REASON,
     STEP,
     STEP_NS,
+    WAIT_NS,
     WAITED_FOR_RANK,
 )
 from traceoverlap.core.vocab import BOTTLENECKS, as_label
@@ -37,7 +38,15 @@ from traceoverlap.rank.hostranges import COMM_CALLS
 from traceoverlap.run.analysis import _unmatched_why
 from traceoverlap.run.findings import _names
 from traceoverlap.run.job import _blame_keys, _factorize, _Ranges
-from traceoverlap.run.matching import SKEW_COLUMNS, _last_ranks, _offsets, step_skew
+from traceoverlap.run.matching import (
+    I64,
+    SKEW_COLUMNS,
+    STRAGGLER_COLUMNS,
+    _last_ranks,
+    _offsets,
+    _straggler_table,
+    step_skew,
+)
 from traceoverlap.run.results import RunSummary, StepRef, Summary
 from traceoverlap.run.summary import _ns_stats, _stats, summarize_run, unit_key
 
@@ -501,3 +510,98 @@ def test_last_ranks_are_the_merge(inst_keys, m_rows):
     n = len(keys) + n_unmatched
     out = pd.DataFrame({"instance": np.arange(n)})
     assert _last_ranks(inst, m, cast(Any, traces), n) == _last_ranks_merge(inst, m, traces, out)
+
+
+def _straggler_table_groupby(
+    per_rank: pd.DataFrame,
+    instances: pd.DataFrame,
+    ranks: I64,
+    aligned: bool,
+    credit: pd.DataFrame,
+) -> pd.DataFrame:
+    rank_arr = np.unique(ranks)
+    pr = per_rank[per_rank["matched"].astype(bool)] if len(per_rank) else per_rank
+    count = pr.groupby("rank")["instance"].size().reindex(rank_arr, fill_value=0)
+    own_wait = pr.groupby("rank")[WAIT_NS.name].sum().reindex(rank_arr, fill_value=0)
+    last_count = pd.Series(0, index=rank_arr, dtype=np.int64)
+    waited_for = pd.Series(0, index=rank_arr, dtype=np.int64)
+    inst = instances[instances["last_rank"].notna().to_numpy()] if len(instances) else instances
+    if aligned and len(inst):
+        last = inst["last_rank"].astype(np.int64)
+        last_count = last.value_counts().reindex(rank_arr, fill_value=0).astype(np.int64)
+    if aligned and len(pr):
+        # every wait ns (hidden or not) of the others, credited as the exposed ones are
+        wf = pr[pr[WAITED_FOR_RANK.name].notna().to_numpy()]
+        waited_for = (
+            wf.groupby(wf[WAITED_FOR_RANK.name].astype(np.int64))[WAIT_NS.name]
+            .sum()
+            .reindex(rank_arr, fill_value=0)
+            .astype(np.int64)
+        )
+    out = pd.DataFrame(
+        {
+            "rank": rank_arr,
+            "instances": count.to_numpy().astype(np.int64),
+            "last_count": last_count.to_numpy().astype(np.int64),
+            "last_ratio": pd.array(
+                [
+                    (lc / n if n and aligned else None)
+                    for lc, n in zip(last_count.tolist(), count.tolist(), strict=True)
+                ],
+                dtype="Float64",
+            ),
+            "waited_for_ns": waited_for.to_numpy().astype(np.int64),
+            WAIT_NS.name: own_wait.to_numpy().astype(np.int64),
+            "exposed_waited_for_ns": credit.groupby(WAITED_FOR_RANK.name)[EXPOSED_WAIT_NS.name]
+            .sum()
+            .reindex(rank_arr, fill_value=0)
+            .to_numpy()
+            .astype(np.int64),
+        },
+        columns=list(STRAGGLER_COLUMNS),
+    )
+    out = out.sort_values(
+        ["exposed_waited_for_ns", "last_count", "rank"],
+        ascending=[False, False, True],
+        kind="stable",
+    )
+    return out.reset_index(drop=True)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 3),  # rank (3: not a unit's, left out)
+            st.booleans(),  # matched
+            st.integers(0, 5),  # wait ns
+            st.sampled_from([None, 0, 1, 2, 7]),  # rank waited for
+        ),
+        max_size=15,
+    ),
+    st.lists(st.sampled_from([None, 0, 1, 2, 5]), max_size=8),
+    st.lists(st.tuples(st.sampled_from([-1, 0, 1, 2, 9]), st.integers(1, 5)), max_size=8),
+    st.booleans(),
+)
+def test_straggler_table_sums_are_the_groupbys(pr_rows, last, credit_rows, aligned):
+    # per rank: matched rows, their wait, times last, wait credited to it (hidden / exposed)
+    per_rank = pd.DataFrame(
+        {
+            "instance": np.arange(len(pr_rows), dtype=np.int64),
+            "rank": np.array([r[0] for r in pr_rows], np.int64),
+            "matched": np.array([r[1] for r in pr_rows], bool),
+            WAIT_NS.name: np.array([r[2] for r in pr_rows], np.int64),
+            WAITED_FOR_RANK.name: [r[3] for r in pr_rows],
+        }
+    )
+    instances = pd.DataFrame({"last_rank": pd.Series(last, dtype=object)})
+    credit = pd.DataFrame(
+        {
+            WAITED_FOR_RANK.name: np.array([c[0] for c in credit_rows], np.int64),
+            EXPOSED_WAIT_NS.name: np.array([c[1] for c in credit_rows], np.int64),
+        }
+    )
+    ranks = np.array([0, 1, 2, 1], np.int64)
+    got = _straggler_table(per_rank, instances, ranks, aligned, credit)
+    want = _straggler_table_groupby(per_rank, instances, ranks, aligned, credit)
+    pd.testing.assert_frame_equal(got, want)

@@ -1404,29 +1404,42 @@ def _straggler_table(
     credit: pd.DataFrame,
 ) -> pd.DataFrame:
     rank_arr = np.unique(ranks)
-    pr = per_rank[per_rank["matched"].astype(bool)] if len(per_rank) else per_rank
-    count = pr.groupby("rank")["instance"].size().reindex(rank_arr, fill_value=0)
-    own_wait = pr.groupby("rank")[WAIT_NS.name].sum().reindex(rank_arr, fill_value=0)
-    last_count = pd.Series(0, index=rank_arr, dtype=np.int64)
-    waited_for = pd.Series(0, index=rank_arr, dtype=np.int64)
-    inst = instances[instances["last_rank"].notna().to_numpy()] if len(instances) else instances
-    if aligned and len(inst):
-        last = inst["last_rank"].astype(np.int64)
-        last_count = last.value_counts().reindex(rank_arr, fill_value=0).astype(np.int64)
-    if aligned and len(pr):
+
+    def per_rank_sum(rank: npt.NDArray[Any], weight: I64 | None = None) -> I64:
+        """Per rank of ``rank_arr``: the rows' count (or ``weight`` summed, int64); rows of
+        other ranks left out (the reindex of a groupby)."""
+        r = np.asarray(rank, dtype=np.int64)
+        at = np.minimum(np.searchsorted(rank_arr, r), max(rank_arr.size - 1, 0))
+        ok = rank_arr[at] == r if rank_arr.size else np.zeros(r.size, dtype=bool)
+        out = np.zeros(rank_arr.size, dtype=np.int64)
+        np.add.at(out, at[ok], 1 if weight is None else np.asarray(weight, np.int64)[ok])
+        return out
+
+    z = np.zeros(0, np.int64)
+    matched = per_rank["matched"].astype(bool).to_numpy() if len(per_rank) else z.astype(bool)
+    pr_rank = per_rank["rank"].to_numpy(np.int64)[matched] if len(per_rank) else z
+    pr_wait = per_rank[WAIT_NS.name].to_numpy(np.int64)[matched] if len(per_rank) else z
+    count = per_rank_sum(pr_rank)
+    own_wait = per_rank_sum(pr_rank, pr_wait)
+    last_count = np.zeros(rank_arr.size, dtype=np.int64)
+    waited_for = np.zeros(rank_arr.size, dtype=np.int64)
+    last = instances["last_rank"] if len(instances) else None
+    if aligned and last is not None and bool(last.notna().any()):
+        last_count = per_rank_sum(last[last.notna().to_numpy()].astype(np.int64).to_numpy())
+    if aligned and len(pr_rank):
         # every wait ns (hidden or not) of the others, credited as the exposed ones are
-        wf = pr[pr[WAITED_FOR_RANK.name].notna().to_numpy()]
-        waited_for = (
-            wf.groupby(wf[WAITED_FOR_RANK.name].astype(np.int64))[WAIT_NS.name]
-            .sum()
-            .reindex(rank_arr, fill_value=0)
-            .astype(np.int64)
-        )
+        wf = per_rank[WAITED_FOR_RANK.name][matched]
+        known = wf.notna().to_numpy()
+        waited_for = per_rank_sum(wf[known].astype(np.int64).to_numpy(), pr_wait[known])
+    credited = per_rank_sum(
+        credit[WAITED_FOR_RANK.name].to_numpy(np.int64),
+        credit[EXPOSED_WAIT_NS.name].to_numpy(np.int64),
+    )
     out = pd.DataFrame(
         {
             "rank": rank_arr,
-            "instances": count.to_numpy().astype(np.int64),
-            "last_count": last_count.to_numpy().astype(np.int64),
+            "instances": count,
+            "last_count": last_count,
             "last_ratio": pd.array(
                 [
                     (lc / n if n and aligned else None)
@@ -1434,13 +1447,9 @@ def _straggler_table(
                 ],
                 dtype="Float64",
             ),
-            "waited_for_ns": waited_for.to_numpy().astype(np.int64),
-            WAIT_NS.name: own_wait.to_numpy().astype(np.int64),
-            "exposed_waited_for_ns": credit.groupby(WAITED_FOR_RANK.name)[EXPOSED_WAIT_NS.name]
-            .sum()
-            .reindex(rank_arr, fill_value=0)
-            .to_numpy()
-            .astype(np.int64),
+            "waited_for_ns": waited_for,
+            WAIT_NS.name: own_wait,
+            "exposed_waited_for_ns": credited,
         },
         columns=list(STRAGGLER_COLUMNS),
     )
