@@ -35,7 +35,7 @@ from traceoverlap.core.schema import (
 )
 from traceoverlap.core.vocab import BOTTLENECKS, as_label
 from traceoverlap.rank.hostranges import COMM_CALLS
-from traceoverlap.run.analysis import _unmatched_why
+from traceoverlap.run.analysis import _gather_instances, _unmatched_why
 from traceoverlap.run.findings import _names
 from traceoverlap.run.job import _blame_keys, _factorize, _Ranges
 from traceoverlap.run.matching import (
@@ -605,3 +605,36 @@ def test_straggler_table_sums_are_the_groupbys(pr_rows, last, credit_rows, align
     got = _straggler_table(per_rank, instances, ranks, aligned, credit)
     want = _straggler_table_groupby(per_rank, instances, ranks, aligned, credit)
     pd.testing.assert_frame_equal(got, want)
+
+
+def _gather_instances_per_unit(units: list[Any], offsets: I64) -> pd.DataFrame:
+    """The replaced ``analysis._gather_instances``: an assign per unit, then one concat."""
+    frames = []
+    for i, u in enumerate(units):
+        off = int(offsets[i])
+        w = u.instances["window"]
+        frames.append(u.instances.assign(unit=i, window=np.where(w >= 0, w + off, -1)))
+    typed = [f for f in frames if len(f)] or frames
+    if not typed:
+        return pd.DataFrame(columns=["unit", "window"])
+    return pd.concat(typed, ignore_index=True)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(st.integers(-1, 3), max_size=5), max_size=4))
+def test_gather_instances_is_an_assign_per_unit(windows):
+    # per unit its instances' local windows (-1: in none); a unit with none has the untyped
+    # empty frame the rank stage gives; global window = local + the unit's offset
+    units = [
+        SimpleNamespace(
+            instances=pd.DataFrame(
+                {"name": [f"c{j}" for j in range(len(w))], "window": np.array(w, np.int64)}
+            )
+            if w
+            else pd.DataFrame(columns=["name", "window"])
+        )
+        for w in windows
+    ]
+    offsets = np.cumsum([0] + [4] * len(units)).astype(np.int64)
+    got = _gather_instances(cast(Any, units), cast(Any, SimpleNamespace(offsets=offsets)))
+    pd.testing.assert_frame_equal(got, _gather_instances_per_unit(units, offsets))

@@ -438,17 +438,26 @@ def _run_windows(units: Sequence[UnitResult]) -> _RunWindows:
 def _gather_instances(units: Sequence[UnitResult], win: _RunWindows) -> pd.DataFrame:
     """All units' local collective instances in one frame, with their ``unit`` index and their
     ``window`` in global numbering (-1: outside every analysed step)."""
-    frames = []
-    for i, u in enumerate(units):
-        off = int(win.offsets[i])
-        w = u.instances["window"]
-        frames.append(u.instances.assign(unit=i, window=np.where(w >= 0, w + off, -1)))
     # a unit without instances has an untyped empty frame: concatenated with the others it would
     # turn their integer columns into objects (pandas 3)
-    typed = [f for f in frames if len(f)] or frames
+    typed = [i for i, u in enumerate(units) if len(u.instances)]
     if not typed:
-        return pd.DataFrame(columns=["unit", "window"])
-    return pd.concat(typed, ignore_index=True)
+        frames = []
+        for i, u in enumerate(units):
+            w = u.instances["window"]
+            frames.append(u.instances.assign(unit=i, window=np.where(w >= 0, w, -1)))
+        if not frames:
+            return pd.DataFrame(columns=["unit", "window"])
+        return pd.concat(frames, ignore_index=True)
+    # concatenated first, the unit and global window set once (not an assign per unit)
+    sizes = [len(units[i].instances) for i in typed]
+    out = pd.concat([units[i].instances for i in typed], ignore_index=True)
+    w = out["window"].to_numpy()
+    off = np.repeat(win.offsets[typed], sizes)
+    return out.assign(
+        unit=np.repeat(np.asarray(typed, dtype=np.int64), sizes),
+        window=np.where(w >= 0, w + off, -1),
+    )
 
 
 def _cat(arrays: Sequence[Any]) -> I64:
