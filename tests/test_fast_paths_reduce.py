@@ -35,13 +35,15 @@ from traceoverlap.core.schema import (
 )
 from traceoverlap.core.vocab import BOTTLENECKS, as_label
 from traceoverlap.rank.hostranges import COMM_CALLS
-from traceoverlap.run.analysis import _gather_instances, _unmatched_why
+from traceoverlap.run.analysis import _gather_instances, _unmatched_why, _waited_for
 from traceoverlap.run.findings import _names
 from traceoverlap.run.job import _blame_keys, _factorize, _Ranges
 from traceoverlap.run.matching import (
     I64,
     SKEW_COLUMNS,
     STRAGGLER_COLUMNS,
+    TOLERANCE_NS,
+    _consistent,
     _last_ranks,
     _offsets,
     _straggler_table,
@@ -638,3 +640,82 @@ def test_gather_instances_is_an_assign_per_unit(windows):
     offsets = np.cumsum([0] + [4] * len(units)).astype(np.int64)
     got = _gather_instances(cast(Any, units), cast(Any, SimpleNamespace(offsets=offsets)))
     pd.testing.assert_frame_equal(got, _gather_instances_per_unit(units, offsets))
+
+
+def _waited_for_groupby(coll: Any, n_windows: int) -> list[int | None]:
+    """Per window: the rank credited with most of its exposed waiting (docs/job-model.md;
+    ties: the lower rank), None when it has none."""
+    out: list[int | None] = [None] * n_windows
+    cr = coll.credit
+    if cr.empty:
+        return out
+    tot = cr.groupby(["window", WAITED_FOR_RANK.name])[EXPOSED_WAIT_NS.name].sum().reset_index()
+    tot = tot.sort_values(
+        ["window", EXPOSED_WAIT_NS.name, WAITED_FOR_RANK.name], ascending=[True, False, True]
+    )
+    for w, r in tot.drop_duplicates("window")[["window", WAITED_FOR_RANK.name]].itertuples(
+        index=False
+    ):
+        out[int(w)] = int(r)
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(-1, 3), st.integers(0, 3), st.integers(1, 4)),
+        max_size=20,
+    )
+)
+def test_waited_for_in_dicts_is_the_groupby(rows):
+    # (window, rank waited for, ns): per window the rank with the most ns, ties the lower
+    credit = pd.DataFrame(
+        {
+            "window": np.array([r[0] for r in rows], np.int64),
+            WAITED_FOR_RANK.name: np.array([r[1] for r in rows], np.int64),
+            EXPOSED_WAIT_NS.name: np.array([r[2] for r in rows], np.int64),
+        }
+    )
+    coll = cast(Any, SimpleNamespace(credit=credit))
+    assert _waited_for(coll, 4) == _waited_for_groupby(coll, 4)
+
+
+def _consistent_pandas(m: pd.DataFrame, offsets: dict[int, int]) -> npt.NDArray[np.bool_]:
+    """The replaced ``consistent_with`` of ``matching._align_clocks``."""
+    keys_m = m["key"].to_numpy()
+    o = m["unit"].map(offsets).fillna(0).to_numpy(np.int64)
+    latest = pd.Series(m["start_ns"].to_numpy(np.int64) - o).groupby(keys_m).transform("max")
+    first_end = pd.Series(m["end_ns"].to_numpy(np.int64) - o).groupby(keys_m).transform("min")
+    return np.asarray(latest.to_numpy() < first_end.to_numpy() + TOLERANCE_NS)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 4), st.integers(0, 3), ENDS, st.integers(0, 30_000)), max_size=20
+    ),
+    st.dictionaries(
+        st.integers(0, 3),
+        st.one_of(st.integers(-20_000, 20_000), st.integers(10**17, 10**17 + 999)),
+        max_size=4,
+    ),
+)
+def test_consistent_is_the_groupby_transform(rows, offsets):
+    # (key, unit, start, duration); a unit without an offset takes 0, and then (as pandas' map
+    # gave floats) every offset goes through float64: large ones round alike
+    m = pd.DataFrame(
+        {
+            "key": np.array([r[0] for r in rows], np.int64),
+            "unit": np.array([r[1] for r in rows], np.int64),
+            "start_ns": np.array([r[2] for r in rows], np.int64),
+            "end_ns": np.array([r[2] + r[3] for r in rows], np.int64),
+        }
+    )
+    got = _consistent(
+        m["key"].to_numpy(),
+        m["unit"].tolist(),
+        m["start_ns"].to_numpy(np.int64),
+        m["end_ns"].to_numpy(np.int64),
+        offsets,
+    )
+    assert got.tolist() == _consistent_pandas(m, offsets).tolist()

@@ -645,14 +645,22 @@ def _waited_for(coll: Collectives, n_windows: int) -> list[int | None]:
     cr = coll.credit
     if cr.empty:
         return out
-    tot = cr.groupby(["window", WAITED_FOR_RANK.name])[EXPOSED_WAIT_NS.name].sum().reset_index()
-    tot = tot.sort_values(
-        ["window", EXPOSED_WAIT_NS.name, WAITED_FOR_RANK.name], ascending=[True, False, True]
-    )
-    for w, r in tot.drop_duplicates("window")[["window", WAITED_FOR_RANK.name]].itertuples(
-        index=False
+    # ns per (window, rank) summed in a dict, then per window the most (ties: the lower rank)
+    tot: dict[tuple[int, int], int] = {}
+    for key in zip(
+        cr["window"].to_numpy(np.int64).tolist(),
+        cr[WAITED_FOR_RANK.name].to_numpy(np.int64).tolist(),
+        cr[EXPOSED_WAIT_NS.name].to_numpy(np.int64).tolist(),
+        strict=True,
     ):
-        out[int(w)] = int(r)
+        tot[key[:2]] = tot.get(key[:2], 0) + key[2]
+    best: dict[int, tuple[int, int]] = {}
+    for (w, r), ns in tot.items():
+        got = best.get(w)
+        if got is None or ns > got[0] or (ns == got[0] and r < got[1]):
+            best[w] = (ns, r)
+    for w in sorted(best):  # in window order, as the sorted frame (-1 writes the last first)
+        out[w] = best[w][1]
     return out
 
 

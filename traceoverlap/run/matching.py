@@ -955,6 +955,27 @@ def _p2p_waits(m: pd.DataFrame) -> None:
     m.loc[directed, "transfer_ns"] = d["dur_ns"].to_numpy(np.int64) - wait
 
 
+def _consistent(
+    keys: npt.NDArray[Any], units: list[int], start: I64, end: I64, offsets: dict[int, int]
+) -> npt.NDArray[np.bool_]:
+    """Per matched row: does its key's latest start (each unit's clock less its offset, 0 when
+    it has none) come before the key's first end, within :data:`TOLERANCE_NS`?"""
+    got = [offsets.get(u) for u in units]
+    if any(g is None for g in got):  # as pandas' map: floats, NaN where missing, then 0
+        o = np.array([np.nan if g is None else g for g in got], dtype=np.float64)
+        o = np.nan_to_num(o, nan=0.0).astype(np.int64)
+    else:
+        o = np.array(got, dtype=np.int64)
+    # per key the latest start and the first end: a groupby transform, on key codes
+    uk, kinv = np.unique(keys, return_inverse=True)
+    kinv = kinv.reshape(-1)
+    latest = np.full(uk.size, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(latest, kinv, start - o)
+    first_end = np.full(uk.size, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first_end, kinv, end - o)
+    return np.asarray(latest[kinv] < first_end[kinv] + TOLERANCE_NS)
+
+
 def _align_clocks(
     inst: pd.DataFrame, unix: bool, notes: list[str]
 ) -> tuple[pd.DataFrame, int, str | None, dict[int, int]]:
@@ -966,12 +987,11 @@ def _align_clocks(
         m["aligned_start"] = np.zeros(0, np.int64)
         return m, 0, None, {}
     keys_m = m["key"].to_numpy()
+    units_m = m["unit"].to_numpy(np.int64).tolist()
+    start_m, end_m = m["start_ns"].to_numpy(np.int64), m["end_ns"].to_numpy(np.int64)
 
     def consistent_with(offsets: dict[int, int]) -> npt.NDArray[np.bool_]:
-        o = m["unit"].map(offsets).fillna(0).to_numpy(np.int64)
-        latest = pd.Series(m["start_ns"].to_numpy(np.int64) - o).groupby(keys_m).transform("max")
-        first_end = pd.Series(m["end_ns"].to_numpy(np.int64) - o).groupby(keys_m).transform("min")
-        return np.asarray(latest.to_numpy() < first_end.to_numpy() + TOLERANCE_NS)
+        return _consistent(keys_m, units_m, start_m, end_m, offsets)
 
     # a send and its recv need not end together: offsets come from the collectives when any
     coll_rows = (m["src_rank"] < 0).to_numpy() if "src_rank" in m else np.ones(len(m), bool)
