@@ -37,7 +37,7 @@ from traceoverlap.core.vocab import BOTTLENECKS, as_label
 from traceoverlap.rank.hostranges import COMM_CALLS
 from traceoverlap.run.analysis import _gather_instances, _unmatched_why, _waited_for
 from traceoverlap.run.findings import _names
-from traceoverlap.run.job import _blame_keys, _factorize, _Ranges
+from traceoverlap.run.job import _blame_keys, _factorize, _Ranges, top_blame
 from traceoverlap.run.matching import (
     I64,
     SKEW_COLUMNS,
@@ -719,3 +719,69 @@ def test_consistent_is_the_groupby_transform(rows, offsets):
         offsets,
     )
     assert got.tolist() == _consistent_pandas(m, offsets).tolist()
+
+
+def _top_blame_groupby(blame: pd.DataFrame, limit: int = 3) -> pd.DataFrame:
+    """The blame rows summed over steps per (waiting rank, chain, cause, whether the lateness
+    began before the capture), most waiting first: what the reports print
+    (``exposed_wait_ns``, ``lateness_ns``, ``cause_ns`` and ``late_at_start_ns`` summed;
+    ``explained_ratio`` recomputed from the sums)."""
+    if blame.empty:
+        return blame
+    before = blame["late_at_start_ns"]
+    b = blame.assign(
+        cause=blame["cause"].fillna(""),
+        before=before.notna().to_numpy(),
+        late_at_start_ns=before.fillna(0).to_numpy(np.int64),
+    )
+    key = ["rank", WAITED_FOR_RANK.name, "chain", "root_rank", "cause", "before"]
+    summed = [EXPOSED_WAIT_NS.name, "lateness_ns", "cause_ns", "late_at_start_ns"]
+    g = b.groupby(key, sort=False)[summed].sum()
+    g = g.reset_index().sort_values([EXPOSED_WAIT_NS.name, "rank"], ascending=[False, True])
+    g["cause"] = [c or None for c in g["cause"]]
+    g["late_at_start_ns"] = pd.array(
+        [int(v) if k else None for v, k in zip(g["late_at_start_ns"], g["before"], strict=True)],
+        dtype="Int64",
+    )
+    g = g.drop(columns="before")
+    late = g["lateness_ns"].to_numpy(np.int64)
+    g["explained_ratio"] = [
+        (int(c) / int(x)) if x > 0 else None for c, x in zip(g["cause_ns"], late, strict=True)
+    ]
+    return g.head(limit).reset_index(drop=True)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 2),  # rank
+            st.sampled_from([(1,), (1, 2), (2,)]),  # chain (its first: the rank waited for)
+            st.sampled_from([None, "expert", "aten::mm"]),  # cause
+            st.one_of(st.none(), st.integers(0, 5)),  # late at start
+            st.integers(1, 5),  # exposed wait
+            st.integers(0, 5),  # lateness (0: no ratio)
+            st.integers(0, 5),  # cause ns
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    st.integers(1, 4),
+)
+def test_top_blame_in_a_dict_is_the_groupby(rows, limit):
+    # summed per (rank, chain, cause, late before the capture), most waiting first
+    blame = pd.DataFrame(
+        {
+            "rank": np.array([r[0] for r in rows], np.int64),
+            WAITED_FOR_RANK.name: np.array([r[1][0] for r in rows], np.int64),
+            "chain": pd.Series([r[1] for r in rows], dtype=object),
+            "root_rank": np.array([r[1][-1] for r in rows], np.int64),
+            "cause": [r[2] for r in rows],
+            "late_at_start_ns": pd.array([r[3] for r in rows], dtype="Int64"),
+            EXPOSED_WAIT_NS.name: np.array([r[4] for r in rows], np.int64),
+            "lateness_ns": np.array([r[5] for r in rows], np.int64),
+            "cause_ns": np.array([r[6] for r in rows], np.int64),
+        }
+    )
+    got, want = top_blame(blame, limit), _top_blame_groupby(blame, limit)
+    pd.testing.assert_frame_equal(got, want)

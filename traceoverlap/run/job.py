@@ -560,24 +560,54 @@ def top_blame(blame: pd.DataFrame, limit: int = 3) -> pd.DataFrame:
     if blame.empty:
         return blame
     before = blame["late_at_start_ns"]
-    b = blame.assign(
-        cause=blame["cause"].fillna(""),
-        before=before.notna().to_numpy(),
-        late_at_start_ns=before.fillna(0).to_numpy(np.int64),
+    known = before.notna().to_numpy()
+    # the rows summed per key in a dict, keys in order of first appearance (a groupby with
+    # sort=False, on a few hundred rows where its per-call cost dominates)
+    sums: dict[tuple[Any, ...], list[int]] = {}
+    for *key, e, la, c, s in zip(
+        blame["rank"].tolist(),
+        blame[WAITED_FOR_RANK.name].tolist(),
+        blame["chain"].tolist(),
+        blame["root_rank"].tolist(),
+        blame["cause"].fillna("").tolist(),
+        known.tolist(),
+        blame[EXPOSED_WAIT_NS.name].to_numpy(np.int64).tolist(),
+        blame["lateness_ns"].to_numpy(np.int64).tolist(),
+        blame["cause_ns"].to_numpy(np.int64).tolist(),
+        before.fillna(0).to_numpy(np.int64).tolist(),
+        strict=True,
+    ):
+        got = sums.get(tuple(key))
+        if got is None:
+            sums[tuple(key)] = [e, la, c, s]
+        else:
+            got[0] += e
+            got[1] += la
+            got[2] += c
+            got[3] += s
+    keys, vals = list(sums), list(sums.values())
+    order = sorted(range(len(keys)), key=lambda i: (-vals[i][0], keys[i][0]))  # stable
+    keys, vals = [keys[i] for i in order], [vals[i] for i in order]
+    chains = np.empty(len(keys), dtype=object)
+    chains[:] = [k[2] for k in keys]
+    late = np.array([v[1] for v in vals], dtype=np.int64)
+    g = pd.DataFrame(
+        {
+            "rank": np.array([k[0] for k in keys], dtype=np.int64),
+            WAITED_FOR_RANK.name: np.array([k[1] for k in keys], dtype=np.int64),
+            "chain": chains,
+            "root_rank": np.array([k[3] for k in keys], dtype=np.int64),
+            "cause": [k[4] or None for k in keys],
+            EXPOSED_WAIT_NS.name: np.array([v[0] for v in vals], dtype=np.int64),
+            "lateness_ns": late,
+            "cause_ns": np.array([v[2] for v in vals], dtype=np.int64),
+            "late_at_start_ns": pd.array(
+                [v[3] if k[5] else None for k, v in zip(keys, vals, strict=True)], dtype="Int64"
+            ),
+        }
     )
-    key = ["rank", WAITED_FOR_RANK.name, "chain", "root_rank", "cause", "before"]
-    summed = [EXPOSED_WAIT_NS.name, "lateness_ns", "cause_ns", "late_at_start_ns"]
-    g = b.groupby(key, sort=False)[summed].sum()
-    g = g.reset_index().sort_values([EXPOSED_WAIT_NS.name, "rank"], ascending=[False, True])
-    g["cause"] = [c or None for c in g["cause"]]
-    g["late_at_start_ns"] = pd.array(
-        [int(v) if k else None for v, k in zip(g["late_at_start_ns"], g["before"], strict=True)],
-        dtype="Int64",
-    )
-    g = g.drop(columns="before")
-    late = g["lateness_ns"].to_numpy(np.int64)
     g["explained_ratio"] = [
-        (int(c) / int(x)) if x > 0 else None for c, x in zip(g["cause_ns"], late, strict=True)
+        (int(v[2]) / int(x)) if x > 0 else None for v, x in zip(vals, late, strict=True)
     ]
     return g.head(limit).reset_index(drop=True)
 
