@@ -43,7 +43,10 @@ from traceoverlap.run.matching import (
     SKEW_COLUMNS,
     STRAGGLER_COLUMNS,
     TOLERANCE_NS,
+    UNKNOWN_GROUP,
     _consistent,
+    _count_notes,
+    _describe_group,
     _last_ranks,
     _offsets,
     _straggler_table,
@@ -785,3 +788,63 @@ def test_top_blame_in_a_dict_is_the_groupby(rows, limit):
     )
     got, want = top_blame(blame, limit), _top_blame_groupby(blame, limit)
     pd.testing.assert_frame_equal(got, want)
+
+
+def _count_notes_groupby(
+    work: pd.DataFrame,
+    ids: npt.NDArray[np.int64],
+    complete: npt.NDArray[np.bool_],
+    units_of: dict[object, tuple[int, ...]],
+    unit_label: dict[int, str],
+) -> list[str]:
+    """A note per (group, kind) whose instance counts differ across its member units."""
+    notes: list[str] = []
+    w = work[work["group_key"] != UNKNOWN_GROUP]
+    counts = w.groupby(["group_key", "match_kind", "unit"], sort=True).size()
+    for (g, k), per in counts.groupby(level=[0, 1], sort=True):
+        vals = per.droplevel([0, 1])
+        expected = len(units_of.get(g, ()))
+        if str(k).startswith("p2p:"):
+            expected = 2
+        if vals.nunique() > 1 or len(vals) != expected:
+            sel = (work["group_key"] == g).to_numpy() & (work["match_kind"] == k).to_numpy()
+            lab = work.loc[sel, "label"].iloc[0]
+            desc = ", ".join(
+                f"{unit_label[int(u)]}: {c}" for u, c in zip(vals.index, vals.tolist(), strict=True)
+            )
+            n_ok = len(np.unique(ids[sel & complete]))
+            notes.append(
+                f"{lab} in {_describe_group(str(g))}: instance counts differ across ranks "
+                f"({desc}); matched the {n_ok} present on every rank, the rest left unmatched"
+            )
+    return notes
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["g0", "g1", "\x00unknown", "\x00s7"]),  # group key
+            st.sampled_from(["all_reduce", "p2p:0>1", "broadcast"]),  # match kind
+            st.integers(0, 2),  # unit
+        ),
+        max_size=20,
+    )
+)
+def test_count_notes_in_dicts_are_the_groupby(rows):
+    # a note per (group, kind), in sorted order, whose per-unit counts differ or whose units
+    # are not all its members (two for a p2p pair); units listed in order
+    work = pd.DataFrame(
+        {
+            "group_key": [r[0] for r in rows],
+            "match_kind": [r[1] for r in rows],
+            "unit": np.array([r[2] for r in rows], np.int64),
+            "label": [f"{r[1]}#{i}" for i, r in enumerate(rows)],
+        }
+    )
+    ids = np.arange(len(rows), dtype=np.int64) % 3
+    complete = ids != 1
+    units_of: dict[object, tuple[int, ...]] = {"g0": (0, 1, 2), "g1": (0, 1), "\x00s7": (1, 2)}
+    label = {0: "rank 0", 1: "rank 1", 2: "rank 2"}
+    got = _count_notes(work, ids, complete, units_of, label)
+    assert got == _count_notes_groupby(work, ids, complete, units_of, label)
