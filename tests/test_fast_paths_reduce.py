@@ -88,7 +88,7 @@ def _offsets_pandas(m: pd.DataFrame, use: npt.NDArray[np.bool_]) -> dict[int, in
     return off
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 5), ENDS, st.booleans()), max_size=40))
 def test_offsets_match_the_pivot_table_bfs(rows):
     # (key, unit, end, used): duplicate (key, unit) cells take their max; a missing cell makes
@@ -132,7 +132,7 @@ def _unmatched_why_pandas(pr: pd.DataFrame, n_windows: int) -> list[str | None]:
     return out
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(
     st.lists(
         st.tuples(
@@ -160,7 +160,7 @@ def test_unmatched_why_matches_the_groupby(rows):
     assert got == _unmatched_why_pandas(pr, 4)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(st.lists(st.one_of(st.sampled_from(["a", "b", "\x01k", "c"]), st.none()), max_size=30))
 def test_factorize_is_pandas_factorize(names):
     # str names take the dict; a null among them (code -1) takes pandas itself
@@ -188,7 +188,7 @@ def _totals_all(r: _Ranges, lo: int, hi: int) -> dict[str, int]:
 SPANS = st.tuples(st.integers(0, 60), st.integers(0, 20))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(
     st.lists(st.tuples(st.sampled_from(["a", "b", "\x01k"]), SPANS), max_size=20),
     st.lists(SPANS, max_size=6),
@@ -275,7 +275,7 @@ def _summarize_run_groupby(df: pd.DataFrame) -> RunSummary:
     return RunSummary(run=_summarize_frame(df), ranks=per)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(
     st.lists(
         st.tuples(
@@ -333,7 +333,7 @@ def _blame_keys_pandas(credit: pd.DataFrame) -> list[tuple[object, ...]]:
     ]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(
     st.lists(
         st.tuples(
@@ -397,7 +397,7 @@ def _step_skew_groupby(steps: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(
     st.lists(
         st.tuples(
@@ -440,7 +440,7 @@ def _names_sorted(df: pd.DataFrame, col: str, limit: int = 3) -> tuple[str, ...]
     )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(
     st.lists(st.tuples(st.integers(-1, 3), st.integers(0, 3)), max_size=12),
     st.sampled_from(["int", "float", "Int64"]),
@@ -479,7 +479,7 @@ def _last_ranks_merge(
     return [last.get(int(i)) for i in out["instance"]]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(
     st.lists(st.integers(-1, 4), max_size=12),
     st.lists(st.tuples(st.integers(0, 5), st.integers(0, 2), st.integers(0, 3)), max_size=15),
@@ -573,7 +573,7 @@ def _straggler_table_groupby(
     return out.reset_index(drop=True)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(
     st.lists(
         st.tuples(
@@ -625,7 +625,7 @@ def _gather_instances_per_unit(units: list[Any], offsets: I64) -> pd.DataFrame:
     return pd.concat(typed, ignore_index=True)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(st.lists(st.lists(st.integers(-1, 3), max_size=5), max_size=4))
 def test_gather_instances_is_an_assign_per_unit(windows):
     # per unit its instances' local windows (-1: in none); a unit with none has the untyped
@@ -663,7 +663,7 @@ def _waited_for_groupby(coll: Any, n_windows: int) -> list[int | None]:
     return out
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(
     st.lists(
         st.tuples(st.integers(-1, 3), st.integers(0, 3), st.integers(1, 4)),
@@ -692,7 +692,7 @@ def _consistent_pandas(m: pd.DataFrame, offsets: dict[int, int]) -> npt.NDArray[
     return np.asarray(latest.to_numpy() < first_end.to_numpy() + TOLERANCE_NS)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(
     st.lists(
         st.tuples(st.integers(0, 4), st.integers(0, 3), ENDS, st.integers(0, 30_000)), max_size=20
@@ -754,7 +754,7 @@ def _top_blame_groupby(blame: pd.DataFrame, limit: int = 3) -> pd.DataFrame:
     return g.head(limit).reset_index(drop=True)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(
     st.lists(
         st.tuples(
@@ -820,7 +820,7 @@ def _count_notes_groupby(
     return notes
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(
     st.lists(
         st.tuples(
