@@ -714,19 +714,26 @@ def _count_notes(
 ) -> list[str]:
     """A note per (group, kind) whose instance counts differ across its member units."""
     notes: list[str] = []
-    w = work[work["group_key"] != UNKNOWN_GROUP]
-    counts = w.groupby(["group_key", "match_kind", "unit"], sort=True).size()
-    for (g, k), per in counts.groupby(level=[0, 1], sort=True):
-        vals = per.droplevel([0, 1])
+    # rows per (group, kind, unit) counted in dicts, (group, kind) in sorted order: the
+    # groupby and its per-group Series cost milliseconds for a few hundred rows
+    counts: dict[tuple[Any, Any], dict[Any, int]] = {}
+    for g, k, u in zip(
+        work["group_key"].tolist(), work["match_kind"].tolist(), work["unit"].tolist(), strict=True
+    ):
+        if g == UNKNOWN_GROUP or pd.isna(g) or pd.isna(k) or pd.isna(u):  # groupby drops nulls
+            continue
+        per_unit = counts.setdefault((g, k), {})
+        per_unit[u] = per_unit.get(u, 0) + 1
+    for g, k in sorted(counts):
+        per_unit = counts[(g, k)]
+        vals = [per_unit[u] for u in sorted(per_unit)]
         expected = len(units_of.get(g, ()))
         if str(k).startswith("p2p:"):
             expected = 2
-        if vals.nunique() > 1 or len(vals) != expected:
+        if len(set(vals)) > 1 or len(vals) != expected:
             sel = (work["group_key"] == g).to_numpy() & (work["match_kind"] == k).to_numpy()
             lab = work.loc[sel, "label"].iloc[0]
-            desc = ", ".join(
-                f"{unit_label[int(u)]}: {c}" for u, c in zip(vals.index, vals.tolist(), strict=True)
-            )
+            desc = ", ".join(f"{unit_label[int(u)]}: {per_unit[u]}" for u in sorted(per_unit))
             n_ok = len(np.unique(ids[sel & complete]))
             notes.append(
                 f"{lab} in {_describe_group(str(g))}: instance counts differ across ranks "
@@ -742,29 +749,50 @@ def _labels(units: Sequence[int] | npt.NDArray[np.int64], unit_label: dict[int, 
 def _offsets(m: pd.DataFrame, use: npt.NDArray[np.bool_]) -> dict[int, int]:
     """Clock offset of each unit relative to the lowest unit that shares instances with it,
     as the median end-time difference over the matched instances in ``use`` (BFS over units)."""
-    sub = m[use]
     off: dict[int, int] = {}
-    if sub.empty:
+    if not use.any():
         return off
-    ends = sub.pivot_table(index="key", columns="unit", values="end_ns", aggfunc="max")
-    cols = [int(c) for c in ends.columns]
-    for root in cols:
-        if root in off:
+    ends, present, cols = _end_table(
+        m["key"].to_numpy()[use], m["unit"].to_numpy()[use], m["end_ns"].to_numpy(np.int64)[use]
+    )
+    for root in range(len(cols)):
+        if cols[root] in off:
             continue
-        off[root] = 0
+        off[cols[root]] = 0
         frontier = [root]
         while frontier:
             a = frontier.pop()
-            for b in cols:
-                if b in off:
+            for b in range(len(cols)):
+                if cols[b] in off:
                     continue
-                both = ends[[a, b]].dropna()
-                if both.empty:
+                both = present[:, a] & present[:, b]
+                if not both.any():
                     continue
-                d = (both[b].to_numpy(np.int64) - both[a].to_numpy(np.int64)).astype(np.float64)
-                off[b] = off[a] + int(np.median(d))
+                d = (ends[both, b] - ends[both, a]).astype(np.float64)
+                off[cols[b]] = off[cols[a]] + int(np.median(d))
                 frontier.append(b)
     return off
+
+
+def _end_table(
+    key: npt.NDArray[Any], unit: npt.NDArray[Any], end: I64
+) -> tuple[I64, npt.NDArray[np.bool_], list[int]]:
+    """The latest end per (key, unit) as a keys x units table (rows and columns sorted), which
+    cells are present, and the units: what ``pivot_table(aggfunc="max")`` gives, including its
+    float64 round trip of every cell when any cell is missing."""
+    keys, ki = np.unique(key, return_inverse=True)
+    cols, ui = np.unique(unit, return_inverse=True)
+    order = np.lexsort((end, ui, ki))
+    r, c = ki[order], ui[order]
+    last = np.ones(r.size, dtype=bool)  # the last row of each cell holds its max
+    last[:-1] = (r[1:] != r[:-1]) | (c[1:] != c[:-1])
+    ends = np.zeros((keys.size, cols.size), dtype=np.int64)
+    present = np.zeros((keys.size, cols.size), dtype=bool)
+    ends[r[last], c[last]] = end[order][last]
+    present[r, c] = True
+    if not present.all():  # the pivot held NaN, so float64 cells
+        ends = ends.astype(np.float64).astype(np.int64)
+    return ends, present, [int(c) for c in cols]
 
 
 def match_collectives(
@@ -934,6 +962,27 @@ def _p2p_waits(m: pd.DataFrame) -> None:
     m.loc[directed, "transfer_ns"] = d["dur_ns"].to_numpy(np.int64) - wait
 
 
+def _consistent(
+    keys: npt.NDArray[Any], units: list[int], start: I64, end: I64, offsets: dict[int, int]
+) -> npt.NDArray[np.bool_]:
+    """Per matched row: does its key's latest start (each unit's clock less its offset, 0 when
+    it has none) come before the key's first end, within :data:`TOLERANCE_NS`?"""
+    got = [offsets.get(u) for u in units]
+    if any(g is None for g in got):  # as pandas' map: floats, NaN where missing, then 0
+        o = np.array([np.nan if g is None else g for g in got], dtype=np.float64)
+        o = np.nan_to_num(o, nan=0.0).astype(np.int64)
+    else:
+        o = np.array(got, dtype=np.int64)
+    # per key the latest start and the first end: a groupby transform, on key codes
+    uk, kinv = np.unique(keys, return_inverse=True)
+    kinv = kinv.reshape(-1)
+    latest = np.full(uk.size, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(latest, kinv, start - o)
+    first_end = np.full(uk.size, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first_end, kinv, end - o)
+    return np.asarray(latest[kinv] < first_end[kinv] + TOLERANCE_NS)
+
+
 def _align_clocks(
     inst: pd.DataFrame, unix: bool, notes: list[str]
 ) -> tuple[pd.DataFrame, int, str | None, dict[int, int]]:
@@ -945,12 +994,11 @@ def _align_clocks(
         m["aligned_start"] = np.zeros(0, np.int64)
         return m, 0, None, {}
     keys_m = m["key"].to_numpy()
+    units_m = m["unit"].to_numpy(np.int64).tolist()
+    start_m, end_m = m["start_ns"].to_numpy(np.int64), m["end_ns"].to_numpy(np.int64)
 
     def consistent_with(offsets: dict[int, int]) -> npt.NDArray[np.bool_]:
-        o = m["unit"].map(offsets).fillna(0).to_numpy(np.int64)
-        latest = pd.Series(m["start_ns"].to_numpy(np.int64) - o).groupby(keys_m).transform("max")
-        first_end = pd.Series(m["end_ns"].to_numpy(np.int64) - o).groupby(keys_m).transform("min")
-        return np.asarray(latest.to_numpy() < first_end.to_numpy() + TOLERANCE_NS)
+        return _consistent(keys_m, units_m, start_m, end_m, offsets)
 
     # a send and its recv need not end together: offsets come from the collectives when any
     coll_rows = (m["src_rank"] < 0).to_numpy() if "src_rank" in m else np.ones(len(m), bool)
@@ -1236,8 +1284,10 @@ def _tables(
     inst["_row"] = inst.index.to_numpy()
     labels = np.array(list(window_labels) + ["-"], dtype=object)
     inst["step"] = labels[inst["window"].to_numpy()]
-    inst["rank"] = [traces[int(u)].rank for u in inst["unit"]]
-    inst["device"] = [traces[int(u)].device for u in inst["unit"]]
+    unit = inst["unit"].to_numpy(np.int64)
+    inst["rank"] = np.array([t.rank for t in traces], dtype=np.int64)[unit]
+    devices = [t.device for t in traces]
+    inst["device"] = [devices[u] for u in unit.tolist()]  # a list: pandas infers as it did
     inst["matched"] = inst["key"] >= 0
     # one group per matched key, one per unmatched local instance
     grp = np.where(inst["matched"], inst["key"], -1 - np.arange(len(inst))).astype(np.int64)
@@ -1301,6 +1351,7 @@ def _tables(
     def per_run(col: pd.Series, op: np.ufunc) -> I64:
         return np.asarray(op.reduceat(col.to_numpy(np.int64), heads), dtype=np.int64)
 
+    ranks = per_rank["rank"].to_numpy(np.int64).tolist()
     nbytes = inst["bytes"]
     if nbytes.dtype == np.int64:
         most = per_run(nbytes, np.maximum).tolist()
@@ -1316,8 +1367,8 @@ def _tables(
             "bytes": [(int(b) if b >= 0 else None) for b in most],
             "n_ranks": sizes.astype(np.int64),
             "ranks": [
-                tuple(x.tolist())
-                for x in np.split(per_rank["rank"].to_numpy(np.int64), np.cumsum(sizes)[:-1])
+                tuple(ranks[a:b])
+                for a, b in zip(heads.tolist(), (heads + sizes).tolist(), strict=True)
             ],
             "step": first["step"].to_numpy(),
             "start_ns": per_run(per_rank["start_ns"], np.minimum),
@@ -1341,19 +1392,35 @@ def _tables(
     )
     if clock is not None and len(m):
         # arrival order: the unit with the latest aligned start, None on a tie
-        key_to_inst = inst.loc[inst["matched"], ["key", "instance"]].drop_duplicates()
-        al = m[["key", "unit", "aligned_start"]].merge(key_to_inst, on="key", how="inner")
-        latest = al.groupby("instance")["aligned_start"].transform("max")
-        at_latest = al[al["aligned_start"].to_numpy() == latest.to_numpy()]
-        ties = at_latest.groupby("instance").size()
-        last = {
-            int(r.instance): traces[int(r.unit)].rank
-            for r in at_latest.itertuples(index=False)
-            if int(ties[r.instance]) == 1
-        }
-        out["last_rank"] = [last.get(int(i)) for i in out["instance"]]
+        out["last_rank"] = _last_ranks(inst, m, traces, len(out))
     out["last_rank"] = out["last_rank"].astype(object)
     return out, per_rank, row_instance
+
+
+def _last_ranks(
+    inst: pd.DataFrame, m: pd.DataFrame, traces: Sequence[TraceInfo], n: int
+) -> list[int | None]:
+    """Per instance id (``0 .. n-1``): the rank of the unit with the latest aligned start among
+    the matched rows of ``m`` whose key is in ``inst``, None on a tie (or none there)."""
+    matched = inst["matched"].to_numpy(bool)
+    ik = inst["key"].to_numpy(np.int64)[matched]
+    keys, first = np.unique(ik, return_index=True)  # a key is one instance
+    inst_of_key = inst["instance"].to_numpy(np.int64)[matched][first]
+    mk = m["key"].to_numpy(np.int64)
+    j = np.minimum(np.searchsorted(keys, mk), max(keys.size - 1, 0))
+    ok = keys[j] == mk if keys.size else np.zeros(mk.size, dtype=bool)
+    mi = inst_of_key[j[ok]]
+    ma = m["aligned_start"].to_numpy(np.int64)[ok]
+    mu = m["unit"].to_numpy(np.int64)[ok]
+    latest = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(latest, mi, ma)
+    at = ma == latest[mi]
+    ties = np.bincount(mi[at], minlength=n)
+    who = np.full(n, -1, dtype=np.int64)
+    who[mi[at]] = mu[at]
+    return [
+        traces[u].rank if t == 1 else None for u, t in zip(who.tolist(), ties.tolist(), strict=True)
+    ]
 
 
 def _straggler_table(
@@ -1364,29 +1431,42 @@ def _straggler_table(
     credit: pd.DataFrame,
 ) -> pd.DataFrame:
     rank_arr = np.unique(ranks)
-    pr = per_rank[per_rank["matched"].astype(bool)] if len(per_rank) else per_rank
-    count = pr.groupby("rank")["instance"].size().reindex(rank_arr, fill_value=0)
-    own_wait = pr.groupby("rank")[WAIT_NS.name].sum().reindex(rank_arr, fill_value=0)
-    last_count = pd.Series(0, index=rank_arr, dtype=np.int64)
-    waited_for = pd.Series(0, index=rank_arr, dtype=np.int64)
-    inst = instances[instances["last_rank"].notna().to_numpy()] if len(instances) else instances
-    if aligned and len(inst):
-        last = inst["last_rank"].astype(np.int64)
-        last_count = last.value_counts().reindex(rank_arr, fill_value=0).astype(np.int64)
-    if aligned and len(pr):
+
+    def per_rank_sum(rank: npt.NDArray[Any], weight: I64 | None = None) -> I64:
+        """Per rank of ``rank_arr``: the rows' count (or ``weight`` summed, int64); rows of
+        other ranks left out (the reindex of a groupby)."""
+        r = np.asarray(rank, dtype=np.int64)
+        at = np.minimum(np.searchsorted(rank_arr, r), max(rank_arr.size - 1, 0))
+        ok = rank_arr[at] == r if rank_arr.size else np.zeros(r.size, dtype=bool)
+        out = np.zeros(rank_arr.size, dtype=np.int64)
+        np.add.at(out, at[ok], 1 if weight is None else np.asarray(weight, np.int64)[ok])
+        return out
+
+    z = np.zeros(0, np.int64)
+    matched = per_rank["matched"].astype(bool).to_numpy() if len(per_rank) else z.astype(bool)
+    pr_rank = per_rank["rank"].to_numpy(np.int64)[matched] if len(per_rank) else z
+    pr_wait = per_rank[WAIT_NS.name].to_numpy(np.int64)[matched] if len(per_rank) else z
+    count = per_rank_sum(pr_rank)
+    own_wait = per_rank_sum(pr_rank, pr_wait)
+    last_count = np.zeros(rank_arr.size, dtype=np.int64)
+    waited_for = np.zeros(rank_arr.size, dtype=np.int64)
+    last = instances["last_rank"] if len(instances) else None
+    if aligned and last is not None and bool(last.notna().any()):
+        last_count = per_rank_sum(last[last.notna().to_numpy()].astype(np.int64).to_numpy())
+    if aligned and len(pr_rank):
         # every wait ns (hidden or not) of the others, credited as the exposed ones are
-        wf = pr[pr[WAITED_FOR_RANK.name].notna().to_numpy()]
-        waited_for = (
-            wf.groupby(wf[WAITED_FOR_RANK.name].astype(np.int64))[WAIT_NS.name]
-            .sum()
-            .reindex(rank_arr, fill_value=0)
-            .astype(np.int64)
-        )
+        wf = per_rank[WAITED_FOR_RANK.name][matched]
+        known = wf.notna().to_numpy()
+        waited_for = per_rank_sum(wf[known].astype(np.int64).to_numpy(), pr_wait[known])
+    credited = per_rank_sum(
+        credit[WAITED_FOR_RANK.name].to_numpy(np.int64),
+        credit[EXPOSED_WAIT_NS.name].to_numpy(np.int64),
+    )
     out = pd.DataFrame(
         {
             "rank": rank_arr,
-            "instances": count.to_numpy().astype(np.int64),
-            "last_count": last_count.to_numpy().astype(np.int64),
+            "instances": count,
+            "last_count": last_count,
             "last_ratio": pd.array(
                 [
                     (lc / n if n and aligned else None)
@@ -1394,13 +1474,9 @@ def _straggler_table(
                 ],
                 dtype="Float64",
             ),
-            "waited_for_ns": waited_for.to_numpy().astype(np.int64),
-            WAIT_NS.name: own_wait.to_numpy().astype(np.int64),
-            "exposed_waited_for_ns": credit.groupby(WAITED_FOR_RANK.name)[EXPOSED_WAIT_NS.name]
-            .sum()
-            .reindex(rank_arr, fill_value=0)
-            .to_numpy()
-            .astype(np.int64),
+            "waited_for_ns": waited_for,
+            WAIT_NS.name: own_wait,
+            "exposed_waited_for_ns": credited,
         },
         columns=list(STRAGGLER_COLUMNS),
     )
@@ -1416,27 +1492,42 @@ def step_skew(steps: pd.DataFrame) -> pd.DataFrame:
     """Per step label on two or more ranks: slowest and fastest rank, and the skew (ns)."""
     if steps.empty or steps["rank"].nunique() < 2:  # one rank: no step is on two
         return pd.DataFrame(columns=list(SKEW_COLUMNS))
-    df = steps[["rank", "step", STEP_NS.name]].copy()
-    df["key"] = df["step"].astype(str)
-    df[STEP_NS.name] = df[STEP_NS.name].astype(np.int64)
-    n_ranks = df.groupby("key", sort=False)["rank"].nunique()
-    df = df[df["key"].map(n_ranks).to_numpy() >= 2]
-    if df.empty:
+    key = steps["step"].astype(str)
+    # per label (first seen first): its first step value, ranks, slowest and fastest (ns, rank),
+    # ties to the lower rank; a dict over the windows, where groupbys and sorts cost more
+    seen: dict[str, list[Any]] = {}
+    for k, missing, step, rank, ns in zip(
+        key.tolist(),
+        key.isna().to_numpy(bool).tolist(),
+        steps["step"].tolist(),
+        steps["rank"].tolist(),
+        steps[STEP_NS.name].to_numpy(np.int64).tolist(),
+        strict=True,
+    ):
+        if missing:  # groupby leaves null keys out
+            continue
+        got = seen.get(k)
+        if got is None:
+            seen[k] = [step, {rank}, ns, rank, ns, rank]
+            continue
+        got[1].add(rank)
+        if ns > got[2] or (ns == got[2] and rank < got[3]):
+            got[2], got[3] = ns, rank
+        if ns < got[4] or (ns == got[4] and rank < got[5]):
+            got[4], got[5] = ns, rank
+    rows = [v for v in seen.values() if len(v[1]) >= 2]
+    if not rows:
         return pd.DataFrame(columns=list(SKEW_COLUMNS))
-    hi = df.sort_values(["key", STEP_NS.name, "rank"], ascending=[True, False, True], kind="stable")
-    lo = df.sort_values(["key", STEP_NS.name, "rank"], ascending=[True, True, True], kind="stable")
-    hi = hi.drop_duplicates("key").set_index("key")
-    lo = lo.drop_duplicates("key").set_index("key")
-    order = df.drop_duplicates("key")
-    keys = order["key"].to_numpy()
-    max_ns = hi[STEP_NS.name].reindex(keys).to_numpy().astype(np.int64)
-    min_ns = lo[STEP_NS.name].reindex(keys).to_numpy().astype(np.int64)
+    max_ns = np.array([v[2] for v in rows], dtype=np.int64)
+    min_ns = np.array([v[4] for v in rows], dtype=np.int64)
+    step_values = np.empty(len(rows), dtype=object)
+    step_values[:] = [v[0] for v in rows]
     return pd.DataFrame(
         {
-            "step": order["step"].to_numpy(dtype=object),
-            "n_ranks": n_ranks.reindex(keys).to_numpy().astype(np.int64),
-            "slowest_rank": hi["rank"].reindex(keys).to_numpy().astype(np.int64),
-            "fastest_rank": lo["rank"].reindex(keys).to_numpy().astype(np.int64),
+            "step": step_values,
+            "n_ranks": np.array([len(v[1]) for v in rows], dtype=np.int64),
+            "slowest_rank": np.array([v[3] for v in rows], dtype=np.int64),
+            "fastest_rank": np.array([v[5] for v in rows], dtype=np.int64),
             "max_step_ns": max_ns,
             "min_step_ns": min_ns,
             "skew_ns": max_ns - min_ns,

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections import Counter
+from typing import TypeVar, cast
+
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
@@ -24,6 +27,8 @@ from ..core.schema import (
 from ..core.vocab import BOTTLENECKS, as_label
 from .results import RunSummary, Stats, StepRef, Summary
 
+_T = TypeVar("_T", bound=np.generic)
+
 
 def _as_float(values: pd.Series) -> npt.NDArray[np.float64]:
     """A metric column as floats, None -> NaN (ratio columns hold None where undefined)."""
@@ -33,7 +38,10 @@ def _as_float(values: pd.Series) -> npt.NDArray[np.float64]:
 
 
 def _stats(values: pd.Series) -> Stats:
-    a = _as_float(values)
+    return _float_stats(_as_float(values))
+
+
+def _float_stats(a: npt.NDArray[np.float64]) -> Stats:
     a = a[~np.isnan(a)]
     if a.size == 0:
         return Stats()
@@ -67,17 +75,37 @@ def _ns_stats(cols: list[str], ns: npt.NDArray[np.int64] | None) -> dict[str, St
     }
 
 
-def _ref(row: pd.Series) -> StepRef:
-    dev = row[DEVICE.name]
-    return StepRef(
-        rank=int(row[RANK.name]),
-        device=None if dev is None or pd.isna(dev) else int(dev),
-        step=as_label(row[STEP.name]),
-        step_ns=int(row[STEP_NS.name]),
-        exposed_comm_ns=int(row[EXPOSED_COMM_NS.name]),
-        bottleneck=str(row[BOTTLENECK.name]),
-        reason=str(row[REASON.name]),
-    )
+class _Columns:
+    """The step table's columns that the summaries read, taken out of the frame once: a unit's
+    summary is then computed on its rows' positions (no sub-frame per unit)."""
+
+    def __init__(self, df: pd.DataFrame) -> None:
+        self.n = len(df)
+        self.ns_cols = [col for col in NS_METRICS if col in df.columns]
+        self.ns = (
+            np.stack([df[col].to_numpy(np.int64) for col in self.ns_cols]) if self.ns_cols else None
+        )
+        self.ratios = {col: _as_float(df[col]) for col in RATIO_METRICS if col in df.columns}
+        self.exposed = df[EXPOSED_COMM_NS.name].astype(np.int64).to_numpy()
+        self.step_ns = df[STEP_NS.name].astype(np.int64).to_numpy()
+        self.rank = df[RANK.name].tolist()
+        self.device = df[DEVICE.name].tolist()
+        self.step = df[STEP.name].tolist()
+        self.bottleneck = df[BOTTLENECK.name].tolist()
+        self.reason = df[REASON.name].tolist()
+
+    def ref(self, i: int) -> StepRef:
+        """:class:`StepRef` of row ``i`` (a position)."""
+        dev = self.device[i]
+        return StepRef(
+            rank=int(self.rank[i]),
+            device=None if dev is None or pd.isna(dev) else int(dev),
+            step=as_label(self.step[i]),
+            step_ns=int(self.step_ns[i]),
+            exposed_comm_ns=int(self.exposed[i]),
+            bottleneck=str(self.bottleneck[i]),
+            reason=str(self.reason[i]),
+        )
 
 
 def summarize(df: pd.DataFrame) -> Summary:
@@ -86,21 +114,30 @@ def summarize(df: pd.DataFrame) -> Summary:
     verdict (ties: the earlier class in :data:`BOTTLENECKS`), the most exposed and slowest step."""
     if df.empty:
         return Summary(n_steps=0)
-    ns_cols = [col for col in NS_METRICS if col in df.columns]
-    ns = np.stack([df[col].to_numpy(np.int64) for col in ns_cols]) if ns_cols else None
-    metrics = _ns_stats(ns_cols, ns)
-    for col in RATIO_METRICS:
-        if col in df.columns:
-            metrics[col] = _stats(df[col])
-    totals = dict(zip(ns_cols, ns.sum(axis=1).tolist(), strict=True)) if ns is not None else {}
+    return _summarize(_Columns(df), None)
+
+
+def _summarize(c: _Columns, rows: npt.NDArray[np.int64] | None) -> Summary:
+    """:func:`summarize` of the rows at positions ``rows`` (in order; None: all of them)."""
+
+    def at(a: npt.NDArray[_T]) -> npt.NDArray[_T]:
+        return a if rows is None else a[..., rows]
+
+    pos = list(range(c.n)) if rows is None else rows.tolist()
+    ns = at(c.ns) if c.ns is not None else None
+    metrics = _ns_stats(c.ns_cols, ns)
+    for col, values in c.ratios.items():
+        metrics[col] = _float_stats(at(values))
+    totals = dict(zip(c.ns_cols, ns.sum(axis=1).tolist(), strict=True)) if ns is not None else {}
     tc, ts, ti = totals[COMM_NS.name], totals[STEP_NS.name], totals[IDEAL_NS.name]
-    counts = df[BOTTLENECK.name].value_counts()
+    counts = Counter(c.bottleneck[i] for i in pos)
     bottlenecks = {b: int(counts.get(b, 0)) for b in BOTTLENECKS if counts.get(b, 0)}
     dominant = max(BOTTLENECKS, key=lambda b: (int(counts.get(b, 0)), -BOTTLENECKS.index(b)))
-    worst = df.loc[df[EXPOSED_COMM_NS.name].astype(np.int64).idxmax()]
-    slowest = df.loc[df[STEP_NS.name].astype(np.int64).idxmax()]
+    # argmax: the first row holding the maximum, as idxmax
+    worst = pos[int(np.argmax(at(c.exposed)))]
+    slowest = pos[int(np.argmax(at(c.step_ns)))]
     return Summary(
-        n_steps=int(len(df)),
+        n_steps=len(pos),
         metrics=metrics,
         totals=totals,
         overlap_ratio=totals[OVERLAP_NS.name] / tc if tc else None,
@@ -109,8 +146,8 @@ def summarize(df: pd.DataFrame) -> Summary:
         potential_speedup=ts / ti if ti else None,
         bottlenecks=bottlenecks,
         dominant_bottleneck=dominant,
-        worst_step=_ref(worst),
-        slowest_step=_ref(slowest),
+        worst_step=c.ref(worst),
+        slowest_step=c.ref(slowest),
     )
 
 
@@ -123,19 +160,27 @@ def unit_key(rank: int, device: int | None, several: bool) -> str:
 def summarize_run(df: pd.DataFrame) -> RunSummary:
     """The run summary and one per unit."""
     per: dict[str, Summary] = {}
-    if not df.empty:
-        dev = df[DEVICE.name].astype(object)
-        keyed = df.assign(_d=dev.where(dev.notna(), -1))
-        n_units = keyed.groupby(RANK.name)["_d"].nunique()
-        groups = list(keyed.groupby([RANK.name, "_d"], sort=True))
-        if len(groups) == 1 and len(groups[0][1]) == len(df):
-            # one unit: its summary is the run's (the same rows, in order), computed once
-            (rank, d), _ = groups[0]
-            run = summarize(df)
-            several = int(n_units[rank]) > 1
-            per[unit_key(int(rank), None if d == -1 else int(d), several)] = run
-            return RunSummary(run=run, ranks=per)
-        for (rank, d), g in groups:
-            several = int(n_units[rank]) > 1
-            per[unit_key(int(rank), None if d == -1 else int(d), several)] = summarize(g)
-    return RunSummary(run=summarize(df), ranks=per)
+    if df.empty:
+        return RunSummary(run=summarize(df), ranks=per)
+    c = _Columns(df)
+    dev = df[DEVICE.name].astype(object)
+    units = list(zip(c.rank, dev.where(dev.notna(), -1).tolist(), strict=True))
+    rows: dict[tuple[object, object], list[int]] = {}
+    for i, k in enumerate(units):
+        rows.setdefault(k, []).append(i)
+    devices: dict[object, set[object]] = {}
+    for rank, d in rows:
+        devices.setdefault(rank, set()).add(d)
+    keys = sorted(rows, key=lambda k: (k[0], k[1]))  # as groupby([rank, device], sort=True)
+    if len(keys) == 1:
+        # one unit: its summary is the run's (the same rows, in order), computed once
+        rank, d = keys[0]
+        run = _summarize(c, None)
+        several = len(devices[rank]) > 1
+        per[unit_key(int(cast(int, rank)), None if d == -1 else int(cast(int, d)), several)] = run
+        return RunSummary(run=run, ranks=per)
+    for rank, d in keys:
+        several = len(devices[rank]) > 1
+        got = _summarize(c, np.asarray(rows[(rank, d)], dtype=np.int64))
+        per[unit_key(int(cast(int, rank)), None if d == -1 else int(cast(int, d)), several)] = got
+    return RunSummary(run=_summarize(c, None), ranks=per)
