@@ -132,8 +132,13 @@ def kernel_ranges(
     nth[by] = np.arange(by.size) - run_start + 1
     pair, inv = np.unique(code * (int(nth.max()) + 1) + nth, return_inverse=True)
     nth_max = int(nth.max()) + 1
+    # the f-string over plain lists: indexing numpy arrays per pair cost 3x the formatting
+    text = labels.tolist()
     names = np.array(
-        [f"{KERNEL_MARK}{labels[p // nth_max]} (call {p % nth_max} in the step)" for p in pair],
+        [
+            f"{KERNEL_MARK}{text[a]} (call {b} in the step)"
+            for a, b in zip((pair // nth_max).tolist(), (pair % nth_max).tolist(), strict=True)
+        ],
         dtype=object,
     )
     return pd.DataFrame(
