@@ -11,6 +11,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from ..core import intervals as iv
+from ..core.model import in_categories
 from ..core.vocab import STEP_MARKER_PREFIX
 
 I64 = npt.NDArray[np.int64]
@@ -41,10 +42,10 @@ def host_ranges(ev: pd.DataFrame, lo: int, hi: int) -> pd.DataFrame:
     communication calls. The main thread is the host thread with the most ``cpu_op`` s outside
     gloo's workers. Columnar, a few rows per op at most."""
     cat = ev["category"]
-    is_op = (cat == "cpu_op").to_numpy()
-    is_ann = (cat == "annotation").to_numpy()
+    is_op = in_categories(cat, ("cpu_op",))
+    is_ann = in_categories(cat, ("annotation",))
     tid = ev["tid"].to_numpy()
-    worker = (ev["thread_name"] == "pt_gloo_runloop").to_numpy(dtype=bool, na_value=False)
+    worker = in_categories(ev["thread_name"], ("pt_gloo_runloop",))
     ops = is_op & ~worker
     if not ops.any():
         return pd.DataFrame(columns=list(HOST_RANGE_COLUMNS))
