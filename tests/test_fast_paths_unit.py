@@ -8,6 +8,7 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from traceoverlap.core.intervals import unique_values
 from traceoverlap.core.model import (
     GPU_ACTIVITY_CATEGORIES,
     Timeline,
@@ -144,3 +145,18 @@ def test_top_names_are_value_counts_head(values, data):
     rows2 = np.append(rows, True)
     top2 = with_missing[rows2].astype(str).value_counts().head(k)
     assert top_names(with_missing, rows2, k) == tuple((str(a), int(b)) for a, b in top2.items())
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.integers(-(2**40), 2**40), max_size=50),
+    st.sampled_from([np.int8, np.int32, np.int64]),
+    st.booleans(),
+)
+def test_unique_values_is_np_unique(values, dtype, few):
+    a = np.asarray(values, dtype=np.int64)
+    a = (a % 5 if few else a % 100).astype(dtype) if dtype is not np.int64 or few else a
+    got, want = unique_values(a), np.unique(a)
+    assert got.dtype == want.dtype and got.tolist() == want.tolist()
+    ro = np.broadcast_to(a[:1], (7,)) if a.size else a  # a stride-0 column, as readers make
+    assert unique_values(ro).tolist() == np.unique(ro).tolist()

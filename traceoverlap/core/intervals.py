@@ -11,11 +11,13 @@ carries a group id, and groups never interact.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 IntArray = npt.NDArray[np.int64]
+_Int = TypeVar("_Int", bound=np.integer)
 Intervals = tuple[IntArray, IntArray]
 
 _I64_MIN = np.iinfo(np.int64).min
@@ -145,6 +147,17 @@ def group_min_max(
         np.minimum.at(lo, g, run_lo)
         np.maximum.at(hi, g, run_hi)
     return lo, hi
+
+
+def unique_values(values: npt.NDArray[_Int]) -> npt.NDArray[_Int]:
+    """``np.unique(values)`` of integers (sorted, distinct, same dtype), by a sort: numpy 2's
+    plain ``np.unique`` hashes first, ~15x a sort on many distinct values (a unit's 57 000 host
+    starts: 9 ms against 0.6 ms) and ~4x on a few (lane or device codes of every row)."""
+    s = np.sort(values, axis=None)
+    keep = np.empty(s.size, dtype=bool)
+    keep[:1] = True
+    np.not_equal(s[1:], s[:-1], out=keep[1:])
+    return s[keep]
 
 
 def unique_inverse(values: IntArray) -> tuple[IntArray, IntArray]:

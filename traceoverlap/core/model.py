@@ -56,6 +56,8 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from .intervals import unique_values
+
 #: Source categories a reader maps its events to.
 #:  - kernel / memcpy / memset: GPU activities
 #:  - sync: GPU synchronisation records (Kineto ``cuda_sync``): never activity
@@ -354,7 +356,7 @@ class Timeline:
     def gpu_ranks(self) -> np.ndarray:
         """Ranks with at least one GPU activity: these follow the GPU rules, the rest the CPU rules."""
         ev = self.events
-        return np.unique(
+        return unique_values(
             ev["rank"].to_numpy()[in_categories(ev["category"], GPU_ACTIVITY_CATEGORIES)]
         )
 
@@ -407,7 +409,7 @@ def split_units(timeline: Timeline) -> list[Timeline]:
     grouped = rank.size < 2 or bool((rank[1:] >= rank[:-1]).all())
     for info in sorted(timeline.traces, key=lambda t: t.rank):
         on_rank = rank == info.rank
-        devs = np.unique(device[on_rank & is_gpu])
+        devs = unique_values(device[on_rank & is_gpu])
         single = len(timeline.traces) == 1
         if devs.size <= 1:
             dev = int(devs[0]) if devs.size else info.device
