@@ -8,7 +8,7 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from traceoverlap.core.intervals import unique_values
+from traceoverlap.core.intervals import _next_by_sort, next_at_or_after, unique_values
 from traceoverlap.core.model import (
     GPU_ACTIVITY_CATEGORIES,
     Timeline,
@@ -160,3 +160,20 @@ def test_unique_values_is_np_unique(values, dtype, few):
     assert got.dtype == want.dtype and got.tolist() == want.tolist()
     ro = np.broadcast_to(a[:1], (7,)) if a.size else a  # a stride-0 column, as readers make
     assert unique_values(ro).tolist() == np.unique(ro).tolist()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 4), st.integers(-5, 30)), max_size=30),
+    st.lists(st.tuples(st.integers(0, 4), st.integers(-5, 30)), max_size=30),
+    st.booleans(),
+    st.sampled_from([1, 10**12]),
+)
+def test_next_at_or_after_in_sorted_candidates_is_the_joint_sort(qs, cs, sort, scale):
+    # candidates in (key, time) order take the binary-search path; unsorted ones the sort
+    cs = sorted(cs) if sort else cs
+    q = np.asarray(qs, np.int64).reshape(-1, 2) * np.array([1, scale])
+    c = np.asarray(cs, np.int64).reshape(-1, 2) * np.array([1, scale])
+    got = next_at_or_after(q[:, 0], q[:, 1], c[:, 0], c[:, 1])
+    want = _next_by_sort(q[:, 0], q[:, 1], c[:, 0], c[:, 1])
+    assert got.tolist() == want.tolist()
