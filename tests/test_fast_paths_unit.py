@@ -177,3 +177,19 @@ def test_next_at_or_after_in_sorted_candidates_is_the_joint_sort(qs, cs, sort, s
     got = next_at_or_after(q[:, 0], q[:, 1], c[:, 0], c[:, 1])
     want = _next_by_sort(q[:, 0], q[:, 1], c[:, 0], c[:, 1])
     assert got.tolist() == want.tolist()
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.sampled_from(["kernel", "cpu_op", "annotation", "x", None]), max_size=30),
+    st.lists(st.sampled_from(["kernel", "annotation", "absent", "x"]), max_size=4),
+    st.booleans(),
+)
+def test_in_categories_is_isin(values, wanted, many):
+    # few categories take the list scan, many (a name column) get_indexer
+    extra = [f"n{i}" for i in range(70)] if many else []
+    col = pd.Series(
+        pd.Categorical(values, categories=["kernel", "cpu_op", "annotation", "x"] + extra)
+    )
+    want = col.isin(wanted).to_numpy(dtype=bool)
+    assert in_categories(col, wanted).tolist() == want.tolist()
