@@ -11,11 +11,13 @@ carries a group id, and groups never interact.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 IntArray = npt.NDArray[np.int64]
+_Int = TypeVar("_Int", bound=np.integer)
 Intervals = tuple[IntArray, IntArray]
 
 _I64_MIN = np.iinfo(np.int64).min
@@ -145,6 +147,17 @@ def group_min_max(
         np.minimum.at(lo, g, run_lo)
         np.maximum.at(hi, g, run_hi)
     return lo, hi
+
+
+def unique_values(values: npt.NDArray[_Int]) -> npt.NDArray[_Int]:
+    """``np.unique(values)`` of integers (sorted, distinct, same dtype), by a sort: numpy 2's
+    plain ``np.unique`` hashes first, ~15x a sort on many distinct values (a unit's 57 000 host
+    starts: 9 ms against 0.6 ms) and ~4x on a few (lane or device codes of every row)."""
+    s = np.sort(values, axis=None)
+    keep = np.empty(s.size, dtype=bool)
+    keep[:1] = True
+    np.not_equal(s[1:], s[:-1], out=keep[1:])
+    return s[keep]
 
 
 def unique_inverse(values: IntArray) -> tuple[IntArray, IntArray]:
@@ -349,6 +362,44 @@ def next_at_or_after(q_key: IntArray, q_t: IntArray, c_key: IntArray, c_t: IntAr
     first at or after the query's time, -1 when none. One sort of queries and candidates
     together by (key, time, query first); no loop over either."""
     qk, qt, ck, ct = (_as_i64(x) for x in (q_key, q_t, c_key, c_t))
+    if qk.size and ck.size:
+        fast = _next_in_sorted(qk, qt, ck, ct)
+        if fast is not None:
+            return fast
+    return _next_by_sort(qk, qt, ck, ct)
+
+
+def _next_in_sorted(qk: IntArray, qt: IntArray, ck: IntArray, ct: IntArray) -> IntArray | None:
+    """:func:`next_at_or_after` when the candidates are already in (key, time) order (a lane's
+    calls by start, as most callers hold them): each key's times are shifted into a slot of
+    their own, so that one increasing array answers every query by a binary search instead of
+    a sort of queries and candidates together. None when they are not in that order, or the
+    slots would not fit in int64."""
+    up = ck[1:] > ck[:-1]
+    if not (up | ((ck[1:] == ck[:-1]) & (ct[1:] >= ct[:-1]))).all():
+        return None
+    lo, hi = int(ct.min()), int(ct.max())
+    first = np.empty(ck.size, dtype=bool)
+    first[:1] = True
+    first[1:] = up
+    keys = ck[first]
+    span = hi - lo + 1
+    if lo <= -(2**62) or hi >= 2**62 or span * (keys.size + 1) >= 2**62:
+        return None
+    slot = np.cumsum(first) - 1
+    shifted = (ct - lo) + slot * span
+    b = np.searchsorted(keys, qk)
+    bb = np.minimum(b, keys.size - 1)
+    known = (b < keys.size) & (keys[bb] == qk)
+    # a time past the key's last candidate lands on the next key's first (or past the end)
+    j = np.searchsorted(shifted, np.clip(qt, lo, hi + 1) - lo + bb * span, side="left")
+    jj = np.minimum(j, ck.size - 1)
+    ok = known & (j < ck.size) & (ck[jj] == qk)
+    return np.where(ok, jj, -1).astype(np.int64)
+
+
+def _next_by_sort(qk: IntArray, qt: IntArray, ck: IntArray, ct: IntArray) -> IntArray:
+    """:func:`next_at_or_after` by one sort of queries and candidates together."""
     n_q = qk.size
     out = np.full(n_q, -1, dtype=np.int64)
     if n_q == 0 or ck.size == 0:

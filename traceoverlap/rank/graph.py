@@ -568,7 +568,7 @@ def _blocking_edges(nodes: _Nodes, h_lane: I64, h_start: I64) -> tuple[I64, I64,
     z = np.zeros(0, np.int64)
     if comm_all.size == 0:
         return z, z.copy(), z.copy()
-    for ln in np.unique(lane[kind != Kind.COMM]).tolist():  # a loop over lanes, not events
+    for ln in iv.unique_values(lane[kind != Kind.COMM]).tolist():  # a loop over lanes, not events
         on = np.flatnonzero(lane == ln)
         comm = comm_all[lane[comm_all] != ln]
         if comm.size == 0:
@@ -847,7 +847,7 @@ def _stream_wait_edges(
     is_comm = kind[dev] == Kind.COMM
     gs: list[I64] = []
     gd: list[I64] = []
-    for th in np.unique(lthread).tolist():  # a loop over launching threads, not events
+    for th in iv.unique_values(lthread).tolist():  # a loop over launching threads, not events
         sel = np.flatnonzero(lthread == th)
         sel = sel[np.argsort(t_launch[sel], kind="stable")]
         w = waits[lane_codes[waits] == th]

@@ -11,6 +11,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from ..core import intervals as iv
+from ..core.model import in_categories
 from ..core.vocab import STEP_MARKER_PREFIX
 
 I64 = npt.NDArray[np.int64]
@@ -41,10 +42,10 @@ def host_ranges(ev: pd.DataFrame, lo: int, hi: int) -> pd.DataFrame:
     communication calls. The main thread is the host thread with the most ``cpu_op`` s outside
     gloo's workers. Columnar, a few rows per op at most."""
     cat = ev["category"]
-    is_op = (cat == "cpu_op").to_numpy()
-    is_ann = (cat == "annotation").to_numpy()
+    is_op = in_categories(cat, ("cpu_op",))
+    is_ann = in_categories(cat, ("annotation",))
     tid = ev["tid"].to_numpy()
-    worker = (ev["thread_name"] == "pt_gloo_runloop").to_numpy(dtype=bool, na_value=False)
+    worker = in_categories(ev["thread_name"], ("pt_gloo_runloop",))
     ops = is_op & ~worker
     if not ops.any():
         return pd.DataFrame(columns=list(HOST_RANGE_COLUMNS))
@@ -132,8 +133,13 @@ def kernel_ranges(
     nth[by] = np.arange(by.size) - run_start + 1
     pair, inv = np.unique(code * (int(nth.max()) + 1) + nth, return_inverse=True)
     nth_max = int(nth.max()) + 1
+    # the f-string over plain lists: indexing numpy arrays per pair cost 3x the formatting
+    text = labels.tolist()
     names = np.array(
-        [f"{KERNEL_MARK}{labels[p // nth_max]} (call {p % nth_max} in the step)" for p in pair],
+        [
+            f"{KERNEL_MARK}{text[a]} (call {b} in the step)"
+            for a, b in zip((pair // nth_max).tolist(), (pair % nth_max).tolist(), strict=True)
+        ],
         dtype=object,
     )
     return pd.DataFrame(

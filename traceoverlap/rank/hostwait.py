@@ -85,7 +85,7 @@ def _waits(
     (``cpu_comm_calls``: ``c10d::*``, ``record_param_comms``, ``nccl:*``, ``gloo:*``,
     ``*wait*``)."""
     z = np.zeros(0, np.int64)
-    comp_lanes = np.unique(lane[kind == Kind.COMPUTE])
+    comp_lanes = iv.unique_values(lane[kind == Kind.COMPUTE])
     comm = np.flatnonzero(kind == Kind.COMM)
     if comp_lanes.size == 0 or comm.size == 0:
         return z, z.copy(), z.copy(), z.copy()
@@ -171,7 +171,7 @@ def call_parts(unit: Timeline, kind: npt.NDArray[np.int8], rules: Rules | None =
         # `gloo:*` ranges are the collectives in flight, not calls: nothing to cut
         return CallParts(z, z, z, z, z, z, z, z, 0)
     lane = lane_codes(unit)
-    comp_lanes = np.unique(lane[kind == Kind.COMPUTE])
+    comp_lanes = iv.unique_values(lane[kind == Kind.COMPUTE])
     call = name_mask(ev["name"], rules.cpu_compute_exclude + rules.extra_comm, is_op)
     call &= np.isin(lane, comp_lanes)
     start = ev["start_ns"].to_numpy().astype(np.int64)
@@ -201,8 +201,8 @@ def host_starts(unit: Timeline, kind: npt.NDArray[np.int8]) -> I64:
     cat = ev["category"]
     host = (cat == "cpu_op").to_numpy() | (cat == "annotation").to_numpy()
     lane = lane_codes(unit)
-    on = host & np.isin(lane, np.unique(lane[kind == Kind.COMPUTE]))
-    return np.unique(ev["start_ns"].to_numpy().astype(np.int64)[on])
+    on = host & np.isin(lane, iv.unique_values(lane[kind == Kind.COMPUTE]))
+    return iv.unique_values(ev["start_ns"].to_numpy().astype(np.int64)[on])
 
 
 def split_compute(

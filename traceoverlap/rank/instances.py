@@ -30,7 +30,7 @@ import pandas as pd
 
 from ..core import intervals as iv
 from ..core.intervals import GroupedIntervals
-from ..core.model import Kind, Timeline, TraceInfo, per_category, values_at
+from ..core.model import Kind, Timeline, TraceInfo, in_categories, per_category, values_at
 from ..core.vocab import (
     NCCL_RANGE,
     Family,
@@ -75,7 +75,7 @@ def _enclosing_collective(ev: pd.DataFrame, launch_rows: I64) -> npt.NDArray[np.
     implements an all-to-all), "" when none."""
     out = np.full(launch_rows.size, "", dtype=object)
     names = ev["name"]
-    ann = (ev["category"] == "annotation").to_numpy()
+    ann = in_categories(ev["category"], ("annotation",))
     coll_of = per_category(names, lambda c: m.group(1) if (m := NCCL_RANGE.match(c)) else "", ann)
     codes = names.cat.codes.to_numpy()
     is_range = (coll_of != "")[codes] & ann  # tested per name: no object per row
@@ -111,8 +111,11 @@ def p2p_peers(ev: pd.DataFrame, rows: I64, launch_row: I64) -> tuple[I64, I64]:
     tag = np.full(rows.size, -1, dtype=np.int64)
     if "peer_rank" not in ev or rows.size == 0:
         return peer, tag
-    all_peer = ev["peer_rank"].to_numpy().astype(np.int64)
-    all_tag = ev["p2p_tag"].to_numpy().astype(np.int64)
+    raw_peer, raw_tag = ev["peer_rank"].to_numpy(), ev["p2p_tag"].to_numpy()
+    if raw_peer.strides == raw_tag.strides == (0,) and raw_peer[0] < 0 and raw_tag[0] < 0:
+        return peer, tag  # one shared -1 each (no op recorded any): no copy of a row each
+    all_peer = raw_peer.astype(np.int64)
+    all_tag = raw_tag.astype(np.int64)
     ops = np.flatnonzero((all_peer >= 0) | (all_tag >= 0))
     if ops.size == 0:
         return peer, tag
@@ -412,7 +415,8 @@ def _instance_table(
             "end_ns": np.maximum.reduceat(own[1][rows_sorted], firsts),
         }
     )
-    inst["p2p"] = inst["family"] == Family.SEND_RECV
+    # per distinct label, not per row of the text column
+    inst["p2p"] = np.asarray(family_uniq == Family.SEND_RECV, dtype=bool)[c.label_code[head]]
     if span is not None:
         # point-to-point (diagnosis.md §6, §11): the instance is the call, and its wait is the
         # time before the peer started, so its span is the call's; a collective's wait and

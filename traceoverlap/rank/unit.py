@@ -427,9 +427,7 @@ def analyze_unit(
 
     ranges: tuple[tuple[str, int], ...] = ()
     if steps.markers_found == 0:
-        ann = ev["name"][(ev["category"] == "annotation").to_numpy()].astype(str)
-        top = ann.value_counts().head(8)
-        ranges = tuple((str(k), int(v)) for k, v in top.items())
+        ranges = top_names(ev["name"], in_categories(ev["category"], ("annotation",)))
     run_graph = None
     if graph:
         from .graph import unit_graph
@@ -459,6 +457,23 @@ def analyze_unit(
         host_ranges=_blame_ranges(ev, kind, steps) if n and len(instances) else None,
         strategy=strategy,
     )
+
+
+def top_names(
+    names: pd.Series, rows: npt.NDArray[np.bool_], k: int = 8
+) -> tuple[tuple[str, int], ...]:
+    """The ``k`` most frequent names of ``rows`` as (name, count), most frequent first, ties in
+    order of first occurrence: ``names[rows].astype(str).value_counts().head(k)``, counted on
+    the category codes (a string per row cost ~50 ms on an export's 300 000 ranges)."""
+    cats = names.cat.categories if isinstance(names.dtype, pd.CategoricalDtype) else None
+    codes = names.cat.codes.to_numpy()[rows] if cats is not None else None
+    if cats is None or codes is None or cats.inferred_type != "string" or (codes < 0).any():
+        top = names[rows].astype(str).value_counts().head(k)
+        return tuple((str(n), int(c)) for n, c in top.items())
+    used, first, counts = np.unique(codes, return_index=True, return_counts=True)
+    order = np.lexsort((first, -counts))[:k]
+    labels = cats.to_numpy(dtype=object)[used[order]].tolist()
+    return tuple((str(n), int(c)) for n, c in zip(labels, counts[order].tolist(), strict=True))
 
 
 def _blame_ranges(ev: pd.DataFrame, kind: npt.NDArray[np.int8], steps: UnitSteps) -> pd.DataFrame:
