@@ -362,7 +362,15 @@ class PageReader:
         """Positions of the rows whose ``column`` is an integer of pid ``pid`` (as
         :func:`pid_sql` says: ``(value >> 24) & 0xFFFFFF``, 0 when not an integer): the column
         read off the pages, one decode instead of SQLite evaluating the condition per row and
-        writing each selected rowid as text."""
+        writing each selected rowid as text. The column's pids are found once per file
+        (:mod:`._memo`): the next process's read of the table selects its rows from them."""
+        pids = remembered(
+            self.path, ("pids", table, column), lambda: self.pids(table, info, column)
+        )
+        return np.flatnonzero(pids == pid).astype(np.int64)
+
+    def pids(self, table: str, info: list[tuple[Any, ...]], column: str) -> npt.NDArray[np.int32]:
+        """Per row, the pid of ``column`` as :func:`pid_sql` says (int32: 24 bits)."""
         saved = self.defaults, self.text_keep
         self.text_keep = None
         try:
@@ -373,7 +381,7 @@ class PageReader:
         values >>= 24
         values &= 0xFFFFFF
         values[kinds != INT] = 0
-        return np.flatnonzero(values == pid).astype(np.int64)
+        return values.astype(np.int32)
 
     def release(self, pages: I64) -> None:
         """Hand the map's copies of ``pages`` (decoded, not needed again) back to the system:
