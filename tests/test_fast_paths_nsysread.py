@@ -1,5 +1,8 @@
 """The Nsight Systems reader's fast paths against the code they replace (issue 40).
 
+- ``_npage.texts_memo`` (a block's distinct texts looked up in the texts of the scan's earlier
+  blocks, kept in an ``_npage.Memo``) against ``_npage.texts`` (every block on its own), and the
+  whole reader with it against the numpy decoder (``TRACEOVERLAP_NPAGE=0``) over many blocks;
 - a process's rows selected from the pids of its table's column, decoded once per file
   (``PageReader.pids``, kept in ``._memo``), against SQLite's own selection.
 """
@@ -11,11 +14,13 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from traceoverlap.readers.nsys import _memo, _pages
-from traceoverlap.readers.nsys._columns import pid_sql
+from traceoverlap.readers.nsys._columns import REFUSED, Unsupported, pid_sql
 from traceoverlap.readers.nsys._scan import read_columns
 
 needs_c = pytest.mark.skipif(_pages._npage is None, reason="the C page decoder is not built")
@@ -27,6 +32,118 @@ _text = st.binary(max_size=5).map(lambda b: bytes(x % 4 + 0x61 if x < 0xF0 else 
 
 def _keep(text: str) -> bool:
     return len(text) % 2 == 1
+
+
+@needs_c
+@settings(max_examples=150, deadline=None)
+@given(
+    blocks=st.lists(st.lists(st.one_of(st.none(), _text), max_size=30), max_size=6),
+    limit=st.integers(0, 12),
+    ask=st.booleans(),
+)
+def test_texts_memo_reads_what_texts_reads(
+    blocks: list[list[bytes | None]], limit: int, ask: bool
+) -> None:
+    # each block's rows (None: NULL) at their offsets in one buffer; with a memo of `limit`
+    # texts shared by the blocks, every row decodes to what texts() gives it, the same uniques
+    # in the same order, the same count of rows that are not UTF-8; a verdict the memo gives
+    # (known 0 / 1) is the one settled for that text in an earlier block
+    from traceoverlap.readers.nsys import _npage
+
+    memo = _npage.Memo(limit)
+    settled: dict[str, bool] = {}
+    for rows in blocks:
+        buf = b"".join(r or b"" for r in rows)
+        mm = np.frombuffer(buf + b"\x00", dtype=np.uint8)
+        ln = np.array([len(r or b"") for r in rows], dtype=np.int64)
+        off = np.cumsum(ln) - ln
+        null = np.array([r is None for r in rows], dtype=np.uint8)
+        codes, uniques, bad = _npage.texts(mm, off, ln, null)
+        had = len(memo)
+        mcodes, muniques, mbad, known, found = _npage.texts_memo(mm, off, ln, null, memo)
+        assert muniques == uniques and mbad == bad and mcodes == codes
+        verdict = np.frombuffer(known, dtype=np.int8)
+        assert verdict.size == len(uniques) and set(verdict.tolist()) <= {0, 1, 2}
+        for u, v in zip(uniques, verdict.tolist(), strict=True):
+            if v != 2:
+                assert settled[u] is bool(v)
+        assert found <= min(had, len(uniques)) and len(memo) <= limit
+        pending = [u for u, v in zip(uniques, verdict.tolist(), strict=True) if v == 2]
+        if ask:
+            answers = np.array([_keep(u) for u in pending], dtype=bool)
+            memo.settle(answers.view(np.uint8))
+            settled.update(zip(pending, answers.tolist(), strict=True))
+        with pytest.raises(ValueError):
+            memo.settle(np.zeros(len(pending) + 1, dtype=np.uint8))
+
+
+def _write(path: Path, rows: list[tuple[int, Any]]) -> None:
+    con = sqlite3.connect(path)
+    con.execute("PRAGMA page_size = 1024")
+    con.execute("CREATE TABLE t (a INTEGER, s TEXT)")
+    con.executemany("INSERT INTO t VALUES (?, ?)", rows)
+    con.commit()
+    con.close()
+
+
+def _read(path: Path, decoder: str, keep: Any) -> Any:
+    _memo.forget()
+    old = _pages.DECODER
+    _pages.DECODER = decoder
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
+    try:
+        con.execute("BEGIN")
+        info = con.execute("PRAGMA table_xinfo(t)").fetchall()
+        reader = _pages.PageReader(con, path)
+        reader.text_keep = keep
+        cols = reader.read("t", info, ["a"], ["s"], None)
+        return cols.ints["a"].tolist(), cols.texts["s"].tolist(), cols.bad_utf8
+    except Unsupported:
+        return "unsupported"
+    finally:
+        con.close()
+        _pages.DECODER = old
+
+
+@needs_c
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    texts=st.lists(
+        st.one_of(st.none(), st.text("abé", max_size=6), st.binary(min_size=1, max_size=3)),
+        min_size=1,
+        max_size=12,
+    ),
+    picks=st.lists(st.integers(0, 11), max_size=400),
+    block=st.sampled_from([16, 64, 256]),
+    limit=st.integers(0, 8),
+    keep=st.sampled_from([None, "odd"]),
+)
+def test_reader_with_the_memo_reads_what_the_numpy_decoder_reads(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    texts: list[Any],
+    picks: list[int],
+    block: int,
+    limit: int,
+    keep: str | None,
+) -> None:
+    # a column of a few texts (some not UTF-8) repeated over many blocks of `block` bytes,
+    # with a memo of `limit` texts: the C path reads the numpy decoder's column
+    monkeypatch.setattr(_pages, "_TEXT_BLOCK_BYTES", block)
+    monkeypatch.setattr(_pages, "_KEPT_MEMO_TEXTS", limit)
+    rows = [(i, texts[p % len(texts)]) for i, p in enumerate(picks)]
+    path = tmp_path / f"t{next(_names)}.sqlite"
+    _write(path, rows)
+    test = None if keep is None else _keep
+    c = _read(path, "c", test)
+    assert c == _read(path, "numpy", test)
+    if c != "unsupported" and test is not None:
+        assert all(t is None or t is REFUSED or test(t) for t in c[1])
+    path.unlink()
 
 
 def test_a_process_s_rows_come_from_one_decode_of_the_pid_column(

@@ -23,6 +23,17 @@
  * texts(mm, offsets, lengths, null) -> (codes, uniques, bad): a block of texts as codes into
  *   the distinct ones, each decoded once (see below): the NVTX text column of an export repeats
  *   a few thousand names over hundreds of thousands of rows.
+ *
+ * texts_memo(mm, offsets, lengths, null, memo) -> (codes, uniques, bad, known, found): texts(),
+ *   the distinct texts looked up first in a Memo (kept across the blocks of one scan): one found
+ *   there is not decoded again (its str is shared) and brings the text filter's verdict given
+ *   in an earlier block. known: bytes of int8, per unique: 0 / 1 the verdict kept, 2 none kept
+ *   yet (the caller asks the filter, then hands the answers, in order, to memo.settle); found:
+ *   how many uniques the memo held. A new text is kept while the memo has room.
+ *
+ * Memo(limit): at most limit texts (bytes, str, verdict, whether valid UTF-8); len(memo) is
+ *   how many it holds; memo.settle(verdicts) records the verdicts (bytes-like, one byte each,
+ *   nonzero: kept) of the last texts_memo call's uniques of known 2, in their order.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -360,14 +371,163 @@ static inline uint64_t span_hash(const uint8_t *p, int64_t n) {
     return h ^ (h >> 29);
 }
 
-static PyObject *texts(PyObject *self, PyObject *args) {
-    PyObject *mm_o, *off_o, *len_o, *null_o;
-    if (!PyArg_ParseTuple(args, "OOOO", &mm_o, &off_o, &len_o, &null_o)) return NULL;
+/* Memo: texts of earlier blocks of a scan, by their bytes (an open-addressing table of at most
+ * limit entries, twice as many slots: never full, never resized) */
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t limit, n;
+    size_t cap;
+    int32_t *slots;
+    uint64_t *hash;
+    int64_t *at, *len; /* the entry's bytes in arena */
+    PyObject **str;
+    int8_t *verdict; /* 0 / 1; 2: none yet */
+    uint8_t *bad;
+    char *arena;
+    size_t arena_len, arena_cap;
+    int32_t *pending; /* the last texts_memo call's uniques of known 2: their entry, or -1 */
+    Py_ssize_t n_pending;
+} Memo;
+
+static void memo_dealloc(Memo *m) {
+    if (m->str)
+        for (Py_ssize_t e = 0; e < m->n; e++) Py_XDECREF(m->str[e]);
+    free(m->slots);
+    free(m->hash);
+    free(m->at);
+    free(m->len);
+    free(m->str);
+    free(m->verdict);
+    free(m->bad);
+    free(m->arena);
+    free(m->pending);
+    Py_TYPE(m)->tp_free((PyObject *)m);
+}
+
+static PyObject *memo_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    Py_ssize_t limit;
+    static char *kwlist[] = {"limit", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "n", kwlist, &limit)) return NULL;
+    if (limit < 0 || limit > (1 << 24)) {
+        PyErr_SetString(PyExc_ValueError, "limit: 0 to 2**24 texts");
+        return NULL;
+    }
+    Memo *m = (Memo *)type->tp_alloc(type, 0);
+    if (!m) return NULL;
+    m->limit = limit;
+    m->cap = 16;
+    while (m->cap < (size_t)limit * 2) m->cap <<= 1;
+    size_t k = (size_t)limit + 1;
+    m->slots = (int32_t *)malloc(m->cap * sizeof(int32_t));
+    m->hash = (uint64_t *)malloc(k * sizeof(uint64_t));
+    m->at = (int64_t *)malloc(k * sizeof(int64_t));
+    m->len = (int64_t *)malloc(k * sizeof(int64_t));
+    m->str = (PyObject **)calloc(k, sizeof(PyObject *));
+    m->verdict = (int8_t *)malloc(k);
+    m->bad = (uint8_t *)malloc(k);
+    if (!m->slots || !m->hash || !m->at || !m->len || !m->str || !m->verdict || !m->bad) {
+        Py_DECREF(m);
+        return PyErr_NoMemory();
+    }
+    memset(m->slots, 0xFF, m->cap * sizeof(int32_t));
+    return (PyObject *)m;
+}
+
+static Py_ssize_t memo_length(Memo *m) { return m->n; }
+
+static PyObject *memo_settle(Memo *m, PyObject *arg) {
+    Py_buffer v;
+    if (PyObject_GetBuffer(arg, &v, PyBUF_C_CONTIGUOUS)) return NULL;
+    if (v.itemsize != 1 || v.len != m->n_pending) {
+        PyBuffer_Release(&v);
+        PyErr_SetString(PyExc_ValueError, "settle: one byte per text of known 2 expected");
+        return NULL;
+    }
+    const uint8_t *b = (const uint8_t *)v.buf;
+    for (Py_ssize_t i = 0; i < m->n_pending; i++)
+        if (m->pending[i] >= 0) m->verdict[m->pending[i]] = b[i] ? 1 : 0;
+    m->n_pending = 0;
+    PyBuffer_Release(&v);
+    Py_RETURN_NONE;
+}
+
+/* the entry holding bytes p[0:k] of hash h, or -1; *slot: where it is or would go */
+static int32_t memo_find(const Memo *m, const uint8_t *p, int64_t k, uint64_t h, size_t *slot) {
+    size_t s = (size_t)h & (m->cap - 1);
+    for (;;) {
+        int32_t e = m->slots[s];
+        if (e < 0 || (m->hash[e] == h && m->len[e] == k &&
+                      (k == 0 || memcmp(m->arena + m->at[e], p, (size_t)k) == 0))) {
+            *slot = s;
+            return e;
+        }
+        s = (s + 1) & (m->cap - 1);
+    }
+}
+
+/* a new entry (the memo has room): its bytes copied; -1 when out of memory (error set) */
+static int32_t memo_add(Memo *m, const uint8_t *p, int64_t k, uint64_t h, size_t slot,
+                        PyObject *str, uint8_t bad) {
+    if (m->arena_len + (size_t)k > m->arena_cap) {
+        size_t cap = m->arena_cap ? m->arena_cap : 1 << 16;
+        while (cap < m->arena_len + (size_t)k) cap <<= 1;
+        char *a = (char *)realloc(m->arena, cap);
+        if (!a) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        m->arena = a;
+        m->arena_cap = cap;
+    }
+    int32_t e = (int32_t)m->n++;
+    if (k) memcpy(m->arena + m->arena_len, p, (size_t)k);
+    m->at[e] = (int64_t)m->arena_len;
+    m->arena_len += (size_t)k;
+    m->len[e] = k;
+    m->hash[e] = h;
+    Py_INCREF(str);
+    m->str[e] = str;
+    m->verdict[e] = 2;
+    m->bad[e] = bad;
+    m->slots[slot] = e;
+    return e;
+}
+
+static PyMethodDef MEMO_METHODS[] = {
+    {"settle", (PyCFunction)memo_settle, METH_O,
+     "settle(verdicts): the verdicts of the last texts_memo call's texts of known 2, in order."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods MEMO_SEQ = {.sq_length = (lenfunc)memo_length};
+
+static PyTypeObject MemoType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_npage.Memo",
+    .tp_basicsize = sizeof(Memo),
+    .tp_dealloc = (destructor)memo_dealloc,
+    .tp_as_sequence = &MEMO_SEQ,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Memo(limit): the distinct texts of a scan's earlier blocks (see texts_memo).",
+    .tp_methods = MEMO_METHODS,
+    .tp_new = memo_new,
+};
+
+static PyObject *texts_impl(PyObject *args, int with_memo) {
+    PyObject *mm_o, *off_o, *len_o, *null_o, *memo_o = NULL;
+    if (with_memo) {
+        if (!PyArg_ParseTuple(args, "OOOOO!", &mm_o, &off_o, &len_o, &null_o, &MemoType,
+                              &memo_o))
+            return NULL;
+    } else if (!PyArg_ParseTuple(args, "OOOO", &mm_o, &off_o, &len_o, &null_o)) {
+        return NULL;
+    }
+    Memo *memo = (Memo *)memo_o;
     Py_buffer mmv = {0}, offv = {0}, lenv = {0}, nullv = {0};
-    PyObject *result = NULL, *uniques = NULL, *codes_b = NULL;
+    PyObject *result = NULL, *uniques = NULL, *codes_b = NULL, *known_b = NULL;
     int32_t *slots = NULL;
     int64_t *u_off = NULL, *u_len = NULL;
     uint8_t *u_bad = NULL;
+    if (memo) memo->n_pending = 0;
     if (PyObject_GetBuffer(mm_o, &mmv, PyBUF_C_CONTIGUOUS)) goto done;
     if (get_buf(off_o, &offv, 0, 8, -1, "offsets")) goto done;
     Py_ssize_t n = offv.len / 8;
@@ -396,12 +556,23 @@ static PyObject *texts(PyObject *self, PyObject *args) {
         PyErr_NoMemory();
         goto done;
     }
+    if (memo) {
+        int32_t *pend = (int32_t *)realloc(memo->pending, ((size_t)n + 1) * sizeof(int32_t));
+        if (!pend) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        memo->pending = pend;
+        known_b = PyBytes_FromStringAndSize(NULL, n);
+        if (!known_b) goto done;
+    }
     memset(slots, 0xFF, cap * sizeof(int32_t));
     uniques = PyList_New(0);
     codes_b = PyBytes_FromStringAndSize(NULL, n * 4);
     if (!uniques || !codes_b) goto done;
     int32_t *codes = (int32_t *)PyBytes_AS_STRING(codes_b);
-    Py_ssize_t bad = 0;
+    int8_t *known = known_b ? (int8_t *)PyBytes_AS_STRING(known_b) : NULL;
+    Py_ssize_t bad = 0, found = 0;
     int32_t nu = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         if (null[i]) {
@@ -410,7 +581,8 @@ static PyObject *texts(PyObject *self, PyObject *args) {
         }
         const uint8_t *p = src + off[i];
         int64_t k = len[i];
-        size_t h = (size_t)span_hash(p, k) & (cap - 1);
+        uint64_t hash = span_hash(p, k);
+        size_t h = (size_t)hash & (cap - 1);
         int32_t u;
         for (;;) {
             u = slots[h];
@@ -422,14 +594,40 @@ static PyObject *texts(PyObject *self, PyObject *args) {
             slots[h] = u;
             u_off[u] = off[i];
             u_len[u] = k;
-            PyObject *t = PyUnicode_DecodeUTF8((const char *)p, (Py_ssize_t)k, NULL);
-            u_bad[u] = 0;
-            if (!t && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
-                PyErr_Clear();
-                t = PyUnicode_DecodeUTF8((const char *)p, (Py_ssize_t)k, "replace");
-                u_bad[u] = 1;
+            PyObject *t = NULL;
+            int32_t e = -1;
+            size_t mslot = 0;
+            if (memo) {
+                e = memo_find(memo, p, k, hash, &mslot);
+                if (e >= 0) {
+                    t = memo->str[e];
+                    Py_INCREF(t);
+                    u_bad[u] = memo->bad[e];
+                    known[u] = memo->verdict[e];
+                    found++;
+                }
             }
-            if (!t) goto done;
+            if (!t) {
+                t = PyUnicode_DecodeUTF8((const char *)p, (Py_ssize_t)k, NULL);
+                u_bad[u] = 0;
+                if (!t && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+                    PyErr_Clear();
+                    t = PyUnicode_DecodeUTF8((const char *)p, (Py_ssize_t)k, "replace");
+                    u_bad[u] = 1;
+                }
+                if (!t) goto done;
+                if (memo) {
+                    known[u] = 2;
+                    if (memo->n < memo->limit) {
+                        e = memo_add(memo, p, k, hash, mslot, t, u_bad[u]);
+                        if (e < 0) {
+                            Py_DECREF(t);
+                            goto done;
+                        }
+                    }
+                }
+            }
+            if (memo && known[u] == 2) memo->pending[memo->n_pending++] = e;
             int rc = PyList_Append(uniques, t);
             Py_DECREF(t);
             if (rc) goto done;
@@ -437,20 +635,31 @@ static PyObject *texts(PyObject *self, PyObject *args) {
         codes[i] = u;
         bad += u_bad[u];
     }
-    result = Py_BuildValue("OOn", codes_b, uniques, bad);
+    if (memo) {
+        if (_PyBytes_Resize(&known_b, nu)) goto done;
+        result = Py_BuildValue("OOnOn", codes_b, uniques, bad, known_b, found);
+    } else {
+        result = Py_BuildValue("OOn", codes_b, uniques, bad);
+    }
 done:
+    if (!result && memo) memo->n_pending = 0;
     free(slots);
     free(u_off);
     free(u_len);
     free(u_bad);
     Py_XDECREF(uniques);
     Py_XDECREF(codes_b);
+    Py_XDECREF(known_b);
     release(&mmv);
     release(&offv);
     release(&lenv);
     release(&nullv);
     return result;
 }
+
+static PyObject *texts(PyObject *self, PyObject *args) { return texts_impl(args, 0); }
+
+static PyObject *texts_memo(PyObject *self, PyObject *args) { return texts_impl(args, 1); }
 
 static PyMethodDef METHODS[] = {
     {"decode", decode, METH_VARARGS,
@@ -459,6 +668,9 @@ static PyMethodDef METHODS[] = {
     {"texts", texts, METH_VARARGS,
      "texts(mm, offsets, lengths, null) -> (codes, uniques, bad): a block's texts, each distinct "
      "one decoded once."},
+    {"texts_memo", texts_memo, METH_VARARGS,
+     "texts_memo(mm, offsets, lengths, null, memo) -> (codes, uniques, bad, known, found): "
+     "texts(), the texts of the memo's earlier blocks not decoded again."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -467,4 +679,15 @@ static struct PyModuleDef MODULE = {
     -1, METHODS, NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__npage(void) { return PyModule_Create(&MODULE); }
+PyMODINIT_FUNC PyInit__npage(void) {
+    if (PyType_Ready(&MemoType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&MODULE);
+    if (!m) return NULL;
+    Py_INCREF(&MemoType);
+    if (PyModule_AddObject(m, "Memo", (PyObject *)&MemoType) < 0) {
+        Py_DECREF(&MemoType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -97,11 +97,12 @@ _SQL_ROWS = 1 << 20
 # this many (its fixed cost, a 65536-bin count and a lookup per needle, is ~0.5 ms), else one
 # by one (~1-2 us each).
 _PREFILTER_TEXTS = 512
-# The C path's text filter remembers its verdict on this many distinct texts of one scan (a
-# column's names recur in every block: the FSDP export's 4 000 in each of its ~40): a bound, so
-# that a capture of a million distinct names the filter refuses is not held here instead (and
-# once a block's texts are nearly all new, the scan stops looking them up: the FSDP export's
-# second block has 27 % new, each of the synthetic emit_nvtx capture's 100 %).
+# The C path keeps this many distinct texts of one scan, decoded, with the text filter's
+# verdicts (_npage.Memo: a column's names recur in every block: the FSDP export's 4 000 in each
+# of its ~40, decoded and asked once instead of once per block, their rows sharing one str): a
+# bound, so that a capture of a million distinct names the filter refuses is not held here
+# instead (and once a block's texts are nearly all new, the scan stops looking them up: the FSDP
+# export's second block has 27 % new, each of the synthetic emit_nvtx capture's 100 %).
 _KEPT_MEMO_TEXTS = 1 << 14
 # Serial types above this are refused (as _npage.c does).
 _MAX_SERIAL = 1 << 40
@@ -183,9 +184,9 @@ class PageReader:
         self.con = con
         self.path = path
         self.text_keep: Callable[[str], bool] | None = None
-        #: text -> ``text_keep``'s verdict, for the texts of this reader's scans so far
-        #: (:meth:`kept_distinct`; at most :data:`_KEPT_MEMO_TEXTS`)
-        self.kept_memo: dict[str, bool] = {}
+        #: the texts of this reader's scan so far, with ``text_keep``'s verdicts
+        #: (:meth:`text_memo`: an _npage.Memo of at most :data:`_KEPT_MEMO_TEXTS`)
+        self.kept_memo: Any = None
         self.kept_memo_of: Callable[[str], bool] | None = None
         self.kept_memo_used = True
         #: the C loops (_npage.c) when built and not turned off, else None: numpy decodes
@@ -754,61 +755,70 @@ class PageReader:
 
     def texts_c(self, off: I64, length: I64, is_null: npt.NDArray[np.bool_]) -> tuple[Obj, int]:
         """:meth:`texts` in C (_npage.c), a block of rows at a time as there: per block, each
-        distinct text is decoded once (and asked of ``text_keep`` once), its rows share it."""
+        distinct text is decoded once (and asked of ``text_keep`` once), its rows share it; a
+        text of an earlier block of the scan (:meth:`text_memo`) is not decoded or asked
+        again."""
         n = off.size
         out = np.empty(n, dtype=object)
         bad = 0
         start = 0
         cum = np.cumsum(length + 1)
         null = is_null.view(np.uint8)
+        keep = self.text_keep
         while start < n:
             base = int(cum[start - 1]) if start else 0
             stop = int(np.searchsorted(cum, base + _TEXT_BLOCK_BYTES, side="right"))
             stop = min(max(stop, start + 1), n)
-            codes, uniques, b = self.c.texts(
-                self.mm, off[start:stop], length[start:stop], null[start:stop]
-            )
+            memo = self.text_memo()
+            known = None
+            if memo is None:
+                codes, uniques, b = self.c.texts(
+                    self.mm, off[start:stop], length[start:stop], null[start:stop]
+                )
+            else:
+                had = len(memo)
+                codes, uniques, b, known, found = self.c.texts_memo(
+                    self.mm, off[start:stop], length[start:stop], null[start:stop], memo
+                )
+                if had and 4 * (len(uniques) - found) > 3 * len(uniques):
+                    # nearly all new (an emit_nvtx capture's op names): the lookups cost more
+                    # than they save, for the rest of the scan
+                    self.kept_memo_used = False
+                    self.kept_memo = None
             bad += b
             # the last entry, None, is what a NULL's code (-1) picks
             table = np.empty(len(uniques) + 1, dtype=object)
             table[:-1] = uniques
-            if self.text_keep is not None and uniques:
-                table[:-1][~self.kept_distinct(uniques)] = REFUSED
+            if keep is not None and uniques:
+                if known is None:
+                    ok = self.kept_new(uniques)
+                else:
+                    verdict = np.frombuffer(known, dtype=np.int8)
+                    ok = verdict == 1
+                    ask = np.flatnonzero(verdict == 2)  # not asked in an earlier block
+                    if ask.size:
+                        fresh = self.kept_new([uniques[i] for i in ask.tolist()])
+                        ok[ask] = fresh
+                        assert memo is not None
+                        memo.settle(fresh.view(np.uint8))
+                table[:-1][~ok] = REFUSED
             out[start:stop] = table[np.frombuffer(codes, dtype=np.int32)]
             del table, uniques, codes
             start = stop
         return out, bad
 
-    def kept_distinct(self, texts: list[str]) -> npt.NDArray[np.bool_]:
-        """``text_keep`` of each of ``texts`` (a block's distinct texts): the verdicts given in
-        earlier blocks as they were (:attr:`kept_memo`), the others asked as
-        :meth:`kept_new` asks."""
+    def text_memo(self) -> Any:
+        """The texts (and ``text_keep``'s verdicts) of this scan's earlier blocks
+        (_npage.Memo: at most :data:`_KEPT_MEMO_TEXTS`), or None once a block's texts were
+        nearly all new (:attr:`kept_memo_used`)."""
         if self.kept_memo_of is not self.text_keep:  # verdicts of another test
-            self.kept_memo, self.kept_memo_of = {}, self.text_keep
+            self.kept_memo, self.kept_memo_of = None, self.text_keep
             self.kept_memo_used = True
-        memo = self.kept_memo
-        if memo and self.kept_memo_used:
-            known = np.fromiter((memo.get(t, 2) for t in texts), np.int8, len(texts))
-            new = np.flatnonzero(known == 2)  # 2: not asked yet
-            if 4 * new.size > 3 * len(texts):
-                # nearly all new (an emit_nvtx capture's op names): the lookups cost more than
-                # they save, for the rest of the scan
-                self.kept_memo_used = False
-            if new.size < len(texts):
-                out = known.astype(bool)
-                if new.size:
-                    asked = [texts[i] for i in new.tolist()]
-                    out[new] = fresh = self.kept_new(asked)
-                    self.remember_kept(asked, fresh)
-                return out
-        out = self.kept_new(texts)
-        self.remember_kept(texts, out)
-        return out
-
-    def remember_kept(self, texts: list[str], verdicts: npt.NDArray[np.bool_]) -> None:
-        room = _KEPT_MEMO_TEXTS - len(self.kept_memo)
-        if room > 0 and self.kept_memo_used:
-            self.kept_memo.update(zip(texts[:room], verdicts[:room].tolist(), strict=True))
+        if not self.kept_memo_used:
+            return None
+        if self.kept_memo is None:
+            self.kept_memo = self.c.Memo(_KEPT_MEMO_TEXTS)
+        return self.kept_memo
 
     def kept_new(self, texts: list[str]) -> npt.NDArray[np.bool_]:
         """``text_keep`` of each of ``texts``: many at once through :meth:`kept` (its substring
