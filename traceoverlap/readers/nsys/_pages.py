@@ -240,28 +240,29 @@ class PageReader:
     def _page_header(self, page: int) -> int:
         return (page - 1) * self.page_size + (100 if page == 1 else 0)
 
-    def header_bytes(self, pages: I64, at: int) -> npt.NDArray[np.uint8]:
-        """Byte ``at`` of the b-tree page header of each of ``pages``: a few thousand pages at a
-        time, each handed back once read (a byte brings its whole page in: read all at once,
-        every leaf of the table would count in this process's memory)."""
-        out = np.empty(pages.size, dtype=np.uint8)
+    def header_bytes(self, pages: I64, at: tuple[int, ...]) -> npt.NDArray[np.uint8]:
+        """Bytes ``at`` of the b-tree page header of each of ``pages`` (row k: byte ``at[k]``):
+        a few thousand pages at a time, each handed back once read (a byte brings its whole page
+        in: read all at once, every leaf of the table would count in this process's memory; the
+        bytes wanted of a page are read in one pass: each pass faults the page in again)."""
+        out = np.empty((len(at), pages.size), dtype=np.uint8)
         for a in range(0, pages.size, _HEADER_PAGES):
             part = pages[a : a + _HEADER_PAGES]
-            out[a : a + part.size] = self.mm[
-                (part - 1) * self.page_size + np.where(part == 1, 100, 0) + at
-            ]
+            hdr = (part - 1) * self.page_size + np.where(part == 1, 100, 0)
+            for k, byte in enumerate(at):
+                out[k, a : a + part.size] = self.mm[hdr + byte]
             self.release(part)
         return out
 
-    def leaf_pages(self, root: int) -> I64:
-        """The table's leaf pages, in key order."""
+    def leaf_pages(self, root: int) -> tuple[I64, I64]:
+        """The table's leaf pages, in key order, and their cell counts."""
         level = [root]
         for _ in range(32):  # deeper than any real table: a cycle in a damaged file
             if any(not 1 <= p <= self.n_pages for p in level):
                 raise Unsupported("page number out of range")
-            types = self.header_bytes(np.array(level, dtype=np.int64), 0)
+            types, hi, lo = self.header_bytes(np.array(level, dtype=np.int64), (0, 3, 4))
             if (types == 13).all():
-                return np.array(level, dtype=np.int64)
+                return np.array(level, dtype=np.int64), (hi.astype(np.int64) << 8) | lo
             if not (types == 5).all():
                 raise Unsupported("not a rowid table b-tree")
             children: list[int] = []
@@ -311,9 +312,8 @@ class PageReader:
         ).fetchone()
         if row is None or type(row[0]) is not int or row[0] < 1:
             raise Unsupported("no root page")
-        leaves = self.leaf_pages(int(row[0]))
+        leaves, ncell = self.leaf_pages(int(row[0]))
         hdr = (leaves - 1) * self.page_size + np.where(leaves == 1, 100, 0)
-        ncell = (self.header_bytes(leaves, 3).astype(np.int64) << 8) | self.header_bytes(leaves, 4)
         if (hdr + 8 + 2 * ncell > (leaves - 1) * self.page_size + self.usable).any():
             raise Unsupported("cell pointer array outside the page")
         (expected,) = self.con.execute(f"SELECT count(*) FROM {_q(table)}").fetchone()
