@@ -3,6 +3,8 @@
 - ``_npage.texts_memo`` (a block's distinct texts looked up in the texts of the scan's earlier
   blocks, kept in an ``_npage.Memo``) against ``_npage.texts`` (every block on its own), and the
   whole reader with it against the numpy decoder (``TRACEOVERLAP_NPAGE=0``) over many blocks;
+- its needles (``NameTest.needles``): the ASCII texts refused unasked are those whose lowered
+  text holds no needle, and a name a NameTest passes holds one;
 - a process's rows selected from the pids of its table's column, decoded once per file
   (``PageReader.pids``, kept in ``._memo``), against SQLite's own selection.
 """
@@ -19,6 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from traceoverlap.rank.namefilter import NameTest
 from traceoverlap.readers.nsys import _memo, _pages
 from traceoverlap.readers.nsys._columns import REFUSED, Unsupported, pid_sql
 from traceoverlap.readers.nsys._scan import read_columns
@@ -113,14 +116,14 @@ def _read(path: Path, decoder: str, keep: Any) -> Any:
 )
 @given(
     texts=st.lists(
-        st.one_of(st.none(), st.text("abé", max_size=6), st.binary(min_size=1, max_size=3)),
+        st.one_of(st.none(), st.text("abBé", max_size=6), st.binary(min_size=1, max_size=3)),
         min_size=1,
         max_size=12,
     ),
     picks=st.lists(st.integers(0, 11), max_size=400),
     block=st.sampled_from([16, 64, 256]),
     limit=st.integers(0, 8),
-    keep=st.sampled_from([None, "odd"]),
+    keep=st.sampled_from([None, "odd", "names"]),
 )
 def test_reader_with_the_memo_reads_what_the_numpy_decoder_reads(
     tmp_path: Path,
@@ -138,7 +141,7 @@ def test_reader_with_the_memo_reads_what_the_numpy_decoder_reads(
     rows = [(i, texts[p % len(texts)]) for i, p in enumerate(picks)]
     path = tmp_path / f"t{next(_names)}.sqlite"
     _write(path, rows)
-    test = None if keep is None else _keep
+    test = {None: None, "odd": _keep, "names": NameTest(["^ab", "(?i)B", "é"])}[keep]
     c = _read(path, "c", test)
     assert c == _read(path, "numpy", test)
     if c != "unsupported" and test is not None:
@@ -182,3 +185,60 @@ def test_a_process_s_rows_come_from_one_decode_of_the_pid_column(
         con.close()
         _memo.forget()
     assert len(calls) == 1  # one decode of the column for the six processes
+
+
+_needle_text = st.binary(max_size=8).map(
+    lambda b: bytes(x % 6 + 0x41 + (x & 0x20) if x < 0xF0 else x for x in b)
+)
+
+
+@needs_c
+@settings(max_examples=200, deadline=None)
+@given(
+    rows=st.lists(st.one_of(st.none(), _needle_text), max_size=40),
+    needles=st.lists(st.text("abcdef", max_size=3), max_size=4),
+    use_memo=st.booleans(),
+)
+def test_texts_memo_refuses_unasked_only_ascii_texts_without_a_needle(
+    rows: list[bytes | None], needles: list[str], use_memo: bool
+) -> None:
+    # letters A-F / a-f (upper and lower case), some bytes not ASCII: a distinct text comes
+    # back refused unasked (None, verdict 0) exactly when it is ASCII and its lowered text
+    # holds none of the needles; every other one as texts() decodes it, to be asked
+    from traceoverlap.readers.nsys import _npage
+
+    buf = b"".join(r or b"" for r in rows)
+    mm = np.frombuffer(buf + b"\x00", dtype=np.uint8)
+    ln = np.array([len(r or b"") for r in rows], dtype=np.int64)
+    off = np.cumsum(ln) - ln
+    null = np.array([r is None for r in rows], dtype=np.uint8)
+    codes, uniques, bad = _npage.texts(mm, off, ln, null)
+    memo = _npage.Memo(8) if use_memo else None
+    got = _npage.texts_memo(mm, off, ln, null, memo, tuple(n.encode() for n in needles))
+    assert got[0] == codes and got[2] == bad
+    distinct = list(dict.fromkeys(r for r in rows if r is not None))
+    assert len(distinct) == len(uniques) == len(got[1])
+    for raw, text, mine, verdict in zip(distinct, uniques, got[1], got[3], strict=True):
+        refused = raw.isascii() and not any(n in raw.decode().lower() for n in needles)
+        assert verdict == (0 if refused else 2)
+        assert mine == (None if refused else text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    patterns=st.lists(
+        st.sampled_from(
+            ["^ab", "(?i)b:", "x?y", "(?i)forward|backward", "nccl", "^Step#\\d", "é", "Z"]
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    name=st.text("abxyBZ:#1é fwdorFW", max_size=12),
+)
+def test_a_name_a_name_test_passes_holds_one_of_its_needles(patterns: list[str], name: str) -> None:
+    # the premise of the refusals above: an ASCII name the test passes, once lowered,
+    # holds one of the test's needles
+    test = NameTest(patterns)
+    needles = test.needles
+    if needles is not None and name.isascii() and test(name):
+        assert any(n in name.lower() for n in needles)

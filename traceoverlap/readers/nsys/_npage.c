@@ -512,16 +512,115 @@ static PyTypeObject MemoType = {
     .tp_new = memo_new,
 };
 
+/* Needles: lowercase ASCII strings one of which the lowered text of every name the text filter
+ * keeps contains (namefilter.NameTest.needles). An ASCII text that holds none is refused without
+ * being decoded or asked. Found through a table of each needle's first two bytes (one lookup per
+ * byte of the text) and one of the one-byte needles. */
+typedef struct {
+    Py_ssize_t n;
+    const uint8_t **p;
+    Py_ssize_t *len;
+    int16_t *pair_head; /* 65536: first needle (of 2+ bytes) starting with the pair, or -1 */
+    int16_t *next;      /* the next needle with the same first pair, or -1 */
+    uint8_t single[256];
+    int empty;          /* an empty needle: every text holds it */
+} Needles;
+
+static void needles_free(Needles *nd) {
+    free(nd->p);
+    free(nd->len);
+    free(nd->pair_head);
+    free(nd->next);
+}
+
+/* 0, or -1 with an error set; nd->n = -1: no needles (None) */
+static int needles_parse(PyObject *seq, Needles *nd) {
+    memset(nd, 0, sizeof(*nd));
+    nd->n = -1;
+    if (seq == NULL || seq == Py_None) return 0;
+    if (!PyTuple_Check(seq) || PyTuple_GET_SIZE(seq) > 30000) {
+        PyErr_SetString(PyExc_TypeError, "needles: a tuple of bytes (at most 30000)");
+        return -1;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(seq);
+    nd->p = (const uint8_t **)malloc(((size_t)n + 1) * sizeof(uint8_t *));
+    nd->len = (Py_ssize_t *)malloc(((size_t)n + 1) * sizeof(Py_ssize_t));
+    nd->pair_head = (int16_t *)malloc(65536 * sizeof(int16_t));
+    nd->next = (int16_t *)malloc(((size_t)n + 1) * sizeof(int16_t));
+    if (!nd->p || !nd->len || !nd->pair_head || !nd->next) {
+        needles_free(nd);
+        PyErr_NoMemory();
+        return -1;
+    }
+    memset(nd->pair_head, 0xFF, 65536 * sizeof(int16_t));
+    for (Py_ssize_t j = 0; j < n; j++) {
+        PyObject *b = PyTuple_GET_ITEM(seq, j);
+        if (!PyBytes_Check(b)) {
+            needles_free(nd);
+            PyErr_SetString(PyExc_TypeError, "needles: a tuple of bytes");
+            return -1;
+        }
+        const uint8_t *q = (const uint8_t *)PyBytes_AS_STRING(b);
+        Py_ssize_t k = PyBytes_GET_SIZE(b);
+        nd->p[j] = q;
+        nd->len[j] = k;
+        nd->next[j] = -1;
+        if (k == 0) {
+            nd->empty = 1;
+        } else if (k == 1) {
+            nd->single[q[0]] = 1;
+        } else {
+            int pair = q[0] << 8 | q[1];
+            nd->next[j] = nd->pair_head[pair];
+            nd->pair_head[pair] = (int16_t)j;
+        }
+    }
+    nd->n = n;
+    return 0;
+}
+
+static inline uint8_t lower_ascii(uint8_t c) { return (c >= 'A' && c <= 'Z') ? c | 0x20 : c; }
+
+/* whether p[0:k] is ASCII and its lowered text holds none of the needles */
+static int refused_by_needles(const Needles *nd, const uint8_t *p, int64_t k) {
+    if (nd->empty) return 0;
+    for (int64_t i = 0; i < k; i++)
+        if (p[i] >= 0x80) return 0;
+    for (int64_t i = 0; i < k; i++) {
+        uint8_t c = lower_ascii(p[i]);
+        if (nd->single[c]) return 0;
+        if (i + 1 < k) {
+            for (int16_t j = nd->pair_head[c << 8 | lower_ascii(p[i + 1])]; j >= 0;
+                 j = nd->next[j]) {
+                Py_ssize_t m = nd->len[j];
+                if (m > k - i) continue;
+                Py_ssize_t t = 2;
+                while (t < m && lower_ascii(p[i + t]) == nd->p[j][t]) t++;
+                if (t == m) return 0;
+            }
+        }
+    }
+    return 1;
+}
+
 static PyObject *texts_impl(PyObject *args, int with_memo) {
-    PyObject *mm_o, *off_o, *len_o, *null_o, *memo_o = NULL;
+    PyObject *mm_o, *off_o, *len_o, *null_o, *memo_o = NULL, *needles_o = NULL;
     if (with_memo) {
-        if (!PyArg_ParseTuple(args, "OOOOO!", &mm_o, &off_o, &len_o, &null_o, &MemoType,
-                              &memo_o))
+        if (!PyArg_ParseTuple(args, "OOOOO|O", &mm_o, &off_o, &len_o, &null_o, &memo_o,
+                              &needles_o))
             return NULL;
+        if (memo_o == Py_None) {
+            memo_o = NULL;
+        } else if (!PyObject_TypeCheck(memo_o, &MemoType)) {
+            PyErr_SetString(PyExc_TypeError, "memo: a Memo or None");
+            return NULL;
+        }
     } else if (!PyArg_ParseTuple(args, "OOOO", &mm_o, &off_o, &len_o, &null_o)) {
         return NULL;
     }
     Memo *memo = (Memo *)memo_o;
+    Needles nd;
+    if (needles_parse(needles_o, &nd)) return NULL;
     Py_buffer mmv = {0}, offv = {0}, lenv = {0}, nullv = {0};
     PyObject *result = NULL, *uniques = NULL, *codes_b = NULL, *known_b = NULL;
     int32_t *slots = NULL;
@@ -563,6 +662,8 @@ static PyObject *texts_impl(PyObject *args, int with_memo) {
             goto done;
         }
         memo->pending = pend;
+    }
+    if (with_memo) {
         known_b = PyBytes_FromStringAndSize(NULL, n);
         if (!known_b) goto done;
     }
@@ -607,6 +708,21 @@ static PyObject *texts_impl(PyObject *args, int with_memo) {
                     found++;
                 }
             }
+            if (!t && nd.n >= 0 && refused_by_needles(&nd, p, k)) {
+                /* refused without a str: None in uniques, verdict 0 */
+                t = Py_None;
+                Py_INCREF(t);
+                u_bad[u] = 0;
+                known[u] = 0;
+                if (memo && memo->n < memo->limit) {
+                    e = memo_add(memo, p, k, hash, mslot, t, 0);
+                    if (e < 0) {
+                        Py_DECREF(t);
+                        goto done;
+                    }
+                    memo->verdict[e] = 0;
+                }
+            }
             if (!t) {
                 t = PyUnicode_DecodeUTF8((const char *)p, (Py_ssize_t)k, NULL);
                 u_bad[u] = 0;
@@ -616,8 +732,8 @@ static PyObject *texts_impl(PyObject *args, int with_memo) {
                     u_bad[u] = 1;
                 }
                 if (!t) goto done;
+                if (known) known[u] = 2;
                 if (memo) {
-                    known[u] = 2;
                     if (memo->n < memo->limit) {
                         e = memo_add(memo, p, k, hash, mslot, t, u_bad[u]);
                         if (e < 0) {
@@ -635,7 +751,7 @@ static PyObject *texts_impl(PyObject *args, int with_memo) {
         codes[i] = u;
         bad += u_bad[u];
     }
-    if (memo) {
+    if (with_memo) {
         if (_PyBytes_Resize(&known_b, nu)) goto done;
         result = Py_BuildValue("OOnOn", codes_b, uniques, bad, known_b, found);
     } else {
@@ -643,6 +759,7 @@ static PyObject *texts_impl(PyObject *args, int with_memo) {
     }
 done:
     if (!result && memo) memo->n_pending = 0;
+    if (nd.n >= 0) needles_free(&nd);
     free(slots);
     free(u_off);
     free(u_len);

@@ -19,8 +19,14 @@ def decode(
 ) -> str | None: ...
 def texts(mm: Any, offsets: Any, lengths: Any, null: Any, /) -> tuple[bytes, list[str], int]: ...
 def texts_memo(
-    mm: Any, offsets: Any, lengths: Any, null: Any, memo: Memo, /
-) -> tuple[bytes, list[str], int, bytes, int]: ...
+    mm: Any,
+    offsets: Any,
+    lengths: Any,
+    null: Any,
+    memo: Memo | None,
+    needles: tuple[bytes, ...] | None = None,
+    /,
+) -> tuple[bytes, list[str | None], int, bytes, int]: ...
 
 class Memo:
     def __init__(self, limit: int) -> None: ...

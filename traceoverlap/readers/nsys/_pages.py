@@ -174,6 +174,17 @@ def _pid_column(where: Where, info: list[tuple[Any, ...]] | None) -> str | None:
     return None
 
 
+def _ascii_needles(keep: Callable[[str], bool] | None) -> tuple[bytes, ...] | None:
+    """The ASCII ``needles`` of a text filter that has them (see
+    :attr:`traceoverlap.rank.namefilter.NameTest.needles`: an ASCII text that holds none, once
+    lowered, is refused), as bytes for _npage.texts_memo; else None. A needle that is not ASCII
+    is in no ASCII text."""
+    needles = getattr(keep, "needles", None)
+    if needles is None:
+        return None
+    return tuple(n.encode("ascii") for n in needles if n.isascii())
+
+
 def _narrow(rows: I64, n: int) -> npt.NDArray[np.integer]:
     """Row positions below ``n`` as int32 when every position fits, else as they are."""
     return rows.astype(np.int32) if n < 2**31 else rows
@@ -765,20 +776,21 @@ class PageReader:
         cum = np.cumsum(length + 1)
         null = is_null.view(np.uint8)
         keep = self.text_keep
+        needles = _ascii_needles(keep)
         while start < n:
             base = int(cum[start - 1]) if start else 0
             stop = int(np.searchsorted(cum, base + _TEXT_BLOCK_BYTES, side="right"))
             stop = min(max(stop, start + 1), n)
             memo = self.text_memo()
             known = None
-            if memo is None:
+            if memo is None and needles is None:
                 codes, uniques, b = self.c.texts(
                     self.mm, off[start:stop], length[start:stop], null[start:stop]
                 )
             else:
-                had = len(memo)
+                had = 0 if memo is None else len(memo)
                 codes, uniques, b, known, found = self.c.texts_memo(
-                    self.mm, off[start:stop], length[start:stop], null[start:stop], memo
+                    self.mm, off[start:stop], length[start:stop], null[start:stop], memo, needles
                 )
                 if had and 4 * (len(uniques) - found) > 3 * len(uniques):
                     # nearly all new (an emit_nvtx capture's op names): the lookups cost more
@@ -799,8 +811,8 @@ class PageReader:
                     if ask.size:
                         fresh = self.kept_new([uniques[i] for i in ask.tolist()])
                         ok[ask] = fresh
-                        assert memo is not None
-                        memo.settle(fresh.view(np.uint8))
+                        if memo is not None:
+                            memo.settle(fresh.view(np.uint8))
                 table[:-1][~ok] = REFUSED
             out[start:stop] = table[np.frombuffer(codes, dtype=np.int32)]
             del table, uniques, codes
