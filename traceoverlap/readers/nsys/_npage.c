@@ -24,12 +24,15 @@
  *   the distinct ones, each decoded once (see below): the NVTX text column of an export repeats
  *   a few thousand names over hundreds of thousands of rows.
  *
- * texts_memo(mm, offsets, lengths, null, memo) -> (codes, uniques, bad, known, found): texts(),
- *   the distinct texts looked up first in a Memo (kept across the blocks of one scan): one found
- *   there is not decoded again (its str is shared) and brings the text filter's verdict given
- *   in an earlier block. known: bytes of int8, per unique: 0 / 1 the verdict kept, 2 none kept
- *   yet (the caller asks the filter, then hands the answers, in order, to memo.settle); found:
- *   how many uniques the memo held. A new text is kept while the memo has room.
+ * texts_memo(mm, offsets, lengths, null, memo, needles=None) -> (codes, uniques, bad, known,
+ *   found): texts(), the distinct texts looked up first in a Memo (or None: kept across the
+ *   blocks of one scan): one found there is not decoded again (its str is shared) and brings the
+ *   text filter's verdict given in an earlier block. known: bytes of int8, per unique: 0 / 1 the
+ *   verdict kept, 2 none kept yet (the caller asks the filter, then hands the answers, in order,
+ *   to memo.settle); found: how many uniques the memo held. A new text is kept while the memo
+ *   has room. needles: None, or a tuple of lowercase ASCII bytes (the filter's
+ *   namefilter.NameTest.needles): a new ASCII text whose lowered bytes hold none is refused
+ *   undecoded (None in uniques, known 0).
  *
  * Memo(limit): at most limit texts (bytes, str, verdict, whether valid UTF-8); len(memo) is
  *   how many it holds; memo.settle(verdicts) records the verdicts (bytes-like, one byte each,
