@@ -242,3 +242,26 @@ def test_a_name_a_name_test_passes_holds_one_of_its_needles(patterns: list[str],
     needles = test.needles
     if needles is not None and name.isascii() and test(name):
         assert any(n in name.lower() for n in needles)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    picks=st.lists(st.tuples(st.integers(0, 6), st.booleans()), max_size=40),
+)
+def test_factorize_texts_by_object_is_factorize_by_value(picks: list[tuple[int, bool]]) -> None:
+    # rows drawn from a few texts (None, REFUSED, "" among them), each row either the shared
+    # object or a fresh equal copy: factorizing the objects first (by address) gives the codes
+    # and uniques of factorizing the rows' values (_factorize_distinct: the code it replaces)
+    from traceoverlap.readers.nsys._nvtx import _factorize_distinct, _factorize_texts
+
+    pool: list[str | None] = ["a", "b", REFUSED, None, "", "rank 1", "é"]
+    rows = np.empty(len(picks), dtype=object)
+    for i, (k, copy) in enumerate(picks):
+        t = pool[k]
+        rows[i] = t if t is None or not copy else "".join(list(t))  # equal, another object
+    codes, uniques = _factorize_texts(rows)
+    want_codes, want_uniques = _factorize_distinct(rows.copy())
+    assert codes.dtype == want_codes.dtype == np.int64
+    assert codes.tolist() == want_codes.tolist()
+    assert uniques.dtype == want_uniques.dtype
+    assert uniques.tolist() == want_uniques.tolist()
