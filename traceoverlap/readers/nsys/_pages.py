@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import pandas as pd
 from numpy.lib.stride_tricks import as_strided
 
 from ._columns import (
@@ -376,13 +377,19 @@ class PageReader:
         read off the pages, one decode instead of SQLite evaluating the condition per row and
         writing each selected rowid as text. The column's pids are found once per file
         (:mod:`._memo`): the next process's read of the table selects its rows from them."""
-        pids = remembered(
+        codes, code_of = remembered(
             self.path, ("pids", table, column), lambda: self.pids(table, info, column)
         )
-        return np.flatnonzero(pids == pid).astype(np.int64)
+        if pid not in code_of:
+            return np.zeros(0, dtype=np.int64)
+        return np.flatnonzero(codes == code_of[pid]).astype(np.int64)
 
-    def pids(self, table: str, info: list[tuple[Any, ...]], column: str) -> npt.NDArray[np.int32]:
-        """Per row, the pid of ``column`` as :func:`pid_sql` says (int32: 24 bits)."""
+    def pids(
+        self, table: str, info: list[tuple[Any, ...]], column: str
+    ) -> tuple[npt.NDArray[np.integer], dict[int, int]]:
+        """Per row, the pid of ``column`` as :func:`pid_sql` says, as a code into the distinct
+        pids (uint8 where there are fewer than 256: a byte per row kept for the file), and the
+        code of each pid."""
         saved = self.defaults, self.text_keep
         self.text_keep = None
         try:
@@ -393,7 +400,13 @@ class PageReader:
         values >>= 24
         values &= 0xFFFFFF
         values[kinds != INT] = 0
-        return values.astype(np.int32)
+        codes, distinct = pd.factorize(values)
+        small = (
+            np.uint8 if distinct.size < 256 else np.uint16 if distinct.size < 65536 else np.int32
+        )
+        narrow = codes.astype(small)
+        narrow.flags.writeable = False
+        return narrow, {int(p): k for k, p in enumerate(distinct.tolist())}
 
     def release(self, pages: I64) -> None:
         """Hand the map's copies of ``pages`` (decoded, not needed again) back to the system:
