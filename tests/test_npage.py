@@ -379,7 +379,9 @@ def test_text_filter_verdicts_are_kept_across_blocks(
     elif memo_texts >= 40:
         # every text asked at most once (the prefilter asks only those that can start "ab")
         assert len(asked) == len(set(asked)) and set(asked) <= set(names)
-        if prefilter > 40:  # one by one: every distinct text, once
-            assert set(asked) == set(names)
+        if prefilter > 40:
+            # one by one: every distinct text, once, but for those the C decoder refuses
+            # unasked (ASCII without the test's needle "ab": NameTest.needles)
+            assert set(asked) == {t for t in names if "ab" in t}
     else:
         assert len(asked) > len(set(asked))  # past the bound: asked again in later blocks

@@ -186,6 +186,13 @@ class NameTest:
     def __call__(self, name: str) -> bool:
         return self.test(name)
 
+    @property
+    def needles(self) -> tuple[str, ...] | None:
+        """Lowercase strings one of which the lowered text of every ASCII name this test passes
+        contains (what :meth:`candidates` looks for), or None when there are none to be sure of.
+        The page decoder refuses the ASCII texts that hold none without decoding them."""
+        return None if self._needles is None else tuple(self._needles)
+
     def including(self, *literals: str) -> NameTest:
         """The same test, also true for names containing any of ``literals`` (plain text)."""
         return NameTest([*self.patterns, *(re.escape(lit) for lit in literals)])

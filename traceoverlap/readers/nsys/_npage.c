@@ -23,6 +23,20 @@
  * texts(mm, offsets, lengths, null) -> (codes, uniques, bad): a block of texts as codes into
  *   the distinct ones, each decoded once (see below): the NVTX text column of an export repeats
  *   a few thousand names over hundreds of thousands of rows.
+ *
+ * texts_memo(mm, offsets, lengths, null, memo, needles=None) -> (codes, uniques, bad, known,
+ *   found): texts(), the distinct texts looked up first in a Memo (or None: kept across the
+ *   blocks of one scan): one found there is not decoded again (its str is shared) and brings the
+ *   text filter's verdict given in an earlier block. known: bytes of int8, per unique: 0 / 1 the
+ *   verdict kept, 2 none kept yet (the caller asks the filter, then hands the answers, in order,
+ *   to memo.settle); found: how many uniques the memo held. A new text is kept while the memo
+ *   has room. needles: None, or a tuple of lowercase ASCII bytes (the filter's
+ *   namefilter.NameTest.needles): a new ASCII text whose lowered bytes hold none is refused
+ *   undecoded (None in uniques, known 0).
+ *
+ * Memo(limit): at most limit texts (bytes, str, verdict, whether valid UTF-8); len(memo) is
+ *   how many it holds; memo.settle(verdicts) records the verdicts (bytes-like, one byte each,
+ *   nonzero: kept) of the last texts_memo call's uniques of known 2, in their order.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -360,14 +374,262 @@ static inline uint64_t span_hash(const uint8_t *p, int64_t n) {
     return h ^ (h >> 29);
 }
 
-static PyObject *texts(PyObject *self, PyObject *args) {
-    PyObject *mm_o, *off_o, *len_o, *null_o;
-    if (!PyArg_ParseTuple(args, "OOOO", &mm_o, &off_o, &len_o, &null_o)) return NULL;
+/* Memo: texts of earlier blocks of a scan, by their bytes (an open-addressing table of at most
+ * limit entries, twice as many slots: never full, never resized) */
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t limit, n;
+    size_t cap;
+    int32_t *slots;
+    uint64_t *hash;
+    int64_t *at, *len; /* the entry's bytes in arena */
+    PyObject **str;
+    int8_t *verdict; /* 0 / 1; 2: none yet */
+    uint8_t *bad;
+    char *arena;
+    size_t arena_len, arena_cap;
+    int32_t *pending; /* the last texts_memo call's uniques of known 2: their entry, or -1 */
+    Py_ssize_t n_pending;
+} Memo;
+
+static void memo_dealloc(Memo *m) {
+    if (m->str)
+        for (Py_ssize_t e = 0; e < m->n; e++) Py_XDECREF(m->str[e]);
+    free(m->slots);
+    free(m->hash);
+    free(m->at);
+    free(m->len);
+    free(m->str);
+    free(m->verdict);
+    free(m->bad);
+    free(m->arena);
+    free(m->pending);
+    Py_TYPE(m)->tp_free((PyObject *)m);
+}
+
+static PyObject *memo_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    Py_ssize_t limit;
+    static char *kwlist[] = {"limit", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "n", kwlist, &limit)) return NULL;
+    if (limit < 0 || limit > (1 << 24)) {
+        PyErr_SetString(PyExc_ValueError, "limit: 0 to 2**24 texts");
+        return NULL;
+    }
+    Memo *m = (Memo *)type->tp_alloc(type, 0);
+    if (!m) return NULL;
+    m->limit = limit;
+    m->cap = 16;
+    while (m->cap < (size_t)limit * 2) m->cap <<= 1;
+    size_t k = (size_t)limit + 1;
+    m->slots = (int32_t *)malloc(m->cap * sizeof(int32_t));
+    m->hash = (uint64_t *)malloc(k * sizeof(uint64_t));
+    m->at = (int64_t *)malloc(k * sizeof(int64_t));
+    m->len = (int64_t *)malloc(k * sizeof(int64_t));
+    m->str = (PyObject **)calloc(k, sizeof(PyObject *));
+    m->verdict = (int8_t *)malloc(k);
+    m->bad = (uint8_t *)malloc(k);
+    if (!m->slots || !m->hash || !m->at || !m->len || !m->str || !m->verdict || !m->bad) {
+        Py_DECREF(m);
+        return PyErr_NoMemory();
+    }
+    memset(m->slots, 0xFF, m->cap * sizeof(int32_t));
+    return (PyObject *)m;
+}
+
+static Py_ssize_t memo_length(Memo *m) { return m->n; }
+
+static PyObject *memo_settle(Memo *m, PyObject *arg) {
+    Py_buffer v;
+    if (PyObject_GetBuffer(arg, &v, PyBUF_C_CONTIGUOUS)) return NULL;
+    if (v.itemsize != 1 || v.len != m->n_pending) {
+        PyBuffer_Release(&v);
+        PyErr_SetString(PyExc_ValueError, "settle: one byte per text of known 2 expected");
+        return NULL;
+    }
+    const uint8_t *b = (const uint8_t *)v.buf;
+    for (Py_ssize_t i = 0; i < m->n_pending; i++)
+        if (m->pending[i] >= 0) m->verdict[m->pending[i]] = b[i] ? 1 : 0;
+    m->n_pending = 0;
+    PyBuffer_Release(&v);
+    Py_RETURN_NONE;
+}
+
+/* the entry holding bytes p[0:k] of hash h, or -1; *slot: where it is or would go */
+static int32_t memo_find(const Memo *m, const uint8_t *p, int64_t k, uint64_t h, size_t *slot) {
+    size_t s = (size_t)h & (m->cap - 1);
+    for (;;) {
+        int32_t e = m->slots[s];
+        if (e < 0 || (m->hash[e] == h && m->len[e] == k &&
+                      (k == 0 || memcmp(m->arena + m->at[e], p, (size_t)k) == 0))) {
+            *slot = s;
+            return e;
+        }
+        s = (s + 1) & (m->cap - 1);
+    }
+}
+
+/* a new entry (the memo has room): its bytes copied; -1 when out of memory (error set) */
+static int32_t memo_add(Memo *m, const uint8_t *p, int64_t k, uint64_t h, size_t slot,
+                        PyObject *str, uint8_t bad) {
+    if (m->arena_len + (size_t)k > m->arena_cap) {
+        size_t cap = m->arena_cap ? m->arena_cap : 1 << 16;
+        while (cap < m->arena_len + (size_t)k) cap <<= 1;
+        char *a = (char *)realloc(m->arena, cap);
+        if (!a) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        m->arena = a;
+        m->arena_cap = cap;
+    }
+    int32_t e = (int32_t)m->n++;
+    if (k) memcpy(m->arena + m->arena_len, p, (size_t)k);
+    m->at[e] = (int64_t)m->arena_len;
+    m->arena_len += (size_t)k;
+    m->len[e] = k;
+    m->hash[e] = h;
+    Py_INCREF(str);
+    m->str[e] = str;
+    m->verdict[e] = 2;
+    m->bad[e] = bad;
+    m->slots[slot] = e;
+    return e;
+}
+
+static PyMethodDef MEMO_METHODS[] = {
+    {"settle", (PyCFunction)memo_settle, METH_O,
+     "settle(verdicts): the verdicts of the last texts_memo call's texts of known 2, in order."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods MEMO_SEQ = {.sq_length = (lenfunc)memo_length};
+
+static PyTypeObject MemoType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_npage.Memo",
+    .tp_basicsize = sizeof(Memo),
+    .tp_dealloc = (destructor)memo_dealloc,
+    .tp_as_sequence = &MEMO_SEQ,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Memo(limit): the distinct texts of a scan's earlier blocks (see texts_memo).",
+    .tp_methods = MEMO_METHODS,
+    .tp_new = memo_new,
+};
+
+/* Needles: lowercase ASCII strings one of which the lowered text of every name the text filter
+ * keeps contains (namefilter.NameTest.needles). An ASCII text that holds none is refused without
+ * being decoded or asked. Found through a table of each needle's first two bytes (one lookup per
+ * byte of the text) and one of the one-byte needles. */
+typedef struct {
+    Py_ssize_t n;
+    const uint8_t **p;
+    Py_ssize_t *len;
+    int16_t *pair_head; /* 65536: first needle (of 2+ bytes) starting with the pair, or -1 */
+    int16_t *next;      /* the next needle with the same first pair, or -1 */
+    uint8_t single[256];
+    int empty;          /* an empty needle: every text holds it */
+} Needles;
+
+static void needles_free(Needles *nd) {
+    free(nd->p);
+    free(nd->len);
+    free(nd->pair_head);
+    free(nd->next);
+}
+
+/* 0, or -1 with an error set; nd->n = -1: no needles (None) */
+static int needles_parse(PyObject *seq, Needles *nd) {
+    memset(nd, 0, sizeof(*nd));
+    nd->n = -1;
+    if (seq == NULL || seq == Py_None) return 0;
+    if (!PyTuple_Check(seq) || PyTuple_GET_SIZE(seq) > 30000) {
+        PyErr_SetString(PyExc_TypeError, "needles: a tuple of bytes (at most 30000)");
+        return -1;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(seq);
+    nd->p = (const uint8_t **)malloc(((size_t)n + 1) * sizeof(uint8_t *));
+    nd->len = (Py_ssize_t *)malloc(((size_t)n + 1) * sizeof(Py_ssize_t));
+    nd->pair_head = (int16_t *)malloc(65536 * sizeof(int16_t));
+    nd->next = (int16_t *)malloc(((size_t)n + 1) * sizeof(int16_t));
+    if (!nd->p || !nd->len || !nd->pair_head || !nd->next) {
+        needles_free(nd);
+        PyErr_NoMemory();
+        return -1;
+    }
+    memset(nd->pair_head, 0xFF, 65536 * sizeof(int16_t));
+    for (Py_ssize_t j = 0; j < n; j++) {
+        PyObject *b = PyTuple_GET_ITEM(seq, j);
+        if (!PyBytes_Check(b)) {
+            needles_free(nd);
+            PyErr_SetString(PyExc_TypeError, "needles: a tuple of bytes");
+            return -1;
+        }
+        const uint8_t *q = (const uint8_t *)PyBytes_AS_STRING(b);
+        Py_ssize_t k = PyBytes_GET_SIZE(b);
+        nd->p[j] = q;
+        nd->len[j] = k;
+        nd->next[j] = -1;
+        if (k == 0) {
+            nd->empty = 1;
+        } else if (k == 1) {
+            nd->single[q[0]] = 1;
+        } else {
+            int pair = q[0] << 8 | q[1];
+            nd->next[j] = nd->pair_head[pair];
+            nd->pair_head[pair] = (int16_t)j;
+        }
+    }
+    nd->n = n;
+    return 0;
+}
+
+static inline uint8_t lower_ascii(uint8_t c) { return (c >= 'A' && c <= 'Z') ? c | 0x20 : c; }
+
+/* whether p[0:k] is ASCII and its lowered text holds none of the needles */
+static int refused_by_needles(const Needles *nd, const uint8_t *p, int64_t k) {
+    if (nd->empty) return 0;
+    for (int64_t i = 0; i < k; i++)
+        if (p[i] >= 0x80) return 0;
+    for (int64_t i = 0; i < k; i++) {
+        uint8_t c = lower_ascii(p[i]);
+        if (nd->single[c]) return 0;
+        if (i + 1 < k) {
+            for (int16_t j = nd->pair_head[c << 8 | lower_ascii(p[i + 1])]; j >= 0;
+                 j = nd->next[j]) {
+                Py_ssize_t m = nd->len[j];
+                if (m > k - i) continue;
+                Py_ssize_t t = 2;
+                while (t < m && lower_ascii(p[i + t]) == nd->p[j][t]) t++;
+                if (t == m) return 0;
+            }
+        }
+    }
+    return 1;
+}
+
+static PyObject *texts_impl(PyObject *args, int with_memo) {
+    PyObject *mm_o, *off_o, *len_o, *null_o, *memo_o = NULL, *needles_o = NULL;
+    if (with_memo) {
+        if (!PyArg_ParseTuple(args, "OOOOO|O", &mm_o, &off_o, &len_o, &null_o, &memo_o,
+                              &needles_o))
+            return NULL;
+        if (memo_o == Py_None) {
+            memo_o = NULL;
+        } else if (!PyObject_TypeCheck(memo_o, &MemoType)) {
+            PyErr_SetString(PyExc_TypeError, "memo: a Memo or None");
+            return NULL;
+        }
+    } else if (!PyArg_ParseTuple(args, "OOOO", &mm_o, &off_o, &len_o, &null_o)) {
+        return NULL;
+    }
+    Memo *memo = (Memo *)memo_o;
+    Needles nd;
+    if (needles_parse(needles_o, &nd)) return NULL;
     Py_buffer mmv = {0}, offv = {0}, lenv = {0}, nullv = {0};
-    PyObject *result = NULL, *uniques = NULL, *codes_b = NULL;
+    PyObject *result = NULL, *uniques = NULL, *codes_b = NULL, *known_b = NULL;
     int32_t *slots = NULL;
     int64_t *u_off = NULL, *u_len = NULL;
     uint8_t *u_bad = NULL;
+    if (memo) memo->n_pending = 0;
     if (PyObject_GetBuffer(mm_o, &mmv, PyBUF_C_CONTIGUOUS)) goto done;
     if (get_buf(off_o, &offv, 0, 8, -1, "offsets")) goto done;
     Py_ssize_t n = offv.len / 8;
@@ -396,12 +658,25 @@ static PyObject *texts(PyObject *self, PyObject *args) {
         PyErr_NoMemory();
         goto done;
     }
+    if (memo) {
+        int32_t *pend = (int32_t *)realloc(memo->pending, ((size_t)n + 1) * sizeof(int32_t));
+        if (!pend) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        memo->pending = pend;
+    }
+    if (with_memo) {
+        known_b = PyBytes_FromStringAndSize(NULL, n);
+        if (!known_b) goto done;
+    }
     memset(slots, 0xFF, cap * sizeof(int32_t));
     uniques = PyList_New(0);
     codes_b = PyBytes_FromStringAndSize(NULL, n * 4);
     if (!uniques || !codes_b) goto done;
     int32_t *codes = (int32_t *)PyBytes_AS_STRING(codes_b);
-    Py_ssize_t bad = 0;
+    int8_t *known = known_b ? (int8_t *)PyBytes_AS_STRING(known_b) : NULL;
+    Py_ssize_t bad = 0, found = 0;
     int32_t nu = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         if (null[i]) {
@@ -410,7 +685,8 @@ static PyObject *texts(PyObject *self, PyObject *args) {
         }
         const uint8_t *p = src + off[i];
         int64_t k = len[i];
-        size_t h = (size_t)span_hash(p, k) & (cap - 1);
+        uint64_t hash = span_hash(p, k);
+        size_t h = (size_t)hash & (cap - 1);
         int32_t u;
         for (;;) {
             u = slots[h];
@@ -422,14 +698,55 @@ static PyObject *texts(PyObject *self, PyObject *args) {
             slots[h] = u;
             u_off[u] = off[i];
             u_len[u] = k;
-            PyObject *t = PyUnicode_DecodeUTF8((const char *)p, (Py_ssize_t)k, NULL);
-            u_bad[u] = 0;
-            if (!t && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
-                PyErr_Clear();
-                t = PyUnicode_DecodeUTF8((const char *)p, (Py_ssize_t)k, "replace");
-                u_bad[u] = 1;
+            PyObject *t = NULL;
+            int32_t e = -1;
+            size_t mslot = 0;
+            if (memo) {
+                e = memo_find(memo, p, k, hash, &mslot);
+                if (e >= 0) {
+                    t = memo->str[e];
+                    Py_INCREF(t);
+                    u_bad[u] = memo->bad[e];
+                    known[u] = memo->verdict[e];
+                    found++;
+                }
             }
-            if (!t) goto done;
+            if (!t && nd.n >= 0 && refused_by_needles(&nd, p, k)) {
+                /* refused without a str: None in uniques, verdict 0 */
+                t = Py_None;
+                Py_INCREF(t);
+                u_bad[u] = 0;
+                known[u] = 0;
+                if (memo && memo->n < memo->limit) {
+                    e = memo_add(memo, p, k, hash, mslot, t, 0);
+                    if (e < 0) {
+                        Py_DECREF(t);
+                        goto done;
+                    }
+                    memo->verdict[e] = 0;
+                }
+            }
+            if (!t) {
+                t = PyUnicode_DecodeUTF8((const char *)p, (Py_ssize_t)k, NULL);
+                u_bad[u] = 0;
+                if (!t && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+                    PyErr_Clear();
+                    t = PyUnicode_DecodeUTF8((const char *)p, (Py_ssize_t)k, "replace");
+                    u_bad[u] = 1;
+                }
+                if (!t) goto done;
+                if (known) known[u] = 2;
+                if (memo) {
+                    if (memo->n < memo->limit) {
+                        e = memo_add(memo, p, k, hash, mslot, t, u_bad[u]);
+                        if (e < 0) {
+                            Py_DECREF(t);
+                            goto done;
+                        }
+                    }
+                }
+            }
+            if (memo && known[u] == 2) memo->pending[memo->n_pending++] = e;
             int rc = PyList_Append(uniques, t);
             Py_DECREF(t);
             if (rc) goto done;
@@ -437,20 +754,32 @@ static PyObject *texts(PyObject *self, PyObject *args) {
         codes[i] = u;
         bad += u_bad[u];
     }
-    result = Py_BuildValue("OOn", codes_b, uniques, bad);
+    if (with_memo) {
+        if (_PyBytes_Resize(&known_b, nu)) goto done;
+        result = Py_BuildValue("OOnOn", codes_b, uniques, bad, known_b, found);
+    } else {
+        result = Py_BuildValue("OOn", codes_b, uniques, bad);
+    }
 done:
+    if (!result && memo) memo->n_pending = 0;
+    if (nd.n >= 0) needles_free(&nd);
     free(slots);
     free(u_off);
     free(u_len);
     free(u_bad);
     Py_XDECREF(uniques);
     Py_XDECREF(codes_b);
+    Py_XDECREF(known_b);
     release(&mmv);
     release(&offv);
     release(&lenv);
     release(&nullv);
     return result;
 }
+
+static PyObject *texts(PyObject *self, PyObject *args) { return texts_impl(args, 0); }
+
+static PyObject *texts_memo(PyObject *self, PyObject *args) { return texts_impl(args, 1); }
 
 static PyMethodDef METHODS[] = {
     {"decode", decode, METH_VARARGS,
@@ -459,6 +788,9 @@ static PyMethodDef METHODS[] = {
     {"texts", texts, METH_VARARGS,
      "texts(mm, offsets, lengths, null) -> (codes, uniques, bad): a block's texts, each distinct "
      "one decoded once."},
+    {"texts_memo", texts_memo, METH_VARARGS,
+     "texts_memo(mm, offsets, lengths, null, memo) -> (codes, uniques, bad, known, found): "
+     "texts(), the texts of the memo's earlier blocks not decoded again."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -467,4 +799,15 @@ static struct PyModuleDef MODULE = {
     -1, METHODS, NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__npage(void) { return PyModule_Create(&MODULE); }
+PyMODINIT_FUNC PyInit__npage(void) {
+    if (PyType_Ready(&MemoType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&MODULE);
+    if (!m) return NULL;
+    Py_INCREF(&MemoType);
+    if (PyModule_AddObject(m, "Memo", (PyObject *)&MemoType) < 0) {
+        Py_DECREF(&MemoType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

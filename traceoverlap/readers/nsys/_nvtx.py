@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import re
 from typing import cast
 
@@ -99,10 +100,35 @@ def _verdicts(test: RangeFilter, uniques: Obj) -> npt.NDArray[np.bool_]:
     return out
 
 
+def _addresses(values: Obj) -> npt.NDArray[np.intp]:
+    """The objects of ``values`` (a contiguous object array) by address: a read-only view of its
+    pointers, valid while ``values`` is."""
+    buf = (ctypes.c_ssize_t * values.size).from_address(values.ctypes.data)
+    return np.frombuffer(memoryview(buf).cast("B"), dtype=np.intp)
+
+
 def _factorize_texts(texts: Obj) -> tuple[I64, Obj]:
     """``pd.factorize`` of the inline texts (None -> -1), the texts the range filter refused
     (:data:`REFUSED`, most of an ``emit_nvtx`` capture's) given one code after the others' without
-    hashing them: a hash table sized for every row was the read's largest temporary."""
+    hashing them: a hash table sized for every row was the read's largest temporary.
+
+    The rows' objects are factorized first, by address (the page decoder's rows of one text
+    mostly share one str): the texts of the distinct objects, each taken at its first row, are
+    then factorized by value, in that order, which is the order of the texts' first rows. Same
+    codes and uniques as on the rows themselves, with a string hash and compare per distinct
+    object instead of per row."""
+    texts = np.ascontiguousarray(texts)
+    if texts.size == 0:
+        return _factorize_distinct(texts)
+    addr = _addresses(texts)
+    per_row, _ = pd.factorize(addr)
+    first = np.flatnonzero(~pd.Series(addr).duplicated().to_numpy())  # in per_row's order
+    codes, uniques = _factorize_distinct(texts[first])
+    return codes[per_row], uniques
+
+
+def _factorize_distinct(texts: Obj) -> tuple[I64, Obj]:
+    """:func:`_factorize_texts` on the rows themselves."""
     refused = texts == REFUSED
     if not refused.any():
         codes, found = pd.factorize(texts)

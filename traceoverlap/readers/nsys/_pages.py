@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import pandas as pd
 from numpy.lib.stride_tricks import as_strided
 
 from ._columns import (
@@ -97,11 +98,12 @@ _SQL_ROWS = 1 << 20
 # this many (its fixed cost, a 65536-bin count and a lookup per needle, is ~0.5 ms), else one
 # by one (~1-2 us each).
 _PREFILTER_TEXTS = 512
-# The C path's text filter remembers its verdict on this many distinct texts of one scan (a
-# column's names recur in every block: the FSDP export's 4 000 in each of its ~40): a bound, so
-# that a capture of a million distinct names the filter refuses is not held here instead (and
-# once a block's texts are nearly all new, the scan stops looking them up: the FSDP export's
-# second block has 27 % new, each of the synthetic emit_nvtx capture's 100 %).
+# The C path keeps this many distinct texts of one scan, decoded, with the text filter's
+# verdicts (_npage.Memo: a column's names recur in every block: the FSDP export's 4 000 in each
+# of its ~40, decoded and asked once instead of once per block, their rows sharing one str): a
+# bound, so that a capture of a million distinct names the filter refuses is not held here
+# instead (and once a block's texts are nearly all new, the scan stops looking them up: the FSDP
+# export's second block has 27 % new, each of the synthetic emit_nvtx capture's 100 %).
 _KEPT_MEMO_TEXTS = 1 << 14
 # Serial types above this are refused (as _npage.c does).
 _MAX_SERIAL = 1 << 40
@@ -173,6 +175,17 @@ def _pid_column(where: Where, info: list[tuple[Any, ...]] | None) -> str | None:
     return None
 
 
+def _ascii_needles(keep: Callable[[str], bool] | None) -> tuple[bytes, ...] | None:
+    """The ASCII ``needles`` of a text filter that has them (see
+    :attr:`traceoverlap.rank.namefilter.NameTest.needles`: an ASCII text that holds none, once
+    lowered, is refused), as bytes for _npage.texts_memo; else None. A needle that is not ASCII
+    is in no ASCII text."""
+    needles = getattr(keep, "needles", None)
+    if needles is None:
+        return None
+    return tuple(n.encode("ascii") for n in needles if n.isascii())
+
+
 def _narrow(rows: I64, n: int) -> npt.NDArray[np.integer]:
     """Row positions below ``n`` as int32 when every position fits, else as they are."""
     return rows.astype(np.int32) if n < 2**31 else rows
@@ -183,9 +196,9 @@ class PageReader:
         self.con = con
         self.path = path
         self.text_keep: Callable[[str], bool] | None = None
-        #: text -> ``text_keep``'s verdict, for the texts of this reader's scans so far
-        #: (:meth:`kept_distinct`; at most :data:`_KEPT_MEMO_TEXTS`)
-        self.kept_memo: dict[str, bool] = {}
+        #: the texts of this reader's scan so far, with ``text_keep``'s verdicts
+        #: (:meth:`text_memo`: an _npage.Memo of at most :data:`_KEPT_MEMO_TEXTS`)
+        self.kept_memo: Any = None
         self.kept_memo_of: Callable[[str], bool] | None = None
         self.kept_memo_used = True
         #: the C loops (_npage.c) when built and not turned off, else None: numpy decodes
@@ -239,28 +252,29 @@ class PageReader:
     def _page_header(self, page: int) -> int:
         return (page - 1) * self.page_size + (100 if page == 1 else 0)
 
-    def header_bytes(self, pages: I64, at: int) -> npt.NDArray[np.uint8]:
-        """Byte ``at`` of the b-tree page header of each of ``pages``: a few thousand pages at a
-        time, each handed back once read (a byte brings its whole page in: read all at once,
-        every leaf of the table would count in this process's memory)."""
-        out = np.empty(pages.size, dtype=np.uint8)
+    def header_bytes(self, pages: I64, at: tuple[int, ...]) -> npt.NDArray[np.uint8]:
+        """Bytes ``at`` of the b-tree page header of each of ``pages`` (row k: byte ``at[k]``):
+        a few thousand pages at a time, each handed back once read (a byte brings its whole page
+        in: read all at once, every leaf of the table would count in this process's memory; the
+        bytes wanted of a page are read in one pass: each pass faults the page in again)."""
+        out = np.empty((len(at), pages.size), dtype=np.uint8)
         for a in range(0, pages.size, _HEADER_PAGES):
             part = pages[a : a + _HEADER_PAGES]
-            out[a : a + part.size] = self.mm[
-                (part - 1) * self.page_size + np.where(part == 1, 100, 0) + at
-            ]
+            hdr = (part - 1) * self.page_size + np.where(part == 1, 100, 0)
+            for k, byte in enumerate(at):
+                out[k, a : a + part.size] = self.mm[hdr + byte]
             self.release(part)
         return out
 
-    def leaf_pages(self, root: int) -> I64:
-        """The table's leaf pages, in key order."""
+    def leaf_pages(self, root: int) -> tuple[I64, I64]:
+        """The table's leaf pages, in key order, and their cell counts."""
         level = [root]
         for _ in range(32):  # deeper than any real table: a cycle in a damaged file
             if any(not 1 <= p <= self.n_pages for p in level):
                 raise Unsupported("page number out of range")
-            types = self.header_bytes(np.array(level, dtype=np.int64), 0)
+            types, hi, lo = self.header_bytes(np.array(level, dtype=np.int64), (0, 3, 4))
             if (types == 13).all():
-                return np.array(level, dtype=np.int64)
+                return np.array(level, dtype=np.int64), (hi.astype(np.int64) << 8) | lo
             if not (types == 5).all():
                 raise Unsupported("not a rowid table b-tree")
             children: list[int] = []
@@ -310,9 +324,8 @@ class PageReader:
         ).fetchone()
         if row is None or type(row[0]) is not int or row[0] < 1:
             raise Unsupported("no root page")
-        leaves = self.leaf_pages(int(row[0]))
+        leaves, ncell = self.leaf_pages(int(row[0]))
         hdr = (leaves - 1) * self.page_size + np.where(leaves == 1, 100, 0)
-        ncell = (self.header_bytes(leaves, 3).astype(np.int64) << 8) | self.header_bytes(leaves, 4)
         if (hdr + 8 + 2 * ncell > (leaves - 1) * self.page_size + self.usable).any():
             raise Unsupported("cell pointer array outside the page")
         (expected,) = self.con.execute(f"SELECT count(*) FROM {_q(table)}").fetchone()
@@ -362,7 +375,21 @@ class PageReader:
         """Positions of the rows whose ``column`` is an integer of pid ``pid`` (as
         :func:`pid_sql` says: ``(value >> 24) & 0xFFFFFF``, 0 when not an integer): the column
         read off the pages, one decode instead of SQLite evaluating the condition per row and
-        writing each selected rowid as text."""
+        writing each selected rowid as text. The column's pids are found once per file
+        (:mod:`._memo`): the next process's read of the table selects its rows from them."""
+        codes, code_of = remembered(
+            self.path, ("pids", table, column), lambda: self.pids(table, info, column)
+        )
+        if pid not in code_of:
+            return np.zeros(0, dtype=np.int64)
+        return np.flatnonzero(codes == code_of[pid]).astype(np.int64)
+
+    def pids(
+        self, table: str, info: list[tuple[Any, ...]], column: str
+    ) -> tuple[npt.NDArray[np.integer], dict[int, int]]:
+        """Per row, the pid of ``column`` as :func:`pid_sql` says, as a code into the distinct
+        pids (uint8 where there are fewer than 256: a byte per row kept for the file), and the
+        code of each pid."""
         saved = self.defaults, self.text_keep
         self.text_keep = None
         try:
@@ -373,7 +400,13 @@ class PageReader:
         values >>= 24
         values &= 0xFFFFFF
         values[kinds != INT] = 0
-        return np.flatnonzero(values == pid).astype(np.int64)
+        codes, distinct = pd.factorize(values)
+        small = (
+            np.uint8 if distinct.size < 256 else np.uint16 if distinct.size < 65536 else np.int32
+        )
+        narrow = codes.astype(small)
+        narrow.flags.writeable = False
+        return narrow, {int(p): k for k, p in enumerate(distinct.tolist())}
 
     def release(self, pages: I64) -> None:
         """Hand the map's copies of ``pages`` (decoded, not needed again) back to the system:
@@ -746,61 +779,71 @@ class PageReader:
 
     def texts_c(self, off: I64, length: I64, is_null: npt.NDArray[np.bool_]) -> tuple[Obj, int]:
         """:meth:`texts` in C (_npage.c), a block of rows at a time as there: per block, each
-        distinct text is decoded once (and asked of ``text_keep`` once), its rows share it."""
+        distinct text is decoded once (and asked of ``text_keep`` once), its rows share it; a
+        text of an earlier block of the scan (:meth:`text_memo`) is not decoded or asked
+        again."""
         n = off.size
         out = np.empty(n, dtype=object)
         bad = 0
         start = 0
         cum = np.cumsum(length + 1)
         null = is_null.view(np.uint8)
+        keep = self.text_keep
+        needles = _ascii_needles(keep)
         while start < n:
             base = int(cum[start - 1]) if start else 0
             stop = int(np.searchsorted(cum, base + _TEXT_BLOCK_BYTES, side="right"))
             stop = min(max(stop, start + 1), n)
-            codes, uniques, b = self.c.texts(
-                self.mm, off[start:stop], length[start:stop], null[start:stop]
-            )
+            memo = self.text_memo()
+            known = None
+            if memo is None and needles is None:
+                codes, uniques, b = self.c.texts(
+                    self.mm, off[start:stop], length[start:stop], null[start:stop]
+                )
+            else:
+                had = 0 if memo is None else len(memo)
+                codes, uniques, b, known, found = self.c.texts_memo(
+                    self.mm, off[start:stop], length[start:stop], null[start:stop], memo, needles
+                )
+                if had and 4 * (len(uniques) - found) > 3 * len(uniques):
+                    # nearly all new (an emit_nvtx capture's op names): the lookups cost more
+                    # than they save, for the rest of the scan
+                    self.kept_memo_used = False
+                    self.kept_memo = None
             bad += b
             # the last entry, None, is what a NULL's code (-1) picks
             table = np.empty(len(uniques) + 1, dtype=object)
             table[:-1] = uniques
-            if self.text_keep is not None and uniques:
-                table[:-1][~self.kept_distinct(uniques)] = REFUSED
+            if keep is not None and uniques:
+                if known is None:
+                    ok = self.kept_new(uniques)
+                else:
+                    verdict = np.frombuffer(known, dtype=np.int8)
+                    ok = verdict == 1
+                    ask = np.flatnonzero(verdict == 2)  # not asked in an earlier block
+                    if ask.size:
+                        fresh = self.kept_new([uniques[i] for i in ask.tolist()])
+                        ok[ask] = fresh
+                        if memo is not None:
+                            memo.settle(fresh.view(np.uint8))
+                table[:-1][~ok] = REFUSED
             out[start:stop] = table[np.frombuffer(codes, dtype=np.int32)]
             del table, uniques, codes
             start = stop
         return out, bad
 
-    def kept_distinct(self, texts: list[str]) -> npt.NDArray[np.bool_]:
-        """``text_keep`` of each of ``texts`` (a block's distinct texts): the verdicts given in
-        earlier blocks as they were (:attr:`kept_memo`), the others asked as
-        :meth:`kept_new` asks."""
+    def text_memo(self) -> Any:
+        """The texts (and ``text_keep``'s verdicts) of this scan's earlier blocks
+        (_npage.Memo: at most :data:`_KEPT_MEMO_TEXTS`), or None once a block's texts were
+        nearly all new (:attr:`kept_memo_used`)."""
         if self.kept_memo_of is not self.text_keep:  # verdicts of another test
-            self.kept_memo, self.kept_memo_of = {}, self.text_keep
+            self.kept_memo, self.kept_memo_of = None, self.text_keep
             self.kept_memo_used = True
-        memo = self.kept_memo
-        if memo and self.kept_memo_used:
-            known = np.fromiter((memo.get(t, 2) for t in texts), np.int8, len(texts))
-            new = np.flatnonzero(known == 2)  # 2: not asked yet
-            if 4 * new.size > 3 * len(texts):
-                # nearly all new (an emit_nvtx capture's op names): the lookups cost more than
-                # they save, for the rest of the scan
-                self.kept_memo_used = False
-            if new.size < len(texts):
-                out = known.astype(bool)
-                if new.size:
-                    asked = [texts[i] for i in new.tolist()]
-                    out[new] = fresh = self.kept_new(asked)
-                    self.remember_kept(asked, fresh)
-                return out
-        out = self.kept_new(texts)
-        self.remember_kept(texts, out)
-        return out
-
-    def remember_kept(self, texts: list[str], verdicts: npt.NDArray[np.bool_]) -> None:
-        room = _KEPT_MEMO_TEXTS - len(self.kept_memo)
-        if room > 0 and self.kept_memo_used:
-            self.kept_memo.update(zip(texts[:room], verdicts[:room].tolist(), strict=True))
+        if not self.kept_memo_used:
+            return None
+        if self.kept_memo is None:
+            self.kept_memo = self.c.Memo(_KEPT_MEMO_TEXTS)
+        return self.kept_memo
 
     def kept_new(self, texts: list[str]) -> npt.NDArray[np.bool_]:
         """``text_keep`` of each of ``texts``: many at once through :meth:`kept` (its substring

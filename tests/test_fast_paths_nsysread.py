@@ -1,0 +1,267 @@
+"""The Nsight Systems reader's fast paths against the code they replace (issue 40).
+
+- ``_npage.texts_memo`` (a block's distinct texts looked up in the texts of the scan's earlier
+  blocks, kept in an ``_npage.Memo``) against ``_npage.texts`` (every block on its own), and the
+  whole reader with it against the numpy decoder (``TRACEOVERLAP_NPAGE=0``) over many blocks;
+- its needles (``NameTest.needles``): the ASCII texts refused unasked are those whose lowered
+  text holds no needle, and a name a NameTest passes holds one;
+- a process's rows selected from the pids of its table's column, decoded once per file
+  (``PageReader.pids``, kept in ``._memo``), against SQLite's own selection.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from traceoverlap.rank.namefilter import NameTest
+from traceoverlap.readers.nsys import _memo, _pages
+from traceoverlap.readers.nsys._columns import REFUSED, Unsupported, pid_sql
+from traceoverlap.readers.nsys._scan import read_columns
+
+needs_c = pytest.mark.skipif(_pages._npage is None, reason="the C page decoder is not built")
+_names = itertools.count()
+
+# short byte strings, some not UTF-8, many repeated
+_text = st.binary(max_size=5).map(lambda b: bytes(x % 4 + 0x61 if x < 0xF0 else x for x in b))
+
+
+def _keep(text: str) -> bool:
+    return len(text) % 2 == 1
+
+
+@needs_c
+@settings(max_examples=150, deadline=None)
+@given(
+    blocks=st.lists(st.lists(st.one_of(st.none(), _text), max_size=30), max_size=6),
+    limit=st.integers(0, 12),
+    ask=st.booleans(),
+)
+def test_texts_memo_reads_what_texts_reads(
+    blocks: list[list[bytes | None]], limit: int, ask: bool
+) -> None:
+    # each block's rows (None: NULL) at their offsets in one buffer; with a memo of `limit`
+    # texts shared by the blocks, every row decodes to what texts() gives it, the same uniques
+    # in the same order, the same count of rows that are not UTF-8; a verdict the memo gives
+    # (known 0 / 1) is the one settled for that text in an earlier block
+    from traceoverlap.readers.nsys import _npage
+
+    memo = _npage.Memo(limit)
+    settled: dict[str, bool] = {}
+    for rows in blocks:
+        buf = b"".join(r or b"" for r in rows)
+        mm = np.frombuffer(buf + b"\x00", dtype=np.uint8)
+        ln = np.array([len(r or b"") for r in rows], dtype=np.int64)
+        off = np.cumsum(ln) - ln
+        null = np.array([r is None for r in rows], dtype=np.uint8)
+        codes, uniques, bad = _npage.texts(mm, off, ln, null)
+        had = len(memo)
+        mcodes, muniques, mbad, known, found = _npage.texts_memo(mm, off, ln, null, memo)
+        assert muniques == uniques and mbad == bad and mcodes == codes
+        verdict = np.frombuffer(known, dtype=np.int8)
+        assert verdict.size == len(uniques) and set(verdict.tolist()) <= {0, 1, 2}
+        for u, v in zip(uniques, verdict.tolist(), strict=True):
+            if v != 2:
+                assert settled[u] is bool(v)
+        assert found <= min(had, len(uniques)) and len(memo) <= limit
+        pending = [u for u, v in zip(uniques, verdict.tolist(), strict=True) if v == 2]
+        if ask:
+            answers = np.array([_keep(u) for u in pending], dtype=bool)
+            memo.settle(answers.view(np.uint8))
+            settled.update(zip(pending, answers.tolist(), strict=True))
+        with pytest.raises(ValueError):
+            memo.settle(np.zeros(len(pending) + 1, dtype=np.uint8))
+
+
+def _write(path: Path, rows: list[tuple[int, Any]]) -> None:
+    con = sqlite3.connect(path)
+    con.execute("PRAGMA page_size = 1024")
+    con.execute("CREATE TABLE t (a INTEGER, s TEXT)")
+    con.executemany("INSERT INTO t VALUES (?, ?)", rows)
+    con.commit()
+    con.close()
+
+
+def _read(path: Path, decoder: str, keep: Any) -> Any:
+    _memo.forget()
+    old = _pages.DECODER
+    _pages.DECODER = decoder
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
+    try:
+        con.execute("BEGIN")
+        info = con.execute("PRAGMA table_xinfo(t)").fetchall()
+        reader = _pages.PageReader(con, path)
+        reader.text_keep = keep
+        cols = reader.read("t", info, ["a"], ["s"], None)
+        return cols.ints["a"].tolist(), cols.texts["s"].tolist(), cols.bad_utf8
+    except Unsupported:
+        return "unsupported"
+    finally:
+        con.close()
+        _pages.DECODER = old
+
+
+@needs_c
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    texts=st.lists(
+        st.one_of(st.none(), st.text("abBé", max_size=6), st.binary(min_size=1, max_size=3)),
+        min_size=1,
+        max_size=12,
+    ),
+    picks=st.lists(st.integers(0, 11), max_size=400),
+    block=st.sampled_from([16, 64, 256]),
+    limit=st.integers(0, 8),
+    keep=st.sampled_from([None, "odd", "names"]),
+)
+def test_reader_with_the_memo_reads_what_the_numpy_decoder_reads(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    texts: list[Any],
+    picks: list[int],
+    block: int,
+    limit: int,
+    keep: str | None,
+) -> None:
+    # a column of a few texts (some not UTF-8) repeated over many blocks of `block` bytes,
+    # with a memo of `limit` texts: the C path reads the numpy decoder's column
+    monkeypatch.setattr(_pages, "_TEXT_BLOCK_BYTES", block)
+    monkeypatch.setattr(_pages, "_KEPT_MEMO_TEXTS", limit)
+    rows = [(i, texts[p % len(texts)]) for i, p in enumerate(picks)]
+    path = tmp_path / f"t{next(_names)}.sqlite"
+    _write(path, rows)
+    test = {None: None, "odd": _keep, "names": NameTest(["^ab", "(?i)B", "é"])}[keep]
+    c = _read(path, "c", test)
+    assert c == _read(path, "numpy", test)
+    if c != "unsupported" and test is not None:
+        assert all(t is None or t is REFUSED or test(t) for t in c[1])
+    path.unlink()
+
+
+def test_a_process_s_rows_come_from_one_decode_of_the_pid_column(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # pid_sql(globalTid) = ?: (value >> 24) & 0xFFFFFF of integers, 0 for anything else. The
+    # column's pids are decoded once for the file: every process's selection (memo kept between
+    # them) is SQLite's own answer to the same condition.
+    calls: list[Any] = []
+    real = _pages.PageReader.pids
+    monkeypatch.setattr(
+        _pages.PageReader, "pids", lambda self, *a: calls.append(a) or real(self, *a)
+    )
+    path = tmp_path / "p.sqlite"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE t (v INTEGER, globalTid INTEGER)")
+    tids = [(7 << 24) | 5, (9 << 24) | 1, -((7 << 24) | 3), (1 << 48) | (7 << 24), None, "x"]
+    tids += [2.5, 0, 7 << 24, (0xFFFFFF << 24) | 2]
+    con.executemany("INSERT INTO t VALUES (?, ?)", list(enumerate(tids)))
+    con.commit()
+    con.close()
+    _memo.forget()
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
+    con.execute("BEGIN")
+    try:
+        for pid in (7, 9, 0, 0xFFFFFF, (-((7 << 24) | 3) >> 24) & 0xFFFFFF, 12345):
+            where = (f"{pid_sql('globalTid')} = ?", (pid,))
+            want = [
+                r[0]
+                for r in con.execute(f"SELECT v FROM t WHERE {where[0]} ORDER BY rowid", (pid,))
+            ]
+            got = read_columns(con, path, "t", ["v"], [], where=where)
+            assert got.via == "pages"
+            assert got.ints["v"].tolist() == want, pid
+    finally:
+        con.close()
+        _memo.forget()
+    assert len(calls) == 1  # one decode of the column for the six processes
+
+
+_needle_text = st.binary(max_size=8).map(
+    lambda b: bytes(x % 6 + 0x41 + (x & 0x20) if x < 0xF0 else x for x in b)
+)
+
+
+@needs_c
+@settings(max_examples=200, deadline=None)
+@given(
+    rows=st.lists(st.one_of(st.none(), _needle_text), max_size=40),
+    needles=st.lists(st.text("abcdef", max_size=3), max_size=4),
+    use_memo=st.booleans(),
+)
+def test_texts_memo_refuses_unasked_only_ascii_texts_without_a_needle(
+    rows: list[bytes | None], needles: list[str], use_memo: bool
+) -> None:
+    # letters A-F / a-f (upper and lower case), some bytes not ASCII: a distinct text comes
+    # back refused unasked (None, verdict 0) exactly when it is ASCII and its lowered text
+    # holds none of the needles; every other one as texts() decodes it, to be asked
+    from traceoverlap.readers.nsys import _npage
+
+    buf = b"".join(r or b"" for r in rows)
+    mm = np.frombuffer(buf + b"\x00", dtype=np.uint8)
+    ln = np.array([len(r or b"") for r in rows], dtype=np.int64)
+    off = np.cumsum(ln) - ln
+    null = np.array([r is None for r in rows], dtype=np.uint8)
+    codes, uniques, bad = _npage.texts(mm, off, ln, null)
+    memo = _npage.Memo(8) if use_memo else None
+    got = _npage.texts_memo(mm, off, ln, null, memo, tuple(n.encode() for n in needles))
+    assert got[0] == codes and got[2] == bad
+    distinct = list(dict.fromkeys(r for r in rows if r is not None))
+    assert len(distinct) == len(uniques) == len(got[1])
+    for raw, text, mine, verdict in zip(distinct, uniques, got[1], got[3], strict=True):
+        refused = raw.isascii() and not any(n in raw.decode().lower() for n in needles)
+        assert verdict == (0 if refused else 2)
+        assert mine == (None if refused else text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    patterns=st.lists(
+        st.sampled_from(
+            ["^ab", "(?i)b:", "x?y", "(?i)forward|backward", "nccl", "^Step#\\d", "é", "Z"]
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    name=st.text("abxyBZ:#1é fwdorFW", max_size=12),
+)
+def test_a_name_a_name_test_passes_holds_one_of_its_needles(patterns: list[str], name: str) -> None:
+    # the premise of the refusals above: an ASCII name the test passes, once lowered,
+    # holds one of the test's needles
+    test = NameTest(patterns)
+    needles = test.needles
+    if needles is not None and name.isascii() and test(name):
+        assert any(n in name.lower() for n in needles)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    picks=st.lists(st.tuples(st.integers(0, 6), st.booleans()), max_size=40),
+)
+def test_factorize_texts_by_object_is_factorize_by_value(picks: list[tuple[int, bool]]) -> None:
+    # rows drawn from a few texts (None, REFUSED, "" among them), each row either the shared
+    # object or a fresh equal copy: factorizing the objects first (by address) gives the codes
+    # and uniques of factorizing the rows' values (_factorize_distinct: the code it replaces)
+    from traceoverlap.readers.nsys._nvtx import _factorize_distinct, _factorize_texts
+
+    pool: list[str | None] = ["a", "b", REFUSED, None, "", "rank 1", "é"]
+    rows = np.empty(len(picks), dtype=object)
+    for i, (k, copy) in enumerate(picks):
+        t = pool[k]
+        rows[i] = t if t is None or not copy else "".join(list(t))  # equal, another object
+    codes, uniques = _factorize_texts(rows)
+    want_codes, want_uniques = _factorize_distinct(rows.copy())
+    assert codes.dtype == want_codes.dtype == np.int64
+    assert codes.tolist() == want_codes.tolist()
+    assert uniques.dtype == want_uniques.dtype
+    assert uniques.tolist() == want_uniques.tolist()
