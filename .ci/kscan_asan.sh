@@ -61,6 +61,7 @@ set +e
 timeout --kill-after=30 "$limit" "$python" -m pytest -q -p no:cacheprovider -o addopts= --capture=no \
     --timeout="$limit" --rootdir="$repo" -c "$repo/pyproject.toml" "$repo/tests/test_kscan.py" \
     "$repo/tests/test_npage.py" "$repo/tests/test_nsys_sqlite_columns.py" \
+    "$repo/tests/test_fast_paths_nsysread.py" \
     2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 set -e
