@@ -17,24 +17,33 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import numpy as np
+import numpy.typing as npt
+
 from ._activity import Activity
-from ._columns import pid_sql
+from ._columns import INT, Columns, Unsupported, pid_sql
 from ._memo import remembered
 from ._nvtx import NvtxReader
+from ._pages import PageReader
 from ._rows import NvtxRows
 from ._schema import KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME, STRINGS, quote
 from ._strings import Strings
 
+I64 = npt.NDArray[np.int64]
+
 #: The GPU tables, whose ``globalPid`` names the process of each row.
 GPU_TABLES = (KERNEL, MEMCPY, MEMSET)
+#: The columns the groups are found from.
+_GROUP_COLUMNS = frozenset({"start", "end", "deviceId", "globalPid"})
 _VALID_TIMES = (
     "typeof(\"start\") = 'integer' AND typeof(\"end\") = 'integer' "
     'AND "start" >= 0 AND "end" >= "start"'
 )
 
 
-def _groups(con: sqlite3.Connection, tables: list[str]) -> list[tuple[int, int]]:
-    """(pid, device) of the GPU rows with valid times (as read_gpu keeps them), by device, pid."""
+def _groups_sql(con: sqlite3.Connection, tables: list[str]) -> list[tuple[int, int]]:
+    """:func:`_groups` through SQLite: one ``SELECT DISTINCT`` per table (a view, a table the
+    page decoder refuses, or no file to decode)."""
     dev = '(CASE WHEN typeof("deviceId") = \'integer\' THEN "deviceId" ELSE -1 END)'
     found: set[tuple[int, int]] = set()
     for t in tables:
@@ -44,6 +53,59 @@ def _groups(con: sqlite3.Connection, tables: list[str]) -> list[tuple[int, int]]
     return sorted(found, key=lambda g: (g[1], g[0]))
 
 
+def group_keys(cols: Columns) -> I64:
+    """The distinct (pid, device) groups of one GPU table's ``start``, ``end``, ``deviceId`` and
+    ``globalPid`` columns, as :func:`_groups_sql` selects them (rows with integer times, start
+    >= 0, end >= start; pid 0 where globalPid is not an integer, device -1 where deviceId is
+    not, wrapped to int32), each as ``device << 32 | pid``: sorted by device, then pid."""
+    kinds, ints = cols.kinds, cols.ints
+    start, end = ints["start"], ints["end"]
+    ok = kinds["start"] == INT
+    ok &= kinds["end"] == INT
+    ok &= start >= 0
+    ok &= end >= start
+    keep = None if ok.all() else np.flatnonzero(ok)
+    gpid, dev = ints["globalPid"], ints["deviceId"]
+    gkind, dkind = kinds["globalPid"], kinds["deviceId"]
+    if keep is not None:
+        gpid, dev, gkind, dkind = gpid[keep], dev[keep], gkind[keep], dkind[keep]
+    key = dev.astype(np.int32).astype(np.int64)
+    key[dkind != INT] = -1
+    key <<= 32
+    pid = gpid >> 24
+    pid &= 0xFFFFFF
+    pid[gkind != INT] = 0
+    key |= pid
+    if key.size > 1:  # rows come in runs of one group: only each run's first is looked at
+        run = np.flatnonzero(key[1:] != key[:-1])
+        key = np.concatenate([key[:1], key[run + 1]])
+    return np.unique(key)
+
+
+def _groups(
+    con: sqlite3.Connection, tables: list[str], path: Path | None = None
+) -> list[tuple[int, int]]:
+    """(pid, device) of the GPU rows with valid times (as read_gpu keeps them), by device, pid.
+    The four columns are decoded off the file's pages (``path``: the file ``con`` reads, inside
+    a read transaction), one C-level pass each instead of SQLite's per-row ``typeof``; a table
+    the decoder refuses is asked of SQLite (:func:`_groups_sql`), the same groups."""
+    if path is None:
+        return _groups_sql(con, tables)
+    keys: list[I64] = []
+    for t in tables:
+        info = con.execute(f"PRAGMA table_xinfo({quote(t)})").fetchall()
+        if not _GROUP_COLUMNS <= {str(r[1]) for r in info}:
+            return _groups_sql(con, tables)  # SQLite reads a missing "column" as a text
+        try:
+            cols = PageReader(con, path).read(t, info, sorted(_GROUP_COLUMNS), [])
+        except Unsupported:
+            return _groups_sql(con, tables)
+        keys.append(group_keys(cols))
+        del cols
+    found = np.unique(np.concatenate(keys)) if keys else np.zeros(0, dtype=np.int64)
+    return [(int(k) & 0xFFFFFFFF, int(k) >> 32) for k in found.tolist()]
+
+
 def _file_groups(
     con: sqlite3.Connection, path: Path | None, tables: list[str]
 ) -> list[tuple[int, int]]:
@@ -51,7 +113,9 @@ def _file_groups(
     process's read share it."""
     if path is None:
         return _groups(con, tables)
-    return list(remembered(path, ("groups", tuple(tables)), lambda: tuple(_groups(con, tables))))
+    return list(
+        remembered(path, ("groups", tuple(tables)), lambda: tuple(_groups(con, tables, path)))
+    )
 
 
 def gpu_processes(con: sqlite3.Connection, path: Path | None = None) -> list[int]:
@@ -81,10 +145,13 @@ def processes_of(path: Path) -> list[int]:
     """:func:`gpu_processes` of the export at ``path``; [] when it cannot be opened as one (the
     read that follows says what is wrong)."""
     try:
-        con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=2.0)
+        con = sqlite3.connect(
+            f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=2.0, isolation_level=None
+        )
     except sqlite3.Error:
         return []
     try:
+        con.execute("BEGIN")  # one read transaction: what the page decoder needs (._pages)
         return gpu_processes(con, path)
     except sqlite3.Error:
         return []

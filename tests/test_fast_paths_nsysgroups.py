@@ -1,0 +1,109 @@
+"""The Nsight Systems reader's fast paths against the SQL they replace (issue 40): each gives the
+same answer, on random tables holding every kind of value SQLite can store."""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from traceoverlap.readers.nsys import _memo, _process
+
+TABLES = ["CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY"]
+
+
+def _value(rng: random.Random, small: list[int]) -> Any:
+    """An integer most of the time (a few recurring ones, negatives, 64-bit extremes), else NULL,
+    a real, a text or a blob."""
+    r = rng.random()
+    if r < 0.6:
+        return rng.choice(small)
+    if r < 0.75:
+        return rng.choice([-1, 0, 2**31, 2**32 + 3, -(2**31) - 1, 2**63 - 1, -(2**63)])
+    return rng.choice([None, 1.5, "7", b"\x01", 3.0])
+
+
+def _export(path: Path, seed: int, typed: bool) -> None:
+    """Two GPU tables of random rows; ``typed``: the columns declared INTEGER (SQLite converts
+    what it can on insert), else untyped (values stored as given)."""
+    rng = random.Random(seed)
+    decl = " INTEGER" if typed else ""
+    con = sqlite3.connect(path)
+    pids = [rng.randrange(1, 2**24) << 24 | rng.randrange(2**24) for _ in range(3)]
+    for t in TABLES:
+        con.execute(
+            f"CREATE TABLE {t} (start{decl}, end{decl}, deviceId{decl}, other TEXT, "
+            f"globalPid{decl})"
+        )
+        n = rng.choice([0, 1, 5, 200, 3000])
+        rows = []
+        for _ in range(n):
+            s = _value(rng, [0, 5, 10, 100])
+            e = _value(rng, [0, 5, 10, 100, 1000])
+            rows.append((s, e, _value(rng, [0, 1, 7]), "x" * rng.randrange(20), _value(rng, pids)))
+        con.executemany(f"INSERT INTO {t} VALUES (?, ?, ?, ?, ?)", rows)
+    con.commit()
+    con.close()
+
+
+def _open(path: Path) -> sqlite3.Connection:
+    con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None)
+    con.execute("BEGIN")
+    return con
+
+
+@pytest.mark.parametrize("typed", [True, False])
+def test_groups_decoded_off_the_pages_are_sqlites(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, typed: bool
+) -> None:
+    # the SQL (SELECT DISTINCT of pid / device with typeof per row) is the definition; the
+    # decoded columns must give exactly its groups, in its order (device, then pid)
+    for seed in range(8):
+        path = tmp_path / f"e{seed}_{typed}.sqlite"
+        _export(path, seed, typed)
+        con = _open(path)
+        try:
+            want = _process._groups_sql(con, TABLES)
+            with monkeypatch.context() as m:  # the pages answer, not the fallback
+                m.setattr(_process, "_groups_sql", None)
+                got = _process._groups(con, TABLES, path)
+        finally:
+            con.close()
+            _memo.forget()
+        assert got == want, seed
+
+
+def test_groups_of_a_view_are_sqlites(tmp_path: Path) -> None:
+    # a view has no pages to decode: SQLite answers, the same groups as of the table
+    path = tmp_path / "v.sqlite"
+    _export(path, 3, True)
+    con = sqlite3.connect(path)
+    con.execute(f"CREATE VIEW v AS SELECT * FROM {TABLES[0]}")
+    con.commit()
+    con.close()
+    con = _open(path)
+    try:
+        assert _process._groups(con, ["v"], path) == _process._groups_sql(con, [TABLES[0]])
+    finally:
+        con.close()
+        _memo.forget()
+
+
+def test_groups_of_a_table_without_a_column_are_sqlites(tmp_path: Path) -> None:
+    # SQLite reads a missing double-quoted column as its name, a text: no globalPid is pid 0
+    # for every row; the decoder is not asked
+    path = tmp_path / "m.sqlite"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE t (start, end, deviceId)")
+    con.executemany("INSERT INTO t VALUES (?, ?, ?)", [(1, 2, 3), (1, 2, 4), (5, 1, 6)])
+    con.commit()
+    con.close()
+    con = _open(path)
+    try:
+        assert _process._groups(con, ["t"], path) == _process._groups_sql(con, ["t"])
+        assert _process._groups_sql(con, ["t"]) == [(0, 3), (0, 4)]  # row 3 ends before start
+    finally:
+        con.close()
