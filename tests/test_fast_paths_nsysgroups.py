@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import sqlite3
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -107,3 +108,33 @@ def test_groups_of_a_table_without_a_column_are_sqlites(tmp_path: Path) -> None:
         assert _process._groups_sql(con, ["t"]) == [(0, 3), (0, 4)]  # row 3 ends before start
     finally:
         con.close()
+
+
+@pytest.mark.parametrize("registered", [True, False])
+def test_a_process_read_finds_every_processs_rank_text_inline_or_registered(
+    tmp_path: Path, registered: bool
+) -> None:
+    # "rank N" marks either inline (NVTX text) or registered (StringIds, through textId): with
+    # no StringIds value that may say "rank", the textId test is left out of the row selection;
+    # each process read alone must still see the other processes' texts: pid 300 says rank 0,
+    # 200 rank 1, 100 rank 2 (not the process order)
+    sys.path.insert(0, str(Path(__file__).parent))
+    from nsys_writer import MS, NVTX_MARK, NsysExport
+
+    from traceoverlap.readers.nsys import read_nsys
+
+    x = NsysExport(session_start_utc_ns=1_700_000_000 * 10**9)
+    for pid, rank, dev in ((100, 2, 0), (200, 1, 1), (300, 0, 2)):
+        x.process(pid)
+        x.thread(pid, pid, "python3")
+        x.nvtx(pid, 0, None, f"rank {rank}", registered=registered, event_type=NVTX_MARK)
+        x.nvtx(pid, 0, 10 * MS, "ProfilerStep#0", registered=not registered)
+        x.kernel(pid, dev, 7, 1 * MS, 7 * MS, "gemm_kernel", launch=100)
+    path = x.write(tmp_path / "job.sqlite")
+    _memo.forget()
+    try:
+        for pid, rank in ((100, 2), (200, 1), (300, 0)):
+            (info,) = read_nsys(path, process=pid).traces
+            assert (info.rank, info.rank_source) == (rank, "nvtx")
+    finally:
+        _memo.forget()
