@@ -3,6 +3,7 @@ same answer, on random tables holding every kind of value SQLite can store."""
 
 from __future__ import annotations
 
+import os
 import random
 import sqlite3
 import sys
@@ -138,3 +139,46 @@ def test_a_process_read_finds_every_processs_rank_text_inline_or_registered(
             assert (info.rank, info.rank_source) == (rank, "nvtx")
     finally:
         _memo.forget()
+
+
+def test_a_split_plan_of_a_file_truncated_while_decoded_is_one_line(tmp_path: Path) -> None:
+    # planning the split decodes the GPU tables' pages through a memory map: a file truncated
+    # under it (the stand-in truncates it as the decode starts) is the reader's one line and
+    # exit status 2, not "Bus error"
+    import subprocess
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from nsys_writer import MS, NsysExport
+
+    x = NsysExport()
+    for pid, dev in ((100, 0), (200, 1)):
+        x.process(pid)
+        x.kernel(pid, dev, 7, 1 * MS, 7 * MS, "gemm_kernel", launch=100)
+    path = x.write(tmp_path / "job.sqlite")
+    code = f"""
+import os
+from dataclasses import replace
+from pathlib import Path
+import traceoverlap.readers.formats as formats
+formats.FORMATS = tuple(replace(f, split_min_bytes=0) for f in formats.FORMATS)
+from traceoverlap.readers.nsys import _process
+class Truncating(_process.PageReader):
+    def read(self, *args, **kwargs):
+        os.truncate(self.path, 0)
+        return super().read(*args, **kwargs)
+_process.PageReader = Truncating
+from traceoverlap.readers.paths import map_units
+map_units([Path({str(path)!r})])
+"""
+    root = Path(__file__).resolve().parents[1]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]),
+    }
+    res = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert res.returncode == 2, (res.returncode, res.stderr)
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1, res.stderr
+    assert lines[0].startswith(f"traceoverlap: error: {path}: the file was truncated")
