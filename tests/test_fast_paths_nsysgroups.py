@@ -182,3 +182,44 @@ map_units([Path({str(path)!r})])
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1, res.stderr
     assert lines[0].startswith(f"traceoverlap: error: {path}: the file was truncated")
+
+
+def test_the_rank_texts_read_leaves_the_process_reads_range_filter_alone(tmp_path: Path) -> None:
+    # each process marks its rank and one step (ProfilerStep#0): every process read keeps its
+    # step marker, so its ranges stay filtered as the whole read's are (ranges_filtered), and no
+    # read notes that the file's filtered ranges lack a step marker (the rank marks alone lack
+    # one: that note made every later process's read decode every NVTX text again)
+    sys.path.insert(0, str(Path(__file__).parent))
+    from nsys_writer import MS, NVTX_MARK, NsysExport
+
+    from traceoverlap.core.options import AnalysisOptions
+    from traceoverlap.rank.classify import Rules
+    from traceoverlap.rank.unit import range_filter
+    from traceoverlap.readers.nsys import read_nsys
+
+    x = NsysExport(session_start_utc_ns=1_700_000_000 * 10**9)
+    for pid, rank, dev in ((100, 1, 0), (200, 0, 1)):
+        x.process(pid)
+        x.thread(pid, pid, "python3")
+        x.nvtx(pid, 0, None, f"rank {rank}", event_type=NVTX_MARK)
+        x.nvtx(pid, 0, 10 * MS, "ProfilerStep#0")
+        x.kernel(pid, dev, 7, 1 * MS, 7 * MS, "gemm_kernel", launch=100)
+    path = x.write(tmp_path / "job.sqlite")
+    keep = range_filter(AnalysisOptions(), Rules())
+    _memo.forget()
+    try:
+        whole = {t.pid: t for t in read_nsys(path, keep_range=keep).traces}
+        assert {p: (t.rank, t.ranges_filtered) for p, t in whole.items()} == {
+            100: (1, True),
+            200: (0, True),
+        }
+        for pid in (100, 200):
+            (info,) = read_nsys(path, keep_range=keep, process=pid).traces
+            assert (info.rank, info.rank_source, info.ranges_filtered) == (
+                whole[pid].rank,
+                "nvtx",
+                True,
+            )
+            assert _memo.recall(path, ("no step marker", "NVTX_EVENTS")) is None
+    finally:
+        _memo.forget()

@@ -188,10 +188,23 @@ class ProcessPart(NvtxReader, Activity):
                 self.file, ("rank strings", strings), lambda: bool(self.rows(f"{ids} LIMIT 1"))
             ):
                 cond.append(f'"textId" IN ({ids})')
-        saved = (self.notes, self.names, self.lanes, self.thread_names, self.only)
+        saved = (self.notes, self.names, self.lanes, self.thread_names, self.only, self.keep_range)
         self.notes, self.names, self.lanes, self.thread_names = [], Strings(), Strings(), Strings()
         self.only = (" OR ".join(cond) or "0", ())
+        # every selected text is read: the range filter keeps every text that may say "rank"
+        # (those with "ank" or "ANK", all that ``rank N`` is looked for in), so the rank texts
+        # are the same; with it, these rows (rank marks, no step marker) made the read note in
+        # ._memo that the file's filtered ranges hold no step marker, and each later process's
+        # read then read every NVTX text again, and cleared this read's filter (ranges_filtered)
+        self.keep_range = None
         try:
             return self.read_nvtx()
         finally:
-            self.notes, self.names, self.lanes, self.thread_names, self.only = saved
+            (
+                self.notes,
+                self.names,
+                self.lanes,
+                self.thread_names,
+                self.only,
+                self.keep_range,
+            ) = saved
