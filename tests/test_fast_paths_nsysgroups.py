@@ -223,3 +223,45 @@ def test_the_rank_texts_read_leaves_the_process_reads_range_filter_alone(tmp_pat
             assert _memo.recall(path, ("no step marker", "NVTX_EVENTS")) is None
     finally:
         _memo.forget()
+
+
+def test_a_process_read_with_mpi_ranks_reads_no_rank_text(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # MPI_RANKS says the ranks (pid 100 -> 1, pid 200 -> 0, against the "rank N" marks, which
+    # the environment outranks): a process read takes them as the whole read does, without
+    # the scan of every process's NVTX texts
+    sys.path.insert(0, str(Path(__file__).parent))
+    from nsys_writer import MS, NVTX_MARK, NsysExport, global_tid
+
+    from traceoverlap.readers.nsys import read_nsys
+
+    x = NsysExport()
+    for pid, dev in ((100, 0), (200, 1)):
+        x.process(pid)
+        x.thread(pid, pid, "python3")
+        x.nvtx(pid, 0, None, f"rank {pid // 100 - 1}", event_type=NVTX_MARK)
+        x.kernel(pid, dev, 7, 1 * MS, 7 * MS, "gemm_kernel", launch=100)
+    path = x.write(tmp_path / "job.sqlite")
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE MPI_RANKS (globalTid INTEGER NOT NULL, rank INTEGER NOT NULL)")
+    con.executemany(
+        "INSERT INTO MPI_RANKS VALUES (?, ?)",
+        [(global_tid(100, 100), 1), (global_tid(200, 200), 0)],
+    )
+    con.commit()
+    con.close()
+    _memo.forget()
+    try:
+        whole = {t.pid: (t.rank, t.rank_source) for t in read_nsys(path).traces}
+        assert whole == {100: (1, "environment"), 200: (0, "environment")}
+
+        def unread(self: Any) -> None:
+            raise AssertionError("rank texts read")
+
+        monkeypatch.setattr(_process.ProcessPart, "all_rank_texts", unread)
+        for pid in (100, 200):
+            (info,) = read_nsys(path, process=pid).traces
+            assert (info.rank, info.rank_source) == whole[pid]
+    finally:
+        _memo.forget()
