@@ -53,29 +53,39 @@ def _groups_sql(con: sqlite3.Connection, tables: list[str]) -> list[tuple[int, i
     return sorted(found, key=lambda g: (g[1], g[0]))
 
 
-def group_keys(cols: Columns) -> I64:
-    """The distinct (pid, device) groups of one GPU table's ``start``, ``end``, ``deviceId`` and
-    ``globalPid`` columns, as :func:`_groups_sql` selects them (rows with integer times, start
-    >= 0, end >= start; pid 0 where globalPid is not an integer, device -1 where deviceId is
-    not, wrapped to int32), each as ``device << 32 | pid``: sorted by device, then pid."""
-    kinds, ints = cols.kinds, cols.ints
-    start, end = ints["start"], ints["end"]
-    ok = kinds["start"] == INT
-    ok &= kinds["end"] == INT
+def valid_rows(times: Columns) -> npt.NDArray[np.bool_]:
+    """Rows of a GPU table's ``start`` and ``end`` columns that :func:`_groups_sql` keeps: both
+    integers, start >= 0, end >= start."""
+    start, end = times.ints["start"], times.ints["end"]
+    ok: npt.NDArray[np.bool_] = times.kinds["start"] == INT
+    ok &= times.kinds["end"] == INT
     ok &= start >= 0
     ok &= end >= start
-    keep = None if ok.all() else np.flatnonzero(ok)
-    gpid, dev = ints["globalPid"], ints["deviceId"]
-    gkind, dkind = kinds["globalPid"], kinds["deviceId"]
-    if keep is not None:
-        gpid, dev, gkind, dkind = gpid[keep], dev[keep], gkind[keep], dkind[keep]
-    key = dev.astype(np.int32).astype(np.int64)
-    key[dkind != INT] = -1
-    key <<= 32
-    pid = gpid >> 24
-    pid &= 0xFFFFFF
-    pid[gkind != INT] = 0
-    key |= pid
+    return ok
+
+
+def group_keys(ok: npt.NDArray[np.bool_], ids: Columns) -> I64:
+    """The distinct (pid, device) groups of the rows ``ok`` of one GPU table's ``deviceId`` and
+    ``globalPid`` columns ``ids``, as :func:`_groups_sql` selects them (pid 0 where globalPid is
+    not an integer, device -1 where deviceId is not, wrapped to int32), each as ``device << 32 |
+    pid``: sorted by device, then pid. The columns are rewritten in place."""
+    dev, gpid = ids.ints["deviceId"], ids.ints["globalPid"]
+    dkind, gkind = ids.kinds["deviceId"], ids.kinds["globalPid"]
+    if not ok.all():
+        keep = np.flatnonzero(ok)
+        dev, gpid, dkind, gkind = dev[keep], gpid[keep], dkind[keep], gkind[keep]
+        del keep
+    # the device as int32 keeps it (wrapping, as astype does), -1 where not an integer
+    dev += 2**31
+    dev &= 0xFFFFFFFF
+    dev -= 2**31
+    dev[dkind != INT] = -1
+    dev <<= 32
+    gpid >>= 24
+    gpid &= 0xFFFFFF
+    gpid[gkind != INT] = 0
+    dev |= gpid
+    key = dev
     if key.size > 1:  # rows come in runs of one group: only each run's first is looked at
         run = np.flatnonzero(key[1:] != key[:-1])
         key = np.concatenate([key[:1], key[run + 1]])
@@ -88,7 +98,9 @@ def _groups(
     """(pid, device) of the GPU rows with valid times (as read_gpu keeps them), by device, pid.
     The four columns are decoded off the file's pages (``path``: the file ``con`` reads, inside
     a read transaction), one C-level pass each instead of SQLite's per-row ``typeof``; a table
-    the decoder refuses is asked of SQLite (:func:`_groups_sql`), the same groups."""
+    the decoder refuses is asked of SQLite (:func:`_groups_sql`), the same groups. Two columns
+    at a time (the times, then the ids): what planning holds is about two int64 columns of the
+    largest table, not four (a third more decoding)."""
     if path is None:
         return _groups_sql(con, tables)
     keys: list[I64] = []
@@ -97,11 +109,12 @@ def _groups(
         if not _GROUP_COLUMNS <= {str(r[1]) for r in info}:
             return _groups_sql(con, tables)  # SQLite reads a missing "column" as a text
         try:
-            cols = PageReader(con, path).read(t, info, sorted(_GROUP_COLUMNS), [])
+            pages = PageReader(con, path)
+            ok = valid_rows(pages.read(t, info, ["start", "end"], []))
+            keys.append(group_keys(ok, pages.read(t, info, ["deviceId", "globalPid"], [])))
         except Unsupported:
             return _groups_sql(con, tables)
-        keys.append(group_keys(cols))
-        del cols
+        del ok
     found = np.unique(np.concatenate(keys)) if keys else np.zeros(0, dtype=np.int64)
     return [(int(k) & 0xFFFFFFFF, int(k) >> 32) for k in found.tolist()]
 
