@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ..core.errors import TraceFormatError, UsageError
 from . import formats, sniff_format
-from ._bytes import STDIN, inflated_head
+from ._bytes import STDIN, inflated_head, label
 
 #: File names a folder's trace files end with (every format's suffixes).
 TRACE_SUFFIXES = formats.trace_suffixes()
@@ -226,4 +226,7 @@ def _split(f: Path) -> list[int]:
         found = sniff_format(f)
     except TraceFormatError:
         return []  # the read says what is wrong
-    return next((x.split(f) for x in cut if x.name == found), [])
+    from ._sigbus import guard  # a split may read the file's pages through a memory map
+
+    with guard(label(f)):
+        return next((x.split(f) for x in cut if x.name == found), [])

@@ -17,24 +17,33 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import numpy as np
+import numpy.typing as npt
+
 from ._activity import Activity
-from ._columns import pid_sql
+from ._columns import INT, Columns, Unsupported, pid_sql
 from ._memo import remembered
 from ._nvtx import NvtxReader
+from ._pages import PageReader
 from ._rows import NvtxRows
 from ._schema import KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME, STRINGS, quote
 from ._strings import Strings
 
+I64 = npt.NDArray[np.int64]
+
 #: The GPU tables, whose ``globalPid`` names the process of each row.
 GPU_TABLES = (KERNEL, MEMCPY, MEMSET)
+#: The columns the groups are found from.
+_GROUP_COLUMNS = frozenset({"start", "end", "deviceId", "globalPid"})
 _VALID_TIMES = (
     "typeof(\"start\") = 'integer' AND typeof(\"end\") = 'integer' "
     'AND "start" >= 0 AND "end" >= "start"'
 )
 
 
-def _groups(con: sqlite3.Connection, tables: list[str]) -> list[tuple[int, int]]:
-    """(pid, device) of the GPU rows with valid times (as read_gpu keeps them), by device, pid."""
+def _groups_sql(con: sqlite3.Connection, tables: list[str]) -> list[tuple[int, int]]:
+    """:func:`_groups` through SQLite: one ``SELECT DISTINCT`` per table (a view, a table the
+    page decoder refuses, or no file to decode)."""
     dev = '(CASE WHEN typeof("deviceId") = \'integer\' THEN "deviceId" ELSE -1 END)'
     found: set[tuple[int, int]] = set()
     for t in tables:
@@ -44,6 +53,72 @@ def _groups(con: sqlite3.Connection, tables: list[str]) -> list[tuple[int, int]]
     return sorted(found, key=lambda g: (g[1], g[0]))
 
 
+def valid_rows(times: Columns) -> npt.NDArray[np.bool_]:
+    """Rows of a GPU table's ``start`` and ``end`` columns that :func:`_groups_sql` keeps: both
+    integers, start >= 0, end >= start."""
+    start, end = times.ints["start"], times.ints["end"]
+    ok: npt.NDArray[np.bool_] = times.kinds["start"] == INT
+    ok &= times.kinds["end"] == INT
+    ok &= start >= 0
+    ok &= end >= start
+    return ok
+
+
+def group_keys(ok: npt.NDArray[np.bool_], ids: Columns) -> I64:
+    """The distinct (pid, device) groups of the rows ``ok`` of one GPU table's ``deviceId`` and
+    ``globalPid`` columns ``ids``, as :func:`_groups_sql` selects them (pid 0 where globalPid is
+    not an integer, device -1 where deviceId is not, wrapped to int32), each as ``device << 32 |
+    pid``: sorted by device, then pid. The columns are rewritten in place."""
+    dev, gpid = ids.ints["deviceId"], ids.ints["globalPid"]
+    dkind, gkind = ids.kinds["deviceId"], ids.kinds["globalPid"]
+    if not ok.all():
+        keep = np.flatnonzero(ok)
+        dev, gpid, dkind, gkind = dev[keep], gpid[keep], dkind[keep], gkind[keep]
+        del keep
+    # the device as int32 keeps it (wrapping, as astype does), -1 where not an integer
+    dev += 2**31
+    dev &= 0xFFFFFFFF
+    dev -= 2**31
+    dev[dkind != INT] = -1
+    dev <<= 32
+    gpid >>= 24
+    gpid &= 0xFFFFFF
+    gpid[gkind != INT] = 0
+    dev |= gpid
+    key = dev
+    if key.size > 1:  # rows come in runs of one group: only each run's first is looked at
+        run = np.flatnonzero(key[1:] != key[:-1])
+        key = np.concatenate([key[:1], key[run + 1]])
+    return np.unique(key)
+
+
+def _groups(
+    con: sqlite3.Connection, tables: list[str], path: Path | None = None
+) -> list[tuple[int, int]]:
+    """(pid, device) of the GPU rows with valid times (as read_gpu keeps them), by device, pid.
+    The four columns are decoded off the file's pages (``path``: the file ``con`` reads, inside
+    a read transaction), one C-level pass each instead of SQLite's per-row ``typeof``; a table
+    the decoder refuses is asked of SQLite (:func:`_groups_sql`), the same groups. Two columns
+    at a time (the times, then the ids): what planning holds is about two int64 columns of the
+    largest table, not four (a third more decoding)."""
+    if path is None:
+        return _groups_sql(con, tables)
+    keys: list[I64] = []
+    for t in tables:
+        info = con.execute(f"PRAGMA table_xinfo({quote(t)})").fetchall()
+        if not _GROUP_COLUMNS <= {str(r[1]) for r in info}:
+            return _groups_sql(con, tables)  # SQLite reads a missing "column" as a text
+        try:
+            pages = PageReader(con, path)
+            ok = valid_rows(pages.read(t, info, ["start", "end"], []))
+            keys.append(group_keys(ok, pages.read(t, info, ["deviceId", "globalPid"], [])))
+        except Unsupported:
+            return _groups_sql(con, tables)
+        del ok
+    found = np.unique(np.concatenate(keys)) if keys else np.zeros(0, dtype=np.int64)
+    return [(int(k) & 0xFFFFFFFF, int(k) >> 32) for k in found.tolist()]
+
+
 def _file_groups(
     con: sqlite3.Connection, path: Path | None, tables: list[str]
 ) -> list[tuple[int, int]]:
@@ -51,7 +126,9 @@ def _file_groups(
     process's read share it."""
     if path is None:
         return _groups(con, tables)
-    return list(remembered(path, ("groups", tuple(tables)), lambda: tuple(_groups(con, tables))))
+    return list(
+        remembered(path, ("groups", tuple(tables)), lambda: tuple(_groups(con, tables, path)))
+    )
 
 
 def gpu_processes(con: sqlite3.Connection, path: Path | None = None) -> list[int]:
@@ -81,10 +158,13 @@ def processes_of(path: Path) -> list[int]:
     """:func:`gpu_processes` of the export at ``path``; [] when it cannot be opened as one (the
     read that follows says what is wrong)."""
     try:
-        con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=2.0)
+        con = sqlite3.connect(
+            f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=2.0, isolation_level=None
+        )
     except sqlite3.Error:
         return []
     try:
+        con.execute("BEGIN")  # one read transaction: what the page decoder needs (._pages)
         return gpu_processes(con, path)
     except sqlite3.Error:
         return []
@@ -114,13 +194,30 @@ class ProcessPart(NvtxReader, Activity):
             cond.append("\"text\" LIKE '%ank%'")
         strings = self.table(STRINGS)
         if "textId" in have and strings is not None and self.has(strings, "id", "value"):
-            cond.append(
-                f'"textId" IN (SELECT "id" FROM {quote(strings)} WHERE "value" LIKE \'%ank%\')'
-            )
-        saved = (self.notes, self.names, self.lanes, self.thread_names, self.only)
+            ids = f'SELECT "id" FROM {quote(strings)} WHERE "value" LIKE \'%ank%\''
+            # a test per NVTX row (~20 % of the condition's scan) that selects none when no
+            # string may contain "rank" (NULL IN () is false too): asked once per file
+            if remembered(
+                self.file, ("rank strings", strings), lambda: bool(self.rows(f"{ids} LIMIT 1"))
+            ):
+                cond.append(f'"textId" IN ({ids})')
+        saved = (self.notes, self.names, self.lanes, self.thread_names, self.only, self.keep_range)
         self.notes, self.names, self.lanes, self.thread_names = [], Strings(), Strings(), Strings()
         self.only = (" OR ".join(cond) or "0", ())
+        # every selected text is read: the range filter keeps every text that may say "rank"
+        # (those with "ank" or "ANK", all that ``rank N`` is looked for in), so the rank texts
+        # are the same; with it, these rows (rank marks, no step marker) made the read note in
+        # ._memo that the file's filtered ranges hold no step marker, and each later process's
+        # read then read every NVTX text again, and cleared this read's filter (ranges_filtered)
+        self.keep_range = None
         try:
             return self.read_nvtx()
         finally:
-            self.notes, self.names, self.lanes, self.thread_names, self.only = saved
+            (
+                self.notes,
+                self.names,
+                self.lanes,
+                self.thread_names,
+                self.only,
+                self.keep_range,
+            ) = saved

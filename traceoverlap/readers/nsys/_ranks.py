@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pandas as pd
 
@@ -29,14 +31,18 @@ class Ranks(Metadata):
         return self._ranks([(int(p), -1) for p in pids], nvtx)
 
     def _ranks(
-        self, groups: list[tuple[int, int]], nvtx: NvtxRows
+        self, groups: list[tuple[int, int]], nvtx: NvtxRows | Callable[[], NvtxRows]
     ) -> tuple[list[tuple[int, int]], list[int], str, int | None]:
+        """``nvtx``: the rows whose ``rank N`` texts may say the ranks, or what reads them (only
+        when the launch environment does not say them)."""
         pids = sorted({p for p, _ in groups})
         one_group_each = len(pids) == len(groups)
         env_ranks, world = self.ranks_from_environment(pids)
         if one_group_each and env_ranks is not None:
             return groups, [env_ranks[p] for p, _ in groups], "environment", world
-        nvtx_ranks = self.ranks_from_nvtx(pids, nvtx) if one_group_each else None
+        nvtx_ranks = None
+        if one_group_each:
+            nvtx_ranks = self.ranks_from_nvtx(pids, nvtx() if callable(nvtx) else nvtx)
         if nvtx_ranks is not None:
             return groups, [nvtx_ranks[p] for p, _ in groups], "nvtx", None
         named = rank_from_filename(self.path)

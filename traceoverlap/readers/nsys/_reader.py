@@ -85,7 +85,9 @@ class Reader(ProcessPart, Ranks, SyncReader):
             everyone = self.all_groups()
             if self.check is not None and everyone and self.process == min(everyone)[0]:
                 self.check()
-            groups, ranks, rank_source, world_size = self._ranks(everyone, self.all_rank_texts())
+            # every process's rank texts: one scan of the file, when the environment (MPI
+            # ranks, a RANK variable per process) does not say the ranks
+            groups, ranks, rank_source, world_size = self._ranks(everyone, self.all_rank_texts)
             host = Rows.concat([self.read_runtime(sorted({p for p, _ in groups})), nvtx.ranges])
             device_kind = "gpu"
         elif len(gpu):
