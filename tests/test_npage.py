@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import examples
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from traceoverlap.rank.namefilter import NameTest
@@ -262,6 +262,27 @@ def test_c_and_numpy_decoders_agree_on_random_tables(tmp_path: Path, spec: dict[
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(spec=tables())
+# a damaged b-tree where SQLite's selection gives a rowid twice: both decoders refuse it (the C
+# decoder raised ValueError on the repeated position)
+@example(
+    spec={
+        "page_size": 512,
+        "alias": True,
+        "kinds": ["int"],
+        "rows": [[("?", 0)], [("?", 0)]],
+        "late": "NULL",
+        "more": [[("?", 0), ("?", "")]] * 3
+        + [[("?", 0), ("?", None)]]
+        + [[("?", 0), ("?", "")]] * 3
+        + [[("?", None), ("?", "")], [("?", 0), ("?", "")], [("?", 0), ("?", ":" * 26)]],
+        "delete": False,
+        "where": ("rowid % 3 = 1", ()),
+        "keep": None,
+        "prefilter": 1,
+        "mutations": [(2816, 149)],
+        "seed": 0,
+    }
+)
 def test_c_and_numpy_decoders_agree_on_mutated_pages(tmp_path: Path, spec: dict[str, Any]) -> None:
     # damaged pages: both decoders refuse them, or both read the same values (never a crash)
     path = tmp_path / f"m{next(_names)}.sqlite"

@@ -369,6 +369,11 @@ class PageReader:
         rows = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
         if rows.size > 1 and not bool((rows[1:] > rows[:-1]).all()):
             rows = np.sort(rows)  # a table scan gives rowid order; a query plan might not
+            if not bool((rows[1:] > rows[:-1]).all()):
+                # a damaged b-tree: SQLite gave a rowid twice (the pages cannot be trusted)
+                raise Unsupported("a row selected twice")
+        if rows.size and (rows[0] < 0 or rows[-1] >= n):
+            raise Unsupported("a selected row outside 1..n")
         return rows
 
     def pid_rows(self, table: str, info: list[tuple[Any, ...]], column: str, pid: int) -> I64:
