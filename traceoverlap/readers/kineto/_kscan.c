@@ -471,7 +471,9 @@ static int num_float(const Num *n, double *out) {
     if (n->digits <= 19 && n->mant <= (1ULL << 53) && n->exp10 >= -22 && n->exp10 <= 22) {
         double m = (double)n->mant;
         double v = n->exp10 >= 0 ? m * POW10[n->exp10] : m / POW10[-n->exp10];
-        *out = n->neg ? -v : v;
+        /* "-0" is the integer 0 (msgspec reads an integer literal as an int, then a float):
+         * only a fraction or an exponent makes a negative zero */
+        *out = n->neg && !(n->integer && n->mant == 0) ? -v : v;
         return OK;
     }
     char tmp[128];
