@@ -33,6 +33,17 @@ _names = itertools.count()
 _text = st.binary(max_size=5).map(lambda b: bytes(x % 4 + 0x61 if x < 0xF0 else x for x in b))
 
 
+def _texts_args(rows: list[bytes | None]) -> tuple[Any, Any, Any, Any]:
+    """The texts of ``rows`` (None: NULL) laid end to end, as the decoder's ``texts`` takes
+    them: the bytes, each row's offset and length, and its NULL flag."""
+    buf = b"".join(r or b"" for r in rows)
+    mm = np.frombuffer(buf + b"\x00", dtype=np.uint8)
+    ln = np.array([len(r or b"") for r in rows], dtype=np.int64)
+    off = np.cumsum(ln) - ln
+    null = np.array([r is None for r in rows], dtype=np.uint8)
+    return mm, off, ln, null
+
+
 def _keep(text: str) -> bool:
     return len(text) % 2 == 1
 
@@ -56,11 +67,7 @@ def test_texts_memo_reads_what_texts_reads(
     memo = _npage.Memo(limit)
     settled: dict[str, bool] = {}
     for rows in blocks:
-        buf = b"".join(r or b"" for r in rows)
-        mm = np.frombuffer(buf + b"\x00", dtype=np.uint8)
-        ln = np.array([len(r or b"") for r in rows], dtype=np.int64)
-        off = np.cumsum(ln) - ln
-        null = np.array([r is None for r in rows], dtype=np.uint8)
+        mm, off, ln, null = _texts_args(rows)
         codes, uniques, bad = _npage.texts(mm, off, ln, null)
         had = len(memo)
         mcodes, muniques, mbad, known, found = _npage.texts_memo(mm, off, ln, null, memo)
@@ -207,11 +214,7 @@ def test_texts_memo_refuses_unasked_only_ascii_texts_without_a_needle(
     # holds none of the needles; every other one as texts() decodes it, to be asked
     from traceoverlap.readers.nsys import _npage
 
-    buf = b"".join(r or b"" for r in rows)
-    mm = np.frombuffer(buf + b"\x00", dtype=np.uint8)
-    ln = np.array([len(r or b"") for r in rows], dtype=np.int64)
-    off = np.cumsum(ln) - ln
-    null = np.array([r is None for r in rows], dtype=np.uint8)
+    mm, off, ln, null = _texts_args(rows)
     codes, uniques, bad = _npage.texts(mm, off, ln, null)
     memo = _npage.Memo(8) if use_memo else None
     got = _npage.texts_memo(mm, off, ln, null, memo, tuple(n.encode() for n in needles))
