@@ -473,3 +473,21 @@ def damage_free_list(path: Path) -> None:
     raw = bytearray(path.read_bytes())
     raw[36:40] = (int.from_bytes(raw[36:40], "big") + 3).to_bytes(4, "big")
     path.write_bytes(raw)
+
+
+def page_read(path: Path, keep: object, table: str = "t") -> tuple[object, object]:
+    """(reader, columns): ``table``'s integer column ``a`` and text column ``s`` read off the
+    pages by ``_pages.PageReader`` (range filter ``keep``), in a read transaction of its own, as
+    the reader opens an export; the file's memo forgotten first."""
+    from traceoverlap.readers.nsys import _memo, _pages
+
+    _memo.forget()
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
+    try:
+        con.execute("BEGIN")
+        info = con.execute(f"PRAGMA table_xinfo({table})").fetchall()
+        reader = _pages.PageReader(con, path)
+        reader.text_keep = keep  # type: ignore[assignment]
+        return reader, reader.read(table, info, ["a"], ["s"], None)
+    finally:
+        con.close()

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from nsys_writer import page_read
 
 from traceoverlap.rank.namefilter import NameTest
 from traceoverlap.readers.nsys import _memo, _pages
@@ -97,21 +98,14 @@ def _write(path: Path, rows: list[tuple[int, Any]]) -> None:
 
 
 def _read(path: Path, decoder: str, keep: Any) -> Any:
-    _memo.forget()
     old = _pages.DECODER
     _pages.DECODER = decoder
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
     try:
-        con.execute("BEGIN")
-        info = con.execute("PRAGMA table_xinfo(t)").fetchall()
-        reader = _pages.PageReader(con, path)
-        reader.text_keep = keep
-        cols = reader.read("t", info, ["a"], ["s"], None)
+        cols: Any = page_read(path, keep)[1]
         return cols.ints["a"].tolist(), cols.texts["s"].tolist(), cols.bad_utf8
     except Unsupported:
         return "unsupported"
     finally:
-        con.close()
         _pages.DECODER = old
 
 

@@ -22,6 +22,7 @@ import pytest
 from conftest import examples
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
+from nsys_writer import page_read
 
 from traceoverlap.rank.namefilter import NameTest
 from traceoverlap.readers.nsys import _memo, _pages
@@ -379,16 +380,9 @@ def test_text_filter_verdicts_are_kept_across_blocks(
     monkeypatch.setattr(_pages, "_TEXT_BLOCK_BYTES", 1 << 10)
     monkeypatch.setattr(_pages, "_KEPT_MEMO_TEXTS", memo_texts)
     monkeypatch.setattr(_pages, "_PREFILTER_TEXTS", prefilter)
-    _memo.forget()
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
-    try:
-        con.execute("BEGIN")
-        info = con.execute("PRAGMA table_xinfo(t)").fetchall()
-        reader = _pages.PageReader(con, path)
-        reader.text_keep = keep
-        got = reader.read("t", info, ["a"], ["s"], None)
-    finally:
-        con.close()
+    reader: Any
+    got: Any
+    reader, got = page_read(path, keep)
     want = np.array([s for _, s in rows], dtype=object)
     _refuse(want, base.test)
     assert got.texts["s"].tolist() == want.tolist()
