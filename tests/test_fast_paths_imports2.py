@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -32,3 +34,83 @@ def test_plain_rows_are_to_dict_records_of_the_numpy_columns() -> None:
         for g, w in zip(got, want, strict=True):
             assert [type(v) for v in g.values()] == [type(w[k]) for k in g]
             assert list(g) == list(plain)
+
+
+def _conform_before(df: pd.DataFrame, table: Any) -> pd.DataFrame:
+    """:func:`traceoverlap.core.schema.conform` before its empty-frame path: every cast through
+    pandas, then ``assign``."""
+    from traceoverlap.core.schema import INT, LABEL, NS, SHARED_COLUMNS, pandas_dtype
+    from traceoverlap.core.schema import _unknown_as_na as unknown_as_na
+
+    declared = {c.name: c for c in table.columns}
+    out = {}
+    for name, dtype in zip(df.columns, df.dtypes.tolist(), strict=True):
+        col = declared.get(str(name), SHARED_COLUMNS.get(str(name)))
+        if col is None:
+            continue
+        want = pandas_dtype(col)
+        ns = col.nullable and col.type == INT and col.unit == NS
+        if col.type != LABEL and not ns and str(dtype) == want:
+            continue
+        s = df[name]
+        if col.type == LABEL:
+            s = s.map(str, na_action="ignore") if s.dtype == object else s.astype(str)
+        if ns:
+            s = unknown_as_na(s)
+        if str(s.dtype) != want:
+            s = s.astype(want)
+        out[name] = s
+    return df.assign(**out) if out else df
+
+
+def _same_frame(a: pd.DataFrame, b: pd.DataFrame) -> bool:
+    return (
+        a.equals(b)
+        and a.dtypes.tolist() == b.dtypes.tolist()
+        and list(a.columns) == list(b.columns)
+        and a.columns.dtype == b.columns.dtype
+        and type(a.index) is type(b.index)
+        and a.index.equals(b.index)
+    )
+
+
+def test_conform_of_empty_frames_is_the_pandas_casts() -> None:
+    from traceoverlap.core.schema import SHARED_COLUMNS, TABLES, conform
+
+    for table in TABLES:
+        names = [c.name for c in table.columns]
+        # as the analysis builds them empty: object columns, or numpy ones, plus an undeclared
+        # column and a shared one
+        for make in (
+            lambda: pd.Series([], dtype=object),
+            lambda: pd.Series(np.zeros(0, dtype=np.int64)),
+            lambda: pd.Series(np.zeros(0, dtype=float)),
+        ):
+            cols = {n: make() for n in [*names, "not_declared", *list(SHARED_COLUMNS)[:2]]}
+            df = pd.DataFrame(cols)
+            for frame in (df, df.iloc[:0, : max(1, len(names) // 2)]):
+                try:
+                    want = _conform_before(frame, table)
+                except (TypeError, ValueError):  # a cast pandas refuses: refused the same way
+                    continue
+                assert _same_frame(conform(frame, table), want), table.name
+
+
+def test_conform_of_frames_with_rows_is_unchanged() -> None:
+    from traceoverlap.core.schema import BLAME, STEP_SKEW, conform
+
+    rng = np.random.default_rng(3)
+    for n in (1, 4):
+        for table in (BLAME, STEP_SKEW):
+            cols: dict[str, Any] = {}
+            for c in table.columns:
+                if c.type in ("int", "float"):
+                    cols[c.name] = pd.Series(list(rng.integers(-2, 9, n)), dtype=object)
+                elif c.type == "label":
+                    cols[c.name] = pd.Series([int(x) for x in rng.integers(0, 9, n)], dtype=object)
+                elif c.type == "str":
+                    cols[c.name] = pd.Series(["x"] * n, dtype=object)
+                else:
+                    cols[c.name] = pd.Series([[1, 2]] * n, dtype=object)
+            df = pd.DataFrame(cols)
+            assert _same_frame(conform(df, table), _conform_before(df, table))
