@@ -149,3 +149,33 @@ def test_one_rank_json_does_not_load_to_dict(tmp_path: Path) -> None:
     assert "traceoverlap.run.analysis" in loaded  # the listing is the analysis's own
     assert "pandas.core.frame" in loaded
     assert "pandas.core.methods.to_dict" not in loaded
+
+
+def _gloo(name: str, cat: str = "cpu_op") -> str:
+    return (
+        f'{{"ph": "X", "cat": "{cat}", "name": "{name}", "pid": 1, "tid": 2, "ts": 0, "dur": 1,'
+        ' "args": {"Input Dims": [[64, 512]], "Input type": ["float"]}}'
+    )
+
+
+def test_scanned_chunks_with_and_without_ignored_or_gloo_rows_read_as_decoded() -> None:
+    """:meth:`Columns.add_scanned` skips the per-string tests when no string of the chunk is an
+    ignored category (every row kept) or starts ``gloo:`` (no input-sized message): the columns
+    are the typed decode's either way."""
+    from test_kscan import X, _check, _doc
+
+    from traceoverlap.readers.kineto import _columns
+
+    if _columns.SCANNER != "c":
+        return
+    plain = "{" + X + "}"
+    ignored = plain.replace('"kernel"', '"python_function"')
+    for events in (
+        [plain, plain],  # neither
+        [plain, ignored, plain],  # an ignored category
+        [_gloo("gloo:all_reduce"), plain],  # a gloo message
+        [_gloo("gloo:all_gather"), _gloo("x gloo:y"), plain],  # gloo: not at the start
+        [_gloo("gloo:broadcast", "python_function"), ignored, plain],
+        [_gloo("my_gloo:all_reduce"), plain],  # "gloo:" inside a name only
+    ):
+        assert _check(_doc(*events), must_scan=True)
