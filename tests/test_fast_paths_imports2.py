@@ -179,3 +179,22 @@ def test_scanned_chunks_with_and_without_ignored_or_gloo_rows_read_as_decoded() 
         [_gloo("my_gloo:all_reduce"), plain],  # "gloo:" inside a name only
     ):
         assert _check(_doc(*events), must_scan=True)
+
+
+def test_units_per_rank_is_the_groupby_nunique() -> None:
+    from traceoverlap.reporters.json_report import _units_per_rank
+
+    rng = np.random.default_rng(11)
+    for n in (1, 2, 7, 300):
+        for ranks, units in ((1, 1), (3, 2), (8, 16)):
+            df = pd.DataFrame(
+                {
+                    "rank": rng.integers(0, ranks, n).astype(np.int64),
+                    "unit": rng.integers(0, units, n).astype(np.int64),
+                    "x": np.arange(n),
+                }
+            )
+            want = df.groupby("rank")["unit"].nunique().to_dict()
+            got = _units_per_rank(df)
+            assert got == want
+            assert list(got) == list(want)  # the same ranks, in the same order

@@ -118,9 +118,7 @@ def collectives_dict(coll: Collectives) -> dict[str, Any]:
     # null without a launch record (CPU work, or a kernel whose launch was cut); the nullable
     # text columns (``unmatched_why``) are null already
     no_launch = [c.name for c in COLLECTIVE_PER_RANK.columns if c.nullable]
-    several = (
-        coll.per_rank.groupby("rank")["unit"].nunique().to_dict() if len(coll.per_rank) else None
-    )
+    several = _units_per_rank(coll.per_rank) if len(coll.per_rank) else None
     for r in records(coll.per_rank, ["instance", "rank", "device", *fields]):
         key = str(r["rank"])
         if several is not None and int(several.get(r["rank"], 1)) > 1:
@@ -160,6 +158,18 @@ def collectives_dict(coll: Collectives) -> dict[str, Any]:
         },
         "blame": [{**b, "chain": list(b["chain"])} for b in records(coll.blame, BLAME.names)],
     }
+
+
+def _units_per_rank(per_rank: pd.DataFrame) -> dict[int, int]:
+    """Per rank: how many distinct units (devices, processes) its rows come from, as
+    ``per_rank.groupby("rank")["unit"].nunique().to_dict()`` counts them."""
+    rank, unit = per_rank["rank"].to_numpy(), per_rank["unit"].to_numpy()
+    order = np.lexsort((unit, rank))
+    rank, unit = rank[order], unit[order]
+    first = np.ones(len(rank), dtype=bool)  # a (rank, unit) pair's first row
+    first[1:] = (rank[1:] != rank[:-1]) | (unit[1:] != unit[:-1])
+    ranks, counts = np.unique(rank[first], return_counts=True)
+    return dict(zip(ranks.tolist(), counts.tolist(), strict=True))
 
 
 def to_dict(analysis: Analysis) -> dict[str, Any]:
