@@ -198,3 +198,71 @@ def test_units_per_rank_is_the_groupby_nunique() -> None:
             got = _units_per_rank(df)
             assert got == want
             assert list(got) == list(want)  # the same ranks, in the same order
+
+
+def _finding_rows_before(coll: Any, df: pd.DataFrame, traces: Any) -> pd.DataFrame:
+    """:func:`traceoverlap.run.analysis._finding_rows` before: the keys as one sub-frame, each
+    row's name cut on its own."""
+    from traceoverlap.run.analysis import _size_words, short_name
+
+    pr = coll.per_rank
+    if pr.empty:
+        return pr.assign(display=[], where=[])
+    several = len(traces) > 1
+    keys = pr[["unit", "window", "name"]]
+    if bool(keys.isna().to_numpy().any()):
+        pos = (pr.groupby(["unit", "window", "name"]).cumcount() + 1).tolist()
+    else:
+        seen: dict[tuple[Any, ...], int] = {}
+        pos = []
+        for k in zip(*(keys[c].tolist() for c in keys.columns), strict=True):
+            seen[k] = seen.get(k, 0) + 1
+            pos.append(seen[k])
+    sizes = _size_words(coll, pr)
+    return pr.assign(
+        display=[
+            f"{short_name(str(n))} #{p}{z}"
+            for n, p, z in zip(pr["name"].tolist(), pos, sizes, strict=True)
+        ],
+        where=[
+            (f"rank {r} step {s}" if several else f"step {s}")
+            for r, s in zip(pr["rank"].tolist(), pr["step"].tolist(), strict=True)
+        ],
+    )
+
+
+def test_finding_rows_are_as_before() -> None:
+    from types import SimpleNamespace
+
+    from traceoverlap.run.analysis import _finding_rows
+
+    rng = np.random.default_rng(5)
+    names = ["ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*)", "gloo:broadcast", "x" * 60]
+    for n in (0, 1, 9, 200):
+        for null_name in (False, True):
+            for dtype in ("str", object):
+                picked = [names[i] for i in rng.integers(0, len(names), n)]
+                if null_name and n:
+                    picked[0] = None  # type: ignore[call-overload]
+                pr = pd.DataFrame(
+                    {
+                        "unit": rng.integers(0, 2, n).astype(np.int64),
+                        "window": rng.integers(0, 3, n).astype(np.int64),
+                        "name": pd.array(picked, dtype=dtype),
+                        "rank": rng.integers(0, 4, n).astype(np.int64),
+                        "step": pd.array([str(s) for s in rng.integers(0, 3, n)], dtype="string"),
+                        "instance": rng.integers(0, 5, n).astype(np.int64),
+                    }
+                )
+                inst = pd.DataFrame(
+                    {
+                        "instance": np.arange(5, dtype=np.int64),
+                        "bytes": pd.array([8_200_000, None, 0, 1 << 30, 7], dtype="Int64"),
+                        "busbw_gbps": pd.array([11.4, 3.0, None, None, 1.0], dtype="Float64"),
+                    }
+                )
+                coll = SimpleNamespace(per_rank=pr, instances=inst)
+                for traces in ([1], [1, 2]):
+                    got = _finding_rows(coll, pr, traces)  # type: ignore[arg-type]
+                    want = _finding_rows_before(coll, pr, traces)
+                    assert _same_frame(got, want)
