@@ -266,3 +266,19 @@ def test_finding_rows_are_as_before() -> None:
                     got = _finding_rows(coll, pr, traces)  # type: ignore[arg-type]
                     want = _finding_rows_before(coll, pr, traces)
                     assert _same_frame(got, want)
+
+
+def test_c1_escape_is_the_regex_sub() -> None:
+    import random
+    import re
+
+    from traceoverlap.reporters.json_report import _escape_c1
+
+    c1 = re.compile("[\x7f-\x9f]")
+    rng = random.Random(2)
+    alphabet = ["a", "{", '"', "\\", "\n", "\x1b", "\x7e", "\x7f", "\x80", "\x9f", "\xa0", "é", "€"]
+    texts = ["", "plain ascii {}", "\x7f", "x\x85y", "é\x9f", "\xa0"]
+    texts += ["".join(rng.choices(alphabet, k=rng.randrange(0, 40))) for _ in range(400)]
+    for text in texts:
+        want = c1.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+        assert _escape_c1(text) == want

@@ -65,10 +65,19 @@ def encode(obj: Any, indent: int = 2) -> str:
     except UnicodeEncodeError:
         raw = _ENCODER.encode(_valid_text(obj))
     text = msgspec.json.format(raw, indent=indent).decode("utf-8")
-    return _C1.sub(lambda m: f"\\u{ord(m.group()):04x}", text) + "\n"
+    return _escape_c1(text) + "\n"
 
 
 _C1 = re.compile("[\x7f-\x9f]")
+
+
+def _escape_c1(text: str) -> str:
+    """``text`` with DEL and the C1 controls (which msgspec writes raw) as ``\\u`` escapes.
+    An ASCII text without DEL has none: it is kept as it is, without the regex's pass over it
+    (~1.5 ms for a 300 kB output)."""
+    if text.isascii() and "\x7f" not in text:
+        return text
+    return _C1.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def _valid_text(obj: Any) -> Any:
