@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -642,7 +643,10 @@ def conform(df: pd.DataFrame, table: Table) -> pd.DataFrame:
     :func:`pandas_dtype`: NaN and None become ``<NA>``; negative values of a nullable ``_ns``
     column (the -1 "unknown" of the analysis) too. Other columns are kept as they are."""
     declared = {c.name: c for c in table.columns}
-    out = {}
+    # an empty frame (a single rank's stragglers, skew, blame): each column cast is an empty
+    # array of its dtype, and one new frame costs less than assigning them one by one
+    empty = len(df) == 0 and df.columns.is_unique
+    out: dict[Any, Any] = {}
     for name, dtype in zip(df.columns, df.dtypes.tolist(), strict=True):
         col = declared.get(str(name), SHARED_COLUMNS.get(str(name)))
         if col is None:
@@ -651,6 +655,9 @@ def conform(df: pd.DataFrame, table: Table) -> pd.DataFrame:
         ns = col.nullable and col.type == INT and col.unit == NS
         if col.type != LABEL and not ns and str(dtype) == want:
             continue  # already as declared: the column is kept, not looked up
+        if empty:
+            out[name] = _empty_array(want)
+            continue
         s = df[name]
         if col.type == LABEL:
             s = s.map(str, na_action="ignore") if s.dtype == object else s.astype(str)
@@ -659,7 +666,21 @@ def conform(df: pd.DataFrame, table: Table) -> pd.DataFrame:
         if str(s.dtype) != want:
             s = s.astype(want)
         out[name] = s
+    if empty and out:
+        return pd.DataFrame(
+            {c: out[c] if c in out else df[c] for c in df.columns},
+            index=df.index,
+            columns=df.columns,
+        )
     return df.assign(**out) if out else df
+
+
+def _empty_array(dtype: str) -> Any:
+    """An empty column of ``dtype`` (a :func:`pandas_dtype`), as ``astype(dtype)`` of an empty
+    column makes it: numpy for numpy dtypes, else pandas' extension array."""
+    if dtype in ("int64", "bool", "object"):
+        return np.empty(0, dtype=dtype)
+    return pd.array([], dtype=dtype)
 
 
 def _unknown_as_na(s: pd.Series) -> pd.Series:

@@ -65,10 +65,19 @@ def encode(obj: Any, indent: int = 2) -> str:
     except UnicodeEncodeError:
         raw = _ENCODER.encode(_valid_text(obj))
     text = msgspec.json.format(raw, indent=indent).decode("utf-8")
-    return _C1.sub(lambda m: f"\\u{ord(m.group()):04x}", text) + "\n"
+    return _escape_c1(text) + "\n"
 
 
 _C1 = re.compile("[\x7f-\x9f]")
+
+
+def _escape_c1(text: str) -> str:
+    """``text`` with DEL and the C1 controls (which msgspec writes raw) as ``\\u`` escapes.
+    An ASCII text without DEL has none: it is kept as it is, without the regex's pass over it
+    (~1.5 ms for a 300 kB output)."""
+    if text.isascii() and "\x7f" not in text:
+        return text
+    return _C1.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def _valid_text(obj: Any) -> Any:
@@ -118,9 +127,7 @@ def collectives_dict(coll: Collectives) -> dict[str, Any]:
     # null without a launch record (CPU work, or a kernel whose launch was cut); the nullable
     # text columns (``unmatched_why``) are null already
     no_launch = [c.name for c in COLLECTIVE_PER_RANK.columns if c.nullable]
-    several = (
-        coll.per_rank.groupby("rank")["unit"].nunique().to_dict() if len(coll.per_rank) else None
-    )
+    several = _units_per_rank(coll.per_rank) if len(coll.per_rank) else None
     for r in records(coll.per_rank, ["instance", "rank", "device", *fields]):
         key = str(r["rank"])
         if several is not None and int(several.get(r["rank"], 1)) > 1:
@@ -160,6 +167,18 @@ def collectives_dict(coll: Collectives) -> dict[str, Any]:
         },
         "blame": [{**b, "chain": list(b["chain"])} for b in records(coll.blame, BLAME.names)],
     }
+
+
+def _units_per_rank(per_rank: pd.DataFrame) -> dict[int, int]:
+    """Per rank: how many distinct units (devices, processes) its rows come from, as
+    ``per_rank.groupby("rank")["unit"].nunique().to_dict()`` counts them."""
+    rank, unit = per_rank["rank"].to_numpy(), per_rank["unit"].to_numpy()
+    order = np.lexsort((unit, rank))
+    rank, unit = rank[order], unit[order]
+    first = np.ones(len(rank), dtype=bool)  # a (rank, unit) pair's first row
+    first[1:] = (rank[1:] != rank[:-1]) | (unit[1:] != unit[:-1])
+    ranks, counts = np.unique(rank[first], return_counts=True)
+    return dict(zip(ranks.tolist(), counts.tolist(), strict=True))
 
 
 def to_dict(analysis: Analysis) -> dict[str, Any]:

@@ -213,8 +213,11 @@ class Columns:
         if scanned.rows == 0:
             return True
         scanned.take_flagged(flagged, strings)
-        ignored = np.fromiter(map(IGNORED_CATS.__contains__, strings), bool, len(strings))
-        kept = np.flatnonzero(~ignored[scanned.cat.astype(np.intp)])  # intp: a fast gather
+        if IGNORED_CATS.isdisjoint(strings):  # no ignored category in the chunk: every row
+            kept = np.arange(scanned.rows, dtype=np.intp)
+        else:
+            ignored = np.fromiter(map(IGNORED_CATS.__contains__, strings), bool, len(strings))
+            kept = np.flatnonzero(~ignored[scanned.cat.astype(np.intp)])  # intp: a fast gather
         if not len(kept):
             return True
         self._add_scanned_rows(scanned, strings, kept, flagged)
@@ -343,6 +346,8 @@ class Columns:
     ) -> None:
         """The bytes of the kept ``gloo:*`` rows from their ``Input Dims`` and ``Input type``
         (:func:`input_bytes`; diagnosis.md §13), where no collective args gave them."""
+        if COMM_RANGE_PREFIX not in "".join(strings):  # no gloo:* name (most chunks)
+            return
         gloo = np.fromiter(map(_sized_by_inputs, strings), bool, len(strings))
         if not gloo.any():
             return
