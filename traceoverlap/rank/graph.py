@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -49,6 +50,9 @@ from ..core.intervals import GroupedIntervals
 from ..core.model import Kind, Timeline, TraceInfo, in_categories
 from ..core.vocab import BLOCKED_FLOOR_NS, BLOCKED_MAX_NS, BLOCKED_PER
 from .steps import UnitSteps
+
+if TYPE_CHECKING:
+    from .instances import CommKeys
 
 I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]
@@ -234,13 +238,15 @@ def unit_graph(
     calls: npt.NDArray[np.bool_] | None = None,
     call_ivs: GroupedIntervals | None = None,
     span: tuple[I64, I64] | None = None,
+    keys: CommKeys | None = None,
 ) -> UnitGraph:
     """The graph of one unit (see the module docstring). ``calls`` (CPU units): the host events
     that are communication calls on compute threads (launches, waits), kept as host nodes;
     ``call_ivs``: their time per thread (:func:`traceoverlap.rank.hostwait.lane_calls`, grouped by
     its lane codes), kept for the overlap tax; ``span`` (CPU units): per event row its span, a
     point-to-point activity's widened to the calls of its instance
-    (:func:`traceoverlap.rank.unit.p2p_spans`, diagnosis.md §11): its node is the whole call."""
+    (:func:`traceoverlap.rank.unit.p2p_spans`, diagnosis.md §11): its node is the whole call;
+    ``keys``: the unit's :func:`~traceoverlap.rank.instances.comm_keys`, when found already."""
     ev = unit.events
     start = ev["start_ns"].to_numpy().astype(np.int64)
     end = ev["end_ns"].to_numpy().astype(np.int64)
@@ -309,7 +315,7 @@ def unit_graph(
     name_codes, name_uniq = pd.factorize(ev["name"].cat.codes.to_numpy()[all_rows])
     ncats = ev["name"].cat.categories.to_numpy(dtype=object)
     names = tuple(str(ncats[c]) if c >= 0 else "" for c in name_uniq)
-    inst_of_row, instances = instance_rows(unit, kind, steps)
+    inst_of_row, instances = instance_rows(unit, kind, steps, keys)
     inst = inst_of_row[all_rows]
     esrc = edst = egap = np.zeros(0, np.int64)
     gap = np.zeros(src.size, dtype=np.int64)
@@ -886,24 +892,26 @@ def _stream_wait_edges(
 
 
 def instance_rows(
-    unit: Timeline, kind: npt.NDArray[np.int8], steps: UnitSteps
+    unit: Timeline, kind: npt.NDArray[np.int8], steps: UnitSteps, keys: CommKeys | None = None
 ) -> tuple[I64, pd.DataFrame]:
     """Per event row of the unit: its local collective instance (-1 none), and the local instance
     table (``local``, ``group_key``, ``kind_key``, ``seq``, ``ordinal``, ``p2p``, ``family``,
-    ``label``). Reads :mod:`traceoverlap.run.matching` (today's per-group matching keys)."""
-    from .instances import _comm_keys, _instance_table, _number_instances, with_p2p_peers
+    ``label``). Reads :mod:`traceoverlap.run.matching` (today's per-group matching keys).
+    ``keys``: the unit's :func:`~traceoverlap.rank.instances.comm_keys`, when the analysis
+    found them already."""
+    from .instances import _instance_table, comm_keys, instance_frame, with_p2p_peers
 
     ev = unit.events
     out = np.full(len(ev), -1, dtype=np.int64)
     cols = ["local", "group_key", "kind_key", "seq", "ordinal", "p2p", "family", "label"]
-    if not (kind == Kind.COMM).any():
+    if keys is None:
+        keys = comm_keys(unit, kind, steps)
+    if keys is None:
         return out, pd.DataFrame(columns=[*cols, "peer_rank", "p2p_tag"])
-    info = unit.traces[0] if unit.traces else None
-    c = _comm_keys(ev, kind, steps.gpu, steps.launch_row, info)
-    local, order, firsts = _number_instances(c)
+    c, order, firsts = keys.c, keys.order, keys.firsts
     inst = _instance_table(ev, kind, c, order, firsts)
     # the peer and tag a point-to-point op records: the analysis pairs by them (§6), so the
     # graph's matching must too, or pairs it pairs by end time differ from the analysis'
     with_p2p_peers(inst, ev, c.rows[order[firsts]], steps.launch_row)
-    out[c.rows] = local
-    return out, inst.reset_index(drop=True)
+    out[c.rows] = keys.local
+    return out, instance_frame(inst)

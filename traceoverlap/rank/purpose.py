@@ -25,7 +25,7 @@ of its literals (:class:`~traceoverlap.rank.namefilter.NameBlock`).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,17 +114,20 @@ class UnitStrategy:
 
 
 def _query_times(
-    ev: pd.DataFrame, kind: npt.NDArray[np.int8], inst: pd.DataFrame, steps: UnitSteps
+    ev: pd.DataFrame,
+    kind: npt.NDArray[np.int8],
+    inst: Mapping[str, npt.NDArray[Any]],
+    steps: UnitSteps,
 ) -> I64:
-    """Per instance: when it was launched (GPU: the launch call's start of the comm activity
-    that starts it; CPU, or no launch: its start), ns."""
-    t: I64 = np.asarray(inst["start_ns"].to_numpy(), dtype=np.int64)
-    if not steps.gpu or inst.empty:
+    """Per instance (``inst``: its columns): when it was launched (GPU: the launch call's start
+    of the comm activity that starts it; CPU, or no launch: its start), ns."""
+    t: I64 = np.asarray(inst["start_ns"], dtype=np.int64)
+    if not steps.gpu or t.size == 0:
         return t
     rows = np.flatnonzero(kind == Kind.COMM)
     # per instance, the first comm activity at its (lane, start), and that activity's launch
     j = first_match(
-        (inst["lane"].astype(str).to_numpy(dtype=object), t),
+        (_texts(inst["lane"]), t),
         (values_at(ev["lane"], rows).astype(str), ev["start_ns"].to_numpy()[rows]),
     )
     ok = j >= 0
@@ -238,7 +241,7 @@ def _inside(
 
 
 def _last_calls(
-    ev: pd.DataFrame, names: _HostNames, t: I64, fam: npt.NDArray[np.str_]
+    ev: pd.DataFrame, names: _HostNames, t: I64, fam: npt.NDArray[Any]
 ) -> tuple[npt.NDArray[np.object_], I64]:
     """CPU units: per time, the name and the row of the last ``c10d::*`` call starting at or
     before it, of the instance's family when one is (several threads may issue calls: the call
@@ -281,12 +284,30 @@ def _main_thread(ev: pd.DataFrame, host: npt.NDArray[np.bool_]) -> int | None:
     return int(t_ids[np.argmax(counts)])
 
 
+#: The columns of a unit's instance table that its purposes read.
+_READ = ("family", "label", "kernel", "lane", "start_ns", "end_ns", "window")
+
+
+def _texts(values: npt.ArrayLike) -> npt.NDArray[np.object_]:
+    """A text column as an object array of ``str`` (``Series.astype(str).to_numpy()``)."""
+    out: npt.NDArray[np.object_] = np.asarray(values).astype(str).astype(object)
+    return out
+
+
 def unit_purposes(
-    unit: Timeline, kind: npt.NDArray[np.int8], steps: UnitSteps, inst: pd.DataFrame
+    unit: Timeline,
+    kind: npt.NDArray[np.int8],
+    steps: UnitSteps,
+    inst: pd.DataFrame | Mapping[str, npt.NDArray[Any]],
 ) -> tuple[npt.NDArray[np.object_], UnitStrategy]:
-    """The purpose of every local instance of a unit (``inst``: its instance table, with
-    ``family``, ``label``, ``kernel``, ``lane``, ``start_ns``, ``window``) and the unit's
-    strategy."""
+    """The purpose of every local instance of a unit (``inst``: its instance table, or its
+    columns as arrays (an empty mapping: none), with ``family``, ``label``, ``kernel``,
+    ``lane``, ``start_ns``, ``end_ns``, ``window``) and the unit's strategy."""
+    if isinstance(inst, pd.DataFrame):
+        cols = {k: inst[k].to_numpy() for k in _READ} if len(inst) else {}
+    else:
+        cols = dict(inst)
+    n = len(cols["start_ns"]) if cols else 0
     ev = unit.events
     host = in_categories(ev["category"], _HOST_CATEGORIES) & (
         ev["end_ns"].to_numpy() > ev["start_ns"].to_numpy()
@@ -297,14 +318,14 @@ def unit_purposes(
     # a Kineto trace is the PyTorch profiler's; an Nsight Systems one shows PyTorch only by its
     # names (an MPI / CUDA program shows none)
     torch = unit.traces[0].pytorch_capture or names.any(_PYTORCH)
-    if inst.empty:
+    if n == 0:
         return np.zeros(0, dtype=object), UnitStrategy(
             has_ddp, has_ddp, has_bwd, not steps.gpu, torch
         )
-    t = _query_times(ev, kind, inst, steps)
-    fam = inst["family"].astype(str).to_numpy()
+    t = _query_times(ev, kind, cols, steps)
+    fam = _texts(cols["family"])
     flag = {k: _inside(ev, names, rx, t) for k, rx in PATTERNS.items()}
-    side = np.zeros(len(inst), dtype=bool)
+    side = np.zeros(n, dtype=bool)
     if not steps.gpu:
         last, call_row = _last_calls(ev, names, t, fam)
         flag["reduce_scatter_base"] |= np.array(
@@ -321,28 +342,31 @@ def unit_purposes(
                 if k != "reduce_scatter_base":
                     flag[k][mine] = _inside(ev, names, rx, t[mine], int(tid))
     else:
-        call_row = np.full(len(inst), -1, dtype=np.int64)
+        call_row = np.full(n, -1, dtype=np.int64)
     flag["side"] = side
     # diagnosis.md §13: an all-to-all of a unit whose code path shows experts (an `expert` / MoE
     # range anywhere on it, around the all-to-all or beside it in its step: `dispatch` -> `expert`
     # -> `combine`) is MoE's, though its own ranges name no expert
     if (fam == Family.ALL_TO_ALL).any() and names.any(PATTERNS["moe"]):
         flag["moe"] = flag["moe"] | (fam == Family.ALL_TO_ALL)
-    text = (inst["label"].astype(str) + " " + inst["kernel"].astype(str)).to_numpy()
+    label, kernel = _texts(cols["label"]).tolist(), _texts(cols["kernel"]).tolist()
+    text = np.array([f"{a} {b}" for a, b in zip(label, kernel, strict=True)], dtype=object)
     in_bwd_ar = (fam == Family.ALL_REDUCE) & flag[Phase.BACKWARD] & ~side
-    win = inst["window"].to_numpy()
+    win = np.asarray(cols["window"])
     per_win = (
         np.bincount(win[in_bwd_ar & (win >= 0)], minlength=1) if in_bwd_ar.any() else np.zeros(1)
     )
     bucketed = has_ddp or bool((per_win >= 2).any())
     out = np.array(
-        [_purpose(i, fam[i], text[i], flag, has_ddp, has_bwd) for i in range(len(inst))],
+        [_purpose(i, fam[i], text[i], flag, has_ddp, has_bwd) for i in range(n)],
         dtype=object,
     )
     ag = out == Purpose.FSDP_ALLGATHER
     prefetch = None
     if ag.any():
-        under = _under_compute(ev, kind, inst, steps, call_row)[ag]
+        i_start = np.asarray(cols["start_ns"], dtype=np.int64)
+        i_end = np.asarray(cols["end_ns"], dtype=np.int64)
+        under = _under_compute(ev, kind, i_start, i_end, steps, call_row)[ag]
         prefetch = bool(int(under.sum()) >= PREFETCH_SHARE * under.size)
     side_fam = tuple(sorted(set(fam[side & (out == Purpose.UNKNOWN)].tolist())))
     return out, UnitStrategy(has_ddp, bucketed, has_bwd, not steps.gpu, torch, prefetch, side_fam)
@@ -351,7 +375,8 @@ def unit_purposes(
 def _under_compute(
     ev: pd.DataFrame,
     kind: npt.NDArray[np.int8],
-    inst: pd.DataFrame,
+    i_start: I64,
+    i_end: I64,
     steps: UnitSteps,
     call_row: I64,
 ) -> npt.NDArray[np.bool_]:
@@ -361,16 +386,14 @@ def _under_compute(
     asynchronous launch with work under it), rather than blocking until it was done."""
     start = ev["start_ns"].to_numpy()
     end = ev["end_ns"].to_numpy()
-    i_start = inst["start_ns"].to_numpy(np.int64)
-    i_end = inst["end_ns"].to_numpy(np.int64)
     if steps.gpu:
         rows = np.flatnonzero(kind == Kind.COMPUTE)
         if rows.size == 0:
-            return np.zeros(len(inst), dtype=bool)
+            return np.zeros(i_start.size, dtype=bool)
         s, e = iv.union(start[rows], end[rows])
         k = np.searchsorted(s, i_start, side="right") - 1
         return np.asarray((k >= 0) & (i_start < e[np.maximum(k, 0)]), dtype=bool)
-    out = np.zeros(len(inst), dtype=bool)
+    out = np.zeros(i_start.size, dtype=bool)
     ok = call_row >= 0
     if not ok.any():
         return out

@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -96,6 +98,33 @@ class UnitSteps:
 
     def __len__(self) -> int:
         return len(self.labels)
+
+
+def cat_codes(col: pd.Series) -> npt.NDArray[np.integer[Any]]:
+    """The codes of a categorical column, read-only (``col.cat.codes.to_numpy()`` builds a
+    Series and copies them: ~100 µs a call on 20 000 rows, against ~20 µs)."""
+    arr = col.array
+    assert isinstance(arr, pd.Categorical)
+    codes: npt.NDArray[np.integer[Any]] = arr.codes
+    return codes
+
+
+def codes_values(
+    col: pd.Series, codes: npt.NDArray[np.integer[Any]], fn: Callable[[str], Any]
+) -> npt.NDArray[np.object_]:
+    """``per_category(col, fn, rows)[codes]`` for ``codes`` that are codes of the selected rows
+    (as an object array): ``fn`` evaluated once per distinct code given (``""`` for -1, a missing
+    value), without a pass over every row of the column for the codes the rows use."""
+    uniq, inv = np.unique(codes, return_inverse=True)
+    vals = np.full(uniq.size, "", dtype=object)
+    ok = np.flatnonzero(uniq >= 0)
+    if ok.size:
+        arr = col.array
+        assert isinstance(arr, pd.Categorical)
+        cats = arr.categories
+        vals[ok] = np.array([fn(str(c)) for c in cats.take(uniq[ok]).tolist()], dtype=object)
+    out: npt.NDArray[np.object_] = vals[inv.reshape(-1)]
+    return out
 
 
 def _name_mask(

@@ -46,7 +46,7 @@ from .cpuwindows import CallComm, UnitSets, call_comm, cpu_windows, unit_sets, w
 from .detail import StepDetail
 from .hostranges import host_ranges, kernel_ranges
 from .hostwait import call_parts, host_starts, lane_codes
-from .instances import unit_instances
+from .instances import LOCAL_COLUMNS, comm_keys, instance_columns, instance_frame
 from .metrics import ActivityRows, StepSets, activity_rows, device_covered, step_parts, step_sets
 from .namefilter import NameTest
 from .purpose import UnitStrategy, unit_purposes
@@ -404,11 +404,17 @@ def analyze_unit(
     parts["end_ns"] = steps.end_ns
     lc = local_causes(exposed, acts, steps, calls, resumes)
 
-    instances, pieces, piece_instance = unit_instances(
-        unit, kind, steps, acts, steps.launch_row, span
+    # the instances' keys once for the analysis and the run graph; their columns made a frame
+    # once, with the purposes
+    keys = comm_keys(unit, kind, steps)
+    cols, pieces, piece_instance = instance_columns(
+        unit, kind, steps, acts, steps.launch_row, span, keys
     )
-    purposes, strategy = unit_purposes(unit, kind, steps, instances)
-    instances = instances.assign(purpose=purposes)
+    purposes, strategy = unit_purposes(unit, kind, steps, cols or {})
+    if cols is None:
+        instances = pd.DataFrame(columns=list(LOCAL_COLUMNS)).assign(purpose=purposes)
+    else:
+        instances = instance_frame({**cols, "purpose": purposes})
 
     notes = list(steps.notes)
     hint = _comm_hint(unit, kind, parts) if n else None
@@ -433,7 +439,7 @@ def analyze_unit(
         from .graph import unit_graph
 
         # the run graph of this unit from the same read (docs/whatif.md §1: built in the map)
-        run_graph = unit_graph(unit, kind, steps, mask, call_ivs, span)
+        run_graph = unit_graph(unit, kind, steps, mask, call_ivs, span, keys)
     return UnitResult(
         graph=run_graph,
         graph_nodes=0 if run_graph is None else int(run_graph.start_ns.size),
