@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from traceoverlap.core.model import per_category
 from traceoverlap.core.vocab import collective_kind
+from traceoverlap.rank.graph import _last_launched_before
 from traceoverlap.rank.instances import instance_frame
 from traceoverlap.rank.steps import cat_codes, codes_values
 
@@ -74,3 +75,30 @@ def test_instance_frame_is_dataframe(n, data):
     assert type(got.index) is type(want.index)
     for c in want.columns:
         assert [type(x) for x in got[c]] == [type(x) for x in want[c]]
+
+
+def _walk_back(d_thread, d_launch, j, c_thread, c_start, lookback):
+    """The walk :func:`_last_launched_before` replaced (rank/graph.py ``_host_syncs``)."""
+    found = np.full(j.size, -1, dtype=np.int64)
+    for _ in range(lookback):
+        live = (found < 0) & (j >= 0)
+        if not live.any():
+            break
+        jj = np.maximum(j, 0)
+        hit = live & (d_thread[jj] == c_thread) & (d_launch[jj] < c_start)
+        found[hit] = jj[hit]
+        j = np.where(live & ~hit, j - 1, j)
+    return found
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(0, 40), st.integers(0, 12), st.integers(1, 6), st.data())
+def test_last_launched_before_is_the_walk(n, k, lookback, data):
+    ints = lambda m, lo, hi: np.asarray(  # noqa: E731
+        data.draw(st.lists(st.integers(lo, hi), min_size=m, max_size=m)), dtype=np.int64
+    )
+    d_thread, d_launch = ints(n, -1, 2), ints(n, 0, 20)
+    j, c_thread, c_start = ints(k, -1, max(n - 1, -1)), ints(k, -1, 2), ints(k, 0, 20)
+    want = _walk_back(d_thread, d_launch, j.copy(), c_thread, c_start, lookback)
+    got = _last_launched_before(d_thread, d_launch, j, c_thread, c_start, lookback)
+    assert np.array_equal(got, want)

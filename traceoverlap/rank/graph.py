@@ -49,7 +49,7 @@ from ..core import intervals as iv
 from ..core.intervals import GroupedIntervals
 from ..core.model import Kind, Timeline, TraceInfo, in_categories
 from ..core.vocab import BLOCKED_FLOOR_NS, BLOCKED_MAX_NS, BLOCKED_PER
-from .steps import UnitSteps
+from .steps import UnitSteps, cat_codes
 
 if TYPE_CHECKING:
     from .instances import CommKeys
@@ -137,7 +137,7 @@ def _host_syncs(
 
     host_call = in_categories(ev["category"], ("runtime", "driver"))
     is_sync = per_category(ev["name"], lambda n: bool(HOST_SYNC_RE.search(n)), host_call, bool)
-    calls = np.flatnonzero(host_call & is_sync[ev["name"].cat.codes.to_numpy()])
+    calls = np.flatnonzero(host_call & is_sync[cat_codes(ev["name"])])
     dev = np.flatnonzero(launch_row >= 0)
     if calls.size == 0 or dev.size == 0:
         return z, z
@@ -148,20 +148,48 @@ def _host_syncs(
     dev, d_end, d_launch, d_thread = dev[order], d_end[order], d_launch[order], d_thread[order]
     c_start, c_end, c_thread = start[calls], end[calls], lane_codes[calls]
     j = np.searchsorted(d_end, c_end + HOST_SYNC_SLOP_NS, side="right") - 1
-    found = np.full(calls.size, -1, dtype=np.int64)
-    # walk back (in end order) to the latest-ending activity this thread launched before the
-    # call: a bounded number of vector steps, not a loop over events
-    for _ in range(256):
-        live = (found < 0) & (j >= 0)
-        if not live.any():
-            break
-        jj = np.maximum(j, 0)
-        hit = live & (d_thread[jj] == c_thread) & (d_launch[jj] < c_start)
-        found[hit] = jj[hit]
-        j = np.where(live & ~hit, j - 1, j)
+    found = _last_launched_before(d_thread, d_launch, j, c_thread, c_start, SYNC_LOOKBACK)
     ok = found >= 0
     ok[ok] = d_end[found[ok]] > c_start[ok]  # it was still running when the call began
     return calls[ok].astype(np.int64), dev[found[ok]].astype(np.int64)
+
+
+#: How many activities (in end order) back from a sync call's end :func:`_host_syncs` looks
+#: for the one it waited for.
+SYNC_LOOKBACK = 256
+
+
+def _last_launched_before(
+    d_thread: I64, d_launch: I64, j: I64, c_thread: I64, c_start: I64, lookback: int
+) -> I64:
+    """Per call: the greatest index ``i`` in ``[j - lookback + 1, j]`` (``i >= 0``) with
+    ``d_thread[i] == c_thread`` and ``d_launch[i] < c_start``, -1 when none. Walked back over
+    the call's own thread's activities only (sorted by thread, then index, found by one binary
+    search): a handful of vector steps, where a walk over every activity took ``lookback`` of
+    them when a call's thread had none near."""
+    n = d_thread.size
+    found = np.full(j.size, -1, dtype=np.int64)
+    if n == 0 or j.size == 0:
+        return found
+    by_thread = np.lexsort((np.arange(n), d_thread))
+    t_sorted = d_thread[by_thread]
+    key = t_sorted * (n + 1) + by_thread  # (thread, index), ascending
+    p = np.searchsorted(key, c_thread * (n + 1) + j, side="right") - 1
+    lo = j - lookback + 1
+    live = np.flatnonzero(j >= 0)
+    while live.size:
+        pp = p[live]
+        ok = pp >= 0
+        pc = np.maximum(pp, 0)
+        idx = by_thread[pc]
+        ok &= (t_sorted[pc] == c_thread[live]) & (idx >= lo[live])
+        live = live[ok]
+        pp, idx = pp[ok], idx[ok]
+        hit = d_launch[idx] < c_start[live]
+        found[live[hit]] = idx[hit]
+        live = live[~hit]
+        p[live] = pp[~hit] - 1
+    return found
 
 
 def _until_the_thread_resumed(
