@@ -203,7 +203,7 @@ def _until_the_thread_resumed(
     comp = np.flatnonzero(kind == Kind.COMPUTE)
     if wide.size == 0 or comp.size == 0:
         return end
-    lane = ev["lane"].cat.codes.to_numpy().astype(np.int64)
+    lane = cat_codes(ev["lane"]).astype(np.int64)
     order = np.lexsort((own_start[comp], lane[comp]))
     j = iv.next_at_or_after(
         lane[wide], own_start[wide] + 1, lane[comp][order], own_start[comp][order]
@@ -285,7 +285,7 @@ def unit_graph(
         own_start, own_end = start, end
         start, end = span[0].astype(np.int64), span[1].astype(np.int64)
         end = _until_the_thread_resumed(own_start, start, end, own_end, kind, ev)
-    lane_codes = ev["lane"].cat.codes.to_numpy().astype(np.int64)
+    lane_codes = cat_codes(ev["lane"]).astype(np.int64)
     is_act = kind < Kind.NONE
     if steps.gpu:
         rows = np.flatnonzero(is_act & (steps.event_window >= 0))
@@ -340,7 +340,7 @@ def unit_graph(
     first = np.full(n_lanes, np.iinfo(np.int64).max, dtype=np.int64)
     np.minimum.at(first, lane_local, start[all_rows])
     roles = _lane_roles(lane_local, lane_host, has_comm, first)
-    name_codes, name_uniq = pd.factorize(ev["name"].cat.codes.to_numpy()[all_rows])
+    name_codes, name_uniq = pd.factorize(cat_codes(ev["name"])[all_rows])
     ncats = ev["name"].cat.categories.to_numpy(dtype=object)
     names = tuple(str(ncats[c]) if c >= 0 else "" for c in name_uniq)
     inst_of_row, instances = instance_rows(unit, kind, steps, keys)
@@ -454,7 +454,7 @@ def _calls_on_lanes(
 
     cg, cs, ce = call_ivs
     thread = thread_codes(unit)
-    ev_lane = unit.events["lane"].cat.codes.to_numpy().astype(np.int64)
+    ev_lane = cat_codes(unit.events["lane"]).astype(np.int64)
     # each thread code -> the event lane of its first event -> the graph's local lane
     first = np.full(int(thread.max()) + 1, -1, dtype=np.int64)
     first[thread[::-1]] = np.arange(thread.size)[::-1]
@@ -521,7 +521,7 @@ def _launch_points(
     from ..core.model import per_category
 
     wait = per_category(ev["name"], lambda s: bool(WAIT_RE.search(s)), calls, bool)
-    is_wait = wait[ev["name"].cat.codes.to_numpy()]
+    is_wait = wait[cat_codes(ev["name"])]
     crow = np.flatnonzero(calls & ~is_wait)
     start = ev["start_ns"].to_numpy().astype(np.int64)
     crow = crow[np.argsort(start[crow], kind="stable")]
@@ -870,7 +870,7 @@ def _stream_wait_edges(
 
     host_call = in_categories(ev["category"], ("runtime", "driver"))
     is_wait = per_category(ev["name"], lambda n: bool(STREAM_WAIT_RE.search(n)), host_call, bool)
-    waits = np.flatnonzero(host_call & is_wait[ev["name"].cat.codes.to_numpy()])
+    waits = np.flatnonzero(host_call & is_wait[cat_codes(ev["name"])])
     launch_node = src  # launch node (local index) -> device node, one pair per launched activity
     if waits.size == 0 or launch_node.size == 0:
         return z, z, NO_SYNC

@@ -37,7 +37,7 @@ from ..core import intervals as iv
 from ..core.model import Kind, Timeline, in_categories, values_at
 from ..core.vocab import STEP_MARKER_PREFIX, Family, Phase, Purpose, family_of
 from .namefilter import NameBlock
-from .steps import NO_LAUNCH, UnitSteps
+from .steps import NO_LAUNCH, UnitSteps, cat_codes
 
 I64 = npt.NDArray[np.int64]
 
@@ -172,7 +172,7 @@ class _HostNames:
     def __init__(self, col: pd.Series, host: npt.NDArray[np.bool_]) -> None:
         cats = col.cat.categories
         rows = np.flatnonzero(host)
-        code = col.cat.codes.to_numpy()[rows]  # -1: a missing name
+        code = cat_codes(col)[rows]  # -1: a missing name
         counts = np.bincount(code.astype(np.int64) + 1, minlength=len(cats) + 1)
         self.used = np.flatnonzero(counts[1:] > 0)
         self.names = [str(c) for c in cats.to_numpy(dtype=object)[self.used]]
@@ -275,9 +275,9 @@ def _last_calls(
 def _main_thread(ev: pd.DataFrame, host: npt.NDArray[np.bool_]) -> int | None:
     """The training main thread of a CPU unit: the host thread with the most ``cpu_op`` s outside
     gloo's workers (as :func:`~traceoverlap.rank.hostranges.host_ranges` reads it)."""
-    ops = host & (ev["category"] == "cpu_op").to_numpy()
+    ops = host & in_categories(ev["category"], ("cpu_op",))
     if "thread_name" in ev.columns:
-        ops &= ~(ev["thread_name"] == "pt_gloo_runloop").to_numpy(dtype=bool, na_value=False)
+        ops &= ~in_categories(ev["thread_name"], ("pt_gloo_runloop",))
     if not ops.any():
         return None
     t_ids, counts = np.unique(ev["tid"].to_numpy()[ops], return_counts=True)
@@ -398,7 +398,7 @@ def _under_compute(
     if not ok.any():
         return out
     tid = ev["tid"].to_numpy()
-    op_rows = np.flatnonzero((ev["category"] == "cpu_op").to_numpy())
+    op_rows = np.flatnonzero(in_categories(ev["category"], ("cpu_op",)))
     op_names = values_at(ev["name"], op_rows).astype(str)
     op_rows = op_rows[~np.array([bool(_COMM_CALL.search(n)) for n in op_names], dtype=bool)]
     for t in np.unique(tid[call_row[ok]]).tolist():

@@ -136,7 +136,7 @@ def _name_mask(
     # only the selected rows look their name up (annotations are a handful of the rows)
     idx = np.flatnonzero(rows)
     out = np.zeros(len(names), dtype=bool)
-    out[idx] = per_name[names.cat.codes.to_numpy()[idx]]
+    out[idx] = per_name[cat_codes(names)[idx]]
     return out
 
 
@@ -235,7 +235,7 @@ def _name_counts(names: pd.Series, rows: npt.NDArray[np.bool_]) -> list[tuple[st
     if not isinstance(names.dtype, pd.CategoricalDtype):
         counts = names[rows].astype(str).value_counts()
         return [(str(n), int(c)) for n, c in counts.items()]
-    codes = names.cat.codes.to_numpy()[rows].astype(np.int64) + 1
+    codes = cat_codes(names)[rows].astype(np.int64) + 1
     bc = np.bincount(codes, minlength=len(names.cat.categories) + 1)
     used = np.flatnonzero(bc[1:]) + 1
     # plain lists: indexing the numpy arrays per name cost most of this on 20 000 names
@@ -320,7 +320,7 @@ def assign_steps(
     else:
         # device-queued work: a kernel record the memory rule names (MTIA dma_request); a
         # memcpy/memset always has a host launch, found or not
-        queued = (kind == Kind.MEMORY) & (ev["category"] == "kernel").to_numpy()
+        queued = (kind == Kind.MEMORY) & in_categories(ev["category"], ("kernel",))
         out = _gpu_windows(ev, midx, labels, keep, launches, notes, queued)
     return replace(
         out, iteration_ns=iterations(out.marker_start_ns, ev["start_ns"].to_numpy()[midx])
@@ -374,7 +374,7 @@ def _marker_rows(ev: pd.DataFrame, rx: re.Pattern[str], notes: list[str]) -> I64
     dropped, with a note."""
     start = ev["start_ns"].to_numpy()
     end = ev["end_ns"].to_numpy()
-    is_marker = _name_mask(ev["name"], rx, (ev["category"] == "annotation").to_numpy())
+    is_marker = _name_mask(ev["name"], rx, in_categories(ev["category"], ("annotation",)))
     midx = np.flatnonzero(is_marker)
     zero = midx[end[midx] <= start[midx]]
     if zero.size:
