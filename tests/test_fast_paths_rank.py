@@ -102,3 +102,26 @@ def test_last_launched_before_is_the_walk(n, k, lookback, data):
     want = _walk_back(d_thread, d_launch, j.copy(), c_thread, c_start, lookback)
     got = _last_launched_before(d_thread, d_launch, j, c_thread, c_start, lookback)
     assert np.array_equal(got, want)
+
+
+WORDS = ["forward", "Backward", "## optimizer ##", "FSDP::all_gather", "c10d::send", "aten::mm"]
+WORDS += ["DistributedDataParallel.forward", "expert_dispatch", "ProfilerStep#3", "é_moe", "x"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(WORDS), max_size=8), min_size=1, max_size=3))
+def test_host_names_memo_is_the_search(units):
+    """The purpose patterns' answers remembered per name across units (some names new to each
+    unit, some seen before) are each pattern's ``re.search`` of the name."""
+    from traceoverlap.rank import purpose
+
+    purpose._MEMO.clear()
+    for names in units:
+        col = pd.Series(pd.Categorical(names, categories=sorted(set(WORDS))))
+        hn = purpose._HostNames(col, np.ones(len(names), dtype=bool))
+        codes = col.cat.codes.to_numpy()
+        for rx in purpose._MEMO_BIT:
+            want = [rx.search(n) is not None for n in names]
+            assert hn.any(rx) == any(want)
+            assert hn.matching(rx)[codes].tolist() == want
+            assert hn.rows(rx).tolist() == [i for i, w in enumerate(want) if w]

@@ -162,28 +162,50 @@ def first_match(query: tuple[npt.NDArray[Any], ...], cand: tuple[npt.NDArray[Any
     return out
 
 
+#: The patterns whose answers per name :data:`_MEMO` keeps: bit ``i`` of an entry says pattern
+#: ``i`` was tested on the name, bit ``i + 32`` that it matched.
+_MEMO_BIT: dict[re.Pattern[str], int] = {
+    rx: i for i, rx in enumerate((*PATTERNS.values(), _COMM_CALL, _PYTORCH))
+}
+#: Per host name, the purpose patterns' answers (:data:`_MEMO_BIT`), shared by every unit of the
+#: process (the ranks of a run name the same ops); it stops growing at a bound (an export of
+#: unique range names).
+_MEMO: dict[str, int] = {}
+_MEMO_NAMES = 200_000
+
+
 class _HostNames:
     """The names of a unit's host rows, for many name tests: the distinct names the rows use are
     found once (:func:`~traceoverlap.core.model.per_category` per test would find them again each
-    time), and each test runs once per distinct name. The host rows are grouped by name once,
-    so that the rows of the names a test passes are gathered directly: a dozen tests each
+    time), and each test runs once per distinct name (and once per process for the purpose
+    patterns: :data:`_MEMO`). The host rows are grouped by name (when a test first passes
+    some), so that the rows of the names a test passes are gathered directly: a dozen tests each
     masking every row of the unit cost more than the rest of the purposes together."""
 
     def __init__(self, col: pd.Series, host: npt.NDArray[np.bool_]) -> None:
-        cats = col.cat.categories
-        rows = np.flatnonzero(host)
-        code = cat_codes(col)[rows]  # -1: a missing name
-        counts = np.bincount(code.astype(np.int64) + 1, minlength=len(cats) + 1)
+        arr = col.array
+        assert isinstance(arr, pd.Categorical)
+        cats = arr.categories
+        self._rows_in = np.flatnonzero(host)
+        self._code = cat_codes(col)[self._rows_in]  # -1: a missing name
+        counts = np.bincount(self._code.astype(np.int64) + 1, minlength=len(cats) + 1)
         self.used = np.flatnonzero(counts[1:] > 0)
-        self.names = [str(c) for c in cats.to_numpy(dtype=object)[self.used]]
+        self.names = [str(c) for c in cats.take(self.used).tolist()]
         self.size = len(cats)
-        # the host rows by name code (ascending rows within a name; a stable sort of the small
-        # integer codes is a radix sort); name code c spans [first[c + 1], first[c + 2]) of it
-        self._by_name = rows[np.argsort(code, kind="stable")]
         self._first = np.concatenate(([0], np.cumsum(counts)))
+        self._by_name_rows: I64 | None = None
+        self._bits: I64 | None = None
         self._block: NameBlock | None = None
         self._matching: dict[re.Pattern[str], npt.NDArray[np.bool_]] = {}
         self._rows: dict[re.Pattern[str], I64] = {}
+
+    @property
+    def _by_name(self) -> I64:
+        """The host rows by name code (ascending rows within a name; a stable sort of the small
+        integer codes is a radix sort); name code c spans [first[c + 1], first[c + 2]) of it."""
+        if self._by_name_rows is None:
+            self._by_name_rows = self._rows_in[np.argsort(self._code, kind="stable")]
+        return self._by_name_rows
 
     def test(self, fn: Callable[[str], bool]) -> npt.NDArray[np.bool_]:
         """``fn(name)`` per category code, as :func:`~traceoverlap.core.model.per_category` gives it
@@ -201,14 +223,49 @@ class _HostNames:
         if got is None:
             got = np.zeros(self.size + 1, dtype=bool)
             if self.used.size:
-                got[self.used] = self.block().search(rx)
+                got[self.used] = self._search(rx)
             self._matching[rx] = got
         return got
+
+    def _search(self, rx: re.Pattern[str]) -> npt.NDArray[np.bool_]:
+        """``bool(rx.search(name))`` per name of :attr:`names`: from :data:`_MEMO` for a purpose
+        pattern, searched (and remembered) for the names it has not seen."""
+        b = _MEMO_BIT.get(rx)
+        if b is None:
+            return self.block().search(rx)
+        bits = self._memo_bits()
+        hit: npt.NDArray[np.bool_] = ((bits >> (b + 32)) & 1).astype(bool)
+        todo = np.flatnonzero(((bits >> b) & 1) == 0)
+        if todo.size:
+            if todo.size == len(self.names):
+                found = self.block().search(rx)
+            else:
+                found = NameBlock([self.names[i] for i in todo.tolist()]).search(rx)
+            hit[todo] = found
+            bits[todo] |= (1 << b) | (found.astype(np.int64) << (b + 32))
+            for i, v in zip(todo.tolist(), bits[todo].tolist(), strict=True):
+                name = self.names[i]
+                if len(_MEMO) < _MEMO_NAMES or name in _MEMO:
+                    _MEMO[name] = v
+        return hit
+
+    def _memo_bits(self) -> I64:
+        if self._bits is None:
+            get = _MEMO.get
+            self._bits = np.array([get(n, 0) for n in self.names], dtype=np.int64)
+        return self._bits
 
     def any(self, rx: re.Pattern[str]) -> bool:
         """``self.matching(rx).any()``, stopping at the first name that matches."""
         got = self._matching.get(rx)
-        return bool(got.any()) if got is not None else self.block().any(rx)
+        if got is not None:
+            return bool(got.any())
+        b = _MEMO_BIT.get(rx)
+        if b is not None and self.names:
+            bits = self._memo_bits()
+            if bool((((bits >> b) & 1) == 1).all()):  # every name's answer is remembered
+                return bool(((bits >> (b + 32)) & 1).any())
+        return self.block().any(rx)
 
     def block(self) -> NameBlock:
         if self._block is None:
@@ -220,6 +277,9 @@ class _HostNames:
         got = self._rows.get(rx)
         if got is None:
             hit = np.flatnonzero(self.matching(rx)[: self.size])
+            if hit.size == 0:
+                got = self._rows[rx] = np.zeros(0, dtype=np.int64)
+                return got
             pos = iv.range_pairs(self._first[hit + 1], self._first[hit + 2])[1]
             got = self._rows[rx] = np.sort(self._by_name[pos])
         return got
