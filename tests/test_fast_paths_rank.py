@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from traceoverlap.core.model import per_category
 from traceoverlap.core.vocab import collective_kind
+from traceoverlap.rank import steps
 from traceoverlap.rank.graph import _last_launched_before
 from traceoverlap.rank.instances import instance_frame
 from traceoverlap.rank.steps import cat_codes, codes_values
@@ -35,9 +36,14 @@ def test_codes_values_is_per_category(n, data):
         data.draw(st.lists(st.sampled_from(idx.tolist()), max_size=8)) if idx.size else [],
         dtype=np.int64,
     )
-    for fn in (str, collective_kind, lambda s: s.upper()):
+    for fn, slack in ((str, 0), (collective_kind, 0), (lambda s: s.upper(), 0), (str, 4096)):
         want = per_category(col, fn, rows)[col.cat.codes.to_numpy()[pick]]
-        got = codes_values(col, cat_codes(col)[pick], fn)
+        old = steps.TABLE_SLACK
+        steps.TABLE_SLACK = slack  # 0: the sorted path whenever categories outnumber codes 4:1
+        try:
+            got = codes_values(col, cat_codes(col)[pick], fn)
+        finally:
+            steps.TABLE_SLACK = old
         assert got.dtype == want.dtype and got.shape == want.shape
         assert got.tolist() == want.tolist()
         assert [type(x) for x in got] == [type(x) for x in want]

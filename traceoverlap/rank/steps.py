@@ -109,19 +109,34 @@ def cat_codes(col: pd.Series) -> npt.NDArray[np.integer[Any]]:
     return codes
 
 
+#: :func:`codes_values` tables every category when there are at most this many more than four
+#: per code given (else it sorts the codes given).
+TABLE_SLACK = 4096
+
+
 def codes_values(
     col: pd.Series, codes: npt.NDArray[np.integer[Any]], fn: Callable[[str], Any]
 ) -> npt.NDArray[np.object_]:
     """``per_category(col, fn, rows)[codes]`` for ``codes`` that are codes of the selected rows
     (as an object array): ``fn`` evaluated once per distinct code given (``""`` for -1, a missing
     value), without a pass over every row of the column for the codes the rows use."""
-    uniq, inv = np.unique(codes, return_inverse=True)
+    arr = col.array
+    assert isinstance(arr, pd.Categorical)
+    cats = arr.categories
+    if len(cats) <= 4 * codes.size + TABLE_SLACK:
+        # few categories: a table over all of them (code -1 reads the last entry, "")
+        seen = np.zeros(len(cats) + 1, dtype=bool)
+        seen[codes] = True
+        used = np.flatnonzero(seen[:-1])
+        table = np.full(len(cats) + 1, "", dtype=object)
+        if used.size:
+            table[used] = np.array([fn(str(c)) for c in cats.take(used).tolist()], dtype=object)
+        got: npt.NDArray[np.object_] = table[codes]
+        return got
+    uniq, inv = np.unique(codes, return_inverse=True)  # many: the codes given, sorted
     vals = np.full(uniq.size, "", dtype=object)
     ok = np.flatnonzero(uniq >= 0)
     if ok.size:
-        arr = col.array
-        assert isinstance(arr, pd.Categorical)
-        cats = arr.categories
         vals[ok] = np.array([fn(str(c)) for c in cats.take(uniq[ok]).tolist()], dtype=object)
     out: npt.NDArray[np.object_] = vals[inv.reshape(-1)]
     return out
