@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from traceoverlap.core.model import per_category
 from traceoverlap.core.vocab import collective_kind
 from traceoverlap.rank import steps
-from traceoverlap.rank.graph import _last_launched_before
+from traceoverlap.rank.graph import _last_launched_before, unique_pairs
 from traceoverlap.rank.instances import instance_frame
 from traceoverlap.rank.steps import cat_codes, codes_values
 
@@ -131,3 +131,15 @@ def test_host_names_memo_is_the_search(units):
             assert hn.any(rx) == any(want)
             assert hn.matching(rx)[codes].tolist() == want
             assert hn.rows(rx).tolist() == [i for i, w in enumerate(want) if w]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 6)), max_size=30))
+def test_unique_pairs_is_unique_along_an_axis(pairs):
+    a = np.asarray([p[0] for p in pairs], dtype=np.int64)
+    b = np.asarray([p[1] for p in pairs], dtype=np.int64)
+    want = np.unique(np.stack([a, b]), axis=1) if a.size else np.zeros((2, 0), np.int64)
+    got = unique_pairs(a, b)
+    assert got[0].dtype == got[1].dtype == np.int64
+    assert np.array_equal(got[0], want[0].astype(np.int64))
+    assert np.array_equal(got[1], want[1].astype(np.int64))

@@ -847,6 +847,17 @@ NO_SYNC = (
 )
 
 
+def unique_pairs(a: I64, b: I64) -> tuple[I64, I64]:
+    """The distinct ``(a, b)`` pairs in ascending order (by ``a``, then ``b``), as
+    ``np.unique(np.stack([a, b]), axis=1)`` gives them: one lexsort, without the structured
+    view and its comparisons that ``np.unique`` along an axis sorts by."""
+    order = np.lexsort((b, a))
+    sa, sb = a[order], b[order]
+    keep = np.ones(sa.size, dtype=bool)
+    keep[1:] = (sa[1:] != sa[:-1]) | (sb[1:] != sb[:-1])
+    return sa[keep].astype(np.int64), sb[keep].astype(np.int64)
+
+
 def _stream_wait_edges(
     ev: pd.DataFrame,
     lane_codes: I64,
@@ -907,11 +918,11 @@ def _stream_wait_edges(
         return z, z, NO_SYNC
     s_all = np.concatenate(gs).astype(np.int64)
     d_all = np.concatenate(gd).astype(np.int64)
-    pair = np.unique(np.stack([s_all, d_all]), axis=1) if s_all.size else np.zeros((2, 0), np.int64)
+    ps, pd_ = unique_pairs(s_all, d_all)
     return (
-        pair[0].astype(np.int64),
-        pair[1].astype(np.int64),
-        f"{pair.shape[1]} cross-stream sync edge(s) guessed from {waits.size} "
+        ps,
+        pd_,
+        f"{ps.size} cross-stream sync edge(s) guessed from {waits.size} "
         "cudaStreamWaitEvent call(s) (no stream arguments in the trace)",
     )
 
