@@ -17,6 +17,7 @@ from ..core.model import GPU_ACTIVITY_CATEGORIES, Kind, Timeline, in_categories,
 from ..core.options import compile_regex
 from ..core.rules import Rules
 from ..core.vocab import KINDS
+from .steps import cat_codes
 
 #: leading global flags, as in ``(?i)nccl``: scoped to the whole pattern when patterns are joined
 _GLOBAL_FLAGS = re.compile(r"^\(\?([aiLmsu]+)\)")
@@ -79,7 +80,7 @@ def name_mask(
     if not patterns:
         return np.zeros(len(names), dtype=bool)
     per_name = per_category(names, name_matcher(patterns), rows, dtype=bool)
-    codes = names.cat.codes.to_numpy()
+    codes = cat_codes(names)
     if rows is None:
         return np.asarray(per_name[codes], dtype=bool)
     # only the selected rows look their name up (a kernel mask selects a tenth of the table)
@@ -98,7 +99,7 @@ def kinds(unit: Timeline, rules: Rules | None = None) -> npt.NDArray[np.int8]:
     if n == 0:
         return kind
     cat = ev["category"]
-    is_kernel = (cat == "kernel").to_numpy()
+    is_kernel = in_categories(cat, ("kernel",))
     is_gpu = in_categories(cat, GPU_ACTIVITY_CATEGORIES)
     if is_gpu.any():
         comm = name_mask(ev["name"], rules.gpu_comm + rules.extra_comm, is_kernel)
@@ -108,8 +109,8 @@ def kinds(unit: Timeline, rules: Rules | None = None) -> npt.NDArray[np.int8]:
         kind[is_kernel & comm] = Kind.COMM
         kind[is_gpu & ~is_kernel] = Kind.MEMORY
         return kind
-    is_op = (cat == "cpu_op").to_numpy()
-    host = is_op | (cat == "annotation").to_numpy()
+    is_op = in_categories(cat, ("cpu_op",))
+    host = in_categories(cat, ("cpu_op", "annotation"))
     comm = name_mask(ev["name"], rules.cpu_comm + rules.extra_comm, host)
     excluded = name_mask(ev["name"], rules.cpu_compute_exclude + rules.extra_comm, is_op)
     comm_thread = name_mask(ev["thread_name"], rules.cpu_comm_threads, is_op)
@@ -117,7 +118,7 @@ def kinds(unit: Timeline, rules: Rules | None = None) -> npt.NDArray[np.int8]:
     if not is_op.any() and rules.cpu_compute_ranges:
         # no host ops at all (NVTX ranges only: a CPU run under Nsight Systems): the phases the
         # program marks are its compute
-        ann = (cat == "annotation").to_numpy()
+        ann = in_categories(cat, ("annotation",))
         kind[name_mask(ev["name"], rules.cpu_compute_ranges, ann)] = Kind.COMPUTE
     kind[host & comm] = Kind.COMM
     return kind
@@ -144,7 +145,7 @@ def comm_call_mask(unit: Timeline, rules: Rules | None = None) -> npt.NDArray[np
     rules = rules or Rules()
     ev = unit.events
     cat = ev["category"]
-    host = (cat == "cpu_op").to_numpy() | (cat == "annotation").to_numpy()
+    host = in_categories(cat, ("cpu_op", "annotation"))
     calls = name_mask(ev["name"], rules.cpu_comm_calls, host)
     comm_thread = name_mask(ev["thread_name"], rules.cpu_comm_threads, calls)
     return np.asarray(calls & ~comm_thread, dtype=bool)

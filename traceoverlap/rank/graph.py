@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -48,7 +49,10 @@ from ..core import intervals as iv
 from ..core.intervals import GroupedIntervals
 from ..core.model import Kind, Timeline, TraceInfo, in_categories
 from ..core.vocab import BLOCKED_FLOOR_NS, BLOCKED_MAX_NS, BLOCKED_PER
-from .steps import UnitSteps
+from .steps import UnitSteps, cat_codes
+
+if TYPE_CHECKING:
+    from .instances import CommKeys
 
 I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]
@@ -133,7 +137,7 @@ def _host_syncs(
 
     host_call = in_categories(ev["category"], ("runtime", "driver"))
     is_sync = per_category(ev["name"], lambda n: bool(HOST_SYNC_RE.search(n)), host_call, bool)
-    calls = np.flatnonzero(host_call & is_sync[ev["name"].cat.codes.to_numpy()])
+    calls = np.flatnonzero(host_call & is_sync[cat_codes(ev["name"])])
     dev = np.flatnonzero(launch_row >= 0)
     if calls.size == 0 or dev.size == 0:
         return z, z
@@ -144,20 +148,48 @@ def _host_syncs(
     dev, d_end, d_launch, d_thread = dev[order], d_end[order], d_launch[order], d_thread[order]
     c_start, c_end, c_thread = start[calls], end[calls], lane_codes[calls]
     j = np.searchsorted(d_end, c_end + HOST_SYNC_SLOP_NS, side="right") - 1
-    found = np.full(calls.size, -1, dtype=np.int64)
-    # walk back (in end order) to the latest-ending activity this thread launched before the
-    # call: a bounded number of vector steps, not a loop over events
-    for _ in range(256):
-        live = (found < 0) & (j >= 0)
-        if not live.any():
-            break
-        jj = np.maximum(j, 0)
-        hit = live & (d_thread[jj] == c_thread) & (d_launch[jj] < c_start)
-        found[hit] = jj[hit]
-        j = np.where(live & ~hit, j - 1, j)
+    found = _last_launched_before(d_thread, d_launch, j, c_thread, c_start, SYNC_LOOKBACK)
     ok = found >= 0
     ok[ok] = d_end[found[ok]] > c_start[ok]  # it was still running when the call began
     return calls[ok].astype(np.int64), dev[found[ok]].astype(np.int64)
+
+
+#: How many activities (in end order) back from a sync call's end :func:`_host_syncs` looks
+#: for the one it waited for.
+SYNC_LOOKBACK = 256
+
+
+def _last_launched_before(
+    d_thread: I64, d_launch: I64, j: I64, c_thread: I64, c_start: I64, lookback: int
+) -> I64:
+    """Per call: the greatest index ``i`` in ``[j - lookback + 1, j]`` (``i >= 0``) with
+    ``d_thread[i] == c_thread`` and ``d_launch[i] < c_start``, -1 when none. Walked back over
+    the call's own thread's activities only (sorted by thread, then index, found by one binary
+    search): a handful of vector steps, where a walk over every activity took ``lookback`` of
+    them when a call's thread had none near."""
+    n = d_thread.size
+    found = np.full(j.size, -1, dtype=np.int64)
+    if n == 0 or j.size == 0:
+        return found
+    by_thread = np.lexsort((np.arange(n), d_thread))
+    t_sorted = d_thread[by_thread]
+    key = t_sorted * (n + 1) + by_thread  # (thread, index), ascending
+    p = np.searchsorted(key, c_thread * (n + 1) + j, side="right") - 1
+    lo = j - lookback + 1
+    live = np.flatnonzero(j >= 0)
+    while live.size:
+        pp = p[live]
+        ok = pp >= 0
+        pc = np.maximum(pp, 0)
+        idx = by_thread[pc]
+        ok &= (t_sorted[pc] == c_thread[live]) & (idx >= lo[live])
+        live = live[ok]
+        pp, idx = pp[ok], idx[ok]
+        hit = d_launch[idx] < c_start[live]
+        found[live[hit]] = idx[hit]
+        live = live[~hit]
+        p[live] = pp[~hit] - 1
+    return found
 
 
 def _until_the_thread_resumed(
@@ -171,7 +203,7 @@ def _until_the_thread_resumed(
     comp = np.flatnonzero(kind == Kind.COMPUTE)
     if wide.size == 0 or comp.size == 0:
         return end
-    lane = ev["lane"].cat.codes.to_numpy().astype(np.int64)
+    lane = cat_codes(ev["lane"]).astype(np.int64)
     order = np.lexsort((own_start[comp], lane[comp]))
     j = iv.next_at_or_after(
         lane[wide], own_start[wide] + 1, lane[comp][order], own_start[comp][order]
@@ -234,13 +266,15 @@ def unit_graph(
     calls: npt.NDArray[np.bool_] | None = None,
     call_ivs: GroupedIntervals | None = None,
     span: tuple[I64, I64] | None = None,
+    keys: CommKeys | None = None,
 ) -> UnitGraph:
     """The graph of one unit (see the module docstring). ``calls`` (CPU units): the host events
     that are communication calls on compute threads (launches, waits), kept as host nodes;
     ``call_ivs``: their time per thread (:func:`traceoverlap.rank.hostwait.lane_calls`, grouped by
     its lane codes), kept for the overlap tax; ``span`` (CPU units): per event row its span, a
     point-to-point activity's widened to the calls of its instance
-    (:func:`traceoverlap.rank.unit.p2p_spans`, diagnosis.md §11): its node is the whole call."""
+    (:func:`traceoverlap.rank.unit.p2p_spans`, diagnosis.md §11): its node is the whole call;
+    ``keys``: the unit's :func:`~traceoverlap.rank.instances.comm_keys`, when found already."""
     ev = unit.events
     start = ev["start_ns"].to_numpy().astype(np.int64)
     end = ev["end_ns"].to_numpy().astype(np.int64)
@@ -251,7 +285,7 @@ def unit_graph(
         own_start, own_end = start, end
         start, end = span[0].astype(np.int64), span[1].astype(np.int64)
         end = _until_the_thread_resumed(own_start, start, end, own_end, kind, ev)
-    lane_codes = ev["lane"].cat.codes.to_numpy().astype(np.int64)
+    lane_codes = cat_codes(ev["lane"]).astype(np.int64)
     is_act = kind < Kind.NONE
     if steps.gpu:
         rows = np.flatnonzero(is_act & (steps.event_window >= 0))
@@ -306,10 +340,10 @@ def unit_graph(
     first = np.full(n_lanes, np.iinfo(np.int64).max, dtype=np.int64)
     np.minimum.at(first, lane_local, start[all_rows])
     roles = _lane_roles(lane_local, lane_host, has_comm, first)
-    name_codes, name_uniq = pd.factorize(ev["name"].cat.codes.to_numpy()[all_rows])
+    name_codes, name_uniq = pd.factorize(cat_codes(ev["name"])[all_rows])
     ncats = ev["name"].cat.categories.to_numpy(dtype=object)
     names = tuple(str(ncats[c]) if c >= 0 else "" for c in name_uniq)
-    inst_of_row, instances = instance_rows(unit, kind, steps)
+    inst_of_row, instances = instance_rows(unit, kind, steps, keys)
     inst = inst_of_row[all_rows]
     esrc = edst = egap = np.zeros(0, np.int64)
     gap = np.zeros(src.size, dtype=np.int64)
@@ -420,7 +454,7 @@ def _calls_on_lanes(
 
     cg, cs, ce = call_ivs
     thread = thread_codes(unit)
-    ev_lane = unit.events["lane"].cat.codes.to_numpy().astype(np.int64)
+    ev_lane = cat_codes(unit.events["lane"]).astype(np.int64)
     # each thread code -> the event lane of its first event -> the graph's local lane
     first = np.full(int(thread.max()) + 1, -1, dtype=np.int64)
     first[thread[::-1]] = np.arange(thread.size)[::-1]
@@ -487,7 +521,7 @@ def _launch_points(
     from ..core.model import per_category
 
     wait = per_category(ev["name"], lambda s: bool(WAIT_RE.search(s)), calls, bool)
-    is_wait = wait[ev["name"].cat.codes.to_numpy()]
+    is_wait = wait[cat_codes(ev["name"])]
     crow = np.flatnonzero(calls & ~is_wait)
     start = ev["start_ns"].to_numpy().astype(np.int64)
     crow = crow[np.argsort(start[crow], kind="stable")]
@@ -813,6 +847,17 @@ NO_SYNC = (
 )
 
 
+def unique_pairs(a: I64, b: I64) -> tuple[I64, I64]:
+    """The distinct ``(a, b)`` pairs in ascending order (by ``a``, then ``b``), as
+    ``np.unique(np.stack([a, b]), axis=1)`` gives them: one lexsort, without the structured
+    view and its comparisons that ``np.unique`` along an axis sorts by."""
+    order = np.lexsort((b, a))
+    sa, sb = a[order], b[order]
+    keep = np.ones(sa.size, dtype=bool)
+    keep[1:] = (sa[1:] != sa[:-1]) | (sb[1:] != sb[:-1])
+    return sa[keep].astype(np.int64), sb[keep].astype(np.int64)
+
+
 def _stream_wait_edges(
     ev: pd.DataFrame,
     lane_codes: I64,
@@ -836,7 +881,7 @@ def _stream_wait_edges(
 
     host_call = in_categories(ev["category"], ("runtime", "driver"))
     is_wait = per_category(ev["name"], lambda n: bool(STREAM_WAIT_RE.search(n)), host_call, bool)
-    waits = np.flatnonzero(host_call & is_wait[ev["name"].cat.codes.to_numpy()])
+    waits = np.flatnonzero(host_call & is_wait[cat_codes(ev["name"])])
     launch_node = src  # launch node (local index) -> device node, one pair per launched activity
     if waits.size == 0 or launch_node.size == 0:
         return z, z, NO_SYNC
@@ -873,11 +918,11 @@ def _stream_wait_edges(
         return z, z, NO_SYNC
     s_all = np.concatenate(gs).astype(np.int64)
     d_all = np.concatenate(gd).astype(np.int64)
-    pair = np.unique(np.stack([s_all, d_all]), axis=1) if s_all.size else np.zeros((2, 0), np.int64)
+    ps, pd_ = unique_pairs(s_all, d_all)
     return (
-        pair[0].astype(np.int64),
-        pair[1].astype(np.int64),
-        f"{pair.shape[1]} cross-stream sync edge(s) guessed from {waits.size} "
+        ps,
+        pd_,
+        f"{ps.size} cross-stream sync edge(s) guessed from {waits.size} "
         "cudaStreamWaitEvent call(s) (no stream arguments in the trace)",
     )
 
@@ -886,24 +931,26 @@ def _stream_wait_edges(
 
 
 def instance_rows(
-    unit: Timeline, kind: npt.NDArray[np.int8], steps: UnitSteps
+    unit: Timeline, kind: npt.NDArray[np.int8], steps: UnitSteps, keys: CommKeys | None = None
 ) -> tuple[I64, pd.DataFrame]:
     """Per event row of the unit: its local collective instance (-1 none), and the local instance
     table (``local``, ``group_key``, ``kind_key``, ``seq``, ``ordinal``, ``p2p``, ``family``,
-    ``label``). Reads :mod:`traceoverlap.run.matching` (today's per-group matching keys)."""
-    from .instances import _comm_keys, _instance_table, _number_instances, with_p2p_peers
+    ``label``). Reads :mod:`traceoverlap.run.matching` (today's per-group matching keys).
+    ``keys``: the unit's :func:`~traceoverlap.rank.instances.comm_keys`, when the analysis
+    found them already."""
+    from .instances import _instance_table, comm_keys, instance_frame, with_p2p_peers
 
     ev = unit.events
     out = np.full(len(ev), -1, dtype=np.int64)
     cols = ["local", "group_key", "kind_key", "seq", "ordinal", "p2p", "family", "label"]
-    if not (kind == Kind.COMM).any():
+    if keys is None:
+        keys = comm_keys(unit, kind, steps)
+    if keys is None:
         return out, pd.DataFrame(columns=[*cols, "peer_rank", "p2p_tag"])
-    info = unit.traces[0] if unit.traces else None
-    c = _comm_keys(ev, kind, steps.gpu, steps.launch_row, info)
-    local, order, firsts = _number_instances(c)
+    c, order, firsts = keys.c, keys.order, keys.firsts
     inst = _instance_table(ev, kind, c, order, firsts)
     # the peer and tag a point-to-point op records: the analysis pairs by them (§6), so the
     # graph's matching must too, or pairs it pairs by end time differ from the analysis'
     with_p2p_peers(inst, ev, c.rows[order[firsts]], steps.launch_row)
-    out[c.rows] = local
-    return out, inst.reset_index(drop=True)
+    out[c.rows] = keys.local
+    return out, instance_frame(inst)

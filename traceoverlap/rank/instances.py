@@ -21,6 +21,8 @@ otherwise it is :data:`UNKNOWN_GROUP` and never matched.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +41,7 @@ from ..core.vocab import (
     norm_kind,
 )
 from .metrics import ActivityRows
-from .steps import NO_LAUNCH, UnitSteps
+from .steps import NO_LAUNCH, UnitSteps, cat_codes, codes_values
 
 I64 = npt.NDArray[np.int64]
 
@@ -77,7 +79,7 @@ def _enclosing_collective(ev: pd.DataFrame, launch_rows: I64) -> npt.NDArray[np.
     names = ev["name"]
     ann = in_categories(ev["category"], ("annotation",))
     coll_of = per_category(names, lambda c: m.group(1) if (m := NCCL_RANGE.match(c)) else "", ann)
-    codes = names.cat.codes.to_numpy()
+    codes = cat_codes(names)
     is_range = (coll_of != "")[codes] & ann  # tested per name: no object per row
     ridx = np.flatnonzero(is_range)
     ok = launch_rows >= 0
@@ -167,39 +169,108 @@ def unit_instances(
     point-to-point instance takes it as its own.
 
     Columnar throughout: names are parsed once per distinct name, groups are found by sorting."""
+    cols, pieces, piece_local = instance_columns(unit, kind, steps, acts, launch_row, span)
+    if cols is None:
+        return pd.DataFrame(columns=list(LOCAL_COLUMNS)), pieces, piece_local
+    return instance_frame(cols), pieces, piece_local
+
+
+@dataclass(frozen=True)
+class CommKeys:
+    """A unit's communication activities keyed (:func:`_comm_keys`) and numbered into local
+    instances (:func:`_number_instances`): what the analysis's instance table and the run
+    graph's (:func:`traceoverlap.rank.graph.instance_rows`) both start from, found once."""
+
+    c: _CommRows
+    local: I64
+    order: I64
+    firsts: I64
+
+
+def comm_keys(
+    unit: Timeline, kind: npt.NDArray[np.int8], steps: UnitSteps, launch_row: I64 | None = None
+) -> CommKeys | None:
+    """The unit's :class:`CommKeys` (``launch_row``: ``steps.launch_row`` unless given), None
+    when it has no communication activity."""
+    if not (kind == Kind.COMM).any():
+        return None
+    lr = steps.launch_row if launch_row is None else launch_row
+    info = unit.traces[0] if unit.traces else None
+    c = _comm_keys(unit.events, kind, steps.gpu, lr, info)
+    local, order, firsts = _number_instances(c)
+    return CommKeys(c, local, order, firsts)
+
+
+def instance_columns(
+    unit: Timeline,
+    kind: npt.NDArray[np.int8],
+    steps: UnitSteps,
+    acts: ActivityRows,
+    launch_row: I64,
+    span: tuple[I64, I64] | None = None,
+    keys: CommKeys | None = None,
+) -> tuple[dict[str, npt.NDArray[Any]] | None, GroupedIntervals, I64]:
+    """:func:`unit_instances` as numpy columns (:data:`LOCAL_COLUMNS`, in order; None when the
+    unit has no communication activity), for a caller that adds columns before it makes the
+    frame (:func:`instance_frame`) once. ``keys``: the unit's :func:`comm_keys`, when found
+    already (with the same ``launch_row``)."""
     ev = unit.events
     n_win = max(len(steps), 1)
     z = np.zeros(0, np.int64)
-    if not (kind == Kind.COMM).any():
-        return pd.DataFrame(columns=list(LOCAL_COLUMNS)), (z, z.copy(), z.copy()), z.copy()
-    c = _comm_keys(ev, kind, steps.gpu, launch_row, unit.traces[0] if unit.traces else None)
-    local, order, firsts = _number_instances(c)
+    if keys is None:
+        keys = comm_keys(unit, kind, steps, launch_row)
+    if keys is None:
+        return None, (z, z.copy(), z.copy()), z.copy()
+    c, local, order, firsts = keys.c, keys.local, keys.order, keys.firsts
     inst = _instance_table(ev, kind, c, order, firsts, span)
     head = order[firsts]
     pieces, piece_local = _instance_pieces(acts, c.rows, local, len(ev), n_win)
-    window = _instance_windows(pieces, piece_local, len(inst), n_win)
+    window = _instance_windows(pieces, piece_local, firsts.size, n_win)
     inst["window"] = window
     inst["same_stream"] = _same_stream(
         ev,
         acts,
         window,
         c.rows[head],
-        inst["end_ns"].to_numpy().astype(np.int64),
+        inst["end_ns"].astype(np.int64),
         steps.launch_start_ns,
     )
     queued, behind = _queueing(ev, c, head, launch_row, steps.gpu)
     inst["queued_ns"] = queued
     inst["behind_comm_ns"] = behind
     with_p2p_peers(inst, ev, c.rows[head], launch_row)
-    return inst[list(LOCAL_COLUMNS)], pieces, piece_local
+    return {k: inst[k] for k in LOCAL_COLUMNS}, pieces, piece_local
 
 
-def with_p2p_peers(inst: pd.DataFrame, ev: pd.DataFrame, heads: I64, launch_row: I64) -> None:
-    """``peer_rank`` and ``p2p_tag`` of a local instance table (in place; ``heads``: each
-    instance's first activity row): what its point-to-point op recorded (:func:`p2p_peers`),
-    -1 for collectives. The analysis and the what-if graph pair sends and recvs by them."""
+@functools.cache
+def _text_dtype() -> Any:
+    """The dtype a DataFrame built from a column of Python strings gets (pandas 3: ``str``;
+    before: ``object``)."""
+    return pd.DataFrame({"x": np.array(["x"], dtype=object)}).dtypes.iloc[0]
+
+
+def instance_frame(cols: Mapping[str, npt.NDArray[Any]]) -> pd.DataFrame:
+    """``pd.DataFrame(cols)``, cheaper: the text columns (object or unicode arrays of
+    strings) are made the array of the dtype the frame would infer for them first (inferring
+    costs a pass over every column)."""
+    text = _text_dtype()
+    if text == np.dtype(object):
+        return pd.DataFrame(dict(cols))
+    return pd.DataFrame(
+        {k: pd.array(v, dtype=text) if v.dtype.kind in "OU" else v for k, v in cols.items()},
+        copy=False,
+    )
+
+
+def with_p2p_peers(
+    inst: MutableMapping[str, Any], ev: pd.DataFrame, heads: I64, launch_row: I64
+) -> None:
+    """``peer_rank`` and ``p2p_tag`` of a local instance table (in place: a frame or its
+    columns; ``heads``: each instance's first activity row): what its point-to-point op
+    recorded (:func:`p2p_peers`), -1 for collectives. The analysis and the what-if graph pair
+    sends and recvs by them."""
     peer, tag = p2p_peers(ev, heads, launch_row)
-    p2p = inst["p2p"].to_numpy(dtype=bool)
+    p2p = np.asarray(inst["p2p"], dtype=bool)
     inst["peer_rank"] = np.where(p2p, peer, -1)
     inst["p2p_tag"] = np.where(p2p, tag, -1)
 
@@ -244,10 +315,11 @@ def _comm_keys(
     start = ev["start_ns"].to_numpy()
     rows = np.flatnonzero(kind == Kind.COMM)
     rows = rows[np.lexsort((rows, start[rows]))]  # by start, then trace order
-    is_comm = kind == Kind.COMM
-    name_codes = ev["name"].cat.codes.to_numpy()[rows]
-    parsed = per_category(ev["name"], collective_kind, is_comm)[name_codes]
-    given = per_category(ev["coll_name"], str, is_comm)[ev["coll_name"].cat.codes.to_numpy()[rows]]
+    name_col, coll_col, pg_col = ev["name"], ev["coll_name"], ev["process_group"]
+    name_codes = cat_codes(name_col)[rows]
+    # names parsed once per distinct name of these rows (per_category over the comm rows)
+    parsed = codes_values(name_col, name_codes, collective_kind)
+    given = codes_values(coll_col, cat_codes(coll_col)[rows], str)
     if gpu:
         around = _enclosing_collective(ev, launch_row[rows])
         given = np.where(given == "", around, given)
@@ -256,9 +328,7 @@ def _comm_keys(
     kind_uniq = np.array([norm_kind(str(x)) for x in label_uniq], dtype=object)
     kind_key = kind_uniq[label_code]
     kind_code, _ = pd.factorize(kind_key)
-    pg = per_category(ev["process_group"], str, is_comm)[
-        ev["process_group"].cat.codes.to_numpy()[rows]
-    ]
+    pg = codes_values(pg_col, cat_codes(pg_col)[rows], str)
     seq = ev["seq"].to_numpy()[rows].astype(np.int64)
     stream = ev["stream"].to_numpy()[rows].astype(np.int64)
     tid = ev["tid"].to_numpy()[rows].astype(np.int64)
@@ -388,43 +458,41 @@ def _instance_table(
     order: I64,
     firsts: I64,
     span: tuple[I64, I64] | None = None,
-) -> pd.DataFrame:
-    """One row per local instance: its key and names from its first activity, ``bytes`` (the
-    largest of its activities), ``lane`` (its first activity's), ``start_ns``/``end_ns`` (the
-    earliest start, latest end of its activities), ``p2p`` (point to point)."""
+) -> dict[str, npt.NDArray[Any]]:
+    """One row per local instance, as columns: its key and names from its first activity,
+    ``bytes`` (the largest of its activities), ``lane`` (its first activity's),
+    ``start_ns``/``end_ns`` (the earliest start, latest end of its activities), ``p2p`` (point to
+    point)."""
     head = order[firsts]
     first_row = c.rows[head]
     rows_sorted = c.rows[order]
-    is_comm = kind == Kind.COMM
-    own = (ev["start_ns"].to_numpy(), ev["end_ns"].to_numpy())
     family_uniq = np.array([family_of(str(x)) for x in c.label_uniq], dtype=object)
-    inst = pd.DataFrame(
-        {
-            "local": np.arange(firsts.size, dtype=np.int64),
-            "group_key": c.group_key[head],
-            "kind_key": c.kind_key[head],
-            "seq": c.seq[head],
-            "ordinal": c.ordinal[head],
-            "label": c.label[head].astype(str),
-            "kernel": per_category(ev["name"], str, is_comm)[c.name_codes[head]].astype(str),
-            "family": family_uniq[c.label_code[head]],
-            "process_group": c.process_group[head],
-            "bytes": np.maximum.reduceat(ev["coll_bytes"].to_numpy()[rows_sorted], firsts),
-            "lane": values_at(ev["lane"], first_row).astype(str),
-            "start_ns": np.minimum.reduceat(own[0][rows_sorted], firsts),
-            "end_ns": np.maximum.reduceat(own[1][rows_sorted], firsts),
-        }
-    )
+    name_col = ev["name"]
+    inst: dict[str, npt.NDArray[Any]] = {
+        "local": np.arange(firsts.size, dtype=np.int64),
+        "group_key": c.group_key[head],
+        "kind_key": c.kind_key[head],
+        "seq": c.seq[head],
+        "ordinal": c.ordinal[head],
+        "label": c.label[head].astype(str),
+        "kernel": codes_values(name_col, c.name_codes[head], str).astype(str),
+        "family": family_uniq[c.label_code[head]],
+        "process_group": c.process_group[head],
+        "bytes": np.maximum.reduceat(ev["coll_bytes"].to_numpy()[rows_sorted], firsts),
+        "lane": values_at(ev["lane"], first_row).astype(str),
+        "start_ns": np.minimum.reduceat(ev["start_ns"].to_numpy()[rows_sorted], firsts),
+        "end_ns": np.maximum.reduceat(ev["end_ns"].to_numpy()[rows_sorted], firsts),
+    }
     # per distinct label, not per row of the text column
-    inst["p2p"] = np.asarray(family_uniq == Family.SEND_RECV, dtype=bool)[c.label_code[head]]
+    p2p = np.asarray(family_uniq == Family.SEND_RECV, dtype=bool)[c.label_code[head]]
+    inst["p2p"] = p2p
     if span is not None:
         # point-to-point (diagnosis.md §6, §11): the instance is the call, and its wait is the
         # time before the peer started, so its span is the call's; a collective's wait and
         # transfer keep its activities' span (its durations across ranks)
-        p2p = inst["p2p"].to_numpy(dtype=bool)
         for col, op, arr in (("start_ns", np.minimum, span[0]), ("end_ns", np.maximum, span[1])):
             wide = op.reduceat(arr[rows_sorted], firsts)
-            inst[col] = np.where(p2p, wide, inst[col].to_numpy())
+            inst[col] = np.where(p2p, wide, inst[col])
     return inst
 
 
@@ -482,7 +550,7 @@ def _same_stream(
     comp = acts.kind == Kind.COMPUTE
     if not comp.any():
         return np.zeros(window.size, dtype=bool)
-    lane_codes = ev["lane"].cat.codes.to_numpy().astype(np.int64)
+    lane_codes = cat_codes(ev["lane"]).astype(np.int64)
     n_lanes = int(lane_codes.max()) + 2
     comm = acts.kind == Kind.COMM
     key = acts.group * n_lanes + lane_codes[acts.event_row] + 1

@@ -25,7 +25,7 @@ of its literals (:class:`~traceoverlap.rank.namefilter.NameBlock`).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,7 +37,7 @@ from ..core import intervals as iv
 from ..core.model import Kind, Timeline, in_categories, values_at
 from ..core.vocab import STEP_MARKER_PREFIX, Family, Phase, Purpose, family_of
 from .namefilter import NameBlock
-from .steps import NO_LAUNCH, UnitSteps
+from .steps import NO_LAUNCH, UnitSteps, cat_codes
 
 I64 = npt.NDArray[np.int64]
 
@@ -114,17 +114,20 @@ class UnitStrategy:
 
 
 def _query_times(
-    ev: pd.DataFrame, kind: npt.NDArray[np.int8], inst: pd.DataFrame, steps: UnitSteps
+    ev: pd.DataFrame,
+    kind: npt.NDArray[np.int8],
+    inst: Mapping[str, npt.NDArray[Any]],
+    steps: UnitSteps,
 ) -> I64:
-    """Per instance: when it was launched (GPU: the launch call's start of the comm activity
-    that starts it; CPU, or no launch: its start), ns."""
-    t: I64 = np.asarray(inst["start_ns"].to_numpy(), dtype=np.int64)
-    if not steps.gpu or inst.empty:
+    """Per instance (``inst``: its columns): when it was launched (GPU: the launch call's start
+    of the comm activity that starts it; CPU, or no launch: its start), ns."""
+    t: I64 = np.asarray(inst["start_ns"], dtype=np.int64)
+    if not steps.gpu or t.size == 0:
         return t
     rows = np.flatnonzero(kind == Kind.COMM)
     # per instance, the first comm activity at its (lane, start), and that activity's launch
     j = first_match(
-        (inst["lane"].astype(str).to_numpy(dtype=object), t),
+        (_texts(inst["lane"]), t),
         (values_at(ev["lane"], rows).astype(str), ev["start_ns"].to_numpy()[rows]),
     )
     ok = j >= 0
@@ -159,28 +162,50 @@ def first_match(query: tuple[npt.NDArray[Any], ...], cand: tuple[npt.NDArray[Any
     return out
 
 
+#: The patterns whose answers per name :data:`_MEMO` keeps: bit ``i`` of an entry says pattern
+#: ``i`` was tested on the name, bit ``i + 32`` that it matched.
+_MEMO_BIT: dict[re.Pattern[str], int] = {
+    rx: i for i, rx in enumerate((*PATTERNS.values(), _COMM_CALL, _PYTORCH))
+}
+#: Per host name, the purpose patterns' answers (:data:`_MEMO_BIT`), shared by every unit of the
+#: process (the ranks of a run name the same ops); it stops growing at a bound (an export of
+#: unique range names).
+_MEMO: dict[str, int] = {}
+_MEMO_NAMES = 200_000
+
+
 class _HostNames:
     """The names of a unit's host rows, for many name tests: the distinct names the rows use are
     found once (:func:`~traceoverlap.core.model.per_category` per test would find them again each
-    time), and each test runs once per distinct name. The host rows are grouped by name once,
-    so that the rows of the names a test passes are gathered directly: a dozen tests each
+    time), and each test runs once per distinct name (and once per process for the purpose
+    patterns: :data:`_MEMO`). The host rows are grouped by name (when a test first passes
+    some), so that the rows of the names a test passes are gathered directly: a dozen tests each
     masking every row of the unit cost more than the rest of the purposes together."""
 
     def __init__(self, col: pd.Series, host: npt.NDArray[np.bool_]) -> None:
-        cats = col.cat.categories
-        rows = np.flatnonzero(host)
-        code = col.cat.codes.to_numpy()[rows]  # -1: a missing name
-        counts = np.bincount(code.astype(np.int64) + 1, minlength=len(cats) + 1)
+        arr = col.array
+        assert isinstance(arr, pd.Categorical)
+        cats = arr.categories
+        self._rows_in = np.flatnonzero(host)
+        self._code = cat_codes(col)[self._rows_in]  # -1: a missing name
+        counts = np.bincount(self._code.astype(np.int64) + 1, minlength=len(cats) + 1)
         self.used = np.flatnonzero(counts[1:] > 0)
-        self.names = [str(c) for c in cats.to_numpy(dtype=object)[self.used]]
+        self.names = [str(c) for c in cats.take(self.used).tolist()]
         self.size = len(cats)
-        # the host rows by name code (ascending rows within a name; a stable sort of the small
-        # integer codes is a radix sort); name code c spans [first[c + 1], first[c + 2]) of it
-        self._by_name = rows[np.argsort(code, kind="stable")]
         self._first = np.concatenate(([0], np.cumsum(counts)))
+        self._by_name_rows: I64 | None = None
+        self._bits: I64 | None = None
         self._block: NameBlock | None = None
         self._matching: dict[re.Pattern[str], npt.NDArray[np.bool_]] = {}
         self._rows: dict[re.Pattern[str], I64] = {}
+
+    @property
+    def _by_name(self) -> I64:
+        """The host rows by name code (ascending rows within a name; a stable sort of the small
+        integer codes is a radix sort); name code c spans [first[c + 1], first[c + 2]) of it."""
+        if self._by_name_rows is None:
+            self._by_name_rows = self._rows_in[np.argsort(self._code, kind="stable")]
+        return self._by_name_rows
 
     def test(self, fn: Callable[[str], bool]) -> npt.NDArray[np.bool_]:
         """``fn(name)`` per category code, as :func:`~traceoverlap.core.model.per_category` gives it
@@ -198,14 +223,49 @@ class _HostNames:
         if got is None:
             got = np.zeros(self.size + 1, dtype=bool)
             if self.used.size:
-                got[self.used] = self.block().search(rx)
+                got[self.used] = self._search(rx)
             self._matching[rx] = got
         return got
+
+    def _search(self, rx: re.Pattern[str]) -> npt.NDArray[np.bool_]:
+        """``bool(rx.search(name))`` per name of :attr:`names`: from :data:`_MEMO` for a purpose
+        pattern, searched (and remembered) for the names it has not seen."""
+        b = _MEMO_BIT.get(rx)
+        if b is None:
+            return self.block().search(rx)
+        bits = self._memo_bits()
+        hit: npt.NDArray[np.bool_] = ((bits >> (b + 32)) & 1).astype(bool)
+        todo = np.flatnonzero(((bits >> b) & 1) == 0)
+        if todo.size:
+            if todo.size == len(self.names):
+                found = self.block().search(rx)
+            else:
+                found = NameBlock([self.names[i] for i in todo.tolist()]).search(rx)
+            hit[todo] = found
+            bits[todo] |= (1 << b) | (found.astype(np.int64) << (b + 32))
+            for i, v in zip(todo.tolist(), bits[todo].tolist(), strict=True):
+                name = self.names[i]
+                if len(_MEMO) < _MEMO_NAMES or name in _MEMO:
+                    _MEMO[name] = v
+        return hit
+
+    def _memo_bits(self) -> I64:
+        if self._bits is None:
+            get = _MEMO.get
+            self._bits = np.array([get(n, 0) for n in self.names], dtype=np.int64)
+        return self._bits
 
     def any(self, rx: re.Pattern[str]) -> bool:
         """``self.matching(rx).any()``, stopping at the first name that matches."""
         got = self._matching.get(rx)
-        return bool(got.any()) if got is not None else self.block().any(rx)
+        if got is not None:
+            return bool(got.any())
+        b = _MEMO_BIT.get(rx)
+        if b is not None and self.names:
+            bits = self._memo_bits()
+            if bool((((bits >> b) & 1) == 1).all()):  # every name's answer is remembered
+                return bool(((bits >> (b + 32)) & 1).any())
+        return self.block().any(rx)
 
     def block(self) -> NameBlock:
         if self._block is None:
@@ -217,6 +277,9 @@ class _HostNames:
         got = self._rows.get(rx)
         if got is None:
             hit = np.flatnonzero(self.matching(rx)[: self.size])
+            if hit.size == 0:
+                got = self._rows[rx] = np.zeros(0, dtype=np.int64)
+                return got
             pos = iv.range_pairs(self._first[hit + 1], self._first[hit + 2])[1]
             got = self._rows[rx] = np.sort(self._by_name[pos])
         return got
@@ -238,7 +301,7 @@ def _inside(
 
 
 def _last_calls(
-    ev: pd.DataFrame, names: _HostNames, t: I64, fam: npt.NDArray[np.str_]
+    ev: pd.DataFrame, names: _HostNames, t: I64, fam: npt.NDArray[Any]
 ) -> tuple[npt.NDArray[np.object_], I64]:
     """CPU units: per time, the name and the row of the last ``c10d::*`` call starting at or
     before it, of the instance's family when one is (several threads may issue calls: the call
@@ -272,21 +335,39 @@ def _last_calls(
 def _main_thread(ev: pd.DataFrame, host: npt.NDArray[np.bool_]) -> int | None:
     """The training main thread of a CPU unit: the host thread with the most ``cpu_op`` s outside
     gloo's workers (as :func:`~traceoverlap.rank.hostranges.host_ranges` reads it)."""
-    ops = host & (ev["category"] == "cpu_op").to_numpy()
+    ops = host & in_categories(ev["category"], ("cpu_op",))
     if "thread_name" in ev.columns:
-        ops &= ~(ev["thread_name"] == "pt_gloo_runloop").to_numpy(dtype=bool, na_value=False)
+        ops &= ~in_categories(ev["thread_name"], ("pt_gloo_runloop",))
     if not ops.any():
         return None
     t_ids, counts = np.unique(ev["tid"].to_numpy()[ops], return_counts=True)
     return int(t_ids[np.argmax(counts)])
 
 
+#: The columns of a unit's instance table that its purposes read.
+_READ = ("family", "label", "kernel", "lane", "start_ns", "end_ns", "window")
+
+
+def _texts(values: npt.ArrayLike) -> npt.NDArray[np.object_]:
+    """A text column as an object array of ``str`` (``Series.astype(str).to_numpy()``)."""
+    out: npt.NDArray[np.object_] = np.asarray(values).astype(str).astype(object)
+    return out
+
+
 def unit_purposes(
-    unit: Timeline, kind: npt.NDArray[np.int8], steps: UnitSteps, inst: pd.DataFrame
+    unit: Timeline,
+    kind: npt.NDArray[np.int8],
+    steps: UnitSteps,
+    inst: pd.DataFrame | Mapping[str, npt.NDArray[Any]],
 ) -> tuple[npt.NDArray[np.object_], UnitStrategy]:
-    """The purpose of every local instance of a unit (``inst``: its instance table, with
-    ``family``, ``label``, ``kernel``, ``lane``, ``start_ns``, ``window``) and the unit's
-    strategy."""
+    """The purpose of every local instance of a unit (``inst``: its instance table, or its
+    columns as arrays (an empty mapping: none), with ``family``, ``label``, ``kernel``,
+    ``lane``, ``start_ns``, ``end_ns``, ``window``) and the unit's strategy."""
+    if isinstance(inst, pd.DataFrame):
+        cols = {k: inst[k].to_numpy() for k in _READ} if len(inst) else {}
+    else:
+        cols = dict(inst)
+    n = len(cols["start_ns"]) if cols else 0
     ev = unit.events
     host = in_categories(ev["category"], _HOST_CATEGORIES) & (
         ev["end_ns"].to_numpy() > ev["start_ns"].to_numpy()
@@ -297,14 +378,14 @@ def unit_purposes(
     # a Kineto trace is the PyTorch profiler's; an Nsight Systems one shows PyTorch only by its
     # names (an MPI / CUDA program shows none)
     torch = unit.traces[0].pytorch_capture or names.any(_PYTORCH)
-    if inst.empty:
+    if n == 0:
         return np.zeros(0, dtype=object), UnitStrategy(
             has_ddp, has_ddp, has_bwd, not steps.gpu, torch
         )
-    t = _query_times(ev, kind, inst, steps)
-    fam = inst["family"].astype(str).to_numpy()
+    t = _query_times(ev, kind, cols, steps)
+    fam = _texts(cols["family"])
     flag = {k: _inside(ev, names, rx, t) for k, rx in PATTERNS.items()}
-    side = np.zeros(len(inst), dtype=bool)
+    side = np.zeros(n, dtype=bool)
     if not steps.gpu:
         last, call_row = _last_calls(ev, names, t, fam)
         flag["reduce_scatter_base"] |= np.array(
@@ -321,28 +402,31 @@ def unit_purposes(
                 if k != "reduce_scatter_base":
                     flag[k][mine] = _inside(ev, names, rx, t[mine], int(tid))
     else:
-        call_row = np.full(len(inst), -1, dtype=np.int64)
+        call_row = np.full(n, -1, dtype=np.int64)
     flag["side"] = side
     # diagnosis.md §13: an all-to-all of a unit whose code path shows experts (an `expert` / MoE
     # range anywhere on it, around the all-to-all or beside it in its step: `dispatch` -> `expert`
     # -> `combine`) is MoE's, though its own ranges name no expert
     if (fam == Family.ALL_TO_ALL).any() and names.any(PATTERNS["moe"]):
         flag["moe"] = flag["moe"] | (fam == Family.ALL_TO_ALL)
-    text = (inst["label"].astype(str) + " " + inst["kernel"].astype(str)).to_numpy()
+    label, kernel = _texts(cols["label"]).tolist(), _texts(cols["kernel"]).tolist()
+    text = np.array([f"{a} {b}" for a, b in zip(label, kernel, strict=True)], dtype=object)
     in_bwd_ar = (fam == Family.ALL_REDUCE) & flag[Phase.BACKWARD] & ~side
-    win = inst["window"].to_numpy()
+    win = np.asarray(cols["window"])
     per_win = (
         np.bincount(win[in_bwd_ar & (win >= 0)], minlength=1) if in_bwd_ar.any() else np.zeros(1)
     )
     bucketed = has_ddp or bool((per_win >= 2).any())
     out = np.array(
-        [_purpose(i, fam[i], text[i], flag, has_ddp, has_bwd) for i in range(len(inst))],
+        [_purpose(i, fam[i], text[i], flag, has_ddp, has_bwd) for i in range(n)],
         dtype=object,
     )
     ag = out == Purpose.FSDP_ALLGATHER
     prefetch = None
     if ag.any():
-        under = _under_compute(ev, kind, inst, steps, call_row)[ag]
+        i_start = np.asarray(cols["start_ns"], dtype=np.int64)
+        i_end = np.asarray(cols["end_ns"], dtype=np.int64)
+        under = _under_compute(ev, kind, i_start, i_end, steps, call_row)[ag]
         prefetch = bool(int(under.sum()) >= PREFETCH_SHARE * under.size)
     side_fam = tuple(sorted(set(fam[side & (out == Purpose.UNKNOWN)].tolist())))
     return out, UnitStrategy(has_ddp, bucketed, has_bwd, not steps.gpu, torch, prefetch, side_fam)
@@ -351,7 +435,8 @@ def unit_purposes(
 def _under_compute(
     ev: pd.DataFrame,
     kind: npt.NDArray[np.int8],
-    inst: pd.DataFrame,
+    i_start: I64,
+    i_end: I64,
     steps: UnitSteps,
     call_row: I64,
 ) -> npt.NDArray[np.bool_]:
@@ -361,21 +446,19 @@ def _under_compute(
     asynchronous launch with work under it), rather than blocking until it was done."""
     start = ev["start_ns"].to_numpy()
     end = ev["end_ns"].to_numpy()
-    i_start = inst["start_ns"].to_numpy(np.int64)
-    i_end = inst["end_ns"].to_numpy(np.int64)
     if steps.gpu:
         rows = np.flatnonzero(kind == Kind.COMPUTE)
         if rows.size == 0:
-            return np.zeros(len(inst), dtype=bool)
+            return np.zeros(i_start.size, dtype=bool)
         s, e = iv.union(start[rows], end[rows])
         k = np.searchsorted(s, i_start, side="right") - 1
         return np.asarray((k >= 0) & (i_start < e[np.maximum(k, 0)]), dtype=bool)
-    out = np.zeros(len(inst), dtype=bool)
+    out = np.zeros(i_start.size, dtype=bool)
     ok = call_row >= 0
     if not ok.any():
         return out
     tid = ev["tid"].to_numpy()
-    op_rows = np.flatnonzero((ev["category"] == "cpu_op").to_numpy())
+    op_rows = np.flatnonzero(in_categories(ev["category"], ("cpu_op",)))
     op_names = values_at(ev["name"], op_rows).astype(str)
     op_rows = op_rows[~np.array([bool(_COMM_CALL.search(n)) for n in op_names], dtype=bool)]
     for t in np.unique(tid[call_row[ok]]).tolist():

@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -98,6 +100,48 @@ class UnitSteps:
         return len(self.labels)
 
 
+def cat_codes(col: pd.Series) -> npt.NDArray[np.integer[Any]]:
+    """The codes of a categorical column, read-only (``col.cat.codes.to_numpy()`` builds a
+    Series and copies them: ~100 µs a call on 20 000 rows, against ~20 µs)."""
+    arr = col.array
+    assert isinstance(arr, pd.Categorical)
+    codes: npt.NDArray[np.integer[Any]] = arr.codes
+    return codes
+
+
+#: :func:`codes_values` tables every category when there are at most this many more than four
+#: per code given (else it sorts the codes given).
+TABLE_SLACK = 4096
+
+
+def codes_values(
+    col: pd.Series, codes: npt.NDArray[np.integer[Any]], fn: Callable[[str], Any]
+) -> npt.NDArray[np.object_]:
+    """``per_category(col, fn, rows)[codes]`` for ``codes`` that are codes of the selected rows
+    (as an object array): ``fn`` evaluated once per distinct code given (``""`` for -1, a missing
+    value), without a pass over every row of the column for the codes the rows use."""
+    arr = col.array
+    assert isinstance(arr, pd.Categorical)
+    cats = arr.categories
+    if len(cats) <= 4 * codes.size + TABLE_SLACK:
+        # few categories: a table over all of them (code -1 reads the last entry, "")
+        seen = np.zeros(len(cats) + 1, dtype=bool)
+        seen[codes] = True
+        used = np.flatnonzero(seen[:-1])
+        table = np.full(len(cats) + 1, "", dtype=object)
+        if used.size:
+            table[used] = np.array([fn(str(c)) for c in cats.take(used).tolist()], dtype=object)
+        got: npt.NDArray[np.object_] = table[codes]
+        return got
+    uniq, inv = np.unique(codes, return_inverse=True)  # many: the codes given, sorted
+    vals = np.full(uniq.size, "", dtype=object)
+    ok = np.flatnonzero(uniq >= 0)
+    if ok.size:
+        vals[ok] = np.array([fn(str(c)) for c in cats.take(uniq[ok]).tolist()], dtype=object)
+    out: npt.NDArray[np.object_] = vals[inv.reshape(-1)]
+    return out
+
+
 def _name_mask(
     names: pd.Series, rx: re.Pattern[str], rows: npt.NDArray[np.bool_]
 ) -> npt.NDArray[np.bool_]:
@@ -107,7 +151,7 @@ def _name_mask(
     # only the selected rows look their name up (annotations are a handful of the rows)
     idx = np.flatnonzero(rows)
     out = np.zeros(len(names), dtype=bool)
-    out[idx] = per_name[names.cat.codes.to_numpy()[idx]]
+    out[idx] = per_name[cat_codes(names)[idx]]
     return out
 
 
@@ -206,7 +250,7 @@ def _name_counts(names: pd.Series, rows: npt.NDArray[np.bool_]) -> list[tuple[st
     if not isinstance(names.dtype, pd.CategoricalDtype):
         counts = names[rows].astype(str).value_counts()
         return [(str(n), int(c)) for n, c in counts.items()]
-    codes = names.cat.codes.to_numpy()[rows].astype(np.int64) + 1
+    codes = cat_codes(names)[rows].astype(np.int64) + 1
     bc = np.bincount(codes, minlength=len(names.cat.categories) + 1)
     used = np.flatnonzero(bc[1:]) + 1
     # plain lists: indexing the numpy arrays per name cost most of this on 20 000 names
@@ -291,7 +335,7 @@ def assign_steps(
     else:
         # device-queued work: a kernel record the memory rule names (MTIA dma_request); a
         # memcpy/memset always has a host launch, found or not
-        queued = (kind == Kind.MEMORY) & (ev["category"] == "kernel").to_numpy()
+        queued = (kind == Kind.MEMORY) & in_categories(ev["category"], ("kernel",))
         out = _gpu_windows(ev, midx, labels, keep, launches, notes, queued)
     return replace(
         out, iteration_ns=iterations(out.marker_start_ns, ev["start_ns"].to_numpy()[midx])
@@ -345,7 +389,7 @@ def _marker_rows(ev: pd.DataFrame, rx: re.Pattern[str], notes: list[str]) -> I64
     dropped, with a note."""
     start = ev["start_ns"].to_numpy()
     end = ev["end_ns"].to_numpy()
-    is_marker = _name_mask(ev["name"], rx, (ev["category"] == "annotation").to_numpy())
+    is_marker = _name_mask(ev["name"], rx, in_categories(ev["category"], ("annotation",)))
     midx = np.flatnonzero(is_marker)
     zero = midx[end[midx] <= start[midx]]
     if zero.size:

@@ -46,11 +46,11 @@ from .cpuwindows import CallComm, UnitSets, call_comm, cpu_windows, unit_sets, w
 from .detail import StepDetail
 from .hostranges import host_ranges, kernel_ranges
 from .hostwait import call_parts, host_starts, lane_codes
-from .instances import unit_instances
+from .instances import LOCAL_COLUMNS, comm_keys, instance_columns, instance_frame
 from .metrics import ActivityRows, StepSets, activity_rows, device_covered, step_parts, step_sets
 from .namefilter import NameTest
 from .purpose import UnitStrategy, unit_purposes
-from .steps import UnitSteps, assign_steps
+from .steps import UnitSteps, assign_steps, cat_codes
 
 if TYPE_CHECKING:  # the run graph's module loads only when a what-if asks for graphs
     from .graph import UnitGraph
@@ -127,7 +127,7 @@ def _comm_hint(unit: Timeline, kind: npt.NDArray[np.int8], parts: dict[str, I64]
     if int(parts[COMM_NS.name].sum()) >= 0.01 * step:
         return None
     ev = unit.events
-    comp = np.flatnonzero((kind == Kind.COMPUTE) & (ev["category"] == "kernel").to_numpy())
+    comp = np.flatnonzero((kind == Kind.COMPUTE) & in_categories(ev["category"], ("kernel",)))
     if comp.size == 0:
         return None
     names = ev["name"].to_numpy()[comp].astype(str)
@@ -159,7 +159,7 @@ def _phases(
     end = ev["end_ns"].to_numpy()
     m = (ev["category"] == cat).to_numpy() & (start < hi) & (end > lo)
     if gpu and not m.any():  # no GPU projections: the host ranges still tell the phase
-        m = (ev["category"] == "annotation").to_numpy() & (start < hi) & (end > lo)
+        m = in_categories(ev["category"], ("annotation",)) & (start < hi) & (end > lo)
     idx = np.flatnonzero(m)
     names = ev["name"].to_numpy()[idx].astype(str)
     keep = np.array([bool(PHASE_RE.search(s)) and not step_rx.search(s) for s in names], dtype=bool)
@@ -337,8 +337,8 @@ def p2p_rows(unit: Timeline, kind: npt.NDArray[np.int8]) -> npt.NDArray[np.bool_
     by_coll = per_category(ev["coll_name"], p2p, is_comm, dtype=bool)
     given = per_category(ev["coll_name"], lambda c: c != "", is_comm, dtype=bool)
     rows = np.flatnonzero(is_comm)
-    nc = ev["name"].cat.codes.to_numpy()[rows]
-    cc = ev["coll_name"].cat.codes.to_numpy()[rows]
+    nc = cat_codes(ev["name"])[rows]
+    cc = cat_codes(ev["coll_name"])[rows]
     out[rows] = np.where(given[cc], by_coll[cc], by_name[nc])
     return out
 
@@ -404,11 +404,17 @@ def analyze_unit(
     parts["end_ns"] = steps.end_ns
     lc = local_causes(exposed, acts, steps, calls, resumes)
 
-    instances, pieces, piece_instance = unit_instances(
-        unit, kind, steps, acts, steps.launch_row, span
+    # the instances' keys once for the analysis and the run graph; their columns made a frame
+    # once, with the purposes
+    keys = comm_keys(unit, kind, steps)
+    cols, pieces, piece_instance = instance_columns(
+        unit, kind, steps, acts, steps.launch_row, span, keys
     )
-    purposes, strategy = unit_purposes(unit, kind, steps, instances)
-    instances = instances.assign(purpose=purposes)
+    purposes, strategy = unit_purposes(unit, kind, steps, cols or {})
+    if cols is None:
+        instances = pd.DataFrame(columns=list(LOCAL_COLUMNS)).assign(purpose=purposes)
+    else:
+        instances = instance_frame({**cols, "purpose": purposes})
 
     notes = list(steps.notes)
     hint = _comm_hint(unit, kind, parts) if n else None
@@ -433,7 +439,7 @@ def analyze_unit(
         from .graph import unit_graph
 
         # the run graph of this unit from the same read (docs/whatif.md §1: built in the map)
-        run_graph = unit_graph(unit, kind, steps, mask, call_ivs, span)
+        run_graph = unit_graph(unit, kind, steps, mask, call_ivs, span, keys)
     return UnitResult(
         graph=run_graph,
         graph_nodes=0 if run_graph is None else int(run_graph.start_ns.size),
@@ -466,7 +472,7 @@ def top_names(
     order of first occurrence: ``names[rows].astype(str).value_counts().head(k)``, counted on
     the category codes (a string per row cost ~50 ms on an export's 300 000 ranges)."""
     cats = names.cat.categories if isinstance(names.dtype, pd.CategoricalDtype) else None
-    codes = names.cat.codes.to_numpy()[rows] if cats is not None else None
+    codes = cat_codes(names)[rows] if cats is not None else None
     if cats is None or codes is None or cats.inferred_type != "string" or (codes < 0).any():
         top = names[rows].astype(str).value_counts().head(k)
         return tuple((str(n), int(c)) for n, c in top.items())
