@@ -1,0 +1,153 @@
+"""The Nsight Systems reader's numpy paths against the pandas constructs they replace (issue 40).
+
+- the first row of each code of ``pd.factorize`` (:func:`_nvtx._first_rows`) against
+  ``~pd.Series(values).duplicated()``, and the objects' addresses factorized with a smaller
+  first hash table (:func:`_nvtx._factorize_addresses`) against ``pd.factorize``;
+- the ranks whose rows of a category have a matching name (:func:`_reader._ranks_running`, on
+  the Categoricals) against the event-table version it replaces (``per_category`` over the
+  DataFrame's columns, ``pd.unique``);
+- the rank texts (:meth:`_nvtx.NvtxReader.rank_texts`, which skips the rows when no text says
+  ``rank N``) against looking every row up.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from traceoverlap.core.model import per_category
+
+
+@settings(max_examples=200, deadline=None)
+@given(values=st.lists(st.integers(0, 6), max_size=60))
+def test_first_rows_are_the_rows_duplicated_does_not_mark(values: list[int]) -> None:
+    # codes numbered in the order of their first rows (pd.factorize): the first row of each is
+    # the one pd.Series.duplicated leaves unmarked, in the same (code) order
+    from traceoverlap.readers.nsys._nvtx import _first_rows
+
+    arr = np.array(values, dtype=np.int64)
+    codes, _ = pd.factorize(arr)
+    want = np.flatnonzero(~pd.Series(arr).duplicated().to_numpy())
+    got = _first_rows(codes)
+    assert got.tolist() == want.tolist()
+    assert codes[got].tolist() == list(range(got.size))
+
+
+def _ranks_running_via_events(
+    events: pd.DataFrame, category: str, pattern: re.Pattern[str]
+) -> set[int]:
+    """The code ``_ranks_running`` replaces: pandas comparisons over the event table."""
+    cat_mask = (events["category"] == category).to_numpy()
+    matches = per_category(
+        events["name"], lambda n: pattern.search(n) is not None, rows=cat_mask, dtype=bool
+    )
+    hit = cat_mask & matches[events["name"].cat.codes.to_numpy()]
+    return {int(r) for r in pd.unique(events["rank"].to_numpy()[hit])}
+
+
+_CATS = ["kernel", "runtime", "annotation", "memcpy"]
+_NAMES = ["ncclKernel_AllReduce", "gemm", "gloo:all_reduce", "NCCL_x", "step", "gloo"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    rows=st.lists(st.tuples(st.integers(0, 3), st.integers(-1, 5), st.integers(0, 4)), max_size=40),
+    used_cats=st.lists(st.integers(0, 3), min_size=1, max_size=4, unique=True),
+    wanted=st.sampled_from(["kernel", "annotation"]),
+    constant_rank=st.booleans(),
+)
+def test_ranks_running_on_the_categoricals_is_the_event_table_version(
+    rows: list[tuple[int, int, int]],
+    used_cats: list[int],
+    wanted: str,
+    constant_rank: bool,
+) -> None:
+    # rows of (category, name code (-1: no name), rank) over a category list that may lack the
+    # wanted one; the rank column a shared constant or not, as the reader builds it
+    from traceoverlap.readers.nsys._reader import _GLOO_RANGE, _NCCL, _ranks_running
+
+    cat_list = [_CATS[i] for i in used_cats]
+    n = len(rows)
+    cat_codes = np.array([c % len(cat_list) for c, _, _ in rows], dtype=np.int8)
+    category = pd.Categorical.from_codes(cat_codes, categories=cat_list)
+    name = pd.Categorical.from_codes(
+        np.array([k for _, k, _ in rows], dtype=np.int32), categories=_NAMES
+    )
+    if constant_rank:
+        rank = np.broadcast_to(np.int32(3), (n,))
+    else:
+        rank = np.array([r for _, _, r in rows], dtype=np.int32)
+    events = pd.DataFrame({"rank": rank, "category": category, "name": name})
+    for pattern in (_NCCL, _GLOO_RANGE):
+        got = _ranks_running(rank, category, name, wanted, pattern)
+        assert got == _ranks_running_via_events(events, wanted, pattern)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    rows=st.lists(st.tuples(st.integers(-1, 3), st.integers(0, 4), st.integers(1, 3)), max_size=30),
+    texts=st.lists(st.sampled_from(["rank 1", "Rank 2", "fwd", "RANK: 3", "x"]), max_size=4),
+    pool=st.lists(st.sampled_from(["rank 4", "bwd", "[rank 5]", "y"]), max_size=4),
+    pick=st.data(),
+)
+def test_rank_texts_skipping_the_rows_is_looking_every_row_up(
+    rows: list[tuple[int, int, int]], texts: list[str], pool: list[str], pick: st.DataObject
+) -> None:
+    # rows of (inline text code (-1: none), StringIds id, pid), a subset of them the marks and
+    # ranges: the (pid, N) of those whose text says "rank N" (inline first, else registered),
+    # as the code it replaces finds them by looking every selected row up
+    from traceoverlap.readers.nsys._nvtx import NvtxReader, _rank_numbers
+    from traceoverlap.readers.nsys._strings import StringIds
+
+    uniques = np.array(texts, dtype=object).reshape(len(texts))
+    text_code = np.array([c if c < len(texts) else -1 for c, _, _ in rows], dtype=np.int64)
+    text_id = np.array([i for _, i, _ in rows], dtype=np.int64)
+    gtid = np.array([p << 24 | 7 for _, _, p in rows], dtype=np.int64)
+    sel = np.array(
+        sorted(pick.draw(st.sets(st.integers(0, max(len(rows) - 1, 0)))) if rows else []),
+        dtype=np.intp,
+    )
+    reader = NvtxReader.__new__(NvtxReader)
+    values = np.array(pool, dtype=object).reshape(len(pool))
+    reader.strings = StringIds(np.arange(len(pool), dtype=np.int64), values)
+
+    # the code it replaces
+    per_text = np.r_[_rank_numbers(uniques), -1]
+    code = text_code[sel]
+    rank = per_text[code]
+    pool_rank = _rank_numbers(reader.strings.values)
+    if (pool_rank >= 0).any():
+        pos, hit = reader.strings.find(text_id[sel])
+        rank = np.where((code < 0) & hit, pool_rank[pos], rank)
+    found = rank >= 0
+    want_pid, want_rank = (gtid[sel][found] >> 24) & 0xFFFFFF, rank[found]
+
+    got_pid, got_rank = reader.rank_texts(sel, text_code, uniques, text_id, gtid)
+    assert got_pid.dtype == got_rank.dtype == np.int64
+    assert got_pid.tolist() == want_pid.tolist()
+    assert got_rank.tolist() == want_rank.tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    values=st.lists(st.integers(0, 40), max_size=80),
+    sample=st.integers(1, 8),
+    distinct=st.integers(1, 8),
+)
+def test_factorize_addresses_is_pd_factorize(values: list[int], sample: int, distinct: int) -> None:
+    # the hash table's first size (taken when the sampled rows repeat) changes no code: the
+    # thresholds made small so that both sizes are taken on short inputs
+    from traceoverlap.readers.nsys import _nvtx
+
+    arr = (np.array(values, dtype=np.int64) * 48 + (1 << 40)).astype(np.intp)
+    saved = _nvtx._SAMPLE_ROWS, _nvtx._MOSTLY_DISTINCT, _nvtx._REPEATS_HINT
+    _nvtx._SAMPLE_ROWS, _nvtx._MOSTLY_DISTINCT, _nvtx._REPEATS_HINT = sample, distinct, 4
+    try:
+        got = _nvtx._factorize_addresses(arr)
+    finally:
+        _nvtx._SAMPLE_ROWS, _nvtx._MOSTLY_DISTINCT, _nvtx._REPEATS_HINT = saved
+    assert got.tolist() == pd.factorize(arr)[0].tolist()
