@@ -6,6 +6,8 @@
 - the ranks whose rows of a category have a matching name (:func:`_reader._ranks_running`, on
   the Categoricals) against the event-table version it replaces (``per_category`` over the
   DataFrame's columns, ``pd.unique``);
+- the stream waits resolved to their event records by one sort (:func:`_sync.latest_records`)
+  against the two ``pd.merge_asof`` it replaces;
 - the rank texts (:meth:`_nvtx.NvtxReader.rank_texts`, which skips the rows when no text says
   ``rank N``) against looking every row up.
 """
@@ -151,3 +153,88 @@ def test_factorize_addresses_is_pd_factorize(values: list[int], sample: int, dis
     finally:
         _nvtx._SAMPLE_ROWS, _nvtx._MOSTLY_DISTINCT, _nvtx._REPEATS_HINT = saved
     assert got.tolist() == pd.factorize(arr)[0].tolist()
+
+
+def _resolve_waits_via_pandas(
+    wait: tuple[np.ndarray, ...], rec: tuple[np.ndarray, ...]
+) -> tuple[list[int], list[int], list[int], list[int]]:
+    """The code ``latest_records`` replaces (``_sync._resolve_waits`` before it): two
+    ``pd.merge_asof`` by the keys, on the call, backward, strictly before."""
+    pid, ctx, event, sync_id, corr = wait
+    r_pid, r_ctx, r_event, r_sid, r_corr, r_stream = rec
+    rec_df = pd.DataFrame(
+        {"pid": r_pid, "ctx": r_ctx, "event": r_event, "sid": r_sid, "corr": r_corr,
+         "rstream": r_stream}
+    )  # fmt: skip
+    rec_df = rec_df[(rec_df["event"] >= 0) & (rec_df["corr"] >= 0) & (rec_df["rstream"] >= 0)]
+    rec_df = rec_df.assign(rcorr=rec_df["corr"]).sort_values("corr", kind="stable")
+    w_df = pd.DataFrame({"pid": pid, "ctx": ctx, "event": event, "sid": sync_id, "corr": corr})
+    w_df = w_df[(w_df["event"] >= 0) & (w_df["corr"] >= 0)].sort_values("corr", kind="stable")
+    got_stream = pd.Series(-1, index=w_df.index, dtype=np.int64)
+    got_corr = pd.Series(-1, index=w_df.index, dtype=np.int64)
+    if (w_df["ctx"] < 0).all() or (rec_df["ctx"] < 0).all():
+        w_df, rec_df = w_df.assign(ctx=-1), rec_df.assign(ctx=-1)
+    by_sid = rec_df[rec_df["sid"] >= 0]
+    exact = (w_df["sid"] >= 0).to_numpy() & (not by_sid.empty)
+    for sel, recs, by in (
+        (exact, by_sid, ["pid", "ctx", "event", "sid"]),
+        (~exact, rec_df, ["pid", "ctx", "event"]),
+    ):
+        w = w_df[sel]
+        if w.empty or recs.empty:
+            continue
+        m = pd.merge_asof(
+            w.reset_index(),
+            recs[[*by, "corr", "rcorr", "rstream"]],
+            on="corr",
+            by=by,
+            direction="backward",
+            allow_exact_matches=False,
+        ).set_index("index")
+        hit = m["rcorr"].notna()
+        got_stream[m.index[hit]] = m.loc[hit, "rstream"].astype(np.int64)
+        got_corr[m.index[hit]] = m.loc[hit, "rcorr"].astype(np.int64)
+    hit = got_corr.to_numpy() >= 0
+    w = w_df.loc[got_corr.index[hit]]
+    return (
+        w["pid"].tolist(),
+        w["corr"].tolist(),
+        got_stream.to_numpy()[hit].tolist(),
+        got_corr.to_numpy()[hit].tolist(),
+    )
+
+
+_small = st.integers(-1, 3)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    waits=st.lists(st.tuples(_small, _small, _small, _small, st.integers(-1, 12)), max_size=12),
+    recs=st.lists(
+        st.tuples(_small, _small, _small, _small, st.integers(-1, 12), _small), max_size=16
+    ),
+    no_ctx=st.booleans(),
+)
+def test_latest_records_is_the_merge_asof_it_replaces(
+    waits: list[tuple[int, ...]], recs: list[tuple[int, ...]], no_ctx: bool
+) -> None:
+    # stream waits (pid, context, event, eventSyncId, call) and event records (the same, and
+    # the record's stream) drawn from a few values each, so that keys, calls and ties repeat,
+    # -1s among them: the same waits resolved to the same records, in the same order
+    from traceoverlap.readers.nsys._sync import latest_records
+
+    def cols(rows: list[tuple[int, ...]], k: int) -> tuple[np.ndarray, ...]:
+        return tuple(np.array([r[i] for r in rows], dtype=np.int64) for i in range(k))
+
+    w, r = cols(waits, 5), cols(recs, 6)
+    if no_ctx:  # a table without contextId: -1 everywhere on one side
+        r = (r[0], np.full(r[1].size, -1, dtype=np.int64), *r[2:])
+    got = latest_records(w, r)  # type: ignore[arg-type]
+    want = _resolve_waits_via_pandas(w, r)
+    assert (
+        got.pid.tolist(),
+        got.corr.tolist(),
+        got.stream.tolist(),
+        got.record_corr.tolist(),
+    ) == want
+    assert got.pid.dtype == got.stream.dtype == got.record_corr.dtype == np.int64
