@@ -251,3 +251,39 @@ def test_string_ids_nulls_are_the_ones_pd_isna_finds(values: list[str | None]) -
     arr = np.empty(len(values), dtype=object)
     arr[:] = values
     assert np.equal(arr, _NULL).tolist() == pd.isna(arr).tolist()
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    first=st.sampled_from([0, 1, -3, 2**62, -(2**63)]),
+    n=st.integers(1, 12),
+    gap=st.booleans(),
+    asked=st.lists(
+        st.one_of(st.integers(-4, 16), st.sampled_from([2**63 - 1, -(2**63), 2**62 + 5])),
+        max_size=20,
+    ),
+)
+def test_string_ids_find_by_distance_is_the_binary_search(
+    first: int, n: int, gap: bool, asked: list[int]
+) -> None:
+    # ids numbered from `first` (consecutive, or with one gap: the binary search then), in
+    # shuffled order: where an id is in the table its position and value are the binary
+    # search's; extreme ids wrap in the subtraction without finding a row that is not there
+    from traceoverlap.readers.nsys._strings import StringIds
+
+    ids = np.arange(n, dtype=np.int64) + np.int64(first)
+    if gap and n > 1:
+        ids[-1] += 1
+    perm = np.random.default_rng(n).permutation(n)
+    table = StringIds(ids[perm], np.array([f"s{i}" for i in ids[perm]], dtype=object))
+    assert table.dense == (not (gap and n > 1))
+    q = np.array(asked, dtype=np.int64)
+    pos, hit = table.find(q)
+    want_pos = np.minimum(np.searchsorted(table.ids, q), table.ids.size - 1)
+    want_hit = table.ids[want_pos] == q
+    assert hit.tolist() == want_hit.tolist()
+    assert pos[hit].tolist() == want_pos[want_hit].tolist()
+    assert pos.dtype == np.int64 and ((pos >= 0) & (pos < n)).all()
+    assert table.lookup(q, "?").tolist() == [
+        f"s{v}" if h else "?" for v, h in zip(q.tolist(), want_hit.tolist(), strict=True)
+    ]
