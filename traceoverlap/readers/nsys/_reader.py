@@ -35,10 +35,10 @@ def _ranks_running(
 ) -> set[int]:
     """Ranks (per row: ``rank``) with rows of category ``wanted`` whose name matches
     ``pattern``; each name those rows use is tested once."""
-    cats = category.categories
+    cats = category.categories.tolist()  # a few (a pd.Index lookup builds its hash engine)
     if wanted not in cats:
         return set()
-    rows = np.flatnonzero(category.codes == cats.get_loc(wanted))
+    rows = np.flatnonzero(category.codes == cats.index(wanted))
     codes = names.codes[rows].astype(np.int64)
     used = np.flatnonzero(np.bincount(codes + 1, minlength=len(names.categories) + 1)[1:])
     if used.size == 0:
@@ -46,7 +46,10 @@ def _ranks_running(
     values = names.categories.to_numpy(dtype=object)[used]
     match = np.zeros(len(names.categories) + 1, dtype=bool)  # the last: code -1, no name
     match[used] = [pattern.search(str(n)) is not None for n in values.tolist()]
-    return {int(r) for r in np.unique(rank[rows[match[codes]]]).tolist()}
+    hit = rows[match[codes]]
+    if hit.size and rank.strides == (0,):  # one rank (shared_if_constant): no sort
+        return {int(rank[0])}
+    return {int(r) for r in np.unique(rank[hit]).tolist()}
 
 
 _NCCL = re.compile(r"nccl", re.IGNORECASE)
