@@ -9,6 +9,8 @@
 - the stream waits resolved to their event records by one sort (:func:`_sync.latest_records`)
   against the two ``pd.merge_asof`` it replaces;
 - the NULLs of a StringIds column (``np.equal`` with None) against ``pd.isna``;
+- the host rows of one process placed on their ranks without a search per row
+  (:meth:`_reader.Reader.place`) against the search it replaces;
 - the rank texts (:meth:`_nvtx.NvtxReader.rank_texts`, which skips the rows when no text says
   ``rank N``) against looking every row up.
 """
@@ -16,6 +18,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -287,3 +290,84 @@ def test_string_ids_find_by_distance_is_the_binary_search(
     assert table.lookup(q, "?").tolist() == [
         f"s{v}" if h else "?" for v, h in zip(q.tolist(), want_hit.tolist(), strict=True)
     ]
+
+
+def _place_before(
+    gpu: Any, host: Any, groups: list[tuple[int, int]], ranks: list[int]
+) -> tuple[Any, np.ndarray]:
+    """The code ``Reader.place`` replaces for its host rows (a search per row, always)."""
+    from traceoverlap.readers.nsys._rows import Rows
+
+    keys = np.array([(p << 32) | (d & 0xFFFFFFFF) for p, d in groups], dtype=np.int64)
+    order = np.argsort(keys)
+    gkey = (gpu.pid << 32) | (gpu.device.astype(np.int64) & 0xFFFFFFFF)
+    gpu_rank = (
+        np.asarray(ranks, dtype=np.int32)[order][np.searchsorted(keys[order], gkey)]
+        if gkey.size
+        else np.zeros(0, dtype=np.int32)
+    )
+    by_pid: dict[int, list[int]] = {}
+    for (pid, _), r in zip(groups, ranks, strict=True):
+        by_pid.setdefault(pid, []).append(r)
+    pids = np.array(sorted(by_pid), dtype=np.int64)
+    first = np.array([by_pid[int(p)][0] for p in pids], dtype=np.int32)
+    pos = np.minimum(np.searchsorted(pids, host.pid), max(pids.size - 1, 0))
+    mine = pids[pos] == host.pid
+    if not mine.all():
+        host = host.take(np.flatnonzero(mine))
+        pos = pos[mine]
+    blocks, rank_parts = [gpu, host], [gpu_rank, first[pos]]
+    for pid, rs in by_pid.items():
+        if len(rs) > 1:
+            idx = np.flatnonzero(host.pid == pid)
+            for r in rs[1:]:
+                blocks.append(host.take(idx))
+                rank_parts.append(np.full(idx.size, r, dtype=np.int32))
+    return Rows.concat(blocks, trim=True), np.concatenate(rank_parts)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    gpu_rows=st.lists(st.sampled_from([(1, 0), (1, 1), (2, 0)]), max_size=8),
+    host_pids=st.lists(st.sampled_from([1, 2, 3]), min_size=1, max_size=10),
+    constant=st.booleans(),
+    groups=st.sampled_from(
+        [[(1, 0), (2, 0)], [(1, 0), (1, 1), (2, 0)], [(2, 0)], [(1, 0), (1, 1)]]
+    ),
+)
+def test_place_of_one_process_host_rows_is_the_search_per_row(
+    gpu_rows: list[tuple[int, int]],
+    host_pids: list[int],
+    constant: bool,
+    groups: list[tuple[int, int]],
+) -> None:
+    # host rows of one process (a one-process read: no search per row) or of several, that
+    # process among the groups or not, driving one GPU or two (its rows copied to each rank):
+    # the same rows, in the same order, with the same ranks
+    from traceoverlap.readers.nsys._reader import Reader
+    from traceoverlap.readers.nsys._rows import Rows
+
+    def rows(pids: list[int], devices: list[int]) -> Rows:
+        n = len(pids)
+        i64 = np.arange(n, dtype=np.int64)
+        i32 = np.arange(n, dtype=np.int32)
+        return Rows(
+            start=i64 * 10, end=i64 * 10 + 5, pid=np.array(pids, dtype=np.int64),
+            device=np.array(devices, dtype=np.int32), stream=i64, tid=i64, correlation=i64,
+            category=i32 % 3, name=i32, lane=i32, thread_name=i32, shape=i32,
+        )  # fmt: skip
+
+    gpu_rows = [g for g in gpu_rows if g in groups]  # GPU rows are of the groups
+    pids = [host_pids[0]] * len(host_pids) if constant else host_pids
+    ranks = list(range(len(groups)))[::-1]
+
+    def blocks() -> tuple[Rows, Rows]:  # fresh ones for each: a concatenation empties them
+        gpu = rows([p for p, _ in gpu_rows], [d for _, d in gpu_rows])
+        return gpu, rows(pids, [-1] * len(pids))
+
+    want_rows, want_rank = _place_before(*blocks(), groups, ranks)
+    got_rows, got_rank = Reader.place(Reader.__new__(Reader), *blocks(), groups, ranks)
+    assert got_rank.dtype == want_rank.dtype and got_rank.tolist() == want_rank.tolist()
+    for k, v in want_rows.__dict__.items():
+        assert getattr(got_rows, k).tolist() == v.tolist(), k
+        assert getattr(got_rows, k).dtype == v.dtype, k

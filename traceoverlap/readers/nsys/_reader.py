@@ -208,14 +208,23 @@ class Reader(ProcessPart, Ranks, SyncReader):
             by_pid.setdefault(pid, []).append(r)
         pids = np.array(sorted(by_pid), dtype=np.int64)
         first = np.array([by_pid[int(p)][0] for p in pids], dtype=np.int32)
-        pos = np.minimum(np.searchsorted(pids, host.pid), max(pids.size - 1, 0))
-        mine = pids[pos] == host.pid
-        if not mine.all():
-            host = host.take(np.flatnonzero(mine))
-            pos = pos[mine]
-        del mine
-        blocks, rank_parts = [gpu, host], [gpu_rank, first[pos]]
-        del pos
+        one = int(host.pid[0]) if host.pid.size and pids.size else None
+        if one is not None and bool((host.pid == one).all()):
+            # one process's host rows (a one-process read): no search per row
+            if one not in by_pid:
+                host = host.take(np.zeros(0, dtype=np.intp))
+            host_rank = np.full(len(host), by_pid.get(one, [0])[0], dtype=np.int32)
+        else:
+            pos = np.minimum(np.searchsorted(pids, host.pid), max(pids.size - 1, 0))
+            mine = pids[pos] == host.pid
+            if not mine.all():
+                host = host.take(np.flatnonzero(mine))
+                pos = pos[mine]
+            del mine
+            host_rank = first[pos]
+            del pos
+        blocks, rank_parts = [gpu, host], [gpu_rank, host_rank]
+        del host_rank
         if syncs is not None and len(syncs):
             blocks.append(syncs)
             rank_parts.append(rank_of(syncs))
