@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 
 from ._columns import INT
 from ._schema import Schema, int_or_none, quote
@@ -12,6 +11,9 @@ from ._strings import StringIds
 
 I64 = npt.NDArray[np.int64]
 Obj = npt.NDArray[np.object_]
+
+#: A text column's NULL, compared with every value at once.
+_NULL = np.array(None, dtype=object)
 
 
 class Metadata(Schema):
@@ -27,7 +29,7 @@ class Metadata(Schema):
                 f"{int(np.count_nonzero(~ok))} {table} rows have no integer id and were ignored."
             )
         values = values[ok]
-        values[pd.isna(values)] = ""
+        values[np.equal(values, _NULL)] = ""  # NULL (the decoders give str or None)
         if cols.bad_utf8:
             self.notes.append(
                 f"{cols.bad_utf8} {table} strings are not valid UTF-8: shown with replacement "

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
-import pandas as pd
 
 from ...core.model import TraceInfo
 from .._bytes import rank_from_filename
@@ -19,16 +18,16 @@ class Ranks(Metadata):
         self, gpu: Rows, nvtx: NvtxRows
     ) -> tuple[list[tuple[int, int]], list[int], str, int | None]:
         """(pid, device) groups ordered by device then pid, their ranks, and where ranks came from."""
-        keys = pd.unique((gpu.device.astype(np.int64) << 32) | gpu.pid)
-        groups = [(int(k) & 0xFFFFFFFF, int(k) >> 32) for k in np.sort(keys)]
+        keys = np.unique((gpu.device.astype(np.int64) << 32) | gpu.pid).tolist()
+        groups = [(k & 0xFFFFFFFF, k >> 32) for k in keys]
         return self._ranks(groups, nvtx)
 
     def assign_cpu_ranks(
         self, nvtx: NvtxRows
     ) -> tuple[list[tuple[int, int]], list[int], str, int | None]:
         """One group per process that recorded NVTX ranges, ordered by pid (device -1)."""
-        pids = np.sort(pd.unique(nvtx.ranges.pid))
-        return self._ranks([(int(p), -1) for p in pids], nvtx)
+        pids = np.unique(nvtx.ranges.pid).tolist()
+        return self._ranks([(p, -1) for p in pids], nvtx)
 
     def _ranks(
         self, groups: list[tuple[int, int]], nvtx: NvtxRows | Callable[[], NvtxRows]

@@ -10,7 +10,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from ...core.errors import TraceFormatError
-from ...core.model import CATEGORIES, Timeline, make_events, per_category
+from ...core.model import CATEGORIES, Timeline, make_events
 from ._export import EXPORT_HINT
 from ._heap import release_freed
 from ._process import ProcessPart
@@ -26,14 +26,30 @@ I32 = npt.NDArray[np.int32]
 _GLOO_RANGE = re.compile(r"^gloo:")
 
 
-def _ranks_running(events: pd.DataFrame, category: str, pattern: re.Pattern[str]) -> set[int]:
-    """Ranks with events of ``category`` whose name matches ``pattern``."""
-    cat_mask = (events["category"] == category).to_numpy()
-    matches = per_category(
-        events["name"], lambda n: pattern.search(n) is not None, rows=cat_mask, dtype=bool
-    )
-    hit = cat_mask & matches[events["name"].cat.codes.to_numpy()]
-    return {int(r) for r in pd.unique(events["rank"].to_numpy()[hit])}
+def _ranks_running(
+    rank: npt.NDArray[np.integer],
+    category: pd.Categorical,
+    names: pd.Categorical,
+    wanted: str,
+    pattern: re.Pattern[str],
+) -> set[int]:
+    """Ranks (per row: ``rank``) with rows of category ``wanted`` whose name matches
+    ``pattern``; each name those rows use is tested once."""
+    cats = category.categories.tolist()  # a few (a pd.Index lookup builds its hash engine)
+    if wanted not in cats:
+        return set()
+    rows = np.flatnonzero(category.codes == cats.index(wanted))
+    codes = names.codes[rows].astype(np.int64)
+    used = np.flatnonzero(np.bincount(codes + 1, minlength=len(names.categories) + 1)[1:])
+    if used.size == 0:
+        return set()
+    values = names.categories.to_numpy(dtype=object)[used]
+    match = np.zeros(len(names.categories) + 1, dtype=bool)  # the last: code -1, no name
+    match[used] = [pattern.search(str(n)) is not None for n in values.tolist()]
+    hit = rows[match[codes]]
+    if hit.size and rank.strides == (0,):  # one rank (shared_if_constant): no sort
+        return {int(rank[0])}
+    return {int(r) for r in np.unique(rank[hit]).tolist()}
 
 
 _NCCL = re.compile(r"nccl", re.IGNORECASE)
@@ -78,7 +94,7 @@ class Reader(ProcessPart, Ranks, SyncReader):
 
         gpu = self.read_gpu()
         release_freed()  # each table's scan temporaries (see ._heap)
-        self.gpu_pids = [int(p) for p in sorted(pd.unique(gpu.pid))]
+        self.gpu_pids = [int(p) for p in np.unique(gpu.pid).tolist()]
         nvtx = self.read_nvtx()
         release_freed()
         if self.process is not None:  # one process of a GPU capture: ranks from the whole file
@@ -127,6 +143,7 @@ class Reader(ProcessPart, Ranks, SyncReader):
             rows.end += offset
         n = len(rows)
         sparse = wait_columns(waits, rows.pid, rows.correlation, category)
+        name = self.names.categorical(rows.pop("name"))
         events = make_events(
             n,
             {
@@ -140,7 +157,7 @@ class Reader(ProcessPart, Ranks, SyncReader):
                 "lane": self.lanes.categorical(rows.pop("lane")),
                 "thread_name": self.thread_names.categorical(rows.pop("thread_name")),
                 "category": category,
-                "name": self.names.categorical(rows.pop("name")),
+                "name": name,
                 "start_ns": rows.start,
                 "end_ns": rows.end,
                 "correlation": rows.correlation,
@@ -157,10 +174,10 @@ class Reader(ProcessPart, Ranks, SyncReader):
         if self.process is not None:
             traces = tuple(t for t in traces if t.pid == self.process)
         if device_kind == "gpu":
-            nccl = _ranks_running(events, "kernel", _NCCL)
+            nccl = _ranks_running(rank_col, category, name, "kernel", _NCCL)
             traces = tuple(replace(t, backend="nccl") if t.rank in nccl else t for t in traces)
         else:
-            gloo = _ranks_running(events, "annotation", _GLOO_RANGE)
+            gloo = _ranks_running(rank_col, category, name, "annotation", _GLOO_RANGE)
             traces = tuple(replace(t, backend="gloo") if t.rank in gloo else t for t in traces)
         return Timeline(events, traces)
 
@@ -191,14 +208,23 @@ class Reader(ProcessPart, Ranks, SyncReader):
             by_pid.setdefault(pid, []).append(r)
         pids = np.array(sorted(by_pid), dtype=np.int64)
         first = np.array([by_pid[int(p)][0] for p in pids], dtype=np.int32)
-        pos = np.minimum(np.searchsorted(pids, host.pid), max(pids.size - 1, 0))
-        mine = pids[pos] == host.pid
-        if not mine.all():
-            host = host.take(np.flatnonzero(mine))
-            pos = pos[mine]
-        del mine
-        blocks, rank_parts = [gpu, host], [gpu_rank, first[pos]]
-        del pos
+        one = int(host.pid[0]) if host.pid.size and pids.size else None
+        if one is not None and bool((host.pid == one).all()):
+            # one process's host rows (a one-process read): no search per row
+            if one not in by_pid:
+                host = host.take(np.zeros(0, dtype=np.intp))
+            host_rank = np.full(len(host), by_pid.get(one, [0])[0], dtype=np.int32)
+        else:
+            pos = np.minimum(np.searchsorted(pids, host.pid), max(pids.size - 1, 0))
+            mine = pids[pos] == host.pid
+            if not mine.all():
+                host = host.take(np.flatnonzero(mine))
+                pos = pos[mine]
+            del mine
+            host_rank = first[pos]
+            del pos
+        blocks, rank_parts = [gpu, host], [gpu_rank, host_rank]
+        del host_rank
         if syncs is not None and len(syncs):
             blocks.append(syncs)
             rank_parts.append(rank_of(syncs))

@@ -118,11 +118,20 @@ class StringIds:
         order = np.argsort(ids, kind="stable")
         self.ids: I64 = ids[order]
         self.values: Obj = values[order]
+        #: the ids are consecutive (an export numbers its strings 0..n-1): an id's position is
+        #: its distance from the first, no search
+        self.dense = bool(self.ids.size) and int(self.ids[-1] - self.ids[0]) == self.ids.size - 1
 
     def find(self, ids: I64) -> tuple[I64, npt.NDArray[np.bool_]]:
-        """Position of each id in the table, and whether it is there."""
+        """Position of each id in the table, and whether it is there (a position in the table,
+        of no meaning, where it is not)."""
         if self.ids.size == 0 or ids.size == 0:
             return np.zeros(ids.size, dtype=np.int64), np.zeros(ids.size, dtype=bool)
+        if self.dense:
+            pos = ids - self.ids[0]
+            hit = (pos >= 0) & (pos < self.ids.size)
+            pos[~hit] = 0
+            return pos, hit
         pos = np.minimum(np.searchsorted(self.ids, ids), self.ids.size - 1)
         return pos, self.ids[pos] == ids
 

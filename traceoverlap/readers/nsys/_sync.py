@@ -106,6 +106,66 @@ def _no_waits() -> Waits:
     return Waits(z, z, z, z)
 
 
+def _last_before(
+    w_keys: list[I64], w_corr: I64, r_keys: list[I64], r_corr: I64
+) -> npt.NDArray[np.intp]:
+    """Per wait (keys ``w_keys``, call ``w_corr``): the position of the last record (rows in
+    ``r_corr`` order, ties in their order) with the same keys whose call came strictly before,
+    -1 when none: ``pd.merge_asof(direction="backward", allow_exact_matches=False)`` by the
+    keys. One sort of waits and records together, by keys, then call, a wait before the records
+    of its own call, records in their order: a wait's record is the last record before it, when
+    that has its keys."""
+    nw, nr = w_corr.size, r_corr.size
+    keys = [np.concatenate([w, r]) for w, r in zip(w_keys, r_keys, strict=True)]
+    is_rec = np.r_[np.zeros(nw, dtype=np.int8), np.ones(nr, dtype=np.int8)]
+    order = np.lexsort(
+        (np.arange(nw + nr), is_rec, np.concatenate([w_corr, r_corr]), *reversed(keys))
+    )
+    rec_at = np.where(is_rec[order] == 1, np.arange(nw + nr), -1)
+    last = np.maximum.accumulate(rec_at)  # per sorted row: the last record at or before it
+    at = np.empty(nw, dtype=np.intp)
+    at[order[order < nw]] = np.flatnonzero(order < nw)  # each wait's place in the sort
+    cand = last[at]
+    ok = cand >= 0
+    row = order[np.where(ok, cand, 0)]
+    for k in keys:
+        ok &= k[row] == k[:nw]
+    return np.where(ok, row - nw, -1)
+
+
+def latest_records(wait: tuple[I64, I64, I64, I64, I64], rec: tuple[I64, ...]) -> Waits:
+    """The stream waits ``wait`` (pid, context, event, eventSyncId, call correlation) resolved
+    to their event record among ``rec`` (pid, context, event, eventSyncId, call correlation,
+    stream): the same record instance (eventSyncId on both sides), else, where either side has
+    none, the latest record of the event (process, context) before the wait. Waits in call
+    order; only those resolved."""
+    pid, ctx, event, sid, corr = wait
+    r_pid, r_ctx, r_event, r_sid, r_corr, r_stream = rec
+    keep = np.flatnonzero((r_event >= 0) & (r_corr >= 0) & (r_stream >= 0))
+    keep = keep[np.argsort(r_corr[keep], kind="stable")]
+    r_pid, r_ctx, r_event, r_sid = r_pid[keep], r_ctx[keep], r_event[keep], r_sid[keep]
+    r_corr, r_stream = r_corr[keep], r_stream[keep]
+    rows = np.flatnonzero((event >= 0) & (corr >= 0))
+    rows = rows[np.argsort(corr[rows], kind="stable")]
+    pid, ctx, event, sid, corr = pid[rows], ctx[rows], event[rows], sid[rows], corr[rows]
+    if not (ctx >= 0).any() or not (r_ctx >= 0).any():  # a table without contextId
+        ctx, r_ctx = np.full(ctx.size, -1, dtype=np.int64), np.full(r_ctx.size, -1, dtype=np.int64)
+    found = np.full(rows.size, -1, dtype=np.intp)
+    with_sid = np.flatnonzero(r_sid >= 0)
+    exact = (sid >= 0) & (with_sid.size > 0)
+    for sel, recs, by_sid in ((exact, with_sid, True), (~exact, np.arange(r_corr.size), False)):
+        w = np.flatnonzero(sel)
+        if w.size == 0 or recs.size == 0:
+            continue
+        w_keys = [pid[w], ctx[w], event[w]] + ([sid[w]] if by_sid else [])
+        r_keys = [r_pid[recs], r_ctx[recs], r_event[recs]] + ([r_sid[recs]] if by_sid else [])
+        at = _last_before(w_keys, corr[w], r_keys, r_corr[recs])
+        ok = at >= 0
+        found[w[ok]] = recs[at[ok]]
+    hit = np.flatnonzero(found >= 0)
+    return Waits(pid[hit], corr[hit], r_stream[found[hit]], r_corr[found[hit]])
+
+
 class SyncReader(Activity):
     def read_syncs(self, gpu: Rows, groups: list[tuple[int, int]]) -> tuple[Rows, Waits]:
         """The synchronization records of the GPU ``groups`` as ``sync`` rows, and the stream
@@ -221,53 +281,12 @@ class SyncReader(Activity):
             r_pid = pid_of(self.int_column(cols, t, "globalPid", 0))
         else:
             r_pid = pid_of(np.full(cols.n, self.sole_host_global_pid(t), dtype=np.int64))
-        rec = pd.DataFrame(
-            {
-                "pid": r_pid,
-                "ctx": self.int_column(cols, t, "contextId", -1),
-                "event": _u32_or_none(self.int_column(cols, t, "eventId", -1)),
-                "sid": self.int_column(cols, t, "eventSyncId", -1),
-                "corr": self.int_column(cols, t, "correlationId", -1),
-                "rstream": _u32_or_none(self.int_column(cols, t, "streamId", -1)),
-            }
-        )
+        r_ctx = self.int_column(cols, t, "contextId", -1)
+        r_event = _u32_or_none(self.int_column(cols, t, "eventId", -1))
+        r_sid = self.int_column(cols, t, "eventSyncId", -1)
+        r_corr = self.int_column(cols, t, "correlationId", -1)
+        r_stream = _u32_or_none(self.int_column(cols, t, "streamId", -1))
         del cols
-        rec = rec[(rec["event"] >= 0) & (rec["corr"] >= 0) & (rec["rstream"] >= 0)]
-        rec = rec.assign(rcorr=rec["corr"]).sort_values("corr", kind="stable")
-        wait = pd.DataFrame({"pid": pid, "ctx": ctx, "event": event, "sid": sync_id, "corr": corr})
-        wait = wait[(wait["event"] >= 0) & (wait["corr"] >= 0)].sort_values("corr", kind="stable")
-        got_stream = pd.Series(-1, index=wait.index, dtype=np.int64)
-        got_corr = pd.Series(-1, index=wait.index, dtype=np.int64)
-        if (wait["ctx"] < 0).all() or (rec["ctx"] < 0).all():  # a table without contextId
-            wait, rec = wait.assign(ctx=-1), rec.assign(ctx=-1)
-        # the same record instance (eventSyncId on both sides), else, where either side has
-        # none, the latest record of the event before the wait
-        by_sid = rec[rec["sid"] >= 0]
-        exact = (wait["sid"] >= 0).to_numpy() & (not by_sid.empty)
-        for sel, recs, by in (
-            (exact, by_sid, ["pid", "ctx", "event", "sid"]),
-            (~exact, rec, ["pid", "ctx", "event"]),
-        ):
-            w = wait[sel]
-            if w.empty or recs.empty:
-                continue
-            m = pd.merge_asof(
-                w.reset_index(),
-                recs[[*by, "corr", "rcorr", "rstream"]],
-                on="corr",
-                by=by,
-                direction="backward",
-                allow_exact_matches=False,
-            ).set_index("index")
-            hit = m["rcorr"].notna()
-            got_stream[m.index[hit]] = m.loc[hit, "rstream"].astype(np.int64)
-            got_corr[m.index[hit]] = m.loc[hit, "rcorr"].astype(np.int64)
-        hit = got_corr.to_numpy() >= 0
-        idx = got_corr.index[hit]
-        w = wait.loc[idx]
-        return Waits(
-            w["pid"].to_numpy(np.int64),
-            w["corr"].to_numpy(np.int64),
-            got_stream.to_numpy()[hit],
-            got_corr.to_numpy()[hit],
+        return latest_records(
+            (pid, ctx, event, sync_id, corr), (r_pid, r_ctx, r_event, r_sid, r_corr, r_stream)
         )
