@@ -1,0 +1,52 @@
+"""The blame ranges' fast paths (issue 40, round 3) against the numpy / pandas / Python code they
+replace: the same answer to the bit on random inputs, or an output would move."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from traceoverlap.rank.hostranges import (
+    COMM_CALLS,
+    HOST_RANGE_COLUMNS,
+    KERNEL_MARK,
+    _frame,
+    _unique_inverse,
+)
+
+#: Names as the blame ranges carry them: kernels (KERNEL_MARK first), ranges, the calls' row,
+#: texts that only look like the mark, the empty text.
+TEXTS = st.one_of(
+    st.sampled_from([f"{KERNEL_MARK}k (call 1 in the step)", "fwd", COMM_CALLS, "", KERNEL_MARK]),
+    st.text(alphabet=st.sampled_from(["a", KERNEL_MARK, "\x00", "é", "\U0001f600"]), max_size=4),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 50), st.data())
+def test_unique_inverse_is_np_unique(bound, data):
+    keys = np.asarray(data.draw(st.lists(st.integers(0, bound - 1), max_size=40)), dtype=np.int64)
+    # the table (a bound near the keys' count) and, past it, numpy's sort
+    for b in (bound, bound + 4 * keys.size + 65_537):
+        uniq, inv = _unique_inverse(keys, b)
+        want_uniq, want_inv = np.unique(keys, return_inverse=True)
+        assert uniq.tolist() == want_uniq.tolist()
+        assert inv.tolist() == want_inv.reshape(-1).tolist()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(TEXTS, max_size=12))
+def test_frame_is_the_frame_pandas_inferred(names):
+    # what host_ranges / kernel_ranges built before: an object array, pandas inferring the dtype
+    arr = np.array(names, dtype=object)
+    start = np.arange(len(names), dtype=np.int64)
+    end = start + 3
+    got = _frame(arr, start.copy(), end.copy())
+    want = pd.DataFrame(
+        {"name": pd.array(arr, dtype=object), "start_ns": start, "end_ns": end},
+        columns=list(HOST_RANGE_COLUMNS),
+    )
+    assert list(got.dtypes) == list(want.dtypes)
+    pd.testing.assert_frame_equal(got, want, check_exact=True)
