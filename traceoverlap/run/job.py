@@ -310,6 +310,8 @@ class _Ranges:
         if not o.any() or not i.any():
             return False
         os_, oe = iv.union(self.s[o], self.e[o])
+        if os_.size == 0:  # only empty ranges of that name: around nothing
+            return False
         k = np.searchsorted(os_, self.s[i], side="right") - 1
         return bool(((k >= 0) & (self.e[i] <= oe[np.maximum(k, 0)])).any())
 
