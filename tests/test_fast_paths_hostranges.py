@@ -15,6 +15,7 @@ from traceoverlap.rank.hostranges import (
     _frame,
     _unique_inverse,
 )
+from traceoverlap.run.job import _factorize, _labels, _Ranges
 
 #: Names as the blame ranges carry them: kernels (KERNEL_MARK first), ranges, the calls' row,
 #: texts that only look like the mark, the empty text.
@@ -50,3 +51,57 @@ def test_frame_is_the_frame_pandas_inferred(names):
     )
     assert list(got.dtypes) == list(want.dtypes)
     pd.testing.assert_frame_equal(got, want, check_exact=True)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(TEXTS, st.none(), st.integers(0, 2)), max_size=12))
+def test_labels_are_str_and_startswith(names):
+    arr = np.array(names, dtype=object)
+    labels, kernel = _labels(arr)
+    # what _Ranges computed before, per name
+    assert labels == [str(n) for n in arr]
+    assert kernel.dtype == bool
+    assert kernel.tolist() == [str(n).startswith(KERNEL_MARK) for n in arr]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.one_of(st.lists(TEXTS, max_size=12), st.lists(TEXTS, max_size=12, unique=True)))
+def test_factorize_every_name_once_is_pandas_factorize(names):
+    # unique lists take the shortcut (codes 0..n-1), the others the dict
+    arr = np.array(names, dtype=object)
+    codes, uniq = _factorize(arr)
+    want_codes, want_uniq = pd.factorize(arr)
+    assert codes.dtype == np.int64
+    assert codes.tolist() == want_codes.tolist()
+    assert list(uniq) == list(want_uniq)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["a", "b", f"{KERNEL_MARK}a", "None"]),
+            st.integers(0, 30),
+            st.integers(0, 10),
+        ),
+        max_size=12,
+    ),
+    st.tuples(st.integers(0, 30), st.integers(0, 30)),
+)
+def test_encloses_with_its_name_table_kept(ranges, window):
+    frame = pd.DataFrame(
+        {
+            "name": [n for n, _, _ in ranges],
+            "start_ns": np.array([s for _, s, _ in ranges], np.int64),
+            "end_ns": np.array([s + d for _, s, d in ranges], np.int64),
+        }
+    )
+    r = _Ranges(frame)
+    lo, hi = min(window), max(window)
+    for outer in ("a", "b", f"{KERNEL_MARK}a", "zz"):
+        for inner in ("a", "b", f"{KERNEL_MARK}a"):
+            got = r.encloses(outer, inner, lo, hi)
+            # the table built per call, as before
+            r._at = None
+            assert got == r.encloses(outer, inner, lo, hi)
+    assert r._at == {str(n): i for i, n in enumerate(r.names)}
