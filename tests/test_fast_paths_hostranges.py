@@ -8,6 +8,7 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from traceoverlap.core.model import column_plan, make_events, take_rows
 from traceoverlap.rank.hostranges import (
     COMM_CALLS,
     HOST_RANGE_COLUMNS,
@@ -105,3 +106,32 @@ def test_encloses_with_its_name_table_kept(ranges, window):
             r._at = None
             assert got == r.encloses(outer, inner, lo, hi)
     assert r._at == {str(n): i for i, n in enumerate(r.names)}
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 20), st.data())
+def test_take_rows_shares_a_constant_column(n, data):
+    # pid the same on every row (one process), seq varying or not: the rows taken are the
+    # boolean selection's, a constant column shared (stride 0) instead of copied per row
+    seq = np.asarray(data.draw(st.lists(st.integers(-1, 0), min_size=n, max_size=n)), np.int64)
+    start = np.arange(n, dtype=np.int64)
+    ev = make_events(
+        n,
+        {
+            "pid": np.full(n, 7, np.int64),
+            "seq": seq,
+            "start_ns": start,
+            "end_ns": start + 1,
+            "category": np.array(["cpu_op"] * n, dtype=object),
+            "name": np.array(["a"] * n, dtype=object),
+        },
+    )
+    keep = np.asarray(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)), dtype=bool)
+    plan = column_plan(ev)
+    got = take_rows(ev, np.flatnonzero(keep), plan)
+    want = ev[keep].reset_index(drop=True)
+    pd.testing.assert_frame_equal(got, want, check_exact=True)
+    assert list(got.dtypes) == list(want.dtypes)
+    if got.shape[0] > 1:  # (the strides of 0 or 1 rows say nothing)
+        assert got["pid"].to_numpy().strides == (0,)
+        assert (got["seq"].to_numpy().strides == (0,)) == bool((seq == seq[0]).all())
