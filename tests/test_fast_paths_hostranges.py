@@ -16,7 +16,7 @@ from traceoverlap.rank.hostranges import (
     _frame,
     _unique_inverse,
 )
-from traceoverlap.run.job import _factorize, _labels, _Ranges
+from traceoverlap.run.job import _factorize, _labels, _Ranges, _sum_by_pair
 
 #: Names as the blame ranges carry them: kernels (KERNEL_MARK first), ranges, the calls' row,
 #: texts that only look like the mark, the empty text.
@@ -135,3 +135,21 @@ def test_take_rows_shares_a_constant_column(n, data):
     if got.shape[0] > 1:  # (the strides of 0 or 1 rows say nothing)
         assert got["pid"].to_numpy().strides == (0,)
         assert (got["seq"].to_numpy().strides == (0,)) == bool((seq == seq[0]).all())
+
+
+def _sum_by_pair_pandas(w, r, ns):
+    """credit_segments' tail as it was: a DataFrame, its rows with ns > 0 grouped."""
+    df = pd.DataFrame({"w": w, "r": r, "ns": ns})
+    df = df[df["ns"] > 0].groupby(["w", "r"], sort=True)["ns"].sum().reset_index()
+    return df["w"].to_numpy(np.int64), df["r"].to_numpy(np.int64), df["ns"].to_numpy(np.int64)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3), st.integers(-2, 9)), max_size=30))
+def test_sum_by_pair_is_the_groupby(rows):
+    w, r, ns = (np.array([x[i] for x in rows], dtype=np.int64) for i in range(3))
+    got = _sum_by_pair(w, r, ns)
+    want = _sum_by_pair_pandas(w, r, ns)
+    for g, x in zip(got, want, strict=True):
+        assert g.dtype == np.int64
+        assert g.tolist() == x.tolist()

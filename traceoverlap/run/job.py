@@ -81,13 +81,23 @@ def credit_segments(
     first[1:] = seg_s[1:] != seg_s[:-1]
     win_seg, who = seg_s[first], part_s[first]
     ns = iv.grouped_covered(exposed_wait, bw[win_seg], bt[win_seg], bt[win_seg + 1], n_windows)
-    df = pd.DataFrame({"w": bw[win_seg], "r": row[who], "ns": ns})
-    df = df[df["ns"] > 0].groupby(["w", "r"], sort=True)["ns"].sum().reset_index()
-    return (
-        df["w"].to_numpy(np.int64),
-        df["r"].to_numpy(np.int64),
-        df["ns"].to_numpy(np.int64),
-    )
+    return _sum_by_pair(bw[win_seg], row[who], ns)
+
+
+def _sum_by_pair(w: I64, r: I64, ns: I64) -> tuple[I64, I64, I64]:
+    """Per (w, r) in (w, r) order: the sum of the positive ``ns`` (what ``groupby(["w", "r"],
+    sort=True)["ns"].sum()`` of the rows with ns > 0 gives), by a sort and run sums: a
+    DataFrame and its groupby cost ~1 ms a call."""
+    pos = ns > 0
+    w, r, ns = w[pos].astype(np.int64), r[pos].astype(np.int64), ns[pos].astype(np.int64)
+    if w.size == 0:
+        return w, r, ns
+    order = np.lexsort((r, w))
+    w, r, ns = w[order], r[order], ns[order]
+    new = np.ones(w.size, dtype=bool)
+    new[1:] = (w[1:] != w[:-1]) | (r[1:] != r[:-1])
+    first = np.flatnonzero(new)
+    return w[first], r[first], np.add.reduceat(ns, first)
 
 
 def waited_for_ranks(
