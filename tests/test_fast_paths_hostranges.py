@@ -16,7 +16,7 @@ from traceoverlap.rank.hostranges import (
     _frame,
     _unique_inverse,
 )
-from traceoverlap.run.job import _factorize, _labels, _Ranges, _sum_by_pair
+from traceoverlap.run.job import _factorize, _labels, _Ranges, _sum_by_pair, waited_for_ranks
 
 #: Names as the blame ranges carry them: kernels (KERNEL_MARK first), ranges, the calls' row,
 #: texts that only look like the mark, the empty text.
@@ -150,6 +150,44 @@ def test_sum_by_pair_is_the_groupby(rows):
     w, r, ns = (np.array([x[i] for x in rows], dtype=np.int64) for i in range(3))
     got = _sum_by_pair(w, r, ns)
     want = _sum_by_pair_pandas(w, r, ns)
+    for g, x in zip(got, want, strict=True):
+        assert g.dtype == np.int64
+        assert g.tolist() == x.tolist()
+
+
+def _waited_for_ranks_pandas(key, unit_rank, aligned_start, wait_ns, peer):
+    """waited_for_ranks as it was: a groupby transform, a sort, cumcount and two reindexes."""
+    df = pd.DataFrame({"key": key, "rank": unit_rank, "a": aligned_start})
+    latest = df.groupby("key")["a"].transform("max").to_numpy(np.int64)
+    by = df.sort_values(["key", "a", "rank"], ascending=[True, False, True], kind="stable")
+    nth = by.groupby("key").cumcount().to_numpy()
+    top1 = pd.Series(by["rank"].to_numpy()[nth == 0], index=by["key"].to_numpy()[nth == 0])
+    top2 = pd.Series(by["rank"].to_numpy()[nth == 1], index=by["key"].to_numpy()[nth == 1])
+    t1 = top1.reindex(key).to_numpy(np.int64)
+    t2 = top2.reindex(key).fillna(-1).to_numpy(np.int64)
+    target = np.where((t1 == unit_rank) & (t2 >= 0), t2, t1)
+    target = np.where(peer >= 0, peer, target)
+    target = np.where(wait_ns > 0, target, -1).astype(np.int64)
+    return target, latest
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 4),  # instance key
+            st.integers(0, 3),  # rank
+            st.sampled_from([0, 5, 9, -(2**63), 2**63 - 1]),  # aligned start, ties and extremes
+            st.integers(0, 2),  # wait ns
+            st.integers(-1, 3),  # peer
+        ),
+        max_size=25,
+    )
+)
+def test_waited_for_ranks_is_the_pandas_chain(rows):
+    cols = [np.array([x[i] for x in rows], dtype=np.int64) for i in range(5)]
+    got = waited_for_ranks(*cols)
+    want = _waited_for_ranks_pandas(*cols)
     for g, x in zip(got, want, strict=True):
         assert g.dtype == np.int64
         assert g.tolist() == x.tolist()

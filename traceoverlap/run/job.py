@@ -115,14 +115,26 @@ def waited_for_ranks(
     tie, the lowest-numbered tied rank. The last arrival's own wait part (durations, not
     arrivals, decide waits: noise in end times) goes to the latest of the *other* members, so
     no rank is ever credited with its own waiting."""
-    df = pd.DataFrame({"key": key, "rank": unit_rank, "a": aligned_start})
-    latest = df.groupby("key")["a"].transform("max").to_numpy(np.int64)
-    by = df.sort_values(["key", "a", "rank"], ascending=[True, False, True], kind="stable")
-    nth = by.groupby("key").cumcount().to_numpy()
-    top1 = pd.Series(by["rank"].to_numpy()[nth == 0], index=by["key"].to_numpy()[nth == 0])
-    top2 = pd.Series(by["rank"].to_numpy()[nth == 1], index=by["key"].to_numpy()[nth == 1])
-    t1 = top1.reindex(key).to_numpy(np.int64)
-    t2 = top2.reindex(key).fillna(-1).to_numpy(np.int64)
+    key = np.asarray(key, dtype=np.int64)
+    unit_rank = np.asarray(unit_rank, dtype=np.int64)
+    a = np.asarray(aligned_start, dtype=np.int64)
+    n = key.size
+    # per key its rows, latest start first (ties: the lower rank, then row order); ~a orders
+    # as -a would, without its overflow
+    order = np.lexsort((unit_rank, ~a, key))
+    ks = key[order]
+    new = np.ones(n, dtype=bool)
+    new[1:] = ks[1:] != ks[:-1]
+    first = np.flatnonzero(new)
+    group = np.empty(n, dtype=np.int64)
+    group[order] = np.cumsum(new) - 1  # per row, its key's position among the keys
+    rs = unit_rank[order]
+    # the key's first row: its latest start and its last arrival; its second row, if any
+    second = first + 1
+    has2 = second < np.append(first[1:], n)
+    latest = a[order][first][group]
+    t1 = rs[first][group]
+    t2 = np.where(has2, rs[np.minimum(second, max(n - 1, 0))], -1)[group]
     target = np.where((t1 == unit_rank) & (t2 >= 0), t2, t1)
     target = np.where(peer >= 0, peer, target)
     target = np.where(wait_ns > 0, target, -1).astype(np.int64)
