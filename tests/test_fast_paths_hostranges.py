@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from traceoverlap.core.model import column_plan, make_events, take_rows
+from traceoverlap.core.schema import WAIT_NS, WAITED_FOR_RANK
 from traceoverlap.rank.hostranges import (
     COMM_CALLS,
     HOST_RANGE_COLUMNS,
@@ -16,7 +17,14 @@ from traceoverlap.rank.hostranges import (
     _frame,
     _unique_inverse,
 )
-from traceoverlap.run.job import _factorize, _labels, _Ranges, _sum_by_pair, waited_for_ranks
+from traceoverlap.run.job import (
+    _Arrivals,
+    _factorize,
+    _labels,
+    _Ranges,
+    _sum_by_pair,
+    waited_for_ranks,
+)
 
 #: Names as the blame ranges carry them: kernels (KERNEL_MARK first), ranges, the calls' row,
 #: texts that only look like the mark, the empty text.
@@ -108,7 +116,7 @@ def test_encloses_with_its_name_table_kept(ranges, window):
     assert r._at == {str(n): i for i, n in enumerate(r.names)}
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(st.integers(1, 20), st.data())
 def test_take_rows_shares_a_constant_column(n, data):
     # pid the same on every row (one process), seq varying or not: the rows taken are the
@@ -144,7 +152,7 @@ def _sum_by_pair_pandas(w, r, ns):
     return df["w"].to_numpy(np.int64), df["r"].to_numpy(np.int64), df["ns"].to_numpy(np.int64)
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3), st.integers(-2, 9)), max_size=30))
 def test_sum_by_pair_is_the_groupby(rows):
     w, r, ns = (np.array([x[i] for x in rows], dtype=np.int64) for i in range(3))
@@ -171,7 +179,7 @@ def _waited_for_ranks_pandas(key, unit_rank, aligned_start, wait_ns, peer):
     return target, latest
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(
     st.lists(
         st.tuples(
@@ -191,3 +199,47 @@ def test_waited_for_ranks_is_the_pandas_chain(rows):
     for g, x in zip(got, want, strict=True):
         assert g.dtype == np.int64
         assert g.tolist() == x.tolist()
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.booleans(),  # matched
+            st.integers(0, 20),  # aligned start
+            st.integers(0, 5),  # duration
+            st.integers(0, 3),  # instance
+            st.integers(0, 2),  # rank (= unit)
+            st.integers(0, 1),  # window
+            st.integers(0, 3),  # wait ns
+            st.one_of(st.none(), st.integers(0, 2)),  # rank waited for
+        ),
+        max_size=15,
+    )
+)
+def test_arrivals_read_the_matched_rows_of_each_column(rows):
+    # _Arrivals reads the matched rows column by column; it read them from a copy of the frame's
+    # matched rows before: on that copy (every row matched) both readings are the same
+    frame = pd.DataFrame(
+        {
+            "matched": np.array([r[0] for r in rows], dtype=bool),
+            "aligned_start_ns": np.array([r[1] for r in rows], dtype=np.int64),
+            "aligned_end_ns": np.array([r[1] + r[2] for r in rows], dtype=np.int64),
+            "instance": np.array([r[3] for r in rows], dtype=np.int64),
+            "rank": np.array([r[4] for r in rows], dtype=np.int64),
+            "unit": np.array([r[4] for r in rows], dtype=np.int64),
+            "window": np.array([r[5] for r in rows], dtype=np.int64),
+            WAIT_NS.name: np.array([r[6] for r in rows], dtype=np.int64),
+            WAITED_FOR_RANK.name: np.array(
+                [np.nan if r[7] is None else r[7] for r in rows], dtype=np.float64
+            ),
+        }
+    )
+    window_start = np.array([0, 10], dtype=np.int64)
+    offsets = {0: 0, 1: 3, 2: -2}
+    got = _Arrivals(frame, window_start, offsets)
+    want = _Arrivals(frame[frame["matched"]].reset_index(drop=True), window_start, offsets)
+    for name in vars(want):
+        g, w = getattr(got, name), getattr(want, name)
+        assert np.array_equal(g, w), name
+        assert np.asarray(g).dtype == np.asarray(w).dtype, name

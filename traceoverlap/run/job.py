@@ -161,17 +161,23 @@ class _Arrivals:
     arrival and its step window's start, per rank its wait parts."""
 
     def __init__(self, per_rank: pd.DataFrame, window_start: I64, offsets: dict[int, int]) -> None:
-        pr = per_rank[per_rank["matched"].astype(bool).to_numpy()]
-        a = pr["aligned_start_ns"].to_numpy(np.int64)
-        end = pr["aligned_end_ns"].to_numpy(np.int64)
-        inst = pr["instance"].to_numpy(np.int64)
-        rank = pr["rank"].to_numpy(np.int64)
-        unit = pr["unit"].to_numpy(np.int64)
+        # the matched rows of the columns read (not a copy of the whole frame's rows)
+        m = per_rank["matched"].astype(bool).to_numpy()
+
+        def col(name: str) -> npt.NDArray[Any]:
+            out: npt.NDArray[Any] = per_rank[name].to_numpy()[m]
+            return out
+
+        a = col("aligned_start_ns").astype(np.int64)
+        end = col("aligned_end_ns").astype(np.int64)
+        inst = col("instance").astype(np.int64)
+        rank = col("rank").astype(np.int64)
+        unit = col("unit").astype(np.int64)
         off_of = np.zeros(int(unit.max()) + 1 if unit.size else 1, dtype=np.int64)
         for u, o in offsets.items():
             if 0 <= u < off_of.size:
                 off_of[u] = o
-        ws = window_start[pr["window"].to_numpy(np.int64)] - off_of[unit] if len(pr) else a
+        ws = window_start[col("window").astype(np.int64)] - off_of[unit] if m.any() else a
         self.n_ranks = int(rank.max()) + 1 if rank.size else 1
         # per (instance, rank): sorted keys; the earliest of several units of one rank
         k = inst * self.n_ranks + rank
@@ -190,9 +196,10 @@ class _Arrivals:
         first[1:] = inst[order][1:] != inst[order][:-1]
         sel = order[first]
         self.i_inst, self.i_first, self.i_rank = inst[sel], a[sel], rank[sel]
-        w = (pr[WAIT_NS.name].to_numpy() > 0) & pr[WAITED_FOR_RANK.name].notna().to_numpy()
-        target = np.where(w, pr[WAITED_FOR_RANK.name].fillna(-1).to_numpy(), -1).astype(np.int64)
-        wait = pr[WAIT_NS.name].to_numpy(np.int64)
+        waited_for = per_rank[WAITED_FOR_RANK.name]
+        w = (col(WAIT_NS.name) > 0) & waited_for.notna().to_numpy()[m]
+        target = np.where(w, waited_for.fillna(-1).to_numpy()[m], -1).astype(np.int64)
+        wait = col(WAIT_NS.name).astype(np.int64)
         wo = np.flatnonzero(w)
         wo = wo[np.argsort(rank[wo], kind="stable")]
         self.w_rank = rank[wo]
