@@ -8,6 +8,7 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from traceoverlap.core import intervals as iv
 from traceoverlap.core.model import column_plan, make_events, take_rows
 from traceoverlap.core.schema import WAIT_NS, WAITED_FOR_RANK
 from traceoverlap.rank.hostranges import (
@@ -243,3 +244,39 @@ def test_arrivals_read_the_matched_rows_of_each_column(rows):
         g, w = getattr(got, name), getattr(want, name)
         assert np.array_equal(g, w), name
         assert np.asarray(g).dtype == np.asarray(w).dtype, name
+
+
+def _union_before(starts, ends):
+    """iv.union as it was: every interval kept copied, every set sorted."""
+    s, e = np.asarray(starts, np.int64), np.asarray(ends, np.int64)
+    keep = e > s
+    s, e = s[keep], e[keep]
+    if s.size == 0:
+        return s, e
+    order = np.argsort(s, kind="stable")
+    s, e = s[order], e[order]
+    run_max = np.maximum.accumulate(e)
+    new = np.empty(s.size, dtype=bool)
+    new[0] = True
+    np.greater(s[1:], run_max[:-1], out=new[1:])
+    first = np.flatnonzero(new)
+    last = np.empty_like(first)
+    last[:-1] = first[1:] - 1
+    last[-1] = s.size - 1
+    return s[first], run_max[last]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 30), st.integers(-3, 8)), max_size=20), st.booleans())
+def test_union_is_as_before(spans, in_order):
+    # in start order (the shortcut) or not, with empty and reversed intervals among them
+    if in_order:
+        spans = sorted(spans, key=lambda x: x[0])
+    s = np.array([a for a, _ in spans], dtype=np.int64)
+    e = np.array([a + d for a, d in spans], dtype=np.int64)
+    got = iv.union(s, e)
+    want = _union_before(s, e)
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == np.int64
+        assert g.tolist() == w.tolist()
+        assert not np.shares_memory(g, s) and not np.shares_memory(g, e)
