@@ -4,7 +4,9 @@ chains of the reduce (docs/job-model.md, Blame; :mod:`traceoverlap.run.job`).
 
 from __future__ import annotations
 
+import functools
 import re
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -153,14 +155,21 @@ def _unique_inverse(keys: I64, bound: int) -> tuple[I64, I64]:
     return uniq.astype(np.int64, copy=False), at[keys]
 
 
+@functools.cache
+def _text_dtype() -> Any:
+    """The dtype pandas gives a DataFrame column made of an object array of strings."""
+    probe = pd.array(np.array(["a"], dtype=object), dtype=object)
+    return pd.DataFrame({"n": probe})["n"].dtype
+
+
 def _frame(names: npt.NDArray[np.object_], start: I64, end: I64) -> pd.DataFrame:
     """The ranges as :data:`HOST_RANGE_COLUMNS` (``names``: str objects), built as
-    ``pd.DataFrame({"name": pd.array(names, dtype=object), ...})`` builds them: pandas infers
-    its ``str`` dtype from a non-empty object column of strings (object when empty). Said
-    directly, and without copying the fresh columns, it costs a fifth."""
+    ``pd.DataFrame({"name": pd.array(names, dtype=object), ...})`` builds them: pandas 3 infers
+    its ``str`` dtype from a non-empty object column of strings (pandas 2: object; object when
+    empty). Said directly, and without copying the fresh columns, it costs a fifth."""
     return pd.DataFrame(
         {
-            "name": pd.array(names, dtype="str" if names.size else object),
+            "name": pd.array(names, dtype=_text_dtype() if names.size else object),
             "start_ns": start,
             "end_ns": end,
         },
