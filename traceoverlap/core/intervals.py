@@ -33,11 +33,15 @@ def union(starts: npt.ArrayLike, ends: npt.ArrayLike) -> Intervals:
     s = _as_i64(starts)
     e = _as_i64(ends)
     keep = e > s
-    s, e = s[keep], e[keep]
     if s.size == 0:
-        return s, e
-    order = np.argsort(s, kind="stable")
-    s, e = s[order], e[order]
+        return s[keep], e[keep]
+    if not keep.all():  # (copies of ~1 MB cost page faults: none when nothing is dropped)
+        s, e = s[keep], e[keep]
+        if s.size == 0:
+            return s, e
+    if not (s[1:] >= s[:-1]).all():  # else already in order (kernels, calls, a lane's ops)
+        order = np.argsort(s, kind="stable")
+        s, e = s[order], e[order]
     run_max = np.maximum.accumulate(e)
     new = np.empty(s.size, dtype=bool)
     new[0] = True

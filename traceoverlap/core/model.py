@@ -374,25 +374,50 @@ class Timeline:
         return len(self.events)
 
 
-def take_rows(ev: pd.DataFrame, rows: npt.NDArray[np.intp]) -> pd.DataFrame:
+def take_rows(
+    ev: pd.DataFrame, rows: npt.NDArray[np.intp], plan: list[_Column] | None = None
+) -> pd.DataFrame:
     """``ev.iloc[rows].reset_index(drop=True)`` (ascending row numbers) built column by column
     from numpy: a categorical's codes are taken and wrapped again in its dtype (no check of codes
-    that came from a valid column), and a column of one shared value (a stride-0 view, as the
-    readers make them) stays one, of the new length. pandas' row selection of the whole table
-    cost ~4x this on a process that drove 8 GPUs (its host rows are taken once per GPU)."""
+    that came from a valid column), and a column of one value (a stride-0 view, as the readers
+    make them, or a column whose rows all hold the same value) becomes that value shared over
+    the new length (no memory per row: the event table never writes its columns). pandas' row
+    selection of the whole table cost ~4x this on a process that drove 8 GPUs (its host rows are
+    taken once per GPU). ``plan``: :func:`column_plan` of ``ev``, when taking from it again."""
     data: dict[str, Any] = {}
+    for col, values, dtype, shared in plan if plan is not None else column_plan(ev):
+        if dtype is not None:
+            data[col] = pd.Categorical.from_codes(values[rows], dtype=dtype, validate=False)
+        elif shared:
+            data[col] = np.broadcast_to(values[:1], (rows.size,))
+        else:
+            data[col] = values[rows]
+    return pd.DataFrame(data, columns=ev.columns, copy=False)
+
+
+#: One column of an event table as :func:`take_rows` takes from it: its name, the codes of a
+#: categorical or the values, the categorical's dtype (else None), whether one value is shared.
+_Column = tuple[str, npt.NDArray[Any], Any, bool]
+
+
+def column_plan(ev: pd.DataFrame) -> list[_Column]:
+    """How :func:`take_rows` takes each column of ``ev``: read once per table, not once per
+    unit taken from it."""
+    plan: list[_Column] = []
     for col in ev.columns:
         s = ev[col]
         if isinstance(s.dtype, pd.CategoricalDtype):
-            codes = s.cat.codes.to_numpy()[rows]
-            data[col] = pd.Categorical.from_codes(codes, dtype=s.dtype, validate=False)
+            plan.append((col, s.cat.codes.to_numpy(), s.dtype, False))
             continue
         arr = s.to_numpy()
-        if arr.ndim == 1 and arr.strides == (0,) and arr.size:
-            data[col] = np.broadcast_to(arr[:1], (rows.size,))
-        else:
-            data[col] = arr[rows]
-    return pd.DataFrame(data, columns=ev.columns, copy=False)
+        shared = arr.ndim == 1 and arr.size > 0 and (arr.strides == (0,) or _constant(arr))
+        plan.append((col, arr, None, shared))
+    return plan
+
+
+def _constant(arr: npt.NDArray[Any]) -> bool:
+    """Whether every value of ``arr`` (not empty) is its first, bit for bit."""
+    return bool((arr == arr[0]).all()) if arr.dtype.kind in "iub" else False
 
 
 def split_units(timeline: Timeline) -> list[Timeline]:
@@ -412,6 +437,7 @@ def split_units(timeline: Timeline) -> list[Timeline]:
     # rows grouped by rank (as the nsys reader gives them): a rank's rows are a slice, which
     # pandas shares with the table instead of copying it
     grouped = rank.size < 2 or bool((rank[1:] >= rank[:-1]).all())
+    plan: list[_Column] | None = None  # the columns as take_rows reads them, once
     for info in sorted(timeline.traces, key=lambda t: t.rank):
         on_rank = rank == info.rank
         devs = unique_values(device[on_rank & is_gpu])
@@ -434,6 +460,8 @@ def split_units(timeline: Timeline) -> list[Timeline]:
             "its own timeline (overlap only means something per device)"
         )
         host = on_rank & ~is_gpu
+        if plan is None:
+            plan = column_plan(ev)
         for d in devs.tolist():
             keep = host | (on_rank & is_gpu & (device == d))
             ids = list(info.device_ids)
@@ -444,7 +472,7 @@ def split_units(timeline: Timeline) -> list[Timeline]:
             )
             units.append(
                 Timeline(
-                    take_rows(ev, np.flatnonzero(keep)),
+                    take_rows(ev, np.flatnonzero(keep), plan),
                     (
                         replace(
                             info,

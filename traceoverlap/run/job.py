@@ -81,13 +81,23 @@ def credit_segments(
     first[1:] = seg_s[1:] != seg_s[:-1]
     win_seg, who = seg_s[first], part_s[first]
     ns = iv.grouped_covered(exposed_wait, bw[win_seg], bt[win_seg], bt[win_seg + 1], n_windows)
-    df = pd.DataFrame({"w": bw[win_seg], "r": row[who], "ns": ns})
-    df = df[df["ns"] > 0].groupby(["w", "r"], sort=True)["ns"].sum().reset_index()
-    return (
-        df["w"].to_numpy(np.int64),
-        df["r"].to_numpy(np.int64),
-        df["ns"].to_numpy(np.int64),
-    )
+    return _sum_by_pair(bw[win_seg], row[who], ns)
+
+
+def _sum_by_pair(w: I64, r: I64, ns: I64) -> tuple[I64, I64, I64]:
+    """Per (w, r) in (w, r) order: the sum of the positive ``ns`` (what ``groupby(["w", "r"],
+    sort=True)["ns"].sum()`` of the rows with ns > 0 gives), by a sort and run sums: a
+    DataFrame and its groupby cost ~1 ms a call."""
+    pos = ns > 0
+    w, r, ns = w[pos].astype(np.int64), r[pos].astype(np.int64), ns[pos].astype(np.int64)
+    if w.size == 0:
+        return w, r, ns
+    order = np.lexsort((r, w))
+    w, r, ns = w[order], r[order], ns[order]
+    new = np.ones(w.size, dtype=bool)
+    new[1:] = (w[1:] != w[:-1]) | (r[1:] != r[:-1])
+    first = np.flatnonzero(new)
+    return w[first], r[first], np.add.reduceat(ns, first)
 
 
 def waited_for_ranks(
@@ -105,14 +115,26 @@ def waited_for_ranks(
     tie, the lowest-numbered tied rank. The last arrival's own wait part (durations, not
     arrivals, decide waits: noise in end times) goes to the latest of the *other* members, so
     no rank is ever credited with its own waiting."""
-    df = pd.DataFrame({"key": key, "rank": unit_rank, "a": aligned_start})
-    latest = df.groupby("key")["a"].transform("max").to_numpy(np.int64)
-    by = df.sort_values(["key", "a", "rank"], ascending=[True, False, True], kind="stable")
-    nth = by.groupby("key").cumcount().to_numpy()
-    top1 = pd.Series(by["rank"].to_numpy()[nth == 0], index=by["key"].to_numpy()[nth == 0])
-    top2 = pd.Series(by["rank"].to_numpy()[nth == 1], index=by["key"].to_numpy()[nth == 1])
-    t1 = top1.reindex(key).to_numpy(np.int64)
-    t2 = top2.reindex(key).fillna(-1).to_numpy(np.int64)
+    key = np.asarray(key, dtype=np.int64)
+    unit_rank = np.asarray(unit_rank, dtype=np.int64)
+    a = np.asarray(aligned_start, dtype=np.int64)
+    n = key.size
+    # per key its rows, latest start first (ties: the lower rank, then row order); ~a orders
+    # as -a would, without its overflow
+    order = np.lexsort((unit_rank, ~a, key))
+    ks = key[order]
+    new = np.ones(n, dtype=bool)
+    new[1:] = ks[1:] != ks[:-1]
+    first = np.flatnonzero(new)
+    group = np.empty(n, dtype=np.int64)
+    group[order] = np.cumsum(new) - 1  # per row, its key's position among the keys
+    rs = unit_rank[order]
+    # the key's first row: its latest start and its last arrival; its second row, if any
+    second = first + 1
+    has2 = second < np.append(first[1:], n)
+    latest = a[order][first][group]
+    t1 = rs[first][group]
+    t2 = np.where(has2, rs[np.minimum(second, max(n - 1, 0))], -1)[group]
     target = np.where((t1 == unit_rank) & (t2 >= 0), t2, t1)
     target = np.where(peer >= 0, peer, target)
     target = np.where(wait_ns > 0, target, -1).astype(np.int64)
@@ -139,17 +161,23 @@ class _Arrivals:
     arrival and its step window's start, per rank its wait parts."""
 
     def __init__(self, per_rank: pd.DataFrame, window_start: I64, offsets: dict[int, int]) -> None:
-        pr = per_rank[per_rank["matched"].astype(bool).to_numpy()]
-        a = pr["aligned_start_ns"].to_numpy(np.int64)
-        end = pr["aligned_end_ns"].to_numpy(np.int64)
-        inst = pr["instance"].to_numpy(np.int64)
-        rank = pr["rank"].to_numpy(np.int64)
-        unit = pr["unit"].to_numpy(np.int64)
+        # the matched rows of the columns read (not a copy of the whole frame's rows)
+        m = per_rank["matched"].astype(bool).to_numpy()
+
+        def col(name: str) -> npt.NDArray[Any]:
+            out: npt.NDArray[Any] = per_rank[name].to_numpy()[m]
+            return out
+
+        a = col("aligned_start_ns").astype(np.int64)
+        end = col("aligned_end_ns").astype(np.int64)
+        inst = col("instance").astype(np.int64)
+        rank = col("rank").astype(np.int64)
+        unit = col("unit").astype(np.int64)
         off_of = np.zeros(int(unit.max()) + 1 if unit.size else 1, dtype=np.int64)
         for u, o in offsets.items():
             if 0 <= u < off_of.size:
                 off_of[u] = o
-        ws = window_start[pr["window"].to_numpy(np.int64)] - off_of[unit] if len(pr) else a
+        ws = window_start[col("window").astype(np.int64)] - off_of[unit] if m.any() else a
         self.n_ranks = int(rank.max()) + 1 if rank.size else 1
         # per (instance, rank): sorted keys; the earliest of several units of one rank
         k = inst * self.n_ranks + rank
@@ -168,9 +196,10 @@ class _Arrivals:
         first[1:] = inst[order][1:] != inst[order][:-1]
         sel = order[first]
         self.i_inst, self.i_first, self.i_rank = inst[sel], a[sel], rank[sel]
-        w = (pr[WAIT_NS.name].to_numpy() > 0) & pr[WAITED_FOR_RANK.name].notna().to_numpy()
-        target = np.where(w, pr[WAITED_FOR_RANK.name].fillna(-1).to_numpy(), -1).astype(np.int64)
-        wait = pr[WAIT_NS.name].to_numpy(np.int64)
+        waited_for = per_rank[WAITED_FOR_RANK.name]
+        w = (col(WAIT_NS.name) > 0) & waited_for.notna().to_numpy()[m]
+        target = np.where(w, waited_for.fillna(-1).to_numpy()[m], -1).astype(np.int64)
+        wait = col(WAIT_NS.name).astype(np.int64)
         wo = np.flatnonzero(w)
         wo = wo[np.argsort(rank[wo], kind="stable")]
         self.w_rank = rank[wo]
@@ -290,8 +319,8 @@ class _Ranges:
         cs = ranges["start_ns"].to_numpy(np.int64)[comm]
         self.calls = (np.zeros(cs.size, np.int64), cs, ranges["end_ns"].to_numpy(np.int64)[comm])
         # GPU kernels (device time): a host communication call says nothing about them
-        self.kernel = np.array([str(n).startswith(KERNEL_MARK) for n in self.names], dtype=bool)
-        self.labels = [str(n) for n in self.names]
+        self.labels, self.kernel = _labels(self.names)
+        self._at: dict[str, int] | None = None
         # the calls (a union: disjoint) sorted, with the running total of their lengths
         _, cs, ce = self.calls
         order = np.argsort(cs, kind="stable")
@@ -301,7 +330,9 @@ class _Ranges:
     def encloses(self, outer: str, inner: str, lo: int, hi: int) -> bool:
         """Whether a range named ``outer`` holds a range named ``inner`` (both met in
         [lo, hi), own clock): ``outer`` is around it, not beside it."""
-        at = {str(n): i for i, n in enumerate(self.names)}
+        if self._at is None:  # per name its code (the last of a text met twice), kept
+            self._at = dict(zip(self.labels, range(len(self.labels)), strict=True))
+        at = self._at
         if outer not in at or inner not in at or outer == inner:
             return False
         live = (self.e > lo) & (self.s < hi)
@@ -310,6 +341,8 @@ class _Ranges:
         if not o.any() or not i.any():
             return False
         os_, oe = iv.union(self.s[o], self.e[o])
+        if os_.size == 0:  # only empty ranges of that name: around nothing
+            return False
         k = np.searchsorted(os_, self.s[i], side="right") - 1
         return bool(((k >= 0) & (self.e[i] <= oe[np.maximum(k, 0)])).any())
 
@@ -350,9 +383,24 @@ def _factorize(names: npt.NDArray[Any]) -> tuple[npt.NDArray[np.int64], npt.NDAr
     if set(map(type, values)) - {str}:  # nulls (code -1) and other objects: pandas' rules
         codes, uniq = pd.factorize(names)
         return np.asarray(codes, dtype=np.int64), np.asarray(uniq, dtype=object)
-    seen = {n: i for i, n in enumerate(dict.fromkeys(values))}  # in order of first appearance
+    first = dict.fromkeys(values)  # in order of first appearance
+    if len(first) == len(values):  # every name once (a GPU unit's kernels by call): no lookups
+        return np.arange(len(values), dtype=np.int64), np.array(values, dtype=object)
+    seen = dict(zip(first, range(len(first)), strict=True))
     got = np.fromiter(map(seen.__getitem__, values), dtype=np.int64, count=len(values))
     return got, np.array(list(seen), dtype=object)
+
+
+def _labels(names: npt.NDArray[Any]) -> tuple[list[str], npt.NDArray[np.bool_]]:
+    """Per name: its text (``str(n)``), and whether it is a GPU kernel's (starts with
+    :data:`KERNEL_MARK`). For names that are all str, their first characters in one numpy cast
+    (a ``startswith`` call per name cost ~3x that on 40 000 kernels)."""
+    values = names.tolist()
+    if set(map(type, values)) - {str}:
+        return [str(n) for n in values], np.array(
+            [str(n).startswith(KERNEL_MARK) for n in values], dtype=bool
+        )
+    return values, np.asarray(names.astype("U1") == KERNEL_MARK, dtype=bool).reshape(-1)
 
 
 #: Ranges that name a phase of the step, not what the rank was doing in it (diagnosis.md §14).
