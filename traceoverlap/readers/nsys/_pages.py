@@ -186,6 +186,23 @@ def _ascii_needles(keep: Callable[[str], bool] | None) -> tuple[bytes, ...] | No
     return tuple(n.encode("ascii") for n in needles if n.isascii())
 
 
+def _blocks(ncell: I64) -> list[tuple[int, int, int, int]]:
+    """The leaf pages (cell counts ``ncell``) cut into blocks of about :data:`_BLOCK_ROWS` rows,
+    each at least one page: per block (first page, page past its last, first row, row past its
+    last)."""
+    ends = np.cumsum(ncell)
+    n = int(ends[-1]) if ends.size else 0
+    out: list[tuple[int, int, int, int]] = []
+    lo_page, lo_row = 0, 0
+    while lo_row < n:
+        hi_page = int(np.searchsorted(ends, lo_row + _BLOCK_ROWS, side="right"))
+        hi_page = min(max(hi_page, lo_page + 1), ends.size)
+        hi_row = int(ends[hi_page - 1])
+        out.append((lo_page, hi_page, lo_row, hi_row))
+        lo_page, lo_row = hi_page, hi_row
+    return out
+
+
 def _narrow(rows: I64, n: int) -> npt.NDArray[np.integer]:
     """Row positions below ``n`` as int32 when every position fits, else as they are."""
     return rows.astype(np.int32) if n < 2**31 else rows
@@ -519,18 +536,36 @@ class PageReader:
             out.kinds[c] = np.empty(m, dtype=np.int8)
         for c in text_cols:
             out.texts[c] = np.empty(m, dtype=object)
-        # Leaf pages are decoded a block at a time: the temporaries stay small and are reused,
-        # only the output columns are allocated at full size.
-        ends = np.cumsum(ncell)
-        lo_page, lo_row, done = 0, 0, 0
-        while lo_row < n:
-            hi_page = int(np.searchsorted(ends, lo_row + _BLOCK_ROWS, side="right"))
-            hi_page = min(max(hi_page, lo_page + 1), leaves.size)
-            hi_row = int(ends[hi_page - 1])
+        self.decode_blocks(out, leaves, ncell, wanted, position, alias, int_cols, text_cols)
+        return out
+
+    def decode_blocks(
+        self,
+        out: Columns,
+        leaves: I64,
+        ncell: I64,
+        wanted: npt.NDArray[np.integer] | None,
+        position: dict[str, int],
+        alias: str | None,
+        int_cols: list[str],
+        text_cols: list[str],
+    ) -> None:
+        """The rows ``wanted`` (all when None) of the table's ``leaves`` into ``out``, a block of
+        leaf pages at a time: the temporaries stay small and are reused, only the output columns
+        are allocated at full size."""
+        blocks = _blocks(ncell)
+        if wanted is not None:
+            # the selected rows of each block, found at once (a search per block cast the whole
+            # selection to int64 each time); a block with none is not read at all
+            cut = np.searchsorted(wanted, np.array([b[3] for b in blocks], dtype=wanted.dtype))
+        done = 0
+        for k, (lo_page, hi_page, lo_row, hi_row) in enumerate(blocks):
             pick = None
             if wanted is not None:  # only the selected rows of the block
-                a, b = np.searchsorted(wanted, [lo_row, hi_row])
-                pick = wanted[a:b].astype(np.int64) - lo_row
+                a, b = (int(cut[k - 1]) if k else 0), int(cut[k])
+                if a == b:
+                    continue
+                pick = np.subtract(wanted[a:b], lo_row, dtype=np.int64)
             count = hi_row - lo_row if pick is None else pick.size
             rows = slice(done, done + count)
             if self.c is not None:
@@ -553,8 +588,6 @@ class PageReader:
                     self.decode(out, rows, cell, limit, position, alias, int_cols, text_cols)
             done += count
             self.release(leaves[lo_page:hi_page])
-            lo_page, lo_row = hi_page, hi_row
-        return out
 
     def decode_c(
         self,
@@ -600,11 +633,16 @@ class PageReader:
             return
         if alias in int_cols:
             out.kinds[alias][rows] = INT
+        # records lacking a column (written before it was added) are rare: the fewest columns a
+        # record of the block holds says at once which columns can have any
+        least = int(held.min())
         for c, (j, values, kinds) in zip([c for c in int_cols if c != alias], ints, strict=True):
-            self.int_defaults(c, held <= j, values, kinds)
+            if least <= j:
+                self.int_defaults(c, held <= j, values, kinds)
         for c, (j, st, off) in zip(text_cols, texts, strict=True):
             strs, bad = self.texts(st, off)
-            self.text_defaults(c, held <= j, strs)
+            if least <= j:
+                self.text_defaults(c, held <= j, strs)
             out.texts[c][rows] = strs
             out.bad_utf8 += bad
 
