@@ -3,6 +3,8 @@
 - the leaf pages cut into blocks once, each block's selected rows found by one search of the
   whole selection (:func:`_pages._blocks`), against the per-block loop and searches it replaces;
   a block none of whose rows is selected is not read, and the columns read are SQLite's.
+- the C path's texts gathered straight into the output column (``np.take(..., out=...,
+  mode="wrap")``) against the gather and copy it replaces.
 """
 
 from __future__ import annotations
@@ -134,3 +136,27 @@ def test_selected_rows_of_some_blocks_read_as_sqlite_selects_them(
         ok = want.kinds[c] == 0
         assert got.ints[c][ok].tolist() == want.ints[c][ok].tolist()
     assert got.texts["s"].tolist() == want.texts["s"].tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    uniques=st.lists(st.one_of(st.text(max_size=3), st.none()), max_size=8),
+    data=st.data(),
+)
+def test_take_wrap_into_a_column_is_the_gather_it_replaces(
+    uniques: list[str | None], data: Any
+) -> None:
+    # texts_c: np.take(table, codes, out=column[a:b], mode="wrap") for
+    # column[a:b] = table[codes]: code -1 (NULL) picks the table's last entry, None
+    table = np.empty(len(uniques) + 1, dtype=object)
+    table[:-1] = uniques
+    codes = np.array(
+        data.draw(st.lists(st.integers(-1, len(uniques) - 1), max_size=30)), dtype=np.int32
+    )
+    a = data.draw(st.integers(0, 5))
+    old = np.empty(codes.size + 9, dtype=object)
+    old[a : a + codes.size] = table[codes]
+    new = np.empty(codes.size + 9, dtype=object)
+    np.take(table, codes, out=new[a : a + codes.size], mode="wrap")
+    assert new.tolist() == old.tolist()
+    assert all(x is y for x, y in zip(new.tolist(), old.tolist(), strict=True))

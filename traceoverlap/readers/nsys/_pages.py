@@ -92,6 +92,8 @@ _BLOCK_ROWS = 1 << 15
 # Texts are decoded this many bytes at a time (the gather index is int64 per byte: 2 MB here;
 # 1 MB blocks made it 8 MB, and a one-process read's peak RSS 163 MB instead of 145 MB).
 _TEXT_BLOCK_BYTES = 1 << 18
+# The C path's text blocks are this many times larger (see PageReader.texts_c).
+_C_TEXT_SCALE = 16
 # Selected row numbers are asked of SQLite for this many rowids at a time.
 _SQL_ROWS = 1 << 20
 # The C path's text filter: a block's distinct texts go through the substring prefilter from
@@ -644,10 +646,9 @@ class PageReader:
             if least <= j:
                 self.int_defaults(c, held <= j, values, kinds)
         for c, (j, st, off) in zip(text_cols, texts, strict=True):
-            strs, bad = self.texts(st, off)
+            strs, bad = self.texts(st, off, out.texts[c][rows])  # in place, a view
             if least <= j:
                 self.text_defaults(c, held <= j, strs)
-            out.texts[c][rows] = strs
             out.bad_utf8 += bad
 
     def decode(
@@ -774,16 +775,17 @@ class PageReader:
                 raise Unsupported("serial type out of range")
         return out, held
 
-    def texts(self, st: I64, off: I64) -> tuple[Obj, int]:
+    def texts(self, st: I64, off: I64, into: Obj | None = None) -> tuple[Obj, int]:
         """Decoded texts (and blobs) of one column; None for NULL. Numbers are not expected in a
-        text column: read through SQLite when there are any."""
+        text column: read through SQLite when there are any. The C path writes them ``into``
+        (an object column of ``st.size`` Nones) when given."""
         is_null = st == 0
         is_str = st >= 12
         if not (is_null | is_str).all():
             raise Unsupported("numbers in a text column")
         length = np.where(is_str, (st - 12) >> 1, 0)
         if self.c is not None:
-            return self.texts_c(off, length, is_null)
+            return self.texts_c(off, length, is_null, into)
         out = np.empty(st.size, dtype=object)
         bad = 0
         start = 0
@@ -824,23 +826,30 @@ class PageReader:
         out[is_null] = None
         return out, bad
 
-    def texts_c(self, off: I64, length: I64, is_null: npt.NDArray[np.bool_]) -> tuple[Obj, int]:
+    def texts_c(
+        self, off: I64, length: I64, is_null: npt.NDArray[np.bool_], into: Obj | None = None
+    ) -> tuple[Obj, int]:
         """:meth:`texts` in C (_npage.c), a block of rows at a time as there: per block, each
         distinct text is decoded once (and asked of ``text_keep`` once), its rows share it; a
         text of an earlier block of the scan (:meth:`text_memo`) is not decoded or asked
-        again."""
+        again. The blocks are :data:`_C_TEXT_SCALE` times those of the numpy path (no index per
+        byte here: a block's temporaries are ~40 bytes per row; the per-block work on its
+        distinct texts is what a block costs). Written ``into`` when given."""
         n = off.size
-        out = np.empty(n, dtype=object)
+        out = np.empty(n, dtype=object) if into is None else into
         bad = 0
         start = 0
         cum = np.cumsum(length + 1)
         null = is_null.view(np.uint8)
         keep = self.text_keep
         needles = _ascii_needles(keep)
+        block = _TEXT_BLOCK_BYTES * _C_TEXT_SCALE
         while start < n:
             base = int(cum[start - 1]) if start else 0
-            stop = int(np.searchsorted(cum, base + _TEXT_BLOCK_BYTES, side="right"))
-            stop = min(max(stop, start + 1), n)
+            stop = n
+            if int(cum[-1]) - base > block:
+                stop = int(np.searchsorted(cum, base + block, side="right"))
+                stop = min(max(stop, start + 1), n)
             memo = self.text_memo()
             known = None
             if memo is None and needles is None:
@@ -874,7 +883,8 @@ class PageReader:
                         if memo is not None:
                             memo.settle(fresh.view(np.uint8))
                 table[:-1][~ok] = REFUSED
-            out[start:stop] = table[np.frombuffer(codes, dtype=np.int32)]
+            # straight into the column (mode "wrap": code -1 is the last entry, and no buffer)
+            np.take(table, np.frombuffer(codes, dtype=np.int32), out=out[start:stop], mode="wrap")
             del table, uniques, codes
             start = stop
         return out, bad
