@@ -5,6 +5,8 @@
   a block none of whose rows is selected is not read, and the columns read are SQLite's.
 - the C path's texts gathered straight into the output column (``np.take(..., out=...,
   mode="wrap")``) against the gather and copy it replaces.
+- _npage.c's text hash, 8 bytes at a time: texts that share their first words and differ in the
+  tail are told apart (decoded once each, every row its own), with and without the memo.
 """
 
 from __future__ import annotations
@@ -160,3 +162,43 @@ def test_take_wrap_into_a_column_is_the_gather_it_replaces(
     np.take(table, codes, out=new[a : a + codes.size], mode="wrap")
     assert new.tolist() == old.tolist()
     assert all(x is y for x, y in zip(new.tolist(), old.tolist(), strict=True))
+
+
+_needs_c = pytest.mark.skipif(_pages._npage is None, reason="the C page decoder is not built")
+
+
+@_needs_c
+@settings(max_examples=200, deadline=None)
+@given(
+    rows=st.lists(
+        st.one_of(st.none(), st.binary(max_size=21).map(lambda b: bytes(0x61 + x % 2 for x in b))),
+        max_size=60,
+    )
+)
+def test_texts_hashed_a_word_at_a_time_still_tell_every_text_apart(
+    rows: list[bytes | None],
+) -> None:
+    # _npage.c's span_hash reads 8 bytes at a time and the last 0-7 as one more word (FNV-1a,
+    # a byte at a time, before): texts of two letters, 0-21 bytes, most sharing their first
+    # words, differing in the tail. Each distinct text is one unique, in order of first row,
+    # and every row's code points at its own bytes (the hash only finds candidates: equal
+    # texts are told by their bytes), so whatever the hash, the decode is dict-order dedup.
+    from traceoverlap.readers.nsys import _npage
+
+    buf = b"".join(r or b"" for r in rows)
+    mm = np.frombuffer(buf + b"\x00", dtype=np.uint8)
+    ln = np.array([len(r or b"") for r in rows], dtype=np.int64)
+    off = np.cumsum(ln) - ln
+    null = np.array([r is None for r in rows], dtype=np.uint8)
+    want = list(dict.fromkeys(r.decode() for r in rows if r is not None))
+    codes, uniques, bad = _npage.texts(mm, off, ln, null)
+    assert uniques == want and bad == 0
+    got = [None if c < 0 else uniques[c] for c in np.frombuffer(codes, dtype=np.int32).tolist()]
+    assert got == [None if r is None else r.decode() for r in rows]
+    memo = _npage.Memo(8)
+    for half in (slice(0, len(rows) // 2), slice(len(rows) // 2, None)):
+        codes, uniques, bad, _known, _found = _npage.texts_memo(
+            mm, off[half], ln[half], null[half], memo, None
+        )
+        got = [None if c < 0 else uniques[c] for c in np.frombuffer(codes, dtype=np.int32)]
+        assert got == [None if r is None else r.decode() for r in rows[half]]
