@@ -439,23 +439,21 @@ class PageReader:
     def release(self, pages: I64) -> None:
         """Hand the map's copies of ``pages`` (decoded, not needed again) back to the system:
         they would otherwise count in this process's memory until the whole table is read. A
-        page read again is faulted back in from the file."""
+        page read again is faulted back in from the file. One call from the first page to the
+        last: the pages between (other tables', untouched by this reader, or a page of this
+        table to be read later) are not mapped, or are mapped again when read (a call per run
+        of consecutive pages cost a sort and a dozen numpy calls per block)."""
         if self.map is None or pages.size == 0:
             return
         os_page = mmap.PAGESIZE
-        pages = np.sort(pages)
-        # runs of consecutive pages, widened to whole system pages inside them
-        cut = np.flatnonzero(np.diff(pages) != 1) + 1
-        starts = (pages[np.r_[0, cut]] - 1) * self.page_size
-        ends = pages[np.r_[cut - 1, pages.size - 1]] * self.page_size
-        starts = -(-starts // os_page) * os_page
-        ends = ends // os_page * os_page
-        for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
-            if b > a:
-                try:
-                    self.map.madvise(mmap.MADV_DONTNEED, a, b - a)
-                except (OSError, ValueError, AttributeError):  # not Linux: they go at close
-                    return
+        # widened to whole system pages inside the span
+        start = -(-(int(pages.min()) - 1) * self.page_size // os_page) * os_page
+        end = int(pages.max()) * self.page_size // os_page * os_page
+        if end > start:
+            try:
+                self.map.madvise(mmap.MADV_DONTNEED, start, end - start)
+            except (OSError, ValueError, AttributeError):  # not Linux: they go at close
+                return
 
     # -- decoding ---------------------------------------------------------------------------
 
