@@ -410,7 +410,7 @@ class PageReader:
         )
         if pid not in code_of:
             return np.zeros(0, dtype=np.int64)
-        return np.flatnonzero(codes == code_of[pid]).astype(np.int64)
+        return np.flatnonzero(codes == code_of[pid]).astype(np.int64, copy=False)
 
     def pids(
         self, table: str, info: list[tuple[Any, ...]], column: str
