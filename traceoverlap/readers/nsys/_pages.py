@@ -92,6 +92,8 @@ _BLOCK_ROWS = 1 << 15
 # Texts are decoded this many bytes at a time (the gather index is int64 per byte: 2 MB here;
 # 1 MB blocks made it 8 MB, and a one-process read's peak RSS 163 MB instead of 145 MB).
 _TEXT_BLOCK_BYTES = 1 << 18
+# The C path's text blocks are this many times larger (see PageReader.texts_c).
+_C_TEXT_SCALE = 16
 # Selected row numbers are asked of SQLite for this many rowids at a time.
 _SQL_ROWS = 1 << 20
 # The C path's text filter: a block's distinct texts go through the substring prefilter from
@@ -186,6 +188,23 @@ def _ascii_needles(keep: Callable[[str], bool] | None) -> tuple[bytes, ...] | No
     return tuple(n.encode("ascii") for n in needles if n.isascii())
 
 
+def _blocks(ncell: I64) -> list[tuple[int, int, int, int]]:
+    """The leaf pages (cell counts ``ncell``) cut into blocks of about :data:`_BLOCK_ROWS` rows,
+    each at least one page: per block (first page, page past its last, first row, row past its
+    last)."""
+    ends = np.cumsum(ncell)
+    n = int(ends[-1]) if ends.size else 0
+    out: list[tuple[int, int, int, int]] = []
+    lo_page, lo_row = 0, 0
+    while lo_row < n:
+        hi_page = int(np.searchsorted(ends, lo_row + _BLOCK_ROWS, side="right"))
+        hi_page = min(max(hi_page, lo_page + 1), ends.size)
+        hi_row = int(ends[hi_page - 1])
+        out.append((lo_page, hi_page, lo_row, hi_row))
+        lo_page, lo_row = hi_page, hi_row
+    return out
+
+
 def _narrow(rows: I64, n: int) -> npt.NDArray[np.integer]:
     """Row positions below ``n`` as int32 when every position fits, else as they are."""
     return rows.astype(np.int32) if n < 2**31 else rows
@@ -209,21 +228,25 @@ class PageReader:
         if mode is None or str(mode[0]).lower() == "wal":
             raise Unsupported("WAL database: its pages may be newer in the -wal file")
         for suffix in ("-journal", "-wal"):
-            side = Path(f"{path}{suffix}")
-            if side.exists() and side.stat().st_size > 0:
-                raise Unsupported(f"{side.name} beside the file")
+            try:
+                side = os.stat(f"{path}{suffix}").st_size
+            except OSError:  # none (what Path.exists says of one it cannot stat)
+                continue
+            if side > 0:
+                raise Unsupported(f"{Path(f'{path}{suffix}').name} beside the file")
         try:
-            size = path.stat().st_size
+            size = os.stat(path).st_size
         except OSError as exc:
             raise Unsupported(str(exc)) from None
         if size < 512:
             raise Unsupported("too small")
         # +16 zero bytes of padding cannot be had from a read-only map: reads near the end of the
         # file go through a padded copy of its last page (see _read_be).
-        # a plain ndarray over the map: np.memmap's own indexing costs a Python call per access
-        mapped = np.memmap(path, dtype=np.uint8, mode="r")
-        self.map: mmap.mmap | None = getattr(mapped, "_mmap", None)
-        self.mm: npt.NDArray[np.uint8] = mapped.view(np.ndarray)
+        # a plain ndarray over the map (np.memmap's own indexing costs a Python call per access,
+        # and making one a third of a millisecond: a reader is made per column scan)
+        with open(path, "rb") as fh:
+            self.map: mmap.mmap | None = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        self.mm: npt.NDArray[np.uint8] = np.frombuffer(self.map, dtype=np.uint8)
         head = self.mm[:100].tobytes()
         if head[:16] != b"SQLite format 3\x00":
             raise Unsupported("no SQLite header")
@@ -387,7 +410,7 @@ class PageReader:
         )
         if pid not in code_of:
             return np.zeros(0, dtype=np.int64)
-        return np.flatnonzero(codes == code_of[pid]).astype(np.int64)
+        return np.flatnonzero(codes == code_of[pid]).astype(np.int64, copy=False)
 
     def pids(
         self, table: str, info: list[tuple[Any, ...]], column: str
@@ -416,23 +439,21 @@ class PageReader:
     def release(self, pages: I64) -> None:
         """Hand the map's copies of ``pages`` (decoded, not needed again) back to the system:
         they would otherwise count in this process's memory until the whole table is read. A
-        page read again is faulted back in from the file."""
+        page read again is faulted back in from the file. One call from the first page to the
+        last: the pages between (other tables', untouched by this reader, or a page of this
+        table to be read later) are not mapped, or are mapped again when read (a call per run
+        of consecutive pages cost a sort and a dozen numpy calls per block)."""
         if self.map is None or pages.size == 0:
             return
         os_page = mmap.PAGESIZE
-        pages = np.sort(pages)
-        # runs of consecutive pages, widened to whole system pages inside them
-        cut = np.flatnonzero(np.diff(pages) != 1) + 1
-        starts = (pages[np.r_[0, cut]] - 1) * self.page_size
-        ends = pages[np.r_[cut - 1, pages.size - 1]] * self.page_size
-        starts = -(-starts // os_page) * os_page
-        ends = ends // os_page * os_page
-        for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
-            if b > a:
-                try:
-                    self.map.madvise(mmap.MADV_DONTNEED, a, b - a)
-                except (OSError, ValueError, AttributeError):  # not Linux: they go at close
-                    return
+        # widened to whole system pages inside the span
+        start = -(-(int(pages.min()) - 1) * self.page_size // os_page) * os_page
+        end = int(pages.max()) * self.page_size // os_page * os_page
+        if end > start:
+            try:
+                self.map.madvise(mmap.MADV_DONTNEED, start, end - start)
+            except (OSError, ValueError, AttributeError):  # not Linux: they go at close
+                return
 
     # -- decoding ---------------------------------------------------------------------------
 
@@ -519,18 +540,36 @@ class PageReader:
             out.kinds[c] = np.empty(m, dtype=np.int8)
         for c in text_cols:
             out.texts[c] = np.empty(m, dtype=object)
-        # Leaf pages are decoded a block at a time: the temporaries stay small and are reused,
-        # only the output columns are allocated at full size.
-        ends = np.cumsum(ncell)
-        lo_page, lo_row, done = 0, 0, 0
-        while lo_row < n:
-            hi_page = int(np.searchsorted(ends, lo_row + _BLOCK_ROWS, side="right"))
-            hi_page = min(max(hi_page, lo_page + 1), leaves.size)
-            hi_row = int(ends[hi_page - 1])
+        self.decode_blocks(out, leaves, ncell, wanted, position, alias, int_cols, text_cols)
+        return out
+
+    def decode_blocks(
+        self,
+        out: Columns,
+        leaves: I64,
+        ncell: I64,
+        wanted: npt.NDArray[np.integer] | None,
+        position: dict[str, int],
+        alias: str | None,
+        int_cols: list[str],
+        text_cols: list[str],
+    ) -> None:
+        """The rows ``wanted`` (all when None) of the table's ``leaves`` into ``out``, a block of
+        leaf pages at a time: the temporaries stay small and are reused, only the output columns
+        are allocated at full size."""
+        blocks = _blocks(ncell)
+        if wanted is not None:
+            # the selected rows of each block, found at once (a search per block cast the whole
+            # selection to int64 each time); a block with none is not read at all
+            cut = np.searchsorted(wanted, np.array([b[3] for b in blocks], dtype=wanted.dtype))
+        done = 0
+        for k, (lo_page, hi_page, lo_row, hi_row) in enumerate(blocks):
             pick = None
             if wanted is not None:  # only the selected rows of the block
-                a, b = np.searchsorted(wanted, [lo_row, hi_row])
-                pick = wanted[a:b].astype(np.int64) - lo_row
+                a, b = (int(cut[k - 1]) if k else 0), int(cut[k])
+                if a == b:
+                    continue
+                pick = np.subtract(wanted[a:b], lo_row, dtype=np.int64)
             count = hi_row - lo_row if pick is None else pick.size
             rows = slice(done, done + count)
             if self.c is not None:
@@ -553,8 +592,6 @@ class PageReader:
                     self.decode(out, rows, cell, limit, position, alias, int_cols, text_cols)
             done += count
             self.release(leaves[lo_page:hi_page])
-            lo_page, lo_row = hi_page, hi_row
-        return out
 
     def decode_c(
         self,
@@ -600,12 +637,16 @@ class PageReader:
             return
         if alias in int_cols:
             out.kinds[alias][rows] = INT
+        # records lacking a column (written before it was added) are rare: the fewest columns a
+        # record of the block holds says at once which columns can have any
+        least = int(held.min())
         for c, (j, values, kinds) in zip([c for c in int_cols if c != alias], ints, strict=True):
-            self.int_defaults(c, held <= j, values, kinds)
+            if least <= j:
+                self.int_defaults(c, held <= j, values, kinds)
         for c, (j, st, off) in zip(text_cols, texts, strict=True):
-            strs, bad = self.texts(st, off)
-            self.text_defaults(c, held <= j, strs)
-            out.texts[c][rows] = strs
+            strs, bad = self.texts(st, off, out.texts[c][rows])  # in place, a view
+            if least <= j:
+                self.text_defaults(c, held <= j, strs)
             out.bad_utf8 += bad
 
     def decode(
@@ -732,16 +773,17 @@ class PageReader:
                 raise Unsupported("serial type out of range")
         return out, held
 
-    def texts(self, st: I64, off: I64) -> tuple[Obj, int]:
+    def texts(self, st: I64, off: I64, into: Obj | None = None) -> tuple[Obj, int]:
         """Decoded texts (and blobs) of one column; None for NULL. Numbers are not expected in a
-        text column: read through SQLite when there are any."""
+        text column: read through SQLite when there are any. The C path writes them ``into``
+        (an object column of ``st.size`` Nones) when given."""
         is_null = st == 0
         is_str = st >= 12
         if not (is_null | is_str).all():
             raise Unsupported("numbers in a text column")
         length = np.where(is_str, (st - 12) >> 1, 0)
         if self.c is not None:
-            return self.texts_c(off, length, is_null)
+            return self.texts_c(off, length, is_null, into)
         out = np.empty(st.size, dtype=object)
         bad = 0
         start = 0
@@ -782,23 +824,30 @@ class PageReader:
         out[is_null] = None
         return out, bad
 
-    def texts_c(self, off: I64, length: I64, is_null: npt.NDArray[np.bool_]) -> tuple[Obj, int]:
+    def texts_c(
+        self, off: I64, length: I64, is_null: npt.NDArray[np.bool_], into: Obj | None = None
+    ) -> tuple[Obj, int]:
         """:meth:`texts` in C (_npage.c), a block of rows at a time as there: per block, each
         distinct text is decoded once (and asked of ``text_keep`` once), its rows share it; a
         text of an earlier block of the scan (:meth:`text_memo`) is not decoded or asked
-        again."""
+        again. The blocks are :data:`_C_TEXT_SCALE` times those of the numpy path (no index per
+        byte here: a block's temporaries are ~40 bytes per row; the per-block work on its
+        distinct texts is what a block costs). Written ``into`` when given."""
         n = off.size
-        out = np.empty(n, dtype=object)
+        out = np.empty(n, dtype=object) if into is None else into
         bad = 0
         start = 0
         cum = np.cumsum(length + 1)
         null = is_null.view(np.uint8)
         keep = self.text_keep
         needles = _ascii_needles(keep)
+        block = _TEXT_BLOCK_BYTES * _C_TEXT_SCALE
         while start < n:
             base = int(cum[start - 1]) if start else 0
-            stop = int(np.searchsorted(cum, base + _TEXT_BLOCK_BYTES, side="right"))
-            stop = min(max(stop, start + 1), n)
+            stop = n
+            if int(cum[-1]) - base > block:
+                stop = int(np.searchsorted(cum, base + block, side="right"))
+                stop = min(max(stop, start + 1), n)
             memo = self.text_memo()
             known = None
             if memo is None and needles is None:
@@ -832,7 +881,8 @@ class PageReader:
                         if memo is not None:
                             memo.settle(fresh.view(np.uint8))
                 table[:-1][~ok] = REFUSED
-            out[start:stop] = table[np.frombuffer(codes, dtype=np.int32)]
+            # straight into the column (mode "wrap": code -1 is the last entry, and no buffer)
+            np.take(table, np.frombuffer(codes, dtype=np.int32), out=out[start:stop], mode="wrap")
             del table, uniques, codes
             start = stop
         return out, bad
