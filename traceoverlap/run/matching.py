@@ -1274,94 +1274,108 @@ def _tables(
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.Series]:
     """The instance table (matched instances and each unit's unmatched ones, numbered by first
     start), the per-(instance, unit) table, and per row of ``inst`` its instance id."""
-    inst = inst[inst["window"] >= 0].copy()
-    if inst.empty:
+    # numpy columns taken once in the final row order: a copy of the frame, its column
+    # assignments, take and reset_index cost milliseconds on a few hundred rows
+    sel = np.flatnonzero(inst["window"].to_numpy() >= 0)
+    if sel.size == 0:
         return (
             pd.DataFrame(columns=list(INSTANCE_COLUMNS)),
             pd.DataFrame(columns=list(PER_RANK_COLUMNS)),
             pd.Series(np.zeros(0, np.int64)),
         )
-    inst["_row"] = inst.index.to_numpy()
-    labels = np.array(list(window_labels) + ["-"], dtype=object)
-    inst["step"] = labels[inst["window"].to_numpy()]
-    unit = inst["unit"].to_numpy(np.int64)
-    inst["rank"] = np.array([t.rank for t in traces], dtype=np.int64)[unit]
-    devices = [t.device for t in traces]
-    inst["device"] = [devices[u] for u in unit.tolist()]  # a list: pandas infers as it did
-    inst["matched"] = inst["key"] >= 0
+    key_s = inst["key"].to_numpy()[sel]
+    matched_s = key_s >= 0
     # one group per matched key, one per unmatched local instance
-    grp = np.where(inst["matched"], inst["key"], -1 - np.arange(len(inst))).astype(np.int64)
-    # number the groups by their first start (ties by group key): numpy on a few hundred rows,
-    # where pandas' groupby / sort / reindex cost milliseconds
+    grp = np.where(matched_s, key_s, -1 - np.arange(sel.size)).astype(np.int64)
+    # number the groups by their first start (ties by group key)
     ugrp, ginv = np.unique(grp, return_inverse=True)
-    gfirst = iv.group_min_max(ginv, *(2 * (inst["start_ns"].to_numpy(np.int64),)), ugrp.size)[0]
+    start_s = inst["start_ns"].to_numpy(np.int64)[sel]
+    gfirst = iv.group_min_max(ginv, start_s, start_s, ugrp.size)[0]
     rank_of = np.empty(ugrp.size, dtype=np.int64)
     rank_of[np.lexsort((ugrp, gfirst))] = np.arange(ugrp.size, dtype=np.int64)
-    inst["instance"] = rank_of[ginv]
-    by = np.lexsort((inst["unit"].to_numpy(np.int64), inst["instance"].to_numpy()))  # stable
-    inst = inst.take(by).reset_index(drop=True)
+    inst_s = rank_of[ginv]
+    by = np.lexsort((inst["unit"].to_numpy(np.int64)[sel], inst_s))  # stable
+    at = sel[by]  # positions in ``inst``, in the tables' row order
+    ids = inst_s[by]
+    matched = matched_s[by]
+
+    def col(name: str) -> npt.NDArray[Any]:
+        return np.asarray(inst[name].to_numpy()[at])
+
+    def ns(name: str) -> I64:
+        return np.asarray(inst[name].to_numpy(np.int64)[at], dtype=np.int64)
+
+    window = inst["window"].to_numpy()[at]
+    labels = np.array(list(window_labels) + ["-"], dtype=object)
+    step = labels[window]
+    unit = inst["unit"].to_numpy(np.int64)[at]
+    rank = np.array([t.rank for t in traces], dtype=np.int64)[unit]
+    devices = [t.device for t in traces]
+    # a list: pandas infers its dtype as a column assignment of it did
+    device = pd.Series([devices[u] for u in unit.tolist()]).astype(object).to_numpy()
+    dur = ns("dur_ns")
+    aligned = ns("aligned_start")
     per_rank = pd.DataFrame(
         {
-            "instance": inst["instance"].to_numpy().astype(np.int64),
-            "unit": inst["unit"].to_numpy().astype(np.int64),
-            "rank": inst["rank"].to_numpy().astype(np.int64),
-            "device": inst["device"].astype(object).to_numpy(),
-            "step": inst["step"].to_numpy(),
-            "window": inst["window"].to_numpy().astype(np.int64),
-            "name": inst["label"].astype(str).to_numpy(),
-            "kernel": inst["kernel"].astype(str).to_numpy(),
-            "family": inst["family"].to_numpy(),
-            "lane": inst["lane"].astype(str).to_numpy(),
-            "start_ns": inst["start_ns"].to_numpy(np.int64),
-            "end_ns": inst["end_ns"].to_numpy(np.int64),
-            "dur_ns": inst["dur_ns"].to_numpy(np.int64),
-            WAIT_NS.name: inst[WAIT_NS.name].to_numpy(np.int64),
-            EXPOSED_NS.name: inst[EXPOSED_NS.name].to_numpy(np.int64),
-            **{f"exposed_{c}_ns": inst[f"exposed_{c}_ns"].to_numpy(np.int64) for c in CAUSES},
-            EXPOSED_UNMATCHED_NS.name: inst[EXPOSED_UNMATCHED_NS.name].to_numpy(np.int64),
-            "unmatched_why": [(str(w) or None) for w in inst["why"].tolist()],
-            "same_stream": inst["same_stream"].astype(bool).to_numpy(),
+            "instance": ids,
+            "unit": unit,
+            "rank": rank,
+            "device": device,
+            "step": step,
+            "window": window.astype(np.int64),
+            "name": inst["label"].astype(str).to_numpy()[at],
+            "kernel": inst["kernel"].astype(str).to_numpy()[at],
+            "family": col("family"),
+            "lane": inst["lane"].astype(str).to_numpy()[at],
+            "start_ns": ns("start_ns"),
+            "end_ns": ns("end_ns"),
+            "dur_ns": dur,
+            WAIT_NS.name: ns(WAIT_NS.name),
+            EXPOSED_NS.name: ns(EXPOSED_NS.name),
+            **{f"exposed_{c}_ns": ns(f"exposed_{c}_ns") for c in CAUSES},
+            EXPOSED_UNMATCHED_NS.name: ns(EXPOSED_UNMATCHED_NS.name),
+            "unmatched_why": [(str(w) or None) for w in col("why").tolist()],
+            "same_stream": inst["same_stream"].astype(bool).to_numpy()[at],
             # nullable: <NA> where the launch is unknown (internally -1)
-            "queued_ns": known_ns(inst["queued_ns"].to_numpy(np.int64)),
-            "behind_comm_ns": known_ns(inst["behind_comm_ns"].to_numpy(np.int64)),
-            "matched": inst["matched"].to_numpy(bool),
-            "aligned_start_ns": inst["aligned_start"].to_numpy(np.int64),
-            "aligned_end_ns": (inst["aligned_start"] + inst["dur_ns"]).to_numpy(np.int64),
-            WAITED_FOR_RANK.name: [(int(r) if r >= 0 else None) for r in inst["waited_for"]],
+            "queued_ns": known_ns(ns("queued_ns")),
+            "behind_comm_ns": known_ns(ns("behind_comm_ns")),
+            "matched": matched,
+            "aligned_start_ns": aligned,
+            "aligned_end_ns": aligned + dur,
+            WAITED_FOR_RANK.name: [(int(r) if r >= 0 else None) for r in col("waited_for")],
         },
         columns=list(PER_RANK_COLUMNS),
     )
-    row_instance = pd.Series(inst["instance"].to_numpy(np.int64), index=inst["_row"].to_numpy())
+    row_instance = pd.Series(ids, index=inst.index.to_numpy()[at])
     # rows sorted by instance: each instance's rows are a run, its first row starts it
-    ids = inst["instance"].to_numpy(np.int64)
     new = np.ones(ids.size, dtype=bool)
     new[1:] = ids[1:] != ids[:-1]
     heads = np.flatnonzero(new)
     sizes = np.diff(np.append(heads, ids.size))
-    first = per_rank.iloc[heads]
-    matched = first["matched"].to_numpy(bool)
+    first_matched = matched[heads]
 
-    def firsts(col: str) -> list[Any]:
-        """Per instance, ``inst.groupby("instance")[col].first()``: the first non-null value."""
-        values = inst[col]
-        if bool(values.isna().any()):  # first() skips nulls (never there in practice)
-            return list(values.groupby(ids, sort=True).first().tolist())
-        return list(values.to_numpy()[heads].tolist())
+    def firsts(name: str) -> list[Any]:
+        """Per instance, ``groupby("instance")[name].first()``: the first non-null value."""
+        values = col(name)
+        if bool(pd.isna(values).any()):  # first() skips nulls (never there in practice)
+            s = pd.Series(values, dtype=inst[name].dtype)
+            return list(s.groupby(ids, sort=True).first().tolist())
+        return list(values[heads].tolist())
 
-    def per_run(col: pd.Series, op: np.ufunc) -> I64:
-        return np.asarray(op.reduceat(col.to_numpy(np.int64), heads), dtype=np.int64)
+    def per_run(values: I64, op: np.ufunc) -> I64:
+        return np.asarray(op.reduceat(values, heads), dtype=np.int64)
 
-    ranks = per_rank["rank"].to_numpy(np.int64).tolist()
-    nbytes = inst["bytes"]
-    if nbytes.dtype == np.int64:
-        most = per_run(nbytes, np.maximum).tolist()
+    ranks = rank.tolist()
+    if inst["bytes"].dtype == np.int64:
+        most = per_run(ns("bytes"), np.maximum).tolist()
     else:
-        most = nbytes.groupby(ids, sort=True).max().tolist()
+        most = pd.Series(col("bytes"), dtype=inst["bytes"].dtype).groupby(ids, sort=True).max()
+        most = most.tolist()
     out = pd.DataFrame(
         {
             "instance": ids[heads],
-            "name": first["name"].to_numpy(),
-            "family": first["family"].to_numpy(),
+            "name": per_rank["name"].to_numpy()[heads],
+            "family": per_rank["family"].to_numpy()[heads],
             "process_group": [(p or None) for p in firsts("process_group")],
             "seq": [(int(s) if s >= 0 else None) for s in firsts("seq")],
             "bytes": [(int(b) if b >= 0 else None) for b in most],
@@ -1370,13 +1384,13 @@ def _tables(
                 tuple(ranks[a:b])
                 for a, b in zip(heads.tolist(), (heads + sizes).tolist(), strict=True)
             ],
-            "step": first["step"].to_numpy(),
-            "start_ns": per_run(per_rank["start_ns"], np.minimum),
-            "transfer_ns": per_run(per_rank["dur_ns"], np.minimum),
-            WAIT_NS.name: per_run(per_rank[WAIT_NS.name], np.add),
-            "last_rank": [None] * len(first),
-            EXPOSED_NS.name: per_run(per_rank[EXPOSED_NS.name], np.add),
-            "matched": matched,
+            "step": step[heads],
+            "start_ns": per_run(per_rank["start_ns"].to_numpy(np.int64), np.minimum),
+            "transfer_ns": per_run(dur, np.minimum),
+            WAIT_NS.name: per_run(per_rank[WAIT_NS.name].to_numpy(np.int64), np.add),
+            "last_rank": [None] * heads.size,
+            EXPOSED_NS.name: per_run(per_rank[EXPOSED_NS.name].to_numpy(np.int64), np.add),
+            "matched": first_matched,
             "group": [str(x) for x in firsts("group_key")],
             "members": firsts("members"),
             "p2p": np.array(firsts("p2p"), dtype=bool),
@@ -1384,7 +1398,7 @@ def _tables(
             "dst_rank": [(int(x) if x >= 0 else None) for x in firsts("dst_rank")],
             "last_arrival_ns": [
                 (int(x) if f else None)
-                for x, f in zip(firsts("last_arrival"), matched.tolist(), strict=True)
+                for x, f in zip(firsts("last_arrival"), first_matched.tolist(), strict=True)
             ],
             "transfer_outlier": np.array(firsts("transfer_outlier"), dtype=bool),
         },
@@ -1392,7 +1406,7 @@ def _tables(
     )
     if clock is not None and len(m):
         # arrival order: the unit with the latest aligned start, None on a tie
-        out["last_rank"] = _last_ranks(inst, m, traces, len(out))
+        out["last_rank"] = _last_ranks_of(matched, col("key"), ids, m, traces, len(out))
     out["last_rank"] = out["last_rank"].astype(object)
     return out, per_rank, row_instance
 
@@ -1402,10 +1416,28 @@ def _last_ranks(
 ) -> list[int | None]:
     """Per instance id (``0 .. n-1``): the rank of the unit with the latest aligned start among
     the matched rows of ``m`` whose key is in ``inst``, None on a tie (or none there)."""
-    matched = inst["matched"].to_numpy(bool)
-    ik = inst["key"].to_numpy(np.int64)[matched]
+    return _last_ranks_of(
+        inst["matched"].to_numpy(bool),
+        inst["key"].to_numpy(np.int64),
+        inst["instance"].to_numpy(np.int64),
+        m,
+        traces,
+        n,
+    )
+
+
+def _last_ranks_of(
+    matched: npt.NDArray[np.bool_],
+    key: npt.NDArray[Any],
+    instance: I64,
+    m: pd.DataFrame,
+    traces: Sequence[TraceInfo],
+    n: int,
+) -> list[int | None]:
+    """:func:`_last_ranks` on the columns ``matched``, ``key`` and ``instance`` of its rows."""
+    ik = np.asarray(key, dtype=np.int64)[matched]
     keys, first = np.unique(ik, return_index=True)  # a key is one instance
-    inst_of_key = inst["instance"].to_numpy(np.int64)[matched][first]
+    inst_of_key = instance[matched][first]
     mk = m["key"].to_numpy(np.int64)
     j = np.minimum(np.searchsorted(keys, mk), max(keys.size - 1, 0))
     ok = keys[j] == mk if keys.size else np.zeros(mk.size, dtype=bool)

@@ -1,0 +1,255 @@
+"""Round 3 fast paths of the cross-rank reduce (issue 40) against the pandas code they replace:
+each must give the same answer to the bit on random inputs, or an output would move."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from types import SimpleNamespace
+from typing import Any, cast
+
+import numpy as np
+import pandas as pd
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from traceoverlap.core import intervals as iv
+from traceoverlap.core.model import TraceInfo
+from traceoverlap.core.schema import (
+    EXPOSED_NS,
+    EXPOSED_UNMATCHED_NS,
+    WAIT_NS,
+    WAITED_FOR_RANK,
+)
+from traceoverlap.core.vocab import CAUSES
+from traceoverlap.rank.instances import known_ns
+from traceoverlap.run.matching import (
+    I64,
+    INSTANCE_COLUMNS,
+    PER_RANK_COLUMNS,
+    _last_ranks,
+    _tables,
+)
+
+
+def _tables_frame(
+    inst: pd.DataFrame,
+    m: pd.DataFrame,
+    traces: Sequence[TraceInfo],
+    window_labels: Sequence[object],
+    clock: str | None,
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.Series]:
+    """The replaced ``matching._tables``: the instance table (matched instances and each unit's unmatched ones, numbered by first
+    start), the per-(instance, unit) table, and per row of ``inst`` its instance id."""
+    inst = inst[inst["window"] >= 0].copy()
+    if inst.empty:
+        return (
+            pd.DataFrame(columns=list(INSTANCE_COLUMNS)),
+            pd.DataFrame(columns=list(PER_RANK_COLUMNS)),
+            pd.Series(np.zeros(0, np.int64)),
+        )
+    inst["_row"] = inst.index.to_numpy()
+    labels = np.array(list(window_labels) + ["-"], dtype=object)
+    inst["step"] = labels[inst["window"].to_numpy()]
+    unit = inst["unit"].to_numpy(np.int64)
+    inst["rank"] = np.array([t.rank for t in traces], dtype=np.int64)[unit]
+    devices = [t.device for t in traces]
+    inst["device"] = [devices[u] for u in unit.tolist()]  # a list: pandas infers as it did
+    inst["matched"] = inst["key"] >= 0
+    # one group per matched key, one per unmatched local instance
+    grp = np.where(inst["matched"], inst["key"], -1 - np.arange(len(inst))).astype(np.int64)
+    # number the groups by their first start (ties by group key): numpy on a few hundred rows,
+    # where pandas' groupby / sort / reindex cost milliseconds
+    ugrp, ginv = np.unique(grp, return_inverse=True)
+    gfirst = iv.group_min_max(ginv, *(2 * (inst["start_ns"].to_numpy(np.int64),)), ugrp.size)[0]
+    rank_of = np.empty(ugrp.size, dtype=np.int64)
+    rank_of[np.lexsort((ugrp, gfirst))] = np.arange(ugrp.size, dtype=np.int64)
+    inst["instance"] = rank_of[ginv]
+    by = np.lexsort((inst["unit"].to_numpy(np.int64), inst["instance"].to_numpy()))  # stable
+    inst = inst.take(by).reset_index(drop=True)
+    per_rank = pd.DataFrame(
+        {
+            "instance": inst["instance"].to_numpy().astype(np.int64),
+            "unit": inst["unit"].to_numpy().astype(np.int64),
+            "rank": inst["rank"].to_numpy().astype(np.int64),
+            "device": inst["device"].astype(object).to_numpy(),
+            "step": inst["step"].to_numpy(),
+            "window": inst["window"].to_numpy().astype(np.int64),
+            "name": inst["label"].astype(str).to_numpy(),
+            "kernel": inst["kernel"].astype(str).to_numpy(),
+            "family": inst["family"].to_numpy(),
+            "lane": inst["lane"].astype(str).to_numpy(),
+            "start_ns": inst["start_ns"].to_numpy(np.int64),
+            "end_ns": inst["end_ns"].to_numpy(np.int64),
+            "dur_ns": inst["dur_ns"].to_numpy(np.int64),
+            WAIT_NS.name: inst[WAIT_NS.name].to_numpy(np.int64),
+            EXPOSED_NS.name: inst[EXPOSED_NS.name].to_numpy(np.int64),
+            **{f"exposed_{c}_ns": inst[f"exposed_{c}_ns"].to_numpy(np.int64) for c in CAUSES},
+            EXPOSED_UNMATCHED_NS.name: inst[EXPOSED_UNMATCHED_NS.name].to_numpy(np.int64),
+            "unmatched_why": [(str(w) or None) for w in inst["why"].tolist()],
+            "same_stream": inst["same_stream"].astype(bool).to_numpy(),
+            # nullable: <NA> where the launch is unknown (internally -1)
+            "queued_ns": known_ns(inst["queued_ns"].to_numpy(np.int64)),
+            "behind_comm_ns": known_ns(inst["behind_comm_ns"].to_numpy(np.int64)),
+            "matched": inst["matched"].to_numpy(bool),
+            "aligned_start_ns": inst["aligned_start"].to_numpy(np.int64),
+            "aligned_end_ns": (inst["aligned_start"] + inst["dur_ns"]).to_numpy(np.int64),
+            WAITED_FOR_RANK.name: [(int(r) if r >= 0 else None) for r in inst["waited_for"]],
+        },
+        columns=list(PER_RANK_COLUMNS),
+    )
+    row_instance = pd.Series(inst["instance"].to_numpy(np.int64), index=inst["_row"].to_numpy())
+    # rows sorted by instance: each instance's rows are a run, its first row starts it
+    ids = inst["instance"].to_numpy(np.int64)
+    new = np.ones(ids.size, dtype=bool)
+    new[1:] = ids[1:] != ids[:-1]
+    heads = np.flatnonzero(new)
+    sizes = np.diff(np.append(heads, ids.size))
+    first = per_rank.iloc[heads]
+    matched = first["matched"].to_numpy(bool)
+
+    def firsts(col: str) -> list[Any]:
+        """Per instance, ``inst.groupby("instance")[col].first()``: the first non-null value."""
+        values = inst[col]
+        if bool(values.isna().any()):  # first() skips nulls (never there in practice)
+            return list(values.groupby(ids, sort=True).first().tolist())
+        return list(values.to_numpy()[heads].tolist())
+
+    def per_run(col: pd.Series, op: np.ufunc) -> I64:
+        return np.asarray(op.reduceat(col.to_numpy(np.int64), heads), dtype=np.int64)
+
+    ranks = per_rank["rank"].to_numpy(np.int64).tolist()
+    nbytes = inst["bytes"]
+    if nbytes.dtype == np.int64:
+        most = per_run(nbytes, np.maximum).tolist()
+    else:
+        most = nbytes.groupby(ids, sort=True).max().tolist()
+    out = pd.DataFrame(
+        {
+            "instance": ids[heads],
+            "name": first["name"].to_numpy(),
+            "family": first["family"].to_numpy(),
+            "process_group": [(p or None) for p in firsts("process_group")],
+            "seq": [(int(s) if s >= 0 else None) for s in firsts("seq")],
+            "bytes": [(int(b) if b >= 0 else None) for b in most],
+            "n_ranks": sizes.astype(np.int64),
+            "ranks": [
+                tuple(ranks[a:b])
+                for a, b in zip(heads.tolist(), (heads + sizes).tolist(), strict=True)
+            ],
+            "step": first["step"].to_numpy(),
+            "start_ns": per_run(per_rank["start_ns"], np.minimum),
+            "transfer_ns": per_run(per_rank["dur_ns"], np.minimum),
+            WAIT_NS.name: per_run(per_rank[WAIT_NS.name], np.add),
+            "last_rank": [None] * len(first),
+            EXPOSED_NS.name: per_run(per_rank[EXPOSED_NS.name], np.add),
+            "matched": matched,
+            "group": [str(x) for x in firsts("group_key")],
+            "members": firsts("members"),
+            "p2p": np.array(firsts("p2p"), dtype=bool),
+            "src_rank": [(int(x) if x >= 0 else None) for x in firsts("src_rank")],
+            "dst_rank": [(int(x) if x >= 0 else None) for x in firsts("dst_rank")],
+            "last_arrival_ns": [
+                (int(x) if f else None)
+                for x, f in zip(firsts("last_arrival"), matched.tolist(), strict=True)
+            ],
+            "transfer_outlier": np.array(firsts("transfer_outlier"), dtype=bool),
+        },
+        columns=list(INSTANCE_COLUMNS),
+    )
+    if clock is not None and len(m):
+        # arrival order: the unit with the latest aligned start, None on a tie
+        out["last_rank"] = _last_ranks(inst, m, traces, len(out))
+    out["last_rank"] = out["last_rank"].astype(object)
+    return out, per_rank, row_instance
+
+
+def _assert_same_frames(a: pd.DataFrame, b: pd.DataFrame) -> None:
+    assert list(a.columns) == list(b.columns)
+    assert list(a.dtypes.astype(str)) == list(b.dtypes.astype(str))
+    pd.testing.assert_frame_equal(a, b, check_exact=True)
+    for c in a.columns:  # the same Python types in object columns (the json writer sees them)
+        assert [type(x) for x in a[c].tolist()] == [type(x) for x in b[c].tolist()], c
+
+
+ROWS = st.lists(
+    st.tuples(
+        st.integers(-1, 4),  # key (-1: unmatched)
+        st.integers(0, 2),  # unit
+        st.integers(-1, 2),  # window (-1: outside every step)
+        st.integers(0, 30),  # start
+        st.integers(0, 9),  # duration, and the other ns columns derived from it
+        st.sampled_from(["", "pg0", "pg1"]),  # process group
+        st.booleans(),  # p2p, same_stream, transfer_outlier
+    ),
+    max_size=12,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    ROWS,
+    st.sampled_from(["int", "none", "mixed"]),
+    st.sampled_from(["int", "float"]),
+    st.sampled_from([None, "estimated"]),
+    st.lists(st.tuples(st.integers(-1, 5), st.integers(0, 2), st.integers(0, 9)), max_size=8),
+)
+def test_tables_are_the_frame_code(rows, devices, nbytes, clock, m_rows):
+    # the numpy columns of _tables against the copy / assign / take / reset_index it replaces,
+    # on a shuffled unique index (row_instance keys on it) and every device dtype pandas infers
+    n = len(rows)
+    r = np.array(rows, dtype=object).reshape(n, 7) if n else np.zeros((0, 7), dtype=object)
+    ints = [[int(x) for x in r[:, j]] for j in (0, 1, 2, 3, 4)]
+    key, unit, window, start, dur = (np.array(c, dtype=np.int64) for c in ints)
+    flag = np.array([bool(x) for x in r[:, 6]], dtype=bool)
+    pg = [str(x) for x in r[:, 5]]
+    by = {"bytes": (dur * 100 - 300) if nbytes == "int" else np.where(dur > 4, dur * 100.0, np.nan)}
+    inst = pd.DataFrame(
+        {
+            "window": window,
+            "key": key,
+            "unit": unit,
+            "start_ns": start,
+            "end_ns": start + dur,
+            "dur_ns": dur,
+            "label": [f"AllReduce{k}" for k in key.tolist()],
+            "kernel": [f"k{u}" for u in unit.tolist()],
+            "family": ["all_reduce" if f else "send_recv" for f in flag.tolist()],
+            "lane": [f"stream {u}" for u in unit.tolist()],
+            WAIT_NS.name: dur // 2,
+            **{f"exposed_{c}_ns": (dur + i) % 3 for i, c in enumerate(CAUSES)},
+            EXPOSED_NS.name: dur % 4,
+            EXPOSED_UNMATCHED_NS.name: dur % 2,
+            "why": ["" if k >= 0 else "absent on rank 1" for k in key.tolist()],
+            "same_stream": flag,
+            "queued_ns": dur - 3,
+            "behind_comm_ns": start % 3 - 1,
+            "aligned_start": start - unit,
+            "waited_for": np.where(flag, unit, -1),
+            **by,
+            "process_group": pg,
+            "seq": key - 1,
+            "group_key": pg,
+            "members": [(0, 1) if f else (0, 1, 2) for f in flag.tolist()],
+            "p2p": flag,
+            "src_rank": np.where(flag, unit, -1),
+            "dst_rank": np.where(flag, 2 - unit, -1),
+            "last_arrival": start + 5,
+            "transfer_outlier": ~flag,
+        },
+        index=np.random.default_rng(n).permutation(n) * 3 + 7,
+    )
+    m = pd.DataFrame(
+        {
+            "key": np.array([x[0] for x in m_rows], np.int64),
+            "unit": np.array([x[1] for x in m_rows], np.int64),
+            "aligned_start": np.array([x[2] for x in m_rows], np.int64),
+        }
+    )
+    dev: dict[str, list[Any]] = {"int": [0, 1, 2], "none": [None] * 3, "mixed": [0, None, 2]}
+    traces = [SimpleNamespace(rank=10 + u, device=dev[devices][u]) for u in range(3)]
+    labels = ["step 1", "step 2", 3]
+    got = _tables(inst, m, cast(Any, traces), labels, clock)
+    want = _tables_frame(inst, m, cast(Any, traces), labels, clock)
+    _assert_same_frames(got[0], want[0])
+    _assert_same_frames(got[1], want[1])
+    pd.testing.assert_series_equal(got[2], want[2], check_exact=True)
