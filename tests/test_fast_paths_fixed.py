@@ -28,7 +28,10 @@ from traceoverlap.run.matching import (
     PER_RANK_COLUMNS,
     _last_ranks,
     _tables,
+    _transfer_outliers,
 )
+from traceoverlap.run.matching import TRANSFER_OUTLIER_MIN as MIN
+from traceoverlap.run.matching import TRANSFER_OUTLIER_RATIO as RATIO
 
 
 def _tables_frame(
@@ -253,3 +256,71 @@ def test_tables_are_the_frame_code(rows, devices, nbytes, clock, m_rows):
     _assert_same_frames(got[0], want[0])
     _assert_same_frames(got[1], want[1])
     pd.testing.assert_series_equal(got[2], want[2], check_exact=True)
+
+
+def _transfer_outliers_frame(
+    key: I64, transfer: I64, family: np.ndarray, nbytes: I64
+) -> tuple[np.ndarray, I64, dict[int, str]]:
+    """The replaced outlier search of ``matching._known_transfer``: a groupby agg per key, then
+    a median and a size transform per (family, bytes), and a reindex back to the rows."""
+    per_key = (
+        pd.DataFrame({"key": key, "transfer": transfer, "family": family, "bytes": nbytes})
+        .groupby("key", sort=True)
+        .agg(transfer=("transfer", "min"), family=("family", "first"), bytes=("bytes", "max"))
+    )
+    hit = np.zeros(key.size, dtype=bool)
+    expected_row = np.zeros(key.size, dtype=np.int64)
+    words: dict[int, str] = {}
+    sized = per_key[per_key["bytes"].to_numpy() > 0]
+    if len(sized):
+        g = sized.groupby(["family", "bytes"], sort=False)["transfer"]
+        med = g.transform("median").to_numpy(np.float64)
+        n = g.transform("size").to_numpy(np.int64)
+        t = sized["transfer"].to_numpy(np.int64)
+        out = (n >= MIN) & (med > 0) & (t > RATIO * med)
+        if out.any():
+            expected = pd.Series(np.floor(med[out]).astype(np.int64), index=sized.index[out])
+            words = {
+                int(k): (
+                    f"its transfer estimate {t[i] / 1e6:.3f} ms is {t[i] / med[i]:.1f}x the "
+                    f"median of the {int(n[i])} {fam} instances of its size: waiting or "
+                    "contention, not bandwidth"
+                )
+                for i, (k, fam) in enumerate(
+                    zip(sized.index.tolist(), sized["family"].tolist(), strict=True)
+                )
+                if out[i]
+            }
+            exp_row = expected.reindex(key).to_numpy(np.float64)
+            hit = ~np.isnan(exp_row)
+            expected_row[hit] = exp_row[hit].astype(np.int64)
+    return hit, expected_row, words
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 12),  # key
+            st.integers(0, 40),  # transfer: 3x a median of small integers happens often
+            st.sampled_from(["all_reduce", "all_gather", "all_to_all"]),
+            st.sampled_from([-1, 0, 64, 128]),  # bytes (<= 0: unsized)
+        ),
+        max_size=40,
+    ),
+    st.sampled_from([1, 1_000_000_007, 2**40 + 1]),
+)
+def test_transfer_outliers_are_the_groupby(rows, scale):
+    # per key the least transfer, its first family, the most bytes; an outlier is over 3x the
+    # median (a middle value, or the mean of the middle two) of at least 5 keys of its family
+    # and size: the numpy reduction must give the groupby's rows, expected ns and words
+    key = np.array([r[0] for r in rows], np.int64)
+    transfer = np.array([r[1] for r in rows], np.int64) * scale
+    family = np.array([r[2] for r in rows], dtype=object)
+    nbytes = np.array([r[3] for r in rows], np.int64)
+    # a key's family may differ by row: first() keeps the first
+    hit, expected, words = _transfer_outliers(key, transfer, family, nbytes)
+    want_hit, want_expected, want_words = _transfer_outliers_frame(key, transfer, family, nbytes)
+    assert hit.tolist() == want_hit.tolist()
+    assert expected[hit].tolist() == want_expected[want_hit].tolist()
+    assert words == want_words
