@@ -22,13 +22,16 @@ from traceoverlap.core.schema import (
 )
 from traceoverlap.core.vocab import CAUSES
 from traceoverlap.rank.instances import known_ns
+from traceoverlap.run.job import waited_for_ranks
 from traceoverlap.run.matching import (
     I64,
     INSTANCE_COLUMNS,
     PER_RANK_COLUMNS,
+    _arrivals,
     _last_ranks,
     _tables,
     _transfer_outliers,
+    _unit_offsets,
 )
 from traceoverlap.run.matching import TRANSFER_OUTLIER_MIN as MIN
 from traceoverlap.run.matching import TRANSFER_OUTLIER_RATIO as RATIO
@@ -324,3 +327,82 @@ def test_transfer_outliers_are_the_groupby(rows, scale):
     assert hit.tolist() == want_hit.tolist()
     assert expected[hit].tolist() == want_expected[want_hit].tolist()
     assert words == want_words
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(0, 4), max_size=10),
+    st.dictionaries(
+        st.integers(0, 4), st.one_of(st.integers(-50, 50), st.integers(2**53, 2**53 + 99))
+    ),
+)
+def test_unit_offsets_are_the_map(units, off):
+    # a unit without an offset takes 0, and then every offset goes through float64 (ns past
+    # 2**53 round to even), as Series.map(off).fillna(0) gave
+    unit = np.array(units, dtype=np.int64)
+    want = pd.Series(unit).map(off).fillna(0).to_numpy(np.int64)
+    got = _unit_offsets(unit, off)
+    assert got.dtype == np.int64
+    assert got.tolist() == want.tolist()
+
+
+def _arrivals_loc(inst: pd.DataFrame, m: pd.DataFrame, unit_rank: I64) -> None:
+    """The replaced ``matching._arrivals``: loc reads and writes by m's index labels."""
+    inst["aligned_start"] = inst["start_ns"].to_numpy(np.int64)
+    inst["last_arrival"] = -1
+    inst["waited_for"] = -1
+    if m.empty:
+        return
+    idx = m.index
+    inst.loc[idx, "aligned_start"] = m["aligned_start"].to_numpy(np.int64)
+    peer = inst.loc[idx, "src_rank"].to_numpy(np.int64)
+    rank = unit_rank[inst.loc[idx, "unit"].to_numpy(np.int64)]
+    dst = inst.loc[idx, "dst_rank"].to_numpy(np.int64)
+    peer = np.where(peer == rank, dst, peer)
+    target, latest = waited_for_ranks(
+        m["key"].to_numpy(np.int64),
+        rank,
+        m["aligned_start"].to_numpy(np.int64),
+        inst.loc[idx, WAIT_NS.name].to_numpy(np.int64),
+        peer,
+    )
+    inst.loc[idx, "last_arrival"] = latest
+    inst.loc[idx, "waited_for"] = target
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(-1, 3),  # key
+            st.integers(0, 2),  # unit
+            st.integers(0, 20),  # start
+            st.integers(0, 5),  # wait
+            st.integers(-1, 2),  # src rank (-1: a collective)
+        ),
+        max_size=12,
+    )
+)
+def test_arrivals_are_the_loc_code(rows):
+    # on a shuffled index: the numpy writes at m's positions must be the loc writes at its labels
+    n = len(rows)
+    cols = list(zip(*rows, strict=True)) if rows else [()] * 5
+    key, unit, start, wait, src = (np.array(c, dtype=np.int64) for c in cols)
+    inst = pd.DataFrame(
+        {
+            "key": key,
+            "unit": unit,
+            "start_ns": start,
+            WAIT_NS.name: wait,
+            "src_rank": src,
+            "dst_rank": np.where(src >= 0, 2 - src, -1),
+        },
+        index=np.random.default_rng(n).permutation(n) * 2 + 1,
+    )
+    m = inst[inst["key"] >= 0].copy()
+    m["aligned_start"] = m["start_ns"].to_numpy(np.int64) - m["unit"].to_numpy(np.int64)
+    unit_rank = np.array([0, 1, 2], dtype=np.int64)
+    got, want = inst.copy(), inst.copy()
+    _arrivals(got, m, unit_rank)
+    _arrivals_loc(want, m, unit_rank)
+    pd.testing.assert_frame_equal(got, want, check_exact=True)

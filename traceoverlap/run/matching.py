@@ -828,16 +828,19 @@ def match_collectives(
     unix = bool(traces) and all(t.clock == "unix" for t in traces)
     m, n_inconsistent, clock, offsets = _align_clocks(inst, unix, notes)
 
-    # wait / transfer per matched (instance, unit)
-    m["transfer_ns"] = m.groupby("key")["dur_ns"].transform("min").astype(np.int64)
-    m[WAIT_NS.name] = (m["dur_ns"] - m["transfer_ns"]).astype(np.int64)
+    # wait / transfer per matched (instance, unit): the least duration of its key, by key
+    # codes (a groupby transform costs a millisecond)
+    m_dur = m["dur_ns"].to_numpy(np.int64)
+    uk, kinv = np.unique(m["key"].to_numpy(), return_inverse=True)
+    kinv = kinv.reshape(-1)
+    least = np.full(uk.size, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(least, kinv, m_dur)
+    m["transfer_ns"] = least[kinv]
+    m[WAIT_NS.name] = m_dur - least[kinv]
     _p2p_waits(m)
-    inst[WAIT_NS.name] = (
-        pd.Series(m[WAIT_NS.name].to_numpy(), index=m.index)
-        .reindex(inst.index)
-        .fillna(0)
-        .to_numpy(np.int64)
-    )
+    wait = np.zeros(len(inst), dtype=np.int64)  # 0 where not matched
+    wait[inst.index.get_indexer(m.index)] = m[WAIT_NS.name].to_numpy(np.int64)
+    inst[WAIT_NS.name] = wait
     _known_transfer(inst, m, multi=len(traces) > 1, given={t.rank for t in traces})
     unit_rank = np.array([t.rank for t in traces], dtype=np.int64)
     _arrivals(inst, m, unit_rank)
@@ -869,26 +872,31 @@ def _arrivals(inst: pd.DataFrame, m: pd.DataFrame, unit_rank: I64) -> None:
     """Per row of ``inst`` (in place): ``aligned_start`` (own start where not matched),
     ``last_arrival`` (its instance's latest aligned start, -1 unmatched) and ``waited_for``
     (the rank its wait part is credited to, -1 when it has no wait): docs/job-model.md."""
-    inst["aligned_start"] = inst["start_ns"].to_numpy(np.int64)
-    inst["last_arrival"] = -1
-    inst["waited_for"] = -1
-    if m.empty:
-        return
-    idx = m.index
-    inst.loc[idx, "aligned_start"] = m["aligned_start"].to_numpy(np.int64)
-    peer = inst.loc[idx, "src_rank"].to_numpy(np.int64)
-    rank = unit_rank[inst.loc[idx, "unit"].to_numpy(np.int64)]
-    dst = inst.loc[idx, "dst_rank"].to_numpy(np.int64)
-    peer = np.where(peer == rank, dst, peer)
-    target, latest = waited_for_ranks(
-        m["key"].to_numpy(np.int64),
-        rank,
-        m["aligned_start"].to_numpy(np.int64),
-        inst.loc[idx, WAIT_NS.name].to_numpy(np.int64),
-        peer,
-    )
-    inst.loc[idx, "last_arrival"] = latest
-    inst.loc[idx, "waited_for"] = target
+    aligned = inst["start_ns"].to_numpy(np.int64).copy()
+    last_arrival = np.full(len(inst), -1, dtype=np.int64)
+    waited_for = np.full(len(inst), -1, dtype=np.int64)
+    if not m.empty:
+        # positions of m's rows in inst: numpy writes, where each loc read or write costs
+        # a few hundred microseconds
+        at = inst.index.get_indexer(m.index)
+        m_aligned = m["aligned_start"].to_numpy(np.int64)
+        aligned[at] = m_aligned
+        peer = inst["src_rank"].to_numpy(np.int64)[at]
+        rank = unit_rank[inst["unit"].to_numpy(np.int64)[at]]
+        dst = inst["dst_rank"].to_numpy(np.int64)[at]
+        peer = np.where(peer == rank, dst, peer)
+        target, latest = waited_for_ranks(
+            m["key"].to_numpy(np.int64),
+            rank,
+            m_aligned,
+            inst[WAIT_NS.name].to_numpy(np.int64)[at],
+            peer,
+        )
+        last_arrival[at] = latest
+        waited_for[at] = target
+    inst["aligned_start"] = aligned
+    inst["last_arrival"] = last_arrival
+    inst["waited_for"] = waited_for
 
 
 def _credit(
@@ -1033,13 +1041,27 @@ def _align_clocks(
         inst.loc[bad, "key"] = -1
         inst.loc[bad, "why"] = "its spans on the ranks are not consistent in time"
     m = m[ok].copy()
-    m["aligned_start"] = m["start_ns"].to_numpy(np.int64) - m["unit"].map(off).fillna(0).to_numpy(
-        np.int64
+    m["aligned_start"] = m["start_ns"].to_numpy(np.int64) - _unit_offsets(
+        m["unit"].to_numpy(np.int64), off
     )
     clock = None
     if len(m):
         clock = "unix" if unix and all(v == 0 for v in off.values()) else "estimated"
     return m, len(bad_keys), clock, off
+
+
+def _unit_offsets(unit: I64, off: dict[int, int]) -> I64:
+    """Per row, its unit's offset: what ``Series.map(off).fillna(0)`` gives as int64, including
+    its float64 round trip of every offset when a unit has none (0 for it)."""
+    if unit.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    units, inv = np.unique(unit, return_inverse=True)
+    got = [off.get(int(u)) for u in units.tolist()]
+    if any(g is None for g in got):
+        o = np.array([0.0 if g is None else g for g in got], dtype=np.float64).astype(np.int64)
+    else:
+        o = np.array(got, dtype=np.int64)
+    return np.asarray(o[inv.reshape(-1)], dtype=np.int64)
 
 
 #: A matched instance whose transfer estimate exceeds this many times the median of the run's
