@@ -29,9 +29,12 @@ from traceoverlap.run.matching import (
     PER_RANK_COLUMNS,
     _arrivals,
     _last_ranks,
+    _ngroup,
+    _p2p_direction,
     _tables,
     _transfer_outliers,
     _unit_offsets,
+    _units_by_group,
 )
 from traceoverlap.run.matching import TRANSFER_OUTLIER_MIN as MIN
 from traceoverlap.run.matching import TRANSFER_OUTLIER_RATIO as RATIO
@@ -406,3 +409,113 @@ def test_arrivals_are_the_loc_code(rows):
     _arrivals(got, m, unit_rank)
     _arrivals_loc(want, m, unit_rank)
     pd.testing.assert_frame_equal(got, want, check_exact=True)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["", "pg0", "\x00stream#1", None]),
+            st.sampled_from(["allreduce", "p2p:0>1", "p2p:1>0"]),
+            st.integers(-1, 2),
+            st.integers(0, 2),
+        ),
+        max_size=16,
+    )
+)
+def test_ngroup_is_the_groupby(rows):
+    # groups numbered by their first row, a row with a null key in none (-1)
+    frame = pd.DataFrame(
+        {
+            "g": pd.array([r[0] for r in rows], dtype="str"),
+            "k": pd.array([r[1] for r in rows], dtype="str"),
+            "s": np.array([r[2] for r in rows], np.int64),
+            "o": np.array([r[3] for r in rows], np.int64),
+        }
+    )
+    want = frame.groupby(["g", "k", "s", "o"], sort=False).ngroup().to_numpy(np.float64)
+    # pandas gives NaN for a null key (the old code then failed at int(ids.max())): -1 here
+    want = np.nan_to_num(want, nan=-1.0).astype(np.int64)
+    got = _ngroup(*(frame[c].to_numpy(dtype=object if c in "gk" else None) for c in "gkso"))
+    assert got.tolist() == want.tolist()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["", "pg1", "pg0", "\x00stream#0", "?", None]), st.integers(0, 3)
+        ),
+        max_size=12,
+    )
+)
+def test_units_by_group_is_the_groupby(rows):
+    # per group key, sorted and null keys left out, the units that ran it
+    frame = pd.DataFrame(
+        {
+            "group_key": pd.array([r[0] for r in rows], dtype="str"),
+            "unit": np.array([r[1] for r in rows], np.int64),
+        }
+    )
+    want = {
+        g: {int(u) for u in us} for g, us in frame.groupby("group_key")["unit"].unique().items()
+    }
+    got = _units_by_group(frame)
+    assert list(got) == list(want)
+    assert got == want
+
+
+def _p2p_direction_map(
+    inst: pd.DataFrame, unit_rank: I64, members: dict[object, tuple[int, ...]]
+) -> tuple[np.ndarray, I64, I64]:
+    """The replaced ``matching._p2p_direction``: Series.map and fillna, Series text sums."""
+    kind = inst["kind_key"].to_numpy(dtype=object).copy()
+    src = np.full(len(inst), -1, dtype=np.int64)
+    dst = np.full(len(inst), -1, dtype=np.int64)
+    if inst.empty:
+        return kind, src, dst
+    is_send = np.isin(kind, ["send", "isend"])
+    is_recv = np.isin(kind, ["recv", "irecv", "recvanysource"])
+    rank = unit_rank[inst["unit"].to_numpy(np.int64)]
+    pair = {g: m for g, m in members.items() if len(m) == 2}
+    gk = inst["group_key"]
+    m0 = gk.map({g: m[0] for g, m in pair.items()}).fillna(-1).to_numpy(np.int64)
+    m1 = gk.map({g: m[1] for g, m in pair.items()}).fillna(-1).to_numpy(np.int64)
+    ok = (is_send | is_recv) & (m0 >= 0) & ((rank == m0) | (rank == m1))
+    peer = np.where(rank == m0, m1, m0)
+    src[ok] = np.where(is_send, rank, peer)[ok]
+    dst[ok] = np.where(is_send, peer, rank)[ok]
+    if ok.any():
+        names = pd.Series(src[ok]).astype(str) + ">" + pd.Series(dst[ok]).astype(str)
+        kind[ok] = ("p2p:" + names).to_numpy(dtype=object)
+    return kind, src, dst
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["send", "irecv", "recv", "allreduce", "isend"]),
+            st.sampled_from(["pg2", "pg3", "pgx", None]),
+            st.integers(0, 3),
+        ),
+        max_size=12,
+    )
+)
+def test_p2p_direction_is_the_map(rows):
+    # in a group of two (pg2: ranks 10, 11; pg3 has three; pgx unknown) a send/recv of a member
+    # is directed from the sender to the receiver; the rest keep their kind
+    inst = pd.DataFrame(
+        {
+            "kind_key": pd.array([r[0] for r in rows], dtype="str"),
+            "group_key": pd.array([r[1] for r in rows], dtype="str"),
+            "unit": np.array([r[2] for r in rows], np.int64),
+        }
+    )
+    unit_rank = np.array([10, 11, 12, 13], dtype=np.int64)
+    members: dict[object, tuple[int, ...]] = {"pg2": (10, 11), "pg3": (10, 11, 12)}
+    got = _p2p_direction(inst, unit_rank, members)
+    want = _p2p_direction_map(inst, unit_rank, members)
+    assert got[0].tolist() == want[0].tolist()
+    assert [type(x) for x in got[0].tolist()] == [type(x) for x in want[0].tolist()]
+    assert got[1].tolist() == want[1].tolist() and got[2].tolist() == want[2].tolist()

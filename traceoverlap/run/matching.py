@@ -277,21 +277,40 @@ def _p2p_direction(
     is_recv = np.isin(kind, ["recv", "irecv", "recvanysource"])
     rank = unit_rank[inst["unit"].to_numpy(np.int64)]
     pair = {g: m for g, m in members.items() if len(m) == 2}
-    gk = inst["group_key"]
-    m0 = gk.map({g: m[0] for g, m in pair.items()}).fillna(-1).to_numpy(np.int64)
-    m1 = gk.map({g: m[1] for g, m in pair.items()}).fillna(-1).to_numpy(np.int64)
+    # the two members of each row's group (-1: not a group of two), by dict lookups where a
+    # Series.map and fillna per column cost more
+    gk = inst["group_key"].tolist()
+    m0 = np.array([pair[g][0] if g in pair else -1 for g in gk], dtype=np.int64)
+    m1 = np.array([pair[g][1] if g in pair else -1 for g in gk], dtype=np.int64)
     ok = (is_send | is_recv) & (m0 >= 0) & ((rank == m0) | (rank == m1))
     peer = np.where(rank == m0, m1, m0)
     src[ok] = np.where(is_send, rank, peer)[ok]
     dst[ok] = np.where(is_send, peer, rank)[ok]
     if ok.any():
-        names = pd.Series(src[ok]).astype(str) + ">" + pd.Series(dst[ok]).astype(str)
-        kind[ok] = ("p2p:" + names).to_numpy(dtype=object)
+        at = np.flatnonzero(ok)
+        for i, a, b in zip(at.tolist(), src[ok].tolist(), dst[ok].tolist(), strict=True):
+            kind[i] = f"p2p:{a}>{b}"
     return kind, src, dst
 
 
+def _units_by_group(inst: pd.DataFrame) -> dict[object, set[int]]:
+    """Per group key (sorted, as a groupby; null keys left out): the units that ran it."""
+    seen: dict[object, set[int]] = {}
+    for g, u in zip(inst["group_key"].tolist(), inst["unit"].tolist(), strict=True):
+        if g is None or (isinstance(g, float) and g != g):  # groupby drops null keys
+            continue
+        got = seen.get(g)
+        if got is None:
+            seen[g] = {int(u)}
+        else:
+            got.add(int(u))
+    return {g: seen[g] for g in sorted(seen)}  # type: ignore[type-var]
+
+
 def _group_table(
-    inst: pd.DataFrame, traces: Sequence[TraceInfo]
+    inst: pd.DataFrame,
+    traces: Sequence[TraceInfo],
+    shown_of: dict[object, set[int]] | None = None,
 ) -> tuple[dict[object, tuple[int, ...]], dict[object, tuple[int, ...]]]:
     """Per group key: its members (ranks; from ``pg_config`` when known, else the ranks that
     ran its collectives) and the units given that are members."""
@@ -299,8 +318,8 @@ def _group_table(
     unit_rank = [t.rank for t in traces]
     members: dict[object, tuple[int, ...]] = {}
     units_of: dict[object, tuple[int, ...]] = {}
-    for g, us in inst.groupby("group_key")["unit"].unique().items():
-        shown = sorted({int(u) for u in us})
+    for g, us in (_units_by_group(inst) if shown_of is None else shown_of).items():
+        shown = sorted(us)
         if str(g) in known:
             members[g] = known[str(g)]
             units_of[g] = tuple(
@@ -312,8 +331,57 @@ def _group_table(
     return members, units_of
 
 
+def _ngroup(*columns: npt.NDArray[Any]) -> I64:
+    """Per row, ``groupby(columns, sort=False).ngroup()``: its group's number in order of first
+    appearance, -1 where a column is null (pandas: NaN; group keys are never null). Codes
+    per column, then a sort of the code rows."""
+    n = len(columns[0])
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    codes = [np.asarray(pd.factorize(c, sort=False)[0], dtype=np.int64) for c in columns]
+    null = np.zeros(n, dtype=bool)
+    for c in codes:
+        null |= c < 0
+    order = np.lexsort(codes[::-1])
+    new = np.ones(n, dtype=bool)
+    new[1:] = np.zeros(n - 1, dtype=bool)
+    for c in codes:
+        cs = c[order]
+        new[1:] |= cs[1:] != cs[:-1]
+    group = np.empty(n, dtype=np.int64)
+    group[order] = np.cumsum(new) - 1
+    group[null] = -1
+    # number the groups by their first row
+    valid = np.flatnonzero(~null)
+    firsts = np.full(int(group.max()) + 1 if valid.size else 0, n, dtype=np.int64)
+    np.minimum.at(firsts, group[valid], valid)
+    rank = np.empty(firsts.size, dtype=np.int64)
+    rank[np.argsort(firsts, kind="stable")] = np.arange(firsts.size, dtype=np.int64)
+    out = np.full(n, -1, dtype=np.int64)
+    out[valid] = rank[group[valid]]
+    return out
+
+
 #: What a note says of the exposed time of instances left unmatched in a run of several units.
 _UNMATCHED_WORDS = "is unmatched: waiting cannot be told from transfer (diagnosis.md §12)"
+
+
+@dataclass(frozen=True)
+class _Extra:
+    """Per local instance row: its group's members, p2p direction and why it is unmatched."""
+
+    members: npt.NDArray[np.object_]
+    src_rank: I64
+    dst_rank: I64
+    why: npt.NDArray[np.object_]
+
+
+def _object_array(values: Sequence[Any]) -> npt.NDArray[np.object_]:
+    """A 1-d object array of ``values`` (tuples stay elements, not rows)."""
+    out = np.empty(len(values), dtype=object)
+    for i, v in enumerate(values):
+        out[i] = v
+    return out
 
 
 def _match(
@@ -321,29 +389,23 @@ def _match(
     units: Sequence[int],
     unit_label: dict[int, str],
     traces: Sequence[TraceInfo],
-) -> tuple[npt.NDArray[np.int64], list[str], pd.DataFrame]:
+) -> tuple[npt.NDArray[np.int64], list[str], _Extra]:
     """Per local instance row: its matched instance key (-1 unmatched), notes, and per row its
-    group's members and p2p direction (columns ``members``, ``match_kind``, ``src_rank``,
-    ``dst_rank``). Matching is the n-th instance within a group (diagnosis.md §6)."""
+    group's members and p2p direction (``members``, ``src_rank``, ``dst_rank``) and why it is
+    unmatched. Matching is the n-th instance within a group (diagnosis.md §6)."""
     notes: list[str] = []
-    key = np.full(len(inst), -1, dtype=np.int64)
-    extra = pd.DataFrame(
-        {
-            "members": pd.Series([()] * len(inst), dtype=object, index=inst.index),
-            "src_rank": -1,
-            "dst_rank": -1,
-            "why": "",
-        },
-        index=inst.index,
-    )
+    n = len(inst)
+    key = np.full(n, -1, dtype=np.int64)
+    why = np.full(n, "", dtype=object)
     if inst.empty:
-        return key, notes, extra
+        return key, notes, _Extra(_object_array([()] * n), key.copy(), key.copy(), why)
     unit_rank = np.array([t.rank for t in traces], dtype=np.int64)
-    members, units_of = _group_table(inst, traces)
+    shown_of = _units_by_group(inst)
+    members, units_of = _group_table(inst, traces, shown_of)
     match_kind, src, dst = _p2p_direction(inst, unit_rank, members)
-    extra["members"] = [members.get(g, ()) for g in inst["group_key"]]
-    extra["src_rank"], extra["dst_rank"] = src, dst
-    unknown = (inst["group_key"] == UNKNOWN_GROUP).to_numpy()
+    group_list = inst["group_key"].tolist()
+    member_col = _object_array([members.get(g, ()) for g in group_list])
+    unknown = inst["group_key"].to_numpy(dtype=object) == UNKNOWN_GROUP
     if unknown.any():
         notes.append(
             f"{int(unknown.sum())} communication activit{'y' if unknown.sum() == 1 else 'ies'} "
@@ -353,9 +415,9 @@ def _match(
             + (_UNMATCHED_WORDS if len(units) > 1 else "counts as transfer")
         )
     if len(units) < 2:
-        return key, notes, extra
+        return key, notes, _Extra(member_col, src, dst, why)
     for g, us in units_of.items():
-        shown = set(inst.loc[inst["group_key"] == g, "unit"].astype(int).tolist())
+        shown = shown_of.get(g, set())
         missing = sorted(set(us) - shown)
         named = not str(g).startswith("\x00") and g != ""
         if missing and not named:
@@ -363,29 +425,38 @@ def _match(
                 f"collectives of {_describe_group(str(g))} appear on "
                 f"{_labels(sorted(shown), unit_label)} but not on {_labels(missing, unit_label)}"
             )
-    work = inst.assign(match_kind=match_kind)
-    keys = ["group_key", "match_kind", "seq", "ordinal"]
-    ids = work.groupby(keys, sort=False).ngroup().to_numpy()
-    n_present = pd.Series(ids).map(pd.Series(ids).value_counts()).to_numpy()
-    exp = np.array([len(units_of.get(g, ())) for g in inst["group_key"]], dtype=np.int64)
+    groups = inst["group_key"].to_numpy(dtype=object)
+    unit = inst["unit"].to_numpy(np.int64)
+    ids = _ngroup(groups, match_kind, inst["seq"].to_numpy(), inst["ordinal"].to_numpy())
+    count = np.bincount(ids + 1)  # value_counts, -1 (a null key) among them
+    n_present = count[ids + 1]
+    exp = np.array([len(units_of.get(g, ())) for g in group_list], dtype=np.int64)
     complete = (n_present == exp) & (exp >= 2) & ~unknown
     p2p = inst["p2p"].to_numpy(dtype=bool)
     undirected = p2p & (src < 0)
     # a group of more than two ranks, all given or not: a send/recv of a partial run pairs with
     # its peer's call, never with another rank's send
-    n_members = np.array([len(members.get(g, ())) for g in inst["group_key"]], dtype=np.int64)
+    n_members = np.array([len(members.get(g, ())) for g in group_list], dtype=np.int64)
     wide = undirected & ((exp > 2) | (n_members > 2))
     paired, recorded, ends = _pair_wide(
         inst, wide, unit_rank, members, traces, (key, src, dst), int(ids.max()) + 1, notes
     )
     complete &= ~wide
-    extra["src_rank"], extra["dst_rank"] = src, dst
-    extra.loc[paired, "members"] = pd.Series(
-        [(int(a), int(b)) for a, b in zip(src[paired], dst[paired], strict=True)],
-        index=extra.index[paired],
-        dtype=object,
+    for i, a, b in zip(
+        np.flatnonzero(paired).tolist(), src[paired].tolist(), dst[paired].tolist(), strict=True
+    ):
+        member_col[i] = (int(a), int(b))
+    narrow = ~wide
+    notes.extend(
+        _count_notes_of(
+            (groups[narrow], match_kind[narrow], unit[narrow]),
+            inst["label"].to_numpy(dtype=object)[narrow],
+            ids[narrow],
+            complete[narrow],
+            units_of,
+            unit_label,
+        )
     )
-    notes.extend(_count_notes(work[~wide], ids[~wide], complete[~wide], units_of, unit_label))
     for g, us in units_of.items():
         if len(us) == 1 and str(g) and not str(g).startswith("\x00"):
             notes.append(
@@ -393,8 +464,8 @@ def _match(
                 "nothing to match them with (is a rank trace missing?)"
             )
     key[complete] = ids[complete]
-    extra["why"] = _unmatched_why(
-        work,
+    why = _unmatched_why(
+        (unit, groups, match_kind),
         ids,
         complete | paired,  # a send/recv paired by end time has its peer: no reason
         unknown,
@@ -405,14 +476,12 @@ def _match(
         unit_label,
     )
     if (recorded & ~paired).any():
-        extra["why"] = _recorded_why(
-            extra["why"].to_numpy(dtype=object), recorded & ~paired, inst, unit_rank, ends
-        )
-    return key, notes, extra
+        why = _recorded_why(why, recorded & ~paired, inst, unit_rank, ends)
+    return key, notes, _Extra(member_col, src, dst, why)
 
 
 def _unmatched_why(
-    work: pd.DataFrame,
+    rows: tuple[I64, npt.NDArray[np.object_], npt.NDArray[np.object_]],
     ids: npt.NDArray[np.int64],
     complete: npt.NDArray[np.bool_],
     unknown: npt.NDArray[np.bool_],
@@ -422,11 +491,13 @@ def _unmatched_why(
     unit_rank: I64,
     unit_label: dict[int, str],
 ) -> npt.NDArray[np.object_]:
-    """Per local instance row: why it has no peers to split wait from transfer with (diagnosis.md
-    §12), in words; "" where it was matched. One pass over the incomplete instances only."""
+    """Per local instance row (``rows``: its unit, group key and match kind): why it has no
+    peers to split wait from transfer with (diagnosis.md §12), in words; "" where it was
+    matched. One pass over the incomplete instances only."""
     member_ranks, units_of = groups_of
+    units, groups, kinds = rows
     given = set(unit_rank.tolist())
-    why = np.full(len(work), "", dtype=object)
+    why = np.full(len(units), "", dtype=object)
     why[unknown] = "its process group cannot be told"
     for i in np.flatnonzero(unnamed_p2p).tolist():
         why[i] = f"a send/recv in a group of {int(exp[i])} ranks that names no peer"
@@ -434,9 +505,6 @@ def _unmatched_why(
     if not rest.any():
         return why
     sub = np.flatnonzero(rest)
-    units = work["unit"].to_numpy(np.int64)
-    groups = work["group_key"].to_numpy(dtype=object)
-    kinds = work["match_kind"].to_numpy(dtype=object)
     present: dict[int, set[int]] = {}
     for i in sub.tolist():
         present.setdefault(int(ids[i]), set()).add(int(units[i]))
@@ -713,13 +781,35 @@ def _count_notes(
     unit_label: dict[int, str],
 ) -> list[str]:
     """A note per (group, kind) whose instance counts differ across its member units."""
+    return _count_notes_of(
+        (
+            work["group_key"].to_numpy(dtype=object),
+            work["match_kind"].to_numpy(dtype=object),
+            work["unit"].to_numpy(dtype=object),
+        ),
+        work["label"].to_numpy(dtype=object),
+        ids,
+        complete,
+        units_of,
+        unit_label,
+    )
+
+
+def _count_notes_of(
+    rows: tuple[npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[Any]],
+    label: npt.NDArray[np.object_],
+    ids: npt.NDArray[np.int64],
+    complete: npt.NDArray[np.bool_],
+    units_of: dict[object, tuple[int, ...]],
+    unit_label: dict[int, str],
+) -> list[str]:
+    """:func:`_count_notes` on the rows' group key, match kind and unit, and their labels."""
     notes: list[str] = []
+    group, kind, unit = rows
     # rows per (group, kind, unit) counted in dicts, (group, kind) in sorted order: the
     # groupby and its per-group Series cost milliseconds for a few hundred rows
     counts: dict[tuple[Any, Any], dict[Any, int]] = {}
-    for g, k, u in zip(
-        work["group_key"].tolist(), work["match_kind"].tolist(), work["unit"].tolist(), strict=True
-    ):
+    for g, k, u in zip(group.tolist(), kind.tolist(), unit.tolist(), strict=True):
         if g == UNKNOWN_GROUP or pd.isna(g) or pd.isna(k) or pd.isna(u):  # groupby drops nulls
             continue
         per_unit = counts.setdefault((g, k), {})
@@ -731,8 +821,8 @@ def _count_notes(
         if str(k).startswith("p2p:"):
             expected = 2
         if len(set(vals)) > 1 or len(vals) != expected:
-            sel = (work["group_key"] == g).to_numpy() & (work["match_kind"] == k).to_numpy()
-            lab = work.loc[sel, "label"].iloc[0]
+            sel = (group == g) & (kind == k)
+            lab = label[np.flatnonzero(sel)[0]]
             desc = ", ".join(f"{unit_label[int(u)]}: {per_unit[u]}" for u in sorted(per_unit))
             n_ok = len(np.unique(ids[sel & complete]))
             notes.append(
@@ -820,10 +910,10 @@ def match_collectives(
     inst = inst.assign(
         key=key,
         dur_ns=(inst["end_ns"] - inst["start_ns"]).astype(np.int64),
-        members=extra["members"].to_numpy(),
-        src_rank=extra["src_rank"].to_numpy(np.int64),
-        dst_rank=extra["dst_rank"].to_numpy(np.int64),
-        why=extra["why"].to_numpy(dtype=object),
+        members=extra.members,
+        src_rank=extra.src_rank,
+        dst_rank=extra.dst_rank,
+        why=extra.why,
     )
     unix = bool(traces) and all(t.clock == "unix" for t in traces)
     m, n_inconsistent, clock, offsets = _align_clocks(inst, unix, notes)
