@@ -20,7 +20,7 @@ from traceoverlap.core.schema import (
     WAIT_NS,
     WAITED_FOR_RANK,
 )
-from traceoverlap.core.vocab import CAUSES
+from traceoverlap.core.vocab import CAUSES, FAMILIES
 from traceoverlap.rank.instances import known_ns
 from traceoverlap.run.job import waited_for_ranks
 from traceoverlap.run.matching import (
@@ -28,9 +28,11 @@ from traceoverlap.run.matching import (
     INSTANCE_COLUMNS,
     MAX_UNIX_SKEW_NS,
     PER_RANK_COLUMNS,
+    CauseSets,
     _align_clocks,
     _arrivals,
     _consistent,
+    _family_causes,
     _last_ranks,
     _ngroup,
     _offsets,
@@ -612,3 +614,81 @@ def test_align_clocks_is_the_frame_code(rows, unix):
     assert [x.split(" matched")[0] for x in got_notes if " of " in x] == [
         x.split(" matched")[0] for x in want_notes if " of " in x
     ]
+
+
+def _family_causes_loc(
+    inst: pd.DataFrame, pieces: tuple[I64, I64, I64, I64], sets: CauseSets, n_windows: int
+) -> pd.DataFrame:
+    """The replaced ``matching._family_causes``: a frame of every (window, family), then a loc
+    of the rows with exposed time and a reset_index."""
+    p_inst, p_win, p_s, p_e = pieces
+    cols = ["window", "family", EXPOSED_NS.name, *(f"exposed_{c}_ns" for c in CAUSES)]
+    cols += ["same_stream_ns"]
+    if p_inst.size == 0:
+        return pd.DataFrame(columns=cols)
+    fam_code = {f: i for i, f in enumerate(FAMILIES)}
+    nf = len(FAMILIES)
+    fam = np.array([fam_code.get(f, nf - 1) for f in inst["family"]], dtype=np.int64)[p_inst]
+    out: dict[str, I64] = {}
+    for name, mask in (
+        ("all", np.ones(p_inst.size, dtype=bool)),
+        ("same", inst["same_stream"].to_numpy(bool)[p_inst]),
+    ):
+        g, a, b = iv.grouped_union(p_win[mask] * nf + fam[mask], p_s[mask], p_e[mask])
+        w = g // nf
+        for cause, cs in sets.by_name().items():
+            cov = iv.grouped_covered(cs, w, a, b, n_windows)
+            out[f"{name}:{cause}"] = np.bincount(g, weights=cov, minlength=n_windows * nf).astype(
+                np.int64
+            )
+    idx = np.arange(n_windows * nf)
+    df = pd.DataFrame(
+        {
+            "window": idx // nf,
+            "family": np.array(FAMILIES, dtype=object)[idx % nf],
+            **{f"exposed_{c}_ns": out[f"all:{c}"] for c in CAUSES},
+            "same_stream_ns": sum(out[f"same:{c}"] for c in CAUSES),
+        }
+    )
+    df[EXPOSED_NS.name] = sum(df[f"exposed_{c}_ns"] for c in CAUSES)
+    return df.loc[df[EXPOSED_NS.name] > 0, cols].reset_index(drop=True)
+
+
+SPANS = st.lists(st.tuples(st.integers(0, 2), st.integers(0, 30), st.integers(0, 8)), max_size=6)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 3),  # instance row
+            st.integers(0, 2),  # window
+            st.integers(0, 30),  # start
+            st.integers(0, 8),  # length
+        ),
+        max_size=10,
+    ),
+    st.lists(st.tuples(st.sampled_from(FAMILIES), st.booleans()), min_size=4, max_size=4),
+    st.lists(SPANS, min_size=4, max_size=4),
+)
+def test_family_causes_is_the_loc_code(pieces, fams, spans):
+    # per (window, family) the ns of each cause set under the family's union, rows with none
+    # left out: the frame of the kept rows must be the loc of the whole one (also when empty)
+    def grouped(rows: list[tuple[int, int, int]]) -> Any:
+        g = np.array([r[0] for r in rows], np.int64)
+        s = np.array([r[1] for r in rows], np.int64)
+        return iv.grouped_union(g, s, s + np.array([r[2] for r in rows], np.int64), 3)
+
+    sets = CauseSets(*(grouped(x) for x in spans))
+    inst = pd.DataFrame(
+        {
+            "family": pd.array([f for f, _ in fams], dtype="str"),
+            "same_stream": np.array([b for _, b in fams], bool),
+        }
+    )
+    p = tuple(np.array([r[j] for r in pieces], np.int64) for j in range(3))
+    ps = (p[0], p[1], p[2], p[2] + np.array([r[3] for r in pieces], np.int64))
+    got = _family_causes(inst, ps, sets, 3)
+    want = _family_causes_loc(inst, ps, sets, 3)
+    assert list(got.dtypes.astype(str)) == list(want.dtypes.astype(str))
+    pd.testing.assert_frame_equal(got, want, check_exact=True)

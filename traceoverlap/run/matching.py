@@ -1407,16 +1407,21 @@ def _family_causes(
                 np.int64
             )
     idx = np.arange(n_windows * nf)
-    df = pd.DataFrame(
-        {
-            "window": idx // nf,
-            "family": np.array(FAMILIES, dtype=object)[idx % nf],
-            **{f"exposed_{c}_ns": out[f"all:{c}"] for c in CAUSES},
-            "same_stream_ns": sum(out[f"same:{c}"] for c in CAUSES),
-        }
-    )
-    df[EXPOSED_NS.name] = sum(df[f"exposed_{c}_ns"] for c in CAUSES)
-    return df.loc[df[EXPOSED_NS.name] > 0, cols].reset_index(drop=True)
+    total = sum((out[f"all:{c}"] for c in CAUSES), np.zeros(idx.size, dtype=np.int64))
+    keep = idx[total > 0]  # the frame of the rows kept only: a loc and reset_index cost more
+    columns: dict[str, npt.NDArray[Any]] = {
+        "window": idx // nf,
+        "family": np.array(FAMILIES, dtype=object)[idx % nf],
+        EXPOSED_NS.name: total,
+        **{f"exposed_{c}_ns": out[f"all:{c}"] for c in CAUSES},
+        "same_stream_ns": sum(
+            (out[f"same:{c}"] for c in CAUSES), np.zeros(idx.size, dtype=np.int64)
+        ),
+    }
+    if keep.size == 0:  # the dtypes pandas infers from every row (object texts: str)
+        df = pd.DataFrame(columns)
+        return df.loc[df[EXPOSED_NS.name] > 0, cols].reset_index(drop=True)
+    return pd.DataFrame({c: columns[c][keep] for c in cols}, columns=cols)
 
 
 def _unit_name(traces: Sequence[TraceInfo], u: int) -> str:
