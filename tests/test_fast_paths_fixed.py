@@ -22,6 +22,7 @@ from traceoverlap.core.schema import (
 )
 from traceoverlap.core.vocab import CAUSES, FAMILIES
 from traceoverlap.rank.instances import known_ns
+from traceoverlap.run.findings import _sum_where, _top_family
 from traceoverlap.run.job import waited_for_ranks
 from traceoverlap.run.matching import (
     I64,
@@ -692,3 +693,38 @@ def test_family_causes_is_the_loc_code(pieces, fams, spans):
     want = _family_causes_loc(inst, ps, sets, 3)
     assert list(got.dtypes.astype(str)) == list(want.dtypes.astype(str))
     pd.testing.assert_frame_equal(got, want, check_exact=True)
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["all_reduce", "all_gather", "send_recv"]), st.integers(0, 9)),
+        min_size=1,
+        max_size=10,
+    )
+)
+def test_top_family_is_the_groupby(rows):
+    # the family with the most ns summed, ties to the first in name order (a groupby sum, then
+    # a stable sort by the sums, largest first)
+    df = pd.DataFrame(
+        {
+            "family": pd.array([r[0] for r in rows], dtype="str"),
+            "x_ns": np.array([r[1] for r in rows], np.int64),
+        }
+    )
+    want = df.groupby("family")["x_ns"].sum().sort_values(ascending=False, kind="stable")
+    assert _top_family(df, "x_ns") == str(want.index[0])
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 3), st.integers(0, 99)), max_size=10),
+    st.sampled_from(["int", "Int64"]),
+)
+def test_sum_where_is_the_selection_sum(rows, dtype):
+    # an int64 column summed under a mask as the selected frame's column sum; a nullable one
+    # (its nulls skipped) through the Series
+    flag = np.array([r[0] == 0 for r in rows], dtype=bool)
+    vals = [r[1] if r[0] != 3 else None for r in rows] if dtype == "Int64" else [r[1] for r in rows]
+    frame = pd.DataFrame({"x": pd.array(vals, dtype="Int64" if dtype == "Int64" else "int64")})
+    assert _sum_where(frame, "x", flag) == int(frame[flag]["x"].sum())
