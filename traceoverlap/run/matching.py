@@ -1661,30 +1661,25 @@ def _straggler_table(
         credit[WAITED_FOR_RANK.name].to_numpy(np.int64),
         credit[EXPOSED_WAIT_NS.name].to_numpy(np.int64),
     )
-    out = pd.DataFrame(
+    # most credited first, then most often last, then by rank: the stable multi-key
+    # sort_values (a lexsort) on the columns before the frame, not a sort and reset_index of it
+    by = np.lexsort((rank_arr, -last_count, -credited))
+    ratio = [
+        (lc / n if n and aligned else None)
+        for lc, n in zip(last_count[by].tolist(), count[by].tolist(), strict=True)
+    ]
+    return pd.DataFrame(
         {
-            "rank": rank_arr,
-            "instances": count,
-            "last_count": last_count,
-            "last_ratio": pd.array(
-                [
-                    (lc / n if n and aligned else None)
-                    for lc, n in zip(last_count.tolist(), count.tolist(), strict=True)
-                ],
-                dtype="Float64",
-            ),
-            "waited_for_ns": waited_for,
-            WAIT_NS.name: own_wait,
-            "exposed_waited_for_ns": credited,
+            "rank": rank_arr[by],
+            "instances": count[by],
+            "last_count": last_count[by],
+            "last_ratio": pd.array(ratio, dtype="Float64"),
+            "waited_for_ns": waited_for[by],
+            WAIT_NS.name: own_wait[by],
+            "exposed_waited_for_ns": credited[by],
         },
         columns=list(STRAGGLER_COLUMNS),
     )
-    out = out.sort_values(
-        ["exposed_waited_for_ns", "last_count", "rank"],
-        ascending=[False, False, True],
-        kind="stable",
-    )
-    return out.reset_index(drop=True)
 
 
 def step_skew(steps: pd.DataFrame) -> pd.DataFrame:
