@@ -34,10 +34,12 @@ from traceoverlap.run.matching import (
     _arrivals,
     _consistent,
     _family_causes,
+    _groups_frame,
     _last_ranks,
     _ngroup,
     _offsets,
     _p2p_direction,
+    _p2p_waits,
     _tables,
     _transfer_outliers,
     _unit_offsets,
@@ -728,3 +730,81 @@ def test_sum_where_is_the_selection_sum(rows, dtype):
     vals = [r[1] if r[0] != 3 else None for r in rows] if dtype == "Int64" else [r[1] for r in rows]
     frame = pd.DataFrame({"x": pd.array(vals, dtype="Int64" if dtype == "Int64" else "int64")})
     assert _sum_where(frame, "x", flag) == int(frame[flag]["x"].sum())
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["", "pg1", "pg0", "\x00stream#0", None]), st.integers(0, 3)),
+        min_size=1,
+        max_size=10,
+    )
+)
+def test_groups_frame_is_the_groupby(rows):
+    # one row per group key (sorted, nulls left out): its first members and its row count
+    inst = pd.DataFrame(
+        {
+            "group_key": pd.array([r[0] for r in rows], dtype="str"),
+            "members": _objects([tuple(range(r[1])) for r in rows]),
+        }
+    )
+    g = inst.groupby("group_key", sort=True)
+    want = pd.DataFrame(
+        {
+            "group": [str(k) for k in g.size().index],
+            "members": g["members"].first().tolist(),
+            "n_instances": g.size().to_numpy(np.int64),
+        },
+        columns=["group", "members", "n_instances"],
+    )
+    pd.testing.assert_frame_equal(_groups_frame(inst, []), want, check_exact=True)
+
+
+def _objects(values: list[Any]) -> np.ndarray:
+    out = np.empty(len(values), dtype=object)
+    for i, v in enumerate(values):
+        out[i] = v
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 3),  # key
+            st.integers(0, 20),  # aligned start
+            st.integers(0, 9),  # duration
+            st.integers(-1, 1),  # src rank (-1: a collective, its wait left alone)
+        ),
+        max_size=10,
+    )
+)
+def test_p2p_waits_are_the_transform(rows):
+    # a directed row waits until its key's latest aligned start, within its span; the rest of
+    # its span is transfer (a groupby transform max, then loc writes, before)
+    n = len(rows)
+    cols = list(zip(*rows, strict=True)) if rows else [()] * 4
+    key, a_start, dur, src = (np.array(c, dtype=np.int64) for c in cols)
+    m = pd.DataFrame(
+        {
+            "key": key,
+            "aligned_start": a_start,
+            "dur_ns": dur,
+            "src_rank": src,
+            WAIT_NS.name: dur // 3,
+            "transfer_ns": dur - dur // 3,
+        },
+        index=np.random.default_rng(n).permutation(n) * 2 + 1,
+    )
+    want = m.copy()
+    directed = (want["src_rank"] >= 0).to_numpy()
+    if directed.any():
+        d = want[directed]
+        a = d["aligned_start"].to_numpy(np.int64)
+        latest = pd.Series(a).groupby(d["key"].to_numpy()).transform("max").to_numpy(np.int64)
+        wait = np.clip(np.minimum(a + d["dur_ns"].to_numpy(np.int64), latest) - a, 0, None)
+        want.loc[directed, WAIT_NS.name] = wait.astype(np.int64)
+        want.loc[directed, "transfer_ns"] = d["dur_ns"].to_numpy(np.int64) - wait
+    got = m.copy()
+    _p2p_waits(got)
+    pd.testing.assert_frame_equal(got, want, check_exact=True)

@@ -1039,12 +1039,22 @@ def _groups_frame(inst: pd.DataFrame, traces: Sequence[TraceInfo]) -> pd.DataFra
     cols = ["group", "members", "n_instances"]
     if inst.empty:
         return pd.DataFrame(columns=cols)
-    g = inst.groupby("group_key", sort=True)
+    # per group key (sorted; null keys left out, as a groupby): its first members and its
+    # rows, counted in dicts
+    first: dict[Any, Any] = {}
+    count: dict[Any, int] = {}
+    for k, ms in zip(inst["group_key"].tolist(), inst["members"].tolist(), strict=True):
+        if k is None or (isinstance(k, float) and k != k):
+            continue
+        count[k] = count.get(k, 0) + 1
+        if k not in first and ms is not None and not (isinstance(ms, float) and ms != ms):
+            first[k] = ms  # first() skips nulls
+    keys = sorted(count)
     return pd.DataFrame(
         {
-            "group": [str(k) for k in g.size().index],
-            "members": g["members"].first().tolist(),
-            "n_instances": g.size().to_numpy(np.int64),
+            "group": [str(k) for k in keys],
+            "members": [first.get(k) for k in keys],
+            "n_instances": np.array([count[k] for k in keys], dtype=np.int64),
         },
         columns=cols,
     )
@@ -1060,11 +1070,19 @@ def _p2p_waits(m: pd.DataFrame) -> None:
     d = m[directed]
     a_start = d["aligned_start"].to_numpy(np.int64)
     a_end = a_start + d["dur_ns"].to_numpy(np.int64)
-    keys = d["key"].to_numpy()
-    latest = pd.Series(a_start).groupby(keys).transform("max").to_numpy(np.int64)
+    # per key the latest aligned start (a groupby transform max), on key codes
+    _, kinv = np.unique(d["key"].to_numpy(), return_inverse=True)
+    kinv = kinv.reshape(-1)
+    most = np.full(int(kinv.max()) + 1, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(most, kinv, a_start)
+    latest = most[kinv]
     wait = np.clip(np.minimum(a_end, latest) - a_start, 0, None).astype(np.int64)
-    m.loc[directed, WAIT_NS.name] = wait
-    m.loc[directed, "transfer_ns"] = d["dur_ns"].to_numpy(np.int64) - wait
+    waits = m[WAIT_NS.name].to_numpy(np.int64).copy()
+    transfer = m["transfer_ns"].to_numpy(np.int64).copy()
+    waits[directed] = wait
+    transfer[directed] = d["dur_ns"].to_numpy(np.int64) - wait
+    m[WAIT_NS.name] = waits
+    m["transfer_ns"] = transfer
 
 
 def _consistent(
