@@ -870,16 +870,22 @@ def _class_findings(steps: pd.DataFrame, total_step: int, ctx: AdviceContext) ->
     """A ``memory-bound`` and an ``idle-bound`` finding when steps have that verdict: the
     memcpy/memset-alone (or idle) ns of those steps, its share of all step time."""
     out: list[Finding] = []
+    verdict = steps["bottleneck"].to_numpy(dtype=object)
     for cls, col, text in _CLASS_ADVICE:
-        rows = steps[steps["bottleneck"] == cls]
-        if rows.empty:
+        # a mask and column sums, where a boolean selection of the frame costs a millisecond
+        sel = verdict == cls
+        if not sel.any():
             continue
-        ns = int(rows[col].sum())
+        ns = _sum_where(steps, col, sel)
+        step_ns = _sum_where(steps, STEP_NS.name, sel)
+        computing = _sum_where(steps, COMPUTE_ONLY_NS.name, sel) + _sum_where(
+            steps, OVERLAP_NS.name, sel
+        )
         what = "idle" if cls == Bottleneck.IDLE else "memcpy/memset alone"
         out.append(
             Finding(
                 kind=cls,
-                title=_class_title(cls, what, rows, ns),
+                title=_class_title(cls, what, (int(sel.sum()), step_ns, computing), ns),
                 advice=advice(cls, "*", cpu=True)
                 if ctx.cpu and cls == Bottleneck.IDLE
                 else text
@@ -890,20 +896,30 @@ def _class_findings(steps: pd.DataFrame, total_step: int, ctx: AdviceContext) ->
                 share_ratio=_share(ns, total_step),
                 evidence={
                     col: ns,
-                    STEP_NS.name: int(rows[STEP_NS.name].sum()),
-                    "steps": int(len(rows)),
+                    STEP_NS.name: step_ns,
+                    "steps": int(sel.sum()),
                 },
             )
         )
     return out
 
 
-def _class_title(cls: str, what: str, rows: pd.DataFrame, ns: int) -> str:
+def _sum_where(frame: pd.DataFrame, col: str, sel: npt.NDArray[np.bool_]) -> int:
+    """``int(frame[sel][col].sum())``: numpy on an int64 column, else the Series' sum (it
+    skips nulls)."""
+    values = frame[col]
+    if values.dtype == np.int64:
+        return int(values.to_numpy()[sel].sum())
+    return int(values[sel].sum())
+
+
+def _class_title(cls: str, what: str, rows: tuple[int, int, int], ns: int) -> str:
     """``idle-bound in 3 step(s): idle 9.00 ms = 60.0% of those steps``; when those steps
-    computed most of their time the title says so, naming the loss as their largest (§2)."""
-    step = max(int(rows[STEP_NS.name].sum()), 1)
-    computing = int(rows[COMPUTE_ONLY_NS.name].sum()) + int(rows[OVERLAP_NS.name].sum())
-    head = f"{cls} in {len(rows)} step(s): {what} {_ms(ns)} = {_pct(ns / step)} of those steps"
+    computed most of their time the title says so, naming the loss as their largest (§2).
+    ``rows``: those steps' count, step ns and computing (compute-only + overlap) ns."""
+    n_rows, step_ns, computing = rows
+    step = max(step_ns, 1)
+    head = f"{cls} in {n_rows} step(s): {what} {_ms(ns)} = {_pct(ns / step)} of those steps"
     if 2 * computing >= step:
         head += f", their largest loss (they computed {_pct(computing / step)} of the time)"
     return head
@@ -916,6 +932,22 @@ def _share_text(ns: int, total: int) -> str:
 def _top_family(df: pd.DataFrame, col: str) -> str:
     if df.empty:
         return Family.OTHER
+    values = df[col]
+    if values.dtype == np.int64:
+        # per family (sorted; nulls left out) the sum, the first largest: what the groupby
+        # sum and stable sort gave, in a dict
+        sums: dict[Any, int] = {}
+        for f, v in zip(df["family"].tolist(), values.tolist(), strict=True):
+            if f is None or (isinstance(f, float) and f != f):
+                continue
+            sums[f] = sums.get(f, 0) + v
+        if sums:
+            fams = sorted(sums)
+            best = fams[0]
+            for f in fams[1:]:
+                if sums[f] > sums[best]:
+                    best = f
+            return str(best)
     s = df.groupby("family")[col].sum().sort_values(ascending=False, kind="stable")
     return str(s.index[0])
 

@@ -277,21 +277,40 @@ def _p2p_direction(
     is_recv = np.isin(kind, ["recv", "irecv", "recvanysource"])
     rank = unit_rank[inst["unit"].to_numpy(np.int64)]
     pair = {g: m for g, m in members.items() if len(m) == 2}
-    gk = inst["group_key"]
-    m0 = gk.map({g: m[0] for g, m in pair.items()}).fillna(-1).to_numpy(np.int64)
-    m1 = gk.map({g: m[1] for g, m in pair.items()}).fillna(-1).to_numpy(np.int64)
+    # the two members of each row's group (-1: not a group of two), by dict lookups where a
+    # Series.map and fillna per column cost more
+    gk = inst["group_key"].tolist()
+    m0 = np.array([pair[g][0] if g in pair else -1 for g in gk], dtype=np.int64)
+    m1 = np.array([pair[g][1] if g in pair else -1 for g in gk], dtype=np.int64)
     ok = (is_send | is_recv) & (m0 >= 0) & ((rank == m0) | (rank == m1))
     peer = np.where(rank == m0, m1, m0)
     src[ok] = np.where(is_send, rank, peer)[ok]
     dst[ok] = np.where(is_send, peer, rank)[ok]
     if ok.any():
-        names = pd.Series(src[ok]).astype(str) + ">" + pd.Series(dst[ok]).astype(str)
-        kind[ok] = ("p2p:" + names).to_numpy(dtype=object)
+        at = np.flatnonzero(ok)
+        for i, a, b in zip(at.tolist(), src[ok].tolist(), dst[ok].tolist(), strict=True):
+            kind[i] = f"p2p:{a}>{b}"
     return kind, src, dst
 
 
+def _units_by_group(inst: pd.DataFrame) -> dict[object, set[int]]:
+    """Per group key (sorted, as a groupby; null keys left out): the units that ran it."""
+    seen: dict[object, set[int]] = {}
+    for g, u in zip(inst["group_key"].tolist(), inst["unit"].tolist(), strict=True):
+        if g is None or (isinstance(g, float) and g != g):  # groupby drops null keys
+            continue
+        got = seen.get(g)
+        if got is None:
+            seen[g] = {int(u)}
+        else:
+            got.add(int(u))
+    return {g: seen[g] for g in sorted(seen)}  # type: ignore[type-var]
+
+
 def _group_table(
-    inst: pd.DataFrame, traces: Sequence[TraceInfo]
+    inst: pd.DataFrame,
+    traces: Sequence[TraceInfo],
+    shown_of: dict[object, set[int]] | None = None,
 ) -> tuple[dict[object, tuple[int, ...]], dict[object, tuple[int, ...]]]:
     """Per group key: its members (ranks; from ``pg_config`` when known, else the ranks that
     ran its collectives) and the units given that are members."""
@@ -299,8 +318,8 @@ def _group_table(
     unit_rank = [t.rank for t in traces]
     members: dict[object, tuple[int, ...]] = {}
     units_of: dict[object, tuple[int, ...]] = {}
-    for g, us in inst.groupby("group_key")["unit"].unique().items():
-        shown = sorted({int(u) for u in us})
+    for g, us in (_units_by_group(inst) if shown_of is None else shown_of).items():
+        shown = sorted(us)
         if str(g) in known:
             members[g] = known[str(g)]
             units_of[g] = tuple(
@@ -312,8 +331,57 @@ def _group_table(
     return members, units_of
 
 
+def _ngroup(*columns: npt.NDArray[Any]) -> I64:
+    """Per row, ``groupby(columns, sort=False).ngroup()``: its group's number in order of first
+    appearance, -1 where a column is null (pandas: NaN; group keys are never null). Codes
+    per column, then a sort of the code rows."""
+    n = len(columns[0])
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    codes = [np.asarray(pd.factorize(c, sort=False)[0], dtype=np.int64) for c in columns]
+    null = np.zeros(n, dtype=bool)
+    for c in codes:
+        null |= c < 0
+    order = np.lexsort(codes[::-1])
+    new = np.ones(n, dtype=bool)
+    new[1:] = np.zeros(n - 1, dtype=bool)
+    for c in codes:
+        cs = c[order]
+        new[1:] |= cs[1:] != cs[:-1]
+    group = np.empty(n, dtype=np.int64)
+    group[order] = np.cumsum(new) - 1
+    group[null] = -1
+    # number the groups by their first row
+    valid = np.flatnonzero(~null)
+    firsts = np.full(int(group.max()) + 1 if valid.size else 0, n, dtype=np.int64)
+    np.minimum.at(firsts, group[valid], valid)
+    rank = np.empty(firsts.size, dtype=np.int64)
+    rank[np.argsort(firsts, kind="stable")] = np.arange(firsts.size, dtype=np.int64)
+    out = np.full(n, -1, dtype=np.int64)
+    out[valid] = rank[group[valid]]
+    return out
+
+
 #: What a note says of the exposed time of instances left unmatched in a run of several units.
 _UNMATCHED_WORDS = "is unmatched: waiting cannot be told from transfer (diagnosis.md §12)"
+
+
+@dataclass(frozen=True)
+class _Extra:
+    """Per local instance row: its group's members, p2p direction and why it is unmatched."""
+
+    members: npt.NDArray[np.object_]
+    src_rank: I64
+    dst_rank: I64
+    why: npt.NDArray[np.object_]
+
+
+def _object_array(values: Sequence[Any]) -> npt.NDArray[np.object_]:
+    """A 1-d object array of ``values`` (tuples stay elements, not rows)."""
+    out = np.empty(len(values), dtype=object)
+    for i, v in enumerate(values):
+        out[i] = v
+    return out
 
 
 def _match(
@@ -321,29 +389,23 @@ def _match(
     units: Sequence[int],
     unit_label: dict[int, str],
     traces: Sequence[TraceInfo],
-) -> tuple[npt.NDArray[np.int64], list[str], pd.DataFrame]:
+) -> tuple[npt.NDArray[np.int64], list[str], _Extra]:
     """Per local instance row: its matched instance key (-1 unmatched), notes, and per row its
-    group's members and p2p direction (columns ``members``, ``match_kind``, ``src_rank``,
-    ``dst_rank``). Matching is the n-th instance within a group (diagnosis.md §6)."""
+    group's members and p2p direction (``members``, ``src_rank``, ``dst_rank``) and why it is
+    unmatched. Matching is the n-th instance within a group (diagnosis.md §6)."""
     notes: list[str] = []
-    key = np.full(len(inst), -1, dtype=np.int64)
-    extra = pd.DataFrame(
-        {
-            "members": pd.Series([()] * len(inst), dtype=object, index=inst.index),
-            "src_rank": -1,
-            "dst_rank": -1,
-            "why": "",
-        },
-        index=inst.index,
-    )
+    n = len(inst)
+    key = np.full(n, -1, dtype=np.int64)
+    why = np.full(n, "", dtype=object)
     if inst.empty:
-        return key, notes, extra
+        return key, notes, _Extra(_object_array([()] * n), key.copy(), key.copy(), why)
     unit_rank = np.array([t.rank for t in traces], dtype=np.int64)
-    members, units_of = _group_table(inst, traces)
+    shown_of = _units_by_group(inst)
+    members, units_of = _group_table(inst, traces, shown_of)
     match_kind, src, dst = _p2p_direction(inst, unit_rank, members)
-    extra["members"] = [members.get(g, ()) for g in inst["group_key"]]
-    extra["src_rank"], extra["dst_rank"] = src, dst
-    unknown = (inst["group_key"] == UNKNOWN_GROUP).to_numpy()
+    group_list = inst["group_key"].tolist()
+    member_col = _object_array([members.get(g, ()) for g in group_list])
+    unknown = inst["group_key"].to_numpy(dtype=object) == UNKNOWN_GROUP
     if unknown.any():
         notes.append(
             f"{int(unknown.sum())} communication activit{'y' if unknown.sum() == 1 else 'ies'} "
@@ -353,9 +415,9 @@ def _match(
             + (_UNMATCHED_WORDS if len(units) > 1 else "counts as transfer")
         )
     if len(units) < 2:
-        return key, notes, extra
+        return key, notes, _Extra(member_col, src, dst, why)
     for g, us in units_of.items():
-        shown = set(inst.loc[inst["group_key"] == g, "unit"].astype(int).tolist())
+        shown = shown_of.get(g, set())
         missing = sorted(set(us) - shown)
         named = not str(g).startswith("\x00") and g != ""
         if missing and not named:
@@ -363,29 +425,38 @@ def _match(
                 f"collectives of {_describe_group(str(g))} appear on "
                 f"{_labels(sorted(shown), unit_label)} but not on {_labels(missing, unit_label)}"
             )
-    work = inst.assign(match_kind=match_kind)
-    keys = ["group_key", "match_kind", "seq", "ordinal"]
-    ids = work.groupby(keys, sort=False).ngroup().to_numpy()
-    n_present = pd.Series(ids).map(pd.Series(ids).value_counts()).to_numpy()
-    exp = np.array([len(units_of.get(g, ())) for g in inst["group_key"]], dtype=np.int64)
+    groups = inst["group_key"].to_numpy(dtype=object)
+    unit = inst["unit"].to_numpy(np.int64)
+    ids = _ngroup(groups, match_kind, inst["seq"].to_numpy(), inst["ordinal"].to_numpy())
+    count = np.bincount(ids + 1)  # value_counts, -1 (a null key) among them
+    n_present = count[ids + 1]
+    exp = np.array([len(units_of.get(g, ())) for g in group_list], dtype=np.int64)
     complete = (n_present == exp) & (exp >= 2) & ~unknown
     p2p = inst["p2p"].to_numpy(dtype=bool)
     undirected = p2p & (src < 0)
     # a group of more than two ranks, all given or not: a send/recv of a partial run pairs with
     # its peer's call, never with another rank's send
-    n_members = np.array([len(members.get(g, ())) for g in inst["group_key"]], dtype=np.int64)
+    n_members = np.array([len(members.get(g, ())) for g in group_list], dtype=np.int64)
     wide = undirected & ((exp > 2) | (n_members > 2))
     paired, recorded, ends = _pair_wide(
         inst, wide, unit_rank, members, traces, (key, src, dst), int(ids.max()) + 1, notes
     )
     complete &= ~wide
-    extra["src_rank"], extra["dst_rank"] = src, dst
-    extra.loc[paired, "members"] = pd.Series(
-        [(int(a), int(b)) for a, b in zip(src[paired], dst[paired], strict=True)],
-        index=extra.index[paired],
-        dtype=object,
+    for i, a, b in zip(
+        np.flatnonzero(paired).tolist(), src[paired].tolist(), dst[paired].tolist(), strict=True
+    ):
+        member_col[i] = (int(a), int(b))
+    narrow = ~wide
+    notes.extend(
+        _count_notes_of(
+            (groups[narrow], match_kind[narrow], unit[narrow]),
+            inst["label"].to_numpy(dtype=object)[narrow],
+            ids[narrow],
+            complete[narrow],
+            units_of,
+            unit_label,
+        )
     )
-    notes.extend(_count_notes(work[~wide], ids[~wide], complete[~wide], units_of, unit_label))
     for g, us in units_of.items():
         if len(us) == 1 and str(g) and not str(g).startswith("\x00"):
             notes.append(
@@ -393,8 +464,8 @@ def _match(
                 "nothing to match them with (is a rank trace missing?)"
             )
     key[complete] = ids[complete]
-    extra["why"] = _unmatched_why(
-        work,
+    why = _unmatched_why(
+        (unit, groups, match_kind),
         ids,
         complete | paired,  # a send/recv paired by end time has its peer: no reason
         unknown,
@@ -405,14 +476,12 @@ def _match(
         unit_label,
     )
     if (recorded & ~paired).any():
-        extra["why"] = _recorded_why(
-            extra["why"].to_numpy(dtype=object), recorded & ~paired, inst, unit_rank, ends
-        )
-    return key, notes, extra
+        why = _recorded_why(why, recorded & ~paired, inst, unit_rank, ends)
+    return key, notes, _Extra(member_col, src, dst, why)
 
 
 def _unmatched_why(
-    work: pd.DataFrame,
+    rows: tuple[I64, npt.NDArray[np.object_], npt.NDArray[np.object_]],
     ids: npt.NDArray[np.int64],
     complete: npt.NDArray[np.bool_],
     unknown: npt.NDArray[np.bool_],
@@ -422,11 +491,13 @@ def _unmatched_why(
     unit_rank: I64,
     unit_label: dict[int, str],
 ) -> npt.NDArray[np.object_]:
-    """Per local instance row: why it has no peers to split wait from transfer with (diagnosis.md
-    §12), in words; "" where it was matched. One pass over the incomplete instances only."""
+    """Per local instance row (``rows``: its unit, group key and match kind): why it has no
+    peers to split wait from transfer with (diagnosis.md §12), in words; "" where it was
+    matched. One pass over the incomplete instances only."""
     member_ranks, units_of = groups_of
+    units, groups, kinds = rows
     given = set(unit_rank.tolist())
-    why = np.full(len(work), "", dtype=object)
+    why = np.full(len(units), "", dtype=object)
     why[unknown] = "its process group cannot be told"
     for i in np.flatnonzero(unnamed_p2p).tolist():
         why[i] = f"a send/recv in a group of {int(exp[i])} ranks that names no peer"
@@ -434,9 +505,6 @@ def _unmatched_why(
     if not rest.any():
         return why
     sub = np.flatnonzero(rest)
-    units = work["unit"].to_numpy(np.int64)
-    groups = work["group_key"].to_numpy(dtype=object)
-    kinds = work["match_kind"].to_numpy(dtype=object)
     present: dict[int, set[int]] = {}
     for i in sub.tolist():
         present.setdefault(int(ids[i]), set()).add(int(units[i]))
@@ -713,13 +781,35 @@ def _count_notes(
     unit_label: dict[int, str],
 ) -> list[str]:
     """A note per (group, kind) whose instance counts differ across its member units."""
+    return _count_notes_of(
+        (
+            work["group_key"].to_numpy(dtype=object),
+            work["match_kind"].to_numpy(dtype=object),
+            work["unit"].to_numpy(dtype=object),
+        ),
+        work["label"].to_numpy(dtype=object),
+        ids,
+        complete,
+        units_of,
+        unit_label,
+    )
+
+
+def _count_notes_of(
+    rows: tuple[npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[Any]],
+    label: npt.NDArray[np.object_],
+    ids: npt.NDArray[np.int64],
+    complete: npt.NDArray[np.bool_],
+    units_of: dict[object, tuple[int, ...]],
+    unit_label: dict[int, str],
+) -> list[str]:
+    """:func:`_count_notes` on the rows' group key, match kind and unit, and their labels."""
     notes: list[str] = []
+    group, kind, unit = rows
     # rows per (group, kind, unit) counted in dicts, (group, kind) in sorted order: the
     # groupby and its per-group Series cost milliseconds for a few hundred rows
     counts: dict[tuple[Any, Any], dict[Any, int]] = {}
-    for g, k, u in zip(
-        work["group_key"].tolist(), work["match_kind"].tolist(), work["unit"].tolist(), strict=True
-    ):
+    for g, k, u in zip(group.tolist(), kind.tolist(), unit.tolist(), strict=True):
         if g == UNKNOWN_GROUP or pd.isna(g) or pd.isna(k) or pd.isna(u):  # groupby drops nulls
             continue
         per_unit = counts.setdefault((g, k), {})
@@ -731,8 +821,8 @@ def _count_notes(
         if str(k).startswith("p2p:"):
             expected = 2
         if len(set(vals)) > 1 or len(vals) != expected:
-            sel = (work["group_key"] == g).to_numpy() & (work["match_kind"] == k).to_numpy()
-            lab = work.loc[sel, "label"].iloc[0]
+            sel = (group == g) & (kind == k)
+            lab = label[np.flatnonzero(sel)[0]]
             desc = ", ".join(f"{unit_label[int(u)]}: {per_unit[u]}" for u in sorted(per_unit))
             n_ok = len(np.unique(ids[sel & complete]))
             notes.append(
@@ -749,12 +839,19 @@ def _labels(units: Sequence[int] | npt.NDArray[np.int64], unit_label: dict[int, 
 def _offsets(m: pd.DataFrame, use: npt.NDArray[np.bool_]) -> dict[int, int]:
     """Clock offset of each unit relative to the lowest unit that shares instances with it,
     as the median end-time difference over the matched instances in ``use`` (BFS over units)."""
+    return _offsets_of(
+        m["key"].to_numpy(), m["unit"].to_numpy(), m["end_ns"].to_numpy(np.int64), use
+    )
+
+
+def _offsets_of(
+    key: npt.NDArray[Any], unit: npt.NDArray[Any], end: I64, use: npt.NDArray[np.bool_]
+) -> dict[int, int]:
+    """:func:`_offsets` on the rows' key, unit and end columns."""
     off: dict[int, int] = {}
     if not use.any():
         return off
-    ends, present, cols = _end_table(
-        m["key"].to_numpy()[use], m["unit"].to_numpy()[use], m["end_ns"].to_numpy(np.int64)[use]
-    )
+    ends, present, cols = _end_table(key[use], unit[use], end[use])
     for root in range(len(cols)):
         if cols[root] in off:
             continue
@@ -820,24 +917,27 @@ def match_collectives(
     inst = inst.assign(
         key=key,
         dur_ns=(inst["end_ns"] - inst["start_ns"]).astype(np.int64),
-        members=extra["members"].to_numpy(),
-        src_rank=extra["src_rank"].to_numpy(np.int64),
-        dst_rank=extra["dst_rank"].to_numpy(np.int64),
-        why=extra["why"].to_numpy(dtype=object),
+        members=extra.members,
+        src_rank=extra.src_rank,
+        dst_rank=extra.dst_rank,
+        why=extra.why,
     )
     unix = bool(traces) and all(t.clock == "unix" for t in traces)
     m, n_inconsistent, clock, offsets = _align_clocks(inst, unix, notes)
 
-    # wait / transfer per matched (instance, unit)
-    m["transfer_ns"] = m.groupby("key")["dur_ns"].transform("min").astype(np.int64)
-    m[WAIT_NS.name] = (m["dur_ns"] - m["transfer_ns"]).astype(np.int64)
+    # wait / transfer per matched (instance, unit): the least duration of its key, by key
+    # codes (a groupby transform costs a millisecond)
+    m_dur = m["dur_ns"].to_numpy(np.int64)
+    uk, kinv = np.unique(m["key"].to_numpy(), return_inverse=True)
+    kinv = kinv.reshape(-1)
+    least = np.full(uk.size, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(least, kinv, m_dur)
+    m["transfer_ns"] = least[kinv]
+    m[WAIT_NS.name] = m_dur - least[kinv]
     _p2p_waits(m)
-    inst[WAIT_NS.name] = (
-        pd.Series(m[WAIT_NS.name].to_numpy(), index=m.index)
-        .reindex(inst.index)
-        .fillna(0)
-        .to_numpy(np.int64)
-    )
+    wait = np.zeros(len(inst), dtype=np.int64)  # 0 where not matched
+    wait[inst.index.get_indexer(m.index)] = m[WAIT_NS.name].to_numpy(np.int64)
+    inst[WAIT_NS.name] = wait
     _known_transfer(inst, m, multi=len(traces) > 1, given={t.rank for t in traces})
     unit_rank = np.array([t.rank for t in traces], dtype=np.int64)
     _arrivals(inst, m, unit_rank)
@@ -869,26 +969,31 @@ def _arrivals(inst: pd.DataFrame, m: pd.DataFrame, unit_rank: I64) -> None:
     """Per row of ``inst`` (in place): ``aligned_start`` (own start where not matched),
     ``last_arrival`` (its instance's latest aligned start, -1 unmatched) and ``waited_for``
     (the rank its wait part is credited to, -1 when it has no wait): docs/job-model.md."""
-    inst["aligned_start"] = inst["start_ns"].to_numpy(np.int64)
-    inst["last_arrival"] = -1
-    inst["waited_for"] = -1
-    if m.empty:
-        return
-    idx = m.index
-    inst.loc[idx, "aligned_start"] = m["aligned_start"].to_numpy(np.int64)
-    peer = inst.loc[idx, "src_rank"].to_numpy(np.int64)
-    rank = unit_rank[inst.loc[idx, "unit"].to_numpy(np.int64)]
-    dst = inst.loc[idx, "dst_rank"].to_numpy(np.int64)
-    peer = np.where(peer == rank, dst, peer)
-    target, latest = waited_for_ranks(
-        m["key"].to_numpy(np.int64),
-        rank,
-        m["aligned_start"].to_numpy(np.int64),
-        inst.loc[idx, WAIT_NS.name].to_numpy(np.int64),
-        peer,
-    )
-    inst.loc[idx, "last_arrival"] = latest
-    inst.loc[idx, "waited_for"] = target
+    aligned = inst["start_ns"].to_numpy(np.int64).copy()
+    last_arrival = np.full(len(inst), -1, dtype=np.int64)
+    waited_for = np.full(len(inst), -1, dtype=np.int64)
+    if not m.empty:
+        # positions of m's rows in inst: numpy writes, where each loc read or write costs
+        # a few hundred microseconds
+        at = inst.index.get_indexer(m.index)
+        m_aligned = m["aligned_start"].to_numpy(np.int64)
+        aligned[at] = m_aligned
+        peer = inst["src_rank"].to_numpy(np.int64)[at]
+        rank = unit_rank[inst["unit"].to_numpy(np.int64)[at]]
+        dst = inst["dst_rank"].to_numpy(np.int64)[at]
+        peer = np.where(peer == rank, dst, peer)
+        target, latest = waited_for_ranks(
+            m["key"].to_numpy(np.int64),
+            rank,
+            m_aligned,
+            inst[WAIT_NS.name].to_numpy(np.int64)[at],
+            peer,
+        )
+        last_arrival[at] = latest
+        waited_for[at] = target
+    inst["aligned_start"] = aligned
+    inst["last_arrival"] = last_arrival
+    inst["waited_for"] = waited_for
 
 
 def _credit(
@@ -934,12 +1039,22 @@ def _groups_frame(inst: pd.DataFrame, traces: Sequence[TraceInfo]) -> pd.DataFra
     cols = ["group", "members", "n_instances"]
     if inst.empty:
         return pd.DataFrame(columns=cols)
-    g = inst.groupby("group_key", sort=True)
+    # per group key (sorted; null keys left out, as a groupby): its first members and its
+    # rows, counted in dicts
+    first: dict[Any, Any] = {}
+    count: dict[Any, int] = {}
+    for k, ms in zip(inst["group_key"].tolist(), inst["members"].tolist(), strict=True):
+        if k is None or (isinstance(k, float) and k != k):
+            continue
+        count[k] = count.get(k, 0) + 1
+        if k not in first and ms is not None and not (isinstance(ms, float) and ms != ms):
+            first[k] = ms  # first() skips nulls
+    keys = sorted(count)
     return pd.DataFrame(
         {
-            "group": [str(k) for k in g.size().index],
-            "members": g["members"].first().tolist(),
-            "n_instances": g.size().to_numpy(np.int64),
+            "group": [str(k) for k in keys],
+            "members": [first.get(k) for k in keys],
+            "n_instances": np.array([count[k] for k in keys], dtype=np.int64),
         },
         columns=cols,
     )
@@ -955,11 +1070,19 @@ def _p2p_waits(m: pd.DataFrame) -> None:
     d = m[directed]
     a_start = d["aligned_start"].to_numpy(np.int64)
     a_end = a_start + d["dur_ns"].to_numpy(np.int64)
-    keys = d["key"].to_numpy()
-    latest = pd.Series(a_start).groupby(keys).transform("max").to_numpy(np.int64)
+    # per key the latest aligned start (a groupby transform max), on key codes
+    _, kinv = np.unique(d["key"].to_numpy(), return_inverse=True)
+    kinv = kinv.reshape(-1)
+    most = np.full(int(kinv.max()) + 1, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(most, kinv, a_start)
+    latest = most[kinv]
     wait = np.clip(np.minimum(a_end, latest) - a_start, 0, None).astype(np.int64)
-    m.loc[directed, WAIT_NS.name] = wait
-    m.loc[directed, "transfer_ns"] = d["dur_ns"].to_numpy(np.int64) - wait
+    waits = m[WAIT_NS.name].to_numpy(np.int64).copy()
+    transfer = m["transfer_ns"].to_numpy(np.int64).copy()
+    waits[directed] = wait
+    transfer[directed] = d["dur_ns"].to_numpy(np.int64) - wait
+    m[WAIT_NS.name] = waits
+    m["transfer_ns"] = transfer
 
 
 def _consistent(
@@ -989,24 +1112,32 @@ def _align_clocks(
     """The consistent matched rows (with ``aligned_start``), the number of inconsistent matched
     instances (unmatched in ``inst``, in place), how clocks were aligned (see the module
     docstring) and the offset of each unit that has matched instances."""
-    m = inst[inst["key"] >= 0].copy()
-    if m.empty:
+    # the matched rows as arrays; the frame of the consistent ones is taken once at the end
+    # (a boolean selection and a copy of every column cost a millisecond each)
+    matched = inst["key"].to_numpy() >= 0
+    if not matched.any():
+        m = inst[matched]
         m["aligned_start"] = np.zeros(0, np.int64)
         return m, 0, None, {}
-    keys_m = m["key"].to_numpy()
-    units_m = m["unit"].to_numpy(np.int64).tolist()
-    start_m, end_m = m["start_ns"].to_numpy(np.int64), m["end_ns"].to_numpy(np.int64)
+    keys_m = inst["key"].to_numpy()[matched]
+    unit_m = inst["unit"].to_numpy(np.int64)[matched]
+    units_m = unit_m.tolist()
+    start_m = inst["start_ns"].to_numpy(np.int64)[matched]
+    end_m = inst["end_ns"].to_numpy(np.int64)[matched]
 
     def consistent_with(offsets: dict[int, int]) -> npt.NDArray[np.bool_]:
         return _consistent(keys_m, units_m, start_m, end_m, offsets)
 
     # a send and its recv need not end together: offsets come from the collectives when any
-    coll_rows = (m["src_rank"] < 0).to_numpy() if "src_rank" in m else np.ones(len(m), bool)
-    base = coll_rows if coll_rows.any() else np.ones(len(m), dtype=bool)
-    estimated = _offsets(m, base)
+    n_m = keys_m.size
+    coll_rows = (
+        inst["src_rank"].to_numpy()[matched] < 0 if "src_rank" in inst else np.ones(n_m, bool)
+    )
+    base = coll_rows if coll_rows.any() else np.ones(n_m, dtype=bool)
+    estimated = _offsets_of(keys_m, unit_m, end_m, base)
     ok_est = consistent_with(estimated)
     if (ok_est & base).any() and not ok_est.all():  # re-estimate from the consistent ones only
-        estimated = _offsets(m, ok_est & base)
+        estimated = _offsets_of(keys_m, unit_m, end_m, ok_est & base)
         ok_est = consistent_with(estimated)
     candidates = [(ok_est, estimated)]
     if unix:
@@ -1025,21 +1156,36 @@ def _align_clocks(
     bad_keys = set(keys_m[~ok].tolist())
     if bad_keys:
         notes.append(
-            f"{len(bad_keys)} of {m['key'].nunique()} matched collective instances are not "
+            f"{len(bad_keys)} of {np.unique(keys_m).size} matched collective instances are not "
             "consistent in time (after aligning the rank clocks, their spans on the ranks never "
             "overlap): they are not used for waiting or stragglers"
         )
         bad = inst["key"].isin(bad_keys).to_numpy()
         inst.loc[bad, "key"] = -1
         inst.loc[bad, "why"] = "its spans on the ranks are not consistent in time"
-    m = m[ok].copy()
-    m["aligned_start"] = m["start_ns"].to_numpy(np.int64) - m["unit"].map(off).fillna(0).to_numpy(
-        np.int64
-    )
+    # a key is consistent or not as a whole: the rows kept are still matched in ``inst``
+    keep = np.zeros(len(inst), dtype=bool)
+    keep[np.flatnonzero(matched)[ok]] = True
+    m = inst[keep]
+    m["aligned_start"] = start_m[ok] - _unit_offsets(unit_m[ok], off)
     clock = None
     if len(m):
         clock = "unix" if unix and all(v == 0 for v in off.values()) else "estimated"
     return m, len(bad_keys), clock, off
+
+
+def _unit_offsets(unit: I64, off: dict[int, int]) -> I64:
+    """Per row, its unit's offset: what ``Series.map(off).fillna(0)`` gives as int64, including
+    its float64 round trip of every offset when a unit has none (0 for it)."""
+    if unit.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    units, inv = np.unique(unit, return_inverse=True)
+    got = [off.get(int(u)) for u in units.tolist()]
+    if any(g is None for g in got):
+        o = np.array([0.0 if g is None else g for g in got], dtype=np.float64).astype(np.int64)
+    else:
+        o = np.array(got, dtype=np.int64)
+    return np.asarray(o[inv.reshape(-1)], dtype=np.int64)
 
 
 #: A matched instance whose transfer estimate exceeds this many times the median of the run's
@@ -1073,50 +1219,26 @@ def _known_transfer(
     if m.empty:
         return
     idx = m.index
-    wait_end = start[inst.index.get_indexer(idx)] + m[WAIT_NS.name].to_numpy(np.int64)
+    at = inst.index.get_indexer(idx)
+    wait_end = start[at] + m[WAIT_NS.name].to_numpy(np.int64)
     xs = wait_end.copy()
-    per_key = (
-        pd.DataFrame(
-            {
-                "key": m["key"].to_numpy(np.int64),
-                "transfer": m["transfer_ns"].to_numpy(np.int64),
-                "family": m["family"].astype(str).to_numpy(),
-                "bytes": pd.to_numeric(m["bytes"], errors="coerce").fillna(-1).to_numpy(np.int64),
-            }
-        )
-        .groupby("key", sort=True)
-        .agg(transfer=("transfer", "min"), family=("family", "first"), bytes=("bytes", "max"))
+    nbytes = m["bytes"]
+    hit, expected, words = _transfer_outliers(
+        m["key"].to_numpy(np.int64),
+        m["transfer_ns"].to_numpy(np.int64),
+        m["family"].astype(str).to_numpy(),
+        nbytes.to_numpy(np.int64)
+        if nbytes.dtype == np.int64
+        else pd.to_numeric(nbytes, errors="coerce").fillna(-1).to_numpy(np.int64),
     )
-    sized = per_key[per_key["bytes"].to_numpy() > 0]
-    if len(sized):
-        g = sized.groupby(["family", "bytes"], sort=False)["transfer"]
-        med = g.transform("median").to_numpy(np.float64)
-        n = g.transform("size").to_numpy(np.int64)
-        t = sized["transfer"].to_numpy(np.int64)
-        out = (n >= TRANSFER_OUTLIER_MIN) & (med > 0) & (t > TRANSFER_OUTLIER_RATIO * med)
-        if out.any():
-            expected = pd.Series(np.floor(med[out]).astype(np.int64), index=sized.index[out])
-            words = {
-                int(k): (
-                    f"its transfer estimate {t[i] / 1e6:.3f} ms is {t[i] / med[i]:.1f}x the "
-                    f"median of the {int(n[i])} {fam} instances of its size: waiting or "
-                    "contention, not bandwidth"
-                )
-                for i, (k, fam) in enumerate(
-                    zip(sized.index.tolist(), sized["family"].tolist(), strict=True)
-                )
-                if out[i]
-            }
-            keys = m["key"].to_numpy(np.int64)
-            exp_row = expected.reindex(keys).to_numpy(np.float64)
-            hit = ~np.isnan(exp_row)
-            end_m = end[inst.index.get_indexer(idx)]
-            xs[hit] = np.maximum(wait_end[hit], end_m[hit] - exp_row[hit].astype(np.int64))
-            rows = idx[hit]
-            inst.loc[rows, "transfer_outlier"] = True
-            inst.loc[rows, "why"] = [words[int(k)] for k in keys[hit].tolist()]
+    outlier = np.zeros(len(inst), dtype=bool)
+    if hit.any():
+        xs[hit] = np.maximum(wait_end[hit], end[at][hit] - expected[hit])
+        outlier[at[hit]] = True
+        inst["transfer_outlier"] = outlier
+        keys = m["key"].to_numpy(np.int64)
+        inst.loc[idx[hit], "why"] = [words[int(k)] for k in keys[hit].tolist()]
     if multi and given:
-        at = inst.index.get_indexer(idx)
         mem = inst["members"].to_numpy(dtype=object)[at]
         absent = [sorted(set(ms or ()) - given) for ms in mem]
         gap = np.array([bool(a) for a in absent], dtype=bool)
@@ -1129,7 +1251,65 @@ def _known_transfer(
                 for a, g in zip(absent, gap, strict=True)
                 if g
             ]
-    inst.loc[idx, "xfer_start"] = xs
+    xfer = (end if multi else start).copy()
+    xfer[at] = xs
+    inst["xfer_start"] = xfer
+
+
+def _transfer_outliers(
+    key: I64, transfer: I64, family: npt.NDArray[np.object_], nbytes: I64
+) -> tuple[npt.NDArray[np.bool_], I64, dict[int, str]]:
+    """Per matched row (its instance ``key``, ``transfer`` estimate, ``family`` and ``bytes``):
+    is its instance a transfer outlier (:func:`_known_transfer`), the ns of transfer then
+    expected (its family and size's median, floored), and per outlier key the words of its
+    ``why``. Per key: the least transfer, the first family, the most bytes; then per (family,
+    bytes) of the sized keys the median and count: sorts and reductions over the key codes,
+    where a groupby, an agg and two transforms cost milliseconds per run."""
+    hit = np.zeros(key.size, dtype=bool)
+    expected = np.zeros(key.size, dtype=np.int64)
+    words: dict[int, str] = {}
+    uk, kinv = np.unique(key, return_inverse=True)
+    kinv = kinv.reshape(-1)
+    t = np.full(uk.size, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(t, kinv, transfer)
+    b = np.full(uk.size, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(b, kinv, nbytes)
+    known = ~pd.isna(family)  # first() takes the first non-null family of a key
+    fam = np.full(uk.size, None, dtype=object)
+    first = np.unique(kinv[known], return_index=True)
+    fam[first[0]] = family[np.flatnonzero(known)[first[1]]]
+    sized = np.flatnonzero((b > 0) & ~pd.isna(fam))  # a groupby leaves null families out
+    if sized.size == 0:
+        return hit, expected, words
+    ts, bs = t[sized], b[sized]
+    fcode = np.unique(fam[sized], return_inverse=True)[1].reshape(-1)
+    order = np.lexsort((ts, bs, fcode))
+    new = np.ones(sized.size, dtype=bool)
+    new[1:] = (fcode[order][1:] != fcode[order][:-1]) | (bs[order][1:] != bs[order][:-1])
+    heads = np.flatnonzero(new)
+    sizes = np.diff(np.append(heads, sized.size))
+    v = ts[order].astype(np.float64)
+    # a groupby median: the middle value, or the mean of the middle two, in float64
+    med_g = (v[heads + (sizes - 1) // 2] + v[heads + sizes // 2]) / 2
+    group = np.cumsum(new) - 1
+    med = np.empty(sized.size, dtype=np.float64)
+    n = np.empty(sized.size, dtype=np.int64)
+    med[order], n[order] = med_g[group], sizes[group]
+    out = (n >= TRANSFER_OUTLIER_MIN) & (med > 0) & (ts > TRANSFER_OUTLIER_RATIO * med)
+    if not out.any():
+        return hit, expected, words
+    for i in np.flatnonzero(out).tolist():
+        words[int(uk[sized[i]])] = (
+            f"its transfer estimate {ts[i] / 1e6:.3f} ms is {ts[i] / med[i]:.1f}x the "
+            f"median of the {int(n[i])} {fam[sized[i]]} instances of its size: waiting or "
+            "contention, not bandwidth"
+        )
+    # the expected ns went through a float64 reindex before
+    exp_k = np.zeros(uk.size, dtype=np.int64)
+    exp_k[sized[out]] = np.floor(med[out]).astype(np.int64).astype(np.float64).astype(np.int64)
+    is_out = np.zeros(uk.size, dtype=bool)
+    is_out[sized[out]] = True
+    return is_out[kinv], exp_k[kinv], words
 
 
 def _cause_sets(
@@ -1245,16 +1425,21 @@ def _family_causes(
                 np.int64
             )
     idx = np.arange(n_windows * nf)
-    df = pd.DataFrame(
-        {
-            "window": idx // nf,
-            "family": np.array(FAMILIES, dtype=object)[idx % nf],
-            **{f"exposed_{c}_ns": out[f"all:{c}"] for c in CAUSES},
-            "same_stream_ns": sum(out[f"same:{c}"] for c in CAUSES),
-        }
-    )
-    df[EXPOSED_NS.name] = sum(df[f"exposed_{c}_ns"] for c in CAUSES)
-    return df.loc[df[EXPOSED_NS.name] > 0, cols].reset_index(drop=True)
+    total = sum((out[f"all:{c}"] for c in CAUSES), np.zeros(idx.size, dtype=np.int64))
+    keep = idx[total > 0]  # the frame of the rows kept only: a loc and reset_index cost more
+    columns: dict[str, npt.NDArray[Any]] = {
+        "window": idx // nf,
+        "family": np.array(FAMILIES, dtype=object)[idx % nf],
+        EXPOSED_NS.name: total,
+        **{f"exposed_{c}_ns": out[f"all:{c}"] for c in CAUSES},
+        "same_stream_ns": sum(
+            (out[f"same:{c}"] for c in CAUSES), np.zeros(idx.size, dtype=np.int64)
+        ),
+    }
+    if keep.size == 0:  # the dtypes pandas infers from every row (object texts: str)
+        df = pd.DataFrame(columns)
+        return df.loc[df[EXPOSED_NS.name] > 0, cols].reset_index(drop=True)
+    return pd.DataFrame({c: columns[c][keep] for c in cols}, columns=cols)
 
 
 def _unit_name(traces: Sequence[TraceInfo], u: int) -> str:
@@ -1274,94 +1459,108 @@ def _tables(
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.Series]:
     """The instance table (matched instances and each unit's unmatched ones, numbered by first
     start), the per-(instance, unit) table, and per row of ``inst`` its instance id."""
-    inst = inst[inst["window"] >= 0].copy()
-    if inst.empty:
+    # numpy columns taken once in the final row order: a copy of the frame, its column
+    # assignments, take and reset_index cost milliseconds on a few hundred rows
+    sel = np.flatnonzero(inst["window"].to_numpy() >= 0)
+    if sel.size == 0:
         return (
             pd.DataFrame(columns=list(INSTANCE_COLUMNS)),
             pd.DataFrame(columns=list(PER_RANK_COLUMNS)),
             pd.Series(np.zeros(0, np.int64)),
         )
-    inst["_row"] = inst.index.to_numpy()
-    labels = np.array(list(window_labels) + ["-"], dtype=object)
-    inst["step"] = labels[inst["window"].to_numpy()]
-    unit = inst["unit"].to_numpy(np.int64)
-    inst["rank"] = np.array([t.rank for t in traces], dtype=np.int64)[unit]
-    devices = [t.device for t in traces]
-    inst["device"] = [devices[u] for u in unit.tolist()]  # a list: pandas infers as it did
-    inst["matched"] = inst["key"] >= 0
+    key_s = inst["key"].to_numpy()[sel]
+    matched_s = key_s >= 0
     # one group per matched key, one per unmatched local instance
-    grp = np.where(inst["matched"], inst["key"], -1 - np.arange(len(inst))).astype(np.int64)
-    # number the groups by their first start (ties by group key): numpy on a few hundred rows,
-    # where pandas' groupby / sort / reindex cost milliseconds
+    grp = np.where(matched_s, key_s, -1 - np.arange(sel.size)).astype(np.int64)
+    # number the groups by their first start (ties by group key)
     ugrp, ginv = np.unique(grp, return_inverse=True)
-    gfirst = iv.group_min_max(ginv, *(2 * (inst["start_ns"].to_numpy(np.int64),)), ugrp.size)[0]
+    start_s = inst["start_ns"].to_numpy(np.int64)[sel]
+    gfirst = iv.group_min_max(ginv, start_s, start_s, ugrp.size)[0]
     rank_of = np.empty(ugrp.size, dtype=np.int64)
     rank_of[np.lexsort((ugrp, gfirst))] = np.arange(ugrp.size, dtype=np.int64)
-    inst["instance"] = rank_of[ginv]
-    by = np.lexsort((inst["unit"].to_numpy(np.int64), inst["instance"].to_numpy()))  # stable
-    inst = inst.take(by).reset_index(drop=True)
+    inst_s = rank_of[ginv]
+    by = np.lexsort((inst["unit"].to_numpy(np.int64)[sel], inst_s))  # stable
+    at = sel[by]  # positions in ``inst``, in the tables' row order
+    ids = inst_s[by]
+    matched = matched_s[by]
+
+    def col(name: str) -> npt.NDArray[Any]:
+        return np.asarray(inst[name].to_numpy()[at])
+
+    def ns(name: str) -> I64:
+        return np.asarray(inst[name].to_numpy(np.int64)[at], dtype=np.int64)
+
+    window = inst["window"].to_numpy()[at]
+    labels = np.array(list(window_labels) + ["-"], dtype=object)
+    step = labels[window]
+    unit = inst["unit"].to_numpy(np.int64)[at]
+    rank = np.array([t.rank for t in traces], dtype=np.int64)[unit]
+    devices = [t.device for t in traces]
+    # a list: pandas infers its dtype as a column assignment of it did
+    device = pd.Series([devices[u] for u in unit.tolist()]).astype(object).to_numpy()
+    dur = ns("dur_ns")
+    aligned = ns("aligned_start")
     per_rank = pd.DataFrame(
         {
-            "instance": inst["instance"].to_numpy().astype(np.int64),
-            "unit": inst["unit"].to_numpy().astype(np.int64),
-            "rank": inst["rank"].to_numpy().astype(np.int64),
-            "device": inst["device"].astype(object).to_numpy(),
-            "step": inst["step"].to_numpy(),
-            "window": inst["window"].to_numpy().astype(np.int64),
-            "name": inst["label"].astype(str).to_numpy(),
-            "kernel": inst["kernel"].astype(str).to_numpy(),
-            "family": inst["family"].to_numpy(),
-            "lane": inst["lane"].astype(str).to_numpy(),
-            "start_ns": inst["start_ns"].to_numpy(np.int64),
-            "end_ns": inst["end_ns"].to_numpy(np.int64),
-            "dur_ns": inst["dur_ns"].to_numpy(np.int64),
-            WAIT_NS.name: inst[WAIT_NS.name].to_numpy(np.int64),
-            EXPOSED_NS.name: inst[EXPOSED_NS.name].to_numpy(np.int64),
-            **{f"exposed_{c}_ns": inst[f"exposed_{c}_ns"].to_numpy(np.int64) for c in CAUSES},
-            EXPOSED_UNMATCHED_NS.name: inst[EXPOSED_UNMATCHED_NS.name].to_numpy(np.int64),
-            "unmatched_why": [(str(w) or None) for w in inst["why"].tolist()],
-            "same_stream": inst["same_stream"].astype(bool).to_numpy(),
+            "instance": ids,
+            "unit": unit,
+            "rank": rank,
+            "device": device,
+            "step": step,
+            "window": window.astype(np.int64),
+            "name": inst["label"].astype(str).to_numpy()[at],
+            "kernel": inst["kernel"].astype(str).to_numpy()[at],
+            "family": col("family"),
+            "lane": inst["lane"].astype(str).to_numpy()[at],
+            "start_ns": ns("start_ns"),
+            "end_ns": ns("end_ns"),
+            "dur_ns": dur,
+            WAIT_NS.name: ns(WAIT_NS.name),
+            EXPOSED_NS.name: ns(EXPOSED_NS.name),
+            **{f"exposed_{c}_ns": ns(f"exposed_{c}_ns") for c in CAUSES},
+            EXPOSED_UNMATCHED_NS.name: ns(EXPOSED_UNMATCHED_NS.name),
+            "unmatched_why": [(str(w) or None) for w in col("why").tolist()],
+            "same_stream": inst["same_stream"].astype(bool).to_numpy()[at],
             # nullable: <NA> where the launch is unknown (internally -1)
-            "queued_ns": known_ns(inst["queued_ns"].to_numpy(np.int64)),
-            "behind_comm_ns": known_ns(inst["behind_comm_ns"].to_numpy(np.int64)),
-            "matched": inst["matched"].to_numpy(bool),
-            "aligned_start_ns": inst["aligned_start"].to_numpy(np.int64),
-            "aligned_end_ns": (inst["aligned_start"] + inst["dur_ns"]).to_numpy(np.int64),
-            WAITED_FOR_RANK.name: [(int(r) if r >= 0 else None) for r in inst["waited_for"]],
+            "queued_ns": known_ns(ns("queued_ns")),
+            "behind_comm_ns": known_ns(ns("behind_comm_ns")),
+            "matched": matched,
+            "aligned_start_ns": aligned,
+            "aligned_end_ns": aligned + dur,
+            WAITED_FOR_RANK.name: [(int(r) if r >= 0 else None) for r in col("waited_for")],
         },
         columns=list(PER_RANK_COLUMNS),
     )
-    row_instance = pd.Series(inst["instance"].to_numpy(np.int64), index=inst["_row"].to_numpy())
+    row_instance = pd.Series(ids, index=inst.index.to_numpy()[at])
     # rows sorted by instance: each instance's rows are a run, its first row starts it
-    ids = inst["instance"].to_numpy(np.int64)
     new = np.ones(ids.size, dtype=bool)
     new[1:] = ids[1:] != ids[:-1]
     heads = np.flatnonzero(new)
     sizes = np.diff(np.append(heads, ids.size))
-    first = per_rank.iloc[heads]
-    matched = first["matched"].to_numpy(bool)
+    first_matched = matched[heads]
 
-    def firsts(col: str) -> list[Any]:
-        """Per instance, ``inst.groupby("instance")[col].first()``: the first non-null value."""
-        values = inst[col]
-        if bool(values.isna().any()):  # first() skips nulls (never there in practice)
-            return list(values.groupby(ids, sort=True).first().tolist())
-        return list(values.to_numpy()[heads].tolist())
+    def firsts(name: str) -> list[Any]:
+        """Per instance, ``groupby("instance")[name].first()``: the first non-null value."""
+        values = col(name)
+        if bool(pd.isna(values).any()):  # first() skips nulls (never there in practice)
+            s = pd.Series(values, dtype=inst[name].dtype)
+            return list(s.groupby(ids, sort=True).first().tolist())
+        return list(values[heads].tolist())
 
-    def per_run(col: pd.Series, op: np.ufunc) -> I64:
-        return np.asarray(op.reduceat(col.to_numpy(np.int64), heads), dtype=np.int64)
+    def per_run(values: I64, op: np.ufunc) -> I64:
+        return np.asarray(op.reduceat(values, heads), dtype=np.int64)
 
-    ranks = per_rank["rank"].to_numpy(np.int64).tolist()
-    nbytes = inst["bytes"]
-    if nbytes.dtype == np.int64:
-        most = per_run(nbytes, np.maximum).tolist()
+    ranks = rank.tolist()
+    if inst["bytes"].dtype == np.int64:
+        most = per_run(ns("bytes"), np.maximum).tolist()
     else:
-        most = nbytes.groupby(ids, sort=True).max().tolist()
+        most = pd.Series(col("bytes"), dtype=inst["bytes"].dtype).groupby(ids, sort=True).max()
+        most = most.tolist()
     out = pd.DataFrame(
         {
             "instance": ids[heads],
-            "name": first["name"].to_numpy(),
-            "family": first["family"].to_numpy(),
+            "name": per_rank["name"].to_numpy()[heads],
+            "family": per_rank["family"].to_numpy()[heads],
             "process_group": [(p or None) for p in firsts("process_group")],
             "seq": [(int(s) if s >= 0 else None) for s in firsts("seq")],
             "bytes": [(int(b) if b >= 0 else None) for b in most],
@@ -1370,13 +1569,13 @@ def _tables(
                 tuple(ranks[a:b])
                 for a, b in zip(heads.tolist(), (heads + sizes).tolist(), strict=True)
             ],
-            "step": first["step"].to_numpy(),
-            "start_ns": per_run(per_rank["start_ns"], np.minimum),
-            "transfer_ns": per_run(per_rank["dur_ns"], np.minimum),
-            WAIT_NS.name: per_run(per_rank[WAIT_NS.name], np.add),
-            "last_rank": [None] * len(first),
-            EXPOSED_NS.name: per_run(per_rank[EXPOSED_NS.name], np.add),
-            "matched": matched,
+            "step": step[heads],
+            "start_ns": per_run(per_rank["start_ns"].to_numpy(np.int64), np.minimum),
+            "transfer_ns": per_run(dur, np.minimum),
+            WAIT_NS.name: per_run(per_rank[WAIT_NS.name].to_numpy(np.int64), np.add),
+            "last_rank": [None] * heads.size,
+            EXPOSED_NS.name: per_run(per_rank[EXPOSED_NS.name].to_numpy(np.int64), np.add),
+            "matched": first_matched,
             "group": [str(x) for x in firsts("group_key")],
             "members": firsts("members"),
             "p2p": np.array(firsts("p2p"), dtype=bool),
@@ -1384,7 +1583,7 @@ def _tables(
             "dst_rank": [(int(x) if x >= 0 else None) for x in firsts("dst_rank")],
             "last_arrival_ns": [
                 (int(x) if f else None)
-                for x, f in zip(firsts("last_arrival"), matched.tolist(), strict=True)
+                for x, f in zip(firsts("last_arrival"), first_matched.tolist(), strict=True)
             ],
             "transfer_outlier": np.array(firsts("transfer_outlier"), dtype=bool),
         },
@@ -1392,7 +1591,7 @@ def _tables(
     )
     if clock is not None and len(m):
         # arrival order: the unit with the latest aligned start, None on a tie
-        out["last_rank"] = _last_ranks(inst, m, traces, len(out))
+        out["last_rank"] = _last_ranks_of(matched, col("key"), ids, m, traces, len(out))
     out["last_rank"] = out["last_rank"].astype(object)
     return out, per_rank, row_instance
 
@@ -1402,10 +1601,28 @@ def _last_ranks(
 ) -> list[int | None]:
     """Per instance id (``0 .. n-1``): the rank of the unit with the latest aligned start among
     the matched rows of ``m`` whose key is in ``inst``, None on a tie (or none there)."""
-    matched = inst["matched"].to_numpy(bool)
-    ik = inst["key"].to_numpy(np.int64)[matched]
+    return _last_ranks_of(
+        inst["matched"].to_numpy(bool),
+        inst["key"].to_numpy(np.int64),
+        inst["instance"].to_numpy(np.int64),
+        m,
+        traces,
+        n,
+    )
+
+
+def _last_ranks_of(
+    matched: npt.NDArray[np.bool_],
+    key: npt.NDArray[Any],
+    instance: I64,
+    m: pd.DataFrame,
+    traces: Sequence[TraceInfo],
+    n: int,
+) -> list[int | None]:
+    """:func:`_last_ranks` on the columns ``matched``, ``key`` and ``instance`` of its rows."""
+    ik = np.asarray(key, dtype=np.int64)[matched]
     keys, first = np.unique(ik, return_index=True)  # a key is one instance
-    inst_of_key = inst["instance"].to_numpy(np.int64)[matched][first]
+    inst_of_key = instance[matched][first]
     mk = m["key"].to_numpy(np.int64)
     j = np.minimum(np.searchsorted(keys, mk), max(keys.size - 1, 0))
     ok = keys[j] == mk if keys.size else np.zeros(mk.size, dtype=bool)
@@ -1462,30 +1679,25 @@ def _straggler_table(
         credit[WAITED_FOR_RANK.name].to_numpy(np.int64),
         credit[EXPOSED_WAIT_NS.name].to_numpy(np.int64),
     )
-    out = pd.DataFrame(
+    # most credited first, then most often last, then by rank: the stable multi-key
+    # sort_values (a lexsort) on the columns before the frame, not a sort and reset_index of it
+    by = np.lexsort((rank_arr, -last_count, -credited))
+    ratio = [
+        (lc / n if n and aligned else None)
+        for lc, n in zip(last_count[by].tolist(), count[by].tolist(), strict=True)
+    ]
+    return pd.DataFrame(
         {
-            "rank": rank_arr,
-            "instances": count,
-            "last_count": last_count,
-            "last_ratio": pd.array(
-                [
-                    (lc / n if n and aligned else None)
-                    for lc, n in zip(last_count.tolist(), count.tolist(), strict=True)
-                ],
-                dtype="Float64",
-            ),
-            "waited_for_ns": waited_for,
-            WAIT_NS.name: own_wait,
-            "exposed_waited_for_ns": credited,
+            "rank": rank_arr[by],
+            "instances": count[by],
+            "last_count": last_count[by],
+            "last_ratio": pd.array(ratio, dtype="Float64"),
+            "waited_for_ns": waited_for[by],
+            WAIT_NS.name: own_wait[by],
+            "exposed_waited_for_ns": credited[by],
         },
         columns=list(STRAGGLER_COLUMNS),
     )
-    out = out.sort_values(
-        ["exposed_waited_for_ns", "last_count", "rank"],
-        ascending=[False, False, True],
-        kind="stable",
-    )
-    return out.reset_index(drop=True)
 
 
 def step_skew(steps: pd.DataFrame) -> pd.DataFrame:
