@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 repo=$PWD
 python=${PYTHON:-python}
 examples=${TRACEOVERLAP_FUZZ_EXAMPLES:-1500}
-limit=${KSCAN_ASAN_TIMEOUT_S:-600}
+limit=${KSCAN_ASAN_TIMEOUT_S:-900}
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -61,7 +61,7 @@ set +e
 timeout --kill-after=30 "$limit" "$python" -m pytest -q -p no:cacheprovider -o addopts= --capture=no \
     --timeout="$limit" --rootdir="$repo" -c "$repo/pyproject.toml" "$repo/tests/test_kscan.py" \
     "$repo/tests/test_npage.py" "$repo/tests/test_nsys_sqlite_columns.py" \
-    "$repo/tests/test_fast_paths_nsysread.py" \
+    "$repo/tests/test_fast_paths_nsysread.py" "$repo/tests/test_fast_paths_nsyspage.py" \
     2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 set -e
