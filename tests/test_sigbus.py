@@ -75,8 +75,8 @@ with guard("outer.json"):
 
 
 def test_nsys_export_truncated_while_read_is_one_line(tmp_path: Path) -> None:
-    # the SQLite export's pages are memory-mapped by the column reader; the stand-in truncates
-    # the file right after numpy maps it
+    # the SQLite export's pages are memory-mapped by the column reader (``mmap.mmap``); the
+    # stand-in truncates the file right after it is mapped
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from nsys_writer import MS, NsysExport
 
@@ -88,15 +88,16 @@ def test_nsys_export_truncated_while_read_is_one_line(tmp_path: Path) -> None:
         x.kernel(7, 0, 7, 2 * MS + i * 1000, 2 * MS + i * 1000 + 500, "gemm", launch=10**5 + i)
     p = x.write(tmp_path / "run.sqlite")
     code = f"""
-import os, sys
-import numpy as np
-real = np.memmap
-def map_then_truncate(path, *a, **k):
-    m = real(path, *a, **k)
-    os.truncate(path, 4096)
-    return m
-np.memmap = map_then_truncate
+import mmap, os, sys
 from traceoverlap.cli import main
+class MapThenTruncate(mmap.mmap):
+    def __new__(cls, fileno, *a, **k):
+        m = super().__new__(cls, fileno, *a, **k)
+        path = os.readlink(f"/proc/self/fd/{{fileno}}")
+        if path.endswith(".sqlite"):
+            os.truncate(path, 4096)
+        return m
+mmap.mmap = MapThenTruncate
 sys.argv = ["traceoverlap", "analyze", {str(p)!r}]
 main()
 """
