@@ -237,22 +237,28 @@ runpy.run_module("traceoverlap", run_name="__main__", alter_sys=True)
 """
 
 
-def test_analyze_json_imports_only_what_it_needs(tmp_path: Path) -> None:
+def modules_loaded(tmp_path: Path, *argv: str) -> set[str]:
+    """The modules ``traceoverlap ARGV`` has loaded when it exits (run in a child process)."""
     import subprocess
     import sys
 
     listing = tmp_path / "modules.txt"
-    fixture = PKG.parent / "fixtures" / "workloads" / "bucketed"
-    argv = [sys.executable, "-c", _LIST_MODULES, str(listing), "analyze", str(fixture)]
     proc = subprocess.run(
-        [*argv, "--format", "json", "-o", str(tmp_path / "out.json")],
+        [sys.executable, "-c", _LIST_MODULES, str(listing), *argv],
         capture_output=True,
         text=True,
         timeout=120,
         cwd=PKG.parent,
     )
     assert proc.returncode == 0, proc.stderr
-    loaded = set(listing.read_text().split())
+    return set(listing.read_text().split())
+
+
+def test_analyze_json_imports_only_what_it_needs(tmp_path: Path) -> None:
+    fixture = PKG.parent / "fixtures" / "workloads" / "bucketed"
+    loaded = modules_loaded(
+        tmp_path, "analyze", str(fixture), "--format", "json", "-o", str(tmp_path / "out.json")
+    )
     assert "traceoverlap.run.analysis" in loaded  # the listing is the analysis's own
     assert "traceoverlap.cli.analyze" in loaded
     needless = {m for m in loaded for bad in NOT_FOR_JSON if m == bad or m.startswith(bad + ".")}

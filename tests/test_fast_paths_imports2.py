@@ -4,8 +4,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -119,33 +117,14 @@ def test_conform_of_frames_with_rows_is_unchanged() -> None:
             assert _same_frame(conform(df, table), _conform_before(df, table))
 
 
-_LIST_MODULES = """
-import atexit, runpy, sys
-out = sys.argv.pop(1)
-def dump():
-    with open(out, "w") as f:
-        f.write("\\n".join(sorted(sys.modules)))
-atexit.register(dump)
-runpy.run_module("traceoverlap", run_name="__main__", alter_sys=True)
-"""
-
-
 def test_one_rank_json_does_not_load_to_dict(tmp_path: Path) -> None:
     """A one-rank Kineto trace's ``analyze --format json`` (the corpus' single files) reads its
     step rows without ``DataFrame.to_dict`` and so never imports its module."""
-    root = Path(__file__).resolve().parent.parent
-    listing = tmp_path / "modules.txt"
-    trace = root / "fixtures" / "workloads" / "bucketed" / "rank0.json.gz"
-    proc = subprocess.run(
-        [sys.executable, "-c", _LIST_MODULES, str(listing), "analyze", str(trace)]
-        + ["--format", "json", "-o", str(tmp_path / "out.json")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=root,
-    )
-    assert proc.returncode == 0, proc.stderr
-    loaded = set(listing.read_text().split())
+    from test_architecture import modules_loaded
+
+    trace = Path(__file__).resolve().parent.parent / "fixtures/workloads/bucketed/rank0.json.gz"
+    out = str(tmp_path / "out.json")
+    loaded = modules_loaded(tmp_path, "analyze", str(trace), "--format", "json", "-o", out)
     assert "traceoverlap.run.analysis" in loaded  # the listing is the analysis's own
     assert "pandas.core.frame" in loaded
     assert "pandas.core.methods.to_dict" not in loaded
