@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_fast_paths_reduce import _last_ranks  # the frame-taking form, as the reduce used it
 
 from traceoverlap.core import intervals as iv
 from traceoverlap.core.model import TraceInfo
@@ -35,7 +36,6 @@ from traceoverlap.run.matching import (
     _consistent,
     _family_causes,
     _groups_frame,
-    _last_ranks,
     _ngroup,
     _offsets,
     _p2p_direction,

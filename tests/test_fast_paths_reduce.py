@@ -45,9 +45,9 @@ from traceoverlap.run.matching import (
     TOLERANCE_NS,
     UNKNOWN_GROUP,
     _consistent,
-    _count_notes,
+    _count_notes_of,
     _describe_group,
-    _last_ranks,
+    _last_ranks_of,
     _offsets,
     _straggler_table,
     step_skew,
@@ -460,6 +460,19 @@ def test_names_by_lexsort_are_the_sorted_frame(rows, kind):
     )
     assert _names(df, "x_ns") == _names_sorted(df, "x_ns")
     assert _names(df, "x_ns", 1) == _names_sorted(df, "x_ns", 1)
+
+
+def _last_ranks(inst: pd.DataFrame, m: pd.DataFrame, traces: Any, n: int) -> list[int | None]:
+    """:func:`_last_ranks_of` on an instance frame's columns (how the reduce calls it)."""
+    matched = inst["matched"].to_numpy(bool)
+    key, ids = inst["key"].to_numpy(np.int64), inst["instance"].to_numpy(np.int64)
+    return _last_ranks_of(matched, key, ids, m, traces, n)
+
+
+def _count_notes(work: pd.DataFrame, *args: Any) -> list[str]:
+    """:func:`_count_notes_of` on a frame's group key, match kind, unit and label columns."""
+    rows = tuple(work[c].to_numpy(dtype=object) for c in ("group_key", "match_kind", "unit"))
+    return _count_notes_of(cast(Any, rows), work["label"].to_numpy(dtype=object), *args)
 
 
 def _last_ranks_merge(

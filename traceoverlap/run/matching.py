@@ -773,28 +773,6 @@ def _pair_by_end(
     return out
 
 
-def _count_notes(
-    work: pd.DataFrame,
-    ids: npt.NDArray[np.int64],
-    complete: npt.NDArray[np.bool_],
-    units_of: dict[object, tuple[int, ...]],
-    unit_label: dict[int, str],
-) -> list[str]:
-    """A note per (group, kind) whose instance counts differ across its member units."""
-    return _count_notes_of(
-        (
-            work["group_key"].to_numpy(dtype=object),
-            work["match_kind"].to_numpy(dtype=object),
-            work["unit"].to_numpy(dtype=object),
-        ),
-        work["label"].to_numpy(dtype=object),
-        ids,
-        complete,
-        units_of,
-        unit_label,
-    )
-
-
 def _count_notes_of(
     rows: tuple[npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[Any]],
     label: npt.NDArray[np.object_],
@@ -803,7 +781,8 @@ def _count_notes_of(
     units_of: dict[object, tuple[int, ...]],
     unit_label: dict[int, str],
 ) -> list[str]:
-    """:func:`_count_notes` on the rows' group key, match kind and unit, and their labels."""
+    """A note per (group, kind) whose instance counts differ across its member units, from the
+    rows' group key, match kind and unit (``rows``) and their labels."""
     notes: list[str] = []
     group, kind, unit = rows
     # rows per (group, kind, unit) counted in dicts, (group, kind) in sorted order: the
@@ -1596,21 +1575,6 @@ def _tables(
     return out, per_rank, row_instance
 
 
-def _last_ranks(
-    inst: pd.DataFrame, m: pd.DataFrame, traces: Sequence[TraceInfo], n: int
-) -> list[int | None]:
-    """Per instance id (``0 .. n-1``): the rank of the unit with the latest aligned start among
-    the matched rows of ``m`` whose key is in ``inst``, None on a tie (or none there)."""
-    return _last_ranks_of(
-        inst["matched"].to_numpy(bool),
-        inst["key"].to_numpy(np.int64),
-        inst["instance"].to_numpy(np.int64),
-        m,
-        traces,
-        n,
-    )
-
-
 def _last_ranks_of(
     matched: npt.NDArray[np.bool_],
     key: npt.NDArray[Any],
@@ -1619,7 +1583,9 @@ def _last_ranks_of(
     traces: Sequence[TraceInfo],
     n: int,
 ) -> list[int | None]:
-    """:func:`_last_ranks` on the columns ``matched``, ``key`` and ``instance`` of its rows."""
+    """Per instance id (``0 .. n-1``): the rank of the unit with the latest aligned start among
+    the matched rows of ``m`` whose key is a matched row's (``matched``, ``key`` and
+    ``instance``: the instance table's columns), None on a tie (or none there)."""
     ik = np.asarray(key, dtype=np.int64)[matched]
     keys, first = np.unique(ik, return_index=True)  # a key is one instance
     inst_of_key = instance[matched][first]
