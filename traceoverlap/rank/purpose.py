@@ -344,10 +344,6 @@ def _main_thread(ev: pd.DataFrame, host: npt.NDArray[np.bool_]) -> int | None:
     return int(t_ids[np.argmax(counts)])
 
 
-#: The columns of a unit's instance table that its purposes read.
-_READ = ("family", "label", "kernel", "lane", "start_ns", "end_ns", "window")
-
-
 def _texts(values: npt.ArrayLike) -> npt.NDArray[np.object_]:
     """A text column as an object array of ``str`` (``Series.astype(str).to_numpy()``)."""
     out: npt.NDArray[np.object_] = np.asarray(values).astype(str).astype(object)
@@ -358,15 +354,12 @@ def unit_purposes(
     unit: Timeline,
     kind: npt.NDArray[np.int8],
     steps: UnitSteps,
-    inst: pd.DataFrame | Mapping[str, npt.NDArray[Any]],
+    inst: Mapping[str, npt.NDArray[Any]],
 ) -> tuple[npt.NDArray[np.object_], UnitStrategy]:
-    """The purpose of every local instance of a unit (``inst``: its instance table, or its
-    columns as arrays (an empty mapping: none), with ``family``, ``label``, ``kernel``,
+    """The purpose of every local instance of a unit (``inst``: its instance table's columns as
+    arrays, an empty mapping when it has none, with ``family``, ``label``, ``kernel``,
     ``lane``, ``start_ns``, ``end_ns``, ``window``) and the unit's strategy."""
-    if isinstance(inst, pd.DataFrame):
-        cols = {k: inst[k].to_numpy() for k in _READ} if len(inst) else {}
-    else:
-        cols = dict(inst)
+    cols = dict(inst)
     n = len(cols["start_ns"]) if cols else 0
     ev = unit.events
     host = in_categories(ev["category"], _HOST_CATEGORIES) & (
