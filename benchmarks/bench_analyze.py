@@ -267,10 +267,12 @@ def build_trace(out: Path, target_mb: float) -> tuple[int, int]:
 
 
 class Run:
-    """One child process: wall and CPU (user + sys) seconds, peak RSS MB, stdout."""
+    """One child process: wall and CPU (user + sys) seconds, peak RSS MB, stdout; ``phases``: its
+    CPU by phase where it printed them (benchmarks/phases.py)."""
 
     def __init__(self, wall: float, cpu: float, rss_mb: float, out: str) -> None:
         self.wall, self.cpu, self.rss_mb, self.out = wall, cpu, rss_mb, out
+        self.phases: dict[str, float] | None = None
 
 
 def _child(argv: list[str], env: dict[str, str], cwd: str) -> Run:

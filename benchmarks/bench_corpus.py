@@ -38,9 +38,15 @@ children included) after one untimed warm-up round, interleaved member by member
   of the command, numpy and pandas among them), and numpy + pandas alone: the part of every
   member's CPU that does not depend on the input.
 
+- the same ``analyze`` once more under ``benchmarks/phases.py``, its CPU split into imports,
+  the Nsight integrity check, read, per-unit analysis, reduce, output and the rest.
+
 It prints per member: floor and analyze CPU, their ratio against the target (Kineto 1.2x,
 Nsight 3x: issue 40), peak RSS, and the ratio without the imports (analyze less the imports,
-against the floor less ``python`` + msgspec / sqlite3 start). ``--save FILE`` writes the
+against the floor less ``python`` + msgspec / sqlite3 start); under it, for a member that misses
+its target, a ``why:`` line (what the target allows, what the fixed costs leave of it, the work
+phase by phase against the floor's own, the ratio without pandas' import), else its phases
+(``--no-phases`` skips that run). ``--save FILE`` writes the
 figures as JSON; ``--compare FILE`` compares with such a file and names every member whose
 ratio to its floor grew by more than 20 % (the ratio, not the seconds: the floor runs in the same
 rounds, so the ratio carries over between runs of a shared machine), exit status 1 if any did.
@@ -70,6 +76,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import bench_nsys  # noqa: E402  (also puts tests/ on sys.path: nsys_writer)
+import phases as phases_mod  # noqa: E402
 from bench_analyze import FLOOR_STRUCTS, REPO, Run, _child_err, _env  # noqa: E402
 from nsys_writer import write_synthetic  # noqa: E402
 
@@ -104,28 +111,29 @@ print(n)
 
 # What ``python -m traceoverlap analyze X --format json`` imports before it reads a byte: its
 # entry point, command and the modules the analysis, the Kineto reader and the JSON report load.
-IMPORTS_CODE = r"""
+IMPORTS_CODE = (
+    r"""
 import sys
 sys.path.insert(0, sys.argv[1])
+sys.path.insert(1, """
+    + repr(str(HERE))
+    + r""")
 import traceoverlap.__main__ as entry
 entry.pause()  # as entry.run() does: the collector paused while the modules load, one BLAS thread
 entry.one_thread()
-from traceoverlap.cli import main
-main.commands["analyze"]
-import traceoverlap.run.gate, traceoverlap.run.analysis, traceoverlap.reporters.json_report
-if sys.argv[2] == "kineto":
-    import traceoverlap.readers.kineto._document, traceoverlap.readers.kineto._table
-else:
-    import traceoverlap.readers.nsys
+import phases
+phases.import_command(sys.argv[2])
 import os
 os._exit(0)  # as the command ends (traceoverlap.__main__.run): no teardown of the modules
 """
+)
 # as the command imports them: the collector paused, one OpenBLAS thread (core/_blas.py)
 NUMPY_PANDAS_CODE = (
     "import gc, os; gc.disable(); os.environ.setdefault('OPENBLAS_NUM_THREADS', '1'); "
     "import numpy, pandas; os._exit(0)"
 )
 START_CODE = {"kineto": "import msgspec", "nsys": "import sqlite3"}
+NUMPY_CODE = "import gc, os; gc.disable(); os.environ.setdefault('OPENBLAS_NUM_THREADS', '1'); import numpy; os._exit(0)"
 
 
 # --- building the corpus ---------------------------------------------------------------------
@@ -450,7 +458,7 @@ def _files(paths: list[Path]) -> list[Path]:
 
 
 def _commands(
-    member: Member, paths: list[Path], compare: Path | None
+    member: Member, paths: list[Path], compare: Path | None, phases: bool = True
 ) -> dict[str, tuple[list[str], Path]]:
     py = sys.executable
     files = _files(paths)
@@ -465,11 +473,16 @@ def _commands(
     cmds["analyze"] = (argv, REPO)
     if compare is not None:
         cmds["analyze_other"] = (argv, compare)
+    if phases:  # the same command once more, its CPU split by phase (benchmarks/phases.py)
+        script = [py, str(HERE / "phases.py"), "--checkout", str(REPO), "--json"]
+        cmds["phases"] = ([*script, "--kind", member.kind, "--", *argv[3:]], REPO)
     return cmds
 
 
 def _run(argv: list[str], checkout: Path, cwd: str) -> Run:
-    return _child_err(argv, _env(checkout), cwd)[0]
+    run, err = _child_err(argv, _env(checkout), cwd)
+    run.phases = phases_mod.parse(err)
+    return run
 
 
 def _best(runs: list[Run]) -> Run:
@@ -485,6 +498,7 @@ def measure_fixed(repeat: int, compare: Path | None, cwd: str) -> dict[str, floa
         "start_kineto": ([py, "-c", START_CODE["kineto"]], REPO),
         "start_nsys": ([py, "-c", START_CODE["nsys"]], REPO),
         "numpy_pandas": ([py, "-c", NUMPY_PANDAS_CODE], REPO),
+        "numpy": ([py, "-c", NUMPY_CODE], REPO),
     }
     for kind in ("kineto", "nsys"):
         cmds[f"imports_{kind}"] = ([py, "-c", IMPORTS_CODE, str(REPO), kind], REPO)
@@ -501,9 +515,14 @@ def measure_fixed(repeat: int, compare: Path | None, cwd: str) -> dict[str, floa
 
 
 def measure(
-    member: Member, paths: list[Path], repeat: int, compare: Path | None, cwd: str
+    member: Member,
+    paths: list[Path],
+    repeat: int,
+    compare: Path | None,
+    cwd: str,
+    phases: bool = True,
 ) -> dict[str, Run]:
-    cmds = _commands(member, paths, compare)
+    cmds = _commands(member, paths, compare, phases)
     runs: dict[str, list[Run]] = {k: [] for k in cmds}
     for round_ in range(repeat + 1):
         for key, (argv, checkout) in cmds.items():
@@ -528,6 +547,9 @@ def main() -> None:
     ap.add_argument("--compare-with", type=Path, help="another source checkout to run alongside")
     ap.add_argument("--list", action="store_true", help="list the corpus and exit")
     ap.add_argument("--build-only", action="store_true", help="build the corpus (--keep) only")
+    ap.add_argument(
+        "--no-phases", action="store_true", help="skip the run split by phase (the why lines)"
+    )
     opts = ap.parse_args()
     members = [m for m in CORPUS if not opts.only or any(s in m.name for s in opts.only)]
     if opts.list:
@@ -578,35 +600,8 @@ def main() -> None:
                 head += f" {'other s':>8s} {'ratio':>6s}"
             print(head, flush=True)
             for m in members:
-                runs = measure(m, built[m.name], opts.repeat, compare, cwd)
-                floor, ana = runs["floor"], runs["analyze"]
-                ratio = ana.cpu / floor.cpu
-                target = TARGET[m.kind]
-                start = fixed[f"start_{m.kind}"]
-                # the ratio beyond the fixed costs, where the floor's own work is measurable
-                work = floor.cpu - start
-                bare = (ana.cpu - fixed[f"imports_{m.kind}"]) / work if work > 0.02 else None
-                row = {
-                    "mb": _size_mb(built[m.name]),
-                    "floor_cpu": floor.cpu,
-                    "analyze_cpu": ana.cpu,
-                    "ratio": ratio,
-                    "target": target,
-                    "rss_mb": ana.rss_mb,
-                    "floor_rss_mb": floor.rss_mb,
-                    "ratio_without_imports": bare,
-                }
-                line = (
-                    f"{m.name:22s} {row['mb']:6.1f} {floor.cpu:8.3f} {ana.cpu:9.3f} "
-                    f"{ratio:5.2f}x {target:6.1f}x {'met' if ratio <= target else 'MISSED':6s} "
-                    f"{ana.rss_mb:7.0f} {floor.rss_mb:8.0f} "
-                    + (f"{bare:6.2f}x" if bare is not None else f"{'-':>7s}")
-                )
-                if compare:
-                    other = runs["analyze_other"]
-                    row["other_cpu"] = other.cpu
-                    row["other_rss_mb"] = other.rss_mb
-                    line += f" {other.cpu:8.3f} {other.cpu / floor.cpu:5.2f}x"
+                runs = measure(m, built[m.name], opts.repeat, compare, cwd, not opts.no_phases)
+                row, line = _member_row(m, built[m.name], runs, fixed, compare)
                 results["members"][m.name] = row
                 print(line, flush=True)
     finally:
@@ -617,6 +612,89 @@ def main() -> None:
         print(f"\nsaved {opts.save}")
     if opts.compare:
         sys.exit(_compare(results, json.loads(opts.compare.read_text()), opts.compare))
+
+
+def _member_row(
+    m: Member,
+    paths: list[Path],
+    runs: dict[str, Run],
+    fixed: dict[str, float],
+    compare: Path | None,
+) -> tuple[dict[str, Any], str]:
+    """A member's figures (saved with --save) and its printed line(s)."""
+    floor, ana = runs["floor"], runs["analyze"]
+    ratio = ana.cpu / floor.cpu
+    target = TARGET[m.kind]
+    start = fixed[f"start_{m.kind}"]
+    # the ratio beyond the fixed costs, where the floor's own work is measurable
+    work = floor.cpu - start
+    bare = (ana.cpu - fixed[f"imports_{m.kind}"]) / work if work > 0.02 else None
+    row: dict[str, Any] = {
+        "mb": _size_mb(paths),
+        "floor_cpu": floor.cpu,
+        "analyze_cpu": ana.cpu,
+        "ratio": ratio,
+        "target": target,
+        "rss_mb": ana.rss_mb,
+        "floor_rss_mb": floor.rss_mb,
+        "ratio_without_imports": bare,
+    }
+    line = (
+        f"{m.name:22s} {row['mb']:6.1f} {floor.cpu:8.3f} {ana.cpu:9.3f} "
+        f"{ratio:5.2f}x {target:6.1f}x {'met' if ratio <= target else 'MISSED':6s} "
+        f"{ana.rss_mb:7.0f} {floor.rss_mb:8.0f} "
+        + (f"{bare:6.2f}x" if bare is not None else f"{'-':>7s}")
+    )
+    if compare:
+        other = runs["analyze_other"]
+        row["other_cpu"] = other.cpu
+        row["other_rss_mb"] = other.rss_mb
+        line += f" {other.cpu:8.3f} {other.cpu / floor.cpu:5.2f}x"
+    ph = runs["phases"].phases if "phases" in runs else None
+    if ph is not None:
+        row["phases"] = ph
+        pandas_s = fixed["numpy_pandas"] - fixed["numpy"]
+        line += "\n  " + (
+            f"why: {why(ph, floor.cpu, target, start, pandas_s)}"
+            if ratio > target
+            else "phases: " + _phase_list(ph, phases_mod.PHASES)
+        )
+    return row, line
+
+
+WORK = ("read", "units", "reduce", "output", "other")
+
+
+def _phase_list(ph: dict[str, float], names: tuple[str, ...]) -> str:
+    return ", ".join(f"{p} {ph[p]:.3f}" for p in names if ph.get(p, 0.0) >= 0.0005)
+
+
+def why(ph: dict[str, float], floor: float, target: float, start: float, pandas_s: float) -> str:
+    """Why a member misses its target, from its phases (benchmarks/phases.py, CPU s): what the
+    target allows (``target`` x the ``floor``), what the fixed costs (the imports, the Nsight
+    integrity check) leave of it, what the work took phase by phase against the floor's own work
+    (the floor less its interpreter start, ``start``), and the ratio the member would have
+    without pandas' import (``pandas_s``: numpy + pandas less numpy)."""
+    budget = target * floor
+    fixed = ph["imports"] + ph["integrity"]
+    paid = f"imports {ph['imports']:.3f} s (pandas {pandas_s:.3f})"
+    if ph["integrity"] >= 0.0005:
+        paid += f" + the integrity check {ph['integrity']:.3f}"
+    work = ph["total"] - fixed
+    without = (ph["total"] - pandas_s) / floor
+    own = floor - start
+    tail = (
+        f"the work took {work:.3f} ({_phase_list(ph, WORK)}), the floor's own "
+        + (f"{own:.3f}" if own >= 0.005 else "too small to measure")
+        + f"; without pandas' import {without:.2f}x"
+    )
+    if fixed >= budget:
+        return f"{paid} alone exceed the {budget:.3f} s that {target:g}x allows; {tail}"
+    largest = max(WORK, key=lambda p: ph.get(p, 0.0))
+    return (
+        f"{paid} leave {budget - fixed:.3f} of the {budget:.3f} s that {target:g}x allows; "
+        f"{tail}; the largest part: {largest}"
+    )
 
 
 def _compare(now: dict[str, Any], before: dict[str, Any], where: Path) -> int:
