@@ -133,6 +133,64 @@ def test_host_names_memo_is_the_search(units):
             assert hn.rows(rx).tolist() == [i for i, w in enumerate(want) if w]
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.lists(st.sampled_from(WORDS), max_size=8), min_size=1, max_size=4),
+    st.integers(0, 6),
+)
+def test_host_names_memo_is_the_search_when_full(units, cap):
+    """As above with the memo's bound reached (a run of unique range names): the names it could
+    not keep are searched again, by the unit's block or a block of the rest, same answers."""
+    from traceoverlap.rank import purpose
+
+    purpose._MEMO.clear()
+    old_cap = purpose._MEMO_NAMES
+    purpose._MEMO_NAMES = cap
+    try:
+        for names in units:
+            col = pd.Series(pd.Categorical(names, categories=sorted(set(WORDS))))
+            hn = purpose._HostNames(col, np.ones(len(names), dtype=bool))
+            codes = col.cat.codes.to_numpy()
+            for rx in purpose._MEMO_BIT:
+                want = [rx.search(n) is not None for n in names]
+                assert hn.matching(rx)[codes].tolist() == want
+            assert len(purpose._MEMO) <= cap
+    finally:
+        purpose._MEMO_NAMES = old_cap
+        purpose._MEMO.clear()
+
+
+def _remember_loop(memo, cap, names, values):
+    """purpose._remember before it used dict.update (the reference)."""
+    for name, v in zip(names, values, strict=True):
+        if len(memo) < cap or name in memo:
+            memo[name] = v
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.dictionaries(st.sampled_from(WORDS), st.integers(1, 9), max_size=6),
+    st.lists(st.tuples(st.sampled_from(WORDS), st.integers(1, 9)), max_size=12),
+    st.integers(0, 12),
+)
+def test_remember_is_the_loop(start, pairs, cap):
+    from traceoverlap.rank import purpose
+
+    want = dict(start)
+    _remember_loop(want, cap, [p[0] for p in pairs], [p[1] for p in pairs])
+    old_cap = purpose._MEMO_NAMES
+    purpose._MEMO.clear()
+    purpose._MEMO.update(start)
+    purpose._MEMO_NAMES = cap
+    try:
+        purpose._remember([p[0] for p in pairs], [p[1] for p in pairs])
+        assert purpose._MEMO == want
+        assert list(purpose._MEMO) == list(want)  # the same insertion order
+    finally:
+        purpose._MEMO_NAMES = old_cap
+        purpose._MEMO.clear()
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 6)), max_size=30))
 def test_unique_pairs_is_unique_along_an_axis(pairs):

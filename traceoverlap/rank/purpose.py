@@ -174,6 +174,21 @@ _MEMO: dict[str, int] = {}
 _MEMO_NAMES = 200_000
 
 
+def _remember(names: list[str], values: list[int]) -> None:
+    """``_MEMO[name] = value`` for each pair in order, a new name only while :data:`_MEMO` has
+    fewer than :data:`_MEMO_NAMES` (a name it holds is updated whatever its size)."""
+    if len(_MEMO) + len(names) <= _MEMO_NAMES:  # room for all, even if every name is new
+        _MEMO.update(zip(names, values, strict=True))
+        return
+    room = _MEMO_NAMES - len(_MEMO)
+    for name, v in zip(names, values, strict=True):
+        if name in _MEMO:
+            _MEMO[name] = v
+        elif room > 0:
+            _MEMO[name] = v
+            room -= 1
+
+
 class _HostNames:
     """The names of a unit's host rows, for many name tests: the distinct names the rows use are
     found once (:func:`~traceoverlap.core.model.per_category` per test would find them again each
@@ -237,16 +252,21 @@ class _HostNames:
         hit: npt.NDArray[np.bool_] = ((bits >> (b + 32)) & 1).astype(bool)
         todo = np.flatnonzero(((bits >> b) & 1) == 0)
         if todo.size:
-            if todo.size == len(self.names):
+            names = self.names
+            if todo.size == len(names):
                 found = self.block().search(rx)
+                todo_names = names
+            elif 2 * todo.size >= len(names):
+                # most names unseen (a unit of unique range names after another): the unit's
+                # block, built once for every pattern, not a block of the rest per pattern
+                found = self.block().search(rx)[todo]
+                todo_names = [names[i] for i in todo.tolist()]
             else:
-                found = NameBlock([self.names[i] for i in todo.tolist()]).search(rx)
+                todo_names = [names[i] for i in todo.tolist()]
+                found = NameBlock(todo_names).search(rx)
             hit[todo] = found
             bits[todo] |= (1 << b) | (found.astype(np.int64) << (b + 32))
-            for i, v in zip(todo.tolist(), bits[todo].tolist(), strict=True):
-                name = self.names[i]
-                if len(_MEMO) < _MEMO_NAMES or name in _MEMO:
-                    _MEMO[name] = v
+            _remember(todo_names, bits[todo].tolist())
         return hit
 
     def _memo_bits(self) -> I64:
