@@ -22,6 +22,8 @@ from test_cli_analyze import write_trace
 
 from traceoverlap.cli import main
 from traceoverlap.core.fmt import EscapedText, safe_text
+from traceoverlap.core.schema import COLLECTIVE_PER_RANK, COLLECTIVES
+from traceoverlap.core.vocab import as_label
 from traceoverlap.reporters import json_report
 from traceoverlap.reporters.json_report import encode
 
@@ -211,3 +213,233 @@ def test_write_text_writes_escaped_text_as_it_is(
     assert capsysbinary.readouterr().out == b"{}\n"
     write_text(EscapedText(plain) + "", None)  # changed: a plain str again, filtered
     assert capsysbinary.readouterr().out == b"{}\n"
+
+
+def test_the_registry_keeps_the_texts_type(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Format.render`` once made every text a plain ``str``: the JSON lost its marker (and was
+    scanned) and the table its :class:`TerminalText` (our colours were stripped on a terminal)."""
+    from traceoverlap.core.fmt import TerminalText
+    from traceoverlap.reporters.formats import Format
+
+    for text in (EscapedText("{}\n"), TerminalText("x"), "plain"):
+        monkeypatch.setattr(Format, "function", lambda self, t=text: lambda *a, **k: t)
+        got = Format("analysis", "json", (".json",), "json_report:render").render(object())
+        assert got is text
+    monkeypatch.setattr(Format, "function", lambda self: lambda *a, **k: 3)
+    assert Format("analysis", "json", (".json",), "json_report:render").render(object()) == "3"
+
+
+@pytest.mark.parametrize(
+    "args", [["analyze", "-f", "json"], ["compare", "-f", "json"], ["whatif", "--format", "json"]]
+)
+def test_json_commands_skip_the_scan_text_commands_do_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str]
+) -> None:
+    import traceoverlap.core.fmt as fmt
+
+    scanned: list[str] = []
+    real = fmt.safe_text
+
+    def spy(text: str, keep_sgr: bool = False) -> str:
+        scanned.append(text)
+        return real(text, keep_sgr)
+
+    monkeypatch.setattr(fmt, "safe_text", spy)
+    t = str(write_trace(tmp_path / "t.json"))
+    inputs = [t, t] if args[0] == "compare" else [t]
+    res = _run(args[0], *inputs, *args[1:])
+    assert res.exit_code == 0, res.output
+    json.loads(res.output)
+    assert not [s for s in scanned if s.startswith("{")]  # the JSON: written as it is
+    res = _run(args[0], *inputs)  # the text format: scanned
+    assert res.exit_code == 0, res.output
+    assert scanned
+
+
+# --- records and collectives_dict before round 4 (reference copies) -----------------------------
+
+
+def _records_before(df: pd.DataFrame, columns: tuple[str, ...] | list[str]) -> list[dict[str, Any]]:
+    cols = [c for c in columns if c in df.columns]
+    values = []
+    for c in cols:
+        col = df[c]
+        v = col.tolist()
+        if isinstance(col.dtype, np.dtype) and col.dtype.kind in "iub":  # never NaN or NA
+            values.append(v)
+        elif c in json_report._LABELS:
+            values.append([None if x is pd.NA or x is None else as_label(x) for x in v])
+        else:
+            values.append(
+                [None if x is pd.NA or (isinstance(x, float) and x != x) else x for x in v]
+            )
+    return [dict(zip(cols, row, strict=True)) for row in zip(*values, strict=True)]
+
+
+def _collectives_dict_before(coll: Any) -> dict[str, Any]:
+    per: dict[int, dict[str, dict[str, Any]]] = {}
+    fields = COLLECTIVE_PER_RANK.names
+    no_launch = [c.name for c in COLLECTIVE_PER_RANK.columns if c.nullable]
+    several = json_report._units_per_rank(coll.per_rank) if len(coll.per_rank) else None
+    for r in _records_before(coll.per_rank, ["instance", "rank", "device", *fields]):
+        key = str(r["rank"])
+        if several is not None and int(several.get(r["rank"], 1)) > 1:
+            key = f"{r['rank']}:{r['device']}"
+        row = {f: r[f] for f in fields}
+        for f in no_launch:
+            if isinstance(row[f], (int, float)) and row[f] < 0:
+                row[f] = None
+        per.setdefault(int(r["instance"]), {})[key] = row
+    colls = []
+    for r in _records_before(coll.instances, COLLECTIVES.names):
+        r["ranks"] = list(r["ranks"])
+        r["per_rank"] = per.get(int(r["instance"]), {})
+        colls.append(r)
+    return {"collectives": colls}  # (the rest is unchanged: stragglers, blame)
+
+
+def _same(a: Any, b: Any, where: str = "") -> None:
+    """``a`` is ``b``: the same types (int is not float, None is None), keys in the same order."""
+    assert type(a) is type(b), (where, a, b)
+    if isinstance(a, dict):
+        assert list(a) == list(b), where
+        for k in a:
+            _same(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, list | tuple):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _same(x, y, f"{where}[{i}]")
+    else:
+        assert a == b or (a != a and b != b), (where, a, b)
+
+
+_TEXT = ["", "x", "é µs", ESC + "[2J", CSI8 + DEL, "\udce9name", "4", "all"]
+
+
+def _texts(rng: np.random.Generator, n: int) -> list[Any]:
+    return [_TEXT[i] for i in rng.integers(0, len(_TEXT), n)]
+
+
+def _column(rng: np.random.Generator, n: int, kind: str) -> pd.Series:
+    """A column of ``n`` values of one of the dtypes the tables hold, NA / NaN in some rows."""
+    ints = np.where(rng.random(n) < 0.5, rng.integers(-3, 4, n), rng.integers(0, 2**40, n))
+    na = rng.random(n) < 0.3
+    if kind == "int64":
+        return pd.Series(ints, dtype="int64")
+    if kind == "uint8":
+        return pd.Series(rng.integers(0, 255, n), dtype="uint8")
+    if kind == "bool":
+        return pd.Series(rng.random(n) < 0.5)
+    if kind in ("float64", "float32"):
+        v = rng.normal(0, 1e3, n)
+        v[na] = np.nan
+        return pd.Series(v, dtype=kind)
+    if kind == "Int64":
+        return pd.Series(pd.array([None if m else int(x) for x, m in zip(ints, na)], "Int64"))
+    if kind == "Float64":  # NA, and NaN that is not NA (0/0 in the masked array)
+        s = pd.Series(pd.array(rng.normal(0, 1, n).tolist(), dtype="Float64"))
+        s[na] = pd.NA
+        return s / pd.Series(pd.array((rng.random(n) > 0.2).astype(float), dtype="Float64"))
+    if kind == "boolean":
+        return pd.Series(
+            pd.array([None if m else bool(x % 2) for x, m in zip(ints, na)], "boolean")
+        )
+    if kind in ("string", "str"):
+        return pd.Series([None if m else t for t, m in zip(_texts(rng, n), na)], dtype=kind)
+    if kind == "label":
+        labels = ["0", "4", "4#2", "all", "12"]
+        vals = [None if m else labels[i] for i, m in zip(rng.integers(0, 5, n), na)]
+        return pd.Series(vals, dtype="string")
+    if kind == "label_object":
+        vals = [[None, pd.NA, 4, "4#2", "all", "7", np.nan][i] for i in rng.integers(0, 7, n)]
+        return pd.Series(vals, dtype=object)
+    # object: anything a column may hold
+    pool = [None, pd.NA, np.nan, np.float64("nan"), 1.5, 3, "t", (0, 1), (), "\udce9", True]
+    return pd.Series([pool[i] for i in rng.integers(0, len(pool), n)], dtype=object)
+
+
+_KINDS = ["int64", "uint8", "bool", "float64", "float32", "Int64", "Float64", "boolean"]
+_KINDS += ["string", "str", "object"]
+
+
+def test_records_are_the_records_before() -> None:
+    rng = np.random.default_rng(44)
+    for n in (0, 1, 2, 7, 300):
+        cols = {f"c_{k}": _column(rng, n, k) for k in _KINDS}
+        cols["step"] = _column(rng, n, "label")  # a label column (string)
+        cols["c_object_label_like"] = _column(rng, n, "label_object")
+        df = pd.DataFrame(cols)
+        _same(json_report.records(df, list(df.columns)), _records_before(df, list(df.columns)))
+        _same(json_report.records(df, ["nope", "step"]), _records_before(df, ["nope", "step"]))
+        _same(json_report.records(df, []), _records_before(df, []))
+        for label_kind in ("label_object", "int64", "object", "str"):
+            d2 = pd.DataFrame({"step": _column(rng, n, label_kind)})
+            _same(json_report.records(d2, ["step"]), _records_before(d2, ["step"]))
+
+
+def _collectives(rng: np.random.Generator, n_inst: int, n_rows: int, sort: bool) -> Any:
+    """A random matcher result: instances, and per-rank rows of some of them (and of some
+    instance ids with no instance row), a rank's rows from one or several units."""
+    from types import SimpleNamespace
+
+    ids = rng.permutation(n_inst * 2)[:n_inst] if n_inst else np.array([], dtype="int64")
+    pr_inst = rng.choice(np.append(ids, [10**6]), n_rows) if n_rows else np.array([], "int64")
+    if sort:
+        pr_inst = np.sort(pr_inst)
+    rank = rng.integers(0, 4, n_rows)
+    unit = rank * 2 + ((rng.random(n_rows) < 0.2) & (rank % 2 == 0))  # ranks 0, 2: two units
+    device = [None if x < 0 else int(x) for x in rng.integers(-1, 2, n_rows)]
+    pr: dict[str, Any] = {
+        "instance": pd.Series(pr_inst, dtype="int64"),
+        "unit": pd.Series(unit, dtype="int64"),
+        "rank": pd.Series(rank, dtype="int64"),
+        "device": pd.Series(pd.array(device, dtype="Int64")),
+    }
+    for c in COLLECTIVE_PER_RANK.columns:
+        kind = {"int": "int64", "bool": "bool", "str": "str"}.get(c.type, "int64")
+        if c.nullable:
+            kind = "string" if c.type == "str" else "Int64"
+        pr[c.name] = _column(rng, n_rows, kind)
+    inst: dict[str, Any] = {}
+    for c in COLLECTIVES.columns:
+        if c.name == "instance":
+            inst[c.name] = pd.Series(ids, dtype="int64")
+        elif c.name == "ranks":
+            inst[c.name] = pd.Series([tuple(range(i % 4)) for i in range(n_inst)], dtype=object)
+        elif c.name == "step":
+            inst[c.name] = _column(rng, n_inst, "label")
+        elif c.name != "per_rank":
+            kind = {"int": "int64", "bool": "bool", "str": "str", "float": "Float64"}.get(
+                c.type, "Int64"
+            )
+            if c.nullable and kind == "int64":
+                kind = "Int64"
+            inst[c.name] = _column(rng, n_inst, kind)
+    return SimpleNamespace(per_rank=pd.DataFrame(pr), instances=pd.DataFrame(inst))
+
+
+def test_collective_rows_are_the_rows_before() -> None:
+    rng = np.random.default_rng(45)
+    cases = [(0, 0, True), (1, 0, True), (0, 3, False), (1, 1, True), (5, 40, True)]
+    cases += [(int(rng.integers(1, 60)), int(rng.integers(0, 200)), s % 2 == 0) for s in range(30)]
+    for n_inst, n_rows, sort in cases:
+        coll = _collectives(rng, n_inst, n_rows, sort)
+        want = _collectives_dict_before(coll)["collectives"]
+        _same(json_report._collective_rows(coll, json_report._rows), want)
+        structs = json_report._collective_rows(coll, json_report._struct_rows)
+        assert encode(structs) == encode(want) == _encode_before(want)  # surrogates: U+FFFD
+
+
+def test_struct_rows_are_the_dict_rows() -> None:
+    rng = random.Random(46)
+    cols = ["a", "class", "b c", "é", "per_rank", "f0"]
+    for n in (0, 1, 5):
+        values = [[_random_value(rng) for _ in range(n)] for _ in cols]
+        structs = json_report._struct_rows(cols, values)
+        dicts = json_report._rows(cols, values)
+        assert encode(structs) == encode(dicts) == _encode_before(dicts)
+        assert [msgspec.structs.asdict(s) for s in structs] == [
+            dict(zip([f"f{i}" for i in range(len(cols))], d.values(), strict=True)) for d in dicts
+        ]
+    _same(json_report._struct_rows(["a", "a"], [[1], [2]]), [{"a": 2}])  # a repeated key
+    _same(json_report._struct_rows([], []), [])
