@@ -377,13 +377,21 @@ def test_records_are_the_records_before() -> None:
             _same(json_report.records(d2, ["step"]), _records_before(d2, ["step"]))
 
 
-def _collectives(rng: np.random.Generator, n_inst: int, n_rows: int, sort: bool) -> Any:
+def _collectives(
+    rng: np.random.Generator, n_inst: int, n_rows: int, sort: bool, each: int = 0
+) -> Any:
     """A random matcher result: instances, and per-rank rows of some of them (and of some
-    instance ids with no instance row), a rank's rows from one or several units."""
+    instance ids with no instance row), a rank's rows from one or several units. ``each``:
+    instead, ``each`` rows of every instance, the instances numbered 0.. in order (the
+    matcher's usual output)."""
     from types import SimpleNamespace
 
     ids = rng.permutation(n_inst * 2)[:n_inst] if n_inst else np.array([], dtype="int64")
     pr_inst = rng.choice(np.append(ids, [10**6]), n_rows) if n_rows else np.array([], "int64")
+    if each:
+        ids = np.arange(n_inst)
+        pr_inst = np.repeat(ids, each)
+        n_rows = len(pr_inst)
     if sort:
         pr_inst = np.sort(pr_inst)
     rank = rng.integers(0, 4, n_rows)
@@ -422,8 +430,14 @@ def test_collective_rows_are_the_rows_before() -> None:
     rng = np.random.default_rng(45)
     cases = [(0, 0, True), (1, 0, True), (0, 3, False), (1, 1, True), (5, 40, True)]
     cases += [(int(rng.integers(1, 60)), int(rng.integers(0, 200)), s % 2 == 0) for s in range(30)]
-    for n_inst, n_rows, sort in cases:
-        coll = _collectives(rng, n_inst, n_rows, sort)
+    cases += [(n, 0, True, e) for n in (1, 2, 9, 40) for e in (1, 2, 3, 8)]  # the usual shape
+    cases += [(n, 0, False, e) for n in (2, 9) for e in (2, 3)]
+    for n_inst, n_rows, sort, *each in cases:
+        coll = _collectives(rng, n_inst, n_rows, sort, *each)
+        if each and n_inst % 3 == 0:  # an instance with fewer rows; one without its row
+            pr = coll.per_rank
+            coll.per_rank = pr.iloc[1:] if sort else pr[pr["instance"] != 1]
+            coll.instances = coll.instances.iloc[:-1] if n_inst % 2 else coll.instances
         want = _collectives_dict_before(coll)["collectives"]
         _same(json_report._collective_rows(coll, json_report._rows), want)
         structs = json_report._collective_rows(coll, json_report._struct_rows)

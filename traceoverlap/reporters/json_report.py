@@ -232,9 +232,12 @@ def _collective_rows(coll: Collectives, rows: Rows) -> list[Any]:
     """The ``collectives`` list: an instance's row (``ranks`` as a list) and its ``per_rank``
     rows keyed by rank (``"rank:device"`` for a rank whose rows come from several units),
     column by column: the per-rank rows grouped by a stable sort of their instance, each
-    instance's dict built at once (a key seen twice keeps its first place, its last row)."""
+    instance's dict built at once (a key seen twice keeps its first place, its last row; when
+    every instance has as many rows, all of them in one C loop), and given to the instances by
+    position when both list the same instances in the same order (the matcher's output)."""
     pr = coll.per_rank
-    per: dict[int, dict[str, dict[str, Any]]] = {}
+    group_ids = np.zeros(0, dtype="int64")  # the instances with per-rank rows, sorted
+    groups: list[dict[str, Any]] = []  # their per-rank rows
     if len(pr):
         inst = pr["instance"].to_numpy()
         if not (inst[1:] >= inst[:-1]).all():  # (the matcher's rows come sorted)
@@ -259,21 +262,30 @@ def _collective_rows(coll: Collectives, rows: Rows) -> list[Any]:
         first = np.ones(len(inst), dtype=bool)  # an instance's first row
         first[1:] = inst[1:] != inst[:-1]
         starts = np.flatnonzero(first)
-        counts = np.diff(starts, append=len(inst)).tolist()
-        pairs, take = zip(keys, made, strict=True), itertools.islice
-        for i, n in zip(inst[starts].tolist(), counts, strict=True):
-            per[int(i)] = dict(take(pairs, n))
+        group_ids = inst[starts]
+        counts = np.diff(starts, append=len(inst))
+        m = int(counts[0])
+        if (counts == m).all():  # as many rows each (a collective's ranks): in C
+            runs = zip(*(zip(keys[j::m], made[j::m], strict=True) for j in range(m)), strict=True)
+            groups = list(map(dict, runs))
+        else:
+            pairs, take = zip(keys, made, strict=True), itertools.islice
+            groups = [dict(take(pairs, n)) for n in counts.tolist()]
     inst_df = coll.instances
     cols = [c for c in COLLECTIVES.names if c in inst_df.columns]
-    values = [_plain(inst_df[c], c in _LABELS) for c in cols]
-    if "ranks" not in cols:  # (the old row-by-row ``list(r["ranks"])``)
-        raise KeyError("ranks")
-    k = cols.index("ranks")
-    values[k] = [list(x) for x in values[k]]
-    ids = values[cols.index("instance")] if "instance" in cols else None
-    if ids is None:
-        raise KeyError("instance")
-    per_rank = [per.get(int(i)) or {} for i in ids]
+    if "ranks" not in cols or "instance" not in cols:  # (what the row-by-row code needed)
+        raise KeyError("ranks" if "instance" in cols else "instance")
+    # (``ranks``: tuples, never null; a null would fail in list() as it did after records)
+    values: list[list[Any]] = [
+        [list(x) for x in inst_df[c].tolist()] if c == "ranks" else _plain(inst_df[c], c in _LABELS)
+        for c in cols
+    ]
+    ids = inst_df["instance"].to_numpy()
+    if ids.dtype.kind in "iu" and np.array_equal(ids, group_ids):  # (the matcher's, in order)
+        per_rank = groups
+    else:
+        per = dict(zip(group_ids.tolist(), groups, strict=True))
+        per_rank = [per.get(int(i)) or {} for i in values[cols.index("instance")]]
     if "per_rank" in cols:
         values[cols.index("per_rank")] = per_rank
     else:
