@@ -457,3 +457,20 @@ def test_struct_rows_are_the_dict_rows() -> None:
         ]
     _same(json_report._struct_rows(["a", "a"], [[1], [2]]), [{"a": 2}])  # a repeated key
     _same(json_report._struct_rows([], []), [])
+
+
+@pytest.mark.skipif(os.name != "posix", reason="byte file names")
+def test_export_escapes_del_and_c1_as_the_json_does(tmp_path: Path) -> None:
+    """``export -o -`` wrote msgspec's JSON as it is: C0 escaped, but DEL and C1 (an 8-bit CSI)
+    raw on the terminal. Now escaped as ``analyze``'s JSON escapes them, to a file the same."""
+    folder, _ = _poisoned_folder(tmp_path)
+    res = _run("export", str(folder), "-o", "-")
+    assert res.exit_code == 0, res.output
+    out = tmp_path / "trace.json"
+    assert _run("export", str(folder), "-o", str(out)).exit_code == 0
+    written = out.read_bytes().decode("utf-8")
+    stdout = res.stdout if hasattr(res, "stdout") else res.output
+    assert not [c for c in (ESC, "\x07", CSI8, DEL, NEL) if c in stdout + written]
+    assert "\\u009b2J\\u007f\\u0085" in written
+    names = {e.get("name") for e in json.loads(written)["traceEvents"]}
+    assert "ncclKernel_AllReduce" + POISON in names  # the exact text, once decoded
