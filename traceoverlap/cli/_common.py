@@ -325,9 +325,13 @@ def write_text(text: str, output: str | None) -> None:
     hold (:func:`traceoverlap.core.fmt.safe_text`). On a terminal the colours of a
     :class:`~traceoverlap.core.fmt.TerminalText` stay (our own: its console filtered the strings
     it styled); every other escape goes, whatever the text looks like. An HTML page is written
-    by :func:`write_page`."""
-    from ..core.fmt import TerminalText, safe_text
+    by :func:`write_page`. An :class:`~traceoverlap.core.fmt.EscapedText` (the JSON outputs)
+    holds no control to remove: it is written as it is."""
+    from ..core.fmt import EscapedText, TerminalText, safe_text
 
+    if type(text) is EscapedText:
+        _write(text, output)
+        return
     to_stdout = not output or output == "-"
     own_colours = isinstance(text, TerminalText) and to_stdout and sys.stdout.isatty()
     _write(safe_text(text, keep_sgr=own_colours), output)

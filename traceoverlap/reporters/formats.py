@@ -72,13 +72,16 @@ class Format:
     ) -> str:
         """``obj`` in this format; ``color``, ``width`` and ``verbose`` (every line whole) are for
         a styled (terminal) format, ``advice`` (:func:`traceoverlap.whatif.advise`) for one that
-        shows "What to try"."""
+        shows "What to try". The text keeps its type: a :class:`~traceoverlap.core.fmt.TerminalText`
+        keeps its own colours on a terminal, an :class:`~traceoverlap.core.fmt.EscapedText`
+        (JSON) is written without a scan (``write_text``)."""
         kwargs: dict[str, Any] = (
             {"color": color, "width": width, "verbose": verbose} if self.styled else {}
         )
         if self.what_to_try:
             kwargs["advice"] = advice
-        return str(self.function()(obj, **kwargs))
+        text = self.function()(obj, **kwargs)
+        return text if isinstance(text, str) else str(text)
 
 
 #: Every output format, each kind's in ``--format`` order; a suffix names one format per kind.

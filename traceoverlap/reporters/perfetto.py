@@ -50,6 +50,7 @@ from ..core.schema import (
 from ..core.vocab import KINDS, Cause
 from ..rank.classify import kinds
 from ..run.results import Analysis
+from .json_report import _escape_c1
 
 if TYPE_CHECKING:
     from ..run.matching import Collectives
@@ -150,7 +151,9 @@ def ts_origin(analysis: Analysis) -> int:
 
 
 class _Writer:
-    """``{"traceEvents": [`` ... ``]}``, chunks of encoded events comma-joined in between."""
+    """``{"traceEvents": [`` ... ``]}``, chunks of encoded events comma-joined in between.
+    Strings escaped as in ``analyze``'s JSON: msgspec escapes C0, DEL and C1 are escaped here
+    (the trace may go to a terminal: ``-o -``)."""
 
     def __init__(self, out: IO[bytes]) -> None:
         self.out = out
@@ -165,13 +168,16 @@ class _Writer:
             self.enc.encode_into(chunk, self.buf)
             if not self.first:
                 self.out.write(b",\n")
-            self.out.write(memoryview(self.buf)[1:-1])  # the list's [ ] dropped
+            body: bytes | memoryview = memoryview(self.buf)[1:-1]  # the list's [ ] dropped
+            if b"\x7f" in self.buf or b"\xc2" in self.buf:  # a name may hold DEL or C1
+                body = _escape_c1(bytes(body))
+            self.out.write(body)
             self.first = False
         return len(events)
 
     def close(self, other: dict[str, Any]) -> None:
         self.out.write(b'\n],"otherData":')
-        self.out.write(self.enc.encode(other))
+        self.out.write(_escape_c1(self.enc.encode(other)))
         self.out.write(b"}\n")
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from ..core.fmt import EscapedText
 from ..core.schema import OVERLAP_TAX, REPLAY, REPLAY_STEPS, SCENARIOS, TAX_RANK_STEPS
 from ..core.vocab import SHARED_CPU_MARK
 
@@ -253,8 +254,10 @@ def to_dict(w: WhatIf) -> dict[str, Any]:
     }
 
 
-def render_json(w: WhatIf) -> str:
-    return json.dumps(to_dict(w), indent=2) + "\n"
+def render_json(w: WhatIf) -> EscapedText:
+    """The what-if as JSON; ASCII, every other character escaped (``json.dumps``'s default):
+    nothing for ``safe_text`` to remove."""
+    return EscapedText(json.dumps(to_dict(w), indent=2) + "\n")
 
 
 def advice_lines(a: Advice) -> list[str]:
