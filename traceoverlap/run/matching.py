@@ -34,7 +34,7 @@ ranks given" and the reports say so.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -407,6 +407,14 @@ def _object_array(values: Sequence[Any]) -> npt.NDArray[np.object_]:
     return out
 
 
+def _by_key(keys: npt.NDArray[Any], of: Callable[[Any], Any]) -> npt.NDArray[np.object_]:
+    """``[of(k) for k in keys]`` as an object array, ``of`` called once per distinct key (by
+    ``pd.factorize``: equal keys alike, every null as None: ``of`` must not tell nulls apart)."""
+    code, distinct = pd.factorize(keys, sort=False)
+    out: npt.NDArray[np.object_] = _object_array([of(k) for k in [*distinct.tolist(), None]])
+    return np.asarray(out[np.asarray(code, dtype=np.int64)], dtype=object)
+
+
 def _match(
     inst: pd.DataFrame,
     units: Sequence[int],
@@ -426,10 +434,9 @@ def _match(
     shown_of = _units_by_group(inst)
     members, units_of = _group_table(inst, traces, shown_of)
     match_kind, src, dst = _p2p_direction(inst, unit_rank, members)
-    # per distinct group key (code -1: null, in no table) its members, spread to the rows
-    g_code, g_distinct = pd.factorize(inst["group_key"].to_numpy(dtype=object), sort=False)
-    g_keys = [*g_distinct.tolist(), None]
-    member_col = _object_array([members.get(g, ()) for g in g_keys])[g_code]
+    # per distinct group key its members and sizes, spread to the rows
+    group_col = inst["group_key"].to_numpy(dtype=object)
+    member_col = _by_key(group_col, lambda g: members.get(g, ()))
     unknown = inst["group_key"].to_numpy(dtype=object) == UNKNOWN_GROUP
     if unknown.any():
         notes.append(
@@ -455,13 +462,13 @@ def _match(
     ids = _ngroup(groups, match_kind, inst["seq"].to_numpy(), inst["ordinal"].to_numpy())
     count = np.bincount(ids + 1)  # value_counts, -1 (a null key) among them
     n_present = count[ids + 1]
-    exp = np.array([len(units_of.get(g, ())) for g in g_keys], dtype=np.int64)[g_code]
+    exp = _by_key(group_col, lambda g: len(units_of.get(g, ()))).astype(np.int64)
     complete = (n_present == exp) & (exp >= 2) & ~unknown
     p2p = inst["p2p"].to_numpy(dtype=bool)
     undirected = p2p & (src < 0)
     # a group of more than two ranks, all given or not: a send/recv of a partial run pairs with
     # its peer's call, never with another rank's send
-    n_members = np.array([len(members.get(g, ())) for g in g_keys], dtype=np.int64)[g_code]
+    n_members = _by_key(group_col, lambda g: len(members.get(g, ()))).astype(np.int64)
     wide = undirected & ((exp > 2) | (n_members > 2))
     paired, recorded, ends = _pair_wide(
         inst, wide, unit_rank, members, traces, (key, src, dst), int(ids.max()) + 1, notes
@@ -1429,9 +1436,8 @@ def _family_causes(
         return pd.DataFrame(columns=cols)
     fam_code = {f: i for i, f in enumerate(FAMILIES)}
     nf = len(FAMILIES)
-    f_code, f_distinct = pd.factorize(inst["family"].to_numpy(dtype=object), sort=False)
-    per = [fam_code.get(f, nf - 1) for f in [*f_distinct.tolist(), None]]  # -1: a null
-    fam = np.array(per, dtype=np.int64)[f_code][p_inst]
+    of = _by_key(inst["family"].to_numpy(dtype=object), lambda f: fam_code.get(f, nf - 1))
+    fam = of.astype(np.int64)[p_inst]
     out: dict[str, I64] = {}
     for name, mask in (
         ("all", np.ones(p_inst.size, dtype=bool)),
