@@ -1386,3 +1386,40 @@ def test_object_int_casts_are_pandas_casts(values, other):
         outcome(lambda: _unknown_as_na(s)),
         outcome(lambda: s.astype("Int64").mask((s.astype("Int64") < 0).fillna(False))),
     )
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.one_of(st.none(), st.integers(0, 7), st.just(2**63 + 1)), min_size=1, max_size=4),
+    st.lists(st.integers(0, 3), max_size=20),
+)
+def test_devices_per_distinct_unit_infer_as_per_row(devices, units):
+    from traceoverlap.run.matching import _devices
+
+    unit = np.array([u % len(devices) for u in units], np.int64)
+    want = pd.Series([devices[u] for u in unit.tolist()]).astype(object).to_numpy()
+    got = _devices(devices, unit)
+    assert got.dtype == want.dtype == object
+    # the same values of the same types (1 and 1.0 differ in a text; NaN equals NaN here)
+    assert [(type(x), str(x)) for x in got] == [(type(x), str(x)) for x in want]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(TEXTS, st.just("its group's rank 3 is not in the trace")), max_size=20))
+def test_whys_per_distinct_text_are_per_row(whys):
+    from traceoverlap.run.matching import _whys
+
+    why = _texts(whys)
+    want = [str(w) or None for w in why.tolist()]
+    assert _whys(why) == want
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(-(2**63), 2**63 - 1), max_size=20))
+def test_int_or_none_is_the_listcomp(values):
+    from traceoverlap.run.matching import _int_or_none
+
+    a = np.array(values, dtype=np.int64)
+    want = [(int(r) if r >= 0 else None) for r in a]
+    got = _int_or_none(a)
+    assert got == want and [type(x) for x in got] == [type(x) for x in want]

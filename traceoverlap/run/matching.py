@@ -1476,6 +1476,30 @@ def _unit_name(traces: Sequence[TraceInfo], u: int) -> str:
     return f"rank {t.rank}"
 
 
+def _devices(devices: list[Any], unit: I64) -> npt.NDArray[np.object_]:
+    """Per row its unit's device, as ``pd.Series([devices[u] for u in unit]).astype(object)``
+    gives it: the dtype pandas infers for the distinct units' values (as for all the rows'),
+    spread to the rows."""
+    shown, at = np.unique(unit, return_inverse=True)
+    per = pd.Series([devices[u] for u in shown.tolist()]).astype(object).to_numpy()
+    return np.asarray(per[at.reshape(-1)], dtype=object)
+
+
+def _whys(why: npt.NDArray[Any]) -> list[str | None]:
+    """``[str(w) or None for w in why]``: each row's reason, None for none; once per distinct
+    text when none is null (a null's text tells None from NaN)."""
+    if bool(np.asarray(pd.isna(why), dtype=bool).any()):
+        return [str(w) or None for w in why.tolist()]
+    return list(_by_key(why, lambda w: str(w) or None).tolist())
+
+
+def _int_or_none(values: I64) -> list[int | None]:
+    """``[int(v) if v >= 0 else None for v in values]``: -1 "none" as None."""
+    out = values.astype(object)
+    out[values < 0] = None
+    return list(out.tolist())
+
+
 def _tables(
     inst: pd.DataFrame,
     m: pd.DataFrame,
@@ -1521,9 +1545,7 @@ def _tables(
     step = labels[window]
     unit = inst["unit"].to_numpy(np.int64)[at]
     rank = np.array([t.rank for t in traces], dtype=np.int64)[unit]
-    devices = [t.device for t in traces]
-    # a list: pandas infers its dtype as a column assignment of it did
-    device = pd.Series([devices[u] for u in unit.tolist()]).astype(object).to_numpy()
+    device = _devices([t.device for t in traces], unit)
     dur = ns("dur_ns")
     aligned = ns("aligned_start")
     per_rank = pd.DataFrame(
@@ -1545,7 +1567,7 @@ def _tables(
             EXPOSED_NS.name: ns(EXPOSED_NS.name),
             **{f"exposed_{c}_ns": ns(f"exposed_{c}_ns") for c in CAUSES},
             EXPOSED_UNMATCHED_NS.name: ns(EXPOSED_UNMATCHED_NS.name),
-            "unmatched_why": [(str(w) or None) for w in col("why").tolist()],
+            "unmatched_why": _whys(col("why")),
             "same_stream": inst["same_stream"].astype(bool).to_numpy()[at],
             # nullable: <NA> where the launch is unknown (internally -1)
             "queued_ns": known_ns(ns("queued_ns")),
@@ -1553,7 +1575,7 @@ def _tables(
             "matched": matched,
             "aligned_start_ns": aligned,
             "aligned_end_ns": aligned + dur,
-            WAITED_FOR_RANK.name: [(int(r) if r >= 0 else None) for r in col("waited_for")],
+            WAITED_FOR_RANK.name: _int_or_none(ns("waited_for")),
         },
         columns=list(PER_RANK_COLUMNS),
     )
