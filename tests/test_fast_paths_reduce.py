@@ -1423,3 +1423,32 @@ def test_int_or_none_is_the_listcomp(values):
     want = [(int(r) if r >= 0 else None) for r in a]
     got = _int_or_none(a)
     assert got == want and [type(x) for x in got] == [type(x) for x in want]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["all_reduce", "all_to_all", "send_recv", "allgather_reducescatter"]),
+            st.sampled_from(["nccl:all_reduce", "deep_ep dispatch", "grüppe\x07", "x\udcff"]),
+            st.sampled_from(["", "ncclKernel_Broadcast", "fsdp gather", "combine"]),
+            st.integers(0, 2**20 - 1),  # one bit per flag (a bit past them: unused)
+        ),
+        max_size=30,
+    ),
+    st.booleans(),
+    st.booleans(),
+)
+def test_purposes_per_distinct_signature_are_per_row(rows, ddp, bwd):
+    from traceoverlap.rank.purpose import PATTERNS, _purpose, _purposes
+
+    fam = _texts([r[0] for r in rows])
+    label, kernel = _texts([r[1] for r in rows]), _texts([r[2] for r in rows])
+    names = [*PATTERNS, "side"]
+    bits = [r[3] for r in rows]
+    flag = {k: np.array([bool(b >> j & 1) for b in bits], dtype=bool) for j, k in enumerate(names)}
+    want = [
+        _purpose(i, fam[i], f"{label[i]} {kernel[i]}", flag, ddp, bwd) for i in range(len(rows))
+    ]
+    got = _purposes(fam, (label, kernel), flag, ddp, bwd)
+    assert got.dtype == object and got.tolist() == want
