@@ -1598,20 +1598,27 @@ def _tables(
     def per_run(values: I64, op: np.ufunc) -> I64:
         return np.asarray(op.reduceat(values, heads), dtype=np.int64)
 
+    def first_ints(name: str) -> list[int | None]:
+        """Per instance its first value, -1 (none) as None: an integer column has no nulls."""
+        values = col(name)
+        if values.dtype.kind == "i":
+            return _int_or_none(values[heads].astype(np.int64))
+        return [(int(x) if x >= 0 else None) for x in firsts(name)]
+
     ranks = rank.tolist()
     if inst["bytes"].dtype == np.int64:
-        most = per_run(ns("bytes"), np.maximum).tolist()
+        most_bytes = _int_or_none(per_run(ns("bytes"), np.maximum))
     else:
         most = pd.Series(col("bytes"), dtype=inst["bytes"].dtype).groupby(ids, sort=True).max()
-        most = most.tolist()
+        most_bytes = [(int(b) if b >= 0 else None) for b in most.tolist()]
     out = pd.DataFrame(
         {
             "instance": ids[heads],
             "name": per_rank["name"].to_numpy()[heads],
             "family": per_rank["family"].to_numpy()[heads],
             "process_group": [(p or None) for p in firsts("process_group")],
-            "seq": [(int(s) if s >= 0 else None) for s in firsts("seq")],
-            "bytes": [(int(b) if b >= 0 else None) for b in most],
+            "seq": first_ints("seq"),
+            "bytes": most_bytes,
             "n_ranks": sizes.astype(np.int64),
             "ranks": [
                 tuple(ranks[a:b])
@@ -1627,8 +1634,8 @@ def _tables(
             "group": [str(x) for x in firsts("group_key")],
             "members": firsts("members"),
             "p2p": np.array(firsts("p2p"), dtype=bool),
-            "src_rank": [(int(x) if x >= 0 else None) for x in firsts("src_rank")],
-            "dst_rank": [(int(x) if x >= 0 else None) for x in firsts("dst_rank")],
+            "src_rank": first_ints("src_rank"),
+            "dst_rank": first_ints("dst_rank"),
             "last_arrival_ns": [
                 (int(x) if f else None)
                 for x, f in zip(firsts("last_arrival"), first_matched.tolist(), strict=True)
