@@ -1438,8 +1438,10 @@ def test_int_or_none_is_the_listcomp(values):
     ),
     st.booleans(),
     st.booleans(),
+    st.sampled_from([0, 1024]),
 )
-def test_purposes_per_distinct_signature_are_per_row(rows, ddp, bwd):
+def test_purposes_per_distinct_signature_are_per_row(rows, ddp, bwd, per_row_below):
+    from traceoverlap.rank import purpose
     from traceoverlap.rank.purpose import PATTERNS, _purpose, _purposes
 
     fam = _texts([r[0] for r in rows])
@@ -1450,5 +1452,10 @@ def test_purposes_per_distinct_signature_are_per_row(rows, ddp, bwd):
     want = [
         _purpose(i, fam[i], f"{label[i]} {kernel[i]}", flag, ddp, bwd) for i in range(len(rows))
     ]
-    got = _purposes(fam, (label, kernel), flag, ddp, bwd)
+    saved = purpose._PER_ROW_BELOW
+    purpose._PER_ROW_BELOW = per_row_below  # 0: the codes path even for a few rows
+    try:
+        got = _purposes(fam, (label, kernel), flag, ddp, bwd)
+    finally:
+        purpose._PER_ROW_BELOW = saved
     assert got.dtype == object and got.tolist() == want

@@ -459,6 +459,10 @@ def _under_compute(
     return out
 
 
+#: Fewest instances for which :func:`_purposes` asks per distinct signature, not per row.
+_PER_ROW_BELOW = 1024
+
+
 def _purposes(
     fam: npt.NDArray[np.object_],
     texts: tuple[npt.NDArray[np.object_], npt.NDArray[np.object_]],
@@ -469,13 +473,23 @@ def _purposes(
     """:func:`_purpose` of every instance (``texts``: its label and kernel), asked once per
     distinct (family, label, kernel, flags): what it reads of an instance, so its answer."""
     label, kernel = texts
+    if fam.size < _PER_ROW_BELOW:  # a few rows: the codes cost more than the rules
+        return np.array(
+            [
+                _purpose(i, fam[i], f"{label[i]} {kernel[i]}", flag, ddp, bwd)
+                for i in range(fam.size)
+            ],
+            dtype=object,
+        )
     bits = np.zeros(fam.size, dtype=np.int64)
     for j, k in enumerate(flag):  # fewer than 63 flags: one bit each
         bits |= flag[k].astype(np.int64) << j
-    codes = [np.asarray(pd.factorize(c)[0], dtype=np.int64) for c in (fam, label, kernel)]
-    _, first, at = np.unique(
-        np.stack([*codes, bits], axis=1), axis=0, return_index=True, return_inverse=True
-    )
+    key = np.zeros(fam.size, dtype=np.int64)
+    for c in (fam, label, kernel):  # one code per distinct row so far, then per next column
+        code, distinct = pd.factorize(c)
+        key = key * (len(distinct) + 1) + np.asarray(code, dtype=np.int64)
+        key = np.asarray(pd.factorize(key)[0], dtype=np.int64)
+    _, first, at = np.unique((key << len(flag)) | bits, return_index=True, return_inverse=True)
     per = [_purpose(i, fam[i], f"{label[i]} {kernel[i]}", flag, ddp, bwd) for i in first.tolist()]
     out: npt.NDArray[np.object_] = np.array(per, dtype=object)[at.reshape(-1)]
     return out
