@@ -711,13 +711,16 @@ def _as_nullable_int(s: pd.Series) -> pd.Series:
 
 def _label_texts(s: pd.Series) -> pd.Series:
     """``s.map(str, na_action="ignore")`` of an ``object`` step-label column: integers (step
-    numbers) turned to texts by one numpy cast, nulls kept."""
+    numbers) turned to texts once per distinct value, nulls kept."""
     got = _ints_or_nulls(s)
     if got is None:
         return s.map(str, na_action="ignore")
     values, null = got
-    out = values.copy()
-    out[~null] = values[~null].astype(str)
+    # one text per distinct integer (equal integers print alike), nulls kept as they are
+    codes, distinct = pd.factorize(values)
+    texts = np.array([str(v) for v in distinct.tolist()] + [None], dtype=object)
+    out = texts[np.asarray(codes, dtype=np.int64)]
+    out[null] = values[null]
     return pd.Series(out, index=s.index, name=s.name, dtype=object)
 
 
