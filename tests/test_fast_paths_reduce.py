@@ -861,3 +861,601 @@ def test_count_notes_in_dicts_are_the_groupby(rows):
     label = {0: "rank 0", 1: "rank 1", 2: "rank 2"}
     got = _count_notes(work, ids, complete, units_of, label)
     assert got == _count_notes_groupby(work, ids, complete, units_of, label)
+
+
+# --- round 4: per-row Python loops of the reduce replaced by codes --------------------------------
+
+#: texts as the traces give them: plain, non-ASCII, control characters, a surrogate escape
+#: (a name that was not UTF-8), the empty text, the unknown group and nulls
+TEXTS = st.one_of(
+    st.sampled_from(["g0", "g1", "", "grüppe", "\x00stream#3", "a\x1fb", "x\udcff", UNKNOWN_GROUP]),
+    st.none(),
+    st.just(float("nan")),
+)
+
+
+def _texts(values: list[Any]) -> npt.NDArray[np.object_]:
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out
+
+
+def _units_by_group_dicts(inst: pd.DataFrame) -> dict[object, set[int]]:
+    """The replaced ``matching._units_by_group``: a dict per row."""
+    seen: dict[object, set[int]] = {}
+    for g, u in zip(inst["group_key"].tolist(), inst["unit"].tolist(), strict=True):
+        if g is None or (isinstance(g, float) and g != g):
+            continue
+        got = seen.get(g)
+        if got is None:
+            seen[g] = {int(u)}
+        else:
+            got.add(int(u))
+    return {g: seen[g] for g in sorted(seen)}  # type: ignore[type-var]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(TEXTS, st.integers(0, 4)), max_size=30), st.booleans())
+def test_units_by_group_on_codes_is_the_dict_loop(rows, as_str):
+    from traceoverlap.run.matching import _units_by_group
+
+    keys = _texts([r[0] for r in rows])
+    inst = pd.DataFrame(
+        {
+            # the analysis' column is pandas' str dtype (nulls NaN); object columns too
+            "group_key": pd.array(keys, dtype="str") if as_str else keys,
+            "unit": np.array([r[1] for r in rows], np.int64),
+        }
+    )
+    got, want = _units_by_group(inst), _units_by_group_dicts(inst)
+    assert got == want
+    assert list(got) == list(want)  # sorted alike
+
+
+def _count_notes_dicts(
+    rows: tuple[npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[Any]],
+    label: npt.NDArray[np.object_],
+    ids: npt.NDArray[np.int64],
+    complete: npt.NDArray[np.bool_],
+    units_of: dict[object, tuple[int, ...]],
+    unit_label: dict[int, str],
+) -> list[str]:
+    """The replaced ``matching._count_notes_of``: rows counted in dicts, one per row."""
+    notes: list[str] = []
+    group, kind, unit = rows
+    counts: dict[tuple[Any, Any], dict[Any, int]] = {}
+    for g, k, u in zip(group.tolist(), kind.tolist(), unit.tolist(), strict=True):
+        if g == UNKNOWN_GROUP or pd.isna(g) or pd.isna(k) or pd.isna(u):
+            continue
+        per_unit = counts.setdefault((g, k), {})
+        per_unit[u] = per_unit.get(u, 0) + 1
+    for g, k in sorted(counts):
+        per_unit = counts[(g, k)]
+        vals = [per_unit[u] for u in sorted(per_unit)]
+        expected = len(units_of.get(g, ()))
+        if str(k).startswith("p2p:"):
+            expected = 2
+        if len(set(vals)) > 1 or len(vals) != expected:
+            sel = (group == g) & (kind == k)
+            lab = label[np.flatnonzero(sel)[0]]
+            desc = ", ".join(f"{unit_label[int(u)]}: {per_unit[u]}" for u in sorted(per_unit))
+            n_ok = len(np.unique(ids[sel & complete]))
+            notes.append(
+                f"{lab} in {_describe_group(str(g))}: instance counts differ across ranks "
+                f"({desc}); matched the {n_ok} present on every rank, the rest left unmatched"
+            )
+    return notes
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            # few keys, so that a (group, kind) often has every member unit, in unequal counts
+            st.sampled_from(["g0", "", "x\udcff", UNKNOWN_GROUP, None, float("nan")]),
+            st.sampled_from(["all_reduce", "p2p:0>1", "bröadcast\x07", None]),
+            st.integers(0, 3),
+            st.integers(-1, 3),  # instance id
+            st.booleans(),  # complete
+        ),
+        max_size=30,
+    )
+)
+def test_count_notes_on_codes_are_the_dict_loop(rows):
+    group = _texts([r[0] for r in rows])
+    kind = _texts([r[1] for r in rows])
+    unit = np.array([r[2] for r in rows], np.int64)
+    label = _texts([f"{r[1]}#{i}" for i, r in enumerate(rows)])
+    ids = np.array([r[3] for r in rows], np.int64)
+    complete = np.array([r[4] for r in rows], dtype=bool)
+    units_of: dict[object, tuple[int, ...]] = {"g0": (0, 1, 2), "": (0, 1), "x\udcff": (3,)}
+    label_of = {u: f"rank {u}" for u in range(4)}
+    args = ((group, kind, unit), label, ids, complete, units_of, label_of)
+    assert _count_notes_of(*args) == _count_notes_dicts(*args)
+
+
+def test_count_notes_of_unequal_counts_on_every_member():
+    # g0's all_reduce on its 3 member units, twice on unit 0: counts differ (2, 1, 1) although
+    # every member ran it; g1's p2p pair once on each of its 2 units: no note
+    rows = [("g0", "all_reduce", 0), ("g0", "all_reduce", 0), ("g0", "all_reduce", 1)]
+    rows += [("g0", "all_reduce", 2), ("g1", "p2p:0>1", 0), ("g1", "p2p:0>1", 1)]
+    group, kind = _texts([r[0] for r in rows]), _texts([r[1] for r in rows])
+    unit = np.array([r[2] for r in rows], np.int64)
+    ids = np.array([0, 1, 0, 0, 2, 2], np.int64)
+    complete = np.array([True, False, True, True, True, True])
+    args = (
+        (group, kind, unit),
+        _texts(["ar#0", "ar#1", "ar#2", "ar#3", "p#4", "p#5"]),
+        ids,
+        complete,
+        {"g0": (0, 1, 2), "g1": (0, 1)},
+        {0: "rank 0", 1: "rank 1", 2: "rank 2"},
+    )
+    got = _count_notes_of(*args)  # type: ignore[arg-type]
+    assert got == _count_notes_dicts(*args)  # type: ignore[arg-type]
+    assert got == [
+        "ar#0 in group 'g0': instance counts differ across ranks (rank 0: 2, rank 1: 1, "
+        "rank 2: 1); matched the 1 present on every rank, the rest left unmatched"
+    ]
+
+
+def _groups_frame_dicts(inst: pd.DataFrame) -> pd.DataFrame:
+    """The replaced ``matching._groups_frame``: first members and counts in dicts per row."""
+    cols = ["group", "members", "n_instances"]
+    if inst.empty:
+        return pd.DataFrame(columns=cols)
+    first: dict[Any, Any] = {}
+    count: dict[Any, int] = {}
+    for k, ms in zip(inst["group_key"].tolist(), inst["members"].tolist(), strict=True):
+        if k is None or (isinstance(k, float) and k != k):
+            continue
+        count[k] = count.get(k, 0) + 1
+        if k not in first and ms is not None and not (isinstance(ms, float) and ms != ms):
+            first[k] = ms
+    keys = sorted(count)
+    return pd.DataFrame(
+        {
+            "group": [str(k) for k in keys],
+            "members": [first.get(k) for k in keys],
+            "n_instances": np.array([count[k] for k in keys], dtype=np.int64),
+        },
+        columns=cols,
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            TEXTS,
+            st.one_of(st.none(), st.just(()), st.tuples(st.integers(0, 3), st.integers(0, 3))),
+        ),
+        max_size=25,
+    )
+)
+def test_groups_frame_on_codes_is_the_dict_loop(rows):
+    from traceoverlap.run.matching import _groups_frame
+
+    inst = pd.DataFrame(
+        {"group_key": _texts([r[0] for r in rows]), "members": _texts([r[1] for r in rows])}
+    )
+    got, want = _groups_frame(inst, []), _groups_frame_dicts(inst)
+    pd.testing.assert_frame_equal(got, want)
+    assert got["members"].tolist() == want["members"].tolist()  # the same tuples, not equal NaN
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(TEXTS, max_size=30))
+def test_by_key_is_the_listcomp(keys):
+    from traceoverlap.run.matching import _by_key
+
+    table: dict[object, tuple[int, ...]] = {"g0": (0, 1), "grüppe": (2,), "x\udcff": ()}
+    col = _texts(keys)
+    got = _by_key(col, lambda g: table.get(g, ()))
+    want = [table.get(g, ()) for g in col.tolist()]  # no null key: a null gets the default
+    assert got.dtype == object and got.shape == (len(keys),)
+    assert got.tolist() == want
+    sizes = _by_key(col, lambda g: len(table.get(g, ()))).astype(np.int64)
+    assert sizes.tolist() == [len(w) for w in want]
+
+
+def _consistent_rows(
+    units: list[int], offsets: dict[int, int]
+) -> npt.NDArray[np.int64]:  # the replaced per-row offsets of _consistent
+    got = [offsets.get(u) for u in units]
+    if any(g is None for g in got):
+        o = np.array([np.nan if g is None else g for g in got], dtype=np.float64)
+        return np.nan_to_num(o, nan=0.0).astype(np.int64)
+    return np.array(got, dtype=np.int64)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 3), st.integers(0, 4), ENDS, ENDS), max_size=20),
+    st.dictionaries(st.integers(0, 4), st.integers(-(2**60), 2**60), max_size=5),
+)
+def test_consistent_offsets_per_distinct_unit_are_the_per_row_ones(rows, offsets):
+    # (key, unit, start, end): _consistent with the per-row offsets it replaced, through the
+    # float64 round trip when a unit has none (the big offsets round there alike)
+    keys = np.array([r[0] for r in rows], np.int64)
+    units = [r[1] for r in rows]
+    start = np.array([r[2] for r in rows], np.int64)
+    end = np.array([r[3] for r in rows], np.int64)
+    o = _consistent_rows(units, offsets)
+    want = np.zeros(len(rows), dtype=bool)
+    for k in set(keys.tolist()):
+        sel = keys == k
+        want[sel] = (start[sel] - o[sel]).max() < (end[sel] - o[sel]).min() + TOLERANCE_NS
+    assert _consistent(keys, units, start, end, offsets).tolist() == want.tolist()
+
+
+def _known_transfer_rows(
+    inst: pd.DataFrame, m: pd.DataFrame, *, multi: bool, given: set[int] | None = None
+) -> None:
+    """The replaced ``matching._known_transfer``: absent ranks sorted per row."""
+    from traceoverlap.run.matching import _transfer_outliers
+
+    start = inst["start_ns"].to_numpy(np.int64)
+    end = inst["end_ns"].to_numpy(np.int64)
+    inst["xfer_start"] = end if multi else start
+    inst["transfer_outlier"] = False
+    if m.empty:
+        return
+    idx = m.index
+    at = inst.index.get_indexer(idx)
+    wait_end = start[at] + m[WAIT_NS.name].to_numpy(np.int64)
+    xs = wait_end.copy()
+    nbytes = m["bytes"]
+    hit, expected, words = _transfer_outliers(
+        m["key"].to_numpy(np.int64),
+        m["transfer_ns"].to_numpy(np.int64),
+        m["family"].astype(str).to_numpy(),
+        nbytes.to_numpy(np.int64)
+        if nbytes.dtype == np.int64
+        else pd.to_numeric(nbytes, errors="coerce").fillna(-1).to_numpy(np.int64),
+    )
+    outlier = np.zeros(len(inst), dtype=bool)
+    if hit.any():
+        xs[hit] = np.maximum(wait_end[hit], end[at][hit] - expected[hit])
+        outlier[at[hit]] = True
+        inst["transfer_outlier"] = outlier
+        keys = m["key"].to_numpy(np.int64)
+        inst.loc[idx[hit], "why"] = [words[int(k)] for k in keys[hit].tolist()]
+    if multi and given:
+        mem = inst["members"].to_numpy(dtype=object)[at]
+        absent = [sorted(set(ms or ()) - given) for ms in mem]
+        gap = np.array([bool(a) for a in absent], dtype=bool)
+        if gap.any():
+            xs[gap] = end[at][gap]
+            inst.loc[idx[gap], "why"] = [
+                f"its group's rank{'s' if len(a) > 1 else ''} {', '.join(map(str, a))} "
+                f"{'are' if len(a) > 1 else 'is'} not in the trace: waiting for "
+                f"{'them' if len(a) > 1 else 'it'} cannot be told from transfer"
+                for a, g in zip(absent, gap, strict=True)
+                if g
+            ]
+    xfer = (end if multi else start).copy()
+    xfer[at] = xs
+    inst["xfer_start"] = xfer
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.one_of(st.none(), st.just(()), st.sampled_from([(0, 1), (0, 1, 2, 3), (2, 3)])),
+            st.integers(0, 3),  # key
+            st.integers(0, 50),  # wait
+            st.integers(1, 100),  # transfer
+            st.booleans(),  # matched
+        ),
+        max_size=25,
+    ),
+    st.sampled_from([None, set(), {0, 1}, {0, 1, 2}]),
+    st.booleans(),
+)
+def test_known_transfer_absent_ranks_per_distinct_members_are_per_row(rows, given_, multi):
+    from traceoverlap.run.matching import _known_transfer
+
+    n = len(rows)
+    inst = pd.DataFrame(
+        {
+            "start_ns": np.arange(n, dtype=np.int64) * 1000,
+            "end_ns": np.arange(n, dtype=np.int64) * 1000 + 200,
+            "members": _texts([r[0] for r in rows]),
+            "why": _texts([""] * n),
+        },
+        index=pd.RangeIndex(n) * 2,
+    )
+    matched = np.array([r[4] for r in rows], dtype=bool)
+    m = pd.DataFrame(
+        {
+            WAIT_NS.name: np.array([r[2] for r in rows], np.int64),
+            "key": np.array([r[1] for r in rows], np.int64),
+            "transfer_ns": np.array([r[3] for r in rows], np.int64),
+            "family": ["all_reduce"] * n,
+            "bytes": np.full(n, 1024, np.int64),
+        },
+        index=inst.index,
+    )[matched]
+    a, b = inst.copy(), inst.copy()
+    _known_transfer(a, m, multi=multi, given=given_)
+    _known_transfer_rows(b, m, multi=multi, given=given_)
+    pd.testing.assert_frame_equal(a, b)
+
+
+def _size_words_dicts(coll: Any, pr: pd.DataFrame) -> list[str]:
+    """The replaced ``analysis._size_words``: a dict over every instance row."""
+    from traceoverlap.run.analysis import _float_or_nan
+
+    inst = coll.instances
+    if "busbw_gbps" not in inst.columns or inst.empty:
+        return [""] * len(pr)
+    of: dict[Any, tuple[Any, Any]] = {}
+    for i, nb, bw in zip(
+        inst["instance"].tolist(), inst["bytes"].tolist(), inst["busbw_gbps"].tolist(), strict=True
+    ):
+        of.setdefault(i, (nb, bw))
+    got = [of.get(i, (None, None)) for i in pr["instance"].tolist()]
+    size = np.array([_float_or_nan(x) for x, _ in got], dtype=np.float64)
+    bus = np.array([_float_or_nan(x) for _, x in got], dtype=np.float64)
+    return [
+        ""
+        if not b > 0
+        else f" [{int(b) / 1e6:.2f} MB" + ("]" if w != w else f", {w:.1f} GB/s bus]")
+        for b, w in zip(size.tolist(), bus.tolist(), strict=True)
+    ]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 6),  # instance (repeated: the first row counts)
+            st.one_of(st.none(), st.integers(-1, 1 << 40)),  # bytes
+            st.one_of(st.none(), st.just(float("nan")), st.floats(0, 1e3)),  # bus bandwidth
+        ),
+        max_size=20,
+    ),
+    st.lists(st.integers(-1, 8), max_size=20),
+    st.booleans(),
+)
+def test_size_words_by_unique_are_the_dict(inst_rows, want_ids, as_float):
+    from traceoverlap.run.analysis import _size_words
+
+    inst = pd.DataFrame(
+        {
+            "instance": np.array([r[0] for r in inst_rows], np.int64),
+            "bytes": _texts([r[1] for r in inst_rows]),
+            "busbw_gbps": _texts([r[2] for r in inst_rows]),
+        }
+    )
+    ids = np.array(want_ids, np.int64)
+    pr = pd.DataFrame({"instance": ids.astype(np.float64) if as_float else ids})
+    coll = SimpleNamespace(instances=inst)
+    assert _size_words(coll, pr) == _size_words_dicts(coll, pr)  # type: ignore[arg-type]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 2), st.integers(0, 2), TEXTS), max_size=30),
+)
+def test_cumcount_is_the_groupby_cumcount(rows):
+    from traceoverlap.run.analysis import _cumcount
+
+    df = pd.DataFrame(
+        {
+            "a": np.array([r[0] for r in rows], np.int64),
+            "b": np.array([r[1] for r in rows], np.int64),
+            "c": _texts([r[2] if isinstance(r[2], str) else "null" for r in rows]),
+        }
+    )
+    codes = [np.asarray(pd.factorize(df[c].to_numpy())[0], dtype=np.int64) for c in df.columns]
+    want = (df.groupby(["a", "b", "c"]).cumcount() + 1).tolist()
+    assert _cumcount(*codes).tolist() == want
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 3),
+            st.one_of(TEXTS, st.integers(0, 3), st.just(1.0), st.just(True), st.just(-0.0)),
+        ),
+        max_size=30,
+    ),
+    st.booleans(),
+)
+def test_where_words_per_distinct_pair_are_per_row(rows, several):
+    from traceoverlap.run.analysis import _where_words
+
+    rank = np.array([r[0] for r in rows], np.int64)
+    step = _texts([r[1] for r in rows])
+    want = [
+        (f"rank {r} step {s}" if several else f"step {s}")
+        for r, s in zip(rank.tolist(), step.tolist(), strict=True)
+    ]
+    assert _where_words(rank, step, several) == want
+
+
+def _add_bandwidth_rows(instances: pd.DataFrame, world_size: int | None) -> pd.DataFrame:
+    """The replaced ``bandwidth.add_bandwidth``: the bus factor per row."""
+    from traceoverlap.run.bandwidth import bus_factor
+
+    df = instances.copy()
+    if df.empty:
+        return df.assign(group_ranks=[], algbw_gbps=[], busbw_gbps=[])
+    nbytes = pd.to_numeric(df["bytes"], errors="coerce").fillna(-1).to_numpy(np.float64)
+    transfer = pd.to_numeric(df["transfer_ns"], errors="coerce").fillna(0).to_numpy(np.float64)
+    n_ranks = df["n_ranks"].astype(np.int64).to_numpy()
+    matched = df["matched"].astype(bool).to_numpy()
+    group = [
+        int(k) if (m and k >= 2) else world_size
+        for k, m in zip(n_ranks.tolist(), matched.tolist(), strict=True)
+    ]
+    ok = (nbytes > 0) & (transfer > 0)
+    alg = np.where(ok, nbytes / np.where(transfer > 0, transfer, 1), np.nan)
+    factors = [bus_factor(str(nm), g) for nm, g in zip(df["name"], group, strict=True)]
+    bus = [
+        None if (not o or f is None) else float(a * f)
+        for a, f, o in zip(alg.tolist(), factors, ok.tolist(), strict=True)
+    ]
+    df["group_ranks"] = pd.array(group, dtype=object)
+    df["algbw_gbps"] = pd.array(
+        [float(a) if o else None for a, o in zip(alg, ok, strict=True)], dtype=object
+    )
+    df["busbw_gbps"] = pd.array(bus, dtype=object)
+    return df
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.one_of(
+                st.sampled_from(["ncclAllReduce", "all_gather", "bröadcast", "x\udcff", "send"]),
+                st.none(),
+            ),
+            st.one_of(st.none(), st.integers(-1, 1 << 40)),  # bytes
+            st.integers(0, 10**6),  # transfer
+            st.integers(0, 8),  # n_ranks
+            st.booleans(),  # matched
+        ),
+        max_size=20,
+    ),
+    st.sampled_from([None, 0, 1, 8]),
+)
+def test_add_bandwidth_factor_per_distinct_name_is_per_row(rows, world):
+    from traceoverlap.run.bandwidth import add_bandwidth
+
+    inst = pd.DataFrame(
+        {
+            "name": pd.array([r[0] for r in rows], dtype="str"),
+            "bytes": _texts([r[1] for r in rows]),
+            "transfer_ns": np.array([r[2] for r in rows], np.int64),
+            "n_ranks": np.array([r[3] for r in rows], np.int64),
+            "matched": np.array([r[4] for r in rows], dtype=bool),
+        }
+    )
+    got, want = add_bandwidth(inst, world), _add_bandwidth_rows(inst, world)
+    pd.testing.assert_frame_equal(got, want)
+    for c in ("group_ranks", "algbw_gbps", "busbw_gbps"):  # the same objects: float, not numpy
+        assert [type(x) for x in got[c]] == [type(x) for x in want[c]]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.none(),
+            st.just(float("nan")),
+            st.just(pd.NA),
+            st.integers(-(2**63), 2**63 - 1),
+            st.integers(0, 5).map(np.int64),
+        ),
+        max_size=20,
+    ),
+    st.sampled_from([None, 1.5, "3", True]),  # a value that is not an integer, or none
+)
+def test_object_int_casts_are_pandas_casts(values, other):
+    from traceoverlap.core.schema import _as_nullable_int, _label_texts, _unknown_as_na
+
+    if other is not None:
+        values = [*values, other]
+    s = pd.Series(_texts(values), index=pd.RangeIndex(len(values)) + 3, name="c")
+
+    def outcome(f: Any) -> Any:
+        try:
+            return ("ok", f())
+        except (TypeError, ValueError, OverflowError) as e:
+            return ("raised", type(e).__name__)
+
+    def same(a: Any, b: Any) -> None:
+        assert a[0] == b[0]
+        if a[0] == "ok":
+            pd.testing.assert_series_equal(a[1], b[1], check_exact=True)
+        else:  # pandas' cast and ours refuse alike (the error's kind may differ)
+            pass
+
+    same(outcome(lambda: _as_nullable_int(s)), outcome(lambda: s.astype("Int64")))
+    same(
+        outcome(lambda: _label_texts(s).astype("string")),
+        outcome(lambda: s.map(str, na_action="ignore").astype("string")),
+    )
+    same(
+        outcome(lambda: _unknown_as_na(s)),
+        outcome(lambda: s.astype("Int64").mask((s.astype("Int64") < 0).fillna(False))),
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.one_of(st.none(), st.integers(0, 7), st.just(2**63 + 1)), min_size=1, max_size=4),
+    st.lists(st.integers(0, 3), max_size=20),
+)
+def test_devices_per_distinct_unit_infer_as_per_row(devices, units):
+    from traceoverlap.run.matching import _devices
+
+    unit = np.array([u % len(devices) for u in units], np.int64)
+    want = pd.Series([devices[u] for u in unit.tolist()]).astype(object).to_numpy()
+    got = _devices(devices, unit)
+    assert got.dtype == want.dtype == object
+    # the same values of the same types (1 and 1.0 differ in a text; NaN equals NaN here)
+    assert [(type(x), str(x)) for x in got] == [(type(x), str(x)) for x in want]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(TEXTS, st.just("its group's rank 3 is not in the trace")), max_size=20))
+def test_whys_per_distinct_text_are_per_row(whys):
+    from traceoverlap.run.matching import _whys
+
+    why = _texts(whys)
+    want = [str(w) or None for w in why.tolist()]
+    assert _whys(why) == want
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(-(2**63), 2**63 - 1), max_size=20))
+def test_int_or_none_is_the_listcomp(values):
+    from traceoverlap.run.matching import _int_or_none
+
+    a = np.array(values, dtype=np.int64)
+    want = [(int(r) if r >= 0 else None) for r in a]
+    got = _int_or_none(a)
+    assert got == want and [type(x) for x in got] == [type(x) for x in want]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["all_reduce", "all_to_all", "send_recv", "allgather_reducescatter"]),
+            st.sampled_from(["nccl:all_reduce", "deep_ep dispatch", "grüppe\x07", "x\udcff"]),
+            st.sampled_from(["", "ncclKernel_Broadcast", "fsdp gather", "combine"]),
+            st.integers(0, 2**20 - 1),  # one bit per flag (a bit past them: unused)
+        ),
+        max_size=30,
+    ),
+    st.booleans(),
+    st.booleans(),
+    st.sampled_from([0, 1024]),
+)
+def test_purposes_per_distinct_signature_are_per_row(rows, ddp, bwd, per_row_below):
+    from traceoverlap.rank import purpose
+    from traceoverlap.rank.purpose import PATTERNS, _purpose, _purposes
+
+    fam = _texts([r[0] for r in rows])
+    label, kernel = _texts([r[1] for r in rows]), _texts([r[2] for r in rows])
+    names = [*PATTERNS, "side"]
+    bits = [r[3] for r in rows]
+    flag = {k: np.array([bool(b >> j & 1) for b in bits], dtype=bool) for j, k in enumerate(names)}
+    want = [
+        _purpose(i, fam[i], f"{label[i]} {kernel[i]}", flag, ddp, bwd) for i in range(len(rows))
+    ]
+    saved = purpose._PER_ROW_BELOW
+    purpose._PER_ROW_BELOW = per_row_below  # 0: the codes path even for a few rows
+    try:
+        got = _purposes(fam, (label, kernel), flag, ddp, bwd)
+    finally:
+        purpose._PER_ROW_BELOW = saved
+    assert got.dtype == object and got.tolist() == want

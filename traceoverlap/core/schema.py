@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from .vocab import Cause
@@ -660,11 +661,11 @@ def conform(df: pd.DataFrame, table: Table) -> pd.DataFrame:
             continue
         s = df[name]
         if col.type == LABEL:
-            s = s.map(str, na_action="ignore") if s.dtype == object else s.astype(str)
+            s = _label_texts(s) if s.dtype == object else s.astype(str)
         if ns:
             s = _unknown_as_na(s)
         if str(s.dtype) != want:
-            s = s.astype(want)
+            s = _as_nullable_int(s) if want == "Int64" else s.astype(want)
         out[name] = s
     if empty and out:
         return pd.DataFrame(
@@ -683,10 +684,52 @@ def _empty_array(dtype: str) -> Any:
     return pd.array([], dtype=dtype)
 
 
+def _ints_or_nulls(s: pd.Series) -> tuple[npt.NDArray[np.object_], npt.NDArray[np.bool_]] | None:
+    """An ``object`` column's values and null mask when every other value is an integer (as
+    pandas infers it: ``int`` or a numpy integer); None otherwise."""
+    if s.dtype != object:
+        return None
+    values = s.to_numpy()
+    if pd.api.types.infer_dtype(values, skipna=True) not in ("integer", "empty"):
+        return None
+    return values, np.asarray(pd.isna(values), dtype=bool)
+
+
+def _as_nullable_int(s: pd.Series) -> pd.Series:
+    """``s.astype("Int64")``; an ``object`` column of integers and nulls (the analysis' rank and
+    count columns) cast in numpy, not value by value through pandas' coercion."""
+    got = _ints_or_nulls(s)
+    if got is None:
+        return s.astype("Int64")
+    values, null = got
+    data = values.copy()
+    data[null] = 0
+    return pd.Series(
+        pd.arrays.IntegerArray(data.astype(np.int64), null), index=s.index, name=s.name
+    )
+
+
+def _label_texts(s: pd.Series) -> pd.Series:
+    """``s.map(str, na_action="ignore")`` of an ``object`` step-label column: integers (step
+    numbers) turned to texts once per distinct value, nulls kept."""
+    got = _ints_or_nulls(s)
+    if got is None:
+        return s.map(str, na_action="ignore")
+    values, null = got
+    # one text per distinct integer (equal integers print alike), nulls kept as they are
+    codes, distinct = pd.factorize(values)
+    texts = np.array([str(v) for v in distinct.tolist()] + [None], dtype=object)
+    out = texts[np.asarray(codes, dtype=np.int64)]
+    out[null] = values[null]
+    return pd.Series(out, index=s.index, name=s.name, dtype=object)
+
+
 def _unknown_as_na(s: pd.Series) -> pd.Series:
     """``s`` as ``Int64`` with its negative values (and NaN / None) ``<NA>``: an ``int64`` or
     ``Int64`` column masked at once (``astype`` then ``mask`` costs ~1.8 ms a column),
     anything else through pandas."""
+    if s.dtype == object:
+        s = _as_nullable_int(s)  # an object column of integers: then masked as Int64 below
     if s.dtype == "int64":
         values = s.to_numpy(dtype=np.int64, copy=True)
     elif s.dtype == "Int64":

@@ -422,18 +422,13 @@ def unit_purposes(
     # -> `combine`) is MoE's, though its own ranges name no expert
     if (fam == Family.ALL_TO_ALL).any() and names.any(PATTERNS["moe"]):
         flag["moe"] = flag["moe"] | (fam == Family.ALL_TO_ALL)
-    label, kernel = _texts(cols["label"]).tolist(), _texts(cols["kernel"]).tolist()
-    text = np.array([f"{a} {b}" for a, b in zip(label, kernel, strict=True)], dtype=object)
     in_bwd_ar = (fam == Family.ALL_REDUCE) & flag[Phase.BACKWARD] & ~side
     win = np.asarray(cols["window"])
     per_win = (
         np.bincount(win[in_bwd_ar & (win >= 0)], minlength=1) if in_bwd_ar.any() else np.zeros(1)
     )
     bucketed = has_ddp or bool((per_win >= 2).any())
-    out = np.array(
-        [_purpose(i, fam[i], text[i], flag, has_ddp, has_bwd) for i in range(n)],
-        dtype=object,
-    )
+    out = _purposes(fam, (_texts(cols["label"]), _texts(cols["kernel"])), flag, has_ddp, has_bwd)
     ag = out == Purpose.FSDP_ALLGATHER
     prefetch = None
     if ag.any():
@@ -481,6 +476,42 @@ def _under_compute(
         margin = (i_end[mine] - i_start[mine]) // PREFETCH_MARGIN
         hi = np.searchsorted(st, i_end[mine] - margin, side="left")
         out[mine] = hi > lo
+    return out
+
+
+#: Fewest instances for which :func:`_purposes` asks per distinct signature, not per row.
+_PER_ROW_BELOW = 1024
+
+
+def _purposes(
+    fam: npt.NDArray[np.object_],
+    texts: tuple[npt.NDArray[np.object_], npt.NDArray[np.object_]],
+    flag: dict[str, npt.NDArray[np.bool_]],
+    ddp: bool,
+    bwd: bool,
+) -> npt.NDArray[np.object_]:
+    """:func:`_purpose` of every instance (``texts``: its label and kernel), asked once per
+    distinct (family, label, kernel, flags): what it reads of an instance, so its answer."""
+    label, kernel = texts
+    if fam.size < _PER_ROW_BELOW:  # a few rows: the codes cost more than the rules
+        return np.array(
+            [
+                _purpose(i, fam[i], f"{label[i]} {kernel[i]}", flag, ddp, bwd)
+                for i in range(fam.size)
+            ],
+            dtype=object,
+        )
+    bits = np.zeros(fam.size, dtype=np.int64)
+    for j, k in enumerate(flag):  # fewer than 63 flags: one bit each
+        bits |= flag[k].astype(np.int64) << j
+    key = np.zeros(fam.size, dtype=np.int64)
+    for c in (fam, label, kernel):  # one code per distinct row so far, then per next column
+        code, distinct = pd.factorize(c)
+        key = key * (len(distinct) + 1) + np.asarray(code, dtype=np.int64)
+        key = np.asarray(pd.factorize(key)[0], dtype=np.int64)
+    _, first, at = np.unique((key << len(flag)) | bits, return_index=True, return_inverse=True)
+    per = [_purpose(i, fam[i], f"{label[i]} {kernel[i]}", flag, ddp, bwd) for i in first.tolist()]
+    out: npt.NDArray[np.object_] = np.array(per, dtype=object)[at.reshape(-1)]
     return out
 
 

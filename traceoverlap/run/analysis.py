@@ -693,23 +693,68 @@ def _finding_rows(coll: Collectives, df: pd.DataFrame, traces: Sequence[TraceInf
         for k in keys
     ):
         pos = (pr.groupby(["unit", "window", "name"]).cumcount() + 1).tolist()
-    else:  # the n-th row of its (unit, window, name), counted in a dict: a few hundred rows
-        seen: dict[tuple[Any, ...], int] = {}
-        pos = []
-        for k in zip(keys[0].tolist(), keys[1].tolist(), names, strict=True):
-            seen[k] = seen.get(k, 0) + 1
-            pos.append(seen[k])
+    else:  # the n-th row of its (unit, window, name), counted on key codes
+        # (factorize tells keys apart by ==, as the dict it replaces did)
+        pos = _cumcount(
+            *(np.asarray(pd.factorize(k.to_numpy())[0], dtype=np.int64) for k in keys)
+        ).tolist()
     sizes = _size_words(coll, pr)
     short: dict[str, str] = {}  # per distinct name (a few collectives' names repeat)
     for n in set(map(str, names)):
         short[n] = short_name(n)
     return pr.assign(
         display=[f"{short[str(n)]} #{p}{z}" for n, p, z in zip(names, pos, sizes, strict=True)],
-        where=[
-            (f"rank {r} step {s}" if several else f"step {s}")
-            for r, s in zip(pr["rank"].tolist(), pr["step"].tolist(), strict=True)
-        ],
+        where=_where_words(pr["rank"].to_numpy(), pr["step"].to_numpy(dtype=object), several),
     )
+
+
+def _cumcount(*codes: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """Per row, 1 + how many rows before it have the same codes (a groupby's cumcount + 1)."""
+    n = len(codes[0])
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    order = np.lexsort((np.arange(n), *codes[::-1]))  # stable: rows in order within a key
+    new = np.zeros(n, dtype=bool)
+    new[0] = True
+    for c in codes:
+        cs = c[order]
+        new[1:] |= cs[1:] != cs[:-1]
+    starts = np.flatnonzero(new)
+    run = np.arange(n, dtype=np.int64) - np.repeat(starts, np.diff(np.append(starts, n)))
+    out = np.empty(n, dtype=np.int64)
+    out[order] = run + 1
+    return out
+
+
+def _where_words(rank: npt.NDArray[Any], step: npt.NDArray[np.object_], several: bool) -> list[str]:
+    """Per row ``rank R step S`` (``step S`` of one unit), formatted once per distinct pair
+    when the steps are texts (equal texts format alike; 0 and 0.0 or True would not)."""
+    code, distinct = pd.factorize(step, sort=False)
+    if (
+        rank.dtype.kind not in "iu"
+        or bool((code < 0).any())  # a null step: None and NaN print apart
+        or not all(type(s) is str for s in distinct.tolist())
+    ):
+        return [
+            (f"rank {r} step {s}" if several else f"step {s}")
+            for r, s in zip(rank.tolist(), step.tolist(), strict=True)
+        ]
+    ranks, r_code = np.unique(rank, return_inverse=True)
+    pair = r_code.reshape(-1).astype(np.int64) * (len(distinct) + 1) + code
+    pairs, at = np.unique(pair, return_inverse=True)
+    texts = distinct.tolist()
+    words = np.array(
+        [
+            (
+                f"rank {ranks[p // (len(distinct) + 1)]} step {texts[p % (len(distinct) + 1)]}"
+                if several
+                else f"step {texts[p % (len(distinct) + 1)]}"
+            )
+            for p in pairs.tolist()
+        ],
+        dtype=object,
+    )
+    return list(words[at.reshape(-1)])
 
 
 def short_name(name: str, limit: int = 48) -> str:
@@ -724,6 +769,19 @@ def _size_words(coll: Collectives, pr: pd.DataFrame) -> list[str]:
     inst = coll.instances
     if "busbw_gbps" not in inst.columns or inst.empty:
         return [""] * len(pr)
+    ids = inst["instance"].to_numpy()
+    want = pr["instance"].to_numpy()
+    if ids.dtype.kind in "iu" and want.dtype.kind in "iu" and ids.size:
+        # the first row of each instance by a stable unique, looked up by a search
+        distinct, first = np.unique(ids, return_index=True)
+        at = np.minimum(np.searchsorted(distinct, want), distinct.size - 1)
+        found = distinct[at] == want
+        nbytes = inst["bytes"].to_numpy(dtype=object)[first].tolist()
+        busbw = inst["busbw_gbps"].to_numpy(dtype=object)[first].tolist()
+        per = np.array(
+            [*_size_texts(nbytes, busbw), ""], dtype=object
+        )  # the last: an instance not in the table
+        return list(per[np.where(found, at, distinct.size)])
     # the first row of each instance, looked up by dict (a reindex costs more at this size)
     of: dict[Any, tuple[Any, Any]] = {}
     for i, nb, bw in zip(
@@ -731,8 +789,14 @@ def _size_words(coll: Collectives, pr: pd.DataFrame) -> list[str]:
     ):
         of.setdefault(i, (nb, bw))
     got = [of.get(i, (None, None)) for i in pr["instance"].tolist()]
-    size = np.array([_float_or_nan(x) for x, _ in got], dtype=np.float64)
-    bus = np.array([_float_or_nan(x) for _, x in got], dtype=np.float64)
+    return _size_texts([x for x, _ in got], [x for _, x in got])
+
+
+def _size_texts(nbytes: list[Any], busbw: list[Any]) -> list[str]:
+    """`` [8.20 MB, 11.4 GB/s bus]`` per (bytes, bus bandwidth); "" where the bytes are not
+    known."""
+    size = np.array([_float_or_nan(x) for x in nbytes], dtype=np.float64)
+    bus = np.array([_float_or_nan(x) for x in busbw], dtype=np.float64)
     return [
         ""
         if not b > 0

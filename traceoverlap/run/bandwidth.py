@@ -73,14 +73,22 @@ def add_bandwidth(instances: pd.DataFrame, world_size: int | None) -> pd.DataFra
     ]
     ok = (nbytes > 0) & (transfer > 0)
     alg = np.where(ok, nbytes / np.where(transfer > 0, transfer, 1), np.nan)
-    factors = [bus_factor(str(nm), g) for nm, g in zip(df["name"], group, strict=True)]
+    # the factor once per distinct (name, n): a few collectives' names repeat
+    factor_of: dict[tuple[str, int | None], float | None] = {}
+    factors: list[float | None] = []
+    for nm, g in zip(df["name"].to_numpy(dtype=object).tolist(), group, strict=True):
+        k = (str(nm), g)
+        if k not in factor_of:
+            factor_of[k] = bus_factor(k[0], g)
+        factors.append(factor_of[k])
+    algs, oks = alg.tolist(), ok.tolist()
     bus = [
         None if (not o or f is None) else float(a * f)
-        for a, f, o in zip(alg.tolist(), factors, ok.tolist(), strict=True)
+        for a, f, o in zip(algs, factors, oks, strict=True)
     ]
     df["group_ranks"] = pd.array(group, dtype=object)
     df["algbw_gbps"] = pd.array(
-        [float(a) if o else None for a, o in zip(alg, ok, strict=True)], dtype=object
+        [a if o else None for a, o in zip(algs, oks, strict=True)], dtype=object
     )
     df["busbw_gbps"] = pd.array(bus, dtype=object)
     return df

@@ -34,7 +34,7 @@ ranks given" and the reports say so.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -293,18 +293,41 @@ def _p2p_direction(
     return kind, src, dst
 
 
+def _sorted_codes(values: npt.NDArray[Any]) -> tuple[I64, list[Any]]:
+    """Per value, its place among the distinct non-null values in ``sorted`` order (-1: null,
+    as ``pd.factorize`` tells it), and those values: a hash of the rows, a sort of the few
+    distinct values only."""
+    codes, uniq = pd.factorize(values, sort=False)
+    distinct = list(uniq)
+    order = sorted(range(len(distinct)), key=distinct.__getitem__)
+    place = np.empty(len(order) + 1, dtype=np.int64)
+    place[order] = np.arange(len(order), dtype=np.int64)
+    place[-1] = -1  # code -1 (null) reads the last cell
+    return place[np.asarray(codes, dtype=np.int64)], [distinct[i] for i in order]
+
+
+def _distinct_pairs(a: I64, b: I64) -> tuple[I64, I64, I64]:
+    """The distinct (a, b) rows sorted by a then b, and how many rows each has."""
+    if a.size == 0:
+        return a, b, np.zeros(0, dtype=np.int64)
+    order = np.lexsort((b, a))
+    sa, sb = a[order], b[order]
+    new = np.ones(a.size, dtype=bool)
+    new[1:] = (sa[1:] != sa[:-1]) | (sb[1:] != sb[:-1])
+    at = np.flatnonzero(new)
+    return sa[at], sb[at], np.diff(np.append(at, a.size))
+
+
 def _units_by_group(inst: pd.DataFrame) -> dict[object, set[int]]:
     """Per group key (sorted, as a groupby; null keys left out): the units that ran it."""
-    seen: dict[object, set[int]] = {}
-    for g, u in zip(inst["group_key"].tolist(), inst["unit"].tolist(), strict=True):
-        if g is None or (isinstance(g, float) and g != g):  # groupby drops null keys
-            continue
-        got = seen.get(g)
-        if got is None:
-            seen[g] = {int(u)}
-        else:
-            got.add(int(u))
-    return {g: seen[g] for g in sorted(seen)}  # type: ignore[type-var]
+    codes, keys = _sorted_codes(inst["group_key"].to_numpy(dtype=object))
+    unit = inst["unit"].to_numpy(np.int64)
+    ok = codes >= 0  # groupby drops null keys
+    gs, us, _ = _distinct_pairs(codes[ok], unit[ok])
+    seen: dict[object, set[int]] = {k: set() for k in keys}
+    for g, u in zip(gs.tolist(), us.tolist(), strict=True):
+        seen[keys[g]].add(u)
+    return seen
 
 
 def _group_table(
@@ -384,6 +407,14 @@ def _object_array(values: Sequence[Any]) -> npt.NDArray[np.object_]:
     return out
 
 
+def _by_key(keys: npt.NDArray[Any], of: Callable[[Any], Any]) -> npt.NDArray[np.object_]:
+    """``[of(k) for k in keys]`` as an object array, ``of`` called once per distinct key (by
+    ``pd.factorize``: equal keys alike, every null as None: ``of`` must not tell nulls apart)."""
+    code, distinct = pd.factorize(keys, sort=False)
+    out: npt.NDArray[np.object_] = _object_array([of(k) for k in [*distinct.tolist(), None]])
+    return np.asarray(out[np.asarray(code, dtype=np.int64)], dtype=object)
+
+
 def _match(
     inst: pd.DataFrame,
     units: Sequence[int],
@@ -403,8 +434,9 @@ def _match(
     shown_of = _units_by_group(inst)
     members, units_of = _group_table(inst, traces, shown_of)
     match_kind, src, dst = _p2p_direction(inst, unit_rank, members)
-    group_list = inst["group_key"].tolist()
-    member_col = _object_array([members.get(g, ()) for g in group_list])
+    # per distinct group key its members and sizes, spread to the rows
+    group_col = inst["group_key"].to_numpy(dtype=object)
+    member_col = _by_key(group_col, lambda g: members.get(g, ()))
     unknown = inst["group_key"].to_numpy(dtype=object) == UNKNOWN_GROUP
     if unknown.any():
         notes.append(
@@ -430,13 +462,13 @@ def _match(
     ids = _ngroup(groups, match_kind, inst["seq"].to_numpy(), inst["ordinal"].to_numpy())
     count = np.bincount(ids + 1)  # value_counts, -1 (a null key) among them
     n_present = count[ids + 1]
-    exp = np.array([len(units_of.get(g, ())) for g in group_list], dtype=np.int64)
+    exp = _by_key(group_col, lambda g: len(units_of.get(g, ()))).astype(np.int64)
     complete = (n_present == exp) & (exp >= 2) & ~unknown
     p2p = inst["p2p"].to_numpy(dtype=bool)
     undirected = p2p & (src < 0)
     # a group of more than two ranks, all given or not: a send/recv of a partial run pairs with
     # its peer's call, never with another rank's send
-    n_members = np.array([len(members.get(g, ())) for g in group_list], dtype=np.int64)
+    n_members = _by_key(group_col, lambda g: len(members.get(g, ()))).astype(np.int64)
     wide = undirected & ((exp > 2) | (n_members > 2))
     paired, recorded, ends = _pair_wide(
         inst, wide, unit_rank, members, traces, (key, src, dst), int(ids.max()) + 1, notes
@@ -785,24 +817,35 @@ def _count_notes_of(
     rows' group key, match kind and unit (``rows``) and their labels."""
     notes: list[str] = []
     group, kind, unit = rows
-    # rows per (group, kind, unit) counted in dicts, (group, kind) in sorted order: the
-    # groupby and its per-group Series cost milliseconds for a few hundred rows
-    counts: dict[tuple[Any, Any], dict[Any, int]] = {}
-    for g, k, u in zip(group.tolist(), kind.tolist(), unit.tolist(), strict=True):
-        if g == UNKNOWN_GROUP or pd.isna(g) or pd.isna(k) or pd.isna(u):  # groupby drops nulls
-            continue
-        per_unit = counts.setdefault((g, k), {})
-        per_unit[u] = per_unit.get(u, 0) + 1
-    for g, k in sorted(counts):
-        per_unit = counts[(g, k)]
-        vals = [per_unit[u] for u in sorted(per_unit)]
+    # rows per (group, kind, unit) counted on codes, (group, kind) in sorted order: a groupby
+    # and its per-group Series, or a dict per row, cost milliseconds
+    gc, gv = _sorted_codes(group)
+    kc, kv = _sorted_codes(kind)
+    uc, uv = _sorted_codes(unit)
+    ok = (gc >= 0) & (kc >= 0) & (uc >= 0)  # groupby drops nulls
+    ok &= np.asarray(group != UNKNOWN_GROUP, dtype=bool)
+    pair = gc[ok] * max(len(kv), 1) + kc[ok]
+    pairs, per_pair = np.unique(pair, return_inverse=True)
+    ps, us, n = _distinct_pairs(per_pair.reshape(-1).astype(np.int64), uc[ok])
+    # per (group, kind): its first row in ps, how many units and their least and most rows
+    first = np.flatnonzero(np.diff(np.append(-1, ps)) != 0)
+    n_units = np.diff(np.append(first, ps.size))
+    lo = np.minimum.reduceat(n, first) if first.size else n
+    hi = np.maximum.reduceat(n, first) if first.size else n
+    for p, (at, n_u, a, b) in enumerate(
+        zip(first.tolist(), n_units.tolist(), lo.tolist(), hi.tolist(), strict=True)
+    ):
+        g, k = gv[int(pairs[p]) // max(len(kv), 1)], kv[int(pairs[p]) % max(len(kv), 1)]
         expected = len(units_of.get(g, ()))
         if str(k).startswith("p2p:"):
             expected = 2
-        if len(set(vals)) > 1 or len(vals) != expected:
+        if a != b or n_u != expected:
             sel = (group == g) & (kind == k)
             lab = label[np.flatnonzero(sel)[0]]
-            desc = ", ".join(f"{unit_label[int(u)]}: {per_unit[u]}" for u in sorted(per_unit))
+            desc = ", ".join(
+                f"{unit_label[int(uv[u])]}: {c}"
+                for u, c in zip(us[at : at + n_u].tolist(), n[at : at + n_u].tolist(), strict=True)
+            )
             n_ok = len(np.unique(ids[sel & complete]))
             notes.append(
                 f"{lab} in {_describe_group(str(g))}: instance counts differ across ranks "
@@ -1019,21 +1062,19 @@ def _groups_frame(inst: pd.DataFrame, traces: Sequence[TraceInfo]) -> pd.DataFra
     if inst.empty:
         return pd.DataFrame(columns=cols)
     # per group key (sorted; null keys left out, as a groupby): its first members and its
-    # rows, counted in dicts
-    first: dict[Any, Any] = {}
-    count: dict[Any, int] = {}
-    for k, ms in zip(inst["group_key"].tolist(), inst["members"].tolist(), strict=True):
-        if k is None or (isinstance(k, float) and k != k):
-            continue
-        count[k] = count.get(k, 0) + 1
-        if k not in first and ms is not None and not (isinstance(ms, float) and ms != ms):
-            first[k] = ms  # first() skips nulls
-    keys = sorted(count)
+    # rows, counted on key codes
+    codes, keys = _sorted_codes(inst["group_key"].to_numpy(dtype=object))
+    ok = codes >= 0
+    count = np.bincount(codes[ok], minlength=len(keys))
+    ms = inst["members"].to_numpy(dtype=object)
+    has = np.flatnonzero(ok & ~np.asarray(pd.isna(ms), dtype=bool))  # first() skips nulls
+    first = np.full(len(keys), len(ms), dtype=np.int64)
+    np.minimum.at(first, codes[has], has)
     return pd.DataFrame(
         {
             "group": [str(k) for k in keys],
-            "members": [first.get(k) for k in keys],
-            "n_instances": np.array([count[k] for k in keys], dtype=np.int64),
+            "members": [ms[f] if f < len(ms) else None for f in first.tolist()],
+            "n_instances": count.astype(np.int64),
         },
         columns=cols,
     )
@@ -1069,12 +1110,14 @@ def _consistent(
 ) -> npt.NDArray[np.bool_]:
     """Per matched row: does its key's latest start (each unit's clock less its offset, 0 when
     it has none) come before the key's first end, within :data:`TOLERANCE_NS`?"""
-    got = [offsets.get(u) for u in units]
+    # the offsets of the distinct units, spread to the rows
+    distinct, at = np.unique(np.asarray(units, dtype=np.int64), return_inverse=True)
+    got = [offsets.get(u) for u in distinct.tolist()]
     if any(g is None for g in got):  # as pandas' map: floats, NaN where missing, then 0
-        o = np.array([np.nan if g is None else g for g in got], dtype=np.float64)
-        o = np.nan_to_num(o, nan=0.0).astype(np.int64)
+        per = np.array([np.nan if g is None else g for g in got], dtype=np.float64)
+        o = np.nan_to_num(per, nan=0.0).astype(np.int64)[at.reshape(-1)]
     else:
-        o = np.array(got, dtype=np.int64)
+        o = np.array(got, dtype=np.int64)[at.reshape(-1)]
     # per key the latest start and the first end: a groupby transform, on key codes
     uk, kinv = np.unique(keys, return_inverse=True)
     kinv = kinv.reshape(-1)
@@ -1219,8 +1262,11 @@ def _known_transfer(
         inst.loc[idx[hit], "why"] = [words[int(k)] for k in keys[hit].tolist()]
     if multi and given:
         mem = inst["members"].to_numpy(dtype=object)[at]
-        absent = [sorted(set(ms or ()) - given) for ms in mem]
-        gap = np.array([bool(a) for a in absent], dtype=bool)
+        # the ranks absent per distinct members tuple (code -1: none), spread to the rows
+        codes, distinct = pd.factorize(mem, sort=False)
+        per = [sorted(set(ms or ()) - given) for ms in distinct] + [[]]
+        absent = [per[c] for c in codes.tolist()]
+        gap = np.array([bool(a) for a in per], dtype=bool)[codes]
         if gap.any():
             xs[gap] = end[at][gap]
             inst.loc[idx[gap], "why"] = [
@@ -1390,7 +1436,8 @@ def _family_causes(
         return pd.DataFrame(columns=cols)
     fam_code = {f: i for i, f in enumerate(FAMILIES)}
     nf = len(FAMILIES)
-    fam = np.array([fam_code.get(f, nf - 1) for f in inst["family"]], dtype=np.int64)[p_inst]
+    of = _by_key(inst["family"].to_numpy(dtype=object), lambda f: fam_code.get(f, nf - 1))
+    fam = of.astype(np.int64)[p_inst]
     out: dict[str, I64] = {}
     for name, mask in (
         ("all", np.ones(p_inst.size, dtype=bool)),
@@ -1427,6 +1474,30 @@ def _unit_name(traces: Sequence[TraceInfo], u: int) -> str:
     if same_rank > 1 and t.device is not None:
         return f"rank {t.rank} (GPU {t.device})"
     return f"rank {t.rank}"
+
+
+def _devices(devices: list[Any], unit: I64) -> npt.NDArray[np.object_]:
+    """Per row its unit's device, as ``pd.Series([devices[u] for u in unit]).astype(object)``
+    gives it: the dtype pandas infers for the distinct units' values (as for all the rows'),
+    spread to the rows."""
+    shown, at = np.unique(unit, return_inverse=True)
+    per = pd.Series([devices[u] for u in shown.tolist()]).astype(object).to_numpy()
+    return np.asarray(per[at.reshape(-1)], dtype=object)
+
+
+def _whys(why: npt.NDArray[Any]) -> list[str | None]:
+    """``[str(w) or None for w in why]``: each row's reason, None for none; once per distinct
+    text when none is null (a null's text tells None from NaN)."""
+    if bool(np.asarray(pd.isna(why), dtype=bool).any()):
+        return [str(w) or None for w in why.tolist()]
+    return list(_by_key(why, lambda w: str(w) or None).tolist())
+
+
+def _int_or_none(values: I64) -> list[int | None]:
+    """``[int(v) if v >= 0 else None for v in values]``: -1 "none" as None."""
+    out = values.astype(object)
+    out[values < 0] = None
+    return list(out.tolist())
 
 
 def _tables(
@@ -1474,9 +1545,7 @@ def _tables(
     step = labels[window]
     unit = inst["unit"].to_numpy(np.int64)[at]
     rank = np.array([t.rank for t in traces], dtype=np.int64)[unit]
-    devices = [t.device for t in traces]
-    # a list: pandas infers its dtype as a column assignment of it did
-    device = pd.Series([devices[u] for u in unit.tolist()]).astype(object).to_numpy()
+    device = _devices([t.device for t in traces], unit)
     dur = ns("dur_ns")
     aligned = ns("aligned_start")
     per_rank = pd.DataFrame(
@@ -1498,7 +1567,7 @@ def _tables(
             EXPOSED_NS.name: ns(EXPOSED_NS.name),
             **{f"exposed_{c}_ns": ns(f"exposed_{c}_ns") for c in CAUSES},
             EXPOSED_UNMATCHED_NS.name: ns(EXPOSED_UNMATCHED_NS.name),
-            "unmatched_why": [(str(w) or None) for w in col("why").tolist()],
+            "unmatched_why": _whys(col("why")),
             "same_stream": inst["same_stream"].astype(bool).to_numpy()[at],
             # nullable: <NA> where the launch is unknown (internally -1)
             "queued_ns": known_ns(ns("queued_ns")),
@@ -1506,7 +1575,7 @@ def _tables(
             "matched": matched,
             "aligned_start_ns": aligned,
             "aligned_end_ns": aligned + dur,
-            WAITED_FOR_RANK.name: [(int(r) if r >= 0 else None) for r in col("waited_for")],
+            WAITED_FOR_RANK.name: _int_or_none(ns("waited_for")),
         },
         columns=list(PER_RANK_COLUMNS),
     )
@@ -1529,20 +1598,27 @@ def _tables(
     def per_run(values: I64, op: np.ufunc) -> I64:
         return np.asarray(op.reduceat(values, heads), dtype=np.int64)
 
+    def first_ints(name: str) -> list[int | None]:
+        """Per instance its first value, -1 (none) as None: an integer column has no nulls."""
+        values = col(name)
+        if values.dtype.kind == "i":
+            return _int_or_none(values[heads].astype(np.int64))
+        return [(int(x) if x >= 0 else None) for x in firsts(name)]
+
     ranks = rank.tolist()
     if inst["bytes"].dtype == np.int64:
-        most = per_run(ns("bytes"), np.maximum).tolist()
+        most_bytes = _int_or_none(per_run(ns("bytes"), np.maximum))
     else:
         most = pd.Series(col("bytes"), dtype=inst["bytes"].dtype).groupby(ids, sort=True).max()
-        most = most.tolist()
+        most_bytes = [(int(b) if b >= 0 else None) for b in most.tolist()]
     out = pd.DataFrame(
         {
             "instance": ids[heads],
             "name": per_rank["name"].to_numpy()[heads],
             "family": per_rank["family"].to_numpy()[heads],
             "process_group": [(p or None) for p in firsts("process_group")],
-            "seq": [(int(s) if s >= 0 else None) for s in firsts("seq")],
-            "bytes": [(int(b) if b >= 0 else None) for b in most],
+            "seq": first_ints("seq"),
+            "bytes": most_bytes,
             "n_ranks": sizes.astype(np.int64),
             "ranks": [
                 tuple(ranks[a:b])
@@ -1558,8 +1634,8 @@ def _tables(
             "group": [str(x) for x in firsts("group_key")],
             "members": firsts("members"),
             "p2p": np.array(firsts("p2p"), dtype=bool),
-            "src_rank": [(int(x) if x >= 0 else None) for x in firsts("src_rank")],
-            "dst_rank": [(int(x) if x >= 0 else None) for x in firsts("dst_rank")],
+            "src_rank": first_ints("src_rank"),
+            "dst_rank": first_ints("dst_rank"),
             "last_arrival_ns": [
                 (int(x) if f else None)
                 for x, f in zip(firsts("last_arrival"), first_matched.tolist(), strict=True)
