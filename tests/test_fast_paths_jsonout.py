@@ -132,11 +132,7 @@ def test_whatif_json_is_escaped_text_safe_text_keeps() -> None:
 @pytest.mark.skipif(os.name != "posix", reason="byte file names")
 def test_whatif_json_is_written_escaped(tmp_path: Path) -> None:
     folder, _ = _poisoned_folder(tmp_path)
-    out = tmp_path / "w.json"
-    res = _run("whatif", str(folder), "--format", "json")
-    assert res.exit_code == 0, res.output
-    assert _run("whatif", str(folder), "--format", "json", "-o", str(out)).exit_code == 0
-    assert out.read_bytes().decode("utf-8") == res.output
+    res = _stdout_is_the_file(tmp_path, "whatif", str(folder), "--format", "json")
     assert res.output.isascii() and not [c for c in _RAW if c in res.output]
     json.loads(res.output)
 
@@ -168,18 +164,24 @@ def _run(*args: str) -> Any:
     return CliRunner().invoke(main, list(args))
 
 
+def _stdout_is_the_file(tmp_path: Path, *args: str) -> Any:
+    """The command's result on stdout, having checked that ``-o FILE`` writes the same text (valid
+    UTF-8: no surrogate escapes written)."""
+    out = tmp_path / "out.json"
+    res = _run(*args)
+    assert res.exit_code == 0, res.output
+    assert _run(*args, "-o", str(out)).exit_code == 0
+    assert out.read_bytes().decode("utf-8") == res.output
+    return res
+
+
 _RAW = (ESC, "\x07", CSI8, DEL, NEL, "\udce9")
 
 
 @pytest.mark.skipif(os.name != "posix", reason="byte file names")
 def test_json_is_written_escaped_and_text_formats_stripped(tmp_path: Path) -> None:
     folder, _ = _poisoned_folder(tmp_path)
-    out = tmp_path / "out.json"
-    res = _run("analyze", str(folder), "-f", "json")
-    assert res.exit_code == 0, res.output
-    assert _run("analyze", str(folder), "-f", "json", "-o", str(out)).exit_code == 0
-    written = out.read_bytes().decode("utf-8")  # valid UTF-8: no surrogate escapes written
-    assert written == res.output  # stdout and a file: the same text
+    written = _stdout_is_the_file(tmp_path, "analyze", str(folder), "-f", "json").output
     assert not [c for c in _RAW if c in written]
     assert "\\u001b]0;PWNED\\u0007\\u009b2J\\u007f\\u0085" in written
     doc = json.loads(written)

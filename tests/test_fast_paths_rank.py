@@ -123,14 +123,21 @@ def test_host_names_memo_is_the_search(units):
 
     purpose._MEMO.clear()
     for names in units:
-        col = pd.Series(pd.Categorical(names, categories=sorted(set(WORDS))))
-        hn = purpose._HostNames(col, np.ones(len(names), dtype=bool))
-        codes = col.cat.codes.to_numpy()
-        for rx in purpose._MEMO_BIT:
-            want = [rx.search(n) is not None for n in names]
-            assert hn.any(rx) == any(want)
-            assert hn.matching(rx)[codes].tolist() == want
-            assert hn.rows(rx).tolist() == [i for i, w in enumerate(want) if w]
+        _check_host_names(names)
+
+
+def _check_host_names(names: list[str]) -> None:
+    """A unit of host rows named ``names``: each purpose pattern's answers are its search."""
+    from traceoverlap.rank import purpose
+
+    col = pd.Series(pd.Categorical(names, categories=sorted(set(WORDS))))
+    hn = purpose._HostNames(col, np.ones(len(names), dtype=bool))
+    codes = col.cat.codes.to_numpy()
+    for rx in purpose._MEMO_BIT:
+        want = [rx.search(n) is not None for n in names]
+        assert hn.any(rx) == any(want)
+        assert hn.matching(rx)[codes].tolist() == want
+        assert hn.rows(rx).tolist() == [i for i, w in enumerate(want) if w]
 
 
 @settings(max_examples=40, deadline=None)
@@ -148,12 +155,7 @@ def test_host_names_memo_is_the_search_when_full(units, cap):
     purpose._MEMO_NAMES = cap
     try:
         for names in units:
-            col = pd.Series(pd.Categorical(names, categories=sorted(set(WORDS))))
-            hn = purpose._HostNames(col, np.ones(len(names), dtype=bool))
-            codes = col.cat.codes.to_numpy()
-            for rx in purpose._MEMO_BIT:
-                want = [rx.search(n) is not None for n in names]
-                assert hn.matching(rx)[codes].tolist() == want
+            _check_host_names(names)
             assert len(purpose._MEMO) <= cap
     finally:
         purpose._MEMO_NAMES = old_cap

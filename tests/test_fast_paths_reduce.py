@@ -803,6 +803,14 @@ def test_top_blame_in_a_dict_is_the_groupby(rows, limit):
     pd.testing.assert_frame_equal(got, want)
 
 
+def _unequal_note(lab: object, g: object, desc: str, n_ok: int) -> str:
+    """The note of a (group, kind) whose instance counts differ (both references' wording)."""
+    return (
+        f"{lab} in {_describe_group(str(g))}: instance counts differ across ranks "
+        f"({desc}); matched the {n_ok} present on every rank, the rest left unmatched"
+    )
+
+
 def _count_notes_groupby(
     work: pd.DataFrame,
     ids: npt.NDArray[np.int64],
@@ -826,10 +834,7 @@ def _count_notes_groupby(
                 f"{unit_label[int(u)]}: {c}" for u, c in zip(vals.index, vals.tolist(), strict=True)
             )
             n_ok = len(np.unique(ids[sel & complete]))
-            notes.append(
-                f"{lab} in {_describe_group(str(g))}: instance counts differ across ranks "
-                f"({desc}); matched the {n_ok} present on every rank, the rest left unmatched"
-            )
+            notes.append(_unequal_note(lab, g, desc, n_ok))
     return notes
 
 
@@ -940,10 +945,7 @@ def _count_notes_dicts(
             lab = label[np.flatnonzero(sel)[0]]
             desc = ", ".join(f"{unit_label[int(u)]}: {per_unit[u]}" for u in sorted(per_unit))
             n_ok = len(np.unique(ids[sel & complete]))
-            notes.append(
-                f"{lab} in {_describe_group(str(g))}: instance counts differ across ranks "
-                f"({desc}); matched the {n_ok} present on every rank, the rest left unmatched"
-            )
+            notes.append(_unequal_note(lab, g, desc, n_ok))
     return notes
 
 
