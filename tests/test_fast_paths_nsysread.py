@@ -262,3 +262,176 @@ def test_factorize_texts_by_object_is_factorize_by_value(picks: list[tuple[int, 
     assert codes.tolist() == want_codes.tolist()
     assert uniques.dtype == want_uniques.dtype
     assert uniques.tolist() == want_uniques.tolist()
+
+
+# -- round 4: the rank texts' `"text" LIKE '%ank%'` selection off the pages --------------------
+
+
+def _like_sql(path: Path, needle: str, column: str = "s") -> list[int]:
+    """The reference: the positions (rowid - 1) SQLite's own LIKE selects."""
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        sql = f"SELECT rowid - 1 FROM t WHERE \"{column}\" LIKE '%{needle}%' ORDER BY rowid"
+        return [int(r[0]) for r in con.execute(sql)]
+    finally:
+        con.close()
+
+
+def _selected(path: Path, needle: str, c: bool, column: str = "s", direct: bool = False) -> Any:
+    """``PageReader.selected_rows`` of ``"s" LIKE '%needle%'``: the C scan (``c``) or, with the
+    C loops off, the code it replaces (SQLite's group_concat of the rowids). ``direct``: the C
+    scan itself (``like_rows``, no fallback), "unsupported" where it refuses."""
+    from traceoverlap.readers.nsys import _memo
+
+    _memo.forget()
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
+    try:
+        con.execute("BEGIN")
+        info = con.execute("PRAGMA table_xinfo(t)").fetchall()
+        (n,) = con.execute("SELECT count(*) FROM t").fetchone()
+        reader = _pages.PageReader(con, path)
+        if not c:
+            reader.c = None
+        where = (f"\"{column}\" LIKE '%{needle}%'", ())
+        if direct:
+            try:
+                rows = reader.like_rows("t", info, column, needle.lower().encode())
+            except Unsupported:
+                return "unsupported"
+        else:
+            rows = reader.selected_rows("t", int(n), where, info)
+        return [int(x) for x in rows.tolist()]
+    finally:
+        con.close()
+
+
+# values of the text column: texts with the needle's letters in any case, NULs, non-ASCII and
+# control characters, bytes that are not UTF-8 (stored as text and as blobs), numbers
+_like_text = st.text(alphabet="aAnNkKrR \x00\x01é\u2028x", max_size=12)
+_like_value = st.one_of(
+    st.none(),
+    _like_text,
+    _like_text.map(lambda s: s.encode("utf-8", "surrogateescape")),  # a blob
+    st.binary(max_size=8).map(lambda b: b.replace(b"q", b"ank")),  # a blob, often not UTF-8
+)
+
+
+def _write_texts(path: Path, values: list[Any], as_text: list[bool]) -> None:
+    """Table t (a, s) of ``values`` in 1 KB pages; a bytes value stored as TEXT where
+    ``as_text`` says so (not UTF-8, as a writer can store), else as a BLOB."""
+    con = sqlite3.connect(path)
+    con.execute("PRAGMA page_size = 1024")
+    con.execute("CREATE TABLE t (a INTEGER, s TEXT)")
+    for i, (v, txt) in enumerate(zip(values, as_text, strict=True)):
+        if isinstance(v, bytes) and txt:
+            con.execute("INSERT INTO t VALUES (?, CAST(? AS TEXT))", (i, v))
+        else:
+            con.execute("INSERT INTO t VALUES (?, ?)", (i, v))
+    con.commit()
+    con.close()
+
+
+@needs_c
+@settings(
+    max_examples=80,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    values=st.lists(_like_value, max_size=300),
+    as_text=st.one_of(st.just([True] * 300), st.lists(st.booleans(), min_size=300, max_size=300)),
+    needle=st.sampled_from(["ank", "ANK", "a", "nk", "kan", "rank"]),
+)
+def test_like_rows_select_what_sqlite_like_selects(
+    tmp_path: Path, values: list[Any], as_text: list[bool], needle: str
+) -> None:
+    # the rows SQLite's own `s LIKE '%needle%'` selects (its letters in either case, before the
+    # first NUL, of texts, UTF-8 or not; blobs as this SQLite's build matches them: the scan
+    # leaves a column with blobs to SQLite), over many 1 KB pages: the C scan selects them, and
+    # so does the code it replaces (group_concat of the rowids)
+    path = tmp_path / f"like{next(_names)}.sqlite"
+    _write_texts(path, values, as_text[: len(values)])
+    expected = _like_sql(path, needle)
+    assert _selected(path, needle, c=True) == expected
+    assert _selected(path, needle, c=False) == expected
+    blobs = any(isinstance(v, bytes) and not t for v, t in zip(values, as_text, strict=False))
+    assert _selected(path, needle, c=True, direct=True) == ("unsupported" if blobs else expected)
+
+
+@needs_c
+def test_like_rows_leave_numbers_and_defaults_to_sqlite(tmp_path: Path) -> None:
+    # numbers in the text column, a record lacking the column whose DEFAULT is a text that holds
+    # the needle (rows written before ALTER TABLE ADD COLUMN) or NULL: the same rows as SQLite,
+    # whether the scan refuses (numbers, the text default) or reads them (NULL default)
+    # (a column declared without a type keeps numbers: TEXT would turn them into texts)
+    for default, extra in (("'Rank 0'", None), ("NULL", None), ("NULL", 12.5), ("NULL", 7)):
+        path = tmp_path / f"dflt{next(_names)}.sqlite"
+        con = sqlite3.connect(path)
+        con.execute("PRAGMA page_size = 1024")
+        con.execute("CREATE TABLE t (a INTEGER)")
+        con.executemany("INSERT INTO t VALUES (?)", [(i,) for i in range(200)])
+        decl = "TEXT" if extra is None else ""
+        con.execute(f"ALTER TABLE t ADD COLUMN s {decl} DEFAULT {default}")
+        con.executemany(
+            "INSERT INTO t VALUES (?, ?)", [(i, "rank 3" if i % 3 else extra) for i in range(50)]
+        )
+        con.commit()
+        con.close()
+        expected = _like_sql(path, "ank")
+        assert _selected(path, "ank", c=True) == expected
+        assert _selected(path, "ank", c=False) == expected
+        scanned = _selected(path, "ank", c=True, direct=True)
+        assert scanned == ("unsupported" if (default, extra) != ("NULL", None) else expected)
+
+
+def test_like_rows_empty_table(tmp_path: Path) -> None:
+    path = tmp_path / "empty.sqlite"
+    _write_texts(path, [], [])
+    assert _selected(path, "ank", c=True) == [] == _selected(path, "ank", c=False)
+
+
+def test_like_column_recognises_only_a_plain_substring_like() -> None:
+    info = [(0, "text", "TEXT", 0, None, 0, 0), (1, 'we"ird', "TEXT", 0, None, 0, 0)]
+    assert _pages._like_column(("\"text\" LIKE '%ank%'", ()), info) == ("text", b"ank")
+    assert _pages._like_column(("\"text\" LIKE '%ANK%'", ()), info) == ("text", b"ank")
+    assert _pages._like_column(('"we""ird" LIKE \'%Ab%\'', ()), info) == ('we"ird', b"ab")
+    for cond, params in (
+        ("\"text\" LIKE '%a_k%'", ()),  # a wildcard
+        ("\"text\" LIKE '%an%k%'", ()),
+        ("\"text\" LIKE 'ank%'", ()),  # anchored
+        ("\"text\" LIKE '%ank%'", (1,)),
+        ("\"text\" LIKE '%é%'", ()),  # not ASCII: LIKE folds no case there
+        ('"text" LIKE \'%ank%\' OR "textId" IN (SELECT 1)', ()),
+        ("\"other\" LIKE '%ank%'", ()),  # not a column of the table
+        ("\"text\" GLOB '*ank*'", ()),
+    ):
+        assert _pages._like_column((cond, params), info) is None
+    assert _pages._like_column(("\"text\" LIKE '%ank%'", ()), None) is None
+
+
+@needs_c
+@settings(max_examples=200, deadline=None)
+@given(
+    rows=st.lists(st.one_of(st.none(), st.binary(max_size=40)), max_size=40),
+    needle=st.text(alphabet="ankrz", min_size=1, max_size=4),
+)
+def test_containing_is_a_case_folded_find_before_the_first_nul(
+    rows: list[bytes | None], needle: str
+) -> None:
+    # _npage.containing against its definition in Python: the row's bytes up to the first NUL,
+    # ASCII letters lowered (bytes.lower folds nothing else), hold the needle; NULL, and a blob
+    # (an even serial type, the same bytes): no
+    from traceoverlap.readers.nsys import _npage
+
+    mm, off, ln, null = _texts_args(rows)
+    serial = np.where(null.astype(bool), 0, 12 + 2 * ln + 1).astype(np.int64)  # texts
+    got = np.frombuffer(_npage.containing(mm, serial, off, needle.encode()), dtype=np.uint8)
+    want = [r is not None and needle.encode() in r.split(b"\x00")[0].lower() for r in rows]
+    assert got.astype(bool).tolist() == want
+    blob = np.where(serial > 0, serial - 1, 0)
+    assert not any(_npage.containing(mm, blob, off, needle.encode()))
+    with pytest.raises(ValueError):
+        _npage.containing(mm, serial, off, b"a_k")
+    if any(rows):
+        with pytest.raises(ValueError):  # a value past the end of the buffer
+            _npage.containing(mm, serial, off + mm.size, needle.encode())
