@@ -435,3 +435,106 @@ def test_containing_is_a_case_folded_find_before_the_first_nul(
     if any(rows):
         with pytest.raises(ValueError):  # a value past the end of the buffer
             _npage.containing(mm, serial, off + mm.size, needle.encode())
+
+
+def _place_concatenated(
+    gpu: Any, host: Any, groups: list[tuple[int, int]], ranks: list[int], syncs: Any
+) -> tuple[Any, np.ndarray]:
+    """``Reader.place`` as it was, on the host blocks it was handed concatenated (the reader
+    concatenated the CUDA calls and the NVTX ranges first)."""
+    from traceoverlap.readers.nsys._rows import Rows
+
+    host = Rows.concat(host)
+    keys = np.array([(p << 32) | (d & 0xFFFFFFFF) for p, d in groups], dtype=np.int64)
+    order = np.argsort(keys)
+
+    def rank_of(rows: Rows) -> np.ndarray:
+        gkey = (rows.pid << 32) | (rows.device.astype(np.int64) & 0xFFFFFFFF)
+        if gkey.size == 0:
+            return np.zeros(0, dtype=np.int32)
+        return np.asarray(ranks, dtype=np.int32)[order][np.searchsorted(keys[order], gkey)]
+
+    gpu_rank = rank_of(gpu)
+    by_pid: dict[int, list[int]] = {}
+    for (pid, _), r in zip(groups, ranks, strict=True):
+        by_pid.setdefault(pid, []).append(r)
+    pids = np.array(sorted(by_pid), dtype=np.int64)
+    first = np.array([by_pid[int(p)][0] for p in pids], dtype=np.int32)
+    one = int(host.pid[0]) if host.pid.size and pids.size else None
+    if one is not None and bool((host.pid == one).all()):
+        if one not in by_pid:
+            host = host.take(np.zeros(0, dtype=np.intp))
+        host_rank = np.full(len(host), by_pid.get(one, [0])[0], dtype=np.int32)
+    else:
+        pos = np.minimum(np.searchsorted(pids, host.pid), max(pids.size - 1, 0))
+        mine = pids[pos] == host.pid
+        if not mine.all():
+            host = host.take(np.flatnonzero(mine))
+            pos = pos[mine]
+        host_rank = first[pos]
+    blocks, rank_parts = [gpu, host], [gpu_rank, host_rank]
+    if syncs is not None and len(syncs):
+        blocks.append(syncs)
+        rank_parts.append(rank_of(syncs))
+    for pid, rs in by_pid.items():
+        if len(rs) > 1:
+            idx = np.flatnonzero(host.pid == pid)
+            for r in rs[1:]:
+                blocks.append(host.take(idx))
+                rank_parts.append(np.full(idx.size, r, dtype=np.int32))
+    return Rows.concat(blocks, trim=True), np.concatenate(rank_parts)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    gpu_rows=st.lists(st.sampled_from([(1, 0), (1, 1), (2, 0)]), max_size=8),
+    host_pids=st.lists(st.lists(st.sampled_from([1, 2, 3]), max_size=8), min_size=1, max_size=3),
+    constant=st.booleans(),
+    sync_rows=st.lists(st.sampled_from([(1, 0), (2, 0)]), max_size=3),
+    groups=st.sampled_from(
+        [[(1, 0), (2, 0)], [(1, 0), (1, 1), (2, 0)], [(2, 0)], [(1, 0), (1, 1)], [(3, 0)]]
+    ),
+)
+def test_place_of_host_blocks_is_place_of_their_concatenation(
+    gpu_rows: list[tuple[int, int]],
+    host_pids: list[list[int]],
+    constant: bool,
+    sync_rows: list[tuple[int, int]],
+    groups: list[tuple[int, int]],
+) -> None:
+    # the host rows handed to place as their blocks (CUDA calls, NVTX ranges; some empty), of
+    # one process or several, inside the groups or not, one GPU or two per process, with and
+    # without sync rows: the rows, their order and ranks of place on the blocks concatenated
+    from traceoverlap.readers.nsys._reader import Reader
+    from traceoverlap.readers.nsys._rows import Rows
+
+    def rows(pids: list[int], devices: list[int], base: int) -> Rows:
+        n = len(pids)
+        i64 = np.arange(base, base + n, dtype=np.int64)
+        i32 = np.arange(base, base + n, dtype=np.int32)
+        return Rows(
+            start=i64 * 10, end=i64 * 10 + 5, pid=np.array(pids, dtype=np.int64),
+            device=np.array(devices, dtype=np.int32), stream=i64, tid=i64, correlation=i64,
+            category=i32 % 3, name=i32, lane=i32, thread_name=i32, shape=i32,
+        )  # fmt: skip
+
+    gpu_rows = [g for g in gpu_rows if g in groups]
+    sync_rows = [g for g in sync_rows if g in groups]
+    if constant:
+        host_pids = [[host_pids[0][0] if host_pids[0] else 1] * len(p) for p in host_pids]
+    ranks = list(range(len(groups)))[::-1]
+
+    def inputs() -> tuple[Rows, list[Rows], Rows]:  # fresh ones: a concatenation empties them
+        gpu = rows([p for p, _ in gpu_rows], [d for _, d in gpu_rows], 0)
+        host = [rows(p, [-1] * len(p), 100 * (k + 1)) for k, p in enumerate(host_pids)]
+        syncs = rows([p for p, _ in sync_rows], [d for _, d in sync_rows], 900)
+        return gpu, host, syncs
+
+    gpu, host, syncs = inputs()
+    want_rows, want_rank = _place_concatenated(gpu, host, groups, ranks, syncs)
+    gpu, host, syncs = inputs()
+    got_rows, got_rank = Reader.place(Reader.__new__(Reader), gpu, host, groups, ranks, syncs)
+    assert got_rank.dtype == want_rank.dtype and got_rank.tolist() == want_rank.tolist()
+    for k, v in want_rows.__dict__.items():
+        assert getattr(got_rows, k).tolist() == v.tolist(), k
+        assert getattr(got_rows, k).dtype == v.dtype, k
