@@ -538,3 +538,46 @@ def test_place_of_host_blocks_is_place_of_their_concatenation(
     for k, v in want_rows.__dict__.items():
         assert getattr(got_rows, k).tolist() == v.tolist(), k
         assert getattr(got_rows, k).dtype == v.dtype, k
+
+
+@pytest.mark.parametrize("typed", [True, False])
+def test_pid_codes_kept_by_the_groups_are_those_of_a_decode_of_their_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, typed: bool
+) -> None:
+    # the split's groups keep each GPU table's pid codes (its globalPid column read for the
+    # groups); a process's read selects its rows from them. They are what PageReader.pids gives
+    # on a decode of its own (the code it replaces), on random tables of every kind of value
+    # (rows with bad times or a globalPid that is not an integer included), and a process's rows
+    # from them are the rows SQLite's own condition selects
+    import test_fast_paths_nsysgroups as g
+
+    from traceoverlap.readers.nsys import _process
+
+    for seed in range(6):
+        path = tmp_path / f"p{seed}_{typed}.sqlite"
+        g._export(path, seed, typed)
+        con = g._open(path)
+        try:
+            _memo.forget()
+            with monkeypatch.context() as m:  # the pages answer, not the fallback
+                m.setattr(_process, "_groups_sql", None)
+                _process._groups(con, g.TABLES, path)
+            for t in g.TABLES:
+                info = con.execute(f"PRAGMA table_xinfo({t})").fetchall()
+                kept = _memo.recall(path, ("pids", t, "globalPid"))
+                _memo.forget()
+                codes, code_of = _pages.PageReader(con, path).pids(t, info, "globalPid")
+                assert kept is not None, (seed, t)
+                assert kept[0].dtype == codes.dtype and kept[0].tolist() == codes.tolist()
+                assert kept[1] == code_of and not kept[0].flags.writeable
+                for pid in [*code_of, 12345]:
+                    where = (f"{pid_sql('globalPid')} = ?", (pid,))
+                    sql = f"SELECT rowid - 1 FROM {t} WHERE {where[0]} ORDER BY rowid"
+                    want = [r[0] for r in con.execute(sql, (pid,))]
+                    _memo.forget()
+                    _process._groups(con, g.TABLES, path)
+                    got = _pages.PageReader(con, path).pid_rows(t, info, "globalPid", pid)
+                    assert got.tolist() == want, (seed, t, pid)
+        finally:
+            con.close()
+            _memo.forget()

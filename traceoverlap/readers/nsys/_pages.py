@@ -196,6 +196,23 @@ def _like_column(where: Where, info: list[tuple[Any, ...]] | None) -> tuple[str,
     return None
 
 
+def pid_codes(
+    values: I64, kinds: npt.NDArray[np.int8]
+) -> tuple[npt.NDArray[np.integer], dict[int, int]]:
+    """What :meth:`PageReader.pids` keeps of a whole ``globalPid`` / ``globalTid`` column (its
+    ``values`` and ``kinds``, rewritten in place): per row the pid (:func:`pid_sql`) as a code
+    into the distinct pids, uint8 where there are fewer than 256, read-only, and each pid's
+    code."""
+    values >>= 24
+    values &= 0xFFFFFF
+    values[kinds != INT] = 0
+    codes, distinct = pd.factorize(values)
+    small = np.uint8 if distinct.size < 256 else np.uint16 if distinct.size < 65536 else np.int32
+    narrow = codes.astype(small)
+    narrow.flags.writeable = False
+    return narrow, {int(p): k for k, p in enumerate(distinct.tolist())}
+
+
 def _ascii_needles(keep: Callable[[str], bool] | None) -> tuple[bytes, ...] | None:
     """The ASCII ``needles`` of a text filter that has them (see
     :attr:`traceoverlap.rank.namefilter.NameTest.needles`: an ASCII text that holds none, once
@@ -504,17 +521,7 @@ class PageReader:
             cols = self.read(table, info, [column], [])
         finally:
             self.defaults, self.text_keep = saved
-        values, kinds = cols.ints[column], cols.kinds[column]
-        values >>= 24
-        values &= 0xFFFFFF
-        values[kinds != INT] = 0
-        codes, distinct = pd.factorize(values)
-        small = (
-            np.uint8 if distinct.size < 256 else np.uint16 if distinct.size < 65536 else np.int32
-        )
-        narrow = codes.astype(small)
-        narrow.flags.writeable = False
-        return narrow, {int(p): k for k, p in enumerate(distinct.tolist())}
+        return pid_codes(cols.ints[column], cols.kinds[column])
 
     def release(self, pages: I64) -> None:
         """Hand the map's copies of ``pages`` (decoded, not needed again) back to the system:

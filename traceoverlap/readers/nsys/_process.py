@@ -24,7 +24,7 @@ from ._activity import Activity
 from ._columns import INT, Columns, Unsupported, pid_sql
 from ._memo import remembered
 from ._nvtx import NvtxReader
-from ._pages import PageReader
+from ._pages import PageReader, pid_codes
 from ._rows import NvtxRows
 from ._schema import KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME, STRINGS, quote
 from ._strings import Strings
@@ -92,6 +92,18 @@ def group_keys(ok: npt.NDArray[np.bool_], ids: Columns) -> I64:
     return np.unique(key)
 
 
+def _keep_pids(path: Path, table: str, ids: Columns) -> None:
+    """The pid codes of the GPU table's whole ``globalPid`` column (``ids``, left as it is),
+    kept for the file as :meth:`._pages.PageReader.pid_rows` keeps them: the reads of its
+    processes select their rows from them instead of decoding the column again."""
+    column = "globalPid"
+    remembered(
+        path,
+        ("pids", table, column),
+        lambda: pid_codes(ids.ints[column].copy(), ids.kinds[column]),
+    )
+
+
 def _groups(
     con: sqlite3.Connection, tables: list[str], path: Path | None = None
 ) -> list[tuple[int, int]]:
@@ -111,10 +123,12 @@ def _groups(
         try:
             pages = PageReader(con, path)
             ok = valid_rows(pages.read(t, info, ["start", "end"], []))
-            keys.append(group_keys(ok, pages.read(t, info, ["deviceId", "globalPid"], [])))
+            ids = pages.read(t, info, ["deviceId", "globalPid"], [])
         except Unsupported:
             return _groups_sql(con, tables)
-        del ok
+        _keep_pids(path, t, ids)
+        keys.append(group_keys(ok, ids))
+        del ok, ids
     found = np.unique(np.concatenate(keys)) if keys else np.zeros(0, dtype=np.int64)
     return [(int(k) & 0xFFFFFFFF, int(k) >> 32) for k in found.tolist()]
 
