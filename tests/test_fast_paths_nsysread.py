@@ -581,3 +581,42 @@ def test_pid_codes_kept_by_the_groups_are_those_of_a_decode_of_their_own(
         finally:
             con.close()
             _memo.forget()
+
+
+@pytest.mark.parametrize("decoder", ["c", "numpy"])
+@pytest.mark.parametrize("typed", [True, False])
+def test_read_blocks_end_to_end_are_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, decoder: str, typed: bool
+) -> None:
+    # the split's groups read their four columns a block of pages at a time
+    # (PageReader.read_blocks, blocks of 64 rows here) instead of two whole-column reads: the
+    # blocks end to end are PageReader.read's columns, values and kinds, with either decoder,
+    # on random tables of every kind of value
+    import test_fast_paths_nsysgroups as g
+
+    if decoder == "c" and _pages._npage is None:
+        pytest.skip("the C page decoder is not built")
+    monkeypatch.setattr(_pages, "DECODER", decoder)
+    monkeypatch.setattr(_pages, "_BLOCK_ROWS", 64)
+    cols = ["start", "end", "deviceId", "globalPid"]
+    for seed in range(6):
+        path = tmp_path / f"b{seed}_{typed}_{decoder}.sqlite"
+        g._export(path, seed, typed)
+        con = g._open(path)
+        try:
+            for t in g.TABLES:
+                info = con.execute(f"PRAGMA table_xinfo({t})").fetchall()
+                _memo.forget()
+                whole = _pages.PageReader(con, path).read(t, info, cols, [])
+                _memo.forget()
+                blocks = list(_pages.PageReader(con, path).read_blocks(t, info, cols))
+                assert sum(b.n for b in blocks) == whole.n
+                assert whole.n < 200 or len(blocks) > 1
+                for c in cols:
+                    got = np.concatenate([b.ints[c] for b in blocks]) if blocks else []
+                    kinds = np.concatenate([b.kinds[c] for b in blocks]) if blocks else []
+                    assert list(got) == whole.ints[c].tolist(), (seed, t, c)
+                    assert list(kinds) == whole.kinds[c].tolist(), (seed, t, c)
+        finally:
+            con.close()
+            _memo.forget()

@@ -30,7 +30,7 @@ import mmap
 import os
 import re
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -203,10 +203,23 @@ def pid_codes(
     ``values`` and ``kinds``, rewritten in place): per row the pid (:func:`pid_sql`) as a code
     into the distinct pids, uint8 where there are fewer than 256, read-only, and each pid's
     code."""
+    return pid_code_table(pid_values(values, kinds))
+
+
+def pid_values(values: I64, kinds: npt.NDArray[np.int8]) -> I64:
+    """The pid of each value of a ``globalPid`` / ``globalTid`` column as :func:`pid_sql` says
+    (0 where it is not an integer), in place."""
     values >>= 24
     values &= 0xFFFFFF
     values[kinds != INT] = 0
-    codes, distinct = pd.factorize(values)
+    return values
+
+
+def pid_code_table(
+    pids: npt.NDArray[np.integer],
+) -> tuple[npt.NDArray[np.integer], dict[int, int]]:
+    """:func:`pid_codes` of the rows' pids ``pids``."""
+    codes, distinct = pd.factorize(pids)
     small = np.uint8 if distinct.size < 256 else np.uint16 if distinct.size < 65536 else np.int32
     narrow = codes.astype(small)
     narrow.flags.writeable = False
@@ -596,17 +609,7 @@ class PageReader:
         text_cols: list[str],
         where: Where | None = None,
     ) -> Columns:
-        if any(r[6] for r in info):  # hidden / generated columns are not all stored
-            raise Unsupported("generated columns")
-        names = [str(r[1]) for r in info]
-        alias = rowid_alias(info)
-        # what a record too short to hold a column reads as (SQL text; decoded when needed)
-        self.defaults = {str(r[1]): r[4] for r in info}
-        position = {c: i for i, c in enumerate(names)}
-        for c in int_cols + text_cols:
-            if c not in position:
-                raise KeyError(f"{table} has no column {c}")
-
+        position, alias = self.columns_of(table, info, int_cols + text_cols)
         # what does not depend on the read is found once per file (._memo): a second read of
         # the file, or of another of its processes, walks no b-tree and counts nothing again
         leaves, ncell = remembered(self.path, ("leaves", table), lambda: self.table_leaves(table))
@@ -629,6 +632,75 @@ class PageReader:
             out.texts[c] = np.empty(m, dtype=object)
         self.decode_blocks(out, leaves, ncell, wanted, position, alias, int_cols, text_cols)
         return out
+
+    def columns_of(
+        self, table: str, info: list[tuple[Any, ...]], wanted: list[str]
+    ) -> tuple[dict[str, int], str | None]:
+        """Each column's position in the record, and the column that is the rowid (if any), of
+        a table whose columns ``wanted`` are read; the columns' DEFAULTs noted."""
+        if any(r[6] for r in info):  # hidden / generated columns are not all stored
+            raise Unsupported("generated columns")
+        names = [str(r[1]) for r in info]
+        alias = rowid_alias(info)
+        # what a record too short to hold a column reads as (SQL text; decoded when needed)
+        self.defaults = {str(r[1]): r[4] for r in info}
+        position = {c: i for i, c in enumerate(names)}
+        for c in wanted:
+            if c not in position:
+                raise KeyError(f"{table} has no column {c}")
+        return position, alias
+
+    def read_blocks(
+        self, table: str, info: list[tuple[Any, ...]], int_cols: list[str]
+    ) -> Iterator[Columns]:
+        """:meth:`read` of every row of ``int_cols``, a block of leaf pages at a time: each
+        block's rows as its own :class:`Columns` (their concatenation is what :meth:`read`
+        gives), so that a caller reducing the rows as they come holds a block, not the
+        columns."""
+        position, alias = self.columns_of(table, info, int_cols)
+        leaves, ncell = remembered(self.path, ("leaves", table), lambda: self.table_leaves(table))
+        for lo_page, hi_page, lo_row, hi_row in _blocks(ncell):
+            m = hi_row - lo_row
+            out = Columns(n=m)
+            for c in int_cols:
+                out.ints[c] = np.empty(m, dtype=np.int64)
+                out.kinds[c] = np.empty(m, dtype=np.int8)
+            self.decode_block(
+                out,
+                slice(0, m),
+                leaves[lo_page:hi_page],
+                ncell[lo_page:hi_page],
+                None,
+                position,
+                alias,
+                int_cols,
+                [],
+            )
+            self.release(leaves[lo_page:hi_page])
+            yield out
+
+    def decode_block(
+        self,
+        out: Columns,
+        rows: slice,
+        leaves: I64,
+        ncell: I64,
+        pick: I64 | None,
+        position: dict[str, int],
+        alias: str | None,
+        int_cols: list[str],
+        text_cols: list[str],
+    ) -> None:
+        """The cells of one block of ``leaves`` (those of ``pick`` only, when given) into rows
+        ``rows`` of ``out``: in C (:meth:`decode_c`) or with numpy."""
+        if self.c is not None:
+            self.decode_c(out, rows, leaves, ncell, pick, position, alias, int_cols, text_cols)
+            return
+        cell, limit = self.cells(leaves, ncell)
+        if pick is not None:
+            cell, limit = cell[pick], limit[pick]
+        if cell.size:
+            self.decode(out, rows, cell, limit, position, alias, int_cols, text_cols)
 
     def decode_blocks(
         self,
@@ -659,24 +731,17 @@ class PageReader:
                 pick = np.subtract(wanted[a:b], lo_row, dtype=np.int64)
             count = hi_row - lo_row if pick is None else pick.size
             rows = slice(done, done + count)
-            if self.c is not None:
-                self.decode_c(
-                    out,
-                    rows,
-                    leaves[lo_page:hi_page],
-                    ncell[lo_page:hi_page],
-                    pick,
-                    position,
-                    alias,
-                    int_cols,
-                    text_cols,
-                )
-            else:
-                cell, limit = self.cells(leaves[lo_page:hi_page], ncell[lo_page:hi_page])
-                if pick is not None:
-                    cell, limit = cell[pick], limit[pick]
-                if cell.size:
-                    self.decode(out, rows, cell, limit, position, alias, int_cols, text_cols)
+            self.decode_block(
+                out,
+                rows,
+                leaves[lo_page:hi_page],
+                ncell[lo_page:hi_page],
+                pick,
+                position,
+                alias,
+                int_cols,
+                text_cols,
+            )
             done += count
             self.release(leaves[lo_page:hi_page])
 
