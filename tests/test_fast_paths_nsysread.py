@@ -620,3 +620,25 @@ def test_read_blocks_end_to_end_are_read(
         finally:
             con.close()
             _memo.forget()
+
+
+@pytest.mark.parametrize(
+    ("rows", "period"),
+    [(0, 1), (10, 3), (70_000, 1), (70_000, 9_400), (70_000, 12_287), (70_000, 12_288),
+     (70_000, 16_384), (70_000, 70_000), (200_000, 8_000)],
+)  # fmt: skip
+def test_factorize_addresses_is_pandas_factorize(rows: int, period: int) -> None:
+    # the addresses' codes whatever size the hash table starts with (the sample of the first
+    # rows, now 16 384 of them, decides it: all distinct, a step of `period` names repeated,
+    # just under and over the three quarters that count as mostly distinct), against
+    # pd.factorize itself; the addresses in a shuffled order, so codes follow first appearance
+    import pandas as pd
+
+    from traceoverlap.readers.nsys import _nvtx
+
+    rng = np.random.default_rng(rows + period)
+    names = rng.permutation(period).astype(np.intp) * 48 + 2**40  # like object addresses
+    addr = names[np.arange(rows) % period]
+    want = pd.factorize(addr)[0]
+    got = _nvtx._factorize_addresses(addr)
+    assert got.dtype == want.dtype and got.tolist() == want.tolist()
