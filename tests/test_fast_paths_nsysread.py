@@ -642,3 +642,18 @@ def test_factorize_addresses_is_pandas_factorize(rows: int, period: int) -> None
     want = pd.factorize(addr)[0]
     got = _nvtx._factorize_addresses(addr)
     assert got.dtype == want.dtype and got.tolist() == want.tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    values=st.lists(st.integers(-(2**63), 2**63 - 1) | st.integers(-3, 70), max_size=60),
+    ids=st.lists(st.integers(-(2**63), 2**63 - 1) | st.integers(-3, 70), max_size=12),
+)
+def test_isin_ids_is_np_isin(values: list[int], ids: list[int]) -> None:
+    # an enum's ids compared one by one (up to 8; more: np.isin itself), against np.isin: no
+    # id, repeated ids, negative and 64-bit extreme values
+    from traceoverlap.readers.nsys._rows import isin_ids
+
+    arr = np.array(values, dtype=np.int64)
+    got = isin_ids(arr, ids)
+    assert got.dtype == np.bool_ and got.tolist() == np.isin(arr, ids).tolist()

@@ -13,7 +13,7 @@ from .._shape import column_shape_codes
 from ._columns import Columns
 from ._export import EXPORT_HINT
 from ._metadata import Metadata
-from ._rows import CAT_CODE, Rows, pid_of, select, tid_of
+from ._rows import CAT_CODE, Rows, isin_ids, pid_of, select, tid_of
 from ._schema import KERNEL, MEMCPY, MEMSET, RUNTIME, STRINGS, int_or_none, quote
 
 I64 = npt.NDArray[np.int64]
@@ -214,7 +214,7 @@ class Activity(Metadata):
         # every API row is kept (launches are found by correlation, never by API name)
         driver = self.enum_ids("ENUM_NSYS_EVENT_CLASS", ("TRACE_PROCESS_EVENT_CUDA_DRIVER",), (1,))
         category = np.where(
-            np.isin(cls, driver), np.int32(CAT_CODE["driver"]), np.int32(CAT_CODE["runtime"])
+            isin_ids(cls, driver), np.int32(CAT_CODE["driver"]), np.int32(CAT_CODE["runtime"])
         )
         del cls
         names = self.names.add_string_ids(self.strings, name_id, "<CUDA API>")

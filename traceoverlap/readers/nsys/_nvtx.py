@@ -13,7 +13,7 @@ import pandas as pd
 from ._activity import Activity
 from ._columns import INT, OTHER, REFUSED, Columns
 from ._memo import recall, remembered
-from ._rows import CAT_CODE, NvtxRows, Rows, pid_of
+from ._rows import CAT_CODE, NvtxRows, Rows, isin_ids, pid_of
 from ._schema import NVTX, RangeFilter
 
 I64 = npt.NDArray[np.int64]
@@ -409,8 +409,8 @@ class NvtxReader(Activity):
                 "as ranges."
             )
         return (
-            np.where(etype_ok, np.isin(etype, range_types), True),
-            np.where(etype_ok, np.isin(etype, mark_types), ~has_end),
+            np.where(etype_ok, isin_ids(etype, range_types), True),
+            np.where(etype_ok, isin_ids(etype, mark_types), ~has_end),
         )
 
     def note_unfinished(self, cols: Columns, nv: str, is_range: npt.NDArray[np.bool_]) -> None:
