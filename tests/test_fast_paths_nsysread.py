@@ -657,3 +657,47 @@ def test_isin_ids_is_np_isin(values: list[int], ids: list[int]) -> None:
     arr = np.array(values, dtype=np.int64)
     got = isin_ids(arr, ids)
     assert got.dtype == np.bool_ and got.tolist() == np.isin(arr, ids).tolist()
+
+
+def test_host_rows_constant_columns_concatenate_as_the_arrays_they_replace() -> None:
+    # the host rows' one-value columns (device, stream; the NVTX ranges' correlation and
+    # category) are that value viewed n times: placed with the GPU rows, the event rows are
+    # those of the full arrays they replace, writable, of the same dtypes
+    from traceoverlap.readers.nsys._reader import Reader
+    from traceoverlap.readers.nsys._rows import Rows
+
+    def block(n: int, pid: int, device: Any, stream: Any, corr: Any, cat: Any) -> Rows:
+        i64 = np.arange(n, dtype=np.int64)
+        i32 = np.arange(n, dtype=np.int32)
+        return Rows(
+            start=i64, end=i64 + 1, pid=np.full(n, pid, dtype=np.int64), device=device,
+            stream=stream, tid=i64, correlation=corr, category=cat, name=i32, lane=i32,
+            thread_name=i32, shape=np.broadcast_to(np.int32(-1), (n,)),
+        )  # fmt: skip
+
+    def rows(view: bool) -> list[Rows]:
+        def const(n: int, v: int, dtype: Any) -> Any:
+            return np.broadcast_to(dtype(v), (n,)) if view else np.full(n, v, dtype=dtype)
+
+        gpu = block(3, 1, np.zeros(3, np.int32), np.arange(3), np.arange(3), np.zeros(3, np.int32))
+        hosts = [
+            block(n, 1, const(n, -1, np.int32), const(n, -1, np.int64), c, k)
+            for n, c, k in (
+                (4, np.arange(4), np.ones(4, np.int32)),
+                (5, const(5, -1, np.int64), const(5, 7, np.int32)),
+            )
+        ]
+        return [gpu, *hosts]
+
+    groups, ranks = [(1, 0), (1, 1)], [0, 1]  # one process, two GPUs: its host rows copied
+    want, want_rank = Reader.place(
+        Reader.__new__(Reader), rows(False)[0], rows(False)[1:], groups, ranks
+    )
+    got, got_rank = Reader.place(
+        Reader.__new__(Reader), rows(True)[0], rows(True)[1:], groups, ranks
+    )
+    assert got_rank.tolist() == want_rank.tolist()
+    for k, v in want.__dict__.items():
+        col = getattr(got, k)
+        assert col.dtype == v.dtype and col.tolist() == v.tolist(), k
+        assert col.flags.writeable and col.strides == v.strides, k

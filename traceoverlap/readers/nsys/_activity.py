@@ -235,12 +235,14 @@ class Activity(Metadata):
             f"thread {int(g) & 0xFFFFFF}" + (f" ({name})" if name else "")
             for g, name in zip(threads, thread_names, strict=True)
         ]
+        # the columns with one value are that value viewed n times (read-only: the read's last
+        # concatenation copies them, as it copies every column)
         return Rows(
             start=start,
             end=end,
             pid=pid_of(gtid),
-            device=np.full(n, -1, dtype=np.int32),
-            stream=np.full(n, -1, dtype=np.int64),
+            device=np.broadcast_to(np.int32(-1), (n,)),
+            stream=np.broadcast_to(np.int64(-1), (n,)),
             tid=tid_of(gtid),
             correlation=corr,
             category=category,

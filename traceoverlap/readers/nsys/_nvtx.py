@@ -320,8 +320,8 @@ class NvtxReader(Activity):
             start[keep],
             end[keep],
             gtid[keep],
-            np.full(n, -1, dtype=np.int64),
-            np.full(n, CAT_CODE["annotation"], dtype=np.int32),
+            np.broadcast_to(np.int64(-1), (n,)),  # one value viewed n times, as _host_block's
+            np.broadcast_to(np.int32(CAT_CODE["annotation"]), (n,)),
             names,
         )
         return NvtxRows(ranges, rank_pid, rank_value)
