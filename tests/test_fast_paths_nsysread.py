@@ -701,3 +701,37 @@ def test_host_rows_constant_columns_concatenate_as_the_arrays_they_replace() -> 
         col = getattr(got, k)
         assert col.dtype == v.dtype and col.tolist() == v.tolist(), k
         assert col.flags.writeable and col.strides == v.strides, k
+
+
+@needs_c
+def test_like_rows_leave_another_like_to_sqlite(tmp_path: Path) -> None:
+    # a connection whose LIKE is not SQLite's ASCII-case-insensitive one (PRAGMA
+    # case_sensitive_like; a like() of the application's, here one that folds every case): the
+    # scan refuses, and the selection is SQLite's own
+    from traceoverlap.readers.nsys import _memo
+
+    path = tmp_path / "like.sqlite"
+    _write_texts(path, ["rank 1", "RANK 2", "x", "Ünk", "ünk", "ran\u212a"], [True] * 6)
+    for setup in ("PRAGMA case_sensitive_like = 1", "unicode"):
+        _memo.forget()
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
+        try:
+            if setup == "unicode":
+                con.create_function(
+                    "like",
+                    2,
+                    lambda p, s: s is not None and p.strip("%").casefold() in s.casefold(),
+                )
+            else:
+                con.execute(setup)
+            con.execute("BEGIN")
+            info = con.execute("PRAGMA table_xinfo(t)").fetchall()
+            reader = _pages.PageReader(con, path)
+            with pytest.raises(Unsupported):
+                reader.like_rows("t", info, "s", b"ank")
+            where = ("\"s\" LIKE '%ANK%'", ())
+            got = reader.selected_rows("t", 6, where, info).tolist()
+            want = [r[0] for r in con.execute("SELECT rowid - 1 FROM t WHERE s LIKE '%ANK%'")]
+            assert got == want and want != [0, 1]  # not what the scan would select
+        finally:
+            con.close()

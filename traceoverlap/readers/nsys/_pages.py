@@ -182,6 +182,16 @@ def _pid_column(where: Where, info: list[tuple[Any, ...]] | None) -> str | None:
 _LIKE = re.compile(r'("(?:[^"]|"")+") LIKE \'%([A-Za-z]+)%\'')
 
 
+#: What SQLite's LIKE answers on this connection, for :meth:`PageReader.like_rows` to give its
+#: answers: ASCII letters of either case match, nothing else is folded (an ICU build folds the
+#: Kelvin sign to k, and é to É), a text ends at its first NUL; and the answers it must give.
+_LIKE_PROBE = (
+    "SELECT 'xANKx' LIKE '%ank%', char(8490) LIKE 'k', 'é' LIKE 'É', "
+    "CAST(x'00616e6b' AS TEXT) LIKE '%ank%'"
+)
+_LIKE_EXPECTED = (1, 0, 0, 0)
+
+
 def _like_column(where: Where, info: list[tuple[Any, ...]] | None) -> tuple[str, bytes] | None:
     """The column of ``where`` and its needle (lowered) when it is ``"column" LIKE
     '%needle%'`` (no parameters, a needle of ASCII letters: SQLite's LIKE folds their case, and
@@ -460,11 +470,15 @@ class PageReader:
         ``"column" LIKE '%needle%'`` selects (C, _npage.containing), from the column's serial
         types and offsets decoded off the pages, no text decoded, a block at a time (the rank
         texts of an export: a scan that selects few rows, 2-3x faster than SQLite evaluating
-        LIKE on each record). Numbers or blobs in the column, or a record lacking it whose
-        DEFAULT is not NULL, are left to SQLite (:class:`Unsupported`)."""
+        LIKE on each record). Numbers or blobs in the column, a record lacking it whose DEFAULT
+        is not NULL, or a connection whose LIKE is another (:data:`_LIKE_PROBE`), are left to
+        SQLite (:class:`Unsupported`)."""
         names = [str(r[1]) for r in info]
         if any(r[6] for r in info):
             raise Unsupported("generated columns")
+        if tuple(self.con.execute(_LIKE_PROBE).fetchone()) != _LIKE_EXPECTED:
+            # a case-sensitive LIKE (PRAGMA case_sensitive_like, a build option), an ICU one
+            raise Unsupported("LIKE is not ASCII-case-insensitive here")
         j = names.index(column)
         if column == rowid_alias(info):
             raise Unsupported("the rowid as text")
