@@ -166,6 +166,9 @@ class Truncating(_process.PageReader):
     def read(self, *args, **kwargs):
         os.truncate(self.path, 0)
         return super().read(*args, **kwargs)
+    def read_blocks(self, *args, **kwargs):  # what the plan reads its columns with
+        os.truncate(self.path, 0)
+        return super().read_blocks(*args, **kwargs)
 _process.PageReader = Truncating
 from traceoverlap.readers.paths import map_units
 map_units([Path({str(path)!r})])

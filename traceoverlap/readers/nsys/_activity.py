@@ -13,7 +13,7 @@ from .._shape import column_shape_codes
 from ._columns import Columns
 from ._export import EXPORT_HINT
 from ._metadata import Metadata
-from ._rows import CAT_CODE, Rows, pid_of, select, tid_of
+from ._rows import CAT_CODE, Rows, isin_ids, pid_of, select, tid_of
 from ._schema import KERNEL, MEMCPY, MEMSET, RUNTIME, STRINGS, int_or_none, quote
 
 I64 = npt.NDArray[np.int64]
@@ -214,7 +214,7 @@ class Activity(Metadata):
         # every API row is kept (launches are found by correlation, never by API name)
         driver = self.enum_ids("ENUM_NSYS_EVENT_CLASS", ("TRACE_PROCESS_EVENT_CUDA_DRIVER",), (1,))
         category = np.where(
-            np.isin(cls, driver), np.int32(CAT_CODE["driver"]), np.int32(CAT_CODE["runtime"])
+            isin_ids(cls, driver), np.int32(CAT_CODE["driver"]), np.int32(CAT_CODE["runtime"])
         )
         del cls
         names = self.names.add_string_ids(self.strings, name_id, "<CUDA API>")
@@ -235,12 +235,14 @@ class Activity(Metadata):
             f"thread {int(g) & 0xFFFFFF}" + (f" ({name})" if name else "")
             for g, name in zip(threads, thread_names, strict=True)
         ]
+        # the columns with one value are that value viewed n times (read-only: the read's last
+        # concatenation copies them, as it copies every column)
         return Rows(
             start=start,
             end=end,
             pid=pid_of(gtid),
-            device=np.full(n, -1, dtype=np.int32),
-            stream=np.full(n, -1, dtype=np.int64),
+            device=np.broadcast_to(np.int32(-1), (n,)),
+            stream=np.broadcast_to(np.int64(-1), (n,)),
             tid=tid_of(gtid),
             correlation=corr,
             category=category,

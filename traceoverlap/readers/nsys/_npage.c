@@ -34,6 +34,12 @@
  *   namefilter.NameTest.needles): a new ASCII text whose lowered bytes hold none is refused
  *   undecoded (None in uniques, known 0).
  *
+ * containing(mm, serial, offset, needle) -> bytes: per row (uint8) 1 where its value is a text
+ *   (an odd serial type >= 13, as decode gives serial and offset) whose bytes before the first
+ *   NUL hold needle (ASCII letters, lowercase) with ASCII letters of either case: what SQLite's
+ *   `column LIKE '%needle%'` selects of a text; 0 for anything else (whether LIKE matches a blob
+ *   depends on how SQLite was built: the caller leaves blobs, and numbers, to SQLite).
+ *
  * Memo(limit): at most limit texts (bytes, str, verdict, whether valid UTF-8); len(memo) is
  *   how many it holds; memo.settle(verdicts) records the verdicts (bytes-like, one byte each,
  *   nonzero: kept) of the last texts_memo call's uniques of known 2, in their order.
@@ -820,6 +826,91 @@ static PyObject *texts(PyObject *self, PyObject *args) { return texts_impl(args,
 
 static PyObject *texts_memo(PyObject *self, PyObject *args) { return texts_impl(args, 1); }
 
+/* containing(mm, serial, offset, needle) -> bytes: see the header. The needle's bytes are
+ * lowercase ASCII letters (checked): a byte b matches needle byte c when (b | 0x20) == c, which
+ * for a letter c holds for exactly its two cases, as SQLite's LIKE folds them. */
+static PyObject *containing(PyObject *self, PyObject *args) {
+    PyObject *mm_o, *st_o, *off_o;
+    const char *needle;
+    Py_ssize_t nlen;
+    if (!PyArg_ParseTuple(args, "OOOy#", &mm_o, &st_o, &off_o, &needle, &nlen)) return NULL;
+    if (nlen < 1) {
+        PyErr_SetString(PyExc_ValueError, "needle: at least one byte");
+        return NULL;
+    }
+    for (Py_ssize_t k = 0; k < nlen; k++) {
+        if (needle[k] < 'a' || needle[k] > 'z') {
+            PyErr_SetString(PyExc_ValueError, "needle: lowercase ASCII letters only");
+            return NULL;
+        }
+    }
+    Py_buffer mmv = {0}, stv = {0}, offv = {0};
+    PyObject *result = NULL;
+    if (PyObject_GetBuffer(mm_o, &mmv, PyBUF_C_CONTIGUOUS)) goto done;
+    if (get_buf(st_o, &stv, 0, 8, -1, "serial")) goto done;
+    Py_ssize_t n = stv.len / 8;
+    if (get_buf(off_o, &offv, 0, 8, n, "offset")) goto done;
+    const int64_t *st = (const int64_t *)stv.buf, *off = (const int64_t *)offv.buf;
+    const uint8_t *mp = (const uint8_t *)mmv.buf;
+    int64_t size = (int64_t)mmv.len;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (st[i] >= 12) {
+            int64_t len = value_size(st[i]);
+            if (st[i] > MAX_SERIAL || off[i] < 0 || off[i] > size - len) {
+                PyErr_SetString(PyExc_ValueError, "a value outside the file");
+                goto done;
+            }
+        }
+    }
+    result = PyBytes_FromStringAndSize(NULL, n);
+    if (!result) goto done;
+    uint8_t *out = (uint8_t *)PyBytes_AS_STRING(result);
+    /* a match is found at its last byte (the key: the rarest of "ank"), 8 bytes at a time: a
+     * word with no NUL and no key byte in either case is skipped whole (no match ends in it,
+     * and LIKE's text does not end in it), the others are looked at byte by byte */
+    const Py_ssize_t kk = nlen - 1;
+    const uint8_t key = (uint8_t)needle[kk];
+    const uint64_t ONES = 0x0101010101010101ULL, HIGHS = 0x8080808080808080ULL;
+    const uint64_t keys = ONES * key, lows = ONES * 0x20;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint8_t hit = 0;
+        if (st[i] >= 13 && (st[i] & 1)) {
+            const uint8_t *p = mp + off[i];
+            int64_t len = value_size(st[i]), a = 0;
+            while (!hit && a < len) {
+                for (; a + 8 <= len; a += 8) {
+                    uint64_t w, x;
+                    memcpy(&w, p + a, 8);
+                    x = (w | lows) ^ keys;
+                    if (((w - ONES) & ~w & HIGHS) | ((x - ONES) & ~x & HIGHS)) break;
+                }
+                int64_t stop = a + 8 < len ? a + 8 : len;
+                for (; a < stop; a++) {
+                    if (p[a] == 0) { /* LIKE sees the text up to its first NUL */
+                        a = len;
+                        break;
+                    }
+                    if ((p[a] | 0x20) != key || a < kk) continue;
+                    Py_ssize_t k = 0;
+                    while (k < kk && (p[a - kk + k] | 0x20) == (uint8_t)needle[k]) k++;
+                    if (k == kk) {
+                        hit = 1;
+                        break;
+                    }
+                }
+            }
+        }
+        out[i] = hit;
+    }
+    Py_END_ALLOW_THREADS
+done:
+    release(&mmv);
+    release(&stv);
+    release(&offv);
+    return result;
+}
+
 static PyMethodDef METHODS[] = {
     {"decode", decode, METH_VARARGS,
      "decode(mm, page_size, usable, leaves, ncell, pick, ncol, rowid, held, ints, texts) -> "
@@ -830,6 +921,9 @@ static PyMethodDef METHODS[] = {
     {"texts_memo", texts_memo, METH_VARARGS,
      "texts_memo(mm, offsets, lengths, null, memo) -> (codes, uniques, bad, known, found): "
      "texts(), the texts of the memo's earlier blocks not decoded again."},
+    {"containing", containing, METH_VARARGS,
+     "containing(mm, serial, offset, needle) -> bytes: per row 1 where its text holds needle "
+     "(ASCII letters of either case) before its first NUL, as LIKE '%needle%' selects."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -24,7 +24,7 @@ from ._activity import Activity
 from ._columns import INT, Columns, Unsupported, pid_sql
 from ._memo import remembered
 from ._nvtx import NvtxReader
-from ._pages import PageReader
+from ._pages import PageReader, pid_code_table, pid_values
 from ._rows import NvtxRows
 from ._schema import KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME, STRINGS, quote
 from ._strings import Strings
@@ -97,10 +97,13 @@ def _groups(
 ) -> list[tuple[int, int]]:
     """(pid, device) of the GPU rows with valid times (as read_gpu keeps them), by device, pid.
     The four columns are decoded off the file's pages (``path``: the file ``con`` reads, inside
-    a read transaction), one C-level pass each instead of SQLite's per-row ``typeof``; a table
-    the decoder refuses is asked of SQLite (:func:`_groups_sql`), the same groups. Two columns
-    at a time (the times, then the ids): what planning holds is about two int64 columns of the
-    largest table, not four (a third more decoding)."""
+    a read transaction), one C-level pass instead of SQLite's per-row ``typeof``; a table the
+    decoder refuses is asked of SQLite (:func:`_groups_sql`), the same groups. A block of rows
+    at a time, reduced to its groups as it comes: what planning holds is a block's columns and
+    the pids of the largest table (two passes of two columns held two int64 columns of it).
+    Each GPU table's pid codes (:func:`._pages.pid_codes` of its whole ``globalPid`` column) are
+    kept for the file, as :meth:`._pages.PageReader.pid_rows` keeps them: the reads of its
+    processes select their rows from them instead of decoding the column again."""
     if path is None:
         return _groups_sql(con, tables)
     keys: list[I64] = []
@@ -108,15 +111,31 @@ def _groups(
         info = con.execute(f"PRAGMA table_xinfo({quote(t)})").fetchall()
         if not _GROUP_COLUMNS <= {str(r[1]) for r in info}:
             return _groups_sql(con, tables)  # SQLite reads a missing "column" as a text
+        pids: list[npt.NDArray[np.int32]] = []  # 24 bits each
         try:
             pages = PageReader(con, path)
-            ok = valid_rows(pages.read(t, info, ["start", "end"], []))
-            keys.append(group_keys(ok, pages.read(t, info, ["deviceId", "globalPid"], [])))
+            for cols in pages.read_blocks(t, info, ["start", "end", "deviceId", "globalPid"]):
+                # the block's pids, before group_keys rewrites the column
+                gpid = pid_values(cols.ints["globalPid"].copy(), cols.kinds["globalPid"])
+                pids.append(gpid.astype(np.int32))
+                del gpid
+                keys.append(group_keys(valid_rows(cols), cols))
         except Unsupported:
             return _groups_sql(con, tables)
-        del ok
+        _keep_pids(path, t, pids)
+        del pids
     found = np.unique(np.concatenate(keys)) if keys else np.zeros(0, dtype=np.int64)
     return [(int(k) & 0xFFFFFFFF, int(k) >> 32) for k in found.tolist()]
+
+
+def _keep_pids(path: Path, table: str, pids: list[npt.NDArray[np.int32]]) -> None:
+    """The pid codes of a GPU table (``pids``: its rows' pids, a block at a time), kept for the
+    file under the key :meth:`._pages.PageReader.pid_rows` looks them up by."""
+    remembered(
+        path,
+        ("pids", table, "globalPid"),
+        lambda: pid_code_table(np.concatenate(pids) if pids else np.zeros(0, dtype=np.int32)),
+    )
 
 
 def _file_groups(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -68,6 +69,32 @@ def _used_categories(codes: I32) -> pd.Categorical:
     return fast_categorical(remap[codes], category_index(cats))
 
 
+def _host_ranks(hosts: list[Rows], by_pid: dict[int, list[int]]) -> tuple[list[Rows], list[I32]]:
+    """Each block of host rows without the rows of processes outside ``by_pid`` (pid -> its
+    ranks), and the first rank of each row's process."""
+    pids = np.array(sorted(by_pid), dtype=np.int64)
+    lead = next((h.pid for h in hosts if h.pid.size), None)
+    one = int(lead[0]) if lead is not None and pids.size else None
+    if one is not None and all(bool((h.pid == one).all()) for h in hosts):
+        # one process's host rows (a one-process read): no search per row
+        if one not in by_pid:
+            hosts = [h.take(np.zeros(0, dtype=np.intp)) for h in hosts]
+        return hosts, [np.full(len(h), by_pid.get(one, [0])[0], dtype=np.int32) for h in hosts]
+    first = np.array([by_pid[int(p)][0] for p in pids], dtype=np.int32)
+    kept, ranks = [], []
+    for h in hosts:
+        pos = np.minimum(np.searchsorted(pids, h.pid), max(pids.size - 1, 0))
+        mine = pids[pos] == h.pid
+        if not mine.all():
+            h = h.take(np.flatnonzero(mine))
+            pos = pos[mine]
+        del mine
+        kept.append(h)
+        ranks.append(first[pos])
+        del pos
+    return kept, ranks
+
+
 class Reader(ProcessPart, Ranks, SyncReader):
     # -- top level --------------------------------------------------------------------------
 
@@ -104,11 +131,12 @@ class Reader(ProcessPart, Ranks, SyncReader):
             # every process's rank texts: one scan of the file, when the environment (MPI
             # ranks, a RANK variable per process) does not say the ranks
             groups, ranks, rank_source, world_size = self._ranks(everyone, self.all_rank_texts)
-            host = Rows.concat([self.read_runtime(sorted({p for p, _ in groups})), nvtx.ranges])
+            # the CUDA calls, then the ranges: concatenated once, with the GPU rows, by place
+            host = [self.read_runtime(sorted({p for p, _ in groups})), nvtx.ranges]
             device_kind = "gpu"
         elif len(gpu):
             groups, ranks, rank_source, world_size = self.assign_ranks(gpu, nvtx)
-            host = Rows.concat([self.read_runtime(sorted({p for p, _ in groups})), nvtx.ranges])
+            host = [self.read_runtime(sorted({p for p, _ in groups})), nvtx.ranges]
             device_kind = "gpu"
         else:
             if len(nvtx.ranges) == 0:
@@ -119,7 +147,7 @@ class Reader(ProcessPart, Ranks, SyncReader):
                     "phases with NVTX ranges (`nsys profile -t nvtx`)",
                 )
             groups, ranks, rank_source, world_size = self.assign_cpu_ranks(nvtx)
-            host = nvtx.ranges
+            host = [nvtx.ranges]
             device_kind = "cpu"
             self.notes.append(
                 "CPU capture (no CUDA activity in the export): each process's NVTX ranges are its "
@@ -184,14 +212,17 @@ class Reader(ProcessPart, Ranks, SyncReader):
     def place(
         self,
         gpu: Rows,
-        host: Rows,
+        host: Rows | Sequence[Rows],
         groups: list[tuple[int, int]],
         ranks: list[int],
         syncs: Rows | None = None,
     ) -> tuple[Rows, I32]:
         """All rows with their rank: GPU rows (and ``syncs``, placed on groups by
         :meth:`read_syncs`) by (pid, device); host rows by pid, copied to every rank of a process
-        that drives several GPUs; host rows of processes outside the groups go."""
+        that drives several GPUs; host rows of processes outside the groups go. ``host``: the
+        host rows, or their blocks (CUDA calls, NVTX ranges), in order: the same rows as their
+        concatenation, concatenated once here with the others instead of twice."""
+        hosts = [host] if isinstance(host, Rows) else list(host)
         keys = np.array([(p << 32) | (d & 0xFFFFFFFF) for p, d in groups], dtype=np.int64)
         order = np.argsort(keys)
 
@@ -206,32 +237,17 @@ class Reader(ProcessPart, Ranks, SyncReader):
         by_pid: dict[int, list[int]] = {}
         for (pid, _), r in zip(groups, ranks, strict=True):
             by_pid.setdefault(pid, []).append(r)
-        pids = np.array(sorted(by_pid), dtype=np.int64)
-        first = np.array([by_pid[int(p)][0] for p in pids], dtype=np.int32)
-        one = int(host.pid[0]) if host.pid.size and pids.size else None
-        if one is not None and bool((host.pid == one).all()):
-            # one process's host rows (a one-process read): no search per row
-            if one not in by_pid:
-                host = host.take(np.zeros(0, dtype=np.intp))
-            host_rank = np.full(len(host), by_pid.get(one, [0])[0], dtype=np.int32)
-        else:
-            pos = np.minimum(np.searchsorted(pids, host.pid), max(pids.size - 1, 0))
-            mine = pids[pos] == host.pid
-            if not mine.all():
-                host = host.take(np.flatnonzero(mine))
-                pos = pos[mine]
-            del mine
-            host_rank = first[pos]
-            del pos
-        blocks, rank_parts = [gpu, host], [gpu_rank, host_rank]
-        del host_rank
+        hosts, host_ranks = _host_ranks(hosts, by_pid)
+        blocks, rank_parts = [gpu, *hosts], [gpu_rank, *host_ranks]
+        del host_ranks
         if syncs is not None and len(syncs):
             blocks.append(syncs)
             rank_parts.append(rank_of(syncs))
         for pid, rs in by_pid.items():
             if len(rs) > 1:
-                idx = np.flatnonzero(host.pid == pid)
+                idx = [np.flatnonzero(h.pid == pid) for h in hosts]
                 for r in rs[1:]:
-                    blocks.append(host.take(idx))
-                    rank_parts.append(np.full(idx.size, r, dtype=np.int32))
+                    for h, i in zip(hosts, idx, strict=True):
+                        blocks.append(h.take(i))
+                        rank_parts.append(np.full(i.size, r, dtype=np.int32))
         return Rows.concat(blocks, trim=True), np.concatenate(rank_parts)

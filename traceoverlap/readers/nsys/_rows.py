@@ -32,6 +32,22 @@ def shared_if_constant(values: npt.NDArray[np.integer], dtype: type = np.int64) 
     return values.astype(dtype, copy=False)
 
 
+#: Ids up to which :func:`isin_ids` compares one by one (np.isin builds a lookup table: ~2 ms
+#: on 200 000 rows, a comparison ~0.05 ms).
+_FEW_IDS = 8
+
+
+def isin_ids(values: npt.NDArray[np.integer], ids: Sequence[int]) -> npt.NDArray[np.bool_]:
+    """``np.isin(values, ids)`` of an integer column and a few ids (an enum's): one comparison
+    per id."""
+    if len(ids) > _FEW_IDS:
+        return np.isin(values, ids)
+    out = np.zeros(values.shape, dtype=bool)
+    for i in ids:
+        out |= values == i
+    return out
+
+
 def pid_of(global_id: I64) -> I64:
     return (global_id >> 24) & 0xFFFFFF
 
