@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from ..core import intervals as iv
 from .graph import RunGraph
 
 I64 = npt.NDArray[np.int64]
@@ -71,6 +72,13 @@ class _Members:
     pair_inst: I64
     n_inst: int
 
+    def by_instance(self) -> tuple[I64, I64]:
+        """The members grouped by instance (ascending within one): instance ``i``'s are
+        ``order[bounds[i]:bounds[i + 1]]``."""
+        bounds = np.zeros(self.n_inst + 1, dtype=np.int64)
+        np.cumsum(np.bincount(self.inst, minlength=self.n_inst), out=bounds[1:])
+        return np.argsort(self.inst, kind="stable").astype(np.int64), bounds
+
 
 def _members(g: RunGraph) -> _Members:
     m = np.flatnonzero(g.inst >= 0)
@@ -83,6 +91,46 @@ def _members(g: RunGraph) -> _Members:
     return _Members(
         m, inv, pair.astype(np.int64), (pk // max(g.n_units, 1)).astype(np.int64), keys.size
     )
+
+
+@dataclass(frozen=True)
+class _Arrivals:
+    """What a subset's rounds need for the arrivals of its collective instances (the latest
+    over their units of the unit's first member start), from those instances' members alone
+    (a round over the subset read every member of the run: the run's collectives times its
+    rounds): ``members`` (into ``_Members.nodes``, sorted), their pairs (``pair``, numbered
+    ``0 .. n_pairs``) and each pair's instance (``pair_inst``, numbered ``0 .. n_inst``); per
+    member of the subset (``mpos``) where it is among ``members`` (``mloc``) and its
+    instance's number (``m_d``)."""
+
+    members: I64
+    pair: I64
+    pair_inst: I64
+    n_pairs: int
+    n_inst: int
+    mloc: I64
+    m_d: I64
+
+    @staticmethod
+    def of(mb: _Members, mpos: IX, by_instance: tuple[I64, I64]) -> _Arrivals:
+        """``by_instance``: ``mb.by_instance()``."""
+        m_inst = mb.inst[mpos]
+        need = np.unique(m_inst)
+        if need.size == 0:
+            z = np.zeros(0, np.int64)
+            return _Arrivals(z, z, z, 0, 0, z, z)
+        order, bounds = by_instance
+        members = np.sort(order[iv.range_pairs(bounds[need], bounds[need + 1])[1]])
+        pk, pair = np.unique(mb.pair[members], return_inverse=True)
+        return _Arrivals(
+            members,
+            pair.astype(np.int64),
+            np.searchsorted(need, mb.pair_inst[pk]),
+            pk.size,
+            need.size,
+            np.searchsorted(members, mpos),
+            np.searchsorted(need, m_inst),
+        )
 
 
 def _arrivals_of(mb: _Members, start: I64) -> I64:
@@ -260,9 +308,13 @@ class _Sub:
     m_pos: IX
     m_k: IX
     m_d: IX
-    mpos: IX
+    mloc: IX
     post: I64
     member_start: I64
+    rel_pair: IX
+    rel_pair_inst: IX
+    n_rel_pairs: int
+    n_rel_inst: int
 
 
 def _pos_in(sel: IX | slice, m: int, x: IX) -> IX:
@@ -284,7 +336,74 @@ def _in_k(knodes: IX, x: IX) -> tuple[IX, IX]:
     return hit, j[hit]
 
 
-def _sub(g: RunGraph, p: Params, sel_in: IX | slice, mb: _Members, st: _State) -> _Sub:
+@dataclass(frozen=True)
+class _Plan:
+    """What a replay's settles look up, found once per replay (a settle looked among every
+    edge and every collective member of the graph: times the steps, and times the rounds, the
+    most of a what-if): per node its chunk (:func:`_chunks`) and its position there; per edge
+    set (``dst``/``src``, ``edst``/``esrc``) the edge ids grouped by their target's chunk,
+    ascending within a chunk (``bounds[c]`` to ``bounds[c + 1]``); the collective members by
+    instance (:meth:`_Members.by_instance`)."""
+
+    chunk_of: IX
+    pos_of: IX
+    order: IX
+    bounds: I64
+    e_order: IX
+    e_bounds: I64
+    by_instance: tuple[I64, I64]
+
+    def into(self, c: int, dst: IX, src: IX, edges: str) -> tuple[IX, IX, IX]:
+        """Chunk ``c``'s edges (``edges``: "d" for dst/src, "e" for edst/esrc): their ids
+        (ascending), their targets' positions in the chunk, their sources' (-1 outside it)."""
+        order, bounds = (self.order, self.bounds) if edges == "d" else (self.e_order, self.e_bounds)
+        e_in = order[bounds[c] : bounds[c + 1]]
+        d_in = self.pos_of[dst[e_in]]
+        s = src[e_in]
+        return e_in, d_in, np.where(self.chunk_of[s] == c, self.pos_of[s], -1)
+
+
+def _plan(g: RunGraph, chunks: list[IX], mb: _Members) -> _Plan:
+    n = g.start_ns.size
+    ix = _index_dtype(max(n, g.dst.size, g.edst.size))  # (int32: half the memory)
+    chunk_of = np.full(n if chunks else 0, -1, dtype=np.int32)  # (every node is in one)
+    pos_of = np.zeros(n if chunks else 0, dtype=ix)
+    for c, idx in enumerate(chunks):
+        chunk_of[idx] = c
+        pos_of[idx] = np.arange(idx.size, dtype=ix)
+
+    def grouped(dst: IX) -> tuple[IX, I64]:
+        if not chunks:
+            return np.zeros(0, dtype=ix), np.zeros(1, dtype=np.int64)
+        key = chunk_of[dst]
+        bounds = np.zeros(len(chunks) + 1, dtype=np.int64)
+        np.cumsum(np.bincount(key, minlength=len(chunks)), out=bounds[1:])
+        return np.argsort(key, kind="stable").astype(ix, copy=False), bounds
+
+    order, bounds = grouped(g.dst)
+    e_order, e_bounds = grouped(g.edst)
+    return _Plan(chunk_of, pos_of, order, bounds, e_order, e_bounds, mb.by_instance())
+
+
+def _edges_into(sel: IX | slice, m: int, dst: IX, src: IX) -> tuple[IX, IX, IX]:
+    """The edges into the subset ``sel`` (of ``m`` nodes), found among all: their ids
+    (ascending), their targets' positions, their sources' (-1 outside it)."""
+    dpos = _pos_in(sel, m, dst)
+    e_in = np.flatnonzero(dpos >= 0)
+    return e_in, dpos[e_in], _pos_in(sel, m, src[e_in])
+
+
+def _sub(
+    g: RunGraph,
+    p: Params,
+    sel_in: IX | slice,
+    mb: _Members,
+    st: _State,
+    plan: _Plan,
+    chunk: int | None = None,
+) -> _Sub:
+    """``chunk``: the subset is that chunk of ``plan``'s (its edges found by it), else they
+    are found among all edges (the whole run's settle: all of them)."""
     sel: IX | slice = sel_in
     if not isinstance(sel, slice) and sel.size and int(sel[0]) + sel.size - 1 == int(sel[-1]):
         sel = slice(int(sel[0]), int(sel[0]) + sel.size)
@@ -308,26 +427,28 @@ def _sub(g: RunGraph, p: Params, sel_in: IX | slice, mb: _Members, st: _State) -
         floor[cpos] = np.maximum(np.maximum(floor[cpos], st.end[pc]), st.coll_at(pc))
     # edges into the subset: from outside, their value now (fixed) folded per target; from
     # inside, read from the subset's state each round
-    dpos = _pos_in(sel, m, g.dst)
-    e_in = np.flatnonzero(dpos >= 0)
-    e_src = _pos_in(sel, m, g.src[e_in])
+    if chunk is not None:
+        e_in, d_in, e_src = plan.into(chunk, g.dst, g.src, "d")
+        ee_in, ed_in, ee_src = plan.into(chunk, g.edst, g.esrc, "e")
+    else:
+        e_in, d_in, e_src = _edges_into(sel, m, g.dst, g.src)
+        ee_in, ed_in, ee_src = _edges_into(sel, m, g.edst, g.esrc)
     inner = e_src >= 0
     ext_ready = None
     e_out = e_in[~inner]
     if e_out.size:
         ext_ready = np.full(m, NEG, dtype=np.int64)
         val = np.where(g.src_start[e_out], st.start[g.src[e_out]], st.end[g.src[e_out]])
-        np.maximum.at(ext_ready, dpos[e_out], val + g.gap[e_out])
+        np.maximum.at(ext_ready, d_in[~inner], val + g.gap[e_out])
     # by target: the rounds go over the subset a block of nodes at a time
-    by_dst = np.argsort(dpos[e_in[inner]], kind="stable")
+    by_dst = np.argsort(d_in[inner], kind="stable")
     src_pos = e_src[inner][by_dst]
     e_in = e_in[inner][by_dst]
-    edpos = _pos_in(sel, m, g.edst)
-    ee_in = np.flatnonzero(edpos >= 0)
-    ee_src = _pos_in(sel, m, g.esrc[ee_in])
+    e_pos = d_in[inner][by_dst]
     ee_inner = ee_src >= 0
     ee_out = ee_in[~ee_inner]
     ee_in = ee_in[ee_inner]
+    ed_out, ed_in = ed_in[~ee_inner], ed_in[ee_inner]
     if isinstance(sel, slice):
         lo, hi = np.searchsorted(mb.nodes, [int(sel.start), int(sel.start) + m])
         mpos = np.arange(lo, hi)
@@ -338,17 +459,18 @@ def _sub(g: RunGraph, p: Params, sel_in: IX | slice, mb: _Members, st: _State) -
         m_pos = np.flatnonzero(mb.nodes[j] == sel) if mb.nodes.size else j[:0]
         mpos = j[m_pos]
         m_glob = sel[m_pos]
-    knodes = np.unique(np.concatenate([m_pos, edpos[ee_out], edpos[ee_in]]))
+    knodes = np.unique(np.concatenate([m_pos, ed_out, ed_in]))
     kglob = knodes + int(sel.start) if isinstance(sel, slice) else sel[knodes]
     ext_coll = np.full(knodes.size, NEG, dtype=np.int64)
     if ee_out.size:
-        kk = np.searchsorted(knodes, edpos[ee_out])
+        kk = np.searchsorted(knodes, ed_out)
         np.maximum.at(ext_coll, kk, st.end[g.esrc[ee_out]] + g.egap[ee_out])
     nxt = knodes + 1
     ok = nxt < m
     ok[ok] = ~first[nxt[ok]]
     slack = p.slack_ns[sel]
     dur = p.dur_ns[sel]
+    rel = _Arrivals.of(mb, mpos, plan.by_instance)
     src_ke, src_kk = _in_k(knodes, src_pos)
     esrc_pos = ee_src[ee_inner]
     esrc_ke, esrc_kk = _in_k(knodes, esrc_pos)
@@ -363,7 +485,7 @@ def _sub(g: RunGraph, p: Params, sel_in: IX | slice, mb: _Members, st: _State) -
         src_ke=src_ke,
         src_kk=src_kk,
         gap=g.gap[e_in],
-        e_pos=dpos[e_in],
+        e_pos=e_pos,
         knodes=knodes,
         kglob=kglob,
         nxt_pos=nxt[ok],
@@ -374,7 +496,7 @@ def _sub(g: RunGraph, p: Params, sel_in: IX | slice, mb: _Members, st: _State) -
         esrc_ke=esrc_ke,
         esrc_kk=esrc_kk,
         egap=g.egap[ee_in],
-        ee_k=np.searchsorted(knodes, edpos[ee_in]),
+        ee_k=np.searchsorted(knodes, ed_in),
         slack=slack,
         dur=dur,
         prefix=_lane_prefix(Params(dur, slack, p.post_ns[sel], floor), first),
@@ -384,10 +506,14 @@ def _sub(g: RunGraph, p: Params, sel_in: IX | slice, mb: _Members, st: _State) -
         n_lanes=int(np.count_nonzero(first)),
         m_pos=m_pos,
         m_k=np.searchsorted(knodes, m_pos),
-        m_d=mb.inst[mpos],
-        mpos=mpos,
+        m_d=rel.m_d,
+        mloc=rel.mloc,
         post=p.post_ns[m_glob],
-        member_start=st.start[mb.nodes],
+        member_start=st.start[mb.nodes[rel.members]],
+        rel_pair=rel.pair,
+        rel_pair_inst=rel.pair_inst,
+        n_rel_pairs=rel.n_pairs,
+        n_rel_inst=rel.n_inst,
     )
 
 
@@ -464,9 +590,13 @@ def _round(sb: _Sub, mb: _Members, start: I64, coll: I64, t0: int) -> tuple[I64,
         start[a:b] = ready
     new_coll = np.full(coll.size, NEG, dtype=np.int64)
     if mb.n_inst and sb.m_pos.size:
+        # the arrivals of the subset's instances alone, from their members (some outside it)
         ms = sb.member_start.copy()
-        ms[sb.mpos] = start[sb.m_pos]
-        arrival = _arrivals_of_starts(mb, ms)
+        ms[sb.mloc] = start[sb.m_pos]
+        first = np.full(sb.n_rel_pairs, np.iinfo(np.int64).max, dtype=np.int64)
+        np.minimum.at(first, sb.rel_pair, ms)
+        arrival = np.full(sb.n_rel_inst, NEG, dtype=np.int64)
+        np.maximum.at(arrival, sb.rel_pair_inst, first)
         new_coll[sb.m_k] = arrival[sb.m_d] + sb.post
     np.maximum(new_coll, sb.ext_coll, out=new_coll)
     if ee_val.size:
@@ -476,9 +606,16 @@ def _round(sb: _Sub, mb: _Members, start: I64, coll: I64, t0: int) -> tuple[I64,
 
 
 def _settle(
-    g: RunGraph, p: Params, sel: IX | slice, mb: _Members, st: _State, max_rounds: int
+    g: RunGraph,
+    p: Params,
+    sel: IX | slice,
+    mb: _Members,
+    st: _State,
+    max_rounds: int,
+    plan: _Plan,
+    chunk: int | None = None,
 ) -> tuple[int, bool]:
-    sb = _sub(g, p, sel, mb, st)
+    sb = _sub(g, p, sel, mb, st, plan, chunk)
     # the subset's state, moved round by round in place (the whole run's: the schedule's own
     # arrays) and written back once
     start = st.start[sb.sel]
@@ -541,14 +678,17 @@ def replay(g: RunGraph, p: Params, max_rounds: int = MAX_ROUNDS) -> Schedule:
     st = _State(start, start + p.dur_ns, kall, coll, int(start.min()))
     rounds = 0
     chunks = _chunks(g)
+    plan = _plan(g, chunks, mb)
+    c = 0
     while chunks:
         idx = chunks.pop(0)
         if idx.size:
-            rounds += _settle(g, p, idx, mb, st, max_rounds)[0]
+            rounds += _settle(g, p, idx, mb, st, max_rounds, plan, c)[0]
+        c += 1
     # the whole run's settle reads no end (no node is outside it) and writes every one: the
     # ends are made again from its starts (room for its rounds)
     st.end = np.zeros(0, np.int64)
-    r, settled = _settle(g, p, slice(0, n), mb, st, max_rounds)
+    r, settled = _settle(g, p, slice(0, n), mb, st, max_rounds, plan)
     return Schedule(st.start, st.end, rounds + r, settled)
 
 
